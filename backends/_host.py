@@ -1,0 +1,120 @@
+"""What the CPU backends share: host memory, host queues and events, and the CPU's limits."""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+import soa
+from portable._allocator import CachingAllocator
+from portable._backend import Backend, MemRef
+from portable._device import Device, DeviceLimits
+from portable._hostqueue import HostEvent, HostQueue
+
+HOST_ALIGNMENT = 128
+_BIG = 2**31 - 1
+
+
+def _host_alloc(nbytes: int, alignment: int = HOST_ALIGNMENT) -> tuple[np.ndarray, int]:
+    """``nbytes`` of host memory whose first byte is aligned to ``alignment`` (numpy bytes)."""
+    alignment = max(alignment, HOST_ALIGNMENT)
+    raw = np.empty(nbytes + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    mem = raw[start : start + nbytes]
+    return mem, mem.ctypes.data
+
+
+def _host_free(handle: Any) -> None:
+    """Host memory is released by the garbage collector once the block drops it."""
+
+
+@lru_cache(maxsize=None)
+def host_allocator() -> CachingAllocator:
+    """The one caching allocator of host memory, shared by every CPU backend."""
+    return CachingAllocator(_host_alloc, _host_free)
+
+
+@lru_cache(maxsize=None)
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "host CPU"
+
+
+def cpu_limits() -> DeviceLimits:
+    """One thread per block (alpaka's serial and block-parallel CPU accelerators)."""
+    return DeviceLimits(
+        max_threads_per_block=1,
+        max_block_dims=(1, 1, 1),
+        max_grid_dims=(_BIG, _BIG, _BIG),
+        shared_memory_per_block=48 * 1024,
+        warp_size=1,
+        multiprocessors=os.cpu_count() or 1,
+    )
+
+
+def _bytes(ref: MemRef) -> np.ndarray:
+    return ref.handle[ref.offset : ref.offset + ref.nbytes]
+
+
+class HostBackend(Backend):
+    """Base of cpu_serial and cpu_threads: everything but how a kernel's blocks are run."""
+
+    kind = "cpu"
+
+    def __init__(self) -> None:
+        self._devices = [
+            Device(self.name, 0, cpu_name(), "cpu", "host", cpu_limits(),
+                   properties={"cores": os.cpu_count() or 1})
+        ]
+
+    def devices(self) -> list[Device]:
+        return self._devices
+
+    def versions(self) -> dict[str, str]:
+        import numba
+
+        return {"numpy": np.__version__, "numba": numba.__version__, "python": platform.python_version()}
+
+    def create_queue(self, device: Device, blocking: bool) -> HostQueue:
+        return HostQueue(blocking)
+
+    def create_event(self, device: Device) -> HostEvent:
+        return HostEvent()
+
+    def allocator(self, device: Device, pinned: bool = False) -> CachingAllocator:
+        if pinned:
+            provider = _pinned_allocator()
+            if provider is not None:
+                return provider
+        return host_allocator()
+
+    def array_factory(self, buffer: Any, const: bool) -> soa.ArrayFactory:
+        return soa.host_array_factory(buffer.handle, const, owner=buffer)
+
+    def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
+        # the closure holds the MemRefs, whose owners keep both allocations alive until it ran
+        queue.enqueue_host(lambda: np.copyto(_bytes(dst), _bytes(src)))
+
+    def fill(self, queue: Any, dst: MemRef, value: int) -> None:
+        queue.enqueue_host(lambda: _bytes(dst).fill(value))
+
+
+def _pinned_allocator() -> CachingAllocator | None:
+    """Page-locked host memory from a loaded GPU backend, when one offers it."""
+    from portable._registry import _load
+
+    for name in ("cuda", "rocm"):
+        backend = _load(name)
+        if backend is not None and hasattr(backend, "pinned_allocator"):
+            return backend.pinned_allocator()
+    return None

@@ -1,0 +1,1 @@
+"""SoA collections into PyTorch models (zero-copy), and Triton inference as a service."""

@@ -1,0 +1,38 @@
+"""alpyka's portable core: devices, queues, events, buffers, work divisions, kernels and
+SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cuda, rocm).
+
+    import portable as pk
+    dev = pk.device("cpu_threads")
+    q = pk.Queue(dev)
+"""
+
+from ._allocator import AllocatorStats, CachingAllocator
+from ._backend import Backend, MemRef
+from ._buffer import Buffer
+from ._collection import PortableCollection
+from ._device import Device, DeviceLimits
+from ._errors import AlpykaError, AsyncError, BackendUnavailable, DeviceMismatch, WorkDivError
+from ._launch import exec
+from ._memory import memcpy, memset
+from ._queue import Event, Queue
+from ._registry import (
+    available_backends,
+    backends,
+    default_backend,
+    device,
+    devices,
+    get_backend,
+    host,
+    unavailable_backends,
+)
+from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllocatorStats", "AlpykaError", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
+    "CachingAllocator", "Device", "DeviceLimits", "DeviceMismatch", "Event", "MemRef",
+    "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
+    "default_backend", "device", "devices", "exec", "get_backend", "host", "make_workdiv", "memcpy",
+    "memset", "unavailable_backends", "valid_workdiv",
+]

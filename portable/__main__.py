@@ -1,0 +1,5 @@
+import sys
+
+from ._info import main
+
+sys.exit(main())

@@ -1,0 +1,162 @@
+"""A caching allocator in the style of alpaka's / cub's: geometric bins, queue-ordered reuse.
+
+Freed blocks go back to a cache keyed by their size bin. A cached block remembers the queue it
+was last used on and an event recorded there when it was freed: it is handed out again at once
+to the same queue (queue order makes that safe), or to any other queue once the event completed.
+When a fresh allocation fails, the cache is released and the allocation is retried once.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def record_marker(queue: Any) -> Any:
+    """An event recorded on ``queue`` now (completes when the queue reaches it)."""
+    from ._queue import Event
+
+    ev = Event(queue.device)
+    queue.record(ev)
+    return ev
+
+
+@dataclass(eq=False)
+class Block:
+    """One allocation: the backend's handle, its address and its (binned) size."""
+
+    handle: Any
+    address: int
+    nbytes: int
+    bin: int | None
+    queue: Any = None
+    event: Any = None
+    allocator: "CachingAllocator | None" = field(default=None, repr=False)
+
+
+@dataclass
+class AllocatorStats:
+    hits: int = 0
+    misses: int = 0
+    live_bytes: int = 0
+    cached_bytes: int = 0
+    live_blocks: int = 0
+    cached_blocks: int = 0
+    retries: int = 0
+
+
+class CachingAllocator:
+    """Cache of device (or pinned host) memory blocks.
+
+    ``raw_alloc(nbytes, alignment) -> (handle, address)`` and ``raw_free(handle)`` are the
+    backend's primitives; ``make_event(queue)`` records a marker on ``queue`` and returns an
+    object with ``is_complete()`` (default: a :class:`~portable.Event` recorded there). Sizes round up to ``bin_growth ** k`` bytes between ``min_bin`` and
+    ``max_bin``; larger blocks are allocated exactly and never cached.
+    """
+
+    def __init__(
+        self,
+        raw_alloc: Callable[[int, int], tuple[Any, int]],
+        raw_free: Callable[[Any], None],
+        make_event: Callable[[Any], Any] | None = None,
+        *,
+        bin_growth: int = 2,
+        min_bin: int = 8,
+        max_bin: int = 30,
+        max_cached_bytes: int = 1 << 30,
+        oom_errors: tuple[type[BaseException], ...] = (MemoryError,),
+    ) -> None:
+        self._raw_alloc, self._raw_free = raw_alloc, raw_free
+        self._make_event = make_event or record_marker
+        self.bin_growth, self.min_bin, self.max_bin = bin_growth, min_bin, max_bin
+        self.max_cached_bytes = max_cached_bytes
+        self._oom = oom_errors
+        self._lock = threading.Lock()
+        self._cache: dict[int, list[Block]] = {}
+        self.stats = AllocatorStats()
+
+    def bin_for(self, nbytes: int) -> tuple[int | None, int]:
+        """``(bin, rounded size)``; bin is None for blocks too large to cache."""
+        k, size = self.min_bin, self.bin_growth**self.min_bin
+        while size < nbytes:
+            k += 1
+            size *= self.bin_growth
+        if k > self.max_bin:
+            return None, max(nbytes, 1)
+        return k, size
+
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
+        """A block of at least ``nbytes`` whose address is a multiple of ``alignment``."""
+        bin_, size = self.bin_for(nbytes)
+        with self._lock:
+            if bin_ is not None:
+                blocks = self._cache.get(bin_, [])
+                for i, b in enumerate(blocks):
+                    if b.address % alignment:
+                        continue
+                    if b.queue is None or b.queue is queue or b.event is None or b.event.is_complete():
+                        del blocks[i]
+                        self.stats.hits += 1
+                        self.stats.cached_bytes -= b.nbytes
+                        self.stats.cached_blocks -= 1
+                        return self._hand_out(b, queue)
+            self.stats.misses += 1
+        try:
+            handle, address = self._raw_alloc(size, alignment)
+        except self._oom:
+            self.release_cache()
+            with self._lock:
+                self.stats.retries += 1
+            handle, address = self._raw_alloc(size, alignment)
+        with self._lock:
+            return self._hand_out(Block(handle, address, size, bin_, allocator=self), queue)
+
+    def _hand_out(self, b: Block, queue: Any) -> Block:
+        """Mark ``b`` live for ``queue``; the caller holds the lock."""
+        b.queue, b.event = queue, None
+        self.stats.live_bytes += b.nbytes
+        self.stats.live_blocks += 1
+        return b
+
+    def free(self, b: Block) -> None:
+        """Return ``b`` to the cache (or to the backend when it does not fit)."""
+        event = None
+        if b.queue is not None and b.bin is not None:
+            try:
+                event = self._make_event(b.queue)
+            except Exception:  # a broken queue: do not reuse the block on other queues early
+                event = None
+                b.queue = None
+                self._release(b)
+                return
+        with self._lock:
+            self.stats.live_bytes -= b.nbytes
+            self.stats.live_blocks -= 1
+            if b.bin is None or self.stats.cached_bytes + b.nbytes > self.max_cached_bytes:
+                cache = False
+            else:
+                cache = True
+                b.event = event
+                self._cache.setdefault(b.bin, []).append(b)
+                self.stats.cached_bytes += b.nbytes
+                self.stats.cached_blocks += 1
+        if not cache:
+            self._raw_free(b.handle)
+
+    def _release(self, b: Block) -> None:
+        with self._lock:
+            self.stats.live_bytes -= b.nbytes
+            self.stats.live_blocks -= 1
+        self._raw_free(b.handle)
+
+    def release_cache(self) -> int:
+        """Free every cached block; returns the bytes released."""
+        with self._lock:
+            blocks = [b for bs in self._cache.values() for b in bs]
+            self._cache.clear()
+            self.stats.cached_bytes = 0
+            self.stats.cached_blocks = 0
+        for b in blocks:
+            self._raw_free(b.handle)
+        return sum(b.nbytes for b in blocks)

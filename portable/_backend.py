@@ -1,0 +1,73 @@
+"""The interface every backend implements (one module per backend under ``backends/``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soa import ArrayFactory
+
+    from ._allocator import CachingAllocator
+    from ._device import Device
+    from ._queue import Queue
+
+
+@dataclass(frozen=True)
+class MemRef:
+    """``nbytes`` bytes at byte ``offset`` of a backend allocation ``handle`` on ``device``;
+    ``owner`` keeps the allocation alive while enqueued work refers to it."""
+
+    device: "Device"
+    handle: Any
+    offset: int
+    nbytes: int
+    owner: Any = None
+
+
+class Backend:
+    """A backend: its devices, queues, events, memory and kernel launches.
+
+    ``backends/<name>.py`` defines ``load() -> Backend`` and raises
+    :class:`~portable.BackendUnavailable` with the reason when it cannot run here.
+    """
+
+    name: str = ""
+    #: "cpu" when kernels run on the host's cores, "gpu" for many-threads-per-block devices
+    kind: str = "cpu"
+
+    def devices(self) -> list["Device"]:
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the packages and drivers the backend relies on."""
+        return {}
+
+    # queues and events
+    def create_queue(self, device: "Device", blocking: bool) -> Any:
+        raise NotImplementedError
+
+    def create_event(self, device: "Device") -> Any:
+        raise NotImplementedError
+
+    # memory
+    def allocator(self, device: "Device", pinned: bool = False) -> "CachingAllocator":
+        raise NotImplementedError
+
+    def array_factory(self, buffer: Any, const: bool) -> "ArrayFactory | None":
+        """Arrays onto a :class:`~portable.Buffer` usable from Python (numpy, cupy), or None when
+        there are none. The arrays keep the buffer alive (its memory is not reused under them)."""
+        return None
+
+    def copy(self, queue: "Queue", dst: MemRef, src: MemRef) -> None:
+        """Enqueue a copy of ``src.nbytes`` bytes; one side may be host memory."""
+        raise NotImplementedError
+
+    def fill(self, queue: "Queue", dst: MemRef, value: int) -> None:
+        """Enqueue setting every byte of ``dst`` to ``value``."""
+        raise NotImplementedError
+
+    # kernels
+    def launch(self, queue: "Queue", workdiv: Any, kernel: Any, args: tuple) -> None:
+        """Enqueue ``kernel`` over ``workdiv`` with ``args`` on ``queue``."""
+        raise NotImplementedError(f"backend {self.name} cannot launch kernels yet")

@@ -1,0 +1,106 @@
+"""Buffers: typed, aligned memory of one device, from the device's caching allocator."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ._backend import MemRef
+from ._device import Device
+
+DEFAULT_ALIGNMENT = 128
+
+
+def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ValueError(f"buffer shape must hold non-negative integers, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _free(block: Any) -> None:
+    block.allocator.free(block)
+
+
+class Buffer:
+    """``pk.Buffer(device, shape, dtype)``: device memory; ``pinned=True`` on ``pk.host()``
+    gives page-locked host memory where a GPU backend can provide it (plain host memory else).
+
+    ``queue`` ties the allocation to a queue (stream-ordered reuse in the caching allocator).
+    On host-memory devices ``buf.array`` (and ``np.asarray(buf)``) is a numpy array onto it.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        shape: Any,
+        dtype: Any = np.float32,
+        *,
+        pinned: bool = False,
+        queue: Any = None,
+        alignment: int = DEFAULT_ALIGNMENT,
+    ) -> None:
+        if not isinstance(device, Device):
+            raise TypeError(f"Buffer needs a pk.Device, got {type(device).__name__}")
+        if queue is not None and not queue.device.can_access(device):
+            raise ValueError(f"a buffer on {device} cannot be allocated on a queue of {queue.device}")
+        self.device = device
+        self.shape = _shape_tuple(shape)
+        self.dtype = np.dtype(dtype)
+        if self.dtype.hasobject:
+            raise TypeError(f"Buffer dtype {self.dtype} holds Python objects; use a numeric dtype")
+        self.pinned = bool(pinned)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        allocator = device.backend.allocator(device, pinned=self.pinned)
+        self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
+        self._finalizer = weakref.finalize(self, _free, self._block)
+
+    @property
+    def handle(self) -> Any:
+        """The backend's allocation (numpy bytes, cupy memory, cl.Buffer)."""
+        return self._block.handle
+
+    @property
+    def ptr(self) -> int:
+        """Address of the first byte (0 where the backend exposes none, as on OpenCL)."""
+        return self._block.address
+
+    def memref(self, offset: int = 0, nbytes: int | None = None) -> MemRef:
+        size = self.nbytes - offset if nbytes is None else nbytes
+        return MemRef(self.device, self._block.handle, offset, size, owner=self)
+
+    @property
+    def array(self) -> Any:
+        """A typed array onto the buffer (numpy on host memory, cupy on CUDA/ROCm); it keeps
+        the buffer alive."""
+        make = self.device.backend.array_factory(self, False)
+        if make is None:
+            raise RuntimeError(
+                f"memory of {self.device} is not addressable from Python; memcpy it into a host buffer first"
+            )
+        return make(0, self.dtype, self.shape, c_strides(self.shape, self.dtype.itemsize))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if not self.device.is_host_memory:
+            raise TypeError(f"buffer on {self.device} is device memory; memcpy it to a host buffer first")
+        arr = self.array
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 1
+
+    def __repr__(self) -> str:
+        pin = ", pinned" if self.pinned else ""
+        return f"<Buffer {self.shape} {self.dtype} on {self.device}{pin}>"

@@ -1,0 +1,177 @@
+"""Queues and events for work that the host runs itself (the CPU backends).
+
+A blocking queue runs each task inline on the caller's thread under the queue's lock; a
+non-blocking queue hands tasks to one worker thread that runs them in FIFO order (alpaka's
+``QueueCpuBlocking`` / ``QueueCpuNonBlocking``). Events follow CUDA re-record semantics: a wait
+waits for the most recent ``record`` made before it, never for a later one.
+"""
+
+from __future__ import annotations
+
+import queue as _stdqueue
+import threading
+import weakref
+from typing import Any, Callable
+
+from ._errors import AsyncError
+
+
+class HostEvent:
+    """An event completed by the host: a record counter and a completion counter."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._recorded = 0
+        self._completed = 0
+        self._errors: dict[int, BaseException] = {}
+
+    def _next_generation(self) -> int:
+        with self._cv:
+            self._recorded += 1
+            return self._recorded
+
+    def _complete(self, generation: int, error: BaseException | None = None) -> None:
+        with self._cv:
+            if error is not None:
+                self._errors[generation] = error
+            self._completed = max(self._completed, generation)
+            self._cv.notify_all()
+
+    def generation(self) -> int:
+        """The generation a wait issued now must see complete."""
+        with self._cv:
+            return self._recorded
+
+    def wait_generation(self, generation: int, timeout: float | None = None) -> bool:
+        with self._cv:
+            done = self._cv.wait_for(lambda: self._completed >= generation, timeout)
+            error = self._errors.get(generation)
+        if error is not None:
+            raise AsyncError(f"work before this event failed: {error!r}") from error
+        return done
+
+    # the cross-backend protocol: any queue can wait for a state captured now
+    snapshot = generation
+    wait_snapshot = wait_generation
+
+    def wait(self) -> None:
+        self.wait_generation(self.generation())
+
+    def is_complete(self) -> bool:
+        with self._cv:
+            return self._completed >= self._recorded
+
+
+def _worker(tasks: "_stdqueue.SimpleQueue", state: "_HostQueueState") -> None:
+    # The worker owns the state, not the queue: a queue dropped with work in flight still
+    # finishes that work, then its finalizer's ``None`` stops the worker.
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        fn, is_marker = item
+        state.run(fn, is_marker)
+
+
+class _HostQueueState:
+    """Counters and the pending error of a non-blocking host queue (shared with its worker)."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.submitted = 0
+        self.done = 0
+        self.error: BaseException | None = None
+        self.skipped = 0
+
+    def run(self, fn: Callable[[Any], None], is_marker: bool) -> None:
+        try:
+            if is_marker:
+                fn(self.error)
+            elif self.error is None:
+                fn(None)
+            else:
+                self.skipped += 1
+        except BaseException as exc:  # surfaced at the next wait()
+            if self.error is None:
+                self.error = exc
+        finally:
+            with self.cv:
+                self.done += 1
+                self.cv.notify_all()
+
+
+class HostQueue:
+    """The queue implementation of the CPU backends (see the module docstring)."""
+
+    def __init__(self, blocking: bool) -> None:
+        self.blocking = blocking
+        self._lock = threading.RLock()
+        self._state = _HostQueueState()
+        self._tasks: _stdqueue.SimpleQueue | None = None
+        self._thread: threading.Thread | None = None
+
+    # --------------------------------------------------------------- submission
+    def _submit(self, fn: Callable[[Any], None], is_marker: bool) -> None:
+        if self.blocking:
+            with self._lock:
+                fn(None)
+            return
+        st = self._state
+        with st.cv:
+            st.submitted += 1
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._tasks = _stdqueue.SimpleQueue()
+                    self._thread = threading.Thread(
+                        target=_worker, args=(self._tasks, st),
+                        name="alpyka-queue", daemon=True,
+                    )
+                    self._thread.start()
+                    weakref.finalize(self, self._tasks.put, None)
+        assert self._tasks is not None
+        self._tasks.put((fn, is_marker))
+
+    def enqueue_host(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` in queue order (inline for a blocking queue)."""
+        self._submit(lambda _err: fn(), False)
+
+    def record(self, event: HostEvent) -> None:
+        gen = event._next_generation()
+        self._submit(lambda err: event._complete(gen, err), True)
+
+    def wait_for(self, waitable: Any) -> None:
+        """Work enqueued after this waits for ``waitable`` (an event impl) as recorded now."""
+        if isinstance(waitable, HostEvent):
+            gen = waitable.generation()
+            self._submit(lambda _err: waitable.wait_generation(gen), False)
+        else:  # an event of another backend: block the worker (or caller) on it
+            token = waitable.snapshot()
+            self._submit(lambda _err: waitable.wait_snapshot(token), False)
+
+    # --------------------------------------------------------------- completion
+    def wait(self) -> None:
+        """Block until every task enqueued so far has run; raise the first error among them."""
+        if self.blocking:
+            with self._lock:
+                return
+        st = self._state
+        with st.cv:
+            target = st.submitted
+            st.cv.wait_for(lambda: st.done >= target)
+            error, skipped = st.error, st.skipped
+            st.error, st.skipped = None, 0
+        if error is not None:
+            note = f" ({skipped} later task(s) on this queue were skipped)" if skipped else ""
+            raise AsyncError(f"asynchronous work on the queue failed: {error!r}{note}") from error
+
+    def is_idle(self) -> bool:
+        if self.blocking:
+            return True
+        st = self._state
+        with st.cv:
+            return st.done >= st.submitted
+
+    @property
+    def native_handle(self) -> Any:
+        return self._thread

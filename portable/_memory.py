@@ -1,0 +1,67 @@
+"""``memcpy`` and ``memset``: queue-ordered copies and fills of buffers, collections and arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._backend import MemRef
+from ._buffer import Buffer
+from ._errors import DeviceMismatch
+from ._queue import Queue
+
+
+def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
+    """The memory behind a Buffer, a PortableCollection or a contiguous numpy array."""
+    from ._collection import PortableCollection
+    from ._registry import host
+
+    if isinstance(obj, Buffer):
+        return obj.memref()
+    if isinstance(obj, PortableCollection):
+        return obj.buffer.memref(0, obj.nbytes)
+    if isinstance(obj, np.ndarray):
+        if not obj.flags.c_contiguous:
+            raise ValueError(f"memcpy {what}: numpy array must be C-contiguous")
+        if writable and not obj.flags.writeable:
+            raise ValueError(f"memcpy {what}: numpy array is read-only")
+        return MemRef(host(), obj.reshape(-1).view(np.uint8), 0, obj.nbytes, owner=obj)
+    raise TypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, "
+                    f"got {type(obj).__name__}")
+
+
+def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
+    if queue.device.can_access(ref.device) or ref.device.is_host_memory:
+        return
+    raise DeviceMismatch(f"{what} is memory of {ref.device}; it cannot be used on a queue of {queue.device}")
+
+
+def memcpy(queue: Queue, dst: Any, src: Any) -> None:
+    """Enqueue a copy of all of ``src`` into ``dst`` (same byte size; for collections, the same
+    layout and size). Either side may be host memory; the other must belong to the queue's device."""
+    if not isinstance(queue, Queue):
+        raise TypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
+    from ._collection import PortableCollection
+
+    if isinstance(dst, PortableCollection) and isinstance(src, PortableCollection):
+        dst.check_same_shape(src)
+    d, s = as_memref(dst, "destination", writable=True), as_memref(src, "source")
+    if d.nbytes != s.nbytes:
+        raise ValueError(f"memcpy: destination has {d.nbytes} bytes, source has {s.nbytes}")
+    _check_queue_access(queue, d, "the destination")
+    _check_queue_access(queue, s, "the source")
+    if d.nbytes:
+        queue.device.backend.copy(queue, d, s)
+
+
+def memset(queue: Queue, dst: Any, value: int) -> None:
+    """Enqueue setting every byte of ``dst`` to ``value`` (0..255)."""
+    if not isinstance(queue, Queue):
+        raise TypeError(f"memset needs a pk.Queue first, got {type(queue).__name__}")
+    if not isinstance(value, (int, np.integer)) or not 0 <= value <= 255:
+        raise ValueError(f"memset value is a byte (0..255), got {value!r}")
+    d = as_memref(dst, "destination", writable=True)
+    _check_queue_access(queue, d, "the destination")
+    if d.nbytes:
+        queue.device.backend.fill(queue, d, int(value))

@@ -1,0 +1,95 @@
+"""Queues and events: ordered, possibly asynchronous work on one device (alpaka semantics)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ._device import Device
+
+
+def _checked_device(device: Any, what: str) -> Device:
+    if not isinstance(device, Device):
+        raise TypeError(f"{what} needs a pk.Device (from pk.device(...)), got {type(device).__name__}")
+    return device
+
+
+class Event:
+    """A marker in a queue: ``q.record(ev)``, then ``ev.wait()`` / ``other_q.wait_for(ev)``.
+
+    Re-recording follows CUDA: a wait waits for the latest ``record`` made before the wait.
+    An event never recorded counts as complete.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = _checked_device(device, "Event")
+        self._impl = device.backend.create_event(device)
+
+    def wait(self) -> None:
+        """Block until the work before the latest record has finished; raise its error if any."""
+        self._impl.wait()
+
+    def is_complete(self) -> bool:
+        return self._impl.is_complete()
+
+    def __repr__(self) -> str:
+        state = "complete" if self.is_complete() else "pending"
+        return f"<Event on {self.device}: {state}>"
+
+
+class Queue:
+    """A queue of work on one device.
+
+    Non-blocking (default): enqueueing returns at once and work runs in order (a worker thread
+    on CPU backends, a stream or in-order command queue on GPUs). ``blocking=True``: every
+    enqueue finishes before it returns. An exception raised by asynchronous work is raised by
+    the next ``wait()`` of the queue (and by waits on events recorded after it); the queue stays
+    usable.
+    """
+
+    def __init__(self, device: Device, blocking: bool = False) -> None:
+        self.device = _checked_device(device, "Queue")
+        self.blocking = bool(blocking)
+        self._impl = device.backend.create_queue(device, self.blocking)
+
+    def enqueue(self, task: Any, *args: Any) -> None:
+        """``q.enqueue(fn)`` runs a host function in queue order;
+        ``q.enqueue(workdiv, kernel, *args)`` launches a kernel (like ``pk.exec``)."""
+        if not args and callable(task) and not hasattr(task, "__alpyka_kernel__"):
+            self.enqueue_host(task)
+            return
+        from ._launch import exec as _exec
+
+        _exec(self, task, *args)
+
+    def enqueue_host(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the host once the work enqueued before it has finished."""
+        self._impl.enqueue_host(fn)
+
+    def record(self, event: Event) -> None:
+        if not isinstance(event, Event):
+            raise TypeError(f"record() takes a pk.Event, got {type(event).__name__}")
+        if not self.device.can_access(event.device):
+            raise ValueError(f"event of {event.device} cannot be recorded on a queue of {self.device}")
+        self._impl.record(event._impl)
+
+    def wait_for(self, event: Event) -> None:
+        """Work enqueued after this call starts only once ``event`` (as recorded now) completed."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_for() takes a pk.Event, got {type(event).__name__}")
+        self._impl.wait_for(event._impl)
+
+    def wait(self) -> None:
+        """Block until all work enqueued so far finished; raise the first error it raised."""
+        self._impl.wait()
+
+    def is_idle(self) -> bool:
+        return self._impl.is_idle()
+
+    @property
+    def native_handle(self) -> Any:
+        """The backend's own queue object (cupy Stream, pyopencl CommandQueue, worker thread)."""
+        return self._impl.native_handle
+
+    def __repr__(self) -> str:
+        mode = "blocking" if self.blocking else "non-blocking"
+        return f"<Queue {mode} on {self.device}>"

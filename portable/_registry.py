@@ -1,0 +1,97 @@
+"""The backend registry: which backends exist, which load here, and why the others do not."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from ._errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._device import Device
+
+#: every backend alpyka knows, in order of preference for "the fastest CPU backend" and friends
+BACKEND_NAMES = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
+
+_lock = threading.RLock()
+_loaded: dict[str, "Backend"] = {}
+_reasons: dict[str, str] = {}
+
+
+def _load(name: str) -> "Backend | None":
+    with _lock:
+        if name in _loaded:
+            return _loaded[name]
+        if name in _reasons:
+            return None
+        try:
+            module = importlib.import_module(f"backends.{name}")
+            backend = module.load()
+        except BackendUnavailable as exc:
+            _reasons[name] = str(exc)
+            return None
+        except ImportError as exc:
+            _reasons[name] = f"backends.{name} could not be imported: {exc}"
+            return None
+        _loaded[name] = backend
+        return backend
+
+
+def backends() -> list[str]:
+    """Names of every backend alpyka knows, available here or not."""
+    return list(BACKEND_NAMES)
+
+
+def available_backends() -> list[str]:
+    """Names of the backends usable on this machine."""
+    return [n for n in BACKEND_NAMES if _load(n) is not None]
+
+
+def unavailable_backends() -> dict[str, str]:
+    """``{name: reason}`` for every backend that cannot be used here."""
+    for n in BACKEND_NAMES:
+        _load(n)
+    return {n: _reasons[n] for n in BACKEND_NAMES if n in _reasons}
+
+
+def get_backend(name: str) -> "Backend":
+    """The loaded backend ``name``; a clear error for unknown or unavailable ones."""
+    if not isinstance(name, str) or name not in BACKEND_NAMES:
+        raise ValueError(f"unknown backend {name!r}; known backends are {', '.join(BACKEND_NAMES)}")
+    backend = _load(name)
+    if backend is None:
+        raise BackendUnavailable(f"backend {name!r} is unavailable: {_reasons[name]}")
+    return backend
+
+
+def devices(backend: str) -> list["Device"]:
+    """All devices of ``backend``."""
+    return list(get_backend(backend).devices())
+
+
+def device(backend: str, index: int = 0) -> "Device":
+    """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``)."""
+    devs = devices(backend)
+    if not 0 <= index < len(devs):
+        raise IndexError(f"backend {backend!r} has {len(devs)} device(s); index {index} is out of range")
+    return devs[index]
+
+
+def host() -> "Device":
+    """The host device: CPU memory that every backend can copy to and from."""
+    return device("cpu_serial")
+
+
+def default_backend() -> str:
+    """``ALPYKA_BACKEND`` if set, else the fastest CPU backend available (cpu_threads)."""
+    env = os.environ.get("ALPYKA_BACKEND")
+    if env:
+        get_backend(env)
+        return env
+    for name in ("cpu_threads", "cpu_serial"):
+        if _load(name) is not None:
+            return name
+    return available_backends()[0]

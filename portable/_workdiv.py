@@ -1,0 +1,134 @@
+"""Work divisions: how many blocks, threads per block and elements per thread a launch uses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._device import Device
+from ._errors import WorkDivError
+
+Extent = tuple[int, ...]
+
+
+def _extent(value: Any, what: str, allow_zero: bool = False) -> Extent:
+    vals = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(vals) <= 3:
+        raise WorkDivError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+    lo = 0 if allow_zero else 1
+    for v in vals:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise WorkDivError(f"{what} must hold integers >= {lo}, got {value!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _prod(extent: Sequence[int]) -> int:
+    return int(math.prod(extent))
+
+
+@dataclass(frozen=True, init=False)
+class WorkDiv:
+    """``WorkDiv(blocks, threads, elements)``: grid blocks, threads per block, elements per
+    thread; each an int or a tuple of 1-3 ints (all of the same dimension; ints broadcast).
+    Dimension 0 is the slowest-varying, as in alpaka."""
+
+    blocks: Extent
+    threads: Extent
+    elements: Extent
+
+    def __init__(self, blocks: Any, threads: Any = 1, elements: Any = 1) -> None:
+        given = {"blocks": blocks, "threads": threads, "elements": elements}
+        ext = {k: _extent(v, k) for k, v in given.items()}
+        dim = max(len(x) for x in ext.values())
+        parts = []
+        for name, x in ext.items():
+            if len(x) != dim:
+                if not isinstance(given[name], (int, np.integer)):
+                    raise WorkDivError(f"WorkDiv {name} {given[name]!r} has {len(x)} dimension(s), "
+                                       f"expected {dim}; pass a {dim}-tuple or an int")
+                x = (1,) * (dim - 1) + x  # an int stands for the fastest dimension
+            parts.append(x)
+        object.__setattr__(self, "blocks", parts[0])
+        object.__setattr__(self, "threads", parts[1])
+        object.__setattr__(self, "elements", parts[2])
+
+    @property
+    def dim(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def grid_threads(self) -> Extent:
+        return tuple(b * t for b, t in zip(self.blocks, self.threads))
+
+    @property
+    def grid_elements(self) -> Extent:
+        return tuple(b * t * e for b, t, e in zip(self.blocks, self.threads, self.elements))
+
+    def check(self, device: Device) -> None:
+        """Raise WorkDivError if ``device`` cannot run this work division."""
+        lim = device.limits
+        n_threads = _prod(self.threads)
+        if n_threads > lim.max_threads_per_block:
+            hint = (" (CPU backends run one thread per block: put the work in blocks and elements, "
+                    "e.g. pk.make_workdiv(dev, blocks, elements))" if lim.max_threads_per_block == 1 else "")
+            raise WorkDivError(
+                f"{self} asks for {n_threads} threads per block; {device} allows at most "
+                f"{lim.max_threads_per_block}{hint}"
+            )
+        for d in range(self.dim):
+            ad = 3 - self.dim + d  # alpaka's limits are given for 3 dims, slowest first
+            if self.threads[d] > lim.max_block_dims[ad]:
+                raise WorkDivError(f"{self}: threads[{d}]={self.threads[d]} exceeds {device}'s "
+                                   f"limit {lim.max_block_dims[ad]} for that dimension")
+            if self.blocks[d] > lim.max_grid_dims[ad]:
+                raise WorkDivError(f"{self}: blocks[{d}]={self.blocks[d]} exceeds {device}'s "
+                                   f"limit {lim.max_grid_dims[ad]} for that dimension")
+            if self.elements[d] > lim.max_elements_per_thread:
+                raise WorkDivError(f"{self}: elements[{d}]={self.elements[d]} exceeds "
+                                   f"{lim.max_elements_per_thread}")
+
+    def __str__(self) -> str:
+        def fmt(x: Extent) -> str:
+            return str(x[0]) if len(x) == 1 else str(x)
+
+        return f"WorkDiv(blocks={fmt(self.blocks)}, threads={fmt(self.threads)}, elements={fmt(self.elements)})"
+
+
+def make_workdiv(device: Device, blocks: Any, elements: Any) -> WorkDiv:
+    """CMSSW's ``make_workdiv``: on GPUs ``(blocks, elements as threads, 1)``, on CPUs
+    ``(blocks, 1, elements)``."""
+    if device.kind == "gpu":
+        return WorkDiv(blocks, elements, 1)
+    return WorkDiv(blocks, 1, elements)
+
+
+def valid_workdiv(
+    device: Device, n_elements: Any, elements: Any = 1, *, block_threads_must_divide: bool = True
+) -> WorkDiv:
+    """alpaka's ``getValidWorkDiv`` (``subDivideGridElems``): a work division covering
+    ``n_elements`` (int or 1-3 tuple) with ``elements`` per thread that ``device`` can run."""
+    n = _extent(n_elements, "n_elements", allow_zero=True)
+    e = _extent(elements, "elements")
+    if len(e) == 1 and len(n) > 1:
+        e = (1,) * (len(n) - 1) + e
+    if len(e) != len(n):
+        raise WorkDivError(f"elements {e} and n_elements {n} differ in dimension")
+    lim = device.limits
+    dim = len(n)
+    e = tuple(max(1, min(ei, ni)) for ei, ni in zip(e, n))
+    grid_threads = [max(1, -(-ni // ei)) for ni, ei in zip(n, e)]
+    block = [min(lim.max_block_dims[3 - dim + d], grid_threads[d]) for d in range(dim)]
+    while _prod(block) > lim.max_threads_per_block:
+        i = max(range(dim), key=lambda k: block[k])
+        block[i] = -(-block[i] // 2)
+    if block_threads_must_divide:
+        for d in range(dim):
+            while grid_threads[d] % block[d]:
+                block[d] -= 1
+    blocks = tuple(-(-g // b) for g, b in zip(grid_threads, block))
+    wd = WorkDiv(blocks, tuple(block), e)
+    wd.check(device)
+    return wd
