@@ -30,6 +30,7 @@ def pytest_configure(config: Any) -> None:
         "markers",
         "alpyka_backends(*names, kind=None): run this test only on the named backends or kind ('cpu'/'gpu')",
     )
+    selected_backends(config)  # an unknown name is a usage error before collection
 
 
 def selected_backends(config: Any) -> list[str]:

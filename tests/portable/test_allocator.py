@@ -1,0 +1,136 @@
+"""The caching allocator: reuse in loops, queue-ordered reuse, no memory growth."""
+
+import gc
+import threading
+
+import numpy as np
+
+import portable as pk
+import soa
+from portable import CachingAllocator
+
+
+class L(soa.Layout):
+    x = soa.column(np.float32)
+    y = soa.column(np.float32)
+
+
+def test_collections_in_a_loop_do_not_grow_memory(queue, device):
+    alloc = device.backend.allocator(device)
+    for _ in range(3):  # warm the cache
+        pk.PortableCollection(L, 10_000, queue)
+    queue.wait()
+    gc.collect()
+    before = (alloc.stats.live_bytes + alloc.stats.cached_bytes, alloc.stats.hits)
+    for _ in range(200):  # one event per iteration, as a framework module would
+        c = pk.PortableCollection(L, 10_000, queue)
+        c.zero(queue)
+        del c
+        queue.wait()
+    gc.collect()
+    after = (alloc.stats.live_bytes + alloc.stats.cached_bytes, alloc.stats.hits)
+    assert after[0] <= before[0] + 2 * L.byte_size(10_000) * 2  # bounded, not 200 x
+    assert after[1] - before[1] >= 190  # nearly every allocation came from the cache
+
+
+def _fake(sizes=None):
+    freed = []
+    counter = iter(range(1, 10**9))
+
+    def raw_alloc(n, align):
+        return ("mem", next(counter), n), 4096 * next(counter)
+
+    class Ev:
+        def __init__(self):
+            self.done = False
+
+        def is_complete(self):
+            return self.done
+
+    events = []
+
+    def make_event(q):
+        e = Ev()
+        events.append(e)
+        return e
+
+    return CachingAllocator(raw_alloc, freed.append, make_event), freed, events
+
+
+def test_bins_are_geometric():
+    a, _, _ = _fake()
+    assert a.bin_for(1) == (8, 256)
+    assert a.bin_for(257) == (9, 512)
+    assert a.bin_for(2**30) == (30, 2**30)
+    assert a.bin_for(2**30 + 1) == (None, 2**30 + 1)
+
+
+def test_reuse_is_gated_by_queue_and_event():
+    a, _, events = _fake()
+    q1, q2 = object(), object()
+    b = a.allocate(1000, queue=q1)
+    a.free(b)
+    # another queue must wait for the event recorded at free time
+    other = a.allocate(1000, queue=q2)
+    assert other.handle != b.handle and a.stats.misses == 2
+    # the same queue gets it back at once (queue order makes it safe)
+    same = a.allocate(1000, queue=q1)
+    assert same.handle == b.handle and a.stats.hits == 1
+    a.free(same)
+    events[-1].done = True  # the work finished: any queue may reuse it
+    third = a.allocate(900, queue=q2)
+    assert third.handle == b.handle
+
+
+def test_oom_releases_cache_and_retries_once():
+    calls = {"n": 0}
+    freed = []
+
+    def raw_alloc(n, align):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise MemoryError("device full")
+        return ("m", calls["n"]), 128 * calls["n"]
+
+    a = CachingAllocator(raw_alloc, freed.append)
+    a.free(a.allocate(100))
+    a.free(a.allocate(5000))
+    assert a.stats.cached_blocks == 2
+    a.allocate(10_000)
+    assert a.stats.retries == 1 and len(freed) == 2 and a.stats.cached_blocks == 0
+
+
+def test_cache_limit():
+    freed = []
+    a = CachingAllocator(lambda n, al: (object(), 128), freed.append, max_cached_bytes=1024)
+    blocks = [a.allocate(512) for _ in range(3)]
+    for b in blocks:
+        a.free(b)
+    assert a.stats.cached_bytes == 1024 and len(freed) == 1
+
+
+def test_memory_in_use_by_numpy_views_is_not_reused():
+    coll = pk.PortableCollection(L, 1000, pk.host())
+    keep = coll.x
+    keep[:] = 1.0
+    del coll
+    gc.collect()
+    for _ in range(5):
+        other = pk.PortableCollection(L, 1000, pk.host())
+        other.x[:] = 5.0
+    assert (keep == 1.0).all()
+
+
+def test_allocator_is_thread_safe():
+    a, _, _ = _fake()
+
+    def worker():
+        for _ in range(500):
+            a.free(a.allocate(300))
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert a.stats.live_blocks == 0 and a.stats.live_bytes == 0
