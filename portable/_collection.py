@@ -98,7 +98,7 @@ class PortableCollection:
 
     def _single(self) -> tuple[str, type[soa.Layout], int]:
         if len(self._blocks) != 1:
-            raise AttributeError(f"this collection holds blocks {self.block_names}; name one")
+            raise ValueError(f"this collection holds blocks {self.block_names}; name one")
         return self._blocks[0]
 
     def _index(self, which: Any) -> int:
