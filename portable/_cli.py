@@ -1,21 +1,85 @@
-"""The ``alpyka`` command: info, demo, bench, aot, serve."""
+"""The ``alpyka`` command: ``info``, ``demo``, ``bench``, ``aot``, ``serve``.
+
+Errors print one line with the fix, not a traceback (``ALPYKA_TRACEBACK=1`` shows it).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+from pathlib import Path
+
+
+class CliError(Exception):
+    """An error the user can fix; printed as one line."""
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from ._info import info_text
+
+    print(info_text())
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from inference.demo.pipeline import main as demo_main  # torch is needed from here on
+
+    return demo_main(args.rest)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    runner = Path(__file__).resolve().parent.parent / "benchmarks" / "run_all.py"
+    if not runner.exists():
+        raise CliError("benchmarks/ ships with the source checkout; run `alpyka bench` from a clone of alpyka")
+    return subprocess.call([sys.executable, str(runner), *args.rest])
+
+
+def _cmd_aot(args: argparse.Namespace) -> int:
+    from inference.aot import main as aot_main
+
+    return aot_main(args.rest)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from inference.serve import main as serve_main
+
+    return serve_main(args.rest)
+
+
+COMMANDS = {
+    "info": (_cmd_info, "backends, devices, versions and why a backend is unavailable"),
+    "demo": (_cmd_demo, "the end-to-end fragment-merging GNN pipeline (--help for flags)"),
+    "bench": (_cmd_bench, "run the benchmark suite (--quick for a short run)"),
+    "aot": (_cmd_aot, "compile a model ahead of time into a .pt2 package"),
+    "serve": (_cmd_serve, "host models in a Triton server through PyTriton"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="alpyka", description="alpyka: portable kernels, SoA and inference")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="backends, devices, versions and why a backend is unavailable")
+    parser = argparse.ArgumentParser(prog="alpyka", description="alpyka: portable kernels, SoA collections and inference")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, add_help=(name == "info"))
+        if name != "info":
+            p.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    if args.command == "info":
-        from ._info import info_text
-
-        print(info_text())
-    return 0
+    try:
+        return COMMANDS[args.command][0](args)
+    except KeyboardInterrupt:
+        print("alpyka: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line with the fix; the traceback on request
+        if os.environ.get("ALPYKA_TRACEBACK"):
+            raise
+        if isinstance(exc, ModuleNotFoundError) and exc.name in ("torch", "tritonclient", "pytriton"):
+            extra = {"torch": "torch", "tritonclient": "triton", "pytriton": "triton"}[exc.name]
+            msg = f"{exc.name} is not installed; install it with: pip install -e '.[{extra}]' -c constraints.txt"
+        else:
+            msg = str(exc) or type(exc).__name__
+        print(f"alpyka {args.command}: error: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
