@@ -17,10 +17,9 @@ class CliError(Exception):
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from ._info import info_text
+    from ._info import main as info_main
 
-    print(info_text())
-    return 0
+    return info_main(["info", *args.rest])
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -57,14 +56,21 @@ COMMANDS = {
 }
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="alpyka", description="alpyka: portable kernels, SoA collections and inference",
+        epilog="Run `alpyka COMMAND --help` for a command's own flags.",
+    )
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
+                        help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items()))
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="alpyka", description="alpyka: portable kernels, SoA collections and inference")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (_, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, add_help=(name == "info"))
-        if name != "info":
-            p.add_argument("rest", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # the command is parsed here; everything after it belongs to the command's own parser
+    args = _parser().parse_args(argv[:1])
+    args.rest = argv[1:]
     try:
         return COMMANDS[args.command][0](args)
     except KeyboardInterrupt:

@@ -1,0 +1,50 @@
+"""The SoA layouts of the fragment-merging pipeline."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import soa
+
+#: most fragments one particle splits into
+MAX_FRAGMENTS = 4
+#: edge slots per fragment slot (candidate neighbours kept per fragment, on average)
+EDGES_PER_FRAGMENT = 8
+
+
+class Fragments(soa.Layout):
+    """Calorimeter-like fragments: a slot per (particle, fragment); empty slots have truth -1."""
+
+    eta = soa.column(np.float32)
+    phi = soa.column(np.float32)
+    energy = soa.column(np.float32)
+    time = soa.column(np.float32)
+    truth = soa.column(np.int32)  # index of the particle it came from, -1 for an empty slot
+    label = soa.column(np.int32)  # cluster label after merging (smallest fragment index)
+    baseline = soa.column(np.int32)  # cluster label of the distance-only baseline
+
+
+class Edges(soa.Layout):
+    """Candidate edges between nearby fragments, their features (one float32 block for the
+    model), their endpoints (one int32 block) and the model's score."""
+
+    deta = soa.column(np.float32)
+    dphi = soa.column(np.float32)
+    dr = soa.column(np.float32)
+    dt = soa.column(np.float32)
+    log_e_src = soa.column(np.float32)
+    log_e_dst = soa.column(np.float32)
+    valid = soa.column(np.float32)
+    src = soa.column(np.int32)
+    dst = soa.column(np.int32)
+    same = soa.column(np.float32)  # truth: both ends from one particle (training target)
+    score = soa.column(np.float32)  # written by the model
+    n_edges = soa.scalar(np.int32)  # edges found (may exceed the slots: then some were dropped)
+
+
+FEATURES = ("deta", "dphi", "dr", "dt", "log_e_src", "log_e_dst", "valid")
+INDEX = ("src", "dst")
+
+
+def edge_capacity(n_fragment_slots: int) -> int:
+    return n_fragment_slots * EDGES_PER_FRAGMENT // 2
