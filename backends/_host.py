@@ -108,6 +108,24 @@ class HostBackend(Backend):
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
         queue.enqueue_host(lambda: _bytes(dst).fill(value))
 
+    # kernels
+    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+        """Compile (once per signature) and enqueue ``kernel`` over ``workdiv``; the closure holds
+        ``args`` (views, buffers: their owners) until the launch ran."""
+        from ._host_launch import prepare_launch
+
+        plan, call = prepare_launch(self.name, queue, workdiv, kernel, args)
+        nblocks = 1
+        for b in workdiv.blocks:
+            nblocks *= b
+        run = self.run_blocks
+        fn = plan.fn
+        queue._impl.enqueue_host(lambda: run(fn, nblocks, call, args))
+
+    def run_blocks(self, fn: Any, nblocks: int, call: tuple, keep: tuple) -> None:
+        """Run blocks ``[0, nblocks)``: one after another (cpu_serial)."""
+        fn(0, nblocks, *call)
+
 
 def _pinned_allocator() -> CachingAllocator | None:
     """Page-locked host memory from a loaded GPU backend, when one offers it."""

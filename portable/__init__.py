@@ -26,6 +26,7 @@ from ._registry import (
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
+from .kernel import device_function, kernel
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,6 @@ __all__ = [
     "AllocatorStats", "AlpykaError", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
     "CachingAllocator", "Device", "DeviceLimits", "DeviceMismatch", "Event", "MemRef",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
-    "default_backend", "device", "devices", "exec", "get_backend", "host", "make_workdiv", "memcpy",
+    "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
 ]

@@ -59,6 +59,9 @@ def unavailable_backends() -> dict[str, str]:
 
 def get_backend(name: str) -> "Backend":
     """The loaded backend ``name``; a clear error for unknown or unavailable ones."""
+    loaded = _loaded.get(name)  # fast path: every kernel launch asks for its device's backend
+    if loaded is not None:
+        return loaded
     if not isinstance(name, str) or name not in BACKEND_NAMES:
         raise ValueError(f"unknown backend {name!r}; known backends are {', '.join(BACKEND_NAMES)}")
     backend = _load(name)

@@ -1,0 +1,349 @@
+"""Kernel benchmarks: alpyka's CPU backends beside hand-written numba, numba prange, Warp CPU and
+raw pyopencl (PoCL), measured side by side in one run.
+
+    PYTHONPATH=. python benchmarks/bench_kernels.py [--quick]
+
+Writes benchmarks/results/kernels.json and kernels.png. Sections: a streaming SoA kernel
+(memory-bound), a compute-bound kernel, the launch overhead of a tiny kernel and the first
+compile / warm start from the disk cache (fresh subprocesses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numba  # noqa: E402
+from numba import njit, prange  # noqa: E402
+
+import portable as pk  # noqa: E402
+import soa  # noqa: E402
+
+
+class Stream(soa.Layout):
+    x = soa.column(np.float32)
+    y = soa.column(np.float32)
+
+
+@pk.kernel
+def saxpy_soa(acc, out, inp, a, n):
+    for i in acc.uniform_elements(n):
+        out.x[i] = a * inp.x[i] + inp.y[i]
+
+
+@pk.kernel
+def compute_heavy(acc, out, inp, n):
+    for i in acc.uniform_elements(n):
+        v = inp.x[i]
+        for k in range(12):
+            v = math.sin(v) * np.float32(0.9) + math.cos(v) * np.float32(0.3) + math.sqrt(abs(v) + np.float32(1))
+        out.x[i] = v
+
+
+@pk.kernel
+def tiny(acc, out, v):
+    if acc.once_per_grid():
+        out[0] = v
+
+
+@njit(nogil=True, cache=True)
+def nb_saxpy(out, x, y, a):
+    for i in range(x.shape[0]):
+        out[i] = a * x[i] + y[i]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def nb_saxpy_prange(out, x, y, a):
+    for i in prange(x.shape[0]):
+        out[i] = a * x[i] + y[i]
+
+
+def _heavy_body(v):
+    for k in range(12):
+        v = math.sin(v) * np.float32(0.9) + math.cos(v) * np.float32(0.3) + math.sqrt(abs(v) + np.float32(1))
+    return v
+
+
+nb_heavy_body = njit(inline="always")(_heavy_body)
+
+
+@njit(nogil=True, cache=True)
+def nb_heavy(out, x):
+    for i in range(x.shape[0]):
+        out[i] = nb_heavy_body(x[i])
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def nb_heavy_prange(out, x):
+    for i in prange(x.shape[0]):
+        out[i] = nb_heavy_body(x[i])
+
+
+@njit(nogil=True, cache=True)
+def nb_tiny(out, v):
+    out[0] = v
+
+
+def best_time(fn, reps: int) -> float:
+    fn()  # warm-up (compilation, caches)
+    best = math.inf
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def per_call(fn, calls: int, rounds: int = 5) -> float:
+    fn()
+    best = math.inf
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t) / calls)
+    return best
+
+
+# ----------------------------------------------------------------------------- peers
+def _warp_kernels(wp):
+    @wp.kernel
+    def warp_saxpy(out: wp.array(dtype=wp.float32), x: wp.array(dtype=wp.float32),
+                   y: wp.array(dtype=wp.float32), a: wp.float32):
+        i = wp.tid()
+        out[i] = a * x[i] + y[i]
+
+    @wp.kernel
+    def warp_tiny(out: wp.array(dtype=wp.float32), v: wp.float32):
+        if wp.tid() == 0:
+            out[0] = v
+
+    return warp_saxpy, warp_tiny
+
+
+def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray) -> dict:
+    try:
+        import warp as wp
+    except ImportError as exc:
+        return {"error": f"warp unavailable: {exc}"}
+    try:
+        wp.config.quiet = True
+        wp.init()
+        k_saxpy, k_tiny = _warp_kernels(wp)
+        wx, wy = wp.array(x, dtype=wp.float32, device="cpu"), wp.array(y, dtype=wp.float32, device="cpu")
+        wo = wp.zeros(n, dtype=wp.float32, device="cpu")
+
+        def run():
+            wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, 2.0], device="cpu")
+            wp.synchronize_device("cpu")
+
+        t = best_time(run, reps)
+        small = wp.zeros(1, dtype=wp.float32, device="cpu")
+
+        def launch_tiny():
+            wp.launch(k_tiny, dim=1, inputs=[small, 1.5], device="cpu")
+
+        lt = per_call(launch_tiny, 2000)
+        ok = np.allclose(wo.numpy(), 2.0 * x + y)
+        return {"saxpy_s": t, "launch_s": lt, "correct": bool(ok)}
+    except Exception as exc:  # a peer failing must not stop the benchmark
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def pyopencl_launch() -> dict:
+    try:
+        import pyopencl as cl
+    except ImportError as exc:
+        return {"error": f"pyopencl unavailable: {exc}"}
+    try:
+        plat = [p for p in cl.get_platforms() if p.get_devices()]
+        ctx = cl.Context([plat[0].get_devices()[0]])
+        q = cl.CommandQueue(ctx)
+        prg = cl.Program(ctx, "__kernel void tiny(__global float* o, float v) { if (get_global_id(0) == 0) o[0] = v; }").build()
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
+        knl = prg.tiny
+        v = np.float32(1.5)
+
+        def launch():
+            knl(q, (1,), None, buf, v)
+            q.finish()
+
+        return {"launch_s": per_call(launch, 2000), "device": ctx.devices[0].name}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+# ----------------------------------------------------------------------------- cold/warm start
+_START = textwrap.dedent("""
+    import sys, time
+    t0 = time.perf_counter()
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    import portable as pk
+    {prewarm}
+    t1 = time.perf_counter()
+    from benchmarks.bench_kernels import tiny
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    out = np.zeros(1, np.float32)
+    t2 = time.perf_counter()
+    pk.exec(q, pk.WorkDiv(1, 1, 1), tiny, out, np.float32(1.5))
+    t3 = time.perf_counter()
+    assert out[0] == 1.5
+    print(t1 - t0, t3 - t2)
+""")
+_PREWARM = ("from numba import njit; "
+            "njit(lambda: 0)()  # numba's one-time initialisation, paid by any process's first jitted call")
+
+
+def start_times(cache: str) -> tuple[float, float]:
+    env = dict(os.environ, ALPYKA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    res = {}
+    for label, pre in (("plain", ""), ("prewarmed", _PREWARM)):
+        src = _START.format(root=str(ROOT), prewarm=pre)
+        out = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, check=True)
+        imp, first = map(float, out.stdout.split())
+        res[label] = (imp, first)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, finishes in well under a minute")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kernels.json"))
+    args = ap.parse_args()
+    n = 1 << 20 if args.quick else 1 << 24
+    n_heavy = 1 << 16 if args.quick else 1 << 20
+    reps = 3 if args.quick else 7
+    results: dict = {"n_stream": n, "n_compute": n_heavy, "cores": os.cpu_count(),
+                     "numba": numba.__version__, "quick": args.quick}
+    steps = tqdm(total=6, desc="bench_kernels", unit="section")
+
+    # ---------------------------------------------------------------- streaming
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    stream = {}
+    a = np.float32(2)
+    for be in ("cpu_serial", "cpu_threads"):
+        dev = pk.device(be)
+        q = pk.Queue(dev, blocking=True)
+        inp = pk.PortableCollection(Stream, n, dev)
+        out = pk.PortableCollection(Stream, n, dev)
+        inp.view().x[:], inp.view().y[:] = x, y
+        blocks = 4 * (os.cpu_count() or 1)
+        wd = pk.make_workdiv(dev, blocks, -(-n // blocks))
+        v_out, v_in = out.view(), inp.const_view()
+        t = best_time(lambda: pk.exec(q, wd, saxpy_soa, v_out, v_in, a, n), reps)
+        assert np.allclose(out.view().x, a * x + y)
+        stream[be] = t
+    o = np.empty_like(x)
+    stream["numba_njit"] = best_time(lambda: nb_saxpy(o, x, y, a), reps)
+    stream["numba_prange"] = best_time(lambda: nb_saxpy_prange(o, x, y, a), reps)
+    steps.update()
+    w = warp_peer(n, reps, x, y)
+    if "saxpy_s" in w:
+        stream["warp_cpu"] = w["saxpy_s"]
+    results["stream_seconds"] = stream
+    results["stream_GBps"] = {k: 3 * 4 * n / t / 1e9 for k, t in stream.items()}
+    results["stream_ratio_vs_njit"] = {k: stream["numba_njit"] / t for k, t in stream.items()}
+    steps.update()
+
+    # ---------------------------------------------------------------- compute-bound
+    xh = rng.standard_normal(n_heavy).astype(np.float32)
+    comp = {}
+    for be in ("cpu_serial", "cpu_threads"):
+        dev = pk.device(be)
+        q = pk.Queue(dev, blocking=True)
+        inp = pk.PortableCollection(Stream, n_heavy, dev)
+        out = pk.PortableCollection(Stream, n_heavy, dev)
+        inp.view().x[:] = xh
+        wd = pk.make_workdiv(dev, 64, -(-n_heavy // 64))
+        v_out, v_in = out.view(), inp.const_view()
+        comp[be] = best_time(lambda: pk.exec(q, wd, compute_heavy, v_out, v_in, n_heavy), reps)
+        comp_out = np.array(out.view().x)
+    oh = np.empty_like(xh)
+    comp["numba_njit"] = best_time(lambda: nb_heavy(oh, xh), reps)
+    comp["numba_prange"] = best_time(lambda: nb_heavy_prange(oh, xh), reps)
+    results["compute_check_max_abs_diff"] = float(np.max(np.abs(comp_out - oh)))
+    results["compute_seconds"] = comp
+    results["compute_threads_over_serial"] = comp["cpu_serial"] / comp["cpu_threads"]
+    results["compute_prange_over_njit"] = comp["numba_njit"] / comp["numba_prange"]
+    steps.update()
+
+    # ---------------------------------------------------------------- launch overhead
+    launch = {}
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    small = np.zeros(1, np.float32)
+    wd1 = pk.WorkDiv(1, 1, 1)
+    v = np.float32(1.5)
+    launch["alpyka_cpu_serial_blocking"] = per_call(lambda: pk.exec(q, wd1, tiny, small, v), 20000)
+    launch["numba_direct_call"] = per_call(lambda: nb_tiny(small, v), 20000)
+    if "launch_s" in w:
+        launch["warp_cpu"] = w["launch_s"]
+    ocl = pyopencl_launch()
+    if "launch_s" in ocl:
+        launch["pyopencl_pocl"] = ocl["launch_s"]
+    results["launch_us"] = {k: t * 1e6 for k, t in launch.items()}
+    results["launch_ratio_vs_numba"] = {k: t / launch["numba_direct_call"] for k, t in launch.items()}
+    results["peer_errors"] = {k: d["error"] for k, d in (("warp", w), ("pyopencl", ocl)) if "error" in d}
+    steps.update()
+
+    # ---------------------------------------------------------------- first compile / warm start
+    with tempfile.TemporaryDirectory() as cache:
+        cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
+        warm = start_times(cache)
+    results["start"] = {
+        "cold_first_launch_s": cold["plain"][1],
+        "warm_first_launch_s": warm["plain"][1],
+        "warm_first_launch_after_numba_init_s": warm["prewarmed"][1],
+        "import_portable_s": warm["plain"][0],
+        "numba_init_s": warm["plain"][1] - warm["prewarmed"][1],
+    }
+    steps.update()
+
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(results, indent=2))
+    plot(results, out_path.with_suffix(".png"))
+    steps.update()
+    steps.close()
+    print(json.dumps(results, indent=2))
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    panels = [("stream_GBps", "streaming SoA saxpy (GB/s)"), ("compute_seconds", "compute-bound (s)"),
+              ("launch_us", "tiny kernel launch (us)"), ("start", "start-up (s)")]
+    for ax, (key, title) in zip(axes, panels):
+        d = r[key]
+        ax.bar(range(len(d)), list(d.values()), color="tab:blue")
+        ax.set_xticks(range(len(d)))
+        ax.set_xticklabels(list(d.keys()), rotation=35, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        if key in ("launch_us",):
+            ax.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

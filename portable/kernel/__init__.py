@@ -1,0 +1,14 @@
+"""The kernel language: ``@pk.kernel``, ``@pk.device_function`` and the compiler front-end.
+
+A kernel's Python source and a launch signature become a typed IR (:mod:`portable.kernel.ir`,
+types in :mod:`portable.kernel.types`) that each backend's emitter turns into machine code.
+See docs/kernels.md for the language reference.
+"""
+
+from . import ir, types
+from ._cache import cache_dir, load_generated_module
+from ._errors import KernelArgumentError, KernelIndexError, KernelSyntaxError
+from ._kernel import DeviceFunction, Kernel, debug_enabled, device_function, kernel
+
+__all__ = ["DeviceFunction", "Kernel", "KernelArgumentError", "KernelIndexError", "KernelSyntaxError",
+           "cache_dir", "debug_enabled", "device_function", "ir", "kernel", "load_generated_module", "types"]

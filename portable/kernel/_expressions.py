@@ -1,0 +1,470 @@
+"""Front-end, expressions: Python ``ast`` expressions to typed IR expressions (and the
+compile-time values of :mod:`._values`)."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+from typing import Any
+
+import numpy as np
+
+from . import ir
+from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
+                      ModuleVal, RangeVal, TupleVal, ViewVal)
+from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result, literal_type,
+                    operand_type, scalar_type, unary_result, unify)
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+           ast.RShift: ">>"}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+#: acc index queries; derived ones are built from ir.INDEX_QUERIES
+ACC_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements",
+               "global_thread_idx", "grid_threads")
+ACC_LOOPS = ("uniform_elements", "uniform_elements_nd", "uniform_groups", "uniform_group_elements",
+             "independent_groups", "independent_group_elements")
+ACC_CALLS = ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array",
+             "sync_block_threads") + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
+ACC_MEMBERS = ACC_QUERIES + ACC_LOOPS + ACC_CALLS
+
+_MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
+_NP_ALIASES = {"minimum": "min", "maximum": "max", "absolute": "abs", "power": "pow", "arctan2": "atan2",
+               "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+               "arccosh": "acosh", "arctanh": "atanh"}
+_BOOL_RESULT = ("isnan", "isinf", "isfinite")
+_INT_RESULT = ("floor", "ceil", "trunc")
+_TWO_ARGS = ("atan2", "pow", "hypot", "copysign", "fmod")
+_NP_TYPES = {getattr(np, n): n for n in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                                          "uint32", "uint64", "float32", "float64")}
+
+ALLOWED_HINT = ("kernels may use: local scalars, arithmetic, comparisons, if/elif/else, for/while "
+                "loops over range() and acc loops, break/continue, the acc members, math functions, "
+                "min/max/abs, numpy scalar casts and @pk.device_function calls")
+
+
+def fold_cast(value: Any, t: ScalarType) -> Any:
+    if t.is_bool:
+        return bool(value)
+    if t.is_float:
+        return float(np.array(value).astype(t.dtype))
+    if isinstance(value, float):
+        value = math.trunc(value)
+    return int(np.array(int(value)).astype(t.dtype)) if -(2**63) <= int(value) < 2**64 else int(value)
+
+
+def cast(e: ir.Expr, t: ScalarType) -> ir.Expr:
+    """``e`` converted to ``t`` (constants folded)."""
+    if e.type == t:
+        return e
+    if isinstance(e, ir.Const):
+        return ir.Const(fold_cast(e.value, t), t)
+    return ir.Cast(e, t)
+
+
+def const(value: Any) -> ir.Const:
+    t = literal_type(value)
+    return ir.Const(fold_cast(value.item() if isinstance(value, np.generic) else value, t), t)
+
+
+def binop(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    t = binary_result(op, a.type, b.type)
+    if op in ("<<", ">>"):
+        return ir.BinOp(op, cast(a, t), b, t)
+    ot = operand_type(op, a.type, b.type)
+    return ir.BinOp(op, cast(a, ot), cast(b, ot), t)
+
+
+def compare(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    t = operand_type(op, a.type, b.type)
+    return ir.Compare(op, cast(a, t), cast(b, t))
+
+
+def to_bool(e: ir.Expr) -> ir.Expr:
+    return cast(e, BOOL)
+
+
+def imin(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return ir.MathCall("min", [cast(a, INDEX), cast(b, INDEX)], INDEX)
+
+
+class ExprBuilder:
+    """Mixin of the function builder: expression translation. Needs ``error``, ``lookup``,
+    ``ctx`` (the compile context), ``acc_call`` hooks defined by the builder."""
+
+    # --------------------------------------------------------------- helpers
+    def scalar(self, node: ast.AST, what: str = "a number") -> ir.Expr:
+        v = self.value(node)
+        return self.as_scalar(v, node, what)
+
+    def as_scalar(self, v: Any, node: ast.AST, what: str = "a number") -> ir.Expr:
+        if isinstance(v, FieldAccess):
+            return self.load(v.array, (), node)
+        if isinstance(v, ir.Expr):
+            return v
+        raise self.error(node, f"expected {what} here, got {self.describe(v)}")
+
+    def describe(self, v: Any) -> str:
+        if isinstance(v, ir.ArrayRef):
+            return f"an array ({self.ctx.labels.get(v.name, v.name)})"
+        if isinstance(v, ViewVal):
+            return f"a view ({v.label}); index one of its fields, e.g. view.x[i]"
+        if isinstance(v, TupleVal):
+            return f"a tuple of {len(v.items)}"
+        if isinstance(v, AccVal):
+            return "acc"
+        if isinstance(v, LoopVal):
+            return f"acc.{v.kind}(...) (use it as a for loop's iterable)"
+        return type(v).__name__
+
+    def index_list(self, node: ast.AST) -> list[ir.Expr]:
+        v = self.value(node) if not isinstance(node, ast.Tuple) else TupleVal([self.value(e) for e in node.elts])
+        items = v.items if isinstance(v, TupleVal) else [v]
+        out = []
+        for it in items:
+            if isinstance(it, TupleVal):
+                items2 = it.items
+            else:
+                items2 = [it]
+            for x in items2:
+                e = self.as_scalar(x, node, "an integer index")
+                if e.type.is_float:
+                    raise self.error(node, f"array index of type {e.type}; indices must be integers (use int(...))")
+                out.append(cast(e, INDEX))
+        return out
+
+    def load(self, arr: ir.ArrayRef, idx: tuple, node: ast.AST) -> ir.Expr:
+        self.check_index_count(arr, idx, node)
+        return ir.Load(arr, tuple(idx), arr.type.dtype, self.check_message(arr, idx, node))
+
+    def check_index_count(self, arr: ir.ArrayRef, idx: tuple, node: ast.AST) -> None:
+        if len(idx) != arr.type.ndim:
+            label = self.ctx.labels.get(arr.name, arr.name)
+            raise self.error(node, f"{label} takes {arr.type.ndim} index(es), got {len(idx)}")
+
+    # --------------------------------------------------------------- dispatch
+    def value(self, node: ast.AST) -> Any:
+        meth = getattr(self, "ex_" + type(node).__name__, None)
+        if meth is None:
+            raise self.error(node, self.unsupported(node))
+        return meth(node)
+
+    def unsupported(self, node: ast.AST) -> str:
+        kind = type(node).__name__
+        names = {"ListComp": "list comprehensions", "SetComp": "set comprehensions",
+                 "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions",
+                 "Lambda": "lambda", "List": "lists", "Dict": "dicts", "Set": "sets",
+                 "JoinedStr": "f-strings", "Starred": "starred arguments", "Await": "await",
+                 "Yield": "yield", "YieldFrom": "yield", "NamedExpr": "the walrus operator",
+                 "Slice": "slices"}
+        return f"{names.get(kind, kind)} are not allowed in kernels; {ALLOWED_HINT}"
+
+    def ex_Constant(self, node: ast.Constant) -> Any:
+        if isinstance(node.value, str):
+            return node.value
+        try:
+            return const(node.value)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+
+    def ex_Name(self, node: ast.Name) -> Any:
+        return self.lookup(node.id, node)
+
+    def ex_Tuple(self, node: ast.Tuple) -> Any:
+        return TupleVal([self.value(e) for e in node.elts])
+
+    def ex_Attribute(self, node: ast.Attribute) -> Any:
+        base = self.value(node.value)
+        name = node.attr
+        if isinstance(base, AccVal):
+            if name in ACC_QUERIES:
+                return self.acc_query(name, node)
+            if name in ACC_MEMBERS:
+                return AccMember(name)
+            raise self.error(node, f"acc has no member {name!r}; acc members are: {', '.join(ACC_MEMBERS)}")
+        if isinstance(base, ViewVal):
+            if name == "size":
+                return base.size
+            if name not in base.fields:
+                raise self.error(node, f"{base.label} has no field {name!r}; its fields are "
+                                       f"{', '.join(base.fields)}")
+            arr = base.fields[name]
+            if arr.type.kind == "scalar_field":
+                return FieldAccess(arr, self.ctx.labels.get(arr.name, name))
+            return arr
+        if isinstance(base, ir.ArrayRef) and name == "shape":
+            return TupleVal(list(base.extents))
+        if isinstance(base, ModuleVal):
+            if name in _MATH_CONSTANTS:
+                return const(_MATH_CONSTANTS[name])
+            obj = getattr(base.module, name, None)
+            if obj in _NP_TYPES:
+                return DTypeVal(scalar_type(np.dtype(obj)))
+            fname = _NP_ALIASES.get(name, name) if base.name == "numpy" else name
+            if fname in ir.MATH_FUNCTIONS or (base.name == "math" and name == "gamma"):
+                return BuiltinVal("math." + ("tgamma" if name == "gamma" else fname))
+            raise self.error(node, f"{base.name}.{name} is not available in kernels; math functions: "
+                                   f"{', '.join(ir.MATH_FUNCTIONS)}")
+        raise self.error(node, f"cannot take attribute {name!r} of {self.describe(base)}")
+
+    def ex_Subscript(self, node: ast.Subscript) -> Any:
+        base = self.value(node.value)
+        if isinstance(base, TupleVal):
+            idx = self.value(node.slice)
+            if not isinstance(idx, ir.Const) or idx.type.is_float:
+                raise self.error(node, "a tuple (an index tuple of acc) takes a constant integer index")
+            try:
+                return base.items[int(idx.value)]
+            except IndexError:
+                raise self.error(node, f"index {idx.value} out of range for a tuple of {len(base.items)}") from None
+        if isinstance(base, ir.ArrayRef):
+            idx = tuple(self.index_list(node.slice))
+            return self.load(base, idx, node)
+        if isinstance(base, FieldAccess):
+            raise self.error(node, f"{base.label} is a scalar field: use it without an index")
+        raise self.error(node, f"cannot index {self.describe(base)}")
+
+    def ex_BinOp(self, node: ast.BinOp) -> ir.Expr:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.error(node, "the @ operator is not allowed in kernels")
+        a, b = self.scalar(node.left), self.scalar(node.right)
+        try:
+            return binop(op, a, b)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+
+    def ex_UnaryOp(self, node: ast.UnaryOp) -> ir.Expr:
+        a = self.scalar(node.operand)
+        if isinstance(node.op, ast.UAdd):
+            return a
+        op = {ast.USub: "-", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
+        if op == "not":
+            return ir.UnaryOp("not", to_bool(a), BOOL)
+        try:
+            t = unary_result(op, a.type)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        if isinstance(a, ir.Const) and op == "-":
+            return ir.Const(fold_cast(-a.value, t), t)
+        return ir.UnaryOp(op, cast(a, t), t)
+
+    def ex_BoolOp(self, node: ast.BoolOp) -> ir.Expr:
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        return ir.BoolOp(op, [to_bool(self.scalar(v)) for v in node.values])
+
+    def ex_Compare(self, node: ast.Compare) -> ir.Expr:
+        parts = []
+        left = self.scalar(node.left)
+        for op_node, right_node in zip(node.ops, node.comparators):
+            op = _CMPOPS.get(type(op_node))
+            if op is None:
+                raise self.error(node, "only < <= > >= == != comparisons are allowed in kernels (no is/in)")
+            right = self.scalar(right_node)
+            parts.append(compare(op, left, right))
+            left = right
+        return parts[0] if len(parts) == 1 else ir.BoolOp("and", parts)
+
+    def ex_IfExp(self, node: ast.IfExp) -> ir.Expr:
+        c = to_bool(self.scalar(node.test))
+        a, b = self.scalar(node.body), self.scalar(node.orelse)
+        t = a.type if a.type == b.type else unify(a.type, b.type)
+        return ir.Select(c, cast(a, t), cast(b, t), t)
+
+    # --------------------------------------------------------------- calls
+    def ex_Call(self, node: ast.Call) -> Any:
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "print" and "print" not in self.assigned:
+            raise self.error(node, "print() is not allowed in kernels (no I/O on devices); write results "
+                                   "to an output array instead")
+        callee = self.value(f)
+        if isinstance(callee, AccMember):
+            return self.acc_call(callee.name, node)
+        if isinstance(callee, (ir.Expr, TupleVal)) and isinstance(f, ast.Attribute) and f.attr in ACC_QUERIES:
+            if node.args or node.keywords:
+                raise self.error(node, f"acc.{f.attr}() takes no arguments")
+            return callee
+        if isinstance(callee, DTypeVal):
+            (arg,) = self.plain_args(node, 1, f"{callee.type}()")
+            return cast(self.scalar(arg), callee.type)
+        if isinstance(callee, BuiltinVal):
+            return self.builtin_call(callee.name, node)
+        if isinstance(callee, DeviceFunctionVal):
+            return self.device_call(callee.function, node)
+        raise self.error(node, f"cannot call {self.describe(callee)}")
+
+    def plain_args(self, node: ast.Call, n: int | tuple, what: str) -> list[ast.AST]:
+        ns = (n,) if isinstance(n, int) else n
+        if node.keywords or len(node.args) not in ns or any(isinstance(a, ast.Starred) for a in node.args):
+            want = " or ".join(map(str, ns))
+            raise self.error(node, f"{what} takes {want} positional argument(s)")
+        return list(node.args)
+
+    def builtin_call(self, name: str, node: ast.Call) -> Any:
+        if name == "range":
+            args = [cast(self.scalar(a, "an integer"), INDEX) for a in self.plain_args(node, (1, 2, 3), "range()")]
+            if len(args) == 1:
+                return RangeVal(ir.Const(0, INDEX), args[0], ir.Const(1, INDEX))
+            return RangeVal(args[0], args[1], args[2] if len(args) == 3 else ir.Const(1, INDEX))
+        if name in ("int", "float", "bool"):
+            (a,) = self.plain_args(node, 1, f"{name}()")
+            return cast(self.scalar(a), {"int": INT64, "float": FLOAT64, "bool": BOOL}[name])
+        if name == "len":
+            (a,) = self.plain_args(node, 1, "len()")
+            v = self.value(a)
+            if isinstance(v, ir.ArrayRef) and v.extents:
+                return v.extents[0]
+            if isinstance(v, ViewVal):
+                return v.size
+            if isinstance(v, TupleVal):
+                return ir.Const(len(v.items), INDEX)
+            raise self.error(node, f"len() of {self.describe(v)}")
+        fname = name.split(".", 1)[-1]
+        if fname in ("min", "max") and name in ("min", "max", "math.min", "math.max"):
+            args = [self.scalar(a) for a in node.args]
+            if len(args) < 2 or node.keywords:
+                raise self.error(node, f"{fname}() takes two or more numbers in kernels")
+            t = args[0].type
+            for a in args[1:]:
+                t = t if t == a.type else unify(t, a.type)
+            if t.is_bool:
+                t = INT64
+            out = cast(args[0], t)
+            for a in args[1:]:
+                out = ir.MathCall(fname, [out, cast(a, t)], t)
+            return out
+        if fname == "abs":
+            (a,) = self.plain_args(node, 1, "abs()")
+            e = self.scalar(a)
+            t = INT64 if e.type.is_bool else e.type
+            return ir.MathCall("abs", [cast(e, t)], t)
+        nargs = 2 if fname in _TWO_ARGS else 1
+        args = [self.scalar(a) for a in self.plain_args(node, nargs, f"{name}()")]
+        t = args[0].type if nargs == 1 else unify(args[0].type, args[1].type)
+        ct = t if t.is_float else FLOAT64
+        if fname in _INT_RESULT:
+            if not t.is_float:
+                return cast(args[0], INT64)
+            return ir.MathCall(fname, [cast(args[0], ct)], INT64)
+        if fname in _BOOL_RESULT:
+            if not t.is_float:
+                return ir.Const(fname == "isfinite", BOOL)
+            return ir.MathCall(fname, [cast(args[0], ct)], BOOL)
+        if fname == "fabs":
+            fname = "abs"
+        return ir.MathCall(fname, [cast(a, ct) for a in args], ct)
+
+    # --------------------------------------------------------------- acc queries
+    def acc_query(self, name: str, node: ast.AST) -> Any:
+        nd = self.ctx.ndim
+
+        def per_dim(fn):
+            vals = [fn(d) for d in range(nd)]
+            return vals[0] if nd == 1 else TupleVal(vals)
+
+        if name in ir.INDEX_QUERIES:
+            return per_dim(lambda d: ir.Index(name, d))
+        if name == "global_thread_idx":
+            return per_dim(lambda d: binop("+", binop("*", ir.Index("block_idx", d), ir.Index("block_threads", d)),
+                                           ir.Index("thread_idx", d)))
+        return per_dim(lambda d: binop("*", ir.Index("grid_blocks", d), ir.Index("block_threads", d)))
+
+    def loop_value(self, name: str, node: ast.Call) -> LoopVal:
+        dim = None
+        for kw in node.keywords:
+            if kw.arg != "dim":
+                raise self.error(node, f"acc.{name}() takes no keyword {kw.arg!r} (only dim=)")
+            d = self.value(kw.value)
+            if not isinstance(d, ir.Const) or not 0 <= int(d.value) < self.ctx.ndim:
+                raise self.error(node, f"dim= must be a constant in 0..{self.ctx.ndim - 1}")
+            dim = int(d.value)
+        args = [self.value(a) for a in node.args]
+        return LoopVal(name, args, dim, node.lineno)
+
+    def acc_call_common(self, name: str, node: ast.Call) -> Any:
+        if name in ACC_LOOPS:
+            return self.loop_value(name, node)
+        if name in ("once_per_grid", "once_per_block"):
+            self.plain_args(node, 0, f"acc.{name}()")
+            q = "global_thread_idx" if name == "once_per_grid" else "thread_idx"
+            v = self.acc_query(q, node)
+            items = v.items if isinstance(v, TupleVal) else [v]
+            parts = [compare("==", it, ir.Const(0, INDEX)) for it in items]
+            return parts[0] if len(parts) == 1 else ir.BoolOp("and", parts)
+        if name.startswith("atomic_"):
+            return self.atomic(name[7:], node)
+        if name == "shared_array":
+            raise self.error(node, "assign acc.shared_array(shape, dtype) to a name at the top level of the kernel "
+                                   "(s = acc.shared_array(32, np.float32))")
+        if name == "dynamic_shared_array":
+            return self.dynamic_shared(node)
+        raise self.error(node, f"acc.{name}() is a statement, not a value")
+
+    def atomic(self, op: str, node: ast.Call) -> ir.Expr:
+        hierarchy = "grid"
+        for kw in node.keywords:
+            h = self.value(kw.value) if kw.arg == "hierarchy" else None
+            if kw.arg != "hierarchy" or h not in ir.ATOMIC_HIERARCHIES:
+                raise self.error(node, f"acc.atomic_{op}() takes hierarchy='grid'|'block'|'threads' as its only keyword")
+            hierarchy = h
+        if not node.args:
+            raise self.error(node, f"acc.atomic_{op}(array, index, value) needs arguments")
+        target = self.value(node.args[0])
+        if isinstance(target, FieldAccess):
+            arr, rest, idx = target.array, node.args[1:], ()
+        elif isinstance(target, ir.ArrayRef):
+            arr = target
+            if len(node.args) < 2:
+                raise self.error(node, f"acc.atomic_{op}(array, index, value): index missing")
+            idx, rest = tuple(self.index_list(node.args[1])), node.args[2:]
+        else:
+            raise self.error(node, f"acc.atomic_{op}() needs an array element or a scalar field first, "
+                                   f"got {self.describe(target)}")
+        nops = 2 if op == "cas" else 1
+        if len(rest) != nops:
+            form = "(array, [index,] compare, value)" if op == "cas" else "(array, [index,] value)"
+            raise self.error(node, f"acc.atomic_{op}{form}: got {len(node.args)} argument(s)")
+        self.check_index_count(arr, idx, node)
+        self.check_writable(arr, node)
+        t = arr.type.dtype
+        if t.is_bool or (t.is_float and op in ("and", "or", "xor", "inc", "dec")):
+            raise self.error(node, f"acc.atomic_{op} is not defined for {t} elements")
+        operands = tuple(cast(self.scalar(r), t) for r in rest)
+        return ir.AtomicOp(op, arr, idx, operands, hierarchy, t, self.check_message(arr, idx, node))
+
+    def check_writable(self, arr: ir.ArrayRef, node: ast.AST) -> None:
+        if arr.type.const:
+            label = self.ctx.labels.get(arr.name, arr.name)
+            raise self.error(node, f"cannot write to {label}: it is const (a const view or read-only array); "
+                                   "pass coll.view() instead of coll.const_view() to write")
+
+    def dynamic_shared(self, node: ast.Call) -> ir.ArrayRef:
+        (a,) = self.plain_args(node, 1, "acc.dynamic_shared_array(dtype)")
+        dt = self.value(a)
+        if not isinstance(dt, DTypeVal):
+            raise self.error(node, "acc.dynamic_shared_array(dtype) needs a numpy type such as np.float32")
+        if not self.is_kernel:
+            raise self.error(node, "acc.dynamic_shared_array() is allowed in the kernel body only; "
+                                   "pass the array to device functions")
+        self.ctx.uses_dynamic_shared = True
+        t = dt.type
+        n = binop("//", ir.Var(ir.DYNAMIC_SHARED_BYTES, INDEX), ir.Const(t.dtype.itemsize, INDEX))
+        from .types import ArrayType
+
+        name = f"dsh_{t.name}"
+        self.ctx.labels[name] = f"dynamic shared array of {t}"
+        return ir.ArrayRef(name, ArrayType(t, "dynamic_shared", 1), (n,))
+
+    # for builtins referenced through globals
+    @staticmethod
+    def global_builtin(obj: Any) -> str | None:
+        for n in ("min", "max", "abs", "range", "int", "float", "bool", "len"):
+            if obj is getattr(builtins, n):
+                return n
+        return None
+
+
+__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS",
+           "ACC_QUERIES", "ACC_LOOPS", "ALLOWED_HINT", "FLOAT32"]

@@ -1,0 +1,522 @@
+"""Front-end, statements and functions: a kernel's Python source plus a launch signature to an
+:class:`~portable.kernel.ir.Kernel`."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import textwrap
+import types as pytypes
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ir
+from ._errors import KernelSyntaxError
+from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
+from ._loops import LoopBuilder
+from ._signature import ArgSpec, params_of
+from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
+from .types import INDEX, VOID, ArrayType, ScalarType, scalar_type, variable_type
+
+
+@dataclass
+class ParsedFunction:
+    """The parsed source of a kernel or device function."""
+
+    name: str
+    tree: ast.FunctionDef
+    filename: str
+    line_offset: int
+    globals: dict
+    closure: dict
+    params: list[str]
+
+
+def parse_function(fn: Any, what: str) -> ParsedFunction:
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise KernelSyntaxError(f"cannot read the source of {what} {fn.__name__!r} ({exc}); kernels must be "
+                                "defined in a file") from None
+    filename = inspect.getsourcefile(fn) or "<unknown>"
+    first = fn.__code__.co_firstlineno
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must be a def function")
+    a = fdef.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+        raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must take plain positional "
+                                "parameters (no defaults, *args, **kwargs or keyword-only)", filename, first)
+    closure = {}
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                closure[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure,
+                          [x.arg for x in a.args])
+
+
+@dataclass
+class CompileContext:
+    """State shared by the kernel and the device functions it calls."""
+
+    kernel_name: str
+    ndim: int
+    debug: bool
+    functions: dict[str, ir.Function] = field(default_factory=dict)
+    specialisations: dict[tuple, str] = field(default_factory=dict)
+    shared: dict[str, ir.SharedArray] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    uses_dynamic_shared: bool = False
+    stack: list[Any] = field(default_factory=list)
+
+
+def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
+    out = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+    return out
+
+
+class FunctionBuilder(LoopBuilder, ExprBuilder):
+    """Translates one function body; rerun until the local variables' types are stable."""
+
+    def __init__(self, parsed: ParsedFunction, ctx: CompileContext, is_kernel: bool,
+                 bindings: dict[str, Any], var_types: dict[str, ScalarType], prologue: list[ir.Stmt],
+                 return_type: Any = None) -> None:
+        self.p = parsed
+        self.ctx = ctx
+        self.is_kernel = is_kernel
+        self.scope = dict(bindings)
+        self.var_types = var_types
+        self.assigned = _assigned_names(parsed.tree) - set(bindings)
+        self.locals: dict[str, ScalarType] = {}
+        self.changed = False
+        self.prologue = prologue
+        self.return_type = return_type
+        self.loops: list[str] = []
+        self.ntmp = 0
+
+    # --------------------------------------------------------------- errors
+    def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
+        line = self.p.line_offset + getattr(node, "lineno", 1)
+        what = "kernel" if self.is_kernel else "device function"
+        return KernelSyntaxError(f"{self.p.filename}:{line}: in {what} {self.p.name!r}: {msg}",
+                                 self.p.filename, line)
+
+    def line(self, node: ast.AST) -> int:
+        return self.p.line_offset + getattr(node, "lineno", 1)
+
+    # --------------------------------------------------------------- names
+    def var(self, name: str) -> ir.Var:
+        t = self.var_types[name]
+        self.locals["v_" + name] = t
+        return ir.Var("v_" + name, t)
+
+    def lookup(self, name: str, node: ast.AST) -> Any:
+        if name in self.scope:
+            return self.scope[name]
+        if name in self.var_types:
+            return self.var(name)
+        if name in self.assigned:
+            raise self.error(node, f"local variable {name!r} is used before it is assigned")
+        if name in self.p.closure:
+            return self.global_value(name, self.p.closure[name], node)
+        if name in self.p.globals:
+            return self.global_value(name, self.p.globals[name], node)
+        import builtins
+
+        if hasattr(builtins, name):
+            return self.global_value(name, getattr(builtins, name), node)
+        raise self.error(node, f"name {name!r} is not defined")
+
+    def global_value(self, name: str, obj: Any, node: ast.AST) -> Any:
+        from ._kernel import DeviceFunction, Kernel
+
+        if obj is math:
+            return ModuleVal("math", math)
+        if obj is np:
+            return ModuleVal("numpy", np)
+        if isinstance(obj, type) and issubclass(obj, np.generic):
+            try:
+                return DTypeVal(scalar_type(np.dtype(obj)))
+            except TypeError as exc:
+                raise self.error(node, str(exc)) from None
+        if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
+            return const(obj)
+        if isinstance(obj, DeviceFunction):
+            return DeviceFunctionVal(obj)
+        b = self.global_builtin(obj)
+        if b is not None:
+            return BuiltinVal(b)
+        if isinstance(obj, Kernel):
+            raise self.error(node, f"kernel {name!r} cannot be called from a kernel; call @pk.device_function "
+                                   "helpers instead")
+        if isinstance(obj, (pytypes.FunctionType, pytypes.BuiltinFunctionType)):
+            if obj is print:
+                raise self.error(node, "print() is not allowed in kernels")
+            raise self.error(node, f"{name!r} is a plain Python function; kernels may call only "
+                                   "@pk.device_function functions, math functions and min/max/abs")
+        if isinstance(obj, np.ndarray) or hasattr(obj, "__array__") or hasattr(obj, "layout"):
+            raise self.error(node, f"the kernel captures {name!r}, an array/buffer/view from outside; "
+                                   "pass arrays as kernel arguments (closures may capture only int, float, "
+                                   "bool and numpy scalar constants)")
+        raise self.error(node, f"the kernel uses the global {name!r} of type {type(obj).__name__}; closures "
+                               "and globals may be only int/float/bool/numpy scalar constants, math, numpy "
+                               "types and @pk.device_function functions")
+
+    # --------------------------------------------------------------- statements
+    def block(self, stmts: list[ast.stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            meth = getattr(self, "st_" + type(s).__name__, None)
+            if meth is None:
+                raise self.error(s, self.unsupported_stmt(s))
+            r = meth(s)
+            if r is not None:
+                out.extend(r if isinstance(r, list) else [r])
+        return out
+
+    def unsupported_stmt(self, s: ast.stmt) -> str:
+        kind = type(s).__name__
+        names = {"Try": "try/except", "TryStar": "try/except*", "With": "with", "Raise": "raise",
+                 "Import": "import", "ImportFrom": "import", "Global": "global", "Nonlocal": "nonlocal",
+                 "FunctionDef": "nested functions", "ClassDef": "classes", "Delete": "del",
+                 "Assert": "assert", "AsyncFor": "async for", "AsyncWith": "async with", "Match": "match"}
+        return f"{names.get(kind, kind)} is not allowed in kernels; {ALLOWED_HINT}"
+
+    def st_Pass(self, s: ast.Pass) -> None:
+        return None
+
+    def st_Expr(self, s: ast.Expr) -> Any:
+        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+            return None  # docstring
+        if isinstance(s.value, ast.Call):
+            f = s.value.func
+            if isinstance(f, ast.Attribute) and f.attr == "sync_block_threads" and isinstance(self.value(f.value), AccVal):
+                self.plain_args(s.value, 0, "acc.sync_block_threads()")
+                return ir.SyncBlockThreads(self.line(s))
+        v = self.value(s.value)
+        if isinstance(v, ir.Expr):
+            return ir.ExprStmt(v, self.line(s)) if isinstance(v, (ir.AtomicOp, ir.DeviceCall)) else None
+        raise self.error(s, f"this expression has no effect ({self.describe(v)})")
+
+    def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
+            raise self.error(node, f"{name!r} cannot be reassigned")
+        if isinstance(v, FieldAccess):
+            v = self.as_scalar(v, node)
+        if isinstance(v, ir.Expr):
+            if name in self.scope:
+                raise self.error(node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned a number")
+            t = v.type
+            if name in self.var_types:
+                new = variable_type(self.var_types[name], t)
+                if new != self.var_types[name]:
+                    self.var_types[name] = new
+                    self.changed = True
+            else:
+                self.var_types[name] = t
+            target = self.var(name)
+            return [ir.Assign(target, cast(v, target.type), self.line(node))]
+        if isinstance(v, TupleVal):  # materialise the items, keep a compile-time tuple of locals
+            out, items = [], []
+            for k, it in enumerate(v.items):
+                if isinstance(it, TupleVal):
+                    raise self.error(node, "nested tuples cannot be assigned")
+                tname = f"{name}_{k}"
+                out += self.assign_name(tname, it, node)
+                items.append(self.var(tname))
+            self.scope[name] = TupleVal(items)
+            return out
+        if isinstance(v, (ir.ArrayRef, ViewVal)):
+            if name in self.var_types:
+                raise self.error(node, f"{name!r} holds a number and cannot become {self.describe(v)}")
+            self.scope[name] = v
+            return []
+        raise self.error(node, f"cannot assign {self.describe(v)} to a variable")
+
+    def store(self, target: ast.AST, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        if isinstance(target, ast.Name):
+            return self.assign_name(target.id, v, node)
+        if isinstance(target, ast.Tuple):
+            if not isinstance(v, TupleVal) or len(v.items) != len(target.elts):
+                raise self.error(node, f"cannot unpack {self.describe(v)} into {len(target.elts)} names")
+            tmp = []
+            for k, it in enumerate(v.items):  # evaluate everything before assigning (a, b = b, a)
+                if isinstance(it, ir.Expr) and not isinstance(it, (ir.Const, ir.Index)):
+                    self.ntmp += 1
+                    tn = f"t{self.ntmp}_swap"
+                    self.locals[tn] = it.type
+                    tmp.append((ir.Assign(ir.Var(tn, it.type), it, self.line(node)), ir.Var(tn, it.type)))
+                else:
+                    tmp.append((None, it))
+            out = [a for a, _ in tmp if a is not None]
+            for t, (_, it) in zip(target.elts, tmp):
+                out += self.store(t, it, node)
+            return out
+        if isinstance(target, ast.Subscript):
+            arr = self.value(target.value)
+            if not isinstance(arr, ir.ArrayRef):
+                raise self.error(node, f"cannot assign to an element of {self.describe(arr)}")
+            idx = tuple(self.index_list(target.slice))
+            return self.store_element(arr, idx, v, node)
+        if isinstance(target, ast.Attribute):
+            base = self.value(target.value)
+            if isinstance(base, ViewVal) and target.attr in base.fields:
+                arr = base.fields[target.attr]
+                if arr.type.kind != "scalar_field":
+                    raise self.error(node, f"assign elements of {self.ctx.labels.get(arr.name)}: view.{target.attr}[i] = ...")
+                return self.store_element(arr, (), v, node)
+            raise self.error(node, f"cannot assign to attribute {target.attr!r} of {self.describe(base)}")
+        raise self.error(node, f"cannot assign to {type(target).__name__}")
+
+    def store_element(self, arr: ir.ArrayRef, idx: tuple, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        self.check_index_count(arr, idx, node)
+        self.check_writable(arr, node)
+        value = cast(self.as_scalar(v, node), arr.type.dtype)
+        return [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
+
+    def st_Assign(self, s: ast.Assign) -> list[ir.Stmt]:
+        if (isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
+                and s.value.func.attr == "shared_array"):
+            return self.shared_array(s)
+        v = self.value(s.value)
+        out = []
+        for t in s.targets:
+            out += self.store(t, v, s)
+        return out
+
+    def st_AnnAssign(self, s: ast.AnnAssign) -> list[ir.Stmt]:
+        if s.value is None:
+            return []
+        v = self.value(s.value)
+        ann = self.value(s.annotation)
+        if isinstance(ann, DTypeVal):
+            v = cast(self.as_scalar(v, s), ann.type)
+        return self.store(s.target, v, s)
+
+    def st_AugAssign(self, s: ast.AugAssign) -> list[ir.Stmt]:
+        fake = ast.BinOp(left=_as_load(s.target), op=s.op, right=s.value)
+        ast.copy_location(fake, s)
+        v = self.value(fake)
+        return self.store(s.target, v, s)
+
+    def shared_array(self, s: ast.Assign) -> list[ir.Stmt]:
+        call = s.value
+        if not self.is_kernel:
+            raise self.error(s, "acc.shared_array() is allowed in the kernel body only; pass the array to device functions")
+        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+            raise self.error(s, "assign acc.shared_array(shape, dtype) to one name")
+        if not isinstance(self.value(call.func.value), AccVal):
+            raise self.error(s, "shared_array is a member of acc")
+        args = self.plain_args(call, 2, "acc.shared_array(shape, dtype)")
+        shp = self.value(args[0])
+        items = shp.items if isinstance(shp, TupleVal) else [shp]
+        if not all(isinstance(x, ir.Const) and not x.type.is_float and int(x.value) > 0 for x in items) or not 1 <= len(items) <= 3:
+            raise self.error(s, "acc.shared_array shape must be a positive constant int or a tuple of 1-3 of them")
+        dt = self.value(args[1])
+        if not isinstance(dt, DTypeVal):
+            raise self.error(s, "acc.shared_array dtype must be a numpy type such as np.float32")
+        name = s.targets[0].id
+        shape = tuple(int(x.value) for x in items)
+        sname = "sh_" + name
+        prev = self.ctx.shared.get(sname)
+        if prev is not None and (prev.shape != shape or prev.dtype != dt.type):
+            raise self.error(s, f"shared array {name!r} declared twice with different shapes")
+        self.ctx.shared[sname] = ir.SharedArray(sname, dt.type, shape)
+        self.ctx.labels[sname] = f"shared array {name!r}"
+        self.scope[name] = ir.ArrayRef(sname, ArrayType(dt.type, "shared", len(shape)),
+                                       tuple(ir.Const(d, INDEX) for d in shape))
+        return []
+
+    def st_If(self, s: ast.If) -> list[ir.Stmt]:
+        c = to_bool(self.scalar(s.test))
+        return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
+
+    def st_While(self, s: ast.While) -> ir.Stmt:
+        if s.orelse:
+            raise self.error(s, "while ... else is not allowed in kernels")
+        c = to_bool(self.scalar(s.test))
+        self.loops.append("while")
+        body = self.block(s.body)
+        self.loops.pop()
+        return ir.While(c, body, self.line(s))
+
+    def st_Break(self, s: ast.Break) -> ir.Stmt:
+        self.check_loop(s, "break")
+        return ir.Break(self.line(s))
+
+    def st_Continue(self, s: ast.Continue) -> ir.Stmt:
+        self.check_loop(s, "continue")
+        return ir.Continue(self.line(s))
+
+    def check_loop(self, s: ast.stmt, what: str) -> None:
+        if not self.loops:
+            raise self.error(s, f"{what} outside a loop")
+        if self.loops[-1] == "nd":
+            raise self.error(s, f"{what} is not allowed directly inside acc.uniform_elements_nd loops; "
+                                "use a flag variable or 1D loops")
+
+    def st_Return(self, s: ast.Return) -> ir.Stmt:
+        if self.is_kernel:
+            if s.value is not None:
+                raise self.error(s, "kernels return nothing; write results to an output array "
+                                    "(a bare 'return' ends the thread)")
+            return ir.Return(None, self.line(s))
+        if s.value is None:
+            self.note_return(VOID, s)
+            return ir.Return(None, self.line(s))
+        v = self.scalar(s.value, "a number (device functions return one scalar)")
+        t = self.note_return(v.type, s)
+        return [ir.Return(cast(v, t), self.line(s))]
+
+    def note_return(self, t: Any, s: ast.AST) -> Any:
+        cur = self.var_types.get("<return>")
+        if cur is None:
+            self.var_types["<return>"] = t
+            return t
+        if (cur is VOID) != (t is VOID):
+            raise self.error(s, "a device function must return a value on every return or on none")
+        if t is VOID:
+            return t
+        new = variable_type(cur, t)
+        if new != cur:
+            self.var_types["<return>"] = new
+            self.changed = True
+        return new
+
+    # --------------------------------------------------------------- acc calls used as values
+    def acc_call(self, name: str, node: ast.Call) -> Any:
+        if name == "sync_block_threads":
+            raise self.error(node, "acc.sync_block_threads() is a statement of its own")
+        return self.acc_call_common(name, node)
+
+    # --------------------------------------------------------------- debug range checks
+    def check_message(self, arr: ir.ArrayRef, idx: tuple, node: ast.AST) -> str | None:
+        if not self.ctx.debug or not idx:
+            return None
+        label = self.ctx.labels.get(arr.name, arr.name)
+        return (f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(node)}): index out of range "
+                f"for {label}")
+
+    # --------------------------------------------------------------- device functions
+    def device_call(self, df: Any, node: ast.Call) -> ir.Expr:
+        from ._kernel import specialise_device_function
+
+        if node.keywords:
+            raise self.error(node, f"device function {df.__name__!r} takes positional arguments only")
+        vals = [self.value(a) for a in node.args]
+        vals = [self.as_scalar(v, node) if isinstance(v, FieldAccess) else v for v in vals]
+        try:
+            fname, ret, args = specialise_device_function(df, vals, self.ctx)
+        except KernelSyntaxError:
+            raise
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        return ir.DeviceCall(fname, args, ret)
+
+
+def _as_load(target: ast.AST) -> ast.AST:
+    node = ast.parse(ast.unparse(target), mode="eval").body
+    ast.copy_location(node, target)
+    for n in ast.walk(node):
+        n.lineno = target.lineno
+        n.col_offset = getattr(target, "col_offset", 0)
+    return node
+
+
+_FORBIDDEN_EXPRS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield,
+                    ast.YieldFrom, ast.Await, ast.NamedExpr, ast.JoinedStr)
+_FORBIDDEN_STMTS = (ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.Raise, ast.Import, ast.ImportFrom,
+                    ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Delete,
+                    ast.Assert) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _prescan(b: FunctionBuilder, body: list[ast.stmt]) -> None:
+    """Refuse constructs the kernel language lacks before translating anything (first in source order)."""
+    bad = []
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, _FORBIDDEN_EXPRS) or isinstance(node, _FORBIDDEN_STMTS):
+                bad.append(node)
+    if bad:
+        node = min(bad, key=lambda n: (n.lineno, n.col_offset))
+        msg = b.unsupported_stmt(node) if isinstance(node, ast.stmt) else b.unsupported(node)
+        raise b.error(node, msg)
+
+
+def run_builder(make: Any, body: list[ast.stmt]) -> tuple[FunctionBuilder, list[ir.Stmt]]:
+    """Translate ``body`` until the locals' types stop changing (numba-like unification)."""
+    var_types: dict[str, Any] = {}
+    for attempt in range(8):
+        b = make(var_types)
+        if attempt == 0:
+            _prescan(b, body)
+        stmts = b.prologue + b.block(body)
+        if not b.changed:
+            return b, stmts
+    raise b.error(body[0], "the types of the local variables do not settle; assign each variable one type")
+
+
+def view_binding(spec: ArgSpec, ctx: CompileContext, params: list[ir.Param], prefix: str) -> ViewVal:
+    size = ir.Var(f"{prefix}_size", INDEX)
+    fields = {}
+    byname = {p.name: p for p in params}
+    for f in spec.layout.iter_fields():
+        p = byname[f"{prefix}_{f.name}"]
+        t = p.type
+        pitch = ir.Var(f"{prefix}_{f.name}_pitch", INDEX) if f.kind in ("vector", "matrix") else None
+        extents = (size,) + tuple(ir.Const(c, INDEX) for c in f.shape) if f.kind != "scalar" else ()
+        fields[f.name] = ir.ArrayRef(p.name, t, extents, pitch)
+        kind = {"column": "column", "vector": "vector", "matrix": "matrix", "scalar": "scalar"}[f.kind]
+        ctx.labels[p.name] = f"{kind} {f.name!r} of argument {spec.name!r} ({spec.describe()})"
+    return ViewVal(spec.layout, spec.const, fields, size, f"argument {spec.name!r} ({spec.describe()})")
+
+
+def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool) -> ir.Kernel:
+    """The IR of a kernel for one launch signature."""
+    if not parsed.params:
+        raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: kernel {parsed.name!r} must take "
+                                "acc as its first parameter", parsed.filename, parsed.line_offset + 1)
+    ctx = CompileContext(parsed.name, ndim, debug)
+    params: list[ir.Param] = []
+    per_arg = []
+    for spec in specs:
+        ps = params_of(spec)
+        params += ps
+        per_arg.append(ps)
+    assigned = _assigned_names(parsed.tree)
+
+    def make(var_types: dict) -> FunctionBuilder:
+        bindings: dict[str, Any] = {parsed.params[0]: AccVal()}
+        prologue: list[ir.Stmt] = []
+        for spec, ps, pname in zip(specs, per_arg, parsed.params[1:]):
+            if spec.kind == "view":
+                bindings[pname] = view_binding(spec, ctx, ps, f"a{spec.index}")
+            elif spec.kind == "scalar":
+                pv = ir.Var(ps[0].name, spec.dtype)
+                if pname in assigned:
+                    var_types.setdefault(pname, spec.dtype)
+                    prologue.append(("init", pname, pv))
+                else:
+                    bindings[pname] = pv
+            else:
+                ext = tuple(ir.Var(p.name, INDEX) for p in ps[1:])
+                bindings[pname] = ir.ArrayRef(ps[0].name, ps[0].type, ext)
+                ctx.labels[ps[0].name] = f"argument {spec.name!r} ({spec.describe()})"
+        b = FunctionBuilder(parsed, ctx, True, bindings, var_types, [])
+        b.prologue = [ir.Assign(b.var(n), cast(pv, var_types[n])) for _, n, pv in prologue]
+        return b
+
+    b, body = run_builder(make, parsed.tree.body)
+    k = ir.Kernel(parsed.name, ndim, params, b.locals, body, list(ctx.shared.values()), ctx.functions,
+                  ctx.uses_dynamic_shared, debug, parsed.filename, parsed.line_offset + 1, per_arg)
+    return k

@@ -1,0 +1,242 @@
+"""``@pk.kernel`` and ``@pk.device_function``: kernel objects, their IR per launch signature and
+the per-(backend, signature) cache of launch plans that backends fill."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+from . import ir
+from ._errors import KernelArgumentError, KernelSyntaxError
+from ._frontend import CompileContext, FunctionBuilder, ParsedFunction, parse_function, run_builder
+from ._signature import arg_specs, check_args, signature_key
+from ._values import AccVal, TupleVal, ViewVal
+from .types import INDEX, VOID, ScalarType
+
+
+_environ_data = getattr(os.environ, "_data", None)
+
+
+def debug_enabled() -> bool:
+    """True when ``ALPYKA_DEBUG`` asks for range checks inside kernels (read at every launch)."""
+    if isinstance(_environ_data, dict):  # CPython's raw environ: ~20x cheaper than os.environ.get
+        v = _environ_data.get(b"ALPYKA_DEBUG")
+        return v is not None and v not in (b"", b"0")
+    return os.environ.get("ALPYKA_DEBUG", "") not in ("", "0")
+
+
+class DeviceFunction:
+    """A helper a kernel may call (``@pk.device_function``). It takes ``acc``, arrays, views and
+    scalars, and returns one scalar or nothing. Compiled with the kernel that calls it."""
+
+    __alpyka_device_function__ = True
+
+    def __init__(self, fn: Callable) -> None:
+        self.py_function = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self._parsed: ParsedFunction | None = None
+
+    def parsed(self) -> ParsedFunction:
+        if self._parsed is None:
+            self._parsed = parse_function(self.py_function, "device function")
+        return self._parsed
+
+    def __call__(self, *args: Any) -> Any:
+        raise TypeError(f"device function {self.__name__!r} can only be called from inside a kernel")
+
+    def __repr__(self) -> str:
+        return f"<device_function {self.__name__}>"
+
+
+class Kernel:
+    """A kernel (``@pk.kernel``): launch it with ``pk.exec(q, workdiv, k, *args)`` or
+    ``q.enqueue(workdiv, k, *args)``. Compiled per backend and argument signature on first use."""
+
+    __alpyka_kernel__ = True
+
+    def __init__(self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None) -> None:
+        self.py_function = fn
+        self.__name__ = fn.__name__
+        self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        self.dynamic_shared_bytes = dynamic_shared_bytes
+        self._parsed: ParsedFunction | None = None
+        self._ir: dict[tuple, ir.Kernel] = {}
+        #: launch plans filled by backends: {(backend name, ndim, signature key, debug): plan}
+        self.plans: dict[tuple, Any] = {}
+        self.lock = threading.Lock()
+
+    @property
+    def param_names(self) -> list[str]:
+        """The parameter names after ``acc``."""
+        return self.parsed().params[1:]
+
+    def parsed(self) -> ParsedFunction:
+        if self._parsed is None:
+            self._parsed = parse_function(self.py_function, "kernel")
+        return self._parsed
+
+    def signature(self, args: tuple) -> tuple:
+        """The signature key of a launch with ``args``."""
+        return signature_key(args, self.__name__)
+
+    def check_args(self, args: tuple, device: Any) -> None:
+        check_args(self.__name__, self.param_names, args, device)
+
+    def ir(self, key: tuple, ndim: int, debug: bool) -> ir.Kernel:
+        """The typed IR for a launch signature (cached)."""
+        from ._frontend import build_kernel
+
+        k = (key, ndim, debug)
+        got = self._ir.get(k)
+        if got is None:
+            specs = arg_specs(key, self.param_names)
+            got = build_kernel(self.parsed(), specs, ndim, debug)
+            self._ir[k] = got
+        return got
+
+    def shared_bytes(self, workdiv: Any, args: tuple) -> int:
+        """Dynamic shared memory per block (bytes) for a launch."""
+        d = self.dynamic_shared_bytes
+        if d is None:
+            return 0
+        n = d(workdiv, *args) if callable(d) else d
+        if not isinstance(n, int) or n < 0:
+            raise KernelArgumentError(f"kernel {self.__name__!r}: dynamic_shared_bytes gave {n!r}; "
+                                      "it must give a non-negative int")
+        return n
+
+    def __call__(self, *args: Any) -> Any:
+        raise TypeError(f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), "
+                        "not called")
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.__name__}>"
+
+
+def kernel(fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[..., int] | None = None) -> Any:
+    """Mark ``fn(acc, *args)`` as a kernel: ``@pk.kernel`` or
+    ``@pk.kernel(dynamic_shared_bytes=lambda workdiv, *args: nbytes)`` (or a fixed int)."""
+    if fn is None:
+        return lambda f: Kernel(f, dynamic_shared_bytes)
+    if not callable(fn):
+        raise TypeError("@pk.kernel decorates a function")
+    return Kernel(fn, dynamic_shared_bytes)
+
+
+def device_function(fn: Callable) -> DeviceFunction:
+    """Mark ``fn`` as a helper kernels may call (``@pk.device_function``)."""
+    if not callable(fn):
+        raise TypeError("@pk.device_function decorates a function")
+    return DeviceFunction(fn)
+
+
+# ----------------------------------------------------------------------------- device functions
+def _array_param(name: str, arr: ir.ArrayRef) -> ir.ArrayRef:
+    ext = tuple(ir.Var(f"{name}_e{d}", INDEX) for d in range(len(arr.extents)))
+    pitch = ir.Var(f"{name}_pitch", INDEX) if arr.pitch is not None else None
+    return ir.ArrayRef(name, arr.type, ext, pitch)
+
+
+def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: CompileContext) -> tuple[str, Any, list]:
+    """Build (or reuse) the IR function of ``df`` for argument values ``vals``; return its name,
+    return type and the call's IR arguments."""
+    parsed = df.parsed()
+    if len(vals) != len(parsed.params):
+        raise TypeError(f"device function {df.__name__!r} takes {len(parsed.params)} argument(s), got {len(vals)}")
+    if any(f is df for f in ctx.stack):
+        raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
+    keys, call_args = [], []
+    for v in vals:
+        if isinstance(v, AccVal):
+            keys.append(("acc",))
+        elif isinstance(v, ir.Expr):
+            keys.append(("scalar", v.type.name))
+            call_args.append(v)
+        elif isinstance(v, ir.ArrayRef):
+            keys.append(("array", v.type))
+            call_args.append(v)
+        elif isinstance(v, ViewVal):
+            keys.append(("view", v.layout, v.const))
+            call_args += list(v.fields.values()) + [v.size]
+        else:
+            what = "a tuple" if isinstance(v, TupleVal) else type(v).__name__
+            raise TypeError(f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views or numbers")
+    skey = (df, tuple(keys))
+    if skey in ctx.specialisations:
+        fname = ctx.specialisations[skey]
+        return fname, ctx.functions[fname].return_type, call_args
+    fname = f"df_{df.__name__}_{len(ctx.specialisations)}"
+    ctx.specialisations[skey] = fname
+    assigned_scalars: list[tuple[str, ir.Var]] = []
+    params: list[Any] = []
+    from ._frontend import _assigned_names
+
+    assigned = _assigned_names(parsed.tree)
+    uses_acc = False
+
+    def make(var_types: dict) -> FunctionBuilder:
+        nonlocal uses_acc
+        bindings: dict[str, Any] = {}
+        params.clear()
+        assigned_scalars.clear()
+        for k, (pname, v) in enumerate(zip(parsed.params, vals)):
+            pn = f"{fname}_p{k}"
+            if isinstance(v, AccVal):
+                bindings[pname] = v
+                uses_acc = True
+            elif isinstance(v, ir.Expr):
+                pv = ir.Var(pn, v.type)
+                params.append(pv)
+                if pname in assigned:
+                    var_types.setdefault(pname, v.type)
+                    assigned_scalars.append((pname, pv))
+                else:
+                    bindings[pname] = pv
+            elif isinstance(v, ir.ArrayRef):
+                a = _array_param(pn, v)
+                params.append(a)
+                bindings[pname] = a
+                ctx.labels[pn] = f"array parameter {pname!r} of device function {df.__name__!r}"
+            else:
+                fields = {}
+                for fld, arr in v.fields.items():
+                    a = _array_param(f"{pn}_{fld}", arr)
+                    params.append(a)
+                    fields[fld] = a
+                    ctx.labels[a.name] = f"field {fld!r} of view parameter {pname!r} of device function {df.__name__!r}"
+                size = ir.Var(f"{pn}_size", INDEX)
+                params.append(size)
+                bindings[pname] = ViewVal(v.layout, v.const, fields, size, f"view parameter {pname!r}")
+        b = FunctionBuilder(parsed, ctx, False, bindings, var_types, [])
+        b.prologue = [ir.Assign(b.var(n), pv) for n, pv in assigned_scalars]
+        return b
+
+    ctx.stack.append(df)
+    try:
+        b, body = run_builder(make, parsed.tree.body)
+    finally:
+        ctx.stack.pop()
+    ret = b.var_types.get("<return>", VOID)
+    if ret is not VOID and not _always_returns(body):
+        raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: device function {df.__name__!r} "
+                                "returns a value on some paths but may end without 'return value'",
+                                parsed.filename, parsed.line_offset + 1)
+    ctx.functions[fname] = ir.Function(fname, list(params), ret, b.locals, body, uses_acc, df.__name__)
+    return fname, ret, call_args
+
+
+def _always_returns(body: list[ir.Stmt]) -> bool:
+    for s in body:
+        if isinstance(s, ir.Return):
+            return True
+        if isinstance(s, ir.If) and _always_returns(s.body) and _always_returns(s.orelse):
+            return True
+    return False
+
+
+__all__ = ["Kernel", "DeviceFunction", "kernel", "device_function", "debug_enabled", "ScalarType"]

@@ -1,0 +1,150 @@
+"""Front-end, loops: ``for`` over ``range`` and the alpaka loops (``acc.uniform_elements`` and
+friends) lowered to :class:`~portable.kernel.ir.ForRange` / :class:`~portable.kernel.ir.StridedLoop`."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from . import ir
+from ._expressions import binop, cast, imin
+from ._values import LoopVal, RangeVal, TupleVal
+from .types import INDEX, variable_type
+
+
+class LoopBuilder:
+    """Mixin of the function builder: loop statements."""
+
+    # --------------------------------------------------------------- loops
+    def st_For(self, s: ast.For) -> list[ir.Stmt]:
+        if s.orelse:
+            raise self.error(s, "for ... else is not allowed in kernels")
+        it = self.value(s.iter)
+        pre: list[ir.Stmt] = []
+        if isinstance(it, RangeVal):
+            if not isinstance(s.target, ast.Name):
+                raise self.error(s, "a range() loop needs one loop variable")
+            v = self.loop_var(s.target, s)
+            self.loops.append("range")
+            body = self.block(s.body)
+            self.loops.pop()
+            return [ir.ForRange(v, cast(it.start, v.type), cast(it.stop, v.type), cast(it.step, v.type),
+                                      body, self.line(s))]
+        if isinstance(it, LoopVal):
+            return pre + self.acc_loop(it, s)
+        raise self.error(s, f"kernels loop over range(...) or acc loops (acc.uniform_elements(n), ...), "
+                            f"not over {self.describe(it)}")
+
+    def loop_var(self, name_node: ast.AST, s: ast.AST) -> ir.Var:
+        if not isinstance(name_node, ast.Name):
+            raise self.error(s, "this acc loop needs a single loop variable name")
+        name = name_node.id
+        if name in self.var_types and self.var_types[name] != INDEX:
+            self.var_types[name] = variable_type(self.var_types[name], INDEX)
+            self.changed = True
+        self.var_types.setdefault(name, INDEX)
+        return self.var(name)
+
+    def loop_dim(self, lv: LoopVal, s: ast.AST) -> int:
+        if lv.dim is not None:
+            return lv.dim
+        if self.ctx.ndim == 1:
+            return 0
+        raise self.error(s, f"acc.{lv.kind}() in a {self.ctx.ndim}D kernel needs dim= (0 = slowest) "
+                            "or use acc.uniform_elements_nd")
+
+    def ints(self, vals: list[Any], s: ast.AST, what: str) -> list[ir.Expr]:
+        out = []
+        for v in vals:
+            e = self.as_scalar(v, s, "an integer")
+            if e.type.is_float:
+                raise self.error(s, f"{what} needs integer arguments, got {e.type}")
+            out.append(cast(e, INDEX))
+        return out
+
+    def acc_loop(self, lv: LoopVal, s: ast.For) -> list[ir.Stmt]:
+        I = lambda q, d: ir.Index(q, d)  # noqa: E731
+        line = self.line(s)
+        if lv.kind == "uniform_elements_nd":
+            if len(lv.args) != 1:
+                raise self.error(s, "acc.uniform_elements_nd(extent) takes one extent (a tuple in nD)")
+            ext = lv.args[0]
+            exts = self.ints(ext.items if isinstance(ext, TupleVal) else [ext], s, "uniform_elements_nd")
+            nd = self.ctx.ndim
+            if len(exts) != nd:
+                raise self.error(s, f"acc.uniform_elements_nd extent has {len(exts)} dimension(s); the kernel "
+                                    f"runs a {nd}D work division")
+            if isinstance(s.target, ast.Tuple):
+                if len(s.target.elts) != nd:
+                    raise self.error(s, f"unpack uniform_elements_nd into {nd} names")
+                vs = [self.loop_var(t, s) for t in s.target.elts]
+            elif isinstance(s.target, ast.Name):
+                vs = [self.loop_var(ast.Name(id=f"{s.target.id}_{d}"), s) for d in range(nd)]
+                self.scope[s.target.id] = TupleVal(vs)
+            else:
+                raise self.error(s, "bad loop target")
+            tmps = [self.tmp_index(e, f"ext{d}") for d, e in enumerate(exts)]
+            self.loops.append("nd" if nd > 1 else "strided")
+            body = self.block(s.body)
+            self.loops.pop()
+            for d in reversed(range(nd)):
+                e = I("thread_elements", d)
+                gt = binop("+", binop("*", I("block_idx", d), I("block_threads", d)), I("thread_idx", d))
+                stride = binop("*", binop("*", I("grid_blocks", d), I("block_threads", d)), e)
+                body = [ir.StridedLoop("uniform_elements", vs[d], d, binop("*", gt, e), tmps[d][1], stride, e, body,
+                                       line=line)]
+            return [a for a, _ in tmps] + body
+        d = self.loop_dim(lv, s)
+        e = I("thread_elements", d)
+        bt = I("block_threads", d)
+        local_var = None
+        group_base = None
+        target = s.target
+        n_args = {"uniform_elements": (1, 2), "uniform_groups": (1,), "uniform_group_elements": (2,),
+                  "independent_groups": (0, 1), "independent_group_elements": (1, 2)}[lv.kind]
+        if len(lv.args) not in n_args:
+            raise self.error(s, f"acc.{lv.kind}() takes {' or '.join(map(str, n_args))} argument(s)")
+        args = self.ints(lv.args, s, f"acc.{lv.kind}")
+        pre = []
+        if lv.kind == "uniform_elements":
+            first = args[0] if len(args) == 2 else ir.Const(0, INDEX)
+            gt = binop("+", binop("*", I("block_idx", d), bt), I("thread_idx", d))
+            start = binop("+", binop("*", gt, e), first)
+            stop, stride, chunk = args[-1], binop("*", binop("*", I("grid_blocks", d), bt), e), e
+        elif lv.kind == "uniform_groups":
+            be = binop("*", bt, e)
+            start = I("block_idx", d)
+            stop = binop("//", binop("-", binop("+", args[0], be), ir.Const(1, INDEX)), be)
+            stride, chunk = I("grid_blocks", d), ir.Const(1, INDEX)
+        elif lv.kind == "uniform_group_elements":
+            be = binop("*", bt, e)
+            a, base = self.tmp_index(binop("*", args[0], be), "group_base")
+            pre.append(a)
+            start = binop("+", base, binop("*", I("thread_idx", d), e))
+            stop = imin(binop("+", base, be), args[1])
+            stride, chunk, group_base = be, e, base
+            if isinstance(target, ast.Tuple):
+                if len(target.elts) != 2:
+                    raise self.error(s, "acc.uniform_group_elements yields the global index, or (global, local)")
+                target, loc = target.elts
+                local_var = self.loop_var(loc, s)
+        elif lv.kind == "independent_groups":
+            start, stride, chunk = I("block_idx", d), I("grid_blocks", d), ir.Const(1, INDEX)
+            stop = args[0] if args else I("grid_blocks", d)
+        else:  # independent_group_elements
+            first = args[0] if len(args) == 2 else ir.Const(0, INDEX)
+            start = binop("+", binop("*", I("thread_idx", d), e), first)
+            stop, stride, chunk = args[-1], binop("*", bt, e), e
+        var = self.loop_var(target, s)
+        self.loops.append("strided")
+        body = self.block(s.body)
+        self.loops.pop()
+        return pre + [ir.StridedLoop(lv.kind, var, d, start, stop, stride, chunk, body, local_var, group_base,
+                                     line=line)]
+
+    def tmp_index(self, e: ir.Expr, what: str) -> tuple[ir.Stmt, ir.Expr]:
+        self.ntmp += 1
+        name = f"t{self.ntmp}_{what}"
+        self.locals[name] = e.type
+        return ir.Assign(ir.Var(name, e.type), e), ir.Var(name, e.type)
+

@@ -1,0 +1,187 @@
+"""Kernel arguments: what each Python argument is (its :class:`ArgSpec`), the signature key of a
+launch, and the flattened :class:`~portable.kernel.ir.Param` list the IR uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import soa
+
+from .._buffer import Buffer
+from ._errors import KernelArgumentError
+from .ir import Param
+from .types import INDEX, ArrayType, ScalarType, literal_type, scalar_type
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One Python argument of a launch: ``kind`` is ``view``, ``buffer``, ``array`` (numpy) or
+    ``scalar``; ``dtype``/``ndim`` for buffers, arrays and scalars; ``layout`` for views."""
+
+    index: int
+    name: str
+    kind: str
+    dtype: ScalarType | None = None
+    ndim: int = 0
+    const: bool = False
+    layout: Any = None
+
+    def describe(self) -> str:
+        if self.kind == "view":
+            return f"{'const ' if self.const else ''}{self.layout.__name__} view"
+        if self.kind == "scalar":
+            return f"{self.dtype} scalar"
+        return f"{self.ndim}-d {self.dtype} {self.kind}"
+
+
+# ----------------------------------------------------------------------------- keys
+def _key_view(a: Any) -> tuple:
+    return ("view", a.layout, a.const)
+
+
+def _key_buffer(a: Any) -> tuple:
+    return ("buffer", a.dtype, len(a.shape))
+
+
+def _key_ndarray(a: Any) -> tuple:
+    return ("array", a.dtype, a.ndim, not a.flags.writeable)
+
+
+_BOOL_KEY = ("scalar", "bool")
+_INT_KEY = ("scalar", "int64")
+_FLOAT_KEY = ("scalar", "float64")
+
+
+def _key_bool(a: Any) -> tuple:
+    return _BOOL_KEY
+
+
+def _key_int(a: Any) -> tuple:
+    if not _INT64_MIN <= a <= _INT64_MAX:
+        raise KernelArgumentError(f"integer argument {a} does not fit in int64")
+    return _INT_KEY
+
+
+def _key_float(a: Any) -> tuple:
+    return _FLOAT_KEY
+
+
+def _key_npscalar(a: Any) -> tuple:
+    return _NP_SCALAR_KEYS[type(a)]
+
+
+_KEYS: dict[type, Callable[[Any], tuple]] = {
+    soa.View: _key_view, Buffer: _key_buffer, np.ndarray: _key_ndarray, bool: _key_bool,
+    np.bool_: _key_bool, int: _key_int, float: _key_float,
+}
+_NP_SCALAR_KEYS: dict[type, tuple] = {}
+for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+           np.float32, np.float64):
+    _KEYS[_t] = _key_npscalar
+    _NP_SCALAR_KEYS[_t] = ("scalar", np.dtype(_t).name)
+
+
+def arg_key(a: Any, kernel_name: str = "", index: int = 0) -> tuple:
+    """The signature key of one argument (what the compiled code depends on)."""
+    fn = _KEYS.get(type(a))
+    if fn is not None:
+        return fn(a)
+    for t, fn in _KEYS.items():
+        if isinstance(a, t):
+            return fn(a)
+    raise KernelArgumentError(
+        f"kernel {kernel_name!r}: argument {index} is a {type(a).__name__}; kernel arguments are "
+        "soa views (coll.view()), pk.Buffer, numpy arrays (CPU backends), numpy scalars, int, float, bool"
+    )
+
+
+def signature_key(args: tuple, kernel_name: str = "") -> tuple:
+    try:
+        return tuple([_KEYS[type(a)](a) for a in args])
+    except KeyError:
+        return tuple(arg_key(a, kernel_name, i) for i, a in enumerate(args))
+
+
+def arg_specs(key: tuple, names: list[str]) -> list[ArgSpec]:
+    """The ArgSpecs of a signature key (``names`` are the kernel's parameter names after acc)."""
+    specs = []
+    for i, (k, name) in enumerate(zip(key, names)):
+        if k[0] == "view":
+            specs.append(ArgSpec(i, name, "view", const=k[2], layout=k[1]))
+        elif k[0] == "scalar":
+            specs.append(ArgSpec(i, name, "scalar", scalar_type(k[1])))
+        elif k[0] == "buffer":
+            specs.append(ArgSpec(i, name, "buffer", scalar_type(k[1]), k[2]))
+        else:
+            specs.append(ArgSpec(i, name, "array", scalar_type(k[1]), k[2], const=k[3]))
+    return specs
+
+
+def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> None:
+    """Raise KernelArgumentError for a wrong count, unsupported type or memory of another device."""
+    if len(args) != len(names):
+        raise KernelArgumentError(
+            f"kernel {kernel_name!r} takes {len(names)} argument(s) after acc ({', '.join(names)}), "
+            f"got {len(args)}"
+        )
+    for i, a in enumerate(args):
+        arg_key(a, kernel_name, i)
+        where = None
+        if isinstance(a, soa.View):
+            where = a.device
+        elif isinstance(a, Buffer):
+            where = a.device
+            if not 1 <= len(a.shape) <= 3:
+                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r} is a "
+                                          f"{len(a.shape)}-d buffer; kernels take 1-3 dimensional buffers")
+        elif isinstance(a, np.ndarray):
+            if not device.is_host_memory:
+                raise KernelArgumentError(
+                    f"kernel {kernel_name!r}: argument {names[i]!r} is a numpy array, which {device} "
+                    "cannot address; copy it into a pk.Buffer of that device")
+            if not 1 <= a.ndim <= 3 or not a.flags.c_contiguous:
+                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r} must be a "
+                                          "C-contiguous numpy array of 1-3 dimensions")
+            try:
+                scalar_type(a.dtype)
+            except TypeError as exc:
+                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r}: {exc}") from None
+        if where is not None and not device.can_access(where):
+            raise KernelArgumentError(
+                f"kernel {kernel_name!r}: argument {names[i]!r} lives on {where}, which a queue of "
+                f"{device} cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)")
+
+
+# ----------------------------------------------------------------------------- IR params
+def _field_array_type(field: Any, const: bool) -> ArrayType:
+    dt = scalar_type(field.dtype)
+    kind = {"column": "column", "vector": "vector", "matrix": "matrix", "scalar": "scalar_field"}[field.kind]
+    ndim = {"column": 1, "vector": 2, "matrix": 3, "scalar": 0}[field.kind]
+    return ArrayType(dt, kind, ndim, const, tuple(field.shape))
+
+
+def params_of(spec: ArgSpec) -> list[Param]:
+    """The flattened parameters of one argument, in the order every emitter passes them."""
+    k = spec.index
+    if spec.kind == "scalar":
+        return [Param(f"a{k}", spec.dtype, "value", k)]
+    if spec.kind in ("buffer", "array"):
+        t = ArrayType(spec.dtype, "buffer", spec.ndim, spec.const)
+        return [Param(f"a{k}", t, "array", k)] + [
+            Param(f"a{k}_e{d}", INDEX, "extent", k, str(d)) for d in range(spec.ndim)]
+    out = []
+    for f in spec.layout.iter_fields():
+        out.append(Param(f"a{k}_{f.name}", _field_array_type(f, spec.const), "array", k, f.name))
+        if f.kind in ("vector", "matrix"):
+            out.append(Param(f"a{k}_{f.name}_pitch", INDEX, "pitch", k, f.name))
+    out.append(Param(f"a{k}_size", INDEX, "size", k))
+    return out
+
+
+def constant_type(value: Any) -> ScalarType:
+    return literal_type(value)

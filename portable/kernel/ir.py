@@ -1,0 +1,397 @@
+"""The typed intermediate representation (IR) of a kernel: what every emitter consumes.
+
+The front-end (:mod:`portable.kernel._frontend`) turns a kernel's Python source plus a launch
+signature into one :class:`Kernel`; an emitter (numba Python for the CPU backends, OpenCL C,
+CUDA C) walks it. Nothing here is specific to one emitter. Types come from
+:mod:`portable.kernel.types`.
+
+Conventions
+-----------
+- Every expression node has ``.type`` (a :class:`~portable.kernel.types.ScalarType`). Implicit
+  conversions are explicit :class:`Cast` nodes: the operands of :class:`BinOp` and
+  :class:`Compare` already have the operation's operand type, the value of :class:`Assign`,
+  :class:`Store`, :class:`Return` and atomic operands already have the destination's type.
+- Every local variable is listed with its type in ``Function.locals`` (C declares them at the
+  top of the function; Python scoping: one type per name for the whole function). Names are
+  already safe identifiers: user locals are ``v_<name>``, front-end temporaries ``t<N>_...``,
+  kernel parameters ``a<k>_...``, shared arrays ``sh_<name>``.
+- Work-division queries are the five primitives of :class:`Index`; everything else
+  (``global_thread_idx``, ``grid_threads``, ``once_per_block``...) is built from them.
+- Dimension ``d`` counts from 0 = slowest-varying, as in alpaka; ``Kernel.ndim`` is 1-3.
+  A C emitter maps dimension ``ndim-1`` to CUDA's ``x`` (OpenCL ``get_*_id(0)``).
+
+Node kinds
+----------
+Expressions (fields; all have ``type``):
+
+- ``Const(value)``: a Python bool/int/float of ``type``.
+- ``Var(name)``: a local variable or a scalar kernel/function parameter.
+- ``Index(query, dim)``: ``query`` in :data:`INDEX_QUERIES` along ``dim``; type int64.
+- ``Cast(value)``: numeric conversion to ``type`` (C semantics: float -> int truncates toward 0;
+  to bool means ``!= 0``).
+- ``UnaryOp(op, operand)``: ``op`` in ``- ~ not``; operand already of ``type`` (``not``: bool).
+- ``BinOp(op, left, right)``: ``op`` in ``+ - * / // % ** & | ^ << >>``. Both operands have
+  ``type`` except shifts (right operand keeps its own integer type). **Python semantics**:
+  ``//`` floors and ``%`` takes the divisor's sign (ints and floats); ``/`` is true division
+  (ints were cast to float64 already); integer ``**`` is repeated multiplication (non-negative
+  exponents); integer division by zero is undefined (C) / raises (numba).
+- ``Compare(op, left, right)``: ``op`` in ``< <= > >= == !=``, operands of one common type; bool.
+- ``BoolOp(op, values)``: ``and`` / ``or`` of bool values, short-circuit; bool.
+- ``Select(cond, if_true, if_false)``: ``if_true if cond else if_false`` (both of ``type``), lazy.
+- ``MathCall(func, args)``: ``func`` in :data:`MATH_FUNCTIONS`; the args are cast to the
+  computation type (float32 or float64; for ``min``/``max``/``abs`` any numeric type);
+  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool.
+- ``Load(array, indices, check)``: element of an :class:`ArrayRef`; indices are int64 expressions,
+  as many as ``array.type.ndim`` (none for a scalar field). ``check`` (also on ``Store`` and
+  ``AtomicOp``) is None, or under ``ALPYKA_DEBUG=1`` the message to raise (CPU) / report (GPU)
+  when an index is outside ``[0, extent)`` of ``array.extents``; the check happens exactly when
+  the access does (so ``i < n and x[i] > 0`` never checks ``x[n]``).
+- ``AtomicOp(op, array, indices, operands, hierarchy, check)``: ``op`` in :data:`ATOMIC_OPS`; returns the
+  old value (``type`` = the element type). ``operands`` = ``(value,)``, or ``(compare, value)`` for
+  ``cas``. ``inc``: ``old >= value ? 0 : old + 1``; ``dec``: ``(old == 0 or old > value) ? value :
+  old - 1`` (alpaka / CUDA wrap semantics). ``hierarchy`` in ``grid / block / threads``.
+- ``DeviceCall(function, args)``: call of ``Kernel.functions[function]``; ``args`` match its
+  params one to one (an :class:`ArrayRef` for an array param, an expression for a scalar one).
+
+Arrays: ``ArrayRef(name, type, extents, pitch)``: ``name`` is a kernel/function array parameter
+or a shared array; ``type`` an :class:`~portable.kernel.types.ArrayType` (kind, dtype, const);
+``extents`` the logical extent of each index (int64 expressions, used for range checks and for
+buffer addressing); ``pitch`` (vector and matrix kinds) the distance in elements between two
+component columns. An emitter needing the extents/pitch inside a device function passes them as
+extra parameters (a function's array params carry ``Var`` extents named ``<name>_e<d>`` and
+``<name>_pitch`` for that purpose).
+
+Statements:
+
+- ``Assign(target, value)``: ``target`` a local :class:`Var`.
+- ``Store(array, indices, value, check)``: ``array[indices] = value``.
+- ``ExprStmt(value)``: evaluate for side effects (atomics, device calls).
+- ``If(cond, body, orelse)``, ``While(cond, body)``.
+- ``ForRange(var, start, stop, step, body)``: Python ``range``; ``step`` may be negative
+  (``var`` walks down while ``var > stop``); a step of 0 is an error the emitter may not check.
+- ``StridedLoop(kind, var, dim, start, stop, stride, chunk, body, local_var, group_base)``: the
+  alpaka loops, all of one shape::
+
+      for base = start; base < stop; base += stride:
+          for var = base; var < min(base + chunk, stop); var += 1:
+              local_var = var - group_base      # only when local_var is not None
+              body
+
+  ``kind`` names the alpaka construct (``uniform_elements``, ``uniform_groups``,
+  ``uniform_group_elements``, ``independent_groups``, ``independent_group_elements``) so an
+  emitter may lower it its own way; ``start/stop/stride/chunk/group_base`` are int64 expressions
+  evaluated once before the loop. ``break`` / ``continue`` directly inside ``body`` leave / go to
+  the next index of the *whole* StridedLoop (a Python ``break`` in ``for i in
+  acc.uniform_elements(n)`` ends every chunk), so an emitter using two nested loops must carry
+  the break out of the inner loop.
+- ``Break()``, ``Continue()``: of the innermost ``While``/``ForRange``/``StridedLoop``.
+- ``Return(value)``: ``value`` None in kernels (the thread stops) and void functions.
+- ``SyncBlockThreads()``: barrier of all threads of a block (a no-op with one thread per block).
+
+Functions and kernels:
+
+- ``Param(name, type, role, arg_index, field)``: one flattened kernel parameter. ``type`` is an
+  ArrayType (``role`` ``"array"``) or a ScalarType (roles ``"value"`` = a scalar argument,
+  ``"size"`` = a view's element count, ``"pitch"`` = a vector/matrix field's component pitch in
+  elements, ``"extent"`` = extent ``field`` (an int as a string) of a buffer). ``arg_index`` is the
+  Python argument it comes from; ``field`` the view field name for view-derived params.
+- ``Function(name, params, return_type, locals, body, uses_acc, source_name)``: a device function
+  specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef`` (arrays).
+- ``SharedArray(name, dtype, shape)``: a static per-block array declared by the kernel.
+- ``Kernel(name, ndim, params, args, locals, body, shared, functions, uses_dynamic_shared,
+  debug, source_file, first_line)``: the entry point. The launch also provides the work
+  division (whose extents the :class:`Index` nodes read) and, when ``uses_dynamic_shared``, the
+  dynamic shared memory size in bytes (``DYNAMIC_SHARED_BYTES`` is the name of that int64 value
+  inside the kernel; every ``dynamic_shared`` array starts at the same address).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
+
+#: primitive work-division queries (per dimension)
+INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements")
+#: atomic read-modify-write operations, all returning the old value
+ATOMIC_OPS = ("add", "sub", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec")
+ATOMIC_HIERARCHIES = ("grid", "block", "threads")
+#: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``)
+MATH_FUNCTIONS = (
+    "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+    "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "pow", "hypot",
+    "fabs", "floor", "ceil", "trunc", "copysign", "fmod", "erf", "erfc", "lgamma", "tgamma",
+    "isnan", "isinf", "isfinite", "min", "max", "abs",
+)
+#: name of the dynamic shared memory size (bytes) inside a kernel that uses it
+DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
+
+
+# ----------------------------------------------------------------------------- expressions
+class Expr:
+    """Base of expression nodes; every expression has ``type``."""
+
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class Const(Expr):
+    value: Any
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class Var(Expr):
+    name: str
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class Index(Expr):
+    query: str
+    dim: int
+    type: ScalarType = INDEX
+
+
+@dataclass(eq=False)
+class Cast(Expr):
+    value: Expr
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class UnaryOp(Expr):
+    op: str
+    operand: Expr
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class BinOp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class Compare(Expr):
+    op: str
+    left: Expr
+    right: Expr
+    type: ScalarType = BOOL
+
+
+@dataclass(eq=False)
+class BoolOp(Expr):
+    op: str
+    values: list[Expr]
+    type: ScalarType = BOOL
+
+
+@dataclass(eq=False)
+class Select(Expr):
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class MathCall(Expr):
+    func: str
+    args: list[Expr]
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class ArrayRef:
+    """An array operand (not an expression: arrays are not values)."""
+
+    name: str
+    type: ArrayType
+    extents: tuple[Expr, ...]
+    pitch: Optional[Expr] = None
+
+
+@dataclass(eq=False)
+class Load(Expr):
+    array: ArrayRef
+    indices: tuple[Expr, ...]
+    type: ScalarType
+    check: Optional[str] = None
+
+
+@dataclass(eq=False)
+class AtomicOp(Expr):
+    op: str
+    array: ArrayRef
+    indices: tuple[Expr, ...]
+    operands: tuple[Expr, ...]
+    hierarchy: str
+    type: ScalarType
+    check: Optional[str] = None
+
+
+@dataclass(eq=False)
+class DeviceCall(Expr):
+    function: str
+    args: list[Union[Expr, ArrayRef]]
+    type: Any  # ScalarType or VOID
+
+
+# ----------------------------------------------------------------------------- statements
+class Stmt:
+    """Base of statement nodes; ``line`` is the line in the kernel's source file (or 0)."""
+
+    line: int
+
+
+@dataclass(eq=False)
+class Assign(Stmt):
+    target: Var
+    value: Expr
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    array: ArrayRef
+    indices: tuple[Expr, ...]
+    value: Expr
+    line: int = 0
+    check: Optional[str] = None
+
+
+@dataclass(eq=False)
+class ExprStmt(Stmt):
+    value: Expr
+    line: int = 0
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    body: list[Stmt]
+    orelse: list[Stmt]
+    line: int = 0
+
+
+@dataclass(eq=False)
+class While(Stmt):
+    cond: Expr
+    body: list[Stmt]
+    line: int = 0
+
+
+@dataclass(eq=False)
+class ForRange(Stmt):
+    var: Var
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: list[Stmt]
+    line: int = 0
+
+
+STRIDED_LOOP_KINDS = ("uniform_elements", "uniform_groups", "uniform_group_elements",
+                      "independent_groups", "independent_group_elements")
+
+
+@dataclass(eq=False)
+class StridedLoop(Stmt):
+    kind: str
+    var: Var
+    dim: int
+    start: Expr
+    stop: Expr
+    stride: Expr
+    chunk: Expr
+    body: list[Stmt]
+    local_var: Optional[Var] = None
+    group_base: Optional[Expr] = None
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Return(Stmt):
+    value: Optional[Expr] = None
+    line: int = 0
+
+
+@dataclass(eq=False)
+class SyncBlockThreads(Stmt):
+    line: int = 0
+
+
+# ----------------------------------------------------------------------------- functions
+@dataclass(eq=False)
+class Param:
+    name: str
+    type: Union[ScalarType, ArrayType]
+    role: str  # "array", "value", "size", "pitch", "extent"
+    arg_index: int
+    field: str = ""
+
+
+@dataclass(eq=False)
+class SharedArray:
+    name: str
+    dtype: ScalarType
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Function:
+    name: str
+    params: list[Union[Var, ArrayRef]]
+    return_type: Union[ScalarType, VoidType]
+    locals: dict[str, ScalarType]
+    body: list[Stmt]
+    uses_acc: bool = False
+    source_name: str = ""
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    ndim: int
+    params: list[Param]
+    locals: dict[str, ScalarType]
+    body: list[Stmt]
+    shared: list[SharedArray] = field(default_factory=list)
+    functions: dict[str, Function] = field(default_factory=dict)
+    uses_dynamic_shared: bool = False
+    debug: bool = False
+    source_file: str = ""
+    first_line: int = 0
+    #: Param objects of each Python argument, in argument order (``args[k]`` lists those of arg k)
+    args: list[list[Param]] = field(default_factory=list)
+
+
+def walk(stmts: list[Stmt]):
+    """Every statement of ``stmts``, nested ones included (pre-order)."""
+    for s in stmts:
+        yield s
+        for attr in ("body", "orelse"):
+            inner = getattr(s, attr, None)
+            if inner:
+                yield from walk(inner)
+
+
+def dump(node: Any, indent: int = 0) -> str:
+    """A readable multi-line rendering of a kernel, function, statement list or expression."""
+    from ._irdump import dump as _dump
+
+    return _dump(node, indent)

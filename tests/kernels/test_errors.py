@@ -1,0 +1,97 @@
+"""Compile-time errors (text and line), launch-time argument errors, ALPYKA_DEBUG range checks."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import bad_kernels as bk
+import portable as pk
+from kernel_defs import Particles, copy_x, record_uniform, upload
+from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError
+
+
+def _line(marker):
+    lines = inspect.getsource(bk).splitlines()
+    return next(k + 1 for k, text in enumerate(lines) if text.rstrip().endswith(f"# ERR:{marker}"))
+
+
+CASES = [
+    (bk.uses_print, "print", "print() is not allowed"),
+    (bk.uses_comprehension, "comprehension", "list comprehensions are not allowed"),
+    (bk.uses_try, "try", "try/except is not allowed"),
+    (bk.returns_value, "return", "kernels return nothing"),
+    (bk.calls_recursive, "recursion", "recursion is not allowed"),
+    (bk.captures_array, "closure", "pass arrays as kernel arguments"),
+    (bk.captures_list, "global", "may be only int/float/bool"),
+    (bk.unknown_acc_member, "acc", "acc has no member 'warp_idx'"),
+    (bk.calls_plain_function, "plain", "plain Python function"),
+]
+
+
+@pytest.mark.parametrize("kern,marker,text", CASES, ids=[c[1] for c in CASES])
+def test_compile_errors_name_file_line_and_rule(device, queue, kern, marker, text):
+    out = upload(queue, np.zeros(4))
+    with pytest.raises(KernelSyntaxError) as err:
+        pk.exec(queue, pk.make_workdiv(device, 1, 1), kern, out, 3)
+    msg = str(err.value)
+    assert text in msg
+    assert f"bad_kernels.py:{_line(marker)}:" in msg, msg
+    assert err.value.lineno == _line(marker)
+
+
+def test_write_through_const_view_fails_at_compile_time(device, queue):
+    c = pk.PortableCollection(Particles, 8, queue)
+    with pytest.raises(KernelSyntaxError) as err:
+        pk.exec(queue, pk.make_workdiv(device, 1, 1), bk.writes_const_view, c.view(), c.const_view(), 8)
+    assert "const" in str(err.value) and f"bad_kernels.py:{_line('const')}:" in str(err.value)
+
+
+def test_argument_count_and_type(device, queue):
+    a = upload(queue, np.zeros(4, np.int64))
+    wd = pk.make_workdiv(device, 1, 1)
+    with pytest.raises(KernelArgumentError, match="takes 3 argument"):
+        pk.exec(queue, wd, record_uniform, a, 4)
+    with pytest.raises(KernelArgumentError, match="argument 2 is a str"):
+        pk.exec(queue, wd, record_uniform, a, a, "4")
+    with pytest.raises(TypeError, match="not a kernel"):
+        pk.exec(queue, wd, lambda acc: None)
+
+
+def test_view_of_another_device(backend, device, queue):
+    others = [b for b in pk.available_backends()
+              if pk.device(b).memory_space != device.memory_space]
+    if not others:
+        pytest.skip("no available backend with another memory space")
+    other_q = pk.Queue(pk.device(others[0]))
+    c = pk.PortableCollection(Particles, 8, other_q)
+    mine = pk.PortableCollection(Particles, 8, queue)
+    with pytest.raises(KernelArgumentError, match="lives on"):
+        pk.exec(queue, pk.make_workdiv(device, 1, 1), copy_x, mine.view(), c.const_view(), 8)
+    other_q.wait()
+
+
+def test_workdiv_the_device_cannot_run(device, queue):
+    a = upload(queue, np.zeros(4, np.int64))
+    too_many = device.limits.max_threads_per_block + 1
+    with pytest.raises(pk.WorkDivError):
+        pk.exec(queue, pk.WorkDiv(1, too_many, 1), record_uniform, a, a, 4)
+
+
+def test_debug_range_check_names_kernel_and_column(device, queue, monkeypatch):
+    monkeypatch.setenv("ALPYKA_DEBUG", "1")
+    c = pk.PortableCollection(Particles, 10, queue)
+    pk.exec(queue, pk.make_workdiv(device, 2, 5), bk.reads_past_end, c.view(), 10)
+    with pytest.raises(pk.AsyncError) as err:
+        queue.wait()
+    msg = str(err.value.__cause__ or err.value)
+    assert "reads_past_end" in msg and "column 'x'" in msg and "index out of range" in msg
+    buf = upload(queue, np.zeros((4, 2)))
+    pk.exec(queue, pk.make_workdiv(device, 1, 4), bk.buffer_past_end, buf, 4)
+    with pytest.raises(pk.AsyncError) as err:
+        queue.wait()
+    assert "buffer_past_end" in str(err.value.__cause__) and "argument 'buf'" in str(err.value.__cause__)
+    assert isinstance(err.value.__cause__, KernelIndexError)
+    monkeypatch.delenv("ALPYKA_DEBUG")
+    pk.exec(queue, pk.make_workdiv(device, 1, 4), bk.reads_past_end, c.view(), 5)  # in range: fine
+    queue.wait()
