@@ -1,1 +1,51 @@
-"""SoA collections into PyTorch models (zero-copy), and Triton inference as a service."""
+"""SoA collections into PyTorch models (zero-copy), and Triton inference as a service.
+
+    from inference import Model, SoAMetadata, ModelMetadata
+    inputs = SoAMetadata(in_coll).append_block("features", "x", "y", "z")
+    outputs = SoAMetadata(out_coll).append_block("preds", "m", "n")
+    Model("model.pt").to(q).forward(ModelMetadata(inputs, outputs))
+
+Contract of the metadata objects (stable; ``inference.remote`` builds on it):
+
+- ``SoAMetadata(collection, which=None)``: ``which`` selects a block of a multi-layout collection.
+  ``.append_block(name, *columns)`` (chainable), ``.change_order(names)``, ``.block_names``
+  (ordered), ``.block(name)`` -> ``.name .columns .dtype`` (numpy) ``.shape`` (batch axis first)
+  ``.strides`` (elements); ``.tensor(name)`` (torch tensor over the collection memory),
+  ``.numpy(name)`` (zero-copy strided view for host memory, a host copy otherwise),
+  ``.write_outputs({name: array_or_tensor})`` (validates every output against its block first,
+  then writes; a mismatch leaves the collection unchanged and names the block),
+  ``.collection``, ``.size`` (the batch size n).
+- ``ModelMetadata(inputs, outputs, batch_size=None, cast_outputs=False, input_dtype=None)``
+  with ``.inputs``, ``.outputs``, ``.batch_size``; ``Model.forward(meta, batch_size=B)`` overrides it.
+
+Shapes and strides follow CMSSW PyTorchAlpaka (see ``inference._block``). Memory torch can
+address (cpu_serial, cpu_threads, cuda, rocm) is used in place; OpenCL memory goes through the
+copy path (host staging), which ``repr`` of the metadata and the model states.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._block import Block
+from ._loading import ModelFileError, load_state_dict
+from ._metadata import ModelMetadata, SoAMetadata
+from ._model import Model
+from ._runtime import set_torch_threads, torch_threads
+
+__all__ = [
+    "Block", "Model", "ModelFileError", "ModelMetadata", "SoAMetadata", "load_state_dict",
+    "set_torch_threads", "torch_threads", "aot", "RemoteModel", "serve",
+]
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name == "aot":  # imported lazily: `python -m inference.aot` must not find it imported
+        return importlib.import_module("inference.aot")
+    if name == "RemoteModel":  # imported lazily: tritonclient is optional
+        return importlib.import_module("inference.remote").RemoteModel
+    if name == "serve":  # the callable module inference.serve: serve(models, ...) (PyTriton, lazily)
+        return importlib.import_module("inference.serve")
+    raise AttributeError(f"module 'inference' has no attribute {name!r}")

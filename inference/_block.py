@@ -1,0 +1,137 @@
+"""Block geometry: the shape and element strides of a group of SoA columns seen as one tensor.
+
+The rules are PyTorchAlpaka's (CMSSW ``PhysicsTools/PyTorchAlpaka``), with
+``padded = round_up(n, alignment / itemsize)`` elements per padded column:
+
+- k plain columns: shape ``[n, k]``, strides ``[1, padded]``;
+- k vectors of R components: ``[n, k, R]``, strides ``[1, R*padded, padded]``; k = 1 gives ``[n, R]``;
+- k matrices R x C (components column-major): ``[n, k, R, C]``, strides
+  ``[1, R*C*padded, padded, R*padded]``; k = 1 gives ``[n, R, C]``;
+- k scalars: ``[n, k]`` with stride 0 on the batch axis (a broadcast), ``slot`` between scalars.
+
+Columns of one block share their dtype, kind and component shape and are adjacent in the
+layout. Nothing here touches torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+import soa
+
+
+@dataclass(frozen=True)
+class Block:
+    """One tensor's worth of adjacent SoA columns.
+
+    ``shape`` has the batch axis first; ``strides`` are in elements; ``offset`` is the byte
+    offset of the block's first element inside the collection's buffer; ``span`` is the
+    ``(start, stop)`` byte range of the buffer the block's columns occupy (padding included).
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    kind: str  # "column", "vector", "matrix" or "scalar"
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    span: tuple[int, int]
+    alignment: int  # the layout's byte alignment
+
+    @property
+    def size(self) -> int:
+        """Number of elements on the batch axis (n)."""
+        return self.shape[0]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def batch_multiple(self) -> int:
+        """Mini-batch sizes must be multiples of this (alignment / itemsize) to keep alignment."""
+        return max(1, self.alignment // self.itemsize)
+
+    @property
+    def byte_strides(self) -> tuple[int, ...]:
+        return tuple(s * self.itemsize for s in self.strides)
+
+    def __repr__(self) -> str:
+        cols = ", ".join(self.columns)
+        return (f"<Block {self.name!r} [{cols}] {self.kind} {self.dtype} shape={list(self.shape)} "
+                f"strides={list(self.strides)}>")
+
+
+def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) -> list[str]:
+    """Check the block's name and columns; returns the layout's column names in order."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a block name must be a non-empty string, got {name!r}")
+    if not columns:
+        raise ValueError(f"block {name!r} needs at least one column of {layout.__name__}; "
+                         f"its columns are {layout.field_names()}")
+    for c in columns:
+        if not isinstance(c, str):
+            raise TypeError(f"block {name!r}: column names are strings, got {c!r}")
+    known = layout.field_names()
+    unknown = [c for c in columns if c not in known]
+    if unknown:
+        raise KeyError(f"block {name!r}: {layout.__name__} has no column(s) {unknown}; its columns are {known}")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"block {name!r} names a column twice: {list(columns)}")
+    return known
+
+
+def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str]) -> Block:
+    """The :class:`Block` ``name`` made of ``columns`` of ``n`` elements of ``layout`` stored at
+    byte ``view_offset`` of a buffer; a clear error when the columns cannot form one tensor."""
+    columns = tuple(columns)
+    order = _check_columns(layout, name, columns)
+    ps = layout.placements(n)
+    places = [ps[c] for c in columns]
+    fields = [p.field for p in places]
+
+    if any(f.dtype != fields[0].dtype for f in fields):
+        detail = ", ".join(f"{f.name}: {f.dtype}" for f in fields)
+        raise TypeError(f"block {name!r}: columns must share one dtype to form a tensor, got {detail}")
+    if any((f.kind, f.shape) != (fields[0].kind, fields[0].shape) for f in fields):
+        detail = ", ".join(f"{f.name}: {f.kind}{'x'.join(map(str, f.shape)) if f.shape else ''}" for f in fields)
+        raise TypeError(f"block {name!r}: columns must be of one kind and component shape, got {detail}")
+
+    idx = [order.index(c) for c in columns]
+    if idx != list(range(idx[0], idx[0] + len(idx))):
+        raise ValueError(
+            f"block {name!r}: columns {list(columns)} are not adjacent in {layout.__name__} in this "
+            f"order (layout order: {order}); a block must be a run of consecutive columns"
+        )
+
+    f0, p0 = fields[0], places[0]
+    item = f0.itemsize
+    padded = p0.pitch // item  # == round_up(n, alignment / itemsize) for columns
+    k = len(columns)
+    if f0.kind == "column":
+        shape, strides = (n, k), (1, padded)
+    elif f0.kind == "vector":
+        (r,) = f0.shape
+        if k == 1:
+            shape, strides = (n, r), (1, padded)
+        else:
+            shape, strides = (n, k, r), (1, r * padded, padded)
+    elif f0.kind == "matrix":
+        r, c = f0.shape
+        if k == 1:
+            shape, strides = (n, r, c), (1, padded, r * padded)
+        else:
+            shape, strides = (n, k, r, c), (1, r * c * padded, padded, r * padded)
+    elif f0.kind == "scalar":
+        shape, strides = (n, k), (0, padded)  # padded == slot / itemsize for scalars
+    else:  # pragma: no cover - soa has no other kinds
+        raise TypeError(f"block {name!r}: unsupported field kind {f0.kind!r}")
+
+    start = view_offset + p0.offset
+    last = places[-1]
+    stop = view_offset + last.offset + last.nbytes
+    return Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment)

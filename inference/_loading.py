@@ -1,0 +1,141 @@
+"""Recognising and safely loading model files: TorchScript (JIT), AOTInductor packages (AOT),
+and state dicts (weights only).
+
+Nothing here unpickles arbitrary Python objects:
+
+- TorchScript archives are read by ``torch.jit.load``, whose unpickler rebuilds TorchScript
+  types and tensors only (it imports no Python globals);
+- ``.pt2`` AOTInductor packages hold compiled native code, metadata and raw weights and are
+  read by ``torch._inductor.aoti_load_package`` (no pickle). Loading one runs its native code:
+  load packages you built or trust, as with any shared library;
+- a ``torch.save`` file is read only with ``torch.load(weights_only=True)``: a state dict is
+  accepted by :func:`load_state_dict`; a pickled ``nn.Module`` is refused as a Model source.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class ModelFileError(ValueError):
+    """A model file that is missing, truncated or of a format alpyka does not load."""
+
+
+_PICKLED_MODULE_HINT = (
+    "loading it would unpickle arbitrary Python objects (running code from the file). Save the "
+    "model as TorchScript (torch.jit.save(torch.jit.script(module), 'model.pt')), compile it with "
+    "inference.aot.compile(module, example_inputs, 'model.pt2'), or build the module in Python and "
+    "pass it to Model(module) after module.load_state_dict(inference.load_state_dict(path))"
+)
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            bad = zf.testzip()
+    except zipfile.BadZipFile as exc:
+        raise ModelFileError(f"{path}: not a complete zip archive ({exc}); the file is truncated or "
+                             "not a TorchScript/.pt2/torch.save file") from None
+    except (EOFError, OSError) as exc:
+        raise ModelFileError(f"{path}: cannot be read as a zip archive ({exc}); the file is truncated "
+                             "or damaged") from None
+    if bad is not None:
+        raise ModelFileError(f"{path}: archive member {bad!r} is damaged (CRC mismatch); the file is truncated or corrupt")
+    return names
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"jit"``, ``"aot"``, ``"exported"`` (torch.export.save), ``"torch.save"`` or ``"pickle"``;
+    raises :class:`ModelFileError` for missing, empty, truncated or unknown files."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"model file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise ModelFileError(f"{p} is a directory; give a TorchScript file or a .pt2 package")
+    with open(p, "rb") as fh:
+        head = fh.read(4)
+    if not head:
+        raise ModelFileError(f"{p} is empty")
+    if head[:1] == b"\x80":  # a pickle stream (the legacy torch.save format)
+        return "pickle"
+    if head[:2] != b"PK":
+        raise ModelFileError(f"{p} is neither a zip archive (TorchScript, .pt2, torch.save) nor a pickle "
+                             f"(starts with {head!r}); is it an ONNX or TensorFlow file?")
+    names = _names(p)
+    if any("/aotinductor/" in n or n.startswith("aotinductor/") for n in names):
+        return "aot"
+    if any(n.endswith("/archive_format") for n in names) or any("/models/" in n and n.endswith(".json") for n in names):
+        return "exported"
+    if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
+        return "jit"
+    if any(n.endswith("data.pkl") for n in names):
+        return "torch.save"
+    raise ModelFileError(f"{p}: a zip archive that is neither TorchScript, a .pt2 package nor a torch.save file")
+
+
+def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, torch.Tensor]:
+    """A state dict (``{name: tensor}``) saved with ``torch.save``, loaded with
+    ``weights_only=True`` (no arbitrary objects are unpickled)."""
+    fmt = detect_format(path)
+    if fmt in ("jit", "aot", "exported"):
+        raise ModelFileError(f"{path} is a {fmt} model, not a state dict; load it with inference.Model")
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise ModelFileError(f"{path} holds objects other than tensors: {_PICKLED_MODULE_HINT} ({exc})") from None
+    except (EOFError, RuntimeError) as exc:
+        raise ModelFileError(f"{path} could not be read ({exc}); the file is truncated or damaged") from None
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ModelFileError(f"{path} does not hold a state dict ({{name: tensor}}), got {type(obj).__name__}")
+    return obj
+
+
+def read_torchscript(path: str | os.PathLike) -> bytes:
+    """The bytes of a TorchScript archive, checked by loading it once on the CPU."""
+    data = Path(path).read_bytes()
+    try:
+        jit_load(data, "cpu")
+    except RuntimeError as exc:
+        raise ModelFileError(f"{path}: TorchScript archive could not be loaded ({exc})") from None
+    return data
+
+
+def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
+    """The error for a file a Model cannot be made from."""
+    if fmt == "exported":
+        return ModelFileError(f"{path} is a torch.export program without AOTInductor code; compile it "
+                              "with inference.aot.compile(...) (or `python -m inference.aot`) first")
+    if fmt == "torch.save":
+        try:
+            load_state_dict(path)
+        except ModelFileError:
+            return ModelFileError(f"{path} is a pickled Python object (torch.save of a module?): {_PICKLED_MODULE_HINT}")
+        return ModelFileError(f"{path} is a state dict (weights only, no architecture): build the module "
+                              "in Python, module.load_state_dict(inference.load_state_dict(path)), then Model(module)")
+    return ModelFileError(f"{path} is a plain pickle file: {_PICKLED_MODULE_HINT}")
+
+
+def jit_load(data: bytes, map_location: Any) -> Any:
+    """``torch.jit.load`` from bytes, without torch's TorchScript deprecation warning (the user
+    chose a TorchScript file; the warning would repeat at every deployment)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+        return torch.jit.load(io.BytesIO(data), map_location=map_location)
+
+
+def jit_save_bytes(module: Any) -> bytes:
+    """A ScriptModule serialised to bytes (no deprecation warning, see :func:`jit_load`)."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+        torch.jit.save(module, buf)
+    return buf.getvalue()

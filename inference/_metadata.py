@@ -1,0 +1,313 @@
+"""What a model reads and writes: named blocks of SoA columns (``SoAMetadata``) and the pair of
+inputs and outputs a forward pass uses (``ModelMetadata``).
+
+Stable contract (used by ``inference.remote``)::
+
+    meta = SoAMetadata(coll, which=None)          # which: block of a multi-layout collection
+    meta.append_block("features", "x", "y", "z")  # chainable; columns adjacent, one dtype
+    meta.change_order(["features", ...])          # reorder the blocks (a permutation)
+    meta.block_names                               # ordered names
+    b = meta.block("features")                     # .name .columns .dtype (numpy) .shape .strides (elements)
+    meta.tensor("features")                        # torch tensor over the collection memory
+    meta.numpy("features")                         # zero-copy view on host memory, a host copy otherwise
+    meta.write_outputs({"preds": arr})             # validates every output first, then writes
+    meta.collection, meta.size                     # the collection, the batch size n
+    ModelMetadata(inputs, outputs, batch_size=None)  # .inputs .outputs .batch_size
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+import portable as pk
+
+from ._block import Block, make_block
+from ._tensors import (
+    PATH_NAMES,
+    Staging,
+    block_numpy,
+    block_tensor,
+    enqueue_from_staging,
+    enqueue_to_staging,
+    flat_tensor,
+    memory_path,
+    torch_dtype,
+)
+from ._runtime import queue_stream
+
+
+class SoAMetadata:
+    """Named blocks of columns of one collection (or one block of a multi-layout collection),
+    each seen by a model as one strided tensor (shapes and strides: :mod:`inference._block`)."""
+
+    def __init__(self, collection: pk.PortableCollection, which: Any = None) -> None:
+        if not isinstance(collection, pk.PortableCollection):
+            raise TypeError(f"SoAMetadata needs a pk.PortableCollection, got {type(collection).__name__}")
+        view = collection.view(which)  # KeyError listing the blocks for an unknown `which`
+        self.collection = collection
+        self.which = which
+        self.layout = view.layout
+        self.size: int = view.size
+        self._view_offset: int = view.offset
+        self._blocks: dict[str, Block] = {}
+        self._lock = threading.Lock()
+        self._flat: dict[np.dtype, torch.Tensor] = {}
+        self._tensors: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ description
+    def append_block(self, name: str, *columns: str | Sequence[str]) -> "SoAMetadata":
+        """Add block ``name`` made of ``columns`` (adjacent in the layout, one dtype and kind)."""
+        if len(columns) == 1 and not isinstance(columns[0], str):
+            columns = tuple(columns[0])  # append_block("f", ["x", "y"])
+        if name in self._blocks:
+            raise ValueError(f"block {name!r} is already defined ({self._blocks[name]!r})")
+        block = make_block(self.layout, self.size, self._view_offset, name, columns)  # type: ignore[arg-type]
+        with self._lock:
+            self._blocks[name] = block
+        return self
+
+    def change_order(self, names: Iterable[str]) -> "SoAMetadata":
+        """Reorder the blocks (the order in which a model receives or returns them)."""
+        names = list(names)
+        if sorted(names) != sorted(self._blocks) or len(set(names)) != len(names):
+            raise ValueError(f"change_order needs a permutation of {self.block_names}, got {names}")
+        with self._lock:
+            self._blocks = {n: self._blocks[n] for n in names}
+        return self
+
+    @property
+    def block_names(self) -> list[str]:
+        return list(self._blocks)
+
+    @property
+    def blocks(self) -> list[Block]:
+        return list(self._blocks.values())
+
+    def block(self, name: str) -> Block:
+        try:
+            return self._blocks[name]
+        except KeyError:
+            raise KeyError(f"no block {name!r}; the blocks are {self.block_names}") from None
+
+    @property
+    def device(self) -> pk.Device:
+        return self.collection.device
+
+    @property
+    def path(self) -> str:
+        """``"host"``/``"cuda"`` (zero copies) or ``"copy"`` (staged through host memory)."""
+        return memory_path(self.collection.device)
+
+    @property
+    def zero_copy(self) -> bool:
+        return self.path != "copy"
+
+    def __repr__(self) -> str:
+        blocks = ", ".join(f"{b.name}{list(b.shape)}" for b in self._blocks.values())
+        which = f"[{self.which!r}]" if self.which is not None else ""
+        return (f"<SoAMetadata of {self.layout.__name__}{which} n={self.size} on {self.collection.device}: "
+                f"{blocks or 'no blocks'}; {PATH_NAMES[self.path]}>")
+
+    # ------------------------------------------------------------------ tensors
+    def _flat_tensor(self, dtype: np.dtype) -> torch.Tensor:
+        flat = self._flat.get(dtype)
+        if flat is None:
+            flat = flat_tensor(self.collection.buffer, dtype, self.collection.nbytes)
+            self._flat[dtype] = flat
+        return flat
+
+    def device_tensor(self, name: str) -> torch.Tensor:
+        """The block's tensor over the collection's own memory (zero-copy paths only)."""
+        t = self._tensors.get(name)
+        if t is None:
+            block = self.block(name)
+            if self.path == "copy":
+                raise RuntimeError(f"memory of {self.collection.device} is not addressable from torch")
+            t = block_tensor(self._flat_tensor(block.dtype), block)
+            self._tensors[name] = t
+        return t
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The block as a torch tensor over the collection's memory (no copy) on host, CUDA and
+        ROCm memory; on the copy path a tensor over a fresh host copy (writes do not reach the
+        collection: use :meth:`write_outputs`). Read it once the producing work has finished."""
+        if self.path != "copy":
+            return self.device_tensor(name)
+        return self.stage_in(self._sync_queue(), [name])[name].tensor()
+
+    def numpy(self, name: str) -> np.ndarray:
+        """The block as a numpy array: a zero-copy strided view on host memory, a host copy of
+        device memory otherwise."""
+        block = self.block(name)
+        if self.path == "host":
+            flat = np.asarray(self.collection.buffer.handle)[: self.collection.nbytes].view(block.dtype)
+            return block_numpy(flat, block)
+        if self.path == "cuda":
+            return self.device_tensor(name).cpu().numpy()
+        staged = self.stage_in(self._sync_queue(), [name])[name]
+        return np.array(staged.tensor().numpy())
+
+    # ------------------------------------------------------------------ copy path
+    def _sync_queue(self) -> pk.Queue:
+        return pk.Queue(self.collection.device, blocking=True)
+
+    def stage_in(self, queue: pk.Queue, names: Sequence[str], *, wait: bool = True) -> dict[str, Staging]:
+        """Copy the blocks' bytes into host staging memory on ``queue`` (the copy path)."""
+        out = {}
+        for n in names:
+            staging = Staging(self.block(n))
+            enqueue_to_staging(queue, self.collection.buffer, staging)
+            out[n] = staging
+        if wait:
+            queue.wait()
+        return out
+
+    def stage_out(self, queue: pk.Queue, staged: Mapping[str, Staging]) -> None:
+        """Enqueue copying staged blocks back into the collection (the copy path)."""
+        for staging in staged.values():
+            enqueue_from_staging(queue, self.collection.buffer, staging)
+
+    # ------------------------------------------------------------------ outputs
+    def check_outputs(self, outputs: Mapping[str, Any], *, cast: bool = False) -> dict[str, torch.Tensor]:
+        """Validate ``{block: array or tensor}`` against the blocks (every block named once,
+        shapes and dtypes); returns the values as tensors shaped like their blocks. Raises
+        before anything is written."""
+        if not isinstance(outputs, Mapping):
+            raise TypeError(f"outputs must be a mapping {{block name: array}}, got {type(outputs).__name__}")
+        unknown = [k for k in outputs if k not in self._blocks]
+        if unknown:
+            raise KeyError(f"outputs name unknown block(s) {unknown}; the blocks are {self.block_names}")
+        checked = {}
+        for name, value in outputs.items():
+            checked[name] = check_output(self.block(name), value, cast=cast)
+        return checked
+
+    def write_outputs(self, outputs: Mapping[str, Any], *, queue: pk.Queue | None = None,
+                      cast: bool = False) -> None:
+        """Write ``{block: array or tensor}`` into the collection's columns.
+
+        Every value is checked against its block (shape, dtype; ``cast=True`` converts dtypes)
+        before anything is written: on a mismatch the collection is unchanged and the error
+        names the block. Writes on the calling thread: on CUDA/ROCm on ``queue``'s stream when
+        given (else on the current stream, synchronised before returning); on the copy path
+        through host staging with copies on ``queue`` (waited for)."""
+        checked = self.check_outputs(outputs, cast=cast)
+        if queue is not None and queue.device is not self.collection.device and not (
+            queue.device.can_access(self.collection.device)
+        ):
+            raise pk.DeviceMismatch(f"write_outputs: the collection is on {self.collection.device}, "
+                                    f"the queue on {queue.device}")
+        self.write_checked(checked, queue)
+
+    def write_checked(self, checked: Mapping[str, torch.Tensor], queue: pk.Queue | None) -> None:
+        """Write outputs that :meth:`check_outputs` accepted (no further validation)."""
+        path = self.path
+        if path == "host":
+            for name, value in checked.items():
+                self.device_tensor(name).copy_(value)
+        elif path == "cuda":
+            with queue_stream(queue):
+                for name, value in checked.items():
+                    self.device_tensor(name).copy_(value)
+                if queue is None:
+                    torch.cuda.current_stream().synchronize()
+        else:
+            q = queue if queue is not None else self._sync_queue()
+            staged = {name: Staging(self.block(name)) for name in checked}
+            for name, value in checked.items():
+                staged[name].tensor().copy_(value)
+            self.stage_out(q, staged)
+            q.wait()
+
+
+def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | None = None) -> torch.Tensor:
+    """``value`` as a tensor fitting ``block`` (a ``[n]`` result fits a one-column ``[n, 1]``
+    block; ``rows`` replaces n for a mini-batch); a ValueError/TypeError naming the block otherwise."""
+    if block.kind == "scalar":
+        raise ValueError(f"output block {block.name!r} holds scalars (a stride-0 broadcast); "
+                         "scalars can be model inputs but not outputs")
+    if isinstance(value, torch.Tensor):
+        t = value
+    else:
+        arr = np.asarray(value)
+        if arr.dtype.hasobject:
+            raise TypeError(f"output for block {block.name!r} is not numeric ({arr.dtype})")
+        t = torch.from_numpy(np.ascontiguousarray(arr)) if arr.dtype.byteorder in "=|" else torch.from_numpy(
+            arr.astype(arr.dtype.newbyteorder("=")))
+    shape = tuple(t.shape)
+    want_shape = block.shape if rows is None else (rows,) + block.shape[1:]
+    if shape != want_shape:
+        if len(want_shape) == 2 and want_shape[1] == 1 and shape == want_shape[:1]:
+            t = t.reshape(want_shape)
+        else:
+            batch = "" if rows is None else f" (a mini-batch of {rows})"
+            raise ValueError(f"output for block {block.name!r} has shape {list(shape)}, the block "
+                             f"[{', '.join(block.columns)}] needs {list(want_shape)}{batch}; nothing was written")
+    want = torch_dtype(block.dtype)
+    if t.dtype != want:
+        if not cast:
+            raise TypeError(f"output for block {block.name!r} has dtype {t.dtype}, the block's columns are "
+                            f"{block.dtype}; pass cast=True (ModelMetadata(..., cast_outputs=True)) to convert; "
+                            "nothing was written")
+        t = t.to(want)
+    return t
+
+
+class ModelMetadata:
+    """The inputs and outputs of a forward pass: ``ModelMetadata(inputs, outputs)``.
+
+    ``batch_size``: run the model on mini-batches of that many elements (a multiple of every
+    block's ``alignment / itemsize``, so each mini-batch starts aligned); ``cast_outputs``:
+    convert model outputs to the output blocks' dtypes instead of refusing them;
+    ``input_dtype``: convert inputs to this dtype before the model (a copy).
+    """
+
+    def __init__(self, inputs: SoAMetadata, outputs: SoAMetadata, *, batch_size: int | None = None,
+                 cast_outputs: bool = False, input_dtype: Any = None) -> None:
+        for what, meta in (("inputs", inputs), ("outputs", outputs)):
+            if not isinstance(meta, SoAMetadata):
+                raise TypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
+            if not meta.block_names:
+                raise ValueError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
+        for b in outputs.blocks:
+            if b.kind == "scalar":
+                raise ValueError(f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
+                                 "scalars can be model inputs but not outputs")
+        self.inputs = inputs
+        self.outputs = outputs
+        self.batch_size = check_batch_size(batch_size, inputs, outputs)
+        self.cast_outputs = bool(cast_outputs)
+        self.input_dtype = None if input_dtype is None else _as_torch_dtype(input_dtype)
+
+    def __repr__(self) -> str:
+        bs = f", batch_size={self.batch_size}" if self.batch_size else ""
+        return f"<ModelMetadata inputs={self.inputs.block_names} outputs={self.outputs.block_names}{bs}>"
+
+
+def _as_torch_dtype(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return torch_dtype(np.dtype(dtype))
+
+
+def check_batch_size(batch_size: Any, inputs: SoAMetadata, outputs: SoAMetadata) -> int | None:
+    """``batch_size`` validated for these blocks (None: the whole collection at once)."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = int(batch_size)
+    if inputs.size != outputs.size:
+        raise ValueError(f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
+                         f"outputs n={outputs.size}")
+    for b in inputs.blocks + outputs.blocks:
+        if b.kind != "scalar" and batch_size % b.batch_multiple:
+            raise ValueError(
+                f"batch_size {batch_size} breaks the alignment of block {b.name!r} ({b.dtype}, "
+                f"{b.alignment}-byte alignment): use a multiple of {b.batch_multiple}"
+            )
+    return batch_size

@@ -1,0 +1,150 @@
+"""Ahead-of-time compilation of a PyTorch module into an AOTInductor ``.pt2`` package.
+
+    from inference import aot
+    aot.compile(module, (torch.randn(64, 3),), "mlp.pt2", device="cpu")   # dynamic batch axis
+    Model("mlp.pt2")                                                      # loads it (AOT)
+
+Command line (``alpyka aot`` forwards to it)::
+
+    python -m inference.aot mypkg.models:make_mlp --input-shape 64,3 -o mlp.pt2 \
+        [--weights mlp_state.pt] [--dtype float32] [--device cpu] [--static-batch]
+
+The module is exported with ``torch.export`` (the first axis of every input dynamic unless
+``dynamic_batch=False``) and compiled by AOTInductor (``torch._inductor.aoti_compile_and_package``).
+The package is fixed to the device it was compiled for and to the machine's architecture;
+it contains native code, so load only packages you built or trust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["compile", "main"]
+
+_MAX_BATCH = 2**31 - 2
+
+
+def _batch_axis_dynamic(example_inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
+    batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
+    widened = []
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            raise ValueError(f"example input {i} must be a tensor with a batch axis, got {type(x).__name__}")
+        if x.shape[0] != example_inputs[0].shape[0]:
+            raise ValueError(f"example inputs disagree on the batch size: {[tuple(t.shape) for t in example_inputs]}")
+        # torch.export specialises axes of size 0 or 1: trace with at least two rows
+        widened.append(x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous())
+    return tuple(widened), tuple({0: batch} for _ in widened)
+
+
+def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str | os.PathLike,
+            device: str | torch.device = "cpu", dynamic_batch: bool = True,
+            inductor_configs: dict[str, Any] | None = None) -> str:
+    """Export ``module`` on ``example_inputs`` and compile it into the ``.pt2`` package ``path``
+    for ``device``; the first axis of every input is dynamic unless ``dynamic_batch=False``.
+    Returns the package path (load it with ``inference.Model(path)``)."""
+    if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
+        raise TypeError(f"aot.compile needs an eager nn.Module (torch.export cannot trace TorchScript), "
+                        f"got {type(module).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    dev = torch.device(device)
+    path = os.fspath(path)
+    if not path.endswith(".pt2"):
+        raise ValueError(f"AOTInductor packages end in .pt2 (Model() recognises them by content, other "
+                         f"tools by name), got {path!r}")
+    module = module.to(dev).eval()
+    inputs = tuple(torch.as_tensor(x).to(dev) for x in example_inputs)
+    dynamic_shapes = None
+    if dynamic_batch:
+        inputs, dynamic_shapes = _batch_axis_dynamic(inputs)
+    with torch.no_grad():
+        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return torch._inductor.aoti_compile_and_package(exported, package_path=path, inductor_configs=inductor_configs)
+
+
+# --------------------------------------------------------------------------- command line
+def _load_factory(spec: str) -> torch.nn.Module:
+    if ":" not in spec:
+        raise ValueError(f"module spec {spec!r} must be 'package.module:callable' or 'file.py:callable' "
+                         "(a class or a function returning an nn.Module)")
+    mod_name, attr = spec.rsplit(":", 1)
+    try:
+        if mod_name.endswith(".py"):  # a file path: path/to/models.py:make_mlp
+            if not os.path.isfile(mod_name):
+                raise ValueError(f"no such file {mod_name!r}")
+            file_spec = importlib.util.spec_from_file_location(f"_alpyka_aot_{abs(hash(mod_name))}", mod_name)
+            obj: Any = importlib.util.module_from_spec(file_spec)
+            file_spec.loader.exec_module(obj)
+        else:
+            obj = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    module = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"{spec} gave {type(module).__name__}, not an nn.Module")
+    return module
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be comma-separated integers, e.g. 64,3") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be positive integers, e.g. 64,3")
+    return dims
+
+
+def build_parser(prog: str = "python -m inference.aot") -> argparse.ArgumentParser:
+    """The argument parser of the ``aot`` command (``alpyka aot`` reuses it)."""
+    p = argparse.ArgumentParser(prog=prog, description="Compile a PyTorch module into an AOTInductor .pt2 package.")
+    p.add_argument("module", help="'package.module:callable' or 'file.py:callable' giving the nn.Module "
+                   "(a class or a factory function)")
+    p.add_argument("-o", "--output", required=True, help="package path (ends in .pt2)")
+    p.add_argument("--input-shape", type=_shape, action="append", required=True,
+                   help="shape of one example input, batch axis first (repeat for several inputs)")
+    p.add_argument("--dtype", default="float32", help="dtype of the example inputs (default float32)")
+    p.add_argument("--weights", help="state dict to load first (read with weights_only=True)")
+    p.add_argument("--device", default="cpu", help="device to compile for: cpu, cuda, cuda:1 (default cpu)")
+    p.add_argument("--static-batch", action="store_true", help="keep the batch axis fixed to the example's")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m inference.aot") -> int:
+    """Run the command line; returns the exit status (errors print one line with the fix)."""
+    args = build_parser(prog).parse_args(argv)
+    try:
+        module = _load_factory(args.module)
+        if args.weights:
+            from ._loading import load_state_dict
+
+            module.load_state_dict(load_state_dict(args.weights))
+        dtype = getattr(torch, args.dtype, None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"unknown dtype {args.dtype!r}; use a torch dtype name such as float32")
+        examples = tuple(torch.randn(s).to(dtype) for s in args.input_shape)
+        t0 = time.perf_counter()
+        out = compile(module, examples, args.output, device=args.device, dynamic_batch=not args.static_batch)
+    except Exception as exc:  # one line, no traceback
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({os.path.getsize(out)} bytes, {args.device}, compiled in {time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,420 @@
+"""``RemoteModel``: a SoA forward pass served by a Triton (KServe v2) server, SONIC style."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _batching
+from ._errors import MetadataMismatch, RemoteError
+from ._future import RemoteFuture
+from ._servers import Server, final_error
+from ._statistics import RemoteStatistics, ServerStatistics, _ClientCounters
+from ._tensors import check_block
+from ._requests import OutputSpecs, RequestsMixin
+from ._transport import ModelInfo, is_retryable
+
+_MODES = ("sync", "async", "pseudo_async")
+
+
+class RemoteModel(RequestsMixin):
+    """A model on a Triton server with the interface of :class:`inference.Model`.
+
+    ``RemoteModel("127.0.0.1:8001", "mlp")`` connects at once: the first server of
+    ``[url, *servers]`` that is live and ready and has the model ready is used; its metadata and
+    config are read and each :class:`ModelMetadata` is checked against them (block names, dtypes,
+    shapes with -1, ``max_batch_size``) before the first request.
+
+    - ``protocol``: ``"grpc"`` (default) or ``"http"`` (binary tensor extension).
+    - ``timeout``: seconds for every call (readiness checks and each request); never a hang.
+    - ``retries``: extra attempts on the same server (with ``retry_delay`` doubling), then the
+      next server of the list; a server that answers "no such model" is skipped at once.
+    - ``mode`` (SONIC): how :meth:`forward_async` carries the request. ``"async"``: gRPC's
+      non-blocking call with a completion callback (HTTP: a worker thread); ``"pseudo_async"``:
+      a blocking call on a worker thread; ``"sync"``: the call completes before it returns.
+    - ``max_batch_size``: the client's own limit; batches over the (smaller) limit are split
+      into several requests (rectangular batching); :meth:`forward_many` sends several events in
+      one request (ragged batching).
+    - ``shared_memory``: ``"auto"`` (system shared memory when the server is on this host),
+      ``"system"`` (always) or ``None`` (bytes in the request).
+    - ``fallback``: a model file (or module) to host on a local server started on free
+      loopback ports when no listed server has the model; ``fallback_options`` go to
+      :func:`inference.serve` (``inputs=``, ``outputs=``, ...). It is stopped by :meth:`close`
+      and at interpreter exit.
+    """
+
+    def __init__(self, url: str | None = None, model_name: str | None = None, *,
+                 servers: Sequence[str] = (), protocol: str = "grpc", timeout: float | None = 10.0,
+                 retries: int = 2, retry_delay: float = 0.05, mode: str = "async",
+                 max_batch_size: int | None = None, shared_memory: str | None = "auto",
+                 model_version: str = "", fallback: Any = None,
+                 fallback_options: Mapping[str, Any] | None = None, workers: int = 4,
+                 connect: bool = True) -> None:
+        if not model_name or not isinstance(model_name, str):
+            raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if shared_memory not in ("auto", "system", None, False):
+            raise ValueError(f"shared_memory must be 'auto', 'system' or None, got {shared_memory!r}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds (or None), got {timeout}")
+        urls = ([url] if url else []) + list(servers)
+        if not urls and fallback is None:
+            raise ValueError("RemoteModel needs a server url, a servers=[...] list or a fallback model")
+        self.model_name = model_name
+        self.protocol = protocol
+        self.timeout = timeout
+        self.retries = int(retries)
+        self.retry_delay = float(retry_delay)
+        self.mode = mode
+        self.max_batch_size = max_batch_size
+        self.shared_memory = shared_memory or None
+        self.model_version = model_version
+        self._servers = [Server(u, protocol, timeout, model_name, model_version) for u in urls]
+        self._current = 0
+        self._fallback_model = fallback
+        self._fallback_options = dict(fallback_options or {})
+        self._fallback_server: Any = None
+        self._queue: Any = None
+        self._checked: set[Any] = set()
+        self._shm_off: dict[str, str] = {}  # url -> why shared memory is not used there
+        self._counters = _ClientCounters()
+        self._workers = max(1, int(workers))
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        if connect:
+            self.connect()
+
+    # ------------------------------------------------------------------------ connection
+    def connect(self) -> "RemoteModel":
+        """Find a server with the model ready (bounded retries), starting the fallback if none."""
+        errors: list[tuple[str, BaseException]] = []
+        for idx in self._order():
+            srv = self._servers[idx]
+            for attempt in range(self.retries + 1):
+                try:
+                    info = srv.connect()
+                except RemoteError as e:
+                    errors.append((srv.url, e))
+                    if not is_retryable(e):
+                        break
+                    self._backoff(attempt)
+                    continue
+                self._current = idx
+                self._validate_info(info)
+                return self
+        if self._fallback_model is not None and self._fallback_server is None:
+            self._start_fallback()
+            return self.connect()
+        raise final_error(errors, f"connecting to model {self.model_name!r}")
+
+    def _start_fallback(self) -> None:
+        from ..serve import serve
+
+        opts = {"device": "cpu", **self._fallback_options}
+        self._fallback_server = serve({self.model_name: self._fallback_model}, **opts)
+        url = self._fallback_server.grpc_url if self.protocol == "grpc" else self._fallback_server.http_url
+        self._servers.append(Server(url, self.protocol, self.timeout, self.model_name, self.model_version))
+
+    def _validate_info(self, info: ModelInfo) -> None:
+        if info.batching and any(t.shape[:1] != (-1,) for t in info.inputs + info.outputs):
+            raise MetadataMismatch(f"model {self.model_name!r} batches (max_batch_size "
+                                   f"{info.max_batch_size}) but not every tensor has a -1 batch axis")
+
+    @property
+    def server(self) -> Server:
+        return self._servers[self._current]
+
+    @property
+    def url(self) -> str:
+        """The server in use now."""
+        return self.server.url
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Inputs, outputs, ``max_batch_size`` and dynamic batching as the server reports them."""
+        return self.server.connect()
+
+    @property
+    def fallback_server(self) -> Any:
+        """The local server started as a fallback, or None."""
+        return self._fallback_server
+
+    def _order(self) -> list[int]:
+        n = len(self._servers)
+        return [(self._current + k) % n for k in range(n)]
+
+    def _backoff(self, attempt: int) -> None:
+        if self.retry_delay > 0:
+            time.sleep(min(self.retry_delay * (2 ** attempt), 2.0))
+
+    # ------------------------------------------------------------------------ queue
+    def to(self, queue: Any) -> "RemoteModel":
+        """Run :meth:`forward` and :meth:`forward_async` in ``queue``'s order (after the work that
+        produces the inputs); the request itself runs on the host."""
+        if queue is not None and not hasattr(queue, "enqueue_host"):
+            raise TypeError(f"to() takes a pk.Queue (or None), got {type(queue).__name__}")
+        self._queue = queue
+        return self
+
+    @property
+    def queue(self) -> Any:
+        return self._queue
+
+    # ------------------------------------------------------------------------ checks
+    def check(self, metadata: Any) -> None:
+        """Check a ModelMetadata's blocks against the model on the server (clear errors)."""
+        info = self.model_info
+        key = (id(info), self._signature(metadata))
+        if key in self._checked:
+            return
+        ins, outs = metadata.inputs, metadata.outputs
+        model_inputs = [t.name for t in info.inputs]
+        model_outputs = [t.name for t in info.outputs]
+        for name in ins.block_names:
+            spec = info.input(name)
+            if spec is None:
+                raise MetadataMismatch(f"input block {name!r} is not an input of model "
+                                       f"{self.model_name!r}; its inputs are {model_inputs}")
+            b = ins.block(name)
+            check_block(spec, name, b.dtype, b.shape, info.batching, "input")
+        missing = [n for n in model_inputs if n not in ins.block_names]
+        if missing:
+            raise MetadataMismatch(f"model {self.model_name!r} input(s) {missing} have no block; the "
+                                   f"input blocks are {ins.block_names}")
+        for name in outs.block_names:
+            spec = info.output(name)
+            if spec is None:
+                raise MetadataMismatch(f"output block {name!r} is not an output of model "
+                                       f"{self.model_name!r}; its outputs are {model_outputs}")
+            b = outs.block(name)
+            check_block(spec, name, b.dtype, b.shape, info.batching, "output")
+        if not info.batching and ins.size != outs.size:
+            raise MetadataMismatch(f"model {self.model_name!r} does not batch; inputs n={ins.size} "
+                                   f"and outputs n={outs.size} must be one request")
+        self._checked.add(key)
+
+    @staticmethod
+    def _signature(metadata: Any) -> tuple:
+        sig = []
+        for meta in (metadata.inputs, metadata.outputs):
+            sig.append(tuple((n, str(meta.block(n).dtype), tuple(meta.block(n).shape[1:]))
+                             for n in meta.block_names))
+        return tuple(sig)
+
+    def _limit(self, metadata: Any = None) -> int:
+        """Rows per request: the smallest of server, client and metadata limits (0: no split)."""
+        info = self.model_info
+        if not info.batching:
+            return 0
+        limits = [info.max_batch_size]
+        if self.max_batch_size:
+            limits.append(int(self.max_batch_size))
+        return min(limits)
+
+    # ------------------------------------------------------------------------ public forward
+    def forward(self, metadata: Any) -> None:
+        """Send the input blocks, write the outputs into the output collection.
+
+        With a queue (:meth:`to`), enqueued in queue order (the caller returns at once on a
+        non-blocking queue; errors surface at the queue's next ``wait()``); without one, blocks.
+        """
+        self.forward_many([metadata])
+
+    def forward_many(self, metadatas: Sequence[Any]) -> None:
+        """Ragged batching: several events' blocks concatenated into one request (split over the
+        batch limit), each event's outputs written into its own collection."""
+        mds = self._as_list(metadatas)
+        if self._queue is not None:
+            self._queue.enqueue_host(lambda: self._forward_now(mds))
+        else:
+            self._forward_now(mds)
+
+    def forward_async(self, metadata: Any) -> RemoteFuture:
+        """Start the request and return at once with a :class:`RemoteFuture` (wait on it, or
+        ``q.wait_for(fut.event)`` to chain it into a queue). With a queue, the inputs are read
+        in queue order."""
+        return self.forward_many_async([metadata])
+
+    def forward_many_async(self, metadatas: Sequence[Any]) -> RemoteFuture:
+        """:meth:`forward_many` without waiting: one future for all the events."""
+        mds = self._as_list(metadatas)
+        fut = RemoteFuture()
+        start = lambda: self._start(mds, fut)  # noqa: E731
+        if self._queue is not None:
+            self._queue.enqueue_host(start)
+        else:
+            start()
+        return fut
+
+    def __call__(self, metadata: Any) -> None:
+        self.forward(metadata)
+
+    # ------------------------------------------------------------------------ arrays API
+    def infer(self, inputs: Mapping[str, np.ndarray],
+              outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One request from numpy arrays (batch first); returns the named outputs (all by default)."""
+        arrays, specs = self._array_job(inputs, outputs)
+        return self._run_sync(arrays, specs, [])
+
+    def infer_async(self, inputs: Mapping[str, np.ndarray],
+                    outputs: Sequence[str] | None = None) -> RemoteFuture:
+        """:meth:`infer` without waiting; ``future.result()`` returns the outputs."""
+        arrays, specs = self._array_job(inputs, outputs)
+        fut = RemoteFuture()
+        self._launch(arrays, specs, lambda res, err: fut._finish(res, err))
+        return fut
+
+    def _array_job(self, inputs: Mapping[str, np.ndarray],
+                   outputs: Sequence[str] | None) -> tuple[dict[str, np.ndarray], OutputSpecs]:
+        info = self.model_info
+        arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        unknown = [k for k in arrays if info.input(k) is None]
+        if unknown:
+            raise MetadataMismatch(f"input(s) {unknown} are not inputs of model {self.model_name!r}; "
+                                   f"its inputs are {[t.name for t in info.inputs]}")
+        for k, a in arrays.items():
+            check_block(info.input(k), k, a.dtype, a.shape, info.batching, "input")  # type: ignore[arg-type]
+        n = _batching.batch_size(arrays) if info.batching else 0
+        names = list(outputs) if outputs is not None else [t.name for t in info.outputs]
+        specs: OutputSpecs = {}
+        for name in names:
+            spec = info.output(name)
+            if spec is None:
+                raise MetadataMismatch(f"{name!r} is not an output of model {self.model_name!r}; "
+                                       f"its outputs are {[t.name for t in info.outputs]}")
+            shape = tuple(n if i == 0 and info.batching else max(d, 0) for i, d in enumerate(spec.shape))
+            specs[name] = (shape, spec.dtype)
+        return arrays, specs
+
+    # ------------------------------------------------------------------------ job steps
+    @staticmethod
+    def _as_list(metadatas: Sequence[Any]) -> list[Any]:
+        mds = list(metadatas)
+        if not mds:
+            raise ValueError("forward_many needs at least one ModelMetadata")
+        for md in mds:
+            if not (hasattr(md, "inputs") and hasattr(md, "outputs")):
+                raise TypeError(f"expected a ModelMetadata(inputs, outputs), got {type(md).__name__}")
+        return mds
+
+    def _gather(self, mds: list[Any], copy: bool) -> tuple[dict[str, np.ndarray], OutputSpecs, list[int]]:
+        """The request's inputs (events concatenated), expected outputs, rows per event."""
+        for md in mds:
+            self.check(md)
+        per_event = [{n: md.inputs.numpy(n) for n in md.inputs.block_names} for md in mds]
+        if len(per_event) == 1:
+            inputs, sizes = per_event[0], [_batching.batch_size(per_event[0])]
+            if copy:
+                inputs = {n: np.array(a, copy=True) for n, a in inputs.items()}
+        else:
+            if not self.model_info.batching:
+                raise MetadataMismatch(f"model {self.model_name!r} does not batch (max_batch_size 0): "
+                                       "send its events one by one, not with forward_many")
+            inputs, sizes = _batching.concatenate(per_event)
+        total = sum(sizes)
+        first = mds[0].outputs
+        specs: OutputSpecs = {}
+        for n in first.block_names:
+            b = first.block(n)
+            specs[n] = ((total, *b.shape[1:]), np.dtype(b.dtype))
+        for md in mds[1:]:
+            if md.outputs.block_names != first.block_names:
+                raise ValueError(f"forward_many: every event needs the same output blocks; got "
+                                 f"{md.outputs.block_names} and {first.block_names}")
+        self._counters.add(events=len(mds))
+        return inputs, specs, sizes
+
+    def _deliver(self, mds: list[Any], outputs: dict[str, np.ndarray], sizes: list[int]) -> None:
+        """Write the outputs: every event validated first, so a mismatch writes nothing."""
+        parts = [outputs] if len(mds) == 1 else _batching.split(outputs, sizes)
+        checked = [md.outputs.check_outputs(p, cast=getattr(md, "cast_outputs", False))
+                   for md, p in zip(mds, parts)]
+        for md, c in zip(mds, checked):
+            md.outputs.write_checked(c, None)
+
+    def _forward_now(self, mds: list[Any]) -> dict[str, np.ndarray]:
+        inputs, specs, sizes = self._gather(mds, copy=False)
+        out = self._run_sync(inputs, specs, sizes)
+        self._deliver(mds, out, sizes)
+        return out
+
+    def _start(self, mds: list[Any], fut: RemoteFuture) -> None:
+        """Begin an asynchronous job in the configured mode; errors go to ``fut``."""
+        try:
+            if self.mode == "sync":
+                fut._finish(self._forward_now(mds), None)
+                return
+            if self.mode == "pseudo_async" or self.protocol != "grpc":
+                inputs, specs, sizes = self._gather(mds, copy=True)
+
+                def work() -> None:
+                    try:
+                        out = self._run_sync(inputs, specs, sizes)
+                        self._deliver(mds, out, sizes)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the future
+                        fut._finish(None, exc)
+                        return
+                    fut._finish(out, None)
+
+                self._executor().submit(work)
+                return
+            inputs, specs, sizes = self._gather(mds, copy=False)
+
+            def done(out: dict[str, np.ndarray] | None, err: BaseException | None) -> None:
+                if err is None:
+                    try:
+                        self._deliver(mds, out, sizes)  # type: ignore[arg-type]
+                    except BaseException as exc:  # noqa: BLE001
+                        err = exc
+                fut._finish(out if err is None else None, err)
+
+            self._launch(inputs, specs, done)
+        except BaseException as exc:  # noqa: BLE001 - a bad request fails its future
+            fut._finish(None, exc)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="alpyka-remote")
+            return self._pool
+
+    # ------------------------------------------------------------------------ statistics
+    def server_statistics(self) -> ServerStatistics:
+        """The current server's counters for this model (Triton ``ModelStatistics``)."""
+        return ServerStatistics.from_triton(self.server.transport.statistics(self.model_name))
+
+    def statistics(self) -> RemoteStatistics:
+        """Client counters and the current server's counters for this model."""
+        return RemoteStatistics(self.url, self.model_name, self._counters.snapshot(),
+                                self.server_statistics())
+
+    # ------------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Release shared memory, close connections, stop the fallback server (if started)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for srv in self._servers:
+            srv.close()
+        if self._fallback_server is not None:
+            self._fallback_server.stop()
+
+    def __enter__(self) -> "RemoteModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<RemoteModel {self.model_name!r} @ {self.url} ({self.protocol}, {self.mode}, "
+                f"{len(self._servers)} server(s))>")

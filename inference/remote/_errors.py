@@ -1,0 +1,27 @@
+"""Errors of the remote (Triton / KServe v2) inference client."""
+
+from __future__ import annotations
+
+
+class RemoteError(RuntimeError):
+    """Base class of every error raised by :class:`inference.RemoteModel`."""
+
+
+class ServerUnavailable(RemoteError):
+    """No server in the list answered (down, unreachable, or not ready) after the bounded retries."""
+
+
+class RemoteTimeout(RemoteError):
+    """A request (or a readiness check) took longer than the client's ``timeout``."""
+
+
+class ModelNotFound(RemoteError):
+    """The server runs, but does not have the model (the message lists the models it has)."""
+
+
+class MetadataMismatch(RemoteError):
+    """The model's inputs/outputs on the server do not match the SoA blocks (names the block)."""
+
+
+class InferenceFailed(RemoteError):
+    """The server accepted the request but the model failed, or the response was unusable."""

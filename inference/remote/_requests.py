@@ -1,0 +1,221 @@
+"""How a RemoteModel's requests travel: chunks over the batch limit, attempts on the server list
+with bounded retries, shared memory leases, client counters (mixed into :class:`RemoteModel`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _batching
+from ._errors import ModelNotFound, RemoteError, RemoteTimeout, ServerUnavailable
+from ._servers import Server, final_error
+from ._transport import is_retryable
+
+OutputSpecs = dict[str, tuple[tuple[int, ...], np.dtype]]
+Done = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
+
+
+class RequestsMixin:
+    """Request machinery; the host class provides the attributes set in ``RemoteModel.__init__``."""
+
+    _servers: list[Server]
+    _current: int
+    retries: int
+    retry_delay: float
+    shared_memory: str | None
+    model_name: str
+
+    # ------------------------------------------------------------------------ requests
+    def _chunks(self, inputs: dict[str, np.ndarray], specs: OutputSpecs):
+        limit = self._limit()
+        n = _batching.batch_size(inputs) if limit else 0
+        for start, stop in _batching.chunks(n, limit):
+            if limit and (start, stop) != (0, n):
+                yield ({k: a[start:stop] for k, a in inputs.items()},
+                       {k: ((stop - start, *s[1:]), d) for k, (s, d) in specs.items()})
+            else:
+                yield inputs, specs
+
+    @staticmethod
+    def _join(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
+
+    def _run_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs,
+                  sizes: list[int]) -> dict[str, np.ndarray]:
+        return self._join([self._request_sync(i, s) for i, s in self._chunks(inputs, specs)])
+
+    def _launch(self, inputs: dict[str, np.ndarray], specs: OutputSpecs, done: Done) -> None:
+        """All chunks in flight at once; ``done`` once every chunk answered (or one failed)."""
+        chunks = list(self._chunks(inputs, specs))
+        results: list[Any] = [None] * len(chunks)
+        state = {"left": len(chunks), "failed": False}
+        lock = threading.Lock()
+
+        def one_done(i: int, out: Any, err: BaseException | None) -> None:
+            with lock:
+                if state["failed"]:
+                    return
+                if err is not None:
+                    state["failed"] = True
+                else:
+                    results[i] = out
+                    state["left"] -= 1
+                finished = err is not None or state["left"] == 0
+            if finished:
+                if err is not None:
+                    done(None, err)
+                else:
+                    try:
+                        joined = self._join(results)
+                    except BaseException as exc:  # noqa: BLE001
+                        done(None, exc)
+                        return
+                    done(joined, None)
+
+        for i, (ci, cs) in enumerate(chunks):
+            self._request_async(ci, cs, lambda out, err, i=i: one_done(i, out, err))
+
+    def _attempt_plan(self) -> list[tuple[int, int]]:
+        return [(idx, a) for idx in self._order() for a in range(self.retries + 1)]
+
+    def _use_shm(self, srv: Server) -> bool:
+        if self.shared_memory is None or srv.url in self._shm_off:
+            return False
+        return self.shared_memory == "system" or srv.is_local
+
+    def _send(self, srv: Server, inputs: dict[str, np.ndarray], specs: OutputSpecs,
+              callback: Done | None) -> Any:
+        """One attempt on one server (sync when ``callback`` is None)."""
+        srv.connect()
+        lease = None
+        if self._use_shm(srv):
+            try:
+                lease = srv.shm_pool().lease(inputs, specs)
+            except RemoteError as e:
+                if self.shared_memory == "system" or is_retryable(e):
+                    raise
+                self._shm_off[srv.url] = str(e)  # auto: fall back to bytes in the request
+        sent = 0 if lease is not None else sum(a.nbytes for a in inputs.values())
+        t0 = time.perf_counter()
+        model = self.model_name
+
+        def account(out: dict[str, np.ndarray]) -> None:
+            got = 0 if lease is not None else sum(a.nbytes for a in out.values())
+            self._counters.add(requests=1, bytes_sent=sent, bytes_received=got,
+                               latency_s=time.perf_counter() - t0,
+                               shm_requests=1 if lease is not None else 0)
+
+        if callback is None:
+            try:
+                out = srv.transport.infer(model, inputs, specs, shm=lease)
+            finally:
+                if lease is not None:
+                    lease.release()
+            account(out)
+            return out
+
+        def finished(out: Any, err: BaseException | None) -> None:
+            if lease is not None:
+                lease.release()
+            if err is None:
+                account(out)
+            callback(out, err)
+
+        try:
+            srv.transport.async_infer(model, inputs, specs, finished, shm=lease)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        return None
+
+    def _note_failure(self, srv: Server, err: BaseException) -> None:
+        self._counters.add(timeouts=1 if isinstance(err, RemoteTimeout) else 0)
+        if isinstance(err, ServerUnavailable):
+            srv.reset()
+
+    def _request_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs) -> dict[str, np.ndarray]:
+        errors: list[tuple[str, BaseException]] = []
+        skip: set[int] = set()
+        for idx, attempt in self._attempt_plan():
+            if idx in skip:
+                continue
+            srv = self._servers[idx]
+            if attempt:
+                self._counters.add(retries=1)
+                self._backoff(attempt - 1)
+            try:
+                out = self._send(srv, inputs, specs, None)
+            except RemoteError as e:
+                errors.append((srv.url, e))
+                self._note_failure(srv, e)
+                if isinstance(e, ModelNotFound):
+                    skip.add(idx)
+                elif not is_retryable(e):
+                    self._counters.add(failures=1)
+                    raise
+                continue
+            self._switch_to(idx)
+            return out
+        self._counters.add(failures=1)
+        raise final_error(errors, f"request to model {self.model_name!r}")
+
+    def _request_async(self, inputs: dict[str, np.ndarray], specs: OutputSpecs, done: Done) -> None:
+        plan = iter(self._attempt_plan())
+        errors: list[tuple[str, BaseException]] = []
+        skip: set[int] = set()
+
+        def attempt() -> None:
+            for idx, n in plan:
+                if idx in skip:
+                    continue
+                srv = self._servers[idx]
+                if n:
+                    self._counters.add(retries=1)
+                    if errors:
+                        self._backoff(n - 1)
+
+                def finished(out: Any, err: BaseException | None, idx: int = idx, srv: Server = srv) -> None:
+                    if err is None:
+                        self._switch_to(idx)
+                        done(out, None)
+                    elif failed(idx, srv, err):
+                        self._executor().submit(attempt)  # retry off the gRPC callback thread
+
+                try:
+                    self._send(srv, inputs, specs, finished)
+                    return
+                except RemoteError as e:
+                    if not failed(idx, srv, e):
+                        return
+                except BaseException as exc:  # noqa: BLE001 - never leave the future pending
+                    self._counters.add(failures=1)
+                    done(None, exc)
+                    return
+            self._counters.add(failures=1)
+            done(None, final_error(errors, f"request to model {self.model_name!r}"))
+
+        def failed(idx: int, srv: Server, err: BaseException) -> bool:
+            """Record ``err``; True when another attempt may follow."""
+            errors.append((srv.url, err))
+            self._note_failure(srv, err)
+            if isinstance(err, ModelNotFound):
+                skip.add(idx)
+                return True
+            if not is_retryable(err):
+                self._counters.add(failures=1)
+                done(None, err)
+                return False
+            return True
+
+        attempt()
+
+    def _switch_to(self, idx: int) -> None:
+        if idx != self._current:
+            self._counters.add(failovers=1)
+            self._current = idx

@@ -1,0 +1,101 @@
+"""The servers a RemoteModel may use: connection checks, model description, shared memory."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ._errors import ModelNotFound, RemoteError, ServerUnavailable
+from ._shm import ShmPool, is_local_url
+from ._transport import ModelInfo, Transport
+
+
+class Server:
+    """One entry of the server list: a transport, and once connected the model's description."""
+
+    def __init__(self, url: str, protocol: str, timeout: float | None, model: str,
+                 version: str = "") -> None:
+        self.url = url.split("://", 1)[-1].rstrip("/")
+        self.model = model
+        self.version = version
+        self.transport = Transport(self.url, protocol, timeout)
+        self.info: ModelInfo | None = None
+        self._shm: ShmPool | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_local(self) -> bool:
+        return is_local_url(self.url)
+
+    def connect(self) -> ModelInfo:
+        """Check server live/ready and model ready, then read the model's metadata and config."""
+        with self._lock:
+            if self.info is not None:
+                return self.info
+            t = self.transport
+            if not t.is_ready():
+                err = ServerUnavailable(f"server {self.url} is not live/ready "
+                                        f"(no answer within {t.timeout} s, or not ready)")
+                err.retryable = True  # type: ignore[attr-defined]
+                raise err
+            try:
+                ready = t.model_ready(self.model)
+            except ModelNotFound:
+                ready = False
+            if not ready:
+                have = t.models()
+                err2 = ModelNotFound(f"server {self.url} has no ready model {self.model!r}; it has "
+                                     f"{have if have else 'no models (or does not list them)'}")
+                err2.retryable = False  # type: ignore[attr-defined]
+                raise err2
+            self.info = t.model_info(self.model)
+            return self.info
+
+    def reset(self) -> None:
+        """Forget the connection (after the server went away); the next use reconnects."""
+        with self._lock:
+            self.info = None
+            pool, self._shm = self._shm, None
+        if pool is not None:
+            try:
+                pool.close()
+            except Exception:  # noqa: BLE001 - the server is gone
+                pass
+
+    def shm_pool(self) -> ShmPool:
+        with self._lock:
+            if self._shm is None:
+                self._shm = ShmPool(self.transport.register_shm, self.transport.unregister_shm)
+            return self._shm
+
+    def close(self) -> None:
+        self.reset()
+        self.transport.close()
+
+    def __repr__(self) -> str:
+        state = "connected" if self.info is not None else "not connected"
+        return f"<Server {self.url} ({self.transport.protocol}, {state})>"
+
+
+def summarize(errors: list[tuple[str, BaseException]]) -> str:
+    """One line per server: how many attempts failed and the last reason."""
+    per: dict[str, list[BaseException]] = {}
+    for url, e in errors:
+        per.setdefault(url, []).append(e)
+    return "; ".join(f"{url}: {len(es)} attempt(s), last: {es[-1]}" for url, es in per.items())
+
+
+def final_error(errors: list[tuple[str, BaseException]], what: str) -> RemoteError:
+    """The error raised once every attempt on every server failed."""
+    from ._errors import RemoteTimeout
+
+    kinds = {type(e) for _, e in errors}
+    text = f"{what} failed after {len(errors)} attempt(s): {summarize(errors)}"
+    if kinds == {RemoteTimeout}:
+        return RemoteTimeout(text)
+    if kinds == {ModelNotFound}:
+        return ModelNotFound(text)
+    last: Any = errors[-1][1] if errors else None
+    if last is not None and not getattr(last, "retryable", True) and not isinstance(last, ModelNotFound):
+        return last
+    return ServerUnavailable(text)

@@ -1,0 +1,263 @@
+"""One connection to one KServe v2 server (gRPC or HTTP) through tritonclient.
+
+The transport turns tritonclient's calls and exceptions into alpyka's: every call carries the
+client's timeout, every failure becomes a :class:`RemoteError` subclass that says whether a retry
+can help (``retryable``). Nothing here retries; :mod:`._client` decides.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._errors import (InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout,
+                      ServerUnavailable)
+from ._shm import ShmLease
+from ._tensors import TensorSpec, numpy_dtype, triton_dtype
+
+Callback = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
+
+
+@dataclass
+class ModelInfo:
+    """What the server says about one model: its tensors, batching and dynamic batching."""
+
+    name: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    max_batch_size: int
+    dynamic_batching: dict[str, Any] = field(default_factory=dict)
+    platform: str = ""
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 0
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.inputs if t.name == name), None)
+
+    def output(self, name: str) -> TensorSpec | None:
+        return next((t for t in self.outputs if t.name == name), None)
+
+
+def _status_of(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    text = status() if callable(status) else ""
+    return f"{text or ''} {exc}".upper()
+
+
+def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError:
+    """Map a tritonclient / socket exception to a :class:`RemoteError` (``retryable`` set)."""
+    if isinstance(exc, RemoteError):
+        return exc
+    text = _status_of(exc)
+    if (isinstance(exc, (TimeoutError, socket.timeout)) or "DEADLINE" in text
+            or "TIMEOUT" in text or "TIMED OUT" in text or type(exc).__name__ == "Timeout"):
+        err: RemoteError = RemoteTimeout(f"request to {url} timed out after {timeout} s")
+        err.retryable = True  # type: ignore[attr-defined]
+    elif (isinstance(exc, (ConnectionError, OSError)) or "UNAVAILABLE" in text
+          or "CONNECT" in text or "SOCKET CLOSED" in text or "RESET" in text):
+        err = ServerUnavailable(f"server {url} is unreachable: {str(exc).strip() or type(exc).__name__}")
+        err.retryable = True  # type: ignore[attr-defined]
+    elif "NOT_FOUND" in text or "UNKNOWN MODEL" in text or "NOT FOUND" in text:
+        err = ModelNotFound(f"{url}: {str(exc).strip()}")
+        err.retryable = False  # type: ignore[attr-defined]
+    else:
+        err = InferenceFailed(f"{url}: {str(exc).strip() or type(exc).__name__}")
+        # the server answered: a retry on the same server cannot fix it, another server may
+        err.retryable = "INTERNAL" in text or "UNKNOWN" in text  # type: ignore[attr-defined]
+    err.__cause__ = exc
+    return err
+
+
+def is_retryable(err: BaseException) -> bool:
+    return bool(getattr(err, "retryable", False))
+
+
+class Transport:
+    """A tritonclient client of one server ``url`` (``"host:port"``) for one protocol."""
+
+    def __init__(self, url: str, protocol: str = "grpc", timeout: float | None = 10.0) -> None:
+        if protocol not in ("grpc", "http"):
+            raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
+        self.url = url.split("://", 1)[-1].rstrip("/")
+        self.protocol = protocol
+        self.timeout = timeout
+        self._local = threading.local()  # HTTP clients are not thread-safe: one per thread
+        self._clients: list[Any] = []
+        self._lock = threading.Lock()
+        if protocol == "grpc":
+            import tritonclient.grpc as grpcclient
+
+            self._mod = grpcclient
+            self._grpc = grpcclient.InferenceServerClient(self.url)
+        else:
+            import tritonclient.http as httpclient
+
+            self._mod = httpclient
+
+    # ----------------------------------------------------------------------------- plumbing
+    def _client(self) -> Any:
+        if self.protocol == "grpc":
+            return self._grpc
+        client = getattr(self._local, "client", None)
+        if client is None:
+            t = self.timeout if self.timeout is not None else 60.0
+            client = self._mod.InferenceServerClient(
+                self.url, connection_timeout=t, network_timeout=t)
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        client = self._client()
+        if self.protocol == "grpc":
+            kwargs.setdefault("client_timeout", self.timeout)
+        try:
+            return getattr(client, method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - re-raised as a RemoteError
+            raise classify(exc, self.url, self.timeout) from exc
+
+    def close(self) -> None:
+        if self.protocol == "grpc":
+            self._grpc.close()
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for c in clients:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
+
+    # ----------------------------------------------------------------------------- health
+    def is_ready(self) -> bool:
+        """Server live and ready (False, not an exception, when it does not answer)."""
+        try:
+            return bool(self._call("is_server_live")) and bool(self._call("is_server_ready"))
+        except RemoteError:
+            return False
+
+    def model_ready(self, model: str) -> bool:
+        return bool(self._call("is_model_ready", model))
+
+    def models(self) -> list[str]:
+        """Names of the models in the server's repository (for error messages)."""
+        try:
+            index = self._call("get_model_repository_index", **self._as_json())
+        except RemoteError:
+            return []
+        entries = index.get("models", []) if isinstance(index, dict) else index
+        return sorted({e.get("name", "?") for e in entries})
+
+    def _as_json(self) -> dict[str, Any]:
+        return {"as_json": True} if self.protocol == "grpc" else {}
+
+    def model_info(self, model: str) -> ModelInfo:
+        meta = self._call("get_model_metadata", model, **self._as_json())
+        cfg = self._call("get_model_config", model, **self._as_json())
+        cfg = cfg.get("config", cfg)
+        mbs = int(cfg.get("max_batch_size", 0) or 0)
+
+        def specs(entries: Sequence[dict[str, Any]]) -> list[TensorSpec]:
+            out = []
+            for e in entries:
+                shape = tuple(int(d) for d in e.get("shape", []))
+                out.append(TensorSpec(e["name"], numpy_dtype(e["datatype"]), shape))
+            return out
+
+        return ModelInfo(model, specs(meta.get("inputs", [])), specs(meta.get("outputs", [])),
+                         mbs, dict(cfg.get("dynamic_batching", {}) or {}),
+                         str(meta.get("platform", "")))
+
+    def statistics(self, model: str) -> dict[str, Any]:
+        stats = self._call("get_inference_statistics", model, **self._as_json())
+        entries = stats.get("model_stats", [])
+        return entries[0] if entries else {}
+
+    # ----------------------------------------------------------------------------- shm
+    def register_shm(self, name: str, key: str, byte_size: int) -> None:
+        self._call("register_system_shared_memory", name, key, byte_size)
+
+    def unregister_shm(self, name: str) -> None:
+        self._call("unregister_system_shared_memory", name)
+
+    # ----------------------------------------------------------------------------- infer
+    def _request(self, inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+                 shm: ShmLease | None) -> tuple[list[Any], list[Any]]:
+        mod = self._mod
+        ins, outs = [], []
+        for name, arr in inputs.items():
+            inp = mod.InferInput(name, list(arr.shape), triton_dtype(arr.dtype))
+            if shm is not None:
+                region, nbytes, offset = shm.put_input(name, arr)
+                inp.set_shared_memory(region, nbytes, offset)
+            elif self.protocol == "grpc":
+                inp.set_data_from_numpy(np.ascontiguousarray(arr))
+            else:
+                inp.set_data_from_numpy(np.ascontiguousarray(arr), binary_data=True)
+            ins.append(inp)
+        for name in outputs:
+            if self.protocol == "grpc":
+                out = mod.InferRequestedOutput(name)
+            else:
+                out = mod.InferRequestedOutput(name, binary_data=True)
+            if shm is not None:
+                region, nbytes, offset = shm.output_slot(name)
+                out.set_shared_memory(region, nbytes, offset)
+            outs.append(out)
+        return ins, outs
+
+    @staticmethod
+    def _results(result: Any, outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+                 shm: ShmLease | None) -> dict[str, np.ndarray]:
+        got: dict[str, np.ndarray] = {}
+        for name in outputs:
+            if shm is not None:
+                desc = result.get_output(name)
+                if desc is None:
+                    raise InferenceFailed(f"the response has no output {name!r}")
+                shape = tuple(int(d) for d in (desc.shape if hasattr(desc, "shape") else desc["shape"]))
+                got[name] = shm.get_output(name, shape)
+            else:
+                arr = result.as_numpy(name)
+                if arr is None:
+                    raise InferenceFailed(f"the response has no output {name!r}")
+                # gRPC hands out read-only views of the response bytes; torch wants writable
+                got[name] = arr if arr.flags.writeable else arr.copy()
+        return got
+
+    def infer(self, model: str, inputs: dict[str, np.ndarray],
+              outputs: dict[str, tuple[tuple[int, ...], np.dtype]], shm: ShmLease | None = None) -> dict[str, np.ndarray]:
+        """One blocking request; ``outputs`` maps requested names to their expected shapes."""
+        ins, outs = self._request(inputs, outputs, shm)
+        result = self._call("infer", model, ins, outputs=outs)
+        return self._results(result, outputs, shm)
+
+    def async_infer(self, model: str, inputs: dict[str, np.ndarray],
+                    outputs: dict[str, tuple[tuple[int, ...], np.dtype]], callback: Callback,
+                    shm: ShmLease | None = None) -> None:
+        """One non-blocking gRPC request; ``callback(results, error)`` runs on a gRPC thread."""
+        if self.protocol != "grpc":
+            raise RemoteError("async_infer is gRPC only (HTTP async runs on a worker thread)")
+        ins, outs = self._request(inputs, outputs, shm)
+
+        def done(result: Any, error: Any) -> None:
+            if error is not None:
+                callback(None, classify(error, self.url, self.timeout))
+                return
+            try:
+                got = self._results(result, outputs, shm)
+            except BaseException as exc:  # noqa: BLE001 - handed to the callback
+                callback(None, classify(exc, self.url, self.timeout))
+                return
+            callback(got, None)
+
+        try:
+            self._grpc.async_infer(model, ins, done, outputs=outs, client_timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise classify(exc, self.url, self.timeout) from exc

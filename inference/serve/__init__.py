@@ -1,0 +1,205 @@
+"""Host TorchScript / AOTInductor models in a real Triton server through PyTriton.
+
+    from inference.serve import serve
+    with serve("mlp.pt", inputs=["features:float32:3"], max_queue_delay_us=500) as server:
+        model = RemoteModel(server.grpc_url, "mlp")
+
+The server runs in a child process (its own process group) whose ``LD_LIBRARY_PATH`` starts with
+this interpreter's LIBDIR, as PyTriton's Python-backend stub needs; it listens on 127.0.0.1 only,
+on free ports unless told otherwise. :meth:`ServerHandle.stop` (also at interpreter exit, and
+when the parent dies) stops it by its process id. CLI: ``python -m inference.serve``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
+
+__all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "free_port", "serve"]
+
+
+class ServeError(RuntimeError):
+    """The server process could not start (the message carries the end of its log)."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_environment() -> dict[str, str]:
+    """This environment with LD_LIBRARY_PATH starting with the interpreter's LIBDIR and the
+    project importable."""
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    rest = env.get("LD_LIBRARY_PATH", "")
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, rest) if p)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+class ServerHandle:
+    """A running server process: its ports, urls and models; ``stop()`` ends it."""
+
+    def __init__(self, proc: subprocess.Popen, workdir: Path, grpc_port: int, http_port: int,
+                 metrics_port: int, models: list[ModelSpec], own_workdir: bool) -> None:
+        self.process = proc
+        self.pid = proc.pid
+        self.workdir = workdir
+        self.grpc_port, self.http_port, self.metrics_port = grpc_port, http_port, metrics_port
+        self.models = models
+        self._own_workdir = own_workdir
+        self._stopped = False
+        atexit.register(self.stop)
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "server.log"
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def is_running(self) -> bool:
+        return not self._stopped and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the server process (it stops Triton), SIGKILL its process group if it lingers."""
+        if self._stopped:
+            return
+        self._stopped = True
+        proc = self.process
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        # the group is the one the server process leads: Triton and its stubs, nothing else
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.05)
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # noqa: BLE001
+            pass
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running() else "stopped"
+        names = ", ".join(m.name for m in self.models)
+        return f"<ServerHandle pid={self.pid} gRPC {self.grpc_url} HTTP {self.http_url} [{names}] {state}>"
+
+
+def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
+          http_port: int | None = None, metrics_port: int | None = None, device: str = "cpu",
+          max_batch_size: int = 64, dynamic_batching: bool = True,
+          preferred_batch_sizes: Sequence[int] | None = None, max_queue_delay_us: int = 0,
+          inputs: Sequence[Any] | None = None, outputs: Sequence[Any] | None = None,
+          instances: int = 1, threads: int | None = None, startup_timeout: float = 120.0,
+          workdir: str | os.PathLike | None = None) -> ServerHandle:
+    """Start a Triton server hosting ``models`` and return once every model is ready.
+
+    ``models``: a .pt (TorchScript) or .pt2 (AOTInductor) path, an ``nn.Module`` (scripted), a
+    list of those, or ``{name: model or {"path": ..., "inputs": ..., ...}}``. ``name`` names a
+    single model (default: the file's stem). Tensors: ``inputs``/``outputs`` as
+    ``"name:dtype:d0,d1"`` (dims per sample, -1 any), else read from a ``<file>.json`` beside the
+    model or its TorchScript extra file ``alpyka_io.json``, else one ``input__0`` float32 [-1];
+    outputs not declared are found by running the model once. Ports: None or 0 picks a free
+    loopback port. ``device``: ``"cpu"`` or ``"cuda"``/``"cuda:N"``. Dynamic batching merges
+    concurrent requests up to ``max_batch_size`` (``preferred_batch_sizes``,
+    ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch.
+    """
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    own = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="alpyka-serve-")) if own else Path(workdir)  # type: ignore[arg-type]
+    wd.mkdir(parents=True, exist_ok=True)
+    try:
+        specs = model_specs(models, name=name, workdir=wd, inputs=inputs, outputs=outputs,
+                            max_batch_size=int(max_batch_size), dynamic_batching=bool(dynamic_batching),
+                            preferred_batch_sizes=[int(b) for b in (preferred_batch_sizes or [])],
+                            max_queue_delay_us=int(max_queue_delay_us), instances=int(instances))
+    except BaseException:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+        raise
+    ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
+    while len(set(ports)) < 3:
+        ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
+    config = {
+        "workdir": str(wd), "parent_pid": os.getpid(), "device": device, "threads": threads,
+        "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
+        "models": [s.to_json() for s in specs],
+    }
+    (wd / "config.json").write_text(json.dumps(config, indent=1))
+    log = open(wd / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
+                            env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    handle = ServerHandle(proc, wd, *ports, specs, own)
+    deadline = time.monotonic() + startup_timeout
+    ready = wd / "ready.json"
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = (f"exited with code {proc.returncode}" if proc.poll() is not None
+                   else f"was not ready after {startup_timeout} s")
+            tail = handle.log_tail()
+            handle.stop()
+            raise ServeError(f"the Triton server process {why}; its log ends with:\n{tail}")
+        time.sleep(0.1)
+    handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
+    return handle
+
+
+class _CallableModule(type(sys)):  # type: ignore[misc]
+    """``inference.serve`` is both this package and the function: ``inference.serve(models)``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ServerHandle:
+        return serve(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

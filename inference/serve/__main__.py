@@ -1,0 +1,69 @@
+"""``python -m inference.serve MODEL... [--name NAME] [--grpc-port P] [--http-port P] [--device D]``:
+host models in Triton until Ctrl-C (or SIGTERM); errors print one line with the fix."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from . import ServeError, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt) / AOTInductor "
+                                "(.pt2) models in a Triton server (PyTriton) on 127.0.0.1.")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="model files (.pt, .pt2)")
+    p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: a free one; default 8001)")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: a free one; default 8000)")
+    p.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free one)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--input", action="append", default=None, metavar="NAME:DTYPE:DIMS",
+                   help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
+    p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
+                   help="an output tensor (default: found by running the model once)")
+    p.add_argument("--max-batch-size", type=int, default=64, help="0: the model does not batch")
+    p.add_argument("--no-dynamic-batching", action="store_true", help="one execution per request")
+    p.add_argument("--preferred-batch-size", type=int, action="append", default=None)
+    p.add_argument("--max-queue-delay-us", type=int, default=0)
+    p.add_argument("--instances", type=int, default=1, help="model instances (parallel executions)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        server = serve(args.models, name=args.name, grpc_port=args.grpc_port, http_port=args.http_port,
+                       metrics_port=args.metrics_port, device=args.device, inputs=args.input,
+                       outputs=args.output, max_batch_size=args.max_batch_size,
+                       dynamic_batching=not args.no_dynamic_batching,
+                       preferred_batch_sizes=args.preferred_batch_size,
+                       max_queue_delay_us=args.max_queue_delay_us, instances=args.instances)
+    except (ServeError, ValueError, TypeError, FileNotFoundError) as exc:
+        first = str(exc).splitlines()[0]
+        print(f"alpyka serve: error: {first}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    for m in server.models:
+        ins = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.inputs)
+        outs = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.outputs)
+        print(f"model {m.name}: {ins} -> {outs} (max_batch_size {m.max_batch_size})")
+    print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops",
+          flush=True)
+    try:
+        while not stop.wait(0.5):
+            if not server.is_running():
+                print("alpyka serve: error: the server process ended; see its log", file=sys.stderr)
+                return 1
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

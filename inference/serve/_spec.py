@@ -1,0 +1,162 @@
+"""What ``serve`` hosts: model files with named, typed tensors and batching settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+IO_EXTRA_FILE = "alpyka_io.json"  # optional TorchScript extra file: {"inputs": [...], "outputs": [...]}
+
+
+@dataclass
+class TensorDecl:
+    """One served tensor: name, numpy dtype name, dims per sample (batch axis excluded; -1 any)."""
+
+    name: str
+    dtype: str = "float32"
+    dims: tuple[int, ...] = (-1,)
+
+    @classmethod
+    def parse(cls, value: Any) -> "TensorDecl":
+        """From ``"name:dtype:d0,d1"`` (dtype and dims optional), a tuple or a dict."""
+        if isinstance(value, TensorDecl):
+            return value
+        if isinstance(value, Mapping):
+            return cls(str(value["name"]), str(np.dtype(value.get("dtype", "float32"))),
+                       tuple(int(d) for d in value.get("dims", value.get("shape", (-1,)))))
+        if isinstance(value, str):
+            parts = value.split(":")
+            if not parts[0] or len(parts) > 3:
+                raise ValueError(f"tensor declaration {value!r}: use NAME[:DTYPE[:DIM,DIM,...]], "
+                                 "e.g. features:float32:3 (dims exclude the batch axis; -1 is any)")
+            dtype = parts[1] if len(parts) > 1 and parts[1] else "float32"
+            dims = tuple(int(d) for d in parts[2].split(",") if d) if len(parts) > 2 else (-1,)
+            return cls(parts[0], str(np.dtype(dtype)), dims)
+        if isinstance(value, (tuple, list)) and value:
+            name, *rest = value
+            dtype = str(np.dtype(rest[0])) if rest else "float32"
+            dims = tuple(int(d) for d in rest[1]) if len(rest) > 1 else (-1,)
+            return cls(str(name), dtype, dims)
+        raise TypeError(f"cannot read a tensor declaration from {value!r}")
+
+
+@dataclass
+class ModelSpec:
+    """One hosted model. ``outputs`` empty: found by running the model once on zeros."""
+
+    name: str
+    path: str
+    inputs: list[TensorDecl] = field(default_factory=list)
+    outputs: list[TensorDecl] = field(default_factory=list)
+    max_batch_size: int = 64
+    dynamic_batching: bool = True
+    preferred_batch_sizes: list[int] = field(default_factory=list)
+    max_queue_delay_us: int = 0
+    instances: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ModelSpec":
+        d = dict(d)
+        d["inputs"] = [TensorDecl.parse(t) for t in d.get("inputs", [])]
+        d["outputs"] = [TensorDecl.parse(t) for t in d.get("outputs", [])]
+        return cls(**d)
+
+
+def _decls(values: Iterable[Any] | None) -> list[TensorDecl]:
+    return [TensorDecl.parse(v) for v in (values or [])]
+
+
+def _io_from_file(path: str) -> tuple[list[TensorDecl], list[TensorDecl]]:
+    """Declarations stored with a TorchScript file (extra file) or beside it (``<file>.json``)."""
+    side = Path(path + ".json")
+    if side.is_file():
+        d = json.loads(side.read_text())
+        return _decls(d.get("inputs")), _decls(d.get("outputs"))
+    if path.endswith(".pt"):
+        try:
+            import torch
+
+            extra = {IO_EXTRA_FILE: ""}
+            torch.jit.load(path, map_location="cpu", _extra_files=extra)
+            if extra[IO_EXTRA_FILE]:
+                d = json.loads(extra[IO_EXTRA_FILE])
+                return _decls(d.get("inputs")), _decls(d.get("outputs"))
+        except Exception:  # noqa: BLE001 - not TorchScript, or no declarations
+            pass
+    return [], []
+
+
+def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequence[Any] | None,
+                outputs: Sequence[Any] | None, **settings: Any) -> list[ModelSpec]:
+    """Normalise ``serve``'s ``models`` argument (a path, an nn.Module, a list, or a mapping
+    ``{name: path | module | dict}``) into specs; modules are scripted to ``workdir``."""
+    if isinstance(models, Mapping):
+        items = list(models.items())
+    else:
+        seq = list(models) if isinstance(models, (list, tuple)) else [models]
+        if name is not None and len(seq) != 1:
+            raise ValueError(f"name= names one model; {len(seq)} were given (use a mapping {{name: model}})")
+        items = [(name or _default_name(m, i), m) for i, m in enumerate(seq)]
+    if not items:
+        raise ValueError("serve needs at least one model")
+    specs = []
+    for mname, model in items:
+        if not _NAME.match(str(mname)):
+            raise ValueError(f"model name {mname!r}: use letters, digits, '_', '.', '-'")
+        per = dict(model) if isinstance(model, Mapping) else {"path": model}
+        path = _as_path(per.pop("path"), str(mname), workdir)
+        ins = _decls(per.pop("inputs", None) or inputs)
+        outs = _decls(per.pop("outputs", None) or outputs)
+        if not ins:
+            ins, file_outs = _io_from_file(path)
+            outs = outs or file_outs
+        if not ins:
+            ins = [TensorDecl("input__0")]
+        opts = {**settings, **per}
+        specs.append(ModelSpec(str(mname), path, ins, outs, **opts))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"model names must be unique, got {names}")
+    return specs
+
+
+def _default_name(model: Any, i: int) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return Path(model).name.split(".")[0]
+    return f"model{i}" if i else "model"
+
+
+def _as_path(model: Any, name: str, workdir: Path) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        p = Path(model)
+        if not p.is_file():
+            raise FileNotFoundError(f"model file {str(p)!r} does not exist")
+        if p.suffix not in (".pt", ".pt2", ".ts", ".jit"):
+            raise ValueError(f"model file {str(p)!r}: serve hosts TorchScript (.pt) and AOTInductor (.pt2) files")
+        return str(p.resolve())
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        scripted = model
+    elif isinstance(model, torch.nn.Module):
+        try:
+            scripted = torch.jit.script(model.eval().cpu())
+        except Exception as exc:  # noqa: BLE001
+            raise TypeError(f"model {name!r}: an nn.Module is served as TorchScript and "
+                            f"torch.jit.script failed ({exc}); save it as .pt or .pt2 first") from exc
+    else:
+        raise TypeError(f"model {name!r}: serve takes a .pt/.pt2 path or a torch.nn.Module, "
+                        f"got {type(model).__name__}")
+    path = workdir / f"{name}.pt"
+    scripted.save(str(path))
+    return str(path)

@@ -1,0 +1,71 @@
+"""Fixtures of the inference tests: collections on the backend under test and one AOT package."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the inference tests need PyTorch")
+
+import portable as pk  # noqa: E402
+
+from inference_testmodels import Particles, Preds, fill_particles  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def make_particles(queue):
+    """``make_particles(n, seed)`` -> (collection on the queue's device, the data as numpy)."""
+
+    def make(n: int, seed: int = 0):
+        data = fill_particles(n, seed)
+        coll = pk.PortableCollection.from_dict(Particles, data, queue)
+        return coll, data
+
+    return make
+
+
+@pytest.fixture
+def make_preds(queue):
+    """``make_preds(n, fill=...)`` -> an output collection on the queue's device, every byte of
+    every column set from ``fill`` (so unchanged columns can be checked)."""
+
+    def make(n: int, fill: float = -7.0):
+        data = {k: np.full(n, fill, dtype=Preds.field(k).dtype) for k in Preds.field_names()}
+        return pk.PortableCollection.from_dict(Preds, data, queue)
+
+    return make
+
+
+def host_columns(coll, queue) -> dict[str, np.ndarray]:
+    """Copies of a collection's columns (waits for the queue)."""
+    return coll.to_dict(queue)
+
+
+@pytest.fixture(scope="session")
+def aot_package(request) -> str:
+    """The test MLP compiled for the CPU through `python -m inference.aot` (cached by a hash of the
+    model source and the torch version, so later runs reuse it)."""
+    from inference import aot
+
+    src = (HERE / "inference_testmodels.py").read_bytes()
+    key = hashlib.sha256(src + torch.__version__.encode() + b"v1").hexdigest()[:16]
+    cache_provider = getattr(request.config, "cache", None)
+    if cache_provider is not None:
+        cache = Path(cache_provider.mkdir("alpyka-aot"))
+    else:  # -p no:cacheprovider
+        cache = Path(tempfile.gettempdir()) / "alpyka-test-aot"
+        cache.mkdir(exist_ok=True)
+    path = cache / f"mlp-{key}.pt2"
+    if not path.exists():
+        tmp = cache / f"mlp-{key}.{os.getpid()}.pt2"
+        rc = aot.main([f"{HERE / 'inference_testmodels.py'}:make_mlp", "--input-shape", "64,3", "-o", str(tmp)])
+        assert rc == 0
+        os.replace(tmp, path)
+    return str(path)

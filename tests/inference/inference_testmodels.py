@@ -1,0 +1,101 @@
+"""Layouts and small models shared by the inference tests (also loaded by `inference.aot`'s CLI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import soa
+
+
+class Particles(soa.Layout):
+    x = soa.column(np.float32)
+    y = soa.column(np.float32)
+    z = soa.column(np.float32)
+    p = soa.vector(np.float32, 3)
+    q = soa.vector(np.float32, 3)
+    cov = soa.matrix(np.float32, 2, 3)
+    cov2 = soa.matrix(np.float32, 2, 3)
+    w = soa.column(np.float64)
+    charge = soa.column(np.int32)
+    n_valid = soa.scalar(np.int32)
+    scale = soa.scalar(np.float32)
+    shift = soa.scalar(np.float32)
+
+
+class Preds(soa.Layout):
+    m = soa.column(np.float32)
+    n = soa.column(np.float32)
+    score = soa.column(np.float32)
+    extra = soa.column(np.float64)
+
+
+class MLP(torch.nn.Module):
+    """3 features -> 2 outputs; deterministic weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1234)
+        self.l1 = torch.nn.Linear(3, 16)
+        self.l2 = torch.nn.Linear(16, 2)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+def make_mlp() -> MLP:
+    return MLP()
+
+
+class TwoHeads(torch.nn.Module):
+    """Features -> (preds [n, 2], score [n]) as a tuple, or as a dict when ``as_dict``."""
+
+    def __init__(self, as_dict: bool = False) -> None:
+        super().__init__()
+        self.mlp = MLP()
+        self.as_dict = as_dict
+
+    def forward(self, x: torch.Tensor):  # type: ignore[override]
+        preds = self.mlp(x)
+        score = torch.sigmoid(preds.sum(dim=1))
+        if self.as_dict:
+            return {"score": score, "preds": preds}
+        return preds, score
+
+
+class UsesEverything(torch.nn.Module):
+    """Features, a vector, a matrix and a scalar block in; a [n, 2] result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, f, p, cov, scale):  # type: ignore[override]
+        out = self.mlp(f + p)
+        return out * scale + cov.sum(dim=(1, 2), keepdim=False).unsqueeze(1)
+
+
+def fill_particles(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal(n).astype(np.float32),
+        "y": rng.standard_normal(n).astype(np.float32),
+        "z": rng.standard_normal(n).astype(np.float32),
+        "p": rng.standard_normal((n, 3)).astype(np.float32),
+        "q": rng.standard_normal((n, 3)).astype(np.float32),
+        "cov": rng.standard_normal((n, 2, 3)).astype(np.float32),
+        "cov2": rng.standard_normal((n, 2, 3)).astype(np.float32),
+        "w": rng.standard_normal(n),
+        "charge": rng.integers(-1, 2, n).astype(np.int32),
+        "n_valid": np.int32(n),
+        "scale": np.float32(1.5),
+        "shift": np.float32(-0.25),
+    }
+
+
+def features(data: dict[str, np.ndarray]) -> torch.Tensor:
+    """The [n, 3] features block computed from the data (a copy, for references)."""
+    return torch.from_numpy(np.stack([data["x"], data["y"], data["z"]], axis=1).copy())

@@ -1,0 +1,200 @@
+"""RemoteModel against an in-test KServe v2 double: round trips, batching, queue order, faults,
+timeouts, wrong metadata and retries to a second server."""
+
+from __future__ import annotations
+
+import signal
+import os
+
+import numpy as np
+import pytest
+
+import portable as pk
+from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, RemoteTimeout,
+                              ServerUnavailable)
+from inference.serve import free_port
+
+from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "pseudo_async"])
+def test_round_trip_into_soa(double, mode):
+    srv = double()
+    hits, out = make_hits(20, seed=1), make_out(Preds, 20)
+    with RemoteModel(srv.url, "double", mode=mode, timeout=5) as model:
+        model.forward(metadata(hits, out))
+        np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
+        out2 = make_out(Preds, 20)
+        fut = model.forward_async(metadata(hits, out2))
+        fut.wait(10)
+        np.testing.assert_array_equal(out_matrix(out2), 2 * hits_matrix(hits))
+        assert model.statistics().client.events == 2
+
+
+def test_rectangular_batching_splits_over_max_batch_size(double):
+    srv = double(max_batch_size=8)
+    hits, out = make_hits(20, seed=2), make_out(Preds, 20)
+    with RemoteModel(srv.url, "double", timeout=5) as model:
+        model.forward(metadata(hits, out))
+    np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
+    assert sorted(srv.behaviour.rows) == [4, 8, 8]
+
+
+def test_ragged_batching_many_events_in_one_request(double):
+    srv = double(max_batch_size=64)
+    sizes = [3, 10, 1, 7]
+    hits = [make_hits(n, seed=10 + n) for n in sizes]
+    outs = [make_out(Preds, n) for n in sizes]
+    with RemoteModel(srv.url, "double", timeout=5) as model:
+        model.forward_many([metadata(h, o) for h, o in zip(hits, outs)])
+        assert srv.behaviour.rows == [sum(sizes)]
+        for h, o in zip(hits, outs):
+            np.testing.assert_array_equal(out_matrix(o), 2 * hits_matrix(h))
+        more = [make_out(Preds, n) for n in sizes]
+        model.forward_many_async([metadata(h, o) for h, o in zip(hits, more)]).wait(10)
+        for h, o in zip(hits, more):
+            np.testing.assert_array_equal(out_matrix(o), 2 * hits_matrix(h))
+
+
+def test_forward_runs_in_queue_order_and_chains_async(double):
+    srv = double(delay=0.05)
+    q = pk.Queue(pk.host())
+    hits, out = make_hits(16, seed=3), make_out(Preds, 16)
+    x = hits_matrix(hits)
+    v = hits.view()
+    with RemoteModel(srv.url, "double", timeout=5).to(q) as model:
+        q.enqueue_host(lambda: v.a.__imul__(3))  # a producer: must run before the request
+        model.forward(metadata(hits, out))
+        q.wait()
+        x[:, 0] *= 3
+        np.testing.assert_array_equal(out_matrix(out), 2 * x)
+        # async: the queue returns at once; a consumer chained with wait_for sees the outputs
+        out2, seen = make_out(Preds, 16), []
+        fut = model.forward_async(metadata(hits, out2))
+        q2 = pk.Queue(pk.host())
+        q2.wait_for(fut.event)
+        q2.enqueue_host(lambda: seen.append(out_matrix(out2)))
+        q2.wait()
+        assert fut.done()
+        np.testing.assert_array_equal(seen[0], 2 * x)
+
+
+def test_async_requests_overlap(double):
+    srv = double(delay=0.2)
+    hits = make_hits(8, seed=4)
+    outs = [make_out(Preds, 8) for _ in range(6)]
+    with RemoteModel(srv.url, "double", timeout=5, mode="async") as model:
+        futs = [model.forward_async(metadata(hits, o)) for o in outs]
+        # every request was sent before the first answer (each takes 0.2 s on the server)
+        pending = sum(not f.done() for f in futs)
+        for f in futs:
+            f.wait(10)
+    assert pending >= 1
+    for o in outs:
+        np.testing.assert_array_equal(out_matrix(o), 2 * hits_matrix(hits))
+
+
+def test_slow_server_times_out_and_leaves_outputs_unchanged(double):
+    srv = double(delay=1.5)
+    hits, out = make_hits(8, seed=5), make_out(Preds, 8)
+    with RemoteModel(srv.url, "double", timeout=0.3, retries=1, retry_delay=0.01) as model:
+        with pytest.raises(RemoteTimeout, match="timed out after 0.3 s"):
+            model.forward(metadata(hits, out))
+        fut = model.forward_async(metadata(hits, out))
+        with pytest.raises(RemoteTimeout):
+            fut.wait(10)
+        assert model.statistics().client.timeouts >= 2
+    np.testing.assert_array_equal(out_matrix(out), np.full((8, 3), -7.0, np.float32))
+    assert srv.behaviour.requests == 4  # two attempts each, never more
+
+
+def test_wrong_metadata_names_the_block(double):
+    srv = double(wrong_dtype=True)
+    hits, out = make_hits(8), make_out(Preds, 8)
+    with RemoteModel(srv.url, "double", timeout=5) as model:
+        with pytest.raises(MetadataMismatch, match="input block 'x' has dtype float32.*int32"):
+            model.forward(metadata(hits, out))
+    good = double()
+    with RemoteModel(good.url, "double", timeout=5) as model:
+        with pytest.raises(MetadataMismatch, match="input block 'features' is not an input"):
+            model.forward(metadata(hits, out, in_block="features"))
+        with pytest.raises(MetadataMismatch, match="output block 'scores' is not an output"):
+            model.forward(metadata(hits, make_out(Scores, 8), out_block="scores"))
+    np.testing.assert_array_equal(out_matrix(out), np.full((8, 3), -7.0, np.float32))
+    assert good.behaviour.requests == 0
+
+
+def test_missing_model_lists_the_models_it_has(double):
+    srv = double()
+    with pytest.raises(ModelNotFound, match=r"no ready model 'gnn'; it has \['double'\]"):
+        RemoteModel(srv.url, "gnn", timeout=5, retries=0)
+
+
+def test_no_server_is_a_bounded_clear_error():
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ServerUnavailable, match="3 attempt"):
+        RemoteModel(dead, "double", timeout=1, retries=2, retry_delay=0.01)
+
+
+def test_retries_on_the_same_server(double):
+    srv = double(fail_first=2)
+    hits, out = make_hits(8, seed=6), make_out(Preds, 8)
+    with RemoteModel(srv.url, "double", timeout=5, retries=2, retry_delay=0.01) as model:
+        model.forward(metadata(hits, out))
+        assert model.statistics().client.retries == 2
+    np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_retries_go_to_the_second_server(double, mode):
+    bad, good = double(fail_first=1000), double()
+    hits, out = make_hits(8, seed=7), make_out(Preds, 8)
+    with RemoteModel(bad.url, "double", servers=[good.url], timeout=5, retries=1,
+                     retry_delay=0.01, mode=mode) as model:
+        model.forward_async(metadata(hits, out)).wait(10)
+        assert model.url == good.url
+        assert model.statistics().client.failovers == 1
+    assert bad.behaviour.requests == 2 and good.behaviour.requests == 1
+    np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
+
+
+def test_server_killed_mid_run(double, double_process):
+    port = free_port()
+    proc = double_process(port)
+    backup = double()
+    hits = make_hits(8, seed=8)
+    q = pk.Queue(pk.host())
+    lone = RemoteModel(f"127.0.0.1:{port}", "double", timeout=2, retries=1, retry_delay=0.01).to(q)
+    model = RemoteModel(f"127.0.0.1:{port}", "double", servers=[backup.url], timeout=2, retries=1,
+                        retry_delay=0.01)
+    try:
+        first = make_out(Preds, 8)
+        model.forward(metadata(hits, first))
+        lone.forward(metadata(hits, make_out(Preds, 8)))
+        q.wait()
+        np.testing.assert_array_equal(out_matrix(first), 2 * hits_matrix(hits))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        # with a server list: the request moves to the backup
+        after = make_out(Preds, 8)
+        model.forward(metadata(hits, after))
+        np.testing.assert_array_equal(out_matrix(after), 2 * hits_matrix(hits))
+        assert model.url == backup.url
+        # alone: a bounded, clear error at the queue's wait, outputs unchanged
+        lost = make_out(Preds, 8)
+        lone.forward(metadata(hits, lost))
+        with pytest.raises(pk.AsyncError, match="unreachable|not live"):
+            q.wait()
+        np.testing.assert_array_equal(out_matrix(lost), np.full((8, 3), -7.0, np.float32))
+    finally:
+        model.close()
+        lone.close()
+
+
+def test_statistics_count_client_side(double):
+    srv = double(max_batch_size=4)
+    with RemoteModel(srv.url, "double", timeout=5) as model:
+        out = model.infer({"x": np.ones((10, 3), np.float32)})
+        np.testing.assert_array_equal(out["y"], np.full((10, 3), 2, np.float32))
+        st = model.statistics().client
+        assert st.requests == 3 and st.bytes_sent == 10 * 3 * 4 and st.failures == 0

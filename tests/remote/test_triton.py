@@ -1,0 +1,211 @@
+"""RemoteModel against a real Triton server hosted by ``inference.serve`` (PyTriton)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import portable as pk
+from inference.remote import MetadataMismatch, RemoteModel
+
+from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+
+torch = pytest.importorskip("torch")
+
+
+def _pytriton_reason() -> str | None:
+    try:
+        import pytriton.triton  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"PyTriton cannot run here: {exc}"
+    if not sys.platform.startswith("linux"):
+        return "PyTriton's bundled tritonserver runs on Linux only"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_pytriton_reason() is not None, reason=str(_pytriton_reason()))
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1 = torch.nn.Linear(3, 16)
+        self.l2 = torch.nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.relu(self.l1(x)))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    torch.jit.script(Identity()).save(str(d / "identity.pt"))
+    torch.jit.script(MLP()).save(str(d / "mlp.pt"))
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(models):
+    from inference.serve import serve
+
+    handle = serve({
+        "identity": {"path": str(models / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
+        "mlp": {"path": str(models / "mlp.pt"), "inputs": ["x:float32:3"]},  # outputs probed
+    }, max_batch_size=64, max_queue_delay_us=2000)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+    assert handle.process.poll() is not None
+
+
+def mlp_reference(models, x: np.ndarray) -> np.ndarray:
+    m = torch.jit.load(str(models / "mlp.pt"))
+    with torch.no_grad():
+        return m(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("shm", [None, "system"])
+def test_identity_round_trip(server, protocol, shm):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    hits, out = make_hits(37, seed=1), make_out(Preds, 37)
+    with RemoteModel(url, "identity", protocol=protocol, shared_memory=shm, timeout=20) as model:
+        model.forward(metadata(hits, out))
+        st = model.statistics()
+    np.testing.assert_array_equal(out_matrix(out), hits_matrix(hits))
+    assert st.client.shm_requests == (1 if shm else 0)
+    assert st.server.requests >= 1
+
+
+def test_torch_model_round_trip_on_a_queue(server, models):
+    n = 300  # over max_batch_size 64: five requests
+    hits, out = make_hits(n, seed=2), make_out(Scores, n)
+    q = pk.Queue(pk.host())
+    with RemoteModel(server.grpc_url, "mlp", timeout=20).to(q) as model:
+        info = model.model_info
+        assert info.max_batch_size == 64 and info.output("output__0").shape == (-1, 2)
+        model.forward(metadata(hits, out, out_block="output__0"))
+        q.wait()
+        assert model.statistics().client.requests == 5
+    np.testing.assert_allclose(out_matrix(out), mlp_reference(models, hits_matrix(hits)), rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_shape_names_the_block(server):
+    hits, out = make_hits(8), make_out(Preds, 8)  # mlp gives 2 columns, Preds has 3
+    with RemoteModel(server.grpc_url, "mlp", timeout=20) as model:
+        with pytest.raises(MetadataMismatch, match="output block 'output__0' has shape \\[8, 3\\]"):
+            model.forward(metadata(hits, out, out_block="output__0"))
+
+
+def test_dynamic_batching_merges_concurrent_requests(server, models):
+    hits = [make_hits(4, seed=s) for s in range(64)]
+    outs = [make_out(Scores, 4) for _ in hits]
+    with RemoteModel(server.grpc_url, "mlp", timeout=30, mode="async") as model:
+        before = model.server_statistics()
+        futs = [model.forward_async(metadata(h, o, out_block="output__0")) for h, o in zip(hits, outs)]
+        for f in futs:
+            f.wait(60)
+        delta = model.server_statistics().minus(before)
+    assert delta.requests == 64 and delta.inferences == 256
+    assert delta.executions < delta.requests  # the server merged requests into larger batches
+    assert delta.mean_executed_batch > 4
+    for h, o in zip(hits, outs):
+        np.testing.assert_allclose(out_matrix(o), mlp_reference(models, hits_matrix(h)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["async", "pseudo_async"])
+def test_async_overlap_from_many_clients(server, models, mode):
+    """16 producer threads each keep their request in flight while producing the next event."""
+    def producer(seed):
+        hits, out = make_hits(16, seed=seed), make_out(Scores, 16)
+        fut = model.forward_async(metadata(hits, out, out_block="output__0"))
+        x = hits_matrix(hits)  # work done while the request is in flight
+        fut.wait(60)
+        return x, out_matrix(out)
+
+    with RemoteModel(server.grpc_url, "mlp", timeout=30, mode=mode, workers=8) as model:
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(producer, range(100, 132)))
+    for x, got in results:
+        np.testing.assert_allclose(got, mlp_reference(models, x), rtol=1e-5, atol=1e-6)
+
+
+def test_shared_memory_round_trip_ragged(server):
+    sizes = [5, 64, 1, 30]
+    hits = [make_hits(n, seed=n) for n in sizes]
+    outs = [make_out(Preds, n) for n in sizes]
+    with RemoteModel(server.grpc_url, "identity", shared_memory="system", timeout=20) as model:
+        model.forward_many([metadata(h, o) for h, o in zip(hits, outs)])  # 100 rows: 2 requests
+        st = model.statistics()
+        regions = model.server.shm_pool().regions
+    assert st.client.shm_requests == 2 and st.client.bytes_sent == 0 and regions >= 1
+    for h, o in zip(hits, outs):
+        np.testing.assert_array_equal(out_matrix(o), hits_matrix(h))
+
+
+def test_fallback_server_started_and_stopped(models):
+    from inference.serve import free_port
+
+    hits, out = make_hits(10, seed=3), make_out(Scores, 10)
+    model = RemoteModel(f"127.0.0.1:{free_port()}", "mlp", timeout=2, retries=0,
+                        fallback=str(models / "mlp.pt"),
+                        fallback_options={"inputs": ["x:float32:3"], "outputs": ["scores:float32:2"]})
+    try:
+        fb = model.fallback_server
+        assert fb is not None and fb.is_running() and model.url == fb.grpc_url
+        model.forward(metadata(hits, out, out_block="scores"))
+    finally:
+        model.close()
+    assert fb.process.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(fb.pid, 0)  # the whole process group (Triton, its stubs) is gone
+    np.testing.assert_allclose(out_matrix(out), mlp_reference(models, hits_matrix(hits)), rtol=1e-5, atol=1e-6)
+
+
+def test_serve_cli(models):
+    proc = subprocess.Popen([sys.executable, "-m", "inference.serve", str(models / "identity.pt"),
+                             "--name", "ident", "--grpc-port", "0", "--http-port", "0",
+                             "--input", "x:float32:3", "--max-batch-size", "8", "--no-dynamic-batching"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("serving on"):
+                break
+        assert lines and lines[-1].startswith("serving on"), "".join(lines)
+        url = lines[-1].split("gRPC ")[1].split(",")[0]
+        with RemoteModel(url, "ident", timeout=20) as model:
+            assert model.model_info.max_batch_size == 8 and not model.model_info.dynamic_batching
+            x = np.arange(30, dtype=np.float32).reshape(10, 3)
+            np.testing.assert_array_equal(model.infer({"x": x})["output__0"], x)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+        proc.stdout.close()
+
+
+def test_cli_error_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "inference.serve", str(tmp_path / "missing.pt")],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
