@@ -1,0 +1,334 @@
+"""Shared helpers for the benchmark scripts: the command-line convention, timing with warm-up and
+repeats, machine/device/version metadata, the JSON result document, PNG plots and progress bars.
+
+Every ``benchmarks/bench_X.py`` follows one convention (``run_all.py`` relies on it)::
+
+    python benchmarks/bench_X.py [--quick] [--smoke] [--out benchmarks/results]
+
+writes ``<out>/X.json`` and ``<out>/X.png``. The JSON document has the keys of
+:data:`DOCUMENT_KEYS`: ``benchmark`` (``"X"``), ``device`` (what ran it, in words), ``machine``
+(:func:`machine_info`), ``versions`` (:func:`versions`), ``quick`` (bool), ``results`` (a list of
+row dicts, one per measured point) and ``summary`` (the ratios the README shows: either
+``{label: number}`` or ``{row label: {column: number}}``). Extra keys are allowed.
+
+``--quick`` finishes well under a minute; ``--smoke`` (optional, implies quick) is the tiniest
+run that still exercises every code path, for tests. Timings never decide a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+DEFAULT_OUT = BENCH_DIR / "results"
+DOCUMENT_KEYS = ("benchmark", "device", "machine", "versions", "quick", "results", "summary")
+DEFAULT_PACKAGES = ("alpyka", "numpy", "numba", "torch", "onnxruntime", "pyopencl", "cupy-cuda13x",
+                    "warp-lang", "tritonclient", "nvidia-pytriton")
+
+if str(REPO_ROOT) not in sys.path:  # `python benchmarks/bench_X.py` from a source checkout
+    sys.path.insert(0, str(REPO_ROOT))
+
+T = TypeVar("T")
+
+# ----------------------------------------------------------------------------- command line
+
+
+def make_parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the tiniest run that exercises every path (for tests; implies --quick)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"directory for the JSON and PNG results (default: {DEFAULT_OUT})")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse, make ``--smoke`` imply ``--quick`` and create the output directory."""
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick = True
+    args.out = Path(args.out)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def mode(args: argparse.Namespace) -> str:
+    """``"smoke"``, ``"quick"`` or ``"full"``."""
+    return "smoke" if getattr(args, "smoke", False) else ("quick" if args.quick else "full")
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Timing:
+    """Wall-clock times (seconds) of repeated calls, after warm-up."""
+
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def stdev(self) -> float:
+        return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile (0..100), linear interpolation."""
+        s = sorted(self.times)
+        pos = (len(s) - 1) * q / 100.0
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    def as_dict(self, prefix: str = "time", scale: float = 1e3, unit: str = "ms") -> dict[str, float | int]:
+        """``{prefix_median_ms, prefix_mean_ms, prefix_min_ms, prefix_p90_ms, prefix_stdev_ms, repeats}``."""
+        return {
+            f"{prefix}_median_{unit}": self.median * scale,
+            f"{prefix}_mean_{unit}": self.mean * scale,
+            f"{prefix}_min_{unit}": self.min * scale,
+            f"{prefix}_p90_{unit}": self.percentile(90) * scale,
+            f"{prefix}_stdev_{unit}": self.stdev * scale,
+            "repeats": len(self.times),
+        }
+
+
+def measure(fn: Callable[[], Any], *, warmup: int = 1, repeats: int = 5, min_repeats: int = 1,
+            budget_s: float | None = None, sync: Callable[[], Any] | None = None) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then time up to ``repeats`` calls (each followed by
+    ``sync`` when given, e.g. a queue or stream wait); with ``budget_s`` stop early once that
+    much time was spent and at least ``min_repeats`` calls were timed."""
+    if repeats < 1 or min_repeats < 1:
+        raise ValueError(f"repeats and min_repeats must be >= 1, got {repeats} and {min_repeats}")
+    for _ in range(warmup):
+        fn()
+        if sync is not None:
+            sync()
+    timing = Timing()
+    spent = 0.0
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if sync is not None:
+            sync()
+        dt = time.perf_counter() - t0
+        timing.times.append(dt)
+        spent += dt
+        if budget_s is not None and i + 1 >= min_repeats and spent >= budget_s:
+            break
+    return timing
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or None when either is missing or the denominator is 0."""
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine the benchmark ran on (no user or host names)."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": affinity,
+        "memory_gib": _memory_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def versions(packages: Iterable[str] = DEFAULT_PACKAGES) -> dict[str, str | None]:
+    """Installed versions of ``packages`` (None for those not installed); nothing is imported."""
+    out: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# ----------------------------------------------------------------------------- result document
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become None (JSON has neither); containers are walked."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        return _finite(value.item())  # numpy / torch scalars
+    return value
+
+
+def result_document(benchmark: str, device: str, quick: bool, results: list[dict[str, Any]],
+                    summary: Mapping[str, Any], packages: Iterable[str] = DEFAULT_PACKAGES,
+                    **extra: Any) -> dict[str, Any]:
+    """The suite's JSON document (keys: :data:`DOCUMENT_KEYS`, then ``extra``)."""
+    doc: dict[str, Any] = {
+        "benchmark": benchmark,
+        "device": device,
+        "machine": machine_info(),
+        "versions": versions(packages),
+        "quick": bool(quick),
+        "results": list(results),
+        "summary": dict(summary),
+    }
+    for key, value in extra.items():
+        if key in doc:
+            raise ValueError(f"extra key {key!r} would overwrite a document key")
+        doc[key] = value
+    return _finite(doc)
+
+
+def check_document(doc: Any, name: str | None = None) -> list[str]:
+    """What is wrong with a result document (an empty list when it follows the convention)."""
+    if not isinstance(doc, dict):
+        return [f"the document is a {type(doc).__name__}, not an object"]
+    problems = [f"missing key {k!r}" for k in DOCUMENT_KEYS if k not in doc]
+    if problems:
+        return problems
+    if name is not None and doc["benchmark"] != name:
+        problems.append(f"benchmark is {doc['benchmark']!r}, expected {name!r}")
+    if not isinstance(doc["results"], list):
+        problems.append("results is not a list")
+    elif not all(isinstance(r, dict) for r in doc["results"]):
+        problems.append("results holds something other than row objects")
+    if not isinstance(doc["summary"], dict):
+        problems.append("summary is not an object")
+    if not isinstance(doc["quick"], bool):
+        problems.append("quick is not a boolean")
+    return problems
+
+
+def write_json(out_dir: Path, name: str, document: Mapping[str, Any]) -> Path:
+    """Write ``<out_dir>/<name>.json`` atomically (strict JSON: no NaN) and return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(document), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# ----------------------------------------------------------------------------- plots and progress
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, out_dir: Path, name: str) -> Path:
+    """Save ``fig`` as ``<out_dir>/<name>.png`` and close it."""
+    path = Path(out_dir) / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path
+
+
+class _PlainProgress:
+    """Iteration without a bar (tqdm missing or disabled), with tqdm's ``set_postfix_str``."""
+
+    def __init__(self, iterable: Iterable[T]) -> None:
+        self._iterable = iterable
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._iterable)
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+
+def progress(iterable: Iterable[T], total: int | None = None, desc: str = "", disable: bool = False) -> Any:
+    """An iterable with a tqdm progress bar on stderr (``.set_postfix_str(text)`` shows a note);
+    plain iteration when tqdm is missing, ``disable`` is set or ALPYKA_NO_PROGRESS is set."""
+    if disable or os.environ.get("ALPYKA_NO_PROGRESS"):
+        return _PlainProgress(iterable)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _PlainProgress(iterable)
+    return tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def format_number(value: Any) -> str:
+    """Numbers for tables: 3 significant digits, thousands without exponent; None as an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "—"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    return str(value)

@@ -1,0 +1,271 @@
+"""Run the whole benchmark suite and write ``SUMMARY.md``: every ``benchmarks/bench_*.py`` runs in
+its own process (``--quick`` when the suite is quick) with a time limit; a failing or hanging
+benchmark is recorded and the suite goes on.
+
+    python benchmarks/run_all.py [--quick] [--only models,kernels] [--timeout S] [--out benchmarks/results]
+
+Writes ``<out>/SUMMARY.md`` (one table of ratios per benchmark, the README shows it),
+``<out>/suite.json`` (what ran, how long, and how it ended) and keeps each benchmark's
+``X.json``/``X.png`` and its log under ``<out>/logs/``. Exit status 1 when any benchmark failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402
+
+QUICK_TIMEOUT_S = 300.0
+FULL_TIMEOUT_S = 3600.0
+
+
+@dataclass
+class BenchRun:
+    """How one benchmark ran."""
+
+    name: str
+    script: str
+    status: str = "not run"  # ok | failed | timeout | no result | bad result
+    returncode: int | None = None
+    wall_s: float = 0.0
+    detail: str = ""
+    json: str | None = None
+    png: str | None = None
+    log: str | None = None
+    document: dict[str, Any] | None = field(default=None, repr=False)
+
+
+def discover(bench_dir: Path) -> dict[str, Path]:
+    """``{name: script}`` for every ``bench_<name>.py`` in ``bench_dir``, sorted by name."""
+    return {p.stem[len("bench_"):]: p for p in sorted(bench_dir.glob("bench_*.py"))}
+
+
+def supports_smoke(script: Path) -> bool:
+    """Whether a script takes ``--smoke`` (it builds its parser with ``_common.make_parser`` or names the flag)."""
+    try:
+        text = script.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "--smoke" in text or "make_parser(" in text
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    """The end of a log: a traceback's final exception line when there is one, else the last lines."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")  # keep the carriage returns
+    except OSError:
+        return ""
+    marker = "Traceback (most recent call last)"
+    if marker in text:  # the exception line ending the last traceback
+        after = [ln.split("\r")[-1].rstrip() for ln in text.rsplit(marker, 1)[1].split("\n")[1:]]
+        last = [ln for ln in after if ln.strip() and not ln.startswith((" ", "\t"))
+                and not re.search(r"\d+%\|", ln)]
+        if last:
+            return last[0][-600:]
+    # a line as a terminal shows it (after its last carriage return); progress bars are dropped
+    shown = (ln.split("\r")[-1].rstrip() for ln in text.split("\n"))
+    kept = [ln for ln in shown if ln.strip() and not re.search(r"\d+%\|", ln)]
+    return " | ".join(kept[-lines:])[-600:]
+
+
+def run_one(name: str, script: Path, out: Path, quick: bool, timeout_s: float, extra: Sequence[str] = ()) -> BenchRun:
+    """Run one benchmark script as a subprocess and check the JSON it wrote."""
+    run = BenchRun(name=name, script=str(script))
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}.log"
+    run.log = str(log_path)
+    json_path = out / f"{name}.json"
+    cmd = [sys.executable, str(script), "--out", str(out), *(["--quick"] if quick else []), *extra]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(common.REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("ALPYKA_NO_PROGRESS", "1")  # the suite shows its own bar; logs stay readable
+    env.setdefault("MPLBACKEND", "Agg")
+    start = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(common.REPO_ROOT), env=env,
+                                start_new_session=True)
+        try:
+            run.returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            run.wall_s = time.time() - start
+            run.status, run.detail = "timeout", f"still running after {timeout_s:.0f} s; stopped"
+            return run
+    run.wall_s = time.time() - start
+    if run.returncode != 0:
+        run.status, run.detail = "failed", f"exit status {run.returncode}: {_tail(log_path)}"
+        return run
+    if not json_path.exists() or json_path.stat().st_mtime < start - 1:
+        run.status, run.detail = "no result", f"exited 0 but wrote no fresh {json_path.name}"
+        return run
+    try:
+        doc = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        run.status, run.detail = "bad result", f"{json_path.name} is not valid JSON: {exc}"
+        return run
+    problems = common.check_document(doc, name)
+    if problems:
+        run.status, run.detail = "bad result", f"{json_path.name}: " + "; ".join(problems)
+        return run
+    run.status, run.json, run.document = "ok", str(json_path), doc
+    png = out / f"{name}.png"
+    if png.exists() and png.stat().st_mtime >= start - 1:
+        run.png = str(png)
+    else:
+        run.detail = f"no fresh {png.name}"
+    return run
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a benchmark that overran: its process group (it started it), then it."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ----------------------------------------------------------------------------- SUMMARY.md
+
+
+def summary_table(summary: dict[str, Any]) -> list[str]:
+    """Markdown for a ``summary``: ``{row: {column: value}}`` as a grid, ``{key: value}`` as two columns."""
+    if not summary:
+        return ["_(no summary)_"]
+    nested = {k: v for k, v in summary.items() if isinstance(v, dict)}
+    flat = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+    lines: list[str] = []
+    if nested:
+        cols: list[str] = []
+        for entry in nested.values():
+            cols += [c for c in entry if c not in cols]
+        lines.append("| | " + " | ".join(_cell(c) for c in cols) + " |")
+        lines.append("|---|" + "---:|" * len(cols))
+        for label, entry in nested.items():
+            lines.append(f"| {_cell(label)} | " + " | ".join(_cell(common.format_number(entry.get(c))) for c in cols) + " |")
+    if flat:
+        if lines:
+            lines.append("")
+        lines += ["| | value |", "|---|---:|"]
+        lines += [f"| {_cell(k)} | {_cell(_flat_value(v))} |" for k, v in flat.items()]
+    return lines
+
+
+def _flat_value(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(common.format_number(x) for x in v)
+    return common.format_number(v)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_summary(runs: list[BenchRun], out: Path, quick: bool, command: str) -> Path:
+    """Write ``<out>/SUMMARY.md``: the suite's status, then each benchmark's ratios and plot."""
+    machine = common.machine_info()
+    lines = [
+        "# alpyka benchmark summary",
+        "",
+        f"`{command}` — {'quick' if quick else 'full'} run, {machine['time_utc']}, "
+        f"{machine['cpu']} ({machine['cpus_usable'] or machine['cpu_count']} usable cores), Python {machine['python']}.",
+        "Ratios are measured side by side in one run on this machine; each benchmark's JSON holds every point.",
+        "",
+        "| benchmark | status | time (s) | device | note |",
+        "|---|---|---:|---|---|",
+    ]
+    for r in runs:
+        device = (r.document or {}).get("device", "")
+        lines.append(f"| {r.name} | {r.status} | {r.wall_s:.1f} | {_cell(device)} | {_cell(r.detail)} |")
+    for r in runs:
+        lines += ["", f"## {r.name}", ""]
+        if r.document is None:
+            lines.append(f"**{r.status}**: {_cell(r.detail)} (log: `{Path(r.log).name if r.log else '-'}`)")
+            continue
+        doc = r.document
+        skipped = sorted({f"{x.get('variant', x.get('name', '?'))}: {x.get('reason')}" for x in doc["results"]
+                          if x.get("status") == "skipped" and x.get("reason")})
+        lines.append(f"Device: {_cell(doc['device'])}. Rows: {len(doc['results'])}"
+                     + (", quick run." if doc["quick"] else "."))
+        lines.append("")
+        lines += summary_table(doc["summary"])
+        if skipped:
+            lines += ["", "Skipped: " + "; ".join(_cell(s) for s in skipped[:8])]
+        if r.png:
+            lines += ["", f"![{r.name}]({Path(r.png).name})"]
+    path = out / "SUMMARY.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def build_parser():
+    parser = common.make_parser("Run every benchmarks/bench_*.py and write SUMMARY.md")
+    parser.add_argument("--only", default="", help="comma-separated benchmark names (e.g. models,kernels)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds per benchmark (default {QUICK_TIMEOUT_S:.0f} quick, {FULL_TIMEOUT_S:.0f} full)")
+    parser.add_argument("--bench-dir", type=Path, default=common.BENCH_DIR, help="where the bench_*.py scripts are")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = common.parse_args(build_parser(), argv)
+    found = discover(args.bench_dir)
+    if args.list:
+        print("\n".join(f"{n}\t{p}" for n, p in found.items()))
+        return 0
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in found]
+        if unknown:
+            print(f"error: unknown benchmark(s) {unknown}; available: {', '.join(found) or 'none'}", file=sys.stderr)
+            return 2
+        found = {n: found[n] for n in wanted}
+    if not found:
+        print(f"error: no bench_*.py scripts in {args.bench_dir}", file=sys.stderr)
+        return 2
+    timeout_s = args.timeout or (QUICK_TIMEOUT_S if args.quick else FULL_TIMEOUT_S)
+    runs: list[BenchRun] = []
+    bar = common.progress(list(found.items()), total=len(found), desc="benchmarks", disable=args.no_progress)
+    for name, script in bar:
+        bar.set_postfix_str(name)
+        run = run_one(name, script, args.out, args.quick, timeout_s, ["--smoke"] if args.smoke and supports_smoke(script) else [])
+        runs.append(run)
+        print(f"{name:<12} {run.status:<10} {run.wall_s:7.1f} s  {run.detail}", flush=True)
+    command = "python benchmarks/run_all.py" + (" --quick" if args.quick and not args.smoke else "") + (
+        " --smoke" if args.smoke else "") + (f" --only {args.only}" if args.only else "")
+    path = write_summary(runs, args.out, args.quick, command)
+    suite = common.result_document(
+        "suite", device="see each benchmark", quick=bool(args.quick),
+        results=[{k: v for k, v in asdict(r).items() if k != "document"} for r in runs],
+        summary={r.name: r.status for r in runs}, timeout_s=timeout_s)
+    common.write_json(args.out, "suite", suite)
+    failed = [r.name for r in runs if r.status != "ok"]
+    print(f"wrote {path}" + (f"; not ok: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

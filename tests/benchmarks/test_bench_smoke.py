@@ -1,0 +1,172 @@
+"""Smoke tests of the benchmark suite: the scripts run in their tiniest mode and write documents
+that follow the suite's convention; the runner records failures and timeouts. No timing is
+asserted, only that measured numbers exist, are finite and positive."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import _common as common  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["ALPYKA_NO_PROGRESS"] = "1"
+    env["MPLBACKEND"] = "Agg"
+    return env
+
+
+def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _positive_finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+# ----------------------------------------------------------------------------- bench_models
+
+
+def test_bench_models_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    proc = _run(["benchmarks/bench_models.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "models.json").read_text())
+    assert common.check_document(doc, "models") == []
+    assert doc["quick"] is True and doc["mode"] == "smoke"
+    assert doc["threads"]["torch_intra_op"] == 1
+    ok = [r for r in doc["results"] if r["status"] == "ok"]
+    for model in ("particlenet", "deepmet"):
+        variants = {r["variant"] for r in ok if r["model"] == model}
+        assert {"eager", "jit"} <= variants, f"{model}: only {variants} ran"
+    for r in ok:
+        for key in ("latency_median_ms", "latency_min_ms", "throughput_eps", "repeats"):
+            assert _positive_finite(r[key]), (key, r)
+        assert r["latency_min_ms"] <= r["latency_median_ms"]
+        assert r["throughput_eps"] == pytest.approx(r["batch"] / (r["latency_median_ms"] / 1e3))
+        if r["variant"] != "eager":  # every compiled path computes what eager computes
+            assert r["agrees_with_eager"] is True, r
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            assert r["reason"], r  # a skip or failure always says why
+    # the smoke mode never compiles AOT: reported as skipped with the reason
+    assert any(r["variant"] == "aot" and r["status"] == "skipped" for r in doc["results"])
+    summary = doc["summary"]
+    assert set(summary) == {"particlenet, batch 4", "deepmet, batch 4"}
+    for entry in summary.values():
+        assert _positive_finite(entry["eager events/s"])
+        assert _positive_finite(entry["jit / eager"])
+    assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ----------------------------------------------------------------------------- run_all
+
+_GOOD = """
+import sys
+sys.path.insert(0, {bench!r})
+import _common as common
+args = common.parse_args(common.make_parser("good"))
+rows = [{{"variant": "a", "value": 2.0}}, {{"variant": "b", "status": "skipped", "reason": "no device"}}]
+doc = common.result_document("good", "cpu", args.quick, rows,
+                             {{"size 4": {{"b / a": 1.5, "c / a": None}}, "speed-up": 2.0}}, smoke=args.smoke)
+common.write_json(args.out, "good", doc)
+plt = common.pyplot()
+fig, ax = plt.subplots()
+ax.plot([1, 2], [3, 4])
+common.save_figure(fig, args.out, "good")
+"""
+_FAILING = "raise RuntimeError('boom in the benchmark')\n"
+_SLOW = "import time\ntime.sleep(60)\n"
+_SILENT = "import argparse\nargparse.ArgumentParser().parse_known_args()\n"  # exits 0, writes nothing
+_BAD = """
+import json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+json.dump({{"benchmark": "bad", "results": []}}, open(out + "/bad.json", "w"))
+"""
+
+
+def test_run_all_records_results_and_failures(tmp_path: Path) -> None:
+    bench_dir, out = tmp_path / "benches", tmp_path / "results"
+    bench_dir.mkdir()
+    scripts = {"good": _GOOD, "failing": _FAILING, "slow": _SLOW, "silent": _SILENT, "bad": _BAD}
+    for name, text in scripts.items():
+        (bench_dir / f"bench_{name}.py").write_text(textwrap.dedent(text.format(bench=str(BENCH))))
+    (bench_dir / "helper.py").write_text("raise SystemExit('not a benchmark: must not run')\n")
+    proc = _run(["benchmarks/run_all.py", "--quick", "--no-progress", "--bench-dir", str(bench_dir),
+                 "--out", str(out), "--timeout", "8"], timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # some benchmarks failed
+    suite = json.loads((out / "suite.json").read_text())
+    assert common.check_document(suite, "suite") == []
+    assert suite["summary"] == {"bad": "bad result", "failing": "failed", "good": "ok", "silent": "no result",
+                                "slow": "timeout"}
+    by_name = {r["name"]: r for r in suite["results"]}
+    assert "boom in the benchmark" in by_name["failing"]["detail"]
+    assert "missing key" in by_name["bad"]["detail"]
+    assert by_name["slow"]["wall_s"] < 30
+    good = json.loads((out / "good.json").read_text())
+    assert good["quick"] is True and good["smoke"] is False  # --quick passed, --smoke not
+    md = (out / "SUMMARY.md").read_text()
+    assert "| good | ok |" in md and "| slow | timeout |" in md and "| failing | failed |" in md
+    assert "| | b / a | c / a |" in md and "| size 4 | 1.5 | — |" in md  # the ratios side by side
+    assert "| speed-up | 2 |" in md
+    assert "Skipped: b: no device" in md
+    assert "![good](good.png)" in md
+    assert (out / "logs" / "failing.log").exists()
+
+
+def test_run_all_only_and_unknown(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "benches"
+    bench_dir.mkdir()
+    (bench_dir / "bench_good.py").write_text(textwrap.dedent(_GOOD.format(bench=str(BENCH))))
+    proc = _run(["benchmarks/run_all.py", "--smoke", "--no-progress", "--bench-dir", str(bench_dir),
+                 "--out", str(tmp_path / "r"), "--only", "nope"], timeout=60)
+    assert proc.returncode == 2 and "unknown benchmark" in proc.stderr and "good" in proc.stderr
+    proc = _run(["benchmarks/run_all.py", "--smoke", "--no-progress", "--bench-dir", str(bench_dir),
+                 "--out", str(tmp_path / "r"), "--only", "good"], timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    good = json.loads((tmp_path / "r" / "good.json").read_text())
+    assert good["smoke"] is True and good["quick"] is True
+
+
+# ----------------------------------------------------------------------------- _common
+
+
+def test_measure_and_document_helpers(tmp_path: Path) -> None:
+    calls: list[int] = []
+    t = common.measure(lambda: calls.append(1), warmup=2, repeats=4)
+    assert len(calls) == 6 and len(t.times) == 4 and t.min <= t.median <= max(t.times)
+    t = common.measure(lambda: None, warmup=0, repeats=100, min_repeats=3, budget_s=0.0)
+    assert len(t.times) == 3  # the budget stops it once min_repeats calls were timed
+    timing = common.Timing([1.0, 2.0, 3.0, 4.0])
+    assert timing.percentile(50) == 2.5 and timing.percentile(90) == pytest.approx(3.7)
+    assert timing.as_dict("latency")["latency_median_ms"] == 2500.0
+    with pytest.raises(ValueError):
+        common.measure(lambda: None, repeats=0)
+    assert common.ratio(3.0, 2.0) == 1.5 and common.ratio(None, 2.0) is None and common.ratio(1.0, 0) is None
+
+    doc = common.result_document("x", "cpu", False, [{"v": float("nan")}], {"r": float("inf")}, extra_key=1)
+    path = common.write_json(tmp_path, "x", doc)
+    loaded = json.loads(path.read_text())  # strict JSON: NaN/inf became null
+    assert loaded["results"] == [{"v": None}] and loaded["summary"] == {"r": None} and loaded["extra_key"] == 1
+    assert common.check_document(loaded, "x") == []
+    assert common.check_document(loaded, "y") == ["benchmark is 'x', expected 'y'"]
+    assert common.check_document({"benchmark": "x"}, "x")[0] == "missing key 'device'"
+    with pytest.raises(ValueError):
+        common.result_document("x", "cpu", False, [], {}, machine=1)  # would overwrite a document key
+    assert common.format_number(1234.4) == "1,234" and common.format_number(12) == "12"
+    assert common.format_number(0.012345) == "0.0123" and common.format_number(None) == "—"
