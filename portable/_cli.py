@@ -38,11 +38,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_aot(args: argparse.Namespace) -> int:
     from inference.aot import main as aot_main
 
-    return aot_main(args.rest)
+    return aot_main(args.rest, prog="alpyka aot")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from inference.serve import main as serve_main
+    from inference.serve.__main__ import main as serve_main
 
     return serve_main(args.rest)
 

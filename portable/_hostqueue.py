@@ -14,6 +14,7 @@ import weakref
 from typing import Any, Callable
 
 from ._errors import AsyncError
+from ._workers import start_worker, stop_worker
 
 
 class HostEvent:
@@ -62,17 +63,6 @@ class HostEvent:
             return self._completed >= self._recorded
 
 
-def _worker(tasks: "_stdqueue.SimpleQueue", state: "_HostQueueState") -> None:
-    # The worker owns the state, not the queue: a queue dropped with work in flight still
-    # finishes that work, then its finalizer's ``None`` stops the worker.
-    while True:
-        item = tasks.get()
-        if item is None:
-            return
-        fn, is_marker = item
-        state.run(fn, is_marker)
-
-
 class _HostQueueState:
     """Counters and the pending error of a non-blocking host queue (shared with its worker)."""
 
@@ -82,6 +72,9 @@ class _HostQueueState:
         self.done = 0
         self.error: BaseException | None = None
         self.skipped = 0
+
+    def run_task(self, task: tuple[Callable[[Any], None], bool]) -> None:
+        self.run(*task)
 
     def run(self, fn: Callable[[Any], None], is_marker: bool) -> None:
         try:
@@ -108,7 +101,6 @@ class HostQueue:
         self._lock = threading.RLock()
         self._state = _HostQueueState()
         self._tasks: _stdqueue.SimpleQueue | None = None
-        self._thread: threading.Thread | None = None
 
     # --------------------------------------------------------------- submission
     def _submit(self, fn: Callable[[Any], None], is_marker: bool) -> None:
@@ -119,17 +111,13 @@ class HostQueue:
         st = self._state
         with st.cv:
             st.submitted += 1
-        if self._thread is None:
+        if self._tasks is None:
             with self._lock:
-                if self._thread is None:
-                    self._tasks = _stdqueue.SimpleQueue()
-                    self._thread = threading.Thread(
-                        target=_worker, args=(self._tasks, st),
-                        name="alpyka-queue", daemon=True,
-                    )
-                    self._thread.start()
-                    weakref.finalize(self, self._tasks.put, None)
-        assert self._tasks is not None
+                if self._tasks is None:
+                    # the worker owns the state, not the queue: a queue dropped with work in
+                    # flight still finishes that work, then its finalizer stops the worker
+                    self._tasks = start_worker(st.run_task, "alpyka-queue")
+                    weakref.finalize(self, stop_worker, self._tasks)
         self._tasks.put((fn, is_marker))
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
@@ -174,4 +162,5 @@ class HostQueue:
 
     @property
     def native_handle(self) -> Any:
-        return self._thread
+        """The queue of tasks its worker thread runs (None until the first enqueue)."""
+        return self._tasks

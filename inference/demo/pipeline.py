@@ -99,9 +99,10 @@ def load_model(kind: str, remote: str | None, device: pk.Device) -> tuple[Any, s
     if remote:
         from inference import RemoteModel
 
-        if remote == "auto":
-            path = train.ensure_model("jit")
-            return RemoteModel.local(path, "edge_gnn"), "remote (local Triton, auto-started)"
+        path = train.ensure_model("jit")
+        if remote == "auto":  # no server given: host the model on a local Triton (stopped at exit)
+            model = RemoteModel(None, "edge_gnn", fallback=str(path), fallback_options=train.SERVE_OPTIONS)
+            return model, f"remote (local Triton at {model.url}, auto-started)"
         return RemoteModel(remote, "edge_gnn"), f"remote ({remote})"
     from inference import Model
 
@@ -117,7 +118,15 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
     """Run ``events`` events on ``streams`` framework streams (one queue each)."""
     device = pk.device(backend)
     model, model_desc = load_model(model_kind, remote, device)
-    report = Report(backend, events, streams, model_desc)
+    try:
+        return _run_streams(device, model, Report(backend, events, streams, model_desc), n_particles, progress)
+    finally:
+        if hasattr(model, "close"):  # a RemoteModel: stop its auto-started server, if any
+            model.close()
+
+
+def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool) -> Report:
+    events, streams = report.events, report.streams
     lock = threading.Lock()
     next_event = iter(range(events))
     errors: list[BaseException] = []
@@ -127,7 +136,7 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
         try:
             from tqdm import tqdm
 
-            bar = tqdm(total=events, unit="ev", desc=f"{backend} x{streams}", file=sys.stderr)
+            bar = tqdm(total=events, unit="ev", desc=f"{report.backend} x{streams}", file=sys.stderr)
         except ImportError:
             bar = None
 
@@ -184,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
     parser.add_argument("--model", choices=["jit", "aot", "eager"], default="jit", help="local model flavour")
     parser.add_argument("--remote", default=None, metavar="URL",
-                        help="score edges on a Triton server (host:port, grpc) or 'auto' for a local one")
+                        help="score edges on a Triton server (host:port, gRPC), started e.g. with "
+                             "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt --name edge_gnn "
+                             "--max-batch-size 0`; 'auto' starts a local one")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     for name in ("events", "streams", "particles"):

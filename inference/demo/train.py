@@ -9,6 +9,7 @@ same model. About half a minute on 2 CPU cores.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -21,6 +22,12 @@ from . import _events as E
 from ._layouts import FEATURES, INDEX
 
 N_PARTICLES = 40
+#: how a Triton server hosts the model: one event graph per request, so no batching across events
+SERVE_IO = {
+    "inputs": ["features:float32:-1,7", "index:int32:-1,2"],
+    "outputs": ["score:float32:-1,1"],
+}
+SERVE_OPTIONS = {**SERVE_IO, "max_batch_size": 0, "dynamic_batching": False}
 TRAIN_SEED = 1_000_000  # training events never overlap the demo's seeds (0, 1, 2, ...)
 
 
@@ -99,7 +106,8 @@ def save(model, directory: Path, aot: bool = False) -> dict[str, Path]:
     paths = {"jit": directory / "edge_gnn.pt"}
     scripted = torch.jit.script(model)
     tmp = paths["jit"].with_suffix(".pt.tmp")
-    scripted.save(str(tmp))
+    # the tensor declarations `alpyka serve` reads, so the file can be hosted as it is
+    scripted.save(str(tmp), _extra_files={"alpyka_io.json": json.dumps(SERVE_IO)})
     tmp.replace(paths["jit"])
     if aot:
         from inference import aot as aot_mod

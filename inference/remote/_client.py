@@ -82,6 +82,7 @@ class RemoteModel(RequestsMixin):
         self._fallback_options = dict(fallback_options or {})
         self._fallback_server: Any = None
         self._queue: Any = None
+        self._local = threading.local()
         self._checked: set[Any] = set()
         self._shm_off: dict[str, str] = {}  # url -> why shared memory is not used there
         self._counters = _ClientCounters()
@@ -158,15 +159,23 @@ class RemoteModel(RequestsMixin):
     # ------------------------------------------------------------------------ queue
     def to(self, queue: Any) -> "RemoteModel":
         """Run :meth:`forward` and :meth:`forward_async` in ``queue``'s order (after the work that
-        produces the inputs); the request itself runs on the host."""
+        produces the inputs); the request itself runs on the host. As :meth:`Model.to`: binds
+        the queue for the calling thread, and as the default of other threads."""
         if queue is not None and not hasattr(queue, "enqueue_host"):
             raise TypeError(f"to() takes a pk.Queue (or None), got {type(queue).__name__}")
+        self._local.queue = queue
         self._queue = queue
         return self
 
     @property
     def queue(self) -> Any:
-        return self._queue
+        """The queue bound for this thread (else the default one)."""
+        return getattr(self._local, "queue", None) or self._queue
+
+    def _pick_queue(self, queue: Any) -> Any:
+        if queue is not None and not hasattr(queue, "enqueue_host"):
+            raise TypeError(f"queue must be a pk.Queue, got {type(queue).__name__}")
+        return queue if queue is not None else self.queue
 
     # ------------------------------------------------------------------------ checks
     def check(self, metadata: Any) -> None:
@@ -220,42 +229,45 @@ class RemoteModel(RequestsMixin):
         return min(limits)
 
     # ------------------------------------------------------------------------ public forward
-    def forward(self, metadata: Any) -> None:
+    def forward(self, metadata: Any, queue: Any = None) -> None:
         """Send the input blocks, write the outputs into the output collection.
 
-        With a queue (:meth:`to`), enqueued in queue order (the caller returns at once on a
-        non-blocking queue; errors surface at the queue's next ``wait()``); without one, blocks.
+        With a queue (``queue=`` or :meth:`to`), enqueued in queue order (the caller returns at
+        once on a non-blocking queue; errors surface at the queue's next ``wait()``); without
+        one, blocks.
         """
-        self.forward_many([metadata])
+        self.forward_many([metadata], queue)
 
-    def forward_many(self, metadatas: Sequence[Any]) -> None:
+    def forward_many(self, metadatas: Sequence[Any], queue: Any = None) -> None:
         """Ragged batching: several events' blocks concatenated into one request (split over the
         batch limit), each event's outputs written into its own collection."""
         mds = self._as_list(metadatas)
-        if self._queue is not None:
-            self._queue.enqueue_host(lambda: self._forward_now(mds))
+        q = self._pick_queue(queue)
+        if q is not None:
+            q.enqueue_host(lambda: self._forward_now(mds))
         else:
             self._forward_now(mds)
 
-    def forward_async(self, metadata: Any) -> RemoteFuture:
+    def forward_async(self, metadata: Any, queue: Any = None) -> RemoteFuture:
         """Start the request and return at once with a :class:`RemoteFuture` (wait on it, or
         ``q.wait_for(fut.event)`` to chain it into a queue). With a queue, the inputs are read
         in queue order."""
-        return self.forward_many_async([metadata])
+        return self.forward_many_async([metadata], queue)
 
-    def forward_many_async(self, metadatas: Sequence[Any]) -> RemoteFuture:
+    def forward_many_async(self, metadatas: Sequence[Any], queue: Any = None) -> RemoteFuture:
         """:meth:`forward_many` without waiting: one future for all the events."""
         mds = self._as_list(metadatas)
         fut = RemoteFuture()
         start = lambda: self._start(mds, fut)  # noqa: E731
-        if self._queue is not None:
-            self._queue.enqueue_host(start)
+        q = self._pick_queue(queue)
+        if q is not None:
+            q.enqueue_host(start)
         else:
             start()
         return fut
 
-    def __call__(self, metadata: Any) -> None:
-        self.forward(metadata)
+    def __call__(self, metadata: Any, queue: Any = None) -> None:
+        self.forward(metadata, queue)
 
     # ------------------------------------------------------------------------ arrays API
     def infer(self, inputs: Mapping[str, np.ndarray],

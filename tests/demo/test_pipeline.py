@@ -1,0 +1,67 @@
+"""The main job end to end: kernels -> GNN -> kernels on one queue, physics checked vs truth."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
+
+import portable as pk  # noqa: E402
+from inference.demo import _events as E  # noqa: E402
+from inference.demo import pipeline, train  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A small model trained once for the session (seeded), in a private model directory."""
+    d = tmp_path_factory.mktemp("models")
+    model, loss = train.train(n_events=120, epochs=6, log=False)
+    assert loss < 0.2, f"training did not converge: loss {loss}"
+    train.save(model, d)
+    return d
+
+
+@pytest.mark.alpyka_backends("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
+def test_demo_physics(backend, model_dir, monkeypatch):
+    monkeypatch.setenv("ALPYKA_MODEL_DIR", str(model_dir))
+    report = pipeline.run(backend, events=6, streams=2, n_particles=30, progress=False)
+    assert report.events == 6 and report.edges > 0 and report.dropped_edges == 0
+    gnn, base = report.gnn, report.baseline
+    assert gnn.efficiency > 0.9 and gnn.purity > 0.6, report.table()
+    # clearly better than merging by distance alone
+    assert gnn.purity > base.purity + 0.2 and gnn.efficiency > base.efficiency, report.table()
+    assert all(v >= 0 for v in report.step_s.values())
+
+
+def test_kernels_agree_across_backends(device):
+    """The producer kernels give the same fragments on every backend (counter-based RNG)."""
+    q = pk.Queue(device)
+    ev = E.allocate(q, 25)
+    E.produce(q, ev, seed=3)
+    got = ev.frags.to_dict(q)
+    ref_q = pk.Queue(pk.device("cpu_serial"))
+    ref = E.allocate(ref_q, 25)
+    E.produce(ref_q, ref, seed=3)
+    want = ref.frags.to_dict(ref_q)
+    for k in ("eta", "phi", "energy", "time", "truth"):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    edges, ref_edges = ev.edges.to_dict(q), ref.edges.to_dict(ref_q)
+    assert int(edges["n_edges"]) == int(ref_edges["n_edges"]) > 0
+    # edge order depends on atomics; the set of edges does not
+    n = int(edges["n_edges"])
+    pairs = sorted(zip(edges["src"][:n], edges["dst"][:n]))
+    assert pairs == sorted(zip(ref_edges["src"][:n], ref_edges["dst"][:n]))
+
+
+def test_cli_errors_are_one_line(model_dir):
+    env = {"ALPYKA_MODEL_DIR": str(model_dir), "PATH": "/usr/bin:/bin"}
+    for args, needle in [
+        (["--backend", "tpu"], "unknown backend 'tpu'"),
+        (["--events", "0"], "--events must be at least 1"),
+    ]:
+        res = subprocess.run([sys.executable, "-m", "portable._cli", "demo", *args], capture_output=True,
+                             text=True, env={**env, "PYTHONPATH": ":".join(sys.path)})
+        assert res.returncode != 0
+        assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
