@@ -13,14 +13,9 @@ from inference.demo import _events as E  # noqa: E402
 from inference.demo import pipeline, train  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory):
-    """A small model trained once for the session (seeded), in a private model directory."""
-    d = tmp_path_factory.mktemp("models")
-    model, loss = train.train(n_events=120, epochs=6, log=False)
-    assert loss < 0.2, f"training did not converge: loss {loss}"
-    train.save(model, d)
-    return d
+@pytest.fixture
+def model_dir(demo_model_dir):
+    return demo_model_dir
 
 
 @pytest.mark.alpyka_backends("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")

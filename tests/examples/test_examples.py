@@ -1,0 +1,51 @@
+"""Every example runs as a newcomer would run it, and says OK."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import portable as pk
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, *args: str, timeout: float = 300) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                         timeout=timeout, env=env)
+    assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def test_every_example_is_tested():
+    tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_soa_tour():
+    out = run_example("soa_tour.py")
+    assert "byte alignment=128" in out and "round trip OK" in out
+
+
+def test_minimal_kernel(backend):
+    assert "OK" in run_example("minimal_kernel.py", backend)
+
+
+def test_model_on_collection(backend):
+    pytest.importorskip("torch")
+    assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend)
+
+
+def test_remote_model():
+    pytest.importorskip("pytriton", reason="needs nvidia-pytriton (pip install -e '.[triton]')")
+    out = run_example("remote_model.py")
+    assert "remote and local results agree: OK" in out
+
+
+def test_pipeline(demo_model_dir, monkeypatch):
+    monkeypatch.setenv("ALPYKA_MODEL_DIR", str(demo_model_dir))
+    out = run_example("pipeline.py", "--events", "6", "--streams", "2", "--no-progress")
+    assert "GNN merging" in out and "distance-only baseline" in out
