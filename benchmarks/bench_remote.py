@@ -15,9 +15,6 @@ measured here at one client: t_SONIC = (1-p) t_CPU + t_GPU [1 + max(0, N_CPU/N_G
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 import tempfile
 import threading
@@ -26,11 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import portable as pk  # noqa: E402
-import soa  # noqa: E402
+import _common as common  # also puts the repository on sys.path
+import portable as pk
+import soa
 
 N_FEATURES, N_OUT = 16, 8
 
@@ -155,16 +150,14 @@ def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_c
     return (1 - p) * t_cpu + t_gpu * (1 + max(0.0, n_cpu / n_gpu - t_ideal / t_gpu)) + t_latency
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="short run (well under a minute)")
+def main(argv: list[str] | None = None) -> int:
+    ap = common.make_parser(__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=256, help="rows per event")
     ap.add_argument("--seconds", type=float, default=None, help="seconds per point")
     ap.add_argument("--clients", type=int, nargs="*", default=None)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    args = ap.parse_args()
-    clients = args.clients or ([1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
-    seconds = args.seconds or (0.6 if args.quick else 2.0)
+    args = common.parse_args(ap, argv)
+    clients = args.clients or ([1, 4] if args.smoke else [1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
+    seconds = args.seconds or (0.3 if args.smoke else 0.6 if args.quick else 2.0)
     from tqdm import tqdm
 
     from inference import Model
@@ -179,7 +172,7 @@ def main() -> int:
                     "mlp": {"path": str(path), **decl, "dynamic_batching": False}},
                    max_batch_size=4096, max_queue_delay_us=500, threads=1)
     results: dict = {"rows_per_event": args.rows, "seconds_per_point": seconds, "clients": clients,
-                     "machine": platform.processor() or platform.machine(), "series": {}}
+                     "series": {}}
     try:
         local = Model(str(path))
         remotes = {
@@ -199,7 +192,7 @@ def main() -> int:
         c = Client(args.rows, 1)
         for _ in range(20):
             c.produce(); local.forward(c.md, queue=c.queue)  # noqa: E702 - warm up
-        n = 200 if args.quick else 1000
+        n = 50 if args.smoke else 200 if args.quick else 1000
         t0 = time.perf_counter()
         for _ in range(n):
             c.produce()
@@ -225,7 +218,8 @@ def main() -> int:
         results["sonic_inputs"] = {"t_cpu_s": t_cpu, "p": p, "t_gpu_s": t_gpu, "t_latency_s": t_latency,
                                    "t_request_s": t_req, "t_other_s": t_other, "t_local_inference_s": t_inf}
         del cstats
-        bar = tqdm(total=len(configs) * len(clients), desc="remote bench", unit="point")
+        bar = tqdm(total=len(configs) * len(clients), desc="remote bench", unit="point",
+                   disable=args.no_progress)
         for name, step in configs:
             rates = []
             for k in clients:
@@ -249,9 +243,14 @@ def main() -> int:
     loc = results["series"]["local"]
     results["ratios_vs_local"] = {name: [round(v / l, 3) for v, l in zip(vals, loc)]
                                   for name, vals in results["series"].items() if name != "local"}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "remote.json").write_text(json.dumps(results, indent=1))
+    out = args.out
+    rows = [{"config": name, "clients": k, "events_per_s": v, "ratio_vs_local": v / loc[i]}
+            for name, vals in results["series"].items() for i, (k, v) in enumerate(zip(clients, vals))]
+    summary = {name: {f"{k} clients": r for k, r in zip(clients, ratios)}
+               for name, ratios in results["ratios_vs_local"].items()}
+    doc = common.result_document("remote", "cpu (Triton via PyTriton on 127.0.0.1)", args.quick, rows, summary,
+                                 **{k: v for k, v in results.items() if k not in ("series",)})
+    common.write_json(out, "remote", doc)
     plot(results, out / "remote.png")
     w = max(len(n) for n in results["series"])
     print(f"{'events/s':<{w}} " + " ".join(f"{k:>9}" for k in clients))
