@@ -1,9 +1,199 @@
-"""opencl backend (see the device-backends issue): not implemented in this tree yet."""
+"""opencl: devices of every OpenCL platform through pyopencl (PoCL gives a CPU device in CI).
+
+Every OpenCL device is a many-threads-per-block device (``kind="gpu"``), PoCL's CPU device
+included: work-groups are alpaka blocks, work-items are threads, ``__local`` memory is shared
+memory and barriers are real. Memory is ``cl.Buffer`` objects (not addressable from Python:
+copy to a host buffer to read it); each device has its own memory space ``"opencl:<i>"``.
+"""
 
 from __future__ import annotations
 
+import platform as _platform
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from portable._allocator import CachingAllocator
+from portable._backend import Backend, MemRef
+from portable._device import Device, DeviceLimits
 from portable._errors import BackendUnavailable
 
+try:
+    import pyopencl as cl
+except ImportError as _exc:  # pragma: no cover - depends on the installation
+    cl = None
+    _IMPORT_ERROR = str(_exc)
 
-def load():
-    raise BackendUnavailable("the opencl backend is not implemented yet in this version of alpyka")
+_BIG = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class OpenCLNative:
+    """What a :class:`~portable.Device` of this backend holds in ``device.native``."""
+
+    platform: Any
+    device: Any
+    context: Any
+
+
+def _warp_size(d: Any) -> int:
+    for attr in ("warp_size_nv", "wavefront_width_amd"):
+        try:
+            return int(getattr(d, attr))
+        except Exception:  # noqa: BLE001 - the vendor attribute is absent on this device
+            continue
+    return 1
+
+
+def _limits(d: Any) -> DeviceLimits:
+    sizes = list(d.max_work_item_sizes)[:3] + [1] * (3 - len(d.max_work_item_sizes))
+    return DeviceLimits(
+        max_threads_per_block=int(d.max_work_group_size),
+        max_block_dims=tuple(int(s) for s in reversed(sizes)),  # alpaka order: slowest first
+        max_grid_dims=(_BIG, _BIG, _BIG),
+        shared_memory_per_block=int(d.local_mem_size),
+        warp_size=_warp_size(d),
+        multiprocessors=int(d.max_compute_units),
+    )
+
+
+def _type_name(d: Any) -> str:
+    """"gpu", "cpu", "accelerator" or "other" (PoCL reports its CPU device as ``ALL | CPU``)."""
+    for bit, name in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
+                      (cl.device_type.ACCELERATOR, "accelerator")):
+        if d.type & bit:
+            return name
+    return "other"
+
+
+class OpenCLBackend(Backend):
+    """The opencl backend (see the module docstring)."""
+
+    name = "opencl"
+    kind = "gpu"
+
+    def __init__(self, found: list[tuple[Any, Any]]) -> None:
+        self._devices: list[Device] = []
+        self._allocators: dict[int, CachingAllocator] = {}
+        for i, (plat, d) in enumerate(found):
+            ctx = cl.Context([d])
+            self._devices.append(Device(
+                self.name, i, d.name.strip(), "gpu", f"opencl:{i}", _limits(d),
+                native=OpenCLNative(plat, d, ctx),
+                properties={
+                    "platform": plat.name.strip(), "type": _type_name(d), "version": d.version,
+                    "driver": d.driver_version, "global_memory": int(d.global_mem_size),
+                    "fp64": "cl_khr_fp64" in d.extensions,
+                    "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
+                },
+            ))
+
+    def devices(self) -> list[Device]:
+        return self._devices
+
+    def versions(self) -> dict[str, str]:
+        out = {"pyopencl": cl.VERSION_TEXT, "python": _platform.python_version()}
+        for dev in self._devices:
+            out.setdefault(dev.properties["platform"], dev.native.platform.version)
+        return out
+
+    # ------------------------------------------------------------------ queues and events
+    def create_queue(self, device: Device, blocking: bool) -> Any:
+        from ._opencl_queue import OpenCLQueue
+
+        return OpenCLQueue(device, blocking)
+
+    def create_event(self, device: Device) -> Any:
+        from ._gpu_queue import DeviceEvent
+
+        return DeviceEvent(device)
+
+    # ------------------------------------------------------------------ memory
+    def allocator(self, device: Device, pinned: bool = False) -> CachingAllocator:
+        alloc = self._allocators.get(device.index)
+        if alloc is None:
+            ctx = device.native.context
+
+            def raw_alloc(nbytes: int, alignment: int) -> tuple[Any, int]:
+                # cl.Buffer has no address; OpenCL aligns buffers to the device's base alignment
+                return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1)), 0
+
+            def raw_free(handle: Any) -> None:
+                handle.release()  # OpenCL defers the release until commands using it finished
+
+            alloc = CachingAllocator(raw_alloc, raw_free, oom_errors=(cl.MemoryError, MemoryError))
+            self._allocators[device.index] = alloc
+        return alloc
+
+    def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
+        impl, n = queue._impl, src.nbytes
+        cq = impl.cq
+        with impl._lock:
+            if dst.device.is_host_memory and src.device.is_host_memory:
+                impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
+                return
+            if src.device.is_host_memory:
+                host = _host_bytes(src)
+                ev = cl.enqueue_copy(cq, dst.handle, host, dst_offset=dst.offset, is_blocking=False)
+            elif dst.device.is_host_memory:
+                host = _host_bytes(dst)
+                ev = cl.enqueue_copy(cq, host, src.handle, src_offset=src.offset, is_blocking=False)
+            else:
+                host = None
+                ev = cl.enqueue_copy(cq, dst.handle, src.handle, byte_count=n,
+                                     src_offset=src.offset, dst_offset=dst.offset)
+            # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done
+            impl.after_enqueue(ev, host, dst.owner, src.owner)
+
+    def fill(self, queue: Any, dst: MemRef, value: int) -> None:
+        impl = queue._impl
+        if dst.device.is_host_memory:
+            impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
+            return
+        with impl._lock:
+            ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
+            impl.after_enqueue(ev, dst.owner)
+
+    # ------------------------------------------------------------------ kernels
+    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+        from ._opencl_launch import launch
+
+        launch(queue, workdiv, kernel, args)
+
+
+def _host_bytes(ref: MemRef) -> np.ndarray:
+    return ref.handle[ref.offset : ref.offset + ref.nbytes]
+
+
+_backend: OpenCLBackend | None = None
+
+
+def load() -> OpenCLBackend:
+    """The opencl backend; BackendUnavailable says why when pyopencl or a device is missing."""
+    global _backend
+    if _backend is not None:
+        return _backend
+    if cl is None:
+        raise BackendUnavailable(
+            f"pyopencl is not installed ({_IMPORT_ERROR}); `pip install pyopencl "
+            "pocl-binary-distribution` gives a CPU OpenCL device"
+        )
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as exc:
+        raise BackendUnavailable(
+            f"pyopencl is installed but no OpenCL platform was found ({exc}); install a driver "
+            "or `pip install pocl-binary-distribution`"
+        ) from None
+    found, problems = [], []
+    for plat in platforms:
+        try:
+            found.extend((plat, d) for d in plat.get_devices())
+        except cl.Error as exc:
+            problems.append(f"{plat.name.strip()}: {exc}")
+    if not found:
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        raise BackendUnavailable(f"pyopencl found {len(platforms)} OpenCL platform(s) but no device{detail}")
+    _backend = OpenCLBackend(found)
+    return _backend

@@ -117,8 +117,9 @@ def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
     if fmt == "torch.save":
         try:
             load_state_dict(path)
-        except ModelFileError:
-            return ModelFileError(f"{path} is a pickled Python object (torch.save of a module?): {_PICKLED_MODULE_HINT}")
+        except ModelFileError as exc:
+            return ModelFileError(f"{path} is a pickled Python object (torch.save of a module?): "
+                                  f"{_PICKLED_MODULE_HINT} [{exc}]")
         return ModelFileError(f"{path} is a state dict (weights only, no architecture): build the module "
                               "in Python, module.load_state_dict(inference.load_state_dict(path)), then Model(module)")
     return ModelFileError(f"{path} is a plain pickle file: {_PICKLED_MODULE_HINT}")

@@ -30,9 +30,9 @@ import torch
 import portable as pk
 
 from ._loading import ModelFileError, detect_format, jit_load, jit_save_bytes, read_torchscript, refuse
-from ._metadata import ModelMetadata, SoAMetadata, check_batch_size, check_output
+from ._metadata import ModelMetadata, check_batch_size, check_output
 from ._runtime import ensure_torch_threads, queue_stream
-from ._tensors import PATH_NAMES, Staging, memory_path, torch_device
+from ._tensors import PATH_NAMES, memory_path, torch_device
 
 _KINDS = ("jit", "aot", "eager")
 

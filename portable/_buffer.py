@@ -92,6 +92,20 @@ class Buffer:
             )
         return make(0, self.dtype, self.shape, c_strides(self.shape, self.dtype.itemsize))
 
+    # interchange protocols, delegated to ``buf.array`` (added by the device-backends work)
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface of ``buf.array`` (CUDA and ROCm buffers only)."""
+        if self.device.backend_name not in ("cuda", "rocm"):
+            raise AttributeError(f"buffer on {self.device} is not CUDA/ROCm memory")
+        return self.array.__cuda_array_interface__
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.array.__dlpack_device__()
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         if not self.device.is_host_memory:
             raise TypeError(f"buffer on {self.device} is device memory; memcpy it to a host buffer first")

@@ -144,6 +144,17 @@ class PortableCollection:
             return getattr(self.view(), name)
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
+    # ------------------------------------------------------------------ interchange (bytes of the buffer)
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return self.buffer.__cuda_array_interface__
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.buffer.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.buffer.__dlpack_device__()
+
     # ------------------------------------------------------------------ data movement
     def check_same_shape(self, other: "PortableCollection") -> None:
         """Raise unless ``other`` has the same layouts and sizes (a copy between them is exact)."""

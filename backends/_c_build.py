@@ -1,0 +1,113 @@
+"""Building generated C: readable build errors, and CUDA C -> PTX through NVRTC (no GPU needed).
+
+A failed build raises :class:`KernelBuildError` whose message holds the compiler's log, the
+generated source around each line the compiler complained about (marked ``>>``) and the kernel's
+own Python file:line for it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from portable._errors import AlpykaError
+
+from ._c_emit import CSource
+
+#: ``<source>:12:5: error`` (clang), ``error: /tmp/x.cl:12:5: ...`` (PoCL), ``k.cu(12): error`` (NVRTC)
+_LINE_PATTERNS = (re.compile(r":(\d+):\d+:\s*(?:fatal\s+)?error"), re.compile(r"error:\s*\S+?:(\d+):\d+:"),
+                  re.compile(r"\((\d+)\):\s*(?:catastrophic\s+)?error"))
+
+
+class KernelBuildError(AlpykaError, RuntimeError):
+    """The device compiler rejected a generated kernel (a bug of the emitter or an unsupported
+    feature of the device); the message shows where, in the C source and in the kernel."""
+
+
+def error_lines(log: str) -> list[int]:
+    """C line numbers the compiler's ``log`` reports errors on, in order, without repeats."""
+    seen: list[int] = []
+    for pat in _LINE_PATTERNS:
+        for m in pat.finditer(log):
+            n = int(m.group(1))
+            if n not in seen:
+                seen.append(n)
+    return seen
+
+
+def format_build_error(src: CSource, compiler: str, log: str, context: int = 3) -> str:
+    """The message of a failed build: the log, the marked source and the kernel's lines."""
+    lines = src.text.splitlines()
+    bad = error_lines(log)
+    parts = [f"{compiler} could not build kernel {src.kernel_name!r} ({src.source_file})"]
+    where = []
+    for n in bad:
+        py = src.python_line(n)
+        if py:
+            where.append(f"{src.source_file}:{py}")
+    if where:
+        parts.append("kernel line(s): " + ", ".join(dict.fromkeys(where)))
+    parts += ["", "compiler log:", log.strip() or "(empty)", ""]
+    shown: set[int] = set()
+    for n in bad or []:
+        lo, hi = max(1, n - context), min(len(lines), n + context)
+        if shown:
+            parts.append("    ...")
+        for i in range(lo, hi + 1):
+            if i in shown:
+                continue
+            shown.add(i)
+            mark = ">>" if i == n else "  "
+            parts.append(f"{mark}{i:5d} | {lines[i - 1]}")
+    if not bad:
+        parts.append("generated source:")
+        parts += [f"  {i:5d} | {line}" for i, line in enumerate(lines, 1)]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------- NVRTC
+def nvrtc_available() -> str | None:
+    """None when NVRTC can be used here, else the reason."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, *_ = nvrtc.nvrtcVersion()
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return f"nvrtcVersion failed: {err}"
+    except Exception as exc:  # noqa: BLE001 - ImportError, missing shared library...
+        return f"cuda.bindings.nvrtc is not usable: {exc}"
+    return None
+
+
+def _check(result: Any, what: str) -> Any:
+    from cuda.bindings import nvrtc
+
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise KernelBuildError(f"{what} failed: {err}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+def nvrtc_compile(src: CSource, arch: str = "compute_90", options: tuple[str, ...] = ()) -> str:
+    """PTX of a CUDA-dialect source through NVRTC; KernelBuildError with the marked source else."""
+    from cuda.bindings import nvrtc
+
+    name = f"{src.kernel_name or 'kernel'}.cu".encode()
+    prog = _check(nvrtc.nvrtcCreateProgram(src.text.encode(), name, 0, [], []), "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", *[o.encode() for o in options]]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        # NVRTC writes into the buffer: it must be mutable. (``b" " * 1`` is CPython's shared
+        # one-byte object; writing a NUL into it corrupts every b" " of the process.)
+        log = bytearray(size)
+        _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+        log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace")
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise KernelBuildError(format_build_error(src, f"NVRTC ({arch})", log_text))
+        size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        ptx = bytearray(size)
+        _check(nvrtc.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
+        return bytes(ptx).rstrip(b"\x00").decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)

@@ -1,0 +1,183 @@
+"""The three C dialects of the device emitter: OpenCL C, CUDA C and HIP (CUDA's source on hiprtc).
+
+A :class:`Dialect` says how the emitter spells what differs between them: address spaces,
+work-item queries, barriers, atomics, math function names and the helper functions the kernel
+needs (Python's ``//`` and ``%``, integer ``**``, CAS-loop atomics). Helpers are emitted on
+demand, so a kernel's source holds only what it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from portable.kernel.types import ScalarType
+
+#: C spelling of each kernel scalar type (typedefs in every dialect's prologue)
+CTYPE = {
+    "bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float32": "f32", "float64": "f64",
+}
+#: how a value of each type is stored in memory and passed as a kernel argument (no C bool there)
+STORAGE = {**CTYPE, "bool": "u8"}
+
+_OPENCL_PROLOGUE = """\
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable
+typedef char i8; typedef short i16; typedef int i32; typedef long i64;
+typedef uchar u8; typedef ushort u16; typedef uint u32; typedef ulong u64;
+typedef float f32; typedef double f64;
+#define ALPYKA_FN static inline
+#define ALPYKA_INF_F32 INFINITY
+#define ALPYKA_NAN_F32 NAN
+#define ALPYKA_INF_F64 ((f64)INFINITY)
+#define ALPYKA_NAN_F64 ((f64)NAN)
+"""
+
+_CUDA_PROLOGUE = """\
+typedef signed char i8; typedef short i16; typedef int i32; typedef long long i64;
+typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32;
+typedef unsigned long long u64; typedef float f32; typedef double f64;
+#define ALPYKA_FN static __device__ __forceinline__
+#define ALPYKA_INF_F32 __int_as_float(0x7f800000)
+#define ALPYKA_NAN_F32 __int_as_float(0x7fffffff)
+#define ALPYKA_INF_F64 __longlong_as_double(0x7ff0000000000000LL)
+#define ALPYKA_NAN_F64 __longlong_as_double(0x7fffffffffffffffLL)
+"""
+
+_MATH_1 = ("sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+           "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs",
+           "floor", "ceil", "trunc", "erf", "erfc", "lgamma", "tgamma")
+_MATH_2 = ("atan2", "pow", "hypot", "copysign", "fmod")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one C dialect spells the device-specific parts (see the module docstring)."""
+
+    name: str  # "opencl", "cuda" or "hip"
+
+    @property
+    def is_opencl(self) -> bool:
+        return self.name == "opencl"
+
+    # ------------------------------------------------------------------ declarations
+    def prologue(self) -> str:
+        return _OPENCL_PROLOGUE if self.is_opencl else _CUDA_PROLOGUE
+
+    def kernel_qualifier(self) -> str:
+        return "__kernel void" if self.is_opencl else 'extern "C" __global__ void'
+
+    def space(self, kind: str) -> str:
+        """Address-space qualifier of a pointer to an array of ``kind``."""
+        if not self.is_opencl:
+            return ""
+        return "__local " if kind in ("shared", "dynamic_shared") else "__global "
+
+    def shared_decl(self, ctype: str, name: str, size: int) -> str:
+        q = "__local" if self.is_opencl else "__shared__"
+        return f"{q} {ctype} {name}[{max(size, 1)}];"
+
+    def dynamic_shared_param(self) -> str | None:
+        """The kernel parameter that carries dynamic shared memory (OpenCL) or None (CUDA)."""
+        return "__local u8* alpyka_dyn_shared" if self.is_opencl else None
+
+    def dynamic_shared_base(self) -> str:
+        if self.is_opencl:
+            return ""
+        return "extern __shared__ __align__(16) u8 alpyka_dyn_shared[];"
+
+    # ------------------------------------------------------------------ work-item queries
+    def index(self, query: str, dim: int, ndim: int) -> str:
+        axis = ndim - 1 - dim  # alpaka's fastest dimension is OpenCL's 0 and CUDA's x
+        if self.is_opencl:
+            fn = {"block_idx": "get_group_id", "thread_idx": "get_local_id",
+                  "grid_blocks": "get_num_groups", "block_threads": "get_local_size"}[query]
+            return f"((i64){fn}({axis}))"
+        xyz = "xyz"[axis]
+        var = {"block_idx": "blockIdx", "thread_idx": "threadIdx", "grid_blocks": "gridDim",
+               "block_threads": "blockDim"}[query]
+        return f"((i64){var}.{xyz})"
+
+    def barrier(self) -> str:
+        if self.is_opencl:
+            return "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
+        return "__syncthreads();"
+
+    # ------------------------------------------------------------------ math
+    def math(self, func: str, t: ScalarType) -> str:
+        """C name of ``math.<func>`` on arguments of type ``t`` (float32 or float64)."""
+        if func in _MATH_1 or func in _MATH_2:
+            if self.is_opencl or t.name == "float64":
+                return func
+            return func + "f"
+        raise KeyError(func)
+
+    # ------------------------------------------------------------------ atomics
+    def native_atomic(self, op: str, t: ScalarType, space: str) -> str | None:
+        """A native atomic call template ``"fn((P*)ptr, V)"`` for ``op`` on ``t``, or None."""
+        n = t.name
+        if self.is_opencl:
+            if n in ("int32", "uint32"):
+                fn = {"add": "atomic_add", "sub": "atomic_sub", "min": "atomic_min", "max": "atomic_max",
+                      "exch": "atomic_xchg", "and": "atomic_and", "or": "atomic_or", "xor": "atomic_xor"}.get(op)
+                return None if fn is None else f"{fn}((volatile {space}{CTYPE[n]}*)p, v)"
+            if n in ("int64", "uint64"):
+                fn = {"add": "atom_add", "sub": "atom_sub", "min": "atom_min", "max": "atom_max",
+                      "exch": "atom_xchg", "and": "atom_and", "or": "atom_or", "xor": "atom_xor"}.get(op)
+                return None if fn is None else f"{fn}((volatile {space}{CTYPE[n]}*)p, v)"
+            if n == "float32" and op == "exch":
+                return f"atomic_xchg((volatile {space}f32*)p, v)"
+            return None
+        # CUDA / HIP
+        ull = "unsigned long long"
+        if n in ("int32", "uint32"):
+            fn = {"add": "atomicAdd", "sub": "atomicSub", "min": "atomicMin", "max": "atomicMax",
+                  "exch": "atomicExch", "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor"}.get(op)
+            if n == "uint32" and op in ("inc", "dec"):
+                fn = "atomicInc" if op == "inc" else "atomicDec"
+            return None if fn is None else f"{fn}(p, v)"
+        if n == "uint64":
+            fn = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exch": "atomicExch",
+                  "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor"}.get(op)
+            return None if fn is None else f"{fn}(({ull}*)p, ({ull})v)"
+        if n == "int64":
+            if op in ("min", "max") and self.name == "cuda":  # long long overloads: CUDA sm_35+
+                return f"(i64)atomic{op.capitalize()}((long long*)p, (long long)v)"
+            fn = {"add": "atomicAdd", "exch": "atomicExch", "and": "atomicAnd", "or": "atomicOr",
+                  "xor": "atomicXor"}.get(op)
+            return None if fn is None else f"(i64){fn}(({ull}*)p, ({ull})v)"
+        if n == "float32" and op in ("add", "exch"):
+            return f"atomic{'Add' if op == 'add' else 'Exch'}(p, v)"
+        if n == "float64" and op == "add" and self.name == "cuda":
+            return "atomicAdd(p, v)"  # sm_60 and newer
+        return None
+
+    def cas_word(self, bits: int, space: str) -> tuple[str, str]:
+        """``(word type, CAS call template)`` for a compare-and-swap of ``bits`` (32/64) bits."""
+        if self.is_opencl:
+            if bits == 32:
+                return "u32", f"atomic_cmpxchg((volatile {space}u32*)p, cmp, val)"
+            return "u64", f"atom_cmpxchg((volatile {space}u64*)p, cmp, val)"
+        if bits == 32:
+            return "u32", "atomicCAS((unsigned int*)p, cmp, val)"
+        return "u64", "(u64)atomicCAS((unsigned long long*)p, (unsigned long long)cmp, (unsigned long long)val)"
+
+    def bits_of(self, t: ScalarType, expr: str) -> str:
+        """``expr`` (of type ``t``) reinterpreted as an unsigned word of the same size."""
+        if t.name == "float32":
+            return f"as_uint({expr})" if self.is_opencl else f"__float_as_uint({expr})"
+        if t.name == "float64":
+            return f"as_ulong({expr})" if self.is_opencl else f"(u64)__double_as_longlong({expr})"
+        return f"({'u32' if t.bits == 32 else 'u64'})({expr})"
+
+    def from_bits(self, t: ScalarType, expr: str) -> str:
+        if t.name == "float32":
+            return f"as_float({expr})" if self.is_opencl else f"__uint_as_float({expr})"
+        if t.name == "float64":
+            return f"as_double({expr})" if self.is_opencl else f"__longlong_as_double((long long)({expr}))"
+        return f"({CTYPE[t.name]})({expr})"
+
+
+DIALECTS = {name: Dialect(name) for name in ("opencl", "cuda", "hip")}

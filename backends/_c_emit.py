@@ -1,0 +1,551 @@
+"""The C emitter of the device backends: kernel IR -> OpenCL C, CUDA C or HIP source.
+
+One walk over :mod:`portable.kernel.ir` serves the three dialects (:mod:`backends._c_dialect`
+holds what differs). Real multi-thread blocks: shared arrays are ``__local`` / ``__shared__``
+arrays, ``sync_block_threads`` is a barrier, atomics are native where the device has them and a
+compare-and-swap loop otherwise; ``//``, ``%`` and ``/`` keep Python's semantics.
+
+Every C line that comes from a kernel statement ends with a ``// file.py:line`` comment and
+:attr:`CSource.line_map` maps C lines back to Python lines, so a build error can show both.
+
+C arguments of a kernel, in order (:attr:`CSource.args` says which is which):
+
+- each IR parameter; an array is a pointer on CUDA/HIP and a (``__global u8*`` buffer, ``i64``
+  byte offset) pair on OpenCL, whose buffers have no addresses;
+- ``alpyka_te<d>``: the work division's elements per thread, one per dimension;
+- ``dynamic_shared_bytes`` (and on OpenCL the ``__local`` block) when the kernel uses dynamic
+  shared memory; ``alpyka_err`` (an int32 flag) for kernels compiled with range checks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from portable.kernel import ir
+from portable.kernel.types import ArrayType, ScalarType
+
+from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
+from ._c_helpers import Helpers
+
+
+@dataclass
+class CSource:
+    """A kernel's generated source and how to call it."""
+
+    text: str
+    entry: str
+    dialect: str
+    args: list[tuple[str, Any]]  # ("param", ir.Param) | ("elements", d) | ("dyn_bytes", None) | ("dyn_local", None) | ("err", None)
+    line_map: dict[int, int] = field(default_factory=dict)  # C line (1-based) -> kernel source line
+    source_file: str = ""
+    check_messages: list[str] = field(default_factory=list)  # range-check messages by id - 1
+    kernel_name: str = ""
+
+    @property
+    def needs_error_flag(self) -> bool:
+        """True when the kernel takes ``alpyka_err`` (compiled with range checks)."""
+        return any(what == "err" for what, _ in self.args)
+
+    def python_line(self, c_line: int) -> int:
+        """The kernel source line of C line ``c_line`` (the nearest mapped line above it), or 0."""
+        for ln in range(c_line, 0, -1):
+            if ln in self.line_map:
+                return self.line_map[ln]
+        return 0
+
+
+class CEmitError(NotImplementedError):
+    """A construct the C emitter cannot express; ``line`` is the kernel's source line."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """An index already rendered as C (a range-checked index)."""
+
+    text: str
+
+
+def _bare(expr: str) -> str:
+    """``expr`` without one pair of parentheses around all of it (for ``if (...)`` conditions)."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return expr
+    depth = 0
+    for i, ch in enumerate(expr):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(expr) - 1:
+            return expr
+    return expr[1:-1]
+
+
+def _ident(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+class _Emitter:
+    def __init__(self, kernel: ir.Kernel, dialect: Dialect, unit_elements: bool = False) -> None:
+        self.k, self.d = kernel, dialect
+        self.unit_elements = unit_elements
+        self.h = Helpers(dialect)
+        self.lines: list[tuple[str, int]] = []  # (text, python line)
+        self.indent = 1
+        self.loops: list[str | None] = []  # None: a C loop; a label: a StridedLoop's exit
+        self.counter = 0
+        self.messages: list[str] = []
+        self.used_labels: set[str] = set()
+        self.cur_line = 0
+        self.in_function: ir.Function | None = None
+        self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
+
+    # ------------------------------------------------------------------ output
+    def out(self, text: str, line: int = 0) -> None:
+        self.lines.append(("    " * self.indent + text, line))
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def fail(self, message: str) -> CEmitError:
+        return CEmitError(message, self.cur_line)
+
+    # ------------------------------------------------------------------ types and constants
+    def ctype(self, t: ScalarType) -> str:
+        return CTYPE[t.name]
+
+    def const(self, value: Any, t: ScalarType) -> str:
+        c = CTYPE[t.name]
+        if t.is_bool:
+            return "true" if value else "false"
+        if t.is_float:
+            v = float(value)
+            suffix = "F32" if t.name == "float32" else "F64"
+            if math.isnan(v):
+                return f"ALPYKA_NAN_{suffix}"
+            if math.isinf(v):
+                return f"ALPYKA_INF_{suffix}" if v > 0 else f"(-ALPYKA_INF_{suffix})"
+            return f"(({c}){v!r})"
+        v = int(value)
+        if t.is_unsigned:
+            return f"(({c}){v}ULL)" if t.bits == 64 else f"(({c}){v}u)"
+        if v == -(2**63):
+            return "((i64)(-9223372036854775807LL - 1))"
+        return f"(({c}){v}LL)" if t.bits == 64 else f"(({c}){v})"
+
+    # ------------------------------------------------------------------ arrays
+    def array_base(self, ref: ir.ArrayRef) -> str:
+        if ref.type.kind == "dynamic_shared":
+            q = "const " if ref.type.const else ""
+            return f"(({self.d.space('dynamic_shared')}{q}{STORAGE[ref.type.dtype.name]}*)alpyka_dyn_shared)"
+        return _ident(ref.name)
+
+    def flat_index(self, ref: ir.ArrayRef, idx: tuple[Any, ...]) -> str:
+        t, e = ref.type, [i.text if isinstance(i, _Raw) else self.expr(i) for i in idx]
+        kind = t.kind
+        if kind == "scalar_field":
+            return "0"
+        if kind == "column":
+            return e[0]
+        if kind == "vector":
+            return f"({e[1]}) * ({self.expr(ref.pitch)}) + ({e[0]})"
+        if kind == "matrix":
+            rows = t.component_shape[0]
+            return f"(({e[2]}) * {rows} + ({e[1]})) * ({self.expr(ref.pitch)}) + ({e[0]})"
+        flat = e[0]
+        for d in range(1, len(e)):
+            flat = f"({flat}) * ({self.expr(ref.extents[d])}) + ({e[d]})"
+        return flat
+
+    def element(self, ref: ir.ArrayRef, idx: tuple[ir.Expr, ...], check: str | None = None) -> str:
+        return f"{self.array_base(ref)}[{self.flat_index(ref, self.checked(ref, idx, check))}]"
+
+    def pointer_decl(self, t: ArrayType, name: str) -> str:
+        q = "const " if t.const else ""
+        return f"{self.d.space(t.kind)}{q}{STORAGE[t.dtype.name]}* {name}"
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: Any) -> str:  # noqa: C901 - one dispatch over the node kinds
+        if isinstance(e, ir.Const):
+            return self.const(e.value, e.type)
+        if isinstance(e, ir.Var):
+            return _ident(e.name)
+        if isinstance(e, ir.Index):
+            if e.query == "thread_elements":
+                # a plan for one element per thread folds the chunked loops away at compile time
+                return "((i64)1)" if self.unit_elements else f"alpyka_te{e.dim}"
+            return self.d.index(e.query, e.dim, self.k.ndim)
+        if isinstance(e, ir.Cast):
+            inner = self.expr(e.value)
+            if e.type.is_bool:
+                return f"(({inner}) != 0)"
+            return f"(({self.ctype(e.type)})({inner}))"
+        if isinstance(e, ir.UnaryOp):
+            op = {"-": "-", "~": "~", "not": "!"}[e.op]
+            return f"({op}{self.expr(e.operand)})"
+        if isinstance(e, ir.BinOp):
+            return self.binop(e)
+        if isinstance(e, ir.Compare):
+            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
+        if isinstance(e, ir.BoolOp):
+            op = " && " if e.op == "and" else " || "
+            return "(" + op.join(self.expr(v) for v in e.values) + ")"
+        if isinstance(e, ir.Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+        if isinstance(e, ir.MathCall):
+            return self.mathcall(e)
+        if isinstance(e, ir.Load):
+            el = self.element(e.array, e.indices, getattr(e, "check", None))
+            return f"({el} != 0)" if e.array.type.dtype.is_bool else el
+        if isinstance(e, ir.AtomicOp):
+            return self.atomic(e)
+        if isinstance(e, ir.DeviceCall):
+            return self.call(e)
+        raise self.fail(f"the C emitter cannot express {type(e).__name__}")
+
+    def binop(self, e: ir.BinOp) -> str:
+        a, b, t = self.expr(e.left), self.expr(e.right), e.type
+        if e.op in ("+", "-", "*", "&", "|", "^", "<<", ">>"):
+            return f"({a} {e.op} {b})"
+        if e.op == "/":
+            return f"({a} / {b})"
+        if e.op == "//":
+            return f"{self.h.floordiv(t)}({a}, {b})"
+        if e.op == "%":
+            return f"{self.h.mod(t)}({a}, {b})"
+        if e.op == "**":
+            if t.is_float:
+                return f"{self.d.math('pow', t)}({a}, {b})"
+            return f"{self.h.ipow(t)}({a}, {b})"
+        raise self.fail(f"operator {e.op} is not supported by the C emitter")
+
+    def mathcall(self, e: ir.MathCall) -> str:
+        f, args = e.func, e.args
+        at = args[0].type if args else e.type
+        s = [self.expr(a) for a in args]
+        if f in ("min", "max"):
+            fn = self.h.minmax(f, e.type)
+            acc = s[0]
+            for x in s[1:]:
+                acc = f"{fn}({acc}, {x})"
+            return acc
+        if f == "abs":
+            if e.type.is_float:
+                return f"{self.d.math('fabs', e.type)}({s[0]})"
+            return f"{self.h.iabs(e.type)}({s[0]})"
+        if f in ("isnan", "isinf", "isfinite"):
+            return f"({f}({s[0]}) != 0)"
+        if not at.is_float:
+            raise self.fail(f"math.{f} needs float arguments here, got {at}")
+        call = f"{self.d.math(f, at)}({', '.join(s)})"
+        if e.type != at:
+            return f"(({self.ctype(e.type)}){call})"
+        return call
+
+    def atomic(self, e: ir.AtomicOp) -> str:
+        t = e.array.type
+        try:
+            fn = self.h.atomic(e.op, e.type, t.kind)
+        except NotImplementedError as exc:
+            raise self.fail(f"{exc}") from None
+        ops = ", ".join(self.expr(o) for o in e.operands)
+        return f"{fn}(&{self.element(e.array, e.indices, getattr(e, 'check', None))}, {ops})"
+
+    def call(self, e: ir.DeviceCall) -> str:
+        fn = self.k.functions[e.function]
+        args: list[str] = []
+        for p, a in zip(fn.params, e.args):
+            if isinstance(p, ir.ArrayRef):
+                if not isinstance(a, ir.ArrayRef):
+                    raise self.fail(f"device function {fn.name}: array parameter {p.name} got a value")
+                args.append(self.array_base(a))
+                for d in range(len(p.extents)):
+                    args.append(self.expr(a.extents[d]) if d < len(a.extents) else "((i64)0)")
+                if p.pitch is not None:
+                    args.append(self.expr(a.pitch) if a.pitch is not None else "((i64)0)")
+            else:
+                args.append(self.expr(a))
+        args += self.implicit_args()
+        return f"df_{_ident(fn.name)}({', '.join(args)})"
+
+    def implicit_args(self) -> list[str]:
+        out = [f"alpyka_te{d}" for d in range(self.k.ndim)]
+        if self.k.uses_dynamic_shared:
+            out.append("dynamic_shared_bytes")
+            if self.d.is_opencl:
+                out.append("alpyka_dyn_shared")
+        if self.k.debug:
+            out.append("alpyka_err")
+        return out
+
+    def implicit_params(self) -> list[str]:
+        out = [f"i64 alpyka_te{d}" for d in range(self.k.ndim)]
+        if self.k.uses_dynamic_shared:
+            out.append("i64 dynamic_shared_bytes")
+            if self.d.is_opencl:
+                out.append("__local u8* alpyka_dyn_shared")
+        if self.k.debug:
+            out.append(f"{self.d.space('buffer')}i32* alpyka_err")
+        return out
+
+    # ------------------------------------------------------------------ statements
+    def block(self, stmts: list[ir.Stmt]) -> None:
+        self.indent += 1
+        for s in stmts:
+            self.stmt(s)
+        self.indent -= 1
+
+    def tag(self, line: int) -> str:
+        return f"  // {self.base}:{line}" if line else ""
+
+    def stmt(self, s: ir.Stmt) -> None:  # noqa: C901 - one dispatch over the node kinds
+        line = getattr(s, "line", 0) or self.cur_line
+        self.cur_line = line
+        tag = self.tag(getattr(s, "line", 0))
+        if isinstance(s, ir.Assign):
+            self.out(f"{_ident(s.target.name)} = {self.expr(s.value)};{tag}", line)
+        elif isinstance(s, ir.Store):
+            v = self.expr(s.value)
+            if s.array.type.dtype.is_bool:
+                v = f"(u8)({v})"
+            self.out(f"{self.element(s.array, s.indices, getattr(s, 'check', None))} = {v};{tag}", line)
+        elif isinstance(s, ir.ExprStmt):
+            self.out(f"(void){self.expr(s.value)};{tag}", line)
+        elif isinstance(s, ir.If):
+            self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
+            self.block(s.body)
+            if s.orelse:
+                self.out("} else {", line)
+                self.block(s.orelse)
+            self.out("}", line)
+        elif isinstance(s, ir.While):
+            self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
+            self.loops.append(None)
+            self.block(s.body)
+            self.loops.pop()
+            self.out("}", line)
+        elif isinstance(s, ir.ForRange):
+            self.for_range(s, tag, line)
+        elif isinstance(s, ir.StridedLoop):
+            self.strided(s, tag, line)
+        elif isinstance(s, ir.Break):
+            label = self.loops[-1] if self.loops else None
+            if label:
+                self.used_labels.add(label)
+            self.out(f"goto {label};{tag}" if label else f"break;{tag}", line)
+        elif isinstance(s, ir.Continue):
+            self.out(f"continue;{tag}", line)
+        elif isinstance(s, ir.Return):
+            if s.value is not None:
+                self.out(f"return {self.expr(s.value)};{tag}", line)
+            else:
+                self.out(f"return{self.default_return()};{tag}", line)
+        elif isinstance(s, ir.SyncBlockThreads):
+            self.out(f"{self.d.barrier()}{tag}", line)
+        else:
+            raise self.fail(f"the C emitter cannot express the statement {type(s).__name__}")
+
+    def default_return(self) -> str:
+        fn = self.in_function
+        if fn is None or not isinstance(fn.return_type, ScalarType):
+            return ""
+        return f" ({self.ctype(fn.return_type)})0"
+
+    def for_range(self, s: ir.ForRange, tag: str, line: int) -> None:
+        n = self.fresh("r")
+        t = self.ctype(s.var.type)
+        step = s.step
+        self.out(f"{{ const {t} {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+                 f"{n}_step = {self.expr(step)};{tag}", line)
+        if isinstance(step, ir.Const):
+            cond = f"{n} < {n}_stop" if step.value > 0 else f"{n} > {n}_stop"
+        else:
+            cond = f"({n}_step > 0) ? ({n} < {n}_stop) : ({n} > {n}_stop)"
+        self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
+        self.indent += 1
+        self.out(f"{_ident(s.var.name)} = {n};", line)
+        self.indent -= 1
+        self.loops.append(None)
+        self.block(s.body)
+        self.loops.pop()
+        self.out("} }", line)
+
+    def strided(self, s: ir.StridedLoop, tag: str, line: int) -> None:
+        """An alpaka loop: a single grid-stride loop when the chunk is 1 (the common case, and
+        far faster on PoCL), the chunked double loop otherwise; ``break`` leaves both."""
+        n = self.fresh("s")
+        gb = f", {n}_gb = {self.expr(s.group_base)}" if s.local_var is not None and s.group_base is not None else ""
+        self.out(f"{{ const i64 {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+                 f"{n}_stride = {self.expr(s.stride)}, {n}_chunk = {self.expr(s.chunk)}{gb};{tag}", line)
+
+        def bind(it: str) -> None:
+            self.indent += 1
+            self.out(f"{_ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
+            if s.local_var is not None:
+                self.out(f"{_ident(s.local_var.name)} = ({self.ctype(s.local_var.type)})({it} - {n}_gb);", line)
+            self.indent -= 1
+
+        self.loops.append(f"{n}_end")
+        self.out(f"if ({n}_chunk == 1) {{", line)
+        self.indent += 1
+        self.out(f"for (i64 {n}_i = {n}_start; {n}_i < {n}_stop; {n}_i += {n}_stride) {{", line)
+        bind(f"{n}_i")
+        self.block(s.body)
+        self.out("}", line)
+        self.indent -= 1
+        self.out("} else {", line)
+        self.indent += 1
+        self.out(f"for (i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride) {{", line)
+        self.indent += 1
+        self.out(f"const i64 {n}_lim = ({n}_base + {n}_chunk < {n}_stop) ? {n}_base + {n}_chunk : {n}_stop;", line)
+        self.out(f"for (i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j) {{", line)
+        bind(f"{n}_j")
+        self.block(s.body)
+        self.out("}", line)
+        self.indent -= 1
+        self.out("}", line)
+        self.indent -= 1
+        self.out("}", line)
+        self.loops.pop()
+        self.out(f"{n}_end: ; }}" if f"{n}_end" in self.used_labels else "}", line)
+
+    def checked(self, ref: ir.ArrayRef, idx: tuple[ir.Expr, ...], check: str | None) -> tuple[ir.Expr | str, ...]:
+        """The indices of an access, each wrapped in a range check when ``check`` is set: an index
+        outside ``[0, extent)`` reports ``check`` (the first report of a launch wins) and reads
+        element 0 instead, so the access itself stays in bounds."""
+        if not check or not idx:
+            return idx
+        self.messages.append(check)
+        ident = len(self.messages)
+        fn = self.h.range_check()
+        return tuple(_Raw(f"{fn}({self.expr(i)}, {self.expr(e)}, {ident}, alpyka_err)")
+                     for i, e in zip(idx, ref.extents))
+
+    # ------------------------------------------------------------------ functions and the kernel
+    def declarations(self, local_types: dict[str, ScalarType], skip: set[str]) -> None:
+        for name, t in local_types.items():
+            if name in skip:
+                continue
+            init = "false" if t.is_bool else "0"
+            self.out(f"{self.ctype(t)} {_ident(name)} = {init};")
+
+    def function(self, fn: ir.Function) -> tuple[str, list[tuple[str, int]]]:
+        saved = self.lines
+        self.lines, self.in_function, self.indent = [], fn, 1
+        params: list[str] = []
+        names: set[str] = set()
+        for p in fn.params:
+            if isinstance(p, ir.ArrayRef):
+                params.append(self.pointer_decl(p.type, _ident(p.name)))
+                params += [f"i64 {_ident(p.name)}_e{d}" for d in range(len(p.extents))]
+                if p.pitch is not None:
+                    params.append(f"i64 {_ident(p.name)}_pitch")
+            else:
+                params.append(f"{self.ctype(p.type)} {_ident(p.name)}")
+                names.add(p.name)
+        params += self.implicit_params()
+        ret = "void" if not isinstance(fn.return_type, ScalarType) else self.ctype(fn.return_type)
+        proto = f"ALPYKA_FN {ret} df_{_ident(fn.name)}({', '.join(params)})"
+        self.declarations(fn.locals, names)
+        for s in fn.body:
+            self.stmt(s)
+        if ret != "void":
+            self.out(f"return ({ret})0;")
+        body, self.lines, self.in_function = self.lines, saved, None
+        return proto, body
+
+    def kernel(self) -> tuple[str, list[tuple[str, Any]]]:
+        k = self.k
+        params: list[str] = []
+        args: list[tuple[str, Any]] = []
+        prologue: list[str] = []
+        scalar_names: set[str] = set()
+        for p in k.params:
+            name = _ident(p.name)
+            if isinstance(p.type, ArrayType):
+                if self.d.is_opencl:
+                    params += [f"__global u8* {name}_buf", f"i64 {name}_off"]
+                    q = "const " if p.type.const else ""
+                    st = STORAGE[p.type.dtype.name]
+                    prologue.append(f"__global {q}{st}* {name} = (__global {q}{st}*)({name}_buf + {name}_off);")
+                else:
+                    params.append(self.pointer_decl(p.type, name))
+            else:
+                scalar_names.add(p.name)
+                if p.type.is_bool:
+                    params.append(f"u8 {name}_raw")
+                    prologue.append(f"const bool {name} = {name}_raw != 0;")
+                else:
+                    params.append(f"{self.ctype(p.type)} {name}")
+            args.append(("param", p))
+        args += [("elements", d) for d in range(k.ndim)]
+        params += [f"i64 alpyka_te{d}" for d in range(k.ndim)]
+        if k.uses_dynamic_shared:
+            params.append("i64 dynamic_shared_bytes")
+            args.append(("dyn_bytes", None))
+            if self.d.is_opencl:
+                params.append("__local u8* alpyka_dyn_shared")
+                args.append(("dyn_local", None))
+        if k.debug:
+            params.append(f"{self.d.space('buffer')}i32* alpyka_err")
+            args.append(("err", None))
+        self.lines, self.indent = [], 1
+        for line in prologue:
+            self.out(line)
+        for sh in k.shared:
+            size = int(math.prod(sh.shape)) if sh.shape else 1
+            self.out(self.d.shared_decl(STORAGE[sh.dtype.name], _ident(sh.name), size))
+        if k.uses_dynamic_shared and not self.d.is_opencl:
+            self.out(self.d.dynamic_shared_base())
+        self.declarations(k.locals, scalar_names)
+        for s in k.body:
+            self.stmt(s)
+        entry = f"alpyka_{_ident(k.name)}"
+        header = f"{self.d.kernel_qualifier()} {entry}({', '.join(params)})"
+        return header, args
+
+
+def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSource:
+    """The C source of ``kernel`` in ``dialect`` ("opencl", "cuda" or "hip"); ``unit_elements``
+    specialises it for work divisions with one element per thread (the GPU-style ones).
+
+    Raises :class:`CEmitError` (with the kernel's line) for constructs C cannot express.
+    """
+    em = _Emitter(kernel, DIALECTS[dialect], unit_elements)
+    functions = [em.function(fn) for fn in kernel.functions.values()]
+    header, args = em.kernel()
+    kernel_body = em.lines
+    text: list[str] = []
+    line_map: dict[int, int] = {}
+
+    def put(s: str, py: int = 0) -> None:
+        for part in s.split("\n"):
+            text.append(part)
+            if py:
+                line_map[len(text)] = py
+
+    src = kernel.source_file or "<kernel>"
+    unit = ", one element per thread" if unit_elements else ""
+    put(f"// alpyka kernel {kernel.name} from {src}:{kernel.first_line} ({dialect}{unit})")
+    put(em.d.prologue().rstrip("\n"))
+    helpers = em.h.source().rstrip("\n")
+    if helpers:
+        put(helpers)
+    for proto, _ in functions:
+        put(proto + ";")
+    for proto, body in functions:
+        put(proto + " {")
+        for line, py in body:
+            put(line, py)
+        put("}")
+    put(header + " {")
+    for line, py in kernel_body:
+        put(line, py)
+    put("}")
+    return CSource("\n".join(text) + "\n", header.split("(")[0].split()[-1], dialect, args, line_map,
+                   src, em.messages, kernel.name)

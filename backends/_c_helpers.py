@@ -1,0 +1,166 @@
+"""Helper functions the C emitter adds to a kernel's source on demand.
+
+Python semantics that C lacks (floor division and modulo with negative operands, integer
+``**``, ``min``/``max`` with Python's tie rule) and atomics without a native instruction on the
+target (a compare-and-swap loop on the value's bits). Each helper is keyed by its C name; the
+emitter asks :meth:`Helpers.need` for a name and gets the source once.
+"""
+
+from __future__ import annotations
+
+from portable.kernel.types import ScalarType
+
+from ._c_dialect import CTYPE, Dialect
+
+
+class Helpers:
+    """The helper functions one kernel needs, in the order they were first asked for."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.d = dialect
+        self._src: dict[str, str] = {}
+
+    def source(self) -> str:
+        return "\n".join(self._src.values())
+
+    def _add(self, name: str, src: str) -> str:
+        if name not in self._src:
+            self._src[name] = src
+        return name
+
+    # ------------------------------------------------------------------ arithmetic
+    def floordiv(self, t: ScalarType) -> str:
+        c = CTYPE[t.name]
+        name = f"alpyka_floordiv_{c}"
+        if t.is_float:
+            m = self._mathname
+            return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    {c} mod = {m('fmod', t)}(a, b);
+    {c} div = (a - mod) / b;
+    if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}
+    if (div != 0) {{
+        {c} fl = {m('floor', t)}(div);
+        if (div - fl > ({c})0.5) fl += 1;
+        return fl;
+    }}
+    return {m('copysign', t)}(({c})0, a / b);
+}}
+""")
+        if t.is_unsigned:
+            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return a / b; }}\n")
+        return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    {c} q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}}
+""")
+
+    def mod(self, t: ScalarType) -> str:
+        c = CTYPE[t.name]
+        name = f"alpyka_mod_{c}"
+        if t.is_float:
+            m = self._mathname
+            return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    {c} r = {m('fmod', t)}(a, b);
+    if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}
+    else {{ r = {m('copysign', t)}(({c})0, b); }}
+    return r;
+}}
+""")
+        if t.is_unsigned:
+            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return a % b; }}\n")
+        return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    {c} r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}}
+""")
+
+    def ipow(self, t: ScalarType) -> str:
+        c = CTYPE[t.name]
+        name = f"alpyka_ipow_{c}"
+        return self._add(name, f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{
+    {c} r = 1;
+    if (e < 0) return 0;
+    while (e) {{ if (e & 1) r *= base; e >>= 1; base *= base; }}
+    return r;
+}}
+""")
+
+    def minmax(self, func: str, t: ScalarType) -> str:
+        """Python's ``min``/``max`` of two values: the first one wins ties (and NaN compares)."""
+        c = CTYPE[t.name]
+        name = f"alpyka_{func}_{c}"
+        cmp = "<" if func == "min" else ">"
+        return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return (b {cmp} a) ? b : a; }}\n")
+
+    def iabs(self, t: ScalarType) -> str:
+        c = CTYPE[t.name]
+        name = f"alpyka_abs_{c}"
+        body = "return a;" if t.is_unsigned or t.is_bool else "return a < 0 ? -a : a;"
+        return self._add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
+
+    def _mathname(self, func: str, t: ScalarType) -> str:
+        return self.d.math(func, t)
+
+    def range_check(self) -> str:
+        """``alpyka_chk(i, n, id, err)``: ``i`` when ``0 <= i < n``, else report ``id`` and give 0."""
+        d = self.d
+        if d.is_opencl:
+            report = "atomic_cmpxchg((volatile __global i32*)err, 0, id)"
+        else:
+            report = "atomicCAS((int*)err, 0, id)"
+        return self._add("alpyka_chk", f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {d.space('buffer')}i32* err) {{
+    if (i >= 0 && i < n) return i;
+    (void){report};
+    return 0;
+}}
+""")
+
+    # ------------------------------------------------------------------ atomics
+    def atomic(self, op: str, t: ScalarType, kind: str) -> str:
+        """The helper ``name(ptr, operands...)`` returning the old value of atomic ``op``."""
+        if t.bits not in (32, 64) or t.is_bool:
+            raise NotImplementedError(f"atomic_{op} on {t} (GPU backends have atomics on 32- and 64-bit types)")
+        d, c = self.d, CTYPE[t.name]
+        space = d.space(kind)
+        tag = "l" if space.startswith("__local") else "g"
+        name = f"alpyka_atomic_{op}_{c}_{tag}"
+        ptr = f"{space}{c}* p"
+        if op == "cas":
+            word, cas = d.cas_word(t.bits, space)
+            return self._add(name, f"""ALPYKA_FN {c} {name}({ptr}, {c} compare, {c} value) {{
+    {word} cmp = {d.bits_of(t, 'compare')}, val = {d.bits_of(t, 'value')};
+    return {d.from_bits(t, cas)};
+}}
+""")
+        native = d.native_atomic(op, t, space)
+        if native is not None:
+            return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ return ({c}){native}; }}\n")
+        if op == "sub" and t.is_integer:
+            add = d.native_atomic("add", t, space)
+            if add is not None:
+                return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ v = ({c})(0 - v); return ({c}){add}; }}\n")
+        new = {
+            "add": "cur + v", "sub": "cur - v", "exch": "v",
+            "min": "(v < cur) ? v : cur", "max": "(v > cur) ? v : cur",
+            "and": "cur & v", "or": "cur | v", "xor": "cur ^ v",
+            "inc": f"(cur >= v) ? ({c})0 : ({c})(cur + 1)",
+            "dec": f"(cur == 0 || cur > v) ? v : ({c})(cur - 1)",
+        }[op]
+        if t.is_float and op in ("and", "or", "xor", "inc", "dec"):
+            raise NotImplementedError(f"atomic_{op} on {t}")
+        word, cas = d.cas_word(t.bits, space)
+        return self._add(name, f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
+    volatile {space}{word}* wp = (volatile {space}{word}*)p;
+    {word} old = *wp, cmp;
+    do {{
+        cmp = old;
+        {c} cur = {d.from_bits(t, 'cmp')};
+        {c} nxt = {new};
+        {word} val = {d.bits_of(t, 'nxt')};
+        old = {cas.replace('p,', 'wp,', 1).replace('*)p', '*)wp')};
+    }} while (old != cmp);
+    return {d.from_bits(t, 'old')};
+}}
+""")

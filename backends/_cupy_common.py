@@ -1,0 +1,330 @@
+"""What the cuda and rocm backends share: devices, streams, events and memory through cupy.
+
+cupy exposes the same API over CUDA and over HIP (its ROCm build), so one implementation
+serves both backends; ``backends/cuda.py`` and ``backends/rocm.py`` only pick the flavour.
+
+- devices: ``cupy.cuda.runtime.getDeviceProperties`` gives the limits; memory space
+  ``"cuda:<i>"`` / ``"rocm:<i>"``;
+- queues: one non-blocking ``cupy.cuda.Stream`` each (see :mod:`backends._gpu_queue`); a host
+  function is gated with ``Stream.launch_host_func`` so it runs on alpyka's worker thread, not
+  on the driver's callback thread (where CUDA API calls are forbidden);
+- memory: cupy's memory pool is the caching allocator (stream-ordered reuse), pinned host
+  memory comes from cupy's pinned pool; arrays onto buffers are cupy arrays over
+  ``UnownedMemory`` that keep the buffer alive.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from portable._allocator import AllocatorStats, Block, CachingAllocator
+from portable._backend import Backend, MemRef
+from portable._device import Device, DeviceLimits
+from portable._errors import BackendUnavailable
+
+from ._gpu_queue import DeviceEvent, DeviceQueue, Snapshot
+
+_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault / hipMemcpyDefault: direction from the pointers (UVA)
+
+
+def import_cupy(backend: str, want_hip: bool) -> Any:
+    """cupy, when it is the right build and sees a device; BackendUnavailable with the reason else."""
+    api = "HIP/ROCm" if want_hip else "CUDA"
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken installation raising at import
+        pkg = "cupy-rocm-6-0 (or another ROCm build)" if want_hip else "cupy-cuda13x (or cupy-cuda12x)"
+        raise BackendUnavailable(f"cupy is not importable ({type(exc).__name__}: {exc}); install {pkg}") from None
+    is_hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
+    if is_hip != want_hip:
+        build = "ROCm/HIP" if is_hip else "CUDA"
+        other = "rocm" if is_hip else "cuda"
+        raise BackendUnavailable(
+            f"cupy {cupy.__version__} is a {build} build; the {backend} backend needs cupy's {api} "
+            f"build (this cupy serves the {other} backend)"
+        )
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy_backends...CUDARuntimeError: no driver, no device
+        raise BackendUnavailable(f"cupy is installed but no {api} driver/device: {exc}") from None
+    if count == 0:
+        raise BackendUnavailable(f"cupy is installed but the {api} runtime reports no device")
+    return cupy
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _triple(value: Any, default: int) -> tuple[int, int, int]:
+    vals = [int(v) for v in value][:3] if value is not None else [default] * 3
+    vals += [1] * (3 - len(vals))
+    return (vals[2], vals[1], vals[0])  # CUDA gives x, y, z; alpaka is slowest first
+
+
+class _DeviceScope:
+    """``with _DeviceScope(cupy, i):`` makes device ``i`` current (cheap when it already is)."""
+
+    __slots__ = ("cupy", "index", "prev")
+
+    def __init__(self, cupy: Any, index: int) -> None:
+        self.cupy, self.index, self.prev = cupy, index, None
+
+    def __enter__(self) -> None:
+        rt = self.cupy.cuda.runtime
+        cur = rt.getDevice()
+        if cur != self.index:
+            self.prev = cur
+            rt.setDevice(self.index)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.prev is not None:
+            self.cupy.cuda.runtime.setDevice(self.prev)
+            self.prev = None
+
+
+# ---------------------------------------------------------------------- queues
+class _HostFuncGate:
+    """A host function in the stream that blocks the stream until alpyka's worker opened it."""
+
+    __slots__ = ("_reached", "_open")
+
+    def __init__(self, stream: Any) -> None:
+        self._reached = threading.Event()
+        self._open = threading.Event()
+        stream.launch_host_func(self._callback, None)
+
+    def _callback(self, _arg: Any) -> None:  # on the driver's callback thread: no CUDA calls here
+        self._reached.set()
+        self._open.wait()
+
+    def reached(self) -> None:
+        self._reached.wait()
+
+    def open(self) -> None:
+        self._open.set()
+
+
+class CupyQueue(DeviceQueue):
+    """``pk.Queue`` on a CUDA/HIP device: one non-blocking cupy stream."""
+
+    def __init__(self, device: Device, blocking: bool) -> None:
+        super().__init__(device, blocking)
+        self.cupy = device.native
+        self.api = "HIP" if device.backend_name == "rocm" else "CUDA"
+        self.scope = _DeviceScope(self.cupy, device.index)
+        with self.scope:
+            self.stream = self.cupy.cuda.Stream(non_blocking=True)
+
+    def marker(self) -> Any:
+        with self.scope:
+            ev = self.cupy.cuda.Event(block=False, disable_timing=True)
+            ev.record(self.stream)
+        return ev
+
+    def native_done(self, native: Any) -> bool:
+        return bool(native.done)
+
+    def sync_native(self, native: Any) -> None:
+        native.synchronize()
+
+    def device_wait(self, snap: Snapshot) -> bool:
+        other = snap.queue
+        if not isinstance(other, CupyQueue) or other.device.backend_name != self.device.backend_name:
+            return False
+        with self._lock, self.scope:  # events of another device of the same API are fine
+            self.stream.wait_event(snap.native)
+        return True
+
+    def finish(self) -> None:
+        self.stream.synchronize()
+
+    def make_gate(self) -> _HostFuncGate:
+        with self.scope:
+            return _HostFuncGate(self.stream)
+
+    def is_idle(self) -> bool:
+        return bool(self.stream.done)
+
+    @property
+    def native_handle(self) -> int:
+        """The ``cudaStream_t`` (``hipStream_t``) as an int, for torch/cupy ``ExternalStream``."""
+        return int(self.stream.ptr)
+
+
+# ---------------------------------------------------------------------- memory
+class CupyPoolAllocator:
+    """cupy's memory pool behind :class:`~portable.CachingAllocator`'s interface.
+
+    An allocation made for a queue is taken from the pool while that queue's stream is current,
+    so cupy hands its memory out again only in that stream's order.
+    """
+
+    def __init__(self, cupy: Any, index: int) -> None:
+        self.cupy, self.index = cupy, index
+        self.pool = cupy.get_default_memory_pool()
+        self.stats = AllocatorStats()
+        self._lock = threading.Lock()
+
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
+        cp = self.cupy
+        stream = getattr(getattr(queue, "_impl", None), "stream", None)
+        size = max(int(nbytes), 1)
+        with _DeviceScope(cp, self.index):
+            if stream is not None:
+                with stream:
+                    mem = self.pool.malloc(size + (alignment if alignment > 256 else 0))
+            else:
+                mem = self.pool.malloc(size + (alignment if alignment > 256 else 0))
+        pad = (-mem.ptr) % alignment
+        mem = mem + pad if pad else mem  # a MemoryPointer sharing the allocation
+        with self._lock:
+            self.stats.misses += 1
+            self.stats.live_bytes += size
+            self.stats.live_blocks += 1
+        return Block(mem, int(mem.ptr), size, None, queue=queue, allocator=self)  # type: ignore[arg-type]
+
+    def free(self, b: Block) -> None:
+        with self._lock:
+            self.stats.live_bytes -= b.nbytes
+            self.stats.live_blocks -= 1
+        b.handle = None  # the pool takes the memory back once nothing else references it
+
+    def release_cache(self) -> int:
+        before = self.pool.total_bytes()
+        self.pool.free_all_blocks()
+        return before - self.pool.total_bytes()
+
+
+def _pinned_allocator(cupy: Any) -> CachingAllocator:
+    def raw_alloc(nbytes: int, alignment: int) -> tuple[np.ndarray, int]:
+        alignment = max(alignment, 128)
+        mem = cupy.cuda.alloc_pinned_memory(nbytes + alignment)
+        raw = np.frombuffer(mem, dtype=np.uint8, count=nbytes + alignment)  # keeps ``mem`` alive
+        start = (-raw.ctypes.data) % alignment
+        arr = raw[start : start + nbytes]
+        return arr, arr.ctypes.data
+
+    def raw_free(handle: Any) -> None:
+        """Pinned memory goes back to cupy's pinned pool once the array is collected."""
+
+    oom = (MemoryError, cupy.cuda.runtime.CUDARuntimeError)
+    return CachingAllocator(raw_alloc, raw_free, oom_errors=oom)
+
+
+def _address(ref: MemRef) -> int:
+    if ref.device.is_host_memory:
+        return int(ref.handle.ctypes.data) + ref.offset
+    return int(ref.handle.ptr) + ref.offset
+
+
+# ---------------------------------------------------------------------- the backend
+class CupyBackend(Backend):
+    """The cuda and rocm backends (see the module docstring)."""
+
+    kind = "gpu"
+
+    def __init__(self, name: str, cupy: Any) -> None:
+        self.name = name
+        self.cupy = cupy
+        rt = cupy.cuda.runtime
+        self._devices: list[Device] = []
+        self._allocators: dict[int, CupyPoolAllocator] = {}
+        self._pinned: CachingAllocator | None = None
+        self._pinned_lock = threading.Lock()
+        for i in range(rt.getDeviceCount()):
+            p = rt.getDeviceProperties(i)
+            limits = DeviceLimits(
+                max_threads_per_block=int(p["maxThreadsPerBlock"]),
+                max_block_dims=_triple(p.get("maxThreadsDim"), 1024),
+                max_grid_dims=_triple(p.get("maxGridSize"), 2**31 - 1),
+                shared_memory_per_block=int(p.get("sharedMemPerBlock", 48 * 1024)),
+                warp_size=int(p.get("warpSize", 32)),
+                multiprocessors=int(p.get("multiProcessorCount", 1)),
+            )
+            arch = _text(p.get("gcnArchName", "")) if name == "rocm" else f"sm_{p.get('major', 0)}{p.get('minor', 0)}"
+            self._devices.append(Device(
+                name, i, _text(p["name"]), "gpu", f"{name}:{i}", limits, native=cupy,
+                properties={"arch": arch, "global_memory": int(p.get("totalGlobalMem", 0)),
+                            "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0)))},
+            ))
+
+    def devices(self) -> list[Device]:
+        return self._devices
+
+    def versions(self) -> dict[str, str]:
+        rt = self.cupy.cuda.runtime
+        out = {"cupy": self.cupy.__version__, "python": _platform.python_version()}
+        for key, fn in (("runtime", rt.runtimeGetVersion), ("driver", rt.driverGetVersion)):
+            try:
+                out[key] = str(fn())
+            except Exception:  # noqa: BLE001 - a version query is informative only
+                pass
+        return out
+
+    def create_queue(self, device: Device, blocking: bool) -> CupyQueue:
+        return CupyQueue(device, blocking)
+
+    def create_event(self, device: Device) -> DeviceEvent:
+        return DeviceEvent(device)
+
+    # ------------------------------------------------------------------ memory
+    def allocator(self, device: Device, pinned: bool = False) -> CupyPoolAllocator:
+        alloc = self._allocators.get(device.index)
+        if alloc is None:
+            alloc = self._allocators[device.index] = CupyPoolAllocator(self.cupy, device.index)
+        return alloc
+
+    def pinned_allocator(self) -> CachingAllocator:
+        """Page-locked host memory (used by ``pk.Buffer(pk.host(), ..., pinned=True)``)."""
+        with self._pinned_lock:
+            if self._pinned is None:
+                self._pinned = _pinned_allocator(self.cupy)
+            return self._pinned
+
+    def array_factory(self, buffer: Any, const: bool) -> Callable[..., Any]:
+        """cupy arrays onto the buffer; they keep it alive. cupy has no read-only arrays, so
+        ``const`` views give writable arrays (alpyka's const views are checked in kernels)."""
+        cp = self.cupy
+        mem = cp.cuda.UnownedMemory(buffer.ptr, max(buffer.nbytes, 1), buffer, buffer.device.index)
+
+        def make(offset: int, dtype: np.dtype, shape: tuple, strides: tuple) -> Any:
+            return cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, offset), strides=strides)
+
+        return make
+
+    def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
+        impl: CupyQueue = queue._impl
+        if dst.device.is_host_memory and src.device.is_host_memory:
+            impl.enqueue_host(lambda: np.copyto(dst.handle[dst.offset : dst.offset + dst.nbytes],
+                                                src.handle[src.offset : src.offset + src.nbytes]))
+            return
+        with impl._lock, impl.scope:
+            self.cupy.cuda.runtime.memcpyAsync(_address(dst), _address(src), src.nbytes,
+                                               _MEMCPY_DEFAULT, impl.stream.ptr)
+            impl.after_enqueue(dst.owner, src.owner, dst.handle, src.handle)
+
+    def fill(self, queue: Any, dst: MemRef, value: int) -> None:
+        impl: CupyQueue = queue._impl
+        if dst.device.is_host_memory:
+            impl.enqueue_host(lambda: dst.handle[dst.offset : dst.offset + dst.nbytes].fill(value))
+            return
+        with impl._lock, impl.scope:
+            self.cupy.cuda.runtime.memsetAsync(_address(dst), value, dst.nbytes, impl.stream.ptr)
+            impl.after_enqueue(dst.owner, dst.handle)
+
+    # ------------------------------------------------------------------ kernels
+    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+        from ._cupy_launch import launch
+
+        launch(queue, workdiv, kernel, args)
+
+
+def load_backend(name: str, want_hip: bool) -> CupyBackend:
+    """The cuda (``want_hip=False``) or rocm backend over cupy."""
+    cupy = import_cupy(name, want_hip)
+    return CupyBackend(name, cupy)

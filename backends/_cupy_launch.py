@@ -1,0 +1,104 @@
+"""Kernel launches on CUDA and ROCm: the generated C built by cupy's ``RawModule`` (NVRTC on
+CUDA, hiprtc on ROCm) once per (kernel, device, signature); a launch packs the arguments and
+calls the ``RawKernel`` on the queue's stream (grid and block reversed: CUDA's x is fastest)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+
+from ._c_args import make_packer
+from ._c_build import KernelBuildError, format_build_error
+from ._gpu_launch import emit_for, prepare_launch
+
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+_D2H = 2  # cudaMemcpyDeviceToHost
+
+
+class CupyPlan:
+    """A kernel built for one device and signature, ready to launch."""
+
+    __slots__ = ("src", "function", "pack", "max_threads", "static_shared", "name", "lock", "dyn_limit", "err")
+
+    def __init__(self, src: Any, function: Any, pack: Any, max_threads: int, static_shared: int, name: str) -> None:
+        self.src, self.function, self.pack = src, function, pack
+        self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
+        self.lock = threading.Lock()
+        self.dyn_limit = _DEFAULT_DYNAMIC_SHARED
+        self.err = src.needs_error_flag
+
+
+def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
+    """The ``RawKernel`` of a generated source; KernelBuildError with the marked source on failure."""
+    options = () if is_hip else ("--std=c++17",)
+    compiler = "hiprtc" if is_hip else "NVRTC"
+    try:
+        module = cupy.RawModule(code=src.text, options=options)
+        fn = module.get_function(src.entry)
+        fn.max_threads_per_block  # noqa: B018 - forces the (lazy) compile and load now
+        return fn
+    except Exception as exc:  # cupy.cuda.compiler.CompileException carries the log
+        if type(exc).__name__ != "CompileException":
+            raise
+        log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
+        raise KernelBuildError(format_build_error(src, compiler, log)) from None
+
+
+def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> CupyPlan:
+    dev, impl = queue.device, queue._impl
+    kernel.check_args(args, dev)
+    is_hip = dev.backend_name == "rocm"
+    kir, src = emit_for(kernel, key, workdiv.dim, "hip" if is_hip else "cuda")
+    with impl.scope:
+        fn = build_function(impl.cupy, src, is_hip)
+        max_threads = int(fn.max_threads_per_block)
+    static_shared = sum(int(math.prod(s.shape)) * s.dtype.dtype.itemsize for s in kir.shared)
+
+    def array_values(mem: Any, offset: int) -> tuple:
+        return (np.uint64(mem.ptr + offset),)
+
+    pack = make_packer(src, dev, kernel.param_names, array_values)
+    return CupyPlan(src, fn, pack, max_threads, static_shared, kernel.__name__)
+
+
+def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+    """Enqueue ``kernel`` over ``workdiv`` on a CUDA/ROCm queue (its stream)."""
+    plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
+    grid = tuple(reversed(workdiv.blocks))
+    block = tuple(reversed(workdiv.threads))
+    impl = queue._impl
+    cp = impl.cupy
+    flag = host = None
+    if plan.err:
+        with impl.scope:
+            flag = cp.zeros(1, dtype=cp.int32)
+        values.append(np.uint64(flag.data.ptr))
+    with impl._lock, impl.scope:
+        if dyn > plan.dyn_limit:
+            with plan.lock:
+                plan.function.max_dynamic_shared_size_bytes = dyn
+                plan.dyn_limit = dyn
+        with impl.stream:
+            plan.function(grid, block, tuple(values), shared_mem=dyn)
+        impl.after_enqueue(args)
+        if flag is not None:
+            host = np.zeros(1, np.int32)
+            cp.cuda.runtime.memcpyAsync(host.ctypes.data, flag.data.ptr, 4, _D2H, impl.stream.ptr)
+            impl.after_enqueue(flag, host)
+    if host is not None:
+        impl.enqueue_host(_range_check(plan, host))
+
+
+def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:
+    from portable.kernel import KernelIndexError
+
+    def check() -> None:
+        ident = int(host[0])
+        if ident:
+            raise KernelIndexError(plan.src.check_messages[ident - 1])
+
+    return check

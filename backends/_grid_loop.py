@@ -1,0 +1,161 @@
+"""When the blocks of a CPU launch can run as one flat element loop.
+
+A 1D kernel whose body is (side-effect-free set-up, then) one ``acc.uniform_elements`` loop
+gives every block a contiguous chunk of ``elements`` indices per wave of the grid. Running
+blocks ``[lo, hi)`` one thread each is then the same, element by element, as one loop over
+``[first + lo*e, first + hi*e)`` per wave (every thread still sees its own indices in increasing
+order: the flat loop is one legal interleaving of those threads), as long as nothing in the
+loop tells two threads apart. That holds when the loop body
+
+- never reads ``block_idx`` (directly, or through a device function taking ``acc``),
+- never ``return``s and has no ``break`` of the loop itself (both end one thread only),
+- uses no shared memory (per block), and
+- reads no local variable that an earlier iteration may have left behind (a value carried from
+  one element to the next would leak from one thread into the next).
+
+:func:`flat_grid_loop` checks this on the IR; the numba emitter then replaces the per-block loop
+(one call and one grid-stride loop set-up per block) by that flat loop, which LLVM vectorises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from portable.kernel import ir
+
+
+@dataclass
+class FlatGridLoop:
+    """A kernel body as ``prelude`` (assignments run once) and the one ``loop`` after it."""
+
+    prelude: list[ir.Stmt]
+    loop: ir.StridedLoop
+
+
+def _nodes(x: Any) -> Iterator[Any]:
+    """Every IR node under ``x`` (expressions, statements, array references), ``x`` included."""
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, (list, tuple)):
+            stack.extend(y)
+        elif isinstance(y, (ir.Expr, ir.Stmt, ir.ArrayRef)):
+            yield y
+            stack.extend(v for v in vars(y).values() if isinstance(v, (list, tuple, ir.Expr, ir.Stmt, ir.ArrayRef)))
+
+
+def _uses_block_identity(x: Any, k: ir.Kernel) -> bool:
+    for y in _nodes(x):
+        if isinstance(y, ir.Index) and y.query == "block_idx":
+            return True
+        if isinstance(y, ir.DeviceCall) and k.functions[y.function].uses_acc:
+            return True
+        if isinstance(y, ir.ArrayRef) and (y.name.startswith("sh_") or y.name.startswith("dsh_")):
+            return True
+    return False
+
+
+def _has_side_effects(x: Any) -> bool:
+    return any(isinstance(y, (ir.AtomicOp, ir.DeviceCall)) for y in _nodes(x))
+
+
+def _reads(x: Any, local_names: dict) -> set[str]:
+    return {y.name for y in _nodes(x) if isinstance(y, ir.Var) and y.name in local_names}
+
+
+def assigned_names(x: Any) -> set[str]:
+    out = set()
+    for y in _nodes(x):
+        if isinstance(y, ir.Assign):
+            out.add(y.target.name)
+        elif isinstance(y, (ir.ForRange, ir.StridedLoop)):
+            out.add(y.var.name)
+            if isinstance(y, ir.StridedLoop) and y.local_var is not None:
+                out.add(y.local_var.name)
+    return out
+
+
+def _defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) -> set[str] | None:
+    """The locals surely assigned after ``stmts`` when every local they read was assigned
+    before (in ``defined`` or earlier in ``stmts``); None when some read may see an older value."""
+    defined = set(defined)
+    for s in stmts:
+        if isinstance(s, ir.Assign):
+            if _reads(s.value, locs) - defined:
+                return None
+            defined.add(s.target.name)
+        elif isinstance(s, (ir.Store, ir.ExprStmt, ir.Return)):
+            if _reads([v for v in vars(s).values() if isinstance(v, (ir.Expr, tuple, list))], locs) - defined:
+                return None
+        elif isinstance(s, ir.If):
+            if _reads(s.cond, locs) - defined:
+                return None
+            a = _defined_before_read(s.body, defined, locs)
+            b = _defined_before_read(s.orelse, defined, locs)
+            if a is None or b is None:
+                return None
+            defined = a & b
+        elif isinstance(s, ir.While):
+            if _reads(s.cond, locs) - defined or _defined_before_read(s.body, defined, locs) is None:
+                return None
+        elif isinstance(s, (ir.ForRange, ir.StridedLoop)):
+            heads = [s.start, s.stop, s.step] if isinstance(s, ir.ForRange) else [s.start, s.stop, s.stride, s.chunk]
+            if _reads(heads, locs) - defined:
+                return None
+            inner = defined | {s.var.name} | ({s.local_var.name} if getattr(s, "local_var", None) else set())
+            if _defined_before_read(s.body, inner, locs) is None:
+                return None
+        elif isinstance(s, (ir.Break, ir.Continue, ir.SyncBlockThreads)):
+            pass
+        else:  # an unknown statement: be safe
+            return None
+    return defined
+
+
+def _direct_breaks(body: list[ir.Stmt]) -> bool:
+    for s in body:
+        if isinstance(s, ir.Break):
+            return True
+        if isinstance(s, ir.If) and (_direct_breaks(s.body) or _direct_breaks(s.orelse)):
+            return True
+    return False
+
+
+def flat_grid_loop(k: ir.Kernel) -> FlatGridLoop | None:
+    """The kernel as prelude + one flat-able ``uniform_elements`` loop, or None (see module doc)."""
+    if k.ndim != 1 or k.shared or k.uses_dynamic_shared or not k.body:
+        return None
+    *prelude, loop = k.body
+    if not isinstance(loop, ir.StridedLoop) or loop.kind != "uniform_elements" or loop.local_var is not None:
+        return None
+    for s in prelude:
+        if not isinstance(s, ir.Assign) or _uses_block_identity(s, k) or _has_side_effects(s):
+            return None
+    if _uses_block_identity([loop.stop, loop.stride, loop.chunk, loop.body], k):
+        return None
+    if _direct_breaks(loop.body) or any(isinstance(y, ir.Return) for y in _nodes(loop.body)):
+        return None
+    # locals set once before the loop and never reassigned in it are the same for every thread
+    body_assigned = assigned_names(loop.body)
+    fixed = {s.target.name for s in prelude} - body_assigned
+    if _defined_before_read(loop.body, fixed | {loop.var.name}, k.locals) is None:
+        return None
+    return FlatGridLoop(list(prelude), loop)
+
+
+def non_negative(e: ir.Expr, known: set[str]) -> bool:
+    """True when ``e`` is surely >= 0: constants >= 0, index queries, names in ``known`` and
+    sums/products of those."""
+    if isinstance(e, ir.Const):
+        return not isinstance(e.value, float) and e.value >= 0
+    if isinstance(e, ir.Index):
+        return True
+    if isinstance(e, ir.Var):
+        return e.name in known
+    if isinstance(e, ir.BinOp) and e.op in ("+", "*"):
+        return non_negative(e.left, known) and non_negative(e.right, known)
+    return False
+
+
+__all__ = ["FlatGridLoop", "assigned_names", "flat_grid_loop", "non_negative"]

@@ -1,0 +1,109 @@
+"""Kernel launches on OpenCL: build the generated OpenCL C once per (kernel, device, signature),
+then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_kernel``."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+
+from ._c_args import i64, make_packer
+from ._c_build import KernelBuildError, format_build_error
+from ._gpu_launch import emit_for, prepare_launch
+
+
+class OpenCLPlan:
+    """A kernel built for one device and signature, ready to launch."""
+
+    __slots__ = ("src", "program", "kernel", "pack", "max_threads", "static_shared", "lock", "name", "last",
+                 "err")
+
+    def __init__(self, src: Any, program: Any, knl: Any, pack: Any, max_threads: int, static_shared: int,
+                 name: str) -> None:
+        self.src, self.program, self.kernel, self.pack = src, program, knl, pack
+        self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
+        self.lock = threading.Lock()  # setting arguments + enqueue of one cl.Kernel must not interleave
+        self.last: list[Any] = []  # the argument values the cl.Kernel holds now
+        self.err = src.needs_error_flag
+
+    def set_args(self, values: list) -> None:
+        """Set the kernel's arguments, skipping those that hold the same value already (the same
+        buffer object, an equal numpy scalar): a repeated launch sets nothing. Caller holds ``lock``."""
+        last = self.last
+        if len(last) != len(values):
+            self.kernel.set_args(*values)
+            self.last = list(values)
+            return
+        knl = self.kernel
+        for i, v in enumerate(values):
+            old = last[i]
+            if old is v or (type(old) is type(v) and isinstance(v, np.generic) and old == v):
+                continue
+            knl.set_arg(i, v)
+            last[i] = v
+
+
+def build_program(context: Any, device: Any, src: Any) -> Any:
+    """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure."""
+    try:
+        return cl.Program(context, src.text).build(devices=[device])
+    except cl.RuntimeError as exc:
+        raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", str(exc))) from None
+
+
+def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> OpenCLPlan:
+    dev = queue.device
+    kernel.check_args(args, dev)
+    kir, src = emit_for(kernel, key, workdiv.dim, "opencl")
+    native = dev.native
+    program = build_program(native.context, native.device, src)
+    knl = cl.Kernel(program, src.entry)
+    max_threads = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, native.device))
+    static_shared = sum(int(math.prod(s.shape)) * s.dtype.dtype.itemsize for s in kir.shared)
+
+    def array_values(mem: Any, offset: int) -> tuple:
+        return (mem, i64(offset))
+
+    pack = make_packer(src, dev, kernel.param_names, array_values, cl.LocalMemory)
+    return OpenCLPlan(src, program, knl, pack, max_threads, static_shared, kernel.__name__)
+
+
+def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+    """Enqueue ``kernel`` over ``workdiv`` on an OpenCL queue."""
+    dev = queue.device
+    plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
+    local = tuple(reversed(workdiv.threads))  # OpenCL's dimension 0 is the fastest
+    glob = tuple(b * t for b, t in zip(reversed(workdiv.blocks), local))
+    impl = queue._impl
+    check = None
+    if plan.err:
+        flag = cl.Buffer(dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                         hostbuf=np.zeros(1, np.int32))
+        values.append(flag)
+    with impl._lock:
+        with plan.lock:
+            plan.set_args(values)
+            ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)
+        impl.after_enqueue(ev, args)
+        if plan.err:
+            host = np.zeros(1, np.int32)
+            copy_ev = cl.enqueue_copy(impl.cq, host, flag, is_blocking=False)
+            impl.after_enqueue(copy_ev, host, flag)
+            check = _range_check(plan, host)
+    if check is not None:
+        impl.enqueue_host(check)
+
+
+def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:
+    from portable.kernel import KernelIndexError
+
+    def check() -> None:
+        ident = int(host[0])
+        if ident:
+            raise KernelIndexError(plan.src.check_messages[ident - 1])
+
+    return check

@@ -1,0 +1,104 @@
+"""The cuda/rocm runtime (backends/_cupy_common.py) on an emulated cupy (tests/backends/fake_cupy.py):
+its queue, event, memory and device logic runs here without a GPU. Kernel launches need NVRTC
+plus a device and are covered by test_nvrtc.py (compilation) and by the GPU matrix."""
+
+import numpy as np
+import pytest
+
+import portable as pk
+from backends._cupy_common import CupyBackend, import_cupy
+from fake_cupy import make_fake_cupy  # noqa: E402 - pytest puts this directory on sys.path
+from portable import _registry
+
+import test_device_runtime as rt  # noqa: E402
+
+
+@pytest.fixture(params=["cuda", "rocm"])
+def fake(request, monkeypatch):
+    name = request.param
+    cupy = make_fake_cupy(n_devices=2, is_hip=name == "rocm")
+    backend = CupyBackend(name, cupy)
+    monkeypatch.setitem(_registry._loaded, name, backend)
+    monkeypatch.delitem(_registry._reasons, name, raising=False)
+    return backend
+
+
+def test_unavailability_reasons(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(
+        count_error="cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"))
+    with pytest.raises(pk.BackendUnavailable, match="cupy is installed but no CUDA driver/device: cudaErrorInsufficientDriver"):
+        import_cupy("cuda", want_hip=False)
+    with pytest.raises(pk.BackendUnavailable, match="is a CUDA build; the rocm backend needs cupy's HIP"):
+        import_cupy("rocm", want_hip=True)
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(is_hip=True))
+    with pytest.raises(pk.BackendUnavailable, match="ROCm/HIP build"):
+        import_cupy("cuda", want_hip=False)
+    assert import_cupy("rocm", want_hip=True) is sys.modules["cupy"]
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(n_devices=0))
+    with pytest.raises(pk.BackendUnavailable, match="reports no device"):
+        import_cupy("cuda", want_hip=False)
+
+
+def test_devices_and_limits(fake):
+    devs = pk.devices(fake.name)
+    assert [d.memory_space for d in devs] == [f"{fake.name}:0", f"{fake.name}:1"]
+    d = devs[1]
+    assert d.name == "Fake GPU 1" and d.kind == "gpu"
+    assert d.limits.max_block_dims == (64, 1024, 1024)  # z, y, x: alpaka's slowest first
+    assert d.limits.max_grid_dims == (65535, 65535, 2**31 - 1)
+    assert d.limits.warp_size == 32 and d.limits.max_threads_per_block == 1024
+    assert not devs[0].can_access(devs[1])
+    q = pk.Queue(d)
+    assert isinstance(q.native_handle, int) and q.native_handle == q._impl.stream.ptr
+
+
+RUNTIME_SCENARIOS = [
+    rt.test_roundtrip_copies_and_fill, rt.test_collection_roundtrip_and_views,
+    rt.test_host_tasks_keep_fifo_order_with_device_work, rt.test_host_tasks_from_several_threads,
+    rt.test_nonblocking_enqueue_host_does_not_block_the_caller, rt.test_blocking_queue_finishes_each_enqueue,
+    rt.test_async_error_surfaces_at_wait_and_on_later_events,
+    rt.test_event_rerecord_waits_for_the_latest_record_before_the_wait,
+    rt.test_async_copy_ordering_across_two_queues_with_events, rt.test_cross_backend_events,
+    rt.test_host_memory_of_an_async_copy_stays_alive, rt.test_memory_of_another_device_is_refused,
+]
+
+
+@pytest.mark.parametrize("scenario", RUNTIME_SCENARIOS, ids=[f.__name__[5:] for f in RUNTIME_SCENARIOS])
+def test_runtime_scenarios_on_emulated_cupy(fake, scenario):
+    dev = pk.device(fake.name)
+    q = pk.Queue(dev)
+    if "queue" in scenario.__code__.co_varnames[: scenario.__code__.co_argcount]:
+        scenario(dev, q)
+    else:
+        scenario(dev)
+    q.wait()
+
+
+def test_allocations_follow_the_queue_stream_and_alignment(fake):
+    dev = pk.device(fake.name)
+    q = pk.Queue(dev)
+    b = pk.Buffer(dev, 1000, np.float32, queue=q, alignment=1024)
+    assert b.ptr % 1024 == 0
+    assert fake.cupy.pool.streams[-1] is q._impl.stream  # taken while the stream was current
+    coll_arr = b.array
+    coll_arr[:] = 3
+    assert float(coll_arr.get().sum()) == 3000
+    with pytest.raises(pk.DeviceMismatch):
+        pk.memcpy(pk.Queue(pk.devices(fake.name)[1]), b, np.zeros(1000, np.float32))
+
+
+def test_pinned_host_buffers(fake):
+    b = pk.Buffer(pk.host(), 4096, np.float64, pinned=True)
+    assert isinstance(b.handle, np.ndarray) and b.handle.dtype == np.uint8
+    assert b.ptr % 128 == 0
+    dev = pk.device(fake.name)
+    q = pk.Queue(dev)
+    d = pk.Buffer(dev, 4096, np.float64, queue=q)
+    b.array[:] = np.arange(4096)
+    pk.memcpy(q, d, b)
+    out = pk.Buffer(pk.host(), 4096, np.float64, pinned=True)
+    pk.memcpy(q, out, d)
+    q.wait()
+    np.testing.assert_array_equal(out.array, np.arange(4096))

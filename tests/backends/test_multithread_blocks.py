@@ -1,0 +1,317 @@
+"""Real multi-thread blocks on the device backends: barrier-correct reductions, shared-memory
+tiles, dynamic shared memory, atomics under contention, Python arithmetic semantics, limits."""
+
+import math
+
+import numpy as np
+import pytest
+
+import portable as pk
+import soa
+
+gpu = pytest.mark.alpyka_backends(kind="gpu")
+BLOCK = 128
+
+
+@pk.kernel
+def block_sums(acc, out, x, n):
+    """One partial sum per block: a tree reduction in shared memory with barriers."""
+    sh = acc.shared_array(BLOCK, np.float64)
+    t = acc.thread_idx
+    s = 0.0
+    for i in acc.uniform_elements(n):
+        s += x[i]
+    sh[t] = s
+    acc.sync_block_threads()
+    stride = acc.block_threads // 2
+    while stride > 0:
+        if t < stride:
+            sh[t] += sh[t + stride]
+        acc.sync_block_threads()
+        stride //= 2
+    if acc.once_per_block():
+        out[acc.block_idx] = sh[0]
+
+
+@pk.kernel
+def transpose_tiled(acc, out, inp, rows, cols):
+    tile = acc.shared_array((16, 17), np.float32)  # padded against bank conflicts
+    ty = acc.thread_idx[0]
+    tx = acc.thread_idx[1]
+    r = acc.block_idx[0] * 16 + ty
+    c = acc.block_idx[1] * 16 + tx
+    if r < rows and c < cols:
+        tile[ty, tx] = inp[r, c]
+    acc.sync_block_threads()
+    r2 = acc.block_idx[1] * 16 + ty
+    c2 = acc.block_idx[0] * 16 + tx
+    if r2 < cols and c2 < rows:
+        out[r2, c2] = tile[tx, ty]
+
+
+@pk.kernel(dynamic_shared_bytes=lambda wd, out, x, n: wd.threads[0] * 4)
+def reverse_in_block(acc, out, x, n):
+    sh = acc.dynamic_shared_array(np.float32)
+    t = acc.thread_idx
+    base = acc.block_idx * acc.block_threads
+    if base + t < n:
+        sh[t] = x[base + t]
+    acc.sync_block_threads()
+    j = acc.block_threads - 1 - t
+    if base + j < n and base + t < n:
+        out[base + t] = sh[j]
+
+
+@pk.kernel
+def histogram(acc, hist, hist_f64, lo_hi, x, n, nbins):
+    for i in acc.uniform_elements(n):
+        b = int(x[i] * nbins)
+        acc.atomic_add(hist, b, 1)
+        acc.atomic_add(hist_f64, b, x[i])
+        acc.atomic_min(lo_hi, 0, x[i])
+        acc.atomic_max(lo_hi, 1, x[i])
+
+
+@pk.kernel
+def counters(acc, ints, longs, n):
+    for i in acc.uniform_elements(n):
+        acc.atomic_inc(ints, 0, np.uint32(9))
+        acc.atomic_dec(ints, 1, np.uint32(9))
+        acc.atomic_sub(longs, 0, np.int64(3))
+        acc.atomic_max(longs, 1, np.int64(i))
+        acc.atomic_or(ints, 2, np.uint32(1) << np.uint32(i % 32))
+        old = acc.atomic_cas(longs, 2, np.int64(i), np.int64(i + 1))
+
+
+@pk.kernel
+def python_arith(acc, out_i, out_f, a_i, b_i, a_f, b_f, n):
+    for i in acc.uniform_elements(n):
+        out_i[i, 0] = a_i[i] // b_i[i]
+        out_i[i, 1] = a_i[i] % b_i[i]
+        out_f[i, 0] = a_f[i] // b_f[i]
+        out_f[i, 1] = a_f[i] % b_f[i]
+        out_f[i, 2] = a_i[i] / b_i[i]
+        out_f[i, 3] = math.atan2(a_f[i], b_f[i]) + math.hypot(a_f[i], b_f[i]) + math.exp(a_f[i] / 100.0)
+        out_f[i, 4] = min(a_f[i], b_f[i], 0.5) + max(abs(a_i[i]), 3) + a_i[i] ** 2
+
+
+def _put(q, device, arr):
+    buf = pk.Buffer(device, arr.shape, arr.dtype, queue=q)
+    pk.memcpy(q, buf, np.ascontiguousarray(arr))
+    return buf
+
+
+def _get(q, buf):
+    out = np.empty(buf.shape, buf.dtype)
+    pk.memcpy(q, out, buf)
+    q.wait()
+    return out
+
+
+@gpu
+def test_block_reduction_with_barriers(device, queue):
+    rng = np.random.default_rng(3)
+    n = 100_003
+    x = rng.standard_normal(n)
+    blocks = 37
+    out = pk.Buffer(device, blocks, np.float64, queue=queue)
+    pk.exec(queue, pk.WorkDiv(blocks, BLOCK, 1), block_sums, out, _put(queue, device, x), n)
+    partial = _get(queue, out)
+    # the same grid-stride split computed with numpy: thread t of block b takes i = (b*BLOCK+t) + k*grid
+    grid = blocks * BLOCK
+    idx = np.arange(n)
+    expected = np.bincount((idx % grid) // BLOCK, weights=x, minlength=blocks)
+    np.testing.assert_allclose(partial, expected, rtol=1e-12, atol=1e-12)
+
+
+@gpu
+def test_shared_memory_tiled_transpose(device, queue):
+    rng = np.random.default_rng(4)
+    rows, cols = 75, 130
+    a = rng.random((rows, cols)).astype(np.float32)
+    out = pk.Buffer(device, (cols, rows), np.float32, queue=queue)
+    wd = pk.WorkDiv((math.ceil(rows / 16), math.ceil(cols / 16)), (16, 16), (1, 1))
+    pk.exec(queue, wd, transpose_tiled, out, _put(queue, device, a), rows, cols)
+    np.testing.assert_array_equal(_get(queue, out), a.T)
+
+
+@gpu
+def test_dynamic_shared_memory(device, queue):
+    n, threads = 1000, 64
+    x = np.arange(n, dtype=np.float32)
+    out = pk.Buffer(device, n, np.float32, queue=queue)
+    pk.memset(queue, out, 0)
+    pk.exec(queue, pk.WorkDiv(math.ceil(n / threads), threads, 1), reverse_in_block, out, _put(queue, device, x), n)
+    got = _get(queue, out)
+    full = (n // threads) * threads
+    expected = x[:full].reshape(-1, threads)[:, ::-1].reshape(-1)
+    np.testing.assert_array_equal(got[:full], expected)
+
+
+@gpu
+def test_atomics_contention_across_blocks(device, queue):
+    rng = np.random.default_rng(5)
+    n, nbins = 50_000, 16
+    x = rng.random(n).astype(np.float32)
+    hist = _put(queue, device, np.zeros(nbins, np.int32))
+    hist_f64 = _put(queue, device, np.zeros(nbins, np.float64))
+    lo_hi = _put(queue, device, np.array([np.inf, -np.inf], np.float32))
+    pk.exec(queue, pk.WorkDiv(64, 64, 2), histogram, hist, hist_f64, lo_hi, _put(queue, device, x), n, nbins)
+    bins = (x * nbins).astype(np.int64)
+    np.testing.assert_array_equal(_get(queue, hist), np.bincount(bins, minlength=nbins))
+    np.testing.assert_allclose(_get(queue, hist_f64), np.bincount(bins, weights=x.astype(np.float64), minlength=nbins),
+                               rtol=1e-9)
+    np.testing.assert_array_equal(_get(queue, lo_hi), [x.min(), x.max()])
+
+
+@gpu
+def test_integer_atomics_wrap_and_cas(device, queue):
+    n = 1000
+    ints = _put(queue, device, np.array([0, 0, 0], np.uint32))
+    longs = _put(queue, device, np.array([0, -1, 0], np.int64))
+    pk.exec(queue, pk.WorkDiv(8, 32, 1), counters, ints, longs, n)
+    got_i, got_l = _get(queue, ints), _get(queue, longs)
+    assert got_i[0] == n % 10  # inc wraps to 0 after 9 (CUDA/alpaka semantics)
+    assert got_i[1] == (-n) % 10  # dec: 0 -> 9, then down
+    assert got_i[2] == 0xFFFFFFFF
+    assert got_l[0] == -3 * n and got_l[1] == n - 1
+    assert 1 <= got_l[2] <= n  # the CAS chain advanced at least once and never skipped a value
+
+
+@gpu
+def test_python_division_and_math_semantics(device, queue):
+    rng = np.random.default_rng(6)
+    n = 2000
+    a_i = rng.integers(-50, 50, n)
+    b_i = rng.integers(1, 9, n) * rng.choice([-1, 1], n)
+    a_f = rng.uniform(-20, 20, n)
+    b_f = rng.uniform(0.5, 5, n) * rng.choice([-1, 1], n)
+    out_i = pk.Buffer(device, (n, 2), np.int64, queue=queue)
+    out_f = pk.Buffer(device, (n, 5), np.float64, queue=queue)
+    args = [_put(queue, device, v) for v in (a_i, b_i, a_f, b_f)]
+    pk.exec(queue, pk.valid_workdiv(device, n), python_arith, out_i, out_f, *args, n)
+    gi, gf = _get(queue, out_i), _get(queue, out_f)
+    np.testing.assert_array_equal(gi[:, 0], np.floor_divide(a_i, b_i))
+    np.testing.assert_array_equal(gi[:, 1], np.mod(a_i, b_i))
+    np.testing.assert_array_equal(gf[:, 0], np.floor_divide(a_f, b_f))
+    np.testing.assert_allclose(gf[:, 1], np.mod(a_f, b_f), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gf[:, 2], a_i / b_i, rtol=1e-15)
+    ref3 = np.arctan2(a_f, b_f) + np.hypot(a_f, b_f) + np.exp(a_f / 100.0)
+    np.testing.assert_allclose(gf[:, 3], ref3, rtol=1e-12)
+    ref4 = np.minimum(np.minimum(a_f, b_f), 0.5) + np.maximum(np.abs(a_i), 3) + a_i**2
+    np.testing.assert_allclose(gf[:, 4], ref4, rtol=1e-12)
+
+
+@gpu
+def test_work_division_over_the_limits_is_refused(device, queue):
+    x = pk.Buffer(device, 16, np.float64)
+    too_many = device.limits.max_threads_per_block * 2
+    with pytest.raises(pk.WorkDivError):
+        pk.exec(queue, pk.WorkDiv(1, too_many, 1), block_sums, x, x, 16)
+
+
+@gpu
+def test_collection_of_another_device_is_refused(device, queue):
+    """A view whose memory belongs to another device (here a stand-in CUDA device) is refused
+    before anything is enqueued."""
+    class L(soa.Layout):
+        x = soa.column(np.float32)
+
+    other = pk.Device("cuda" if device.backend_name != "cuda" else "opencl", 0, "stand-in", "gpu",
+                      "elsewhere:0", device.limits)
+    v = soa.View(L, 4, object(), None, device=other)
+    x = pk.Buffer(device, 4, np.float64)
+    with pytest.raises(pk.DeviceMismatch, match="lives on .*stand-in"):
+        pk.exec(queue, pk.WorkDiv(1, 4, 1), block_sums, x, v, 4)
+
+
+@pk.device_function
+def tree_sum(acc, sh, t):
+    """Block-wide tree reduction of a shared array, in a device function (barriers inside)."""
+    stride = acc.block_threads // 2
+    while stride > 0:
+        if t < stride:
+            sh[t] += sh[t + stride]
+        acc.sync_block_threads()
+        stride //= 2
+    return sh[0]
+
+
+@pk.device_function
+def weighted(v, i):
+    return v.w[i] * (v.p[i, 0] + v.p[i, 1] + v.p[i, 2])
+
+
+@pk.kernel
+def weighted_block_sums(acc, out, v, n):
+    sh = acc.shared_array(BLOCK, np.float64)
+    t = acc.thread_idx
+    s = 0.0
+    for i in acc.uniform_elements(n):
+        s += weighted(v, i)
+    sh[t] = s
+    acc.sync_block_threads()
+    total = tree_sum(acc, sh, t)
+    if t == 0:
+        acc.atomic_add(out, 0, total)
+
+
+class WP(soa.Layout):
+    w = soa.column(np.float64)
+    p = soa.vector(np.float64, 3)
+
+
+@gpu
+def test_device_functions_with_shared_arrays_and_views(device, queue):
+    rng = np.random.default_rng(7)
+    n = 5000
+    data = {"w": rng.random(n), "p": rng.random((n, 3))}
+    coll = pk.PortableCollection.from_dict(WP, data, queue)
+    out = _put(queue, device, np.zeros(1, np.float64))
+    pk.exec(queue, pk.WorkDiv(9, BLOCK, 1), weighted_block_sums, out, coll.const_view(), n)
+    expected = (data["w"] * data["p"].sum(axis=1)).sum()
+    np.testing.assert_allclose(_get(queue, out)[0], expected, rtol=1e-12)
+
+
+@pk.kernel
+def math_all(acc, out, x, y, n):
+    for i in acc.uniform_elements(n):
+        a = x[i]
+        b = y[i]
+        out[i, 0] = math.sqrt(a) + math.exp(-a) + math.exp2(a) + math.expm1(a)
+        out[i, 1] = math.log(a) + math.log2(a) + math.log10(a) + math.log1p(a)
+        out[i, 2] = math.sin(a) + math.cos(a) + math.tan(a) + math.atan(a)
+        out[i, 3] = math.asin(a / 4) + math.acos(a / 4) + math.sinh(a) + math.cosh(a) + math.tanh(a)
+        out[i, 4] = math.asinh(a) + math.acosh(a + 1) + math.atanh(a / 4) + math.atan2(a, b)
+        out[i, 5] = math.pow(a, b) + math.hypot(a, b) + math.fabs(-a) + math.copysign(a, -b) + math.fmod(b, a)
+        out[i, 6] = math.erf(a) + math.erfc(a) + math.lgamma(a) + math.tgamma(a)
+        out[i, 7] = math.floor(b * 3) + math.ceil(b * 3) + math.trunc(-b * 3)
+        out[i, 8] = math.isnan(a) + 2 * math.isinf(a / 0.5) + 4 * math.isfinite(b)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_math_functions_match_numpy(device, queue, dtype):
+    from math import erf, erfc, lgamma, gamma
+
+    rng = np.random.default_rng(8)
+    n = 512
+    x = rng.uniform(0.1, 3.5, n).astype(dtype)
+    y = rng.uniform(0.2, 2.0, n).astype(dtype)
+    out = pk.Buffer(device, (n, 9), np.float64, queue=queue)
+    pk.exec(queue, pk.valid_workdiv(device, n), math_all, out, _put(queue, device, x), _put(queue, device, y), n)
+    got = _get(queue, out)
+    a, b = x.astype(np.float64), y.astype(np.float64)
+    ref = np.stack([
+        np.sqrt(a) + np.exp(-a) + np.exp2(a) + np.expm1(a),
+        np.log(a) + np.log2(a) + np.log10(a) + np.log1p(a),
+        np.sin(a) + np.cos(a) + np.tan(a) + np.arctan(a),
+        np.arcsin(a / 4) + np.arccos(a / 4) + np.sinh(a) + np.cosh(a) + np.tanh(a),
+        np.arcsinh(a) + np.arccosh(a + 1) + np.arctanh(a / 4) + np.arctan2(a, b),
+        np.power(a, b) + np.hypot(a, b) + np.abs(a) + np.copysign(a, -b) + np.fmod(b, a),
+        np.array([erf(v) + erfc(v) + lgamma(v) + gamma(v) for v in a]),
+        np.floor(b * 3) + np.ceil(b * 3) + np.trunc(-b * 3),
+        0 + 0 + 4 * np.ones(n),
+    ], axis=1)
+    rtol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)

@@ -1,0 +1,184 @@
+"""CUDA C from the emitter compiles to PTX through NVRTC (no GPU needed), build errors show the
+marked source and the kernel's line, and the OpenCL run's CUDA guard (ALPYKA_CHECK_CUDA=1)."""
+
+import os
+
+import numpy as np
+import pytest
+
+import portable as pk
+import soa
+from backends._c_build import KernelBuildError, error_lines, format_build_error, nvrtc_available, nvrtc_compile
+from backends._c_emit import emit
+
+import test_multithread_blocks as mt  # noqa: E402 - pytest puts this directory on sys.path
+
+needs_nvrtc = pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+ARCH = os.environ.get("ALPYKA_CUDA_ARCH", "compute_90")
+
+
+class Track(soa.Layout):
+    x = soa.column(np.float32)
+    p = soa.vector(np.float64, 3)
+    cov = soa.matrix(np.float32, 2, 2)
+    n = soa.scalar(np.int32)
+
+
+@pk.device_function
+def norm2(v, i):
+    return v.p[i, 0] * v.p[i, 0] + v.p[i, 1] * v.p[i, 1] + v.p[i, 2] * v.p[i, 2]
+
+
+@pk.kernel
+def soa_kernel(acc, out, v, scale):
+    for i in acc.uniform_elements(out.size):
+        out.x[i] = np.float32(norm2(v, i)) * scale + v.cov[i, 1, 0]
+        acc.atomic_add(out.n, 1)
+
+
+def _h(shape, dtype):
+    return pk.Buffer(pk.host(), shape, dtype)
+
+
+def _cases():
+    """(kernel, example args, ndim): the test kernels of tests/backends, typed by host stand-ins."""
+    f64, f32, i64 = np.float64, np.float32, np.int64
+    track = pk.PortableCollection(Track, 8, pk.host())
+    return [
+        (mt.block_sums, (_h(4, f64), _h(8, f64), 8), 1),
+        (mt.transpose_tiled, (_h((4, 4), f32), _h((4, 4), f32), 4, 4), 2),
+        (mt.reverse_in_block, (_h(8, f32), _h(8, f32), 8), 1),
+        (mt.histogram, (_h(4, np.int32), _h(4, f64), _h(2, f32), _h(8, f32), 8, 4), 1),
+        (mt.counters, (_h(3, np.uint32), _h(3, i64), 8), 1),
+        (mt.python_arith, (_h((8, 2), i64), _h((8, 5), f64), _h(8, i64), _h(8, i64), _h(8, f64), _h(8, f64), 8), 1),
+        (soa_kernel, (track.view(), track.const_view(), np.float32(2)), 1),
+        (mt.math_all, (_h((8, 9), f64), _h(8, f32), _h(8, f32), 8), 1),
+        (mt.math_all, (_h((8, 9), f64), _h(8, f64), _h(8, f64), 8), 1),
+        (mt.weighted_block_sums, (_h(1, f64), pk.PortableCollection(mt.WP, 8, pk.host()).const_view(), 8), 1),
+    ]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("unit", [False, True], ids=["chunked", "one-element"])
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "range-checked"])
+@pytest.mark.parametrize("case", range(len(_cases())), ids=[f"{c[0].__name__}{i}" for i, c in enumerate(_cases())])
+def test_every_test_kernel_compiles_to_ptx(case, debug, unit):
+    kernel, args, ndim = _cases()[case]
+    kir = kernel.ir(kernel.signature(args), ndim, debug)
+    src = emit(kir, "cuda", unit_elements=unit)
+    ptx = nvrtc_compile(src, ARCH)
+    assert f".entry {src.entry}" in ptx
+    if any(s.shape for s in kir.shared):
+        assert ".shared" in ptx
+
+
+def test_hip_source_is_the_cuda_source_but_for_atomics():
+    kernel, args, ndim = _cases()[3]
+    kir = kernel.ir(kernel.signature(args), ndim, False)
+    cuda, hip = emit(kir, "cuda").text, emit(kir, "hip").text
+    assert "__syncthreads" not in cuda or "__syncthreads" in hip
+    assert 'extern "C" __global__' in hip
+    # float64 atomic add is native on CUDA (sm_60+) and a CAS loop on HIP
+    assert "atomicAdd(p, v)" in cuda and "atomicCAS((unsigned long long*)" in hip
+
+
+@needs_nvrtc
+def test_nvrtc_error_marks_the_line_and_names_the_kernel_line():
+    kernel, args, ndim = _cases()[0]
+    src = emit(kernel.ir(kernel.signature(args), ndim, False), "cuda")
+    target = next(n for n in range(1, len(src.text.splitlines()) + 1) if n in src.line_map)
+    lines = src.text.splitlines()
+    lines[target - 1] = "this_is_not_cuda; " + lines[target - 1]  # before the // comment
+    src.text = "\n".join(lines) + "\n"
+    with pytest.raises(KernelBuildError) as info:
+        nvrtc_compile(src, ARCH)
+    msg = str(info.value)
+    assert f">>{target:5d} |" in msg
+    assert f"test_multithread_blocks.py:{src.line_map[target]}" in msg
+    assert "this_is_not_cuda" in msg
+
+
+def test_build_error_formatting_of_clang_logs():
+    kernel, args, ndim = _cases()[0]
+    src = emit(kernel.ir(kernel.signature(args), ndim, False), "opencl")
+    line = max(src.line_map)
+    log = f"<source>:{line}:7: error: use of undeclared identifier 'zz'"
+    assert error_lines(log) == [line]
+    msg = format_build_error(src, "OpenCL (test)", log)
+    assert f">>{line:5d} |" in msg and f":{src.line_map[line]}" in msg
+
+
+def test_opencl_build_error_is_a_kernel_build_error():
+    cl = pytest.importorskip("pyopencl")
+    if "opencl" not in pk.available_backends():
+        pytest.skip(f"opencl unavailable: {pk.unavailable_backends().get('opencl')}")
+    from backends._opencl_launch import build_program
+
+    dev = pk.device("opencl")
+    kernel, args, ndim = _cases()[0]
+    src = emit(kernel.ir(kernel.signature(args), ndim, False), "opencl")
+    line = max(src.line_map)
+    lines = src.text.splitlines()
+    lines[line - 1] = "undeclared_zz = 1; " + lines[line - 1]
+    src.text = "\n".join(lines) + "\n"
+    with pytest.raises(KernelBuildError) as info:
+        build_program(dev.native.context, dev.native.device, src)
+    assert f">>{line:5d} |" in str(info.value)
+    assert isinstance(info.value, pk.AlpykaError) and cl is not None
+
+
+@needs_nvrtc
+def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch):
+    """CI runs the OpenCL matrix with ALPYKA_CHECK_CUDA=1: a kernel whose CUDA C does not compile
+    fails its OpenCL launch too."""
+    if "opencl" not in pk.available_backends():
+        pytest.skip(f"opencl unavailable: {pk.unavailable_backends().get('opencl')}")
+    import backends._c_build as build
+
+    monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
+    seen = []
+    real = build.nvrtc_compile
+    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90": seen.append(src.dialect) or real(src, arch))
+
+    @pk.kernel
+    def fresh(acc, out, n):
+        for i in acc.uniform_elements(n):
+            out[i] = i * 2
+
+    dev = pk.device("opencl")
+    q = pk.Queue(dev)
+    out = pk.Buffer(dev, 10, np.int64)
+    pk.exec(q, pk.WorkDiv(1, 4, 1), fresh, out, 10)
+    got = np.empty(10, np.int64)
+    pk.memcpy(q, got, out)
+    q.wait()
+    assert seen == ["cuda"] and (got == np.arange(10) * 2).all()
+
+
+def test_unavailable_backends_say_why():
+    reasons = pk.unavailable_backends()
+    try:
+        import cupy
+    except Exception:  # noqa: BLE001
+        cupy = None
+    if "cuda" in reasons:
+        assert "cupy" in reasons["cuda"] and ("driver" in reasons["cuda"] or "install" in reasons["cuda"]
+                                              or "build" in reasons["cuda"])
+    if "rocm" in reasons and cupy is not None and not cupy.cuda.runtime.is_hip:
+        assert "HIP" in reasons["rocm"] and "CUDA build" in reasons["rocm"]
+    from portable._info import info_text
+
+    text = info_text()
+    for name, why in reasons.items():
+        assert f"{name}" in text and why in text
+
+
+@needs_nvrtc
+def test_nvrtc_compile_leaves_python_bytes_intact():
+    """NVRTC writes its log and PTX into the buffers it is given: a successful compile has a
+    one-byte log, and writing it into ``b" " * 1`` (CPython's shared one-byte object) once broke
+    every later ``torch.save`` of the process."""
+    kernel, args, ndim = _cases()[0]
+    src = emit(kernel.ir(kernel.signature(args), ndim, False), "cuda")
+    nvrtc_compile(src, ARCH)
+    assert b" " == bytes([32]) and b" " * 3 == bytes([32, 32, 32])
