@@ -74,7 +74,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     cp = impl.cupy
     flag = host = None
     if plan.err:
-        with impl.scope:
+        with impl.scope, impl.stream:  # zeroed on the kernel's own stream, so ordered before it
             flag = cp.zeros(1, dtype=cp.int32)
         values.append(np.uint64(flag.data.ptr))
     with impl._lock, impl.scope:

@@ -144,7 +144,9 @@ class SoAMetadata:
         device memory otherwise."""
         block = self.block(name)
         if self.path == "host":
-            flat = np.asarray(self.collection.buffer.handle)[: self.collection.nbytes].view(block.dtype)
+            # a multi-layout buffer may end in a block of a smaller dtype: whole items only
+            nbytes = self.collection.nbytes - self.collection.nbytes % block.itemsize
+            flat = np.asarray(self.collection.buffer.handle)[:nbytes].view(block.dtype)
             return block_numpy(flat, block)
         if self.path == "cuda":
             return self.device_tensor(name).cpu().numpy()
@@ -192,9 +194,11 @@ class SoAMetadata:
 
         Every value is checked against its block (shape, dtype; ``cast=True`` converts dtypes)
         before anything is written: on a mismatch the collection is unchanged and the error
-        names the block. Writes on the calling thread: on CUDA/ROCm on ``queue``'s stream when
-        given (else on the current stream, synchronised before returning); on the copy path
-        through host staging with copies on ``queue`` (waited for)."""
+        names the block. Writes on the calling thread, at once: on host memory directly (``queue``
+        is not waited for: call this from a host task of the queue, as Model and RemoteModel do,
+        or after ``queue.wait()``); on CUDA/ROCm on ``queue``'s stream when given (else on the
+        current stream, synchronised before returning); on the copy path through host staging
+        with copies on ``queue`` (waited for)."""
         checked = self.check_outputs(outputs, cast=cast)
         if queue is not None and queue.device is not self.collection.device and not (
             queue.device.can_access(self.collection.device)

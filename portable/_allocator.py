@@ -9,6 +9,7 @@ When a fresh allocation fails, the cache is released and the allocation is retri
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +34,15 @@ class Block:
     queue: Any = None
     event: Any = None
     allocator: "CachingAllocator | None" = field(default=None, repr=False)
+    #: while cached: the queue it was freed on, weakly (a cache must not keep queues alive)
+    last_queue: Callable[[], Any] | None = field(default=None, repr=False)
+
+
+def _weak(queue: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(queue)
+    except TypeError:  # an object without weak references (tests' stand-ins)
+        return lambda: queue
 
 
 @dataclass
@@ -95,7 +105,8 @@ class CachingAllocator:
                 for i, b in enumerate(blocks):
                     if b.address % alignment:
                         continue
-                    if b.queue is None or b.queue is queue or b.event is None or b.event.is_complete():
+                    last = b.last_queue() if b.last_queue is not None else None
+                    if b.event is None or (queue is not None and last is queue) or b.event.is_complete():
                         del blocks[i]
                         self.stats.hits += 1
                         self.stats.cached_bytes -= b.nbytes
@@ -114,7 +125,7 @@ class CachingAllocator:
 
     def _hand_out(self, b: Block, queue: Any) -> Block:
         """Mark ``b`` live for ``queue``; the caller holds the lock."""
-        b.queue, b.event = queue, None
+        b.queue, b.event, b.last_queue = queue, None, None
         self.stats.live_bytes += b.nbytes
         self.stats.live_blocks += 1
         return b
@@ -138,6 +149,7 @@ class CachingAllocator:
             else:
                 cache = True
                 b.event = event
+                b.last_queue, b.queue = (_weak(b.queue) if b.queue is not None else None), None
                 self._cache.setdefault(b.bin, []).append(b)
                 self.stats.cached_bytes += b.nbytes
                 self.stats.cached_blocks += 1

@@ -23,7 +23,10 @@ class HostEvent:
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._recorded = 0
-        self._completed = 0
+        # generations may complete out of order (records on different queues): every
+        # generation <= _low completed, and so did those in _done
+        self._low = 0
+        self._done: set[int] = set()
         self._errors: dict[int, BaseException] = {}
 
     def _next_generation(self) -> int:
@@ -35,8 +38,14 @@ class HostEvent:
         with self._cv:
             if error is not None:
                 self._errors[generation] = error
-            self._completed = max(self._completed, generation)
+            self._done.add(generation)
+            while self._low + 1 in self._done:
+                self._low += 1
+                self._done.discard(self._low)
             self._cv.notify_all()
+
+    def _is_done(self, generation: int) -> bool:
+        return generation <= self._low or generation in self._done
 
     def generation(self) -> int:
         """The generation a wait issued now must see complete."""
@@ -45,7 +54,7 @@ class HostEvent:
 
     def wait_generation(self, generation: int, timeout: float | None = None) -> bool:
         with self._cv:
-            done = self._cv.wait_for(lambda: self._completed >= generation, timeout)
+            done = self._cv.wait_for(lambda: self._is_done(generation), timeout)
             error = self._errors.get(generation)
         if error is not None:
             raise AsyncError(f"work before this event failed: {error!r}") from error
@@ -60,7 +69,7 @@ class HostEvent:
 
     def is_complete(self) -> bool:
         with self._cv:
-            return self._completed >= self._recorded
+            return self._is_done(self._recorded)
 
 
 class _HostQueueState:

@@ -36,6 +36,9 @@ def _load(name: str) -> "Backend | None":
         except ImportError as exc:
             _reasons[name] = f"backends.{name} could not be imported: {exc}"
             return None
+        except Exception as exc:  # a driver or runtime failure: unavailable, with the reason
+            _reasons[name] = f"backends.{name} failed to load: {type(exc).__name__}: {exc}"
+            return None
         _loaded[name] = backend
         return backend
 

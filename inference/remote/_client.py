@@ -378,7 +378,8 @@ class RemoteModel(RequestsMixin):
 
                 self._executor().submit(work)
                 return
-            inputs, specs, sizes = self._gather(mds, copy=False)
+            # a copy: a retry re-sends the inputs after the queue may have moved on
+            inputs, specs, sizes = self._gather(mds, copy=True)
 
             def done(out: dict[str, np.ndarray] | None, err: BaseException | None) -> None:
                 if err is None:

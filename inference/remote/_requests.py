@@ -113,15 +113,18 @@ class RequestsMixin:
         if callback is None:
             try:
                 out = srv.transport.infer(model, inputs, specs, shm=lease)
-            finally:
+            except BaseException:
                 if lease is not None:
-                    lease.release()
+                    lease.release(failed=True)
+                raise
+            if lease is not None:
+                lease.release()
             account(out)
             return out
 
         def finished(out: Any, err: BaseException | None) -> None:
             if lease is not None:
-                lease.release()
+                lease.release(failed=err is not None)
             if err is None:
                 account(out)
             callback(out, err)
@@ -130,7 +133,7 @@ class RequestsMixin:
             srv.transport.async_infer(model, inputs, specs, finished, shm=lease)
         except BaseException:
             if lease is not None:
-                lease.release()
+                lease.release(failed=True)
             raise
         return None
 

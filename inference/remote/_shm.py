@@ -98,9 +98,14 @@ class ShmLease:
         view = self._region.buffer[offset:offset + count * dtype.itemsize].view(dtype)
         return view.reshape(shape).copy()  # the region goes back to the pool
 
-    def release(self) -> None:
+    def release(self, failed: bool = False) -> None:
+        """Give the region back for reuse; after a failed request (a timeout included: the
+        server may still be running it and write its outputs later) retire it instead."""
         if self._region is not None:
-            self._pool._give_back(self._region)
+            if failed:
+                self._pool._retire(self._region)
+            else:
+                self._pool._give_back(self._region)
             self._region = None  # type: ignore[assignment]
 
 
@@ -142,6 +147,16 @@ class ShmPool:
         with self._lock:
             if not self._closed:
                 self._free.append(region)
+
+    def _retire(self, region: _Region) -> None:
+        with self._lock:
+            if region in self._all:
+                self._all.remove(region)
+        try:
+            self._unregister(region.name)
+        except Exception:  # noqa: BLE001 - the server may be gone already
+            pass
+        region.destroy()
 
     @property
     def regions(self) -> int:

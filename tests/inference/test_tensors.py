@@ -117,3 +117,29 @@ def test_block_description(queue, make_particles):
     assert (b.name, b.columns, b.dtype, b.shape, b.strides) == ("f", ("x", "y", "z"), np.dtype(np.float32), (10, 3), (1, 32))
     assert meta.collection is coll and meta.size == 10
     assert Particles.__name__ in repr(meta) and Preds.__name__ not in repr(meta)
+
+
+def test_numpy_of_a_block_in_a_buffer_ending_with_a_smaller_dtype(queue):
+    """A multi-layout buffer whose last block has a smaller dtype (and alignment) need not be a
+    whole number of float64 items: numpy() of a float64 block must still work."""
+    import portable as pk
+    import soa
+
+    class Wide(soa.Layout):
+        a = soa.column(np.float64)
+        b = soa.column(np.float64)
+
+    class Tail(soa.Layout, alignment=2):
+        k = soa.column(np.int16)
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=5), rng.normal(size=5)
+    host = pk.PortableCollection([Wide, Tail], [5, 1], pk.host())
+    host.view("Wide").a[:] = a
+    host.view("Wide").b[:] = b
+    assert host.nbytes % 8  # the case under test
+    coll = host if queue.device.is_host_memory else host.to(queue.device, queue)
+    queue.wait()
+    meta = SoAMetadata(coll, "Wide").append_block("f", "a", "b")
+    np.testing.assert_array_equal(meta.numpy("f"), np.stack([a, b], 1))
+    np.testing.assert_array_equal(meta.tensor("f").cpu().numpy(), np.stack([a, b], 1))

@@ -134,3 +134,32 @@ def test_allocator_is_thread_safe():
     for t in ts:
         t.join()
     assert a.stats.live_blocks == 0 and a.stats.live_bytes == 0
+
+
+def test_cached_blocks_do_not_keep_their_queue_alive(device):
+    """A block in the cache remembers its last queue only weakly: dropping the queue frees it
+    (and its worker thread) even while the block waits in the cache."""
+    import weakref
+
+    q = pk.Queue(device)
+    buf = pk.Buffer(device, (3000,), np.uint8, queue=q)
+    pk.memset(q, buf, 7)
+    q.wait()
+    ref = weakref.ref(q)
+    del buf, q
+    gc.collect()
+    assert ref() is None
+    # a dead queue's block is reused once its free-time event completed, never before
+    a, _, events = _fake()
+
+    class Q:
+        pass
+
+    q1, q3 = Q(), Q()
+    b = a.allocate(1000, queue=q1)
+    a.free(b)
+    del q1
+    gc.collect()
+    assert a.allocate(1000, queue=q3).handle != b.handle  # event pending: a fresh block
+    events[0].done = True
+    assert a.allocate(1000, queue=q3).handle == b.handle

@@ -85,6 +85,28 @@ def test_event_rerecord_semantics(device):
     assert ev.is_complete()
 
 
+def test_wait_for_captures_record_even_when_a_later_record_completes_first(device):
+    """Records on two queues may complete out of order: a wait keeps waiting for the record
+    it captured, not for whichever generation finished last (CUDA cudaStreamWaitEvent)."""
+    if device.kind != "cpu":
+        pytest.skip("host-task gating of a device queue is covered in tests/backends")
+    q1, q2, q3 = pk.Queue(device), pk.Queue(device), pk.Queue(device)
+    ev = pk.Event(device)
+    gate, log = threading.Event(), []
+    q1.enqueue(lambda: (gate.wait(5), log.append("q1 work")))
+    q1.record(ev)  # first record: after q1's slow task
+    q3.wait_for(ev)  # captures the first record
+    seen = []
+    q3.enqueue(lambda: seen.append(list(log)))
+    q2.record(ev)  # a later record on an idle queue completes at once
+    q2.wait()
+    assert ev.is_complete()  # the latest record (q2's) is complete
+    threading.Timer(0.2, gate.set).start()
+    q3.wait()
+    assert seen == [["q1 work"]]
+    q1.wait()
+
+
 def test_async_error_surfaces_at_wait_and_queue_stays_usable(device):
     q = pk.Queue(device)
     ran = []

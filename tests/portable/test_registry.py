@@ -45,3 +45,23 @@ def test_python_m_portable_info():
     for name, reason in pk.unavailable_backends().items():
         assert f"{name}" in out and "unavailable" in out
     assert "available (" in out
+
+
+def test_a_backend_whose_load_fails_is_unavailable_with_the_reason(monkeypatch):
+    import types
+
+    from portable import _registry
+
+    broken = types.ModuleType("backends.rocm")
+
+    def load():
+        raise RuntimeError("driver exploded")
+
+    broken.load = load
+    monkeypatch.setitem(__import__("sys").modules, "backends.rocm", broken)
+    monkeypatch.setattr(_registry, "_loaded", {k: v for k, v in _registry._loaded.items() if k != "rocm"})
+    monkeypatch.setattr(_registry, "_reasons", {k: v for k, v in _registry._reasons.items() if k != "rocm"})
+    assert "rocm" not in pk.available_backends()
+    assert "RuntimeError: driver exploded" in pk.unavailable_backends()["rocm"]
+    with pytest.raises(pk.BackendUnavailable, match="driver exploded"):
+        pk.device("rocm")

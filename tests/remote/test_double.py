@@ -198,3 +198,20 @@ def test_statistics_count_client_side(double):
         np.testing.assert_array_equal(out["y"], np.full((10, 3), 2, np.float32))
         st = model.statistics().client
         assert st.requests == 3 and st.bytes_sent == 10 * 3 * 4 and st.failures == 0
+
+
+def test_async_retry_sends_the_inputs_as_they_were_at_enqueue(double):
+    """An async request that is retried must re-send the inputs read in queue order, not the
+    collection as later queue work left it."""
+    srv = double(fail_first=1)
+    q = pk.Queue(pk.host())
+    hits, out = make_hits(8, seed=9), make_out(Preds, 8)
+    x = hits_matrix(hits)
+    v = hits.view()
+    with RemoteModel(srv.url, "double", timeout=5, retries=1, retry_delay=0.3, mode="async") as model:
+        fut = model.forward_async(metadata(hits, out), q)
+        q.enqueue_host(lambda: v.a.__setitem__(slice(None), 1000.0))  # later work reuses the inputs
+        q.wait()
+        fut.wait(10)
+        assert model.statistics().client.retries == 1
+    np.testing.assert_array_equal(out_matrix(out), 2 * x)
