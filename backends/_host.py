@@ -15,6 +15,14 @@ from portable._backend import Backend, MemRef
 from portable._device import Device, DeviceLimits
 from portable._hostqueue import HostEvent, HostQueue
 
+from portable.kernel import debug_enabled
+from portable.kernel._signature import signature_key
+
+from ._host_launch import compiled_plan
+
+#: CPython's raw environment (bytes keys): ALPYKA_DEBUG is read on every launch
+_environ = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
 HOST_ALIGNMENT = 128
 _BIG = 2**31 - 1
 
@@ -70,6 +78,7 @@ class HostBackend(Backend):
     """Base of cpu_serial and cpu_threads: everything but how a kernel's blocks are run."""
 
     kind = "cpu"
+    parallel_blocks = False  #: True: run_blocks spreads the blocks over threads
 
     def __init__(self) -> None:
         self._devices = [
@@ -110,17 +119,32 @@ class HostBackend(Backend):
 
     # kernels
     def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
-        """Compile (once per signature) and enqueue ``kernel`` over ``workdiv``; the closure holds
-        ``args`` (views, buffers: their owners) until the launch ran."""
-        from ._host_launch import prepare_launch
-
-        plan, call = prepare_launch(self.name, queue, workdiv, kernel, args)
-        nblocks = 1
-        for b in workdiv.blocks:
-            nblocks *= b
-        run = self.run_blocks
-        fn = plan.fn
-        queue._impl.enqueue_host(lambda: run(fn, nblocks, call, args))
+        """Compile (once per signature) and enqueue ``kernel`` over ``workdiv``; the task holds
+        ``args`` (views, buffers: their owners) until the launch ran. On a blocking queue the
+        blocks run right here, under the queue's lock."""
+        # the hot path of every launch: one dict lookup for the compiled plan, then one call
+        debug = _environ.get(b"ALPYKA_DEBUG") if _environ is not None else debug_enabled()
+        plan = kernel.plans.get((self.name, len(workdiv.blocks), signature_key(args, kernel.__name__),
+                                 debug is not None and debug not in (b"", b"0", False)))
+        if plan is None:
+            plan = compiled_plan(self.name, queue, workdiv, kernel, args)
+        dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
+        impl = queue._impl
+        if impl.blocking:
+            lock = impl._lock
+            lock.acquire()  # cheaper than ``with`` on this path
+            try:
+                if self.parallel_blocks:
+                    nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
+                    self.run_blocks(plan.fn, nblocks, call, args)
+                else:
+                    plan.invoke(workdiv.blocks, workdiv.elements, dyn, args)
+            finally:
+                lock.release()
+            return
+        nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
+        run, fn = self.run_blocks, plan.fn
+        impl.enqueue_host(lambda: run(fn, nblocks, call, args))
 
     def run_blocks(self, fn: Any, nblocks: int, call: tuple, keep: tuple) -> None:
         """Run blocks ``[0, nblocks)``: one after another (cpu_serial)."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from portable._buffer import Buffer, c_strides
 from portable.kernel import KernelArgumentError, debug_enabled, load_generated_module
+from portable.kernel._signature import signature_key
 
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code
 EMITTER_TAG = "numba_cpu"
@@ -17,11 +18,19 @@ EMITTER_TAG = "numba_cpu"
 
 @dataclass
 class HostPlan:
-    """A compiled kernel ready to launch: ``fn(block_lo, block_hi, gb.., te.., dyn, *pack(args))``."""
+    """A compiled kernel ready to launch (``blocks``/``elements``: the work division's tuples,
+    ``dyn``: dynamic shared bytes, ``args``: the launch's Python arguments):
+
+    - ``invoke(blocks, elements, dyn, args)`` runs every block now, on this thread;
+    - ``pack(blocks, elements, dyn, args)`` gives ``(nblocks, call)`` for running blocks
+      ``[lo, hi)`` later or elsewhere as ``fn(lo, hi, *call)``.
+
+    Both raise KernelArgumentError for a view or buffer whose memory is not host memory.
+    """
 
     fn: Any
-    pack: Callable[[tuple], tuple]
-    memory_args: tuple[int, ...]
+    invoke: Callable[[tuple, tuple, int, tuple], None]
+    pack: Callable[[tuple, tuple, int, tuple], tuple[int, tuple]]
     uses_dynamic_shared: bool
     source_path: str
 
@@ -44,7 +53,30 @@ def buffer_array(buf: Buffer) -> np.ndarray:
     return arr
 
 
-def _pack_source(params: list, nargs: int, kinds: list[str]) -> str:
+def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str:
+    """Python source of ``invoke`` and ``pack`` (see :class:`HostPlan`) for one signature."""
+    pre = []
+    names = ", ".join(f"a{i}" for i in range(nargs))
+    if nargs:
+        pre.append(f"{names}{',' if nargs == 1 else ''} = args")
+    gb = ", ".join(f"gb{d}" for d in range(ndim))
+    te = ", ".join(f"te{d}" for d in range(ndim))
+    pre += [f"{gb}, = blocks", f"{te}, = elements"]
+    for i, kind in enumerate(kinds):
+        if kind in ("view", "buffer"):
+            pre += [f"d = a{i}.device",
+                    f"if d is not None and d.memory_space != 'host':",
+                    f"    _not_host(args, {i}, d)"]
+    fields = {}  # view fields, read from the view's array cache (its __getattr__ is slow)
+    for p in params:
+        if p.role == "array" and kinds[p.arg_index] == "view":
+            fields.setdefault(p.arg_index, []).append(p.field)
+    for i, names_i in fields.items():
+        lhs = ", ".join(f"a{i}_{f}" for f in names_i) + ","
+        pre += ["try:", f"    _c = a{i}._arrays",
+                f"    {lhs} = {''.join(f'_c[{f!r}], ' for f in names_i)}",
+                "except KeyError:",
+                f"    {lhs} = {''.join(f'a{i}.{f}, ' for f in names_i)}"]
     items = []
     for p in params:
         a = f"a{p.arg_index}"
@@ -56,15 +88,24 @@ def _pack_source(params: list, nargs: int, kinds: list[str]) -> str:
         elif p.role == "pitch":
             items.append(f"{a}.{p.field}.strides[1] // {a}.{p.field}.itemsize")
         elif kind == "view":
-            items.append(f"{a}.{p.field}")
+            items.append(f"{a}_{p.field}")
         elif kind == "buffer":
             items.append(f"_buffer_array({a})")
         else:
             items.append(a)
-    names = ", ".join(f"a{i}" for i in range(nargs))
-    unpack = f"    {names}{',' if nargs == 1 else ''} = args\n" if nargs else ""
-    body = ", ".join(items) + ("," if len(items) == 1 else "")
-    return f"def pack(args):\n{unpack}    return ({body})\n"
+    nblocks = " * ".join(f"gb{d}" for d in range(ndim))
+    call = f"{gb}, {te}, dyn" + "".join(f", {x}" for x in items)
+    body = "".join(f"    {line}\n" for line in pre)
+    return (f"def invoke(blocks, elements, dyn, args):\n{body}    _fn(0, {nblocks}, {call})\n\n\n"
+            f"def pack(blocks, elements, dyn, args):\n{body}    return {nblocks}, ({call})\n")
+
+
+def _not_host_error(kernel: Any) -> Callable[[tuple, int, Any], None]:
+    def not_host(args: tuple, i: int, dev: Any) -> None:
+        raise KernelArgumentError(
+            f"kernel {kernel.__name__!r}: argument {kernel.param_names[i]!r} lives on {dev}, which the "
+            "CPU backends cannot use; copy it to the host first")
+    return not_host
 
 
 def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool) -> HostPlan:
@@ -74,34 +115,24 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     gen = emit_numba(k_ir)
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
-    ns: dict[str, Any] = {"_buffer_array": buffer_array}
-    exec(_pack_source(gen.params, len(key), kinds), ns)  # noqa: S102 (generated from the signature)
-    mem = tuple(i for i, k in enumerate(kinds) if k in ("view", "buffer"))
-    return HostPlan(mod.launch, ns["pack"], mem, k_ir.uses_dynamic_shared, mod.__file__ or "")
+    ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel)}
+    exec(_launch_source(gen.params, len(key), kinds, ndim), ns)  # noqa: S102 (generated from the signature)
+    return HostPlan(mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared, mod.__file__ or "")
 
 
-def prepare_launch(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple[HostPlan, tuple]:
-    """The plan of this launch (compiled on first use) and the call's argument tuple."""
+def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> HostPlan:
+    """The plan of a launch whose signature has none yet: check the arguments, then compile
+    (or load from the disk cache) under the kernel's lock."""
     debug = debug_enabled()
-    key = kernel.signature(args)
-    pkey = (backend_name, workdiv.dim, key, debug)
-    plan = kernel.plans.get(pkey)
-    if plan is None:
-        kernel.check_args(args, queue.device)
-        with kernel.lock:
-            plan = kernel.plans.get(pkey)
-            if plan is None:
-                plan = make_plan(backend_name, kernel, key, workdiv.dim, debug)
-                kernel.plans[pkey] = plan
-    for i in plan.memory_args:
-        dev = args[i].device
-        if dev is not None and dev.memory_space != "host":
-            raise KernelArgumentError(
-                f"kernel {kernel.__name__!r}: argument {kernel.param_names[i]!r} lives on {dev}, which a "
-                f"queue of {queue.device} cannot use; copy it to the host first")
-    dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
-    head = (*workdiv.blocks, *workdiv.elements, dyn)
-    return plan, head + plan.pack(args)
+    key = signature_key(args, kernel.__name__)
+    pkey = (backend_name, len(workdiv.blocks), key, debug)
+    kernel.check_args(args, queue.device)
+    with kernel.lock:
+        plan = kernel.plans.get(pkey)
+        if plan is None:
+            plan = make_plan(backend_name, kernel, key, len(workdiv.blocks), debug)
+            kernel.plans[pkey] = plan
+    return plan
 
 
-__all__ = ["HostPlan", "prepare_launch", "buffer_array"]
+__all__ = ["HostPlan", "buffer_array", "compiled_plan"]

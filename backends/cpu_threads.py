@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -28,27 +29,48 @@ class CpuThreads(HostBackend):
         return self._pool
 
     def run_blocks(self, fn: Any, nblocks: int, call: tuple, keep: tuple) -> None:
-        """Split the blocks into one contiguous chunk per worker; the calling thread (the queue's
-        worker, or the caller of a blocking queue) runs the first chunk itself."""
-        chunks = min(nblocks, self.workers)
-        if chunks <= 1:
+        """Run blocks ``[0, nblocks)`` on the pool: the blocks are cut into contiguous chunks
+        (a few per worker, so a core busy with other work does not hold up the launch) that the
+        workers and the calling thread (the queue's worker, or the caller of a blocking queue)
+        take in order; the compiled code releases the GIL, so the chunks run concurrently."""
+        workers = self.workers
+        if nblocks <= 1 or workers <= 1:
             fn(0, nblocks, *call)
             return
+        chunks = min(nblocks, workers * CHUNKS_PER_WORKER)
         bounds = [nblocks * c // chunks for c in range(chunks + 1)]
+        take = itertools.count().__next__  # atomic under the GIL: each chunk is taken once
+        errors: list[BaseException] = []
+        finished = [0]
+        lock = threading.Lock()
+        all_done = threading.Event()
+
+        def work() -> None:
+            while True:
+                c = take()
+                if c >= chunks:
+                    return
+                if not errors:  # after an error the remaining chunks are skipped
+                    try:
+                        fn(bounds[c], bounds[c + 1], *call)
+                    except BaseException as exc:
+                        errors.append(exc)
+                with lock:
+                    finished[0] += 1
+                    if finished[0] == chunks:
+                        all_done.set()
+
         pool = self.pool()
-        futures = [pool.submit(fn, bounds[c], bounds[c + 1], *call) for c in range(1, chunks)]
-        error = None
-        try:
-            fn(bounds[0], bounds[1], *call)
-        except BaseException as exc:  # still wait for the other chunks before raising
-            error = exc
-        for f in futures:
-            try:
-                f.result()
-            except BaseException as exc:
-                error = error or exc
-        if error is not None:
-            raise error
+        for _ in range(min(workers, chunks) - 1):
+            pool.submit(work)  # a worker that starts late finds no chunk left and returns
+        work()
+        all_done.wait()
+        if errors:
+            raise errors[0]
+
+
+#: chunks of blocks per worker thread in a cpu_threads launch
+CHUNKS_PER_WORKER = 4
 
 
 _backend: CpuThreads | None = None

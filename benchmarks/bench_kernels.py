@@ -4,16 +4,19 @@ raw pyopencl (PoCL), measured side by side in one run.
     PYTHONPATH=. python benchmarks/bench_kernels.py [--quick]
 
 Writes benchmarks/results/kernels.json and kernels.png. Sections: a streaming SoA kernel
-(memory-bound), a compute-bound kernel, the launch overhead of a tiny kernel and the first
-compile / warm start from the disk cache (fresh subprocesses).
+(memory-bound; alpyka with a few big blocks and with ``valid_workdiv``'s one-element blocks), a
+compute-bound kernel, the launch overhead of a tiny kernel and the first compile / warm start
+from the disk cache (fresh subprocesses). The contenders of a section run on the same arrays, are
+timed the same way and interleaved round-robin (other load hits them alike); figures are medians
+(``*_min_*`` keys: the fastest sample), ``targets`` checks issue 3's goals.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,8 +27,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported as benchmarks.bench_kernels
+import _common as common  # noqa: E402 - also puts the repository on sys.path
+
+ROOT = common.REPO_ROOT
 
 import numba  # noqa: E402
 from numba import njit, prange  # noqa: E402
@@ -98,25 +103,31 @@ def nb_tiny(out, v):
     out[0] = v
 
 
-def best_time(fn, reps: int) -> float:
-    fn()  # warm-up (compilation, caches)
-    best = math.inf
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+def interleaved(fns: dict, reps: int, calls: int = 1) -> dict[str, dict[str, float]]:
+    """Time every function of ``fns`` ``reps`` times, round-robin (each round in a rotated order),
+    so that load from other processes hits all of them alike; ``calls`` calls per sample.
+    Gives {name: {"median": s, "min": s}} per call."""
+    for fn in fns.values():
+        fn()  # warm-up: compilation, caches, first touch of the pages
+    names = list(fns)
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(reps):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            fn = fns[k]
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[k].append((time.perf_counter() - t) / calls)
+    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples.items()}
 
 
-def per_call(fn, calls: int, rounds: int = 5) -> float:
-    fn()
-    best = math.inf
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t) / calls)
-    return best
+def per_call(fn, calls: int, rounds: int = 9) -> float:
+    """Median time of one call of ``fn`` (``rounds`` rounds of ``calls`` calls)."""
+    return interleaved({"f": fn}, rounds, calls)["f"]["median"]
+
+
+def medians(timings: dict) -> dict[str, float]:
+    return {k: v["median"] for k, v in timings.items()}
 
 
 # ----------------------------------------------------------------------------- peers
@@ -151,7 +162,7 @@ def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray) -> dict:
             wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, 2.0], device="cpu")
             wp.synchronize_device("cpu")
 
-        t = best_time(run, reps)
+        t = interleaved({'run': run}, reps)['run']['median']
         small = wp.zeros(1, dtype=wp.float32, device="cpu")
 
         def launch_tiny():
@@ -220,84 +231,102 @@ def start_times(cache: str) -> tuple[float, float]:
     return res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, finishes in well under a minute")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "kernels.json"))
-    args = ap.parse_args()
-    n = 1 << 20 if args.quick else 1 << 24
-    n_heavy = 1 << 16 if args.quick else 1 << 20
+def main(argv: list[str] | None = None) -> None:
+    ap = common.make_parser(__doc__.splitlines()[0])
+    args = common.parse_args(ap, argv)
+    n = 1 << 16 if args.smoke else 1 << 20 if args.quick else 1 << 24
+    n_heavy = 1 << 12 if args.smoke else 1 << 16 if args.quick else 1 << 20
     reps = 3 if args.quick else 7
     results: dict = {"n_stream": n, "n_compute": n_heavy, "cores": os.cpu_count(),
                      "numba": numba.__version__, "quick": args.quick}
-    steps = tqdm(total=6, desc="bench_kernels", unit="section")
+    steps = tqdm(total=6, desc="bench_kernels", unit="section", disable=args.no_progress)
 
     # ---------------------------------------------------------------- streaming
+    # Every contender runs on the same SoA columns (the numba loops get the views' arrays), is
+    # timed the same way (one blocking call per sample) and interleaved with the others.
     rng = np.random.default_rng(0)
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
-    stream = {}
     a = np.float32(2)
+    host = pk.host()
+    inp = pk.PortableCollection(Stream, n, host)
+    out = pk.PortableCollection(Stream, n, host)
+    inp.view().x[:], inp.view().y[:] = x, y
+    v_out, v_in = out.view(), inp.const_view()
+    o, xs, ys = v_out.x, v_in.x, v_in.y
+    fns = {}
     for be in ("cpu_serial", "cpu_threads"):
         dev = pk.device(be)
         q = pk.Queue(dev, blocking=True)
-        inp = pk.PortableCollection(Stream, n, dev)
-        out = pk.PortableCollection(Stream, n, dev)
-        inp.view().x[:], inp.view().y[:] = x, y
         blocks = 4 * (os.cpu_count() or 1)
-        wd = pk.make_workdiv(dev, blocks, -(-n // blocks))
-        v_out, v_in = out.view(), inp.const_view()
-        t = best_time(lambda: pk.exec(q, wd, saxpy_soa, v_out, v_in, a, n), reps)
-        assert np.allclose(out.view().x, a * x + y)
-        stream[be] = t
-    o = np.empty_like(x)
-    stream["numba_njit"] = best_time(lambda: nb_saxpy(o, x, y, a), reps)
-    stream["numba_prange"] = best_time(lambda: nb_saxpy_prange(o, x, y, a), reps)
+        for label, wd in (("", pk.make_workdiv(dev, blocks, -(-n // blocks))),  # a few big blocks
+                          ("_valid_workdiv", pk.valid_workdiv(dev, n))):        # n one-element blocks
+            fns[be + label] = (lambda q=q, wd=wd: pk.exec(q, wd, saxpy_soa, v_out, v_in, a, n))
+    fns["numba_njit"] = lambda: nb_saxpy(o, xs, ys, a)
+    fns["numba_prange"] = lambda: nb_saxpy_prange(o, xs, ys, a)
+    for name, fn in fns.items():  # each one computes the right thing
+        v_out.x[:] = 0
+        fn()
+        assert np.allclose(v_out.x, a * x + y), name
+    stream_t = interleaved(fns, reps)
+    stream = medians(stream_t)
     steps.update()
     w = warp_peer(n, reps, x, y)
     if "saxpy_s" in w:
         stream["warp_cpu"] = w["saxpy_s"]
     results["stream_seconds"] = stream
+    results["stream_min_seconds"] = {k: v["min"] for k, v in stream_t.items()}
     results["stream_GBps"] = {k: 3 * 4 * n / t / 1e9 for k, t in stream.items()}
     results["stream_ratio_vs_njit"] = {k: stream["numba_njit"] / t for k, t in stream.items()}
     steps.update()
 
     # ---------------------------------------------------------------- compute-bound
     xh = rng.standard_normal(n_heavy).astype(np.float32)
-    comp = {}
+    inp_h = pk.PortableCollection(Stream, n_heavy, host)
+    out_h = pk.PortableCollection(Stream, n_heavy, host)
+    inp_h.view().x[:] = xh
+    vh_out, vh_in = out_h.view(), inp_h.const_view()
+    oh, xhs = vh_out.x, vh_in.x
+    fns = {}
     for be in ("cpu_serial", "cpu_threads"):
         dev = pk.device(be)
         q = pk.Queue(dev, blocking=True)
-        inp = pk.PortableCollection(Stream, n_heavy, dev)
-        out = pk.PortableCollection(Stream, n_heavy, dev)
-        inp.view().x[:] = xh
         wd = pk.make_workdiv(dev, 64, -(-n_heavy // 64))
-        v_out, v_in = out.view(), inp.const_view()
-        comp[be] = best_time(lambda: pk.exec(q, wd, compute_heavy, v_out, v_in, n_heavy), reps)
-        comp_out = np.array(out.view().x)
-    oh = np.empty_like(xh)
-    comp["numba_njit"] = best_time(lambda: nb_heavy(oh, xh), reps)
-    comp["numba_prange"] = best_time(lambda: nb_heavy_prange(oh, xh), reps)
-    results["compute_check_max_abs_diff"] = float(np.max(np.abs(comp_out - oh)))
+        fns[be] = (lambda q=q, wd=wd: pk.exec(q, wd, compute_heavy, vh_out, vh_in, n_heavy))
+    fns["numba_njit"] = lambda: nb_heavy(oh, xhs)
+    fns["numba_prange"] = lambda: nb_heavy_prange(oh, xhs)
+    ref = None
+    diff = 0.0
+    for name, fn in fns.items():
+        vh_out.x[:] = 0
+        fn()
+        got = np.array(vh_out.x)
+        ref = got if ref is None else ref
+        diff = max(diff, float(np.max(np.abs(got - ref))))
+    comp_t = interleaved(fns, reps)
+    comp = medians(comp_t)
+    results["compute_check_max_abs_diff"] = diff
     results["compute_seconds"] = comp
+    results["compute_min_seconds"] = {k: v["min"] for k, v in comp_t.items()}
     results["compute_threads_over_serial"] = comp["cpu_serial"] / comp["cpu_threads"]
     results["compute_prange_over_njit"] = comp["numba_njit"] / comp["numba_prange"]
     steps.update()
 
     # ---------------------------------------------------------------- launch overhead
-    launch = {}
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
     small = np.zeros(1, np.float32)
     wd1 = pk.WorkDiv(1, 1, 1)
     v = np.float32(1.5)
-    launch["alpyka_cpu_serial_blocking"] = per_call(lambda: pk.exec(q, wd1, tiny, small, v), 20000)
-    launch["numba_direct_call"] = per_call(lambda: nb_tiny(small, v), 20000)
+    launch_t = interleaved({"alpyka_cpu_serial_blocking": lambda: pk.exec(q, wd1, tiny, small, v),
+                            "numba_direct_call": lambda: nb_tiny(small, v)}, 15 if args.quick else 41, 2000)
+    launch = medians(launch_t)
     if "launch_s" in w:
         launch["warp_cpu"] = w["launch_s"]
     ocl = pyopencl_launch()
     if "launch_s" in ocl:
         launch["pyopencl_pocl"] = ocl["launch_s"]
     results["launch_us"] = {k: t * 1e6 for k, t in launch.items()}
+    results["launch_min_us"] = {k: v["min"] * 1e6 for k, v in launch_t.items()}
     results["launch_ratio_vs_numba"] = {k: t / launch["numba_direct_call"] for k, t in launch.items()}
     results["peer_errors"] = {k: d["error"] for k, d in (("warp", w), ("pyopencl", ocl)) if "error" in d}
     steps.update()
@@ -305,7 +334,9 @@ def main() -> None:
     # ---------------------------------------------------------------- first compile / warm start
     with tempfile.TemporaryDirectory() as cache:
         cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
-        warm = start_times(cache)
+        warms = [start_times(cache) for _ in range(1 if args.quick else 3)]
+    warm = {label: tuple(statistics.median(wr[label][i] for wr in warms) for i in range(2))
+            for label in ("plain", "prewarmed")}
     results["start"] = {
         "cold_first_launch_s": cold["plain"][1],
         "warm_first_launch_s": warm["plain"][1],
@@ -313,11 +344,35 @@ def main() -> None:
         "import_portable_s": warm["plain"][0],
         "numba_init_s": warm["plain"][1] - warm["prewarmed"][1],
     }
+    ratio = results["stream_ratio_vs_njit"]
+    results["targets"] = {  # issue 3's targets, from the medians above
+        "stream_cpu_serial_vs_njit>=0.9": ratio["cpu_serial"] >= 0.9,
+        "stream_cpu_threads_vs_njit>=0.9": ratio["cpu_threads"] >= 0.9,
+        "compute_threads_over_serial>=1.7": results["compute_threads_over_serial"] >= 1.7,
+        "launch_cpu_serial_blocking<5us": results["launch_us"]["alpyka_cpu_serial_blocking"] < 5,
+        "warm_first_launch_after_numba_init<50ms": results["start"]["warm_first_launch_after_numba_init_s"] < 0.05,
+    }
     steps.update()
 
-    out_path = Path(args.out)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(results, indent=2))
+    rows = [{"section": section, "contender": name, "ratio": value}
+            for section, key in (("streaming vs numba njit", "stream_ratio_vs_njit"),
+                                 ("launch time vs a direct numba call", "launch_ratio_vs_numba"))
+            for name, value in results[key].items()]
+    rows.append({"section": "compute-bound", "contender": "cpu_threads over cpu_serial",
+                 "ratio": results["compute_threads_over_serial"]})
+    rows.append({"section": "compute-bound", "contender": "numba prange over njit",
+                 "ratio": results["compute_prange_over_njit"]})
+    summary = {
+        "streaming GB/s": results["stream_GBps"],
+        "streaming vs njit": results["stream_ratio_vs_njit"],
+        "launch us": results["launch_us"],
+        "compute-bound speed-up": {"cpu_threads/cpu_serial": results["compute_threads_over_serial"],
+                                   "prange/njit": results["compute_prange_over_njit"]},
+        "start s": results["start"],
+    }
+    doc = common.result_document("kernels", f"cpu ({os.cpu_count()} cores)", args.quick, rows, summary,
+                                 **{k: v for k, v in results.items() if k != "quick"})
+    out_path = common.write_json(args.out, "kernels", doc)
     plot(results, out_path.with_suffix(".png"))
     steps.update()
     steps.close()

@@ -6,6 +6,7 @@ from typing import Any
 
 from ._errors import WorkDivError
 from ._queue import Queue
+from ._registry import get_backend
 from ._workdiv import WorkDiv
 
 
@@ -20,5 +21,15 @@ def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:  # no
         raise WorkDivError(f"exec needs a pk.WorkDiv second, got {type(workdiv).__name__}")
     if not hasattr(kernel, "__alpyka_kernel__"):
         raise TypeError(f"{getattr(kernel, '__name__', kernel)!r} is not a kernel; decorate it with @pk.kernel")
-    workdiv.check(queue.device)
-    queue.device.backend.launch(queue, workdiv, kernel, args)
+    dev = queue.device
+    seen = _checked.get(id(workdiv))
+    if seen is None or seen[0] is not workdiv or seen[1] is not dev:  # checked once per device
+        workdiv.check(dev)
+        if len(_checked) > 1024:
+            _checked.clear()
+        _checked[id(workdiv)] = (workdiv, dev)  # holds the (immutable) WorkDiv: its id stays its own
+    get_backend(dev.backend_name).launch(queue, workdiv, kernel, args)
+
+
+#: id(work division) -> (work division, the device it last passed ``WorkDiv.check`` for)
+_checked: dict[int, tuple] = {}

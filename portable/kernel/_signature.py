@@ -100,11 +100,34 @@ def arg_key(a: Any, kernel_name: str = "", index: int = 0) -> tuple:
     )
 
 
+#: argument types whose key does not depend on the value (numpy scalars, bool, float)
+_CONST_KEYS: dict[type, tuple] = {bool: _BOOL_KEY, np.bool_: _BOOL_KEY, float: _FLOAT_KEY, **_NP_SCALAR_KEYS}
+_View = soa.View
+_ndarray = np.ndarray
+
+
 def signature_key(args: tuple, kernel_name: str = "") -> tuple:
-    try:
-        return tuple([_KEYS[type(a)](a) for a in args])
-    except KeyError:
-        return tuple(arg_key(a, kernel_name, i) for i, a in enumerate(args))
+    """The signature key of a launch: one :func:`arg_key` per argument (on every launch: kept
+    to one loop with the common kinds inline)."""
+    key = []
+    const_keys, keys = _CONST_KEYS, _KEYS
+    for a in args:
+        t = type(a)
+        k = const_keys.get(t)
+        if k is None:
+            if t is _View:
+                k = ("view", a.layout, a.const)
+            elif t is _ndarray:
+                k = ("array", a.dtype, a.ndim, not a.flags.writeable)
+            elif t is int and _INT64_MIN <= a <= _INT64_MAX:
+                k = _INT_KEY
+            else:
+                fn = keys.get(t)
+                if fn is None:
+                    return tuple([arg_key(a, kernel_name, i) for i, a in enumerate(args)])
+                k = fn(a)
+        key.append(k)
+    return tuple(key)
 
 
 def arg_specs(key: tuple, names: list[str]) -> list[ArgSpec]:
