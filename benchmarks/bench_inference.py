@@ -15,10 +15,7 @@ Writes benchmarks/results/inference.json and inference.png. Never asserts on tim
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,13 +27,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402 - also puts the repository on sys.path
 import portable as pk  # noqa: E402
 import soa  # noqa: E402
 from inference import Model, ModelMetadata, SoAMetadata, torch_threads  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class Hits(soa.Layout):
@@ -268,28 +264,36 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes and shorter timings (well under a minute)")
-    ap.add_argument("--out", default=str(RESULTS / "inference.json"))
-    args = ap.parse_args(argv)
+    ap = common.make_parser(__doc__.split("\n\n")[0])
+    args = common.parse_args(ap, argv)
     quick = args.quick
-    conv_sizes = [10**k for k in range(2, 7 if quick else 8)]
+    conv_sizes = [10**k for k in range(2, 5 if args.smoke else 7 if quick else 8)]
     pipe_sizes = [4096] if quick else [4096, 100_000]
-    rounds, min_time = (3, 0.05) if quick else (5, 0.25)
+    rounds, min_time = (2, 0.01) if args.smoke else (3, 0.05) if quick else (5, 0.25)
     Model(mlp())  # applies alpyka's torch thread settings before measuring
-    bar = tqdm(total=len(conv_sizes) + 1 + len(pipe_sizes), desc="inference benchmarks")
+    bar = tqdm(total=len(conv_sizes) + 1 + len(pipe_sizes), desc="inference benchmarks",
+               disable=args.no_progress)
     result = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch": torch.__version__, "numpy": np.__version__, "torch_threads": torch_threads(),
-                    "quick": quick},
+        "torch_threads": torch_threads(),
         "conversion": bench_conversion(conv_sizes, min_time, bar),
         "forward_overhead": bench_forward_overhead(4096, rounds, min_time, bar),
         "pipeline": bench_pipeline(pipe_sizes, rounds, min_time, bar),
     }
     bar.close()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    fo = result["forward_overhead"]
+    rows = [{"measure": "block -> tensor", "n": r["n"], "zero_copy_us": r["zero_copy_us"], "copy_us": r["copy_us"],
+             "copy_over_zero_copy": r["copy_over_zero_copy"]} for r in result["conversion"]]
+    rows += [{"measure": "kernel -> model -> kernel", "n": r["n"], "alpyka_us": r["alpyka_us"],
+              "naive_over_alpyka": r["naive_over_alpyka"], "onnxruntime_over_alpyka": r["onnxruntime_over_alpyka"]}
+             for r in result["pipeline"]["rows"]]
+    summary = {
+        "block -> tensor, copy / zero-copy": {f"n={r['n']}": r["copy_over_zero_copy"] for r in result["conversion"]},
+        f"forward overhead at batch {fo['batch']}": {"percent": fo["overhead_pct"], "us": fo["overhead_us"]},
+        "naive route / alpyka": {f"n={r['n']}": r["naive_over_alpyka"] for r in result["pipeline"]["rows"]},
+        "onnxruntime / alpyka": {f"n={r['n']}": r["onnxruntime_over_alpyka"] for r in result["pipeline"]["rows"]},
+    }
+    doc = common.result_document("inference", "cpu", quick, rows, summary, **result)
+    out = common.write_json(args.out, "inference", doc)
     plot(result, out.with_suffix(".png"))
     for r in result["conversion"]:
         print(f"n={r['n']:>9}: zero-copy {r['zero_copy_us']:8.1f} us, copy {r['copy_us']:10.1f} us "
