@@ -70,4 +70,4 @@ class Backend:
     # kernels
     def launch(self, queue: "Queue", workdiv: Any, kernel: Any, args: tuple) -> None:
         """Enqueue ``kernel`` over ``workdiv`` with ``args`` on ``queue``."""
-        raise NotImplementedError(f"backend {self.name} cannot launch kernels yet")
+        raise NotImplementedError(f"backend {self.name} does not implement kernel launches")

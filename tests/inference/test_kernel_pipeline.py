@@ -10,10 +10,6 @@ import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
 from inference_testmodels import MLP, Particles, Preds
 
-if not hasattr(pk, "kernel"):  # pragma: no cover - the kernel language is part of the core
-    pytest.skip("portable has no kernel language (pk.kernel) in this tree", allow_module_level=True)
-
-
 @pk.kernel
 def produce(acc, coll, n):
     for i in acc.uniform_elements(n):
