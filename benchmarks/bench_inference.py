@@ -197,7 +197,7 @@ def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) ->
             q.enqueue(consumer)
             q.wait()
 
-        def naive():
+        def naive_step():
             producer()
             arr = np.stack([coll.x, coll.y, coll.z], axis=1)  # SoA -> numpy copy
             with torch.inference_mode():
@@ -207,13 +207,24 @@ def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) ->
             out.b[:] = r[:, 1]
             consumer()
 
-        def onnxruntime():
+        def onnx_step():
             producer()
             arr = np.stack([coll.x, coll.y, coll.z], axis=1)
             (r,) = sess.run(None, {"x": arr})
             out.a[:] = r[:, 0]
             out.b[:] = r[:, 1]
             consumer()
+
+        # Every route runs on the same thread (the queue's worker): glibc gives each thread its
+        # own malloc arena, and the cost of the model's large intermediates differs by arena by
+        # up to 50% at n=1e5, which would otherwise be measured as a difference of routes.
+        def naive():
+            q.enqueue(naive_step)
+            q.wait()
+
+        def onnxruntime():
+            q.enqueue(onnx_step)
+            q.wait()
 
         checks = {}
         for name, fn in (("alpyka", alpyka), ("naive", naive), ("onnxruntime", onnxruntime)):
