@@ -58,6 +58,7 @@ class Model:
         ensure_torch_threads()
         self._lock = threading.Lock()
         self._deployed: dict[torch.device, Callable[..., Any]] = {}
+        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str]] = {}
         self._local = threading.local()
         self._default_queue: pk.Queue | None = None
         self._module: torch.nn.Module | None = None
@@ -158,8 +159,11 @@ class Model:
                                         f"{q.device}. Copy it there first (coll.to(device, queue))")
         bs = metadata.batch_size if batch_size is None else check_batch_size(
             batch_size, metadata.inputs, metadata.outputs)
-        fn = self.module_for(q.device)
-        path = memory_path(q.device)
+        dev = q.device
+        cached = self._for_device.get(dev)  # the hot path: one dict lookup per call
+        if cached is None:
+            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev))
+        fn, path = cached
         run = _Pass(self.kind, fn, metadata, bs)
         if path == "cuda":
             with queue_stream(q):
