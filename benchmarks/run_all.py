@@ -230,12 +230,27 @@ def build_parser():
     return parser
 
 
+def earlier_result(name: str, script: Path, out: Path) -> BenchRun | None:
+    """A benchmark's result already in ``out`` (from an earlier run), if it follows the convention."""
+    path = out / f"{name}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if common.check_document(doc, name):
+        return None
+    png = out / f"{name}.png"
+    return BenchRun(name, str(script), status="ok (earlier run)", json=str(path),
+                    png=str(png) if png.exists() else None, document=doc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = common.parse_args(build_parser(), argv)
     found = discover(args.bench_dir)
     if args.list:
         print("\n".join(f"{n}\t{p}" for n, p in found.items()))
         return 0
+    all_found = dict(found)
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in found]
@@ -256,7 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name:<12} {run.status:<10} {run.wall_s:7.1f} s  {run.detail}", flush=True)
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick and not args.smoke else "") + (
         " --smoke" if args.smoke else "") + (f" --only {args.only}" if args.only else "")
-    path = write_summary(runs, args.out, args.quick, command)
+    # with --only, the summary keeps the other benchmarks' results already in the output folder
+    summary_runs = list(runs) + [r for r in (earlier_result(n, s, args.out) for n, s in all_found.items()
+                                             if n not in found) if r is not None]
+    summary_runs.sort(key=lambda r: r.name)
+    path = write_summary(summary_runs, args.out, args.quick, command)
     suite = common.result_document(
         "suite", device="see each benchmark", quick=bool(args.quick),
         results=[{k: v for k, v in asdict(r).items() if k != "document"} for r in runs],
