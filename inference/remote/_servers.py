@@ -34,8 +34,8 @@ class Server:
                 return self.info
             t = self.transport
             if not t.is_ready():
-                err = ServerUnavailable(f"server {self.url} is not live/ready "
-                                        f"(no answer within {t.timeout} s, or not ready)")
+                err = ServerUnavailable(f"server {self.url} is not live/ready: "
+                                        f"{t.last_error or 'no answer'} (timeout {t.timeout} s)")
                 err.retryable = True  # type: ignore[attr-defined]
                 raise err
             try:

@@ -87,6 +87,7 @@ class Transport:
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.protocol = protocol
         self.timeout = timeout
+        self.last_error = ""  # why the last is_ready() said no
         self._local = threading.local()  # HTTP clients are not thread-safe: one per thread
         self._clients: list[Any] = []
         self._lock = threading.Lock()
@@ -136,10 +137,19 @@ class Transport:
 
     # ----------------------------------------------------------------------------- health
     def is_ready(self) -> bool:
-        """Server live and ready (False, not an exception, when it does not answer)."""
+        """Server live and ready (False, not an exception, when it does not answer; then
+        ``last_error`` says why)."""
         try:
-            return bool(self._call("is_server_live")) and bool(self._call("is_server_ready"))
-        except RemoteError:
+            self.last_error = ""
+            if not self._call("is_server_live"):
+                self.last_error = "the server reports it is not live"
+                return False
+            if not self._call("is_server_ready"):
+                self.last_error = "the server reports it is not ready"
+                return False
+            return True
+        except RemoteError as exc:
+            self.last_error = str(exc)
             return False
 
     def model_ready(self, model: str) -> bool:
