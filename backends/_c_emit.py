@@ -187,6 +187,8 @@ class _Emitter:
             return f"(({self.ctype(e.type)})({inner}))"
         if isinstance(e, ir.UnaryOp):
             op = {"-": "-", "~": "~", "not": "!"}[e.op]
+            if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
+                return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
             return f"({op}{self.expr(e.operand)})"
         if isinstance(e, ir.BinOp):
             return self.binop(e)

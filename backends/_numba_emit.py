@@ -44,7 +44,7 @@ _MATH = {"sqrt": "math.sqrt", "exp": "math.exp", "exp2": "np.exp2", "expm1": "ma
          "atan2": "math.atan2", "sinh": "math.sinh", "cosh": "math.cosh", "tanh": "math.tanh",
          "asinh": "math.asinh", "acosh": "math.acosh", "atanh": "math.atanh", "pow": "math.pow",
          "hypot": "math.hypot", "floor": "math.floor", "ceil": "math.ceil", "trunc": "math.trunc",
-         "copysign": "math.copysign", "fmod": "math.fmod", "erf": "math.erf", "erfc": "math.erfc",
+         "copysign": "math.copysign", "fmod": "np.fmod", "erf": "math.erf", "erfc": "math.erfc",
          "lgamma": "math.lgamma", "tgamma": "math.gamma", "isnan": "math.isnan", "isinf": "math.isinf",
          "isfinite": "math.isfinite", "min": "min", "max": "max", "abs": "abs"}
 

@@ -9,6 +9,7 @@ The promotion rules are numba's (measured against numba 0.68's typing context):
   ``int16``, ``uint8``, ``uint16`` gives ``float32``, with wider integers ``float64``;
 - ``/`` of two integers gives ``float64``; ``float32 ** integer`` stays ``float32``;
 - bitwise ``& | ^`` of two bools stay ``bool``; shifts take the left operand's signedness;
+- unary ``-`` and ``~`` of an integer keep its type; of a bool give ``int64``;
 - Python literals: ``int`` is ``int64``, ``float`` is ``float64``, ``bool`` is ``bool``;
 - a local variable assigned values of several types gets their unification (the same rule).
 """
@@ -205,9 +206,9 @@ def unary_result(op: str, a: ScalarType) -> ScalarType:
         raise TypeError(f"operator ~ needs an integer operand, got {a}")
     if a.is_float:
         return a
-    if op == "~" and a.is_bool:
+    if a.is_bool:
         return INT64
-    return UINT64 if a.is_unsigned else INT64
+    return a  # numba: ``-x`` and ``~x`` of an integer keep its type (``-np.uint8(3)`` is 253)
 
 
 def literal_type(value: object) -> ScalarType:
