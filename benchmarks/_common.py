@@ -41,6 +41,8 @@ DEFAULT_PACKAGES = ("alpyka", "numpy", "numba", "torch", "onnxruntime", "pyopenc
 if str(REPO_ROOT) not in sys.path:  # `python benchmarks/bench_X.py` from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
 
+from backends._host import cpu_name  # noqa: E402 - the CPU's model name, as `alpyka info` shows it
+
 T = TypeVar("T")
 
 # ----------------------------------------------------------------------------- command line
@@ -153,17 +155,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 # ----------------------------------------------------------------------------- metadata
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _memory_gib() -> float | None:
     try:
         with open("/proc/meminfo", encoding="utf-8") as f:
@@ -182,7 +173,7 @@ def machine_info() -> dict[str, Any]:
     except (AttributeError, OSError):
         affinity = None
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": affinity,
         "memory_gib": _memory_gib(),
