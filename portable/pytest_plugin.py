@@ -1,10 +1,21 @@
 """A pytest plugin: the backend test matrix for alpyka and for projects built on it.
 
-Installed with alpyka (entry point ``pytest11: alpyka``). Tests that use the fixtures
-``backend``, ``device`` or ``queue`` run once per backend; backends unavailable here are skipped
-with their reason. Select backends with ``--backends=cpu_serial,opencl`` or the environment
-variable ``ALPYKA_BACKENDS``; restrict one test with ``@pytest.mark.alpyka_backends("opencl")``
-or ``@pytest.mark.alpyka_backends(kind="gpu")``.
+Installed with alpyka (entry point ``pytest11: alpyka``), so it is loaded by every pytest run in
+an environment that has alpyka; it therefore acts only where its own fixtures are used. A test
+that requests ``backend``, ``device`` or ``queue`` and gets *this plugin's* ``backend`` fixture
+runs once per backend; backends unavailable here are skipped with their reason. A project's own
+fixture of the same name, or a ``@pytest.mark.parametrize("backend", ...)`` on the test, wins:
+the plugin then leaves the test alone.
+
+Select backends with ``--backends=cpu_serial,opencl`` or the environment variable
+``ALPYKA_BACKENDS``; restrict one test with ``@pytest.mark.alpyka_backends("opencl")`` or
+``@pytest.mark.alpyka_backends(kind="gpu")``. An unknown name in ``--backends`` is a usage error
+at once; one in ``ALPYKA_BACKENDS`` is a usage error only in a run that uses these fixtures (the
+variable may be set for alpyka while other projects are tested). Opt out of the plugin with
+``-p no:alpyka``; opt in explicitly (e.g. under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``) with
+``-p alpyka``, or ``-p portable.pytest_plugin`` from a source checkout that is not installed.
+
+Nothing here imports alpyka's runtime (numba, the backends) until a test uses the fixtures.
 """
 
 from __future__ import annotations
@@ -14,6 +25,14 @@ from typing import Any, Iterator
 
 import pytest
 
+ENV_VAR = "ALPYKA_BACKENDS"
+_ARG = "backend"  # the fixture the matrix parametrises; device and queue request it
+
+# (selected names, error message or None), computed once per run
+_SELECTION = pytest.StashKey["tuple[list[str], str | None]"]()
+# an error message to raise as a usage error once collection is done
+_PENDING_ERROR = pytest.StashKey[str]()
+
 
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("alpyka")
@@ -21,7 +40,8 @@ def pytest_addoption(parser: Any) -> None:
         "--backends",
         action="store",
         default=None,
-        help="comma-separated alpyka backends to test (default: $ALPYKA_BACKENDS or all)",
+        help=f"comma-separated alpyka backends to test (default: ${ENV_VAR} or all); "
+        "used only by tests that take alpyka's backend/device/queue fixtures",
     )
 
 
@@ -30,18 +50,45 @@ def pytest_configure(config: Any) -> None:
         "markers",
         "alpyka_backends(*names, kind=None): run this test only on the named backends or kind ('cpu'/'gpu')",
     )
-    selected_backends(config)  # an unknown name is a usage error before collection
+    # --backends is alpyka's own option: whoever passes it means alpyka, so an unknown name is a
+    # usage error before collection. ALPYKA_BACKENDS is checked only where the fixtures are used.
+    if config.getoption("--backends"):
+        selected_backends(config)
+
+
+def _parse(raw: str) -> list[str]:
+    return [n.strip() for n in raw.split(",") if n.strip()]
+
+
+def _selection(config: Any) -> tuple[list[str], str | None]:
+    """The selected names and, if some are unknown, the error message (cached per run)."""
+    cached = config.stash.get(_SELECTION, None)
+    if cached is not None:
+        return cached
+    import portable as pk
+
+    known = pk.backends()
+    option = config.getoption("--backends")
+    if option:
+        names, source = _parse(option), f"--backends={option!r}"
+    else:
+        raw = os.environ.get(ENV_VAR, "")
+        names, source = _parse(raw), f"{ENV_VAR}={raw!r}"
+    names = names or list(known)
+    unknown = [n for n in names if n not in known]
+    error = f"unknown alpyka backend(s) {unknown} in {source}; known: {known}" if unknown else None
+    config.stash[_SELECTION] = (names, error)
+    return names, error
 
 
 def selected_backends(config: Any) -> list[str]:
-    """The backend names chosen by ``--backends`` / ``ALPYKA_BACKENDS`` (all known by default)."""
-    import portable as pk
+    """The backend names chosen by ``--backends`` / ``ALPYKA_BACKENDS`` (all known by default).
 
-    raw = config.getoption("--backends") or os.environ.get("ALPYKA_BACKENDS") or ""
-    names = [n.strip() for n in raw.split(",") if n.strip()] or pk.backends()
-    unknown = [n for n in names if n not in pk.backends()]
-    if unknown:
-        raise pytest.UsageError(f"unknown alpyka backend(s) {unknown}; known: {pk.backends()}")
+    Raises ``pytest.UsageError`` naming the unknown names and the known ones.
+    """
+    names, error = _selection(config)
+    if error:
+        raise pytest.UsageError(error)
     return names
 
 
@@ -49,12 +96,58 @@ def _backend_kind(name: str) -> str:
     return "cpu" if name.startswith("cpu_") else "gpu"
 
 
+def _is_own(fixturedef: Any) -> bool:
+    return getattr(getattr(fixturedef, "func", None), "__module__", None) == __name__
+
+
+def _uses_plugin_backend(metafunc: Any) -> bool:
+    """Whether ``backend`` resolves, for this test, to this plugin's fixture.
+
+    The closest definition (the last one) decides; a project's fixture that overrides ours
+    while requesting it (``def backend(backend): ...``) still reaches ours."""
+    defs = getattr(metafunc, "_arg2fixturedefs", None)
+    if defs is None:
+        defs = metafunc.definition._fixtureinfo.name2fixturedefs
+    for fixturedef in reversed(defs.get(_ARG) or ()):
+        if _is_own(fixturedef):
+            return True
+        if _ARG not in getattr(fixturedef, "argnames", ()):
+            return False
+    return False
+
+
+def _parametrize_mark_argnames(mark: Any) -> list[str]:
+    argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+    if isinstance(argnames, str):
+        return _parse(argnames)
+    return list(argnames)
+
+
+def _parametrized_elsewhere(metafunc: Any) -> bool:
+    """A ``parametrize`` mark on the test (or its class/module), or a hook that ran before this
+    one (a conftest's ``pytest_generate_tests``), owns ``backend``."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        if _ARG in _parametrize_mark_argnames(mark):
+            return True
+    return any(_ARG in getattr(call, "params", {}) for call in getattr(metafunc, "_calls", ()))
+
+
 def pytest_generate_tests(metafunc: Any) -> None:
-    if "backend" not in metafunc.fixturenames:
+    if _ARG not in metafunc.fixturenames:
         return
+    if not _uses_plugin_backend(metafunc) or _parametrized_elsewhere(metafunc):
+        return  # not ours: the project's own fixture or parametrization decides
     import portable as pk
 
-    names = selected_backends(metafunc.config)
+    config = metafunc.config
+    names, error = _selection(config)
+    if error:
+        # The run uses alpyka's fixtures with a bad selection: a usage error after collection
+        # (pytest_collection_modifyitems); the placeholder never runs.
+        config.stash[_PENDING_ERROR] = error
+        metafunc.parametrize(_ARG, [pytest.param(None, marks=pytest.mark.skip(reason=error), id="invalid")],
+                             indirect=True)
+        return
     marker = metafunc.definition.get_closest_marker("alpyka_backends")
     if marker is not None:
         allowed = set(marker.args)
@@ -67,12 +160,21 @@ def pytest_generate_tests(metafunc: Any) -> None:
         params.append(pytest.param(name, marks=marks, id=name))
     if not params:
         params = [pytest.param(None, marks=pytest.mark.skip(reason="no selected backend fits this test"), id="none")]
-    metafunc.parametrize("backend", params, indirect=True)
+    metafunc.parametrize(_ARG, params, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: Any, config: Any, items: Any) -> None:
+    error = config.stash.get(_PENDING_ERROR, None)
+    if error:
+        raise pytest.UsageError(error)
 
 
 @pytest.fixture
 def backend(request: Any) -> str:
     """The name of the backend under test."""
+    if not hasattr(request, "param"):
+        pytest.fail("alpyka's `backend` fixture was not parametrised by its plugin", pytrace=False)
     return request.param
 
 
