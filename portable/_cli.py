@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             msg = f"{exc.name} is not installed; install it with: pip install -e '.[{extra}]' -c constraints.txt"
         else:
             msg = str(exc) or type(exc).__name__
+            if args.command == "serve":  # serve's errors: the first line says what to fix
+                msg = next((ln.strip() for ln in msg.splitlines() if ln.strip()), type(exc).__name__)
         print(f"alpyka {args.command}: error: {msg}", file=sys.stderr)
         return 2
 

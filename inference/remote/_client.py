@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _batching
-from ._errors import MetadataMismatch, RemoteError
+from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
 from ._servers import Server, final_error
 from ._statistics import RemoteStatistics, ServerStatistics, _ClientCounters
@@ -19,6 +19,32 @@ from ._requests import OutputSpecs, RequestsMixin
 from ._transport import ModelInfo, is_retryable
 
 _MODES = ("sync", "async", "pseudo_async")
+
+
+def _map_blocks(kind: str, blocks: list[str], tensors: list[str], model: str,
+                subset: bool) -> dict[str, str]:
+    """``{block: tensor}``: by name when every block names a tensor (``subset``: output blocks
+    may leave tensors out), else in order when no block does and the counts match."""
+    named = [b for b in blocks if b in tensors]
+    if len(named) == len(blocks):
+        missing = [t for t in tensors if t not in blocks]
+        if missing and not subset:
+            raise MetadataMismatch(f"model {model!r} {kind}(s) {missing} have no block; the "
+                                   f"{kind} blocks are {blocks}")
+        return {b: b for b in blocks}
+    if named:
+        other = [b for b in blocks if b not in tensors]
+        raise MetadataMismatch(
+            f"{kind} blocks {blocks} match the {kind}s of model {model!r} {tensors} only in part "
+            f"({other} {'is' if len(other) == 1 else 'are'} not one): name every {kind} block after a "
+            f"model {kind}, or none of them (then the blocks map to the {kind}s in order)")
+    if len(blocks) == len(tensors):
+        return dict(zip(blocks, tensors))
+    which = (f"{kind} block {blocks[0]!r} is not an {kind}" if len(blocks) == 1
+             else f"{kind} blocks {blocks} are not {kind}s")
+    raise MetadataMismatch(
+        f"{which} of model {model!r}; its {kind}s are {tensors} "
+        f"(and {len(blocks)} block(s) cannot map in order to {len(tensors)} {kind}(s))")
 
 
 class RemoteModel(RequestsMixin):
@@ -32,7 +58,10 @@ class RemoteModel(RequestsMixin):
     - ``protocol``: ``"grpc"`` (default) or ``"http"`` (binary tensor extension).
     - ``timeout``: seconds for every call (readiness checks and each request); never a hang.
     - ``retries``: extra attempts on the same server (with ``retry_delay`` doubling), then the
-      next server of the list; a server that answers "no such model" is skipped at once.
+      next server of the list; a server that answers "no such model" is skipped at once, one
+      that refuses the connection (down) fails fast.
+    - ``ready_timeout``: at connection, how long to keep asking a server that answers but whose
+      model is not ready yet (loading); default: ``timeout`` (60 s when that is None).
     - ``mode`` (SONIC): how :meth:`forward_async` carries the request. ``"async"``: gRPC's
       non-blocking call with a completion callback (HTTP: a worker thread); ``"pseudo_async"``:
       a blocking call on a worker thread; ``"sync"``: the call completes before it returns.
@@ -53,7 +82,7 @@ class RemoteModel(RequestsMixin):
                  max_batch_size: int | None = None, shared_memory: str | None = "auto",
                  model_version: str = "", fallback: Any = None,
                  fallback_options: Mapping[str, Any] | None = None, workers: int = 4,
-                 connect: bool = True) -> None:
+                 connect: bool = True, ready_timeout: float | None = None) -> None:
         if not model_name or not isinstance(model_name, str):
             raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
         if mode not in _MODES:
@@ -64,12 +93,15 @@ class RemoteModel(RequestsMixin):
             raise ValueError(f"retries must be >= 0, got {retries}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout}")
+        if ready_timeout is not None and ready_timeout < 0:
+            raise ValueError(f"ready_timeout must be >= 0 seconds (or None), got {ready_timeout}")
         urls = ([url] if url else []) + list(servers)
         if not urls and fallback is None:
             raise ValueError("RemoteModel needs a server url, a servers=[...] list or a fallback model")
         self.model_name = model_name
         self.protocol = protocol
         self.timeout = timeout
+        self.ready_timeout = ready_timeout
         self.retries = int(retries)
         self.retry_delay = float(retry_delay)
         self.mode = mode
@@ -83,7 +115,7 @@ class RemoteModel(RequestsMixin):
         self._fallback_server: Any = None
         self._queue: Any = None
         self._local = threading.local()
-        self._checked: set[Any] = set()
+        self._checked: dict[Any, dict[str, dict[str, str]]] = {}  # metadata signature -> block mapping
         self._shm_off: dict[str, str] = {}  # url -> why shared memory is not used there
         self._counters = _ClientCounters()
         self._workers = max(1, int(workers))
@@ -95,26 +127,63 @@ class RemoteModel(RequestsMixin):
 
     # ------------------------------------------------------------------------ connection
     def connect(self) -> "RemoteModel":
-        """Find a server with the model ready (bounded retries), starting the fallback if none."""
+        """Find a server with the model ready, starting the fallback if none has it.
+
+        The servers are polled in turn: one that does not answer (connection refused, timeout)
+        gets ``retries`` more attempts with a doubling ``retry_delay``; one that answers but is
+        not ready, or whose model is still loading, is asked again until ``ready_timeout``
+        seconds have passed (a fleet of clients starting with their servers); one that does not
+        have the model is dropped at once."""
         errors: list[tuple[str, BaseException]] = []
-        for idx in self._order():
-            srv = self._servers[idx]
-            for attempt in range(self.retries + 1):
+        active = self._order()
+        failed: dict[int, int] = {}          # attempts that got no answer, per server
+        waiting: dict[int, RemoteError] = {}  # servers that answer "not ready"
+        start = time.monotonic()
+        deadline = start + self._ready_timeout()
+        round_ = 0
+        while active:
+            for idx in list(active):
+                srv = self._servers[idx]
                 try:
                     info = srv.connect()
+                except ModelNotReady as e:
+                    waiting[idx] = e
+                    continue
                 except RemoteError as e:
+                    waiting.pop(idx, None)
                     errors.append((srv.url, e))
-                    if not is_retryable(e):
-                        break
-                    self._backoff(attempt)
+                    failed[idx] = failed.get(idx, 0) + 1
+                    if not is_retryable(e) or failed[idx] > self.retries:
+                        active.remove(idx)
                     continue
                 self._current = idx
                 self._validate_info(info)
                 return self
+            now = time.monotonic()
+            if now >= deadline:
+                for idx in [i for i in active if i in waiting]:
+                    active.remove(idx)
+                    srv = self._servers[idx]
+                    try:
+                        errors.append((srv.url, srv.not_ready_error(waited=round(now - start, 1))))
+                    except RemoteError as e:  # it stopped answering meanwhile
+                        errors.append((srv.url, e))
+            if not active:
+                break
+            pause = min(self.retry_delay * (2 ** round_), 0.5) if self.retry_delay > 0 else 0.05
+            if all(i in waiting for i in active):
+                pause = min(max(pause, 0.05), max(deadline - now, 0.0))
+            time.sleep(pause)
+            round_ += 1
         if self._fallback_model is not None and self._fallback_server is None:
             self._start_fallback()
             return self.connect()
         raise final_error(errors, f"connecting to model {self.model_name!r}")
+
+    def _ready_timeout(self) -> float:
+        if self.ready_timeout is not None:
+            return float(self.ready_timeout)
+        return float(self.timeout) if self.timeout is not None else 60.0
 
     def _start_fallback(self) -> None:
         from ..serve import serve
@@ -141,7 +210,11 @@ class RemoteModel(RequestsMixin):
     @property
     def model_info(self) -> ModelInfo:
         """Inputs, outputs, ``max_batch_size`` and dynamic batching as the server reports them."""
-        return self.server.connect()
+        info = self.server.info
+        if info is None:  # not connected yet, or the server went away: find one (waits for readiness)
+            self.connect()
+            info = self.server.info
+        return info if info is not None else self.server.connect()
 
     @property
     def fallback_server(self) -> Any:
@@ -178,37 +251,37 @@ class RemoteModel(RequestsMixin):
         return queue if queue is not None else self.queue
 
     # ------------------------------------------------------------------------ checks
-    def check(self, metadata: Any) -> None:
-        """Check a ModelMetadata's blocks against the model on the server (clear errors)."""
+    def check(self, metadata: Any) -> dict[str, dict[str, str]]:
+        """Check a ModelMetadata's blocks against the model on the server (clear errors) and
+        return how they map to the server's tensors: ``{"inputs": {block: tensor}, "outputs":
+        {block: tensor}}``.
+
+        Blocks named after the model's tensors map by name (output blocks may be a subset).
+        When no block name is a tensor name and the counts match, the blocks map to the
+        tensors in order, as a local :class:`inference.Model` takes them. A partial name match
+        is an error, never a silent mix of the two."""
         info = self.model_info
         key = (id(info), self._signature(metadata))
-        if key in self._checked:
-            return
+        known = self._checked.get(key)
+        if known is not None:
+            return known
         ins, outs = metadata.inputs, metadata.outputs
-        model_inputs = [t.name for t in info.inputs]
-        model_outputs = [t.name for t in info.outputs]
-        for name in ins.block_names:
-            spec = info.input(name)
-            if spec is None:
-                raise MetadataMismatch(f"input block {name!r} is not an input of model "
-                                       f"{self.model_name!r}; its inputs are {model_inputs}")
-            b = ins.block(name)
-            check_block(spec, name, b.dtype, b.shape, info.batching, "input")
-        missing = [n for n in model_inputs if n not in ins.block_names]
-        if missing:
-            raise MetadataMismatch(f"model {self.model_name!r} input(s) {missing} have no block; the "
-                                   f"input blocks are {ins.block_names}")
-        for name in outs.block_names:
-            spec = info.output(name)
-            if spec is None:
-                raise MetadataMismatch(f"output block {name!r} is not an output of model "
-                                       f"{self.model_name!r}; its outputs are {model_outputs}")
-            b = outs.block(name)
-            check_block(spec, name, b.dtype, b.shape, info.batching, "output")
+        in_map = _map_blocks("input", list(ins.block_names), [t.name for t in info.inputs],
+                             self.model_name, subset=False)
+        out_map = _map_blocks("output", list(outs.block_names), [t.name for t in info.outputs],
+                              self.model_name, subset=True)
+        for block, tensor in in_map.items():
+            b = ins.block(block)
+            check_block(info.input(tensor), block, b.dtype, b.shape, info.batching, "input")  # type: ignore[arg-type]
+        for block, tensor in out_map.items():
+            b = outs.block(block)
+            check_block(info.output(tensor), block, b.dtype, b.shape, info.batching, "output")  # type: ignore[arg-type]
         if not info.batching and ins.size != outs.size:
             raise MetadataMismatch(f"model {self.model_name!r} does not batch; inputs n={ins.size} "
                                    f"and outputs n={outs.size} must be one request")
-        self._checked.add(key)
+        mapping = {"inputs": in_map, "outputs": out_map}
+        self._checked[key] = mapping
+        return mapping
 
     @staticmethod
     def _signature(metadata: Any) -> tuple:
@@ -318,10 +391,11 @@ class RemoteModel(RequestsMixin):
         return mds
 
     def _gather(self, mds: list[Any], copy: bool) -> tuple[dict[str, np.ndarray], OutputSpecs, list[int]]:
-        """The request's inputs (events concatenated), expected outputs, rows per event."""
-        for md in mds:
-            self.check(md)
-        per_event = [{n: md.inputs.numpy(n) for n in md.inputs.block_names} for md in mds]
+        """The request's inputs (events concatenated), expected outputs, rows per event; all
+        named after the server's tensors."""
+        maps = [self.check(md) for md in mds]
+        per_event = [{m["inputs"][n]: md.inputs.numpy(n) for n in md.inputs.block_names}
+                     for md, m in zip(mds, maps)]
         if len(per_event) == 1:
             inputs, sizes = per_event[0], [_batching.batch_size(per_event[0])]
             if copy:
@@ -332,31 +406,34 @@ class RemoteModel(RequestsMixin):
                                        "send its events one by one, not with forward_many")
             inputs, sizes = _batching.concatenate(per_event)
         total = sum(sizes)
-        first = mds[0].outputs
+        first, out_map = mds[0].outputs, maps[0]["outputs"]
         specs: OutputSpecs = {}
         for n in first.block_names:
             b = first.block(n)
-            specs[n] = ((total, *b.shape[1:]), np.dtype(b.dtype))
-        for md in mds[1:]:
-            if md.outputs.block_names != first.block_names:
+            specs[out_map[n]] = ((total, *b.shape[1:]), np.dtype(b.dtype))
+        for md, m in zip(mds[1:], maps[1:]):
+            if md.outputs.block_names != first.block_names or m["outputs"] != out_map:
                 raise ValueError(f"forward_many: every event needs the same output blocks; got "
                                  f"{md.outputs.block_names} and {first.block_names}")
         self._counters.add(events=len(mds))
         return inputs, specs, sizes
 
-    def _deliver(self, mds: list[Any], outputs: dict[str, np.ndarray], sizes: list[int]) -> None:
-        """Write the outputs: every event validated first, so a mismatch writes nothing."""
+    def _deliver(self, mds: list[Any], outputs: dict[str, np.ndarray], sizes: list[int]) -> dict[str, np.ndarray]:
+        """Write the outputs (named after the server's tensors) into their blocks: every event
+        validated first, so a mismatch writes nothing."""
+        out_map = self.check(mds[0])["outputs"]  # cached: the same for every event
+        outputs = {block: outputs[tensor] for block, tensor in out_map.items()}
         parts = [outputs] if len(mds) == 1 else _batching.split(outputs, sizes)
         checked = [md.outputs.check_outputs(p, cast=getattr(md, "cast_outputs", False))
                    for md, p in zip(mds, parts)]
         for md, c in zip(mds, checked):
             md.outputs.write_checked(c, None)
+        return outputs
 
     def _forward_now(self, mds: list[Any]) -> dict[str, np.ndarray]:
         inputs, specs, sizes = self._gather(mds, copy=False)
         out = self._run_sync(inputs, specs, sizes)
-        self._deliver(mds, out, sizes)
-        return out
+        return self._deliver(mds, out, sizes)  # by block name
 
     def _start(self, mds: list[Any], fut: RemoteFuture) -> None:
         """Begin an asynchronous job in the configured mode; errors go to ``fut``."""
@@ -369,8 +446,7 @@ class RemoteModel(RequestsMixin):
 
                 def work() -> None:
                     try:
-                        out = self._run_sync(inputs, specs, sizes)
-                        self._deliver(mds, out, sizes)
+                        out = self._deliver(mds, self._run_sync(inputs, specs, sizes), sizes)
                     except BaseException as exc:  # noqa: BLE001 - handed to the future
                         fut._finish(None, exc)
                         return
@@ -384,7 +460,7 @@ class RemoteModel(RequestsMixin):
             def done(out: dict[str, np.ndarray] | None, err: BaseException | None) -> None:
                 if err is None:
                     try:
-                        self._deliver(mds, out, sizes)  # type: ignore[arg-type]
+                        out = self._deliver(mds, out, sizes)  # type: ignore[arg-type]
                     except BaseException as exc:  # noqa: BLE001
                         err = exc
                 fut._finish(out if err is None else None, err)

@@ -16,7 +16,13 @@ class RemoteTimeout(RemoteError):
 
 
 class ModelNotFound(RemoteError):
-    """The server runs, but does not have the model (the message lists the models it has)."""
+    """The server runs, but does not have the model (the message names the model asked for and
+    lists the models the server has)."""
+
+
+class ModelNotReady(ServerUnavailable):
+    """The server answers but it, or the model, is not ready (yet): loading. At connection a
+    :class:`RemoteModel` keeps asking until ``ready_timeout``; then this error says so."""
 
 
 class MetadataMismatch(RemoteError):

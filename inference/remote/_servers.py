@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._errors import ModelNotFound, RemoteError, ServerUnavailable
+from ._errors import ModelNotFound, ModelNotReady, RemoteError, ServerUnavailable
 from ._shm import ShmPool, is_local_url
 from ._transport import ModelInfo, Transport
 
@@ -28,12 +28,20 @@ class Server:
         return is_local_url(self.url)
 
     def connect(self) -> ModelInfo:
-        """Check server live/ready and model ready, then read the model's metadata and config."""
+        """One check: server live and ready, model ready; then read the model's metadata and
+        config. Raises :class:`ServerUnavailable` (no answer: retry a bounded number of times),
+        :class:`ModelNotReady` (it answers but is not ready yet: worth waiting for) or
+        :class:`ModelNotFound` (the server lists its models and this one is not among them)."""
         with self._lock:
             if self.info is not None:
                 return self.info
             t = self.transport
             if not t.is_ready():
+                if t.last_error.startswith("the server reports"):  # it answers: starting up
+                    err0 = ModelNotReady(f"server {self.url} is live but not ready ({t.last_error})")
+                    err0.known = True  # type: ignore[attr-defined]
+                    err0.retryable = True  # type: ignore[attr-defined]
+                    raise err0
                 err = ServerUnavailable(f"server {self.url} is not live/ready: "
                                         f"{t.last_error or 'no answer'} (timeout {t.timeout} s)")
                 err.retryable = True  # type: ignore[attr-defined]
@@ -43,13 +51,37 @@ class Server:
             except ModelNotFound:
                 ready = False
             if not ready:
-                have = t.models()
-                err2 = ModelNotFound(f"server {self.url} has no ready model {self.model!r}; it has "
-                                     f"{have if have else 'no models (or does not list them)'}")
-                err2.retryable = False  # type: ignore[attr-defined]
-                raise err2
+                raise self.not_ready_error()
             self.info = t.model_info(self.model)
             return self.info
+
+    def not_ready_error(self, waited: float | None = None) -> RemoteError:
+        """Why the model is not ready here: :class:`ModelNotFound` when the server does not have
+        it (its repository index lists other models, or ``waited`` seconds passed and no list
+        names it), else :class:`ModelNotReady` (loading, or a server that loads models without
+        listing them, as PyTriton does)."""
+        t = self.transport
+        index = t.repository_index()
+        loaded = t.loaded_models()
+        have = sorted(set(index) | set(loaded))
+        state = index.get(self.model, "")
+        known = self.model in index or self.model in loaded
+        if not known and (index or waited is not None):
+            after = f" (waited {waited:g} s for it to load)" if waited is not None else ""
+            err: RemoteError = ModelNotFound(
+                f"server {self.url} has no ready model {self.model!r}{after}; it has "
+                f"{have if have else 'no models (or does not list them)'}")
+            err.retryable = False  # type: ignore[attr-defined]
+            return err
+        what = f"state {state}" if state else ("loaded, not ready" if known else "not listed by the server yet")
+        if waited is not None:
+            err = ModelNotReady(f"model {self.model!r} on server {self.url} never became ready within "
+                                f"{waited:g} s ({what}); the server has {have if have else 'no models listed'}")
+        else:
+            err = ModelNotReady(f"model {self.model!r} on server {self.url} is not ready ({what})")
+        err.known = known  # type: ignore[attr-defined]
+        err.retryable = True  # type: ignore[attr-defined]
+        return err
 
     def reset(self) -> None:
         """Forget the connection (after the server went away); the next use reconnects."""
@@ -95,6 +127,8 @@ def final_error(errors: list[tuple[str, BaseException]], what: str) -> RemoteErr
         return RemoteTimeout(text)
     if kinds == {ModelNotFound}:
         return ModelNotFound(text)
+    if kinds == {ModelNotReady}:
+        return ModelNotReady(text)
     last: Any = errors[-1][1] if errors else None
     if last is not None and not getattr(last, "retryable", True) and not isinstance(last, ModelNotFound):
         return last

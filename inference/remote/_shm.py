@@ -3,12 +3,18 @@
 A :class:`ShmPool` owns regions registered with one server; a request leases one region large
 enough for its inputs and expected outputs, writes its inputs there, names the slots in the
 request instead of sending bytes, reads its outputs back and returns the region to the pool.
-Regions are unregistered and unlinked by :meth:`ShmPool.close` (and at interpreter exit).
+
+Regions are POSIX shared-memory segments named ``/alpyka-remote-<pid>-<n>-<token>`` (the owner's
+process id; :mod:`inference.serve._leftovers`). :meth:`ShmPool.close` unregisters them from the
+server and unlinks them; a pool that is garbage-collected, or still open at interpreter exit,
+unlinks them by name (nothing else: that code may run in the garbage collector, where it must
+not take a lock or call the server). What a killed client leaves is swept by the next pool or
+server started on this host.
 """
 
 from __future__ import annotations
 
-import itertools
+import mmap
 import os
 import threading
 import weakref
@@ -16,8 +22,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..serve._leftovers import _posixshmem, client_shm_key, sweep, unlink_shm
+
 _ALIGN = 64
-_counter = itertools.count()
 
 
 def _round(n: int, a: int = _ALIGN) -> int:
@@ -30,25 +37,39 @@ def is_local_url(url: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
+def _shm_open(key: str, byte_size: int) -> mmap.mmap:
+    """Create segment ``key`` (it must not exist) of ``byte_size`` bytes and map it."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_RDWR
+    if _posixshmem is not None:
+        fd = _posixshmem.shm_open(key, flags, mode=0o600)
+    else:  # no POSIX shm module: the Linux path of the same segments
+        fd = os.open("/dev/shm/" + key.lstrip("/"), flags, 0o600)
+    try:
+        os.ftruncate(fd, byte_size)
+        return mmap.mmap(fd, byte_size)
+    except BaseException:
+        unlink_shm(key)
+        raise
+    finally:
+        os.close(fd)
+
+
 class _Region:
     def __init__(self, byte_size: int) -> None:
-        import tritonclient.utils.shared_memory as shm
-
-        n = next(_counter)
-        self.name = f"alpyka_{os.getpid()}_{n}"
-        self.key = f"/alpyka_{os.getpid()}_{n}"
+        self.key = client_shm_key()
+        self.name = self.key.lstrip("/")  # the region's name on the server
         self.byte_size = byte_size
-        self.handle = shm.create_shared_memory_region(self.name, self.key, byte_size)
-        self.buffer = np.ndarray((byte_size,), np.uint8, buffer=self.handle._mpsm_handle.buf)
+        self._map = _shm_open(self.key, byte_size)
+        self.buffer = np.frombuffer(self._map, np.uint8)
 
     def destroy(self) -> None:
-        import tritonclient.utils.shared_memory as shm
-
+        """Unmap (when no view is left) and unlink."""
         self.buffer = None  # type: ignore[assignment]  # drop the view before unmapping
         try:
-            shm.destroy_shared_memory_region(self.handle)
-        except Exception:  # noqa: BLE001 - already gone
+            self._map.close()
+        except (BufferError, ValueError):  # a view still exists: unmapped when it goes
             pass
+        unlink_shm(self.key)
 
 
 class ShmLease:
@@ -109,17 +130,25 @@ class ShmLease:
             self._region = None  # type: ignore[assignment]
 
 
+def _unlink_all(keys: list[str]) -> None:
+    """The pool's finalizer (garbage collector, interpreter exit): unlink by name, lock-free."""
+    for key in list(keys):
+        unlink_shm(key)
+
+
 class ShmPool:
     """Registered regions for one server; ``register``/``unregister`` are the server's calls."""
 
     def __init__(self, register: Callable[[str, str, int], None],
                  unregister: Callable[[str], None]) -> None:
+        sweep()  # segments of clients (and servers) that were killed
         self._register, self._unregister = register, unregister
         self._free: list[_Region] = []
         self._all: list[_Region] = []
+        self._keys: list[str] = []  # read by the finalizer: names only
         self._lock = threading.Lock()
         self._closed = False
-        self._finalizer = weakref.finalize(self, ShmPool._cleanup, self._all, unregister)
+        self._finalizer = weakref.finalize(self, _unlink_all, self._keys)
 
     def lease(self, inputs: dict[str, np.ndarray],
               outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> ShmLease:
@@ -134,19 +163,29 @@ class ShmPool:
         if region is None:
             size = 1 << max(16, (need - 1).bit_length())
             region = _Region(size)
+            self._keys.append(region.key)
             try:
                 self._register(region.name, region.key, region.byte_size)
             except BaseException:
                 region.destroy()
+                self._forget(region.key)
                 raise
             with self._lock:
                 self._all.append(region)
         return ShmLease(self, region, inputs, outputs)
 
+    def _forget(self, key: str) -> None:
+        try:
+            self._keys.remove(key)
+        except ValueError:
+            pass
+
     def _give_back(self, region: _Region) -> None:
         with self._lock:
             if not self._closed:
                 self._free.append(region)
+                return
+        self._retire(region)  # the pool closed while the request ran
 
     def _retire(self, region: _Region) -> None:
         with self._lock:
@@ -157,22 +196,23 @@ class ShmPool:
         except Exception:  # noqa: BLE001 - the server may be gone already
             pass
         region.destroy()
+        self._forget(region.key)
 
     @property
     def regions(self) -> int:
         return len(self._all)
 
     def close(self) -> None:
+        """Unregister every region from the server and unlink it."""
         with self._lock:
             self._closed = True
-        self._finalizer()
-
-    @staticmethod
-    def _cleanup(regions: list[Any], unregister: Callable[[str], None]) -> None:
-        for r in list(regions):
+            regions, self._free = list(self._free), []  # leased ones retire when given back
+            self._all = [r for r in self._all if r not in regions]
+        for r in regions:
             try:
-                unregister(r.name)
+                self._unregister(r.name)
             except Exception:  # noqa: BLE001 - the server may be gone already
                 pass
             r.destroy()
-        regions.clear()
+            self._forget(r.key)
+        self._finalizer()  # names of what is left (regions in use now: unmapped when given back)

@@ -61,7 +61,12 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
         err.retryable = True  # type: ignore[attr-defined]
     elif (isinstance(exc, (ConnectionError, OSError)) or "UNAVAILABLE" in text
           or "CONNECT" in text or "SOCKET CLOSED" in text or "RESET" in text):
-        err = ServerUnavailable(f"server {url} is unreachable: {str(exc).strip() or type(exc).__name__}")
+        detail = str(exc).strip() or type(exc).__name__
+        if "REFUSED" in text:  # nothing listens there: the server is down (fails fast, no timeout)
+            err = ServerUnavailable(f"server {url} is unreachable: connection refused (is the server "
+                                    f"running?): {detail}")
+        else:
+            err = ServerUnavailable(f"server {url} is unreachable: {detail}")
         err.retryable = True  # type: ignore[attr-defined]
     elif "NOT_FOUND" in text or "UNKNOWN MODEL" in text or "NOT FOUND" in text:
         err = ModelNotFound(f"{url}: {str(exc).strip()}")
@@ -155,14 +160,30 @@ class Transport:
     def model_ready(self, model: str) -> bool:
         return bool(self._call("is_model_ready", model))
 
-    def models(self) -> list[str]:
-        """Names of the models in the server's repository (for error messages)."""
+    def repository_index(self) -> dict[str, str]:
+        """``{name: state}`` from the server's repository index (``{}`` when it lists nothing or
+        refuses). A server that loads models through the model-control API with their files in
+        the request (PyTriton does) lists nothing here."""
         try:
             index = self._call("get_model_repository_index", **self._as_json())
         except RemoteError:
+            return {}
+        entries = index.get("models", []) if isinstance(index, dict) else (index or [])
+        return {str(e.get("name", "?")): str(e.get("state", "") or "") for e in entries if isinstance(e, dict)}
+
+    def loaded_models(self) -> list[str]:
+        """Names of the models the server keeps statistics for (every loaded model; ``[]`` when
+        it refuses)."""
+        try:
+            stats = self._call("get_inference_statistics", "", **self._as_json())
+        except RemoteError:
             return []
-        entries = index.get("models", []) if isinstance(index, dict) else index
-        return sorted({e.get("name", "?") for e in entries})
+        entries = stats.get("model_stats", []) if isinstance(stats, dict) else []
+        return sorted({str(e.get("name", "?")) for e in entries if isinstance(e, dict)})
+
+    def models(self) -> list[str]:
+        """Names of the models the server has: its repository index and its loaded models."""
+        return sorted(set(self.repository_index()) | set(self.loaded_models()))
 
     def _as_json(self) -> dict[str, Any]:
         return {"as_json": True} if self.protocol == "grpc" else {}

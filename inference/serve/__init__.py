@@ -7,7 +7,10 @@
 The server runs in a child process (its own process group) whose ``LD_LIBRARY_PATH`` starts with
 this interpreter's LIBDIR, as PyTriton's Python-backend stub needs; it listens on 127.0.0.1 only,
 on free ports unless told otherwise. :meth:`ServerHandle.stop` (also at interpreter exit, and
-when the parent dies) stops it by its process id. CLI: ``python -m inference.serve``.
+when the parent dies) stops it by its process id; if the server process itself is killed, a
+watchdog in its process group kills Triton at once (see :mod:`._child`). Work directories are
+``<tmp>/alpyka-serve-<pid>-*``; stale ones (their owner dead) are swept when a server starts
+(:mod:`._leftovers`). CLI: ``python -m inference.serve``.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._leftovers import SERVER_PID_FILE, group_alive, remove_server_shm, server_workdir, sweep
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
 __all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "free_port", "serve"]
@@ -40,6 +43,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def child_environment() -> dict[str, str]:
@@ -108,12 +120,17 @@ class ServerHandle:
             pass
         # the group is the one the server process leads: Triton and its stubs, nothing else
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and group_alive(self.pid):
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 break
             time.sleep(0.05)
+        try:
+            proc.wait(2)  # reap it if it was killed just now
+        except subprocess.TimeoutExpired:
+            pass
+        remove_server_shm(self.pid)  # PyTriton's segments, if the server process could not
         try:
             atexit.unregister(self.stop)
         except Exception:  # noqa: BLE001
@@ -146,16 +163,23 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     list of those, or ``{name: model or {"path": ..., "inputs": ..., ...}}``. ``name`` names a
     single model (default: the file's stem). Tensors: ``inputs``/``outputs`` as
     ``"name:dtype:d0,d1"`` (dims per sample, -1 any), else read from a ``<file>.json`` beside the
-    model or its TorchScript extra file ``alpyka_io.json``, else one ``input__0`` float32 [-1];
-    outputs not declared are found by running the model once. Ports: None or 0 picks a free
+    model or its TorchScript extra file ``alpyka_io.json``, else read from the model itself
+    (TorchScript: ``input__0`` with the ``in_features`` of its first layer when that is a Linear;
+    a torch.export program: its input specs), else one ``input__0`` float32 [-1]; outputs not
+    declared are found by running the model once (a failure says what to declare). Ports: None or 0 picks a free
     loopback port. ``device``: ``"cpu"`` or ``"cuda"``/``"cuda:N"``. Dynamic batching merges
     concurrent requests up to ``max_batch_size`` (``preferred_batch_sizes``,
     ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch.
     """
     if not (device == "cpu" or device.startswith("cuda")):
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
+        if port and not _port_free(int(port)):
+            raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one "
+                             f"(0 picks a free one)")
     own = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix="alpyka-serve-")) if own else Path(workdir)  # type: ignore[arg-type]
+    sweep()  # what killed servers and clients left behind
+    wd = server_workdir() if own else Path(workdir)  # type: ignore[arg-type]
     wd.mkdir(parents=True, exist_ok=True)
     try:
         specs = model_specs(models, name=name, workdir=wd, inputs=inputs, outputs=outputs,
@@ -166,32 +190,50 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
         if own:
             shutil.rmtree(wd, ignore_errors=True)
         raise
-    ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
-    while len(set(ports)) < 3:
+    try:
         ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
-    config = {
-        "workdir": str(wd), "parent_pid": os.getpid(), "device": device, "threads": threads,
-        "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
-        "models": [s.to_json() for s in specs],
-    }
-    (wd / "config.json").write_text(json.dumps(config, indent=1))
-    log = open(wd / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
-                            env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    log.close()
+        while len(set(ports)) < 3:
+            ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
+        config = {
+            "workdir": str(wd), "own_workdir": own, "parent_pid": os.getpid(), "device": device,
+            "threads": threads, "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
+            "models": [s.to_json() for s in specs],
+        }
+        (wd / "config.json").write_text(json.dumps(config, indent=1))
+        with open(wd / "server.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
+                                    env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+        raise
     handle = ServerHandle(proc, wd, *ports, specs, own)
     deadline = time.monotonic() + startup_timeout
     ready = wd / "ready.json"
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            why = (f"exited with code {proc.returncode}" if proc.poll() is not None
-                   else f"was not ready after {startup_timeout} s")
-            tail = handle.log_tail()
-            handle.stop()
-            raise ServeError(f"the Triton server process {why}; its log ends with:\n{tail}")
-        time.sleep(0.1)
-    handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
+    try:
+        (wd / SERVER_PID_FILE).write_text(str(proc.pid))  # for the sweep, should this process die
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = (f"exited with code {proc.returncode}" if proc.poll() is not None
+                       else f"was not ready after {startup_timeout} s")
+                try:
+                    first = (wd / "error.txt").read_text().strip()
+                except OSError:
+                    first = ""
+                tail = handle.log_tail()
+                handle.stop()
+                if not first:  # no diagnosis from the server process: the log's last error line
+                    errs = [ln.strip() for ln in tail.splitlines()
+                            if ln[:1] == "E" and ln[1:5].isdigit() or "Error" in ln]
+                    first = f"the Triton server process {why}" + (f": {errs[-1]}" if errs else
+                                                                  " (its log is below)")
+                raise ServeError(f"{first}\nthe server process {why}; its log ends with:\n{tail}")
+            time.sleep(0.1)
+        handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
+    except BaseException:
+        handle.stop()  # an error or Ctrl-C while starting: leave no server behind
+        raise
     return handle
 
 

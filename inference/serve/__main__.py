@@ -4,12 +4,19 @@ host models in Triton until Ctrl-C (or SIGTERM); errors print one line with the 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 from typing import Sequence
 
-from . import ServeError, serve
+from . import serve
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (the one that says what to fix)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,9 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        dynamic_batching=not args.no_dynamic_batching,
                        preferred_batch_sizes=args.preferred_batch_size,
                        max_queue_delay_us=args.max_queue_delay_us, instances=args.instances)
-    except (ServeError, ValueError, TypeError, FileNotFoundError) as exc:
-        first = str(exc).splitlines()[0]
-        print(f"alpyka serve: error: {first}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - one line with the fix (ALPYKA_TRACEBACK=1: the traceback)
+        if os.environ.get("ALPYKA_TRACEBACK"):
+            raise
+        print(f"alpyka serve: error: {first_line(exc)}", file=sys.stderr)
         return 2
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -52,7 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in server.models:
         ins = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.inputs)
         outs = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.outputs)
-        print(f"model {m.name}: {ins} -> {outs} (max_batch_size {m.max_batch_size})")
+        src = m.inputs_from
+        note = ("" if src == "declared" else "; inputs from its .json/extra file" if src == "file"
+                else "; inputs not declared (--input)" if src.startswith("default")
+                else f"; inputs read from the model: {src}")
+        print(f"model {m.name}: {ins} -> {outs} (max_batch_size {m.max_batch_size}{note})")
     print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops",
           flush=True)
     try:

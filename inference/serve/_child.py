@@ -3,31 +3,102 @@
 Started by :func:`inference.serve.serve` as ``python -m inference.serve._child CONFIG.json`` with
 ``LD_LIBRARY_PATH`` starting with the interpreter's LIBDIR (PyTriton's Python-backend stub must
 load this interpreter's libpython). It writes ``ready.json`` once Triton is up, stops on
-SIGTERM/SIGINT, and stops by itself when its parent process dies.
+SIGTERM/SIGINT, and stops by itself when its parent process dies (then it also removes the
+work directory its parent can no longer remove). A startup failure is written, as one line that
+says what to fix, to ``error.txt`` (the traceback goes to the log).
+
+Lifetime of Triton: PyTriton starts ``tritonserver`` (and Triton starts its Python-backend
+stubs) in this process's process group. A small watchdog process, also in the group, waits for
+this process to end and then SIGKILLs the whole group: if this process is killed, Triton must
+not live on (PyTriton's own parent-death signal makes Triton shut down gracefully, which waits
+for in-flight requests that this dead process would never answer, so clients would hang until
+their timeouts). On a normal stop Triton has already ended and the watchdog kills only itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from ._spec import ModelSpec, TensorDecl
+from ._leftovers import group_members, remove_server_shm
+from ._spec import ModelSpec, TensorDecl, declare_hint
+
+ERROR_FILE = "error.txt"
+
+# Polls its parent (this process); once the parent is gone, SIGKILLs the rest of the process
+# group (Triton, its stubs) and removes the model folders Triton made for its stubs (Triton
+# removes them itself only when it shuts down normally).
+_WATCHDOG = """
+import os, shutil, signal, sys, time
+parent = int(sys.argv[1])
+while os.getppid() == parent:
+    time.sleep(0.1)
+me, group, folders = os.getpid(), os.getpgid(0), set()
+try:
+    entries = os.listdir("/proc")
+except OSError:  # no /proc: the whole group at once, this process included
+    os.killpg(group, signal.SIGKILL)
+for _ in range(3):
+    for e in os.listdir("/proc"):
+        if not e.isdigit() or int(e) == me:
+            continue
+        try:
+            if os.getpgid(int(e)) != group:
+                continue
+            with open("/proc/%s/cmdline" % e, "rb") as fh:
+                argv = fh.read().split(b"\\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
+            folder = os.path.dirname(os.path.dirname(os.fsdecode(argv[1])))
+            if os.path.basename(folder).startswith("folder"):
+                folders.add(folder)
+        try:
+            os.kill(int(e), signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.05)
+for folder in folders:
+    shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+class StartupError(RuntimeError):
+    """A failure with a one-line message that says what to fix."""
+
+
+def model_format(path: str) -> str:
+    """``"jit"``, ``"aot"`` or ``"exported"`` (by content, not by suffix)."""
+    try:
+        from .._loading import detect_format
+
+        return detect_format(path)
+    except Exception:  # noqa: BLE001 - fall back on the suffix; loading reports the real error
+        return "aot" if path.endswith(".pt2") else "jit"
 
 
 def load_model(path: str, device: str) -> Callable[..., Any]:
-    """A callable on torch tensors: TorchScript (.pt) or an AOTInductor package (.pt2)."""
+    """A callable on torch tensors: TorchScript (.pt), an AOTInductor package or a
+    torch.export program (.pt2)."""
     import torch
 
-    if path.endswith(".pt2"):
+    fmt = model_format(path)
+    if fmt == "aot":
         return torch._inductor.aoti_load_package(path)
+    if fmt == "exported":
+        module = torch.export.load(path).module()
+        return module.to(device) if device != "cpu" else module
     module = torch.jit.load(path, map_location=device)
     module.eval()
     return module
@@ -41,18 +112,41 @@ def _as_list(out: Any, names: list[str]) -> list[Any]:
     return [out]
 
 
+def _decl_text(spec: ModelSpec) -> str:
+    return ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in spec.inputs)
+
+
 def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> list[TensorDecl]:
-    """Output declarations found by running the model on two zero samples."""
+    """Output declarations found by running the model once on zeros (two samples when it
+    batches). A failure raises :class:`StartupError` saying what to declare."""
     import torch
 
-    args = [torch.zeros((2, *[max(d, 1) for d in t.dims]), dtype=getattr(torch, t.dtype), device=device)
-            for t in spec.inputs]
-    with torch.inference_mode():
-        outs = _as_list(model(*args), [])
+    batch = (2,) if spec.max_batch_size > 0 else ()
+    shapes = [(*batch, *[max(d, 1) for d in t.dims]) for t in spec.inputs]
+    try:
+        args = [torch.zeros(s, dtype=getattr(torch, t.dtype), device=device) for s, t in zip(shapes, spec.inputs)]
+        with torch.inference_mode():
+            outs = _as_list(model(*args), [])
+    except Exception as exc:  # noqa: BLE001 - reported as one line with the fix
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
+        src = spec.inputs_from
+        if src == "declared":
+            where = "as declared"
+        elif src == "file":
+            where = "as declared in its .json/extra file"
+        elif src.startswith("default"):
+            where = f"not declared and not readable from the model: {src[len('default'):].strip(' ()')}"
+        else:
+            where = f"read from the model: {src}"
+        shown = ", ".join(f"{list(s)}" for s in shapes)
+        raise StartupError(
+            f"model {spec.name!r}: a trial run on zeros of shape {shown} (inputs {_decl_text(spec)}, {where}) "
+            f"failed: {reason}; {declare_hint(spec)}") from exc
     variable = any(d < 0 for t in spec.inputs for d in t.dims)  # output extents may follow inputs
     decls = []
     for i, o in enumerate(outs):
-        dims = tuple(-1 if variable else int(d) for d in o.shape[1:])
+        shape = o.shape[1:] if batch else o.shape
+        dims = tuple(-1 if variable else int(d) for d in shape)
         decls.append(TensorDecl(f"output__{i}", str(o.detach().cpu().numpy().dtype), dims))
     return decls
 
@@ -89,61 +183,143 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
     return infer_requests
 
 
-def _watch_parent(parent: int, stop: threading.Event) -> None:
+def _watch_parent(parent: int, stop: threading.Event, orphaned: threading.Event) -> None:
     while not stop.wait(0.5):
         if os.getppid() != parent:
+            orphaned.set()
             stop.set()
+
+
+def start_group_watchdog() -> subprocess.Popen | None:
+    """The watchdog that SIGKILLs this process group once this process is gone (see the
+    module's docstring). Only where this process leads its own group (as ``serve`` starts it)."""
+    if os.getpgid(0) != os.getpid():
+        return None  # not our own group: killing it would kill unrelated processes
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(os.getpid())],
+                            stdin=subprocess.DEVNULL, close_fds=True)
+
+
+def _become_subreaper() -> None:
+    """Adopt orphaned descendants (Triton's stubs and their helpers once Triton is gone), so that
+    they are reaped here rather than left as zombies under an init that does not reap (some
+    containers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001 - not Linux: orphans go to init as usual
+        pass
+
+
+def _reap() -> None:
+    """Reap every exited child (only after Triton stopped: PyTriton waits for its own)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _stop_resource_tracker() -> None:
+    """End this process's multiprocessing resource tracker now (it cleans up after itself and is
+    reaped), instead of leaving it to outlive this process."""
+    try:
+        from multiprocessing import resource_tracker
+
+        tracker = resource_tracker._resource_tracker  # noqa: SLF001 - no public way to stop it
+        if getattr(tracker, "_pid", None) is None:
+            return
+        t = threading.Thread(target=tracker._stop, daemon=True)  # noqa: SLF001 - bounded below
+        t.start()
+        t.join(3.0)
+    except Exception:  # noqa: BLE001 - not started, or another Python: it ends when we do
+        pass
+
+
+def _wait_group_drained(exclude: set[int], timeout: float) -> None:
+    """Give Triton's stubs time to exit (and remove their shared memory) by themselves,
+    reaping what exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _reap()
+        if not group_members(os.getpid(), exclude | {os.getpid()}) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def _write_error(workdir: Path, message: str) -> None:
+    try:
+        (workdir / ERROR_FILE).write_text(message.splitlines()[0] if message else "unknown error")
+    except OSError:
+        pass
 
 
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
-    stop = threading.Event()
+    stop, orphaned = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=_watch_parent, args=(cfg["parent_pid"], stop), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(cfg["parent_pid"], stop, orphaned), daemon=True).start()
+    _become_subreaper()
+    watchdog = start_group_watchdog()
+    triton = None
+    stage = "starting the server"
     try:
-        import torch
-        from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-        from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
+        try:
+            import torch
+            from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+            from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
-        if cfg.get("threads"):
-            torch.set_num_threads(int(cfg["threads"]))
-        device = cfg["device"]
-        specs = [ModelSpec.from_json(s) for s in cfg["models"]]
-        bindings = []
-        for spec in specs:
-            model = load_model(spec.path, device)
-            if not spec.outputs:
-                spec.outputs = probe_outputs(model, spec, device)
-            bindings.append((spec, make_infer(model, spec, device)))
-        tconfig = TritonConfig(
-            grpc_address="127.0.0.1", grpc_port=cfg["grpc_port"],
-            http_address="127.0.0.1", http_port=cfg["http_port"],
-            metrics_address="127.0.0.1", metrics_port=cfg["metrics_port"],
-            log_verbose=int(cfg.get("log_verbose", 0)),
-        )
-        triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"),
-                        security_config=TritonSecurityConfig(restricted_endpoints=[]))
-        for spec, infer in bindings:
-            batcher = None
-            if spec.max_batch_size > 0 and spec.dynamic_batching:
-                batcher = DynamicBatcher(max_queue_delay_microseconds=int(spec.max_queue_delay_us),
-                                         preferred_batch_size=spec.preferred_batch_sizes or None)
-            mconfig = ModelConfig(batching=spec.max_batch_size > 0,
-                                  max_batch_size=max(spec.max_batch_size, 0), batcher=batcher)
-            triton.bind(
-                model_name=spec.name,
-                infer_func=[infer] * max(1, spec.instances),
-                inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.inputs],
-                outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.outputs],
-                config=mconfig, strict=False,
+            if cfg.get("threads"):
+                torch.set_num_threads(int(cfg["threads"]))
+            device = cfg["device"]
+            specs = [ModelSpec.from_json(s) for s in cfg["models"]]
+            bindings = []
+            for spec in specs:
+                stage = f"loading model {spec.name!r} from {spec.path}"
+                model = load_model(spec.path, device)
+                if not spec.outputs:
+                    stage = f"running model {spec.name!r} once to find its outputs"
+                    spec.outputs = probe_outputs(model, spec, device)
+                bindings.append((spec, make_infer(model, spec, device)))
+            stage = "starting Triton"
+            tconfig = TritonConfig(
+                grpc_address="127.0.0.1", grpc_port=cfg["grpc_port"],
+                http_address="127.0.0.1", http_port=cfg["http_port"],
+                metrics_address="127.0.0.1", metrics_port=cfg["metrics_port"],
+                log_verbose=int(cfg.get("log_verbose", 0)),
+                exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
             )
-        triton.run()
-    except BaseException:  # noqa: BLE001 - reported to the parent through the log and exit code
-        traceback.print_exc()
-        return 2
-    try:
+            triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"),
+                            security_config=TritonSecurityConfig(restricted_endpoints=[]))
+            for spec, infer in bindings:
+                batcher = None
+                if spec.max_batch_size > 0 and spec.dynamic_batching:
+                    batcher = DynamicBatcher(max_queue_delay_microseconds=int(spec.max_queue_delay_us),
+                                             preferred_batch_size=spec.preferred_batch_sizes or None)
+                mconfig = ModelConfig(batching=spec.max_batch_size > 0,
+                                      max_batch_size=max(spec.max_batch_size, 0), batcher=batcher)
+                triton.bind(
+                    model_name=spec.name,
+                    infer_func=[infer] * max(1, spec.instances),
+                    inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.inputs],
+                    outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.outputs],
+                    config=mconfig, strict=False,
+                )
+            triton.run()
+        except StartupError as exc:  # already one line with the fix
+            traceback.print_exc()
+            _write_error(workdir, str(exc))
+            return 2
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent: error.txt, log, exit code
+            traceback.print_exc()
+            reason = (str(exc).strip().splitlines() or [""])[0].strip()
+            _write_error(workdir, f"{stage} failed: {type(exc).__name__}" + (f": {reason}" if reason else ""))
+            return 2
         ready = {"pid": os.getpid(), "models": [s.to_json() for s in specs]}
         tmp = workdir / "ready.json.tmp"
         tmp.write_text(json.dumps(ready))
@@ -156,7 +332,20 @@ def main(config_path: str) -> int:
                 return 3
         return 0
     finally:
-        triton.stop()
+        if triton is not None:
+            try:
+                triton.stop()
+            except BaseException:  # noqa: BLE001 - stopping anyway
+                traceback.print_exc()
+        _stop_resource_tracker()
+        _wait_group_drained({watchdog.pid} if watchdog is not None else set(), timeout=5.0)
+        if watchdog is not None:  # a normal end: no longer needed; reaped here, not left a zombie
+            watchdog.kill()
+            watchdog.wait()
+        _reap()
+        remove_server_shm(os.getpid())  # PyTriton's segments, named after this process
+        if orphaned.is_set() and cfg.get("own_workdir"):
+            shutil.rmtree(workdir, ignore_errors=True)  # the parent died and cannot remove it
 
 
 if __name__ == "__main__":

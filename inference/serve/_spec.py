@@ -60,6 +60,9 @@ class ModelSpec:
     preferred_batch_sizes: list[int] = field(default_factory=list)
     max_queue_delay_us: int = 0
     instances: int = 1
+    # where the inputs come from: "declared", "file" (<file>.json / extra file), "default (why
+    # not read)" (one input__0 float32 [-1]) or what was read from the model ("first Linear ...")
+    inputs_from: str = "declared"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +99,89 @@ def _io_from_file(path: str) -> tuple[list[TensorDecl], list[TensorDecl]]:
     return [], []
 
 
+def declare_hint(spec: "ModelSpec") -> str:
+    """How to declare the inputs of ``spec`` (one line, CLI and Python forms)."""
+    if spec.inputs_from in ("declared", "file"):
+        return ("check the input declarations (NAME:DTYPE:DIMS, dims per sample without the batch axis), "
+                "or declare the outputs too (--output NAME:DTYPE:DIMS; Python: outputs=[...]) to skip this run")
+    n = "D0,D1" if any(len(t.dims) > 1 for t in spec.inputs) else "N"
+    first = spec.inputs[0] if spec.inputs else TensorDecl("input__0")
+    example = f"{first.name}:{first.dtype}:{n}"
+    return (f"declare the inputs, e.g. --input {example} (dims per sample without the batch axis; "
+            f"one --input per input; Python: inputs=[{example!r}])")
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]:
+    """Input declarations read from the model file itself, and where they come from; ``([], why)``
+    when they cannot be read.
+
+    - TorchScript: one input whose features are the ``in_features`` of the first layer with
+      parameters, when it is a ``Linear`` (dtype: its weight's);
+    - a ``torch.export`` program: its user inputs' dtypes and shapes (symbolic extents -> -1;
+      the first axis is the batch axis when the model batches);
+    - AOTInductor packages do not say: declare them.
+    """
+    try:
+        from .._loading import detect_format
+
+        fmt = detect_format(path)
+    except Exception as exc:  # noqa: BLE001 - loading will report it
+        return [], f"its format could not be read ({exc})"
+    import torch
+
+    if fmt == "jit":
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = torch.jit.load(path, map_location="cpu")
+        try:
+            args = [a.name for a in module.forward.schema.arguments][1:]
+        except Exception:  # noqa: BLE001
+            args = []
+        if len(args) > 1:
+            return [], f"its forward takes {len(args)} inputs {args}"
+        for name, sub in module.named_modules():
+            own = dict(sub.named_parameters(recurse=False))
+            if not own:
+                continue
+            kind = getattr(sub, "original_name", type(sub).__name__)
+            weight = own.get("weight")
+            if kind == "Linear" and weight is not None and weight.dim() == 2:
+                features = int(weight.shape[1])
+                where = f"first Linear {name!r} (in_features {features})" if name else f"Linear (in_features {features})"
+                return [TensorDecl("input__0", _dtype_name(weight.dtype), (features,))], where
+            return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
+        return [], "it has no parameters to read the input size from"
+    if fmt == "exported":
+        from torch.export.graph_signature import InputKind
+
+        ep = torch.export.load(path)
+        nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        decls = []
+        for i, spec in enumerate(s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT):
+            val = nodes.get(getattr(spec.arg, "name", ""), None)
+            val = val.meta.get("val") if val is not None else None
+            if not isinstance(val, torch.Tensor):
+                return [], f"its input {i} is not a tensor"
+            dims = [int(d) if isinstance(d, int) else -1 for d in val.shape]
+            if batching:
+                if not dims:
+                    return [], f"its input {i} is a scalar, it cannot batch"
+                dims = dims[1:]
+            decls.append(TensorDecl(f"input__{i}", _dtype_name(val.dtype), tuple(dims)))
+        if not decls:
+            return [], "it takes no tensor inputs"
+        return decls, "the exported program's input specs"
+    if fmt == "aot":
+        return [], "an AOTInductor package does not record its input shapes"
+    return [], f"it is a {fmt} file"
+
+
 def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequence[Any] | None,
                 outputs: Sequence[Any] | None, **settings: Any) -> list[ModelSpec]:
     """Normalise ``serve``'s ``models`` argument (a path, an nn.Module, a list, or a mapping
@@ -117,12 +203,17 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
         path = _as_path(per.pop("path"), str(mname), workdir)
         ins = _decls(per.pop("inputs", None) or inputs)
         outs = _decls(per.pop("outputs", None) or outputs)
+        opts = {**settings, **per}
+        source = "declared"
         if not ins:
             ins, file_outs = _io_from_file(path)
             outs = outs or file_outs
+            source = "file"
         if not ins:
-            ins = [TensorDecl("input__0")]
-        opts = {**settings, **per}
+            ins, source = inputs_from_model(path, int(opts.get("max_batch_size", 64)) > 0)
+            if not ins:
+                ins, source = [TensorDecl("input__0")], f"default ({source})"
+        opts["inputs_from"] = source
         specs.append(ModelSpec(str(mname), path, ins, outs, **opts))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):

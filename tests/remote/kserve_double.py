@@ -2,7 +2,8 @@
 
 It hosts one model that doubles its input (``x`` -> ``y = 2 x``, FP32, batch axis -1) and can
 misbehave on purpose: answer slowly (``delay``), fail the first requests (``fail_first``),
-declare wrong metadata (``wrong_dtype``). Runs in-process (:func:`start`) or as a script
+declare wrong metadata (``wrong_dtype``), load slowly (``loading``: not ready for that many
+seconds), list no models (``list_models=False``). Runs in-process (:func:`start`) or as a script
 (``python kserve_double.py PORT [--delay S]``) for tests that kill it by its pid.
 """
 
@@ -29,6 +30,8 @@ class Behaviour:
     fail_first: int = 0          # the first N infer requests fail with UNAVAILABLE
     wrong_dtype: bool = False    # metadata/config declare INT32 instead of FP32
     max_batch_size: int = 8
+    loading: float = 0.0         # seconds after start during which the model is LOADING (not ready)
+    list_models: bool = True     # False: an empty repository index (as PyTriton's servers)
     requests: int = 0            # infer requests received
     rows: list[int] = field(default_factory=list)  # batch size of each answered request
 
@@ -37,6 +40,10 @@ class DoubleServicer(stubs.GRPCInferenceServiceServicer):
     def __init__(self, behaviour: Behaviour) -> None:
         self.b = behaviour
         self.lock = threading.Lock()
+        self.started = time.monotonic()
+
+    def _loaded(self) -> bool:
+        return time.monotonic() - self.started >= self.b.loading
 
     # health
     def ServerLive(self, request, context):
@@ -46,11 +53,13 @@ class DoubleServicer(stubs.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=True)
 
     def ModelReady(self, request, context):
-        return pb.ModelReadyResponse(ready=request.name == self.b.model)
+        return pb.ModelReadyResponse(ready=request.name == self.b.model and self._loaded())
 
     def RepositoryIndex(self, request, context):
+        if not self.b.list_models:
+            return pb.RepositoryIndexResponse()
         return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(
-            name=self.b.model, version="1", state="READY")])
+            name=self.b.model, version="1", state="READY" if self._loaded() else "LOADING")])
 
     def _known(self, name, context) -> None:
         if name != self.b.model:

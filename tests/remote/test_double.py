@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from inference import ModelMetadata, SoAMetadata
 from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, RemoteTimeout,
                               ServerUnavailable)
 from inference.serve import free_port
@@ -116,12 +117,41 @@ def test_wrong_metadata_names_the_block(double):
             model.forward(metadata(hits, out))
     good = double()
     with RemoteModel(good.url, "double", timeout=5) as model:
-        with pytest.raises(MetadataMismatch, match="input block 'features' is not an input"):
-            model.forward(metadata(hits, out, in_block="features"))
-        with pytest.raises(MetadataMismatch, match="output block 'scores' is not an output"):
-            model.forward(metadata(hits, make_out(Scores, 8), out_block="scores"))
+        # a partial name match is an error, never a silent mix of names and order
+        partial = ModelMetadata(SoAMetadata(hits).append_block("x", "a", "b").append_block("extra", "c"),
+                                SoAMetadata(out).append_block("y", "p", "q", "r"))
+        with pytest.raises(MetadataMismatch, match=r"input blocks \['x', 'extra'\] match the inputs of "
+                                                   r"model 'double' \['x'\] only in part \(\['extra'\] is not one\)"):
+            model.forward(partial)
+        # no name matches and the counts differ: no order to map in either
+        two = ModelMetadata(SoAMetadata(hits).append_block("x", "a", "b", "c"),
+                            SoAMetadata(out).append_block("u", "p", "q").append_block("v", "r"))
+        with pytest.raises(MetadataMismatch, match=r"output blocks \['u', 'v'\] are not outputs of model "
+                                                   r"'double'; its outputs are \['y'\]"):
+            model.forward(two)
     np.testing.assert_array_equal(out_matrix(out), np.full((8, 3), -7.0, np.float32))
     assert good.behaviour.requests == 0
+
+
+def test_blocks_named_otherwise_map_in_order(double):
+    """The metadata of a local Model (block names of the user's choice) works remotely: with as
+    many blocks as tensors and no name in common, blocks map to the tensors in order."""
+    srv = double()
+    hits, out = make_hits(8, seed=11), make_out(Preds, 8)
+    with RemoteModel(srv.url, "double", timeout=5) as model:
+        md = metadata(hits, out, in_block="features", out_block="preds")
+        assert model.check(md) == {"inputs": {"features": "x"}, "outputs": {"preds": "y"}}
+        model.forward(md)
+        np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
+        out2 = make_out(Preds, 8)
+        result = model.forward_async(metadata(hits, out2, in_block="features", out_block="preds")).result(10)
+        assert list(result) == ["preds"]  # the future's outputs are named after the blocks
+        np.testing.assert_array_equal(out_matrix(out2), 2 * hits_matrix(hits))
+        # dtype/shape errors still name the block and the tensor it maps to
+        bad = ModelMetadata(SoAMetadata(hits).append_block("features", "a", "b", "c"),
+                            SoAMetadata(make_hits(8)).append_block("scores", "flag"))  # int32
+        with pytest.raises(MetadataMismatch, match="output block 'scores' has dtype int32, the model's output 'y'"):
+            model.forward(bad)
 
 
 def test_missing_model_lists_the_models_it_has(double):
