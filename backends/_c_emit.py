@@ -3,7 +3,10 @@
 One walk over :mod:`portable.kernel.ir` serves the three dialects (:mod:`backends._c_dialect`
 holds what differs). Real multi-thread blocks: shared arrays are ``__local`` / ``__shared__``
 arrays, ``sync_block_threads`` is a barrier, atomics are native where the device has them and a
-compare-and-swap loop otherwise; ``//``, ``%`` and ``/`` keep Python's semantics.
+compare-and-swap loop otherwise; ``//``, ``%`` and ``/`` keep Python's semantics. Indices are
+plain C offsets (no wrap-around, as the kernel language defines them and the numba emitter
+matches with uint64 indices); under range checks ``alpyka_chk`` reports any index outside
+``[0, extent)``, negative ones included.
 
 Every C line that comes from a kernel statement ends with a ``// file.py:line`` comment and
 :attr:`CSource.line_map` maps C lines back to Python lines, so a build error can show both.

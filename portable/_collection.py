@@ -8,9 +8,12 @@ import numpy as np
 
 import soa
 
+from ._backend import MemRef
 from ._buffer import Buffer
 from ._device import Device
+from ._memory import memcpy, memset
 from ._queue import Queue
+from ._registry import host
 
 _BUFFER_ALIGNMENT = 128
 
@@ -66,6 +69,7 @@ class PortableCollection:
         self._offsets = offsets
         self.nbytes = total
         self.device = device
+        _check_allocation(device, total, self._blocks, pinned)
         align = max([_BUFFER_ALIGNMENT] + [lay.alignment for _, lay, _ in self._blocks])
         self.buffer = Buffer(device, (total,), np.uint8, pinned=pinned, queue=queue, alignment=align)
         for (_, lay, _), off in zip(self._blocks, offsets):
@@ -156,6 +160,10 @@ class PortableCollection:
         return self.buffer.__dlpack_device__()
 
     # ------------------------------------------------------------------ data movement
+    def memref(self) -> MemRef:
+        """All of the collection's bytes (what ``pk.memcpy`` / ``pk.memset`` copy or fill)."""
+        return self.buffer.memref(0, self.nbytes)
+
     def check_same_shape(self, other: "PortableCollection") -> None:
         """Raise unless ``other`` has the same layouts and sizes (a copy between them is exact)."""
         mine = [(lay, n) for _, lay, n in self._blocks]
@@ -168,8 +176,6 @@ class PortableCollection:
 
     def zero(self, queue: Queue | None = None) -> "PortableCollection":
         """Enqueue setting every byte to 0 (on ``queue``, or synchronously when None)."""
-        from ._memory import memset
-
         q = queue if queue is not None else Queue(self.device, blocking=True)
         memset(q, self, 0)
         return self
@@ -183,8 +189,6 @@ class PortableCollection:
 
     def to(self, device: Device, queue: Queue) -> "PortableCollection":
         """A copy on ``device``, enqueued on ``queue`` (asynchronous: wait before reading)."""
-        from ._memory import memcpy
-
         target = queue if queue.device is device else device
         out = self._like(target)
         memcpy(queue, out, self)
@@ -192,12 +196,8 @@ class PortableCollection:
 
     def to_host(self, queue: Queue) -> "PortableCollection":
         """A host copy (pinned when the source is GPU memory), enqueued on ``queue``."""
-        from ._registry import host
-
         h = host()
         out = self._like(h, pinned=not self.device.is_host_memory)
-        from ._memory import memcpy
-
         memcpy(queue, out, self)
         return out
 
@@ -209,27 +209,63 @@ class PortableCollection:
         return src.view(which).to_dict()
 
     @classmethod
-    def from_dict(cls, layout: type[soa.Layout], data: Mapping[str, Any], queue_or_device: Queue | Device) -> "PortableCollection":
-        """A collection of ``layout`` filled from ``{field: array}``; every field must be given,
-        columns with the same length n. The copy to a device is enqueued on the queue."""
+    def from_dict(cls, layout: type[soa.Layout], data: Mapping[str, Any], queue_or_device: Queue | Device, *,
+                  casting: str = "same_value") -> "PortableCollection":
+        """A collection of ``layout`` filled from ``{field: values}``; every field must be given,
+        columns (vectors, matrices) as arrays of the same length n, scalar fields as one value.
+        The copy to a device is enqueued on the queue.
+
+        ``casting`` says which conversions to the fields' dtypes are allowed:
+
+        - ``"same_value"`` (default): every value must be representable in the field's dtype:
+          integers (Python ints, integer arrays) within its range, floats going to an integer
+          field only when they are finite whole numbers in range, bools from bools or 0/1, no
+          complex into a real field, no finite value that overflows to inf; float64 into float32
+          rounds to the nearest float32, as numpy's ``same_kind`` does.
+        - ``"no"``, ``"equiv"``, ``"safe"``, ``"same_kind"``: numpy's rules on the dtypes
+          (``np.can_cast``) for numpy arrays and scalars; Python numbers and lists are checked by
+          value as with ``"same_value"`` (their dtype is numpy's guess, not a choice).
+        - ``"unsafe"``: anything numpy's ``astype`` does (wrap-around, truncation...).
+
+        Errors name the field and what was wrong (TypeError for values of the wrong kind,
+        ValueError for a wrong shape or a value that does not fit).
+        """
+        if casting not in _CASTINGS:
+            raise ValueError(f"from_dict: casting must be one of {', '.join(map(repr, _CASTINGS))}, got {casting!r}")
         names = layout.field_names()
         missing = [k for k in names if k not in data]
         extra = [k for k in data if k not in names]
         if missing or extra:
             raise KeyError(f"from_dict for {layout.__name__}: missing fields {missing}, unknown fields {extra}")
-        lengths = {k: len(np.asarray(data[k])) for k in names if layout.field(k).kind != "scalar"}
+        arrays = {k: _as_array(layout, k, data[k]) for k in names}
+        lengths = {}
+        for k in names:
+            f = layout.field(k)
+            if f.kind == "scalar":
+                continue
+            if arrays[k].ndim == 0:
+                raise ValueError(f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) got a "
+                                 f"scalar {data[k]!r}; it needs an array of shape (n{_comp_shape(f)}), one "
+                                 "row per element")
+            lengths[k] = len(arrays[k])
         if len(set(lengths.values())) > 1:
             raise ValueError(f"from_dict for {layout.__name__}: columns differ in length: {lengths}")
         n = next(iter(lengths.values()), 0)
         device = queue_or_device.device if isinstance(queue_or_device, Queue) else queue_or_device
+        converted = {}
+        for k in names:
+            f = layout.field(k)
+            shape = (n,) + tuple(f.shape) if f.kind != "scalar" else ()
+            arr = arrays[k]
+            if arr.shape != shape:
+                raise ValueError(f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) has shape "
+                                 f"{arr.shape}, the layout needs {shape}")
+            converted[k] = _convert(arr, f.dtype, casting, data[k], f"from_dict for {layout.__name__}: field "
+                                    f"{k!r} ({_field_desc(f)})")
         host_coll = cls(layout, n, queue_or_device if device.is_host_memory else _host_device())
         v = host_coll.view()
         for k in names:
-            arr = np.asarray(data[k])
-            target = getattr(v, k)
-            if arr.shape != target.shape:
-                raise ValueError(f"from_dict: field {k!r} has shape {arr.shape}, the layout needs {target.shape}")
-            target[...] = arr
+            getattr(v, k)[...] = converted[k]
         if device.is_host_memory:
             return host_coll
         q = queue_or_device if isinstance(queue_or_device, Queue) else Queue(device, blocking=True)
@@ -241,6 +277,195 @@ class PortableCollection:
 
 
 def _host_device() -> Device:
-    from ._registry import host
-
     return host()
+
+
+# ---------------------------------------------------------------------- allocation size checks
+class CollectionTooLarge(MemoryError, ValueError):
+    """A collection whose bytes cannot fit the device (a MemoryError and a ValueError)."""
+
+
+def _human(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{nbytes} bytes"  # pragma: no cover
+
+
+def _host_memory() -> int | None:
+    """Physical memory of this machine in bytes (None where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def allocation_limit(device: Device) -> tuple[int, str] | None:
+    """``(bytes, what)``: the largest allocation ``device`` can give one buffer and where that
+    limit comes from, or None when the backend does not say."""
+    native = getattr(getattr(device, "native", None), "device", None)
+    max_alloc = getattr(native, "max_mem_alloc_size", None)  # OpenCL devices
+    if isinstance(max_alloc, (int, np.integer)) and max_alloc > 0:
+        return int(max_alloc), "in one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
+    if device.is_host_memory:
+        mem = _host_memory()
+        return (mem, "of physical host memory") if mem else None
+    total = device.properties.get("global_memory") if isinstance(device.properties, dict) else None
+    if isinstance(total, (int, np.integer)) and total > 0:
+        return int(total), "of device memory"
+    return None
+
+
+def _check_allocation(device: Device, nbytes: int, blocks: list, pinned: bool = False) -> None:
+    """Refuse (before allocating) a collection larger than the device can hold in one buffer."""
+    what = ", ".join(f"{lay.__name__}[{n}]" for _, lay, n in blocks)
+    if nbytes > 2**63 - 1:
+        raise CollectionTooLarge(f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}), more "
+                                 "than any device can address (2**63 - 1 bytes); use fewer elements")
+    where = "pinned host memory" if pinned else str(device)
+    limit = allocation_limit(_host_device() if pinned else device)
+    if limit is not None and nbytes > limit[0]:
+        raise CollectionTooLarge(f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}); {where} allows "
+                                 f"at most {limit[0]} bytes ({_human(limit[0])}) {limit[1]}; use fewer elements "
+                                 "or split the data into several collections")
+
+
+# ---------------------------------------------------------------------- from_dict conversions
+#: numpy's casting names, and the default that checks values
+_CASTINGS = ("same_value", "no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _field_desc(f: Any) -> str:
+    shape = f"[{'x'.join(map(str, f.shape))}]" if f.shape else ""
+    return f"{f.dtype} {f.kind}{shape}"
+
+
+def _comp_shape(f: Any) -> str:
+    return "".join(f", {c}" for c in f.shape) if f.shape else ","
+
+
+def _as_array(layout: type[soa.Layout], name: str, value: Any) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        f = layout.field(name)
+        raise ValueError(f"from_dict for {layout.__name__}: field {name!r} ({_field_desc(f)}): cannot make a "
+                         f"numpy array of the {type(value).__name__} given ({exc})") from None
+
+
+def _kind_name(dt: np.dtype) -> str:
+    return {"U": "strings", "S": "byte strings", "O": "Python objects", "V": "raw records",
+            "M": "datetimes", "m": "timedeltas"}.get(dt.kind, str(dt))
+
+
+def _first(values: np.ndarray, mask: np.ndarray) -> Any:
+    """The first value of ``values`` where ``mask`` holds (for messages)."""
+    return values[mask].flat[0].item()
+
+
+def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
+    """A numeric array from an object array (Python ints beyond int64, mixed numbers)."""
+    items = arr.ravel().tolist()
+    for x in items:
+        if isinstance(x, (bool, int, float, complex, np.number, np.bool_)):
+            continue
+        raise TypeError(f"{what} got a non-numeric value {x!r} ({type(x).__name__}); it holds {dt} numbers")
+    if all(isinstance(x, (int, np.integer, np.bool_)) for x in items):
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            for x in items:
+                if not info.min <= int(x) <= info.max:
+                    raise ValueError(f"{what}: value {int(x)} is out of range for {dt} [{info.min}, {info.max}]; "
+                                     "pass casting='unsafe' to wrap around")
+            return np.array([int(x) for x in items], dtype=dt).reshape(arr.shape)
+        try:
+            floats = [float(x) for x in items]
+        except OverflowError:
+            big = max((int(x) for x in items), key=abs)
+            raise ValueError(f"{what}: value {big} is too large for {dt}") from None
+        return np.array(floats, dtype=np.float64).reshape(arr.shape)
+    out = np.array(items).reshape(arr.shape)
+    if out.dtype.kind not in "biufc":
+        raise TypeError(f"{what} got values numpy cannot hold as numbers; it holds {dt} numbers")
+    return out
+
+
+def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
+    """``arr`` as ``dt`` when every value is representable there (see ``from_dict``)."""
+    src = arr.dtype
+    if src == dt or arr.size == 0:
+        return arr.astype(dt)
+    sk, tk = src.kind, dt.kind
+    if sk == "c" and tk != "c":
+        raise TypeError(f"{what} got complex values ({src}); a real field would lose the imaginary part "
+                        "(pass the real part, .real, or casting='unsafe')")
+    if tk == "b":
+        if sk != "b":
+            bad = (arr != 0) & (arr != 1)
+            if bad.any():
+                raise ValueError(f"{what}: value {_first(arr, bad)} is not a bool (0 or 1)")
+        return arr.astype(dt)
+    if tk in "iu":
+        info = np.iinfo(dt)
+        if sk in "iu" and not np.can_cast(src, dt, "safe"):
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                bad = lo if lo < info.min else hi
+                raise ValueError(f"{what}: value {bad} is out of range for {dt} [{info.min}, {info.max}]; "
+                                 "pass casting='unsafe' to wrap around")
+        elif sk == "f":
+            finite = np.isfinite(arr)
+            if not finite.all():
+                raise ValueError(f"{what}: value {_first(arr, ~finite)} is not a finite number; {dt} holds "
+                                 "integers")
+            frac = arr != np.trunc(arr)
+            if frac.any():
+                raise ValueError(f"{what}: value {_first(arr, frac)} is not a whole number; {dt} holds integers "
+                                 "(round it first, or pass casting='unsafe' to truncate)")
+            lo_lim = float(info.min)  # 0 or -2**(bits-1): exact in every float type
+            hi_lim = 2.0 ** (dt.itemsize * 8 - (1 if tk == "i" else 0))  # first value out of range
+            out = (arr < lo_lim) | (arr >= hi_lim)
+            if out.any():
+                raise ValueError(f"{what}: value {_first(arr, out)} is out of range for {dt} "
+                                 f"[{info.min}, {info.max}]")
+        return arr.astype(dt)
+    # float and complex fields: a finite value must stay finite
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dt)
+    if sk in "fc":
+        overflow = np.isfinite(arr) & ~np.isfinite(out)
+    else:
+        overflow = ~np.isfinite(out)
+    if overflow.any():
+        raise ValueError(f"{what}: value {_first(arr, overflow)} overflows {dt} (largest finite value "
+                         f"{np.finfo(dt).max})")
+    return out
+
+
+def _convert(arr: np.ndarray, dt: np.dtype, casting: str, raw: Any, what: str) -> np.ndarray:
+    """``arr`` converted to the field dtype ``dt`` under ``casting`` (see ``from_dict``)."""
+    src = arr.dtype
+    weak = not isinstance(raw, (np.ndarray, np.generic))  # Python numbers and lists: numpy's guess
+    if casting == "unsafe":
+        try:
+            with np.errstate(all="ignore"):
+                return arr.astype(dt)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise TypeError(f"{what}: cannot convert {_kind_name(src)} to {dt} ({exc})") from None
+    if src.kind == "O":
+        arr = _from_objects(arr, dt, what)
+        weak = True
+    elif src.kind not in "biufc":
+        sample = arr.flat[0] if arr.size else ""
+        raise TypeError(f"{what} got {_kind_name(src)} (dtype {src}, e.g. {sample!r}); it holds {dt} numbers")
+    if casting != "same_value" and not weak:
+        if not np.can_cast(src, dt, casting):
+            raise TypeError(f"{what}: cannot cast {src} to {dt} with casting={casting!r} (numpy's rule); "
+                            "convert the values first or pass another casting")
+        with np.errstate(all="ignore"):
+            return arr.astype(dt)
+    return _value_checked(arr, dt, what)

@@ -15,13 +15,24 @@ Extent = tuple[int, ...]
 
 
 def _extent(value: Any, what: str, allow_zero: bool = False) -> Extent:
-    vals = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    """``value`` (an int or a 1-3 tuple/list of ints) as a tuple; WorkDivError naming ``what``
+    and the offending value otherwise (floats, strings, bools, negative or zero entries)."""
+    kind = "non-negative" if allow_zero else "positive"
+    rule = f"{what} must be a {kind} int or a tuple of 1 to 3 {kind} ints"
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        vals: tuple = (value,)
+    elif isinstance(value, (tuple, list)) or (isinstance(value, np.ndarray) and value.ndim == 1):
+        vals = tuple(value)
+    else:
+        raise WorkDivError(f"{rule}, got {value!r} ({type(value).__name__})")
     if not 1 <= len(vals) <= 3:
-        raise WorkDivError(f"{what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
+        raise WorkDivError(f"{rule}, got {value!r} ({len(vals)} entries)")
     lo = 0 if allow_zero else 1
     for v in vals:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise WorkDivError(f"{what} must hold integers >= {lo}, got {value!r}")
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise WorkDivError(f"{rule}, got {value!r} (an entry is {type(v).__name__})")
+        if v < lo:
+            raise WorkDivError(f"{rule}, got {value!r} (entries must be integers >= {lo})")
     return tuple(int(v) for v in vals)
 
 
@@ -41,7 +52,7 @@ class WorkDiv:
 
     def __init__(self, blocks: Any, threads: Any = 1, elements: Any = 1) -> None:
         given = {"blocks": blocks, "threads": threads, "elements": elements}
-        ext = {k: _extent(v, k) for k, v in given.items()}
+        ext = {k: _extent(v, f"WorkDiv {k}") for k, v in given.items()}
         dim = max(len(x) for x in ext.values())
         parts = []
         for name, x in ext.items():
@@ -110,8 +121,8 @@ def valid_workdiv(
 ) -> WorkDiv:
     """alpaka's ``getValidWorkDiv`` (``subDivideGridElems``): a work division covering
     ``n_elements`` (int or 1-3 tuple) with ``elements`` per thread that ``device`` can run."""
-    n = _extent(n_elements, "n_elements", allow_zero=True)
-    e = _extent(elements, "elements")
+    n = _extent(n_elements, "valid_workdiv n_elements", allow_zero=True)
+    e = _extent(elements, "valid_workdiv elements")
     if len(e) == 1 and len(n) > 1:
         e = (1,) * (len(n) - 1) + e
     if len(e) != len(n):

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import ir
+from ._errors import KernelArgumentError
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, RangeVal, TupleVal, ViewVal)
 from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result, literal_type,
@@ -39,6 +40,12 @@ _INT_RESULT = ("floor", "ceil", "trunc")
 _TWO_ARGS = ("atan2", "pow", "hypot", "copysign", "fmod")
 _NP_TYPES = {getattr(np, n): n for n in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                           "uint32", "uint64", "float32", "float64")}
+
+_PASS_HINT = {
+    "a SoA view": "pass a view of a collection (coll.view() or coll.const_view())",
+    "an array": "pass a pk.Buffer or a numpy array (CPU backends); a view is indexed through its fields "
+                "(view.x[i])",
+}
 
 ALLOWED_HINT = ("kernels may use: local scalars, arithmetic, comparisons, if/elif/else, for/while "
                 "loops over range() and acc loops, break/continue, the acc members, math functions, "
@@ -117,7 +124,34 @@ class ExprBuilder:
             return "acc"
         if isinstance(v, LoopVal):
             return f"acc.{v.kind}(...) (use it as a for loop's iterable)"
+        if isinstance(v, ir.Var) and v.name in self.ctx.labels:
+            return f"a number ({self.ctx.labels[v.name]})"
+        if isinstance(v, ir.Expr):
+            return f"a {v.type} number"
+        if isinstance(v, FieldAccess):
+            return f"a number ({v.label})"
+        if isinstance(v, ModuleVal):
+            return f"the module {v.name}"
+        if isinstance(v, DTypeVal):
+            return f"the type np.{v.type}"
+        if isinstance(v, (BuiltinVal, DeviceFunctionVal, AccMember)):
+            return "a function"
+        if isinstance(v, str):
+            return "a string"
         return type(v).__name__
+
+    def argument_misuse(self, node: ast.AST, expected: str, use: str) -> Exception | None:
+        """A KernelArgumentError when ``node`` names a kernel argument of the wrong kind (a scalar
+        or a buffer where the kernel needs a view, a scalar where it indexes an array): which
+        argument of which kernel got which type and what the kernel expected. None otherwise."""
+        if not (self.is_kernel and isinstance(node, ast.Name) and node.id in self.ctx.args):
+            return None
+        spec = self.ctx.args[node.id]
+        line = self.line(node)
+        return KernelArgumentError(
+            f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{line}): argument {node.id!r} "
+            f"(#{spec.index} after acc) has type {spec.describe()}, but the kernel uses it as {expected} "
+            f"({use}); {_PASS_HINT[expected]}")
 
     def index_list(self, node: ast.AST) -> list[ir.Expr]:
         v = self.value(node) if not isinstance(node, ast.Tuple) else TupleVal([self.value(e) for e in node.elts])
@@ -143,6 +177,26 @@ class ExprBuilder:
         if len(idx) != arr.type.ndim:
             label = self.ctx.labels.get(arr.name, arr.name)
             raise self.error(node, f"{label} takes {arr.type.ndim} index(es), got {len(idx)}")
+        self.check_constant_indices(arr, idx, node)
+
+    def check_constant_indices(self, arr: ir.ArrayRef, idx: tuple, node: ast.AST) -> None:
+        """Refuse constant indices that are surely out of range, on every backend and with or
+        without ALPYKA_DEBUG: a negative constant (kernel indices never wrap around, unlike
+        numpy's ``x[-1]``) and a constant at or past a constant extent (vector/matrix
+        components, shared arrays)."""
+        for d, i in enumerate(idx):
+            if not isinstance(i, ir.Const):
+                continue
+            label = self.ctx.labels.get(arr.name, arr.name)
+            if i.value < 0:
+                raise self.error(node, f"negative index {i.value} into {label}: kernel indices do not wrap "
+                                       "around as numpy's do (an index is an offset from the first element, "
+                                       "as in alpaka and CUDA); write the index from the front, e.g. "
+                                       "x[n - 1] for the last of n elements")
+            ext = arr.extents[d] if d < len(arr.extents) else None
+            if isinstance(ext, ir.Const) and i.value >= ext.value:
+                raise self.error(node, f"index {i.value} (dimension {d}) is out of range for {label}, whose "
+                                       f"extent there is {ext.value}")
 
     # --------------------------------------------------------------- dispatch
     def value(self, node: ast.AST) -> Any:
@@ -207,6 +261,12 @@ class ExprBuilder:
                 return BuiltinVal("math." + ("tgamma" if name == "gamma" else fname))
             raise self.error(node, f"{base.name}.{name} is not available in kernels; math functions: "
                                    f"{', '.join(ir.MATH_FUNCTIONS)}")
+        wrong = self.argument_misuse(node.value, "a SoA view", ast.unparse(node))
+        if wrong is not None:
+            raise wrong
+        if isinstance(base, ir.ArrayRef):
+            raise self.error(node, f"{self.describe(base)} has no attribute {name!r} (arrays have .shape; "
+                                   "fields belong to SoA views)")
         raise self.error(node, f"cannot take attribute {name!r} of {self.describe(base)}")
 
     def ex_Subscript(self, node: ast.Subscript) -> Any:
@@ -224,6 +284,9 @@ class ExprBuilder:
             return self.load(base, idx, node)
         if isinstance(base, FieldAccess):
             raise self.error(node, f"{base.label} is a scalar field: use it without an index")
+        wrong = self.argument_misuse(node.value, "an array", ast.unparse(node))
+        if wrong is not None:
+            raise wrong
         raise self.error(node, f"cannot index {self.describe(base)}")
 
     def ex_BinOp(self, node: ast.BinOp) -> ir.Expr:

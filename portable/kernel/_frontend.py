@@ -118,6 +118,8 @@ class CompileContext:
     labels: dict[str, str] = field(default_factory=dict)
     uses_dynamic_shared: bool = False
     stack: list[Any] = field(default_factory=list)
+    #: the kernel's Python arguments by parameter name (for argument errors)
+    args: dict[str, ArgSpec] = field(default_factory=dict)
 
 
 def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
@@ -308,6 +310,9 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
         if isinstance(target, ast.Subscript):
             arr = self.value(target.value)
             if not isinstance(arr, ir.ArrayRef):
+                wrong = self.argument_misuse(target.value, "an array", ast.unparse(target))
+                if wrong is not None:
+                    raise wrong
                 raise self.error(node, f"cannot assign to an element of {self.describe(arr)}")
             idx = tuple(self.index_list(target.slice))
             return self.store_element(arr, idx, v, node)
@@ -318,6 +323,10 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
                 if arr.type.kind != "scalar_field":
                     raise self.error(node, f"assign elements of {self.ctx.labels.get(arr.name)}: view.{target.attr}[i] = ...")
                 return self.store_element(arr, (), v, node)
+            if not isinstance(base, ViewVal):
+                wrong = self.argument_misuse(target.value, "a SoA view", ast.unparse(target))
+                if wrong is not None:
+                    raise wrong
             raise self.error(node, f"cannot assign to attribute {target.attr!r} of {self.describe(base)}")
         raise self.error(node, f"cannot assign to {type(target).__name__}")
 
@@ -530,6 +539,7 @@ def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug:
         raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: kernel {parsed.name!r} must take "
                                 "acc as its first parameter", parsed.filename, parsed.line_offset + 1)
     ctx = CompileContext(parsed.name, ndim, debug)
+    ctx.args = dict(zip(parsed.params[1:], specs))
     params: list[ir.Param] = []
     per_arg = []
     for spec in specs:
@@ -546,6 +556,7 @@ def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug:
                 bindings[pname] = view_binding(spec, ctx, ps, f"a{spec.index}")
             elif spec.kind == "scalar":
                 pv = ir.Var(ps[0].name, spec.dtype)
+                ctx.labels[ps[0].name] = f"argument {spec.name!r} ({spec.describe()})"
                 if pname in assigned:
                     var_types.setdefault(pname, spec.dtype)
                     prologue.append(("init", pname, pv))

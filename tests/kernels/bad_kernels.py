@@ -83,3 +83,15 @@ def reads_past_end(acc, out, n):
 def buffer_past_end(acc, buf, n):
     for i in acc.uniform_elements(n):
         buf[i, 2] = 1.0
+
+
+@pk.kernel
+def scaled_copy(acc, out, inp, factor, n):
+    for i in acc.uniform_elements(n):
+        out.x[i] = inp.x[i] * factor  # ERR:view-arg
+
+
+@pk.kernel
+def fill_array(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = 1.0  # ERR:array-arg

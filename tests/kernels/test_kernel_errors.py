@@ -58,6 +58,29 @@ def test_argument_count_and_type(device, queue):
         pk.exec(queue, wd, lambda acc: None)
 
 
+def test_argument_of_the_wrong_kind_names_kernel_argument_and_type(device, queue):
+    c = pk.PortableCollection(Particles, 8, queue)
+    buf = upload(queue, np.zeros(8, np.float32))
+    wd = pk.make_workdiv(device, 1, 1)
+    view_hint = "pass a view of a collection"
+    cases = [
+        (bk.scaled_copy, (c.view(), np.float32(2), np.float32(2), 8), "view-arg",
+         r"argument 'inp' \(#1 after acc\) has type float32 scalar, but the kernel uses it as a SoA view \(inp.x\)"),
+        (bk.scaled_copy, (c.view(), buf, np.float32(2), 8), "view-arg",
+         r"argument 'inp' \(#1 after acc\) has type 1-d float32 buffer, but the kernel uses it as a SoA view"),
+        (bk.fill_array, (2.5, 8), "array-arg",
+         r"argument 'out' \(#0 after acc\) has type float64 scalar, but the kernel uses it as an array \(out\[i\]\)"),
+        (bk.fill_array, (c.view(), 8), "array-arg",
+         r"argument 'out' \(#0 after acc\) has type Particles view, but the kernel uses it as an array"),
+    ]
+    for kern, args, marker, text in cases:
+        with pytest.raises(KernelArgumentError, match=text) as err:
+            pk.exec(queue, wd, kern, *args)
+        msg = str(err.value)
+        assert f"kernel {kern.__name__!r} (" in msg and f"bad_kernels.py:{_line(marker)})" in msg, msg
+        assert "Var" not in msg and (view_hint in msg) == (marker == "view-arg"), msg
+
+
 def test_view_of_another_device(backend, device, queue):
     others = [b for b in pk.available_backends()
               if pk.device(b).memory_space != device.memory_space]

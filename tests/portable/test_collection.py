@@ -123,3 +123,110 @@ def test_bad_collection_arguments(queue):
     bad["pt"] = np.zeros(5, np.float32)
     with pytest.raises(ValueError, match="differ in length"):
         pk.PortableCollection.from_dict(Tracks, bad, queue)
+
+
+# ---------------------------------------------------------------------- sizes the device cannot hold
+@pytest.mark.parametrize("n", [2**62, 10**13])
+def test_too_large_collection_is_refused_before_allocating(queue, device, n):
+    with pytest.raises(MemoryError, match=rf"Hits\[{n}\] needs {Hits.byte_size(n)} bytes") as err:
+        pk.PortableCollection(Hits, n, queue)
+    assert isinstance(err.value, ValueError)  # either catches it
+    assert "at most" in str(err.value) or "address" in str(err.value)
+
+
+def test_allocation_limit_names_the_device_limit(device):
+    from portable._collection import allocation_limit
+
+    limit = allocation_limit(device)
+    if limit is None:
+        pytest.skip(f"{device} reports no memory size")
+    nbytes, what = limit
+    assert nbytes > 0
+    if device.backend_name == "opencl":
+        assert nbytes == device.native.device.max_mem_alloc_size and "CL_DEVICE_MAX_MEM_ALLOC_SIZE" in what
+    n = nbytes // 4 + 1  # one float32 column past the limit
+    with pytest.raises(MemoryError, match=rf"needs {Hits.byte_size(n)} bytes .*at most {nbytes} bytes"):
+        pk.PortableCollection(Hits, n, device)
+
+
+# ---------------------------------------------------------------------- from_dict: shapes and kinds
+def test_from_dict_names_the_field_of_a_bad_value(queue):
+    good = random_tracks(3, np.random.default_rng(0))
+    cases = [
+        ({"pt": 1.0}, ValueError, r"field 'pt' \(float32 column\) got a scalar 1.0; it needs an array of shape \(n,\)"),
+        ({"p": 2.0}, ValueError, r"field 'p' \(float32 vector\[3\]\) got a scalar 2.0; .*shape \(n, 3\)"),
+        ({"pt": ["a", "b", "c"]}, TypeError, r"field 'pt' \(float32 column\) got strings \(dtype <U1, e.g. 'a'\)"),
+        ({"n_valid": "3"}, TypeError, r"field 'n_valid' \(int32 scalar\) got strings"),
+        ({"n_valid": None}, TypeError, r"field 'n_valid' \(int32 scalar\) got a non-numeric value None"),
+        ({"pt": [1.0, [2.0], 3.0]}, ValueError, r"field 'pt' \(float32 column\): cannot make a numpy array"),
+        ({"cov": np.zeros((3, 3))}, ValueError, r"field 'cov' \(float32 matrix\[3x3\]\) has shape \(3, 3\), "
+                                                r"the layout needs \(3, 3, 3\)"),
+    ]
+    for change, exc, text in cases:
+        with pytest.raises(exc, match=text):
+            pk.PortableCollection.from_dict(Tracks, {**good, **change}, queue)
+
+
+# ---------------------------------------------------------------------- from_dict: casting
+class Narrow(soa.Layout):
+    i8 = soa.column(np.int8)
+    u16 = soa.column(np.uint16)
+    f32 = soa.column(np.float32)
+    flag = soa.column(np.bool_)
+    count = soa.scalar(np.int32)
+
+
+def _narrow(**change):
+    data = {"i8": np.array([1, -2], np.int8), "u16": np.array([3, 4], np.uint16),
+            "f32": np.array([0.5, 1.5], np.float32), "flag": np.array([True, False]), "count": np.int32(2)}
+    data.update(change)
+    return data
+
+
+@pytest.mark.parametrize("change, exc, text", [
+    ({"i8": [300, 1]}, ValueError, r"field 'i8' \(int8 column\): value 300 is out of range for int8 \[-128, 127\]"),
+    ({"i8": np.array([1, 300])}, ValueError, r"'i8'.*value 300 is out of range"),
+    ({"u16": [-1, 0]}, ValueError, r"field 'u16' \(uint16 column\): value -1 is out of range for uint16 \[0, 65535\]"),
+    ({"count": 2**40 + 7}, ValueError, r"field 'count' \(int32 scalar\): value 1099511627783 is out of range"),
+    ({"count": 2**70}, ValueError, r"field 'count' .*value 1180591620717411303424 is out of range"),
+    ({"i8": np.array([np.nan, 1.0])}, ValueError, r"field 'i8' .*value nan is not a finite number"),
+    ({"i8": [1.5, 2.0]}, ValueError, r"field 'i8' .*value 1.5 is not a whole number"),
+    ({"u16": np.array([70000.0, 1.0])}, ValueError, r"field 'u16' .*value 70000.0 is out of range"),
+    ({"f32": np.array([1 + 2j, 0])}, TypeError, r"field 'f32' \(float32 column\) got complex values"),
+    ({"f32": [1e300, 0.0]}, ValueError, r"field 'f32' .*value 1e\+300 overflows float32"),
+    ({"flag": [2, 0]}, ValueError, r"field 'flag' \(bool column\): value 2 is not a bool"),
+])
+def test_from_dict_refuses_values_that_do_not_fit(queue, change, exc, text):
+    with pytest.raises(exc, match=text):
+        pk.PortableCollection.from_dict(Narrow, _narrow(**change), queue)
+
+
+def test_from_dict_converts_values_that_fit(queue):
+    rng = np.random.default_rng(3)
+    f64 = rng.standard_normal(2)
+    data = _narrow(i8=np.array([-128, 127], np.int64), u16=[65535, 0], f32=f64, flag=[1, 0],
+                   count=np.float64(7.0))
+    got = pk.PortableCollection.from_dict(Narrow, data, queue).to_dict(queue)
+    np.testing.assert_array_equal(got["i8"], [-128, 127])
+    np.testing.assert_array_equal(got["u16"], [65535, 0])
+    np.testing.assert_array_equal(got["f32"], f64.astype(np.float32))  # float64 -> float32 rounds
+    np.testing.assert_array_equal(got["flag"], [True, False])
+    assert got["count"] == 7 and got["count"].dtype == np.int32
+    nan = pk.PortableCollection.from_dict(Narrow, _narrow(f32=[np.nan, np.inf]), queue).to_dict(queue)
+    assert np.isnan(nan["f32"][0]) and np.isinf(nan["f32"][1])  # non-finite floats stay as they are
+
+
+def test_from_dict_casting_names(queue):
+    wrap = pk.PortableCollection.from_dict(Narrow, _narrow(i8=np.array([300, 1]), u16=np.array([-1, 1]),
+                                                           count=2**40 + 7), queue, casting="unsafe")
+    got = wrap.to_dict(queue)
+    assert got["i8"][0] == 44 and got["u16"][0] == 65535 and got["count"] == 7  # numpy's astype, as asked
+    with pytest.raises(TypeError, match=r"field 'f32' .*cannot cast float64 to float32 with casting='safe'"):
+        pk.PortableCollection.from_dict(Narrow, _narrow(f32=np.zeros(2)), queue, casting="safe")
+    with pytest.raises(TypeError, match=r"field 'count' .*cannot cast float64 to int32 with casting='same_kind'"):
+        pk.PortableCollection.from_dict(Narrow, _narrow(count=np.float64(1)), queue, casting="same_kind")
+    # Python numbers and lists have no dtype of their own: checked by value under every casting
+    ok = pk.PortableCollection.from_dict(Narrow, _narrow(count=5, u16=[1, 2]), queue, casting="safe")
+    assert ok.to_dict(queue)["count"] == 5
+    with pytest.raises(ValueError, match="casting must be one of 'same_value', 'no', 'equiv'"):
+        pk.PortableCollection.from_dict(Narrow, _narrow(), queue, casting="sometimes")

@@ -86,3 +86,32 @@ def test_valid_workdiv_cpu(device):
     wd = pk.valid_workdiv(device, 1000, 16)
     assert wd.threads == (1,) and wd.elements == (16,) and wd.blocks == (63,)
     wd.check(device)
+
+
+@pytest.mark.parametrize("bad, why", [
+    (1.5, r"got 1.5 \(float\)"),
+    ("4", r"got '4' \(str\)"),
+    (True, r"got True \(bool\)"),
+    (None, r"got None \(NoneType\)"),
+    ((2, 2.0), r"got \(2, 2.0\) \(an entry is float\)"),
+    ((1, 1, 1, 1), r"got \(1, 1, 1, 1\) \(4 entries\)"),
+    (-3, r"got -3 \(entries must be integers >= 1\)"),
+])
+def test_bad_extents_say_what_is_expected(bad, why):
+    rule = r"must be a positive int or a tuple of 1 to 3 positive ints"
+    for args, what in (((bad, 1, 1), "blocks"), ((1, bad, 1), "threads"), ((1, 1, bad), "elements")):
+        with pytest.raises(pk.WorkDivError, match=f"WorkDiv {what} {rule}, {why}"):
+            pk.WorkDiv(*args)
+
+
+def test_valid_workdiv_bad_arguments(device):
+    with pytest.raises(pk.WorkDivError, match=r"valid_workdiv n_elements must be a non-negative int or a "
+                                               r"tuple of 1 to 3 non-negative ints, got 1.5 \(float\)"):
+        pk.valid_workdiv(device, 1.5)
+    with pytest.raises(pk.WorkDivError, match=r"n_elements .* got -1 \(entries must be integers >= 0\)"):
+        pk.valid_workdiv(device, -1)
+    with pytest.raises(pk.WorkDivError, match=r"valid_workdiv elements must be a positive int .* got 2.0"):
+        pk.valid_workdiv(device, 100, 2.0)
+    assert pk.valid_workdiv(device, [10, 10]).dim == 2  # a list works like a tuple
+    with pytest.raises(pk.WorkDivError, match=r"WorkDiv blocks must be a positive int .* got 1.5 \(float\)"):
+        pk.make_workdiv(device, 1.5, 4)
