@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from functools import lru_cache
@@ -135,20 +136,31 @@ class HostBackend(Backend):
             lock.acquire()  # cheaper than ``with`` on this path
             try:
                 if self.parallel_blocks:
-                    nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
-                    self.run_blocks(plan.fn, nblocks, call, args)
+                    self.launch_blocks(plan, workdiv, dyn, args)
                 else:
                     plan.invoke(workdiv.blocks, workdiv.elements, dyn, args)
             finally:
                 lock.release()
             return
         nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
-        run, fn = self.run_blocks, plan.fn
-        impl.enqueue_host(lambda: run(fn, nblocks, call, args))
+        run, e = self.run_blocks, workdiv.elements
+        units = e[0] if len(e) == 1 else math.prod(e)
+        impl.enqueue_host(lambda: run(plan, nblocks, call, args, units))
 
-    def run_blocks(self, fn: Any, nblocks: int, call: tuple, keep: tuple) -> None:
-        """Run blocks ``[0, nblocks)``: one after another (cpu_serial)."""
-        fn(0, nblocks, *call)
+    def launch_blocks(self, plan: Any, workdiv: Any, dyn: int, args: tuple) -> None:
+        """Run every block of a launch now (a blocking queue): cpu_threads spreads them over
+        threads."""
+        plan.invoke(workdiv.blocks, workdiv.elements, dyn, args)
+
+    def run_blocks(self, plan: Any, nblocks: int, call: tuple, keep: tuple, units: int = 1) -> None:
+        """Run blocks ``[0, nblocks)`` of ``plan`` packed as ``call`` (``units``: elements per
+        block): one after another (cpu_serial; cpu_threads spreads them over threads)."""
+        plan.fn(0, nblocks, *call)
+
+    def execution(self) -> str:
+        """How launches run (``alpyka info``)."""
+        return ("blocks one after another, on the calling thread (blocking queue) or the queue's "
+                "worker thread")
 
 
 def _pinned_allocator() -> CachingAllocator | None:

@@ -33,6 +33,9 @@ class HostPlan:
     pack: Callable[[tuple, tuple, int, tuple], tuple[int, tuple]]
     uses_dynamic_shared: bool
     source_path: str
+    #: cpu_threads: grids of at most this many elements (blocks x elements per block) were
+    #: measured far below its inline threshold, so they run inline with no more ado
+    inline_upto: int = 0
 
 
 _buffer_arrays: "dict[int, tuple[Any, np.ndarray]]" = {}

@@ -20,6 +20,9 @@ def info_text() -> str:
             continue
         versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
         lines.append(f"  {name:<12} available ({versions})")
+        execution = getattr(backend, "execution", None)
+        if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)
+            lines.append(f"    execution: {execution()}")
         for dev in backend.devices():
             lim = dev.limits
             lines.append(

@@ -15,6 +15,8 @@ beside a distance-only baseline. ``alpyka demo --help`` lists the flags.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import threading
 import time
@@ -124,11 +126,16 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
             model.close()
 
 
+#: after Ctrl-C, how long the events in flight may take to finish before the demo gives up on them
+STOP_TIMEOUT_S = 5.0
+
+
 def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool) -> Report:
     events, streams = report.events, report.streams
     lock = threading.Lock()
     next_event = iter(range(events))
     errors: list[BaseException] = []
+    stop = threading.Event()  # set by Ctrl-C or a failing stream: no stream starts another event
 
     bar = None
     if progress:
@@ -142,7 +149,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     def stream_worker() -> None:
         queue = pk.Queue(device)
         try:
-            while True:
+            while not stop.is_set():
                 with lock:
                     seed = next(next_event, None)
                 if seed is None:
@@ -163,6 +170,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
                         bar.update(1)
         except BaseException as exc:  # reported by run()
             errors.append(exc)
+            stop.set()
 
     # warm up (compile kernels, deploy the model) outside the timed region
     warm = pk.Queue(device)
@@ -170,11 +178,23 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     warm.wait()
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=stream_worker, name=f"stream-{s}") for s in range(streams)]
+    # daemon threads: a stream stuck in a wait after Ctrl-C must not keep the process alive
+    threads = [threading.Thread(target=stream_worker, name=f"stream-{s}", daemon=True) for s in range(streams)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        # stop at once: no new event starts; the one each stream has in flight (milliseconds of
+        # work) finishes, so no queue is left with work when the interpreter exits
+        stop.set()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if bar is not None:
+            bar.close()
+        raise
     report.wall_s = time.perf_counter() - t0
     if bar is not None:
         bar.close()
@@ -183,7 +203,54 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     return report
 
 
+_interrupt_reported = False
+
+
+def report_interrupt() -> None:
+    """Print the one line that says the demo was interrupted (once per process)."""
+    global _interrupt_reported
+    if not _interrupt_reported:
+        _interrupt_reported = True
+        print("alpyka: interrupted", file=sys.stderr, flush=True)
+
+
+def _exit_on_second_interrupt() -> Any:
+    """Command line only: the first Ctrl-C raises KeyboardInterrupt (the demo stops its streams
+    and exits with 130); a second one, while that is under way (or while the interpreter shuts
+    down), exits at once with no traceback. Returns the handler it replaced (None off the main
+    thread, where nothing is installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    pressed = [0]
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        pressed[0] += 1
+        if pressed[0] == 1:
+            raise KeyboardInterrupt
+        report_interrupt()
+        os._exit(130)
+
+    return signal.signal(signal.SIGINT, on_sigint)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``alpyka demo``: Ctrl-C stops it promptly, with exit status 130 and one line."""
+    global _interrupt_reported
+    _interrupt_reported = False
+    previous = _exit_on_second_interrupt()
+    interrupted = False
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        interrupted = True  # the handler stays: the process is on its way out
+        report_interrupt()
+        return 130
+    finally:
+        if previous is not None and not interrupted:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="alpyka demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default=None, help="backend to run on (default: the fastest CPU backend)")

@@ -1,0 +1,96 @@
+"""Ctrl-C stops `alpyka demo` at once: exit status 130, one line, no traceback, no stream left
+running through the remaining events (run as a subprocess, with bounded timeouts)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
+
+ROOT = Path(__file__).resolve().parents[2]
+#: events done, as the progress bar shows them ("cpu_serial x2:  1%|   | 1032/100000 [...")
+PROGRESS = re.compile(r"\|\s*(\d+)/100000\b")
+
+
+class Demo:
+    """``python -m portable._cli demo --events 100000`` (the `alpyka` script's entry point)."""
+
+    def __init__(self, backend: str, model_dir: Path, *flags: str) -> None:
+        env = {**os.environ, "ALPYKA_MODEL_DIR": str(model_dir),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env.pop("ALPYKA_TRACEBACK", None)
+        self.p = subprocess.Popen([sys.executable, "-m", "portable._cli", "demo", "--events", "100000",
+                                   "--backend", backend, *flags],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
+            threading.Thread(target=lambda st=stream, sk=sink: sk.extend(iter(lambda: st.read1(4096), b"")),
+                             daemon=True).start()
+
+    def stderr(self) -> str:
+        return b"".join(self.err).decode(errors="replace")
+
+    def events_done(self) -> int:
+        found = PROGRESS.findall(self.stderr())
+        return int(found[-1]) if found else 0
+
+    def wait_until_processing(self, events: int = 20, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while self.events_done() < events:
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                self.p.kill()
+                pytest.fail(f"the demo did not start processing events:\n{self.stderr()[-3000:]}")
+            time.sleep(0.1)
+
+    def finish(self, timeout: float) -> tuple[int, float]:
+        t0 = time.monotonic()
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            done = self.events_done()
+            self.p.kill()
+            self.p.wait()
+            pytest.fail(f"still running {timeout} s after Ctrl-C ({done} events done):\n{self.stderr()[-2000:]}")
+        took = time.monotonic() - t0
+        time.sleep(0.2)  # the readers reach the end of the pipes
+        return rc, took
+
+
+@pytest.mark.alpyka_backends("cpu_serial", "cpu_threads", "opencl")
+def test_ctrl_c_stops_the_demo(backend, demo_model_dir):
+    demo = Demo(backend, demo_model_dir)
+    demo.wait_until_processing()
+    demo.p.send_signal(signal.SIGINT)
+    rc, took = demo.finish(timeout=15)
+    err = demo.stderr()
+    assert rc == 130, (rc, err[-2000:])
+    assert took < 10, f"took {took:.1f} s to exit"
+    assert "Traceback" not in err, err[-3000:]
+    lines = [ln.strip() for ln in re.split(r"[\r\n]", err) if ln.strip()]
+    assert lines[-1] == "alpyka: interrupted" and err.count("interrupted") == 1, lines[-5:]
+    # no stream went on: the events done stop where the Ctrl-C found them
+    assert demo.events_done() < 100000
+
+
+def test_a_second_ctrl_c_exits_at_once_without_a_traceback(demo_model_dir):
+    demo = Demo("cpu_serial", demo_model_dir)
+    demo.wait_until_processing()
+    demo.p.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    if demo.p.poll() is None:
+        demo.p.send_signal(signal.SIGINT)
+    rc, took = demo.finish(timeout=15)
+    err = demo.stderr()
+    # 130, or killed by the second SIGINT if it came once the interpreter, finalising, had put
+    # the default handler back (a shell reports that as 130 too)
+    assert rc in (130, -signal.SIGINT), (rc, err[-2000:])
+    assert "Traceback" not in err, err[-3000:]
+    assert err.count("alpyka: interrupted") <= 1
