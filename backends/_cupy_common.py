@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from portable._allocator import AllocatorStats, Block, CachingAllocator
+from portable._deferred import run_deferred
 from portable._backend import Backend, MemRef
 from portable._device import Device, DeviceLimits
 from portable._errors import BackendUnavailable
@@ -167,10 +168,17 @@ class CupyPoolAllocator:
     def __init__(self, cupy: Any, index: int) -> None:
         self.cupy, self.index = cupy, index
         self.pool = cupy.get_default_memory_pool()
-        self.stats = AllocatorStats()
+        self._stats = AllocatorStats()
         self._lock = threading.Lock()
 
+    @property
+    def stats(self) -> AllocatorStats:
+        """Counters, after taking back the blocks of buffers collected so far."""
+        run_deferred()
+        return self._stats
+
     def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
+        run_deferred()  # blocks of collected buffers first (a safe point: no lock held)
         cp = self.cupy
         stream = getattr(getattr(queue, "_impl", None), "stream", None)
         size = max(int(nbytes), 1)
@@ -183,18 +191,19 @@ class CupyPoolAllocator:
         pad = (-mem.ptr) % alignment
         mem = mem + pad if pad else mem  # a MemoryPointer sharing the allocation
         with self._lock:
-            self.stats.misses += 1
-            self.stats.live_bytes += size
-            self.stats.live_blocks += 1
+            self._stats.misses += 1
+            self._stats.live_bytes += size
+            self._stats.live_blocks += 1
         return Block(mem, int(mem.ptr), size, None, queue=queue, allocator=self)  # type: ignore[arg-type]
 
     def free(self, b: Block) -> None:
         with self._lock:
-            self.stats.live_bytes -= b.nbytes
-            self.stats.live_blocks -= 1
+            self._stats.live_bytes -= b.nbytes
+            self._stats.live_blocks -= 1
         b.handle = None  # the pool takes the memory back once nothing else references it
 
     def release_cache(self) -> int:
+        run_deferred()
         before = self.pool.total_bytes()
         self.pool.free_all_blocks()
         return before - self.pool.total_bytes()

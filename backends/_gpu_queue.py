@@ -21,40 +21,18 @@ alpaka's semantics on top:
 from __future__ import annotations
 
 import collections
-import queue as _stdqueue
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from portable._errorlog import ErrorLog
 from portable._errors import AsyncError
-from portable._workers import start_worker, stop_worker
+from portable._hostqueue import check_not_own_worker, warn_unseen
+from portable._workers import Worker, start_worker, stop_worker
 
 #: how many enqueued operations may hold objects before a marker is recorded to release them
 _RETAIN_BATCH = 32
-
-
-class _ErrorLog:
-    """Errors of a queue's host functions, by sequence number. ``wait()`` raises those after
-    ``cleared`` and moves it on; events keep seeing the errors of the functions before them."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seq = 0  # host functions enqueued so far
-        self.cleared = 0  # errors of functions up to this one were already raised by a wait
-        self.errors: dict[int, BaseException] = {}
-        self.skipped = 0
-
-    def first_between(self, lo: int, hi: int) -> BaseException | None:
-        with self.lock:
-            for s in sorted(self.errors):
-                if lo < s <= hi:
-                    return self.errors[s]
-        return None
-
-    def pending(self) -> bool:
-        with self.lock:
-            return any(s > self.cleared for s in self.errors)
 
 
 @dataclass(frozen=True)
@@ -69,12 +47,22 @@ class Snapshot:
 
     def wait(self) -> None:
         self.queue.sync_native(self.native)
+        self.queue._log.resolve(self.errors_upto)
         err = self.queue._log.first_between(self.errors_after, self.errors_upto)
         if err is not None:
             raise AsyncError(f"work before this event failed: {err!r}") from err
 
     def done(self) -> bool:
         return self.queue.native_done(self.native)
+
+    def may_fail(self) -> bool:
+        """True when host functions of the queue before the marker could report an error, so a
+        native wait alone (which sees only device work) would lose it."""
+        if self.errors_upto <= self.errors_after:
+            return False  # no host function in range
+        if not self.done():
+            return True  # they may still fail
+        return self.queue._log.first_between(self.errors_after, self.errors_upto) is not None
 
 
 class DeviceEvent:
@@ -114,19 +102,18 @@ class _HostTask:
         self.fn, self.gate, self.seq, self.always = fn, gate, seq, always
 
 
-def _run_host_task(task: _HostTask, log: _ErrorLog) -> None:
+def _run_host_task(task: _HostTask, log: ErrorLog) -> None:
     # The worker holds the gates and the error log, not the queue: a queue dropped with work
     # in flight still finishes it, then its finalizer stops the worker.
     try:
         task.gate.reached()
-        if log.pending() and not task.always:
-            with log.lock:
-                log.skipped += 1
+        log.resolve(task.seq)  # waits for other queues' events before this task
+        if not task.always and log.pending():
+            log.skip()
         else:
             task.fn()
     except BaseException as exc:  # surfaced at the next wait()
-        with log.lock:
-            log.errors[task.seq] = exc
+        log.add(task.seq, exc)
     finally:
         task.gate.open()
 
@@ -141,10 +128,10 @@ class DeviceQueue:
         self.device = device
         self.blocking = blocking
         self._lock = threading.RLock()
-        self._log = _ErrorLog()
+        self._log = ErrorLog()
         self._pending_refs: list[Any] = []
         self._inflight: collections.deque[tuple[Any, list[Any]]] = collections.deque()
-        self._tasks: _stdqueue.SimpleQueue | None = None
+        self._worker: Worker | None = None
 
     # ------------------------------------------------------------------ native primitives
     def marker(self) -> Any:
@@ -212,17 +199,15 @@ class DeviceQueue:
                 fn()
             return
         with self._lock:
-            if self._tasks is None:
-                log = self._log
-                self._tasks = start_worker(lambda task: _run_host_task(task, log),
-                                           f"alpyka-{self.api.lower()}-host")
-                weakref.finalize(self, stop_worker, self._tasks)
-            with self._log.lock:
-                self._log.seq += 1
-                seq = self._log.seq
+            if self._worker is None:
+                log, what = self._log, f"{self.api} queue"
+                self._worker = start_worker(lambda task: _run_host_task(task, log),
+                                            f"alpyka-{self.api.lower()}-host",
+                                            on_stop=lambda: warn_unseen(log, what))
+                weakref.finalize(self, stop_worker, self._worker.tasks)
+            seq = self._log.next_seq()
             gate = self.make_gate()
-            assert self._tasks is not None
-            self._tasks.put(_HostTask(fn, gate, seq, always))
+            self._worker.put(_HostTask(fn, gate, seq, always))
 
     def record(self, event: DeviceEvent) -> None:
         with self._lock:
@@ -240,28 +225,31 @@ class DeviceQueue:
         if token is None:
             return
         if isinstance(token, Snapshot) and self.device_wait(token):
+            if token.may_fail():
+                # the native wait sees device work only: errors of the other queue's host
+                # functions become this queue's once its work has passed the wait
+                with self._lock:
+                    self._log.add_import(lambda: token.queue._log.first_between(
+                        token.errors_after, token.errors_upto))
             if self.blocking:
                 self.finish()
+                self._log.resolve(self._log.seq)
+                self._log.finish_wait(*self._log.wait_range(), f"{self.api} queue")
             return
         # an event of another API or context: wait for it on the host, in queue order
         self.enqueue_host(lambda: waitable.wait_snapshot(token), always=True)
 
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error among it."""
+        check_not_own_worker(self._worker, f"{self.api} queue")
         with self._lock:
-            upto = self._log.seq
+            lo, upto = self._log.wait_range()
             if self._pending_refs:
                 self._retire_pending(self.marker())
         self.finish()  # host functions are gates in the native queue: finish waits for them too
         self._prune()  # work other threads enqueued meanwhile keeps its objects
-        log = self._log
-        with log.lock:
-            errs = [log.errors[s] for s in sorted(log.errors) if log.cleared < s <= upto]
-            skipped, log.skipped = log.skipped, 0
-            log.cleared = max(log.cleared, upto)
-        if errs:
-            note = f" ({skipped} later task(s) on this queue were skipped)" if skipped else ""
-            raise AsyncError(f"asynchronous work on the {self.api} queue failed: {errs[0]!r}{note}") from errs[0]
+        self._log.resolve(upto)
+        self._log.finish_wait(lo, upto, f"{self.api} queue")
 
     def is_idle(self) -> bool:
         with self._lock:

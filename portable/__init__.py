@@ -12,9 +12,8 @@ from ._buffer import Buffer
 from ._collection import PortableCollection
 from ._device import Device, DeviceLimits
 from ._errors import AlpykaError, AsyncError, BackendUnavailable, DeviceMismatch, WorkDivError
-from ._launch import exec
 from ._memory import memcpy, memset
-from ._queue import Event, Queue
+from ._queue import Event, Queue, exec
 from ._registry import (
     available_backends,
     backends,

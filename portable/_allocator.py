@@ -4,6 +4,11 @@ Freed blocks go back to a cache keyed by their size bin. A cached block remember
 was last used on and an event recorded there when it was freed: it is handed out again at once
 to the same queue (queue order makes that safe), or to any other queue once the event completed.
 When a fresh allocation fails, the cache is released and the allocation is retried once.
+
+Blocks of collected buffers arrive through :mod:`portable._deferred`: a buffer's finalizer only
+hands its block over, and the allocator takes it back at its next safe point (the start of an
+allocation, a queue wait, reading ``stats``), never inside a lock. Lock order: the allocator's
+lock is taken before an event's (a cached block's ``event.is_complete()``), never after.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ._deferred import run_deferred
+from ._queue import Event
+
 
 def record_marker(queue: Any) -> Any:
-    """An event recorded on ``queue`` now (completes when the queue reaches it)."""
-    from ._queue import Event
-
+    """An event recorded on ``queue`` now (completes when the queue reaches it); None for a
+    blocking queue, whose work has finished when its enqueue returned."""
+    if getattr(queue, "blocking", False):
+        return None
     ev = Event(queue.device)
     queue.record(ev)
     return ev
@@ -84,7 +93,13 @@ class CachingAllocator:
         self._oom = oom_errors
         self._lock = threading.Lock()
         self._cache: dict[int, list[Block]] = {}
-        self.stats = AllocatorStats()
+        self._stats = AllocatorStats()
+
+    @property
+    def stats(self) -> AllocatorStats:
+        """Counters, after taking back the blocks of buffers collected so far."""
+        run_deferred()
+        return self._stats
 
     def bin_for(self, nbytes: int) -> tuple[int | None, int]:
         """``(bin, rounded size)``; bin is None for blocks too large to cache."""
@@ -98,6 +113,7 @@ class CachingAllocator:
 
     def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
         """A block of at least ``nbytes`` whose address is a multiple of ``alignment``."""
+        run_deferred()  # blocks of collected buffers first: a safe point, no lock held
         bin_, size = self.bin_for(nbytes)
         with self._lock:
             if bin_ is not None:
@@ -108,17 +124,17 @@ class CachingAllocator:
                     last = b.last_queue() if b.last_queue is not None else None
                     if b.event is None or (queue is not None and last is queue) or b.event.is_complete():
                         del blocks[i]
-                        self.stats.hits += 1
-                        self.stats.cached_bytes -= b.nbytes
-                        self.stats.cached_blocks -= 1
+                        self._stats.hits += 1
+                        self._stats.cached_bytes -= b.nbytes
+                        self._stats.cached_blocks -= 1
                         return self._hand_out(b, queue)
-            self.stats.misses += 1
+            self._stats.misses += 1
         try:
             handle, address = self._raw_alloc(size, alignment)
         except self._oom:
             self.release_cache()
             with self._lock:
-                self.stats.retries += 1
+                self._stats.retries += 1
             handle, address = self._raw_alloc(size, alignment)
         with self._lock:
             return self._hand_out(Block(handle, address, size, bin_, allocator=self), queue)
@@ -126,12 +142,13 @@ class CachingAllocator:
     def _hand_out(self, b: Block, queue: Any) -> Block:
         """Mark ``b`` live for ``queue``; the caller holds the lock."""
         b.queue, b.event, b.last_queue = queue, None, None
-        self.stats.live_bytes += b.nbytes
-        self.stats.live_blocks += 1
+        self._stats.live_bytes += b.nbytes
+        self._stats.live_blocks += 1
         return b
 
     def free(self, b: Block) -> None:
-        """Return ``b`` to the cache (or to the backend when it does not fit)."""
+        """Return ``b`` to the cache (or to the backend when it does not fit). Takes locks: never
+        call it from a finalizer (:func:`portable._deferred.defer` it)."""
         event = None
         if b.queue is not None and b.bin is not None:
             try:
@@ -142,33 +159,34 @@ class CachingAllocator:
                 self._release(b)
                 return
         with self._lock:
-            self.stats.live_bytes -= b.nbytes
-            self.stats.live_blocks -= 1
-            if b.bin is None or self.stats.cached_bytes + b.nbytes > self.max_cached_bytes:
+            self._stats.live_bytes -= b.nbytes
+            self._stats.live_blocks -= 1
+            if b.bin is None or self._stats.cached_bytes + b.nbytes > self.max_cached_bytes:
                 cache = False
             else:
                 cache = True
                 b.event = event
                 b.last_queue, b.queue = (_weak(b.queue) if b.queue is not None else None), None
                 self._cache.setdefault(b.bin, []).append(b)
-                self.stats.cached_bytes += b.nbytes
-                self.stats.cached_blocks += 1
+                self._stats.cached_bytes += b.nbytes
+                self._stats.cached_blocks += 1
         if not cache:
             self._raw_free(b.handle)
 
     def _release(self, b: Block) -> None:
         with self._lock:
-            self.stats.live_bytes -= b.nbytes
-            self.stats.live_blocks -= 1
+            self._stats.live_bytes -= b.nbytes
+            self._stats.live_blocks -= 1
         self._raw_free(b.handle)
 
     def release_cache(self) -> int:
         """Free every cached block; returns the bytes released."""
+        run_deferred()
         with self._lock:
             blocks = [b for bs in self._cache.values() for b in bs]
             self._cache.clear()
-            self.stats.cached_bytes = 0
-            self.stats.cached_blocks = 0
+            self._stats.cached_bytes = 0
+            self._stats.cached_blocks = 0
         for b in blocks:
             self._raw_free(b.handle)
         return sum(b.nbytes for b in blocks)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import MemRef
+from ._deferred import defer
 from ._device import Device
 
 DEFAULT_ALIGNMENT = 128
@@ -32,6 +33,12 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 def _free(block: Any) -> None:
     block.allocator.free(block)
+
+
+def _on_collect(block: Any) -> None:
+    # the buffer's finalizer: it may run inside any lock (see portable._deferred), so it only
+    # hands the block over; the allocator takes it back at its next safe point
+    defer(_free, block)
 
 
 class Buffer:
@@ -65,7 +72,7 @@ class Buffer:
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         allocator = device.backend.allocator(device, pinned=self.pinned)
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
-        self._finalizer = weakref.finalize(self, _free, self._block)
+        self._finalizer = weakref.finalize(self, _on_collect, self._block)
 
     @property
     def handle(self) -> Any:

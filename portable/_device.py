@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._registry import get_backend
+
 if TYPE_CHECKING:
     from ._backend import Backend
 
@@ -41,8 +43,6 @@ class Device:
 
     @property
     def backend(self) -> "Backend":
-        from ._registry import get_backend
-
         return get_backend(self.backend_name)
 
     @property

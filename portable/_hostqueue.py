@@ -8,13 +8,14 @@ waits for the most recent ``record`` made before it, never for a later one.
 
 from __future__ import annotations
 
-import queue as _stdqueue
 import threading
+import warnings
 import weakref
 from typing import Any, Callable
 
+from ._errorlog import ErrorLog
 from ._errors import AsyncError
-from ._workers import start_worker, stop_worker
+from ._workers import Worker, start_worker, stop_worker
 
 
 class HostEvent:
@@ -72,30 +73,44 @@ class HostEvent:
             return self._is_done(self._recorded)
 
 
+def warn_unseen(log: ErrorLog, what: str) -> None:
+    """Warn about an error that no ``wait()`` reported (its queue was dropped or the program is
+    ending): run by the queue's worker as it stops, never by a finalizer."""
+    err = log.first_pending()
+    if err is not None:
+        warnings.warn(f"alpyka: a {what} was dropped with an error no wait() reported: {err!r}",
+                      RuntimeWarning, stacklevel=1)
+
+
+def check_not_own_worker(worker: Worker | None, what: str) -> None:
+    """Refuse a wait from a task of the same queue: it would wait for itself forever."""
+    if worker is not None and threading.get_ident() == worker.ident:
+        raise RuntimeError(f"wait() on a {what} from inside one of its own tasks would wait for itself "
+                           "forever; record an event instead, or wait outside the task")
+
+
 class _HostQueueState:
-    """Counters and the pending error of a non-blocking host queue (shared with its worker)."""
+    """Counters and the error log of a non-blocking host queue (shared with its worker, which
+    must not keep the queue itself alive)."""
 
     def __init__(self) -> None:
-        self.cv = threading.Condition()
+        self.cv = threading.Condition(threading.Lock())
         self.submitted = 0
         self.done = 0
-        self.error: BaseException | None = None
-        self.skipped = 0
+        self.log = ErrorLog()
 
-    def run_task(self, task: tuple[Callable[[Any], None], bool]) -> None:
-        self.run(*task)
-
-    def run(self, fn: Callable[[Any], None], is_marker: bool) -> None:
+    def run_task(self, task: tuple[Callable[[Any], None], int, bool]) -> None:
+        fn, seq, is_marker = task
+        log = self.log
         try:
             if is_marker:
-                fn(self.error)
-            elif self.error is None:
-                fn(None)
+                fn(log.first_pending())
+            elif log.pending():
+                log.skip()
             else:
-                self.skipped += 1
+                fn(None)
         except BaseException as exc:  # surfaced at the next wait()
-            if self.error is None:
-                self.error = exc
+            log.add(seq, exc)
         finally:
             with self.cv:
                 self.done += 1
@@ -109,7 +124,7 @@ class HostQueue:
         self.blocking = blocking
         self._lock = threading.RLock()
         self._state = _HostQueueState()
-        self._tasks: _stdqueue.SimpleQueue | None = None
+        self._worker: Worker | None = None
 
     # --------------------------------------------------------------- submission
     def _submit(self, fn: Callable[[Any], None], is_marker: bool) -> None:
@@ -118,16 +133,18 @@ class HostQueue:
                 fn(None)
             return
         st = self._state
-        with st.cv:
-            st.submitted += 1
-        if self._tasks is None:
+        if self._worker is None:
             with self._lock:
-                if self._tasks is None:
+                if self._worker is None:
                     # the worker owns the state, not the queue: a queue dropped with work in
                     # flight still finishes that work, then its finalizer stops the worker
-                    self._tasks = start_worker(st.run_task, "alpyka-queue")
-                    weakref.finalize(self, stop_worker, self._tasks)
-        self._tasks.put((fn, is_marker))
+                    self._worker = start_worker(st.run_task, "alpyka-queue",
+                                                on_stop=lambda: warn_unseen(st.log, "queue"))
+                    weakref.finalize(self, stop_worker, self._worker.tasks)
+        with st.cv:  # numbered and handed over in one step: the worker runs them in this order
+            st.submitted += 1
+            seq = st.log.next_seq()
+            self._worker.put((fn, seq, is_marker))
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` in queue order (inline for a blocking queue)."""
@@ -148,19 +165,18 @@ class HostQueue:
 
     # --------------------------------------------------------------- completion
     def wait(self) -> None:
-        """Block until every task enqueued so far has run; raise the first error among them."""
+        """Block until every task enqueued so far has run; raise the first error among them
+        that no wait finished before this one started."""
         if self.blocking:
             with self._lock:
                 return
+        check_not_own_worker(self._worker, "queue")
         st = self._state
         with st.cv:
             target = st.submitted
+            lo, _ = st.log.wait_range()
             st.cv.wait_for(lambda: st.done >= target)
-            error, skipped = st.error, st.skipped
-            st.error, st.skipped = None, 0
-        if error is not None:
-            note = f" ({skipped} later task(s) on this queue were skipped)" if skipped else ""
-            raise AsyncError(f"asynchronous work on the queue failed: {error!r}{note}") from error
+        st.log.finish_wait(lo, target, "queue")
 
     def is_idle(self) -> bool:
         if self.blocking:
@@ -172,4 +188,4 @@ class HostQueue:
     @property
     def native_handle(self) -> Any:
         """The queue of tasks its worker thread runs (None until the first enqueue)."""
-        return self._tasks
+        return None if self._worker is None else self._worker.tasks

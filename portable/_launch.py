@@ -1,22 +1,22 @@
-"""``pk.exec``: enqueue a kernel over a work division on a queue."""
+"""Kernel launches: the checks before a kernel is enqueued, and the hand-over to the backend.
+
+``pk.exec`` and ``Queue.enqueue`` (portable._queue, one layer up) both launch through here.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ._errors import WorkDivError
-from ._queue import Queue
 from ._registry import get_backend
 from ._workdiv import WorkDiv
 
 
-def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:  # noqa: A001 (alpaka's name)
-    """Enqueue ``kernel(acc, *args)`` over ``workdiv`` on ``queue``.
+def launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple) -> None:
+    """Enqueue ``kernel(acc, *args)`` over ``workdiv`` on ``queue`` (a checked pk.Queue).
 
     The work division and the arguments are checked before anything is enqueued.
     """
-    if not isinstance(queue, Queue):
-        raise TypeError(f"exec needs a pk.Queue first, got {type(queue).__name__}")
     if not isinstance(workdiv, WorkDiv):
         raise WorkDivError(f"exec needs a pk.WorkDiv second, got {type(workdiv).__name__}")
     if not hasattr(kernel, "__alpyka_kernel__"):

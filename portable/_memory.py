@@ -10,17 +10,14 @@ from ._backend import MemRef
 from ._buffer import Buffer
 from ._errors import DeviceMismatch
 from ._queue import Queue
+from ._registry import host
 
 
 def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
-    """The memory behind a Buffer, a PortableCollection or a contiguous numpy array."""
-    from ._collection import PortableCollection
-    from ._registry import host
-
-    if isinstance(obj, Buffer):
+    """The memory behind a Buffer, a PortableCollection (anything with ``memref()``, one
+    layer up) or a contiguous numpy array."""
+    if isinstance(obj, Buffer) or callable(getattr(type(obj), "memref", None)):
         return obj.memref()
-    if isinstance(obj, PortableCollection):
-        return obj.buffer.memref(0, obj.nbytes)
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
             raise ValueError(f"memcpy {what}: numpy array must be C-contiguous")
@@ -42,9 +39,7 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     layout and size). Either side may be host memory; the other must belong to the queue's device."""
     if not isinstance(queue, Queue):
         raise TypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
-    from ._collection import PortableCollection
-
-    if isinstance(dst, PortableCollection) and isinstance(src, PortableCollection):
+    if type(dst) is type(src) and hasattr(dst, "check_same_shape"):  # two collections
         dst.check_same_shape(src)
     d, s = as_memref(dst, "destination", writable=True), as_memref(src, "source")
     if d.nbytes != s.nbytes:

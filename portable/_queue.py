@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._deferred import run_deferred
 from ._device import Device
+from ._launch import launch
+from ._workdiv import WorkDiv
 
 
 def _checked_device(device: Any, what: str) -> Device:
@@ -26,6 +29,7 @@ class Event:
 
     def wait(self) -> None:
         """Block until the work before the latest record has finished; raise its error if any."""
+        run_deferred()  # a safe point: hand collected buffers back before blocking
         self._impl.wait()
 
     def is_complete(self) -> bool:
@@ -57,9 +61,9 @@ class Queue:
         if not args and callable(task) and not hasattr(task, "__alpyka_kernel__"):
             self.enqueue_host(task)
             return
-        from ._launch import exec as _exec
-
-        _exec(self, task, *args)
+        if not args:
+            raise TypeError("enqueue takes a host function, or a work division, a kernel and its arguments")
+        launch(self, task, args[0], args[1:])
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the host once the work enqueued before it has finished."""
@@ -79,7 +83,10 @@ class Queue:
         self._impl.wait_for(event._impl)
 
     def wait(self) -> None:
-        """Block until all work enqueued so far finished; raise the first error it raised."""
+        """Block until all work enqueued so far finished; raise the first error it raised that
+        no wait finished before this one started (a wait from one of the queue's own tasks
+        raises RuntimeError: it would wait for itself)."""
+        run_deferred()  # a safe point: hand collected buffers back before blocking
         self._impl.wait()
 
     def is_idle(self) -> bool:
@@ -93,3 +100,13 @@ class Queue:
     def __repr__(self) -> str:
         mode = "blocking" if self.blocking else "non-blocking"
         return f"<Queue {mode} on {self.device}>"
+
+
+def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:  # noqa: A001 (alpaka's name)
+    """Enqueue ``kernel(acc, *args)`` over ``workdiv`` on ``queue``.
+
+    The work division and the arguments are checked before anything is enqueued.
+    """
+    if not isinstance(queue, Queue):
+        raise TypeError(f"exec needs a pk.Queue first, got {type(queue).__name__}")
+    launch(queue, workdiv, kernel, args)

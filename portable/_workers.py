@@ -25,9 +25,21 @@ _lock = threading.Lock()
 JOIN_TIMEOUT_S = 10.0
 
 
-def start_worker(run_task: Callable[[Any], None], name: str) -> "_stdqueue.SimpleQueue":
-    """Start a daemon thread calling ``run_task(task)`` for each task put on the returned
-    queue, in FIFO order, until ``None`` is put (or the interpreter exits)."""
+class Worker:
+    """A started worker: ``put(task)`` hands it a task; ``ident`` is its thread's id."""
+
+    __slots__ = ("tasks", "ident", "put")
+
+    def __init__(self, tasks: "_stdqueue.SimpleQueue", ident: int) -> None:
+        self.tasks, self.ident = tasks, ident
+        self.put = tasks.put
+
+
+def start_worker(run_task: Callable[[Any], None], name: str,
+                 on_stop: Callable[[], None] | None = None) -> Worker:
+    """Start a daemon thread calling ``run_task(task)`` for each task put on the worker, in FIFO
+    order, until it is stopped (:func:`stop_worker`, or the interpreter exits); then it calls
+    ``on_stop()`` on its own thread."""
     tasks: _stdqueue.SimpleQueue = _stdqueue.SimpleQueue()
 
     def loop() -> None:
@@ -35,9 +47,11 @@ def start_worker(run_task: Callable[[Any], None], name: str) -> "_stdqueue.Simpl
             while True:
                 task = tasks.get()
                 if task is _STOP:
-                    return
+                    break
                 run_task(task)
                 del task  # free the task's references now, not at shutdown
+            if on_stop is not None:
+                on_stop()
         finally:
             with _lock:
                 _stoppers.pop(threading.get_ident(), None)
@@ -47,11 +61,15 @@ def start_worker(run_task: Callable[[Any], None], name: str) -> "_stdqueue.Simpl
     with _lock:
         _live[thread.ident] = thread  # type: ignore[index]
         _stoppers[thread.ident] = lambda: tasks.put(_STOP)  # type: ignore[index]
-    return tasks
+    return Worker(tasks, thread.ident)  # type: ignore[arg-type]
 
 
 def stop_worker(tasks: "_stdqueue.SimpleQueue") -> None:
-    """Ask the worker of ``tasks`` to stop once the tasks before this call ran."""
+    """Ask the worker of ``tasks`` to stop once the tasks before this call ran.
+
+    Queues call this from their finalizer: ``SimpleQueue.put`` is documented reentrant (safe in
+    ``__del__`` and weakref callbacks), it takes no lock that the interrupted code could hold.
+    """
     tasks.put(_STOP)
 
 

@@ -45,7 +45,11 @@ Expressions (fields; all have ``type``):
   as many as ``array.type.ndim`` (none for a scalar field). ``check`` (also on ``Store`` and
   ``AtomicOp``) is None, or under ``ALPYKA_DEBUG=1`` the message to raise (CPU) / report (GPU)
   when an index is outside ``[0, extent)`` of ``array.extents``; the check happens exactly when
-  the access does (so ``i < n and x[i] > 0`` never checks ``x[n]``).
+  the access does (so ``i < n and x[i] > 0`` never checks ``x[n]``). **No wrap-around**: an
+  index is an offset from the first element on every backend (``docs/kernels.md``, "Indices"):
+  a negative index is out of range like ``extent``; without a check an emitter must address
+  ``base + index * stride`` as C does (never numba's/numpy's ``index + extent``). The front-end
+  refuses constant negative indices and constant indices past constant extents.
 - ``AtomicOp(op, array, indices, operands, hierarchy, check)``: ``op`` in :data:`ATOMIC_OPS`; returns the
   old value (``type`` = the element type). ``operands`` = ``(value,)``, or ``(compare, value)`` for
   ``cas``. ``inc``: ``old >= value ? 0 : old + 1``; ``dec``: ``(old == 0 or old > value) ? value :
@@ -388,10 +392,3 @@ def walk(stmts: list[Stmt]):
             inner = getattr(s, attr, None)
             if inner:
                 yield from walk(inner)
-
-
-def dump(node: Any, indent: int = 0) -> str:
-    """A readable multi-line rendering of a kernel, function, statement list or expression."""
-    from ._irdump import dump as _dump
-
-    return _dump(node, indent)

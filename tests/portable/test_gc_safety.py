@@ -1,0 +1,201 @@
+"""The garbage collector may run inside any of alpyka's locks: what it runs must take none.
+
+A buffer collected while the allocator's lock was held used to re-enter that lock from its
+finalizer (a deadlock seen in CI). Finalizers now only hand the block over
+(portable/_deferred.py); the allocator takes it back at its next safe point.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import portable as pk
+from portable import _deferred
+from portable._allocator import CachingAllocator
+from portable._queue import Queue
+
+DEADLOCK_S = 20.0
+
+
+def _run_bounded(fn, seconds: float = DEADLOCK_S):
+    """Run ``fn()`` on a daemon thread; fail (instead of hanging) if it does not finish."""
+    out: dict = {}
+
+    def body():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            out["error"] = exc
+
+    t = threading.Thread(target=body, daemon=True, name="gc-safety")
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"deadlock: {fn} did not finish in {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def _buffer_in_cycle(device, queue, nbytes: int = 100):
+    """A buffer reachable only through a reference cycle (only the cyclic collector frees it)."""
+    holder: dict = {"buffer": pk.Buffer(device, (nbytes,), np.uint8, queue=queue)}
+    holder["self"] = holder
+    return weakref.ref(holder["buffer"])
+
+
+class _CollectOnQuery:
+    """An event stand-in whose ``is_complete()`` runs a collection, as an allocation inside
+    it could (deterministically, instead of by chance)."""
+
+    def __init__(self) -> None:
+        self.queried = 0
+
+    def is_complete(self) -> bool:
+        self.queried += 1
+        gc.collect()
+        return False
+
+
+def test_collection_inside_the_allocators_lock(device):
+    """The stack of the CI hang: allocate() holds its lock, asks a cached block's event, the
+    collector frees a buffer of another queue whose finalizer used to call free()."""
+    alloc = device.backend.allocator(device)
+    if not isinstance(alloc, CachingAllocator):
+        pytest.skip(f"{device.backend_name} memory comes from the device API's own pool")
+    q1, q2 = pk.Queue(device), pk.Queue(device)
+    nbytes = 1 << (16 + pk.backends().index(device.backend_name))  # a bin nobody else uses
+    gc.collect()
+    gc.disable()
+    block = None
+    try:
+        block = alloc.allocate(nbytes, queue=q1)
+        alloc.free(block)  # cached; last used on q1
+        ref = _buffer_in_cycle(device, q1)
+        stand_in = block.event = _CollectOnQuery()
+        live = alloc.stats.live_blocks
+        got = _run_bounded(lambda: alloc.allocate(nbytes, queue=q2))  # q2 is not q1: asks the event
+    finally:
+        gc.enable()
+        if block is not None:
+            block.event = None  # the allocator is shared: leave no stand-in in its cache
+    assert stand_in.queried >= 1, "the scenario did not reach the cached block's event"
+    assert ref() is None, "the collection did not free the buffer in the cycle"
+    assert got is not block  # its event said "pending": a fresh block
+    assert alloc.stats.live_blocks == live  # one block more, the collected buffer's one less
+    alloc.free(got)
+    q1.wait()
+    q2.wait()
+
+
+def test_finalizers_do_no_queue_or_allocator_work(device, monkeypatch):
+    """While the collector runs, nothing calls into an allocator or a queue (any lock there may
+    be held by the interrupted code); the work happens at the next safe point."""
+    in_collection = threading.Event()
+    violations: list[str] = []
+
+    def on_gc(phase, info):
+        (in_collection.set if phase == "start" else in_collection.clear)()
+
+    def watch(cls, name):
+        original = getattr(cls, name)
+
+        def wrapper(*args, **kwargs):
+            if in_collection.is_set() and threading.current_thread() is threading.main_thread():
+                violations.append(f"{cls.__name__}.{name}")
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+
+    alloc = device.backend.allocator(device)
+    watch(type(alloc), "free")
+    watch(Queue, "record")
+    watch(type(pk.Queue(device)._impl), "record")
+    q = pk.Queue(device)
+    refs = [_buffer_in_cycle(device, q) for _ in range(5)]
+    dropped_queue = pk.Queue(device)  # a queue in a cycle too: its finalizer stops its worker
+    dropped_queue.enqueue_host(lambda: None)
+    cycle = {"q": dropped_queue}
+    cycle["self"] = cycle
+    del cycle, dropped_queue
+    gc.callbacks.append(on_gc)
+    try:
+        before = _deferred.pending()
+        gc.collect()
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert all(r() is None for r in refs)
+    assert not violations, f"called from inside a collection: {violations}"
+    assert _deferred.pending() >= before + len(refs)  # handed over, not yet freed
+    live = alloc.stats.live_blocks  # a safe point: the blocks are taken back now
+    assert _deferred.pending() == 0
+    q.wait()
+    assert live >= 0
+
+
+def test_a_failing_deferred_cleanup_warns_and_does_not_stop_the_others():
+    ran = []
+    _deferred.defer(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    _deferred.defer(ran.append, 1)
+    with pytest.warns(RuntimeWarning, match="boom"):
+        _deferred.run_deferred()
+    assert ran == [1]
+
+
+def test_stress_threads_queues_and_cycles(device):
+    """Threads x queues x buffers in reference cycles with the collector running all the time
+    (threshold 1), bounded in time: no deadlock, the data right, every block taken back."""
+    alloc = device.backend.allocator(device)
+    gc.collect()
+    baseline = alloc.stats.live_blocks
+    deadline = time.monotonic() + 3.0
+    errors: list[BaseException] = []
+    rounds = [0] * 4
+
+    def worker(t: int) -> None:
+        try:
+            queues = [pk.Queue(device) for _ in range(2)]
+            i = 0
+            while time.monotonic() < deadline:
+                q = queues[i % 2]
+                if i % 7 == 0:  # queues come and go too (their workers stop from finalizers)
+                    queues[i % 2] = q = pk.Queue(device)
+                value = (t * 31 + i) % 251
+                holder: dict = {"dev": pk.Buffer(device, (257 + i % 5000,), np.uint8, queue=q)}
+                holder["self"] = holder
+                pk.memset(q, holder["dev"], value)
+                out = np.empty(holder["dev"].shape, np.uint8)
+                pk.memcpy(q, out, holder["dev"])
+                ev = pk.Event(device)
+                q.record(ev)
+                other = queues[(i + 1) % 2]
+                other.wait_for(ev)
+                other.wait()
+                q.wait()
+                assert (out == value).all(), f"thread {t} round {i}: wrong data"
+                del holder
+                i += 1
+            rounds[t] = i
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(DEADLOCK_S + 3.0)
+        assert not any(th.is_alive() for th in threads), "deadlock under collection pressure"
+    finally:
+        gc.set_threshold(*old)
+    assert not errors, errors[0]
+    assert all(r > 0 for r in rounds), rounds
+    gc.collect()
+    assert alloc.stats.live_blocks == baseline  # every collected buffer's block came back

@@ -1,0 +1,65 @@
+"""A hung test fails the run fast, with every thread's stack: also in a fixture's teardown and
+in a thread blocked on a lock (what the CI hang of a finalizer deadlock looked like)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+
+def _project_timeout_options() -> dict:
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    return {k: v for k, v in ini.items() if k.startswith("timeout")}
+
+
+def test_project_settings_cover_fixtures_and_blocked_threads():
+    opts = _project_timeout_options()
+    assert opts.get("timeout_method") == "thread", "the signal method is swallowed by lock waits and finalizers"
+    assert opts.get("timeout_func_only") is False, "fixtures and teardown must be covered"
+    assert 0 < int(opts["timeout"]) <= 300, "a hang must fail within a few minutes"
+
+
+def test_a_hang_in_teardown_fails_fast_with_every_threads_stack(pytester):
+    pytest.importorskip("pytest_timeout")
+    opts = _project_timeout_options()
+    opts["timeout"] = 3  # the project's settings, a shorter limit
+    pytester.makeini("[pytest]\n" + "".join(
+        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
+    pytester.makepyfile(test_hangs='''
+        import threading
+        import pytest
+
+        lock = threading.Lock()
+
+        def holder():
+            with lock:
+                threading.Event().wait()   # holds the lock forever
+
+        @pytest.fixture
+        def stuck():
+            t = threading.Thread(target=holder, name="lock-holder-thread", daemon=True)
+            t.start()
+            yield
+            lock.acquire()                 # teardown blocks on the lock: never returns
+
+        def test_uses_stuck(stuck):
+            assert True
+    ''')
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:alpyka", timeout=120)
+    elapsed = time.monotonic() - start
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret != 0, out
+    assert elapsed < 60, f"the hang took {elapsed:.0f} s to fail"
+    assert "Timeout" in out, out
+    assert "lock-holder-thread" in out, "the other threads' stacks are missing:\n" + out

@@ -1,0 +1,142 @@
+"""The core's modules import each other one way (no circle), function-level imports included.
+
+Layers, bottom up: errors and the registry; devices; work divisions and launches; queues and
+events; the allocator; buffers; memcpy/memset; collections. A circle hides the lock order
+(see portable/_deferred.py) and makes import order matter.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Modules of ``package`` that ``path`` imports at run time (anywhere in the file)."""
+    me = _module_name(path)
+    here = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] == package:
+                subs = [f"{mod}.{a.name}" for a in node.names]
+                subs = [m for m in subs if (ROOT / Path(*m.split("."))).with_suffix(".py").exists()]
+                found.update(subs)  # ``from . import x`` of a submodule x: an edge to x only
+                if len(subs) < len(node.names):
+                    found.add(mod)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == package:
+                    found.add(alias.name)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    found.discard(me)
+    return found
+
+
+def _graph(package: str, recursive: bool = False) -> dict[str, set[str]]:
+    files = sorted((ROOT / package).rglob("*.py") if recursive else (ROOT / package).glob("*.py"))
+    names = {_module_name(f) for f in files}
+    return {_module_name(f): {m for m in _imports(f, package) if m in names} for f in files}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = dfs(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = dfs(n)
+            if found:
+                return found
+    return None
+
+
+def test_cycle_finder_sees_a_circle() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_portable_imports_run_one_way() -> None:
+    """The runtime core (portable/*.py; the kernel compiler, portable/kernel, is one module
+    above it and imports only its bottom layers)."""
+    graph = _graph("portable")
+    assert graph["portable._queue"], "the import scanner found nothing: it is broken"
+    cycle = _find_cycle(graph)
+    assert cycle is None, "portable's modules import each other in a circle: " + " -> ".join(cycle)
+
+
+def test_layer_order() -> None:
+    """Lower layers never import upper ones, not even inside a function."""
+    layers = [
+        ["portable._errors", "portable._registry", "portable._deferred", "portable._workers"],
+        ["portable._device", "portable._errorlog"],
+        ["portable._workdiv", "portable._launch", "portable._hostqueue"],
+        ["portable._queue"],
+        ["portable._allocator", "portable._backend"],
+        ["portable._buffer"],
+        ["portable._memory"],
+        ["portable._collection"],
+    ]
+    rank = {m: i for i, layer in enumerate(layers) for m in layer}
+    graph = _graph("portable")
+    assert set(rank) <= set(graph), f"no such modules: {set(rank) - set(graph)}"
+    wrong = [f"{a} (layer {rank[a]}) imports {b} (layer {rank[b]})"
+             for a in rank for b in graph[a] if b in rank and rank[b] > rank[a]]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_core_never_imports_torch() -> None:
+    """DESIGN: nothing in portable, soa or backends imports torch (inference does)."""
+    offenders = []
+    for package in ("portable", "soa", "backends"):
+        for f in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(f.read_text())
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any(n.split(".")[0] == "torch" for n in names):
+                    offenders.append(str(f.relative_to(ROOT)))
+    assert not offenders, f"torch imported by the core: {sorted(set(offenders))}"
