@@ -10,7 +10,7 @@ import math
 import textwrap
 import types as pytypes
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,6 +120,9 @@ class CompileContext:
     stack: list[Any] = field(default_factory=list)
     #: the kernel's Python arguments by parameter name (for argument errors)
     args: dict[str, ArgSpec] = field(default_factory=dict)
+    #: ``(device function, argument values, ctx) -> (name, return type, IR arguments)``: the
+    #: layer above (portable.kernel._kernel) builds device functions; the front-end only calls it
+    specialise: Callable[..., tuple] | None = None
 
 
 def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
@@ -183,8 +186,6 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
         raise self.error(node, f"name {name!r} is not defined")
 
     def global_value(self, name: str, obj: Any, node: ast.AST) -> Any:
-        from ._kernel import DeviceFunction, Kernel
-
         if obj is math:
             return ModuleVal("math", math)
         if obj is np:
@@ -196,12 +197,12 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
                 raise self.error(node, str(exc)) from None
         if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
             return const(obj)
-        if isinstance(obj, DeviceFunction):
+        if getattr(obj, "__alpyka_device_function__", False):
             return DeviceFunctionVal(obj)
         b = self.global_builtin(obj)
         if b is not None:
             return BuiltinVal(b)
-        if isinstance(obj, Kernel):
+        if getattr(obj, "__alpyka_kernel__", False):
             raise self.error(node, f"kernel {name!r} cannot be called from a kernel; call @pk.device_function "
                                    "helpers instead")
         if isinstance(obj, (pytypes.FunctionType, pytypes.BuiltinFunctionType)):
@@ -461,14 +462,13 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
 
     # --------------------------------------------------------------- device functions
     def device_call(self, df: Any, node: ast.Call) -> ir.Expr:
-        from ._kernel import specialise_device_function
-
         if node.keywords:
             raise self.error(node, f"device function {df.__name__!r} takes positional arguments only")
         vals = [self.value(a) for a in node.args]
         vals = [self.as_scalar(v, node) if isinstance(v, FieldAccess) else v for v in vals]
         try:
-            fname, ret, args = specialise_device_function(df, vals, self.ctx)
+            assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
+            fname, ret, args = self.ctx.specialise(df, vals, self.ctx)
         except KernelSyntaxError:
             raise
         except TypeError as exc:
@@ -533,12 +533,14 @@ def view_binding(spec: ArgSpec, ctx: CompileContext, params: list[ir.Param], pre
     return ViewVal(spec.layout, spec.const, fields, size, f"argument {spec.name!r} ({spec.describe()})")
 
 
-def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool) -> ir.Kernel:
-    """The IR of a kernel for one launch signature."""
+def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool,
+                 specialise: Callable[..., tuple] | None = None) -> ir.Kernel:
+    """The IR of a kernel for one launch signature; ``specialise`` builds the device functions
+    it calls (see :attr:`CompileContext.specialise`)."""
     if not parsed.params:
         raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: kernel {parsed.name!r} must take "
                                 "acc as its first parameter", parsed.filename, parsed.line_offset + 1)
-    ctx = CompileContext(parsed.name, ndim, debug)
+    ctx = CompileContext(parsed.name, ndim, debug, specialise=specialise)
     ctx.args = dict(zip(parsed.params[1:], specs))
     params: list[ir.Param] = []
     per_arg = []

@@ -9,7 +9,8 @@ from typing import Any, Callable
 
 from . import ir
 from ._errors import KernelArgumentError, KernelSyntaxError
-from ._frontend import CompileContext, FunctionBuilder, ParsedFunction, parse_function, run_builder
+from ._frontend import (CompileContext, FunctionBuilder, ParsedFunction, _assigned_names, build_kernel,
+                        parse_function, run_builder)
 from ._signature import arg_specs, check_args, signature_key
 from ._values import AccVal, TupleVal, ViewVal
 from .types import INDEX, VOID, ScalarType
@@ -89,13 +90,11 @@ class Kernel:
 
     def ir(self, key: tuple, ndim: int, debug: bool) -> ir.Kernel:
         """The typed IR for a launch signature (cached)."""
-        from ._frontend import build_kernel
-
         k = (key, ndim, debug)
         got = self._ir.get(k)
         if got is None:
             specs = arg_specs(key, self.param_names)
-            got = build_kernel(self.parsed(), specs, ndim, debug)
+            got = build_kernel(self.parsed(), specs, ndim, debug, specialise_device_function)
             self._ir[k] = got
         return got
 
@@ -174,8 +173,6 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
     ctx.specialisations[skey] = fname
     assigned_scalars: list[tuple[str, ir.Var]] = []
     params: list[Any] = []
-    from ._frontend import _assigned_names
-
     assigned = _assigned_names(parsed.tree)
     uses_acc = False
 
