@@ -49,7 +49,6 @@ kernel runs.
 from __future__ import annotations
 
 import _thread
-import atexit
 import itertools
 import math
 import os
@@ -58,6 +57,8 @@ import threading
 import time
 from collections import deque
 from typing import Any
+
+from portable._workers import before_workers_stop
 
 from ._host import HostBackend
 
@@ -330,7 +331,7 @@ class _Pool:
 
 
 _pool = _Pool()
-atexit.register(_pool.at_exit)  # after portable's queue-worker hook is registered: runs before it
+before_workers_stop(_pool.at_exit)  # before the queue workers are joined at exit
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_pool.after_fork)
 

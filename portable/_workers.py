@@ -73,8 +73,19 @@ def stop_worker(tasks: "_stdqueue.SimpleQueue") -> None:
     tasks.put(_STOP)
 
 
+_before_stop: list[Callable[[], None]] = []
+
+
+def before_workers_stop(fn: Callable[[], None]) -> None:
+    """Run ``fn()`` at interpreter exit before the queue workers are stopped and joined (a
+    backend gives up its in-flight work there, so the joins do not wait for it)."""
+    _before_stop.append(fn)
+
+
 @atexit.register
 def _stop_all_workers() -> None:
+    for fn in list(_before_stop):
+        fn()
     with _lock:
         stoppers = list(_stoppers.values())
         threads = list(_live.values())
