@@ -69,21 +69,26 @@ def test_collection_inside_the_allocators_lock(device):
     if not isinstance(alloc, CachingAllocator):
         pytest.skip(f"{device.backend_name} memory comes from the device API's own pool")
     q1, q2 = pk.Queue(device), pk.Queue(device)
-    nbytes = 1 << (16 + pk.backends().index(device.backend_name))  # a bin nobody else uses
+    nbytes = 1 << 16
     gc.collect()
     gc.disable()
-    block = None
     try:
         block = alloc.allocate(nbytes, queue=q1)
         alloc.free(block)  # cached; last used on q1
         ref = _buffer_in_cycle(device, q1)
-        stand_in = block.event = _CollectOnQuery()
+        stand_in = _CollectOnQuery()
+        # the allocator is shared: every block cached in this bin (ours and other tests') asks
+        # the stand-in, so the scan meets it whichever it looks at first
+        bin_, _ = alloc.bin_for(nbytes)
+        saved = [(b, b.event) for b in alloc._cache.get(bin_, [])]
+        for b, _ in saved:
+            b.event = stand_in
         live = alloc.stats.live_blocks
         got = _run_bounded(lambda: alloc.allocate(nbytes, queue=q2))  # q2 is not q1: asks the event
     finally:
         gc.enable()
-        if block is not None:
-            block.event = None  # the allocator is shared: leave no stand-in in its cache
+        for b, event in locals().get("saved", []):
+            b.event = event  # leave no stand-in in the shared cache
     assert stand_in.queried >= 1, "the scenario did not reach the cached block's event"
     assert ref() is None, "the collection did not free the buffer in the cycle"
     assert got is not block  # its event said "pending": a fresh block
