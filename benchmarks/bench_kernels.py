@@ -1,12 +1,14 @@
 """Kernel benchmarks: alpyka's CPU backends beside hand-written numba, numba prange, Warp CPU and
 raw pyopencl (PoCL), measured side by side in one run.
 
-    PYTHONPATH=. python benchmarks/bench_kernels.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_kernels.py [--quick | --smoke] [--out DIR]
 
 Writes benchmarks/results/kernels.json and kernels.png. Sections: a streaming SoA kernel
 (memory-bound; alpyka with a few big blocks and with ``valid_workdiv``'s one-element blocks), a
-compute-bound kernel, the launch overhead of a tiny kernel and the first compile / warm start
-from the disk cache (fresh subprocesses). The contenders of a section run on the same arrays, are
+compute-bound kernel, the launch overhead of a tiny kernel, the launch cost against n (axpy,
+1e2..1e7 elements: cpu_serial and cpu_threads on blocking and non-blocking queues, opencl, numba
+njit and prange, Warp CPU; :func:`launch_vs_n`) and the first compile / warm start from the disk
+cache (fresh subprocesses). The contenders of a section run on the same arrays, are
 timed the same way and interleaved round-robin (other load hits them alike); figures are medians
 (``*_min_*`` keys: the fastest sample), ``targets`` checks issue 3's goals.
 """
@@ -101,6 +103,125 @@ def nb_heavy_prange(out, x):
 @njit(nogil=True, cache=True)
 def nb_tiny(out, v):
     out[0] = v
+
+
+@pk.kernel
+def axpy(acc, out, x, y, a, n):
+    for i in acc.uniform_elements(n):
+        out[i] = a * x[i] + y[i]
+
+
+# ----------------------------------------------------------------------------- launch cost vs n
+#: sizes of the launch-cost section (issue 14: per-event kernels are 1e3..1e5 elements)
+LAUNCH_SIZES = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000)
+
+
+def _warp_axpy(n: int, x: np.ndarray, y: np.ndarray, a: np.float32):
+    """``launch + synchronize`` of a Warp CPU axpy over ``n`` elements, or (None, reason)."""
+    try:
+        import warp as wp
+
+        wp.config.quiet = True
+        wp.init()
+        k_saxpy, _ = _warp_kernels(wp)
+        wx, wy = wp.array(x, dtype=wp.float32, device="cpu"), wp.array(y, dtype=wp.float32, device="cpu")
+        wo = wp.zeros(n, dtype=wp.float32, device="cpu")
+        fa = float(a)
+
+        def run():
+            wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, fa], device="cpu")
+            wp.synchronize_device("cpu")
+
+        run()
+        if not np.allclose(wo.numpy(), a * x + y):
+            return None, None, "warp: wrong result"
+        return run, wo.numpy, None
+    except Exception as exc:  # a peer failing must not stop the benchmark
+        return None, None, f"warp: {type(exc).__name__}: {exc}"
+
+
+def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
+    """Per-launch time of an axpy over float32 arrays (``pk.valid_workdiv``) against n:
+    alpyka cpu_serial / cpu_threads on a blocking queue (``exec``) and a non-blocking one
+    (``exec`` + ``wait``, and 50 pipelined launches + one ``wait``, per launch), alpyka opencl
+    (blocking), numba ``njit`` and ``prange`` called directly, Warp CPU (``launch`` +
+    ``synchronize``). Contenders of one size run on the same arrays, interleaved; each sample
+    is about ``budget_s`` long."""
+    rng = np.random.default_rng(1)
+    a = np.float32(2)
+    out: dict = {"sizes": list(sizes), "us": {}, "min_us": {}, "errors": {}}
+    pipe = 50
+    queues = {}
+    for be in ("cpu_serial", "cpu_threads", "opencl"):
+        if be in pk.available_backends():
+            dev = pk.device(be)
+            queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
+    for n in sizes:
+        x = rng.standard_normal(n).astype(np.float32)
+        y = rng.standard_normal(n).astype(np.float32)
+        o = np.zeros(n, np.float32)
+        ref = a * x + y
+        fns: dict = {}
+        checks: dict = {}
+        for be, (dev, qb, qn) in queues.items():
+            wd = pk.valid_workdiv(dev, n)
+            if be == "opencl":
+                bufs = [pk.Buffer(dev, (n,), np.float32) for _ in range(3)]
+                pk.memcpy(qb, bufs[1], x)
+                pk.memcpy(qb, bufs[2], y)
+                fns["alpyka_opencl_blocking"] = (lambda qb=qb, wd=wd, b=bufs: pk.exec(qb, wd, axpy, b[0], b[1], b[2], a, n))
+
+                def got(b=bufs, qb=qb):
+                    h = np.zeros(n, np.float32)
+                    pk.memcpy(qb, h, b[0])
+                    return h
+                checks["alpyka_opencl_blocking"] = got
+                continue
+            fns[f"alpyka_{be}_blocking"] = (lambda qb=qb, wd=wd: pk.exec(qb, wd, axpy, o, x, y, a, n))
+
+            def nonblocking(qn=qn, wd=wd):
+                pk.exec(qn, wd, axpy, o, x, y, a, n)
+                qn.wait()
+
+            def pipelined(qn=qn, wd=wd):
+                for _ in range(pipe):
+                    pk.exec(qn, wd, axpy, o, x, y, a, n)
+                qn.wait()
+            fns[f"alpyka_{be}_nonblocking"] = nonblocking
+            fns[f"alpyka_{be}_pipelined{pipe}"] = pipelined
+        fns["numba_njit"] = lambda: nb_saxpy(o, x, y, a)
+        fns["numba_prange"] = lambda: nb_saxpy_prange(o, x, y, a)
+        warp_run, warp_got, why = _warp_axpy(n, x, y, a)
+        if warp_run is not None:
+            fns["warp_cpu"] = warp_run
+            checks["warp_cpu"] = warp_got
+        else:
+            out["errors"]["warp_cpu"] = why
+        for name, fn in fns.items():  # each one computes the right thing
+            o[:] = 0
+            fn()
+            res = checks[name]() if name in checks else o
+            assert np.allclose(res, ref), (name, n)
+        t0 = time.perf_counter()
+        for fn in fns.values():
+            fn()
+        one = (time.perf_counter() - t0) / len(fns)  # a rough call time, for the calls per sample
+        calls = max(1, int(budget_s / max(one, 1e-7)))
+        per = {k: (pipe if "pipelined" in k else 1) for k in fns}
+        t = interleaved(fns, reps, calls)
+        for k, v in t.items():
+            out["us"].setdefault(k, {})[str(n)] = v["median"] / per[k] * 1e6
+            out["min_us"].setdefault(k, {})[str(n)] = v["min"] / per[k] * 1e6
+    # the non-blocking queue's extra cost over a blocking launch (medians, same run)
+    out["nonblocking_added_us"] = {
+        be: {str(n): out["us"][f"alpyka_{be}_nonblocking"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
+             for n in sizes}
+        for be in ("cpu_serial", "cpu_threads") if f"alpyka_{be}_nonblocking" in out["us"]}
+    out["pipelined_added_us"] = {
+        be: {str(n): out["us"][f"alpyka_{be}_pipelined{pipe}"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
+             for n in sizes}
+        for be in ("cpu_serial", "cpu_threads") if f"alpyka_{be}_pipelined{pipe}" in out["us"]}
+    return out
 
 
 def interleaved(fns: dict, reps: int, calls: int = 1) -> dict[str, dict[str, float]]:
@@ -239,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     reps = 3 if args.quick else 7
     results: dict = {"n_stream": n, "n_compute": n_heavy, "cores": os.cpu_count(),
                      "numba": numba.__version__, "quick": args.quick}
-    steps = tqdm(total=6, desc="bench_kernels", unit="section", disable=args.no_progress)
+    steps = tqdm(total=7, desc="bench_kernels", unit="section", disable=args.no_progress)
 
     # ---------------------------------------------------------------- streaming
     # Every contender runs on the same SoA columns (the numba loops get the views' arrays), is
@@ -331,6 +452,14 @@ def main(argv: list[str] | None = None) -> None:
     results["peer_errors"] = {k: d["error"] for k, d in (("warp", w), ("pyopencl", ocl)) if "error" in d}
     steps.update()
 
+    # ---------------------------------------------------------------- launch cost against n
+    sizes = LAUNCH_SIZES[:3] if args.smoke else LAUNCH_SIZES[:5] if args.quick else LAUNCH_SIZES
+    lvn = launch_vs_n(sizes, 3 if args.smoke else reps, 2e-3 if args.smoke else 20e-3)
+    results["launch_vs_n"] = lvn
+    if "warp_cpu" in lvn["errors"]:
+        results["peer_errors"]["warp_launch_vs_n"] = lvn["errors"]["warp_cpu"]
+    steps.update()
+
     # ---------------------------------------------------------------- first compile / warm start
     with tempfile.TemporaryDirectory() as cache:
         cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
@@ -369,6 +498,8 @@ def main(argv: list[str] | None = None) -> None:
         "compute-bound speed-up": {"cpu_threads/cpu_serial": results["compute_threads_over_serial"],
                                    "prange/njit": results["compute_prange_over_njit"]},
         "start s": results["start"],
+        "launch us against n": results["launch_vs_n"]["us"],
+        "non-blocking adds us": results["launch_vs_n"]["nonblocking_added_us"],
     }
     doc = common.result_document("kernels", f"cpu ({os.cpu_count()} cores)", args.quick, rows, summary,
                                  **{k: v for k, v in results.items() if k != "quick"})
@@ -385,9 +516,21 @@ def plot(r: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    fig, axes = plt.subplots(1, 5, figsize=(24, 4.5))
     panels = [("stream_GBps", "streaming SoA saxpy (GB/s)"), ("compute_seconds", "compute-bound (s)"),
               ("launch_us", "tiny kernel launch (us)"), ("start", "start-up (s)")]
+    lvn = r.get("launch_vs_n")
+    if lvn:
+        ax = axes[4]
+        for name, by_n in lvn["us"].items():
+            ns = [int(k) for k in by_n]
+            style = "--" if "nonblocking" in name else ":" if "pipelined" in name else "-"
+            ax.plot(ns, list(by_n.values()), style, marker="o", markersize=3, label=name.replace("alpyka_", ""))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("n (float32 axpy)")
+        ax.set_title("launch cost against n (us per launch)", fontsize=10)
+        ax.legend(fontsize=6)
     for ax, (key, title) in zip(axes, panels):
         d = r[key]
         ax.bar(range(len(d)), list(d.values()), color="tab:blue")

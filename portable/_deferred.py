@@ -32,6 +32,8 @@ def run_deferred() -> None:
     An exception in one piece of work becomes a :class:`RuntimeWarning` (as an exception in a
     finalizer is reported, not raised) and does not stop the others.
     """
+    if _pending.empty():  # the common case: nothing collected since the last safe point
+        return
     while True:
         try:
             fn, args = _pending.get_nowait()

@@ -66,6 +66,33 @@ class Report:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+#: The demo's default backend: the CPU backend that processed its events fastest, measured side by
+#: side (alternating runs of ``alpyka demo --events 1000 --no-progress``, 2 cores, torch intra-op
+#: threads 1, medians of 3 runs, 2026-11-23, after issue 14's cpu_threads pool and host-queue work):
+#:
+#:   streams | cpu_serial events/s      | cpu_threads events/s     | serial / threads
+#:   1       | 458.5 (413.2-479.1)      | 417.3 (390.3-461.0)      | 1.10
+#:   2       | 622.1 (576.4-672.2)      | 615.5 (565.5-625.2)      | 1.01   (the demo's default)
+#:
+#: An event's kernels cover ~40 particles and a few hundred candidate edges: far below the size
+#: where cpu_threads spreads blocks over its pool (those grids run inline there too, after a
+#: timing), so cpu_threads cannot win, and its measuring costs a little. The model step
+#: (~1.1 ms/event, ~88%) dominates either way. benchmarks/results/pipeline.json (bench_pipeline)
+#: says the same (before the pool: cpu_serial 151 / cpu_threads 93 events/s on 1 stream).
+#: Re-measure and change this when the event sizes or the backends change.
+DEMO_BACKEND = "cpu_serial"
+
+
+def demo_backend() -> str:
+    """``ALPYKA_BACKEND`` if set, else :data:`DEMO_BACKEND` (measured fastest for the demo's
+    events), else ``pk.default_backend()``."""
+    if os.environ.get("ALPYKA_BACKEND"):
+        return pk.default_backend()
+    if DEMO_BACKEND in pk.available_backends():
+        return DEMO_BACKEND
+    return pk.default_backend()
+
+
 def _stamp(queue: pk.Queue, stamps: list[float]) -> None:
     """Enqueue a timestamp: host tasks run in queue order, so consecutive stamps bracket a step."""
     queue.enqueue(lambda: stamps.append(time.perf_counter()))
@@ -253,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="alpyka demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", default=None, help="backend to run on (default: the fastest CPU backend)")
+    parser.add_argument("--backend", default=None,
+                        help="backend to run on (default: the fastest CPU backend for these events, "
+                             f"measured: {DEMO_BACKEND}; ALPYKA_BACKEND overrides)")
     parser.add_argument("--events", type=int, default=200, help="events to process (default 200)")
     parser.add_argument("--streams", type=int, default=2, help="framework streams, one queue each (default 2)")
     parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
@@ -267,7 +296,7 @@ def _main(argv: list[str] | None) -> int:
     for name in ("events", "streams", "particles"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    backend = args.backend or pk.default_backend()
+    backend = args.backend or demo_backend()
     report = run(backend, args.events, args.streams, args.particles, args.model, args.remote,
                  progress=not args.no_progress)
     print(report.table())

@@ -74,6 +74,27 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
 
 
+# ----------------------------------------------------------------------------- bench_kernels
+
+
+def test_bench_kernels_smoke(tmp_path: Path) -> None:
+    """The kernel benchmark in its smoke mode (about 15 s), with the launch cost against n."""
+    proc = _run(["benchmarks/bench_kernels.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "kernels.json").read_text())
+    assert common.check_document(doc, "kernels") == []
+    lvn = doc["launch_vs_n"]
+    assert lvn["sizes"] == [100, 1000, 10_000]
+    for name in ("alpyka_cpu_serial_blocking", "alpyka_cpu_serial_nonblocking", "alpyka_cpu_threads_blocking",
+                 "alpyka_cpu_threads_nonblocking", "numba_njit", "numba_prange"):
+        assert set(lvn["us"][name]) == {"100", "1000", "10000"}, name
+        assert all(_positive_finite(v) for v in lvn["us"][name].values()), (name, lvn["us"][name])
+    # Warp and opencl are there, or say why not
+    assert "warp_cpu" in lvn["us"] or lvn["errors"].get("warp_cpu")
+    assert set(doc["summary"]["non-blocking adds us"]) == {"cpu_serial", "cpu_threads"}
+    assert (tmp_path / "kernels.png").read_bytes()[:8] == PNG_MAGIC
+
+
 # ----------------------------------------------------------------------------- run_all
 
 _GOOD = """

@@ -60,3 +60,11 @@ def test_cli_errors_are_one_line(model_dir):
                              text=True, env={**env, "PYTHONPATH": ":".join(sys.path)})
         assert res.returncode != 0
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_the_demo_defaults_to_the_measured_fastest_cpu_backend(monkeypatch):
+    monkeypatch.delenv("ALPYKA_BACKEND", raising=False)
+    assert pipeline.DEMO_BACKEND == "cpu_serial"  # measured: see the comment above DEMO_BACKEND
+    assert pipeline.demo_backend() == "cpu_serial"
+    monkeypatch.setenv("ALPYKA_BACKEND", "cpu_threads")
+    assert pipeline.demo_backend() == "cpu_threads"
