@@ -498,9 +498,14 @@ def main(argv: list[str] | None = None) -> None:
         "compute-bound speed-up": {"cpu_threads/cpu_serial": results["compute_threads_over_serial"],
                                    "prange/njit": results["compute_prange_over_njit"]},
         "start s": results["start"],
-        "launch us against n": results["launch_vs_n"]["us"],
-        "non-blocking adds us": results["launch_vs_n"]["nonblocking_added_us"],
     }
+    # one row per size (the summary is {row: {column: value}}): contenders as columns
+    by_n = results["launch_vs_n"]["us"]
+    sizes = sorted({n for per in by_n.values() for n in per}, key=int)
+    for n in sizes:
+        summary[f"launch us, n={int(n):.0e}"] = {c: per[n] for c, per in by_n.items() if n in per}
+        summary[f"non-blocking adds us, n={int(n):.0e}"] = {
+            c: per[n] for c, per in results["launch_vs_n"]["nonblocking_added_us"].items() if n in per}
     doc = common.result_document("kernels", f"cpu ({os.cpu_count()} cores)", args.quick, rows, summary,
                                  **{k: v for k, v in results.items() if k != "quick"})
     out_path = common.write_json(args.out, "kernels", doc)

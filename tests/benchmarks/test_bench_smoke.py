@@ -91,7 +91,9 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
         assert all(_positive_finite(v) for v in lvn["us"][name].values()), (name, lvn["us"][name])
     # Warp and opencl are there, or say why not
     assert "warp_cpu" in lvn["us"] or lvn["errors"].get("warp_cpu")
-    assert set(doc["summary"]["non-blocking adds us"]) == {"cpu_serial", "cpu_threads"}
+    for n in ("1e+02", "1e+03", "1e+04"):  # one summary row per size, contenders as columns
+        assert set(doc["summary"][f"non-blocking adds us, n={n}"]) == {"cpu_serial", "cpu_threads"}
+        assert "numba_prange" in doc["summary"][f"launch us, n={n}"]
     assert (tmp_path / "kernels.png").read_bytes()[:8] == PNG_MAGIC
 
 

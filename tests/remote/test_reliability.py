@@ -31,23 +31,14 @@ from inference.serve import free_port
 from inference.serve._leftovers import group_alive, group_members, sweep
 
 from .conftest import hits_matrix, make_hits
+from .triton_support import pytriton_reason
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _pytriton_reason() -> str | None:
-    try:
-        import pytriton.triton  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        return f"PyTriton cannot run here: {exc}"
-    if not sys.platform.startswith("linux"):
-        return "PyTriton's bundled tritonserver runs on Linux only"
-    return None
-
-
-needs_triton = pytest.mark.skipif(_pytriton_reason() is not None, reason=str(_pytriton_reason()))
+needs_triton = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
 
 class Feats(soa.Layout):

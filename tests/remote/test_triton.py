@@ -16,21 +16,12 @@ import portable as pk
 from inference.remote import MetadataMismatch, RemoteModel
 
 from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+from .triton_support import pytriton_reason
 
 torch = pytest.importorskip("torch")
 
 
-def _pytriton_reason() -> str | None:
-    try:
-        import pytriton.triton  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        return f"PyTriton cannot run here: {exc}"
-    if not sys.platform.startswith("linux"):
-        return "PyTriton's bundled tritonserver runs on Linux only"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_pytriton_reason() is not None, reason=str(_pytriton_reason()))
+pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
 
 class Identity(torch.nn.Module):
