@@ -2,19 +2,15 @@
 
 A blocking queue runs each task inline on the caller's thread under the queue's lock; a
 non-blocking queue hands tasks to one worker thread that runs them in FIFO order (alpaka's
-``QueueCpuBlocking`` / ``QueueCpuNonBlocking``); a ``wait()`` that finds the worker idle runs
-the tasks up to its target itself, in the same order (launch + wait costs about 9-10 us more than
-a blocking launch instead of 23-50 us: two thread wake-ups saved; docs/runtime.md, "Queues"). Events follow CUDA re-record semantics: a wait
+``QueueCpuBlocking`` / ``QueueCpuNonBlocking``). Events follow CUDA re-record semantics: a wait
 waits for the most recent ``record`` made before it, never for a later one.
 """
 
 from __future__ import annotations
 
-import _thread
 import threading
 import warnings
 import weakref
-from collections import deque
 from typing import Any, Callable
 
 from ._errorlog import ErrorLog
@@ -81,7 +77,7 @@ def warn_unseen(log: ErrorLog, what: str) -> None:
     """Warn about an error that no ``wait()`` reported (its queue was dropped or the program is
     ending): run by the queue's worker as it stops, never by a finalizer."""
     err = log.first_pending()
-    if err is not None and not isinstance(err, KeyboardInterrupt):  # Ctrl-C was seen already
+    if err is not None:
         warnings.warn(f"alpyka: a {what} was dropped with an error no wait() reported: {err!r}",
                       RuntimeWarning, stacklevel=1)
 
@@ -94,72 +90,31 @@ def check_not_own_worker(worker: Worker | None, what: str) -> None:
 
 
 class _HostQueueState:
-    """Tasks, counters and the error log of a non-blocking host queue (shared with its worker,
-    which must not keep the queue itself alive).
-
-    Tasks wait in ``pending`` (FIFO); whoever holds ``run_lock`` runs them: the queue's worker,
-    woken by a token when it sleeps, or a thread in ``wait()`` that finds the worker idle (it would
-    only sleep until the worker is done, so it runs the tasks itself and saves two thread
-    wake-ups; see :meth:`HostQueue.wait`). One holder at a time keeps the FIFO order."""
+    """Counters and the error log of a non-blocking host queue (shared with its worker, which
+    must not keep the queue itself alive)."""
 
     def __init__(self) -> None:
-        self.cv = threading.Condition(threading.Lock())  # guards ``done`` (waiters sleep on it)
+        self.cv = threading.Condition(threading.Lock())
+        self.submitted = 0
         self.done = 0
-        self.log = ErrorLog()  # ``log.seq``: the tasks submitted so far (numbered under its lock)
-        self.pending: deque = deque()
-        self.run_lock = _thread.allocate_lock()
-        self.runner = 0  # ident of the thread running tasks now (0: none)
-        #: the worker sleeps (or is about to) on its wake-up queue: the next task hands it a token.
-        #: While it is awake no tokens pile up (a stale token would keep it spinning for the GIL
-        #: and the run turn against a waiter about to run the task itself).
-        self.asleep = True
+        self.log = ErrorLog()
 
-    def run_one(self, task: tuple, help_: bool = False) -> None:
-        """Run one task (``run_lock`` held); a helping waiter lets Ctrl-C through."""
-        fn, args, seq, is_marker = task
+    def run_task(self, task: tuple[Callable[[Any], None], int, bool]) -> None:
+        fn, seq, is_marker = task
         log = self.log
         try:
             if is_marker:
-                fn(*args, log.first_pending())
-            elif log.errors and log.pending():
+                fn(log.first_pending())
+            elif log.pending():
                 log.skip()
             else:
-                fn(*args)
+                fn(None)
         except BaseException as exc:  # surfaced at the next wait()
             log.add(seq, exc)
-            if help_ and not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt / SystemExit reach the waiting thread as on a blocking queue
         finally:
-            cv = self.cv
-            with cv:
+            with self.cv:
                 self.done += 1
-                if cv._waiters:  # type: ignore[attr-defined]  (nobody waits: no notify)
-                    cv.notify_all()
-
-    @property
-    def submitted(self) -> int:
-        return self.log.seq
-
-    def run_pending(self, _token: Any = None) -> None:
-        """The worker's loop body: run every task waiting now. When a waiter holds the turn, the
-        worker goes back to sleep at once (no wake-up for the waiter to pay when it is done):
-        the waiter hands the worker a new token if it leaves tasks behind."""
-        pending, run_lock = self.pending, self.run_lock
-        while True:
-            if pending and run_lock.acquire(False):
-                self.runner = threading.get_ident()
-                try:
-                    while pending:
-                        self.run_one(pending.popleft())
-                finally:
-                    self.runner = 0
-                    run_lock.release()
-            self.asleep = True
-            # a task queued between the drain and the flag saw the worker awake: take it now
-            # (unless a waiter runs tasks: it hands back a token for what it leaves)
-            if not (pending and not run_lock.locked()):
-                return
-            self.asleep = False
+                self.cv.notify_all()
 
 
 class HostQueue:
@@ -172,13 +127,10 @@ class HostQueue:
         self._worker: Worker | None = None
 
     # --------------------------------------------------------------- submission
-    def _submit(self, fn: Callable[..., None], args: tuple, is_marker: bool) -> None:
+    def _submit(self, fn: Callable[[Any], None], is_marker: bool) -> None:
         if self.blocking:
             with self._lock:
-                if is_marker:
-                    fn(*args, None)
-                else:
-                    fn(*args)
+                fn(None)
             return
         st = self._state
         if self._worker is None:
@@ -186,78 +138,54 @@ class HostQueue:
                 if self._worker is None:
                     # the worker owns the state, not the queue: a queue dropped with work in
                     # flight still finishes that work, then its finalizer stops the worker
-                    self._worker = start_worker(st.run_pending, "alpyka-queue",
+                    self._worker = start_worker(st.run_task, "alpyka-queue",
                                                 on_stop=lambda: warn_unseen(st.log, "queue"))
                     weakref.finalize(self, stop_worker, self._worker.tasks)
-        log = st.log
-        with log.lock:  # numbered and queued in one step: tasks run in this order
-            log.seq = seq = log.seq + 1
-            st.pending.append((fn, args, seq, is_marker))
-        if st.asleep:  # a token (None stops the worker) wakes it
-            st.asleep = False
-            self._worker.put(True)
+        with st.cv:  # numbered and handed over in one step: the worker runs them in this order
+            st.submitted += 1
+            seq = st.log.next_seq()
+            self._worker.put((fn, seq, is_marker))
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` in queue order (inline for a blocking queue)."""
-        self._submit(fn, (), False)
-
-    def enqueue_call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run ``fn(*args)`` in queue order (no closure to build per task)."""
-        self._submit(fn, args, False)
+        self._submit(lambda _err: fn(), False)
 
     def record(self, event: HostEvent) -> None:
-        self._submit(event._complete, (event._next_generation(),), True)
+        gen = event._next_generation()
+        self._submit(lambda err: event._complete(gen, err), True)
 
     def wait_for(self, waitable: Any) -> None:
         """Work enqueued after this waits for ``waitable`` (an event impl) as recorded now."""
         if isinstance(waitable, HostEvent):
-            self._submit(waitable.wait_generation, (waitable.generation(),), False)
+            gen = waitable.generation()
+            self._submit(lambda _err: waitable.wait_generation(gen), False)
         else:  # an event of another backend: block the worker (or caller) on it
-            self._submit(waitable.wait_snapshot, (waitable.snapshot(),), False)
+            token = waitable.snapshot()
+            self._submit(lambda _err: waitable.wait_snapshot(token), False)
 
     # --------------------------------------------------------------- completion
     def wait(self) -> None:
         """Block until every task enqueued so far has run; raise the first error among them
-        that no wait finished before this one started.
-
-        A waiter that finds the worker idle runs the queue's tasks itself, up to its target,
-        instead of sleeping while the worker runs them: handing a task to the worker and the
-        completion back costs two thread wake-ups (about 18 us on a loaded 2-core VM), more
-        than a small kernel. Tasks still run one at a time and in order (``run_lock``)."""
+        that no wait finished before this one started."""
         if self.blocking:
             with self._lock:
                 return
         check_not_own_worker(self._worker, "queue")
         st = self._state
-        me = threading.get_ident()
-        if st.runner == me:
-            raise RuntimeError("wait() on a queue from inside one of its own tasks would wait for itself "
-                               "forever; record an event instead, or wait outside the task")
-        lo, target = st.log.wait_range()  # (cleared, tasks submitted so far)
-        if st.done < target and st.run_lock.acquire(False):
-            pending = st.pending
-            st.runner = me
-            try:
-                while st.done < target and pending:
-                    st.run_one(pending.popleft(), True)
-            finally:
-                st.runner = 0
-                st.run_lock.release()
-                if pending and self._worker is not None:  # later tasks: back to the worker
-                    st.asleep = False
-                    self._worker.put(True)
-        if st.done < target:
-            with st.cv:
-                st.cv.wait_for(lambda: st.done >= target)
+        with st.cv:
+            target = st.submitted
+            lo, _ = st.log.wait_range()
+            st.cv.wait_for(lambda: st.done >= target)
         st.log.finish_wait(lo, target, "queue")
 
     def is_idle(self) -> bool:
         if self.blocking:
             return True
         st = self._state
-        return st.done >= st.log.seq
+        with st.cv:
+            return st.done >= st.submitted
 
     @property
     def native_handle(self) -> Any:
-        """The wake-up queue of the thread that runs its tasks (None until the first enqueue)."""
+        """The queue of tasks its worker thread runs (None until the first enqueue)."""
         return None if self._worker is None else self._worker.tasks
