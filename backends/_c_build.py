@@ -66,6 +66,10 @@ def format_build_error(src: CSource, compiler: str, log: str, context: int = 3) 
 
 
 # ---------------------------------------------------------------------- NVRTC
+#: options cupy appends to every NVRTC compile (cupy.cuda.compiler): float32 denormals flush to
+#: zero in CUDA kernels. alpyka's own option is ``--std=c++17`` (added by :func:`nvrtc_compile`).
+CUPY_NVRTC_APPENDED = ("-ftz=true",)
+
 def nvrtc_available() -> str | None:
     """None when NVRTC can be used here, else the reason."""
     try:

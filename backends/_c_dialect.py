@@ -44,6 +44,16 @@ typedef unsigned long long u64; typedef float f32; typedef double f64;
 #define ALPYKA_NAN_F32 __int_as_float(0x7fffffff)
 #define ALPYKA_INF_F64 __longlong_as_double(0x7ff0000000000000LL)
 #define ALPYKA_NAN_F64 __longlong_as_double(0x7fffffffffffffffLL)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600
+static __device__ __forceinline__ f64 alpyka_atomic_add_f64(f64* p, f64 v) {  /* no native f64 add below sm_60 */
+    unsigned long long* w = (unsigned long long*)p;
+    unsigned long long old = *w, seen;
+    do { seen = old; old = atomicCAS(w, seen, (unsigned long long)__double_as_longlong(__longlong_as_double((long long)seen) + v)); } while (old != seen);
+    return __longlong_as_double((long long)old);
+}
+#else
+#define alpyka_atomic_add_f64(p, v) atomicAdd(p, v)
+#endif
 """
 
 _MATH_1 = ("sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
@@ -151,7 +161,7 @@ class Dialect:
         if n == "float32" and op in ("add", "exch"):
             return f"atomic{'Add' if op == 'add' else 'Exch'}(p, v)"
         if n == "float64" and op == "add" and self.name == "cuda":
-            return "atomicAdd(p, v)"  # sm_60 and newer
+            return "alpyka_atomic_add_f64(p, v)"  # native on sm_60+, a CAS loop below (prologue)
         return None
 
     def cas_word(self, bits: int, space: str) -> tuple[str, str]:

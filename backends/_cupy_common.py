@@ -5,12 +5,13 @@ serves both backends; ``backends/cuda.py`` and ``backends/rocm.py`` only pick th
 
 - devices: ``cupy.cuda.runtime.getDeviceProperties`` gives the limits; memory space
   ``"cuda:<i>"`` / ``"rocm:<i>"``;
-- queues: one non-blocking ``cupy.cuda.Stream`` each (see :mod:`backends._gpu_queue`); a host
-  function is gated with ``Stream.launch_host_func`` so it runs on alpyka's worker thread, not
-  on the driver's callback thread (where CUDA API calls are forbidden);
+- queues: one non-blocking ``cupy.cuda.Stream`` each (:mod:`backends._cupy_queue`); host
+  functions run on alpyka's worker thread after an event, never as stream host callbacks
+  (CUDA forbids callbacks that wait for other work; cupy refuses them on HIP);
 - memory: cupy's memory pool is the caching allocator (stream-ordered reuse), pinned host
-  memory comes from cupy's pinned pool; arrays onto buffers are cupy arrays over
-  ``UnownedMemory`` that keep the buffer alive.
+  memory comes from cupy's pinned pool; copies to or from pageable host memory go through
+  pinned staging (a pageable ``cudaMemcpyAsync`` returns only once complete); arrays onto
+  buffers are cupy arrays over ``UnownedMemory`` that keep the buffer alive.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from portable._backend import Backend, MemRef
 from portable._device import Device, DeviceLimits
 from portable._errors import BackendUnavailable
 
-from ._gpu_queue import DeviceEvent, DeviceQueue, Snapshot
+from ._cupy_queue import CupyQueue, DeviceScope
+from ._gpu_queue import DeviceEvent
 
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault / hipMemcpyDefault: direction from the pointers (UVA)
 
@@ -67,96 +69,6 @@ def _triple(value: Any, default: int) -> tuple[int, int, int]:
     return (vals[2], vals[1], vals[0])  # CUDA gives x, y, z; alpaka is slowest first
 
 
-class _DeviceScope:
-    """``with _DeviceScope(cupy, i):`` makes device ``i`` current (cheap when it already is)."""
-
-    __slots__ = ("cupy", "index", "prev")
-
-    def __init__(self, cupy: Any, index: int) -> None:
-        self.cupy, self.index, self.prev = cupy, index, None
-
-    def __enter__(self) -> None:
-        rt = self.cupy.cuda.runtime
-        cur = rt.getDevice()
-        if cur != self.index:
-            self.prev = cur
-            rt.setDevice(self.index)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.prev is not None:
-            self.cupy.cuda.runtime.setDevice(self.prev)
-            self.prev = None
-
-
-# ---------------------------------------------------------------------- queues
-class _HostFuncGate:
-    """A host function in the stream that blocks the stream until alpyka's worker opened it."""
-
-    __slots__ = ("_reached", "_open")
-
-    def __init__(self, stream: Any) -> None:
-        self._reached = threading.Event()
-        self._open = threading.Event()
-        stream.launch_host_func(self._callback, None)
-
-    def _callback(self, _arg: Any) -> None:  # on the driver's callback thread: no CUDA calls here
-        self._reached.set()
-        self._open.wait()
-
-    def reached(self) -> None:
-        self._reached.wait()
-
-    def open(self) -> None:
-        self._open.set()
-
-
-class CupyQueue(DeviceQueue):
-    """``pk.Queue`` on a CUDA/HIP device: one non-blocking cupy stream."""
-
-    def __init__(self, device: Device, blocking: bool) -> None:
-        super().__init__(device, blocking)
-        self.cupy = device.native
-        self.api = "HIP" if device.backend_name == "rocm" else "CUDA"
-        self.scope = _DeviceScope(self.cupy, device.index)
-        with self.scope:
-            self.stream = self.cupy.cuda.Stream(non_blocking=True)
-
-    def marker(self) -> Any:
-        with self.scope:
-            ev = self.cupy.cuda.Event(block=False, disable_timing=True)
-            ev.record(self.stream)
-        return ev
-
-    def native_done(self, native: Any) -> bool:
-        return bool(native.done)
-
-    def sync_native(self, native: Any) -> None:
-        native.synchronize()
-
-    def device_wait(self, snap: Snapshot) -> bool:
-        other = snap.queue
-        if not isinstance(other, CupyQueue) or other.device.backend_name != self.device.backend_name:
-            return False
-        with self._lock, self.scope:  # events of another device of the same API are fine
-            self.stream.wait_event(snap.native)
-        return True
-
-    def finish(self) -> None:
-        self.stream.synchronize()
-
-    def make_gate(self) -> _HostFuncGate:
-        with self.scope:
-            return _HostFuncGate(self.stream)
-
-    def is_idle(self) -> bool:
-        return bool(self.stream.done)
-
-    @property
-    def native_handle(self) -> int:
-        """The ``cudaStream_t`` (``hipStream_t``) as an int, for torch/cupy ``ExternalStream``."""
-        return int(self.stream.ptr)
-
-
 # ---------------------------------------------------------------------- memory
 class CupyPoolAllocator:
     """cupy's memory pool behind :class:`~portable.CachingAllocator`'s interface.
@@ -182,7 +94,7 @@ class CupyPoolAllocator:
         cp = self.cupy
         stream = getattr(getattr(queue, "_impl", None), "stream", None)
         size = max(int(nbytes), 1)
-        with _DeviceScope(cp, self.index):
+        with DeviceScope(cp, self.index):
             if stream is not None:
                 with stream:
                     mem = self.pool.malloc(size + (alignment if alignment > 256 else 0))
@@ -203,10 +115,13 @@ class CupyPoolAllocator:
         b.handle = None  # the pool takes the memory back once nothing else references it
 
     def release_cache(self) -> int:
+        """Give this device's cached pool memory back to the driver; the bytes released.
+        (cupy's pool calls act on the current device's arena: make this allocator's current.)"""
         run_deferred()
-        before = self.pool.total_bytes()
-        self.pool.free_all_blocks()
-        return before - self.pool.total_bytes()
+        with DeviceScope(self.cupy, self.index):
+            before = self.pool.total_bytes()
+            self.pool.free_all_blocks()
+            return before - self.pool.total_bytes()
 
 
 def _pinned_allocator(cupy: Any) -> CachingAllocator:
@@ -223,6 +138,21 @@ def _pinned_allocator(cupy: Any) -> CachingAllocator:
 
     oom = (MemoryError, cupy.cuda.runtime.CUDARuntimeError)
     return CachingAllocator(raw_alloc, raw_free, oom_errors=oom)
+
+
+def _pinned_staging(cupy: Any, nbytes: int) -> np.ndarray:
+    """Page-locked host bytes from cupy's pinned pool (returned to it once collected)."""
+    mem = cupy.cuda.alloc_pinned_memory(max(nbytes, 1))
+    return np.frombuffer(mem, dtype=np.uint8, count=max(nbytes, 1))[:nbytes]
+
+
+def _pageable(ref: MemRef) -> bool:
+    """Host memory that is not page-locked: a numpy array, or a host Buffer made without pinned."""
+    return ref.device.is_host_memory and not getattr(ref.owner, "pinned", False)
+
+
+def _host_bytes(ref: MemRef) -> np.ndarray:
+    return ref.handle[ref.offset : ref.offset + ref.nbytes]
 
 
 def _address(ref: MemRef) -> int:
@@ -256,10 +186,14 @@ class CupyBackend(Backend):
                 multiprocessors=int(p.get("multiProcessorCount", 1)),
             )
             arch = _text(p.get("gcnArchName", "")) if name == "rocm" else f"sm_{p.get('major', 0)}{p.get('minor', 0)}"
+            # a block may use more shared memory than sharedMemPerBlock (48 KB on NVIDIA) when the
+            # kernel opts in (cudaFuncAttributeMaxDynamicSharedMemorySize): up to the opt-in limit
+            optin = max(int(p.get("sharedMemPerBlockOptin", 0) or 0), limits.shared_memory_per_block)
             self._devices.append(Device(
                 name, i, _text(p["name"]), "gpu", f"{name}:{i}", limits, native=cupy,
                 properties={"arch": arch, "global_memory": int(p.get("totalGlobalMem", 0)),
-                            "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0)))},
+                            "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0))),
+                            "shared_memory_per_block_optin": optin},
             ))
 
     def devices(self) -> list[Device]:
@@ -309,22 +243,34 @@ class CupyBackend(Backend):
     def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
         impl: CupyQueue = queue._impl
         if dst.device.is_host_memory and src.device.is_host_memory:
-            impl.enqueue_host(lambda: np.copyto(dst.handle[dst.offset : dst.offset + dst.nbytes],
-                                                src.handle[src.offset : src.offset + src.nbytes]))
+            impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
             return
-        with impl._lock, impl.scope:
-            self.cupy.cuda.runtime.memcpyAsync(_address(dst), _address(src), src.nbytes,
-                                               _MEMCPY_DEFAULT, impl.stream.ptr)
-            impl.after_enqueue(dst.owner, src.owner, dst.handle, src.handle)
+        memcpy, n = self.cupy.cuda.runtime.memcpyAsync, src.nbytes
+        stream = impl.stream
+        if impl.blocking or not (_pageable(dst) or _pageable(src)):
+            d, s = _address(dst), _address(src)
+            impl.submit(lambda: memcpy(d, s, n, _MEMCPY_DEFAULT, stream.ptr), dst.owner, src.owner, dst.handle, src.handle)
+            return
+        # pageable host memory: a direct copy would return only once complete (blocking the
+        # caller and the queue's lock); stage through pinned memory, in queue order
+        staging = _pinned_staging(self.cupy, n)
+        sp = int(staging.ctypes.data)
+        if _pageable(src):  # host -> device
+            impl.enqueue_host(lambda: np.copyto(staging, _host_bytes(src)))
+            d = _address(dst)
+            impl.submit(lambda: memcpy(d, sp, n, _MEMCPY_DEFAULT, stream.ptr), dst.owner, staging)
+        else:  # device -> host
+            s = _address(src)
+            impl.submit(lambda: memcpy(sp, s, n, _MEMCPY_DEFAULT, stream.ptr), src.owner, staging)
+            impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), staging))
 
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
         impl: CupyQueue = queue._impl
         if dst.device.is_host_memory:
-            impl.enqueue_host(lambda: dst.handle[dst.offset : dst.offset + dst.nbytes].fill(value))
+            impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return
-        with impl._lock, impl.scope:
-            self.cupy.cuda.runtime.memsetAsync(_address(dst), value, dst.nbytes, impl.stream.ptr)
-            impl.after_enqueue(dst.owner, dst.handle)
+        memset, d, n, stream = self.cupy.cuda.runtime.memsetAsync, _address(dst), dst.nbytes, impl.stream
+        impl.submit(lambda: memset(d, value, n, stream.ptr), dst.owner, dst.handle)
 
     # ------------------------------------------------------------------ kernels
     def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 
 
 from ._c_args import make_packer
-from ._c_build import KernelBuildError, format_build_error
+from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, format_build_error  # noqa: F401 - re-exported
 from ._gpu_launch import emit_for, prepare_launch
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
@@ -32,9 +32,17 @@ class CupyPlan:
         self.err = src.needs_error_flag
 
 
+def compile_options(is_hip: bool) -> tuple[str, ...]:
+    """The options alpyka passes to ``RawModule``. cupy appends its own: ``-ftz=true`` on CUDA
+    (NVRTC), and hiprtc flushes float32 denormals too (``-fcuda-flush-denormals-to-zero``), so
+    float32 subnormals are flushed to zero on both GPU backends (docs/backends.md)."""
+    return () if is_hip else ("--std=c++17",)
+
+
+
 def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
     """The ``RawKernel`` of a generated source; KernelBuildError with the marked source on failure."""
-    options = () if is_hip else ("--std=c++17",)
+    options = compile_options(is_hip)
     compiler = "hiprtc" if is_hip else "NVRTC"
     try:
         module = cupy.RawModule(code=src.text, options=options)
@@ -65,32 +73,52 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
     return CupyPlan(src, fn, pack, max_threads, static_shared, kernel.__name__)
 
 
+def _opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:
+    """Raise the kernel's dynamic shared memory limit when the block needs more than the default
+    48 KB in all (static + dynamic): CUDA refuses such a launch unless the kernel opted in."""
+    if plan.static_shared + dyn > _DEFAULT_DYNAMIC_SHARED and dyn > plan.dyn_limit:
+        with plan.lock:
+            if dyn > plan.dyn_limit:
+                plan.function.max_dynamic_shared_size_bytes = dyn
+                plan.dyn_limit = dyn
+
+
 def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     """Enqueue ``kernel`` over ``workdiv`` on a CUDA/ROCm queue (its stream)."""
     plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
     grid = tuple(reversed(workdiv.blocks))
     block = tuple(reversed(workdiv.threads))
     impl = queue._impl
-    cp = impl.cupy
-    flag = host = None
-    if plan.err:
-        with impl.scope, impl.stream:  # zeroed on the kernel's own stream, so ordered before it
-            flag = cp.zeros(1, dtype=cp.int32)
-        values.append(np.uint64(flag.data.ptr))
-    with impl._lock, impl.scope:
-        if dyn > plan.dyn_limit:
-            with plan.lock:
-                plan.function.max_dynamic_shared_size_bytes = dyn
-                plan.dyn_limit = dyn
-        with impl.stream:
-            plan.function(grid, block, tuple(values), shared_mem=dyn)
-        impl.after_enqueue(args)
-        if flag is not None:
-            host = np.zeros(1, np.int32)
-            cp.cuda.runtime.memcpyAsync(host.ctypes.data, flag.data.ptr, 4, _D2H, impl.stream.ptr)
-            impl.after_enqueue(flag, host)
-    if host is not None:
-        impl.enqueue_host(_range_check(plan, host))
+    cp, stream, fn = impl.cupy, impl.stream, plan.function
+    if dyn:
+        with impl.scope:
+            _opt_in_dynamic_shared(plan, dyn)
+    if not plan.err:
+        def run() -> None:
+            with stream:
+                fn(grid, block, tuple(values), shared_mem=dyn)
+        impl.submit(run, args)
+        return
+    # debug range check: a device flag, zeroed before the kernel and copied after it into
+    # pinned host memory (a pageable copy would block until complete), read by a host task
+    with impl.scope, stream:
+        flag = cp.empty(1, dtype=cp.int32)
+    host = _pinned_int32(cp)
+    fp, hp, rt = int(flag.data.ptr), int(host.ctypes.data), cp.cuda.runtime
+    values.append(np.uint64(fp))
+
+    def run_checked() -> None:
+        rt.memsetAsync(fp, 0, 4, stream.ptr)
+        with stream:
+            fn(grid, block, tuple(values), shared_mem=dyn)
+        rt.memcpyAsync(hp, fp, 4, _D2H, stream.ptr)
+    impl.submit(run_checked, args, flag, host)
+    impl.enqueue_host(_range_check(plan, host))
+
+
+def _pinned_int32(cp: Any) -> np.ndarray:
+    mem = cp.cuda.alloc_pinned_memory(4)
+    return np.frombuffer(mem, dtype=np.int32, count=1)
 
 
 def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:

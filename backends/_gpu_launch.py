@@ -51,7 +51,9 @@ _MISMATCH = _mismatch_error()
 
 
 def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> None:
-    limit = device.limits.shared_memory_per_block
+    """WorkDivError when a block needs more shared memory than the device can give one block
+    (the opt-in limit where the device has one: CUDA's sharedMemPerBlockOptin)."""
+    limit = device.properties.get("shared_memory_per_block_optin") or device.limits.shared_memory_per_block
     if static + dynamic > limit:
         raise WorkDivError(f"kernel {name!r} needs {static} bytes of shared memory plus {dynamic} dynamic per "
                            f"block; {device} has {limit}")
@@ -68,9 +70,11 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
         src = emit(kir, dialect, unit_elements=key[4])
         if dialect == "opencl" and os.environ.get("ALPYKA_CHECK_CUDA", "") not in ("", "0"):
             # CI: every kernel the OpenCL run builds must also compile as CUDA C (NVRTC, no GPU)
-            from ._c_build import nvrtc_compile
+            from ._c_build import CUPY_NVRTC_APPENDED, nvrtc_compile
 
-            nvrtc_compile(emit(kir, "cuda", unit_elements=key[4]), os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"))
+            # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
+            nvrtc_compile(emit(kir, "cuda", unit_elements=key[4]), os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
+                          CUPY_NVRTC_APPENDED)
         return kir, src
     except CEmitError as exc:
         f, line = kir.source_file, exc.line or kir.first_line

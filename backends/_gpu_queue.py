@@ -5,10 +5,11 @@ native queue (an in-order OpenCL command queue, a CUDA/HIP stream) and this modu
 alpaka's semantics on top:
 
 - blocking queues finish each piece of work before the enqueue returns;
-- host functions (``enqueue_host``) run in FIFO order with device work: on a non-blocking queue
-  a *gate* is enqueued (an OpenCL user event the queue waits on, a CUDA host function that
-  blocks its stream) and a worker thread runs the function once the queue reaches the gate, then
-  opens it, so neither the caller nor the native runtime's own threads run user code;
+- host functions (``enqueue_host``) run in FIFO order with device work: on a non-blocking
+  OpenCL queue a *gate* is enqueued (a user event the queue waits on) and a worker thread runs
+  the function once the queue reaches the gate, then opens it; CUDA/HIP queues hold the work
+  enqueued after a host function on the host until it ran (:mod:`backends._cupy_queue`), so
+  neither the caller nor the native runtime's own threads run user code;
 - events follow CUDA re-record semantics: each ``record`` enqueues a fresh native marker and a
   wait waits for the latest marker recorded before it; the cross-backend protocol
   ``snapshot()`` / ``wait_snapshot(token)`` lets a queue of another backend wait for it;
@@ -198,6 +199,12 @@ class DeviceQueue:
                 self.finish()
                 fn()
             return
+        self._enqueue_gated(fn, always)
+
+    def _enqueue_gated(self, fn: Callable[[], None], always: bool) -> None:
+        """The non-blocking path of :meth:`enqueue_host`: a gate in the native queue that the
+        worker opens after running ``fn`` (OpenCL's user events). Queues whose API cannot hold
+        a stream on a host condition without a host function (CUDA, HIP) override this."""
         with self._lock:
             if self._worker is None:
                 log, what = self._log, f"{self.api} queue"

@@ -1,18 +1,40 @@
 """A host-memory stand-in for the part of cupy's API the cuda/rocm backends use, so their
-runtime logic (streams, events, host-function gates, pools, copies, arrays) runs without a GPU.
+runtime logic (streams, events, host tasks, pools, copies, arrays, launches) runs without a GPU.
 
-Streams are emulated faithfully enough for ordering: each stream has a thread that runs its
-operations in FIFO order; events complete when their stream reaches them; host functions run on
-a shared "driver callback" thread, as CUDA does. Memory is host memory addressed by pointer.
+It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on it:
+
+- the current device is per thread (``runtime.setDevice`` on one thread leaves the others
+  alone), and so is cupy's current stream, per device (``with stream:``);
+- each stream is a thread running its operations in FIFO order; events complete when their
+  stream reaches them; an event records only on a stream of the device it was created on;
+- ``get_default_memory_pool()`` has one arena per device and, inside it, per stream: a freed
+  block is reused only by allocations on the same stream (stream-ordered reuse);
+  ``total_bytes``/``free_all_blocks`` act on the *current* device's arena only;
+- ``memcpyAsync`` with pageable (not page-locked) host memory returns only once the copy is
+  complete, as CUDA's does (counted in ``runtime.pageable_copies``);
+- the HIP personality (``is_hip=True``) refuses ``Stream.launch_host_func`` with cupy's own
+  message and its arrays have no ``__cuda_array_interface__``;
+- ``__dlpack__(stream=s)`` synchronises like cupy: unless ``s == -1`` (no synchronisation) or
+  ``s`` is the current stream, an event of the current stream is waited for on ``s``
+  (recorded in ``dlpack_syncs``);
+- ``RawModule``/``RawKernel`` record the options cupy would pass to NVRTC (``-ftz=true``
+  appended on CUDA); a launch checks the arguments against the kernel's C signature as cupy
+  packs them (a numpy scalar by its own dtype, a pointer as 8 bytes), the pointers against
+  the launching device, the current stream against the device and the dynamic shared memory
+  against the kernel's limit (48 KB unless raised, at most the opt-in limit). The kernel body
+  does not run; ``kernel_runner`` (``fn(name, args)``, on the stream's thread) can emulate one.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import queue as _q
+import re
 import threading
 import types
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,7 +52,7 @@ class _Exec:
         self.cv = threading.Condition()
         threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def submit(self, fn: Any) -> None:
+    def submit(self, fn: Callable[[], Any]) -> None:
         with self.cv:
             self.pending += 1
         self.q.put(fn)
@@ -40,6 +62,8 @@ class _Exec:
             fn = self.q.get()
             try:
                 fn()
+            except BaseException as exc:  # noqa: BLE001 - a device fault: kept, reported on sync
+                self.fault = exc
             finally:
                 with self.cv:
                     self.pending -= 1
@@ -54,126 +78,370 @@ class _Exec:
             self.cv.wait_for(lambda: self.pending == 0)
 
 
-_callbacks = _Exec("fake-cuda-callbacks")
-_current = threading.local()
+_callbacks = _Exec("fake-cuda-callbacks")  # CUDA runs every host function on one driver thread
 _next_ptr = [0x7000]
+_C_TYPES = {"i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
+            "u32": "uint32", "u64": "uint64", "f32": "float32", "f64": "float64", "float": "float32",
+            "double": "float64", "int": "int32", "bool": "uint8", "char": "int8", "long long": "int64",
+            "unsigned int": "uint32", "unsigned long long": "uint64"}
+_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 
 
-class Stream:
-    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> None:
-        self.ex = _Exec("fake-cuda-stream")
-        _next_ptr[0] += 16
-        self.ptr = _next_ptr[0]
+class _Runtime:
+    """One stand-in's state: devices, the per-thread current device, memory, counters."""
 
-    def synchronize(self) -> None:
-        self.ex.drain()
+    def __init__(self, n_devices: int, is_hip: bool, count_error: str | None) -> None:
+        self.n_devices, self.is_hip, self.count_error = n_devices, is_hip, count_error
+        self.tls = threading.local()
+        self.streams: dict[int, Any] = {}
+        self.ranges: list[tuple[int, int, str, int]] = []  # sorted (base, end, kind, device)
+        self.ranges_lock = threading.Lock()
+        self.pageable_copies = 0
+        self.dlpack_syncs: list[tuple[int, Any]] = []
+        self.launches: list[tuple[str, tuple, tuple, int, int]] = []
+        self.kernel_runner: Callable[[str, tuple], None] | None = None
 
-    @property
-    def done(self) -> bool:
-        return self.ex.idle()
+    def device(self) -> int:
+        return getattr(self.tls, "device", 0)
 
-    def wait_event(self, event: "Event") -> None:
-        ev = event._flag
-        self.ex.submit(lambda: ev.wait() if ev is not None else None)
+    def set_device(self, i: int) -> None:
+        if not 0 <= i < self.n_devices:
+            raise CUDARuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {i}")
+        self.tls.device = i
 
-    def launch_host_func(self, callback: Any, arg: Any) -> None:
-        done = threading.Event()
+    def current_stream(self, device: int) -> Any:
+        stacks = getattr(self.tls, "streams", None)
+        stack = stacks.get(device) if stacks else None
+        return stack[-1] if stack else None
 
-        def on_stream() -> None:
-            _callbacks.submit(lambda: (callback(arg), done.set()))
-            done.wait()  # the stream waits for the host function, as in CUDA
+    def register(self, base: int, size: int, kind: str, device: int) -> None:
+        with self.ranges_lock:
+            bisect.insort(self.ranges, (base, base + size, kind, device))
 
-        self.ex.submit(on_stream)
+    def unregister(self, base: int) -> None:
+        with self.ranges_lock:
+            i = bisect.bisect_left(self.ranges, (base,))
+            if i < len(self.ranges) and self.ranges[i][0] == base:
+                del self.ranges[i]
 
-    def __enter__(self) -> "Stream":
-        self._prev = getattr(_current, "stream", None)
-        _current.stream = self
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _current.stream = self._prev
-
-
-class Event:
-    def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
-        self._flag: threading.Event | None = None
-
-    def record(self, stream: Stream) -> None:
-        flag = threading.Event()
-        self._flag = flag
-        stream.ex.submit(flag.set)
-
-    @property
-    def done(self) -> bool:
-        return self._flag is None or self._flag.is_set()
-
-    def synchronize(self) -> None:
-        if self._flag is not None:
-            self._flag.wait()
+    def where(self, ptr: int) -> tuple[str, int]:
+        """("device", i), ("pinned", -1) or ("pageable", -1) for an address."""
+        with self.ranges_lock:
+            i = bisect.bisect_right(self.ranges, (ptr, float("inf"))) - 1
+            if i >= 0:
+                base, end, kind, dev = self.ranges[i]
+                if base <= ptr < end:
+                    return kind, dev
+        return "pageable", -1
 
 
+def _make_stream_class(rt: _Runtime) -> type:
+    class Stream:
+        def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> None:
+            self.device_id = rt.device()
+            self.ex = _Exec(f"fake-stream-dev{self.device_id}")
+            _next_ptr[0] += 16
+            self.ptr = _next_ptr[0]
+            rt.streams[self.ptr] = self
+
+        def synchronize(self) -> None:
+            self.ex.drain()
+
+        @property
+        def done(self) -> bool:
+            return self.ex.idle()
+
+        def wait_event(self, event: Any) -> None:  # events of other devices are allowed
+            flag = event._flag
+            self.ex.submit(lambda: flag.wait() if flag is not None else None)
+
+        def launch_host_func(self, callback: Callable[[Any], None], arg: Any) -> None:
+            if rt.is_hip:
+                raise RuntimeError("This feature is not supported on HIP")
+            done = threading.Event()
+
+            def on_stream() -> None:
+                _callbacks.submit(lambda: (callback(arg), done.set()))
+                done.wait()  # the stream waits for the host function, as in CUDA
+
+            self.ex.submit(on_stream)
+
+        def record(self, event: Any = None) -> Any:
+            event = event or rt.module.cuda.Event()
+            event.record(self)
+            return event
+
+        def __enter__(self) -> "Stream":
+            stacks = rt.tls.__dict__.setdefault("streams", {})
+            stacks.setdefault(self.device_id, []).append(self)
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            rt.tls.streams[self.device_id].pop()
+
+    return Stream
+
+
+def _make_event_class(rt: _Runtime) -> type:
+    class Event:
+        def __init__(self, block: bool = False, disable_timing: bool = False, interprocess: bool = False) -> None:
+            self.device_id = rt.device()
+            self._flag: threading.Event | None = None
+
+        def record(self, stream: Any = None) -> None:
+            stream = stream or rt.current_stream(rt.device())
+            if stream is None:
+                raise CUDARuntimeError("fake cupy: recording on the legacy null stream is not emulated")
+            if stream.device_id != self.device_id:
+                raise CUDARuntimeError(f"cudaErrorInvalidResourceHandle: event of device {self.device_id} "
+                                       f"recorded on a stream of device {stream.device_id}")
+            flag = threading.Event()
+            self._flag = flag
+            stream.ex.submit(flag.set)
+
+        @property
+        def done(self) -> bool:
+            return self._flag is None or self._flag.is_set()
+
+        def synchronize(self) -> None:
+            if self._flag is not None:
+                self._flag.wait()
+
+    return Event
+
+
+# ---------------------------------------------------------------------- memory
 class _Chunk:
-    def __init__(self, n: int) -> None:
+    def __init__(self, rt: _Runtime, n: int, device: int) -> None:
+        self.size = n
         self.raw = np.zeros(n + 512, np.uint8)
         self.base = self.raw.ctypes.data + (-self.raw.ctypes.data) % 512
+        rt.register(self.base, n, "device", device)
+        weakref.finalize(self, rt.unregister, self.base)
+
+
+class PooledMemory:
+    """An allocation of the pool; back to its stream's arena when collected (as in cupy)."""
+
+    def __init__(self, chunk: _Chunk, arena: list, device_id: int) -> None:
+        self.chunk, self.arena, self.device_id = chunk, arena, device_id
+        self.ptr, self.size = chunk.base, chunk.size
+
+    def __del__(self) -> None:
+        self.arena.append(self.chunk)
+
+
+class _DevicePool:
+    """One device's arena: free blocks per stream, reused on that stream only."""
+
+    def __init__(self, rt: _Runtime, device: int) -> None:
+        self.rt, self.device = rt, device
+        self.free: dict[int, list[_Chunk]] = {}
+        self.total = 0
+        self.lock = threading.Lock()
+        self.mallocs: list[int] = []  # the stream pointer of each allocation
+
+    def malloc(self, n: int) -> "MemoryPointer":
+        n = -(-max(n, 1) // 512) * 512
+        stream = self.rt.current_stream(self.device)
+        sp = stream.ptr if stream is not None else 0
+        self.mallocs.append(sp)
+        with self.lock:
+            arena = self.free.setdefault(sp, [])
+            for i, c in enumerate(arena):
+                if c.size == n:
+                    chunk = arena.pop(i)
+                    break
+            else:
+                chunk = _Chunk(self.rt, n, self.device)
+                self.total += n
+        return MemoryPointer(PooledMemory(chunk, arena, self.device), 0)
+
+    def free_all_blocks(self) -> None:
+        with self.lock:
+            for arena in self.free.values():
+                self.total -= sum(c.size for c in arena)
+                arena.clear()
+
+    def free_bytes(self) -> int:
+        return sum(c.size for arena in self.free.values() for c in arena)
+
+
+class MemoryPool:
+    """cupy's default pool: every call acts on the current device's arena."""
+
+    def __init__(self, rt: _Runtime) -> None:
+        self.rt = rt
+        self.pools = [_DevicePool(rt, i) for i in range(max(rt.n_devices, 1))]
+
+    def _pool(self) -> _DevicePool:
+        return self.pools[self.rt.device()]
+
+    def malloc(self, n: int) -> "MemoryPointer":
+        return self._pool().malloc(n)
+
+    def total_bytes(self) -> int:
+        return self._pool().total
+
+    def free_bytes(self) -> int:
+        return self._pool().free_bytes()
+
+    def free_all_blocks(self, stream: Any = None) -> None:
+        self._pool().free_all_blocks()
 
 
 class MemoryPointer:
     def __init__(self, mem: Any, offset: int) -> None:
         self.mem, self.offset = mem, offset
-        self.ptr = (mem.ptr if hasattr(mem, "ptr") else mem.base) + offset
+        self.ptr = mem.ptr + offset
+        self.device_id = getattr(mem, "device_id", -1)
 
     def __add__(self, n: int) -> "MemoryPointer":
         return MemoryPointer(self.mem, self.offset + n)
 
 
-class _Pool:
-    def __init__(self) -> None:
-        self.live: list[Any] = []
-        self.streams: list[Any] = []
-
-    def malloc(self, n: int) -> MemoryPointer:
-        self.streams.append(getattr(_current, "stream", None))
-        c = _Chunk(n)
-        self.live.append(c)
-        return MemoryPointer(c, 0)
-
-    def total_bytes(self) -> int:
-        return sum(c.raw.nbytes for c in self.live)
-
-    def free_all_blocks(self) -> None:
-        pass
-
-
 class UnownedMemory:
     def __init__(self, ptr: int, size: int, owner: Any, device_id: int = -1) -> None:
-        self.ptr, self.size, self.owner = ptr, size, owner
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+
+
+class PinnedMemory(bytearray):
+    """Page-locked host memory (registered as such while it lives)."""
+
+
+class _DataPtr:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
 
 
 class FakeDeviceArray(np.ndarray):
-    """A numpy array over "device" memory with cupy's ``get()`` and the CUDA array interface."""
+    """A numpy array over "device" memory with cupy's ``get()``, ``data.ptr``, the CUDA array
+    interface (not on HIP) and cupy's DLPack stream handshake."""
+
+    _rt: _Runtime | None = None
 
     def get(self) -> np.ndarray:
         return np.array(self)
 
     @property
+    def data(self) -> _DataPtr:  # type: ignore[override]
+        return _DataPtr(self.ctypes.data)
+
+    @property
     def __cuda_array_interface__(self) -> dict:
+        if self._rt is not None and self._rt.is_hip:
+            raise AttributeError("HIP/ROCm does not support cuda array interface")
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ctypes.data, False),
                 "strides": self.strides, "version": 3}
 
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        rt = self._rt
+        if rt is not None and stream != -1:
+            cur = rt.current_stream(rt.device())
+            cur_ptr = cur.ptr if cur is not None else 0
+            if stream is None or stream != cur_ptr:
+                rt.dlpack_syncs.append((cur_ptr, stream))  # cupy: event on current, wait on ``stream``
+        return np.asarray(self).view(np.ndarray).__dlpack__()
 
-def _ndarray(shape: tuple, dtype: Any, memptr: MemoryPointer, strides: tuple = None) -> np.ndarray:
+
+def _array(rt: _Runtime, cls: type, shape: Any, dtype: Any, memptr: MemoryPointer, strides: Any = None) -> np.ndarray:
     dtype = np.dtype(dtype)
-    size = max(memptr.mem.size - memptr.offset, 1)
+    size = max(getattr(memptr.mem, "size", 0) - memptr.offset, 1)
     buf = (ctypes.c_uint8 * size).from_address(memptr.ptr)
-    buf._keep = memptr  # the memory's owner lives as long as the array
-    return FakeDeviceArray(shape, dtype, buffer=buf, strides=strides)
+    buf._keep = memptr  # type: ignore[attr-defined] - the memory's owner lives as long as the array
+    return cls(shape, dtype, buffer=buf, strides=strides)
 
 
+# ---------------------------------------------------------------------- kernels
+def _parse_params(code: str, name: str) -> list[str]:
+    for m in _SIGNATURE.finditer(code):
+        if m.group(1) == name:
+            return [p.strip() for p in m.group(2).split(",") if p.strip()]
+    raise CUDARuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol {name!r} not found")
+
+
+def _make_raw(rt: _Runtime) -> tuple[type, type]:
+    default_dyn = 48 * 1024
+    optin = 64 * 1024 if rt.is_hip else 232448
+
+    class RawKernel:
+        def __init__(self, module: Any, name: str) -> None:
+            self.module, self.name = module, name
+            self.params = _parse_params(module.code, name)
+            self.max_threads_per_block = 1024
+            self._dyn = default_dyn if not rt.is_hip else optin
+
+        @property
+        def max_dynamic_shared_size_bytes(self) -> int:
+            return self._dyn
+
+        @max_dynamic_shared_size_bytes.setter
+        def max_dynamic_shared_size_bytes(self, value: int) -> None:
+            if value > optin:
+                raise CUDARuntimeError(f"cudaErrorInvalidValue: {value} bytes of dynamic shared memory "
+                                       f"above the opt-in limit {optin}")
+            self._dyn = int(value)
+
+        def _check_arg(self, i: int, decl: str, value: Any, device: int) -> None:
+            ctype = decl.rsplit(None, 1)[0].replace("const ", "").strip()
+            if ctype.endswith("*"):
+                if not (isinstance(value, np.generic) and value.dtype.itemsize == 8 and value.dtype.kind in "ui"):
+                    raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is a pointer; got {value!r}")
+                kind, dev = rt.where(int(value))
+                if kind == "device" and dev != device:
+                    raise CUDARuntimeError(f"cudaErrorIllegalAddress: kernel {self.name} on device {device} given "
+                                           f"memory of device {dev} (argument {i}: {decl})")
+                return
+            want = _C_TYPES.get(ctype)
+            if want is None:
+                raise TypeError(f"kernel {self.name}: fake cupy does not know C type {ctype!r}")
+            if not isinstance(value, np.generic) or value.dtype != np.dtype(want):
+                got = value.dtype if isinstance(value, np.generic) else type(value).__name__
+                raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is {want}; cupy would pack {got}")
+
+        def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, **kw: Any) -> None:
+            device = rt.device()
+            stream = rt.current_stream(device)
+            if stream is None:
+                raise CUDARuntimeError(f"fake cupy: kernel {self.name} launched on the legacy null stream of "
+                                       f"device {device} (no current stream for it on this thread)")
+            if len(args) != len(self.params):
+                raise TypeError(f"kernel {self.name} takes {len(self.params)} arguments; got {len(args)}")
+            for i, (decl, value) in enumerate(zip(self.params, args)):
+                self._check_arg(i, decl, value, device)
+            if shared_mem > self._dyn:
+                raise CUDARuntimeError(f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
+                                       f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)")
+            rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
+            runner, name = rt.kernel_runner, self.name
+            if runner is not None:
+                stream.ex.submit(lambda: runner(name, args))
+            else:
+                stream.ex.submit(lambda: None)
+
+    class RawModule:
+        def __init__(self, code: str = "", options: tuple = (), **kw: Any) -> None:
+            self.code = code
+            # what cupy hands the compiler: NVRTC gets -ftz=true appended; hiprtc flushes by default
+            self.options = tuple(options) + (() if rt.is_hip else ("-ftz=true",))
+
+        def get_function(self, name: str) -> RawKernel:
+            return RawKernel(self, name)
+
+    return RawKernel, RawModule
+
+
+# ---------------------------------------------------------------------- the module
 def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | None = None) -> Any:
     """A module object standing in for ``cupy`` (see the module docstring)."""
-    state = {"device": 0}
-    pool = _Pool()
+    rt = _Runtime(n_devices, is_hip, count_error)
+    pool = MemoryPool(rt)
+    Stream, Event = _make_stream_class(rt), _make_event_class(rt)
+    RawKernel, RawModule = _make_raw(rt)
+    array_cls = type("ndarray", (FakeDeviceArray,), {"_rt": rt})
 
     def get_device_count() -> int:
         if count_error:
@@ -181,49 +449,62 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         return n_devices
 
     def props(i: int) -> dict:
-        return {"name": f"Fake GPU {i}".encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
-                "maxGridSize": (2**31 - 1, 65535, 65535), "sharedMemPerBlock": 49152, "warpSize": 32,
-                "multiProcessorCount": 4, "major": 9, "minor": 0, "totalGlobalMem": 1 << 30}
+        p = {"name": f"Fake GPU {i}".encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
+             "maxGridSize": (2**31 - 1, 65535, 65535), "warpSize": 32, "multiProcessorCount": 4,
+             "major": 9, "minor": 0, "totalGlobalMem": 1 << 30}
+        if is_hip:
+            p.update(sharedMemPerBlock=65536, gcnArchName=b"gfx90a:sramecc+:xnack-")
+        else:
+            p.update(sharedMemPerBlock=49152, sharedMemPerBlockOptin=232448)
+        return p
+
+    def stream_of(ptr: int) -> Any:
+        s = rt.streams.get(ptr)
+        if s is None:
+            raise CUDARuntimeError("fake cupy: the legacy null stream is not emulated")
+        return s
 
     def memcpy_async(dst: int, src: int, n: int, kind: int, stream_ptr: int) -> None:
-        s = _streams[stream_ptr]
+        s = stream_of(stream_ptr)
         s.ex.submit(lambda: ctypes.memmove(dst, src, n))
+        if "pageable" in (rt.where(dst)[0], rt.where(src)[0]):
+            rt.pageable_copies += 1
+            s.synchronize()  # CUDA: a copy to/from pageable memory returns once complete
 
     def memset_async(ptr: int, value: int, n: int, stream_ptr: int) -> None:
-        _streams[stream_ptr].ex.submit(lambda: ctypes.memset(ptr, value, n))
+        stream_of(stream_ptr).ex.submit(lambda: ctypes.memset(ptr, value, n))
 
-    _streams: dict[int, Stream] = {}
+    def alloc_pinned(n: int) -> PinnedMemory:
+        mem = PinnedMemory(n)
+        base = np.frombuffer(mem, np.uint8).ctypes.data if n else 0
+        rt.register(base, n, "pinned", -1)
+        weakref.finalize(mem, rt.unregister, base)
+        return mem
 
-    class TrackedStream(Stream):
-        def __init__(self, *a: Any, **k: Any) -> None:
-            super().__init__(*a, **k)
-            _streams[self.ptr] = self
+    def empty(shape: Any, dtype: Any = np.float64) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        mp = pool.malloc(int(np.prod(shape)) * dtype.itemsize)
+        return _array(rt, array_cls, shape, dtype, mp)
 
-    def set_device(i: int) -> None:
-        state["device"] = i
+    def zeros(shape: Any, dtype: Any = np.float64) -> np.ndarray:
+        a = empty(shape, dtype)
+        ctypes.memset(a.ctypes.data, 0, a.nbytes)
+        return a
 
     runtime = types.SimpleNamespace(
         is_hip=is_hip, getDeviceCount=get_device_count, getDeviceProperties=props,
-        getDevice=lambda: state["device"], setDevice=set_device, memcpyAsync=memcpy_async,
+        getDevice=rt.device, setDevice=rt.set_device, memcpyAsync=memcpy_async,
         memsetAsync=memset_async, runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
         CUDARuntimeError=CUDARuntimeError,
     )
-
-    def alloc_pinned(n: int) -> bytearray:
-        return bytearray(n)
-
-    class _Unowned(UnownedMemory):
-        pass
-
-    cuda = types.SimpleNamespace(runtime=runtime, Stream=TrackedStream, Event=Event, UnownedMemory=_Unowned,
-                                 MemoryPointer=lambda mem, off: _UnownedPointer(mem, off),
-                                 alloc_pinned_memory=alloc_pinned)
-    mod = types.SimpleNamespace(__version__="13.fake", cuda=cuda, get_default_memory_pool=lambda: pool,
-                                ndarray=_ndarray, pool=pool)
+    cuda = types.SimpleNamespace(runtime=runtime, Stream=Stream, Event=Event, UnownedMemory=UnownedMemory,
+                                 MemoryPointer=MemoryPointer, alloc_pinned_memory=alloc_pinned,
+                                 get_current_stream=lambda: rt.current_stream(rt.device()))
+    mod = types.SimpleNamespace(__version__="14.fake", cuda=cuda, get_default_memory_pool=lambda: pool,
+                                ndarray=lambda shape, dtype, memptr, strides=None: _array(rt, array_cls, shape, dtype,
+                                                                                           memptr, strides),
+                                empty=empty, zeros=zeros, int32=np.int32, RawModule=RawModule,
+                                RawKernel=RawKernel, pool=pool, rt=rt)
+    rt.module = mod  # type: ignore[attr-defined]
     return mod
-
-
-class _UnownedPointer(MemoryPointer):
-    def __init__(self, mem: UnownedMemory, offset: int) -> None:
-        self.mem, self.offset = mem, offset
-        self.ptr = mem.ptr + offset

@@ -81,7 +81,7 @@ def test_allocations_follow_the_queue_stream_and_alignment(fake):
     q = pk.Queue(dev)
     b = pk.Buffer(dev, 1000, np.float32, queue=q, alignment=1024)
     assert b.ptr % 1024 == 0
-    assert fake.cupy.pool.streams[-1] is q._impl.stream  # taken while the stream was current
+    assert fake.cupy.pool.pools[0].mallocs[-1] == q._impl.stream.ptr  # taken while the stream was current
     coll_arr = b.array
     coll_arr[:] = 3
     assert float(coll_arr.get().sum()) == 3000

@@ -8,7 +8,7 @@ import pytest
 
 import portable as pk
 import soa
-from backends._c_build import KernelBuildError, error_lines, format_build_error, nvrtc_available, nvrtc_compile
+from backends._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error, nvrtc_available, nvrtc_compile
 from backends._c_emit import emit
 
 import test_multithread_blocks as mt  # noqa: E402 - pytest puts this directory on sys.path
@@ -66,7 +66,7 @@ def test_every_test_kernel_compiles_to_ptx(case, debug, unit):
     kernel, args, ndim = _cases()[case]
     kir = kernel.ir(kernel.signature(args), ndim, debug)
     src = emit(kir, "cuda", unit_elements=unit)
-    ptx = nvrtc_compile(src, ARCH)
+    ptx = nvrtc_compile(src, ARCH, CUPY_NVRTC_APPENDED)  # the flags cupy compiles with
     assert f".entry {src.entry}" in ptx
     if any(s.shape for s in kir.shared):
         assert ".shared" in ptx
@@ -138,7 +138,7 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch):
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
     seen = []
     real = build.nvrtc_compile
-    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90": seen.append(src.dialect) or real(src, arch))
+    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=(): seen.append((src.dialect, options)) or real(src, arch, options))
 
     @pk.kernel
     def fresh(acc, out, n):
@@ -152,7 +152,7 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch):
     got = np.empty(10, np.int64)
     pk.memcpy(q, got, out)
     q.wait()
-    assert seen == ["cuda"] and (got == np.arange(10) * 2).all()
+    assert seen == [("cuda", build.CUPY_NVRTC_APPENDED)] and (got == np.arange(10) * 2).all()  # cupy's flags
 
 
 def test_unavailable_backends_say_why():

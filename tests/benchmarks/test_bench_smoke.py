@@ -97,6 +97,35 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "kernels.png").read_bytes()[:8] == PNG_MAGIC
 
 
+# ----------------------------------------------------------------------------- the other scripts
+# (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 cores
+_SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_inference", "inference", ("torch",), 180),
+            ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+@pytest.mark.parametrize("script,name,needs,timeout", _SCRIPTS, ids=[s[0] for s in _SCRIPTS])
+def test_bench_script_smoke(tmp_path: Path, script: str, name: str, needs: tuple, timeout: int) -> None:
+    """Each benchmark script runs in --smoke mode and writes a valid document with measured numbers."""
+    for mod in needs:
+        pytest.importorskip(mod)
+    proc = _run([f"benchmarks/{script}.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / f"{name}.json").read_text())
+    assert common.check_document(doc, name) == []
+    measured = [x for x in _numbers(doc["results"]) if _positive_finite(x)]
+    assert measured, f"{script}: no measured number in {doc['results']!r:.500}"
+    assert all(math.isfinite(x) for x in _numbers(doc["results"]))
+    assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+
+
 # ----------------------------------------------------------------------------- run_all
 
 _GOOD = """

@@ -1,0 +1,50 @@
+"""Torch work on a CUDA/ROCm queue's stream, ordered and tracked like the queue's own work.
+
+- :func:`run_on_queue` puts a piece of torch work (a model's forward pass made current on the
+  queue's stream) in the queue's order: after host functions still outstanding on the queue,
+  with the objects it reads kept alive until the stream passed it (memory of another stream's
+  pool arena is then not reused under it), and finished before a blocking queue returns;
+- :func:`dlpack_tensor` imports a cupy array through DLPack without cupy's stream handshake
+  (``stream=-1``): on HIP, where cupy has no ``__cuda_array_interface__``, ``torch.from_dlpack``
+  would make torch's stream wait for an event of cupy's *current* stream (the null stream),
+  a dependency nobody asked for; the caller orders the work on the queue's stream instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+#: DLPack's "no synchronisation" stream value (Python array API, ``__dlpack__(stream=-1)``)
+NO_SYNC = -1
+
+
+def run_on_queue(queue: Any, fn: Callable[[], None], *keep: Any) -> None:
+    """Run ``fn()`` (it enqueues on the queue's native stream) in ``queue``'s order and track
+    it: ``keep`` stays alive until the work finished; a blocking queue waits for it."""
+    submit = getattr(queue._impl, "submit", None)
+    if submit is None:  # a queue without deferred submission: run now, track what it can
+        fn()
+        after = getattr(queue._impl, "after_enqueue", None)
+        if after is not None:
+            after(*keep)
+        return
+    submit(fn, *keep)
+
+
+def dlpack_tensor(array: Any) -> Any:
+    """A torch tensor over ``array``'s memory through DLPack, without stream synchronisation."""
+    from torch.utils.dlpack import from_dlpack
+
+    return from_dlpack(array.__dlpack__(stream=NO_SYNC))
+
+
+def run_on_queue_stream(queue: Any, fn: Callable[[], None], *keep: Any) -> None:
+    """:func:`run_on_queue` with the queue's stream made torch's current stream around ``fn``
+    (on whichever thread submits it: the caller, or the queue's worker after a host function)."""
+    from ._runtime import queue_stream
+
+    def on_stream() -> None:
+        with queue_stream(queue):
+            fn()
+
+    run_on_queue(queue, on_stream, *keep)
