@@ -25,6 +25,9 @@ from ._registry import (
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
+from ._awkward import from_awkward, offsets_to_host, to_awkward  # awkward itself is imported on first use
+from ._events import event_workdiv, pair_offsets
+from ._root import NotARootFile, RootChunk, iterate_root, read_root, root_chunks
 from .kernel import device_function, kernel
 
 __version__ = "0.1.0"
@@ -35,4 +38,15 @@ __all__ = [
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
+    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile",
+    "event_workdiv", "pair_offsets", "distributed",
 ]
+
+
+def __getattr__(name: str):
+    """``pk.distributed`` on first use (it imports Dask only when a run starts)."""
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

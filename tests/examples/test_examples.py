@@ -21,7 +21,8 @@ def run_example(name: str, *args: str, timeout: float = 300) -> str:
 
 
 def test_every_example_is_tested():
-    tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py"}
+    tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
+              "dimuon_mass.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -49,3 +50,11 @@ def test_pipeline(demo_model_dir, monkeypatch):
     monkeypatch.setenv("ALPYKA_MODEL_DIR", str(demo_model_dir))
     out = run_example("pipeline.py", "--events", "6", "--streams", "2", "--no-progress")
     assert "GNN merging" in out and "distance-only baseline" in out
+
+
+def test_dimuon_mass(backend, tmp_path):
+    for extra in ("awkward", "uproot", "skhep_testdata"):
+        pytest.importorskip(extra, reason="pip install -e '.[data]' scikit-hep-testdata==0.3.12")
+    out = run_example("dimuon_mass.py", backend, "--out", str(tmp_path))
+    assert out.count("agree with numpy: OK") == 3
+    assert (tmp_path / "dimuon_mass.png").exists() or "no plot" in out

@@ -118,6 +118,9 @@ def test_layer_order() -> None:
         ["portable._buffer"],
         ["portable._memory"],
         ["portable._collection"],
+        ["portable._awkward", "portable._events"],
+        ["portable._root", "portable._dask_worker"],
+        ["portable.distributed"],
     ]
     rank = {m: i for i, layer in enumerate(layers) for m in layer}
     graph = _graph("portable")

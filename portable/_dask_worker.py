@@ -1,0 +1,67 @@
+"""What runs on a Dask worker for ``pk.distributed.run``: the setup plugin and the chunk task.
+
+Imported on the workers by reference (``portable._dask_worker``), and on the client only when a
+run starts: it imports ``distributed`` at the top.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from distributed import WorkerPlugin, get_worker
+
+
+def pick_device(worker: Any, backend: str | None) -> Any:
+    """The device this worker uses: ``ALPYKA_DEVICE`` (an index) if set; else, where the backend
+    has several devices and the worker declares a ``GPU`` Dask resource, the worker's ordinal
+    (its name, as LocalCluster and ``dask worker --name N`` give it) modulo the device count;
+    else the first device."""
+    import portable as pk
+
+    name = backend or pk.default_backend()
+    devs = pk.devices(name)
+    index = 0
+    if os.environ.get("ALPYKA_DEVICE"):
+        index = int(os.environ["ALPYKA_DEVICE"])
+    elif len(devs) > 1 and worker.state.total_resources.get("GPU"):
+        try:
+            index = int(worker.name) % len(devs)
+        except (TypeError, ValueError):
+            index = 0
+    if not 0 <= index < len(devs):
+        raise IndexError(f"worker {worker.name}: device {index} of {name} requested, it has {len(devs)}")
+    return devs[index]
+
+
+class DeviceSetup(WorkerPlugin):
+    """Runs ``setup(device)`` once on every worker (also on workers that join or restart later)
+    and keeps what it returns as the worker's state for ``process(state, chunk)``."""
+
+    def __init__(self, name: str, setup: Callable[[Any], Any] | None, backend: str | None) -> None:
+        self.name = name
+        self._setup = setup
+        self._backend = backend
+        self.state: Any = None
+        self.error: BaseException | None = None
+
+    def setup(self, worker: Any) -> None:
+        try:
+            device = pick_device(worker, self._backend)
+            self.state = self._setup(device) if self._setup is not None else device
+        except BaseException as exc:  # reported with the first chunk this worker runs
+            self.error = exc
+
+    def teardown(self, worker: Any) -> None:
+        self.state = None
+
+
+def run_chunk(plugin_name: str, process: Callable[[Any, Any], Any], chunk: Any) -> Any:
+    """One chunk on this worker: ``process(state, chunk)`` with the state its setup built."""
+    worker = get_worker()
+    plugin = worker.plugins.get(plugin_name)
+    if plugin is None:  # pragma: no cover - the scheduler installs plugins before tasks
+        raise RuntimeError(f"worker {worker.name}: setup plugin {plugin_name} is not installed")
+    if plugin.error is not None:
+        raise RuntimeError(f"setup(device) failed on worker {worker.name}: {plugin.error!r}") from plugin.error
+    return process(plugin.state, chunk)

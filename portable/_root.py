@@ -1,0 +1,137 @@
+"""ROOT files through uproot: TTree/RNTuple branches -> a PortableCollection + event offsets.
+
+``pk.read_root(path, "Events", Muons, q, branches={"pt": "Muon_pt", ...})`` opens the file once,
+reads only the branches asked for (uproot's cost is per branch), and hands the arrays to
+:func:`portable.from_awkward`. ``pk.iterate_root`` does the same chunk by chunk, and
+``pk.root_chunks`` splits a file into entry ranges (e.g. the chunks of ``pk.distributed.run``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+import soa
+
+from ._awkward import _field_map, from_awkward, require
+from ._collection import PortableCollection
+from ._device import Device
+from ._queue import Queue
+
+
+class NotARootFile(ValueError):
+    """The path is not a ROOT file (or not one uproot can read)."""
+
+
+@dataclass(frozen=True)
+class RootChunk:
+    """Entries ``[entry_start, entry_stop)`` of ``tree`` in the ROOT file at ``path`` (picklable:
+    a chunk for :func:`portable.distributed.run`)."""
+
+    path: str
+    tree: str
+    entry_start: int
+    entry_stop: int
+
+    def read(self, layout: type[soa.Layout], queue_or_device: Queue | Device, branches: Mapping[str, Any] | None = None,
+             **kw: Any) -> tuple[PortableCollection, Any]:
+        """``read_root`` of this chunk."""
+        return read_root(self.path, self.tree, layout, queue_or_device, branches=branches,
+                         entry_start=self.entry_start, entry_stop=self.entry_stop, **kw)
+
+
+def open_tree(path: str | os.PathLike, tree: str) -> Any:
+    """The uproot TTree or RNTuple ``tree`` in ``path``; clear errors for a missing file, a file
+    that is not ROOT and a missing tree (naming the ones there are)."""
+    uproot = require("uproot")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such ROOT file: {path}")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"root":
+        raise NotARootFile(f"{path} is not a ROOT file (it starts with {magic!r}, a ROOT file with b'root')")
+    try:
+        f = uproot.open(path)
+    except Exception as exc:
+        raise NotARootFile(f"{path}: uproot cannot read it as a ROOT file: {exc}") from exc
+    try:
+        obj = f[tree]
+    except Exception as exc:
+        names = sorted({k.split(";")[0] for k in f.keys(recursive=False)})
+        f.close()
+        hint = difflib.get_close_matches(tree, names, n=1)
+        raise KeyError(f"{path} has no tree {tree!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                       + f"; it holds {names}") from exc
+    if not hasattr(obj, "arrays") or not hasattr(obj, "num_entries"):
+        f.close()
+        raise TypeError(f"{path}: {tree!r} is a {type(obj).__name__}, not a TTree or RNTuple")
+    return obj
+
+
+def _branches(layout: type[soa.Layout], branches: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    return _field_map(layout, branches)
+
+
+def _check_branches(obj: Any, wanted: dict[str, tuple[str, ...]], path: str, tree: str) -> list[str]:
+    have = list(obj.keys())
+    needed = sorted({b for names in wanted.values() for b in names})
+    missing = [b for b in needed if b not in have]
+    if missing:
+        parts = []
+        for b in missing:
+            col = next(c for c, names in wanted.items() if b in names)
+            hint = difflib.get_close_matches(b, have, n=1)
+            parts.append(f"{b!r} (column {col!r}{', did you mean ' + repr(hint[0]) + '?' if hint else ''})")
+        raise KeyError(f"{path}:{tree} has no branch " + ", ".join(parts) + "; pass branches={column: branch}")
+    return needed
+
+
+def read_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queue_or_device: Queue | Device, *,
+              branches: Mapping[str, Any] | None = None, entry_start: int | None = None,
+              entry_stop: int | None = None, casting: str = "same_value",
+              report: dict | None = None) -> tuple[PortableCollection, Any]:
+    """``(collection, offsets)`` of entries ``[entry_start, entry_stop)`` of ``tree`` (a TTree
+    or an RNTuple) in ``path``: each column from the branch ``branches[column]`` (default: the
+    column's name; a vector column takes one branch per component). Only those branches are
+    read. The result is :func:`portable.from_awkward`'s; ``casting`` and ``report`` are too."""
+    obj = open_tree(path, tree)
+    try:
+        wanted = _branches(layout, branches)
+        needed = _check_branches(obj, wanted, os.fspath(path), tree)
+        arrays = obj.arrays(needed, entry_start=entry_start, entry_stop=entry_stop, library="ak")
+    finally:
+        _close(obj)
+    fields = {col: names if len(names) > 1 else names[0] for col, names in wanted.items()}
+    return from_awkward(layout, arrays, queue_or_device, fields=fields, casting=casting, report=report)
+
+
+def _close(obj: Any) -> None:
+    f = getattr(obj, "file", None)
+    if f is not None and hasattr(f, "close"):
+        f.close()
+
+
+def root_chunks(path: str | os.PathLike, tree: str, entries_per_chunk: int, *, entry_start: int = 0,
+                entry_stop: int | None = None) -> list[RootChunk]:
+    """The entry ranges of ``tree`` cut into chunks of ``entries_per_chunk`` entries."""
+    n = soa.checked_size(entries_per_chunk, "entries_per_chunk")
+    if n < 1:
+        raise ValueError("entries_per_chunk must be at least 1")
+    obj = open_tree(path, tree)
+    total = int(obj.num_entries)
+    _close(obj)
+    stop = total if entry_stop is None else min(int(entry_stop), total)
+    return [RootChunk(os.fspath(path), tree, a, min(a + n, stop)) for a in range(int(entry_start), stop, n)]
+
+
+def iterate_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queue_or_device: Queue | Device, *,
+                 entries_per_chunk: int = 100_000, branches: Mapping[str, Any] | None = None,
+                 casting: str = "same_value") -> Iterator[tuple[PortableCollection, Any, RootChunk]]:
+    """``(collection, offsets, chunk)`` for each chunk of ``entries_per_chunk`` entries: a file
+    larger than memory, one chunk at a time."""
+    for chunk in root_chunks(path, tree, entries_per_chunk):
+        coll, offsets = chunk.read(layout, queue_or_device, branches, casting=casting)
+        yield coll, offsets, chunk

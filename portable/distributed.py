@@ -1,0 +1,143 @@
+"""Scale-out on Dask: ``pk.distributed.run(process, chunks, setup=..., client=None, workers=N)``.
+
+``setup(device) -> state`` runs once per Dask worker (a worker plugin: also on a worker that
+restarts), ``process(state, chunk) -> result`` once per chunk; the results come back in chunk
+order. ``client=None`` starts an embedded LocalCluster of ``workers`` processes (one thread
+each, 127.0.0.1 only, no dashboard) and closes it at the end, on errors and on Ctrl-C too; a
+``distributed.Client`` or a scheduler address uses that cluster instead.
+
+A worker that dies mid-run: the scheduler runs its chunks again on the others (each chunk's
+result arrives exactly once); a chunk that kills ``allowed_failures + 1`` workers is an error.
+A chunk whose ``process`` raises: ``on_error="raise"`` (default) cancels the rest and raises a
+:class:`ChunkError` naming the chunk; ``on_error="collect"`` returns every other result and a
+:class:`ChunkError` in the failed chunk's place.
+
+Dask is an optional extra (``pip install alpyka[data]``), imported when a run starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import uuid
+from typing import Any, Callable, Iterable, Iterator
+
+from ._awkward import require
+
+__all__ = ["ChunkError", "run"]
+
+
+class ChunkError(RuntimeError):
+    """A chunk failed: ``index``, ``chunk`` and the original exception as ``__cause__``/``cause``."""
+
+    def __init__(self, index: int, chunk: Any, cause: BaseException) -> None:
+        text = repr(chunk)
+        text = text if len(text) <= 120 else text[:117] + "..."
+        what = type(cause).__name__
+        if what == "KilledWorker":
+            msg = f"chunk {index} ({text}) killed its worker on every attempt: {cause}"
+        else:
+            msg = f"chunk {index} ({text}) failed: {what}: {cause}"
+        super().__init__(msg)
+        self.index, self.chunk, self.cause = index, chunk, cause
+        self.__cause__ = cause
+
+
+def _by_value(*functions: Callable | None) -> None:
+    """Functions of scripts and test files (modules the workers may not import) travel by value."""
+    import cloudpickle
+
+    for fn in functions:
+        mod = sys.modules.get(getattr(fn, "__module__", "") or "")
+        if mod is None or mod.__name__ == "__main__" or "." in mod.__name__:
+            continue  # __main__ goes by value anyway; package modules are importable on workers
+        path = getattr(mod, "__file__", "") or ""
+        if "site-packages" in path or "dist-packages" in path or not path.endswith(".py"):
+            continue
+        try:
+            cloudpickle.register_pickle_by_value(mod)
+        except ValueError:
+            pass
+
+
+@contextlib.contextmanager
+def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
+    """A Client: the one given, one for a scheduler address, or one onto an embedded
+    LocalCluster; what this opens it closes (on errors and KeyboardInterrupt too)."""
+    distributed = require("distributed")
+    if isinstance(client, distributed.Client):
+        yield client
+        return
+    if isinstance(client, str):
+        with distributed.Client(client, timeout="20s") as c:
+            yield c
+        return
+    if client is not None:
+        raise TypeError(f"client must be None, a distributed.Client or a scheduler address, got {client!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    import dask
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": int(allowed_failures)}):
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                           host="127.0.0.1", dashboard_address=None,
+                                           # no dashboard; the scheduler's HTTP endpoints on loopback only
+                                           scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+                                           silence_logs=logging.CRITICAL)
+    try:
+        with distributed.Client(cluster) as c:
+            yield c
+    finally:
+        cluster.close()
+
+
+def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Callable[[Any], Any] | None = None,
+        client: Any = None, workers: int = 2, backend: str | None = None, on_error: str = "raise",
+        resources: dict[str, float] | None = None, allowed_failures: int = 3,
+        timeout: float | None = None) -> list[Any]:
+    """``[process(state, chunk) for chunk in chunks]``, computed on Dask workers, in chunk order.
+
+    ``setup(device)`` builds a worker's state (queues, models) once per worker on
+    ``pk.devices(backend)`` (default backend when None; see ``pick_device`` for GPUs); without
+    ``setup`` the state is the device. ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
+    workers that declare them. ``allowed_failures`` (embedded cluster only) is how many worker
+    deaths a chunk may cause before it fails. ``timeout`` (seconds) bounds the whole run: a
+    hang raises TimeoutError. Chunks and results must be picklable.
+    """
+    if on_error not in ("raise", "collect"):
+        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
+    chunks = list(chunks)
+    distributed = require("distributed")
+    from . import _dask_worker
+
+    _by_value(process, setup)
+    results: list[Any] = [None] * len(chunks)
+    if not chunks:
+        return results
+    with _connect(client, workers, allowed_failures) as c:
+        name = f"alpyka-setup-{uuid.uuid4().hex[:12]}"
+        c.register_plugin(_dask_worker.DeviceSetup(name, setup, backend), name=name)
+        futures = []
+        try:
+            index = {}
+            for i, chunk in enumerate(chunks):
+                fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-chunk-{i}",
+                               pure=False, resources=resources)
+                index[fut.key] = i
+                futures.append(fut)
+            for fut in distributed.as_completed(futures, timeout=timeout):
+                i = index[fut.key]
+                if fut.status == "error":
+                    err = ChunkError(i, chunks[i], fut.exception())
+                    if on_error == "raise":
+                        raise err
+                    results[i] = err
+                else:
+                    results[i] = fut.result()
+        finally:
+            with contextlib.suppress(Exception):
+                c.cancel(futures)
+            with contextlib.suppress(Exception):
+                c.unregister_worker_plugin(name)
+    return results

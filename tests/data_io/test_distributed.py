@@ -1,0 +1,139 @@
+"""pk.distributed.run on Dask: local worker processes give the in-process results, in chunk
+order, with setup once per worker; failing chunks and dying workers are handled and reported.
+
+One LocalCluster (2 worker processes) is shared by the module; a test that needs the embedded
+cluster uses one worker. Every worker process started here is gone when the tests end.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import portable as pk
+
+distributed = pytest.importorskip("distributed", reason="the data extra: pip install 'alpyka[data]'")
+skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-testdata==0.3.12")
+pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
+psutil = pytest.importorskip("psutil")
+
+from hep_kernels import BRANCHES, Leptons, run_pair_masses  # noqa: E402
+
+HZZ = skhep.data_path("uproot-HZZ.root")
+pytestmark = pytest.mark.timeout(120)
+
+
+def _children() -> set[int]:
+    """Child processes, less multiprocessing's resource tracker (one helper per parent process,
+    started with the first spawned process and kept until the parent exits)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(p.cmdline()):
+                out.add(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(scope="module")
+def client():
+    before = _children()
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=50,
+                                       scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+    c = distributed.Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+        deadline = time.monotonic() + 10
+        while _children() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _children() - before, "worker processes left behind"
+
+
+# ---------------------------------------------------------------------- functions the workers run
+def setup_queue(device):
+    global SETUPS
+    SETUPS = globals().get("SETUPS", 0) + 1
+    return {"queue": pk.Queue(device), "setups": SETUPS}
+
+
+def dimuon_chunk(state, chunk):
+    coll, offsets = chunk.read(Leptons, state["queue"], BRANCHES)
+    pairs = run_pair_masses(state["queue"], coll, offsets)
+    return np.array(pairs.mass), os.getpid(), state["setups"]
+
+
+def square(state, x):
+    if x == 2:
+        raise ValueError("bad chunk")
+    return x * x
+
+
+def die_once(state, item):
+    x, marker = item
+    if x == 3 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)  # the worker process dies in the middle of the run
+    return x * 10, os.getpid()
+
+
+def always_die(state, x):
+    os._exit(1)
+
+
+# ---------------------------------------------------------------------- tests
+def test_same_as_in_process(client):
+    chunks = pk.root_chunks(HZZ, "events", 500)
+    results = pk.distributed.run(dimuon_chunk, chunks, setup=setup_queue, client=client, backend="cpu_serial",
+                                 timeout=90)
+    q = pk.Queue(pk.device("cpu_serial"))
+    local = [dimuon_chunk({"queue": q, "setups": 1}, c)[0] for c in chunks]
+    assert len(results) == len(chunks) == 5
+    for (got, _, _), want in zip(results, local):
+        np.testing.assert_array_equal(got, want)
+    assert {setups for _, _, setups in results} == {1}, "setup ran more than once on a worker"
+    assert len({pid for _, pid, _ in results}) >= 1 and os.getpid() not in {pid for _, pid, _ in results}
+
+
+def test_scheduler_address(client):
+    assert pk.distributed.run(square, [1, 3, 4], client=client.scheduler.address, timeout=60) == [1, 9, 16]
+
+
+def test_chunk_error_raise_or_collect(client):
+    with pytest.raises(pk.distributed.ChunkError, match=r"chunk 2 \(2\) failed: ValueError: bad chunk") as info:
+        pk.distributed.run(square, [0, 1, 2, 3], client=client, timeout=60)
+    assert info.value.index == 2 and isinstance(info.value.cause, ValueError)
+    out = pk.distributed.run(square, [0, 1, 2, 3], client=client, on_error="collect", timeout=60)
+    assert out[:2] == [0, 1] and out[3] == 9
+    assert isinstance(out[2], pk.distributed.ChunkError) and "chunk 2" in str(out[2])
+
+
+def test_killed_worker_chunks_rerun_exactly_once(client, tmp_path):
+    marker = str(tmp_path / "died")
+    items = [(x, marker) for x in range(8)]
+    out = pk.distributed.run(die_once, items, client=client, timeout=90)
+    assert os.path.exists(marker), "no worker was killed"
+    assert [v for v, _ in out] == [x * 10 for x in range(8)]
+
+
+def test_embedded_cluster_worker_death_is_an_error_and_cleaned_up():
+    before = _children()
+    with pytest.raises(pk.distributed.ChunkError, match=r"chunk 0 \(7\) killed its worker"):
+        pk.distributed.run(always_die, [7], workers=1, allowed_failures=0, timeout=60)
+    deadline = time.monotonic() + 10
+    while _children() - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _children() - before, "the embedded cluster left worker processes behind"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="on_error"):
+        pk.distributed.run(square, [1], on_error="ignore")
+    with pytest.raises(TypeError, match="client must be"):
+        pk.distributed.run(square, [1], client=42)
+    assert pk.distributed.run(square, []) == []

@@ -1,0 +1,126 @@
+"""pk.read_root on the CMS samples of scikit-hep-testdata 0.3.12 (HZZ, Zmumu) and a written RNTuple."""
+
+import numpy as np
+import pytest
+
+import portable as pk
+import soa
+
+ak = pytest.importorskip("awkward", reason="the data extra: pip install 'alpyka[data]'")
+uproot = pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
+skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-testdata==0.3.12")
+
+HZZ = skhep.data_path("uproot-HZZ.root")
+ZMUMU = skhep.data_path("uproot-Zmumu.root")
+
+
+class Muons(soa.Layout):
+    p = soa.vector(np.float32, 3)
+    E = soa.column(np.float32)
+    charge = soa.column(np.int8)  # int32 in the file: values checked on the way in
+
+
+MUON_BRANCHES = {"p": ("Muon_Px", "Muon_Py", "Muon_Pz"), "E": "Muon_E", "charge": "Muon_Charge"}
+
+
+class Dimuon(soa.Layout):
+    px1 = soa.column(np.float64)
+    E1 = soa.column(np.float64)
+    Q1 = soa.column(np.int32)
+
+
+def host_of(coll, offsets, queue):
+    queue.wait()
+    if coll.device.is_host_memory:
+        return coll, offsets
+    h = coll.to_host(queue)
+    queue.wait()
+    return h, pk.offsets_to_host(offsets, queue)
+
+
+def test_hzz_muons(queue):
+    coll, offsets = pk.read_root(HZZ, "events", Muons, queue, branches=MUON_BRANCHES)
+    h, off = host_of(coll, offsets, queue)
+    ref = uproot.open(HZZ)["events"].arrays(["Muon_Px", "Muon_Pz", "Muon_E", "Muon_Charge"])
+    assert len(off) == 2421 + 1 and off[-1] == coll.size == ak.sum(ak.num(ref.Muon_Px))
+    np.testing.assert_array_equal(off, np.concatenate([[0], np.cumsum(ak.num(ref.Muon_Px))]))
+    np.testing.assert_array_equal(h.p[:, 0], ak.flatten(ref.Muon_Px).to_numpy())
+    np.testing.assert_array_equal(h.p[:, 2], ak.flatten(ref.Muon_Pz).to_numpy())
+    np.testing.assert_array_equal(h.charge, ak.flatten(ref.Muon_Charge).to_numpy())
+
+
+def test_zmumu_flat(queue):
+    coll, offsets = pk.read_root(ZMUMU, "events", Dimuon, queue, branches={"px1": "px1", "E1": "E1", "Q1": "Q1"},
+                                 entry_start=100, entry_stop=300)
+    h, off = host_of(coll, offsets, queue)
+    ref = uproot.open(ZMUMU)["events"].arrays(["px1", "Q1"], entry_start=100, entry_stop=300, library="np")
+    assert coll.size == 200 and off.tolist() == list(range(201))
+    np.testing.assert_array_equal(h.px1, ref["px1"])
+    np.testing.assert_array_equal(h.Q1, ref["Q1"])
+
+
+def test_chunks_cover_the_file():
+    q = pk.Queue(pk.device("cpu_serial"))
+    chunks = pk.root_chunks(HZZ, "events", 1000)
+    assert [(c.entry_start, c.entry_stop) for c in chunks] == [(0, 1000), (1000, 2000), (2000, 2421)]
+    parts = [ak.to_list(pk.to_awkward(c, o, fields=MUON_BRANCHES))
+             for c, o, _ in pk.iterate_root(HZZ, "events", Muons, q, entries_per_chunk=1000, branches=MUON_BRANCHES)]
+    whole = pk.to_awkward(*pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES), fields=MUON_BRANCHES)
+    assert sum(parts, []) == ak.to_list(whole)
+
+
+def test_rntuple(tmp_path, queue):
+    path = tmp_path / "muons.root"
+    data = ak.Array({"pt": [[1.0, 2.0], [], [3.0]], "q": [[1, -1], [], [1]]})
+    with uproot.recreate(path) as f:
+        f.mkrntuple("ntuple", data)
+
+    class PtQ(soa.Layout):
+        pt = soa.column(np.float32)
+        q = soa.column(np.int8)
+
+    coll, offsets = pk.read_root(path, "ntuple", PtQ, queue)
+    assert ak.to_list(pk.to_awkward(coll, offsets, queue=queue)) == ak.to_list(ak.zip({"pt": data.pt, "q": data.q}))
+
+
+# ---------------------------------------------------------------------- errors
+def test_missing_branch_named():
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(KeyError, match=r"no branch 'Muon_Pt' \(column 'E', did you mean 'Muon_P[xyz]'\?\)"):
+        pk.read_root(HZZ, "events", Muons, q, branches={**MUON_BRANCHES, "E": "Muon_Pt"})
+
+
+def test_missing_tree_named():
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(KeyError, match=r"no tree 'Events' \(did you mean 'events'\?\); it holds \['events'\]"):
+        pk.read_root(HZZ, "Events", Muons, q, branches=MUON_BRANCHES)
+
+
+def test_not_a_root_file(tmp_path):
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    bad = tmp_path / "events.root"
+    bad.write_text("run,event\n1,2\n")
+    with pytest.raises(pk.NotARootFile, match="is not a ROOT file"):
+        pk.read_root(bad, "events", Muons, q)
+    with pytest.raises(FileNotFoundError, match="no such ROOT file"):
+        pk.read_root(tmp_path / "absent.root", "events", Muons, q)
+
+
+def test_unsafe_dtype_from_file():
+    class Narrow(soa.Layout):
+        E = soa.column(np.int16)  # energies are fractional floats in the file
+
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(ValueError, match=r"column 'E'.*field 'Muon_E'.*not a whole number"):
+        pk.read_root(HZZ, "events", Narrow, q, branches={"E": "Muon_E"})
+
+
+def test_branches_of_different_objects_refused():
+    class Mixed(soa.Layout):
+        mu = soa.column(np.float32)
+        jet = soa.column(np.float32)
+
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(ValueError, match=r"offsets do not match: event \d+ has \d+ rows in field 'Muon_E' but \d+ "
+                                         r"in 'Jet_E'"):
+        pk.read_root(HZZ, "events", Mixed, q, branches={"mu": "Muon_E", "jet": "Jet_E"})
