@@ -1,5 +1,6 @@
-"""The ways ``bench_models.py`` runs one model: eager, TorchScript, AOTInductor, ONNX Runtime and
-alpyka's ``inference.Model`` on SoA collections; artifacts are cached on disk by content hash."""
+"""The ways ``bench_models.py`` runs one model: eager, TorchScript, a ``torch.export`` program,
+AOTInductor, ONNX Runtime and alpyka's ``inference.Model`` on SoA collections (over the TorchScript,
+torch.export, AOTInductor and ONNX files); artifacts are cached on disk by content hash."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class ModelVariants:
         self._queue: Any = None
         self.runners["eager"] = self._eager
         self._try("jit", self._prepare_jit)
+        self._try("exported", self._prepare_exported)
         self._prepare_aot(aot_policy)
         self._try("onnx", self._prepare_onnx)
         self._prepare_alpyka()
@@ -137,6 +139,25 @@ class ModelVariants:
                 return module(*bound.tensors)
 
         self.runners["jit"] = run
+
+    # ------------------------------------------------------------------ torch.export program
+    def _prepare_exported(self) -> None:
+        from inference import export
+
+        path = self._path("exported", ".pt2")
+        t0 = time.perf_counter()
+        if not path.exists():
+            tmp = path.with_name(path.stem + ".tmp.pt2")
+            export(self.model, self._example(), tmp)
+            self._store(tmp, path)
+        module = torch.export.load(str(path)).module()
+        self.info["exported"] = {"path": str(path), "load_s": time.perf_counter() - t0}
+
+        def run(bound: BoundInputs) -> torch.Tensor:
+            with torch.inference_mode():
+                return module(*bound.tensors)
+
+        self.runners["exported"] = run
 
     # ------------------------------------------------------------------ AOTInductor
     def _prepare_aot(self, policy: str) -> None:
@@ -234,11 +255,13 @@ class ModelVariants:
             import inference
         except Exception as exc:
             reason = f"inference.Model is not importable ({type(exc).__name__}: {exc})"
-            self.skipped["alpyka_jit"] = self.skipped["alpyka_aot"] = reason
+            for v in ("alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx"):
+                self.skipped[v] = reason
             return
         inference.set_torch_threads(self.threads, 1)
         self._queue = pk.Queue(pk.device("cpu_serial"))
-        for variant, source in (("alpyka_jit", "jit"), ("alpyka_aot", "aot")):
+        for variant, source in (("alpyka_jit", "jit"), ("alpyka_exported", "exported"), ("alpyka_aot", "aot"),
+                                ("alpyka_onnx", "onnx")):
             if source not in self.runners:
                 self.skipped[variant] = f"needs the {source} artifact: {self.skipped.get(source, 'missing')}"
                 continue

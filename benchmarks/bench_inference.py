@@ -1,7 +1,8 @@
 """Inference benchmarks, side by side in one run (CPU):
 
-1. block -> tensor: the zero-copy strided tensor over the SoA columns against the copy path
-   (gather the columns into a new tensor), n = 1e2 .. 1e7;
+1. block -> tensor: ``SoAMetadata(coll).append_block(...)`` + ``.tensor()`` (the zero-copy strided
+   tensor over the SoA columns) against its floor, a raw ``torch.as_strided`` over a flat tensor
+   made beforehand, and against the copy path (gather the columns into a new tensor), n = 1e2 .. 1e7;
 2. ``Model.forward(metadata)`` against a bare ``model(tensor)`` on a tensor made beforehand, at
    batch 4096 (per call, microseconds; the target is an overhead under 5%);
 3. the kernel -> model -> kernel step: alpyka (one queue, zero copies) against the naive route
@@ -76,6 +77,26 @@ def interleaved(fns: dict[str, Callable[[], object]], rounds: int, min_time: flo
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def block_ratios(base: Callable[[], object], other: Callable[[], object], blocks: int, reps: int) -> dict[str, float]:
+    """``other`` against ``base`` in alternating blocks of ``reps`` calls: the median of the
+    per-block ratios (robust on a noisy machine) and the median per-call times (seconds)."""
+    for _ in range(reps):
+        base(), other()
+    ratios, tb, to = [], [], []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            base()
+        t1 = time.perf_counter()
+        for _ in range(reps):
+            other()
+        t2 = time.perf_counter()
+        tb.append((t1 - t0) / reps)
+        to.append((t2 - t1) / reps)
+        ratios.append((t2 - t1) / (t1 - t0))
+    return {"ratio": statistics.median(ratios), "base": statistics.median(tb), "other": statistics.median(to)}
+
+
 def host_collection(n: int, q: pk.Queue) -> pk.PortableCollection:
     rng = np.random.default_rng(0)
     data = {k: rng.standard_normal(n).astype(np.float32) for k in ("x", "y", "z")}
@@ -96,11 +117,20 @@ def bench_conversion(sizes: list[int], min_time: float, bar: tqdm) -> list[dict]
             return torch.from_numpy(np.stack([coll.x, coll.y, coll.z], axis=1))
 
         t = zero_copy()
-        assert t.data_ptr() == coll.buffer.ptr and torch.equal(t, gather())
+        flat = torch.from_numpy(np.asarray(coll.buffer.handle).view(np.float32))
+        shape, strides = tuple(t.shape), t.stride()
+
+        def raw_view():  # the floor: a strided view over a flat tensor made beforehand
+            return torch.as_strided(flat, shape, strides, 0)
+
+        assert t.data_ptr() == coll.buffer.ptr and torch.equal(t, gather()) and torch.equal(raw_view(), t)
         res = interleaved({"zero_copy": zero_copy, "copy": gather}, rounds=3, min_time=min_time)
+        floor = block_ratios(raw_view, zero_copy, blocks=15 if min_time < 0.05 else 41, reps=200)
         rows.append({"n": n, "zero_copy_us": res["zero_copy"] * 1e6, "copy_us": res["copy"] * 1e6,
                      "copy_over_zero_copy": res["copy"] / res["zero_copy"],
-                     "saved_ms": (res["copy"] - res["zero_copy"]) * 1e3})
+                     "saved_ms": (res["copy"] - res["zero_copy"]) * 1e3,
+                     "metadata_tensor_us": floor["other"] * 1e6, "raw_view_us": floor["base"] * 1e6,
+                     "metadata_over_raw_view": floor["ratio"]})
         bar.update(1)
     return rows
 
@@ -137,12 +167,16 @@ def bench_forward_overhead(batch: int, rounds: int, min_time: float, bar: tqdm) 
 
     res = interleaved({"bare": bare, "bare_strided": bare_strided, "forward": forward,
                        "forward_nonblocking": forward_nonblocking}, rounds, min_time)
+    # the goal's measure: forward (outputs written) against the bare call, in alternating blocks
+    paired = block_ratios(bare, forward, blocks=9 if min_time < 0.05 else 41, reps=20)
     bar.update(1)
     with torch.inference_mode():
         np.testing.assert_allclose(np.stack([out.a, out.b], 1), module(tensor).numpy(), rtol=1e-5, atol=1e-6)
     us = {k: v * 1e6 for k, v in res.items()}
     return {"batch": batch, **{f"{k}_us": v for k, v in us.items()},
             "overhead_pct": 100 * (us["forward"] / us["bare"] - 1),
+            "overhead_pct_block_median": 100 * (paired["ratio"] - 1),
+            "paired_bare_us": paired["base"] * 1e6, "paired_forward_us": paired["other"] * 1e6,
             "overhead_us": us["forward"] - us["bare"],
             "overhead_vs_bare_strided_pct": 100 * (us["forward"] / us["bare_strided"] - 1),
             "nonblocking_overhead_pct": 100 * (us["forward_nonblocking"] / us["bare"] - 1)}
@@ -152,20 +186,15 @@ def bench_forward_overhead(batch: int, rounds: int, min_time: float, bar: tqdm) 
 def onnx_session(module: torch.nn.Module, tmpdir: str):
     import onnxruntime as ort
 
-    path = os.path.join(tmpdir, "mlp.onnx")
-    note = "torch.onnx.export(dynamo=False)"
-    try:
-        torch.onnx.export(module, (torch.randn(8, 3),), path, dynamo=False, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
-    except Exception as exc:  # the legacy exporter may go away: try the dynamo exporter
-        note = f"legacy exporter failed ({exc}); dynamo exporter"
-        batch = torch.export.Dim("n", min=1)
-        torch.onnx.export(module, (torch.randn(8, 3),), path, dynamo=True, input_names=["x"],
-                          output_names=["y"], dynamic_shapes=({0: batch},))
+    from inference import export
+
+    path = export(module, (torch.randn(8, 3),), os.path.join(tmpdir, "mlp.onnx"), input_names=["x"],
+                  output_names=["y"])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1  # the same single thread torch gets
     opts.inter_op_num_threads = 1
-    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]), note, ort.__version__
+    return (ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]),
+            "inference.export -> torch.onnx.export(dynamo=True)", ort.__version__)
 
 
 def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) -> dict:
@@ -299,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
              for r in result["pipeline"]["rows"]]
     summary = {
         "block -> tensor, copy / zero-copy": {f"n={r['n']}": r["copy_over_zero_copy"] for r in result["conversion"]},
-        f"forward overhead at batch {fo['batch']}": {"percent": fo["overhead_pct"], "us": fo["overhead_us"]},
+        f"forward overhead at batch {fo['batch']}": {"percent": fo["overhead_pct"], "us": fo["overhead_us"],
+                                                     "percent, median of per-block ratios": fo["overhead_pct_block_median"],
+                                                     "floor (bare model(tensor)) us": fo["paired_bare_us"],
+                                                     "alpyka Model.forward us": fo["paired_forward_us"]},
+        "SoAMetadata + tensor per block (us) vs floor (raw as_strided)": {
+            f"n={r['n']}": {"alpyka": r["metadata_tensor_us"], "floor": r["raw_view_us"]} for r in result["conversion"]},
         "naive route / alpyka": {f"n={r['n']}": r["naive_over_alpyka"] for r in result["pipeline"]["rows"]},
         "onnxruntime / alpyka": {f"n={r['n']}": r["onnxruntime_over_alpyka"] for r in result["pipeline"]["rows"]},
     }
@@ -308,11 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, out.with_suffix(".png"))
     for r in result["conversion"]:
         print(f"n={r['n']:>9}: zero-copy {r['zero_copy_us']:8.1f} us, copy {r['copy_us']:10.1f} us "
-              f"(x{r['copy_over_zero_copy']:.1f}, {r['saved_ms']:.2f} ms saved)")
+              f"(x{r['copy_over_zero_copy']:.1f}, {r['saved_ms']:.2f} ms saved); metadata + tensor "
+              f"{r['metadata_tensor_us']:.1f} us vs raw as_strided (floor) {r['raw_view_us']:.1f} us")
     fo = result["forward_overhead"]
     print(f"forward at batch {fo['batch']}: {fo['forward_us']:.1f} us vs bare {fo['bare_us']:.1f} us "
           f"({fo['overhead_pct']:+.1f}%, {fo['overhead_us']:+.1f} us); bare on the strided block "
           f"{fo['bare_strided_us']:.1f} us; non-blocking queue + wait {fo['forward_nonblocking_us']:.1f} us")
+    print(f"forward vs bare (floor), alternating blocks: {fo['paired_forward_us']:.1f} vs {fo['paired_bare_us']:.1f} us, "
+          f"median of per-block ratios {fo['overhead_pct_block_median']:+.1f}%")
     for r in result["pipeline"]["rows"]:
         print(f"pipeline n={r['n']}: alpyka {r['alpyka_us']:.1f} us, naive {r['naive_us']:.1f} us "
               f"(x{r['naive_over_alpyka']:.2f}), onnxruntime {r['onnxruntime_us']:.1f} us "

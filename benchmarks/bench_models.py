@@ -1,11 +1,13 @@
 """Inference throughput and latency of a ParticleNet-shaped and a DeepMET-shaped model vs batch
-size, side by side in one run: eager PyTorch, TorchScript (JIT), AOTInductor (.pt2), ONNX
-Runtime, and alpyka's ``inference.Model`` reading the inputs from SoA collections.
+size, side by side in one run: eager PyTorch, TorchScript (JIT), a torch.export program (.pt2, not
+compiled), AOTInductor (.pt2), ONNX Runtime, and alpyka's ``inference.Model`` over the same files
+(JIT, torch.export, AOTInductor, ONNX Runtime) reading the inputs from SoA collections.
 
     python benchmarks/bench_models.py [--quick] [--smoke] [--aot] [--threads 1] [--out benchmarks/results]
 
 Latency is the median wall time of one inference call on a batch; throughput is batch / latency
-(events/s). Ratios in the summary are throughput relative to eager at the same batch size.
+(events/s). Ratios in the summary are throughput relative to eager at the same batch size; the
+summary also names the fastest route per batch size and alpyka's best route against the best peer.
 Compiled artifacts (TorchScript, ONNX, AOTInductor) are cached under ~/.cache/alpyka/bench/,
 keyed by a hash of the model source, the torch version and the platform. In --quick mode an
 AOTInductor package is compiled only with --aot (a compile takes ~10-60 s); --smoke never does.
@@ -24,9 +26,11 @@ import _common as common
 FULL_BATCHES = (4, 16, 64, 256, 1024, 2048)
 QUICK_BATCHES = (4, 16, 128)  # the brief asked 4, 64, 512: over a minute on 2 shared cores (--batch-sizes)
 SMOKE_BATCHES = (4,)
-VARIANTS = ("eager", "jit", "aot", "onnx", "alpyka_jit", "alpyka_aot")
-LABELS = {"eager": "eager", "jit": "TorchScript JIT", "aot": "AOTInductor", "onnx": "ONNX Runtime",
-          "alpyka_jit": "alpyka Model (JIT, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)"}
+VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx")
+LABELS = {"eager": "eager", "jit": "TorchScript JIT", "exported": "torch.export program", "aot": "AOTInductor",
+          "onnx": "ONNX Runtime", "alpyka_jit": "alpyka Model (JIT, SoA)",
+          "alpyka_exported": "alpyka Model (torch.export, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)",
+          "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)"}
 JIT_VARIANTS = ("jit", "alpyka_jit")  # one more warm-up call than the others
 
 
@@ -157,6 +161,15 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
             entry: dict[str, Any] = {"eager events/s": eager}
             for v in VARIANTS[1:]:
                 entry[f"{v} / eager"] = common.ratio(ok.get((name, v, b)), eager)
+            here = {v: ok[(name, v, b)] for v in VARIANTS if (name, v, b) in ok}
+            peers = {v: t for v, t in here.items() if not v.startswith("alpyka")}
+            ours = {v: t for v, t in here.items() if v.startswith("alpyka")}
+            entry["fastest"] = max(here, key=here.get)
+            if peers and ours:
+                best_peer, best_ours = max(peers, key=peers.get), max(ours, key=ours.get)
+                entry["alpyka best"] = best_ours
+                entry["best peer"] = best_peer
+                entry["alpyka best / best peer"] = ours[best_ours] / peers[best_peer]
             summary[f"{name}, batch {b}"] = entry
     return summary
 

@@ -16,7 +16,7 @@ layout. Nothing here touches torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -85,28 +85,59 @@ def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) 
     return known
 
 
-def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str]) -> Block:
-    """The :class:`Block` ``name`` made of ``columns`` of ``n`` elements of ``layout`` stored at
-    byte ``view_offset`` of a buffer; a clear error when the columns cannot form one tensor."""
-    columns = tuple(columns)
-    order = _check_columns(layout, name, columns)
-    ps = layout.placements(n)
-    places = [ps[c] for c in columns]
-    fields = [p.field for p in places]
+#: (layout, columns) -> the layout's column names, once the columns were found to form a block:
+#: the checks depend on the layout only, so a producer building metadata per event pays them once
+_VALIDATED: dict[tuple[type, tuple[str, ...]], list[str]] = {}
+#: (layout, n, view_offset, name, columns) -> Block (immutable): the whole geometry, for repeated sizes
+_BLOCKS: dict[tuple[Any, ...], Block] = {}
+_CACHE_LIMIT = 4096
 
+
+def _validate(layout: type[soa.Layout], name: str, columns: tuple[str, ...]) -> list[str]:
+    """The checks of a block's columns (names, one dtype/kind/shape, adjacency), cached per layout."""
+    key = (layout, columns)
+    order = _VALIDATED.get(key)
+    if order is not None:
+        return order
+    order = _check_columns(layout, name, columns)
+    fields = [layout.field(c) for c in columns]
     if any(f.dtype != fields[0].dtype for f in fields):
         detail = ", ".join(f"{f.name}: {f.dtype}" for f in fields)
         raise TypeError(f"block {name!r}: columns must share one dtype to form a tensor, got {detail}")
     if any((f.kind, f.shape) != (fields[0].kind, fields[0].shape) for f in fields):
         detail = ", ".join(f"{f.name}: {f.kind}{'x'.join(map(str, f.shape)) if f.shape else ''}" for f in fields)
         raise TypeError(f"block {name!r}: columns must be of one kind and component shape, got {detail}")
-
     idx = [order.index(c) for c in columns]
     if idx != list(range(idx[0], idx[0] + len(idx))):
         raise ValueError(
             f"block {name!r}: columns {list(columns)} are not adjacent in {layout.__name__} in this "
             f"order (layout order: {order}); a block must be a run of consecutive columns"
         )
+    if len(_VALIDATED) >= _CACHE_LIMIT:
+        _VALIDATED.clear()
+    _VALIDATED[key] = order
+    return order
+
+
+def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str]) -> Block:
+    """The :class:`Block` ``name`` made of ``columns`` of ``n`` elements of ``layout`` stored at
+    byte ``view_offset`` of a buffer; a clear error when the columns cannot form one tensor.
+    Checks and geometry are cached (per layout and columns; per size and offset)."""
+    columns = tuple(columns)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a block name must be a non-empty string, got {name!r}")
+    key = (layout, n, view_offset, name, columns)
+    try:
+        block = _BLOCKS.get(key)
+    except TypeError:  # an unhashable column name: _check_columns says what is wrong
+        _check_columns(layout, name, columns)
+        raise
+    if block is not None:
+        return block
+    _validate(layout, name, columns)
+    ps = layout.placements(n)
+    places = [ps[columns[0]], ps[columns[-1]]]
+    fields = [p.field for p in places]
 
     f0, p0 = fields[0], places[0]
     item = f0.itemsize
@@ -134,4 +165,8 @@ def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, co
     start = view_offset + p0.offset
     last = places[-1]
     stop = view_offset + last.offset + last.nbytes
-    return Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment)
+    block = Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment)
+    if len(_BLOCKS) >= _CACHE_LIMIT:
+        _BLOCKS.clear()
+    _BLOCKS[key] = block
+    return block

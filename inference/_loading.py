@@ -1,10 +1,14 @@
-"""Recognising and safely loading model files: TorchScript (JIT), AOTInductor packages (AOT),
+"""Recognising and safely loading model files: TorchScript (JIT, legacy), ``torch.export``
+programs and AOTInductor packages (both ``.pt2``, told apart by their zip entries), ONNX models,
 and state dicts (weights only).
 
 Nothing here unpickles arbitrary Python objects:
 
 - TorchScript archives are read by ``torch.jit.load``, whose unpickler rebuilds TorchScript
   types and tensors only (it imports no Python globals);
+- ``.pt2`` ``torch.export`` programs (``torch.export.save``) hold a JSON graph and raw weights,
+  read by ``torch.export.load`` (no pickle of Python objects) and run without compiling;
+- ONNX files are protobuf, read by ONNX Runtime (no pickle);
 - ``.pt2`` AOTInductor packages hold compiled native code, metadata and raw weights and are
   read by ``torch._inductor.aoti_load_package`` (no pickle). Loading one runs its native code:
   load packages you built or trust, as with any shared library;
@@ -31,7 +35,7 @@ class ModelFileError(ValueError):
 
 _PICKLED_MODULE_HINT = (
     "loading it would unpickle arbitrary Python objects (running code from the file). Save the "
-    "model as TorchScript (torch.jit.save(torch.jit.script(module), 'model.pt')), compile it with "
+    "model with inference.export(module, example_inputs, 'model.pt2') (or 'model.onnx'), compile it with "
     "inference.aot.compile(module, example_inputs, 'model.pt2'), or build the module in Python and "
     "pass it to Model(module) after module.load_state_dict(inference.load_state_dict(path))"
 )
@@ -53,14 +57,20 @@ def _names(path: Path) -> list[str]:
     return names
 
 
+def _looks_like_onnx(p: Path, head: bytes) -> bool:
+    """An ONNX ModelProto starts with field 1 (ir_version, a varint: byte 0x08); the suffix counts too."""
+    return p.suffix.lower() == ".onnx" or head[:1] == b"\x08"
+
+
 def detect_format(path: str | os.PathLike) -> str:
-    """``"jit"``, ``"aot"``, ``"exported"`` (torch.export.save), ``"torch.save"`` or ``"pickle"``;
-    raises :class:`ModelFileError` for missing, empty, truncated or unknown files."""
+    """``"jit"``, ``"aot"``, ``"exported"`` (torch.export.save), ``"onnx"``, ``"torch.save"`` or
+    ``"pickle"``, by content; raises :class:`ModelFileError` for missing, empty, truncated or
+    unknown files."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"model file {str(p)!r} does not exist")
     if p.is_dir():
-        raise ModelFileError(f"{p} is a directory; give a TorchScript file or a .pt2 package")
+        raise ModelFileError(f"{p} is a directory; give a .pt2, .onnx or TorchScript file")
     with open(p, "rb") as fh:
         head = fh.read(4)
     if not head:
@@ -68,8 +78,10 @@ def detect_format(path: str | os.PathLike) -> str:
     if head[:1] == b"\x80":  # a pickle stream (the legacy torch.save format)
         return "pickle"
     if head[:2] != b"PK":
-        raise ModelFileError(f"{p} is neither a zip archive (TorchScript, .pt2, torch.save) nor a pickle "
-                             f"(starts with {head!r}); is it an ONNX or TensorFlow file?")
+        if _looks_like_onnx(p, head):
+            return "onnx"  # ONNX Runtime validates it (a corrupt file fails there, named)
+        raise ModelFileError(f"{p} is neither a zip archive (.pt2, TorchScript, torch.save), an ONNX model nor a "
+                             f"pickle (starts with {head!r}); is it a TensorFlow file?")
     names = _names(p)
     if any("/aotinductor/" in n or n.startswith("aotinductor/") for n in names):
         return "aot"
@@ -79,6 +91,10 @@ def detect_format(path: str | os.PathLike) -> str:
         return "jit"
     if any(n.endswith("data.pkl") for n in names):
         return "torch.save"
+    if p.suffix.lower() == ".pt2":
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ModelFileError(f"{p}: a zip archive that is neither a torch.export program (torch.export.save: "
+                             f"models/*.json) nor an AOTInductor package (aotinductor/...); its entries: {shown}")
     raise ModelFileError(f"{p}: a zip archive that is neither TorchScript, a .pt2 package nor a torch.save file")
 
 
@@ -86,7 +102,7 @@ def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     """A state dict (``{name: tensor}``) saved with ``torch.save``, loaded with
     ``weights_only=True`` (no arbitrary objects are unpickled)."""
     fmt = detect_format(path)
-    if fmt in ("jit", "aot", "exported"):
+    if fmt in ("jit", "aot", "exported", "onnx"):
         raise ModelFileError(f"{path} is a {fmt} model, not a state dict; load it with inference.Model")
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
@@ -111,9 +127,6 @@ def read_torchscript(path: str | os.PathLike) -> bytes:
 
 def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
     """The error for a file a Model cannot be made from."""
-    if fmt == "exported":
-        return ModelFileError(f"{path} is a torch.export program without AOTInductor code; compile it "
-                              "with inference.aot.compile(...) (or `python -m inference.aot`) first")
     if fmt == "torch.save":
         try:
             load_state_dict(path)
@@ -140,3 +153,13 @@ def jit_save_bytes(module: Any) -> bytes:
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
         torch.jit.save(module, buf)
     return buf.getvalue()
+
+
+def read_exported(path: str | os.PathLike) -> Any:
+    """The ``torch.export`` program saved at ``path`` (``torch.export.load``), checked on load."""
+    try:
+        return torch.export.load(os.fspath(path))
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged archive
+        raise ModelFileError(f"{path}: torch.export program could not be loaded ({type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}); the file is "
+                             "damaged or written by an incompatible torch") from None

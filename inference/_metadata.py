@@ -18,6 +18,7 @@ Stable contract (used by ``inference.remote``)::
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -39,6 +40,11 @@ from ._tensors import (
 )
 from ._runtime import queue_stream
 
+#: collection -> {dtype: flat tensor over its buffer}, shared by every SoAMetadata of that
+#: collection (a producer builds metadata per event). The tensors reference the buffer's memory,
+#: never the collection, so an entry goes when its collection does (no lock on that path).
+_FLATS: "weakref.WeakKeyDictionary[Any, dict[np.dtype, torch.Tensor]]" = weakref.WeakKeyDictionary()
+
 
 class SoAMetadata:
     """Named blocks of columns of one collection (or one block of a multi-layout collection),
@@ -57,6 +63,7 @@ class SoAMetadata:
         self._lock = threading.Lock()
         self._flat: dict[np.dtype, torch.Tensor] = {}
         self._tensors: dict[str, torch.Tensor] = {}
+        self._order: tuple[tuple[str, ...], tuple[Block, ...]] | None = None  # (names, blocks), cached
 
     # ------------------------------------------------------------------ description
     def append_block(self, name: str, *columns: str | Sequence[str]) -> "SoAMetadata":
@@ -68,6 +75,7 @@ class SoAMetadata:
         block = make_block(self.layout, self.size, self._view_offset, name, columns)  # type: ignore[arg-type]
         with self._lock:
             self._blocks[name] = block
+            self._order = None
         return self
 
     def change_order(self, names: Iterable[str]) -> "SoAMetadata":
@@ -77,11 +85,20 @@ class SoAMetadata:
             raise ValueError(f"change_order needs a permutation of {self.block_names}, got {names}")
         with self._lock:
             self._blocks = {n: self._blocks[n] for n in names}
+            self._order = None
         return self
 
     @property
     def block_names(self) -> list[str]:
         return list(self._blocks)
+
+    def ordered(self) -> tuple[tuple[str, ...], tuple[Block, ...]]:
+        """``(names, blocks)`` in order, as tuples (cached until the blocks change)."""
+        order = self._order
+        if order is None:
+            with self._lock:
+                order = self._order = (tuple(self._blocks), tuple(self._blocks.values()))
+        return order
 
     @property
     def blocks(self) -> list[Block]:
@@ -116,7 +133,12 @@ class SoAMetadata:
     def _flat_tensor(self, dtype: np.dtype) -> torch.Tensor:
         flat = self._flat.get(dtype)
         if flat is None:
-            flat = flat_tensor(self.collection.buffer, dtype, self.collection.nbytes)
+            shared = _FLATS.get(self.collection)
+            if shared is None:
+                shared = _FLATS.setdefault(self.collection, {})
+            flat = shared.get(dtype)
+            if flat is None:
+                flat = shared[dtype] = flat_tensor(self.collection.buffer, dtype, self.collection.nbytes)
             self._flat[dtype] = flat
         return flat
 
@@ -125,17 +147,19 @@ class SoAMetadata:
         t = self._tensors.get(name)
         if t is None:
             block = self.block(name)
-            if self.path == "copy":
+            if memory_path(self.collection.device) == "copy":
                 raise RuntimeError(f"memory of {self.collection.device} is not addressable from torch")
-            t = block_tensor(self._flat_tensor(block.dtype), block)
-            self._tensors[name] = t
+            t = self._tensors[name] = block_tensor(self._flat_tensor(block.dtype), block)
         return t
 
     def tensor(self, name: str) -> torch.Tensor:
         """The block as a torch tensor over the collection's memory (no copy) on host, CUDA and
         ROCm memory; on the copy path a tensor over a fresh host copy (writes do not reach the
         collection: use :meth:`write_outputs`). Read it once the producing work has finished."""
-        if self.path != "copy":
+        t = self._tensors.get(name)  # made once per block: only on the zero-copy paths
+        if t is not None:
+            return t
+        if memory_path(self.collection.device) != "copy":
             return self.device_tensor(name)
         return self.stage_in(self._sync_queue(), [name])[name].tensor()
 

@@ -119,8 +119,9 @@ def flat_tensor(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> torch.Tensor
             # CAI rather than DLPack: DLPack's stream handshake would tie the tensor to
             # cupy's current stream; the caller orders work on the queue's stream instead.
             return torch.as_tensor(arr, device=tdev)
-        if arr is not None and hasattr(arr, "__dlpack__"):
-            return torch.from_dlpack(arr)
+        if arr is not None and hasattr(arr, "__dlpack__"):  # cupy on HIP: no CAI
+            from ._gpu_streams import dlpack_tensor
+            return dlpack_tensor(arr)
         if buffer.ptr:
             return torch.as_tensor(_CudaArrayInterface(buffer.ptr, count, dtype, buffer), device=tdev)
         raise RuntimeError(f"{buffer.device} exposes neither a device array nor a pointer for its buffers")

@@ -1,4 +1,4 @@
-"""The ``alpyka`` command: ``info``, ``demo``, ``bench``, ``aot``, ``serve``.
+"""The ``alpyka`` command: ``info``, ``demo``, ``bench``, ``aot``, ``export``, ``serve``.
 
 Errors print one line with the fix, not a traceback (``ALPYKA_TRACEBACK=1`` shows it).
 """
@@ -41,6 +41,12 @@ def _cmd_aot(args: argparse.Namespace) -> int:
     return aot_main(args.rest, prog="alpyka aot")
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from inference._export import main as export_main
+
+    return export_main(args.rest, prog="alpyka export")
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from inference.serve.__main__ import main as serve_main
 
@@ -52,6 +58,7 @@ COMMANDS = {
     "demo": (_cmd_demo, "the end-to-end fragment-merging GNN pipeline (--help for flags)"),
     "bench": (_cmd_bench, "run the benchmark suite (--quick for a short run)"),
     "aot": (_cmd_aot, "compile a model ahead of time into a .pt2 package"),
+    "export": (_cmd_export, "export a module to .pt2 (torch.export) or .onnx (MODULE: pkg.mod:attr or file.py:attr)"),
     "serve": (_cmd_serve, "host models in a Triton server through PyTriton"),
 }
 

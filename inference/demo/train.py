@@ -1,7 +1,8 @@
 """Train the edge classifier on synthetic events made by the pipeline's own kernels.
 
-``python -m inference.demo.train [--events N] [--epochs E] [--aot]`` writes ``edge_gnn.pt``
-(TorchScript) and, with ``--aot``, ``edge_gnn.pt2`` (AOTInductor) into the model directory
+``python -m inference.demo.train [--events N] [--epochs E] [--aot] [--jit]`` writes ``edge_gnn.pt2``
+(a ``torch.export`` program, the default), with ``--aot`` ``edge_gnn.aoti.pt2`` (AOTInductor) and with
+``--jit`` ``edge_gnn.pt`` (TorchScript, legacy) into the model directory
 (``$ALPYKA_MODEL_DIR``, default ``~/.cache/alpyka/models``). Seeded: the same arguments give the
 same model. About half a minute on 2 CPU cores.
 """
@@ -98,36 +99,52 @@ def train(n_events: int = 300, epochs: int = 10, seed: int = 0, log: bool = True
     return model, loss_value
 
 
-def save(model, directory: Path, aot: bool = False) -> dict[str, Path]:
-    """Write TorchScript (and an AOTInductor package with ``aot``) into ``directory``."""
+#: the file of each model kind in the model directory
+FILES = {"exported": "edge_gnn.pt2", "aot": "edge_gnn.aoti.pt2", "jit": "edge_gnn.pt"}
+
+
+def save(model, directory: Path, aot: bool = False, jit: bool = False) -> dict[str, Path]:
+    """Write the ``torch.export`` program (and an AOTInductor package with ``aot``, TorchScript
+    with ``jit``) into ``directory``; ``{kind: path}``."""
+    import warnings
+
     import torch
 
+    from inference import export
+
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {"jit": directory / "edge_gnn.pt"}
-    scripted = torch.jit.script(model)
-    tmp = paths["jit"].with_suffix(".pt.tmp")
-    # the tensor declarations `alpyka serve` reads, so the file can be hosted as it is
-    scripted.save(str(tmp), _extra_files={"alpyka_io.json": json.dumps(SERVE_IO)})
-    tmp.replace(paths["jit"])
+    feats = torch.zeros(1000, 7)
+    index = torch.zeros(1000, 2, dtype=torch.int32)
+    # `alpyka serve` reads the tensor declarations from the exported program's input specs
+    paths = {"exported": Path(export(model, (feats, index), directory / FILES["exported"]))}
+    if jit:  # legacy: torch warns that TorchScript is deprecated; the user asked for it
+        paths["jit"] = directory / FILES["jit"]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+            scripted = torch.jit.script(model)
+            tmp = paths["jit"].with_suffix(".pt.tmp")
+            # the tensor declarations `alpyka serve` reads, so the file can be hosted as it is
+            scripted.save(str(tmp), _extra_files={"alpyka_io.json": json.dumps(SERVE_IO)})
+        tmp.replace(paths["jit"])
     if aot:
         from inference import aot as aot_mod
 
-        feats = torch.zeros(1000, 7)
-        index = torch.zeros(1000, 2, dtype=torch.int32)
-        paths["aot"] = directory / "edge_gnn.pt2"
+        paths["aot"] = directory / FILES["aot"]
         aot_mod.compile(model, (feats, index), paths["aot"], device="cpu", dynamic_batch=True)
     return paths
 
 
-def ensure_model(kind: str = "jit", log: bool = True) -> Path:
-    """The trained model file of ``kind`` ("jit" or "aot"), training it first if missing."""
+def ensure_model(kind: str = "exported", log: bool = True) -> Path:
+    """The trained model file of ``kind`` ("exported", "aot" or "jit"), training it first if missing."""
+    if kind not in FILES:
+        raise ValueError(f"model kind {kind!r}: choose one of {list(FILES)}")
     directory = model_dir()
-    path = directory / ("edge_gnn.pt" if kind == "jit" else "edge_gnn.pt2")
+    path = directory / FILES[kind]
     if not path.exists():
         if log:
             print(f"training the edge classifier (first run; saved to {directory}) ...")
         model, _ = train(log=log)
-        save(model, directory, aot=(kind == "aot"))
+        save(model, directory, aot=(kind == "aot"), jit=(kind == "jit"))
     return path
 
 
@@ -135,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inference.demo.train", description=__doc__)
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--aot", action="store_true", help="also write the .pt2 AOTInductor package")
+    parser.add_argument("--aot", action="store_true", help="also write the AOTInductor package (edge_gnn.aoti.pt2)")
+    parser.add_argument("--jit", action="store_true", help="also write TorchScript (edge_gnn.pt, legacy)")
     parser.add_argument("--out", type=Path, default=None, help="model directory")
     args = parser.parse_args(argv)
     model, loss = train(args.events, args.epochs)
-    paths = save(model, args.out or model_dir(), aot=args.aot)
+    paths = save(model, args.out or model_dir(), aot=args.aot, jit=args.jit)
     for kind, p in paths.items():
         print(f"wrote {kind}: {p}")
     return 0

@@ -69,3 +69,32 @@ def aot_package(request) -> str:
         assert rc == 0
         os.replace(tmp, path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def exported_files(tmp_path_factory) -> dict[str, str]:
+    """The test models exported once per session by ``inference.export``:
+    ``{"mlp.onnx", "mlp.pt2", "heads.onnx" (outputs named preds/score), "heads.pt2",
+    "everything.onnx", "everything.pt2", "double.onnx" (one column in, one out)}``."""
+    from inference import export
+    from inference_testmodels import MLP, TwoHeads, UsesEverything
+
+    class Double(torch.nn.Module):
+        def forward(self, x):  # type: ignore[override]
+            return x * 2.0 + 1.0
+
+    d = tmp_path_factory.mktemp("exported")
+    n = 8
+    f = torch.randn(n, 3)
+    every = (f, torch.randn(n, 3), torch.randn(n, 2, 3), torch.randn(n, 1))
+    out: dict[str, str] = {}
+    for name, module, example, names in (
+        ("mlp", MLP(), (f,), {}),
+        ("heads", TwoHeads(), (f,), {"output_names": ["preds", "score"]}),
+        ("everything", UsesEverything(), every, {}),
+    ):
+        for suffix in ("onnx", "pt2"):
+            out[f"{name}.{suffix}"] = export(module, example, d / f"{name}.{suffix}",
+                                             **(names if suffix == "onnx" else {}))
+    out["double.onnx"] = export(Double(), (torch.randn(n, 1),), d / "double.onnx")
+    return out

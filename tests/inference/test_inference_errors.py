@@ -145,9 +145,9 @@ def test_missing_empty_truncated_and_foreign_files(tmp_path):
     (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelFileError, match="truncated"):
         Model(str(tmp_path / "cut.pt"))
-    (tmp_path / "model.onnx").write_bytes(b"\x08\x07\x12\x07pytorch")
+    (tmp_path / "model.tf").write_bytes(b"\x0a\x07\x12\x07pytorch")
     with pytest.raises(ModelFileError, match="neither a zip"):
-        Model(str(tmp_path / "model.onnx"))
+        Model(str(tmp_path / "model.tf"))
     with pytest.raises(TypeError, match="TorchScript file"):
         Model(42)
 
