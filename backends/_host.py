@@ -143,9 +143,8 @@ class HostBackend(Backend):
                 lock.release()
             return
         nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
-        run, e = self.run_blocks, workdiv.elements
-        units = e[0] if len(e) == 1 else math.prod(e)
-        impl.enqueue_host(lambda: run(plan, nblocks, call, args, units))
+        e = workdiv.elements
+        impl.enqueue_call(self.run_blocks, plan, nblocks, call, args, e[0] if len(e) == 1 else math.prod(e))
 
     def launch_blocks(self, plan: Any, workdiv: Any, dyn: int, args: tuple) -> None:
         """Run every block of a launch now (a blocking queue): cpu_threads spreads them over
