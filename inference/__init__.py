@@ -3,7 +3,7 @@
     from inference import Model, SoAMetadata, ModelMetadata
     inputs = SoAMetadata(in_coll).append_block("features", "x", "y", "z")
     outputs = SoAMetadata(out_coll).append_block("preds", "m", "n")
-    Model("model.pt").to(q).forward(ModelMetadata(inputs, outputs))
+    Model("model.pt2").to(q).forward(ModelMetadata(inputs, outputs))   # or "model.onnx"
 
 Contract of the metadata objects (stable; ``inference.remote`` builds on it):
 
@@ -31,11 +31,13 @@ from ._block import Block
 from ._loading import ModelFileError, load_state_dict
 from ._metadata import ModelMetadata, SoAMetadata
 from ._model import Model
+from ._pipeline import Pipeline, PipelineError, pipeline
 from ._runtime import set_torch_threads, torch_threads
 
 __all__ = [
     "Block", "Model", "ModelFileError", "ModelMetadata", "SoAMetadata", "load_state_dict",
-    "set_torch_threads", "torch_threads", "aot", "RemoteModel", "serve",
+    "set_torch_threads", "torch_threads", "aot", "export", "RemoteModel", "serve",
+    "Pipeline", "PipelineError", "pipeline", "RemotePipeline",
 ]
 
 
@@ -44,8 +46,12 @@ def __getattr__(name: str) -> Any:
 
     if name == "aot":  # imported lazily: `python -m inference.aot` must not find it imported
         return importlib.import_module("inference.aot")
+    if name == "export":  # export(module, example_inputs, "x.pt2" | "x.onnx"); lazily, as aot
+        return importlib.import_module("inference._export").export
     if name == "RemoteModel":  # imported lazily: tritonclient is optional
         return importlib.import_module("inference.remote").RemoteModel
+    if name == "RemotePipeline":  # imported lazily: tritonclient is optional
+        return importlib.import_module("inference._pipeline._remote").RemotePipeline
     if name == "serve":  # the callable module inference.serve: serve(models, ...) (PyTriton, lazily)
         return importlib.import_module("inference.serve")
     raise AttributeError(f"module 'inference' has no attribute {name!r}")

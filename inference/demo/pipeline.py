@@ -43,6 +43,9 @@ class Report:
     step_s: dict[str, float] = field(default_factory=lambda: {s: 0.0 for s in STEPS})
     edges: int = 0
     dropped_edges: int = 0
+    #: where the events came from; ``truth`` is False for a file (no fragment truth: not scored)
+    source: str = "generated"
+    truth: bool = True
 
     @property
     def events_per_s(self) -> float:
@@ -53,11 +56,14 @@ class Report:
             ("backend", self.backend),
             ("model", self.model),
             ("events / streams", f"{self.events} / {self.streams}"),
+            ("events from", self.source),
             ("throughput", f"{self.events_per_s:.1f} events/s ({self.wall_s:.2f} s)"),
             ("GNN merging", f"efficiency {self.gnn.efficiency:.3f}, purity {self.gnn.purity:.3f}"),
             ("distance-only baseline", f"efficiency {self.baseline.efficiency:.3f}, purity {self.baseline.purity:.3f}"),
             ("candidate edges", f"{self.edges} ({self.dropped_edges} over capacity)"),
         ]
+        if not self.truth:
+            rows[5:7] = [("GNN merging", "not scored (the file has no fragment truth)")]
         total = sum(self.step_s.values()) or 1.0
         for s in STEPS:
             rows.append((f"  step {s}", f"{1e3 * self.step_s[s] / max(self.events, 1):.2f} ms/event "
@@ -98,17 +104,20 @@ def _stamp(queue: pk.Queue, stamps: list[float]) -> None:
     queue.enqueue(lambda: stamps.append(time.perf_counter()))
 
 
-def run_event(queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: bool) -> tuple[Any, list[float]]:
+def run_event(queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: bool,
+              produce: Any = None) -> tuple[Any, list[float]]:
     """Enqueue one event; returns the host copy of its fragments/edges and the step stamps."""
-    ev = E.allocate(queue, n_particles)
     stamps: list[float] = []
 
     def stamp() -> None:
         if timed:
             _stamp(queue, stamps)
 
+    if hasattr(model, "run_event"):  # --remote-pipeline: fragments here, the rest on the server
+        return model.run_event(queue, seed, n_particles, stamp), stamps
+    ev = E.allocate(queue, n_particles)
     stamp()
-    E.produce(queue, ev, seed)
+    (produce or E.produce)(queue, ev, seed)  # the generator, or a file's events (_from_file)
     stamp()
     model.forward(E.model_metadata(ev), queue=queue)
     stamp()
@@ -121,13 +130,13 @@ def run_event(queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: b
 
 
 def load_model(kind: str, remote: str | None, device: pk.Device) -> tuple[Any, str]:
-    """The edge classifier: a local Model (jit/aot/eager) or a RemoteModel for ``remote``."""
+    """The edge classifier: a local Model (exported/aot/jit/eager) or a RemoteModel for ``remote``."""
     from . import train
 
     if remote:
         from inference import RemoteModel
 
-        path = train.ensure_model("jit")
+        path = train.ensure_model("exported")
         if remote == "auto":  # no server given: host the model on a local Triton (stopped at exit)
             model = RemoteModel(None, "edge_gnn", fallback=str(path), fallback_options=train.SERVE_OPTIONS)
             return model, f"remote (local Triton at {model.url}, auto-started)"
@@ -141,13 +150,31 @@ def load_model(kind: str, remote: str | None, device: pk.Device) -> tuple[Any, s
     return Model(str(path)), f"{kind} ({path.name})"
 
 
-def run(backend: str, events: int, streams: int, n_particles: int = 40, model_kind: str = "jit",
-        remote: str | None = None, progress: bool = True) -> Report:
-    """Run ``events`` events on ``streams`` framework streams (one queue each)."""
+def run(backend: str, events: int, streams: int, n_particles: int = 40, model_kind: str = "exported",
+        remote: str | None = None, progress: bool = True, input: str | None = None,
+        remote_pipeline: str | None = None) -> Report:
+    """Run ``events`` events on ``streams`` framework streams (one queue each); ``input``: a
+    ROOT file whose events replace the generator's (see ``_from_file``); ``remote_pipeline``:
+    ``"auto"`` or server urls ("a,b") running edges + GNN + merging (see ``_service``)."""
+    from ._from_file import events_source
+
     device = pk.device(backend)
-    model, model_desc = load_model(model_kind, remote, device)
+    source = events_source(input, device)
+    report = Report(backend, events, streams, "")
+    if source is not None:
+        n_particles, report.source, report.truth = source.n_particles, f"{input}: {source.describe()}", False
+    if remote_pipeline:
+        from ._service import RemoteDemoPipeline
+
+        if source is not None or remote:
+            raise ValueError("--remote-pipeline runs the whole chain on the server: it does not combine "
+                             "with --input or --remote")
+        model = RemoteDemoPipeline(remote_pipeline, backend)
+        report.model = model.description
+    else:
+        model, report.model = load_model(model_kind, remote, device)
     try:
-        return _run_streams(device, model, Report(backend, events, streams, model_desc), n_particles, progress)
+        return _run_streams(device, model, report, n_particles, progress, source and source.produce)
     finally:
         if hasattr(model, "close"):  # a RemoteModel: stop its auto-started server, if any
             model.close()
@@ -157,7 +184,9 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
 STOP_TIMEOUT_S = 5.0
 
 
-def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool) -> Report:
+def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool,
+                 produce: Any = None) -> Report:
+    global _streams_left_running
     events, streams = report.events, report.streams
     lock = threading.Lock()
     next_event = iter(range(events))
@@ -173,7 +202,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
         except ImportError:
             bar = None
 
-    def stream_worker() -> None:
+    def stream_events() -> None:
         queue = pk.Queue(device)
         try:
             while not stop.is_set():
@@ -181,7 +210,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
                     seed = next(next_event, None)
                 if seed is None:
                     return
-                (frags, edges), stamps = run_event(queue, model, seed, n_particles, timed=True)
+                (frags, edges), stamps = run_event(queue, model, seed, n_particles, timed=True, produce=produce)
                 queue.wait()
                 gnn = E.pair_scores(frags.truth, frags.label)
                 base = E.pair_scores(frags.truth, frags.baseline)
@@ -199,28 +228,43 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
             errors.append(exc)
             stop.set()
 
+    def stream_worker(ended: threading.Event) -> None:
+        try:
+            stream_events()
+        finally:
+            ended.set()  # stream_events' frame (its queue, the event's tensors) is gone by now
+
     # warm up (compile kernels, deploy the model) outside the timed region
     warm = pk.Queue(device)
-    run_event(warm, model, 10**6 + 7, n_particles, timed=False)
+    run_event(warm, model, 10**6 + 7, n_particles, timed=False, produce=produce)
     warm.wait()
 
     t0 = time.perf_counter()
     # daemon threads: a stream stuck in a wait after Ctrl-C must not keep the process alive
-    threads = [threading.Thread(target=stream_worker, name=f"stream-{s}", daemon=True) for s in range(streams)]
+    # Completion is an Event per stream, not Thread.join: on Python 3.11 a Ctrl-C that lands
+    # in join() marks the thread as stopped while it still runs (threading's bpo-45274 branch
+    # releases the lock the live thread holds), so later joins return at once and the
+    # interpreter could end under a stream running PyTorch ("terminate called without an
+    # active exception", rc 134).
+    ended = [threading.Event() for _ in range(streams)]
+    threads = [threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True)
+               for s, e in enumerate(ended)]
     for t in threads:
         t.start()
     try:
-        for t in threads:
-            t.join()
+        for e in ended:
+            e.wait()
     except KeyboardInterrupt:
         # stop at once: no new event starts; the one each stream has in flight (milliseconds of
         # work) finishes, so no queue is left with work when the interpreter exits
         stop.set()
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        for e in ended:
+            e.wait(max(0.0, deadline - time.monotonic()))
         if bar is not None:
             bar.close()
+        if not all(e.is_set() for e in ended):
+            _streams_left_running = True  # main() leaves with os._exit: see there
         raise
     report.wall_s = time.perf_counter() - t0
     if bar is not None:
@@ -231,6 +275,9 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
 
 
 _interrupt_reported = False
+#: a stream was still running STOP_TIMEOUT_S after Ctrl-C (stuck in a wait): the interpreter must
+#: not finalise under it (a daemon thread inside PyTorch then aborts the process)
+_streams_left_running = False
 
 
 def report_interrupt() -> None:
@@ -271,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True  # the handler stays: the process is on its way out
         report_interrupt()
+        if _streams_left_running:  # never finalise under a stream still inside PyTorch
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
     finally:
         if previous is not None and not interrupted:
@@ -286,19 +337,43 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--events", type=int, default=200, help="events to process (default 200)")
     parser.add_argument("--streams", type=int, default=2, help="framework streams, one queue each (default 2)")
     parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
-    parser.add_argument("--model", choices=["jit", "aot", "eager"], default="jit", help="local model flavour")
+    parser.add_argument("--model", choices=["exported", "aot", "jit", "eager"], default="exported",
+                        help="local model flavour: torch.export program (default), AOTInductor, TorchScript (legacy), eager")
     parser.add_argument("--remote", default=None, metavar="URL",
                         help="score edges on a Triton server (host:port, gRPC), started e.g. with "
-                             "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt --name edge_gnn "
+                             "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt2 --name edge_gnn "
                              "--max-batch-size 0`; 'auto' starts a local one")
+    parser.add_argument("--remote-pipeline", default=None, metavar="auto|URL[,URL]",
+                        help="run edge building + GNN + merging on Triton server(s) as one pipeline "
+                             "(`alpyka serve inference.demo._service:merge_fragments`); the client only "
+                             "generates fragments; 'auto' starts a local server; several URLs balance "
+                             "and fail over")
+    parser.add_argument("--input", default=None, metavar="FILE.root",
+                        help="events from a ROOT file (objects' Px/Py/Pz/E branches, e.g. the CMS sample "
+                             "uproot-HZZ.root) instead of the generator; needs pip install 'alpyka[data]'")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="run on N local Dask worker processes (each with its own queue and model)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run on the Dask cluster of this scheduler (e.g. tcp://127.0.0.1:8786)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     for name in ("events", "streams", "particles"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     backend = args.backend or demo_backend()
+    if (args.workers is not None or args.scheduler) and args.remote_pipeline:
+        parser.error("--remote-pipeline runs on one process's streams; drop --workers/--scheduler")
+    if args.workers is not None or args.scheduler:
+        if args.workers is not None and args.workers < 1:
+            parser.error("--workers must be at least 1")
+        from ._dask import run_dask
+
+        report = run_dask(backend, args.events, args.particles, args.model, args.remote, args.input,
+                          args.workers or 2, args.scheduler)
+        print(report.table())
+        return 0
     report = run(backend, args.events, args.streams, args.particles, args.model, args.remote,
-                 progress=not args.no_progress)
+                 progress=not args.no_progress, input=args.input, remote_pipeline=args.remote_pipeline)
     print(report.table())
     return 0
 

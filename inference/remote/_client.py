@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -13,12 +13,20 @@ from . import _batching
 from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
 from ._servers import Server, final_error
-from ._statistics import RemoteStatistics, ServerStatistics, _ClientCounters
+from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics, _ClientCounters
 from ._tensors import check_block
 from ._requests import OutputSpecs, RequestsMixin
 from ._transport import ModelInfo, is_retryable
 
 _MODES = ("sync", "async", "pseudo_async")
+
+
+def split_urls(url: str | Sequence[str] | None) -> list[str]:
+    """Server urls from one url, a comma-separated list or a sequence."""
+    if not url:
+        return []
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    return [p.strip() for p in parts if p and p.strip()]
 
 
 def _map_blocks(kind: str, blocks: list[str], tensors: list[str], model: str,
@@ -57,6 +65,10 @@ class RemoteModel(RequestsMixin):
 
     - ``protocol``: ``"grpc"`` (default) or ``"http"`` (binary tensor extension).
     - ``timeout``: seconds for every call (readiness checks and each request); never a hang.
+    - several servers (a list, a comma-separated string, or ``servers=``): each request goes to
+      the server with the fewest requests in flight (least outstanding requests; ties stay on
+      the server in use); one that went away is tried last for a while;
+      :meth:`server_counters` says what went where.
     - ``retries``: extra attempts on the same server (with ``retry_delay`` doubling), then the
       next server of the list; a server that answers "no such model" is skipped at once, one
       that refuses the connection (down) fails fast.
@@ -76,13 +88,14 @@ class RemoteModel(RequestsMixin):
       and at interpreter exit.
     """
 
-    def __init__(self, url: str | None = None, model_name: str | None = None, *,
+    def __init__(self, url: str | Sequence[str] | None = None, model_name: str | None = None, *,
                  servers: Sequence[str] = (), protocol: str = "grpc", timeout: float | None = 10.0,
                  retries: int = 2, retry_delay: float = 0.05, mode: str = "async",
                  max_batch_size: int | None = None, shared_memory: str | None = "auto",
                  model_version: str = "", fallback: Any = None,
                  fallback_options: Mapping[str, Any] | None = None, workers: int = 4,
-                 connect: bool = True, ready_timeout: float | None = None) -> None:
+                 connect: bool = True, ready_timeout: float | None = None,
+                 validate: Callable[[ModelInfo], None] | None = None) -> None:
         if not model_name or not isinstance(model_name, str):
             raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
         if mode not in _MODES:
@@ -95,7 +108,7 @@ class RemoteModel(RequestsMixin):
             raise ValueError(f"timeout must be positive seconds (or None), got {timeout}")
         if ready_timeout is not None and ready_timeout < 0:
             raise ValueError(f"ready_timeout must be >= 0 seconds (or None), got {ready_timeout}")
-        urls = ([url] if url else []) + list(servers)
+        urls = split_urls(url) + list(servers)
         if not urls and fallback is None:
             raise ValueError("RemoteModel needs a server url, a servers=[...] list or a fallback model")
         self.model_name = model_name
@@ -118,6 +131,7 @@ class RemoteModel(RequestsMixin):
         self._checked: dict[Any, dict[str, dict[str, str]]] = {}  # metadata signature -> block mapping
         self._shm_off: dict[str, str] = {}  # url -> why shared memory is not used there
         self._counters = _ClientCounters()
+        self._validate = validate
         self._workers = max(1, int(workers))
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -158,6 +172,8 @@ class RemoteModel(RequestsMixin):
                     continue
                 self._current = idx
                 self._validate_info(info)
+                self._validate_server(srv, info)
+                srv.validated = True
                 return self
             now = time.monotonic()
             if now >= deadline:
@@ -192,6 +208,10 @@ class RemoteModel(RequestsMixin):
         self._fallback_server = serve({self.model_name: self._fallback_model}, **opts)
         url = self._fallback_server.grpc_url if self.protocol == "grpc" else self._fallback_server.http_url
         self._servers.append(Server(url, self.protocol, self.timeout, self.model_name, self.model_version))
+
+    def _validate_server(self, srv: Server, info: ModelInfo) -> None:
+        if self._validate is not None:
+            self._validate(info)
 
     def _validate_info(self, info: ModelInfo) -> None:
         if info.batching and any(t.shape[:1] != (-1,) for t in info.inputs + info.outputs):
@@ -379,6 +399,32 @@ class RemoteModel(RequestsMixin):
             specs[name] = (shape, spec.dtype)
         return arrays, specs
 
+    def request(self, inputs: Mapping[str, np.ndarray], outputs: OutputSpecs) -> dict[str, np.ndarray]:
+        """One blocking request from tensors named after the server's, with the expected output
+        shapes and dtypes ``{name: (shape, dtype)}`` (exact shapes size shared-memory slots);
+        balanced, retried and failed over like :meth:`forward`."""
+        self._counters.add(events=1)
+        return self._run_sync(dict(inputs), outputs, [])
+
+    def request_async(self, inputs: Mapping[str, np.ndarray], outputs: OutputSpecs,
+                      done: Callable[[Any, BaseException | None], None]) -> None:
+        """:meth:`request` without waiting (in this client's ``mode``): ``done(outputs, error)``
+        runs once, on a worker or gRPC thread."""
+        self._counters.add(events=1)
+        if self.mode == "async" and self.protocol == "grpc":
+            self._launch(dict(inputs), outputs, done)
+            return
+
+        def work() -> None:
+            try:
+                out = self._run_sync(dict(inputs), outputs, [])
+            except BaseException as exc:  # noqa: BLE001 - handed to done
+                done(None, exc)
+                return
+            done(out, None)
+
+        self._executor().submit(work)
+
     # ------------------------------------------------------------------------ job steps
     @staticmethod
     def _as_list(metadatas: Sequence[Any]) -> list[Any]:
@@ -479,6 +525,10 @@ class RemoteModel(RequestsMixin):
     def server_statistics(self) -> ServerStatistics:
         """The current server's counters for this model (Triton ``ModelStatistics``)."""
         return ServerStatistics.from_triton(self.server.transport.statistics(self.model_name))
+
+    def server_counters(self) -> dict[str, ClientStatistics]:
+        """Per server of the list: what this client sent there (requests, failures, bytes...)."""
+        return {srv.url: srv.counters.snapshot() for srv in self._servers}
 
     def statistics(self) -> RemoteStatistics:
         """Client counters and the current server's counters for this model."""

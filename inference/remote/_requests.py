@@ -15,6 +15,8 @@ from ._servers import Server, final_error
 from ._transport import is_retryable
 
 OutputSpecs = dict[str, tuple[tuple[int, ...], np.dtype]]
+#: how long a server that went away is tried last by the balancing (seconds)
+DOWN_S = 2.0
 Done = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
 
 
@@ -81,7 +83,20 @@ class RequestsMixin:
             self._request_async(ci, cs, lambda out, err, i=i: one_done(i, out, err))
 
     def _attempt_plan(self) -> list[tuple[int, int]]:
-        return [(idx, a) for idx in self._order() for a in range(self.retries + 1)]
+        return [(idx, a) for idx in self._balanced_order() for a in range(self.retries + 1)]
+
+    def _balanced_order(self) -> list[int]:
+        """Servers to try, best first: those not marked down, fewest requests in flight (least
+        outstanding requests), then the one in use now (so sequential requests stay on one
+        server), then list order from it. A server that went away counts as down for
+        ``DOWN_S`` seconds: tried last, not skipped (it may be the only one)."""
+        order = self._order()
+        if len(order) == 1:
+            return order
+        now = time.monotonic()
+        rank = {idx: k for k, idx in enumerate(order)}
+        return sorted(order, key=lambda i: (self._servers[i].down_until > now,
+                                            self._servers[i].outstanding, rank[i]))
 
     def _use_shm(self, srv: Server) -> bool:
         if self.shared_memory is None or srv.url in self._shm_off:
@@ -91,7 +106,10 @@ class RequestsMixin:
     def _send(self, srv: Server, inputs: dict[str, np.ndarray], specs: OutputSpecs,
               callback: Done | None) -> Any:
         """One attempt on one server (sync when ``callback`` is None)."""
-        srv.connect()
+        info = srv.connect()
+        if not srv.validated:
+            self._validate_server(srv, info)
+            srv.validated = True
         lease = None
         if self._use_shm(srv):
             try:
@@ -106,23 +124,28 @@ class RequestsMixin:
 
         def account(out: dict[str, np.ndarray]) -> None:
             got = 0 if lease is not None else sum(a.nbytes for a in out.values())
-            self._counters.add(requests=1, bytes_sent=sent, bytes_received=got,
-                               latency_s=time.perf_counter() - t0,
-                               shm_requests=1 if lease is not None else 0)
+            delta = dict(requests=1, bytes_sent=sent, bytes_received=got,
+                         latency_s=time.perf_counter() - t0, shm_requests=1 if lease is not None else 0)
+            self._counters.add(**delta)
+            srv.counters.add(**delta)
 
+        srv.begin()
         if callback is None:
             try:
                 out = srv.transport.infer(model, inputs, specs, shm=lease)
             except BaseException:
+                srv.end()
                 if lease is not None:
                     lease.release(failed=True)
                 raise
+            srv.end()
             if lease is not None:
                 lease.release()
             account(out)
             return out
 
         def finished(out: Any, err: BaseException | None) -> None:
+            srv.end()
             if lease is not None:
                 lease.release(failed=err is not None)
             if err is None:
@@ -132,14 +155,22 @@ class RequestsMixin:
         try:
             srv.transport.async_infer(model, inputs, specs, finished, shm=lease)
         except BaseException:
+            srv.end()
             if lease is not None:
                 lease.release(failed=True)
             raise
         return None
 
+    def _validate_server(self, srv: Server, info: Any) -> None:
+        """Hook: check a server's model description before its first request (RemoteModel:
+        the optional ``validate`` callable)."""
+
     def _note_failure(self, srv: Server, err: BaseException) -> None:
-        self._counters.add(timeouts=1 if isinstance(err, RemoteTimeout) else 0)
+        timeouts = 1 if isinstance(err, RemoteTimeout) else 0
+        self._counters.add(timeouts=timeouts)
+        srv.counters.add(timeouts=timeouts, failures=1)
         if isinstance(err, ServerUnavailable):
+            srv.down_until = time.monotonic() + DOWN_S
             srv.reset()
 
     def _request_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs) -> dict[str, np.ndarray]:
@@ -163,7 +194,7 @@ class RequestsMixin:
                     self._counters.add(failures=1)
                     raise
                 continue
-            self._switch_to(idx)
+            self._switch_to(idx, errors)
             return out
         self._counters.add(failures=1)
         raise final_error(errors, f"request to model {self.model_name!r}")
@@ -185,7 +216,7 @@ class RequestsMixin:
 
                 def finished(out: Any, err: BaseException | None, idx: int = idx, srv: Server = srv) -> None:
                     if err is None:
-                        self._switch_to(idx)
+                        self._switch_to(idx, errors)
                         done(out, None)
                     elif failed(idx, srv, err):
                         self._executor().submit(attempt)  # retry off the gRPC callback thread
@@ -218,7 +249,10 @@ class RequestsMixin:
 
         attempt()
 
-    def _switch_to(self, idx: int) -> None:
-        if idx != self._current:
+    def _switch_to(self, idx: int, errors: list[tuple[str, BaseException]]) -> None:
+        """A request succeeded on server ``idx``: a failover when it failed on another server
+        first (balancing over healthy servers is not one)."""
+        url = self._servers[idx].url
+        if any(u != url for u, _ in errors):
             self._counters.add(failovers=1)
-            self._current = idx
+        self._current = idx

@@ -22,6 +22,14 @@ class Server:
         self.info: ModelInfo | None = None
         self._shm: ShmPool | None = None
         self._lock = threading.Lock()
+        # balancing: requests in flight here, and until when it counts as down (monotonic s)
+        self.outstanding = 0
+        self.down_until = 0.0
+        self._count_lock = threading.Lock()  # not _lock: connect() holds that during network calls
+        self.validated = False  # the client's own check of this server's model passed
+        from ._statistics import _ClientCounters
+
+        self.counters = _ClientCounters()  # what the client sent here (per-server statistics)
 
     @property
     def is_local(self) -> bool:
@@ -83,10 +91,21 @@ class Server:
         err.retryable = True  # type: ignore[attr-defined]
         return err
 
+    def begin(self) -> None:
+        """A request to this server starts (least-outstanding balancing counts it)."""
+        with self._count_lock:
+            self.outstanding += 1
+
+    def end(self) -> None:
+        """A request to this server finished (answered or failed)."""
+        with self._count_lock:
+            self.outstanding -= 1
+
     def reset(self) -> None:
         """Forget the connection (after the server went away); the next use reconnects."""
         with self._lock:
             self.info = None
+            self.validated = False
             pool, self._shm = self._shm, None
         if pool is not None:
             try:

@@ -14,10 +14,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._pipeline._declare import PIPELINE_ERROR_MARK
 from ._errors import (InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout,
                       ServerUnavailable)
 from ._shm import ShmLease
 from ._tensors import TensorSpec, numpy_dtype, triton_dtype
+
 
 Callback = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
 
@@ -70,6 +72,9 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
         err.retryable = True  # type: ignore[attr-defined]
     elif "NOT_FOUND" in text or "UNKNOWN MODEL" in text or "NOT FOUND" in text:
         err = ModelNotFound(f"{url}: {str(exc).strip()}")
+        err.retryable = False  # type: ignore[attr-defined]
+    elif PIPELINE_ERROR_MARK.upper() in text:  # a pipeline's own failure: the same everywhere
+        err = InferenceFailed(f"{url}: {str(exc).strip()}")
         err.retryable = False  # type: ignore[attr-defined]
     else:
         err = InferenceFailed(f"{url}: {str(exc).strip() or type(exc).__name__}")

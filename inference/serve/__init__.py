@@ -1,8 +1,10 @@
-"""Host TorchScript / AOTInductor models in a real Triton server through PyTriton.
+"""Host TorchScript / AOTInductor models and alpyka pipelines in a real Triton server through PyTriton.
 
     from inference.serve import serve
     with serve("mlp.pt", inputs=["features:float32:3"], max_queue_delay_us=500) as server:
         model = RemoteModel(server.grpc_url, "mlp")
+    with serve(merge, device="cpu_threads") as server:      # an @inference.pipeline
+        remote = merge.remote(server.grpc_url)
 
 The server runs in a child process (its own process group) whose ``LD_LIBRARY_PATH`` starts with
 this interpreter's LIBDIR, as PyTriton's Python-backend stub needs; it listens on 127.0.0.1 only,
@@ -65,6 +67,20 @@ def child_environment() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def server_devices(device: str) -> tuple[str, str]:
+    """``(torch device of plain models, alpyka device of pipelines)`` for serve's ``device``:
+    ``"cpu"``, ``"cuda[:N]"`` or an alpyka backend (``cpu_serial``, ``cpu_threads``, ``opencl``,
+    ``cuda``, ``rocm``, optionally ``:N``); pipelines on ``"cpu"`` run on cpu_serial."""
+    name, _, index = str(device).partition(":")
+    backends = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
+    if name not in ("cpu",) + backends or (index and not index.isdigit()):
+        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {list(backends)} "
+                         f"(optionally ':N'), got {device!r}")
+    torch_device = device if name in ("cuda", "rocm") else "cpu"
+    torch_device = torch_device.replace("rocm", "cuda")  # torch names ROCm devices cuda
+    return torch_device, device
 
 
 class ServerHandle:
@@ -160,19 +176,21 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     """Start a Triton server hosting ``models`` and return once every model is ready.
 
     ``models``: a .pt (TorchScript) or .pt2 (AOTInductor) path, an ``nn.Module`` (scripted), a
-    list of those, or ``{name: model or {"path": ..., "inputs": ..., ...}}``. ``name`` names a
+    pipeline (``@inference.pipeline``, or its ``"module:attribute"`` reference: its config is
+    derived from its layouts, see ``inference._pipeline._wire``), a list of those, or
+    ``{name: model or {"path": ..., "inputs": ..., ...}}``. ``name`` names a
     single model (default: the file's stem). Tensors: ``inputs``/``outputs`` as
     ``"name:dtype:d0,d1"`` (dims per sample, -1 any), else read from a ``<file>.json`` beside the
     model or its TorchScript extra file ``alpyka_io.json``, else read from the model itself
     (TorchScript: ``input__0`` with the ``in_features`` of its first layer when that is a Linear;
     a torch.export program: its input specs), else one ``input__0`` float32 [-1]; outputs not
     declared are found by running the model once (a failure says what to declare). Ports: None or 0 picks a free
-    loopback port. ``device``: ``"cpu"`` or ``"cuda"``/``"cuda:N"``. Dynamic batching merges
+    loopback port. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or an alpyka backend (pipelines
+    run there; plain models on the matching torch device). Dynamic batching merges
     concurrent requests up to ``max_batch_size`` (``preferred_batch_sizes``,
     ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch.
     """
-    if not (device == "cpu" or device.startswith("cuda")):
-        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    torch_device, pipeline_device = server_devices(device)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one "
@@ -190,25 +208,55 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
         if own:
             shutil.rmtree(wd, ignore_errors=True)
         raise
-    try:
+    for attempt in range(STARTS):
+        try:
+            handle = _start(wd, own, specs, grpc_port, http_port, metrics_port, torch_device,
+                            pipeline_device, threads, startup_timeout)
+        except ServeError as exc:
+            if attempt + 1 < STARTS and HANDSHAKE_TIMEOUT in str(exc):
+                for leftover in ("ready.json", "error.txt", "server.log", "config.json", SERVER_PID_FILE):
+                    (wd / leftover).unlink(missing_ok=True)
+                shutil.rmtree(wd / "pytriton", ignore_errors=True)
+                continue  # PyTriton's 1 s model handshake timed out on a loaded machine: start again
+            if own:
+                shutil.rmtree(wd, ignore_errors=True)
+            raise
+        except BaseException:
+            if own:
+                shutil.rmtree(wd, ignore_errors=True)
+            raise
+        handle._own_workdir = own
+        return handle
+    raise AssertionError("unreachable")
+
+
+#: how many times serve starts a server whose models failed PyTriton's handshake (see below)
+STARTS = 2
+#: PyTriton's model stub waits 1 s (fixed) for its config from the server process; on a loaded
+#: machine that times out and the model fails to load: then serve starts the server again, once
+HANDSHAKE_TIMEOUT = "Timeout occurred while waiting for config file"
+
+
+def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, http_port: int | None,
+           metrics_port: int | None, torch_device: str, pipeline_device: str, threads: int | None,
+           startup_timeout: float) -> ServerHandle:
+    """One start of the server process in ``wd``; returns once it is ready (the handle does not
+    own ``wd`` yet) or raises :class:`ServeError` with its log's end."""
+    ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
+    while len(set(ports)) < 3:
         ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
-        while len(set(ports)) < 3:
-            ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
-        config = {
-            "workdir": str(wd), "own_workdir": own, "parent_pid": os.getpid(), "device": device,
-            "threads": threads, "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
-            "models": [s.to_json() for s in specs],
-        }
-        (wd / "config.json").write_text(json.dumps(config, indent=1))
-        with open(wd / "server.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
-                                    env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-    except BaseException:
-        if own:
-            shutil.rmtree(wd, ignore_errors=True)
-        raise
-    handle = ServerHandle(proc, wd, *ports, specs, own)
+    config = {
+        "workdir": str(wd), "own_workdir": own, "parent_pid": os.getpid(), "device": torch_device,
+        "pipeline_device": pipeline_device, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+        "threads": threads, "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
+        "models": [s.to_json() for s in specs],
+    }
+    (wd / "config.json").write_text(json.dumps(config, indent=1))
+    with open(wd / "server.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
+                                env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    handle = ServerHandle(proc, wd, *ports, specs, own_workdir=False)
     deadline = time.monotonic() + startup_timeout
     ready = wd / "ready.json"
     try:

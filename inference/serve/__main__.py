@@ -21,13 +21,16 @@ def first_line(exc: BaseException) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt) / AOTInductor "
-                                "(.pt2) models in a Triton server (PyTriton) on 127.0.0.1.")
-    p.add_argument("models", nargs="+", metavar="MODEL", help="model files (.pt, .pt2)")
+                                "(.pt2) models and alpyka pipelines (package.module:attribute) in a "
+                                "Triton server (PyTriton) on 127.0.0.1.")
+    p.add_argument("models", nargs="+", metavar="MODEL",
+                   help="model files (.pt, .pt2) or pipelines as package.module:attribute")
     p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: a free one; default 8001)")
     p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: a free one; default 8000)")
     p.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free one)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or an alpyka backend (cpu_serial, "
+                   "cpu_threads, opencl, cuda, rocm): where pipelines run (models: the matching torch device)")
     p.add_argument("--input", action="append", default=None, metavar="NAME:DTYPE:DIMS",
                    help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
     p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
@@ -61,10 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         ins = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.inputs)
         outs = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.outputs)
         src = m.inputs_from
-        note = ("" if src == "declared" else "; inputs from its .json/extra file" if src == "file"
+        note = ("" if src in ("declared", "layouts") else "; inputs from its .json/extra file" if src == "file"
                 else "; inputs not declared (--input)" if src.startswith("default")
                 else f"; inputs read from the model: {src}")
-        print(f"model {m.name}: {ins} -> {outs} (max_batch_size {m.max_batch_size}{note})")
+        what = f"pipeline {m.name} ({m.path})" if m.kind == "pipeline" else f"model {m.name}"
+        print(f"{what}: {ins} -> {outs} (max_batch_size {m.max_batch_size}{note})")
     print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops",
           flush=True)
     try:

@@ -183,6 +183,25 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
     return infer_requests
 
 
+def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
+    """Import the pipeline (once per server process: its models load once), check that its
+    layouts still give the spec's tensors, warm it up, and return its inference callable."""
+    from .._pipeline import _server
+    from .._pipeline._wire import derive_config
+
+    try:
+        pipe = _server.load_reference(spec.path)
+    except (ImportError, TypeError) as exc:
+        raise StartupError(f"pipeline {spec.name!r}: {exc}") from exc
+    derived = derive_config(pipe)
+    if [tuple(t) for t in derived["inputs"]] != [(t.name, t.dtype, tuple(t.dims)) for t in spec.inputs]:
+        raise StartupError(f"pipeline {spec.name!r}: {spec.path} imported in the server declares other "
+                           "layouts than the caller's (was the module changed?)")
+    runner = _server.PipelineRunner(pipe, device)
+    print(f"alpyka serve: pipeline {spec.name!r} on {runner.device}; {runner.warm_up()}", flush=True)
+    return _server.make_infer(runner)
+
+
 def _watch_parent(parent: int, stop: threading.Event, orphaned: threading.Event) -> None:
     while not stop.wait(0.5):
         if os.getppid() != parent:
@@ -277,9 +296,16 @@ def main(config_path: str) -> int:
             if cfg.get("threads"):
                 torch.set_num_threads(int(cfg["threads"]))
             device = cfg["device"]
+            for entry in reversed(cfg.get("sys_path", [])):  # import pipelines as the caller did
+                if entry not in sys.path:
+                    sys.path.insert(0, entry)
             specs = [ModelSpec.from_json(s) for s in cfg["models"]]
             bindings = []
             for spec in specs:
+                if spec.kind == "pipeline":
+                    stage = f"loading pipeline {spec.name!r} ({spec.path})"
+                    bindings.append((spec, pipeline_infer(spec, spec.device or cfg.get("pipeline_device", "cpu"))))
+                    continue
                 stage = f"loading model {spec.name!r} from {spec.path}"
                 model = load_model(spec.path, device)
                 if not spec.outputs:

@@ -63,6 +63,9 @@ class ModelSpec:
     # where the inputs come from: "declared", "file" (<file>.json / extra file), "default (why
     # not read)" (one input__0 float32 [-1]) or what was read from the model ("first Linear ...")
     inputs_from: str = "declared"
+    # "model" (``path`` is a model file) or "pipeline" (``path`` is its module:attribute reference)
+    kind: str = "model"
+    device: str = ""  # a pipeline's own device (alpyka backend[:N]); "" -> the server's
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,6 +202,11 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
     for mname, model in items:
         if not _NAME.match(str(mname)):
             raise ValueError(f"model name {mname!r}: use letters, digits, '_', '.', '-'")
+        per_pipe = dict(model) if isinstance(model, Mapping) and "pipeline" in model else {"pipeline": model}
+        pipe = _pipeline_of(per_pipe.pop("pipeline"))
+        if pipe is not None:
+            specs.append(pipeline_spec(str(mname), pipe, {**settings, **per_pipe}))
+            continue
         per = dict(model) if isinstance(model, Mapping) else {"path": model}
         path = _as_path(per.pop("path"), str(mname), workdir)
         ins = _decls(per.pop("inputs", None) or inputs)
@@ -221,7 +229,46 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
     return specs
 
 
+def is_reference(model: Any) -> bool:
+    """True for a ``module:attribute`` pipeline reference (not an existing file)."""
+    return (isinstance(model, str) and ":" in model and not Path(model).is_file()
+            and Path(model).suffix not in (".pt", ".pt2", ".ts", ".jit"))
+
+
+def _pipeline_of(model: Any) -> Any:
+    """The pipeline ``model`` is (an object or a ``module:attribute`` reference), else None; a
+    plain function is a clear error."""
+    import inspect
+
+    from .._pipeline import Pipeline, as_pipeline, load_reference
+
+    if isinstance(model, Pipeline):
+        return model
+    if is_reference(model):
+        return load_reference(model)
+    if inspect.isfunction(model) or inspect.ismethod(model):
+        as_pipeline(model)  # raises: how to make it a pipeline
+    return None
+
+
+def pipeline_spec(name: str, pipe: Any, settings: Mapping[str, Any]) -> ModelSpec:
+    """A pipeline's spec: tensors derived from its layouts, no batching (see ``_pipeline._wire``)."""
+    from .._pipeline import derive_config
+
+    cfg = derive_config(pipe)
+    return ModelSpec(name, pipe.reference, [TensorDecl(*t) for t in cfg["inputs"]],
+                     [TensorDecl(*t) for t in cfg["outputs"]], max_batch_size=0, dynamic_batching=False,
+                     instances=int(settings.get("instances", 1)), inputs_from="layouts", kind="pipeline",
+                     device=str(settings.get("device", "")))
+
+
 def _default_name(model: Any, i: int) -> str:
+    from .._pipeline import Pipeline
+
+    if isinstance(model, Pipeline):
+        return model.name
+    if is_reference(model):
+        return str(model).rpartition(":")[2].rpartition(".")[2]
     if isinstance(model, (str, os.PathLike)):
         return Path(model).name.split(".")[0]
     return f"model{i}" if i else "model"

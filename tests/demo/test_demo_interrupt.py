@@ -94,3 +94,46 @@ def test_a_second_ctrl_c_exits_at_once_without_a_traceback(demo_model_dir):
     assert rc in (130, -signal.SIGINT), (rc, err[-2000:])
     assert "Traceback" not in err, err[-3000:]
     assert err.count("alpyka: interrupted") <= 1
+
+
+def test_ctrl_c_waits_for_the_streams_even_when_it_lands_in_their_join(monkeypatch):
+    """On Python 3.11 a KeyboardInterrupt inside ``Thread.join`` marks the joined thread as
+    stopped while it still runs, so a later join returns at once; the demo then ended the
+    interpreter under a stream inside PyTorch (rc 134). The streams' own completion events are
+    waited for instead: when the interrupt leaves ``_run_streams``, no stream is inside an event."""
+    import signal as _signal
+
+    import portable as pk
+    from inference.demo import pipeline
+
+    class Done(Exception):
+        pass
+
+    def slow_event(queue, model, seed, n_particles, timed, produce=None):
+        if not timed:  # the warm-up
+            return None, []
+        # the first stream (whose join the Ctrl-C lands in) runs its event longest
+        time.sleep(1.2 if threading.current_thread().name == "stream-0" else 0.4)
+        raise Done
+
+    monkeypatch.setattr(pipeline, "run_event", slow_event)
+    report = pipeline.Report("cpu_serial", 4, 2, "fake")
+    main = threading.main_thread().ident
+    timer = threading.Timer(0.2, lambda: _signal.pthread_kill(main, _signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline._run_streams(pk.device("cpu_serial"), None, report, 8, progress=False)
+    finally:
+        timer.cancel()
+    in_events = [t for t, f in sys._current_frames().items()
+                 if any(code.co_name in ("stream_events", "slow_event")
+                        for code in _codes(f))]
+    assert not in_events, "a stream still runs an event after the Ctrl-C left _run_streams"
+    assert not pipeline._streams_left_running
+
+
+def _codes(frame):
+    while frame is not None:
+        yield frame.f_code
+        frame = frame.f_back

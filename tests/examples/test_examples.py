@@ -22,7 +22,7 @@ def run_example(name: str, *args: str, timeout: float = 300) -> str:
 
 def test_every_example_is_tested():
     tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
-              "dimuon_mass.py"}
+              "dimuon_mass.py", "pipeline_service.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -44,6 +44,12 @@ def test_remote_model():
     pytest.importorskip("pytriton", reason="needs nvidia-pytriton (pip install -e '.[triton]')")
     out = run_example("remote_model.py")
     assert "remote and local results agree: OK" in out
+
+
+def test_pipeline_service():
+    pytest.importorskip("pytriton", reason="needs nvidia-pytriton (pip install -e '.[triton]')")
+    out = run_example("pipeline_service.py", "--device", "cpu_threads")
+    assert "hits__gain float32 [1]" in out and "local and remote agree on 1000 rows" in out
 
 
 def test_pipeline(demo_model_dir, monkeypatch):

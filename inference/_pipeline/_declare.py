@@ -1,0 +1,222 @@
+"""The ``@pipeline`` declaration: a function that enqueues kernels and models on a queue, with
+declared input and output SoA layouts, callable locally exactly as its body."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import keyword
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import soa
+
+#: marks a served pipeline's own failure in the error text Triton returns; the client reads it
+#: back (and does not retry it elsewhere: the same inputs fail the same way on every server)
+PIPELINE_ERROR_MARK = "alpyka-pipeline-error:"
+
+
+class PipelineError(RuntimeError):
+    """A pipeline was declared or called wrongly (the message names the pipeline and the fix)."""
+
+
+class OutputsNotFilled(PipelineError):
+    """A pipeline left output columns untouched (found by the poison fill, see ``debug``)."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One declared collection: its name (the body's parameter or the mapping key), its layout,
+    and for outputs its rows rule."""
+
+    name: str
+    layout: type
+    rows: Any = None
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.layout.__name__}"
+
+
+def _slots(kind: str, decl: Any, params: list[str], fn_name: str) -> list[Slot]:
+    """Normalise ``inputs=``/``outputs=``: a layout, a sequence of layouts (named after the body's
+    parameters) or ``{name: layout}``."""
+    if isinstance(decl, Mapping):
+        items = list(decl.items())
+    else:
+        seq = list(decl) if isinstance(decl, (list, tuple)) else [decl]
+        if len(seq) > len(params):
+            raise PipelineError(f"pipeline {fn_name!r}: {len(seq)} {kind} layouts declared, but the body "
+                                f"has only {len(params)} parameter(s) after the queue for them")
+        items = list(zip(params[:len(seq)], seq))
+    if not items:
+        raise PipelineError(f"pipeline {fn_name!r}: declare at least one {kind[:-1]} layout")
+    out = []
+    for name, layout in items:
+        if not (isinstance(layout, type) and issubclass(layout, soa.Layout)):
+            raise PipelineError(f"pipeline {fn_name!r}: {kind[:-1]} {name!r} must be a soa.Layout subclass, "
+                                f"got {layout!r}")
+        if not str(name).isidentifier() or keyword.iskeyword(name) or "__" in str(name):
+            raise PipelineError(f"pipeline {fn_name!r}: collection name {name!r} must be an identifier "
+                                "without '__' (it prefixes the Triton tensor names)")
+        out.append(Slot(str(name), layout))
+    return out
+
+
+class Pipeline:
+    """A chain of kernels and models over SoA collections, runnable locally or on a Triton server.
+
+    ``pipe(q, *inputs, *outputs)`` checks the collections against the declared layouts and output
+    rows, then runs the body, which enqueues its work on ``q`` (nothing waits). ``pipe.remote(url)``
+    returns a :class:`RemotePipeline` called the same way; :func:`inference.serve` hosts it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], inputs: Any, outputs: Any, *, rows: Any = None,
+                 name: str | None = None, debug: bool = False) -> None:
+        if not callable(fn):
+            raise PipelineError(f"@pipeline decorates a function, got {fn!r}")
+        self.fn = fn
+        self.name = name or fn.__name__
+        try:
+            params = list(inspect.signature(fn).parameters)[1:]
+        except (TypeError, ValueError):
+            params = []
+        self.inputs = _slots("inputs", inputs, params, self.name)
+        self.outputs = _slots("outputs", outputs, params[len(self.inputs):], self.name)
+        names = [s.name for s in self.inputs + self.outputs]
+        if len(set(names)) != len(names):
+            raise PipelineError(f"pipeline {self.name!r}: collection names must be unique, got {names}")
+        per = dict(rows) if isinstance(rows, Mapping) else {s.name: rows for s in self.outputs}
+        unknown = [k for k in per if k not in {s.name for s in self.outputs}]
+        if unknown:
+            raise PipelineError(f"pipeline {self.name!r}: rows= names {unknown}, which are not outputs "
+                                f"({[s.name for s in self.outputs]})")
+        for key, value in per.items():
+            if value is not None and not callable(value) and not (isinstance(value, int) and value >= 0):
+                raise PipelineError(f"pipeline {self.name!r}: rows of output {key!r} must be None, an int >= 0 "
+                                    f"or a callable of the input rows, got {value!r}")
+        self.outputs = [Slot(s.name, s.layout, per.get(s.name)) for s in self.outputs]
+        self.debug = bool(debug)
+        functools.update_wrapper(self, fn)
+
+    # ------------------------------------------------------------------ declarations
+    @property
+    def reference(self) -> str:
+        """``module:qualname``: how a server process imports this pipeline (a script run as
+        ``__main__`` is named by its file path)."""
+        mod = getattr(self.fn, "__module__", None) or "__main__"
+        if mod == "__main__":
+            path = getattr(sys.modules.get("__main__"), "__file__", None)
+            if not path:
+                raise PipelineError(f"pipeline {self.name!r} is defined in an interactive session; a server "
+                                    "imports pipelines: define it in a module or a script file")
+            mod = os.path.abspath(path)
+        return f"{mod}:{self.fn.__qualname__}"
+
+    def output_rows(self, input_rows: Sequence[int]) -> list[int]:
+        """Rows of each output collection for inputs of ``input_rows`` rows."""
+        out = []
+        for s in self.outputs:
+            if s.rows is None:
+                n = input_rows[0]
+            elif callable(s.rows):
+                n = s.rows(*input_rows)
+            else:
+                n = s.rows
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise PipelineError(f"pipeline {self.name!r}: rows of output {s.name!r} came out as {n!r} "
+                                    f"for input rows {list(input_rows)}; it must be an int >= 0")
+            out.append(int(n))
+        return out
+
+    def fixed_rows(self, slot: Slot) -> int | None:
+        """The rows of an output when they do not depend on the inputs (a Triton dim), else None."""
+        return slot.rows if isinstance(slot.rows, int) and not isinstance(slot.rows, bool) else None
+
+    def check_call(self, q: Any, collections: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Split and check the collections of a call: count, layouts, output rows."""
+        if not hasattr(q, "enqueue_host"):
+            raise TypeError(f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got "
+                            f"{type(q).__name__}")
+        want = len(self.inputs) + len(self.outputs)
+        if len(collections) != want:
+            sig = ", ".join(s.name for s in self.inputs + self.outputs)
+            raise TypeError(f"pipeline {self.name!r} takes (q, {sig}): {want} collections, got {len(collections)}")
+        ins, outs = list(collections[:len(self.inputs)]), list(collections[len(self.inputs):])
+        for s, c in zip(self.inputs + self.outputs, ins + outs):
+            layout = getattr(c, "layout", None)
+            if layout is not s.layout:
+                got = getattr(layout, "__name__", type(c).__name__)
+                raise TypeError(f"pipeline {self.name!r}: collection {s.name!r} must be a PortableCollection "
+                                f"of {s.layout.__name__}, got {got}")
+        rows = self.output_rows([c.size for c in ins])
+        for s, c, n in zip(self.outputs, outs, rows):
+            if c.size != n:
+                raise ValueError(f"pipeline {self.name!r}: output {s.name!r} has {c.size} rows, the pipeline "
+                                 f"declares {n} for inputs of {[c.size for c in ins]} rows")
+        return ins, outs
+
+    # ------------------------------------------------------------------ calls
+    def __call__(self, q: Any, *collections: Any) -> Any:
+        """Run locally: the body enqueues its work on ``q``. With ``debug=True`` the outputs are
+        poison-filled first and checked after the body (an error at ``q.wait()`` names columns
+        the body never wrote)."""
+        ins, outs = self.check_call(q, collections)
+        if self.debug:
+            from . import _wire
+
+            for c in outs:
+                _wire.poison(q, c)
+        result = self.fn(q, *ins, *outs)
+        if self.debug:
+            from . import _wire
+
+            q.enqueue_host(lambda: _wire.check_filled(self, outs))
+        return result
+
+    def remote(self, url_or_urls: str | Sequence[str], *, name: str | None = None, **options: Any) -> Any:
+        """A :class:`RemotePipeline` for this pipeline on the server(s) at ``url_or_urls``
+        (checked against these declarations); ``name``: its name there (default: this
+        pipeline's); ``options`` as for ``RemotePipeline``."""
+        from ._remote import RemotePipeline
+
+        return RemotePipeline(url_or_urls, name or self.name, declaration=self, **options)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(s.describe() for s in self.inputs)
+        outs = ", ".join(s.describe() for s in self.outputs)
+        return f"<pipeline {self.name!r} ({ins}) -> ({outs})>"
+
+
+def pipeline(fn: Callable[..., Any] | None = None, *, inputs: Any = None, outputs: Any = None,
+             rows: Any = None, name: str | None = None, debug: bool = False) -> Any:
+    """Declare ``fn(q, *inputs, *outputs)`` a pipeline over SoA collections.
+
+    ``inputs``/``outputs``: a layout each (named after the body's parameters), a sequence of
+    layouts, or ``{name: layout}`` in the order the body takes them. ``rows``: output rows, the
+    first input's by default; an int (fixed size), a callable of the input rows
+    (``rows=lambda n_frags: 2 * n_frags``), or ``{output: rule}``. ``name``: the name on a server
+    (default: the function's). ``debug``: poison-fill outputs and check the body wrote them.
+    """
+    if inputs is None or outputs is None:
+        raise PipelineError("@pipeline needs inputs= and outputs= layouts, e.g. "
+                            "@pipeline(inputs=Fragments, outputs=Labels)")
+
+    def wrap(f: Callable[..., Any]) -> Pipeline:
+        return Pipeline(f, inputs, outputs, rows=rows, name=name, debug=debug)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def as_pipeline(obj: Any, what: str = "serve") -> Pipeline:
+    """``obj`` if it is a :class:`Pipeline`, else a clear error saying how to make one."""
+    if isinstance(obj, Pipeline):
+        return obj
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        raise TypeError(f"{what}: {name!r} is a plain function, not a pipeline; decorate it with "
+                        f"@inference.pipeline(inputs=Layout, outputs=Layout) so that its collections "
+                        f"(and the Triton config) are known")
+    raise TypeError(f"{what}: {name!r} ({type(obj).__name__}) is not a pipeline; "
+                    "use @inference.pipeline(inputs=..., outputs=...) on a function")

@@ -1,0 +1,147 @@
+"""How a pipeline's collections travel: one Triton tensor per SoA field, derived from the layouts.
+
+Tensor ``<collection>__<field>``: a column is ``[rows]``, a vector ``[rows, R]``, a matrix
+``[rows, R, C]`` (row-major per element, as ``view.field`` shows it), a scalar ``[1]``. Rows are
+``-1`` (any) unless an output declares fixed rows. Pipelines are served with
+``max_batch_size = 0``: one request is one call of the pipeline on whole collections. Triton's
+dynamic batching would concatenate the rows of several clients' collections into one call, which
+changes the result of every kernel that couples rows (edge building, merging, any reduction) and
+has no meaning for scalar columns; concurrency comes from model instances instead (each its own
+server queue).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+import portable as pk
+
+from ._declare import OutputsNotFilled, Pipeline, Slot
+
+SEP = "__"
+#: the byte a poison fill writes: float32 0xA5A5A5A5 is -2.9e-16, int32 is -1515870811
+POISON = 0xA5
+
+
+def tensor_name(slot: str, field: str) -> str:
+    return f"{slot}{SEP}{field}"
+
+
+def field_dims(field: Any, rows: int = -1) -> tuple[int, ...]:
+    """The Triton dims of one SoA field (whole tensor, no batch axis)."""
+    if field.kind == "scalar":
+        return (1,)
+    return (rows, *field.shape)
+
+
+def slot_decls(slot: Slot, rows: int | None = None) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(tensor name, numpy dtype name, dims)`` of every field of a declared collection."""
+    n = -1 if rows is None else int(rows)
+    return [(tensor_name(slot.name, f.name), str(f.dtype), field_dims(f, n)) for f in slot.layout.fields]
+
+
+def derive_config(pipe: Pipeline) -> dict[str, Any]:
+    """The Triton model configuration of a pipeline, from its layouts alone:
+    ``{"name", "inputs": [(name, dtype, dims)], "outputs": [...], "max_batch_size": 0}``."""
+    ins = [d for s in pipe.inputs for d in slot_decls(s)]
+    outs = [d for s in pipe.outputs for d in slot_decls(s, pipe.fixed_rows(s))]
+    return {"name": pipe.name, "inputs": ins, "outputs": outs, "max_batch_size": 0}
+
+
+# ---------------------------------------------------------------------------- collections <-> arrays
+def _host_view(coll: Any) -> Any:
+    """A host view of ``coll``: its own view on host memory, else a synchronous host copy (call
+    it where the work that wrote ``coll`` has finished, e.g. inside a host task of its queue)."""
+    if coll.device.is_host_memory:
+        return coll.view()
+    q = pk.Queue(coll.device, blocking=True)
+    return coll.to_host(q).view()
+
+
+def pack(slot: Slot, coll: Any, copy: bool = False) -> dict[str, np.ndarray]:
+    """The tensors of one collection (contiguous; ``copy``: never views of its memory)."""
+    view = _host_view(coll)
+    out = {}
+    for f in slot.layout.fields:
+        a = getattr(view, f.name)
+        a = a.reshape(1) if f.kind == "scalar" else a
+        out[tensor_name(slot.name, f.name)] = np.array(a, copy=True, order="C") if copy else np.ascontiguousarray(a)
+    return out
+
+
+def rows_of(slot: Slot, arrays: Mapping[str, np.ndarray]) -> int:
+    """The rows of a collection in a request (1 for a layout of scalars only)."""
+    sizes = {tensor_name(slot.name, f.name): arrays[tensor_name(slot.name, f.name)].shape[0]
+             for f in slot.layout.fields if f.kind != "scalar"}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"collection {slot.name!r}: its columns disagree on the rows: {sizes}")
+    return next(iter(sizes.values()), 1)
+
+
+def check_arrays(slot: Slot, arrays: Mapping[str, np.ndarray], rows: int, where: str) -> None:
+    """Every field of ``slot`` present with its dtype and shape (``rows`` rows); names it if not."""
+    for f in slot.layout.fields:
+        name = tensor_name(slot.name, f.name)
+        a = arrays.get(name)
+        if a is None:
+            raise ValueError(f"{where}: tensor {name!r} is missing")
+        want = field_dims(f, rows)
+        if a.dtype != f.dtype or tuple(a.shape) != want:
+            raise ValueError(f"{where}: tensor {name!r} is {a.dtype} {list(a.shape)}, "
+                             f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}")
+
+
+def fill(slot: Slot, coll: Any, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write checked tensors into ``coll`` (synchronously; device memory through a host copy)."""
+    host = coll if coll.device.is_host_memory else pk.PortableCollection(slot.layout, coll.size, pk.host())
+    view = host.view()
+    for f in slot.layout.fields:
+        a = arrays[tensor_name(slot.name, f.name)]
+        getattr(view, f.name)[...] = a.reshape(()) if f.kind == "scalar" else a
+    if host is not coll:
+        pk.memcpy(pk.Queue(coll.device, blocking=True), coll, host)
+
+
+def collection_from(slot: Slot, arrays: Mapping[str, np.ndarray], queue: Any, into: Any = None) -> Any:
+    """A collection of ``slot``'s layout on ``queue``'s device holding the request's tensors
+    (``into``: a collection of the right rows to overwrite, else a new one)."""
+    rows = rows_of(slot, arrays)
+    check_arrays(slot, arrays, rows, f"input {slot.name!r}")
+    coll = into if into is not None else pk.PortableCollection(slot.layout, rows, queue)
+    fill(slot, coll, arrays)
+    return coll
+
+
+# ---------------------------------------------------------------------------- unfilled outputs
+def poison(q: Any, coll: Any) -> None:
+    """Enqueue the poison fill of an output collection (every byte :data:`POISON`)."""
+    pk.memset(q, coll, POISON)
+
+
+def unfilled(slot: Slot, arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """Fields of an output whose every byte is still the poison (written by nobody)."""
+    left = []
+    for f in slot.layout.fields:
+        a = arrays[tensor_name(slot.name, f.name)]
+        if a.size and bool(np.all(np.ascontiguousarray(a).view(np.uint8) == POISON)):
+            left.append(f"{slot.name}.{f.name}")
+    return left
+
+
+def raise_unfilled(pipe: Pipeline, names: Iterable[str]) -> None:
+    names = list(names)
+    if names:
+        raise OutputsNotFilled(
+            f"pipeline {pipe.name!r} did not fill output column(s) {names}: every byte is still the "
+            f"poison fill 0x{POISON:02X}; write them in the body (a column written only in part is not "
+            f"detected)")
+
+
+def check_filled(pipe: Pipeline, outs: Sequence[Any]) -> None:
+    """Raise :class:`OutputsNotFilled` when a poisoned output column was never written."""
+    left: list[str] = []
+    for slot, coll in zip(pipe.outputs, outs):
+        left += unfilled(slot, pack(slot, coll))
+    raise_unfilled(pipe, left)

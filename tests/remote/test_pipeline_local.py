@@ -1,0 +1,165 @@
+"""Pipelines without a server: declaration, the local call, config derived from layouts, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import portable as pk
+import soa
+from inference import Pipeline, PipelineError, pipeline
+from inference._pipeline import OutputsNotFilled, _wire, derive_config
+
+from . import pipeline_support as S
+
+torch = pytest.importorskip("torch")
+
+
+def _run_local(pipe, queue, n=37):
+    tracks = S.make_tracks(n, queue, seed=3)
+    rows = pipe.output_rows([n])
+    out = pk.PortableCollection(pipe.outputs[0].layout, rows[0], queue)
+    out.zero(queue)
+    pipe(queue, tracks, out)
+    return out.to_dict(queue)
+
+
+def test_declaration_names_and_rows():
+    assert isinstance(S.chain, Pipeline) and S.chain.name == "chain"
+    assert [s.name for s in S.chain.inputs] == ["tracks"] and [s.name for s in S.chain.outputs] == ["scored"]
+    assert S.chain.output_rows([10]) == [10]
+    assert S.pairs.output_rows([10]) == [5]
+    fixed = pipeline(inputs=S.Tracks, outputs=S.Summary, rows=4)(lambda q, t, s: None)
+    assert fixed.output_rows([10]) == [4]
+    assert S.chain.__doc__ and "make_features" in S.chain.__doc__
+    assert S.chain.reference.endswith(":chain")
+
+
+def test_config_derived_from_layouts():
+    cfg = derive_config(S.chain)
+    assert cfg["max_batch_size"] == 0
+    assert cfg["inputs"] == [("tracks__x", "float32", (-1,)), ("tracks__p", "float32", (-1, 3)),
+                             ("tracks__cov", "float32", (-1, 2, 2)), ("tracks__charge", "int32", (-1,)),
+                             ("tracks__scale", "float32", (1,))]
+    assert cfg["outputs"] == [("scored__score", "float32", (-1,)), ("scored__e", "float32", (-1, 2)),
+                              ("scored__tag", "int32", (-1,)), ("scored__total", "float32", (1,))]
+    fixed = pipeline(inputs=S.Tracks, outputs={"s": S.Summary}, rows=6)(lambda q, t, s: None)
+    assert derive_config(fixed)["outputs"] == [("s__s", "float32", (6,))]
+
+
+def test_serve_spec_of_a_pipeline(tmp_path):
+    from inference.serve._spec import model_specs
+
+    specs = model_specs({"chain": S.chain, "pairs": "remote.pipeline_support:pairs"}, name=None,
+                        workdir=tmp_path, inputs=None, outputs=None, max_batch_size=64, instances=2)
+    assert [s.kind for s in specs] == ["pipeline", "pipeline"]
+    assert specs[0].max_batch_size == 0 and not specs[0].dynamic_batching and specs[0].instances == 2
+    assert [(t.name, t.dims) for t in specs[1].outputs] == [("pairs__s", (-1,))]
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(inputs=int, outputs=S.Summary), "must be a soa.Layout subclass"),
+    (dict(inputs=None, outputs=S.Summary), "needs inputs= and outputs="),
+    (dict(inputs=S.Tracks, outputs=S.Summary, rows="x"), "rows of output"),
+    (dict(inputs={"a__b": S.Tracks}, outputs=S.Summary), "without '__'"),
+])
+def test_bad_declarations(bad, message):
+    with pytest.raises(PipelineError, match=message):
+        pipeline(**bad)(lambda q, t, s: None)
+
+
+def test_call_checks_collections():
+    q = pk.Queue(pk.device("cpu_serial"))
+    tracks = S.make_tracks(8, q)
+    with pytest.raises(TypeError, match="must be a PortableCollection of Scored, got Summary"):
+        S.chain(q, tracks, pk.PortableCollection(S.Summary, 8, q))
+    with pytest.raises(ValueError, match="output 'scored' has 5 rows, the pipeline declares 8"):
+        S.chain(q, tracks, pk.PortableCollection(S.Scored, 5, q))
+    with pytest.raises(TypeError, match=r"takes \(q, tracks, scored\)"):
+        S.chain(q, tracks)
+    with pytest.raises(TypeError, match="first argument is the queue"):
+        S.chain(tracks, tracks, tracks)
+
+
+def test_local_call_is_the_body(queue):
+    """The pipeline enqueues exactly its body: the same columns as calling the body directly."""
+    got = _run_local(S.chain, queue)
+    tracks = S.make_tracks(37, queue, seed=3)
+    out = pk.PortableCollection(S.Scored, 37, queue)
+    out.zero(queue)
+    S.chain.fn(queue, tracks, out)
+    want = out.to_dict(queue)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    assert float(got["total"]) == 3.0 and np.all(got["tag"] % 3 == 1 % 3)
+
+
+def test_rows_callable_local():
+    q = pk.Queue(pk.device("cpu_serial"))
+    got = _run_local(S.pairs, q, n=10)
+    x = S.make_tracks(10, q, seed=3).to_dict(q)["x"]
+    np.testing.assert_allclose(got["s"], x[0::2] + x[1::2], rtol=1e-6)
+
+
+def test_wire_round_trip_vector_matrix_scalar():
+    q = pk.Queue(pk.device("cpu_serial"))
+    tracks = S.make_tracks(5, q, seed=1)
+    slot = S.chain.inputs[0]
+    arrays = _wire.pack(slot, tracks)
+    assert arrays["tracks__cov"].shape == (5, 2, 2) and arrays["tracks__scale"].shape == (1,)
+    back = _wire.collection_from(slot, arrays, q)
+    q.wait()
+    a, b = tracks.to_dict(q), back.to_dict(q)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_debug_poison_finds_unfilled_outputs():
+    q = pk.Queue(pk.device("cpu_serial"))
+    pipe = Pipeline(S.half_done.fn, S.Tracks, S.Scored, debug=True, name="half_done")
+    tracks = S.make_tracks(6, q)
+    pipe(q, tracks, pk.PortableCollection(S.Scored, 6, q))
+    with pytest.raises(Exception, match=r"did not fill output column\(s\) \['scored.e', 'scored.tag', "
+                                        r"'scored.total'\]") as info:
+        q.wait()
+    assert isinstance(info.value.__cause__, OutputsNotFilled)
+
+
+def test_serve_refuses_what_is_not_a_pipeline():
+    from inference.serve import serve
+
+    with pytest.raises(TypeError, match="plain function, not a pipeline; decorate it with @inference.pipeline"):
+        serve(S.not_a_pipeline)
+    with pytest.raises(TypeError, match="is not a pipeline"):
+        serve("remote.pipeline_support:MODEL")
+    with pytest.raises(ImportError, match="pipeline module 'no_such_pkg.mod' does not import: ModuleNotFoundError"):
+        serve("no_such_pkg.mod:merge")
+
+
+def test_cli_reports_a_module_that_does_not_import(capsys):
+    from inference.serve.__main__ import main
+
+    assert main(["no_such_pkg.mod:merge", "--device", "cpu_serial"]) == 2
+    err = capsys.readouterr().err
+    assert "does not import" in err and "Traceback" not in err
+
+
+class _Other(soa.Layout):
+    y = soa.column(np.float64)
+
+
+def test_not_a_layout_slot_in_remote_check():
+    """A declared pipeline and a server with other layouts: the clear mismatch message."""
+    from inference._pipeline._remote import RemotePipeline
+    from inference.remote import MetadataMismatch, TensorSpec
+    from inference.remote._transport import ModelInfo
+
+    rp = RemotePipeline.__new__(RemotePipeline)
+    rp.name, rp.declaration = "chain", S.chain
+    other = pipeline(inputs={"tracks": _Other}, outputs={"scored": S.Scored})(lambda q, t, s: None)
+    cfg = derive_config(other)
+    spec = lambda d: [TensorSpec(n, np.dtype(t), tuple(s)) for n, t, s in d]  # noqa: E731
+    info = ModelInfo("chain", spec(cfg["inputs"]), spec(cfg["outputs"]), 0)
+    with pytest.raises(MetadataMismatch, match=r"server's inputs do not match the declared layouts .*"
+                                               r"declared but not served as declared \['tracks__x'"):
+        rp._check_server(info)
