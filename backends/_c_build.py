@@ -92,8 +92,21 @@ def _check(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
+_PTX: dict[tuple[str, str, tuple[str, ...]], str] = {}  # (text, arch, options) -> PTX, this process
+
+
 def nvrtc_compile(src: CSource, arch: str = "compute_90", options: tuple[str, ...] = ()) -> str:
-    """PTX of a CUDA-dialect source through NVRTC; KernelBuildError with the marked source else."""
+    """PTX of a CUDA-dialect source through NVRTC; KernelBuildError with the marked source else.
+    A text compiled before with the same arch and options is not compiled again (the CI guard
+    and the cupy stand-in compile the same sources)."""
+    key = (src.text, arch, tuple(options))
+    ptx = _PTX.get(key)
+    if ptx is None:
+        ptx = _PTX[key] = _nvrtc_compile(src, arch, options)
+    return ptx
+
+
+def _nvrtc_compile(src: CSource, arch: str, options: tuple[str, ...]) -> str:
     from cuda.bindings import nvrtc
 
     name = f"{src.kernel_name or 'kernel'}.cu".encode()

@@ -85,8 +85,12 @@ class CupyPoolAllocator:
 
     @property
     def stats(self) -> AllocatorStats:
-        """Counters, after taking back the blocks of buffers collected so far."""
+        """Counters, after taking back the blocks of buffers collected so far. A hit is an
+        allocation the pool served from its cache (its total did not grow); ``cached_bytes``
+        is what the pool holds free on this device."""
         run_deferred()
+        with DeviceScope(self.cupy, self.index):
+            self._stats.cached_bytes = int(self.pool.free_bytes())
         return self._stats
 
     def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
@@ -95,15 +99,20 @@ class CupyPoolAllocator:
         stream = getattr(getattr(queue, "_impl", None), "stream", None)
         size = max(int(nbytes), 1)
         with DeviceScope(cp, self.index):
+            total = self.pool.total_bytes()
             if stream is not None:
                 with stream:
                     mem = self.pool.malloc(size + (alignment if alignment > 256 else 0))
             else:
                 mem = self.pool.malloc(size + (alignment if alignment > 256 else 0))
+            grew = self.pool.total_bytes() > total  # else served from the pool's cache
         pad = (-mem.ptr) % alignment
         mem = mem + pad if pad else mem  # a MemoryPointer sharing the allocation
         with self._lock:
-            self._stats.misses += 1
+            if grew:
+                self._stats.misses += 1
+            else:
+                self._stats.hits += 1
             self._stats.live_bytes += size
             self._stats.live_blocks += 1
         return Block(mem, int(mem.ptr), size, None, queue=queue, allocator=self)  # type: ignore[arg-type]

@@ -92,10 +92,22 @@ class _Task:
 
 
 def _run_task(task: _Task) -> None:
-    q, host = task.queue, task.host
-    log = q._log
+    q = task.queue
     try:
-        task.marker.event.synchronize()  # on alpyka's worker: an ordinary thread may wait
+        _run_host(task.marker, task.host, q._log)
+    finally:
+        q._release()
+        # an error's traceback (kept by the queue's log) holds this frame through the failing
+        # frame's f_back: leave no reference to the queue in it, or a dropped queue would live
+        # on until the next cyclic collection (and its worker never stop to warn of the error)
+        del q, task
+
+
+def _run_host(marker: Marker, host: _Host, log: Any) -> None:
+    """Wait for the marker, run the host function; an error goes to the log. (A frame of its
+    own, without the queue: see :func:`_run_task`.)"""
+    try:
+        marker.event.synchronize()  # on alpyka's worker: an ordinary thread may wait
         log.resolve(host.seq)  # waits for other queues' events before this task
         if not host.always and log.pending():
             log.skip()
@@ -103,8 +115,6 @@ def _run_task(task: _Task) -> None:
             host.fn()
     except BaseException as exc:  # surfaced at the next wait()
         log.add(host.seq, exc)
-    finally:
-        q._release()
 
 
 class CupyQueue(DeviceQueue):
@@ -140,6 +150,20 @@ class CupyQueue(DeviceQueue):
             with self.scope:
                 op()
             self.after_enqueue(*keep)
+
+    def submit_reported(self, op: Callable[[], None], *keep: Any) -> None:
+        """:meth:`submit` for work whose errors belong to the queue, not to the caller (a model's
+        forward pass): a failure is reported by the next ``wait()`` as an AsyncError whether
+        the work ran now or behind a host function, as on the queues of the other backends."""
+        def reported() -> None:
+            try:
+                op()
+            except BaseException as exc:  # noqa: BLE001 - reported at the next wait()
+                log.add(seq, exc)
+
+        log = self._log
+        seq = log.next_seq()
+        self.submit(reported, *keep)
 
     def _enqueue_gated(self, fn: Callable[[], None], always: bool) -> None:
         with self._lock:

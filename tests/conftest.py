@@ -1,5 +1,6 @@
 """The test matrix: fixtures ``backend``/``device``/``queue`` come from alpyka's pytest plugin."""
 
+import sys
 from importlib.metadata import entry_points
 
 import pytest
@@ -38,3 +39,68 @@ def _enable_cuda_compile_guard() -> None:
 
 
 _enable_cuda_compile_guard()
+
+
+# ---------------------------------------------------------------------- the cupy stand-in
+# Without a GPU the matrix runs `cuda` and `rocm` on the cupy stand-in (tests/backends/
+# fake_cupy.py, kernels through their OpenCL twins: fake_cupy_kernels.py). This repository's
+# tests opt in by default (CI runs the whole matrix in both personalities); other projects and
+# programs never see it (it lives here, not in the pytest11 plugin). Choose with
+# `--cupy-standin=cuda|rocm|all|off` or ALPYKA_STANDIN. Never where a real cupy is installed:
+# the real backends are then tested. See docs/testing.md.
+_STANDIN_DEFAULT = "cuda,rocm"
+_STANDIN_NOTE = pytest.StashKey[str]()
+_STANDIN_BACKENDS: set[str] = set()  # the backends the stand-in serves in this run
+
+
+def pytest_addoption(parser):
+    parser.getgroup("alpyka").addoption(
+        "--cupy-standin", default=None, metavar="cuda,rocm|all|off",
+        help="run the cuda/rocm backends of this repository's matrix on the cupy stand-in "
+             f"(default: $ALPYKA_STANDIN, else {_STANDIN_DEFAULT}); ignored where a real cupy is installed")
+
+
+def pytest_configure(config):
+    import os
+
+    option = config.getoption("--cupy-standin")
+    raw = option if option is not None else os.environ.get("ALPYKA_STANDIN", _STANDIN_DEFAULT)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "backends"))
+    import fake_cupy_kernels as standin
+
+    try:
+        names = standin.parse(raw)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--cupy-standin / ALPYKA_STANDIN={raw!r}: {exc}") from None
+    if not names:
+        return
+    reason = standin.why_not(names)
+    if reason is not None:
+        config.stash[_STANDIN_NOTE] = f"cupy stand-in {names} not installed: {reason}"
+        return
+    standin.install(names)
+    _STANDIN_BACKENDS.update(names)
+    config.stash[_STANDIN_NOTE] = (f"cupy stand-in: {', '.join(names)} backed by fake_cupy "
+                                   "(kernels run as their OpenCL twins on PoCL)")
+
+
+def pytest_report_header(config):
+    note = config.stash.get(_STANDIN_NOTE, None)
+    return [note] if note else []
+
+
+@pytest.fixture(autouse=True)
+def _torch_on_the_standin(request):
+    """On a stand-in backend, the inference layer's torch CUDA device and stream become the
+    host's (tests/backends/standin_torch.py): torch here has no CUDA, the stand-in's device
+    memory is host memory. Nothing is patched for other backends or without the stand-in."""
+    callspec = getattr(request.node, "callspec", None)
+    name = callspec.params.get("backend") if callspec is not None else None
+    if name not in _STANDIN_BACKENDS or "inference" not in sys.modules:
+        yield  # (a test of the inference layer has imported it by now)
+        return
+    import standin_torch
+
+    with pytest.MonkeyPatch.context() as mp:
+        standin_torch.patch_torch(mp)
+        yield

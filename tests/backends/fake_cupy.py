@@ -21,8 +21,14 @@ It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on 
   appended on CUDA); a launch checks the arguments against the kernel's C signature as cupy
   packs them (a numpy scalar by its own dtype, a pointer as 8 bytes), the pointers against
   the launching device, the current stream against the device and the dynamic shared memory
-  against the kernel's limit (48 KB unless raised, at most the opt-in limit). The kernel body
-  does not run; ``kernel_runner`` (``fn(name, args)``, on the stream's thread) can emulate one.
+  against the kernel's limit (48 KB unless raised, at most the opt-in limit).
+- kernel bodies run only with an executor (``rt.executor``, set by
+  :func:`fake_cupy_kernels.enable_execution`): the same kernel's OpenCL C twin, emitted from
+  the same IR, runs on PoCL over the stand-in's device memory (host memory, used in place),
+  one launch at a time on the stream's thread; the CUDA/HIP text is still compiled by NVRTC
+  where it is installed. A failed kernel is sticky: every later synchronisation raises. Without
+  an executor the body does not run; ``kernel_runner`` (``fn(name, args)``, on the stream's
+  thread) can emulate one.
 """
 
 from __future__ import annotations
@@ -57,9 +63,15 @@ class _Exec:
             self.pending += 1
         self.q.put(fn)
 
+    def stop(self) -> None:
+        """End the thread once the work submitted so far ran."""
+        self.q.put(None)
+
     def _run(self) -> None:
         while True:
             fn = self.q.get()
+            if fn is None:
+                return
             try:
                 fn()
             except BaseException as exc:  # noqa: BLE001 - a device fault: kept, reported on sync
@@ -93,13 +105,23 @@ class _Runtime:
     def __init__(self, n_devices: int, is_hip: bool, count_error: str | None) -> None:
         self.n_devices, self.is_hip, self.count_error = n_devices, is_hip, count_error
         self.tls = threading.local()
-        self.streams: dict[int, Any] = {}
+        self.streams: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.ranges: list[tuple[int, int, str, int]] = []  # sorted (base, end, kind, device)
         self.ranges_lock = threading.Lock()
         self.pageable_copies = 0
         self.dlpack_syncs: list[tuple[int, Any]] = []
         self.launches: list[tuple[str, tuple, tuple, int, int]] = []
         self.kernel_runner: Callable[[str, tuple], None] | None = None
+        # runs kernel bodies (fake_cupy_kernels.OpenCLTwinExecutor): ``prepare(code, name,
+        # options)`` when a kernel is loaded, ``run(prepared, grid, block, args, shared_mem)``
+        # on the stream's thread; None: bodies do not run
+        self.executor: Any = None
+        self.sticky: BaseException | None = None  # a failed kernel: every later sync reports it
+
+    def check_sticky(self) -> None:
+        """Raise the error of a failed kernel, as CUDA does on every later synchronisation."""
+        if self.sticky is not None:
+            raise CUDARuntimeError(f"cudaErrorLaunchFailure: an earlier kernel failed: {self.sticky!r}")
 
     def device(self) -> int:
         return getattr(self.tls, "device", 0)
@@ -124,15 +146,18 @@ class _Runtime:
             if i < len(self.ranges) and self.ranges[i][0] == base:
                 del self.ranges[i]
 
-    def where(self, ptr: int) -> tuple[str, int]:
-        """("device", i), ("pinned", -1) or ("pageable", -1) for an address."""
+    def span(self, ptr: int) -> tuple[int, int, str, int] | None:
+        """``(base, end, kind, device)`` of the registered range holding ``ptr``, or None."""
         with self.ranges_lock:
             i = bisect.bisect_right(self.ranges, (ptr, float("inf"))) - 1
-            if i >= 0:
-                base, end, kind, dev = self.ranges[i]
-                if base <= ptr < end:
-                    return kind, dev
-        return "pageable", -1
+            if i >= 0 and self.ranges[i][0] <= ptr < self.ranges[i][1]:
+                return self.ranges[i]
+        return None
+
+    def where(self, ptr: int) -> tuple[str, int]:
+        """("device", i), ("pinned", -1) or ("pageable", -1) for an address."""
+        found = self.span(ptr)
+        return (found[2], found[3]) if found is not None else ("pageable", -1)
 
 
 def _make_stream_class(rt: _Runtime) -> type:
@@ -143,9 +168,11 @@ def _make_stream_class(rt: _Runtime) -> type:
             _next_ptr[0] += 16
             self.ptr = _next_ptr[0]
             rt.streams[self.ptr] = self
+            weakref.finalize(self, self.ex.stop)  # cudaStreamDestroy: its thread ends after its work
 
         def synchronize(self) -> None:
             self.ex.drain()
+            rt.check_sticky()
 
         @property
         def done(self) -> bool:
@@ -206,6 +233,7 @@ def _make_event_class(rt: _Runtime) -> type:
         def synchronize(self) -> None:
             if self._flag is not None:
                 self._flag.wait()
+            rt.check_sticky()
 
     return Event
 
@@ -373,6 +401,8 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
             self.params = _parse_params(module.code, name)
             self.max_threads_per_block = 1024
             self._dyn = default_dyn if not rt.is_hip else optin
+            # compiled (and its OpenCL twin built) at load, as cupy does on first use
+            self.prepared = rt.executor.prepare(module.code, name, module.options) if rt.executor else None
 
         @property
         def max_dynamic_shared_size_bytes(self) -> int:
@@ -416,8 +446,18 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
                 raise CUDARuntimeError(f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
                                        f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)")
             rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
-            runner, name = rt.kernel_runner, self.name
-            if runner is not None:
+            runner, name, prepared = rt.kernel_runner, self.name, self.prepared
+            if prepared is not None:
+                executor = rt.executor
+
+                def execute() -> None:
+                    try:
+                        executor.run(prepared, tuple(grid), tuple(block), args, shared_mem)
+                    except BaseException as exc:  # a device fault: sticky, reported on sync
+                        rt.sticky = rt.sticky or exc
+                        raise
+                stream.ex.submit(execute)
+            elif runner is not None:
                 stream.ex.submit(lambda: runner(name, args))
             else:
                 stream.ex.submit(lambda: None)

@@ -1,0 +1,274 @@
+"""Kernel bodies on the cupy stand-in (fake_cupy.py), and the stand-in as the test matrix's
+``cuda`` and ``rocm`` backends when no GPU exists.
+
+How a kernel runs (a test double: simple and honest rather than fast):
+
+- **the OpenCL twin.** alpyka emits CUDA C, HIP and OpenCL C from the same kernel IR
+  (backends/_c_emit.py). :func:`enable_execution` wraps ``backends._cupy_launch.emit_for`` so
+  that each CUDA/HIP source the cuda/rocm launcher builds is recorded with the OpenCL C emitted
+  from the same IR and plan key. ``RawModule(code)`` finds its twin by the exact text; a source
+  alpyka's emitter did not produce has none and fails to load (``CUDA_ERROR_INVALID_SOURCE``).
+- **the compile guard.** Where NVRTC is installed, the CUDA/HIP text itself is compiled to PTX
+  with the options cupy would hand NVRTC (``-ftz=true`` appended on CUDA), so the code that
+  would run on a GPU is checked, not only its twin. hiprtc is not available without ROCm: the
+  HIP text (CUDA's source with HIP's atomics) is compiled by NVRTC as the nearest check.
+- **memory.** Stand-in device memory is host memory (numpy chunks registered per device). A
+  launch wraps each allocation an argument points into in one ``cl.Buffer`` with
+  ``USE_HOST_PTR`` (zero copy on PoCL's CPU device) and passes ``(buffer, offset)`` as the
+  OpenCL kernel expects; after the kernel each buffer is mapped and unmapped so the host
+  memory is current whatever the OpenCL implementation does.
+- **order.** The twin runs on the stream's thread, enqueued and finished there, so kernels,
+  copies, memsets, event records and waits keep the stream's FIFO order; a failed kernel is a
+  sticky error (every later synchronisation raises), as on CUDA.
+
+What it does not model: warp-level timing and scheduling, and memory the device could not
+address (it is host memory here; launches still check each pointer's device).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: the variable naming the personalities to install (``cuda``, ``rocm``, both, or ``off``)
+ENV_VAR = "ALPYKA_STANDIN"
+PERSONALITIES = ("cuda", "rocm")
+
+_twins: dict[str, tuple[Any, Any]] = {}  # CUDA/HIP text -> (its CSource, the OpenCL CSource)
+_twins_lock = threading.Lock()
+_wrapped = False
+
+
+def _record_twins() -> None:
+    """Wrap the cuda/rocm launcher's emit step to record each source's OpenCL twin (once)."""
+    global _wrapped
+    if _wrapped:
+        return
+    import backends._cupy_launch as launch
+    from backends._c_emit import emit
+
+    original = launch.emit_for
+
+    def emit_for_with_twin(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
+        kir, src = original(kernel, key, ndim, dialect)
+        if dialect in ("cuda", "hip"):
+            twin = emit(kir, "opencl", unit_elements=key[4])
+            with _twins_lock:
+                _twins[src.text] = (src, twin)
+        return kir, src
+
+    emit_for_with_twin.__wrapped__ = original  # type: ignore[attr-defined]
+    launch.emit_for = emit_for_with_twin
+    _wrapped = True
+
+
+@dataclass
+class Prepared:
+    """A loaded stand-in kernel: its CUDA/HIP source, the OpenCL twin and the built program."""
+
+    name: str
+    src: Any
+    twin: Any
+    program: Any
+
+
+class _OpenCL:
+    """The PoCL context every stand-in shares: built programs (CUDA's and HIP's twins are the
+    same OpenCL text) and one command queue per stream thread."""
+
+    def __init__(self) -> None:
+        import pyopencl as cl
+
+        self.cl = cl
+        self.context = cl.Context([_cpu_device(cl)])
+        self.local = threading.local()
+        self.programs: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def program(self, twin: Any) -> Any:
+        with self.lock:
+            program = self.programs.get(twin.text)
+            if program is None:
+                from backends._opencl_launch import build_program
+
+                program = self.programs[twin.text] = build_program(self.context, self.context.devices[0], twin)
+            return program
+
+    def queue(self) -> Any:
+        q = getattr(self.local, "queue", None)
+        if q is None:
+            q = self.local.queue = self.cl.CommandQueue(self.context)
+        return q
+
+
+_opencl: list[_OpenCL] = []
+
+
+def _shared_opencl() -> _OpenCL:
+    with _twins_lock:
+        if not _opencl:
+            _opencl.append(_OpenCL())
+        return _opencl[0]
+
+
+class OpenCLTwinExecutor:
+    """``rt.executor`` of one stand-in: its kernels run as their OpenCL twins on PoCL, over its
+    device memory (module docstring)."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        self.ocl = _shared_opencl()
+
+    # ------------------------------------------------------------------ load
+    def prepare(self, code: str, name: str, options: tuple) -> Prepared:
+        """The twin of ``code``'s kernel ``name``: NVRTC-checked, its OpenCL program built."""
+        from fake_cupy import CUDARuntimeError
+
+        with _twins_lock:
+            found = _twins.get(code)
+        if found is None or found[0].entry != name:
+            raise CUDARuntimeError(f"CUDA_ERROR_INVALID_SOURCE: fake cupy runs only kernels emitted by alpyka "
+                                   f"(no OpenCL twin recorded for kernel {name!r})")
+        src, twin = found
+        _nvrtc_guard(src, options)
+        return Prepared(name, src, twin, self.ocl.program(twin))
+
+    # ------------------------------------------------------------------ run
+    def run(self, prepared: Prepared, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
+        """Run the twin over the launch's arguments; returns once it finished (stream thread)."""
+        from fake_cupy import CUDARuntimeError
+
+        cl, rt, context = self.ocl.cl, self.rt, self.ocl.context
+        buffers: dict[int, Any] = {}
+
+        def buffer_of(ptr: int, what: str) -> tuple[Any, int]:
+            span = rt.span(ptr)
+            if span is None or span[2] != "device":
+                raise CUDARuntimeError(f"cudaErrorIllegalAddress: kernel {prepared.name}: {what} "
+                                       f"({ptr:#x}) is not device memory")
+            base, end = span[0], span[1]
+            buf = buffers.get(base)
+            if buf is None:
+                host = (ctypes.c_uint8 * (end - base)).from_address(base)
+                buf = buffers[base] = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
+                                                hostbuf=host)
+            return buf, ptr - base
+
+        values: list[Any] = []
+        given = iter(args)
+        for what, item in prepared.twin.args:
+            if what == "dyn_local":
+                values.append(cl.LocalMemory(max(shared_mem, 1)))
+            elif what == "param" and item.role == "array":
+                buf, off = buffer_of(int(next(given)), f"array argument {item.name!r}")
+                values += [buf, np.int64(off)]
+            elif what == "err":
+                buf, off = buffer_of(int(next(given)), "the range-check flag")
+                values.append(buf if off == 0 else buf.get_sub_region(off, 4))
+            else:
+                values.append(next(given))
+        kernel = cl.Kernel(prepared.program, prepared.twin.entry)
+        kernel.set_args(*values)
+        q = self.ocl.queue()
+        glob = tuple(int(g) * int(b) for g, b in zip(grid, block))
+        cl.enqueue_nd_range_kernel(q, kernel, glob, tuple(int(b) for b in block))
+        for buf in buffers.values():  # make the host memory current (a no-op copy on PoCL)
+            mapped, _ = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, (buf.size,), np.uint8)
+            mapped.base.release(q)
+        q.finish()
+
+
+def _cpu_device(cl: Any) -> Any:
+    for platform in cl.get_platforms():
+        for device in platform.get_devices():
+            if device.type & cl.device_type.CPU:
+                return device
+    raise RuntimeError("the cupy stand-in runs kernels on an OpenCL CPU device (PoCL); none found")
+
+
+def _nvrtc_guard(src: Any, options: tuple) -> None:
+    """Compile the CUDA/HIP text with NVRTC and cupy's options, where NVRTC is installed."""
+    from backends._c_build import nvrtc_available, nvrtc_compile
+
+    if nvrtc_available() is not None:
+        return
+    opts = tuple(o for o in options if o != "--std=c++17")  # nvrtc_compile passes it itself
+    nvrtc_compile(src, os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"), opts)
+
+
+# ---------------------------------------------------------------------- the matrix's backends
+def enable_execution(cupy: Any) -> Any:
+    """Make the stand-in ``cupy`` (from ``make_fake_cupy``) run kernel bodies; returns it."""
+    _record_twins()
+    cupy.rt.executor = OpenCLTwinExecutor(cupy.rt)
+    return cupy
+
+
+def parse(raw: str | None) -> list[str]:
+    """The personalities a ``--cupy-standin`` / ``ALPYKA_STANDIN`` value names (``off``: none).
+
+    Raises ValueError for a name other than cuda, rocm, all or off."""
+    names = [n.strip().lower() for n in (raw or "").split(",") if n.strip()]
+    if names in ([], ["off"], ["0"], ["none"]):
+        return []
+    if names in (["all"], ["1"]):
+        return list(PERSONALITIES)
+    unknown = [n for n in names if n not in PERSONALITIES]
+    if unknown:
+        raise ValueError(f"unknown cupy stand-in personality {unknown}; use cuda, rocm, all or off")
+    return list(dict.fromkeys(names))
+
+
+def why_not(names: list[str]) -> str | None:
+    """None when the stand-in may serve ``names`` in this process, else the reason it must not:
+    a real cupy is installed (the real backends then load or say why they cannot), or there is
+    no OpenCL CPU device to run the twins on."""
+    if importlib.util.find_spec("cupy") is not None:
+        return "a real cupy is installed: the cuda/rocm backends are the real ones"
+    from portable import _registry
+
+    loaded = [n for n in names if n in _registry._loaded]
+    if loaded:
+        return f"backend(s) {loaded} already loaded for real"
+    try:
+        _shared_opencl()
+    except Exception as exc:  # noqa: BLE001 - pyopencl missing, no PoCL: the reason is reported
+        return f"no OpenCL CPU device to run kernels on ({type(exc).__name__}: {exc})"
+    return None
+
+
+def install(names: list[str], n_devices: int = 2) -> dict[str, Any]:
+    """Register a kernel-running stand-in as each named backend (cuda: CUDA personality, rocm:
+    HIP) in alpyka's registry for this process; returns ``{name: backend}``. Call
+    :func:`why_not` first: this installs unconditionally."""
+    from backends._cupy_common import CupyBackend
+    from fake_cupy import make_fake_cupy
+    from portable import _registry
+
+    out = {}
+    with _registry._lock:
+        for name in names:
+            cupy = enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm"))
+            out[name] = _registry._loaded[name] = CupyBackend(name, cupy)
+            _registry._reasons.pop(name, None)
+    return out
+
+
+def served_here() -> list[str]:
+    """The backends the stand-in serves in this process (installed by :func:`install`)."""
+    from portable import _registry
+
+    return [n for n, b in list(_registry._loaded.items())
+            if isinstance(getattr(getattr(b, "cupy", None), "rt", None), _runtime_class())]
+
+
+def _runtime_class() -> type:
+    from fake_cupy import _Runtime
+
+    return _Runtime
