@@ -7,6 +7,7 @@ run starts: it imports ``distributed`` at the top.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable
 
 from distributed import WorkerPlugin, get_worker
@@ -44,11 +45,15 @@ class DeviceSetup(WorkerPlugin):
         self._backend = backend
         self.state: Any = None
         self.error: BaseException | None = None
+        #: torch's intra-op thread count as ``setup`` left it (alpyka's Model sets its policy,
+        #: ALPYKA_TORCH_THREADS, default 1), or None when torch was not imported
+        self.torch_threads: int | None = None
 
     def setup(self, worker: Any) -> None:
         try:
             device = pick_device(worker, self._backend)
             self.state = self._setup(device) if self._setup is not None else device
+            self.torch_threads = _torch_threads()
         except BaseException as exc:  # reported with the first chunk this worker runs
             self.error = exc
 
@@ -64,4 +69,17 @@ def run_chunk(plugin_name: str, process: Callable[[Any, Any], Any], chunk: Any) 
         raise RuntimeError(f"worker {worker.name}: setup plugin {plugin_name} is not installed")
     if plugin.error is not None:
         raise RuntimeError(f"setup(device) failed on worker {worker.name}: {plugin.error!r}") from plugin.error
+    if plugin.torch_threads is not None:
+        # torch's thread count is per OS thread once a thread has used torch: setup ran in another
+        # thread than this task thread, which may still have the process default (one thread per
+        # core, too many with several workers on the cores; measured 2 on 2 cores with 2 workers)
+        torch = sys.modules["torch"]
+        if torch.get_num_threads() != plugin.torch_threads:
+            torch.set_num_threads(plugin.torch_threads)
     return process(plugin.state, chunk)
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op thread count in this thread, if torch is imported."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else int(torch.get_num_threads())

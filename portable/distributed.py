@@ -6,6 +6,17 @@ order. ``client=None`` starts an embedded LocalCluster of ``workers`` processes 
 each, 127.0.0.1 only, no dashboard) and closes it at the end, on errors and on Ctrl-C too; a
 ``distributed.Client`` or a scheduler address uses that cluster instead.
 
+Worker processes of the embedded cluster get a thread budget of ``cores // workers`` (at least 1):
+``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` (torch
+follows alpyka's ``ALPYKA_TORCH_THREADS``, default 1), unless the environment sets them already.
+They run without Dask's ``MALLOC_TRIM_THRESHOLD_=65536``: that setting turns off glibc's adaptive
+mmap threshold, so every tensor above 128 KB is a fresh mmap and its pages fault in again, and
+the demo's model step took ~2.5x the CPU time of the same step in process (measured; see
+docs/data.md). What Dask's Nanny writes into this process's ``os.environ`` to spawn its workers is
+put back when the cluster closes. Workers you start yourself: start them with
+``MALLOC_TRIM_THRESHOLD_`` unset (the ``distributed.nanny.pre-spawn-environ`` config) for the
+same effect.
+
 A worker that dies mid-run: the scheduler runs its chunks again on the others (each chunk's
 result arrives exactly once); a chunk that kills ``allowed_failures + 1`` workers is an error.
 A chunk whose ``process`` raises: ``on_error="raise"`` (default) cancels the rest and raises a
@@ -19,13 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import uuid
 from typing import Any, Callable, Iterable, Iterator
 
 from ._awkward import require
 
-__all__ = ["ChunkError", "run"]
+__all__ = ["ChunkError", "run", "worker_environment"]
 
 
 class ChunkError(RuntimeError):
@@ -79,17 +91,55 @@ def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
         raise ValueError(f"workers must be at least 1, got {workers}")
     import dask
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": int(allowed_failures)}):
-        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                           host="127.0.0.1", dashboard_address=None,
-                                           # no dashboard; the scheduler's HTTP endpoints on loopback only
-                                           scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-                                           silence_logs=logging.CRITICAL)
+    spawn_env = worker_environment(workers)
+    saved = {k: os.environ.get(k) for k in (*spawn_env, "PYTHONHASHSEED")}
+    try:
+        with dask.config.set({"distributed.scheduler.allowed-failures": int(allowed_failures),
+                              "distributed.nanny.pre-spawn-environ": spawn_env}):
+            cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                               host="127.0.0.1", dashboard_address=None,
+                                               # no dashboard; the scheduler's HTTP endpoints on loopback only
+                                               scheduler_kwargs={"dashboard": False,
+                                                                 "dashboard_address": "127.0.0.1:0"},
+                                               silence_logs=logging.CRITICAL)
+    finally:
+        # the workers are spawned (or failed to): put back now what the Nanny wrote into this
+        # process's environment (a second cluster started meanwhile would take it as the user's);
+        # a worker restarted later writes it again, put back at the end
+        _restore_environ(saved)
     try:
         with distributed.Client(cluster) as c:
             yield c
     finally:
         cluster.close()
+        _restore_environ(saved)
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def worker_environment(workers: int) -> dict[str, str | None]:
+    """The ``distributed.nanny.pre-spawn-environ`` of the embedded cluster's ``workers`` processes:
+    each thread pool sized to ``cores // workers`` (at least 1) and ``MALLOC_TRIM_THRESHOLD_``
+    unset (None: Dask leaves it out). Variables already in the environment win (Dask's rule)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    budget = str(max(1, _cores() // workers))
+    return {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": budget, "MKL_NUM_THREADS": budget,
+            "OPENBLAS_NUM_THREADS": budget, "NUMBA_NUM_THREADS": budget}
+
+
+def _restore_environ(saved: dict[str, str | None]) -> None:
+    """Put back what Dask's Nanny wrote into this process's environment to spawn its workers."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Callable[[Any], Any] | None = None,

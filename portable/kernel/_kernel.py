@@ -3,7 +3,10 @@ the per-(backend, signature) cache of launch plans that backends fill."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import pickle
+import sys
 import threading
 from typing import Any, Callable
 
@@ -27,6 +30,61 @@ def debug_enabled() -> bool:
     return os.environ.get("ALPYKA_DEBUG", "") not in ("", "0")
 
 
+def _module_name(obj: Any) -> str:
+    """The module a kernel is imported from: ``__main__`` run with ``python -m pkg.mod`` is
+    ``pkg.mod`` (what another process imports); a plain script stays ``__main__``."""
+    name = obj.py_function.__module__ or ""
+    if name == "__main__":
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if spec is not None and spec.name and spec.name != "__main__":
+            return spec.name
+    return name
+
+
+def _reduce_by_reference(obj: Any, what: str) -> tuple[Callable, tuple[str, str, str]]:
+    """``__reduce__`` of kernels and device functions: (module, qualified name), re-imported by
+    the process that unpickles it (a Dask worker); the compiled plans stay behind. Raises
+    ``pickle.PicklingError`` naming the fix when the object cannot be found again by name."""
+    module, qualname = _module_name(obj), obj.__qualname__
+    where = f"{what} {obj.__name__!r} ({module}.{qualname})"
+    fix = ("define it at the top level of a module that the receiving process can import "
+           "(e.g. a file next to your script, imported with `from mykernels import ...`)")
+    if module == "__main__":
+        raise pickle.PicklingError(f"cannot pickle {where}: it is defined in the __main__ script, which another "
+                                   f"process does not import under that name; {fix}")
+    if "<locals>" in qualname:
+        raise pickle.PicklingError(f"cannot pickle {where}: it is defined inside a function; {fix}")
+    try:  # looked up where it lives here (a script run with -m is not imported a second time)
+        found = _lookup(obj.py_function.__module__ or module, qualname)
+    except (ImportError, AttributeError) as exc:
+        raise pickle.PicklingError(f"cannot pickle {where}: it cannot be found by that name ({exc}); "
+                                   f"{fix}") from None
+    if found is not obj:
+        raise pickle.PicklingError(f"cannot pickle {where}: {module}.{qualname} is a different object "
+                                   f"({found!r}); {fix}")
+    return _import_by_reference, (what, module, qualname)
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _import_by_reference(what: str, module: str, qualname: str) -> Any:
+    """Unpickling: the kernel or device function ``module.qualname``, imported in this process."""
+    try:
+        obj = _lookup(module, qualname)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f"cannot unpickle {what} {module}.{qualname}: {type(exc).__name__}: {exc}; the module "
+                          f"must be importable here (on sys.path or installed) wherever the {what} is sent") from exc
+    marker = "__alpyka_kernel__" if what == "kernel" else "__alpyka_device_function__"
+    if not getattr(obj, marker, False):
+        raise TypeError(f"cannot unpickle {what} {module}.{qualname}: that name is {obj!r} here, not a {what}")
+    return obj
+
+
 class DeviceFunction:
     """A helper a kernel may call (``@pk.device_function``). It takes ``acc``, arrays, views and
     scalars, and returns one scalar or nothing. Compiled with the kernel that calls it."""
@@ -37,6 +95,7 @@ class DeviceFunction:
         self.py_function = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
+        self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
         self.__wrapped__ = fn
         self._parsed: ParsedFunction | None = None
 
@@ -47,6 +106,10 @@ class DeviceFunction:
 
     def __call__(self, *args: Any) -> Any:
         raise TypeError(f"device function {self.__name__!r} can only be called from inside a kernel")
+
+    def __reduce__(self) -> tuple[Callable, tuple[str, str, str]]:
+        """Pickled by reference (module + qualified name): see :meth:`Kernel.__reduce__`."""
+        return _reduce_by_reference(self, "device function")
 
     def __repr__(self) -> str:
         return f"<device_function {self.__name__}>"
@@ -112,6 +175,13 @@ class Kernel:
     def __call__(self, *args: Any) -> Any:
         raise TypeError(f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), "
                         "not called")
+
+    def __reduce__(self) -> tuple[Callable, tuple[str, str, str]]:
+        """Pickled by reference: the module and qualified name, imported again where it is
+        unpickled (a Dask worker compiles its own plans there). A kernel of the ``__main__``
+        script (unless run as ``python -m module``) or one defined inside a function cannot be
+        found by name elsewhere: ``pickle.PicklingError`` says so and how to fix it."""
+        return _reduce_by_reference(self, "kernel")
 
     def __repr__(self) -> str:
         return f"<kernel {self.__name__}>"

@@ -1,0 +1,16 @@
+"""`alpyka bench` (benchmarks/run_all.py) runs bench_data with the rest of the suite: it finds
+every bench_*.py, and bench_data takes --smoke like the others."""
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import run_all  # noqa: E402
+
+
+def test_run_all_discovers_bench_data_and_pipeline():
+    found = run_all.discover(BENCH)
+    assert found["data"] == BENCH / "bench_data.py"
+    assert found["pipeline"] == BENCH / "bench_pipeline.py"
+    assert run_all.supports_smoke(found["data"]) and run_all.supports_smoke(found["pipeline"])
