@@ -310,6 +310,14 @@ class ModelMetadata:
         self.batch_size = check_batch_size(batch_size, inputs, outputs)
         self.cast_outputs = bool(cast_outputs)
         self.input_dtype = None if input_dtype is None else _as_torch_dtype(input_dtype)
+        # Model -> its prepared pass on this metadata (inference._plan.Plan); dropped whenever
+        # an attribute is set (below) and not used once a block of inputs/outputs changed
+        self._plans: dict[Any, Any] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if not name.startswith("_"):  # inputs, outputs, batch_size...: the prepared passes are stale
+            object.__setattr__(self, "_plans", {})
 
     def __repr__(self) -> str:
         bs = f", batch_size={self.batch_size}" if self.batch_size else ""

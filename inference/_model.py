@@ -22,18 +22,19 @@ The model is deployed on a device the first time it is used there (a copy per de
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 import torch
 
 import portable as pk
 
-from ._block import Block
 from ._loading import (ModelFileError, detect_format, jit_load, jit_save_bytes, read_exported, read_torchscript,
                        refuse)
-from ._metadata import ModelMetadata, check_batch_size, check_output
+from ._metadata import ModelMetadata, check_batch_size
+from ._plan import Pass, Plan, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads, queue_stream
 from ._tensors import PATH_NAMES, memory_path, torch_device
 
@@ -167,7 +168,22 @@ class Model:
                 batch_size: int | None = None) -> None:
         """Enqueue the model on ``queue`` (default: the bound one) reading ``metadata.inputs``'
         blocks and writing its outputs into ``metadata.outputs``' blocks. Outputs are checked
-        (shape, dtype) before anything is written; a mismatch leaves the collection unchanged."""
+        (shape, dtype) before anything is written; a mismatch leaves the collection unchanged.
+
+        The checks of the metadata against this model and queue are done once: the pass is
+        prepared (a :class:`inference._plan.Plan`) and reused while the metadata is unchanged."""
+        if queue is None:
+            queue = getattr(self._local, "queue", None) or self._default_queue
+        if batch_size is None and isinstance(metadata, ModelMetadata):  # the hot path: prepared before
+            plan = metadata._plans.get(self)  # noqa: SLF001 - the metadata's cache of plans, same package
+            if plan is not None and plan.queue is queue and plan.current(metadata):
+                plan.launch()
+                return
+        self._prepare(metadata, queue, batch_size).launch()
+
+    def _prepare(self, metadata: ModelMetadata, queue: pk.Queue | None, batch_size: int | None) -> Plan:
+        """Check the metadata against this model and the queue and prepare the pass (kept in
+        the metadata for the next forward unless ``batch_size`` overrides the metadata's)."""
         if not isinstance(metadata, ModelMetadata):
             raise TypeError(f"forward needs a ModelMetadata(inputs, outputs), got {type(metadata).__name__}")
         q = self._resolve_queue(queue)
@@ -181,29 +197,28 @@ class Model:
             self._access_ok.add(access)
         bs = metadata.batch_size if batch_size is None else check_batch_size(
             batch_size, metadata.inputs, metadata.outputs)
-        cached = self._for_device.get(dev)  # the hot path: one dict lookup per call
+        cached = self._for_device.get(dev)
         if cached is None:
             cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev))
         fn, path = cached
         if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs (cached per geometry)
             fn.check(metadata.inputs.blocks, metadata.outputs.blocks, metadata.input_dtype)
-        run = _Pass(self.kind, fn, metadata, bs)
+        run = Pass(self.kind, fn, metadata, bs)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
             from ._gpu_streams import run_on_queue_stream
-            run_on_queue_stream(q, lambda: run.execute(run.device_inputs(), run.device_outputs()),
-                                metadata.inputs.collection, metadata.outputs.collection)
+            launch = functools.partial(run_on_queue_stream, q, run.bind().run,
+                                       metadata.inputs.collection, metadata.outputs.collection)
         elif path == "host":
-            q.enqueue_host(lambda: run.execute(run.device_inputs(), run.device_outputs()))
+            launch = functools.partial(q.enqueue_host, run.bind().run)
         else:
-            ins, outs = metadata.inputs, metadata.outputs
-            staged_in = ins.stage_in(q, ins.block_names, wait=False)
-            # the output spans are staged too, so a failed pass copies back what was there
-            staged_out = outs.stage_in(q, outs.block_names, wait=False)
-            q.enqueue_host(lambda: run.execute(
-                [staged_in[n].tensor() for n in ins.block_names],
-                {n: s.tensor() for n, s in staged_out.items()},
-            ))
-            outs.stage_out(q, staged_out)
+            launch = functools.partial(_launch_staged, q, run)
+        plan = Plan(q, metadata, launch)
+        if batch_size is None:
+            plans = metadata._plans  # noqa: SLF001
+            if len(plans) >= 8:  # a metadata used by many models: keep the latest few
+                plans.clear()
+            plans[self] = plan
+        return plan
 
     def __call__(self, metadata: ModelMetadata, queue: pk.Queue | None = None, **kw: Any) -> None:
         self.forward(metadata, queue, **kw)
@@ -223,84 +238,13 @@ class Model:
         return f"<Model {self.kind} {self.source!r}{aot}{where}>"
 
 
-class _Pass:
-    """One forward pass: inputs -> model (in mini-batches) -> checked outputs -> written."""
-
-    __slots__ = ("kind", "fn", "meta", "batch_size")
-
-    def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None) -> None:
-        self.kind, self.fn, self.meta, self.batch_size = kind, fn, metadata, batch_size
-
-    def device_inputs(self) -> list[torch.Tensor]:
-        ins = self.meta.inputs
-        return [ins.device_tensor(n) for n in ins.ordered()[0]]
-
-    def device_outputs(self) -> dict[str, torch.Tensor]:
-        outs = self.meta.outputs
-        return {n: outs.device_tensor(n) for n in outs.ordered()[0]}
-
-    def _prepare(self, tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
-        dtype = self.meta.input_dtype
-        if dtype is not None:
-            tensors = [t.to(dtype) for t in tensors]
-        if self.kind in ("aot", "onnx"):
-            # AOTInductor kernels are compiled for the example inputs' (contiguous) strides;
-            # ONNX Runtime reads dense row-major tensors: a no-op for row-major blocks, a gather otherwise
-            tensors = [t.contiguous() for t in tensors]
-        return tensors
-
-    def _run(self, batch: Sequence[torch.Tensor], rows: int, out_blocks: tuple[Block, ...]) -> Any:
-        if self.kind == "onnx":
-            return self.fn(out_blocks, rows, *self._prepare(batch))
-        return self.fn(*self._prepare(batch))
-
-    def execute(self, inputs: Sequence[torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
-        meta = self.meta
-        n = meta.inputs.size
-        bs = self.batch_size
-        names, out_blocks = meta.outputs.ordered()
-        cast = meta.cast_outputs
-        with torch.inference_mode():
-            if bs is None or bs >= n:  # the whole collection in one call (the hot path)
-                mapped = map_outputs(self._run(inputs, n, out_blocks), names)
-                checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in out_blocks]
-                for target, value in checked:  # every output was checked: now write them
-                    write(target, value)
-                return
-            results = []
-            for start in range(0, n, bs):
-                stop = min(start + bs, n)
-                mapped = map_outputs(self._run([t[start:stop] for t in inputs], stop - start, out_blocks), names)
-                results += [(b.name, start, stop, check_output(b, mapped[b.name], cast=cast, rows=stop - start))
-                            for b in out_blocks]
-            for name, start, stop, value in results:  # every batch's outputs were checked: now write them
-                write(outputs[name][start:stop], value)
-
-
-def write(target: torch.Tensor, value: torch.Tensor) -> None:
-    """Write a checked output into its block (torch's strided copy: measured right after a model,
-    with its caches, it beat numpy's copyto, 11 vs 17 us at [4096, 2])."""
-    target.copy_(value)
-
-
-def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
-    """The model's result as ``{output block: value}``: a tensor for one block, a tuple/list in
-    block order, a dict by block name."""
-    if isinstance(raw, torch.Tensor):
-        if len(names) != 1:
-            raise ValueError(f"the model returned one tensor; the outputs define {len(names)} blocks {list(names)}; "
-                             "return a tuple (in block order) or a dict (by block name)")
-        return {names[0]: raw}
-    if isinstance(raw, (tuple, list)):
-        if len(raw) != len(names):
-            raise ValueError(f"the model returned {len(raw)} outputs; the outputs define {len(names)} blocks {list(names)}")
-        return dict(zip(names, raw))
-    if isinstance(raw, Mapping):
-        names = list(names)
-        missing = [k for k in names if k not in raw]
-        extra = [k for k in raw if k not in names]
-        if missing or extra:
-            raise KeyError(f"the model's outputs {list(raw)} do not match the output blocks {list(names)} "
-                           f"(missing {missing}, unexpected {extra})")
-        return {k: raw[k] for k in names}
-    raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
+def _launch_staged(q: pk.Queue, run: Pass) -> None:
+    """The copy path: the input blocks (and the output spans, so a failed pass copies back what
+    was there) staged into host memory on ``q``, the pass as a host task, the outputs copied back."""
+    ins, outs = run.ins, run.outs
+    in_names = list(ins.ordered()[0])
+    staged_in = ins.stage_in(q, in_names, wait=False)
+    staged_out = outs.stage_in(q, list(run.names), wait=False)
+    q.enqueue_host(lambda: run.execute([staged_in[n].tensor() for n in in_names],
+                                       {n: s.tensor() for n, s in staged_out.items()}))
+    outs.stage_out(q, staged_out)

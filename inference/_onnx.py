@@ -245,6 +245,34 @@ class OnnxRunner:
         return results
 
 
+    def run_tensors(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        """The model on plain tensors, one per declared input in order (``serve`` calls it this
+        way): inputs bound in place when row-major (else made so), outputs allocated by ORT and
+        returned as CPU tensors in the model's output order. A clear error for a wrong count or
+        dtype."""
+        prog = self.program
+        name = os.path.basename(prog.path)
+        if len(tensors) != len(prog.inputs):
+            raise ValueError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}, got {len(tensors)}")
+        session = self._session()
+        binding = session.io_binding()
+        dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
+        bound = [t.to(self.tdev).contiguous() for t in tensors]  # kept alive until the run returns
+        for decl, t in zip(prog.inputs, bound):
+            dtype = np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
+            if decl.dtype != dtype:
+                raise TypeError(f"{name}: input {decl} gets a tensor of dtype {dtype}")
+            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr())
+        for decl in prog.outputs:
+            binding.bind_output(decl.name, dev_type, dev_id)
+        try:
+            session.run_with_iobinding(binding, self._run_options)
+        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            raise ValueError(f"{name} failed on inputs of shape {[list(t.shape) for t in bound]}: "
+                             f"{' '.join(str(exc).split())}") from None
+        return [torch.from_numpy(a) for a in binding.copy_outputs_to_cpu()]
+
+
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     from ._tensors import torch_dtype
 

@@ -1,4 +1,4 @@
-"""Host TorchScript / AOTInductor models and alpyka pipelines in a real Triton server through PyTriton.
+"""Host TorchScript / torch.export / AOTInductor / ONNX models and alpyka pipelines in a real Triton server through PyTriton.
 
     from inference.serve import serve
     with serve("mlp.pt", inputs=["features:float32:3"], max_queue_delay_us=500) as server:
@@ -175,7 +175,8 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
           workdir: str | os.PathLike | None = None) -> ServerHandle:
     """Start a Triton server hosting ``models`` and return once every model is ready.
 
-    ``models``: a .pt (TorchScript) or .pt2 (AOTInductor) path, an ``nn.Module`` (scripted), a
+    ``models``: a .pt (TorchScript), .pt2 (torch.export program or AOTInductor package) or .onnx
+    (ONNX Runtime, loaded as ``Model`` loads it) path, an ``nn.Module`` (scripted), a
     pipeline (``@inference.pipeline``, or its ``"module:attribute"`` reference: its config is
     derived from its layouts, see ``inference._pipeline._wire``), a list of those, or
     ``{name: model or {"path": ..., "inputs": ..., ...}}``. ``name`` names a
@@ -183,7 +184,8 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     ``"name:dtype:d0,d1"`` (dims per sample, -1 any), else read from a ``<file>.json`` beside the
     model or its TorchScript extra file ``alpyka_io.json``, else read from the model itself
     (TorchScript: ``input__0`` with the ``in_features`` of its first layer when that is a Linear;
-    a torch.export program: its input specs), else one ``input__0`` float32 [-1]; outputs not
+    a torch.export program: its input specs; an ONNX model: its declared inputs and outputs, names
+    included), else one ``input__0`` float32 [-1]; outputs not
     declared are found by running the model once (a failure says what to declare). Ports: None or 0 picks a free
     loopback port. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or an alpyka backend (pipelines
     run there; plain models on the matching torch device). Dynamic batching merges

@@ -20,11 +20,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt) / AOTInductor "
-                                "(.pt2) models and alpyka pipelines (package.module:attribute) in a "
+    p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt), torch.export / "
+                                "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines (package.module:attribute) in a "
                                 "Triton server (PyTriton) on 127.0.0.1.")
     p.add_argument("models", nargs="+", metavar="MODEL",
-                   help="model files (.pt, .pt2) or pipelines as package.module:attribute")
+                   help="model files (.pt, .pt2, .onnx) or pipelines as package.module:attribute")
     p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: a free one; default 8001)")
     p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: a free one; default 8000)")
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=None, metavar="NAME:DTYPE:DIMS",
                    help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
     p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
-                   help="an output tensor (default: found by running the model once)")
+                   help="an output tensor (default: an ONNX model's declared outputs, else found by running the model once)")
     p.add_argument("--max-batch-size", type=int, default=64, help="0: the model does not batch")
     p.add_argument("--no-dynamic-batching", action="store_true", help="one execution per request")
     p.add_argument("--preferred-batch-size", type=int, action="append", default=None)

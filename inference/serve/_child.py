@@ -79,21 +79,26 @@ class StartupError(RuntimeError):
 
 
 def model_format(path: str) -> str:
-    """``"jit"``, ``"aot"`` or ``"exported"`` (by content, not by suffix)."""
+    """``"jit"``, ``"aot"``, ``"exported"`` or ``"onnx"`` (by content, not by suffix)."""
     try:
         from .._loading import detect_format
 
         return detect_format(path)
     except Exception:  # noqa: BLE001 - fall back on the suffix; loading reports the real error
-        return "aot" if path.endswith(".pt2") else "jit"
+        return "onnx" if path.endswith(".onnx") else "aot" if path.endswith(".pt2") else "jit"
 
 
 def load_model(path: str, device: str) -> Callable[..., Any]:
     """A callable on torch tensors: TorchScript (.pt), an AOTInductor package or a
-    torch.export program (.pt2)."""
+    torch.export program (.pt2), or an ONNX model (ONNX Runtime, loaded and run as
+    ``Model("x.onnx")`` does: :class:`inference._onnx.OnnxProgram`)."""
     import torch
 
     fmt = model_format(path)
+    if fmt == "onnx":
+        from .._onnx import OnnxProgram
+
+        return OnnxProgram(path).runner(torch.device(device)).run_tensors
     if fmt == "aot":
         return torch._inductor.aoti_load_package(path)
     if fmt == "exported":

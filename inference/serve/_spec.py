@@ -13,6 +13,7 @@ import numpy as np
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 IO_EXTRA_FILE = "alpyka_io.json"  # optional TorchScript extra file: {"inputs": [...], "outputs": [...]}
+MODEL_SUFFIXES = (".pt", ".pt2", ".ts", ".jit", ".onnx")  # the model files serve hosts
 
 
 @dataclass
@@ -126,6 +127,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
       parameters, when it is a ``Linear`` (dtype: its weight's);
     - a ``torch.export`` program: its user inputs' dtypes and shapes (symbolic extents -> -1;
       the first axis is the batch axis when the model batches);
+    - an ONNX model: its declared inputs (see :func:`onnx_declarations`);
     - AOTInductor packages do not say: declare them.
     """
     try:
@@ -180,9 +182,52 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
         if not decls:
             return [], "it takes no tensor inputs"
         return decls, "the exported program's input specs"
+    if fmt == "onnx":
+        return onnx_declarations(path, batching)[0], "the ONNX model's declared inputs"
     if fmt == "aot":
         return [], "an AOTInductor package does not record its input shapes"
     return [], f"it is a {fmt} file"
+
+
+def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDecl], list[TensorDecl]]:
+    """An ONNX model's declared inputs and outputs as served tensors, read as ``Model`` reads
+    them (:class:`inference._onnx.OnnxProgram`): names and dtypes as declared, dims per sample
+    with symbolic extents -1; when the model batches, the first axis is the batch axis and must
+    be symbolic (a clear error says how to fix a fixed one)."""
+    from .._onnx import OnnxProgram
+
+    program = OnnxProgram(path)
+    name = Path(path).name
+
+    def served(decls: Sequence[Any], what: str) -> list[TensorDecl]:
+        out = []
+        for d in decls:
+            if d.dtype is None:
+                raise ValueError(f"{name}: {what} {d.name!r} is a {d.type_name}, which serve cannot carry")
+            dims = [-1 if x is None else int(x) for x in d.dims]
+            if batching:
+                if not dims or dims[0] != -1:
+                    first = "is a scalar" if not dims else f"has a fixed first axis of {dims[0]}"
+                    raise ValueError(f"{name}: {what} {d} {first}, and Triton batches along the first axis: "
+                                     "export it with a dynamic batch axis (inference.export does) or serve "
+                                     "it with max_batch_size=0 (--max-batch-size 0)")
+                dims = dims[1:]
+            out.append(TensorDecl(d.name, d.dtype.name, tuple(dims)))
+        return out
+
+    return served(program.inputs, "input"), served(program.outputs, "output")
+
+
+def outputs_from_model(path: str, batching: bool) -> list[TensorDecl]:
+    """Output declarations the model file itself holds (ONNX); ``[]`` otherwise (then found by a
+    trial run in the server)."""
+    try:
+        from .._loading import detect_format
+
+        fmt = detect_format(path)
+    except Exception:  # noqa: BLE001 - loading will report it
+        return []
+    return onnx_declarations(path, batching)[1] if fmt == "onnx" else []
 
 
 def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequence[Any] | None,
@@ -221,6 +266,8 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
             ins, source = inputs_from_model(path, int(opts.get("max_batch_size", 64)) > 0)
             if not ins:
                 ins, source = [TensorDecl("input__0")], f"default ({source})"
+        if not outs:
+            outs = outputs_from_model(path, int(opts.get("max_batch_size", 64)) > 0)
         opts["inputs_from"] = source
         specs.append(ModelSpec(str(mname), path, ins, outs, **opts))
     names = [s.name for s in specs]
@@ -232,7 +279,7 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
 def is_reference(model: Any) -> bool:
     """True for a ``module:attribute`` pipeline reference (not an existing file)."""
     return (isinstance(model, str) and ":" in model and not Path(model).is_file()
-            and Path(model).suffix not in (".pt", ".pt2", ".ts", ".jit"))
+            and Path(model).suffix not in MODEL_SUFFIXES)
 
 
 def _pipeline_of(model: Any) -> Any:
@@ -279,8 +326,9 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
         p = Path(model)
         if not p.is_file():
             raise FileNotFoundError(f"model file {str(p)!r} does not exist")
-        if p.suffix not in (".pt", ".pt2", ".ts", ".jit"):
-            raise ValueError(f"model file {str(p)!r}: serve hosts TorchScript (.pt) and AOTInductor (.pt2) files")
+        if p.suffix not in MODEL_SUFFIXES:
+            raise ValueError(f"model file {str(p)!r}: serve hosts TorchScript (.pt), torch.export or "
+                             "AOTInductor (.pt2) and ONNX (.onnx) files")
         return str(p.resolve())
     import torch
 
@@ -293,7 +341,7 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
             raise TypeError(f"model {name!r}: an nn.Module is served as TorchScript and "
                             f"torch.jit.script failed ({exc}); save it as .pt or .pt2 first") from exc
     else:
-        raise TypeError(f"model {name!r}: serve takes a .pt/.pt2 path or a torch.nn.Module, "
+        raise TypeError(f"model {name!r}: serve takes a .pt/.pt2/.onnx path or a torch.nn.Module, "
                         f"got {type(model).__name__}")
     path = workdir / f"{name}.pt"
     scripted.save(str(path))

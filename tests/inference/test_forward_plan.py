@@ -1,0 +1,140 @@
+"""The prepared pass (``inference._plan``) that makes a repeated ``Model.forward`` cheap never
+changes an answer: new data in the same collections is read, changed blocks or settings give a
+new plan, a result that no longer fits is still refused with the collection untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import portable as pk
+from inference import Model, ModelMetadata, SoAMetadata
+from inference_testmodels import MLP, Particles, Preds, features, fill_particles
+
+
+def _setup(n: int = 64, seed: int = 0):
+    q = pk.Queue(pk.host(), blocking=True)
+    data = fill_particles(n, seed)
+    coll = pk.PortableCollection.from_dict(Particles, data, q)
+    out = pk.PortableCollection.from_dict(Preds, {k: np.full(n, -7.0, dtype=Preds.field(k).dtype)
+                                                  for k in Preds.field_names()}, q)
+    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                         SoAMetadata(out).append_block("preds", "m", "n"))
+    return q, coll, out, meta
+
+
+def _preds(out: pk.PortableCollection, q: pk.Queue, *cols: str) -> np.ndarray:
+    d = out.to_dict(q)
+    return np.stack([d[c] for c in cols], axis=1)
+
+
+def _reference(module: torch.nn.Module, coll: pk.PortableCollection, q: pk.Queue) -> np.ndarray:
+    with torch.no_grad():
+        return module(features(coll.to_dict(q))).numpy()
+
+
+def test_a_repeated_forward_reuses_its_plan_and_reads_new_data():
+    q, coll, out, meta = _setup()
+    module = MLP()
+    model = Model(module).to(q)
+    model.forward(meta)
+    plan = meta._plans[model]
+    for seed in (1, 2):  # new data written into the same collection between passes
+        for name, col in fill_particles(64, seed).items():
+            if name in ("x", "y", "z"):
+                getattr(coll.view(), name)[:] = col
+        model.forward(meta)
+        assert meta._plans[model] is plan
+        np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(module, coll, q), rtol=1e-5, atol=1e-6)
+
+
+def test_changed_blocks_settings_or_queue_give_a_new_plan():
+    q, coll, out, meta = _setup()
+    model = Model(MLP()).to(q)
+    model.forward(meta)
+    first = meta._plans[model]
+    meta.outputs.change_order(["preds"])  # the same blocks, the order token renewed
+    model.forward(meta)
+    assert meta._plans[model] is not first
+    second = meta._plans[model]
+    meta.cast_outputs = True  # any setting: the plans are dropped
+    assert model not in meta._plans
+    model.forward(meta)
+    assert meta._plans[model] is not second
+    other = pk.Queue(pk.host(), blocking=True)
+    model.forward(meta, other)
+    assert meta._plans[model].queue is other
+    model.forward(meta, batch_size=32)  # a per-call batch size is not kept as the metadata's plan
+    assert meta._plans[model].queue is other
+
+
+def test_an_output_that_stops_fitting_is_refused_and_nothing_is_written():
+    q, coll, out, meta = _setup()
+
+    class Changes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.width, self.dtype = 2, torch.float32
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.ones(x.shape[0], self.width, dtype=self.dtype)
+
+    module = Changes()
+    model = Model(module).to(q)
+    model.forward(meta)
+    np.testing.assert_array_equal(_preds(out, q, "m", "n"), 1.0)
+    out.view().m[:] = -3.0
+    module.width = 3
+    with pytest.raises(ValueError, match=r"block 'preds' has shape \[64, 3\].*nothing was written"):
+        model.forward(meta)
+    module.width, module.dtype = 2, torch.float64
+    with pytest.raises(TypeError, match="block 'preds' has dtype torch.float64.*cast=True"):
+        model.forward(meta)
+    np.testing.assert_array_equal(out.to_dict(q)["m"], -3.0)
+    meta.cast_outputs = True
+    model.forward(meta)
+    np.testing.assert_array_equal(_preds(out, q, "m", "n"), 1.0)
+
+
+def test_a_flat_result_for_a_one_column_block_and_two_outputs():
+    q, coll, out, meta = _setup()
+
+    class Flat(torch.nn.Module):
+        def forward(self, x: torch.Tensor):  # type: ignore[override]
+            return x[:, :2], {"not": "a tensor"}
+
+    class Two(torch.nn.Module):
+        def forward(self, x: torch.Tensor):  # type: ignore[override]
+            return x[:, :2] * 2.0, x.sum(dim=1)
+
+    outs = SoAMetadata(out).append_block("preds", "m", "n").append_block("score", "score")
+    meta2 = ModelMetadata(meta.inputs, outs)
+    model = Model(Two()).to(q)
+    for _ in range(2):  # the second time from the plan: [n] still fits the [n, 1] block
+        model.forward(meta2)
+        f = features(coll.to_dict(q)).numpy()
+        np.testing.assert_allclose(_preds(out, q, "m", "n"), f[:, :2] * 2.0, rtol=1e-6)
+        np.testing.assert_allclose(out.to_dict(q)["score"], f.sum(axis=1), rtol=1e-5)
+    before = out.to_dict(q)
+    with pytest.raises(TypeError, match="not numeric"):
+        Model(Flat()).to(q).forward(meta2)
+    for k, v in out.to_dict(q).items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_a_planned_metadata_frees_its_collections_without_a_garbage_collection():
+    import gc
+    import weakref
+
+    model = Model(MLP())
+    gc.disable()  # only reference counting: a cycle through the plan would keep them alive
+    try:
+        q, coll, out, meta = _setup()
+        model.to(q).forward(meta)
+        assert model in meta._plans
+        refs = [weakref.ref(coll), weakref.ref(out), weakref.ref(meta)]
+        del coll, out, meta
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()

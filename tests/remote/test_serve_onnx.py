@@ -1,0 +1,186 @@
+"""``serve`` hosts ONNX models (and torch.export programs) in a real Triton server: the tensors
+are the model's declared ones, and RemoteModel against the server gives what the local
+``Model`` gives on the same collections (one server for the module, stopped by its pid)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import portable as pk
+from inference import Model, ModelMetadata, SoAMetadata
+from inference.remote import RemoteModel
+
+from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+from .triton_support import pytriton_reason
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
+
+pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
+
+
+class MLP(torch.nn.Module):
+    """3 features -> 2 outputs, fixed weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.l1 = torch.nn.Linear(3, 16)
+        self.l2 = torch.nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+class TwoHeads(torch.nn.Module):
+    """Features -> (preds [n, 2], score [n, 1])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor):  # type: ignore[override]
+        preds = self.mlp(x)
+        return preds, torch.sigmoid(preds.sum(dim=1, keepdim=True))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    from inference import export
+
+    d = tmp_path_factory.mktemp("onnx_served")
+    example = (torch.randn(8, 3),)
+    return {
+        "mlp.onnx": export(MLP().eval(), example, d / "mlp.onnx"),
+        "heads.onnx": export(TwoHeads().eval(), example, d / "heads.onnx", output_names=["preds", "score"]),
+        "mlp.pt2": export(MLP().eval(), example, d / "mlp.pt2"),
+        "fixed.onnx": export(MLP().eval(), example, d / "fixed.onnx", dynamic_batch=False),
+    }
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    from inference.serve import serve
+
+    handle = serve({"mlp": files["mlp.onnx"], "heads": files["heads.onnx"], "mlp_pt2": files["mlp.pt2"]},
+                   max_batch_size=64, max_queue_delay_us=1000)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+    assert handle.process.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(handle.pid, 0)  # Triton and its stubs are gone with the server process
+
+
+def local(path: str, hits: pk.PortableCollection, out: pk.PortableCollection, *blocks: tuple[str, tuple[str, ...]]):
+    """Run ``Model(path)`` on the collections (output blocks as given) and wait."""
+    q = pk.Queue(pk.host())
+    outs = SoAMetadata(out)
+    for name, cols in blocks:
+        outs.append_block(name, *cols)
+    Model(path).to(q).forward(ModelMetadata(SoAMetadata(hits).append_block("x", "a", "b", "c"), outs))
+    q.wait()
+
+
+def test_tensors_are_the_onnx_models_declared_ones(server):
+    specs = {m.name: m for m in server.models}
+    mlp, heads = specs["mlp"], specs["heads"]
+    assert [(t.name, t.dtype, t.dims) for t in mlp.inputs] == [("x", "float32", (3,))]
+    assert [(t.dtype, t.dims) for t in mlp.outputs] == [("float32", (2,))]
+    assert [(t.name, t.dims) for t in heads.outputs] == [("preds", (2,)), ("score", (1,))]
+    assert mlp.inputs_from == "the ONNX model's declared inputs"
+    with RemoteModel(server.grpc_url, "heads", timeout=20) as model:
+        info = model.model_info
+        assert info.max_batch_size == 64
+        assert info.input("x").shape == (-1, 3) and info.output("score").shape == (-1, 1)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_remote_onnx_matches_the_local_model(server, files, protocol):
+    n = 300  # over max_batch_size 64: five requests
+    hits = make_hits(n, seed=5)
+    remote_out, local_out = make_out(Scores, n), make_out(Scores, n)
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    with RemoteModel(url, "mlp", protocol=protocol, timeout=20) as model:
+        model.forward(metadata(hits, remote_out))  # the output block maps to the model's one output in order
+        assert model.statistics().client.requests == 5
+    local(files["mlp.onnx"], hits, local_out, ("y", ("s0", "s1")))
+    got, want = out_matrix(remote_out), out_matrix(local_out)
+    assert not np.all(want == -7.0)  # the local model wrote its outputs
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        eager = MLP()(torch.from_numpy(hits_matrix(hits))).numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_two_outputs_by_name_match_the_local_model(server, files):
+    n = 50
+    hits = make_hits(n, seed=6)
+    remote_out, local_out = make_out(Preds, n), make_out(Preds, n)
+    blocks = (("preds", ("p", "q")), ("score", ("r",)))
+    ins = SoAMetadata(hits).append_block("x", "a", "b", "c")
+    outs = SoAMetadata(remote_out)
+    for name, cols in blocks[::-1]:  # declared in the other order: the names pair them
+        outs.append_block(name, *cols)
+    with RemoteModel(server.grpc_url, "heads", timeout=20) as model:
+        model.forward(ModelMetadata(ins, outs))
+    local(files["heads.onnx"], hits, local_out, *blocks)
+    np.testing.assert_allclose(out_matrix(remote_out), out_matrix(local_out), rtol=1e-6, atol=1e-6)
+    score = out_matrix(remote_out)[:, 2]
+    assert np.all((score > 0) & (score < 1))
+
+
+def test_served_exported_program_matches_the_local_model(server, files):
+    n = 70
+    hits = make_hits(n, seed=7)
+    remote_out, local_out = make_out(Scores, n), make_out(Scores, n)
+    with RemoteModel(server.grpc_url, "mlp_pt2", timeout=20) as model:
+        model.forward(metadata(hits, remote_out))
+    local(files["mlp.pt2"], hits, local_out, ("y", ("s0", "s1")))
+    np.testing.assert_allclose(out_matrix(remote_out), out_matrix(local_out), rtol=1e-5, atol=1e-6)
+
+
+def test_a_fixed_batch_axis_is_refused_before_starting(files):
+    from inference.serve import serve
+
+    with pytest.raises(ValueError, match=r"fixed.onnx: input x float32\[8,3\] has a fixed first axis of 8.*"
+                                         r"max_batch_size=0"):
+        serve(files["fixed.onnx"])
+
+
+def test_serve_cli_hosts_an_onnx_file(files):
+    proc = subprocess.Popen([sys.executable, "-m", "inference.serve", files["mlp.onnx"], "--name", "m",
+                             "--grpc-port", "0", "--http-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("serving on"):
+                break
+        assert lines and lines[-1].startswith("serving on"), "".join(lines)
+        assert any(ln.startswith("model m: x:float32[3] -> ") for ln in lines), "".join(lines)
+        url = lines[-1].split("gRPC ")[1].split(",")[0]
+        x = make_hits(9, seed=8)
+        with RemoteModel(url, "m", timeout=20) as model:
+            got = next(iter(model.infer({"x": hits_matrix(x)}).values()))
+        with torch.no_grad():
+            np.testing.assert_allclose(got, MLP()(torch.from_numpy(hits_matrix(x))).numpy(), rtol=1e-4, atol=1e-5)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+        proc.stdout.close()
