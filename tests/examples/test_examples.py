@@ -12,12 +12,46 @@ import portable as pk
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run_example(name: str, *args: str, timeout: float = 300) -> str:
+#: runs an example in a child process whose cuda/rocm backend is the cupy stand-in that serves
+#: it in this test run (tests/backends/fake_cupy_kernels.py; the child has no GPU either)
+_ON_STANDIN = """
+import runpy, sys
+sys.path.insert(0, {backends!r})
+import fake_cupy_kernels
+fake_cupy_kernels.install([{backend!r}])
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+else:
+    import pytest, standin_torch
+    standin_torch.patch_torch(pytest.MonkeyPatch())
+sys.argv = [{path!r}, *{args!r}]
+runpy.run_path({path!r}, run_name="__main__")
+"""
+
+
+def run_example(name: str, *args: str, timeout: float = 300, backend: str | None = None) -> str:
+    """Run ``examples/name`` with ``args`` (``backend`` first when given) as a newcomer would."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
-                         timeout=timeout, env=env)
+    path = str(EXAMPLES / name)
+    if backend is not None:
+        args = (backend, *args)
+    cmd = [sys.executable, path, *args]
+    if backend is not None and backend in _standin_backends():
+        cmd = [sys.executable, "-c", _ON_STANDIN.format(backends=str(EXAMPLES.parent / "tests" / "backends"),
+                                                        backend=backend, path=path, args=list(args))]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
     return res.stdout
+
+
+def _standin_backends() -> list[str]:
+    try:
+        import fake_cupy_kernels  # on sys.path when tests/conftest.py installed the stand-in
+    except ImportError:
+        return []
+    return fake_cupy_kernels.served_here()
 
 
 def test_every_example_is_tested():
@@ -32,12 +66,12 @@ def test_soa_tour():
 
 
 def test_minimal_kernel(backend):
-    assert "OK" in run_example("minimal_kernel.py", backend)
+    assert "OK" in run_example("minimal_kernel.py", backend=backend)
 
 
 def test_model_on_collection(backend):
     pytest.importorskip("torch")
-    assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend)
+    assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend=backend)
 
 
 def test_remote_model():
@@ -61,6 +95,6 @@ def test_pipeline(demo_model_dir, monkeypatch):
 def test_dimuon_mass(backend, tmp_path):
     for extra in ("awkward", "uproot", "skhep_testdata"):
         pytest.importorskip(extra, reason="pip install -e '.[data]' scikit-hep-testdata==0.3.12")
-    out = run_example("dimuon_mass.py", backend, "--out", str(tmp_path))
+    out = run_example("dimuon_mass.py", "--out", str(tmp_path), backend=backend)
     assert out.count("agree with numpy: OK") == 3
     assert (tmp_path / "dimuon_mass.png").exists() or "no plot" in out
