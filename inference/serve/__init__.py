@@ -215,7 +215,7 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
             handle = _start(wd, own, specs, grpc_port, http_port, metrics_port, torch_device,
                             pipeline_device, threads, startup_timeout)
         except ServeError as exc:
-            if attempt + 1 < STARTS and HANDSHAKE_TIMEOUT in str(exc):
+            if attempt + 1 < STARTS and any(mark in str(exc) for mark in HANDSHAKE_FAILED):
                 for leftover in ("ready.json", "error.txt", "server.log", "config.json", SERVER_PID_FILE):
                     (wd / leftover).unlink(missing_ok=True)
                 shutil.rmtree(wd / "pytriton", ignore_errors=True)
@@ -233,10 +233,11 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
 
 
 #: how many times serve starts a server whose models failed PyTriton's handshake (see below)
-STARTS = 2
+STARTS = 3
 #: PyTriton's model stub waits 1 s (fixed) for its config from the server process; on a loaded
-#: machine that times out and the model fails to load: then serve starts the server again, once
-HANDSHAKE_TIMEOUT = "Timeout occurred while waiting for config file"
+#: machine that times out, or the stub finds the socket before anyone listens on it (connection
+#: refused), and the model fails to load: then serve starts the server again
+HANDSHAKE_FAILED = ("Timeout occurred while waiting for config file", "get_config_from_handshake_server")
 
 
 def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, http_port: int | None,
