@@ -85,6 +85,9 @@ class Report:
 #: timing), so cpu_threads cannot win, and its measuring costs a little. The model step
 #: (~1.1 ms/event, ~88%) dominates either way. benchmarks/results/pipeline.json (bench_pipeline)
 #: says the same (before the pool: cpu_serial 151 / cpu_threads 93 events/s on 1 stream).
+#: With waiting threads running their queue's tasks (issue 14), two bench_pipeline runs on 2 idle
+#: cores gave, at 2 streams, cpu_serial 536 / cpu_threads 466 and 452 / 485 events/s: a tie within
+#: run-to-run noise, so the backend that starts no pool threads stays the default.
 #: Re-measure and change this when the event sizes or the backends change.
 DEMO_BACKEND = "cpu_serial"
 
