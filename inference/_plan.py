@@ -20,6 +20,7 @@ enters, without its Python wrapper: 1.2-2.2 vs 2.7 us per pass on a 2-core machi
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -38,7 +39,7 @@ class Pass:
     blocks appended afterwards belong to the next pass)."""
 
     __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "cast", "input_dtype",
-                 "prepare", "indirect", "inputs", "outputs", "fast", "args")
+                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "buffers", "lock")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None) -> None:
         # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
@@ -57,6 +58,9 @@ class Pass:
         self.outputs: dict[str, torch.Tensor] = {}
         self.fast: tuple[tuple[torch.Tensor, torch.Size, torch.dtype], ...] | None = None
         self.args: tuple[torch.Tensor, ...] = ()
+        # the row-major tensors the whole-collection pass gathers into (host memory: kept, see gather)
+        self.buffers: list[torch.Tensor | None] = []
+        self.lock = threading.Lock()
 
     def bind(self) -> "Pass":
         """Resolve the blocks' tensors over the collections' memory (the zero-copy paths) and the
@@ -70,20 +74,36 @@ class Pass:
                               for b in self.out_blocks)
         return self
 
-    def _prepare(self, tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+    def _prepare(self, tensors: Sequence[torch.Tensor], keep: bool = False) -> Sequence[torch.Tensor]:
+        """The tensors the model is called on: converted to ``input_dtype``, and dense row-major
+        for AOTInductor and ONNX Runtime. ``keep``: gather host tensors into buffers kept by the
+        pass (the caller holds ``self.lock``)."""
         if not self.prepare:
             return tensors
         dtype = self.input_dtype
-        if dtype is not None:
-            tensors = [t.to(dtype) for t in tensors]
-        if self.kind in ("aot", "onnx"):
-            tensors = [t.contiguous() for t in tensors]
-        return tensors
+        if self.kind not in ("aot", "onnx"):
+            return [t.to(dtype) for t in tensors]
+        if not keep:
+            return [gather(t if dtype is None else t.to(dtype)) for t in tensors]
+        buffers = self.buffers
+        if len(buffers) != len(tensors):
+            buffers[:] = [None] * len(tensors)
+        out = []
+        for i, t in enumerate(tensors):
+            want = t.dtype if dtype is None else dtype
+            if t.device.type != "cpu" or (want == t.dtype and t.is_contiguous()):
+                out.append(gather(t if dtype is None else t.to(dtype)))
+                continue
+            buf = buffers[i]
+            if buf is None or buf.shape != t.shape or buf.dtype != want:
+                buf = buffers[i] = torch.empty(t.shape, dtype=want)
+            out.append(gather(t, buf))
+        return out
 
-    def _run(self, batch: Sequence[torch.Tensor], rows: int) -> Any:
+    def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
         if self.kind == "onnx":
-            return self.fn(self.out_blocks, rows, *self._prepare(batch))
-        return self.fn(*self._prepare(batch))
+            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep))
+        return self.fn(*self._prepare(batch, keep))
 
     def run(self) -> None:
         """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work."""
@@ -91,8 +111,17 @@ class Pass:
         if bs is not None and bs < self.n:
             self.execute(self.inputs, self.outputs)
             return
+        if not self.prepare or not self.lock.acquire(blocking=False):  # the kept gather buffers are busy
+            self._whole(False)
+            return
+        try:  # held until the outputs are written: a model's output may be a view of its input
+            self._whole(True)
+        finally:
+            self.lock.release()
+
+    def _whole(self, keep: bool) -> None:
         with _InferenceMode(True):
-            raw = self._run(self.args, self.n) if self.indirect else self.fn(*self.args)
+            raw = self._run(self.args, self.n, keep) if self.indirect else self.fn(*self.args)
             fast = self.fast
             if fast is not None:
                 if len(fast) == 1 and isinstance(raw, torch.Tensor):  # one block, one tensor: the usual case
@@ -158,6 +187,36 @@ class Plan:
                 and self.out_order is metadata.outputs._order)  # noqa: SLF001
 
 
+#: elements per event one chunk of a gather reads (see :func:`gather`)
+GATHER_SPAN = 256
+
+
+def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``t`` as a dense row-major tensor: ``t`` itself when it is one and ``out`` is None, else
+    copied into ``out`` (a fresh tensor when None; converted to its dtype).
+
+    A block of several SoA columns is column-major (the event axis has stride 1): one
+    ``copy_`` walks every event through all the block's columns, a cache line of each, and at
+    thousands of columns they no longer stay in the cache for the next events (DeepMET's
+    ``[n, 4500, 8]``: 36,000 columns). On host memory the copy goes in chunks of the second axis
+    of at most ``GATHER_SPAN`` columns per event: 2.5-3x faster there at batch 128-2048."""
+    if out is None:
+        if t.is_contiguous():
+            return t
+        out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    if t.dim() >= 2 and t.device.type == "cpu" and t.stride(0) == 1 and t.shape[0] > 1:
+        inner = 1
+        for size in t.shape[2:]:
+            inner *= size
+        span, rows = max(1, GATHER_SPAN // max(inner, 1)), t.shape[1]
+        if span < rows:
+            for start in range(0, rows, span):
+                out[:, start:start + span].copy_(t[:, start:start + span])
+            return out
+    out.copy_(t)
+    return out
+
+
 def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:
     """The model's outputs in block order when they come exactly as the blocks are (one tensor for
     one block, a tuple/list of as many, a dict of exactly the blocks' names); else None (the full
@@ -203,4 +262,4 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
 
 
-__all__ = ["Pass", "Plan", "map_outputs", "write"]
+__all__ = ["Pass", "Plan", "gather", "map_outputs", "write"]
