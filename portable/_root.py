@@ -56,7 +56,8 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
     try:
         f = uproot.open(path)
     except Exception as exc:
-        raise NotARootFile(f"{path}: uproot cannot read it as a ROOT file: {exc}") from exc
+        reason = " ".join(str(exc).split())  # uproot's message spans lines: errors are one line
+        raise NotARootFile(f"{path}: uproot cannot read it as a ROOT file: {reason}") from exc
     try:
         obj = f[tree]
     except Exception as exc:

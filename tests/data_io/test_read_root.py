@@ -104,6 +104,13 @@ def test_not_a_root_file(tmp_path):
         pk.read_root(bad, "events", Muons, q)
     with pytest.raises(FileNotFoundError, match="no such ROOT file"):
         pk.read_root(tmp_path / "absent.root", "events", Muons, q)
+    # starts like a ROOT file (/etc/passwd does: "root:x:0:0"), but uproot cannot read it: the
+    # error is still one line (the command line prints it as it is)
+    fake = tmp_path / "passwd.root"
+    fake.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(pk.NotARootFile, match="uproot cannot read it as a ROOT file") as info:
+        pk.read_root(fake, "events", Muons, q)
+    assert "\n" not in str(info.value)
 
 
 def test_unsafe_dtype_from_file():
