@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from inference import RemotePipeline
 from inference.remote import RemoteModel, ServerUnavailable
 
 from . import pipeline_support as S
-from .triton_support import pytriton_reason
+from .triton_support import pytriton_reason, serve_cli
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
@@ -58,32 +56,15 @@ def servers(tmp_path_factory):
                                              "outputs": ["y:float32:3"]}}, device="cpu_serial")
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    cli = subprocess.Popen([sys.executable, "-m", "inference.serve", "remote.pipeline_support:slow",
-                            str(d / "identity.pt"), "--input", "x:float32:3", "--output", "y:float32:3",
-                            "--device", "cpu_threads", "--grpc-port", str(port), "--http-port", "0"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=str(d))
     try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = cli.stdout.readline()
-            lines.append(line)
-            if not line or line.startswith("serving on"):
-                break
-        assert lines[-1].startswith("serving on"), "".join(lines)
-        assert any("pipeline slow (remote.pipeline_support:slow)" in ln for ln in lines), lines
-        yield a, f"127.0.0.1:{port}", cli
+        with serve_cli("remote.pipeline_support:slow", str(d / "identity.pt"), "--input", "x:float32:3",
+                       "--output", "y:float32:3", "--device", "cpu_threads", "--grpc-port", str(port),
+                       "--http-port", "0", env=env, cwd=str(d), check_exit=False) as (cli, lines, _url):
+            assert any("pipeline slow (remote.pipeline_support:slow)" in ln for ln in lines), lines
+            yield a, f"127.0.0.1:{port}", cli  # the tests kill this one: no exit status to check
     finally:
         os.environ.pop("ALPYKA_TEST_SLOW_S", None)
         a.stop()
-        if cli.poll() is None:
-            cli.send_signal(signal.SIGTERM)
-            try:
-                cli.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(cli.pid, signal.SIGKILL)
-                cli.wait(10)
-        cli.stdout.close()
 
 
 def expected(seed: int, n: int = 12) -> dict[str, np.ndarray]:

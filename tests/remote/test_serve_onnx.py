@@ -5,10 +5,6 @@ are the model's declared ones, and RemoteModel against the server gives what the
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +14,7 @@ from inference import Model, ModelMetadata, SoAMetadata
 from inference.remote import RemoteModel
 
 from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
-from .triton_support import pytriton_reason
+from .triton_support import pytriton_reason, serve_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
@@ -157,30 +153,10 @@ def test_a_fixed_batch_axis_is_refused_before_starting(files):
 
 
 def test_serve_cli_hosts_an_onnx_file(files):
-    proc = subprocess.Popen([sys.executable, "-m", "inference.serve", files["mlp.onnx"], "--name", "m",
-                             "--grpc-port", "0", "--http-port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("serving on"):
-                break
-        assert lines and lines[-1].startswith("serving on"), "".join(lines)
+    with serve_cli(files["mlp.onnx"], "--name", "m", "--grpc-port", "0", "--http-port", "0") as (_, lines, url):
         assert any(ln.startswith("model m: x:float32[3] -> ") for ln in lines), "".join(lines)
-        url = lines[-1].split("gRPC ")[1].split(",")[0]
         x = make_hits(9, seed=8)
         with RemoteModel(url, "m", timeout=20) as model:
             got = next(iter(model.infer({"x": hits_matrix(x)}).values()))
         with torch.no_grad():
             np.testing.assert_allclose(got, MLP()(torch.from_numpy(hits_matrix(x))).numpy(), rtol=1e-4, atol=1e-5)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(30) == 0
-        proc.stdout.close()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -16,7 +14,7 @@ import portable as pk
 from inference.remote import MetadataMismatch, RemoteModel
 
 from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
-from .triton_support import pytriton_reason
+from .triton_support import pytriton_reason, serve_cli
 
 torch = pytest.importorskip("torch")
 
@@ -168,32 +166,12 @@ def test_fallback_server_started_and_stopped(models):
 
 
 def test_serve_cli(models):
-    proc = subprocess.Popen([sys.executable, "-m", "inference.serve", str(models / "identity.pt"),
-                             "--name", "ident", "--grpc-port", "0", "--http-port", "0",
-                             "--input", "x:float32:3", "--max-batch-size", "8", "--no-dynamic-batching"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if line.startswith("serving on"):
-                break
-        assert lines and lines[-1].startswith("serving on"), "".join(lines)
-        url = lines[-1].split("gRPC ")[1].split(",")[0]
+    with serve_cli(str(models / "identity.pt"), "--name", "ident", "--grpc-port", "0", "--http-port", "0",
+                   "--input", "x:float32:3", "--max-batch-size", "8", "--no-dynamic-batching") as (_, _lines, url):
         with RemoteModel(url, "ident", timeout=20) as model:
             assert model.model_info.max_batch_size == 8 and not model.model_info.dynamic_batching
             x = np.arange(30, dtype=np.float32).reshape(10, 3)
             np.testing.assert_array_equal(model.infer({"x": x})["output__0"], x)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(30) == 0
-        proc.stdout.close()
 
 
 def test_cli_error_is_one_line(tmp_path):

@@ -1,8 +1,15 @@
-"""Whether the real Triton (PyTriton's bundled tritonserver) can run here, for skip marks."""
+"""Whether the real Triton (PyTriton's bundled tritonserver) can run here, for skip marks; the
+`serve` command started and stopped as a user does."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
 import sys
+import time
+from typing import Iterator
 
 
 def pytriton_reason() -> str | None:
@@ -14,3 +21,38 @@ def pytriton_reason() -> str | None:
     if not sys.platform.startswith("linux"):
         return "PyTriton's bundled tritonserver runs on Linux only"
     return None
+
+
+@contextlib.contextmanager
+def serve_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None,
+              check_exit: bool = True, startup_s: float = 120) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
+    """``python -m inference.serve ARGS`` as a user starts it: yields the process, its output up
+    to the ``serving on`` line and its gRPC url; then stops it by its pid (SIGTERM, SIGKILL after
+    30 s) and, with ``check_exit``, asserts it exited cleanly (0)."""
+    proc = subprocess.Popen([sys.executable, "-m", "inference.serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            env=env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + startup_s
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("serving on"):
+                break
+        assert lines and lines[-1].startswith("serving on"), "".join(lines)
+        yield proc, lines, lines[-1].split("gRPC ")[1].split(",")[0]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+                raise
+        proc.stdout.close()
+    if check_exit:
+        assert proc.returncode == 0, f"the server exited with {proc.returncode}"
