@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ._gather import gather
 from ._metadata import ModelMetadata, check_output
 from ._tensors import torch_dtype
 
@@ -39,7 +40,7 @@ class Pass:
     blocks appended afterwards belong to the next pass)."""
 
     __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "cast", "input_dtype",
-                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "buffers", "lock")
+                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "buffers", "memo", "lock")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None) -> None:
         # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
@@ -60,6 +61,8 @@ class Pass:
         self.args: tuple[torch.Tensor, ...] = ()
         # the row-major tensors the whole-collection pass gathers into (host memory: kept, see gather)
         self.buffers: list[torch.Tensor | None] = []
+        # what the model's runner keeps between whole-collection passes (ONNX Runtime: the I/O binding)
+        self.memo: dict[str, Any] = {}
         self.lock = threading.Lock()
 
     def bind(self) -> "Pass":
@@ -102,7 +105,7 @@ class Pass:
 
     def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
         if self.kind == "onnx":
-            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep))
+            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep), memo=self.memo if keep else None)
         return self.fn(*self._prepare(batch, keep))
 
     def run(self) -> None:
@@ -187,36 +190,6 @@ class Plan:
                 and self.out_order is metadata.outputs._order)  # noqa: SLF001
 
 
-#: elements per event one chunk of a gather reads (see :func:`gather`)
-GATHER_SPAN = 256
-
-
-def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``t`` as a dense row-major tensor: ``t`` itself when it is one and ``out`` is None, else
-    copied into ``out`` (a fresh tensor when None; converted to its dtype).
-
-    A block of several SoA columns is column-major (the event axis has stride 1): one
-    ``copy_`` walks every event through all the block's columns, a cache line of each, and at
-    thousands of columns they no longer stay in the cache for the next events (DeepMET's
-    ``[n, 4500, 8]``: 36,000 columns). On host memory the copy goes in chunks of the second axis
-    of at most ``GATHER_SPAN`` columns per event: 2.5-3x faster there at batch 128-2048."""
-    if out is None:
-        if t.is_contiguous():
-            return t
-        out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    if t.dim() >= 2 and t.device.type == "cpu" and t.stride(0) == 1 and t.shape[0] > 1:
-        inner = 1
-        for size in t.shape[2:]:
-            inner *= size
-        span, rows = max(1, GATHER_SPAN // max(inner, 1)), t.shape[1]
-        if span < rows:
-            for start in range(0, rows, span):
-                out[:, start:start + span].copy_(t[:, start:start + span])
-            return out
-    out.copy_(t)
-    return out
-
-
 def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:
     """The model's outputs in block order when they come exactly as the blocks are (one tensor for
     one block, a tuple/list of as many, a dict of exactly the blocks' names); else None (the full
@@ -262,4 +235,4 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
 
 
-__all__ = ["Pass", "Plan", "gather", "map_outputs", "write"]
+__all__ = ["Pass", "Plan", "map_outputs", "write"]

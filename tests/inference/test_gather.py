@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._plan import GATHER_SPAN, gather
+from inference._gather import GATHER_SPAN, TILE_EVENTS, compiled, gather
 from inference_testmodels import MLP, Particles, Preds, features, fill_particles
 
 
@@ -23,7 +23,7 @@ def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float
 
 
 @pytest.mark.parametrize("inner", [(3,), (GATHER_SPAN * 3 + 5,), (700, 8), (5, 4, 3), (1000, 1), (2, 600)])
-@pytest.mark.parametrize("n,padded", [(2, 32), (37, 64), (128, 128)])
+@pytest.mark.parametrize("n,padded", [(2, 32), (37, 64), (128, 128), (TILE_EVENTS + 44, TILE_EVENTS + 64)])
 def test_gather_equals_contiguous(inner, n, padded):
     t = _column_major(n, inner, padded)
     assert not t.is_contiguous()
@@ -34,6 +34,32 @@ def test_gather_equals_contiguous(inner, n, padded):
     as_double = gather(t, torch.empty(t.shape, dtype=torch.float64))  # converted into the buffer's dtype
     assert torch.equal(as_double, expected.double())
     assert gather(expected) is expected  # row-major already: no copy
+
+
+@pytest.mark.parametrize("dtype,expect_compiled", [
+    (torch.float32, True), (torch.float64, True), (torch.int64, True), (torch.int32, True), (torch.int8, True),
+    (torch.uint8, True), (torch.bool, True), (torch.float16, False), (torch.bfloat16, False)])
+@pytest.mark.parametrize("n", [5, 40])  # below and above SMALL_BATCH: the two loops
+def test_gather_of_every_dtype(dtype, expect_compiled, n):
+    """The compiled tile loop takes the numeric dtypes numba copies; half floats take torch's
+    chunked copy; both equal ``contiguous()``, converting into the buffer's dtype."""
+    gen = torch.Generator().manual_seed(7)
+    flat = (torch.randn(64 * 4500 * 2, generator=gen) * 50).to(dtype)
+    t = flat.as_strided((n, 4500, 2), (1, 64, 64 * 4500))  # DeepMET-like: columns of the second axis first
+    out = torch.empty(t.shape, dtype=dtype)
+    assert compiled(t, out) is expect_compiled
+    assert torch.equal(gather(t, out), t.contiguous())
+    if dtype.is_floating_point and expect_compiled:
+        assert torch.equal(gather(t, torch.empty(t.shape, dtype=torch.float64)), t.contiguous().double())
+
+
+def test_gather_reads_only_the_block_it_is_given():
+    """A block in the middle of a collection's memory: the values around it are not read into the output."""
+    flat = torch.full((10 * 32,), -7.0)
+    flat[64:64 + 3 * 32] = torch.arange(3 * 32, dtype=torch.float32)
+    t = flat[64:].as_strided((20, 3), (1, 32))
+    out = gather(t, torch.empty(20, 3))
+    assert torch.equal(out, torch.arange(96, dtype=torch.float32).view(3, 32)[:, :20].T)
 
 
 def test_kept_buffers_are_refilled_each_forward(exported_files):
@@ -57,3 +83,29 @@ def test_kept_buffers_are_refilled_each_forward(exported_files):
             ref = MLP()(features(data)).numpy()
         np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
     assert "gathered" in repr(model) and "'features'" in repr(model)
+
+
+def test_kept_binding_follows_the_collections(exported_files):
+    """An ONNX pass keeps its I/O binding and output tensors between forwards; forwards that
+    alternate between collections of other sizes and memory each get their own results."""
+    q = pk.Queue(pk.device("cpu_serial"))
+    model = Model(exported_files["mlp.onnx"]).to(q)
+    runs = []
+    for n, seed in ((300, 1), (77, 2), (300, 3)):
+        data = fill_particles(n, seed=seed)
+        coll = pk.PortableCollection.from_dict(Particles, data, q)
+        out = pk.PortableCollection.from_dict(Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q)
+        meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
+                             SoAMetadata(out).append_block("preds", "m", "n"))
+        runs.append((data, out, meta))
+    for _ in range(2):
+        for data, out, meta in runs:
+            q.wait()
+            view = out.view()
+            for k in ("m", "n"):
+                getattr(view, k)[...] = 0
+            model.forward(meta)
+            cols = out.to_dict(q)
+            with torch.no_grad():
+                ref = MLP()(features(data)).numpy()
+            np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
