@@ -305,14 +305,15 @@ class ModelMetadata:
             if b.kind == "scalar":
                 raise ValueError(f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
                                  "scalars can be model inputs but not outputs")
-        self.inputs = inputs
-        self.outputs = outputs
-        self.batch_size = check_batch_size(batch_size, inputs, outputs)
-        self.cast_outputs = bool(cast_outputs)
-        self.input_dtype = None if input_dtype is None else _as_torch_dtype(input_dtype)
+        init = object.__setattr__  # not __setattr__ below: there are no plans to drop yet
+        init(self, "inputs", inputs)
+        init(self, "outputs", outputs)
+        init(self, "batch_size", check_batch_size(batch_size, inputs, outputs))
+        init(self, "cast_outputs", bool(cast_outputs))
+        init(self, "input_dtype", None if input_dtype is None else _as_torch_dtype(input_dtype))
         # Model -> its prepared pass on this metadata (inference._plan.Plan); dropped whenever
         # an attribute is set (below) and not used once a block of inputs/outputs changed
-        self._plans: dict[Any, Any] = {}
+        init(self, "_plans", {})
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -34,7 +34,7 @@ import portable as pk
 from ._loading import (ModelFileError, detect_format, jit_load, jit_save_bytes, read_exported, read_torchscript,
                        refuse)
 from ._metadata import ModelMetadata, check_batch_size
-from ._plan import Pass, Plan, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
+from ._plan import Pass, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads, queue_stream
 from ._tensors import PATH_NAMES, memory_path, torch_device
 
@@ -64,7 +64,7 @@ class Model:
         ensure_torch_threads()
         self._lock = threading.Lock()
         self._deployed: dict[torch.device, Callable[..., Any]] = {}
-        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str]] = {}
+        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str, Workspace]] = {}
         self._access_ok: set[tuple[pk.Device, pk.Device, pk.Device]] = set()  # (queue, inputs, outputs) devices
         self._local = threading.local()
         self._default_queue: pk.Queue | None = None
@@ -199,11 +199,11 @@ class Model:
             batch_size, metadata.inputs, metadata.outputs)
         cached = self._for_device.get(dev)
         if cached is None:
-            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev))
-        fn, path = cached
+            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace())
+        fn, path, work = cached
         if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs (cached per geometry)
             fn.check(metadata.inputs.blocks, metadata.outputs.blocks, metadata.input_dtype)
-        run = Pass(self.kind, fn, metadata, bs)
+        run = Pass(self.kind, fn, metadata, bs, work)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
             from ._gpu_streams import run_on_queue_stream
             launch = functools.partial(run_on_queue_stream, q, run.bind().run,

@@ -40,9 +40,10 @@ class Pass:
     blocks appended afterwards belong to the next pass)."""
 
     __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "cast", "input_dtype",
-                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "buffers", "memo", "lock")
+                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "work")
 
-    def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None) -> None:
+    def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
+                 work: "Workspace | None" = None) -> None:
         # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
         # collections' memory until a garbage collection instead of freeing it with the metadata
         self.kind, self.fn, self.batch_size = kind, fn, batch_size
@@ -59,11 +60,8 @@ class Pass:
         self.outputs: dict[str, torch.Tensor] = {}
         self.fast: tuple[tuple[torch.Tensor, torch.Size, torch.dtype], ...] | None = None
         self.args: tuple[torch.Tensor, ...] = ()
-        # the row-major tensors the whole-collection pass gathers into (host memory: kept, see gather)
-        self.buffers: list[torch.Tensor | None] = []
-        # what the model's runner keeps between whole-collection passes (ONNX Runtime: the I/O binding)
-        self.memo: dict[str, Any] = {}
-        self.lock = threading.Lock()
+        # what whole-collection passes keep between forwards: the model's, on this device
+        self.work = Workspace() if work is None else work
 
     def bind(self) -> "Pass":
         """Resolve the blocks' tensors over the collections' memory (the zero-copy paths) and the
@@ -79,8 +77,8 @@ class Pass:
 
     def _prepare(self, tensors: Sequence[torch.Tensor], keep: bool = False) -> Sequence[torch.Tensor]:
         """The tensors the model is called on: converted to ``input_dtype``, and dense row-major
-        for AOTInductor and ONNX Runtime. ``keep``: gather host tensors into buffers kept by the
-        pass (the caller holds ``self.lock``)."""
+        for AOTInductor and ONNX Runtime. ``keep``: gather host tensors into the workspace's
+        buffers (the caller holds its lock)."""
         if not self.prepare:
             return tensors
         dtype = self.input_dtype
@@ -88,7 +86,7 @@ class Pass:
             return [t.to(dtype) for t in tensors]
         if not keep:
             return [gather(t if dtype is None else t.to(dtype)) for t in tensors]
-        buffers = self.buffers
+        buffers = self.work.buffers
         if len(buffers) != len(tensors):
             buffers[:] = [None] * len(tensors)
         out = []
@@ -105,7 +103,7 @@ class Pass:
 
     def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
         if self.kind == "onnx":
-            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep), memo=self.memo if keep else None)
+            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep), memo=self.work.memo if keep else None)
         return self.fn(*self._prepare(batch, keep))
 
     def run(self) -> None:
@@ -114,13 +112,16 @@ class Pass:
         if bs is not None and bs < self.n:
             self.execute(self.inputs, self.outputs)
             return
-        if not self.prepare or not self.lock.acquire(blocking=False):  # the kept gather buffers are busy
+        lock = self.work.lock
+        # host memory only: on a GPU the writes of one pass may still be queued on its stream
+        # when another queue's pass would reuse the tensors
+        if not self.prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
             self._whole(False)
             return
         try:  # held until the outputs are written: a model's output may be a view of its input
             self._whole(True)
         finally:
-            self.lock.release()
+            lock.release()
 
     def _whole(self, keep: bool) -> None:
         with _InferenceMode(True):
@@ -168,6 +169,21 @@ class Pass:
                             for b in out_blocks]
             for name, start, stop, value in results:  # every batch's outputs were checked: now write them
                 write(outputs[name][start:stop], value)
+
+
+class Workspace:
+    """What a model's whole-collection passes on one device keep between forwards, one pass at a
+    time (``lock``; a pass that finds it taken uses fresh tensors): the row-major buffers inputs
+    are gathered into (host memory, as large as the last inputs) and the runner's memo (ONNX
+    Runtime: the I/O binding and output tensors). Kept by the model, so a producer that builds
+    new metadata for every event reuses them."""
+
+    __slots__ = ("lock", "buffers", "memo")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.buffers: list[torch.Tensor | None] = []
+        self.memo: dict[str, Any] = {}
 
 
 class Plan:
@@ -235,4 +251,4 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
 
 
-__all__ = ["Pass", "Plan", "map_outputs", "write"]
+__all__ = ["Pass", "Plan", "Workspace", "map_outputs", "write"]
