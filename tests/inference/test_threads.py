@@ -13,10 +13,14 @@ from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torc
 from inference_testmodels import Particles, Preds, TwoHeads, features, fill_particles
 
 
-@pytest.mark.parametrize("kind", ["eager", "jit"])
-def test_four_threads_four_queues_one_model(device, kind):
+@pytest.mark.parametrize("kind", ["eager", "jit", "onnx"])
+def test_four_threads_four_queues_one_model(device, kind, request):
+    """ONNX too: the model's workspace (gather buffers, I/O binding, outputs) serves one pass at
+    a time, the others run on fresh tensors."""
     module = TwoHeads()
-    if kind == "jit":
+    if kind == "onnx":
+        model = Model(request.getfixturevalue("exported_files")["heads.onnx"])
+    elif kind == "jit":
         import warnings
 
         with warnings.catch_warnings():
