@@ -145,6 +145,56 @@ def measure(fn: Callable[[], Any], *, warmup: int = 1, repeats: int = 5, min_rep
     return timing
 
 
+def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int, *, calls: int = 1, warmup: int = 1,
+                min_rounds: int = 1, budget_s: float | None = None) -> tuple[dict[str, Timing], dict[str, str]]:
+    """Time every function of ``fns`` round-robin, each round in a rotated order, so that load
+    from other processes hits all of them alike: ``warmup`` untimed calls each, then up to
+    ``rounds`` rounds of ``calls`` calls per function (a sample is the time per call); with
+    ``budget_s`` stop once that much time per function was spent and ``min_rounds`` were done.
+    A function that raises is dropped from the rotation: ``({name: Timing}, {name: error})``."""
+    if rounds < 1 or min_rounds < 1 or calls < 1:
+        raise ValueError(f"rounds, min_rounds and calls must be >= 1, got {rounds}, {min_rounds}, {calls}")
+    errors: dict[str, str] = {}
+    live = dict(fns)
+
+    def call(name: str, fn: Callable[[], Any], times: int) -> float | None:
+        t0 = time.perf_counter()
+        try:
+            for _ in range(times):
+                fn()
+        except Exception as exc:  # one failing contender must not lose the others
+            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
+            live.pop(name, None)
+            return None
+        return time.perf_counter() - t0
+
+    for _ in range(warmup):
+        for name, fn in list(live.items()):
+            call(name, fn, 1)
+    timings = {name: Timing() for name in live}
+    spent = 0.0
+    for r in range(rounds):
+        names = list(live)
+        if not names:
+            break
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            dt = call(name, live[name], calls)
+            if dt is not None:
+                timings[name].times.append(dt / calls)
+                spent += dt
+        if budget_s is not None and r + 1 >= min_rounds and spent >= budget_s * len(names):
+            break
+    return {k: t for k, t in timings.items() if k in live}, errors
+
+
+def paired_ratio(numerator: Timing, denominator: Timing) -> float | None:
+    """The median over rounds of ``numerator / denominator`` for two contenders of one
+    :func:`interleaved` run (each round's pair saw the same load)."""
+    pairs = [a / b for a, b in zip(numerator.times, denominator.times) if b > 0]
+    return statistics.median(pairs) if pairs else None
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """``numerator / denominator``, or None when either is missing or the denominator is 0."""
     if numerator is None or denominator is None or denominator == 0:

@@ -115,6 +115,22 @@ class ModelVariants:
             self._soa(bound)  # the collections are filled before timing, as a producer would
         return lambda: runner(bound)
 
+    def gather_call(self, bound: BoundInputs) -> Callable[[], Any]:
+        """A zero-argument callable that gathers the batch's SoA input blocks into row-major
+        buffers, as alpyka's ONNX Runtime and AOTInductor routes do before the engine runs: the
+        work those routes do that the same engine fed row-major tensors does not."""
+        from inference._gather import gather
+
+        meta_in = self._soa(bound)["meta"][0]
+        blocks = [meta_in.device_tensor(n) for n in meta_in.ordered()[0]]
+        buffers = [torch.empty(t.shape, dtype=t.dtype) for t in blocks]
+
+        def run() -> None:
+            for t, buf in zip(blocks, buffers):
+                gather(t, buf)
+
+        return run
+
     def describe(self) -> dict[str, Any]:
         return {"variants": sorted(self.runners), "skipped": dict(self.skipped), **self.info}
 

@@ -225,21 +225,13 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
 
 
 def interleaved(fns: dict, reps: int, calls: int = 1) -> dict[str, dict[str, float]]:
-    """Time every function of ``fns`` ``reps`` times, round-robin (each round in a rotated order),
-    so that load from other processes hits all of them alike; ``calls`` calls per sample.
-    Gives {name: {"median": s, "min": s}} per call."""
-    for fn in fns.values():
-        fn()  # warm-up: compilation, caches, first touch of the pages
-    names = list(fns)
-    samples: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(reps):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            fn = fns[k]
-            t = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[k].append((time.perf_counter() - t) / calls)
-    return {k: {"median": statistics.median(v), "min": min(v)} for k, v in samples.items()}
+    """Time every function of ``fns`` ``reps`` times, round-robin (``common.interleaved``), after
+    one warm-up call each (compilation, caches, first touch of the pages); ``calls`` calls per
+    sample. Gives {name: {"median": s, "min": s}} per call; a contender that raises fails the run."""
+    timings, errors = common.interleaved(fns, reps, calls=calls)
+    if errors:
+        raise RuntimeError(f"benchmark contenders failed: {errors}")
+    return {k: {"median": t.median, "min": t.min} for k, t in timings.items()}
 
 
 def per_call(fn, calls: int, rounds: int = 9) -> float:

@@ -31,7 +31,8 @@ LABELS = {"eager": "eager", "jit": "TorchScript JIT", "exported": "torch.export 
           "onnx": "ONNX Runtime", "alpyka_jit": "alpyka Model (JIT, SoA)",
           "alpyka_exported": "alpyka Model (torch.export, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)",
           "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)"}
-JIT_VARIANTS = ("jit", "alpyka_jit")  # one more warm-up call than the others
+GATHER = "soa_gather"  # not a route: the SoA -> row-major gather alone, alpyka's floor over a row-major engine
+LABELS[GATHER] = "SoA -> row-major gather of the inputs (alone)"
 
 
 def build_parser():
@@ -96,33 +97,40 @@ def main(argv: list[str] | None = None) -> int:
             if v not in variants.runners:
                 rows.append({"model": name, "variant": v, "label": LABELS[v], "batch": None, "status": "skipped",
                              "reason": variants.skipped.get(v, "not prepared")})
-        points = [(b, v) for b in batches for v in VARIANTS if v in variants.runners]
-        bar = common.progress(points, total=len(points), desc=f"{name}", disable=args.no_progress)
+        ready = [v for v in VARIANTS if v in variants.runners]
+        bar = common.progress(batches, total=len(batches), desc=f"{name}", disable=args.no_progress)
         inputs_cache: dict[int, Any] = {}
-        for batch, v in bar:
-            bar.set_postfix_str(f"batch {batch} {v}")
-            row: dict[str, Any] = {"model": name, "variant": v, "label": LABELS[v], "batch": batch}
+        for batch in bar:
+            bar.set_postfix_str(f"batch {batch}")
             if batch * bm.bytes_per_event_hint > mem_limit:
-                rows.append({**row, "status": "skipped", "reason": (
-                    f"estimated activations {batch * bm.bytes_per_event_hint / 2**30:.1f} GiB exceed "
-                    f"--max-memory-gib {args.max_memory_gib}")})
+                rows += [{"model": name, "variant": v, "label": LABELS[v], "batch": batch, "status": "skipped",
+                          "reason": (f"estimated activations {batch * bm.bytes_per_event_hint / 2**30:.1f} GiB "
+                                     f"exceed --max-memory-gib {args.max_memory_gib}")} for v in ready]
                 continue
-            if batch not in inputs_cache:
-                inputs_cache.clear()
-                inputs_cache[batch] = variants.bind_inputs(bm.inputs(batch, seed=batch))
-            try:
-                fn = variants.call(v, inputs_cache[batch])
-                how = dict(last_quick if run_mode == "quick" and batch == max(batches) else timing)
-                if v in JIT_VARIANTS:  # TorchScript's profiling executor re-specialises on a new shape
-                    how["warmup"] += 1
-                t = common.measure(fn, **how)
-            except Exception as exc:  # one failing point must not lose the others
-                rows.append({**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500]})
-                continue
-            rows.append({**row, "status": "ok", **t.as_dict("latency"),
-                         "throughput_eps": batch / t.median,
-                         "max_abs_diff_vs_eager": variants.max_abs_diff.get(v),
-                         "agrees_with_eager": variants.agrees.get(v)})
+            inputs_cache.clear()
+            bound = inputs_cache[batch] = variants.bind_inputs(bm.inputs(batch, seed=batch))
+            fns = {v: variants.call(v, bound) for v in ready}
+            if any(v.startswith("alpyka") for v in ready):
+                fns[GATHER] = variants.gather_call(bound)
+            how = dict(last_quick if run_mode == "quick" and batch == max(batches) else timing)
+            # TorchScript's profiling executor re-specialises on a new shape: one more warm-up for all
+            timings, errors = common.interleaved(fns, how["repeats"], warmup=how["warmup"] + 1,
+                                                 min_rounds=how["min_repeats"], budget_s=how["budget_s"])
+            for v in ready:
+                row: dict[str, Any] = {"model": name, "variant": v, "label": LABELS[v], "batch": batch}
+                if v not in timings:
+                    rows.append({**row, "status": "failed", "reason": errors.get(v, "not timed")})
+                    continue
+                t = timings[v]
+                row.update(status="ok", **t.as_dict("latency"), throughput_eps=batch / t.median,
+                           max_abs_diff_vs_eager=variants.max_abs_diff.get(v), agrees_with_eager=variants.agrees.get(v))
+                engine = v.removeprefix("alpyka_")
+                if v.startswith("alpyka") and engine in timings:  # the same engine fed row-major tensors
+                    row["throughput_vs_engine_paired"] = common.paired_ratio(timings[engine], t)
+                rows.append(row)
+            if GATHER in timings:
+                rows.append({"model": name, "variant": GATHER, "label": LABELS[GATHER], "batch": batch,
+                             "status": "ok", **timings[GATHER].as_dict("latency")})
         inputs_cache.clear()
         keep.append(variants)  # released together at exit (see below)
 
@@ -134,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "onnxruntime_intra_op": args.threads, "omp": args.threads},
         batch_sizes=list(batches), timing=timing,
         timing_largest_quick_batch=last_quick if run_mode == "quick" else None,
-        extra_warmup_calls={v: 1 for v in JIT_VARIANTS}, aot_policy=aot_policy, preparation=prep,
+        interleaved="round-robin over the variants of one batch, rotated each round; warm-up + 1 call each",
+        aot_policy=aot_policy, preparation=prep,
         variants={v: LABELS[v] for v in VARIANTS},
         notes=["throughput = batch / median latency of one inference call; ratios are vs eager at the same batch",
                "alpyka rows include the SoA -> tensor path and the queue hand-off (Model.forward + queue.wait)"])
@@ -150,26 +159,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[int, ...]) -> dict[str, dict[str, Any]]:
-    """``{"<model>, batch <b>": {"eager events/s": x, "<variant>": throughput ratio vs eager}}``."""
-    ok = {(r["model"], r["variant"], r["batch"]): r["throughput_eps"] for r in rows if r["status"] == "ok"}
+    """``{"<model>, batch <b>": {"eager events/s": x, "<variant>": throughput ratio vs eager, ...}}``
+    with the fastest route, alpyka's best route against the best peer and against its own engine
+    fed row-major tensors (paired rounds), and the gather alone (the floor of that difference)."""
+    ok = {(r["model"], r["variant"], r["batch"]): r for r in rows if r["status"] == "ok"}
     summary: dict[str, dict[str, Any]] = {}
     for name in names:
         for b in batches:
-            eager = ok.get((name, "eager", b))
+            tp = {v: ok[(name, v, b)]["throughput_eps"] for v in VARIANTS if (name, v, b) in ok}
+            eager = tp.get("eager")
             if eager is None:
                 continue
             entry: dict[str, Any] = {"eager events/s": eager}
             for v in VARIANTS[1:]:
-                entry[f"{v} / eager"] = common.ratio(ok.get((name, v, b)), eager)
-            here = {v: ok[(name, v, b)] for v in VARIANTS if (name, v, b) in ok}
-            peers = {v: t for v, t in here.items() if not v.startswith("alpyka")}
-            ours = {v: t for v, t in here.items() if v.startswith("alpyka")}
-            entry["fastest"] = max(here, key=here.get)
+                entry[f"{v} / eager"] = common.ratio(tp.get(v), eager)
+            peers = {v: t for v, t in tp.items() if not v.startswith("alpyka")}
+            ours = {v: t for v, t in tp.items() if v.startswith("alpyka")}
+            entry["fastest"] = max(tp, key=tp.get)
             if peers and ours:
                 best_peer, best_ours = max(peers, key=peers.get), max(ours, key=ours.get)
                 entry["alpyka best"] = best_ours
                 entry["best peer"] = best_peer
                 entry["alpyka best / best peer"] = ours[best_ours] / peers[best_peer]
+                entry["alpyka best / its engine (paired)"] = ok[(name, best_ours, b)].get("throughput_vs_engine_paired")
+                gather = ok.get((name, GATHER, b))
+                if gather is not None:
+                    entry["SoA gather ms"] = gather["latency_median_ms"]
+                    entry["gather / alpyka best latency"] = (
+                        gather["latency_median_ms"] / ok[(name, best_ours, b)]["latency_median_ms"])
             summary[f"{name}, batch {b}"] = entry
     return summary
 

@@ -4,12 +4,14 @@ AOTInductor read).
 A block of several SoA columns has the event axis at stride 1 and its columns ``padded`` apart
 (DeepMET's ``[n, 4500, 8]``: 36,000 columns). Row-major order writes every event's values of all
 the columns next to each other: a transpose of a ``[columns, n]`` matrix. On host memory it runs
-as one compiled loop (numba, no GIL) over tiles of 16 columns x 256 events, reading whole runs of
-each column and writing whole cache lines of each row; the column offsets come from a table made
-once per block geometry. Measured on the DeepMET input at batch 4 / 128 / 1024 (1 core): 0.38 /
-8.2 / 78 ms, where torch's ``copy_`` takes 0.33 / 26 / 430 ms and copies of 256-column chunks
-1.4 / 11.5 / 171 ms. Other devices and dtypes numba does not handle go through torch's copy in
-chunks of at most ``GATHER_SPAN`` columns per event.
+as one compiled loop (numba, no GIL) over raw addresses, so nothing of the tensors is kept: below
+``SMALL_BATCH`` events it reads the columns in memory order, each written to its place in every
+row; from there on it goes over tiles of a cache line of each row x ``TILE_EVENTS`` events. The
+column offsets come from a table made once per block geometry. Measured on a DeepMET-shaped
+``[n, 4500, 8]`` float32 block (128-byte alignment) at n = 4 / 16 / 128 / 1024, one core,
+interleaved: 0.68 / 1.1 / 13.9 / 107 ms, where torch's ``copy_`` takes 0.95 / 2.3 / 34 / 431 ms and
+the copies of 256-column chunks used before 3.2 / 2.7 / 16.4 / 181 ms. Other devices and dtypes
+numba does not handle go through torch's copy in chunks of at most ``GATHER_SPAN`` columns per event.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ import torch
 GATHER_SPAN = 256
 #: events per tile of the compiled gather
 TILE_EVENTS = 256
-#: below this many events the compiled gather writes each row in runs of 64 columns instead of tiles
-SMALL_BATCH = 16
+#: below this many events the compiled gather reads the columns in memory order, all events of
+#: one at a time, instead of tiles (measured faster up to 32 events, slower from 64)
+SMALL_BATCH = 40
+#: the column order of the tiled loop: the row's own
+_NO_ORDER = np.empty(0, dtype=np.int64)
 #: torch dtypes the compiled gather reads and writes -> an empty numpy array of that dtype (the
 #: kernel's element type: numba compiles one loop per source/destination pair)
 _PROTOS: dict[torch.dtype, np.ndarray] = {
@@ -50,18 +55,16 @@ def _kernel() -> Any:
         return types.voidptr(addr), codegen
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def transpose_columns(src_addr, src_proto, span, offsets, dst_addr, dst_proto, n, tile_columns,
+    def transpose_columns(src_addr, src_proto, span, offsets, order, dst_addr, dst_proto, n, tile_columns,
                           tile_events):  # pragma: no cover - compiled
         columns = offsets.shape[0]
         src = numba.carray(address(src_addr), (span,), src_proto.dtype)
         out = numba.carray(address(dst_addr), (n * columns,), dst_proto.dtype)
-        if n < SMALL_BATCH:  # a few events: every row written in runs of tile_columns
-            for j0 in range(0, columns, tile_columns):
-                j1 = min(j0 + tile_columns, columns)
+        if order.shape[0]:  # a few events: columns in memory order, each written to its place in every row
+            for k in range(columns):
+                start, j = offsets[k], order[k]
                 for i in range(n):
-                    row = i * columns
-                    for j in range(j0, j1):
-                        out[row + j] = src[offsets[j] + i]
+                    out[i * columns + j] = src[start + i]
             return
         for j0 in range(0, columns, tile_columns):
             j1 = min(j0 + tile_columns, columns)
@@ -96,10 +99,12 @@ def _geometry(shape: torch.Size, strides: tuple[int, ...], src: torch.dtype, dst
     n = shape[0]
     offsets = column_offsets(tuple(shape[1:]), tuple(strides[1:]))
     span = int(offsets.max()) + n if offsets.size else n
+    if n < SMALL_BATCH:  # read the columns in memory order: (offsets sorted, their places in a row)
+        order = np.argsort(offsets, kind="stable")
+        return _PROTOS[src], span, offsets[order], order, _PROTOS[dst], n, 1, 1
     size = max(torch.empty(0, dtype=src).element_size(), torch.empty(0, dtype=dst).element_size())
-    # a few events: rows written 64 columns at a time; else tiles of a cache line of each row x TILE_EVENTS
-    tile_columns = 64 if n < SMALL_BATCH else max(1, 64 // size)
-    return _PROTOS[src], span, offsets, _PROTOS[dst], n, tile_columns, TILE_EVENTS
+    # tiles of a cache line of each row (tile_columns) x TILE_EVENTS events
+    return _PROTOS[src], span, offsets, _NO_ORDER, _PROTOS[dst], n, max(1, 64 // size), TILE_EVENTS
 
 
 def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -121,8 +126,9 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     if t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous():
         args = _geometry(t.shape, t.stride(), t.dtype, out.dtype)
         if args is not None:
-            src_proto, span, offsets, dst_proto, n, tile_columns, tile_events = args
-            _kernel()(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n, tile_columns, tile_events)
+            src_proto, span, offsets, order, dst_proto, n, tile_columns, tile_events = args
+            _kernel()(t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n, tile_columns,
+                      tile_events)
             return out
     if t.dim() >= 2 and t.device.type == "cpu" and t.stride(0) == 1 and t.shape[0] > 1:
         inner = 1

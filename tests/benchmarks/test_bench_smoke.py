@@ -50,10 +50,16 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     assert common.check_document(doc, "models") == []
     assert doc["quick"] is True and doc["mode"] == "smoke"
     assert doc["threads"]["torch_intra_op"] == 1
-    ok = [r for r in doc["results"] if r["status"] == "ok"]
+    ok = [r for r in doc["results"] if r["status"] == "ok" and r["variant"] != "soa_gather"]
     for model in ("particlenet", "deepmet"):
         variants = {r["variant"] for r in ok if r["model"] == model}
         assert {"eager", "jit"} <= variants, f"{model}: only {variants} ran"
+        # the SoA -> row-major gather alone: the floor of alpyka's row-major routes over their engines
+        gathers = [r for r in doc["results"] if r["model"] == model and r["variant"] == "soa_gather"]
+        assert len(gathers) == 1 and _positive_finite(gathers[0]["latency_median_ms"]), gathers
+    for r in ok:
+        if r["variant"].startswith("alpyka") and r["variant"].removeprefix("alpyka_") in {x["variant"] for x in ok}:
+            assert _positive_finite(r["throughput_vs_engine_paired"]), r  # paired with its engine's rounds
     for r in ok:
         for key in ("latency_median_ms", "latency_min_ms", "throughput_eps", "repeats"):
             assert _positive_finite(r[key]), (key, r)
@@ -71,6 +77,7 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     for entry in summary.values():
         assert _positive_finite(entry["eager events/s"])
         assert _positive_finite(entry["jit / eager"])
+        assert _positive_finite(entry["SoA gather ms"]) and _positive_finite(entry["alpyka best / best peer"])
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
 
 

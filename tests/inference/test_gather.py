@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._gather import GATHER_SPAN, TILE_EVENTS, compiled, gather
+from inference._gather import GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, compiled, gather
 from inference_testmodels import MLP, Particles, Preds, features, fill_particles
 
 
@@ -39,13 +39,14 @@ def test_gather_equals_contiguous(inner, n, padded):
 @pytest.mark.parametrize("dtype,expect_compiled", [
     (torch.float32, True), (torch.float64, True), (torch.int64, True), (torch.int32, True), (torch.int8, True),
     (torch.uint8, True), (torch.bool, True), (torch.float16, False), (torch.bfloat16, False)])
-@pytest.mark.parametrize("n", [5, 40])  # below and above SMALL_BATCH: the two loops
+@pytest.mark.parametrize("n", [5, 70])  # below and above SMALL_BATCH: the two loops
 def test_gather_of_every_dtype(dtype, expect_compiled, n):
+    assert (n < SMALL_BATCH) == (n == 5)
     """The compiled tile loop takes the numeric dtypes numba copies; half floats take torch's
     chunked copy; both equal ``contiguous()``, converting into the buffer's dtype."""
     gen = torch.Generator().manual_seed(7)
-    flat = (torch.randn(64 * 4500 * 2, generator=gen) * 50).to(dtype)
-    t = flat.as_strided((n, 4500, 2), (1, 64, 64 * 4500))  # DeepMET-like: columns of the second axis first
+    flat = (torch.randn(96 * 4500 * 2, generator=gen) * 50).to(dtype)
+    t = flat.as_strided((n, 4500, 2), (1, 96, 96 * 4500))  # DeepMET-like: columns of the second axis first
     out = torch.empty(t.shape, dtype=dtype)
     assert compiled(t, out) is expect_compiled
     assert torch.equal(gather(t, out), t.contiguous())
