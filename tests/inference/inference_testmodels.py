@@ -99,3 +99,26 @@ def fill_particles(n: int, seed: int = 0) -> dict[str, np.ndarray]:
 def features(data: dict[str, np.ndarray]) -> torch.Tensor:
     """The [n, 3] features block computed from the data (a copy, for references)."""
     return torch.from_numpy(np.stack([data["x"], data["y"], data["z"]], axis=1).copy())
+
+
+def run_threads(work, count: int, timeout: float = 120.0) -> None:
+    """``work(t)`` in ``count`` threads at once; the first exception any raised is raised here,
+    and a thread still running after ``timeout`` seconds fails the test."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def guarded(t: int) -> None:
+        try:
+            work(t)
+        except BaseException as exc:  # reported by the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(count)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout)
+    assert not any(th.is_alive() for th in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]

@@ -11,7 +11,7 @@ import torch
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._gather import GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, compiled, gather
-from inference_testmodels import MLP, Particles, Preds, features, fill_particles
+from inference_testmodels import MLP, Particles, Preds, features, fill_particles, run_threads
 
 
 def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float32) -> torch.Tensor:
@@ -118,30 +118,21 @@ def test_threads_sharing_a_model_never_share_its_workspace(exported_files):
     import threading
 
     model = Model(exported_files["mlp.onnx"])
-    n, errors, barrier = 2048, [], threading.Barrier(4)
+    n, barrier = 2048, threading.Barrier(4)
 
     def work(t: int) -> None:
-        try:
-            q = pk.Queue(pk.device("cpu_serial"))
-            model.to(q)
-            barrier.wait()
-            for it in range(15):
-                data = fill_particles(n, seed=1000 * t + it)
-                coll = pk.PortableCollection.from_dict(Particles, data, q)
-                out = pk.PortableCollection(Preds, n, q)
-                model.forward(ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                                            SoAMetadata(out).append_block("preds", "m", "n")))
-                cols = out.to_dict(q)
-                with torch.no_grad():
-                    ref = MLP()(features(data)).numpy()
-                np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        q = pk.Queue(pk.device("cpu_serial"))
+        model.to(q)
+        barrier.wait()
+        for it in range(15):
+            data = fill_particles(n, seed=1000 * t + it)
+            coll = pk.PortableCollection.from_dict(Particles, data, q)
+            out = pk.PortableCollection(Preds, n, q)
+            model.forward(ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
+                                        SoAMetadata(out).append_block("preds", "m", "n")))
+            cols = out.to_dict(q)
+            with torch.no_grad():
+                ref = MLP()(features(data)).numpy()
+            np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not any(th.is_alive() for th in threads)
-    assert not errors, errors[0]
+    run_threads(work, 4)

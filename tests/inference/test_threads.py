@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torch_threads
-from inference_testmodels import Particles, Preds, TwoHeads, features, fill_particles
+from inference_testmodels import Particles, Preds, TwoHeads, features, fill_particles, run_threads
 
 
 @pytest.mark.parametrize("kind", ["eager", "jit", "onnx"])
@@ -28,39 +28,30 @@ def test_four_threads_four_queues_one_model(device, kind, request):
             model = Model(torch.jit.trace(module, torch.randn(16, 3)))
     else:
         model = Model(module)
-    errors: list[BaseException] = []
     results: dict[int, list[bool]] = {}
     barrier = threading.Barrier(4)
 
     def work(t: int) -> None:
-        try:
-            q = pk.Queue(device)
-            model.to(q)  # binds for this thread
-            ok = []
-            barrier.wait()
-            for it in range(5):
-                n = 64 * (t + 1) + 7 * it
-                data = fill_particles(n, seed=100 * t + it)
-                coll = pk.PortableCollection.from_dict(Particles, data, q)
-                out = pk.PortableCollection(Preds, n, q)
-                model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                                            SoAMetadata(out).append_block("p", "m", "n").append_block("s", "score")))
-                assert model.queue is q
-                cols = out.to_dict(q)
-                with torch.no_grad():
-                    preds, score = module(features(data))
-                ok.append(np.allclose(np.stack([cols["m"], cols["n"]], 1), preds.numpy(), atol=1e-5)
-                          and np.allclose(cols["score"], score.numpy(), atol=1e-5))
-            results[t] = ok
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+        q = pk.Queue(device)
+        model.to(q)  # binds for this thread
+        ok = []
+        barrier.wait()
+        for it in range(5):
+            n = 64 * (t + 1) + 7 * it
+            data = fill_particles(n, seed=100 * t + it)
+            coll = pk.PortableCollection.from_dict(Particles, data, q)
+            out = pk.PortableCollection(Preds, n, q)
+            model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                                        SoAMetadata(out).append_block("p", "m", "n").append_block("s", "score")))
+            assert model.queue is q
+            cols = out.to_dict(q)
+            with torch.no_grad():
+                preds, score = module(features(data))
+            ok.append(np.allclose(np.stack([cols["m"], cols["n"]], 1), preds.numpy(), atol=1e-5)
+                      and np.allclose(cols["score"], score.numpy(), atol=1e-5))
+        results[t] = ok
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=120)
-    assert not errors, errors
+    run_threads(work, 4)
     assert sorted(results) == [0, 1, 2, 3] and all(all(v) for v in results.values()), results
 
 
