@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -162,7 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     bar = common.progress(steps, desc="service bench", disable=args.no_progress)
     it = iter(bar)
     next(it)
-    servers = [serve(hosted, device="cpu_serial", threads=1, instances=2) for _ in range(2)]
+    with ThreadPoolExecutor(2) as pool:  # two start-ups at once (each mostly waits for Triton)
+        starting = [pool.submit(serve, hosted, device="cpu_serial", threads=1, instances=2) for _ in range(2)]
+        servers = []
+        try:
+            servers = [f.result() for f in starting]
+        finally:
+            if len(servers) < 2:  # one failed: stop the other before the error goes on
+                for f in starting:
+                    if f.exception() is None:
+                        f.result().stop()
     urls = [s.grpc_url for s in servers]
     n = args.particles
     local_model = Model(str(paths["exported"]))
