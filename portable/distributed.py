@@ -93,6 +93,7 @@ def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
 
     spawn_env = worker_environment(workers)
     saved = {k: os.environ.get(k) for k in (*spawn_env, "PYTHONHASHSEED")}
+    _quiet_closed_comms()
     try:
         with dask.config.set({"distributed.scheduler.allowed-failures": int(allowed_failures),
                               "distributed.nanny.pre-spawn-environ": spawn_env}):
@@ -113,6 +114,33 @@ def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
     finally:
         cluster.close()
         _restore_environ(saved)
+
+
+class _ClosedCommsAtTeardown(logging.Filter):
+    """Drops asyncio's "Future exception was never retrieved" for a Dask connection that closed:
+    after Ctrl-C the terminal interrupts the embedded cluster's workers too, and the scheduler's
+    last broadcasts to them fail while it shuts down (a 30-line traceback, nothing lost)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or "never retrieved" not in record.getMessage():
+            return True
+        closed: tuple[type, ...] = ()
+        try:
+            from distributed.comm.core import CommClosedError
+            from tornado.iostream import StreamClosedError
+
+            closed = (CommClosedError, StreamClosedError)
+        except ImportError:  # pragma: no cover - distributed brings both
+            pass
+        return not isinstance(exc, closed)
+
+
+def _quiet_closed_comms() -> None:
+    """Install :class:`_ClosedCommsAtTeardown` on asyncio's logger (once)."""
+    log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _ClosedCommsAtTeardown) for f in log.filters):
+        log.addFilter(_ClosedCommsAtTeardown())
 
 
 def _cores() -> int:
