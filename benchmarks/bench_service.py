@@ -36,22 +36,8 @@ import portable as pk
 import soa
 from inference import ModelMetadata, SoAMetadata, pipeline
 from inference.demo import _events as E
-from inference.demo._layouts import FEATURES, INDEX
+from inference.demo._layouts import FEATURES, INDEX, EdgeInputs
 from inference.demo.pipeline import run_event
-
-
-class EdgeInputs(soa.Layout):
-    """The GNN's inputs as a collection of their own (the tensors a plain model request carries)."""
-
-    deta = soa.column(np.float32)
-    dphi = soa.column(np.float32)
-    dr = soa.column(np.float32)
-    dt = soa.column(np.float32)
-    log_e_src = soa.column(np.float32)
-    log_e_dst = soa.column(np.float32)
-    valid = soa.column(np.float32)
-    src = soa.column(np.int32)
-    dst = soa.column(np.int32)
 
 
 class EdgeVectors(soa.Layout):

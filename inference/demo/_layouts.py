@@ -24,9 +24,9 @@ class Fragments(soa.Layout):
     baseline = soa.column(np.int32)  # cluster label of the distance-only baseline
 
 
-class Edges(soa.Layout):
-    """Candidate edges between nearby fragments, their features (one float32 block for the
-    model), their endpoints (one int32 block) and the model's score."""
+class EdgeInputs(soa.Layout):
+    """What the GNN reads of an edge: its features (one float32 block) and endpoints (one int32
+    block); a collection of its own is what a plain model request carries (bench_service)."""
 
     deta = soa.column(np.float32)
     dphi = soa.column(np.float32)
@@ -37,6 +37,12 @@ class Edges(soa.Layout):
     valid = soa.column(np.float32)
     src = soa.column(np.int32)
     dst = soa.column(np.int32)
+
+
+class Edges(EdgeInputs):
+    """Candidate edges between nearby fragments: the GNN's inputs (the columns of
+    :class:`EdgeInputs`, first), the truth, the model's score and the count found."""
+
     same = soa.column(np.float32)  # truth: both ends from one particle (training target)
     score = soa.column(np.float32)  # written by the model
     n_edges = soa.scalar(np.int32)  # edges found (may exceed the slots: then some were dropped)

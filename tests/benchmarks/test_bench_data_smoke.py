@@ -2,27 +2,19 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from bench_run import PNG_MAGIC, run_script
 
 
 def test_bench_data_smoke(tmp_path):
     for extra in ("awkward", "uproot", "skhep_testdata", "matplotlib"):
         pytest.importorskip(extra)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-           "MPLBACKEND": "Agg"}
-    r = subprocess.run([sys.executable, "benchmarks/bench_data.py", "--smoke", "--no-progress", "--out", str(tmp_path)],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    r = run_script(["benchmarks/bench_data.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "data.json").read_text())
     assert doc["benchmark"] == "data" and doc["results"]
     row = doc["results"][0]
     assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("alpyka_events_per_s", "reference_events_per_s"))
     assert row["converted_bytes"] == 0 and row["filled_bytes"] > 0  # HZZ's dtypes match the layout
-    assert (tmp_path / "data.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "data.png").read_bytes()[:8] == PNG_MAGIC

@@ -3,23 +3,15 @@ writes the suite's JSON + PNG; no timing is asserted."""
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from bench_run import PNG_MAGIC, run_script
 
 
 def test_bench_service_smoke(tmp_path):
     for extra in ("torch", "tritonclient.grpc", "pytriton.triton", "matplotlib"):
         pytest.importorskip(extra)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-           "MPLBACKEND": "Agg"}
-    r = subprocess.run([sys.executable, "benchmarks/bench_service.py", "--smoke", "--no-progress", "--out",
-                        str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    r = run_script(["benchmarks/bench_service.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((tmp_path / "service.json").read_text())
     assert doc["benchmark"] == "service" and doc["results"]
@@ -32,4 +24,4 @@ def test_bench_service_smoke(tmp_path):
     o = doc["overhead"]
     assert o["model"]["bytes_per_request"] == o["pipeline, same tensors"]["bytes_per_request"]
     assert math.isfinite(o["overhead_fraction"])
-    assert (tmp_path / "service.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "service.png").read_bytes()[:8] == PNG_MAGIC

@@ -6,33 +6,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from bench_run import PNG_MAGIC, REPO, run_script as _run
+
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import _common as common  # noqa: E402
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env["ALPYKA_NO_PROGRESS"] = "1"
-    env["MPLBACKEND"] = "Agg"
-    return env
-
-
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def _positive_finite(value: object) -> bool:
