@@ -39,7 +39,7 @@ class Pass:
     The block order and settings are read from ``metadata`` when the pass is made (a snapshot:
     blocks appended afterwards belong to the next pass)."""
 
-    __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "cast", "input_dtype",
+    __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "out_n", "cast", "input_dtype",
                  "prepare", "indirect", "inputs", "outputs", "fast", "args", "work")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
@@ -50,6 +50,9 @@ class Pass:
         self.ins, self.outs = metadata.inputs, metadata.outputs
         self.names, self.out_blocks = metadata.outputs.ordered()
         self.n = metadata.inputs.size
+        # a whole-collection pass may give fewer or more rows than it reads (per-candidate inputs,
+        # per-event outputs); mini-batches need both of one size (ModelMetadata checks it)
+        self.out_n = metadata.outputs.size
         self.cast = metadata.cast_outputs
         self.input_dtype = metadata.input_dtype
         # AOTInductor kernels are compiled for the example inputs' (contiguous) strides; ONNX
@@ -102,6 +105,7 @@ class Pass:
         return out
 
     def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
+        """The model on ``batch``; ``rows``: how many rows its outputs have (ONNX Runtime's bound outputs)."""
         if self.kind == "onnx":
             return self.fn(self.out_blocks, rows, *self._prepare(batch, keep), memo=self.work.memo if keep else None)
         return self.fn(*self._prepare(batch, keep))
@@ -125,7 +129,7 @@ class Pass:
 
     def _whole(self, keep: bool) -> None:
         with _InferenceMode(True):
-            raw = self._run(self.args, self.n, keep) if self.indirect else self.fn(*self.args)
+            raw = self._run(self.args, self.out_n, keep) if self.indirect else self.fn(*self.args)
             fast = self.fast
             if fast is not None:
                 if len(fast) == 1 and isinstance(raw, torch.Tensor):  # one block, one tensor: the usual case
@@ -156,7 +160,7 @@ class Pass:
         n, bs, names, out_blocks, cast = self.n, self.batch_size, self.names, self.out_blocks, self.cast
         with _InferenceMode(True):
             if bs is None or bs >= n:  # the whole collection in one call
-                mapped = map_outputs(self._run(inputs, n), names)
+                mapped = map_outputs(self._run(inputs, self.out_n), names)
                 checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in out_blocks]
                 for target, value in checked:  # every output was checked: now write them
                     write(target, value)

@@ -75,9 +75,10 @@ def aot_package(request) -> str:
 def exported_files(tmp_path_factory) -> dict[str, str]:
     """The test models exported once per session by ``inference.export``:
     ``{"mlp.onnx", "mlp.pt2", "heads.onnx" (outputs named preds/score), "heads.pt2",
-    "everything.onnx", "everything.pt2", "double.onnx" (one column in, one out)}``."""
+    "everything.onnx", "everything.pt2", "totals.onnx", "totals.pt2" ([n, 3] in, [1, 2] out),
+    "double.onnx" (one column in, one out)}``."""
     from inference import export
-    from inference_testmodels import MLP, TwoHeads, UsesEverything
+    from inference_testmodels import MLP, Totals, TwoHeads, UsesEverything
 
     class Double(torch.nn.Module):
         def forward(self, x):  # type: ignore[override]
@@ -92,6 +93,7 @@ def exported_files(tmp_path_factory) -> dict[str, str]:
         ("mlp", MLP(), (f,), {}),
         ("heads", TwoHeads(), (f,), {"output_names": ["preds", "score"]}),
         ("everything", UsesEverything(), every, {}),
+        ("totals", Totals(), (f,), {}),
     ):
         for suffix in ("onnx", "pt2"):
             out[f"{name}.{suffix}"] = export(module, example, d / f"{name}.{suffix}",

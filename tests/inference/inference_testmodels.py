@@ -66,6 +66,18 @@ class TwoHeads(torch.nn.Module):
         return preds, score
 
 
+class Totals(torch.nn.Module):
+    """Features [n, 3] -> the MLP's outputs summed over all rows, [1, 2]: fewer rows out than in
+    (what a per-event result of per-candidate inputs is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x).sum(dim=0, keepdim=True)
+
+
 class UsesEverything(torch.nn.Module):
     """Features, a vector, a matrix and a scalar block in; a [n, 2] result."""
 

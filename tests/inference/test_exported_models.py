@@ -12,7 +12,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Particles, Preds, TwoHeads, UsesEverything, features
+from inference_testmodels import MLP, Particles, Preds, Totals, TwoHeads, UsesEverything, features
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 FORMATS = ["onnx", "pt2"]
@@ -94,6 +94,24 @@ def test_mini_batches(queue, make_particles, make_preds, exported_files, fmt):
     Model(exported_files[f"mlp.{fmt}"]).to(queue).forward(meta)
     np.testing.assert_allclose(_preds(out.to_dict(queue)), _eager(MLP(), features(data)).numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "pt2", "module"])
+def test_outputs_of_another_size_than_the_inputs(queue, make_particles, make_preds, exported_files, fmt):
+    """A model may give fewer rows than it reads (per-candidate inputs, a per-event result): the
+    outputs take the output collection's size (ONNX Runtime's bound outputs included)."""
+    n = 300
+    coll, data = make_particles(n, seed=13)
+    out = make_preds(1)
+    model = Model(Totals() if fmt == "module" else exported_files[f"totals.{fmt}"]).to(queue)
+    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                         SoAMetadata(out).append_block("preds", "m", "n"))
+    for _ in range(2):  # the first forward and the prepared plan's
+        model.forward(meta)
+        np.testing.assert_allclose(_preds(out.to_dict(queue)), _eager(Totals(), features(data)).numpy(),
+                                   rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="one size"):  # mini-batches need one size in and out
+        ModelMetadata(meta.inputs, meta.outputs, batch_size=100)
 
 
 @pk.kernel
