@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._gather import GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, compiled, gather
+from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, compiled, gather
 from inference_testmodels import MLP, Particles, Preds, features, fill_particles, run_threads
 
 
@@ -22,7 +22,8 @@ def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float
     return flat.as_strided((n,) + inner, (1,) + strides)
 
 
-@pytest.mark.parametrize("inner", [(3,), (GATHER_SPAN * 3 + 5,), (700, 8), (5, 4, 3), (1000, 1), (2, 600)])
+@pytest.mark.parametrize("inner", [(3,), (FEW_COLUMNS,), (2, FEW_COLUMNS // 2), (FEW_COLUMNS + 1,),
+                                   (GATHER_SPAN * 3 + 5,), (700, 8), (5, 4, 3), (1000, 1), (2, 600)])
 @pytest.mark.parametrize("n,padded", [(2, 32), (37, 64), (128, 128), (TILE_EVENTS + 44, TILE_EVENTS + 64)])
 def test_gather_equals_contiguous(inner, n, padded):
     t = _column_major(n, inner, padded)
@@ -39,14 +40,20 @@ def test_gather_equals_contiguous(inner, n, padded):
 @pytest.mark.parametrize("dtype,expect_compiled", [
     (torch.float32, True), (torch.float64, True), (torch.int64, True), (torch.int32, True), (torch.int8, True),
     (torch.uint8, True), (torch.bool, True), (torch.float16, False), (torch.bfloat16, False)])
-@pytest.mark.parametrize("n", [5, 70])  # below and above SMALL_BATCH: the two loops
-def test_gather_of_every_dtype(dtype, expect_compiled, n):
+@pytest.mark.parametrize("n", [5, 70])  # below and above SMALL_BATCH: the column and tile loops
+@pytest.mark.parametrize("per_candidate", [False, True])  # the row loop: a few columns
+def test_gather_of_every_dtype(dtype, expect_compiled, n, per_candidate):
+    """The compiled loops take the numeric dtypes numba copies; half floats take torch's chunked
+    copy; both equal ``contiguous()``, converting into the buffer's dtype."""
     assert (n < SMALL_BATCH) == (n == 5)
-    """The compiled tile loop takes the numeric dtypes numba copies; half floats take torch's
-    chunked copy; both equal ``contiguous()``, converting into the buffer's dtype."""
     gen = torch.Generator().manual_seed(7)
     flat = (torch.randn(96 * 4500 * 2, generator=gen) * 50).to(dtype)
-    t = flat.as_strided((n, 4500, 2), (1, 96, 96 * 4500))  # DeepMET-like: columns of the second axis first
+    if per_candidate:  # a collection of one row per candidate: n * 4500 rows of 8 columns
+        rows = n * 4500
+        flat = (torch.randn(8 * (rows + 3), generator=gen) * 50).to(dtype)
+        t = flat.as_strided((rows, 8), (1, rows + 3))
+    else:  # DeepMET-like: columns of the second axis first
+        t = flat.as_strided((n, 4500, 2), (1, 96, 96 * 4500))
     out = torch.empty(t.shape, dtype=dtype)
     assert compiled(t, out) is expect_compiled
     assert torch.equal(gather(t, out), t.contiguous())
