@@ -100,7 +100,9 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
 
         return OnnxProgram(path).runner(torch.device(device)).run_tensors
     if fmt == "aot":
-        return torch._inductor.aoti_load_package(path)
+        from .. import aot
+
+        return aot.load(path)
     if fmt == "exported":
         module = torch.export.load(path).module()
         return module.to(device) if device != "cpu" else module

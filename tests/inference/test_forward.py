@@ -171,6 +171,20 @@ def test_jit_aot_and_eager_agree(queue, make_particles, make_preds, aot_package,
         np.testing.assert_allclose(res, ref, rtol=1e-5, atol=1e-5, err_msg=kind)
 
 
+def test_aot_runner_reads_the_calling_convention_once(aot_package):
+    """``aot.load``: the package's own call (specs parsed per call) and the runner's boxed call give
+    the same outputs; another input count goes through the package's call and its error."""
+    from inference import aot
+
+    runner = aot.load(aot_package)
+    assert runner._run is not None and runner._count == 1  # the fast path applies to this package
+    x = torch.randn(300, 3)
+    expected = runner.package(x)
+    assert torch.equal(runner(x), expected)
+    with pytest.raises(Exception):
+        runner(x, x)
+
+
 def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles, make_preds):
     """producer -> model -> consumer, all enqueued on one non-blocking queue, one wait at the end."""
     q = pk.Queue(device)  # non-blocking
