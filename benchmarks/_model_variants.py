@@ -17,6 +17,9 @@ import numpy as np
 import torch
 
 CHECK_BATCH = 8
+#: alpyka's routes reading a collection of one row per candidate (models with ``rows_per_event``)
+PER_CANDIDATE = ("alpyka_aot_pc", "alpyka_onnx_pc")
+ALPYKA_VARIANTS = ("alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx") + PER_CANDIDATE
 REL_TOLERANCE = 1e-3
 MODELS_SOURCE = Path(__file__).resolve().parent / "models.py"
 
@@ -49,7 +52,7 @@ class BoundInputs:
         self.tensors = tensors
         self.feeds = {n: t.numpy() for n, t in zip(names, tensors)}
         self.batch = int(tensors[0].shape[0])
-        self.soa: Any = None
+        self.soa: dict[str, Any] = {}  # layout ("event", "candidate") -> collections and metadata
 
 
 class ModelVariants:
@@ -72,7 +75,7 @@ class ModelVariants:
         self._try("exported", self._prepare_exported)
         self._prepare_aot(aot_policy)
         self._try("onnx", self._prepare_onnx)
-        self._prepare_alpyka()
+        self._prepare_alpyka(aot_policy)
         self._check()
 
     # ------------------------------------------------------------------ helpers
@@ -111,18 +114,19 @@ class ModelVariants:
     def call(self, variant: str, bound: BoundInputs) -> Callable[[], Any]:
         """A zero-argument callable running ``variant`` once on ``bound`` (to time)."""
         runner = self.runners[variant]
-        if variant.startswith("alpyka"):
-            self._soa(bound)  # the collections are filled before timing, as a producer would
+        if variant.startswith("alpyka"):  # the collections are filled before timing, as a producer would
+            self._soa(bound, per_candidate=variant.endswith("_pc"))
         return lambda: runner(bound)
 
-    def gather_call(self, bound: BoundInputs) -> Callable[[], Any]:
+    def gather_call(self, bound: BoundInputs, per_candidate: bool = False) -> Callable[[], Any]:
         """A zero-argument callable that gathers the batch's SoA input blocks into row-major
         buffers, as alpyka's ONNX Runtime and AOTInductor routes do before the engine runs: the
-        work those routes do that the same engine fed row-major tensors does not."""
+        work those routes do that the same engine fed row-major tensors does not (a block that
+        is row-major already, one column, is read in place: not gathered)."""
         from inference._gather import gather
 
-        meta_in = self._soa(bound)["meta"][0]
-        blocks = [meta_in.device_tensor(n) for n in meta_in.ordered()[0]]
+        meta_in = self._soa(bound, per_candidate)["meta"][0]
+        blocks = [t for t in (meta_in.device_tensor(n) for n in meta_in.ordered()[0]) if not t.is_contiguous()]
         buffers = [torch.empty(t.shape, dtype=t.dtype) for t in blocks]
 
         def run() -> None:
@@ -177,29 +181,9 @@ class ModelVariants:
 
     # ------------------------------------------------------------------ AOTInductor
     def _prepare_aot(self, policy: str) -> None:
-        if policy == "never":
-            self.skipped["aot"] = "AOTInductor disabled in this mode (--smoke or --no-aot)"
-            return
-        path = self._path("aot", ".pt2")
-        if not path.exists() and policy == "cached":
-            self.skipped["aot"] = (f"no cached package ({path.name}); --quick compiles only with --aot "
-                                   "(a compile takes ~10-60 s)")
-            return
-
         def prepare() -> None:
-            info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
-            if not path.exists():
-                self._log("compiling the AOTInductor package (once; cached) ...")
-                t0 = time.perf_counter()
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    ep = torch.export.export(self.model, self._example(), dynamic_shapes=self._dynamic_shapes())
-                    tmp = path.with_name(path.stem + ".tmp.pt2")
-                    torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
-                self._store(tmp, path)
-                info["compile_s"] = time.perf_counter() - t0
-            runner = torch._inductor.aoti_load_package(str(path))
-            self.info["aot"] = info
+            runner = torch._inductor.aoti_load_package(self._compile_aot("aot", self.model, self._example(),
+                                                                         self._dynamic_shapes()))
 
             def run(bound: BoundInputs) -> torch.Tensor:
                 with torch.inference_mode():
@@ -207,71 +191,106 @@ class ModelVariants:
 
             self.runners["aot"] = run
 
-        self._try("aot", prepare)
+        why_not = self._aot_unavailable(policy, "aot")
+        if why_not:
+            self.skipped["aot"] = why_not
+        else:
+            self._try("aot", prepare)
+
+    def _aot_unavailable(self, policy: str, kind: str) -> str:
+        """Why no AOTInductor package of ``kind`` is used under ``policy`` ("" when one is)."""
+        if policy == "never":
+            return "AOTInductor disabled in this mode (--smoke or --no-aot)"
+        path = self._path(kind, ".pt2")
+        if not path.exists() and policy == "cached":
+            return (f"no cached package ({path.name}); --quick compiles only with --aot "
+                    "(a compile takes ~10-60 s)")
+        return ""
+
+    def _compile_aot(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
+                     dynamic_shapes: tuple[Any, ...]) -> str:
+        """The cached AOTInductor package of ``module`` (compiled when missing); its path."""
+        path = self._path(kind, ".pt2")
+        info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
+        if not path.exists():
+            self._log(f"compiling the AOTInductor package {kind} (once; cached) ...")
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
+                tmp = path.with_name(path.stem + ".tmp.pt2")
+                torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
+            self._store(tmp, path)
+            info["compile_s"] = time.perf_counter() - t0
+        self.info[kind] = info
+        return str(path)
 
     # ------------------------------------------------------------------ ONNX Runtime
     def _prepare_onnx(self) -> None:
         import onnxruntime as ort
 
-        path = self._path("onnx", ".onnx", extra=ort.__version__)
-        info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
-        if not path.exists():
-            t0 = time.perf_counter()
-            info["exporter"] = self._export_onnx(path)
-            info["export_s"] = time.perf_counter() - t0
+        path = self._export_onnx("onnx", self.model, self._example(), self._dynamic_shapes())
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        self.info["onnx"] = info
+        session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
         def run(bound: BoundInputs) -> np.ndarray:
             return session.run(None, bound.feeds)[0]
 
         self.runners["onnx"] = run
 
-    def _export_onnx(self, path: Path) -> str:
-        """Export with the torch.export-based exporter (needs onnxscript), else the TorchScript one."""
+    def _export_onnx(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
+                     dynamic_shapes: tuple[Any, ...]) -> str:
+        """The cached ONNX file of ``module`` (exported when missing) with the torch.export-based
+        exporter (needs onnxscript), else the TorchScript one; its path."""
         import logging
 
+        import onnxruntime as ort
+
+        path = self._path(kind, ".onnx", extra=ort.__version__)
+        info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
+        self.info[kind] = info
+        if path.exists():
+            return str(path)
+        t0 = time.perf_counter()
         tmp = path.with_name(path.stem + ".tmp.onnx")
         names = dict(input_names=list(self.bm.input_names), output_names=list(self.bm.output_names))
-        first_error = ""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             logging.getLogger("torch.onnx").setLevel(logging.ERROR)
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter's dependency)
 
-                torch.onnx.export(self.model, self._example(), str(tmp), dynamo=True,
-                                  dynamic_shapes=self._dynamic_shapes(), external_data=False, verbose=False,
-                                  **names)
-                self._store(tmp, path)
-                return "torch.onnx.export(dynamo=True)"
+                torch.onnx.export(module, example, str(tmp), dynamo=True, dynamic_shapes=dynamic_shapes,
+                                  external_data=False, verbose=False, **names)
+                info["exporter"] = "torch.onnx.export(dynamo=True)"
             except Exception as exc:
                 first_error = f"{type(exc).__name__}: {exc}"[:300]
-            try:
-                axes = {n: {0: "batch"} for n in self.bm.input_names + self.bm.output_names}
-                torch.onnx.export(self.model, self._example(), str(tmp), dynamo=False, dynamic_axes=axes,
-                                  opset_version=17, **names)
-                self._store(tmp, path)
-                return f"torch.onnx.export(dynamo=False) (the dynamo exporter failed: {first_error})"
-            except Exception as exc:
-                raise RuntimeError(f"ONNX export failed: dynamo exporter: {first_error}; TorchScript exporter: "
-                                   f"{type(exc).__name__}: {exc} (the dynamo exporter needs `pip install onnxscript`)"
-                                   ) from None
+                try:
+                    axes = {n: {0: "batch"} for n in self.bm.input_names + self.bm.output_names}
+                    torch.onnx.export(module, example, str(tmp), dynamo=False, dynamic_axes=axes,
+                                      opset_version=17, **names)
+                    info["exporter"] = f"torch.onnx.export(dynamo=False) (the dynamo exporter failed: {first_error})"
+                except Exception as exc2:
+                    raise RuntimeError(f"ONNX export failed: dynamo exporter: {first_error}; TorchScript exporter: "
+                                       f"{type(exc2).__name__}: {exc2} (the dynamo exporter needs "
+                                       "`pip install onnxscript`)") from None
+        self._store(tmp, path)
+        info["export_s"] = time.perf_counter() - t0
+        return str(path)
 
     # ------------------------------------------------------------------ alpyka Model on SoA
-    def _prepare_alpyka(self) -> None:
+    def _prepare_alpyka(self, aot_policy: str) -> None:
         try:
             import portable as pk
             from inference import Model, ModelMetadata, SoAMetadata  # noqa: F401
             import inference
         except Exception as exc:
             reason = f"inference.Model is not importable ({type(exc).__name__}: {exc})"
-            for v in ("alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx"):
+            for v in ALPYKA_VARIANTS:
                 self.skipped[v] = reason
             return
         inference.set_torch_threads(self.threads, 1)
@@ -283,53 +302,95 @@ class ModelVariants:
                 continue
             path = self.info[source]["path"]
             self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
+        self._prepare_per_candidate(aot_policy)
         if torch.get_num_threads() != self.threads:
             raise RuntimeError(f"torch threads changed to {torch.get_num_threads()} (asked {self.threads})")
+
+    def _prepare_per_candidate(self, aot_policy: str) -> None:
+        """alpyka's AOTInductor and ONNX Runtime routes reading a collection of one row per
+        candidate (``models.PerCandidate`` over the same model and weights)."""
+        from models import PerCandidate
+
+        rows = self.bm.rows_per_event
+        if not rows:
+            for v in PER_CANDIDATE:
+                self.skipped[v] = f"{self.bm.name}'s inputs have no per-candidate form here"
+            return
+        module = PerCandidate(self.model, rows).eval()
+        example = tuple(t.reshape(-1, t.shape[-1]) for t in self._example())
+        events = torch.export.Dim("events", min=2, max=4096)
+        # forward(*inputs): torch.export sees one argument, a tuple of tensors
+        dynamic = (tuple({0: rows * events} for _ in example),)
+        why_not = self._aot_unavailable(aot_policy, "aot_pc")
+        if why_not:
+            self.skipped["alpyka_aot_pc"] = why_not
+        else:
+            self._try("alpyka_aot_pc", lambda: self._alpyka_runner(
+                "alpyka_aot_pc", self._compile_aot("aot_pc", module, example, dynamic)))
+        self._try("alpyka_onnx_pc", lambda: self._alpyka_runner(
+            "alpyka_onnx_pc", self._export_onnx("onnx_pc", module, example, dynamic)))
 
     def _alpyka_runner(self, variant: str, path: str) -> None:
         from inference import Model, ModelMetadata
 
         model = Model(path).to(self._queue)
         q = self._queue
+        per_candidate = variant.endswith("_pc")
 
         def run(bound: BoundInputs) -> np.ndarray:
-            soa_in = self._soa(bound)
+            soa_in = self._soa(bound, per_candidate)
             model.forward(ModelMetadata(*soa_in["meta"]))
             q.wait()
             return soa_in["out"]
 
         self.runners[variant] = run
 
-    def _soa(self, bound: BoundInputs) -> dict[str, Any]:
-        """The batch in SoA collections (built once per batch): one matrix column per input
-        [n, R, C], one vector column per output [n, K]."""
-        if bound.soa is None:
+    def _soa(self, bound: BoundInputs, per_candidate: bool = False) -> dict[str, Any]:
+        """The batch in SoA collections (built once per batch and layout). Inputs: one matrix
+        column per input [n, R, C] (``per_candidate``: a collection of n*R rows, a column per
+        component, C adjacent columns per input); outputs: one vector column per output [n, K]."""
+        layout = "candidate" if per_candidate else "event"
+        if layout not in bound.soa:
             import portable as pk
             import soa
             from inference import SoAMetadata
 
-            fields_in = {n: soa.matrix(t.numpy().dtype, t.shape[1], t.shape[2])
-                         for n, t in zip(self.bm.input_names, bound.tensors)}
+            inputs = dict(zip(self.bm.input_names, bound.tensors))
+            if per_candidate:
+                columns = {n: [f"{n}_{i}" for i in range(t.shape[2])] if t.shape[2] > 1 else [n]
+                           for n, t in inputs.items()}
+                fields_in = {c: soa.column(inputs[n].numpy().dtype) for n, cols in columns.items() for c in cols}
+            else:
+                columns = {n: [n] for n in inputs}
+                fields_in = {n: soa.matrix(t.numpy().dtype, t.shape[1], t.shape[2]) for n, t in inputs.items()}
             with torch.inference_mode():
                 ref = self.model(*(t[:2] for t in bound.tensors))
             fields_out = {n: soa.vector(np.float32, ref.shape[1]) for n in self.bm.output_names}
-            In = type(f"{self.bm.name.title()}Inputs", (soa.Layout,), fields_in)
+            title = self.bm.name.title() + ("Candidates" if per_candidate else "Inputs")
+            In = type(title, (soa.Layout,), fields_in)
             Out = type(f"{self.bm.name.title()}Outputs", (soa.Layout,), fields_out)
             q = self._queue
-            cin = pk.PortableCollection(In, bound.batch, q)
+            rows = bound.batch * (self.bm.rows_per_event if per_candidate else 1)
+            cin = pk.PortableCollection(In, rows, q)
             cout = pk.PortableCollection(Out, bound.batch, q)
             q.wait()
             view = cin.view()
-            for n, arr in bound.feeds.items():
-                getattr(view, n)[...] = arr
+            for n, t in inputs.items():
+                values = bound.feeds[n]
+                if per_candidate:
+                    values = values.reshape(rows, -1)
+                    for i, c in enumerate(columns[n]):
+                        getattr(view, c)[...] = values[:, i]
+                else:
+                    getattr(view, n)[...] = values
             meta_in, meta_out = SoAMetadata(cin), SoAMetadata(cout)
-            for n in self.bm.input_names:
-                meta_in.append_block(n, n)
+            for n, cols in columns.items():
+                meta_in.append_block(n, *cols)
             for n in self.bm.output_names:
                 meta_out.append_block(n, n)
             out_view = getattr(cout.view(), self.bm.output_names[0])
-            bound.soa = {"collections": (cin, cout), "meta": (meta_in, meta_out), "out": out_view}
-        return bound.soa
+            bound.soa[layout] = {"collections": (cin, cout), "meta": (meta_in, meta_out), "out": out_view}
+        return bound.soa[layout]
 
     # ------------------------------------------------------------------ agreement
     def _check(self) -> None:

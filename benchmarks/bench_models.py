@@ -1,7 +1,10 @@
 """Inference throughput and latency of a ParticleNet-shaped and a DeepMET-shaped model vs batch
 size, side by side in one run: eager PyTorch, TorchScript (JIT), a torch.export program (.pt2, not
 compiled), AOTInductor (.pt2), ONNX Runtime, and alpyka's ``inference.Model`` over the same files
-(JIT, torch.export, AOTInductor, ONNX Runtime) reading the inputs from SoA collections.
+(JIT, torch.export, AOTInductor, ONNX Runtime) reading the inputs from SoA collections. For the
+DeepMET-shaped model alpyka's AOTInductor and ONNX Runtime routes also read a collection of one row
+per candidate (``_pc``; CMSSW's layout of particle-flow candidates) instead of one matrix column
+per event.
 
     python benchmarks/bench_models.py [--quick] [--smoke] [--aot] [--threads 1] [--out benchmarks/results]
 
@@ -26,13 +29,19 @@ import _common as common
 FULL_BATCHES = (4, 16, 64, 256, 1024, 2048)
 QUICK_BATCHES = (4, 16, 128)  # the brief asked 4, 64, 512: over a minute on 2 shared cores (--batch-sizes)
 SMOKE_BATCHES = (4,)
-VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx")
+VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx",
+            "alpyka_aot_pc", "alpyka_onnx_pc")
 LABELS = {"eager": "eager", "jit": "TorchScript JIT", "exported": "torch.export program", "aot": "AOTInductor",
           "onnx": "ONNX Runtime", "alpyka_jit": "alpyka Model (JIT, SoA)",
           "alpyka_exported": "alpyka Model (torch.export, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)",
-          "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)"}
-GATHER = "soa_gather"  # not a route: the SoA -> row-major gather alone, alpyka's floor over a row-major engine
+          "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)",
+          "alpyka_aot_pc": "alpyka Model (AOT, per-candidate SoA)",
+          "alpyka_onnx_pc": "alpyka Model (ONNX Runtime, per-candidate SoA)"}
+# not routes: the SoA -> row-major gather of a batch's inputs alone, the floor of alpyka's
+# row-major routes over their engines, for either layout of the inputs
+GATHER, GATHER_PC = "soa_gather", "soa_gather_pc"
 LABELS[GATHER] = "SoA -> row-major gather of the inputs (alone)"
+LABELS[GATHER_PC] = "per-candidate SoA -> row-major gather of the inputs (alone)"
 
 
 def build_parser():
@@ -110,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             inputs_cache.clear()
             bound = inputs_cache[batch] = variants.bind_inputs(bm.inputs(batch, seed=batch))
             fns = {v: variants.call(v, bound) for v in ready}
-            if any(v.startswith("alpyka") for v in ready):
+            if any(v.startswith("alpyka") and not v.endswith("_pc") for v in ready):
                 fns[GATHER] = variants.gather_call(bound)
+            if any(v.endswith("_pc") for v in ready):
+                fns[GATHER_PC] = variants.gather_call(bound, per_candidate=True)
             how = dict(last_quick if run_mode == "quick" and batch == max(batches) else timing)
             # TorchScript's profiling executor re-specialises on a new shape: one more warm-up for all
             timings, errors = common.interleaved(fns, how["repeats"], warmup=how["warmup"] + 1,
@@ -124,13 +135,14 @@ def main(argv: list[str] | None = None) -> int:
                 t = timings[v]
                 row.update(status="ok", **t.as_dict("latency"), throughput_eps=batch / t.median,
                            max_abs_diff_vs_eager=variants.max_abs_diff.get(v), agrees_with_eager=variants.agrees.get(v))
-                engine = v.removeprefix("alpyka_")
+                engine = engine_of(v)
                 if v.startswith("alpyka") and engine in timings:  # the same engine fed row-major tensors
                     row["throughput_vs_engine_paired"] = common.paired_ratio(timings[engine], t)
                 rows.append(row)
-            if GATHER in timings:
-                rows.append({"model": name, "variant": GATHER, "label": LABELS[GATHER], "batch": batch,
-                             "status": "ok", **timings[GATHER].as_dict("latency")})
+            for g in (GATHER, GATHER_PC):
+                if g in timings:
+                    rows.append({"model": name, "variant": g, "label": LABELS[g], "batch": batch,
+                                 "status": "ok", **timings[g].as_dict("latency")})
         inputs_cache.clear()
         keep.append(variants)  # released together at exit (see below)
 
@@ -158,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def engine_of(variant: str) -> str:
+    """The peer route running the engine an alpyka route runs ("alpyka_aot_pc" -> "aot")."""
+    return variant.removeprefix("alpyka_").removesuffix("_pc")
+
+
 def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[int, ...]) -> dict[str, dict[str, Any]]:
     """``{"<model>, batch <b>": {"eager events/s": x, "<variant>": throughput ratio vs eager, ...}}``
     with the fastest route, alpyka's best route against the best peer and against its own engine
-    fed row-major tensors (paired rounds), and the gather alone (the floor of that difference)."""
+    fed row-major tensors (paired rounds), and the gathers alone (the floor of that difference)
+    of each input layout."""
     ok = {(r["model"], r["variant"], r["batch"]): r for r in rows if r["status"] == "ok"}
     summary: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -182,9 +200,11 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                 entry["best peer"] = best_peer
                 entry["alpyka best / best peer"] = ours[best_ours] / peers[best_peer]
                 entry["alpyka best / its engine (paired)"] = ok[(name, best_ours, b)].get("throughput_vs_engine_paired")
-                gather = ok.get((name, GATHER, b))
-                if gather is not None:
-                    entry["SoA gather ms"] = gather["latency_median_ms"]
+                for g, key in ((GATHER, "SoA gather ms"), (GATHER_PC, "per-candidate gather ms")):
+                    if (name, g, b) in ok:
+                        entry[key] = ok[(name, g, b)]["latency_median_ms"]
+                gather = ok.get((name, GATHER_PC if best_ours.endswith("_pc") else GATHER, b))
+                if gather is not None:  # the gather of the layout the best route reads
                     entry["gather / alpyka best latency"] = (
                         gather["latency_median_ms"] / ok[(name, best_ours, b)]["latency_median_ms"])
             summary[f"{name}, batch {b}"] = entry
@@ -211,7 +231,8 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
             if not pts:
                 continue
             b, tp, lat = zip(*pts)
-            style = dict(marker="o", color=f"C{i}", label=LABELS[v], linestyle="--" if v.startswith("alpyka") else "-")
+            line = ":" if v.endswith("_pc") else "--" if v.startswith("alpyka") else "-"
+            style = dict(marker="o", color=f"C{i % 10}", label=LABELS[v], linestyle=line)
             axes[0][col].plot(b, tp, **style)
             axes[1][col].plot(b, lat, **style)
         for ax, what in ((axes[0][col], "throughput (events/s)"), (axes[1][col], "latency of one call (ms)")):

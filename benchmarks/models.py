@@ -170,6 +170,22 @@ def deepmet_inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     return (continuous, *cats)
 
 
+# ----------------------------------------------------------------------------- per-candidate inputs
+
+
+class PerCandidate(nn.Module):
+    """``model`` fed from a collection of one row per candidate: each input ``[N*rows, C]`` is seen
+    as the ``[N, rows, C]`` the model takes (a view, no copy). How CMSSW stores particle-flow
+    candidates; the outputs stay per event."""
+
+    def __init__(self, model: nn.Module, rows: int) -> None:
+        super().__init__()
+        self.model, self.rows = model, rows
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(*(x.view(-1, self.rows, x.shape[1]) for x in inputs))
+
+
 # ----------------------------------------------------------------------------- registry
 
 
@@ -183,6 +199,9 @@ class BenchModel:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     bytes_per_event_hint: int  # rough peak activation memory per event (bytes), to skip huge batches
+    #: inputs are [N, rows_per_event, C] per-candidate features: they can also come from a
+    #: collection of one row per candidate (:class:`PerCandidate`); 0 when they cannot
+    rows_per_event: int = 0
 
     def build(self, seed: int = 1234) -> nn.Module:
         """The model in eval mode with deterministic random weights (and BatchNorm statistics)."""
@@ -204,5 +223,6 @@ MODELS: dict[str, BenchModel] = {
     "deepmet": BenchModel(
         "deepmet", DeepMETLike, deepmet_inputs,
         ("continuous", "charge", "pdg", "from_pv"), ("met",),
-        bytes_per_event_hint=N_CANDIDATES * 224 * 4),  # measured eager peak ~3.5 MB per event
+        bytes_per_event_hint=N_CANDIDATES * 224 * 4,  # measured eager peak ~3.5 MB per event
+        rows_per_event=N_CANDIDATES),
 }
