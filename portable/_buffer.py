@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -12,6 +13,10 @@ from ._deferred import defer
 from ._device import Device
 
 DEFAULT_ALIGNMENT = 128
+
+
+#: the largest allocation any backend could address: 48-bit virtual addresses (x86-64, GPUs)
+MAX_NBYTES = 2**48
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
@@ -69,7 +74,10 @@ class Buffer:
         if self.dtype.hasobject:
             raise TypeError(f"Buffer dtype {self.dtype} holds Python objects; use a numeric dtype")
         self.pinned = bool(pinned)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize  # Python ints: no wrap-around
+        if self.nbytes > MAX_NBYTES:
+            raise MemoryError(f"a buffer of shape {self.shape} and dtype {self.dtype} would take {self.nbytes} "
+                              f"bytes, more than a device can address (2**48)")
         allocator = device.backend.allocator(device, pinned=self.pinned)
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
         self._finalizer = weakref.finalize(self, _on_collect, self._block)
