@@ -324,10 +324,11 @@ def pyplot():
     return plt
 
 
-def save_figure(fig: Any, out_dir: Path, name: str) -> Path:
-    """Save ``fig`` as ``<out_dir>/<name>.png`` and close it."""
+def save_figure(fig: Any, out_dir: Path, name: str, tight: bool = True) -> Path:
+    """Save ``fig`` as ``<out_dir>/<name>.png`` and close it (laid out tight unless the caller did)."""
     path = Path(out_dir) / f"{name}.png"
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
     return path

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("batch sizes must be >= 2 (the exported models have a dynamic batch axis from 2)")
     timing = {"smoke": dict(warmup=1, repeats=2, min_repeats=1, budget_s=0.5),
               "quick": dict(warmup=1, repeats=5, min_repeats=2, budget_s=1.0),
-              "full": dict(warmup=1, repeats=20, min_repeats=3, budget_s=4.0)}[run_mode]
+              "full": dict(warmup=1, repeats=200, min_repeats=3, budget_s=4.0)}[run_mode]
     # the largest quick batch: one warm-up and one timed call
     last_quick = dict(warmup=1, repeats=1, min_repeats=1, budget_s=None)
     aot_policy = "never" if (args.no_aot or run_mode == "smoke") else (
@@ -223,7 +223,9 @@ def format_table(summary: dict[str, dict[str, Any]]) -> str:
 
 def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
     plt = common.pyplot()
-    fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 7.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(names), figsize=(5.5 * len(names), 8.5), squeeze=False)
+    colors = plt.get_cmap("tab20").colors  # eleven routes: distinct colours
+    shown: dict[str, Any] = {}
     for col, name in enumerate(names):
         for i, v in enumerate(VARIANTS):
             pts = sorted((r["batch"], r["throughput_eps"], r["latency_median_ms"]) for r in rows
@@ -232,8 +234,9 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
                 continue
             b, tp, lat = zip(*pts)
             line = ":" if v.endswith("_pc") else "--" if v.startswith("alpyka") else "-"
-            style = dict(marker="o", color=f"C{i % 10}", label=LABELS[v], linestyle=line)
-            axes[0][col].plot(b, tp, **style)
+            style = dict(marker="o", color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1], label=LABELS[v],
+                         linestyle=line)
+            shown[v] = axes[0][col].plot(b, tp, **style)[0]
             axes[1][col].plot(b, lat, **style)
         for ax, what in ((axes[0][col], "throughput (events/s)"), (axes[1][col], "latency of one call (ms)")):
             ax.set_xscale("log", base=2)
@@ -242,8 +245,10 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
             ax.set_ylabel(what)
             ax.grid(True, which="both", alpha=0.3)
         axes[0][col].set_title(f"{name}-shaped model (CPU)")
-        axes[0][col].legend(fontsize=8)
-    return common.save_figure(fig, out, "models")
+    # one legend for all panels, below them (inside a panel it hides the lines)
+    fig.legend(list(shown.values()), [LABELS[v] for v in shown], loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return common.save_figure(fig, out, "models", tight=False)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def _standin_backends() -> list[str]:
 
 def test_every_example_is_tested():
     tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
-              "dimuon_mass.py", "pipeline_service.py"}
+              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -72,6 +72,13 @@ def test_minimal_kernel(backend):
 def test_model_on_collection(backend):
     pytest.importorskip("torch")
     assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend=backend)
+
+
+def test_per_candidate_model(backend):
+    pytest.importorskip("torch")
+    out = run_example("per_candidate_model.py", backend=backend)
+    assert "12800 candidates -> 200 events" in out and "OK" in out
+    assert "input block: [12800, 4] strides [1, 12800]" in out and "output block: [200, 2]" in out
 
 
 def test_remote_model():
