@@ -197,20 +197,21 @@ class ModelVariants:
         else:
             self._try("aot", prepare)
 
-    def _aot_unavailable(self, policy: str, kind: str) -> str:
+    def _aot_unavailable(self, policy: str, kind: str, extra: str = "") -> str:
         """Why no AOTInductor package of ``kind`` is used under ``policy`` ("" when one is)."""
         if policy == "never":
             return "AOTInductor disabled in this mode (--smoke or --no-aot)"
-        path = self._path(kind, ".pt2")
+        path = self._path(kind, ".pt2", extra)
         if not path.exists() and policy == "cached":
             return (f"no cached package ({path.name}); --quick compiles only with --aot "
                     "(a compile takes ~10-60 s)")
         return ""
 
     def _compile_aot(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...]) -> str:
-        """The cached AOTInductor package of ``module`` (compiled when missing); its path."""
-        path = self._path(kind, ".pt2")
+                     dynamic_shapes: tuple[Any, ...], extra: str = "") -> str:
+        """The cached AOTInductor package of ``module`` (compiled when missing; ``extra``: what
+        else its cache key depends on); its path."""
+        path = self._path(kind, ".pt2", extra)
         info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
         if not path.exists():
             self._log(f"compiling the AOTInductor package {kind} (once; cached) ...")
@@ -243,14 +244,15 @@ class ModelVariants:
         self.runners["onnx"] = run
 
     def _export_onnx(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...]) -> str:
+                     dynamic_shapes: tuple[Any, ...], extra: str = "", input_axis: str = "batch") -> str:
         """The cached ONNX file of ``module`` (exported when missing) with the torch.export-based
-        exporter (needs onnxscript), else the TorchScript one; its path."""
+        exporter (needs onnxscript), else the TorchScript one (``input_axis`` names the inputs'
+        first axis there; the outputs' is "batch"); its path."""
         import logging
 
         import onnxruntime as ort
 
-        path = self._path(kind, ".onnx", extra=ort.__version__)
+        path = self._path(kind, ".onnx", extra=ort.__version__ + (f" {extra}" if extra else ""))
         info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
         self.info[kind] = info
         if path.exists():
@@ -270,7 +272,8 @@ class ModelVariants:
             except Exception as exc:
                 first_error = f"{type(exc).__name__}: {exc}"[:300]
                 try:
-                    axes = {n: {0: "batch"} for n in self.bm.input_names + self.bm.output_names}
+                    axes = {**{n: {0: input_axis} for n in self.bm.input_names},
+                            **{n: {0: "batch"} for n in self.bm.output_names}}
                     torch.onnx.export(module, example, str(tmp), dynamo=False, dynamic_axes=axes,
                                       opset_version=17, **names)
                     info["exporter"] = f"torch.onnx.export(dynamo=False) (the dynamo exporter failed: {first_error})"
@@ -321,14 +324,15 @@ class ModelVariants:
         events = torch.export.Dim("events", min=2, max=4096)
         # forward(*inputs): torch.export sees one argument, a tuple of tensors
         dynamic = (tuple({0: rows * events} for _ in example),)
-        why_not = self._aot_unavailable(aot_policy, "aot_pc")
+        key = f"PerCandidate rows={rows}, events 2..4096"  # what the cache key needs beyond models.py
+        why_not = self._aot_unavailable(aot_policy, "aot_pc", key)
         if why_not:
             self.skipped["alpyka_aot_pc"] = why_not
         else:
             self._try("alpyka_aot_pc", lambda: self._alpyka_runner(
-                "alpyka_aot_pc", self._compile_aot("aot_pc", module, example, dynamic)))
+                "alpyka_aot_pc", self._compile_aot("aot_pc", module, example, dynamic, key)))
         self._try("alpyka_onnx_pc", lambda: self._alpyka_runner(
-            "alpyka_onnx_pc", self._export_onnx("onnx_pc", module, example, dynamic)))
+            "alpyka_onnx_pc", self._export_onnx("onnx_pc", module, example, dynamic, key, input_axis="candidates")))
 
     def _alpyka_runner(self, variant: str, path: str) -> None:
         from inference import Model, ModelMetadata

@@ -7,8 +7,8 @@ the columns next to each other: a transpose of a ``[columns, n]`` matrix. On hos
 as one compiled loop (numba, no GIL) over raw addresses, so nothing of the tensors is kept:
 
 - up to ``FEW_COLUMNS`` columns (a per-candidate collection's ``[n*4500, 8]``) it writes row after
-  row: 1.4 / 25 ms at 288k / 4.6M rows (64 / 1024 events) where a copy of as many dense bytes
-  takes 1.1 / 17 ms;
+  row: 1.4 / 25 ms at 288k / 4.6M rows (64 / 1024 DeepMET events; alone, warm) where a copy of
+  as many dense bytes takes 1.1 / 17 ms;
 - below ``SMALL_BATCH`` events it reads the columns of each run of ``SMALL_RUN`` in memory order,
   each written to its place in every row;
 - from there on it goes over tiles of a cache line of each row x ``TILE_EVENTS`` events.

@@ -33,7 +33,6 @@ import portable as pk
 
 from ._loading import (ModelFileError, detect_format, jit_load, jit_save_bytes, read_exported, read_torchscript,
                        refuse)
-from . import aot
 from ._metadata import ModelMetadata, check_batch_size
 from ._plan import Pass, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads, queue_stream
@@ -160,6 +159,8 @@ class Model:
             )
         index = tdev.index if tdev.index is not None else -1
         try:
+            from . import aot  # here: `python -m inference.aot` must find it not yet imported
+
             return aot.load(self._package, device_index=index)
         except RuntimeError as exc:
             raise ModelFileError(f"{self.source}: AOTInductor package could not be loaded ({exc})") from None

@@ -147,10 +147,11 @@ class Pass:
                         return
             self._finish(raw)
 
-    def _finish(self, raw: Any) -> None:
-        """The full check of a whole-collection result (reshape, cast or a clear error), then the writes."""
+    def _finish(self, raw: Any, outputs: Mapping[str, torch.Tensor] | None = None) -> None:
+        """The full check of a whole-collection result (reshape, cast or a clear error), then the
+        writes into ``outputs`` (default: the bound blocks' tensors)."""
         mapped = map_outputs(raw, self.names)
-        outputs, cast = self.outputs, self.cast
+        outputs, cast = self.outputs if outputs is None else outputs, self.cast
         checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in self.out_blocks]
         for target, value in checked:  # every output was checked: now write them
             write(target, value)
@@ -160,10 +161,7 @@ class Pass:
         n, bs, names, out_blocks, cast = self.n, self.batch_size, self.names, self.out_blocks, self.cast
         with _InferenceMode(True):
             if bs is None or bs >= n:  # the whole collection in one call
-                mapped = map_outputs(self._run(inputs, self.out_n), names)
-                checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in out_blocks]
-                for target, value in checked:  # every output was checked: now write them
-                    write(target, value)
+                self._finish(self._run(inputs, self.out_n), outputs)
                 return
             results = []
             for start in range(0, n, bs):

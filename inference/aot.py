@@ -61,12 +61,17 @@ class PackageRunner:
             self._run = None
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
+        """The model on ``tensors`` (alpyka passes tensors only; the package's own call would also
+        drop non-tensor arguments)."""
         if self._run is None or len(tensors) != self._count:
             return self.package(*tensors)
         from torch.utils import _pytree as pytree
 
-        outputs = self._run(list(tensors))  # a fresh list: the boxed call may take its items
+        outputs = self._run(list(tensors))  # a fresh list: the boxed call clears it
         return outputs[0] if self._out_spec is None else pytree.tree_unflatten(outputs, self._out_spec)
+
+    def __getattr__(self, name: str) -> Any:  # get_metadata, load_constants, ...: the package's own
+        return getattr(self.package, name)
 
 
 def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:

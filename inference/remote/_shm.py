@@ -14,6 +14,7 @@ server started on this host.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import threading
@@ -85,7 +86,7 @@ class ShmLease:
             self._slots["in:" + name] = (offset, arr.nbytes)
             offset = _round(offset + arr.nbytes)
         for name, (shape, dtype) in outputs.items():
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            nbytes = math.prod(shape) * np.dtype(dtype).itemsize
             self._slots["out:" + name] = (offset, nbytes)
             offset = _round(offset + nbytes)
 
@@ -94,7 +95,7 @@ class ShmLease:
                      outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
         total = sum(_round(a.nbytes) for a in inputs.values())
         for shape, dtype in outputs.values():
-            total += _round(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+            total += _round(math.prod(shape) * np.dtype(dtype).itemsize)
         return max(total, _ALIGN)
 
     def put_input(self, name: str, arr: np.ndarray) -> tuple[str, int, int]:
@@ -110,7 +111,7 @@ class ShmLease:
     def get_output(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         offset, nbytes = self._slots["out:" + name]
         dtype = self._out_dtypes[name]
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if count * dtype.itemsize > nbytes:
             from ._errors import InferenceFailed
 

@@ -27,8 +27,12 @@ def _positive_finite(value: object) -> bool:
 
 
 def test_bench_models_smoke(tmp_path: Path) -> None:
+    """The DeepMET-shaped model: every route kind, per-candidate ones included. (The ParticleNet-
+    shaped one takes the same code paths; its ONNX export alone is ~10 s on a cold cache, so the
+    smoke run leaves it to `--quick` and full runs.)"""
     pytest.importorskip("torch")
-    proc = _run(["benchmarks/bench_models.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=240)
+    proc = _run(["benchmarks/bench_models.py", "--smoke", "--models", "deepmet", "--no-progress", "--out",
+                 str(tmp_path)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "models.json").read_text())
     assert common.check_document(doc, "models") == []
@@ -36,22 +40,16 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     assert doc["threads"]["torch_intra_op"] == 1
     gathers = ("soa_gather", "soa_gather_pc")
     ok = [r for r in doc["results"] if r["status"] == "ok" and r["variant"] not in gathers]
-    for model in ("particlenet", "deepmet"):
-        variants = {r["variant"] for r in ok if r["model"] == model}
-        assert {"eager", "jit"} <= variants, f"{model}: only {variants} ran"
-        # the SoA -> row-major gather alone: the floor of alpyka's row-major routes over their engines
-        timed = [r for r in doc["results"] if r["model"] == model and r["variant"] == "soa_gather"]
+    variants = {r["variant"] for r in ok}
+    # smoke never compiles AOTInductor: every other route ran, per-candidate ONNX Runtime included
+    assert {"eager", "jit", "exported", "onnx", "alpyka_jit", "alpyka_exported", "alpyka_onnx",
+            "alpyka_onnx_pc"} <= variants, f"only {variants} ran"
+    for g in gathers:  # the SoA -> row-major gather alone, for either layout
+        timed = [r for r in doc["results"] if r["variant"] == g]
         assert len(timed) == 1 and _positive_finite(timed[0]["latency_median_ms"]), timed
-    # DeepMET's inputs also come from a collection of one row per candidate (ONNX Runtime here:
-    # the smoke mode compiles no AOTInductor package); ParticleNet's have no such form, and say so
-    assert "alpyka_onnx_pc" in {r["variant"] for r in ok if r["model"] == "deepmet"}
-    timed = [r for r in doc["results"] if r["model"] == "deepmet" and r["variant"] == "soa_gather_pc"]
-    assert len(timed) == 1 and _positive_finite(timed[0]["latency_median_ms"]), timed
-    skipped = {r["variant"]: r["reason"] for r in doc["results"] if r["model"] == "particlenet" and r["status"] == "skipped"}
-    assert "per-candidate" in skipped["alpyka_onnx_pc"] and "per-candidate" in skipped["alpyka_aot_pc"]
     for r in ok:
         engine = r["variant"].removeprefix("alpyka_").removesuffix("_pc")
-        if r["variant"].startswith("alpyka") and engine in {x["variant"] for x in ok}:
+        if r["variant"].startswith("alpyka") and engine in variants:
             assert _positive_finite(r["throughput_vs_engine_paired"]), r  # paired with its engine's rounds
     for r in ok:
         for key in ("latency_median_ms", "latency_min_ms", "throughput_eps", "repeats"):
@@ -63,16 +61,25 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     for r in doc["results"]:
         if r["status"] != "ok":
             assert r["reason"], r  # a skip or failure always says why
-    # the smoke mode never compiles AOT: reported as skipped with the reason
-    assert any(r["variant"] == "aot" and r["status"] == "skipped" for r in doc["results"])
-    summary = doc["summary"]
-    assert set(summary) == {"particlenet, batch 4", "deepmet, batch 4"}
-    for entry in summary.values():
-        assert _positive_finite(entry["eager events/s"])
-        assert _positive_finite(entry["jit / eager"])
-        assert _positive_finite(entry["SoA gather ms"]) and _positive_finite(entry["alpyka best / best peer"])
-    assert _positive_finite(summary["deepmet, batch 4"]["per-candidate gather ms"])
+    assert {r["variant"] for r in doc["results"] if r["status"] == "skipped"} == {"aot", "alpyka_aot", "alpyka_aot_pc"}
+    entry = doc["summary"]["deepmet, batch 4"]
+    assert set(doc["summary"]) == {"deepmet, batch 4"}
+    for key in ("eager events/s", "jit / eager", "SoA gather ms", "per-candidate gather ms", "alpyka best / best peer"):
+        assert _positive_finite(entry[key]), key
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_models_without_a_per_candidate_form_say_so() -> None:
+    """ParticleNet's inputs are per jet: its per-candidate routes are skipped with the reason."""
+    pytest.importorskip("torch")
+    import models
+    from _model_variants import PER_CANDIDATE, ModelVariants
+
+    variants = ModelVariants.__new__(ModelVariants)  # only the per-candidate step, nothing exported
+    variants.bm, variants.skipped = models.MODELS["particlenet"], {}
+    variants._prepare_per_candidate("never")
+    assert set(variants.skipped) == set(PER_CANDIDATE)
+    assert all("no per-candidate form" in why for why in variants.skipped.values())
 
 
 # ----------------------------------------------------------------------------- bench_kernels

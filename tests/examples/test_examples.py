@@ -74,6 +74,10 @@ def test_model_on_collection(backend):
     assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend=backend)
 
 
+# one backend per memory path (host memory, the copy path, device memory): the path a model's
+# reads and writes take; the rows-in != rows-out forward is tested on every backend in
+# tests/inference/test_exported_models.py
+@pytest.mark.alpyka_backends("cpu_serial", "opencl", "cuda")
 def test_per_candidate_model(backend):
     pytest.importorskip("torch")
     out = run_example("per_candidate_model.py", backend=backend)

@@ -181,8 +181,65 @@ def test_aot_runner_reads_the_calling_convention_once(aot_package):
     x = torch.randn(300, 3)
     expected = runner.package(x)
     assert torch.equal(runner(x), expected)
-    with pytest.raises(Exception):
-        runner(x, x)
+    assert runner.get_metadata() == runner.package.get_metadata()  # the package's own methods
+
+
+class _StubLoader:
+    """A package loader whose call spec is ``(inputs, {})`` -> ``outputs`` and whose boxed call
+    returns (a + b, a - b), clearing its list as torch's does."""
+
+    def __init__(self, inputs, outputs, kwargs=None):
+        from torch.utils import _pytree as pytree
+
+        self.spec = (pytree.treespec_dumps(pytree.tree_flatten((inputs, kwargs or {}))[1]),
+                     pytree.treespec_dumps(pytree.tree_flatten(outputs)[1]))
+        self.calls = 0
+
+    def get_call_spec(self):
+        return self.spec
+
+    def boxed_run(self, flat):
+        self.calls += 1
+        a, b = flat
+        flat.clear()
+        return [a + b, a - b]
+
+
+class _StubPackage:
+    def __init__(self, loader):
+        self.loader, self.own_calls = loader, 0
+
+    def __call__(self, *args):
+        self.own_calls += 1
+        return "package's own call"
+
+
+@pytest.mark.parametrize("outputs,expected", [
+    ((0, 0), lambda s, d: (s, d)), ({"sum": 0, "diff": 0}, lambda s, d: {"sum": s, "diff": d}),
+    ([0, {"d": 0}], lambda s, d: [s, {"d": d}])])
+def test_aot_runner_gives_the_packages_output_structure(outputs, expected):
+    from torch.utils import _pytree as pytree
+
+    from inference.aot import PackageRunner
+
+    a, b = torch.arange(3.0), torch.ones(3)
+    loader = _StubLoader((a, b), outputs)
+    runner = PackageRunner(_StubPackage(loader))
+    got = runner(a, b)
+    want = expected(a + b, a - b)
+    assert type(got) is type(want) and loader.calls == 1
+    (flat_got, spec_got), (flat_want, spec_want) = pytree.tree_flatten(got), pytree.tree_flatten(want)
+    assert spec_got == spec_want and all(torch.equal(g, w) for g, w in zip(flat_got, flat_want))
+    assert torch.equal(a, torch.arange(3.0)) and torch.equal(b, torch.ones(3))  # inputs untouched
+    assert runner(a) == "package's own call" and runner.package.own_calls == 1  # another count: its call
+
+
+def test_aot_runner_leaves_keyword_packages_to_their_own_call():
+    from inference.aot import PackageRunner
+
+    a = torch.ones(2)
+    runner = PackageRunner(_StubPackage(_StubLoader((a, a), (0, 0), kwargs={"scale": a})))
+    assert runner._run is None and runner(a, a) == "package's own call"
 
 
 def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles, make_preds):
@@ -219,3 +276,15 @@ def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles
     ref = _reference(module, torch.from_numpy(x))
     np.testing.assert_allclose(doubled["m"], 2 * ref[:, 0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(_preds(host_out.to_dict()), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("module", ["inference.aot", "inference._export"])
+def test_command_modules_run_without_a_reimport_warning(module):
+    """``python -m inference.aot``: nothing imported by ``inference`` itself may import the module
+    first (runpy then warns that it was found in sys.modules and runs it twice)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "RuntimeWarning" not in proc.stderr and "found in sys.modules" not in proc.stderr, proc.stderr

@@ -59,6 +59,21 @@ def test_gather_of_every_dtype(dtype, expect_compiled, n, per_candidate):
     assert torch.equal(gather(t, out), t.contiguous())
     if dtype.is_floating_point and expect_compiled:
         assert torch.equal(gather(t, torch.empty(t.shape, dtype=torch.float64)), t.contiguous().double())
+    if dtype in (torch.int64, torch.int32, torch.uint8):  # integer columns into a float model's buffer
+        assert torch.equal(gather(t, torch.empty(t.shape, dtype=torch.float32)), t.contiguous().float())
+
+
+@pytest.mark.parametrize("columns,n,loop", [
+    (FEW_COLUMNS, 5, "rows"), (FEW_COLUMNS, 5000, "rows"), (3, 70, "rows"),
+    (FEW_COLUMNS + 1, 5, "columns"), (FEW_COLUMNS + 1, 5000, "tiles"), (4500 * 8, 4, "columns")])
+def test_loop_chosen_by_geometry(columns, n, loop):
+    """A few columns: row after row; more: columns in memory order for a few events, tiles beyond."""
+    from inference import _gather
+
+    t = _column_major(n, (columns,), n + 32)
+    mode = _gather._geometry(t.shape, t.stride(), t.dtype, t.dtype)[0]
+    assert mode == {"rows": _gather._BY_ROW, "columns": _gather._BY_COLUMN, "tiles": _gather._TILES}[loop]
+    assert torch.equal(gather(t, torch.empty(t.shape)), t.contiguous())
 
 
 def test_gather_reads_only_the_block_it_is_given():
