@@ -202,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in routes.values():
             if hasattr(m, "close"):
                 m.close()
-        for s in servers:
-            s.stop()
+        with ThreadPoolExecutor(2) as pool:  # at once: a stop mostly waits for Triton's exit timeout
+            list(pool.map(lambda s: s.stop(), servers))
         if hasattr(bar, "close"):
             bar.close()
     return report(results, args)

@@ -4,13 +4,14 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC, run_script
+from bench_run import PNG_MAGIC
 
 
-def test_bench_data_smoke(tmp_path):
+@pytest.mark.smoke_script("bench_data")
+def test_bench_data_smoke(smoke_runs):
     for extra in ("awkward", "uproot", "skhep_testdata", "matplotlib"):
         pytest.importorskip(extra)
-    r = run_script(["benchmarks/bench_data.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=300)
+    r, tmp_path = smoke_runs.result("bench_data"), smoke_runs.out("bench_data")
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "data.json").read_text())
     assert doc["benchmark"] == "data" and doc["results"]
