@@ -4,14 +4,13 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC
+from bench_run import PNG_MAGIC, run_script
 
 
-@pytest.mark.smoke_script("bench_data")
-def test_bench_data_smoke(smoke_runs):
+def test_bench_data_smoke(tmp_path):
     for extra in ("awkward", "uproot", "skhep_testdata", "matplotlib"):
         pytest.importorskip(extra)
-    r, tmp_path = smoke_runs.result("bench_data"), smoke_runs.out("bench_data")
+    r = run_script(["benchmarks/bench_data.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "data.json").read_text())
     assert doc["benchmark"] == "data" and doc["results"]

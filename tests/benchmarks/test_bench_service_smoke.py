@@ -5,14 +5,13 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC
+from bench_run import PNG_MAGIC, run_script
 
 
-@pytest.mark.smoke_script("bench_service")
-def test_bench_service_smoke(smoke_runs):
+def test_bench_service_smoke(tmp_path):
     for extra in ("torch", "tritonclient.grpc", "pytriton.triton", "matplotlib"):
         pytest.importorskip(extra)
-    r, tmp_path = smoke_runs.result("bench_service"), smoke_runs.out("bench_service")
+    r = run_script(["benchmarks/bench_service.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((tmp_path / "service.json").read_text())
     assert doc["benchmark"] == "service" and doc["results"]

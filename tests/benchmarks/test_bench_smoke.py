@@ -26,13 +26,13 @@ def _positive_finite(value: object) -> bool:
 # ----------------------------------------------------------------------------- bench_models
 
 
-@pytest.mark.smoke_script("bench_models")
-def test_bench_models_smoke(smoke_runs) -> None:
+def test_bench_models_smoke(tmp_path: Path) -> None:
     """The DeepMET-shaped model: every route kind, per-candidate ones included. (The ParticleNet-
     shaped one takes the same code paths; its ONNX export alone is ~10 s on a cold cache, so the
     smoke run leaves it to `--quick` and full runs.)"""
     pytest.importorskip("torch")
-    proc, tmp_path = smoke_runs.result("bench_models"), smoke_runs.out("bench_models")
+    proc = _run(["benchmarks/bench_models.py", "--smoke", "--models", "deepmet", "--no-progress", "--out",
+                 str(tmp_path)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "models.json").read_text())
     assert common.check_document(doc, "models") == []
@@ -85,10 +85,9 @@ def test_models_without_a_per_candidate_form_say_so() -> None:
 # ----------------------------------------------------------------------------- bench_kernels
 
 
-@pytest.mark.smoke_script("bench_kernels")
-def test_bench_kernels_smoke(smoke_runs) -> None:
+def test_bench_kernels_smoke(tmp_path: Path) -> None:
     """The kernel benchmark in its smoke mode (about 15 s), with the launch cost against n."""
-    proc, tmp_path = smoke_runs.result("bench_kernels"), smoke_runs.out("bench_kernels")
+    proc = _run(["benchmarks/bench_kernels.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "kernels.json").read_text())
     assert common.check_document(doc, "kernels") == []
@@ -107,9 +106,9 @@ def test_bench_kernels_smoke(smoke_runs) -> None:
 
 
 # ----------------------------------------------------------------------------- the other scripts
-# (script, document name, modules it needs): about 5, 15, 25 and 27 s on 2 cores (time limits: bench_run.SMOKE)
-_SCRIPTS = [("bench_backends", "backends", ()), ("bench_inference", "inference", ("torch",)),
-            ("bench_pipeline", "pipeline", ("torch",)), ("bench_remote", "remote", ("torch", "pytriton"))]
+# (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 cores
+_SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_inference", "inference", ("torch",), 180),
+            ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
 
 
 def _numbers(value: object) -> list[float]:
@@ -120,13 +119,12 @@ def _numbers(value: object) -> list[float]:
     return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
 
 
-@pytest.mark.parametrize("script,name,needs", [pytest.param(*s, marks=pytest.mark.smoke_script(s[0]), id=s[0])
-                                               for s in _SCRIPTS])
-def test_bench_script_smoke(smoke_runs, script: str, name: str, needs: tuple) -> None:
+@pytest.mark.parametrize("script,name,needs,timeout", _SCRIPTS, ids=[s[0] for s in _SCRIPTS])
+def test_bench_script_smoke(tmp_path: Path, script: str, name: str, needs: tuple, timeout: int) -> None:
     """Each benchmark script runs in --smoke mode and writes a valid document with measured numbers."""
     for mod in needs:
         pytest.importorskip(mod)
-    proc, tmp_path = smoke_runs.result(script), smoke_runs.out(script)
+    proc = _run([f"benchmarks/{script}.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / f"{name}.json").read_text())
     assert common.check_document(doc, name) == []
