@@ -158,12 +158,9 @@ class Model:
                 f"Compile a package for it: inference.aot.compile(module, inputs, path, device={tdev.type!r})"
             )
         index = tdev.index if tdev.index is not None else -1
-        try:
-            from . import aot  # here: `python -m inference.aot` must find it not yet imported
+        from . import aot  # here: `python -m inference.aot` must find it not yet imported
 
-            return aot.load(self._package, device_index=index)
-        except RuntimeError as exc:
-            raise ModelFileError(f"{self.source}: AOTInductor package could not be loaded ({exc})") from None
+        return aot.load(self._package, device_index=index)  # a damaged package: ModelFileError
 
     # ------------------------------------------------------------------ forward
     def forward(self, metadata: ModelMetadata, queue: pk.Queue | None = None, *,

@@ -76,8 +76,19 @@ class PackageRunner:
 
 def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
     """The AOTInductor package at ``path`` as a callable taking positional tensors (runs its native
-    code: load only packages you built or trust)."""
-    return PackageRunner(torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index))
+    code: load only packages you built or trust). A missing file, or one that is not an
+    AOTInductor package, is refused by name (``FileNotFoundError``, ``ModelFileError``)."""
+    from ._loading import ModelFileError, detect_format
+
+    fmt = detect_format(path)
+    if fmt != "aot":
+        raise ModelFileError(f"{os.fspath(path)} is not an AOTInductor package (it is {fmt!r}); load it with "
+                             "inference.Model(path), or compile one with inference.aot.compile")
+    try:
+        package = torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index)
+    except RuntimeError as exc:
+        raise ModelFileError(f"{os.fspath(path)}: AOTInductor package could not be loaded ({exc})") from None
+    return PackageRunner(package)
 
 
 def _batch_axis_dynamic(example_inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:

@@ -184,6 +184,19 @@ def test_aot_runner_reads_the_calling_convention_once(aot_package):
     assert runner.get_metadata() == runner.package.get_metadata()  # the package's own methods
 
 
+def test_aot_load_refuses_what_is_not_a_package(tmp_path, exported_files):
+    from inference import ModelFileError, aot
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        aot.load(tmp_path / "missing.pt2")
+    text = tmp_path / "notes.pt2"
+    text.write_text("not a package")
+    with pytest.raises(ModelFileError):
+        aot.load(text)
+    with pytest.raises(ModelFileError, match="not an AOTInductor package .*'exported'"):
+        aot.load(exported_files["mlp.pt2"])  # a torch.export program: Model(path) runs it
+
+
 class _StubLoader:
     """A package loader whose call spec is ``(inputs, {})`` -> ``outputs`` and whose boxed call
     returns (a + b, a - b), clearing its list as torch's does."""
