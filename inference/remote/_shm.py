@@ -19,7 +19,7 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 

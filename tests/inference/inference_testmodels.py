@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import portable as pk
 import soa
 
 
@@ -134,3 +135,41 @@ def run_threads(work, count: int, timeout: float = 120.0) -> None:
     assert not any(th.is_alive() for th in threads), "a thread did not finish"
     if errors:
         raise errors[0]
+
+
+@pk.kernel
+def fill_xyz(acc, coll, n):
+    for i in acc.uniform_elements(n):
+        coll.x[i] = i * 0.01
+        coll.y[i] = 1.0 - i * 0.02
+        coll.z[i] = (i % 7) * 0.25
+
+
+@pk.kernel
+def combine(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out.score[i] = out.m[i] + 2.0 * out.n[i]
+
+
+def kernel_model_kernel(device, source, n: int) -> None:
+    """``fill_xyz`` -> ``Model(source)`` (the MLP: a module or a file of it) -> ``combine``, all
+    enqueued on one non-blocking queue with one wait at the end; checked against the MLP."""
+    from inference import Model, ModelMetadata, SoAMetadata
+
+    q = pk.Queue(device)  # non-blocking
+    coll = pk.PortableCollection(Particles, n, q)
+    out = pk.PortableCollection(Preds, n, q)
+    model = Model(source).to(q)
+    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                         SoAMetadata(out).append_block("preds", "m", "n"))
+    wd = pk.valid_workdiv(device, n)
+    pk.exec(q, wd, fill_xyz, coll.view(), np.int32(n))
+    model.forward(meta)
+    pk.exec(q, wd, combine, out.view(), np.int32(n))
+    cols = out.to_dict(q)  # the only wait
+    i = np.arange(n)
+    x = np.stack([i * 0.01, 1.0 - i * 0.02, (i % 7) * 0.25], axis=1).astype(np.float32)
+    with torch.no_grad():
+        ref = MLP()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cols["score"], ref[:, 0] + 2 * ref[:, 1], rtol=1e-5, atol=1e-5)

@@ -12,7 +12,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Particles, Preds, Totals, TwoHeads, UsesEverything, features
+from inference_testmodels import MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 FORMATS = ["onnx", "pt2"]
@@ -114,39 +114,9 @@ def test_outputs_of_another_size_than_the_inputs(queue, make_particles, make_pre
         ModelMetadata(meta.inputs, meta.outputs, batch_size=100)
 
 
-@pk.kernel
-def fill_xyz(acc, coll, n):
-    for i in acc.uniform_elements(n):
-        coll.x[i] = i * 0.01
-        coll.y[i] = 1.0 - i * 0.02
-        coll.z[i] = (i % 7) * 0.25
-
-
-@pk.kernel
-def combine(acc, out, n):
-    for i in acc.uniform_elements(n):
-        out.score[i] = out.m[i] + 2.0 * out.n[i]
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_kernel_model_kernel_without_wait(device, exported_files, fmt):
-    n = 2049
-    q = pk.Queue(device)  # non-blocking
-    coll = pk.PortableCollection(Particles, n, q)
-    out = pk.PortableCollection(Preds, n, q)
-    model = Model(exported_files[f"mlp.{fmt}"]).to(q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
-    wd = pk.valid_workdiv(device, n)
-    pk.exec(q, wd, fill_xyz, coll.view(), np.int32(n))
-    model.forward(meta)
-    pk.exec(q, wd, combine, out.view(), np.int32(n))
-    cols = out.to_dict(q)  # the only wait
-    i = np.arange(n)
-    x = np.stack([i * 0.01, 1.0 - i * 0.02, (i % 7) * 0.25], axis=1).astype(np.float32)
-    ref = _eager(MLP(), torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(_preds(cols), ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(cols["score"], ref[:, 0] + 2 * ref[:, 1], rtol=1e-5, atol=1e-5)
+    kernel_model_kernel(device, exported_files[f"mlp.{fmt}"], 2049)
 
 
 def test_one_column_block_is_bound_in_place(queue, make_particles, make_preds, exported_files):
