@@ -26,6 +26,7 @@ import time
 from typing import Any, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 
 __all__ = ["compile", "load", "main"]
 
@@ -43,8 +44,6 @@ class PackageRunner:
     __slots__ = ("package", "_run", "_count", "_out_spec")
 
     def __init__(self, package: Any) -> None:
-        from torch.utils import _pytree as pytree
-
         self.package = package
         self._run: Any = None
         self._count = -1
@@ -65,8 +64,6 @@ class PackageRunner:
         drop non-tensor arguments)."""
         if self._run is None or len(tensors) != self._count:
             return self.package(*tensors)
-        from torch.utils import _pytree as pytree
-
         outputs = self._run(list(tensors))  # a fresh list: the boxed call clears it
         return outputs[0] if self._out_spec is None else pytree.tree_unflatten(outputs, self._out_spec)
 

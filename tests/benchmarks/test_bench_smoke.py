@@ -17,6 +17,7 @@ from bench_run import PNG_MAGIC, REPO, run_script as _run
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import _common as common  # noqa: E402
+from bench_models import engine_of  # noqa: E402
 
 
 def _positive_finite(value: object) -> bool:
@@ -48,8 +49,7 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
         timed = [r for r in doc["results"] if r["variant"] == g]
         assert len(timed) == 1 and _positive_finite(timed[0]["latency_median_ms"]), timed
     for r in ok:
-        engine = r["variant"].removeprefix("alpyka_").removesuffix("_pc")
-        if r["variant"].startswith("alpyka") and engine in variants:
+        if r["variant"].startswith("alpyka") and engine_of(r["variant"]) in variants:
             assert _positive_finite(r["throughput_vs_engine_paired"]), r  # paired with its engine's rounds
     for r in ok:
         for key in ("latency_median_ms", "latency_min_ms", "throughput_eps", "repeats"):
