@@ -109,23 +109,40 @@ def test_ctrl_c_waits_for_the_streams_even_when_it_lands_in_their_join(monkeypat
     class Done(Exception):
         pass
 
+    entered, sent, cancelled = threading.Event(), threading.Event(), threading.Event()
+
     def slow_event(queue, model, seed, n_particles, timed, produce=None):
         if not timed:  # the warm-up
             return None, []
-        # the first stream (whose join the Ctrl-C lands in) runs its event longest
-        time.sleep(1.2 if threading.current_thread().name == "stream-0" else 0.4)
+        if threading.current_thread().name == "stream-0":
+            # the first stream (whose join the Ctrl-C lands in) runs its event longest: it is
+            # still inside it when the Ctrl-C is sent, however loaded the machine is
+            entered.set()
+            sent.wait(30)
+            time.sleep(0.8)
+        else:
+            time.sleep(0.4)
         raise Done
+
+    def interrupt() -> None:  # once the streams run their events, and the main thread waits on them
+        if entered.wait(30) and not cancelled.is_set():
+            time.sleep(0.2)
+            if not cancelled.is_set():
+                _signal.pthread_kill(main, _signal.SIGINT)
+        sent.set()
 
     monkeypatch.setattr(pipeline, "run_event", slow_event)
     report = pipeline.Report("cpu_serial", 4, 2, "fake")
     main = threading.main_thread().ident
-    timer = threading.Timer(0.2, lambda: _signal.pthread_kill(main, _signal.SIGINT))
-    timer.start()
+    killer = threading.Thread(target=interrupt, daemon=True)
+    killer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             pipeline._run_streams(pk.device("cpu_serial"), None, report, 8, progress=False)
     finally:
-        timer.cancel()
+        cancelled.set()  # an early failure: the interrupting thread ends without sending its signal
+        entered.set()
+        killer.join(40)
     in_events = [t for t, f in sys._current_frames().items()
                  if any(code.co_name in ("stream_events", "slow_event")
                         for code in _codes(f))]
