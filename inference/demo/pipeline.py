@@ -185,6 +185,9 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
 
 #: after Ctrl-C, how long the events in flight may take to finish before the demo gives up on them
 STOP_TIMEOUT_S = 5.0
+#: how often the main thread looks for a Ctrl-C the CLI's handler saw but whose KeyboardInterrupt
+#: never reached it (raised inside a finalizer, where Python only prints it)
+INTERRUPT_POLL_S = 0.25
 
 
 def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool,
@@ -252,11 +255,24 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     ended = [threading.Event() for _ in range(streams)]
     threads = [threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True)
                for s, e in enumerate(ended)]
-    for t in threads:
-        t.start()
+    # Ctrl-C is held back while the streams start: one landing inside Thread.start() would leave
+    # before the try below, with no stop set and a stream on its way into an event
+    held = _hold_sigint()
     try:
+        for t in threads:
+            t.start()
+    except BaseException:
+        _release_sigint(held)
+        raise
+    try:
+        _release_sigint(held)  # a Ctrl-C pressed meanwhile is raised here, inside the try
         for e in ended:
-            e.wait()
+            # polled: a Ctrl-C whose KeyboardInterrupt was raised inside a finalizer that the
+            # collector ran on this thread is swallowed there ("Exception ignored in ..."); the
+            # CLI's handler counted it, so the demo still stops (see _exit_on_second_interrupt)
+            while not e.wait(INTERRUPT_POLL_S):
+                if _sigint_presses:
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         # stop at once: no new event starts; the one each stream has in flight (milliseconds of
         # work) finishes, so no queue is left with work when the interpreter exits
@@ -277,7 +293,23 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     return report
 
 
+def _hold_sigint() -> Any:
+    """Block SIGINT on the main thread (the previous mask, to give to :func:`_release_sigint`);
+    None where that is not possible (another thread, no ``pthread_sigmask``)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _release_sigint(held: Any) -> None:
+    """Restore the mask :func:`_hold_sigint` replaced (a SIGINT pending meanwhile is delivered)."""
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 _interrupt_reported = False
+#: Ctrl-C presses the CLI's handler has seen in this run (read by _run_streams' wait, without a lock)
+_sigint_presses = 0
 #: a stream was still running STOP_TIMEOUT_S after Ctrl-C (stuck in a wait): the interpreter must
 #: not finalise under it (a daemon thread inside PyTorch then aborts the process)
 _streams_left_running = False
@@ -298,11 +330,11 @@ def _exit_on_second_interrupt() -> Any:
     thread, where nothing is installed)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    pressed = [0]
 
     def on_sigint(signum: int, frame: Any) -> None:
-        pressed[0] += 1
-        if pressed[0] == 1:
+        global _sigint_presses
+        _sigint_presses += 1  # a plain counter: a handler must not take a lock
+        if _sigint_presses == 1:
             raise KeyboardInterrupt
         report_interrupt()
         os._exit(130)
@@ -312,8 +344,8 @@ def _exit_on_second_interrupt() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """``alpyka demo``: Ctrl-C stops it promptly, with exit status 130 and one line."""
-    global _interrupt_reported
-    _interrupt_reported = False
+    global _interrupt_reported, _sigint_presses
+    _interrupt_reported, _sigint_presses = False, 0
     previous = _exit_on_second_interrupt()
     interrupted = False
     try:
