@@ -138,12 +138,13 @@ def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
     return ModelFileError(f"{path} is a plain pickle file: {_PICKLED_MODULE_HINT}")
 
 
-def jit_load(data: bytes, map_location: Any) -> Any:
-    """``torch.jit.load`` from bytes, without torch's TorchScript deprecation warning (the user
-    chose a TorchScript file; the warning would repeat at every deployment)."""
+def jit_load(data: bytes | str | os.PathLike, map_location: Any, **kwargs: Any) -> Any:
+    """``torch.jit.load`` from bytes or a path, without torch's TorchScript deprecation warning
+    (the user chose a TorchScript file; the warning would repeat at every deployment)."""
+    source = io.BytesIO(data) if isinstance(data, bytes) else os.fspath(data)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
-        return torch.jit.load(io.BytesIO(data), map_location=map_location)
+        return torch.jit.load(source, map_location=map_location, **kwargs)
 
 
 def jit_save_bytes(module: Any) -> bytes:

@@ -106,7 +106,9 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
     if fmt == "exported":
         module = torch.export.load(path).module()
         return module.to(device) if device != "cpu" else module
-    module = torch.jit.load(path, map_location=device)
+    from .._loading import jit_load
+
+    module = jit_load(path, device)
     module.eval()
     return module
 

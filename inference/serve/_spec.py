@@ -91,10 +91,10 @@ def _io_from_file(path: str) -> tuple[list[TensorDecl], list[TensorDecl]]:
         return _decls(d.get("inputs")), _decls(d.get("outputs"))
     if path.endswith(".pt"):
         try:
-            import torch
+            from .._loading import jit_load
 
             extra = {IO_EXTRA_FILE: ""}
-            torch.jit.load(path, map_location="cpu", _extra_files=extra)
+            jit_load(path, "cpu", _extra_files=extra)
             if extra[IO_EXTRA_FILE]:
                 d = json.loads(extra[IO_EXTRA_FILE])
                 return _decls(d.get("inputs")), _decls(d.get("outputs"))
@@ -139,11 +139,9 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
     import torch
 
     if fmt == "jit":
-        import warnings
+        from .._loading import jit_load
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = torch.jit.load(path, map_location="cpu")
+        module = jit_load(path, "cpu")
         try:
             args = [a.name for a in module.forward.schema.arguments][1:]
         except Exception:  # noqa: BLE001

@@ -17,6 +17,7 @@ from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata,
 from .triton_support import pytriton_reason, serve_cli
 
 torch = pytest.importorskip("torch")
+from inference._loading import jit_load  # noqa: E402 - needs torch
 
 
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
@@ -62,7 +63,7 @@ def server(models):
 
 
 def mlp_reference(models, x: np.ndarray) -> np.ndarray:
-    m = torch.jit.load(str(models / "mlp.pt"))
+    m = jit_load(models / "mlp.pt", "cpu")  # the project's loader: no deprecation warning per call
     with torch.no_grad():
         return m(torch.from_numpy(x)).numpy()
 
