@@ -34,11 +34,13 @@ import portable as pk
 from ._loading import (ModelFileError, detect_format, jit_load, jit_save_bytes, read_exported, read_torchscript,
                        refuse)
 from ._metadata import ModelMetadata, check_batch_size
-from ._plan import Pass, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
-from ._runtime import ensure_torch_threads, queue_stream
+from ._plan import Pass, PassSpec, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
+from ._runtime import ensure_torch_threads
 from ._tensors import PATH_NAMES, memory_path, torch_device
 
 _KINDS = ("exported", "aot", "onnx", "jit", "eager")
+#: pass specs a model keeps per device (one per block geometry and settings)
+_SPECS_PER_DEVICE = 64
 
 
 def _aot_package_device(path: str) -> str:
@@ -64,7 +66,8 @@ class Model:
         ensure_torch_threads()
         self._lock = threading.Lock()
         self._deployed: dict[torch.device, Callable[..., Any]] = {}
-        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str, Workspace]] = {}
+        # device -> (deployed model, memory path, workspace, {geometry: PassSpec})
+        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str, Workspace, dict[Any, PassSpec]]] = {}
         self._access_ok: set[tuple[pk.Device, pk.Device, pk.Device]] = set()  # (queue, inputs, outputs) devices
         self._local = threading.local()
         self._default_queue: pk.Queue | None = None
@@ -198,11 +201,19 @@ class Model:
             batch_size, metadata.inputs, metadata.outputs)
         cached = self._for_device.get(dev)
         if cached is None:
-            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace())
-        fn, path, work = cached
-        if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs (cached per geometry)
-            fn.check(metadata.inputs.blocks, metadata.outputs.blocks, metadata.input_dtype)
-        run = Pass(self.kind, fn, metadata, bs, work)
+            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace(), {})
+        fn, path, work, specs = cached
+        # one spec per geometry (a Block is one object per geometry: the key hashes a few fields)
+        key = (metadata.inputs.ordered()[1], metadata.outputs.ordered()[1], bs, metadata.cast_outputs,
+               metadata.input_dtype)
+        spec = specs.get(key)
+        if spec is None:
+            if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
+                fn.check(key[0], key[1], metadata.input_dtype)
+            if len(specs) >= _SPECS_PER_DEVICE:  # sizes that change every event: keep the latest
+                specs.clear()
+            spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work)
+        run = Pass(spec, metadata)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
             from ._gpu_streams import run_on_queue_stream
             launch = functools.partial(run_on_queue_stream, q, run.bind().run,
@@ -241,9 +252,9 @@ def _launch_staged(q: pk.Queue, run: Pass) -> None:
     """The copy path: the input blocks (and the output spans, so a failed pass copies back what
     was there) staged into host memory on ``q``, the pass as a host task, the outputs copied back."""
     ins, outs = run.ins, run.outs
-    in_names = list(ins.ordered()[0])
+    in_names = list(run.spec.in_names)
     staged_in = ins.stage_in(q, in_names, wait=False)
-    staged_out = outs.stage_in(q, list(run.names), wait=False)
+    staged_out = outs.stage_in(q, list(run.spec.names), wait=False)
     q.enqueue_host(lambda: run.execute([staged_in[n].tensor() for n in in_names],
                                        {n: s.tensor() for n, s in staged_out.items()}))
     outs.stage_out(q, staged_out)

@@ -171,8 +171,9 @@ class OnnxRunner:
     # ------------------------------------------------------------------ checks
     def check(self, inputs: Sequence[Block], outputs: Sequence[Block], input_dtype: torch.dtype | None) -> tuple[str, ...]:
         """Check the blocks against the model's declared inputs and outputs (count, dtype, dims);
-        returns the input blocks that are gathered into row-major tensors. Cached per geometry."""
-        key = (tuple((b.name, b.dtype, b.shape[1:], b.strides) for b in inputs),
+        returns the input blocks that are gathered into row-major tensors. Cached per geometry
+        less the batch axis (per-candidate collections change their size every event)."""
+        key = (tuple((b.name, b.dtype, b.shape[1:], row_major(b)) for b in inputs),
                tuple((b.name, b.dtype, b.shape[1:]) for b in outputs), input_dtype)
         found = self._checked.get(key)
         if found is None:

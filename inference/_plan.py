@@ -1,7 +1,10 @@
 """One forward pass of a ``Model``, and the plan that repeats it with no Python work to spare.
 
 A :class:`Pass` runs the model on input tensors (in mini-batches when asked), checks every output
-against its block (shape, dtype) and only then writes them. A :class:`Plan` is a pass prepared for
+against its block (shape, dtype) and only then writes them. What a pass depends on besides the
+memory it reads and writes (model, device, block geometry, settings) is its :class:`PassSpec`,
+one per geometry, kept by the ``Model``: metadata built anew for every event over collections of
+a size seen before only binds memory. A :class:`Plan` is a pass prepared for
 one ``(model, ModelMetadata, queue)``: the blocks' tensors over the collections' memory, the
 device checks done, the output checks reduced to an exact ``(shape, dtype)`` comparison per block
 (anything else goes through the full check, which converts or raises as before). ``Model.forward``
@@ -33,21 +36,19 @@ from ._tensors import torch_dtype
 _InferenceMode: Callable[[bool], Any] = getattr(torch._C, "_InferenceMode", None) or torch.inference_mode
 
 
-class Pass:
-    """One forward pass: inputs -> model (in mini-batches) -> checked outputs -> written.
+class PassSpec:
+    """What a forward pass depends on besides the memory it reads and writes: the model on one
+    device, the blocks' geometry (names, shapes, strides, dtypes; each ``Block`` is one cached
+    object per geometry) and the pass settings. ``Model`` keeps one per geometry, so a producer
+    that builds new metadata for every event pays only for binding the collections' memory."""
 
-    The block order and settings are read from ``metadata`` when the pass is made (a snapshot:
-    blocks appended afterwards belong to the next pass)."""
-
-    __slots__ = ("kind", "fn", "ins", "outs", "batch_size", "names", "out_blocks", "n", "out_n", "cast", "input_dtype",
-                 "prepare", "indirect", "inputs", "outputs", "fast", "args", "work")
+    __slots__ = ("kind", "fn", "batch_size", "in_names", "names", "out_blocks", "n", "out_n", "cast", "input_dtype",
+                 "prepare", "indirect", "checks", "work")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
                  work: "Workspace | None" = None) -> None:
-        # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
-        # collections' memory until a garbage collection instead of freeing it with the metadata
         self.kind, self.fn, self.batch_size = kind, fn, batch_size
-        self.ins, self.outs = metadata.inputs, metadata.outputs
+        self.in_names = metadata.inputs.ordered()[0]
         self.names, self.out_blocks = metadata.outputs.ordered()
         self.n = metadata.inputs.size
         # a whole-collection pass may give fewer or more rows than it reads (per-candidate inputs,
@@ -59,37 +60,57 @@ class Pass:
         # Runtime reads dense row-major tensors: a no-op for row-major blocks, a gather otherwise
         self.prepare = self.input_dtype is not None or kind in ("aot", "onnx")
         self.indirect = self.prepare or kind == "onnx"  # not simply fn(*tensors)
+        # the exact output geometry the fast check accepts (a scalar output block: the full check refuses it)
+        self.checks: tuple[tuple[torch.Size, torch.dtype], ...] | None = None
+        if all(b.kind != "scalar" for b in self.out_blocks):
+            self.checks = tuple((torch.Size(b.shape), torch_dtype(b.dtype)) for b in self.out_blocks)
+        # what whole-collection passes keep between forwards: the model's, on this device
+        self.work = Workspace() if work is None else work
+
+
+class Pass:
+    """One forward pass: inputs -> model (in mini-batches) -> checked outputs -> written.
+
+    ``spec`` is the pass's geometry and settings (:class:`PassSpec`, read from the metadata it
+    was made for: blocks appended afterwards belong to the next pass); the pass adds the
+    metadata's collections and, once bound, the blocks' tensors over their memory."""
+
+    __slots__ = ("spec", "ins", "outs", "inputs", "outputs", "fast", "args")
+
+    def __init__(self, spec: PassSpec, metadata: ModelMetadata) -> None:
+        # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
+        # collections' memory until a garbage collection instead of freeing it with the metadata
+        self.spec = spec
+        self.ins, self.outs = metadata.inputs, metadata.outputs
         self.inputs: list[torch.Tensor] = []
         self.outputs: dict[str, torch.Tensor] = {}
         self.fast: tuple[tuple[torch.Tensor, torch.Size, torch.dtype], ...] | None = None
         self.args: tuple[torch.Tensor, ...] = ()
-        # what whole-collection passes keep between forwards: the model's, on this device
-        self.work = Workspace() if work is None else work
 
     def bind(self) -> "Pass":
         """Resolve the blocks' tensors over the collections' memory (the zero-copy paths) and the
         exact output geometry the fast check accepts; returns self."""
-        ins, outs = self.ins, self.outs
-        self.inputs = [ins.device_tensor(n) for n in ins.ordered()[0]]
-        self.outputs = {n: outs.device_tensor(n) for n in self.names}
+        spec, ins, outs = self.spec, self.ins, self.outs
+        self.inputs = [ins.device_tensor(n) for n in spec.in_names]
+        self.outputs = outputs = {n: outs.device_tensor(n) for n in spec.names}
         self.args = tuple(self.inputs)
-        if all(b.kind != "scalar" for b in self.out_blocks):  # a scalar output block: the full check refuses it
-            self.fast = tuple((self.outputs[b.name], torch.Size(b.shape), torch_dtype(b.dtype))
-                              for b in self.out_blocks)
+        if spec.checks is not None:
+            self.fast = tuple((outputs[n], shape, dtype) for n, (shape, dtype) in zip(spec.names, spec.checks))
         return self
 
     def _prepare(self, tensors: Sequence[torch.Tensor], keep: bool = False) -> Sequence[torch.Tensor]:
         """The tensors the model is called on: converted to ``input_dtype``, and dense row-major
         for AOTInductor and ONNX Runtime. ``keep``: gather host tensors into the workspace's
         buffers (the caller holds its lock)."""
-        if not self.prepare:
+        spec = self.spec
+        if not spec.prepare:
             return tensors
-        dtype = self.input_dtype
-        if self.kind not in ("aot", "onnx"):
+        dtype = spec.input_dtype
+        if spec.kind not in ("aot", "onnx"):
             return [t.to(dtype) for t in tensors]
         if not keep:
             return [gather(t if dtype is None else t.to(dtype)) for t in tensors]
-        buffers = self.work.buffers
+        buffers = spec.work.buffers
         if len(buffers) != len(tensors):
             buffers[:] = [None] * len(tensors)
         out = []
@@ -106,20 +127,22 @@ class Pass:
 
     def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
         """The model on ``batch``; ``rows``: how many rows its outputs have (ONNX Runtime's bound outputs)."""
-        if self.kind == "onnx":
-            return self.fn(self.out_blocks, rows, *self._prepare(batch, keep), memo=self.work.memo if keep else None)
-        return self.fn(*self._prepare(batch, keep))
+        spec = self.spec
+        if spec.kind == "onnx":
+            return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep), memo=spec.work.memo if keep else None)
+        return spec.fn(*self._prepare(batch, keep))
 
     def run(self) -> None:
         """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work."""
-        bs = self.batch_size
-        if bs is not None and bs < self.n:
+        spec = self.spec
+        bs = spec.batch_size
+        if bs is not None and bs < spec.n:
             self.execute(self.inputs, self.outputs)
             return
-        lock = self.work.lock
+        lock = spec.work.lock
         # host memory only: on a GPU the writes of one pass may still be queued on its stream
         # when another queue's pass would reuse the tensors
-        if not self.prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
+        if not spec.prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
             self._whole(False)
             return
         try:  # held until the outputs are written: a model's output may be a view of its input
@@ -128,17 +151,18 @@ class Pass:
             lock.release()
 
     def _whole(self, keep: bool) -> None:
+        spec = self.spec
         with _InferenceMode(True):
-            raw = self._run(self.args, self.out_n, keep) if self.indirect else self.fn(*self.args)
+            raw = self._run(self.args, spec.out_n, keep) if spec.indirect else spec.fn(*self.args)
             fast = self.fast
             if fast is not None:
-                if len(fast) == 1 and isinstance(raw, torch.Tensor):  # one block, one tensor: the usual case
+                if len(fast) == 1 and type(raw) is torch.Tensor:  # one block, one tensor: the usual case
                     target, shape, dtype = fast[0]
                     if raw.shape == shape and raw.dtype == dtype:
                         target.copy_(raw)
                         return
                 else:
-                    values = _in_order(raw, self.names)
+                    values = _in_order(raw, spec.names)
                     if values is not None and all(
                             isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == dtype
                             for v, (_, shape, dtype) in zip(values, fast)):
@@ -150,18 +174,20 @@ class Pass:
     def _finish(self, raw: Any, outputs: Mapping[str, torch.Tensor] | None = None) -> None:
         """The full check of a whole-collection result (reshape, cast or a clear error), then the
         writes into ``outputs`` (default: the bound blocks' tensors)."""
-        mapped = map_outputs(raw, self.names)
-        outputs, cast = self.outputs if outputs is None else outputs, self.cast
-        checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in self.out_blocks]
+        spec = self.spec
+        mapped = map_outputs(raw, spec.names)
+        outputs, cast = self.outputs if outputs is None else outputs, spec.cast
+        checked = [(outputs[b.name], check_output(b, mapped[b.name], cast=cast)) for b in spec.out_blocks]
         for target, value in checked:  # every output was checked: now write them
             write(target, value)
 
     def execute(self, inputs: Sequence[torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
         """The pass over given tensors (the copy path's staged ones, or mini-batches)."""
-        n, bs, names, out_blocks, cast = self.n, self.batch_size, self.names, self.out_blocks, self.cast
+        spec = self.spec
+        n, bs, names, out_blocks, cast = spec.n, spec.batch_size, spec.names, spec.out_blocks, spec.cast
         with _InferenceMode(True):
             if bs is None or bs >= n:  # the whole collection in one call
-                self._finish(self._run(inputs, self.out_n), outputs)
+                self._finish(self._run(inputs, spec.out_n), outputs)
                 return
             results = []
             for start in range(0, n, bs):
@@ -212,6 +238,13 @@ def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:
     """The model's outputs in block order when they come exactly as the blocks are (one tensor for
     one block, a tuple/list of as many, a dict of exactly the blocks' names); else None (the full
     path then converts or says what is wrong)."""
+    if type(raw) is dict:  # ONNX Runtime's results, by block name (a plain dict: no ABC check)
+        if len(raw) != len(names):
+            return None
+        try:
+            return [raw[n] for n in names]
+        except KeyError:
+            return None
     if isinstance(raw, torch.Tensor):
         return (raw,) if len(names) == 1 else None
     if isinstance(raw, (tuple, list)):
@@ -253,4 +286,4 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
 
 
-__all__ = ["Pass", "Plan", "Workspace", "map_outputs", "write"]
+__all__ = ["Pass", "PassSpec", "Plan", "Workspace", "map_outputs", "write"]

@@ -138,3 +138,32 @@ def test_a_planned_metadata_frees_its_collections_without_a_garbage_collection()
         assert [r() for r in refs] == [None, None, None]
     finally:
         gc.enable()
+
+
+def test_metadata_built_per_event_shares_one_spec_per_geometry_and_keeps_no_collection():
+    """A producer builds new metadata (and new collections) for every event: the model keeps
+    one pass spec per block geometry, not per metadata, and the spec holds no collection."""
+    import gc
+    import weakref
+
+    module = MLP()
+    model = Model(module)
+    q = pk.Queue(pk.host(), blocking=True)
+    refs = []
+    gc.disable()  # only reference counting: nothing of an event may outlive it
+    try:
+        for event, n in enumerate((64, 64, 96, 64)):
+            data = fill_particles(n, seed=event)
+            coll = pk.PortableCollection.from_dict(Particles, data, q)
+            out = pk.PortableCollection(Preds, n, q)
+            meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                                 SoAMetadata(out).append_block("preds", "m", "n"))
+            model.to(q).forward(meta)
+            np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(module, coll, q), rtol=1e-5, atol=1e-6)
+            refs += [weakref.ref(coll), weakref.ref(out)]
+            del coll, out, meta
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
+    specs = model._for_device[q.device][3]
+    assert sorted(spec.n for spec in specs.values()) == [64, 96]  # one per size, reused
