@@ -197,21 +197,20 @@ class ModelVariants:
         else:
             self._try("aot", prepare)
 
-    def _aot_unavailable(self, policy: str, kind: str, extra: str = "") -> str:
+    def _aot_unavailable(self, policy: str, kind: str) -> str:
         """Why no AOTInductor package of ``kind`` is used under ``policy`` ("" when one is)."""
         if policy == "never":
             return "AOTInductor disabled in this mode (--smoke or --no-aot)"
-        path = self._path(kind, ".pt2", extra)
+        path = self._path(kind, ".pt2")
         if not path.exists() and policy == "cached":
             return (f"no cached package ({path.name}); --quick compiles only with --aot "
                     "(a compile takes ~10-60 s)")
         return ""
 
     def _compile_aot(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...], extra: str = "") -> str:
-        """The cached AOTInductor package of ``module`` (compiled when missing; ``extra``: what
-        else its cache key depends on); its path."""
-        path = self._path(kind, ".pt2", extra)
+                     dynamic_shapes: tuple[Any, ...]) -> str:
+        """The cached AOTInductor package of ``module`` (compiled when missing); its path."""
+        path = self._path(kind, ".pt2")
         info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
         if not path.exists():
             self._log(f"compiling the AOTInductor package {kind} (once; cached) ...")
@@ -244,15 +243,14 @@ class ModelVariants:
         self.runners["onnx"] = run
 
     def _export_onnx(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...], extra: str = "", input_axis: str = "batch") -> str:
+                     dynamic_shapes: tuple[Any, ...]) -> str:
         """The cached ONNX file of ``module`` (exported when missing) with the torch.export-based
-        exporter (needs onnxscript), else the TorchScript one (``input_axis`` names the inputs'
-        first axis there; the outputs' is "batch"); its path."""
+        exporter (needs onnxscript), else the TorchScript one; its path."""
         import logging
 
         import onnxruntime as ort
 
-        path = self._path(kind, ".onnx", extra=ort.__version__ + (f" {extra}" if extra else ""))
+        path = self._path(kind, ".onnx", extra=ort.__version__)
         info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
         self.info[kind] = info
         if path.exists():
@@ -272,7 +270,7 @@ class ModelVariants:
             except Exception as exc:
                 first_error = f"{type(exc).__name__}: {exc}"[:300]
                 try:
-                    axes = {**{n: {0: input_axis} for n in self.bm.input_names},
+                    axes = {**{n: {0: "batch"} for n in self.bm.input_names},
                             **{n: {0: "batch"} for n in self.bm.output_names}}
                     torch.onnx.export(module, example, str(tmp), dynamo=False, dynamic_axes=axes,
                                       opset_version=17, **names)
@@ -305,34 +303,23 @@ class ModelVariants:
                 continue
             path = self.info[source]["path"]
             self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
-        self._prepare_per_candidate(aot_policy)
+        self._prepare_per_candidate()
         if torch.get_num_threads() != self.threads:
             raise RuntimeError(f"torch threads changed to {torch.get_num_threads()} (asked {self.threads})")
 
-    def _prepare_per_candidate(self, aot_policy: str) -> None:
+    def _prepare_per_candidate(self) -> None:
         """alpyka's AOTInductor and ONNX Runtime routes reading a collection of one row per
-        candidate (``models.PerCandidate`` over the same model and weights)."""
-        from models import PerCandidate
-
+        candidate: the same files as the per-event routes, the blocks grouping each event's rows
+        (``append_block(..., rows_per_item=rows)``)."""
         rows = self.bm.rows_per_event
-        if not rows:
-            for v in PER_CANDIDATE:
-                self.skipped[v] = f"{self.bm.name}'s inputs have no per-candidate form here"
-            return
-        module = PerCandidate(self.model, rows).eval()
-        example = tuple(t.reshape(-1, t.shape[-1]) for t in self._example())
-        events = torch.export.Dim("events", min=2, max=4096)
-        # forward(*inputs): torch.export sees one argument, a tuple of tensors
-        dynamic = (tuple({0: rows * events} for _ in example),)
-        key = f"PerCandidate rows={rows}, events 2..4096"  # what the cache key needs beyond models.py
-        why_not = self._aot_unavailable(aot_policy, "aot_pc", key)
-        if why_not:
-            self.skipped["alpyka_aot_pc"] = why_not
-        else:
-            self._try("alpyka_aot_pc", lambda: self._alpyka_runner(
-                "alpyka_aot_pc", self._compile_aot("aot_pc", module, example, dynamic, key)))
-        self._try("alpyka_onnx_pc", lambda: self._alpyka_runner(
-            "alpyka_onnx_pc", self._export_onnx("onnx_pc", module, example, dynamic, key, input_axis="candidates")))
+        for variant, source in (("alpyka_aot_pc", "aot"), ("alpyka_onnx_pc", "onnx")):
+            if not rows:
+                self.skipped[variant] = f"{self.bm.name}'s inputs have no per-candidate form here"
+            elif source not in self.runners:
+                self.skipped[variant] = f"needs the {source} artifact: {self.skipped.get(source, 'missing')}"
+            else:
+                path = self.info[source]["path"]
+                self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
 
     def _alpyka_runner(self, variant: str, path: str) -> None:
         from inference import Model, ModelMetadata
@@ -388,8 +375,8 @@ class ModelVariants:
                 else:
                     getattr(view, n)[...] = values
             meta_in, meta_out = SoAMetadata(cin), SoAMetadata(cout)
-            for n, cols in columns.items():
-                meta_in.append_block(n, *cols)
+            for n, cols in columns.items():  # per candidate: each event's rows are one item
+                meta_in.append_block(n, *cols, rows_per_item=self.bm.rows_per_event if per_candidate else 1)
             for n in self.bm.output_names:
                 meta_out.append_block(n, n)
             out_view = getattr(cout.view(), self.bm.output_names[0])

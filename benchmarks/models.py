@@ -170,22 +170,6 @@ def deepmet_inputs(n: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     return (continuous, *cats)
 
 
-# ----------------------------------------------------------------------------- per-candidate inputs
-
-
-class PerCandidate(nn.Module):
-    """``model`` fed from a collection of one row per candidate: each input ``[N*rows, C]`` is seen
-    as the ``[N, rows, C]`` the model takes (a view, no copy). How CMSSW stores particle-flow
-    candidates; the outputs stay per event."""
-
-    def __init__(self, model: nn.Module, rows: int) -> None:
-        super().__init__()
-        self.model, self.rows = model, rows
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.model(*(x.view(-1, self.rows, x.shape[1]) for x in inputs))
-
-
 # ----------------------------------------------------------------------------- registry
 
 
@@ -200,7 +184,7 @@ class BenchModel:
     output_names: tuple[str, ...]
     bytes_per_event_hint: int  # rough peak activation memory per event (bytes), to skip huge batches
     #: inputs are [N, rows_per_event, C] per-candidate features: they can also come from a
-    #: collection of one row per candidate (:class:`PerCandidate`); 0 when they cannot
+    #: collection of one row per candidate (blocks with ``rows_per_item``); 0 when they cannot
     rows_per_event: int = 0
 
     def build(self, seed: int = 1234) -> nn.Module:

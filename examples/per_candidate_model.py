@@ -4,13 +4,13 @@ particle-flow candidates), its per-event result written into a collection of one
 Run: python examples/per_candidate_model.py [backend]
 
 A DeepMET-like model reads [events, candidates, features]. Stored one row per candidate, the
-block ``features`` = columns (px, py, pt, eta) is a [events * candidates, 4] tensor with strides
-[1, padded]: four dense columns. The model sees it as [events, candidates, 4] (a view) and returns
-[events, 2], written into the event collection's (met_x, met_y). Fewer rows come out than go in;
-that is allowed for a whole-collection pass (mini-batches need one size in and out). For the
-row-major engines (ONNX Runtime, AOTInductor) this layout is gathered near the speed of a plain
-copy, where one matrix column [candidates, 4] per event is padded column by column
-(docs/inference.md, "Per-candidate inputs").
+columns (px, py, pt, eta) are four dense columns of events * candidates rows; the block
+``features`` groups each event's rows into one item (``rows_per_item=CANDIDATES``), so the model
+receives [events, candidates, 4] (a view, strides [candidates, 1, padded]) and returns
+[events, 2], written into the event collection's (met_x, met_y): the same model that would read
+one matrix column [candidates, 4] per event, unchanged. For the row-major engines (ONNX Runtime,
+AOTInductor) this layout is gathered near the speed of a plain copy, where one matrix column per
+event is padded column by column (docs/inference.md, "Per-candidate inputs").
 """
 
 import sys
@@ -41,14 +41,12 @@ class Events(soa.Layout):
 class WeightedMET(torch.nn.Module):
     """A learned non-negative weight per candidate; the MET is minus the weighted (px, py) sum."""
 
-    def __init__(self, candidates: int) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.candidates = candidates
         self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1),
                                        torch.nn.Softplus())
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        x = features.view(-1, self.candidates, features.shape[1])  # [events, candidates, 4]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [events, candidates, 4]
         return -(self.mlp(x) * x[:, :, 0:2]).sum(dim=1)  # [events, 2]
 
 
@@ -83,9 +81,9 @@ def main(backend: str) -> None:
     events = pk.PortableCollection(Events, n_events, q)
 
     torch.manual_seed(0)
-    net = WeightedMET(CANDIDATES).eval()
+    net = WeightedMET().eval()
     model = Model(net).to(q)
-    inputs = SoAMetadata(cands).append_block("features", "px", "py", "pt", "eta")
+    inputs = SoAMetadata(cands).append_block("features", "px", "py", "pt", "eta", rows_per_item=CANDIDATES)
     outputs = SoAMetadata(events).append_block("met", "met_x", "met_y")
     block = inputs.block("features")
     print(f"input block: {list(block.shape)} strides {list(block.strides)} ({CANDIDATES} rows per event); "
@@ -97,7 +95,7 @@ def main(backend: str) -> None:
     got = events.to_dict(q)  # the only wait
 
     host = cands.to_dict(q)
-    x = torch.from_numpy(np.stack([host["px"], host["py"], host["pt"], host["eta"]], axis=1))
+    x = torch.from_numpy(np.stack([host["px"], host["py"], host["pt"], host["eta"]], axis=1)).view(n_events, CANDIDATES, 4)
     with torch.no_grad():
         want = net(x).numpy()
     np.testing.assert_allclose(np.stack([got["met_x"], got["met_y"]], axis=1), want, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,7 @@
 Contract of the metadata objects (stable; ``inference.remote`` builds on it):
 
 - ``SoAMetadata(collection, which=None)``: ``which`` selects a block of a multi-layout collection.
-  ``.append_block(name, *columns)`` (chainable), ``.change_order(names)``, ``.block_names``
+  ``.append_block(name, *columns, rows_per_item=1)`` (chainable), ``.change_order(names)``, ``.block_names``
   (ordered), ``.block(name)`` -> ``.name .columns .dtype`` (numpy) ``.shape`` (batch axis first)
   ``.strides`` (elements); ``.tensor(name)`` (torch tensor over the collection memory),
   ``.numpy(name)`` (zero-copy strided view for host memory, a host copy otherwise),

@@ -9,12 +9,18 @@ The rules are PyTorchAlpaka's (CMSSW ``PhysicsTools/PyTorchAlpaka``), with
   ``[1, R*C*padded, padded, R*padded]``; k = 1 gives ``[n, R, C]``;
 - k scalars: ``[n, k]`` with stride 0 on the batch axis (a broadcast), ``slot`` between scalars.
 
+``rows_per_item=R`` groups R consecutive rows into one item of the model's batch axis (a
+collection of one row per candidate read by a per-event model): the batch axis ``[n]`` at stride
+1 becomes ``[n / R, R]`` at strides ``[R, 1]``, the other axes unchanged (k plain columns:
+``[n / R, R, k]``, strides ``[R, 1, padded]``). A view, never a copy; scalars cannot be grouped.
+
 Columns of one block share their dtype, kind and component shape and are adjacent in the
 layout. Nothing here touches torch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,10 +47,11 @@ class Block:
     offset: int
     span: tuple[int, int]
     alignment: int  # the layout's byte alignment
+    rows_per_item: int = 1  # collection rows per item of the batch axis (see the module doc)
 
     @property
     def size(self) -> int:
-        """Number of elements on the batch axis (n)."""
+        """Number of items on the batch axis (n, or n / rows_per_item)."""
         return self.shape[0]
 
     @property
@@ -53,8 +60,10 @@ class Block:
 
     @property
     def batch_multiple(self) -> int:
-        """Mini-batch sizes must be multiples of this (alignment / itemsize) to keep alignment."""
-        return max(1, self.alignment // self.itemsize)
+        """Mini-batch sizes (in items) must be multiples of this to keep every mini-batch aligned:
+        its rows, ``size * rows_per_item``, a multiple of alignment / itemsize."""
+        per_line = max(1, self.alignment // self.itemsize)
+        return per_line // math.gcd(per_line, self.rows_per_item)
 
     @property
     def byte_strides(self) -> tuple[int, ...]:
@@ -119,14 +128,18 @@ def _validate(layout: type[soa.Layout], name: str, columns: tuple[str, ...]) -> 
     return order
 
 
-def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str]) -> Block:
+def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str],
+               rows_per_item: int = 1) -> Block:
     """The :class:`Block` ``name`` made of ``columns`` of ``n`` elements of ``layout`` stored at
-    byte ``view_offset`` of a buffer; a clear error when the columns cannot form one tensor.
-    Checks and geometry are cached (per layout and columns; per size and offset)."""
+    byte ``view_offset`` of a buffer, ``rows_per_item`` rows to an item of its batch axis; a clear
+    error when the columns cannot form one tensor. Checks and geometry are cached (per layout and
+    columns; per size, offset and grouping)."""
     columns = tuple(columns)
     if not isinstance(name, str) or not name:
         raise TypeError(f"a block name must be a non-empty string, got {name!r}")
-    key = (layout, n, view_offset, name, columns)
+    if type(rows_per_item) is not int or rows_per_item != 1:  # True == 1: validated too
+        rows_per_item = _rows(name, rows_per_item)
+    key = (layout, n, view_offset, name, columns, rows_per_item)
     try:
         block = _BLOCKS.get(key)
     except TypeError:  # an unhashable column name: _check_columns says what is wrong
@@ -162,11 +175,32 @@ def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, co
     else:  # pragma: no cover - soa has no other kinds
         raise TypeError(f"block {name!r}: unsupported field kind {f0.kind!r}")
 
+    if rows_per_item != 1:
+        shape, strides = _grouped(name, f0.kind, shape, strides, rows_per_item)
     start = view_offset + p0.offset
     last = places[-1]
     stop = view_offset + last.offset + last.nbytes
-    block = Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment)
+    block = Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment,
+                  rows_per_item)
     if len(_BLOCKS) >= _CACHE_LIMIT:
         _BLOCKS.clear()
     _BLOCKS[key] = block
     return block
+
+
+def _rows(name: str, rows: Any) -> int:
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+        raise ValueError(f"block {name!r}: rows_per_item must be a positive integer, got {rows!r}")
+    return int(rows)
+
+
+def _grouped(name: str, kind: str, shape: tuple[int, ...], strides: tuple[int, ...],
+             rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``shape``/``strides`` with ``rows`` consecutive rows of the batch axis as one item."""
+    if kind == "scalar":
+        raise ValueError(f"block {name!r} holds scalars (one value for every row): rows_per_item does not apply")
+    n = shape[0]
+    if n % rows:
+        raise ValueError(f"block {name!r}: the collection's {n} rows are not a whole number of items of "
+                         f"rows_per_item={rows} ({n % rows} rows left over)")
+    return (n // rows, rows) + shape[1:], (strides[0] * rows, strides[0]) + strides[1:]

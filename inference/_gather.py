@@ -147,6 +147,12 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if t.is_contiguous():
             return t
         out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    if t.dim() >= 3 and t.shape[1] > 1 and t.stride(0) == t.shape[1] * t.stride(1) and out.is_contiguous():
+        # a block grouping rows into items (rows_per_item): [items, R, ...] at strides [R, 1, ...]
+        # is the collection's [items * R, ...], gathered as such (a row-major out is that too)
+        rows = torch.as_strided(t, (t.shape[0] * t.shape[1],) + tuple(t.shape[2:]), t.stride()[1:])
+        gather(rows, out.view((rows.shape[0],) + tuple(out.shape[2:])))
+        return out
     if t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous():
         args = _geometry(t.shape, t.stride(), t.dtype, out.dtype)
         if args is not None:

@@ -5,6 +5,7 @@ Stable contract (used by ``inference.remote``)::
 
     meta = SoAMetadata(coll, which=None)          # which: block of a multi-layout collection
     meta.append_block("features", "x", "y", "z")  # chainable; columns adjacent, one dtype
+    meta.append_block("cands", "px", "py", rows_per_item=64)  # [n / 64, 64, 2]: 64 rows per item
     meta.change_order(["features", ...])          # reorder the blocks (a permutation)
     meta.block_names                               # ordered names
     b = meta.block("features")                     # .name .columns .dtype (numpy) .shape .strides (elements)
@@ -66,13 +67,18 @@ class SoAMetadata:
         self._order: tuple[tuple[str, ...], tuple[Block, ...]] | None = None  # (names, blocks), cached
 
     # ------------------------------------------------------------------ description
-    def append_block(self, name: str, *columns: str | Sequence[str]) -> "SoAMetadata":
-        """Add block ``name`` made of ``columns`` (adjacent in the layout, one dtype and kind)."""
+    def append_block(self, name: str, *columns: str | Sequence[str], rows_per_item: int = 1) -> "SoAMetadata":
+        """Add block ``name`` made of ``columns`` (adjacent in the layout, one dtype and kind).
+
+        ``rows_per_item=R``: the model's batch axis takes R consecutive rows as one item, the
+        block's tensor is ``[n / R, R, ...]`` (a view): a collection of one row per candidate
+        read by a model of ``[events, candidates, features]``."""
         if len(columns) == 1 and not isinstance(columns[0], str):
             columns = tuple(columns[0])  # append_block("f", ["x", "y"])
         if name in self._blocks:
             raise ValueError(f"block {name!r} is already defined ({self._blocks[name]!r})")
-        block = make_block(self.layout, self.size, self._view_offset, name, columns)  # type: ignore[arg-type]
+        block = make_block(self.layout, self.size, self._view_offset, name, columns,  # type: ignore[arg-type]
+                           rows_per_item)
         with self._lock:
             self._blocks[name] = block
             self._order = None
@@ -338,9 +344,15 @@ def check_batch_size(batch_size: Any, inputs: SoAMetadata, outputs: SoAMetadata)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     batch_size = int(batch_size)
-    if inputs.size != outputs.size:
-        raise ValueError(f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
-                         f"outputs n={outputs.size}")
+    blocks = [b for b in inputs.blocks + outputs.blocks if b.kind != "scalar"]
+    if all(b.rows_per_item == 1 for b in blocks):
+        if inputs.size != outputs.size:
+            raise ValueError(f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
+                             f"outputs n={outputs.size}")
+    elif len({b.size for b in blocks}) > 1:
+        items = {b.name: b.size for b in blocks}
+        raise ValueError(f"mini-batches need one batch axis for every block; the blocks' items are {items} "
+                         "(rows grouped by rows_per_item count as one item)")
     for b in inputs.blocks + outputs.blocks:
         if b.kind != "scalar" and batch_size % b.batch_multiple:
             raise ValueError(

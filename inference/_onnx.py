@@ -224,9 +224,10 @@ class OnnxRunner:
             session = self._sessions[stream] = self.program.session(self.tdev, self.provider, stream)
         return session
 
-    def __call__(self, outputs: Sequence[Block], rows: int, *tensors: torch.Tensor,
+    def __call__(self, outputs: Sequence[Block], rows: int | None, *tensors: torch.Tensor,
                  memo: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
-        """Run on row-major ``tensors`` (bound in place); ``{output block: tensor}`` of ``rows`` rows.
+        """Run on row-major ``tensors`` (bound in place); ``{output block: tensor}`` of ``rows``
+        items on the batch axis (None: each block's own).
 
         ``memo``: a dict the caller keeps between runs and holds exclusively while it uses the
         results (a prepared pass, under its lock): the I/O binding and the output tensors are
@@ -243,7 +244,7 @@ class OnnxRunner:
         self._run(session, binding, outputs)
         return results
 
-    def _bind(self, session: Any, outputs: Sequence[Block], rows: int,
+    def _bind(self, session: Any, outputs: Sequence[Block], rows: int | None,
               tensors: Sequence[torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
@@ -251,9 +252,10 @@ class OnnxRunner:
             binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr())
         results: dict[str, torch.Tensor] = {}
         for decl, b in self.output_blocks(outputs):
-            shape = (rows,) + b.shape[1:]
+            items = b.size if rows is None else rows
+            shape = (items,) + b.shape[1:]
             if len(decl.dims) == 1 and b.shape[1:] == (1,):
-                shape = (rows,)
+                shape = (items,)
             dtype = decl.dtype if decl.dtype is not None else b.dtype
             t = torch.empty(shape, dtype=_torch_dtype(dtype), device=self.tdev)
             binding.bind_output(decl.name, dev_type, dev_id, dtype, shape, t.data_ptr())

@@ -42,7 +42,7 @@ class PassSpec:
     object per geometry) and the pass settings. ``Model`` keeps one per geometry, so a producer
     that builds new metadata for every event pays only for binding the collections' memory."""
 
-    __slots__ = ("kind", "fn", "batch_size", "in_names", "names", "out_blocks", "n", "out_n", "cast", "input_dtype",
+    __slots__ = ("kind", "fn", "batch_size", "in_names", "names", "out_blocks", "n", "cast", "input_dtype",
                  "prepare", "indirect", "checks", "work")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
@@ -50,10 +50,10 @@ class PassSpec:
         self.kind, self.fn, self.batch_size = kind, fn, batch_size
         self.in_names = metadata.inputs.ordered()[0]
         self.names, self.out_blocks = metadata.outputs.ordered()
-        self.n = metadata.inputs.size
-        # a whole-collection pass may give fewer or more rows than it reads (per-candidate inputs,
-        # per-event outputs); mini-batches need both of one size (ModelMetadata checks it)
-        self.out_n = metadata.outputs.size
+        # items on the batch axis: the collection's rows, or fewer where blocks group rows
+        # (rows_per_item); mini-batches need one batch axis for every block (ModelMetadata checks it)
+        in_blocks = metadata.inputs.ordered()[1]
+        self.n = next((b.size for b in in_blocks if b.kind != "scalar"), metadata.inputs.size)
         self.cast = metadata.cast_outputs
         self.input_dtype = metadata.input_dtype
         # AOTInductor kernels are compiled for the example inputs' (contiguous) strides; ONNX
@@ -125,8 +125,10 @@ class Pass:
             out.append(gather(t, buf))
         return out
 
-    def _run(self, batch: Sequence[torch.Tensor], rows: int, keep: bool = False) -> Any:
-        """The model on ``batch``; ``rows``: how many rows its outputs have (ONNX Runtime's bound outputs)."""
+    def _run(self, batch: Sequence[torch.Tensor], rows: int | None, keep: bool = False) -> Any:
+        """The model on ``batch``; ``rows``: the items of its outputs' batch axis (ONNX Runtime's
+        bound outputs; None: the output blocks' own: a whole-collection pass may give fewer or more
+        items than it reads, per-candidate inputs to per-event outputs)."""
         spec = self.spec
         if spec.kind == "onnx":
             return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep), memo=spec.work.memo if keep else None)
@@ -153,7 +155,7 @@ class Pass:
     def _whole(self, keep: bool) -> None:
         spec = self.spec
         with _InferenceMode(True):
-            raw = self._run(self.args, spec.out_n, keep) if spec.indirect else spec.fn(*self.args)
+            raw = self._run(self.args, None, keep) if spec.indirect else spec.fn(*self.args)
             fast = self.fast
             if fast is not None:
                 if len(fast) == 1 and type(raw) is torch.Tensor:  # one block, one tensor: the usual case
@@ -187,7 +189,7 @@ class Pass:
         n, bs, names, out_blocks, cast = spec.n, spec.batch_size, spec.names, spec.out_blocks, spec.cast
         with _InferenceMode(True):
             if bs is None or bs >= n:  # the whole collection in one call
-                self._finish(self._run(inputs, spec.out_n), outputs)
+                self._finish(self._run(inputs, None), outputs)
                 return
             results = []
             for start in range(0, n, bs):

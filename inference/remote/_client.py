@@ -280,12 +280,16 @@ class RemoteModel(RequestsMixin):
         When no block name is a tensor name and the counts match, the blocks map to the
         tensors in order, as a local :class:`inference.Model` takes them. A partial name match
         is an error, never a silent mix of the two."""
+        ins, outs = metadata.inputs, metadata.outputs
+        grouped = [b.name for b in ins.blocks + outs.blocks if b.rows_per_item != 1]
+        if grouped:  # requests carry whole rows, split and batched by row
+            raise MetadataMismatch(f"blocks {grouped} group rows into items (rows_per_item): a RemoteModel sends "
+                                   "one row per item; run such blocks through a local inference.Model")
         info = self.model_info
         key = (id(info), self._signature(metadata))
         known = self._checked.get(key)
         if known is not None:
             return known
-        ins, outs = metadata.inputs, metadata.outputs
         in_map = _map_blocks("input", list(ins.block_names), [t.name for t in info.inputs],
                              self.model_name, subset=False)
         out_map = _map_blocks("output", list(outs.block_names), [t.name for t in info.outputs],

@@ -79,7 +79,7 @@ def test_models_without_a_per_candidate_form_say_so() -> None:
 
     variants = ModelVariants.__new__(ModelVariants)  # only the per-candidate step, nothing exported
     variants.bm, variants.skipped = models.MODELS["particlenet"], {}
-    variants._prepare_per_candidate("never")
+    variants._prepare_per_candidate()
     assert set(variants.skipped) == set(PER_CANDIDATE)
     assert all("no per-candidate form" in why for why in variants.skipped.values())
 

@@ -82,7 +82,7 @@ def test_per_candidate_model(backend):
     pytest.importorskip("torch")
     out = run_example("per_candidate_model.py", backend=backend)
     assert "12800 candidates -> 200 events" in out and "OK" in out
-    assert "input block: [12800, 4] strides [1, 12800]" in out and "output block: [200, 2]" in out
+    assert "input block: [200, 64, 4] strides [64, 1, 12800]" in out and "output block: [200, 2]" in out
 
 
 def test_remote_model():

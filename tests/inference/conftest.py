@@ -76,9 +76,10 @@ def exported_files(tmp_path_factory) -> dict[str, str]:
     """The test models exported once per session by ``inference.export``:
     ``{"mlp.onnx", "mlp.pt2", "heads.onnx" (outputs named preds/score), "heads.pt2",
     "everything.onnx", "everything.pt2", "totals.onnx", "totals.pt2" ([n, 3] in, [1, 2] out),
+    "per_item.onnx", "per_item.pt2" ([n, 5, 3] in, [n, 2] out),
     "double.onnx" (one column in, one out)}``."""
     from inference import export
-    from inference_testmodels import MLP, Totals, TwoHeads, UsesEverything
+    from inference_testmodels import MLP, PerItem, Totals, TwoHeads, UsesEverything
 
     class Double(torch.nn.Module):
         def forward(self, x):  # type: ignore[override]
@@ -94,6 +95,7 @@ def exported_files(tmp_path_factory) -> dict[str, str]:
         ("heads", TwoHeads(), (f,), {"output_names": ["preds", "score"]}),
         ("everything", UsesEverything(), every, {}),
         ("totals", Totals(), (f,), {}),
+        ("per_item", PerItem(), (torch.randn(n, 5, 3),), {}),
     ):
         for suffix in ("onnx", "pt2"):
             out[f"{name}.{suffix}"] = export(module, example, d / f"{name}.{suffix}",

@@ -79,6 +79,18 @@ class Totals(torch.nn.Module):
         return self.mlp(x).sum(dim=0, keepdim=True)
 
 
+class PerItem(torch.nn.Module):
+    """Features [items, R, 3] -> [items, 2]: the MLP's outputs of each item's R rows summed (a
+    per-event model of per-candidate inputs, as DeepMET is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = MLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x).sum(dim=1)
+
+
 class UsesEverything(torch.nn.Module):
     """Features, a vector, a matrix and a scalar block in; a [n, 2] result."""
 

@@ -6,7 +6,6 @@ import dataclasses
 import io
 import pickle
 
-import numpy as np
 import pytest
 import torch
 

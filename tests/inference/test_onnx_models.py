@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-import portable as pk
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from inference._onnx import choose_provider
 
