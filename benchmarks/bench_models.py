@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "onnxruntime_intra_op": args.threads, "omp": args.threads},
         batch_sizes=list(batches), timing=timing,
         timing_largest_quick_batch=last_quick if run_mode == "quick" else None,
-        interleaved="round-robin over the variants of one batch, rotated each round; warm-up + 1 call each",
+        interleaved="round-robin over the variants of one batch, in a new (seeded) random order each round; "
+                    "warm-up + 1 call each",
         aot_policy=aot_policy, preparation=prep,
         variants={v: LABELS[v] for v in VARIANTS},
         notes=["throughput = batch / median latency of one inference call; ratios are vs eager at the same batch",

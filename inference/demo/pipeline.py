@@ -236,6 +236,9 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
 
     def stream_worker(ended: threading.Event) -> None:
         try:
+            # the mask the main thread had before it held SIGINT back (a thread inherits its
+            # creator's), so what this stream starts (a server, a worker process) sees Ctrl-C
+            _release_sigint(held)
             stream_events()
         finally:
             ended.set()  # stream_events' frame (its queue, the event's tensors) is gone by now
@@ -257,7 +260,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
                for s, e in enumerate(ended)]
     # Ctrl-C is held back while the streams start: one landing inside Thread.start() would leave
     # before the try below, with no stop set and a stream on its way into an event
-    held = _hold_sigint()
+    held = _hold_sigint()  # read by stream_worker
     try:
         for t in threads:
             t.start()

@@ -157,9 +157,14 @@ def _interrupted_streams(monkeypatch, interrupt, slow_first: bool = True) -> Non
     entered, sent, cancelled = threading.Event(), threading.Event(), threading.Event()
     main = threading.main_thread()
 
+    stream_masks = []
+
     def slow_event(queue, model, seed, n_particles, timed, produce=None):
         if not timed:  # the warm-up
             return None, []
+        import signal as _signal
+
+        stream_masks.append(_signal.pthread_sigmask(_signal.SIG_BLOCK, []))  # this stream's mask, unchanged
         if slow_first and threading.current_thread().name == "stream-0":
             # the first stream (whose wait the interrupt lands in) runs its event longest: it is
             # still inside it when the interrupt comes, however loaded the machine is
@@ -214,6 +219,10 @@ def _interrupted_streams(monkeypatch, interrupt, slow_first: bool = True) -> Non
                         for code in _codes(f))]
     assert not in_events, "a stream still runs an event after the Ctrl-C left _run_streams"
     assert not pipeline._streams_left_running
+    # the streams run with the main thread's mask from before the start (what they start sees Ctrl-C)
+    import signal as _signal
+
+    assert stream_masks and all(_signal.SIGINT not in m for m in stream_masks), stream_masks
 
 
 def _signal_state() -> str:
