@@ -20,6 +20,8 @@ CHECK_BATCH = 8
 #: alpyka's routes reading a collection of one row per candidate (models with ``rows_per_event``)
 PER_CANDIDATE = ("alpyka_aot_pc", "alpyka_onnx_pc")
 ALPYKA_VARIANTS = ("alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx") + PER_CANDIDATE
+#: peers fed from the same SoA collections by hand (a contiguous copy of each block in the call)
+BY_HAND = ("aot_soa", "onnx_soa")
 REL_TOLERANCE = 1e-3
 MODELS_SOURCE = Path(__file__).resolve().parent / "models.py"
 
@@ -70,6 +72,8 @@ class ModelVariants:
         self.max_abs_diff: dict[str, float] = {}
         self.agrees: dict[str, bool] = {}
         self._queue: Any = None
+        self._engines: dict[str, Any] = {}  # kind -> the loaded module, package or session the peers call
+        self._models: dict[str, Any] = {}  # file -> alpyka's Model of it
         self.runners["eager"] = self._eager
         self._try("jit", self._prepare_jit)
         self._try("exported", self._prepare_exported)
@@ -116,6 +120,8 @@ class ModelVariants:
         runner = self.runners[variant]
         if variant.startswith("alpyka"):  # the collections are filled before timing, as a producer would
             self._soa(bound, per_candidate=variant.endswith("_pc"))
+        elif variant in BY_HAND:
+            self._soa(bound, per_candidate=bool(self.bm.rows_per_event))
         return lambda: runner(bound)
 
     def gather_call(self, bound: BoundInputs, per_candidate: bool = False) -> Callable[[], Any]:
@@ -151,14 +157,20 @@ class ModelVariants:
             tmp = path.with_suffix(".tmp")
             torch.jit.save(scripted, str(tmp))
             self._store(tmp, path)
-        module = torch.jit.load(str(path)).eval()
+        self._engines["jit"] = torch.jit.load(str(path)).eval()
         self.info["jit"] = {"path": str(path), "load_s": time.perf_counter() - t0}
+        self.runners["jit"] = self._engine_runner("jit")
+
+    def _engine_runner(self, kind: str) -> Callable[[BoundInputs], Any]:
+        """A peer calling the engine of ``kind`` (a module or package) on the row-major inputs;
+        the engine is looked up at each call (see :meth:`_share_engines`)."""
+        engines = self._engines
 
         def run(bound: BoundInputs) -> torch.Tensor:
             with torch.inference_mode():
-                return module(*bound.tensors)
+                return engines[kind](*bound.tensors)
 
-        self.runners["jit"] = run
+        return run
 
     # ------------------------------------------------------------------ torch.export program
     def _prepare_exported(self) -> None:
@@ -170,26 +182,16 @@ class ModelVariants:
             tmp = path.with_name(path.stem + ".tmp.pt2")
             export(self.model, self._example(), tmp)
             self._store(tmp, path)
-        module = torch.export.load(str(path)).module()
+        self._engines["exported"] = torch.export.load(str(path)).module()
         self.info["exported"] = {"path": str(path), "load_s": time.perf_counter() - t0}
-
-        def run(bound: BoundInputs) -> torch.Tensor:
-            with torch.inference_mode():
-                return module(*bound.tensors)
-
-        self.runners["exported"] = run
+        self.runners["exported"] = self._engine_runner("exported")
 
     # ------------------------------------------------------------------ AOTInductor
     def _prepare_aot(self, policy: str) -> None:
         def prepare() -> None:
-            runner = torch._inductor.aoti_load_package(self._compile_aot("aot", self.model, self._example(),
-                                                                         self._dynamic_shapes()))
-
-            def run(bound: BoundInputs) -> torch.Tensor:
-                with torch.inference_mode():
-                    return runner(*bound.tensors)
-
-            self.runners["aot"] = run
+            self._engines["aot"] = torch._inductor.aoti_load_package(
+                self._compile_aot("aot", self.model, self._example(), self._dynamic_shapes()))
+            self.runners["aot"] = self._engine_runner("aot")
 
         why_not = self._aot_unavailable(policy, "aot")
         if why_not:
@@ -235,10 +237,10 @@ class ModelVariants:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
-        session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        self._engines["onnx"] = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
         def run(bound: BoundInputs) -> np.ndarray:
-            return session.run(None, bound.feeds)[0]
+            return self._engines["onnx"].run(None, bound.feeds)[0]
 
         self.runners["onnx"] = run
 
@@ -304,6 +306,8 @@ class ModelVariants:
             path = self.info[source]["path"]
             self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
         self._prepare_per_candidate()
+        self._share_engines()
+        self._prepare_by_hand()
         if torch.get_num_threads() != self.threads:
             raise RuntimeError(f"torch threads changed to {torch.get_num_threads()} (asked {self.threads})")
 
@@ -321,10 +325,54 @@ class ModelVariants:
                 path = self.info[source]["path"]
                 self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
 
+    def _prepare_by_hand(self) -> None:
+        """The peers' AOTInductor package and ONNX Runtime session fed from the same SoA
+        collections by hand: each block's tensor made contiguous (torch's copy) in the call, as a
+        user without alpyka's gather would write it (the per-candidate collection where the
+        model has one, the per-event one otherwise)."""
+        per_candidate = bool(self.bm.rows_per_event)
+        for variant, engine in (("aot_soa", "aot"), ("onnx_soa", "onnx")):
+            if engine not in self._engines:
+                self.skipped[variant] = f"needs the {engine} peer: {self.skipped.get(engine, 'missing')}"
+                continue
+            loaded = self._engines[engine]
+
+            def run(bound: BoundInputs, loaded: Any = loaded, onnx: bool = engine == "onnx") -> Any:
+                meta_in = self._soa(bound, per_candidate)["meta"][0]
+                names = meta_in.ordered()[0]
+                if onnx:
+                    return loaded.run(None, {n: meta_in.tensor(n).contiguous().numpy() for n in names})[0]
+                with torch.inference_mode():
+                    return loaded(*(meta_in.tensor(n).contiguous() for n in names))
+
+            self.runners[variant] = run
+
+    def _share_engines(self) -> None:
+        """The peers call the engine instances alpyka's routes deployed (one per file: the
+        package, session or module ``Model`` runs), so each comparison is of one loaded engine.
+        Separately loaded instances of one ONNX model were measured 5-10% apart at batch 4 (the
+        same calls, interleaved), more than what is compared."""
+        from inference._tensors import torch_device
+
+        dev = torch_device(self._queue.device)
+        shared = []
+        for kind, path in ((k, self.info[k]["path"]) for k in ("jit", "exported", "aot", "onnx")
+                           if k in self._engines and k in self.info):
+            model = self._models.get(path)
+            if model is None:
+                continue
+            engine = model.module_for(dev)
+            self._engines[kind] = {"aot": lambda e: e.package, "onnx": lambda e: e._session()}.get(
+                kind, lambda e: e)(engine)
+            shared.append(kind)
+        self.info["engines shared with alpyka's routes"] = shared
+
     def _alpyka_runner(self, variant: str, path: str) -> None:
         from inference import Model, ModelMetadata
 
-        model = Model(path).to(self._queue)
+        model = self._models.get(path)
+        if model is None:  # one Model per file: its routes over either layout share one engine
+            model = self._models[path] = Model(path).to(self._queue)
         q = self._queue
         per_candidate = variant.endswith("_pc")
 

@@ -29,10 +29,13 @@ import _common as common
 FULL_BATCHES = (4, 16, 64, 256, 1024, 2048)
 QUICK_BATCHES = (4, 16, 128)  # the brief asked 4, 64, 512: over a minute on 2 shared cores (--batch-sizes)
 SMOKE_BATCHES = (4,)
-VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "alpyka_jit", "alpyka_exported", "alpyka_aot", "alpyka_onnx",
-            "alpyka_aot_pc", "alpyka_onnx_pc")
+VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "aot_soa", "onnx_soa", "alpyka_jit", "alpyka_exported",
+            "alpyka_aot", "alpyka_onnx", "alpyka_aot_pc", "alpyka_onnx_pc")
 LABELS = {"eager": "eager", "jit": "TorchScript JIT", "exported": "torch.export program", "aot": "AOTInductor",
-          "onnx": "ONNX Runtime", "alpyka_jit": "alpyka Model (JIT, SoA)",
+          "onnx": "ONNX Runtime",
+          "aot_soa": "AOTInductor fed from the SoA collection by hand (a contiguous copy per block)",
+          "onnx_soa": "ONNX Runtime fed from the SoA collection by hand (a contiguous copy per block)",
+          "alpyka_jit": "alpyka Model (JIT, SoA)",
           "alpyka_exported": "alpyka Model (torch.export, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)",
           "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)",
           "alpyka_aot_pc": "alpyka Model (AOT, per-candidate SoA)",
@@ -185,6 +188,9 @@ def best_against_best(timings: dict[str, Any]) -> dict[str, Any]:
     best = min(ours, key=lambda v: ours[v].median)
     peer = min(peers, key=lambda v: peers[v].median)
     out: dict[str, Any] = {"paired": common.paired_ratio(peers[peer], ours[best])}
+    hand = timings.get(engine_of(best) + "_soa")  # the same engine fed from the same SoA memory by hand
+    if hand is not None:
+        out["by_hand"] = common.paired_ratio(hand, ours[best])
     engine = timings.get(engine_of(best))
     # ONNX Runtime and AOTInductor read dense row-major inputs (a gather); the torch routes
     # read the SoA blocks' strided tensors in place
@@ -229,6 +235,7 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                 entry["best peer"] = best_peer
                 entry["alpyka best / best peer"] = ours[best_ours] / peers[best_peer]
                 entry["alpyka best / best peer (paired)"] = pairs.get((name, b), {}).get("paired")
+                entry["alpyka best / its engine fed from SoA by hand (paired)"] = pairs.get((name, b), {}).get("by_hand")
                 entry["alpyka best / its engine (paired)"] = ok[(name, best_ours, b)].get("throughput_vs_engine_paired")
                 for g, key in ((GATHER, "SoA gather ms"), (GATHER_PC, "per-candidate gather ms")):
                     if (name, g, b) in ok:
@@ -265,7 +272,7 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
             if not pts:
                 continue
             b, tp, lat = zip(*pts)
-            line = ":" if v.endswith("_pc") else "--" if v.startswith("alpyka") else "-"
+            line = ":" if v.endswith("_pc") else "--" if v.startswith("alpyka") else "-." if v.endswith("_soa") else "-"
             style = dict(marker="o", color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1], label=LABELS[v],
                          linestyle=line)
             shown[v] = axes[0][col].plot(b, tp, **style)[0]

@@ -19,11 +19,17 @@ The column offsets come from a table made once per block geometry. Measured on a
 interleaved: 0.68 / 1.1 / 13.9 / 107 ms, where torch's ``copy_`` takes 0.95 / 2.3 / 34 / 431 ms and
 the copies of 256-column chunks used before 3.2 / 2.7 / 16.4 / 181 ms. Other devices and dtypes
 numba does not handle go through torch's copy in chunks of at most ``GATHER_SPAN`` columns per event.
+
+Which copy is faster also depends on what ran before: read right after a model's run, the
+ParticleNet-shaped inputs at batch 4 took 0.081 ms in the compiled loops and 0.063 ms in torch's
+``copy_``. So the first ``2 * TRIALS`` gathers of each geometry alternate between the two, timed
+where they run, and the faster is kept (:func:`chosen` says which).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import numpy as np
@@ -43,6 +49,12 @@ SMALL_RUN = 512
 #: (measured 1.1-2x faster than tiles for 4 and 8 float32 columns at 4k-288k events; slower from
 #: 12 columns when the columns' pitch is a power of two)
 FEW_COLUMNS = 8
+#: gathers of one geometry timed with each of the compiled loop and torch's copy before the faster
+#: is kept: torch's copy won for small blocks read right after a model run (ParticleNet-shaped
+#: inputs at batch 4: 0.063 vs 0.081 ms), the compiled loops from a few hundred kB up
+TRIALS = 3
+#: geometry -> True (compiled loop), False (torch's copy) or the trial times so far (ours, torch's)
+_CHOICE: dict[tuple[Any, ...], Any] = {}
 #: the loops of the compiled gather: columns in memory order (a few events), rows (a few columns), tiles
 _BY_COLUMN, _BY_ROW, _TILES = 0, 1, 2
 #: the column order of the row and tile loops: the row's own
@@ -174,12 +186,7 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     if t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous():
         args = _geometry(t.shape, t.stride(), t.dtype, out.dtype)
         if args is not None:
-            mode, src_proto, span, offsets, order, dst_proto, n, tile_columns, tile_events = args
-            if mode == _BY_ROW:
-                _row_kernel()(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n)
-            else:
-                _kernel()(mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n,
-                          tile_columns, tile_events)
+            _copy_chosen(t, out, args)
             return out
     if t.dim() >= 2 and t.device.type == "cpu" and t.stride(0) == 1 and t.shape[0] > 1:
         inner = 1
@@ -194,10 +201,56 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return out
 
 
+def _run_compiled(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:
+    mode, src_proto, span, offsets, order, dst_proto, n, tile_columns, tile_events = args
+    if mode == _BY_ROW:
+        _row_kernel()(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n)
+    else:
+        _kernel()(mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n,
+                  tile_columns, tile_events)
+
+
+def _copy_chosen(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:
+    """Copy with the compiled loop or torch's ``copy_``, whichever was faster on this geometry:
+    its first ``2 * TRIALS`` gathers alternate between them, timed where they run (after the
+    model's own work, with what it left in the caches), then the faster is kept."""
+    key = (t.shape, t.stride(), t.dtype, out.dtype)
+    choice = _CHOICE.get(key)
+    if choice is True:
+        _run_compiled(t, out, args)
+        return
+    if choice is False:
+        out.copy_(t)
+        return
+    if choice is None:
+        if len(_CHOICE) >= 256:  # geometries that change every event: keep trying the latest
+            _CHOICE.clear()
+        choice = _CHOICE.setdefault(key, ([], []))
+    ours, torch_s = choice
+    start = time.perf_counter()
+    if len(ours) <= len(torch_s):
+        _run_compiled(t, out, args)
+        ours.append(time.perf_counter() - start)
+    else:
+        out.copy_(t)
+        torch_s.append(time.perf_counter() - start)
+    if len(ours) >= TRIALS and len(torch_s) >= TRIALS:
+        _CHOICE[key] = min(ours) <= min(torch_s)
+
+
+def chosen(t: torch.Tensor, out: torch.Tensor) -> str:
+    """Which copy :func:`gather` uses for this geometry now: ``"compiled"``, ``"torch"``,
+    ``"trying"`` (still timing both) or ``"not compiled"`` (the compiled loop does not apply)."""
+    if not compiled(t, out):
+        return "not compiled"
+    choice = _CHOICE.get((t.shape, t.stride(), t.dtype, out.dtype))
+    return "compiled" if choice is True else "torch" if choice is False else "trying"
+
+
 def compiled(t: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether :func:`gather` copies ``t`` into ``out`` with the compiled loop."""
     return (t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous()
             and _geometry(t.shape, t.stride(), t.dtype, out.dtype) is not None)
 
 
-__all__ = ["GATHER_SPAN", "column_offsets", "compiled", "gather"]
+__all__ = ["GATHER_SPAN", "TRIALS", "chosen", "column_offsets", "compiled", "gather"]

@@ -10,7 +10,8 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, compiled, gather
+from inference import _gather
+from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, TRIALS, chosen, compiled, gather
 from inference_testmodels import MLP, Particles, Preds, features, fill_particles, run_threads
 
 
@@ -158,3 +159,24 @@ def test_threads_sharing_a_model_never_share_its_workspace(exported_files):
             np.testing.assert_allclose(np.stack([cols["m"], cols["n"]], 1), ref, rtol=1e-5, atol=1e-5)
 
     run_threads(work, 4)
+
+
+@pytest.mark.parametrize("inner", [(8,), (700, 8)])  # the row loop, the column loop
+def test_the_faster_copy_is_chosen_per_geometry_and_both_are_right(inner, monkeypatch):
+    """Each geometry's first gathers alternate between the compiled loop and torch's copy, then
+    the faster one is kept; every gather on the way equals ``contiguous()``."""
+    monkeypatch.setattr(_gather, "_CHOICE", {})
+    t = _column_major(5, inner, 96)
+    expected = t.contiguous()
+    out = torch.empty(t.shape)
+    assert chosen(t, out) == "trying"
+    for _ in range(2 * TRIALS):
+        out.fill_(-1.0)
+        assert torch.equal(gather(t, out), expected)
+    assert chosen(t, out) in ("compiled", "torch")
+    for forced, name in ((True, "compiled"), (False, "torch")):  # either kept copy stays right
+        _gather._CHOICE[(t.shape, t.stride(), t.dtype, out.dtype)] = forced
+        out.fill_(-1.0)
+        assert chosen(t, out) == name and torch.equal(gather(t, out), expected)
+    half = _column_major(5, inner, 96, torch.float16)  # a dtype numba does not copy: torch's copy only
+    assert chosen(half, torch.empty(half.shape, dtype=torch.float16)) == "not compiled"
