@@ -61,10 +61,11 @@ class ModelVariants:
     """Prepare every variant of ``bm`` that can run here; ``skipped`` says why the others cannot.
 
     ``aot_policy``: ``"compile"`` (use the cache, compile when missing), ``"cached"`` (use the
-    cache only) or ``"never"``."""
+    cache only) or ``"never"``; ``blocking``: alpyka's routes run on a blocking cpu_serial queue
+    (CMSSW's serial_sync backend, ``QueueCpuBlocking``), else on a non-blocking one."""
 
-    def __init__(self, bm: Any, threads: int, aot_policy: str, seed: int = 1234) -> None:
-        self.bm, self.threads, self.seed = bm, threads, seed
+    def __init__(self, bm: Any, threads: int, aot_policy: str, seed: int = 1234, blocking: bool = True) -> None:
+        self.bm, self.threads, self.seed, self.blocking = bm, threads, seed, blocking
         self.model = bm.build(seed)
         self.runners: dict[str, Callable[[BoundInputs], Any]] = {}
         self.skipped: dict[str, str] = {}
@@ -297,7 +298,7 @@ class ModelVariants:
                 self.skipped[v] = reason
             return
         inference.set_torch_threads(self.threads, 1)
-        self._queue = pk.Queue(pk.device("cpu_serial"))
+        self._queue = pk.Queue(pk.device("cpu_serial"), blocking=self.blocking)
         for variant, source in (("alpyka_jit", "jit"), ("alpyka_exported", "exported"), ("alpyka_aot", "aot"),
                                 ("alpyka_onnx", "onnx")):
             if source not in self.runners:

@@ -56,6 +56,9 @@ def build_parser():
                         help="torch intra-op / ONNX Runtime / OpenMP threads (default 1, alpyka's setting)")
     parser.add_argument("--models", default="particlenet,deepmet", help="comma-separated model names")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes (overrides the mode)")
+    parser.add_argument("--queue", choices=["blocking", "non-blocking"], default="blocking",
+                        help="the cpu_serial queue alpyka's routes run on (default blocking, as CMSSW's serial_sync "
+                             "backend; a non-blocking queue adds its worker's hand-off to every call)")
     parser.add_argument("--max-memory-gib", type=float, default=6.0,
                         help="skip batch sizes whose estimated activation memory exceeds this")
     return parser
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         bm = bench_models.MODELS[name]
         t0 = time.perf_counter()
-        variants = ModelVariants(bm, threads=args.threads, aot_policy=aot_policy)
+        variants = ModelVariants(bm, threads=args.threads, aot_policy=aot_policy, blocking=args.queue == "blocking")
         prep[name] = {"prepare_s": time.perf_counter() - t0, **variants.describe()}
         for v in VARIANTS:
             if v not in variants.runners:
@@ -161,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         timing_largest_quick_batch=last_quick if run_mode == "quick" else None,
         interleaved="round-robin over the variants of one batch, in a new (seeded) random order each round; "
                     "warm-up + 1 call each",
-        aot_policy=aot_policy, preparation=prep,
+        aot_policy=aot_policy, preparation=prep, alpyka_queue=f"cpu_serial, {args.queue}",
         variants={v: LABELS[v] for v in VARIANTS},
         notes=["throughput = batch / median latency of one inference call; ratios are vs eager at the same batch",
-               "alpyka rows include the SoA -> tensor path and the queue hand-off (Model.forward + queue.wait)"])
+               f"alpyka rows include the SoA -> tensor path and the queue (Model.forward + queue.wait, a {args.queue} "
+               "cpu_serial queue)"])
     path = common.write_json(args.out, "models", doc)
     plot(rows, names, args.out)
     print(format_table(summary))
