@@ -307,7 +307,10 @@ class ModelVariants:
             path = self.info[source]["path"]
             self._try(variant, lambda v=variant, p=path: self._alpyka_runner(v, p))
         self._prepare_per_candidate()
-        self._share_engines()
+        try:
+            self._share_engines()
+        except Exception as exc:  # a Model that cannot deploy: its route fails on its own, the peers keep theirs
+            self.info["engines shared with alpyka's routes"] = f"none ({type(exc).__name__}: {exc})"[:300]
         self._prepare_by_hand()
         if torch.get_num_threads() != self.threads:
             raise RuntimeError(f"torch threads changed to {torch.get_num_threads()} (asked {self.threads})")

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 if g in timings:
                     rows.append({"model": name, "variant": g, "label": LABELS[g], "batch": batch,
                                  "status": "ok", **timings[g].as_dict("latency")})
-            pairs[(name, batch)] = best_against_best(timings)
+            pairs[(name, batch)] = best_against_best(timings, by_hand_per_candidate=bool(bm.rows_per_event))
         inputs_cache.clear()
         keep.append(variants)  # released together at exit (see below)
 
@@ -180,29 +180,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def best_against_best(timings: dict[str, Any]) -> dict[str, Any]:
+def is_peer(variant: str) -> bool:
+    """A route the summary compares alpyka's with: an engine fed row-major tensors (not alpyka's,
+    not the by-hand ones reading the SoA collections, which are the same engines plus a copy)."""
+    return not variant.startswith("alpyka") and not variant.endswith("_soa")
+
+
+def best_against_best(timings: dict[str, Any], by_hand_per_candidate: bool) -> dict[str, Any]:
     """alpyka's fastest route against the fastest peer in the same rounds (the median of the
     per-round throughput ratios, less exposed to load that drifts during a run than a ratio of
-    medians), and what the fastest route costs beyond its floor: its engine fed row-major
-    tensors plus the gather of its layout, each timed alone in those rounds."""
+    medians), and against its engine fed from the same SoA collection by hand, when that reads
+    the layout the route reads (``by_hand_per_candidate``: the by-hand routes read the
+    per-candidate collection)."""
     ours = {v: t for v, t in timings.items() if v in VARIANTS and v.startswith("alpyka")}
-    peers = {v: t for v, t in timings.items() if v in VARIANTS and not v.startswith("alpyka")}
+    peers = {v: t for v, t in timings.items() if v in VARIANTS and is_peer(v)}
     if not ours or not peers:
         return {}
     best = min(ours, key=lambda v: ours[v].median)
     peer = min(peers, key=lambda v: peers[v].median)
     out: dict[str, Any] = {"paired": common.paired_ratio(peers[peer], ours[best])}
     hand = timings.get(engine_of(best) + "_soa")  # the same engine fed from the same SoA memory by hand
-    if hand is not None:
+    if hand is not None and best.endswith("_pc") == by_hand_per_candidate:
         out["by_hand"] = common.paired_ratio(hand, ours[best])
-    engine = timings.get(engine_of(best))
-    # ONNX Runtime and AOTInductor read dense row-major inputs (a gather); the torch routes
-    # read the SoA blocks' strided tensors in place
-    gathers = engine_of(best) in ("aot", "onnx")
-    gather = timings.get(GATHER_PC if best.endswith("_pc") else GATHER) if gathers else None
-    if engine is not None and (gather is not None or not gathers):
-        floor = engine.median + (gather.median if gather is not None else 0.0)
-        out["over_floor_ms"] = (ours[best].median - floor) * 1e3
     return out
 
 
@@ -215,9 +214,9 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                  pairs: dict[tuple[str, int], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """``{"<model>, batch <b>": {"eager events/s": x, "<variant>": throughput ratio vs eager, ...}}``
     with the fastest route, alpyka's best route against the best peer (ratio of medians, and
-    paired rounds: :func:`best_against_best`) and against its own engine fed row-major tensors
-    (paired rounds), the gathers alone (the floor of that difference) of each input layout, and
-    the best route's time beyond its engine plus its gather."""
+    paired rounds: :func:`best_against_best`), against its own engine fed row-major tensors and
+    fed from the SoA collection by hand (paired rounds), and the gathers alone (the floor of the
+    difference to the engine fed row-major) of each input layout."""
     pairs = pairs or {}
     ok = {(r["model"], r["variant"], r["batch"]): r for r in rows if r["status"] == "ok"}
     summary: dict[str, dict[str, Any]] = {}
@@ -230,7 +229,7 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
             entry: dict[str, Any] = {"eager events/s": eager}
             for v in VARIANTS[1:]:
                 entry[f"{v} / eager"] = common.ratio(tp.get(v), eager)
-            peers = {v: t for v, t in tp.items() if not v.startswith("alpyka")}
+            peers = {v: t for v, t in tp.items() if is_peer(v)}
             ours = {v: t for v, t in tp.items() if v.startswith("alpyka")}
             entry["fastest"] = max(tp, key=tp.get)
             if peers and ours:
@@ -248,8 +247,6 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                 if gather is not None:  # the gather of the layout the best route reads
                     entry["gather / alpyka best latency"] = (
                         gather["latency_median_ms"] / ok[(name, best_ours, b)]["latency_median_ms"])
-                # the Python, queue and output copy around the engine and the gather
-                entry["alpyka best over engine + gather ms"] = pairs.get((name, b), {}).get("over_floor_ms")
             summary[f"{name}, batch {b}"] = entry
     return summary
 

@@ -53,6 +53,9 @@ FEW_COLUMNS = 8
 #: is kept: torch's copy won for small blocks read right after a model run (ParticleNet-shaped
 #: inputs at batch 4: 0.063 vs 0.081 ms), the compiled loops from a few hundred kB up
 TRIALS = 3
+#: blocks larger than this (bytes) take the compiled loops without trials: they won every time
+#: measured from a few MB up (2x at 9 MB of 8 float32 columns), and a trial of torch's copy costs
+TRIAL_BYTES = 4 << 20
 #: geometry -> True (compiled loop), False (torch's copy) or the trial times so far (ours, torch's)
 _CHOICE: dict[tuple[Any, ...], Any] = {}
 #: the loops of the compiled gather: columns in memory order (a few events), rows (a few columns), tiles
@@ -177,11 +180,9 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if t.is_contiguous():
             return t
         out = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    if t.dim() >= 3 and t.shape[1] > 1 and t.stride(0) == t.shape[1] * t.stride(1) and out.is_contiguous():
-        # a block grouping rows into items (rows_per_item): [items, R, ...] at strides [R, 1, ...]
-        # is the collection's [items * R, ...], gathered as such (a row-major out is that too)
-        rows = torch.as_strided(t, (t.shape[0] * t.shape[1],) + tuple(t.shape[2:]), t.stride()[1:])
-        gather(rows, out.view((rows.shape[0],) + tuple(out.shape[2:])))
+    t, rows_out = _rows(t, out)
+    if rows_out is not out:  # rows grouped into items: gathered as the collection's rows
+        gather(t, rows_out)
         return out
     if t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous():
         args = _geometry(t.shape, t.stride(), t.dtype, out.dtype)
@@ -201,6 +202,16 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return out
 
 
+def _rows(t: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block grouping rows into items (``rows_per_item``: ``[items, R, ...]`` at strides
+    ``[R, 1, ...]``) as the collection's ``[items * R, ...]`` rows, and a row-major ``out`` as
+    the same; anything else as it is."""
+    if t.dim() >= 3 and t.shape[1] > 1 and t.stride(0) == t.shape[1] * t.stride(1) and out.is_contiguous():
+        rows = torch.as_strided(t, (t.shape[0] * t.shape[1],) + tuple(t.shape[2:]), t.stride()[1:])
+        return rows, out.view((rows.shape[0],) + tuple(out.shape[2:]))
+    return t, out
+
+
 def _run_compiled(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:
     mode, src_proto, span, offsets, order, dst_proto, n, tile_columns, tile_events = args
     if mode == _BY_ROW:
@@ -216,6 +227,8 @@ def _copy_chosen(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> N
     model's own work, with what it left in the caches), then the faster is kept."""
     key = (t.shape, t.stride(), t.dtype, out.dtype)
     choice = _CHOICE.get(key)
+    if choice is None and out.numel() * out.element_size() > TRIAL_BYTES:
+        choice = _CHOICE[key] = True  # large blocks: the compiled loops won every time measured
     if choice is True:
         _run_compiled(t, out, args)
         return
@@ -243,12 +256,14 @@ def chosen(t: torch.Tensor, out: torch.Tensor) -> str:
     ``"trying"`` (still timing both) or ``"not compiled"`` (the compiled loop does not apply)."""
     if not compiled(t, out):
         return "not compiled"
+    t, out = _rows(t, out)
     choice = _CHOICE.get((t.shape, t.stride(), t.dtype, out.dtype))
     return "compiled" if choice is True else "torch" if choice is False else "trying"
 
 
 def compiled(t: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether :func:`gather` copies ``t`` into ``out`` with the compiled loop."""
+    """Whether :func:`gather` can copy ``t`` into ``out`` with the compiled loops."""
+    t, out = _rows(t, out)
     return (t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous()
             and _geometry(t.shape, t.stride(), t.dtype, out.dtype) is not None)
 

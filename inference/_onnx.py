@@ -234,7 +234,8 @@ class OnnxRunner:
         kept there and reused while the inputs are the same memory, so a repeated run binds nothing."""
         session = self._session()
         if memo is not None:
-            key = (id(session), rows, tuple((t.data_ptr(), t.shape, t.dtype) for t in tensors))
+            key = (id(session), rows, tuple((t.data_ptr(), t.shape, t.dtype) for t in tensors),
+                   tuple((b.name, b.shape) for b in outputs))
             kept = memo.get("onnx")
             if kept is None or kept[0] != key:
                 kept = memo["onnx"] = (key, *self._bind(session, outputs, rows, tensors))

@@ -236,9 +236,6 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
 
     def stream_worker(ended: threading.Event) -> None:
         try:
-            # the mask the main thread had before it held SIGINT back (a thread inherits its
-            # creator's), so what this stream starts (a server, a worker process) sees Ctrl-C
-            _release_sigint(held)
             stream_events()
         finally:
             ended.set()  # stream_events' frame (its queue, the event's tensors) is gone by now
@@ -258,23 +255,27 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     ended = [threading.Event() for _ in range(streams)]
     threads = [threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True)
                for s, e in enumerate(ended)]
-    # Ctrl-C is held back while the streams start: one landing inside Thread.start() would leave
-    # before the try below, with no stop set and a stream on its way into an event
-    held = _hold_sigint()  # read by stream_worker
+    # Ctrl-C is deferred while the streams start: one landing inside Thread.start() would leave
+    # before the try below, with no stop set and a stream on its way into an event. A Python
+    # handler that only records the press does it, whichever thread the signal reached (a signal
+    # mask would not: a Ctrl-C goes to any thread that does not block it)
+    presses = _sigint_presses
+    deferred: list[Any] = []
+    previous = _defer_sigint(deferred)
     try:
         for t in threads:
             t.start()
-    except BaseException:
-        _release_sigint(held)
-        raise
+    finally:
+        _restore_sigint(previous)
     try:
-        _release_sigint(held)  # a Ctrl-C pressed meanwhile is raised here, inside the try
+        if deferred:  # pressed meanwhile: handled now, by the handler it was meant for
+            _deliver_sigint(previous, deferred[0])
         for e in ended:
             # polled: a Ctrl-C whose KeyboardInterrupt was raised inside a finalizer that the
             # collector ran on this thread is swallowed there ("Exception ignored in ..."); the
             # CLI's handler counted it, so the demo still stops (see _exit_on_second_interrupt)
             while not e.wait(INTERRUPT_POLL_S):
-                if _sigint_presses:
+                if _sigint_presses != presses:
                     raise KeyboardInterrupt
     except KeyboardInterrupt:
         # stop at once: no new event starts; the one each stream has in flight (milliseconds of
@@ -296,18 +297,27 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     return report
 
 
-def _hold_sigint() -> Any:
-    """Block SIGINT on the main thread (the previous mask, to give to :func:`_release_sigint`);
-    None where that is not possible (another thread, no ``pthread_sigmask``)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+def _defer_sigint(presses: list[Any]) -> Any:
+    """Install a SIGINT handler that only records each press (its frame) in ``presses``; returns
+    the handler it replaced, for :func:`_restore_sigint` (None off the main thread, where
+    nothing is installed)."""
+    if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    return signal.signal(signal.SIGINT, lambda signum, frame: presses.append(frame))
 
 
-def _release_sigint(held: Any) -> None:
-    """Restore the mask :func:`_hold_sigint` replaced (a SIGINT pending meanwhile is delivered)."""
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+def _restore_sigint(previous: Any) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _deliver_sigint(handler: Any, frame: Any) -> None:
+    """Handle a deferred press as ``handler`` would have: call it (the CLI's counts the press
+    and raises, Python's default raises KeyboardInterrupt); an ignored SIGINT stays ignored."""
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    elif handler != signal.SIG_IGN:
+        raise KeyboardInterrupt
 
 
 _interrupt_reported = False

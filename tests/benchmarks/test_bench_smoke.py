@@ -68,7 +68,7 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     for key in ("eager events/s", "jit / eager", "SoA gather ms", "per-candidate gather ms", "alpyka best / best peer",
                 "alpyka best / best peer (paired)"):  # the by-hand ratio exists only for an ORT/AOT best route
         assert _positive_finite(entry[key]), key
-    assert math.isfinite(entry["alpyka best over engine + gather ms"])  # a difference of medians: may be < 0
+    assert entry["best peer"] in ("eager", "jit", "exported", "aot", "onnx")  # engines fed row-major, not by hand
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
 
 

@@ -149,3 +149,17 @@ def test_no_deprecation_warning_from_loading_or_running(queue, make_particles, m
         for path in (exported_files["mlp.pt2"], exported_files["mlp.onnx"], str(scripted)):
             Model(path).to(queue).forward(meta)
             queue.wait()
+
+
+def test_the_same_inputs_into_output_blocks_of_another_name(queue, make_particles, make_preds, exported_files):
+    """ONNX Runtime's kept binding is reused only for the same outputs too: the same input memory
+    written into a block of another name gets its own outputs, not the last pass's."""
+    coll, data = make_particles(64, seed=21)
+    out = make_preds(64)
+    model = Model(exported_files["mlp.onnx"]).to(queue)
+    inputs = SoAMetadata(coll).append_block("f", "x", "y", "z")
+    want = _eager(MLP(), features(data)).numpy()
+    for name in ("preds", "other", "preds"):
+        outputs = SoAMetadata(out).append_block(name, "m", "n")
+        model.forward(ModelMetadata(inputs, outputs))
+        np.testing.assert_allclose(_preds(out.to_dict(queue)), want, rtol=1e-5, atol=1e-5)

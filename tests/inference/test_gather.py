@@ -180,3 +180,11 @@ def test_the_faster_copy_is_chosen_per_geometry_and_both_are_right(inner, monkey
         assert chosen(t, out) == name and torch.equal(gather(t, out), expected)
     half = _column_major(5, inner, 96, torch.float16)  # a dtype numba does not copy: torch's copy only
     assert chosen(half, torch.empty(half.shape, dtype=torch.float16)) == "not compiled"
+
+
+def test_large_blocks_take_the_compiled_loops_at_once(monkeypatch):
+    monkeypatch.setattr(_gather, "_CHOICE", {})
+    t = _column_major(_gather.TRIAL_BYTES // (4 * 8) + 64, (8,), _gather.TRIAL_BYTES // (4 * 8) + 128)
+    out = torch.empty(t.shape)
+    assert torch.equal(gather(t, out), t.contiguous())
+    assert chosen(t, out) == "compiled"

@@ -12,7 +12,7 @@ import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._block import make_block
-from inference._gather import gather
+from inference._gather import compiled, gather
 from inference_testmodels import Particles, PerItem, features
 
 R = 5  # rows per item, as the exported per_item files take
@@ -68,6 +68,7 @@ def test_the_gather_of_a_grouped_block_is_the_rows_in_order():
     flat = torch.arange(3 * pitch, dtype=torch.float32)
     grouped = torch.as_strided(flat, (rows // R, R, 3), (R, 1, pitch))
     out = torch.full((rows // R, R, 3), -1.0)
+    assert compiled(grouped, out)  # seen as the collection's rows: the compiled row loop applies
     gather(grouped, out)
     torch.testing.assert_close(out, grouped.contiguous())
 
