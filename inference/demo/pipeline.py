@@ -299,10 +299,10 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
 
 def _defer_sigint(presses: list[Any]) -> Any:
     """Install a SIGINT handler that only records each press (its frame) in ``presses``; returns
-    the handler it replaced, for :func:`_restore_sigint` (None off the main thread, where
-    nothing is installed)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+    the handler it replaced, for :func:`_restore_sigint` (None where nothing is installed: off the
+    main thread, or under a SIGINT handler that C code installed)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        return None  # None: a handler not installed from Python, which could not be put back
     return signal.signal(signal.SIGINT, lambda signum, frame: presses.append(frame))
 
 
