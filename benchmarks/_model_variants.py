@@ -365,9 +365,12 @@ class ModelVariants:
             model = self._models.get(path)
             if model is None:
                 continue
-            engine = model.module_for(dev)
-            self._engines[kind] = {"aot": lambda e: e.package, "onnx": lambda e: e._session()}.get(
-                kind, lambda e: e)(engine)
+            engine = model.module_for(dev)  # the module (jit, exported), package runner (aot) or ORT runner
+            if kind == "aot":
+                engine = engine.package  # called through torch's own callable, as before
+            elif kind == "onnx":
+                engine = engine._session()  # the session the runner binds and runs
+            self._engines[kind] = engine
             shared.append(kind)
         self.info["engines shared with alpyka's routes"] = shared
 

@@ -71,22 +71,12 @@ _PROTOS: dict[torch.dtype, np.ndarray] = {
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel() -> Any:
-    """The compiled column and tile loops over raw addresses (compiled on first use per dtype
-    pair, cached on disk by numba): nothing is kept of the tensors they read and write."""
-    return _kernels()[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _row_kernel() -> Any:
-    """The compiled row loop over raw addresses for a few columns, their offsets a tuple: numba
-    compiles one loop per column count, whose inner loop LLVM unrolls (1.2-3.5x faster than a loop
-    over an offsets array: 9.6 / 46 / 631 us at 4.5k / 18k / 288k rows of 8 float32 columns)."""
-    return _kernels()[1]
-
-
-@functools.lru_cache(maxsize=None)
 def _kernels() -> tuple[Any, Any]:
+    """The compiled loops over raw addresses (compiled on first use per dtype pair, cached on disk
+    by numba; nothing is kept of the tensors they read and write): the column and tile loops, and
+    the row loop for a few columns, their offsets a tuple: numba compiles one per column count,
+    whose inner loop LLVM unrolls (1.2-3.5x faster than a loop over an offsets array: 9.6 / 46 /
+    631 us at 4.5k / 18k / 288k rows of 8 float32 columns)."""
     import numba
     from numba.core import cgutils, types
     from numba.extending import intrinsic
@@ -214,11 +204,12 @@ def _rows(t: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 def _run_compiled(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:
     mode, src_proto, span, offsets, order, dst_proto, n, tile_columns, tile_events = args
+    columns, rows = _kernels()
     if mode == _BY_ROW:
-        _row_kernel()(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n)
+        rows(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n)
     else:
-        _kernel()(mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n,
-                  tile_columns, tile_events)
+        columns(mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n,
+                tile_columns, tile_events)
 
 
 def _copy_chosen(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:

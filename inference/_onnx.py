@@ -234,8 +234,9 @@ class OnnxRunner:
         kept there and reused while the inputs are the same memory, so a repeated run binds nothing."""
         session = self._session()
         if memo is not None:
-            key = (id(session), rows, tuple((t.data_ptr(), t.shape, t.dtype) for t in tensors),
-                   tuple((b.name, b.shape) for b in outputs))
+            # the output blocks too (a tuple of immutable Blocks, one per geometry: compared by
+            # identity first): the same inputs written into other blocks get their own outputs
+            key = (id(session), rows, tuple((t.data_ptr(), t.shape, t.dtype) for t in tensors), tuple(outputs))
             kept = memo.get("onnx")
             if kept is None or kept[0] != key:
                 kept = memo["onnx"] = (key, *self._bind(session, outputs, rows, tensors))
