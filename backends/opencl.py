@@ -1,14 +1,16 @@
-"""opencl: devices of every OpenCL platform through pyopencl (PoCL gives a CPU device in CI).
+"""opencl: OpenCL devices through pyopencl, each one probed before use (_opencl_devices).
 
-Every OpenCL device is a many-threads-per-block device (``kind="gpu"``), PoCL's CPU device
-included: work-groups are alpaka blocks, work-items are threads, ``__local`` memory is shared
-memory and barriers are real. Memory is ``cl.Buffer`` objects (not addressable from Python:
-copy to a host buffer to read it); each device has its own memory space ``"opencl:<i>"``.
+Every OpenCL device runs alpaka's GPU model (``kind="gpu"``: many threads per block), a CPU
+device included (its hardware is ``device.properties["type"]``): work-groups are alpaka blocks,
+work-items are threads, ``__local`` memory is shared memory and barriers are real. Memory is
+``cl.Buffer`` objects (not addressable from Python: copy to a host buffer to read it); each
+device has its own memory space ``"opencl:<i>"``.
 """
 
 from __future__ import annotations
 
 import platform as _platform
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,8 @@ from portable._allocator import CachingAllocator
 from portable._backend import Backend, MemRef
 from portable._device import Device, DeviceLimits
 from portable._errors import BackendUnavailable
+
+from . import _opencl_devices
 
 try:
     import pyopencl as cl
@@ -58,31 +62,23 @@ def _limits(d: Any) -> DeviceLimits:
     )
 
 
-def _type_name(d: Any) -> str:
-    """"gpu", "cpu", "accelerator" or "other" (PoCL reports its CPU device as ``ALL | CPU``)."""
-    for bit, name in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
-                      (cl.device_type.ACCELERATOR, "accelerator")):
-        if d.type & bit:
-            return name
-    return "other"
-
-
 class OpenCLBackend(Backend):
     """The opencl backend (see the module docstring)."""
 
     name = "opencl"
     kind = "gpu"
 
-    def __init__(self, found: list[tuple[Any, Any]]) -> None:
+    def __init__(self, used: list[_opencl_devices.Candidate], rejected: list[_opencl_devices.Candidate]) -> None:
         self._devices: list[Device] = []
         self._allocators: dict[int, CachingAllocator] = {}
-        for i, (plat, d) in enumerate(found):
-            ctx = cl.Context([d])
+        self._rejected = [(c.label, c.reason or "") for c in rejected]
+        for i, cand in enumerate(used):
+            plat, d, ctx = cand.platform, cand.device, cand.context
             self._devices.append(Device(
                 self.name, i, d.name.strip(), "gpu", f"opencl:{i}", _limits(d),
                 native=OpenCLNative(plat, d, ctx),
                 properties={
-                    "platform": plat.name.strip(), "type": _type_name(d), "version": d.version,
+                    "platform": plat.name.strip(), "type": cand.hardware, "version": d.version,
                     "driver": d.driver_version, "global_memory": int(d.global_mem_size),
                     "fp64": "cl_khr_fp64" in d.extensions,
                     "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
@@ -91,6 +87,10 @@ class OpenCLBackend(Backend):
 
     def devices(self) -> list[Device]:
         return self._devices
+
+    def excluded_devices(self) -> list[tuple[str, str]]:
+        """``(platform and device name, reason)`` of each OpenCL device found but not used."""
+        return list(self._rejected)
 
     def versions(self) -> dict[str, str]:
         out = {"pyopencl": cl.VERSION_TEXT, "python": _platform.python_version()}
@@ -170,21 +170,25 @@ _backend: OpenCLBackend | None = None
 
 
 def load() -> OpenCLBackend:
-    """The opencl backend; BackendUnavailable says why when pyopencl or a device is missing."""
+    """The opencl backend; BackendUnavailable says why when pyopencl or a working device is missing."""
     global _backend
     if _backend is not None:
         return _backend
     if cl is None:
         raise BackendUnavailable(
-            f"pyopencl is not installed ({_IMPORT_ERROR}); `pip install pyopencl "
-            "pocl-binary-distribution` gives a CPU OpenCL device"
+            f"pyopencl is not installed ({_IMPORT_ERROR}); `pip install -e \".[opencl]\"` gives "
+            "pyopencl and CPU OpenCL runtimes (docs/backends.md)"
         )
+    _opencl_devices.register_runtimes()
+    # Intel's compiler always leaves a log, so pyopencl warns on every build; the warning says
+    # only that a log exists (build errors are raised with theirs)
+    warnings.filterwarnings("ignore", message="Non-empty compiler output", category=cl.CompilerWarning)
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:
         raise BackendUnavailable(
-            f"pyopencl is installed but no OpenCL platform was found ({exc}); install a driver "
-            "or `pip install pocl-binary-distribution`"
+            f"pyopencl is installed but no OpenCL platform was found ({exc}); "
+            f"{_INSTALL_HINT}"
         ) from None
     found, problems = [], []
     for plat in platforms:
@@ -192,8 +196,17 @@ def load() -> OpenCLBackend:
             found.extend((plat, d) for d in plat.get_devices())
         except cl.Error as exc:
             problems.append(f"{plat.name.strip()}: {exc}")
-    if not found:
-        detail = f" ({'; '.join(problems)})" if problems else ""
-        raise BackendUnavailable(f"pyopencl found {len(platforms)} OpenCL platform(s) but no device{detail}")
-    _backend = OpenCLBackend(found)
+    used, rejected = _opencl_devices.select(cl, found)
+    if not used:
+        detail = [f"{c.label}: {c.reason}" for c in rejected] + problems
+        raise BackendUnavailable(
+            f"pyopencl found {len(platforms)} OpenCL platform(s) but no usable device"
+            + (f" ({'; '.join(detail)})" if detail else "") + f"; {_INSTALL_HINT}"
+        )
+    _backend = OpenCLBackend(used, rejected)
     return _backend
+
+
+_INSTALL_HINT = ("`pip install intel-opencl-rt intel-cmplr-lib-rt tbb` (x86-64) or a system runtime "
+                 "(`apt install pocl-opencl-icd`) gives a CPU device; "
+                 f"{_opencl_devices.ENV_DEVICE} picks among them (docs/backends.md)")

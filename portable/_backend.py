@@ -39,6 +39,10 @@ class Backend:
     def devices(self) -> list["Device"]:
         raise NotImplementedError
 
+    def excluded_devices(self) -> list[tuple[str, str]]:
+        """``(device, reason)`` for each device the backend found on the machine but does not use."""
+        return []
+
     def versions(self) -> dict[str, str]:
         """Versions of the packages and drivers the backend relies on."""
         return {}

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import platform
+from typing import TYPE_CHECKING
 
 from ._registry import BACKEND_NAMES, _load, unavailable_backends
+
+if TYPE_CHECKING:
+    from ._device import Device
 
 
 def info_text() -> str:
@@ -24,12 +28,20 @@ def info_text() -> str:
         if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)
             lines.append(f"    execution: {execution()}")
         for dev in backend.devices():
-            lim = dev.limits
-            lines.append(
-                f"    [{dev.index}] {dev.name} ({dev.kind}, memory {dev.memory_space}, "
-                f"max {lim.max_threads_per_block} threads/block, {lim.multiprocessors} compute units)"
-            )
+            lines.append(f"    [{dev.index}] {dev.name} ({_describe(dev)})")
+        for what, why in backend.excluded_devices():
+            lines.append(f"    not used: {what}: {why}")
     return "\n".join(lines)
+
+
+def _describe(dev: "Device") -> str:
+    """The device's hardware, where it differs from its execution model, memory and limits."""
+    lim, props = dev.limits, dev.properties
+    hardware = props.get("type", dev.kind)
+    model = "" if hardware == dev.kind else ", blocks of many threads as on a GPU"
+    runtime = f", {props['platform']}" if "platform" in props else ""
+    return (f"{hardware}{model}{runtime}, memory {dev.memory_space}, max {lim.max_threads_per_block} "
+            f"threads/block, {lim.multiprocessors} compute units")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,272 @@
+"""Which OpenCL devices the opencl backend uses: runtimes installed with pip registered, every
+device probed with a small kernel, a documented order, and ``ALPYKA_OPENCL_DEVICE``.
+
+- **Registration.** pyopencl's ICD loader reads ``OCL_ICD_VENDORS`` (a directory of ``.icd``
+  files), else ``/etc/OpenCL/vendors``, and always adds the runtimes beside pyopencl (the PoCL of
+  its wheel, Oclgrind). Runtimes installed by pip into ``<prefix>/etc/OpenCL/vendors`` (Intel's
+  ``intel-opencl-rt``) are never seen there, and their ``.icd`` files hold a build-time path. When
+  the user has not set ``OCL_ICD_VENDORS``, :func:`register_runtimes` writes a vendors directory
+  holding the system's ``.icd`` files and the pip-installed ones with their library's real path,
+  and points ``OCL_ICD_VENDORS`` at it before the first platform query.
+- **Probe.** A device is used only once a kernel with local memory and a barrier built and ran
+  on it with the right result (a runtime whose compiler does not know the machine's CPU fails
+  here, not in the user's first kernel). Failures are kept with their reason for ``alpyka info``.
+- **Order** (``pk.devices("opencl")``, device 0 is the default): GPUs, then other accelerators,
+  then CPU devices, the CPU runtimes by measured speed (Intel's, then PoCL, then others), each
+  group in platform order; simulators (Oclgrind, Intel's FPGA emulator) last, and left out
+  unless named.
+- **Override.** ``ALPYKA_OPENCL_DEVICE=pattern[,pattern...]``: only the devices whose
+  platform name, vendor, version or device name contains a pattern (case-insensitive: ``intel``,
+  ``pocl``, ``nvidia``, ``oclgrind``), in the order of the patterns;
+  ``all`` adds every probed device in the default order, simulators included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import site
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENV_DEVICE = "ALPYKA_OPENCL_DEVICE"
+ENV_VENDORS = "OCL_ICD_VENDORS"
+ENV_PROBE_TIMEOUT = "ALPYKA_OPENCL_PROBE_TIMEOUT"
+SYSTEM_VENDORS = Path("/etc/OpenCL/vendors")
+#: CPU runtimes by measured speed on alpyka's kernels (docs/backends.md); earlier is preferred
+CPU_RUNTIME_ORDER = ("intel", "portable computing language")
+SIMULATORS = ("oclgrind", "fpga emulation")
+
+_PROBE_SOURCE = """\
+__kernel void alpyka_probe(__global int* out, __local int* tmp) {
+    int l = (int)get_local_id(0), g = (int)get_global_id(0), n = (int)get_local_size(0);
+    tmp[l] = 3 * g + 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    out[g] = tmp[n - 1 - l] + (int)get_group_id(0);
+}
+"""
+_PROBE_BLOCKS, _PROBE_THREADS = 3, 16
+# commands of a probe that never completed: kept alive forever, so no destructor waits for them
+_abandoned: list[Any] = []
+
+
+@dataclass
+class Candidate:
+    """One OpenCL device found on the machine, and what became of it."""
+
+    platform: Any
+    device: Any
+    hardware: str  # "gpu", "cpu", "accelerator" or "other"
+    context: Any = None
+    reason: str | None = None  # why it is not used (None: used)
+    probe_s: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.platform.name.strip()} {self.device.name.strip()}"
+
+    @property
+    def names(self) -> str:
+        """What ``ALPYKA_OPENCL_DEVICE`` patterns match: platform name, vendor and version (where
+        PoCL says "PoCL"), and the device's name, lower-cased."""
+        p, d = self.platform, self.device
+        return f"{p.name} {p.vendor} {p.version} {d.name}".lower()
+
+    @property
+    def simulator(self) -> bool:
+        return any(s in self.names for s in SIMULATORS)
+
+
+# ---------------------------------------------------------------------- registration
+def _prefixes() -> list[Path]:
+    out: list[Path] = []
+    for p in (sys.prefix, site.getuserbase() if site.ENABLE_USER_SITE else None):
+        if p and Path(p) not in out:
+            out.append(Path(p))
+    return out
+
+
+def _pip_icds() -> dict[str, str]:
+    """``{icd file name: library path}`` of runtimes pip installed under this Python's prefixes,
+    each library path resolved to the file that exists (their ``.icd`` holds a build-time path)."""
+    found: dict[str, str] = {}
+    for prefix in _prefixes():
+        vendors = prefix / "etc" / "OpenCL" / "vendors"
+        if not vendors.is_dir():
+            continue
+        for icd in sorted(vendors.glob("*.icd")):
+            lib = icd.read_text(errors="replace").strip()
+            path = Path(lib) if os.path.isabs(lib) else None
+            if path is None or not path.exists():
+                path = prefix / "lib" / Path(lib).name
+            if path.exists():
+                found.setdefault(icd.name, str(path))
+    return found
+
+
+def _vendors_root() -> Path:
+    from portable.kernel._cache import cache_dir
+
+    return cache_dir() / "opencl-vendors"
+
+
+def register_runtimes() -> str | None:
+    """Point ``OCL_ICD_VENDORS`` at a directory with the system's and the pip-installed runtimes;
+    returns it, or None when the user set the variable or pip installed no runtime."""
+    if os.environ.get(ENV_VENDORS):
+        return None
+    pip = _pip_icds()
+    if not pip:
+        return None
+    files: dict[str, str] = {}
+    if SYSTEM_VENDORS.is_dir():
+        for icd in sorted(SYSTEM_VENDORS.glob("*.icd")):
+            files[icd.name] = icd.read_text(errors="replace").strip()
+    for name, lib in pip.items():
+        files.setdefault(name, lib)
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    for root in (_vendors_root(), Path(tempfile.gettempdir()) / f"alpyka-opencl-vendors-{os.getuid()}"):
+        try:
+            target = root / digest
+            if not target.is_dir():
+                root.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(dir=root))
+                for name, lib in files.items():
+                    (tmp / name).write_text(lib + "\n")
+                try:
+                    os.replace(tmp, target)  # atomic; a concurrent process may have won
+                except OSError:
+                    for f in tmp.iterdir():
+                        f.unlink()
+                    tmp.rmdir()
+            os.environ[ENV_VENDORS] = str(target)
+            return str(target)
+        except OSError:
+            continue
+    return None
+
+
+# ---------------------------------------------------------------------- probe
+def hardware_type(cl: Any, device: Any) -> str:
+    """"gpu", "cpu", "accelerator" or "other" (PoCL reports its CPU device as ``ALL | CPU``)."""
+    for bit, name in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
+                      (cl.device_type.ACCELERATOR, "accelerator")):
+        if device.type & bit:
+            return name
+    return "other"
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    err = next((ln for ln in lines if "error" in ln.lower() and "build" not in ln.lower()[:12]), None)
+    line = err or (lines[0] if lines else "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
+    """Build and run the probe kernel on ``cand``; sets ``cand.context`` or ``cand.reason``."""
+    if timeout is None:
+        timeout = float(os.environ.get(ENV_PROBE_TIMEOUT, "60"))
+    start = time.perf_counter()
+    try:
+        ctx = cl.Context([cand.device])
+        program = cl.Program(ctx, _PROBE_SOURCE).build(devices=[cand.device])
+    except Exception as exc:  # noqa: BLE001 - a runtime that cannot build: its reason is kept
+        cand.reason = f"cannot build a kernel: {_first_line(exc)}"
+        return
+    threads = min(_PROBE_THREADS, int(cand.device.max_work_group_size))
+    n = _PROBE_BLOCKS * threads
+    host = np.full(n, -1, np.int32)
+    try:
+        cq = cl.CommandQueue(ctx, cand.device)
+        buf = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, host.nbytes)
+        knl = cl.Kernel(program, "alpyka_probe")
+        knl.set_args(buf, cl.LocalMemory(4 * threads))
+        run = cl.enqueue_nd_range_kernel(cq, knl, (n,), (threads,))
+        cq.flush()
+        if not _wait(cl, run, start + timeout):
+            _abandoned.extend((cq, buf, knl, run, ctx))
+            cand.reason = f"the probe kernel did not complete within {timeout:.0f} s"
+            return
+        cl.enqueue_copy(cq, host, buf, is_blocking=True)
+    except Exception as exc:  # noqa: BLE001 - a runtime that cannot run what it built
+        cand.reason = f"cannot run a kernel: {type(exc).__name__}: {_first_line(exc)}"
+        return
+    g = np.arange(n)
+    want = 3 * ((g // threads) * threads + threads - 1 - g % threads) + 1 + g // threads
+    if not np.array_equal(host, want):
+        bad = int(np.flatnonzero(host != want)[0])
+        cand.reason = (f"the probe kernel gave a wrong result (element {bad}: {int(host[bad])}, "
+                       f"expected {int(want[bad])})")
+        return
+    cand.context, cand.probe_s = ctx, time.perf_counter() - start
+
+
+def _wait(cl: Any, event: Any, deadline: float) -> bool:
+    complete = cl.command_execution_status.COMPLETE
+    delay = 0.001
+    while True:
+        status = event.command_execution_status
+        if status < 0:
+            raise RuntimeError(f"the probe kernel ended with OpenCL status {status}")
+        if status == complete:
+            return True
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+# ---------------------------------------------------------------------- order and selection
+def _default_rank(cand: Candidate) -> tuple[int, int]:
+    group = 4 if cand.simulator else {"gpu": 0, "accelerator": 1, "cpu": 2}.get(cand.hardware, 3)
+    runtime = len(CPU_RUNTIME_ORDER)
+    if cand.hardware == "cpu":
+        name = cand.platform.name.lower()
+        runtime = next((i for i, r in enumerate(CPU_RUNTIME_ORDER) if r in name), runtime)
+    return group, runtime
+
+
+def patterns() -> list[str] | None:
+    """The patterns of ``ALPYKA_OPENCL_DEVICE``, lower-cased (None when it is not set)."""
+    raw = os.environ.get(ENV_DEVICE, "").strip()
+    if not raw:
+        return None
+    return [p.strip().lower() for p in raw.split(",") if p.strip()]
+
+
+def select(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list[Candidate]]:
+    """``(used, rejected)``: the devices the backend exposes, in order, each probed; and the
+    others, each with its reason."""
+    cands = [Candidate(p, d, hardware_type(cl, d)) for p, d in found]
+    ordered = sorted(cands, key=_default_rank)  # stable: platform order within a rank
+    wanted = patterns()
+    chosen: list[Candidate] = []
+    if wanted is None:
+        for c in ordered:
+            if c.simulator:
+                c.reason = f"a simulator, left out by default ({ENV_DEVICE}={_short(c)} selects it)"
+            else:
+                chosen.append(c)
+    else:
+        for pat in wanted:
+            for c in ordered:
+                if c not in chosen and (pat == "all" or pat in c.names):
+                    chosen.append(c)
+        for c in ordered:
+            if c not in chosen:
+                c.reason = f"not named by {ENV_DEVICE}={os.environ[ENV_DEVICE]}"
+    for c in chosen:
+        probe(cl, c)
+    used = [c for c in chosen if c.reason is None]
+    return used, [c for c in cands if c.reason is not None]
+
+
+def _short(c: Candidate) -> str:
+    return c.platform.name.strip().split()[0].lower()
