@@ -174,6 +174,16 @@ class Dialect:
             return "u32", "atomicCAS((unsigned int*)p, cmp, val)"
         return "u64", "(u64)atomicCAS((unsigned long long*)p, (unsigned long long)cmp, (unsigned long long)val)"
 
+    def atomic_read(self, word: str, space: str) -> str:
+        """The first read of a compare-and-swap loop over ``wp`` (a volatile ``word`` pointer).
+        OpenCL 1.2 has no atomic load, and a plain load racing with other work-items' atomics is
+        a data race in its memory model (Oclgrind reports it): a CAS of 0 by 0 reads atomically
+        and changes nothing. CUDA and HIP keep the plain volatile load."""
+        if not self.is_opencl:
+            return "*wp"
+        fn = "atomic_cmpxchg" if word == "u32" else "atom_cmpxchg"
+        return f"{fn}((volatile {space}{word}*)wp, ({word})0, ({word})0)"
+
     def bits_of(self, t: ScalarType, expr: str) -> str:
         """``expr`` (of type ``t``) reinterpreted as an unsigned word of the same size."""
         if t.name == "float32":

@@ -97,7 +97,12 @@ class Helpers:
     def iabs(self, t: ScalarType) -> str:
         c = CTYPE[t.name]
         name = f"alpyka_abs_{c}"
-        body = "return a;" if t.is_unsigned or t.is_bool else "return a < 0 ? -a : a;"
+        if t.is_unsigned or t.is_bool:
+            body = "return a;"
+        elif self.d.is_opencl:  # OpenCL's abs (wraps at the minimum as Python's fixed-width ints do)
+            body = f"return ({c})abs(a);"
+        else:
+            body = "return a < 0 ? -a : a;"
         return self._add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
 
     def _mathname(self, func: str, t: ScalarType) -> str:
@@ -151,9 +156,10 @@ class Helpers:
         if t.is_float and op in ("and", "or", "xor", "inc", "dec"):
             raise NotImplementedError(f"atomic_{op} on {t}")
         word, cas = d.cas_word(t.bits, space)
+        first = d.atomic_read(word, space)
         return self._add(name, f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
     volatile {space}{word}* wp = (volatile {space}{word}*)p;
-    {word} old = *wp, cmp;
+    {word} old = {first}, cmp;
     do {{
         cmp = old;
         {c} cur = {d.from_bits(t, 'cmp')};
