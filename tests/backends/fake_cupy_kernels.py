@@ -1,28 +1,32 @@
 """Kernel bodies on the cupy stand-in (fake_cupy.py), and the stand-in as the test matrix's
 ``cuda`` and ``rocm`` backends when no GPU exists.
 
-How a kernel runs (a test double: simple and honest rather than fast):
+How a kernel runs (a test double: honest first, then fast):
 
-- **the OpenCL twin.** alpyka emits CUDA C, HIP and OpenCL C from the same kernel IR
-  (backends/_c_emit.py). :func:`enable_execution` wraps ``backends._cupy_launch.emit_for`` so
-  that each CUDA/HIP source the cuda/rocm launcher builds is recorded with the OpenCL C emitted
-  from the same IR and plan key. ``RawModule(code)`` finds its twin by the exact text; a source
-  alpyka's emitter did not produce has none and fails to load (``CUDA_ERROR_INVALID_SOURCE``).
-- **the compile guard.** Where NVRTC is installed, the CUDA/HIP text itself is compiled to PTX
-  with the options cupy would hand NVRTC (``-ftz=true`` appended on CUDA), so the code that
-  would run on a GPU is checked, not only its twin. hiprtc is not available without ROCm: the
-  HIP text (CUDA's source with HIP's atomics) is compiled by NVRTC as the nearest check.
-- **memory.** Stand-in device memory is host memory (numpy chunks registered per device). A
-  launch wraps each allocation an argument points into in one ``cl.Buffer`` with
-  ``USE_HOST_PTR`` (zero copy on PoCL's CPU device) and passes ``(buffer, offset)`` as the
-  OpenCL kernel expects; after the kernel each buffer is mapped and unmapped so the host
-  memory is current whatever the OpenCL implementation does.
-- **order.** The twin runs on the stream's thread, enqueued and finished there, so kernels,
-  copies, memsets, event records and waits keep the stream's FIFO order; a failed kernel is a
-  sticky error (every later synchronisation raises), as on CUDA.
+- **the CUDA/HIP source itself** (the default, ``ALPYKA_STANDIN_EXEC=cpp``): ``RawModule(code)``
+  compiles the text the cuda/rocm launcher generated, unmodified, with the system's C++ compiler
+  against ``cuda_on_cpu.h`` and runs it on the CPU with a GPU's block semantics: many threads per
+  block, barriers, shared memory, atomics, the threads of a block in a seeded random order between
+  barriers (cuda_on_cpu.py). No C++ compiler: the stand-in is not installed, and the cuda/rocm
+  rows are skipped with that reason.
+- **the OpenCL twin** (``ALPYKA_STANDIN_EXEC=opencl``): the OpenCL C emitted from the same IR
+  and plan key, built on the opencl backend's first CPU device (probed, so a broken runtime is
+  never used) over the stand-in's memory wrapped with ``USE_HOST_PTR``.
+- **the compile guard**, either way: where NVRTC is installed, the CUDA/HIP text is compiled to
+  PTX with the options cupy would hand NVRTC (``-ftz=true`` appended on CUDA), so the code a GPU
+  would run is checked by NVIDIA's compiler too. hiprtc is not available without ROCm: the HIP
+  text (CUDA's source with HIP's atomics) is compiled by NVRTC as the nearest check.
+- **sources.** :func:`_record_twins` wraps ``backends._cupy_launch.emit_for`` so that each source
+  the launcher builds is known by its exact text (for build errors that show the kernel's line);
+  a source alpyka's emitter did not produce fails to load (``CUDA_ERROR_INVALID_SOURCE``).
+- **memory and order.** Stand-in device memory is host memory; each pointer argument is checked
+  to be device memory of the launching device before the kernel runs. The kernel runs on the
+  stream's thread and returns when it finished, so kernels, copies, memsets and events keep the
+  stream's FIFO order; a failed kernel is a sticky error (every later synchronisation raises).
 
-What it does not model: warp-level timing and scheduling, and memory the device could not
-address (it is host memory here; launches still check each pointer's device).
+What it does not model: warp-level timing, float32 denormal flushing (``-ftz``), memory the device
+could not address (it is host memory here), and accesses outside an allocation (a range-checked
+build reports them, as on a GPU; ``ALPYKA_DEBUG=1``).
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ import numpy as np
 #: the variable naming the personalities to install (``cuda``, ``rocm``, both, or ``off``)
 ENV_VAR = "ALPYKA_STANDIN"
 PERSONALITIES = ("cuda", "rocm")
+#: the variable choosing how kernel bodies run: ``cpp`` (the CUDA/HIP text) or ``opencl`` (its twin)
+ENV_EXEC = "ALPYKA_STANDIN_EXEC"
+EXECUTORS = ("cpp", "opencl")
 
-_twins: dict[str, tuple[Any, Any]] = {}  # CUDA/HIP text -> (its CSource, the OpenCL CSource)
+_twins: dict[str, tuple[Any, Any]] = {}  # CUDA/HIP text -> (its CSource, the OpenCL CSource or None)
 _twins_lock = threading.Lock()
 _wrapped = False
 
@@ -58,7 +65,7 @@ def _record_twins() -> None:
     def emit_for_with_twin(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
         kir, src = original(kernel, key, ndim, dialect)
         if dialect in ("cuda", "hip"):
-            twin = emit(kir, "opencl", unit_elements=key[4])
+            twin = emit(kir, "opencl", unit_elements=key[4]) if executor_name() == "opencl" else None
             with _twins_lock:
                 _twins[src.text] = (src, twin)
         return kir, src
@@ -86,7 +93,7 @@ class _OpenCL:
         import pyopencl as cl
 
         self.cl = cl
-        self.context = cl.Context([_cpu_device(cl)])
+        self.context = _cpu_device().native.context
         self.local = threading.local()
         self.programs: dict[str, Any] = {}
         self.lock = threading.Lock()
@@ -130,12 +137,7 @@ class OpenCLTwinExecutor:
         """The twin of ``code``'s kernel ``name``: NVRTC-checked, its OpenCL program built."""
         from fake_cupy import CUDARuntimeError
 
-        with _twins_lock:
-            found = _twins.get(code)
-        if found is None or found[0].entry != name:
-            raise CUDARuntimeError(f"CUDA_ERROR_INVALID_SOURCE: fake cupy runs only kernels emitted by alpyka "
-                                   f"(no OpenCL twin recorded for kernel {name!r})")
-        src, twin = found
+        src, twin = _recorded(code, name)
         _nvrtc_guard(src, options)
         return Prepared(name, src, twin, self.ocl.program(twin))
 
@@ -148,11 +150,7 @@ class OpenCLTwinExecutor:
         buffers: dict[int, Any] = {}
 
         def buffer_of(ptr: int, what: str) -> tuple[Any, int]:
-            span = rt.span(ptr)
-            if span is None or span[2] != "device":
-                raise CUDARuntimeError(f"cudaErrorIllegalAddress: kernel {prepared.name}: {what} "
-                                       f"({ptr:#x}) is not device memory")
-            base, end = span[0], span[1]
+            base, end = _device_span(rt, ptr, prepared.name, what)
             buf = buffers.get(base)
             if buf is None:
                 host = (ctypes.c_uint8 * (end - base)).from_address(base)
@@ -184,12 +182,79 @@ class OpenCLTwinExecutor:
         q.finish()
 
 
-def _cpu_device(cl: Any) -> Any:
-    for platform in cl.get_platforms():
-        for device in platform.get_devices():
-            if device.type & cl.device_type.CPU:
-                return device
-    raise RuntimeError("the cupy stand-in runs kernels on an OpenCL CPU device (PoCL); none found")
+def _cpu_device() -> Any:
+    """The opencl backend's first CPU device (each of its devices passed a probe build)."""
+    import portable as pk
+
+    for dev in pk.devices("opencl"):
+        if dev.properties.get("type") == "cpu":
+            return dev
+    raise RuntimeError("the OpenCL twin executor runs kernels on an OpenCL CPU device; the opencl backend has none")
+
+
+class CppExecutor:
+    """``rt.executor`` of one stand-in: each kernel's CUDA/HIP text compiled for the CPU and run
+    there with a GPU's block semantics (cuda_on_cpu.py)."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+
+    def prepare(self, code: str, name: str, options: tuple) -> Any:
+        """The compiled kernel ``name`` of ``code``: NVRTC-checked, built by the C++ compiler."""
+        import cuda_on_cpu
+
+        src, _ = _recorded(code, name)
+        _nvrtc_guard(src, options)
+        return cuda_on_cpu.build(src, name)
+
+    def run(self, prepared: Any, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
+        """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
+        import cuda_on_cpu
+
+        for i, ctype in enumerate(prepared.params):
+            if ctype.endswith("*"):
+                _device_span(self.rt, int(args[i]), prepared.name, f"argument {i} ({ctype})")
+        cuda_on_cpu.run(prepared, grid, block, args, shared_mem)
+
+
+def _recorded(code: str, name: str) -> tuple[Any, Any]:
+    """``(CSource, OpenCL twin or None)`` of a source alpyka's launcher emitted."""
+    from fake_cupy import CUDARuntimeError
+
+    with _twins_lock:
+        found = _twins.get(code)
+    if found is None or found[0].entry != name:
+        raise CUDARuntimeError(f"CUDA_ERROR_INVALID_SOURCE: fake cupy runs only kernels emitted by alpyka "
+                               f"(no source recorded for kernel {name!r})")
+    return found
+
+
+def _device_span(rt: Any, ptr: int, kernel: str, what: str) -> tuple[int, int]:
+    """``(base, end)`` of the device allocation ``ptr`` points into; cudaErrorIllegalAddress else."""
+    from fake_cupy import CUDARuntimeError
+
+    span = rt.span(ptr)
+    if span is None or span[2] != "device":
+        raise CUDARuntimeError(f"cudaErrorIllegalAddress: kernel {kernel}: {what} ({ptr:#x}) is not device memory")
+    return span[0], span[1]
+
+
+def executor_name() -> str:
+    """``cpp`` or ``opencl``, from ``ALPYKA_STANDIN_EXEC`` (default cpp); ValueError for another."""
+    name = os.environ.get(ENV_EXEC, "cpp").strip().lower() or "cpp"
+    if name not in EXECUTORS:
+        raise ValueError(f"{ENV_EXEC}={name!r}: use one of {', '.join(EXECUTORS)}")
+    return name
+
+
+def describe() -> str:
+    """How the stand-in runs kernels in this process, for the header of a test run."""
+    if executor_name() == "opencl":
+        return "kernels run as their OpenCL twins on " + str(_cpu_device())
+    import cuda_on_cpu
+
+    path, version = cuda_on_cpu.compiler()
+    return f"kernels run as their CUDA/HIP source, compiled by {version} ({path}) for the CPU"
 
 
 def _nvrtc_guard(src: Any, options: tuple) -> None:
@@ -204,9 +269,11 @@ def _nvrtc_guard(src: Any, options: tuple) -> None:
 
 # ---------------------------------------------------------------------- the matrix's backends
 def enable_execution(cupy: Any) -> Any:
-    """Make the stand-in ``cupy`` (from ``make_fake_cupy``) run kernel bodies; returns it."""
+    """Make the stand-in ``cupy`` (from ``make_fake_cupy``) run kernel bodies with the executor
+    ``ALPYKA_STANDIN_EXEC`` names; returns it."""
     _record_twins()
-    cupy.rt.executor = OpenCLTwinExecutor(cupy.rt)
+    executor = OpenCLTwinExecutor if executor_name() == "opencl" else CppExecutor
+    cupy.rt.executor = executor(cupy.rt)
     return cupy
 
 
@@ -227,8 +294,8 @@ def parse(raw: str | None) -> list[str]:
 
 def why_not(names: list[str]) -> str | None:
     """None when the stand-in may serve ``names`` in this process, else the reason it must not:
-    a real cupy is installed (the real backends then load or say why they cannot), or there is
-    no OpenCL CPU device to run the twins on."""
+    a real cupy is installed (the real backends then load or say why they cannot), or its
+    executor cannot run here (no C++ compiler; for the twins, no OpenCL CPU device)."""
     if importlib.util.find_spec("cupy") is not None:
         return "a real cupy is installed: the cuda/rocm backends are the real ones"
     from portable import _registry
@@ -237,8 +304,16 @@ def why_not(names: list[str]) -> str | None:
     if loaded:
         return f"backend(s) {loaded} already loaded for real"
     try:
+        which = executor_name()
+    except ValueError as exc:
+        return str(exc)
+    if which == "cpp":
+        import cuda_on_cpu
+
+        return cuda_on_cpu.compiler_problem()
+    try:
         _shared_opencl()
-    except Exception as exc:  # noqa: BLE001 - pyopencl missing, no PoCL: the reason is reported
+    except Exception as exc:  # noqa: BLE001 - pyopencl missing, no CPU device: the reason is reported
         return f"no OpenCL CPU device to run kernels on ({type(exc).__name__}: {exc})"
     return None
 

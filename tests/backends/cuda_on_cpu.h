@@ -1,0 +1,456 @@
+// cuda_on_cpu.h: alpyka's generated CUDA C and HIP, compiled unmodified by the system's C++
+// compiler and run on the CPU with a GPU's semantics (the cupy stand-in's kernel executor,
+// cuda_on_cpu.py; force-included before the kernel's source with -include).
+//
+// - A grid's blocks run on one OS thread per core, claimed in order from a shared counter.
+// - A block's threads run one after another on that OS thread. Where the kernel synchronises
+//   (__syncthreads and its predicates), each thread is a fiber: a stack of its own and a small
+//   context switch; between two barriers the block's threads run in a seeded random order, so
+//   a kernel that misses a barrier reads what another thread has not written yet.
+// - __shared__ variables are thread_local: a block owns its OS thread while it runs. The
+//   dynamic shared array (alpyka's emitter always names it alpyka_dyn_shared) is a thread_local
+//   array of ALPYKA_DYN_SHARED_MAX bytes, filled with a poison byte before each block.
+// - Atomics are the compiler's __atomic builtins (blocks really run concurrently), with CUDA's
+//   overload set and CUDA's wrap rules for atomicInc/atomicDec.
+// - Only C headers are included and the math functions are declared here: a kernel compiles in
+//   about 0.2 s (the C++ standard headers would triple that).
+#pragma once
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ thread_local
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+
+#ifndef ALPYKA_DYN_SHARED_MAX
+#define ALPYKA_DYN_SHARED_MAX (256 * 1024)
+#endif
+
+struct alpyka_uint3 { unsigned int x, y, z; };
+static thread_local alpyka_uint3 threadIdx, blockIdx, blockDim, gridDim;
+thread_local __attribute__((aligned(16))) unsigned char alpyka_dyn_shared[ALPYKA_DYN_SHARED_MAX];
+
+// ---------------------------------------------------------------------- bit casts
+template <class To, class From> static inline To alpyka_bits(From v) {
+    static_assert(sizeof(To) == sizeof(From), "bit cast between types of different sizes");
+    To out;
+    memcpy(&out, &v, sizeof out);
+    return out;
+}
+static inline float __int_as_float(int v) { return alpyka_bits<float>(v); }
+static inline float __uint_as_float(unsigned int v) { return alpyka_bits<float>(v); }
+static inline int __float_as_int(float v) { return alpyka_bits<int>(v); }
+static inline unsigned int __float_as_uint(float v) { return alpyka_bits<unsigned int>(v); }
+static inline double __longlong_as_double(long long v) { return alpyka_bits<double>(v); }
+static inline long long __double_as_longlong(double v) { return alpyka_bits<long long>(v); }
+
+// ---------------------------------------------------------------------- math (the C library's)
+extern "C" {
+#define ALPYKA_MATH1(g) double g(double) noexcept; float g##f(float) noexcept;
+#define ALPYKA_MATH2(g) double g(double, double) noexcept; float g##f(float, float) noexcept;
+ALPYKA_MATH1(sqrt) ALPYKA_MATH1(exp) ALPYKA_MATH1(exp2) ALPYKA_MATH1(expm1) ALPYKA_MATH1(log)
+ALPYKA_MATH1(log2) ALPYKA_MATH1(log10) ALPYKA_MATH1(log1p) ALPYKA_MATH1(sin) ALPYKA_MATH1(cos)
+ALPYKA_MATH1(tan) ALPYKA_MATH1(asin) ALPYKA_MATH1(acos) ALPYKA_MATH1(atan) ALPYKA_MATH1(sinh)
+ALPYKA_MATH1(cosh) ALPYKA_MATH1(tanh) ALPYKA_MATH1(asinh) ALPYKA_MATH1(acosh) ALPYKA_MATH1(atanh)
+ALPYKA_MATH1(fabs) ALPYKA_MATH1(floor) ALPYKA_MATH1(ceil) ALPYKA_MATH1(trunc) ALPYKA_MATH1(erf)
+ALPYKA_MATH1(erfc) ALPYKA_MATH1(lgamma) ALPYKA_MATH1(tgamma) ALPYKA_MATH1(round) ALPYKA_MATH1(rint)
+ALPYKA_MATH2(atan2) ALPYKA_MATH2(pow) ALPYKA_MATH2(hypot) ALPYKA_MATH2(copysign) ALPYKA_MATH2(fmod)
+ALPYKA_MATH2(fmin) ALPYKA_MATH2(fmax)
+#undef ALPYKA_MATH1
+#undef ALPYKA_MATH2
+}
+static inline bool isnan(float x) { return __builtin_isnan(x); }
+static inline bool isnan(double x) { return __builtin_isnan(x); }
+static inline bool isinf(float x) { return __builtin_isinf(x); }
+static inline bool isinf(double x) { return __builtin_isinf(x); }
+static inline bool isfinite(float x) { return __builtin_isfinite(x); }
+static inline bool isfinite(double x) { return __builtin_isfinite(x); }
+
+// ---------------------------------------------------------------------- atomics (CUDA's set)
+#define ALPYKA_SEQ __ATOMIC_SEQ_CST
+template <class T, class F> static inline T alpyka_cas_loop(T* p, F next) {
+    T old = __atomic_load_n(p, ALPYKA_SEQ);
+    while (!__atomic_compare_exchange_n(p, &old, next(old), false, ALPYKA_SEQ, ALPYKA_SEQ)) {
+    }
+    return old;
+}
+template <int N> struct alpyka_word;
+template <> struct alpyka_word<4> { typedef unsigned int type; };
+template <> struct alpyka_word<8> { typedef unsigned long long type; };
+template <class T, class F> static inline T alpyka_cas_bits(T* p, F next) {  // float, double
+    typedef typename alpyka_word<sizeof(T)>::type W;
+    W* w = reinterpret_cast<W*>(p);
+    W old = __atomic_load_n(w, ALPYKA_SEQ);
+    while (!__atomic_compare_exchange_n(w, &old, alpyka_bits<W>(next(alpyka_bits<T>(old))), false,
+                                        ALPYKA_SEQ, ALPYKA_SEQ)) {
+    }
+    return alpyka_bits<T>(old);
+}
+#define ALPYKA_INT_ATOMICS(T)                                                                         \
+    static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, ALPYKA_SEQ); }             \
+    static inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, ALPYKA_SEQ); }           \
+    static inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, ALPYKA_SEQ); }             \
+    static inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, ALPYKA_SEQ); }               \
+    static inline T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, ALPYKA_SEQ); }             \
+    static inline T atomicMin(T* p, T v) { return alpyka_cas_loop(p, [v](T c) { return v < c ? v : c; }); } \
+    static inline T atomicMax(T* p, T v) { return alpyka_cas_loop(p, [v](T c) { return v > c ? v : c; }); } \
+    static inline T atomicCAS(T* p, T compare, T value) {                                            \
+        __atomic_compare_exchange_n(p, &compare, value, false, ALPYKA_SEQ, ALPYKA_SEQ);               \
+        return compare;                                                                               \
+    }
+ALPYKA_INT_ATOMICS(int)
+ALPYKA_INT_ATOMICS(unsigned int)
+ALPYKA_INT_ATOMICS(unsigned long long)
+static inline int atomicSub(int* p, int v) { return __atomic_fetch_sub(p, v, ALPYKA_SEQ); }
+static inline unsigned int atomicSub(unsigned int* p, unsigned int v) { return __atomic_fetch_sub(p, v, ALPYKA_SEQ); }
+static inline long long atomicMin(long long* p, long long v) {
+    return alpyka_cas_loop(p, [v](long long c) { return v < c ? v : c; });
+}
+static inline long long atomicMax(long long* p, long long v) {
+    return alpyka_cas_loop(p, [v](long long c) { return v > c ? v : c; });
+}
+static inline unsigned int atomicInc(unsigned int* p, unsigned int v) {
+    return alpyka_cas_loop(p, [v](unsigned int c) { return c >= v ? 0u : c + 1u; });
+}
+static inline unsigned int atomicDec(unsigned int* p, unsigned int v) {
+    return alpyka_cas_loop(p, [v](unsigned int c) { return (c == 0u || c > v) ? v : c - 1u; });
+}
+static inline float atomicAdd(float* p, float v) { return alpyka_cas_bits(p, [v](float c) { return c + v; }); }
+static inline double atomicAdd(double* p, double v) { return alpyka_cas_bits(p, [v](double c) { return c + v; }); }
+static inline float atomicExch(float* p, float v) { return alpyka_cas_bits(p, [v](float) { return v; }); }
+
+static inline void __threadfence_block() { __atomic_thread_fence(ALPYKA_SEQ); }
+static inline void __threadfence() { __atomic_thread_fence(ALPYKA_SEQ); }
+static inline void __threadfence_system() { __atomic_thread_fence(ALPYKA_SEQ); }
+
+// ---------------------------------------------------------------------- fibers
+namespace alpyka_host {
+
+struct Launch;
+enum State { RUNNABLE, AT_BARRIER, DONE };
+
+struct Fiber {
+    void* sp;  // saved stack pointer (x86-64) while switched out
+#if !defined(__x86_64__)
+    ucontext_t ctx;
+#endif
+    alpyka_uint3 tid;
+    State state;
+    int pred;
+    char* stack;
+};
+
+struct Worker {  // one OS thread's view of the block it runs
+    Launch* launch;
+    Fiber* current;
+    void* sched_sp;
+#if !defined(__x86_64__)
+    ucontext_t sched_ctx;
+#endif
+    int reduced_count;    // the last barrier's count of threads with a true predicate ...
+    int reduced_waiting;  // ... among this many (the threads that had not exited)
+    int n;                // threads per block
+    Fiber* fibers;        // n of them, or none when the kernel has no barrier
+    int* order;           // the order the threads run in, reshuffled each phase
+};
+static thread_local Worker* worker = nullptr;
+
+struct Launch {
+    void (*body)(void**);
+    void** args;
+    alpyka_uint3 grid, block;
+    long long dyn_shared;
+    bool fibers;
+    unsigned long long seed;
+    unsigned long long next_block;  // claimed with __atomic_fetch_add
+    int failed;                     // set once, with __atomic_exchange_n
+    char* error;
+    int error_len;
+
+    void fail(const char* msg) {
+        if (__atomic_exchange_n(&failed, 1, __ATOMIC_SEQ_CST) == 0) {
+            strncpy(error, msg, error_len - 1);
+            error[error_len - 1] = 0;
+        }
+    }
+};
+
+#if defined(__x86_64__)
+// switch(save, to): push the callee-saved registers, save the stack pointer, load the other
+// stack's, pop its registers and return into it
+extern "C" void alpyka_ctx_switch(void** save, void* to);
+asm(R"(
+    .text
+    .p2align 4
+    .hidden alpyka_ctx_switch
+    .globl alpyka_ctx_switch
+    .type alpyka_ctx_switch, @function
+alpyka_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size alpyka_ctx_switch, .-alpyka_ctx_switch
+)");
+#endif
+
+static const size_t STACK_BYTES = 256 * 1024;  // reserved, touched as used; a guard page below
+
+// fiber stacks, mmap'd once and kept across launches (a free list under a mutex)
+static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
+static char** stack_free = nullptr;
+static size_t stack_count = 0, stack_cap = 0;
+
+static char* take_stack() {
+    pthread_mutex_lock(&stack_lock);
+    char* s = stack_count ? stack_free[--stack_count] : nullptr;
+    pthread_mutex_unlock(&stack_lock);
+    if (s) return s;
+    long page = sysconf(_SC_PAGESIZE);
+    void* p = mmap(nullptr, STACK_BYTES + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    mprotect(p, page, PROT_NONE);
+    return static_cast<char*>(p);
+}
+
+static void give_stack(char* s) {
+    pthread_mutex_lock(&stack_lock);
+    if (stack_count == stack_cap) {
+        size_t cap = stack_cap ? 2 * stack_cap : 256;
+        char** grown = static_cast<char**>(realloc(stack_free, cap * sizeof(char*)));
+        if (grown == nullptr) {  // keep the mapping rather than lose track of it
+            pthread_mutex_unlock(&stack_lock);
+            munmap(s, STACK_BYTES + sysconf(_SC_PAGESIZE));
+            return;
+        }
+        stack_free = grown;
+        stack_cap = cap;
+    }
+    stack_free[stack_count++] = s;
+    pthread_mutex_unlock(&stack_lock);
+}
+
+static void fiber_main();
+
+static inline void to_scheduler(Fiber* f) {
+#if defined(__x86_64__)
+    alpyka_ctx_switch(&f->sp, worker->sched_sp);
+#else
+    swapcontext(&f->ctx, &worker->sched_ctx);
+#endif
+}
+
+static inline void resume(Worker* w, Fiber* f) {
+    w->current = f;
+    threadIdx = f->tid;
+#if defined(__x86_64__)
+    alpyka_ctx_switch(&w->sched_sp, f->sp);
+#else
+    swapcontext(&w->sched_ctx, &f->ctx);
+#endif
+}
+
+static void start_fiber(Fiber* f) {
+    char* top = f->stack + sysconf(_SC_PAGESIZE) + STACK_BYTES;
+#if defined(__x86_64__)
+    // the frame alpyka_ctx_switch pops: six registers, then the return address (fiber_main),
+    // above it a fake return address so that fiber_main starts with rsp = 8 (mod 16)
+    void** sp = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(top) & ~uintptr_t(15));
+    *--sp = nullptr;
+    *--sp = reinterpret_cast<void*>(&fiber_main);
+    for (int i = 0; i < 6; ++i) *--sp = nullptr;
+    f->sp = sp;
+#else
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack + sysconf(_SC_PAGESIZE);
+    f->ctx.uc_stack.ss_size = STACK_BYTES;
+    f->ctx.uc_link = nullptr;
+    makecontext(&f->ctx, &fiber_main, 0);
+#endif
+}
+
+static void fiber_main() {
+    Worker* w = worker;
+    w->launch->body(w->launch->args);
+    Fiber* f = w->current;
+    f->state = DONE;
+    to_scheduler(f);
+    __builtin_trap();  // a finished fiber is never resumed
+}
+
+static inline unsigned long long mix(unsigned long long x) {  // splitmix64
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static void shuffle(int* order, int n, unsigned long long key) {  // Fisher-Yates
+    for (int i = n; i > 1; --i) {
+        key = mix(key);
+        int j = static_cast<int>(key % static_cast<unsigned long long>(i));
+        int t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
+    alpyka_uint3 out;
+    out.x = static_cast<unsigned int>(i % extent.x);
+    i /= extent.x;
+    out.y = static_cast<unsigned int>(i % extent.y);
+    out.z = static_cast<unsigned int>(i / extent.y);
+    return out;
+}
+
+static void run_block(Worker* w, unsigned long long b) {
+    Launch* L = w->launch;
+    blockIdx = unflatten(b, L->grid);
+    blockDim = L->block;
+    gridDim = L->grid;
+    if (L->dyn_shared > 0) memset(alpyka_dyn_shared, 0xA5, static_cast<size_t>(L->dyn_shared));
+    int n = w->n;
+    int* order = w->order;
+    for (int i = 0; i < n; ++i) order[i] = i;
+    unsigned long long key = mix(L->seed ^ mix(b));
+    if (!L->fibers) {  // no barrier in the kernel: each thread runs to its end in turn
+        shuffle(order, n, key);
+        for (int k = 0; k < n; ++k) {
+            threadIdx = unflatten(static_cast<unsigned long long>(order[k]), L->block);
+            L->body(L->args);
+        }
+        return;
+    }
+    Fiber* fibers = w->fibers;
+    for (int i = 0; i < n; ++i) {
+        fibers[i].tid = unflatten(static_cast<unsigned long long>(i), L->block);
+        fibers[i].state = RUNNABLE;
+        start_fiber(&fibers[i]);
+    }
+    for (unsigned long long phase = 0;; ++phase) {
+        shuffle(order, n, mix(key + phase));
+        for (int k = 0; k < n; ++k)
+            if (fibers[order[k]].state == RUNNABLE) resume(w, &fibers[order[k]]);
+        w->current = nullptr;
+        int waiting = 0, count = 0;
+        for (int i = 0; i < n; ++i) {
+            if (fibers[i].state == AT_BARRIER) {
+                ++waiting;
+                count += fibers[i].pred != 0;
+            }
+        }
+        if (waiting == 0) break;
+        w->reduced_count = count;
+        w->reduced_waiting = waiting;
+        for (int i = 0; i < n; ++i)
+            if (fibers[i].state == AT_BARRIER) fibers[i].state = RUNNABLE;
+    }
+}
+
+static void* work(void* arg) {
+    Launch* L = static_cast<Launch*>(arg);
+    Worker w;
+    memset(&w, 0, sizeof w);
+    w.launch = L;
+    w.n = static_cast<int>(1ull * L->block.x * L->block.y * L->block.z);
+    w.order = static_cast<int*>(calloc(static_cast<size_t>(w.n), sizeof(int)));
+    if (L->fibers) w.fibers = static_cast<Fiber*>(calloc(static_cast<size_t>(w.n), sizeof(Fiber)));
+    bool ok = w.order != nullptr && (!L->fibers || w.fibers != nullptr);
+    for (int i = 0; ok && L->fibers && i < w.n; ++i) ok = (w.fibers[i].stack = take_stack()) != nullptr;
+    if (!ok) L->fail("cuda_on_cpu: no memory for the block's threads");
+    worker = &w;
+    unsigned long long blocks = 1ull * L->grid.x * L->grid.y * L->grid.z;
+    while (ok && !__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) {
+        unsigned long long b = __atomic_fetch_add(&L->next_block, 1ull, __ATOMIC_RELAXED);
+        if (b >= blocks) break;
+        run_block(&w, b);
+    }
+    worker = nullptr;
+    for (int i = 0; w.fibers && i < w.n; ++i)
+        if (w.fibers[i].stack) give_stack(w.fibers[i].stack);
+    free(w.fibers);
+    free(w.order);
+    return nullptr;
+}
+
+static int barrier(int pred) {
+    Worker* w = worker;
+    if (w->current == nullptr) {
+        // the launcher found no barrier in the source: refuse rather than run unsynchronised
+        w->launch->fail("cuda_on_cpu: a barrier in a kernel launched without fibers");
+        return 0;
+    }
+    Fiber* f = w->current;
+    f->pred = pred;
+    f->state = AT_BARRIER;
+    to_scheduler(f);
+    return w->reduced_count;
+}
+
+static int run(void (*body)(void**), void** args, const long long* dims, long long dyn_shared, int fibers,
+               unsigned long long seed, int threads, char* error, int error_len) {
+    Launch L;
+    memset(&L, 0, sizeof L);
+    L.body = body;
+    L.args = args;
+    L.grid = {static_cast<unsigned>(dims[0]), static_cast<unsigned>(dims[1]), static_cast<unsigned>(dims[2])};
+    L.block = {static_cast<unsigned>(dims[3]), static_cast<unsigned>(dims[4]), static_cast<unsigned>(dims[5])};
+    L.dyn_shared = dyn_shared;
+    L.fibers = fibers != 0;
+    L.seed = seed;
+    L.error = error;
+    L.error_len = error_len;
+    if (dyn_shared > ALPYKA_DYN_SHARED_MAX) {
+        L.fail("cuda_on_cpu: more dynamic shared memory than ALPYKA_DYN_SHARED_MAX");
+        return 1;
+    }
+    unsigned long long blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
+    unsigned long long n = blocks < static_cast<unsigned long long>(threads > 0 ? threads : 1)
+                               ? blocks : static_cast<unsigned long long>(threads > 0 ? threads : 1);
+    pthread_t pool[256];
+    unsigned long long started = 0;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 8u << 20);  // the kernel's own frames in no-fiber mode
+    for (unsigned long long i = 1; i < n && i < 256; ++i)
+        if (pthread_create(&pool[started], &attr, work, &L) == 0) ++started;
+    pthread_attr_destroy(&attr);
+    work(&L);
+    for (unsigned long long i = 0; i < started; ++i) pthread_join(pool[i], nullptr);
+    return L.failed ? 1 : 0;
+}
+
+}  // namespace alpyka_host
+
+static inline void __syncthreads() { alpyka_host::barrier(1); }
+static inline int __syncthreads_count(int p) { return alpyka_host::barrier(p); }
+static inline int __syncthreads_and(int p) {
+    return alpyka_host::barrier(p) == alpyka_host::worker->reduced_waiting;
+}
+static inline int __syncthreads_or(int p) { return alpyka_host::barrier(p) != 0; }

@@ -1,0 +1,207 @@
+"""The cupy stand-in's kernel executor: the generated CUDA or HIP text itself, compiled by the
+system's C++ compiler against cuda_on_cpu.h and run on the CPU with a GPU's block semantics
+(many threads per block, real barriers, shared memory, atomics; see the header).
+
+- **Compiler.** ``$CXX``, else ``c++``, ``g++``, ``clang++``: the first that builds and loads a
+  probe library. None: :func:`compiler_problem` says why, and the stand-in is not installed
+  (one skip with the reason, not a failure per test).
+- **Cache.** One shared library per (source, header, compiler and its version, flags), under
+  ``$ALPYKA_CACHE_DIR/cuda_on_cpu/`` (default ``~/.cache/alpyka``), written atomically.
+- **Launch.** The arguments are packed as cupy packs them (each in its C type), the grid runs on
+  ``ALPYKA_STANDIN_THREADS`` OS threads (default: the cores), and the order in which a block's
+  threads run between barriers comes from ``ALPYKA_STANDIN_SEED`` (default 1): a missing
+  barrier gives a wrong result, and the same seed gives the same schedule.
+- **Errors.** A compile error is a :class:`~backends._c_build.KernelBuildError` showing the
+  generated source and the kernel's line; the runtime's own refusals are raised by ``run``.
+  Memory outside an allocation is not checked here (range-checked builds report it, as on a GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HEADER = Path(__file__).with_name("cuda_on_cpu.h")
+FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing", "-fvisibility=hidden", "-w")
+_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
+_BARRIERS = ("__syncthreads",)
+_ERR_LEN = 512
+
+_lock = threading.Lock()
+_compiler: tuple[str, str] | None = None  # (path, version line)
+_problem: str | None = None
+_probed = False
+
+
+@dataclass
+class Compiled:
+    """A kernel built for the CPU: the library, its launch function and the C type of each argument."""
+
+    name: str
+    path: Path
+    launch: Any
+    params: list[str]
+    fibers: bool
+
+
+# ---------------------------------------------------------------------- compiler
+def _candidates() -> list[str]:
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    return names + ["c++", "g++", "clang++"]
+
+
+def _probe_compiler() -> None:
+    global _compiler, _problem, _probed
+    tried = []
+    for name in _candidates():
+        path = shutil.which(name)
+        if path is None:
+            tried.append(f"{name}: not found")
+            continue
+        try:
+            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+            version = (version.splitlines() or ["?"])[0].strip()
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / "probe.cu"
+                src.write_text('extern "C" __global__ void alpyka_probe(int* p) { atomicAdd(p, 1); __syncthreads(); }\n')
+                lib = Path(tmp) / "probe.so"
+                done = subprocess.run([path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)],
+                                      capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    tried.append(f"{name}: cannot build the probe ({_tail(done.stderr)})")
+                    continue
+                ctypes.CDLL(str(lib))
+        except (OSError, subprocess.SubprocessError) as exc:
+            tried.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        _compiler = (path, version)
+        break
+    if _compiler is None:
+        _problem = ("no C++ compiler builds CUDA source for the CPU (" + "; ".join(tried)
+                    + "); install g++ (apt install g++) or set CXX")
+    _probed = True
+
+
+def compiler_problem() -> str | None:
+    """None when a C++ compiler is usable here, else why not (probed once per process)."""
+    with _lock:
+        if not _probed:
+            _probe_compiler()
+        return _problem
+
+
+def compiler() -> tuple[str, str]:
+    """``(path, version line)`` of the compiler in use; RuntimeError naming the problem else."""
+    problem = compiler_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
+    assert _compiler is not None
+    return _compiler
+
+
+def _tail(text: str, n: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+# ---------------------------------------------------------------------- build
+def parameters(code: str, name: str) -> list[str]:
+    """The C types of kernel ``name``'s parameters, in order."""
+    for m in _SIGNATURE.finditer(code):
+        if m.group(1) == name:
+            decls = [p.strip() for p in m.group(2).split(",") if p.strip()]
+            return [re.sub(r"\s*\b\w+$", "", d).strip() for d in decls]
+    raise KeyError(name)
+
+
+def _trampoline(name: str, params: list[str]) -> str:
+    call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(params))
+    return f"""
+static void alpyka_cpu_body(void** a) {{ {name}({call}); }}
+extern "C" __attribute__((visibility("default"))) int alpyka_cpu_launch(
+        void** args, const long long* dims, long long dyn_shared, int fibers, unsigned long long seed,
+        int threads, char* error, int error_len) {{
+    return alpyka_host::run(&alpyka_cpu_body, args, dims, dyn_shared, fibers, seed, threads, error, error_len);
+}}
+"""
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("ALPYKA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "alpyka")
+    return Path(root) / "cuda_on_cpu"
+
+
+def build(src: Any, name: str) -> Compiled:
+    """Compile the CUDA/HIP ``src`` (a ``CSource``) for the CPU, or load it from the cache."""
+    from backends._c_build import KernelBuildError, format_build_error
+
+    path_cxx, version = compiler()
+    code = src.text
+    params = parameters(code, name)
+    unit = code + _trampoline(name, params)
+    key = hashlib.sha256("\0".join([HEADER.read_text(), unit, version, *FLAGS]).encode()).hexdigest()[:32]
+    root = _cache_root()
+    lib = root / f"{name}-{key}.so"
+    if not lib.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            cu = Path(tmp) / f"{name}.cu"
+            cu.write_text(unit)
+            out = Path(tmp) / "kernel.so"
+            done = subprocess.run([path_cxx, *FLAGS, "-include", str(HEADER), "-x", "c++", str(cu), "-o", str(out)],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)",
+                                                          done.stderr))
+            os.replace(out, lib)  # atomic: a concurrent process loads either file, never half of one
+    so = ctypes.CDLL(str(lib))
+    launch = so.alpyka_cpu_launch
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong,
+                       ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    fibers = any(b in code for b in _BARRIERS)
+    return Compiled(name, lib, launch, params, fibers)
+
+
+# ---------------------------------------------------------------------- run
+def _threads() -> int:
+    raw = os.environ.get("ALPYKA_STANDIN_THREADS")
+    if raw:
+        return max(1, int(raw))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def seed() -> int:
+    """The schedule's seed: ``ALPYKA_STANDIN_SEED`` (default 1)."""
+    return int(os.environ.get("ALPYKA_STANDIN_SEED", "1")) & (2**64 - 1)
+
+
+def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
+    """Run ``kernel`` over ``grid`` x ``block`` (CUDA's order: x first) with the packed ``args``;
+    returns once every block finished. RuntimeError with the runtime's message on a refusal."""
+    if len(args) != len(kernel.params):
+        raise TypeError(f"kernel {kernel.name} takes {len(kernel.params)} arguments; got {len(args)}")
+    slots = np.zeros(max(len(args), 1), np.uint64)  # each argument in an 8-byte slot, little-endian
+    raw = slots.view(np.uint8)
+    for i, value in enumerate(args):
+        b = np.asarray(value).tobytes()
+        raw[8 * i : 8 * i + len(b)] = np.frombuffer(b, np.uint8)
+    base = slots.ctypes.data
+    ptrs = (ctypes.c_void_p * len(slots))(*[base + 8 * i for i in range(len(slots))])
+    g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
+    b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
+    dims = (ctypes.c_longlong * 6)(*g, *b)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    if kernel.launch(ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), err, _ERR_LEN):
+        raise RuntimeError(f"kernel {kernel.name}: {err.value.decode(errors='replace')}")

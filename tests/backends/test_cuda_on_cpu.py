@@ -1,0 +1,175 @@
+"""The cupy stand-in runs the generated CUDA and HIP source itself (cuda_on_cpu.h/.py): many
+threads per block, real barriers, a seeded order of a block's threads between barriers (so a
+missing barrier gives a wrong result), and one clear reason where no C++ compiler exists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuda_on_cpu
+import fake_cupy_kernels
+import portable as pk
+
+BLOCK = 128
+standin = pytest.mark.alpyka_backends("cuda", "rocm")
+
+
+@pytest.fixture
+def on_the_standin(backend):
+    if backend not in fake_cupy_kernels.served_here():
+        pytest.skip(f"{backend} is not the stand-in here (a real GPU: a missing barrier may go unnoticed)")
+    if fake_cupy_kernels.executor_name() != "cpp":
+        pytest.skip("the stand-in runs OpenCL twins in this run (ALPYKA_STANDIN_EXEC=opencl)")
+
+
+@pk.kernel
+def sums_missing_loop_barrier(acc, out, x, n):
+    """block_sums of test_multithread_blocks without the barrier inside the tree loop."""
+    sh = acc.shared_array(BLOCK, np.float64)
+    t = acc.thread_idx
+    s = 0.0
+    for i in acc.uniform_elements(n):
+        s += x[i]
+    sh[t] = s
+    acc.sync_block_threads()
+    stride = acc.block_threads // 2
+    while stride > 0:
+        if t < stride:
+            sh[t] += sh[t + stride]
+        stride //= 2
+    if acc.once_per_block():
+        out[acc.block_idx] = sh[0]
+
+
+@pk.kernel
+def sums_with_barriers(acc, out, x, n):
+    sh = acc.shared_array(BLOCK, np.float64)
+    t = acc.thread_idx
+    s = 0.0
+    for i in acc.uniform_elements(n):
+        s += x[i]
+    sh[t] = s
+    acc.sync_block_threads()
+    stride = acc.block_threads // 2
+    while stride > 0:
+        if t < stride:
+            sh[t] += sh[t + stride]
+        acc.sync_block_threads()
+        stride //= 2
+    if acc.once_per_block():
+        out[acc.block_idx] = sh[0]
+
+
+@pk.kernel
+def reverse_without_barrier(acc, out, x, n):
+    """Reads another thread's shared word with no barrier at all (runs without fibers)."""
+    sh = acc.shared_array(BLOCK, np.float32)
+    t = acc.thread_idx
+    base = acc.block_idx * acc.block_threads
+    sh[t] = x[base + t]
+    out[base + t] = sh[acc.block_threads - 1 - t]
+
+
+@pk.kernel
+def shift_without_barrier(acc, out, x, n):
+    """Reads the previous thread's word: right whenever threads run in index order, which a GPU
+    does not promise; the stand-in's shuffled order must expose it."""
+    sh = acc.shared_array(BLOCK, np.float32)
+    t = acc.thread_idx
+    base = acc.block_idx * acc.block_threads
+    sh[t] = x[base + t]
+    if t > 0:
+        out[base + t] = sh[t - 1]
+
+
+def _run(queue, device, kernel, x, blocks):
+    out = pk.Buffer(device, blocks, np.float64, queue=queue)
+    buf = pk.Buffer(device, x.shape, x.dtype, queue=queue)
+    pk.memcpy(queue, buf, x)
+    pk.exec(queue, pk.WorkDiv(blocks, BLOCK, 1), kernel, out, buf, x.size)
+    host = np.empty(blocks)
+    pk.memcpy(queue, host, out)
+    queue.wait()
+    return host
+
+
+def _expected(x, blocks):
+    idx = np.arange(x.size)
+    return np.bincount((idx % (blocks * BLOCK)) // BLOCK, weights=x, minlength=blocks)
+
+
+@standin
+@pytest.mark.parametrize("seed", ["1", "2", "12345"])
+def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(device, queue, on_the_standin,
+                                                                         monkeypatch, seed):
+    monkeypatch.setenv("ALPYKA_STANDIN_SEED", seed)
+    x = np.random.default_rng(7).random(4 * BLOCK * 3)
+    blocks = 4
+    want = _expected(x, blocks)
+    np.testing.assert_allclose(_run(queue, device, sums_with_barriers, x, blocks), want, rtol=1e-12)
+    got = _run(queue, device, sums_missing_loop_barrier, x, blocks)
+    assert not np.allclose(got, want, rtol=1e-9), "a block reduction without its loop barrier came out right"
+
+
+@standin
+@pytest.mark.parametrize("kernel", [reverse_without_barrier, shift_without_barrier], ids=["reverse", "shift"])
+def test_threads_of_a_block_that_never_synchronise_do_not_see_each_others_writes(device, queue, on_the_standin,
+                                                                                 kernel):
+    n = 2 * BLOCK
+    x = np.arange(1, n + 1, dtype=np.float32)
+    xb = pk.Buffer(device, n, np.float32, queue=queue)
+    pk.memcpy(queue, xb, x)
+    out = pk.Buffer(device, n, np.float32, queue=queue)
+    pk.memset(queue, out, 0)
+    pk.exec(queue, pk.WorkDiv(2, BLOCK, 1), kernel, out, xb, n)
+    got = np.empty(n, np.float32)
+    pk.memcpy(queue, got, out)
+    queue.wait()
+    blocks = x.reshape(2, BLOCK)
+    if kernel is reverse_without_barrier:
+        want = blocks[:, ::-1].ravel()
+    else:
+        want = np.concatenate([np.zeros((2, 1), np.float32), blocks[:, :-1]], axis=1).ravel()
+    assert (got != want).sum() > BLOCK // 4, "threads ran in an order that hides the missing barrier"
+
+
+@standin
+def test_the_source_that_runs_is_the_generated_cuda_text(device, queue, on_the_standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
+    x = np.ones(BLOCK, np.float64)
+    sums_with_barriers.plans.clear()  # built anew, into this test's cache directory
+    assert _run(queue, device, sums_with_barriers, x, 1)[0] == BLOCK
+    libs = list((tmp_path / "cuda_on_cpu").glob("alpyka_sums_with_barriers-*.so"))
+    assert libs, "no library compiled from the kernel's CUDA/HIP source"
+
+
+def test_no_compiler_is_one_reason_naming_the_fix(monkeypatch):
+    monkeypatch.setattr(cuda_on_cpu, "_probed", False)
+    monkeypatch.setattr(cuda_on_cpu, "_compiler", None)
+    monkeypatch.setattr(cuda_on_cpu, "_problem", None)
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    why = cuda_on_cpu.compiler_problem()
+    assert why is not None and "no C++ compiler" in why and "install g++" in why, why
+    assert "no-such-compiler: not found" in why
+    monkeypatch.setattr(fake_cupy_kernels.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(fake_cupy_kernels, "executor_name", lambda: "cpp")
+    from portable import _registry
+
+    monkeypatch.setattr(_registry, "_loaded", {})
+    assert fake_cupy_kernels.why_not(["cuda"]) == why
+
+
+def test_a_compile_error_shows_the_kernel_line(tmp_path, monkeypatch):
+    if cuda_on_cpu.compiler_problem() is not None:
+        pytest.skip(cuda_on_cpu.compiler_problem())
+    from backends._c_build import KernelBuildError
+    from backends._c_emit import CSource
+
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
+    text = 'extern "C" __global__ void alpyka_bad(int* p) {\n    undefined_thing(p);  // k.py:7\n}\n'
+    src = CSource(text=text, entry="alpyka_bad", dialect="cuda", args=[], line_map={2: 7}, source_file="k.py",
+                  kernel_name="bad")
+    with pytest.raises(KernelBuildError, match=r"(?s)kernel line\(s\): k.py:7.*>>\s+2 \|     undefined_thing"):
+        cuda_on_cpu.build(src, "alpyka_bad")
