@@ -231,6 +231,10 @@ class CupyQueue(DeviceQueue):
     def native_done(self, native: Marker) -> bool:
         return native.recorded and bool(native.event.done)
 
+    @staticmethod
+    def event_done(obj: Any) -> bool:
+        return not isinstance(obj, Marker) or (obj.recorded and bool(obj.event.done))
+
     def sync_native(self, native: Marker) -> None:
         if not native.recorded:
             with self._cond:

@@ -21,7 +21,6 @@ alpaka's semantics on top:
 
 from __future__ import annotations
 
-import collections
 import threading
 import weakref
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ from portable._errorlog import ErrorLog
 from portable._errors import AsyncError
 from portable._hostqueue import check_not_own_worker, warn_unseen
 from portable._workers import Worker, start_worker, stop_worker
+
+from ._retention import Retained, track
 
 #: how many enqueued operations may hold objects before a marker is recorded to release them
 _RETAIN_BATCH = 32
@@ -130,8 +131,8 @@ class DeviceQueue:
         self.blocking = blocking
         self._lock = threading.RLock()
         self._log = ErrorLog()
-        self._pending_refs: list[Any] = []
-        self._inflight: collections.deque[tuple[Any, list[Any]]] = collections.deque()
+        self._retained = Retained(self.event_done)
+        track(self._retained, self)  # buried, never destroyed under pending work, when collected
         self._worker: Worker | None = None
 
     # ------------------------------------------------------------------ native primitives
@@ -140,6 +141,12 @@ class DeviceQueue:
         raise NotImplementedError
 
     def native_done(self, native: Any) -> bool:
+        raise NotImplementedError
+
+    @staticmethod
+    def event_done(obj: Any) -> bool:
+        """True when ``obj`` is a native event (or marker) of this API that completed, or is not
+        one; must not refer to the queue (the reaper calls it after the queue is gone)."""
         raise NotImplementedError
 
     def sync_native(self, native: Any) -> None:
@@ -156,8 +163,12 @@ class DeviceQueue:
         raise NotImplementedError
 
     def make_gate(self) -> Any:
-        """Enqueue a closed gate: an object with ``reached()`` (block until the work before
-        it finished) and ``open()`` (let the work after it start)."""
+        """A gate at the current end of the queue: an object with ``reached()`` (block until
+        the work before it finished) and ``open()`` (let the work after it start)."""
+        raise NotImplementedError
+
+    def hold_gate(self, gate: Any) -> None:
+        """Make the work enqueued after this wait for ``gate.open()``."""
         raise NotImplementedError
 
     @property
@@ -173,21 +184,17 @@ class DeviceQueue:
             return
         if objs:
             with self._lock:
-                self._pending_refs.append(objs)
-                if len(self._pending_refs) >= _RETAIN_BATCH:
-                    self._retire_pending(self.marker())
+                if self._retained.keep(objs) >= _RETAIN_BATCH:
+                    self._retained.retire(self.marker())
         self._prune()
 
     def _retire_pending(self, native: Any) -> None:
         # caller holds the lock; the objects stay referenced until ``native`` completed
-        if self._pending_refs:
-            self._inflight.append((native, self._pending_refs))
-            self._pending_refs = []
+        self._retained.retire(native)
 
     def _prune(self) -> None:
         with self._lock:
-            while self._inflight and self.native_done(self._inflight[0][0]):
-                self._inflight.popleft()
+            self._retained.prune()
 
     # ------------------------------------------------------------------ the queue interface
     def enqueue_host(self, fn: Callable[[], None], *, always: bool = False) -> None:
@@ -214,7 +221,12 @@ class DeviceQueue:
                 weakref.finalize(self, stop_worker, self._worker.tasks)
             seq = self._log.next_seq()
             gate = self.make_gate()
-            self._worker.put(_HostTask(fn, gate, seq, always))
+            try:
+                self._worker.put(_HostTask(fn, gate, seq, always))
+            except BaseException:  # (a KeyboardInterrupt): the gate must not stay closed
+                gate.open()
+                raise
+            self.hold_gate(gate)  # only now: the worker that opens it has the task
 
     def record(self, event: DeviceEvent) -> None:
         with self._lock:
@@ -251,7 +263,7 @@ class DeviceQueue:
         check_not_own_worker(self._worker, f"{self.api} queue")
         with self._lock:
             lo, upto = self._log.wait_range()
-            if self._pending_refs:
+            if self._retained.pending:
                 self._retire_pending(self.marker())
         self.finish()  # host functions are gates in the native queue: finish waits for them too
         self._prune()  # work other threads enqueued meanwhile keeps its objects

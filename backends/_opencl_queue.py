@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import ctypes
+import ctypes.util
+import glob
+import os
+from typing import Any, Callable
 
 import pyopencl as cl
 
@@ -11,22 +15,62 @@ from ._gpu_queue import DeviceQueue, Snapshot
 _COMPLETE = cl.command_execution_status.COMPLETE
 
 
-class _UserEventGate:
-    """A marker (the work before the gate) and a user event the queue's later work waits on."""
+def _find_cl_flush() -> Callable[[Any], None]:
+    """``flush(cq)``: ``clFlush`` called without the GIL. pyopencl's ``CommandQueue.flush`` keeps
+    the GIL, and a runtime that executes commands in ``clFlush`` (Oclgrind runs the queue there,
+    up to a user event) would then block the very thread that must open that event."""
+    candidates = sorted(glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*.so*")))
+    found = ctypes.util.find_library("OpenCL")
+    for path in candidates + ([found] if found else []):
+        try:
+            fn = ctypes.CDLL(path).clFlush
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int32
 
-    __slots__ = ("marker", "user", "barrier")
+        def flush(cq: Any, _fn: Any = fn) -> None:
+            code = _fn(cq.int_ptr)
+            if code != 0:
+                raise cl.RuntimeError(f"clFlush failed with error {code}")
+
+        return flush
+    return lambda cq: cq.flush()
+
+
+_flush = _find_cl_flush()
+
+
+class _UserEventGate:
+    """A marker (the work before the gate) and a user event the queue's later work waits on.
+
+    The barrier on the user event is enqueued by :meth:`hold`, after the worker has the task
+    that opens it: a runtime that executes commands as they are enqueued (Oclgrind) blocks in
+    that enqueue until the event completes, which then happens instead of a deadlock."""
+
+    __slots__ = ("cq", "marker", "user", "barrier")
 
     def __init__(self, cq: "cl.CommandQueue", context: "cl.Context") -> None:
+        self.cq = cq
         self.marker = cl.enqueue_marker(cq)
         self.user = cl.UserEvent(context)
-        self.barrier = cl.enqueue_barrier(cq, wait_for=[self.user])
-        cq.flush()
+        self.barrier: "cl.Event | None" = None
+
+    def hold(self) -> "cl.Event":
+        """Make the queue's later work wait for :meth:`open`; returns the barrier's event."""
+        try:
+            self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
+            _flush(self.cq)
+        except BaseException:
+            self.open()  # never leave the queue behind a user event no one will complete
+            raise
+        return self.barrier
 
     def reached(self) -> None:
         self.marker.wait()
 
     def open(self) -> None:
-        self.user.set_status(_COMPLETE)
+        if self.user.command_execution_status != _COMPLETE:
+            self.user.set_status(_COMPLETE)
 
 
 class OpenCLQueue(DeviceQueue):
@@ -42,13 +86,17 @@ class OpenCLQueue(DeviceQueue):
 
     def marker(self) -> "cl.Event":
         ev = cl.enqueue_marker(self.cq)
-        self.cq.flush()
+        _flush(self.cq)
         self._last = ev
         return ev
 
     def native_done(self, native: "cl.Event") -> bool:
         # negative statuses are errors: the command is over either way
         return native.command_execution_status <= _COMPLETE
+
+    @staticmethod
+    def event_done(obj: Any) -> bool:
+        return not isinstance(obj, cl.Event) or obj.command_execution_status <= _COMPLETE
 
     def sync_native(self, native: "cl.Event") -> None:
         native.wait()
@@ -65,9 +113,10 @@ class OpenCLQueue(DeviceQueue):
         self.cq.finish()
 
     def make_gate(self) -> _UserEventGate:
-        gate = _UserEventGate(self.cq, self.context)
-        self._last = gate.barrier
-        return gate
+        return _UserEventGate(self.cq, self.context)
+
+    def hold_gate(self, gate: _UserEventGate) -> None:
+        self._last = gate.hold()
 
     def after_enqueue(self, *objs: Any) -> None:
         """``objs[0]`` is the event of the command just enqueued; all of ``objs`` stay alive
@@ -75,7 +124,7 @@ class OpenCLQueue(DeviceQueue):
         if objs and isinstance(objs[0], cl.Event):
             self._last = objs[0]
         if not self.blocking:
-            self.cq.flush()  # so that polling an event (is_idle, pruning) sees progress
+            _flush(self.cq)  # so that polling an event (is_idle, pruning) sees progress
         super().after_enqueue(*objs)
 
     def is_idle(self) -> bool:

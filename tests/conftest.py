@@ -5,7 +5,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-pytest_plugins = ["pytester"]
+# hang_guard: a hang anywhere in the run (report-making, teardown, exit) fails it with every
+# thread's stack (tests/hang_guard.py)
+pytest_plugins = ["pytester", "hang_guard"]
 # An installed alpyka registers the plugin as a pytest11 entry point; a source checkout run
 # with PYTHONPATH=. (as on the GPU machine) loads it here instead.
 if not any(ep.name == "alpyka" for ep in entry_points(group="pytest11")):
@@ -43,7 +45,7 @@ _enable_cuda_compile_guard()
 
 # ---------------------------------------------------------------------- the cupy stand-in
 # Without a GPU the matrix runs `cuda` and `rocm` on the cupy stand-in (tests/backends/
-# fake_cupy.py, kernels through their OpenCL twins: fake_cupy_kernels.py). This repository's
+# fake_cupy.py; kernels run as their CUDA/HIP source compiled for the CPU: fake_cupy_kernels.py). This repository's
 # tests opt in by default (CI runs the whole matrix in both personalities); other projects and
 # programs never see it (it lives here, not in the pytest11 plugin). Choose with
 # `--cupy-standin=cuda|rocm|all|off` or ALPYKA_STANDIN. Never where a real cupy is installed:
@@ -80,8 +82,7 @@ def pytest_configure(config):
         return
     standin.install(names)
     _STANDIN_BACKENDS.update(names)
-    config.stash[_STANDIN_NOTE] = (f"cupy stand-in: {', '.join(names)} backed by fake_cupy "
-                                   "(kernels run as their OpenCL twins on PoCL)")
+    config.stash[_STANDIN_NOTE] = f"cupy stand-in: {', '.join(names)} backed by fake_cupy ({standin.describe()})"
 
 
 def pytest_report_header(config):

@@ -1,5 +1,6 @@
 """A hung test fails the run fast, with every thread's stack: also in a fixture's teardown and
-in a thread blocked on a lock (what the CI hang of a finalizer deadlock looked like)."""
+in a thread blocked on a lock (what the CI hang of a finalizer deadlock looked like), and a hang
+outside any test (making a failure's report, interpreter exit) through tests/hang_guard.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,3 +65,42 @@ def test_a_hang_in_teardown_fails_fast_with_every_threads_stack(pytester):
     assert elapsed < 60, f"the hang took {elapsed:.0f} s to fail"
     assert "Timeout" in out, out
     assert "lock-holder-thread" in out, "the other threads' stacks are missing:\n" + out
+
+
+_HANG_IN_REPORT = """
+import threading, time, pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    yield
+    if call.when == "call" and call.excinfo is not None:
+        threading.Thread(target=time.sleep, args=(600,), name="bystander", daemon=True).start()
+        time.sleep(600)   # a report that never gets made (a blocking finalizer, a repr)
+"""
+
+_HANG_AT_EXIT = """
+import atexit, time
+
+def pytest_unconfigure(config):
+    atexit.register(time.sleep, 600)   # the interpreter's exit never ends
+"""
+
+
+@pytest.mark.parametrize("conftest, where", [(_HANG_IN_REPORT, "pytest_runtest_makereport"),
+                                             (_HANG_AT_EXIT, "atexit")], ids=["report", "exit"])
+def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monkeypatch, conftest, where):
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "4")
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(test_x="def test_fails():\n    assert 1 == 2\n")
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider",
+                                           timeout=120)
+    elapsed = time.monotonic() - start
+    assert result.ret == 1, (result.ret, result.stdout.str(), result.stderr.str())
+    err = result.stderr.str()
+    assert "Timeout (0:00:04)!" in err, err
+    assert "Thread 0x" in err, err
+    if where == "pytest_runtest_makereport":  # every thread, with its frames
+        assert where in err and err.count("Thread 0x") >= 2 and "File " in err, err
+    assert elapsed < 60, elapsed
