@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -165,7 +166,33 @@ def reference_four_lepton(leptons) -> np.ndarray:
     return np.where(ok, np.sqrt(np.maximum(m2, 0)), -1.0)
 
 
+#: what this example needs beyond alpyka, and the extra that brings it
+NEEDS = {"awkward": "data", "uproot": "data", "skhep_testdata": "test"}
+
+
+def missing_packages() -> str | None:
+    """None when every package the example reads with is installed, else what to install."""
+    import importlib
+
+    absent = []
+    for m in NEEDS:
+        try:
+            importlib.import_module(m)
+        except ModuleNotFoundError:
+            absent.append(m)
+    if not absent:
+        return None
+    extras = sorted({NEEDS[m] for m in absent})
+    return (f"dimuon_mass.py reads CMS samples of scikit-hep-testdata with awkward and uproot; missing: "
+            f"{', '.join(absent)}. Install with: pip install -e \".[{','.join(extras)}]\" -c constraints.txt "
+            f"(or pip install {' '.join('scikit-hep-testdata==0.3.12' if m == 'skhep_testdata' else m for m in absent)})")
+
+
 def main() -> int:
+    problem = missing_packages()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     import awkward as ak
     import skhep_testdata
 

@@ -250,8 +250,12 @@ class OnnxRunner:
               tensors: Sequence[torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
+        # ORT refuses a null data pointer, which an empty tensor has: zero rows (an event with no
+        # candidates) bind a one-element placeholder's address with their zero shape
+        spare = torch.empty(1, dtype=torch.float64, device=self.tdev)
         for decl, t in zip(self.program.inputs, tensors):
-            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr())
+            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr() or spare.data_ptr())
+        binding._alpyka_spare = spare  # kept as long as the binding
         results: dict[str, torch.Tensor] = {}
         for decl, b in self.output_blocks(outputs):
             items = b.size if rows is None else rows
@@ -260,7 +264,7 @@ class OnnxRunner:
                 shape = (items,)
             dtype = decl.dtype if decl.dtype is not None else b.dtype
             t = torch.empty(shape, dtype=_torch_dtype(dtype), device=self.tdev)
-            binding.bind_output(decl.name, dev_type, dev_id, dtype, shape, t.data_ptr())
+            binding.bind_output(decl.name, dev_type, dev_id, dtype, shape, t.data_ptr() or spare.data_ptr())
             results[b.name] = t
         return binding, results
 

@@ -27,7 +27,7 @@ from ._registry import (
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
 from ._awkward import from_awkward, offsets_to_host, to_awkward  # awkward itself is imported on first use
 from ._events import event_workdiv, pair_offsets
-from ._root import NotARootFile, RootChunk, iterate_root, read_root, root_chunks
+from ._root import CorruptRootFile, NotARootFile, RootChunk, iterate_root, read_root, root_chunks
 from .kernel import device_function, kernel
 
 __version__ = "0.1.0"
@@ -38,7 +38,7 @@ __all__ = [
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
-    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile",
+    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile", "CorruptRootFile",
     "event_workdiv", "pair_offsets", "distributed",
 ]
 

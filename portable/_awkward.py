@@ -273,8 +273,9 @@ def check_offsets(offsets: np.ndarray, n_rows: int, what: str = "offsets") -> np
     if off[0] != 0 or off[-1] != n_rows:
         raise ValueError(f"{what} do not match the collection: they run from {off[0]} to {off[-1]}, the "
                          f"collection has {n_rows} rows (offsets must start at 0 and end at its size)")
-    if len(off) > 1 and (np.diff(off) < 0).any():
-        e = int(np.argmax(np.diff(off) < 0))
+    down = off[1:] < off[:-1]  # not np.diff: it wraps around on unsigned integers
+    if down.any():
+        e = int(np.argmax(down))
         raise ValueError(f"{what} decrease at event {e} ({off[e]} -> {off[e + 1]}); they must never decrease")
     return off.astype(np.int64, copy=False)
 

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
+import numpy as np
+
 import soa
 
 from ._awkward import _field_map, from_awkward, require
@@ -24,6 +26,26 @@ from ._queue import Queue
 class NotARootFile(ValueError):
     """The path is not a ROOT file (or not one uproot can read)."""
 
+
+class CorruptRootFile(NotARootFile):
+    """A ROOT file whose branch data cannot be read: truncated or corrupt."""
+
+
+def _read_arrays(obj: Any, needed: list[str], start: int, stop: int, path: str, tree: str) -> Any:
+    """``obj.arrays(needed)`` over ``[start, stop)``; CorruptRootFile naming the file, the first
+    branch that cannot be read and the reason where the data is damaged."""
+    try:
+        return obj.arrays(needed, entry_start=start, entry_stop=stop, library="ak")
+    except Exception as exc:  # noqa: BLE001 - sorted out below: which branch, and whether damage
+        first = exc
+    for b in needed:  # find the branch: read each alone
+        try:
+            obj[b].array(entry_start=start, entry_stop=stop, library="ak")
+        except Exception as exc:  # noqa: BLE001
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise CorruptRootFile(f"{path}:{tree}: branch {b!r} cannot be read (entries {start}-{stop}): "
+                                  f"the file is truncated or corrupt ({reason})") from exc
+    raise first
 
 @dataclass(frozen=True)
 class RootChunk:
@@ -57,12 +79,16 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
         f = uproot.open(path)
     except Exception as exc:
         reason = " ".join(str(exc).split())  # uproot's message spans lines: errors are one line
-        raise NotARootFile(f"{path}: uproot cannot read it as a ROOT file: {reason}") from exc
+        raise NotARootFile(f"{path}: uproot cannot read it as a ROOT file (truncated or corrupt?): {reason}") from exc
     try:
         obj = f[tree]
     except Exception as exc:
         names = sorted({k.split(";")[0] for k in f.keys(recursive=False)})
         f.close()
+        if tree in names:
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            raise CorruptRootFile(f"{path}: tree {tree!r} is listed but cannot be read: the file is truncated or "
+                                  f"corrupt ({reason})") from exc
         hint = difflib.get_close_matches(tree, names, n=1)
         raise KeyError(f"{path} has no tree {tree!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                        + f"; it holds {names}") from exc
@@ -98,15 +124,37 @@ def read_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queu
     or an RNTuple) in ``path``: each column from the branch ``branches[column]`` (default: the
     column's name; a vector column takes one branch per component). Only those branches are
     read. The result is :func:`portable.from_awkward`'s; ``casting`` and ``report`` are too."""
+    _entry_bound(entry_start, "entry_start"), _entry_bound(entry_stop, "entry_stop")
     obj = open_tree(path, tree)
     try:
         wanted = _branches(layout, branches)
         needed = _check_branches(obj, wanted, os.fspath(path), tree)
-        arrays = obj.arrays(needed, entry_start=entry_start, entry_stop=entry_stop, library="ak")
+        start, stop = entry_range(entry_start, entry_stop, int(obj.num_entries))
+        arrays = _read_arrays(obj, needed, start, stop, os.fspath(path), tree)
     finally:
         _close(obj)
     fields = {col: names if len(names) > 1 else names[0] for col, names in wanted.items()}
     return from_awkward(layout, arrays, queue_or_device, fields=fields, casting=casting, report=report)
+
+
+def _entry_bound(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer entry number (or None), got {value!r}")
+    return int(value)
+
+
+def entry_range(entry_start: Any, entry_stop: Any, total: int) -> tuple[int, int]:
+    """``(start, stop)`` with uproot's rules: None means the first / past the last entry, a
+    negative bound counts from the end, both are clamped to ``[0, total]`` and ``stop >= start``.
+    TypeError for a bound that is not an integer (``1.5``, ``True``)."""
+    start, stop = _entry_bound(entry_start, "entry_start"), _entry_bound(entry_stop, "entry_stop")
+    start = 0 if start is None else start + total if start < 0 else start
+    stop = total if stop is None else stop + total if stop < 0 else stop
+    start = min(total, max(0, start))
+    stop = min(total, max(0, stop))
+    return start, max(start, stop)
 
 
 def _close(obj: Any) -> None:
@@ -117,15 +165,17 @@ def _close(obj: Any) -> None:
 
 def root_chunks(path: str | os.PathLike, tree: str, entries_per_chunk: int, *, entry_start: int = 0,
                 entry_stop: int | None = None) -> list[RootChunk]:
-    """The entry ranges of ``tree`` cut into chunks of ``entries_per_chunk`` entries."""
+    """The entry ranges of ``tree`` cut into chunks of ``entries_per_chunk`` entries, from
+    ``entry_start`` to ``entry_stop`` (:func:`entry_range`'s rules: negative counts from the end)."""
     n = soa.checked_size(entries_per_chunk, "entries_per_chunk")
     if n < 1:
         raise ValueError("entries_per_chunk must be at least 1")
+    _entry_bound(entry_start, "entry_start"), _entry_bound(entry_stop, "entry_stop")
     obj = open_tree(path, tree)
     total = int(obj.num_entries)
     _close(obj)
-    stop = total if entry_stop is None else min(int(entry_stop), total)
-    return [RootChunk(os.fspath(path), tree, a, min(a + n, stop)) for a in range(int(entry_start), stop, n)]
+    start, stop = entry_range(entry_start, entry_stop, total)
+    return [RootChunk(os.fspath(path), tree, a, min(a + n, stop)) for a in range(start, stop, n)]
 
 
 def iterate_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queue_or_device: Queue | Device, *,

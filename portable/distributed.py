@@ -43,14 +43,14 @@ __all__ = ["ChunkError", "run", "worker_environment"]
 class ChunkError(RuntimeError):
     """A chunk failed: ``index``, ``chunk`` and the original exception as ``__cause__``/``cause``."""
 
-    def __init__(self, index: int, chunk: Any, cause: BaseException) -> None:
+    def __init__(self, index: int, chunk: Any, cause: BaseException, what: str = "failed") -> None:
         text = repr(chunk)
         text = text if len(text) <= 120 else text[:117] + "..."
-        what = type(cause).__name__
-        if what == "KilledWorker":
+        kind = type(cause).__name__
+        if kind == "KilledWorker":
             msg = f"chunk {index} ({text}) killed its worker on every attempt: {cause}"
         else:
-            msg = f"chunk {index} ({text}) failed: {what}: {cause}"
+            msg = f"chunk {index} ({text}) {what}: {kind}: {cause}"
         super().__init__(msg)
         self.index, self.chunk, self.cause = index, chunk, cause
         self.__cause__ = cause
@@ -179,7 +179,9 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
     ``setup`` the state is the device. ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
     workers that declare them. ``allowed_failures`` (embedded cluster only) is how many worker
     deaths a chunk may cause before it fails. ``timeout`` (seconds) bounds the whole run: a
-    hang raises TimeoutError. Chunks and results must be picklable.
+    hang raises TimeoutError naming the chunks done and pending. Chunks and results must be
+    picklable: a process function or chunk that is not raises TypeError naming it; a result that
+    is not is that chunk's :class:`ChunkError` (the other results are kept with ``on_error="collect"``).
     """
     if on_error not in ("raise", "collect"):
         raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
@@ -191,29 +193,67 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
     results: list[Any] = [None] * len(chunks)
     if not chunks:
         return results
+    _check_picklable(process, "the process function")
+    if setup is not None:
+        _check_picklable(setup, "the setup function")
     with _connect(client, workers, allowed_failures) as c:
         name = f"alpyka-setup-{uuid.uuid4().hex[:12]}"
         c.register_plugin(_dask_worker.DeviceSetup(name, setup, backend), name=name)
         futures = []
+        done: set[int] = set()
         try:
             index = {}
             for i, chunk in enumerate(chunks):
-                fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-chunk-{i}",
-                               pure=False, resources=resources)
+                try:
+                    fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-chunk-{i}",
+                                   pure=False, resources=resources)
+                except Exception as exc:  # Dask's own words for a chunk it cannot send
+                    _check_picklable(chunk, f"chunk {i}")
+                    raise
                 index[fut.key] = i
                 futures.append(fut)
-            for fut in distributed.as_completed(futures, timeout=timeout):
-                i = index[fut.key]
-                if fut.status == "error":
-                    err = ChunkError(i, chunks[i], fut.exception())
-                    if on_error == "raise":
-                        raise err
-                    results[i] = err
-                else:
-                    results[i] = fut.result()
+            try:
+                for fut in distributed.as_completed(futures, timeout=timeout):
+                    i = index[fut.key]
+                    done.add(i)
+                    results[i] = _outcome(fut, i, chunks[i], on_error)
+            except TimeoutError:
+                pending = [i for i in range(len(chunks)) if i not in done]
+                shown = ", ".join(map(str, pending[:20])) + (" ..." if len(pending) > 20 else "")
+                raise TimeoutError(f"pk.distributed.run: timeout={timeout} s passed with {len(done)} of "
+                                   f"{len(chunks)} chunks done; pending chunks: {shown}") from None
         finally:
             with contextlib.suppress(Exception):
                 c.cancel(futures)
             with contextlib.suppress(Exception):
                 c.unregister_worker_plugin(name)
     return results
+
+
+def _outcome(fut: Any, i: int, chunk: Any, on_error: str) -> Any:
+    """The result of chunk ``i``, or its ChunkError (raised with ``on_error="raise"``): the
+    chunk's own exception, or the failure to bring its result back (a result that cannot be
+    pickled, a worker lost while sending it)."""
+    if fut.status == "error":
+        err = ChunkError(i, chunk, fut.exception())
+    else:
+        try:
+            return fut.result()
+        except Exception as exc:  # noqa: BLE001 - the result could not reach this process
+            err = ChunkError(i, chunk, exc, what="its result could not be sent back")
+    if on_error == "raise":
+        raise err
+    return err
+
+
+def _check_picklable(obj: Any, what: str) -> None:
+    """TypeError naming ``what`` when Dask could not send ``obj`` to its workers."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(obj)
+    except Exception as exc:  # noqa: BLE001 - pickling raises TypeError, PicklingError, AttributeError...
+        text = repr(obj)
+        text = text if len(text) <= 120 else text[:117] + "..."
+        raise TypeError(f"pk.distributed.run: {what} ({text}) cannot be pickled to reach the Dask workers: "
+                        f"{type(exc).__name__}: {exc}") from exc

@@ -63,6 +63,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    import importlib.util
     import os
 
     option = config.getoption("--cupy-standin")
@@ -79,6 +80,13 @@ def pytest_configure(config):
     reason = standin.why_not(names)
     if reason is not None:
         config.stash[_STANDIN_NOTE] = f"cupy stand-in {names} not installed: {reason}"
+        if importlib.util.find_spec("cupy") is None:  # the rows are skipped with this reason
+            from portable import _registry
+
+            with _registry._lock:
+                for name in names:
+                    if name not in _registry._loaded:
+                        _registry._reasons[name] = f"the cupy stand-in cannot run here: {reason}"
         return
     standin.install(names)
     _STANDIN_BACKENDS.update(names)

@@ -123,12 +123,20 @@ class RemotePipeline:
 
     def _request(self, in_slots: list[Slot], out_slots: list[Slot], ins: list[Any], outs: list[Any],
                  copy: bool) -> tuple[dict[str, np.ndarray], dict[str, tuple[tuple[int, ...], np.dtype]]]:
-        arrays: dict[str, np.ndarray] = {}
+        from ..remote._transport import RequestInputs
+
+        arrays = RequestInputs()
+        empty = []
         for s, c in zip(in_slots, ins):
             arrays.update(_wire.pack(s, c, copy=copy))
+            if c.size == 0 and any(f.kind != "scalar" for f in s.layout.fields):
+                _wire.pad_rows(s, arrays)  # PyTriton cannot pass empty tensors: see _wire.ZERO_ROWS
+                empty.append(s.name)
+        if empty:
+            arrays.parameters = {_wire.ZERO_ROWS: ",".join(empty)}
         specs = {}
         for s, c in zip(out_slots, outs):
-            for name, dtype, dims in _wire.slot_decls(s, c.size):
+            for name, dtype, dims in _wire.slot_decls(s, max(c.size, 1)):
                 specs[name] = (dims, np.dtype(dtype))
         return arrays, specs
 
@@ -136,6 +144,10 @@ class RemotePipeline:
         """Check every output tensor first, then write them all (a bad response writes nothing)."""
         from ..remote import InferenceFailed
 
+        result = dict(result)
+        for s, c in zip(out_slots, outs):
+            if c.size == 0:
+                _wire.drop_rows(s, result)  # an output of no rows comes back as one row
         try:
             for s, c in zip(out_slots, outs):
                 _wire.check_arrays(s, result, c.size, f"pipeline {self.name!r} response")

@@ -104,10 +104,17 @@ class PipelineRunner:
             coll = cache[key] = pk.PortableCollection(layout, rows, q)
         return coll
 
-    def run(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One request: inputs into collections, the body on this thread's queue, outputs back."""
+    def run(self, arrays: Mapping[str, np.ndarray], parameters: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        """One request: inputs into collections, the body on this thread's queue, outputs back.
+        ``parameters``: the request's (``_wire.ZERO_ROWS`` names inputs that have no rows)."""
         pipe, q = self.pipe, self.queue()
         try:
+            empty = set(str((parameters or {}).get(_wire.ZERO_ROWS, "") or "").split(",")) - {""}
+            if empty:
+                arrays = dict(arrays)
+                for s in pipe.inputs:
+                    if s.name in empty:
+                        _wire.drop_rows(s, arrays)
             ins = [_wire.collection_from(s, arrays, q, self._reuse(("in", s.name), s.layout,
                                                                       _wire.rows_of(s, arrays), q))
                    for s in pipe.inputs]
@@ -125,6 +132,9 @@ class PipelineRunner:
                 result.update(_wire.pack(s, c, copy=True))  # the collection serves the next request
             if self.check_filled:
                 _wire.raise_unfilled(pipe, [n for s in pipe.outputs for n in _wire.unfilled(s, result)])
+            for s, c in zip(pipe.outputs, outs):
+                if c.size == 0:
+                    _wire.pad_rows(s, result)  # PyTriton cannot return empty tensors either
             return result
         except BaseException as exc:  # noqa: BLE001 - one marked line the client turns into its error
             traceback.print_exc()
@@ -155,6 +165,6 @@ def make_infer(runner: PipelineRunner) -> Callable[[list[Any]], list[dict[str, n
     names = [d[0] for s in runner.pipe.inputs for d in _wire.slot_decls(s)]
 
     def infer_requests(requests: list[Any]) -> list[dict[str, np.ndarray]]:
-        return [runner.run({n: r[n] for n in names}) for r in requests]
+        return [runner.run({n: r[n] for n in names}, getattr(r, "parameters", None)) for r in requests]
 
     return infer_requests

@@ -71,6 +71,32 @@ def pack(slot: Slot, coll: Any, copy: bool = False) -> dict[str, np.ndarray]:
     return out
 
 
+#: the request parameter naming the input collections that have no rows (comma-separated):
+#: PyTriton cannot pass an empty tensor, so such a collection travels as one row of zeros, and
+#: the server takes it back to none; an output collection of no rows comes back as one row,
+#: which the client drops (it knows its outputs' rows)
+ZERO_ROWS = "alpyka_zero_rows"
+
+
+def pad_rows(slot: Slot, arrays: dict[str, np.ndarray]) -> None:
+    """Give the row tensors of ``slot`` (found in ``arrays``, with no rows) one row of zeros."""
+    for f in slot.layout.fields:
+        if f.kind != "scalar":
+            name = tensor_name(slot.name, f.name)
+            a = arrays[name]
+            if a.shape[0] == 0:
+                arrays[name] = np.zeros((1, *a.shape[1:]), dtype=a.dtype)
+
+
+def drop_rows(slot: Slot, arrays: dict[str, np.ndarray]) -> None:
+    """Take the row tensors of ``slot`` back to no rows (the inverse of :func:`pad_rows`)."""
+    for f in slot.layout.fields:
+        if f.kind != "scalar":
+            name = tensor_name(slot.name, f.name)
+            if name in arrays:
+                arrays[name] = arrays[name][:0]
+
+
 def rows_of(slot: Slot, arrays: Mapping[str, np.ndarray]) -> int:
     """The rows of a collection in a request (1 for a layout of scalars only)."""
     sizes = {tensor_name(slot.name, f.name): arrays[tensor_name(slot.name, f.name)].shape[0]

@@ -16,7 +16,7 @@ from ._servers import Server, final_error
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics, _ClientCounters
 from ._tensors import check_block
 from ._requests import OutputSpecs, RequestsMixin
-from ._transport import ModelInfo, is_retryable
+from ._transport import RequestInputs, ModelInfo, is_retryable
 
 _MODES = ("sync", "async", "pseudo_async")
 
@@ -408,7 +408,7 @@ class RemoteModel(RequestsMixin):
         shapes and dtypes ``{name: (shape, dtype)}`` (exact shapes size shared-memory slots);
         balanced, retried and failed over like :meth:`forward`."""
         self._counters.add(events=1)
-        return self._run_sync(dict(inputs), outputs, [])
+        return self._run_sync(_own(inputs), outputs, [])
 
     def request_async(self, inputs: Mapping[str, np.ndarray], outputs: OutputSpecs,
                       done: Callable[[Any, BaseException | None], None]) -> None:
@@ -416,12 +416,12 @@ class RemoteModel(RequestsMixin):
         runs once, on a worker or gRPC thread."""
         self._counters.add(events=1)
         if self.mode == "async" and self.protocol == "grpc":
-            self._launch(dict(inputs), outputs, done)
+            self._launch(_own(inputs), outputs, done)
             return
 
         def work() -> None:
             try:
-                out = self._run_sync(dict(inputs), outputs, [])
+                out = self._run_sync(_own(inputs), outputs, [])
             except BaseException as exc:  # noqa: BLE001 - handed to done
                 done(None, exc)
                 return
@@ -561,3 +561,11 @@ class RemoteModel(RequestsMixin):
     def __repr__(self) -> str:
         return (f"<RemoteModel {self.model_name!r} @ {self.url} ({self.protocol}, {self.mode}, "
                 f"{len(self._servers)} server(s))>")
+
+
+def _own(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A dict of the request's tensors the client may change, keeping the request's parameters
+    (a :class:`~inference.remote._transport.RequestInputs`)."""
+    out = RequestInputs(inputs)
+    out.parameters = getattr(inputs, "parameters", None)
+    return out

@@ -47,12 +47,29 @@ class RequestsMixin:
             return parts[0]
         return {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
 
+    def _no_rows(self, inputs: dict[str, np.ndarray], specs: OutputSpecs) -> dict[str, np.ndarray] | None:
+        """The outputs of a request with no rows in and none out (an event with no candidates),
+        made here: Triton refuses empty tensors, and there is nothing to compute. None otherwise
+        (rows to send, outputs expected out of no inputs)."""
+        if not inputs or any(a.ndim == 0 or a.shape[0] != 0 for a in inputs.values()):
+            return None
+        if any(not shape or shape[0] != 0 for shape, _ in specs.values()):
+            return None  # rows expected out of none in (a pipeline's own rule): the server decides
+        return {k: np.empty(shape, dtype) for k, (shape, dtype) in specs.items()}
+
     def _run_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs,
                   sizes: list[int]) -> dict[str, np.ndarray]:
+        empty = self._no_rows(inputs, specs)
+        if empty is not None:
+            return empty
         return self._join([self._request_sync(i, s) for i, s in self._chunks(inputs, specs)])
 
     def _launch(self, inputs: dict[str, np.ndarray], specs: OutputSpecs, done: Done) -> None:
         """All chunks in flight at once; ``done`` once every chunk answered (or one failed)."""
+        empty = self._no_rows(inputs, specs)
+        if empty is not None:
+            done(empty, None)
+            return
         chunks = list(self._chunks(inputs, specs))
         results: list[Any] = [None] * len(chunks)
         state = {"left": len(chunks), "failed": False}

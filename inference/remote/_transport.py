@@ -24,6 +24,18 @@ from ._tensors import TensorSpec, numpy_dtype, triton_dtype
 Callback = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
 
 
+class RequestInputs(dict):
+    """A request's input tensors by name, and the KServe request ``parameters`` that travel with
+    them (alpyka's pipelines say which collections have no rows there: see _pipeline._wire)."""
+
+    parameters: dict[str, Any] | None = None
+
+
+def _parameters(inputs: Any) -> dict[str, Any]:
+    params = getattr(inputs, "parameters", None)
+    return {"parameters": dict(params)} if params else {}
+
+
 @dataclass
 class ModelInfo:
     """What the server says about one model: its tensors, batching and dynamic batching."""
@@ -46,40 +58,70 @@ class ModelInfo:
         return next((t for t in self.outputs if t.name == name), None)
 
 
-def _status_of(exc: BaseException) -> str:
+#: gRPC status codes (``StatusCode.X``) and HTTP statuses by what they mean for a request:
+#: the server is not reachable now (another server, or later, may answer) ...
+_UNAVAILABLE = {"UNAVAILABLE", "CANCELLED", "RESOURCE_EXHAUSTED", "ABORTED", "429", "502", "503"}
+#: ... the request ran out of time ...
+_TIMEOUT = {"DEADLINE_EXCEEDED", "408", "504"}
+#: ... the model is not there ...
+_NOT_FOUND = {"NOT_FOUND", "404"}
+#: ... the server failed on a valid request (another server may not) ...
+_SERVER_FAULT = {"INTERNAL", "UNKNOWN", "DATA_LOSS", "500"}
+# everything else (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, 400, ...):
+# the request itself is wrong; no server will take it
+
+
+def status_code(exc: BaseException) -> str | None:
+    """The gRPC status code name (``"INVALID_ARGUMENT"``) or HTTP status (``"400"``) a tritonclient
+    exception carries, or None (an exception that did not come from a server's answer)."""
     status = getattr(exc, "status", None)
-    text = status() if callable(status) else ""
-    return f"{text or ''} {exc}".upper()
+    text = status() if callable(status) else None
+    if not text:
+        return None
+    text = str(text).strip()
+    return text.rsplit(".", 1)[-1].upper() if text.startswith("StatusCode.") else text
+
+
+def _is_pipeline_failure(exc: BaseException) -> bool:
+    """A pipeline's own error: alpyka's pipeline server marks its message with a token of its own
+    protocol (Triton and PyTriton wrap it in words of theirs)."""
+    return PIPELINE_ERROR_MARK in str(exc)
 
 
 def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError:
-    """Map a tritonclient / socket exception to a :class:`RemoteError` (``retryable`` set)."""
+    """Map a tritonclient / socket exception to a :class:`RemoteError` (``retryable`` set), by
+    the gRPC status code or HTTP status of the server's answer, else by the exception's type;
+    never by the words of a message (Triton's carry ``[request id: <id_unknown>]``)."""
     if isinstance(exc, RemoteError):
         return exc
-    text = _status_of(exc)
-    if (isinstance(exc, (TimeoutError, socket.timeout)) or "DEADLINE" in text
-            or "TIMEOUT" in text or "TIMED OUT" in text or type(exc).__name__ == "Timeout"):
+    code = status_code(exc)
+    detail = str(exc).strip() or type(exc).__name__
+    if code is None:
+        if isinstance(exc, (TimeoutError, socket.timeout)) or type(exc).__name__ == "Timeout":
+            code = "DEADLINE_EXCEEDED"
+        elif isinstance(exc, ConnectionRefusedError):
+            code = "REFUSED"
+        elif isinstance(exc, (ConnectionError, OSError)):
+            code = "UNAVAILABLE"
+    if code in _TIMEOUT:
         err: RemoteError = RemoteTimeout(f"request to {url} timed out after {timeout} s")
         err.retryable = True  # type: ignore[attr-defined]
-    elif (isinstance(exc, (ConnectionError, OSError)) or "UNAVAILABLE" in text
-          or "CONNECT" in text or "SOCKET CLOSED" in text or "RESET" in text):
-        detail = str(exc).strip() or type(exc).__name__
-        if "REFUSED" in text:  # nothing listens there: the server is down (fails fast, no timeout)
-            err = ServerUnavailable(f"server {url} is unreachable: connection refused (is the server "
-                                    f"running?): {detail}")
-        else:
-            err = ServerUnavailable(f"server {url} is unreachable: {detail}")
+    elif code == "REFUSED":  # nothing listens there: the server is down (fails fast, no timeout)
+        err = ServerUnavailable(f"server {url} is unreachable: connection refused (is the server running?): "
+                                f"{detail}")
         err.retryable = True  # type: ignore[attr-defined]
-    elif "NOT_FOUND" in text or "UNKNOWN MODEL" in text or "NOT FOUND" in text:
-        err = ModelNotFound(f"{url}: {str(exc).strip()}")
-        err.retryable = False  # type: ignore[attr-defined]
-    elif PIPELINE_ERROR_MARK.upper() in text:  # a pipeline's own failure: the same everywhere
-        err = InferenceFailed(f"{url}: {str(exc).strip()}")
+    elif code in _UNAVAILABLE:
+        err = ServerUnavailable(f"server {url} is unreachable ({code}): {detail}")
+        err.retryable = True  # type: ignore[attr-defined]
+    elif code in _NOT_FOUND:
+        err = ModelNotFound(f"{url}: {detail}")
         err.retryable = False  # type: ignore[attr-defined]
     else:
-        err = InferenceFailed(f"{url}: {str(exc).strip() or type(exc).__name__}")
-        # the server answered: a retry on the same server cannot fix it, another server may
-        err.retryable = "INTERNAL" in text or "UNKNOWN" in text  # type: ignore[attr-defined]
+        err = InferenceFailed(f"{url}: {detail}")
+        # a server's own fault on a valid request may not recur on another server; a pipeline's
+        # failure and a bad request are the same everywhere
+        err.retryable = code in _SERVER_FAULT and not _is_pipeline_failure(exc)  # type: ignore[attr-defined]
+    err.status = code  # type: ignore[attr-defined]
     err.__cause__ = exc
     return err
 
@@ -271,7 +313,7 @@ class Transport:
               outputs: dict[str, tuple[tuple[int, ...], np.dtype]], shm: ShmLease | None = None) -> dict[str, np.ndarray]:
         """One blocking request; ``outputs`` maps requested names to their expected shapes."""
         ins, outs = self._request(inputs, outputs, shm)
-        result = self._call("infer", model, ins, outputs=outs)
+        result = self._call("infer", model, ins, outputs=outs, **_parameters(inputs))
         return self._results(result, outputs, shm)
 
     def async_infer(self, model: str, inputs: dict[str, np.ndarray],
@@ -294,6 +336,6 @@ class Transport:
             callback(got, None)
 
         try:
-            self._grpc.async_infer(model, ins, done, outputs=outs, client_timeout=self.timeout)
+            self._grpc.async_infer(model, ins, done, outputs=outs, client_timeout=self.timeout, **_parameters(inputs))
         except Exception as exc:  # noqa: BLE001
             raise classify(exc, self.url, self.timeout) from exc

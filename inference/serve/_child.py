@@ -285,6 +285,39 @@ def _write_error(workdir: Path, message: str) -> None:
         pass
 
 
+class _ClientErrorText:
+    """Stands in for the ``traceback`` module inside ``pytriton.proxy.inference``: PyTriton sends
+    ``traceback.format_exception(error)`` of a failed request to the client, the whole traceback
+    with this machine's file paths. Clients get the error's type and first message line instead;
+    ``format_exc`` (PyTriton's log of the same error) keeps the traceback, in the server's log."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    @staticmethod
+    def format_exception(exc_type: Any, value: BaseException | None = None, tb: Any = None, **kw: Any) -> list[str]:
+        err = value if isinstance(value, BaseException) else exc_type
+        if not isinstance(err, BaseException):
+            return ["error\n"]
+        first = (str(err).strip().splitlines() or [""])[0]
+        return [f"{type(err).__name__}: {first}\n"]
+
+
+def short_errors_to_clients() -> bool:
+    """Install :class:`_ClientErrorText` in PyTriton's request handler; False where this PyTriton
+    has no such module (the errors then go out as PyTriton formats them)."""
+    try:
+        import pytriton.proxy.inference as handler
+    except ImportError:
+        return False
+    if not isinstance(getattr(handler, "traceback", None), _ClientErrorText):
+        handler.traceback = _ClientErrorText(handler.traceback)
+    return True
+
+
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
@@ -302,6 +335,7 @@ def main(config_path: str) -> int:
             from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
             from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
+            short_errors_to_clients()
             if cfg.get("threads"):
                 torch.set_num_threads(int(cfg["threads"]))
             device = cfg["device"]

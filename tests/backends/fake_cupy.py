@@ -23,12 +23,12 @@ It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on 
   the launching device, the current stream against the device and the dynamic shared memory
   against the kernel's limit (48 KB unless raised, at most the opt-in limit).
 - kernel bodies run only with an executor (``rt.executor``, set by
-  :func:`fake_cupy_kernels.enable_execution`): the same kernel's OpenCL C twin, emitted from
-  the same IR, runs on PoCL over the stand-in's device memory (host memory, used in place),
-  one launch at a time on the stream's thread; the CUDA/HIP text is still compiled by NVRTC
-  where it is installed. A failed kernel is sticky: every later synchronisation raises. Without
-  an executor the body does not run; ``kernel_runner`` (``fn(name, args)``, on the stream's
-  thread) can emulate one.
+  :func:`fake_cupy_kernels.enable_execution`): by default the CUDA/HIP text itself, compiled for
+  the CPU (cuda_on_cpu.py), else its OpenCL C twin on an OpenCL CPU device; one launch at a time
+  on the stream's thread, over the stand-in's device memory (host memory, used in place); the
+  CUDA/HIP text is also compiled by NVRTC where it is installed. A failed kernel is sticky: every
+  later synchronisation raises. Without an executor the body does not run; ``kernel_runner``
+  (``fn(name, args)``, on the stream's thread) can emulate one.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class _Runtime:
         self.dlpack_syncs: list[tuple[int, Any]] = []
         self.launches: list[tuple[str, tuple, tuple, int, int]] = []
         self.kernel_runner: Callable[[str, tuple], None] | None = None
-        # runs kernel bodies (fake_cupy_kernels.OpenCLTwinExecutor): ``prepare(code, name,
+        # runs kernel bodies (fake_cupy_kernels.CppExecutor or OpenCLTwinExecutor): ``prepare(code, name,
         # options)`` when a kernel is loaded, ``run(prepared, grid, block, args, shared_mem)``
         # on the stream's thread; None: bodies do not run
         self.executor: Any = None

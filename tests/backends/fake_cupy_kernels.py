@@ -86,7 +86,7 @@ class Prepared:
 
 
 class _OpenCL:
-    """The PoCL context every stand-in shares: built programs (CUDA's and HIP's twins are the
+    """The OpenCL CPU context every stand-in shares: built programs (CUDA's and HIP's twins are the
     same OpenCL text) and one command queue per stream thread."""
 
     def __init__(self) -> None:
@@ -125,7 +125,8 @@ def _shared_opencl() -> _OpenCL:
 
 
 class OpenCLTwinExecutor:
-    """``rt.executor`` of one stand-in: its kernels run as their OpenCL twins on PoCL, over its
+    """``rt.executor`` of one stand-in: its kernels run as their OpenCL twins on the opencl
+    backend's CPU device, over its
     device memory (module docstring)."""
 
     def __init__(self, rt: Any) -> None:
@@ -176,7 +177,7 @@ class OpenCLTwinExecutor:
         q = self.ocl.queue()
         glob = tuple(int(g) * int(b) for g, b in zip(grid, block))
         cl.enqueue_nd_range_kernel(q, kernel, glob, tuple(int(b) for b in block))
-        for buf in buffers.values():  # make the host memory current (a no-op copy on PoCL)
+        for buf in buffers.values():  # make the host memory current (a no-op copy on a CPU device)
             mapped, _ = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, (buf.size,), np.uint8)
             mapped.base.release(q)
         q.finish()

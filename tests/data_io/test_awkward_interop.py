@@ -154,6 +154,11 @@ def test_to_awkward_offsets_checked(queue):
         pk.to_awkward(coll, np.array([0, 1, 2], dtype=np.int64), queue=queue)
     with pytest.raises(ValueError, match="decrease at event 1"):
         pk.to_awkward(coll, np.array([0, 3, 1, 3], dtype=np.int64), queue=queue)
+    for dtype in (np.uint32, np.uint64, np.uint8):  # np.diff wraps around on unsigned integers
+        with pytest.raises(ValueError, match=r"decrease at event 1 \(2 -> 1\)"):
+            pk.to_awkward(coll, np.array([0, 2, 1, 3], dtype=dtype), queue=queue)
+    ok = pk.to_awkward(coll, np.array([0, 2, 3], dtype=np.uint32), queue=queue)
+    assert ak.to_list(ak.num(ok)) == [2, 1]
 
 
 def test_sliced_array_is_rebased(queue):

@@ -86,6 +86,17 @@ def always_die(state, x):
     os._exit(1)
 
 
+def lock_at_three(state, x):
+    import threading
+
+    return threading.Lock() if x == 3 else x + 100
+
+
+def slow(state, x):
+    time.sleep(8 if x >= 2 else 0)
+    return x
+
+
 # ---------------------------------------------------------------------- tests
 def test_same_as_in_process(client):
     chunks = pk.root_chunks(HZZ, "events", 500)
@@ -164,3 +175,35 @@ def test_closed_dask_connections_at_teardown_are_not_logged(caplog):
         loop.close()
     logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
     assert [type(e) for e in logged] == [ValueError]
+
+
+def test_a_result_that_cannot_be_pickled_is_that_chunks_error(client):
+    out = pk.distributed.run(lock_at_three, [1, 2, 3, 4], client=client, on_error="collect", timeout=60)
+    assert out[0] == 101 and out[1] == 102 and out[3] == 104, out
+    err = out[2]
+    assert isinstance(err, pk.distributed.ChunkError) and err.index == 2, err
+    assert "chunk 2 (3) its result could not be sent back" in str(err) and "lock" in str(err).lower(), str(err)
+    with pytest.raises(pk.distributed.ChunkError, match=r"chunk 2 \(3\) its result could not be sent back"):
+        pk.distributed.run(lock_at_three, [1, 2, 3, 4], client=client, timeout=60)
+
+
+def test_a_function_or_chunk_that_cannot_be_pickled_is_named(client):
+    import threading
+
+    lock = threading.Lock()
+
+    def holds_a_lock(state, x):
+        with lock:
+            return x
+
+    with pytest.raises(TypeError, match=r"the process function .*holds_a_lock.* cannot be pickled.*lock"):
+        pk.distributed.run(holds_a_lock, [1], client=client, timeout=60)
+    with pytest.raises(TypeError, match=r"the setup function .* cannot be pickled"):
+        pk.distributed.run(square, [1], setup=holds_a_lock, client=client, timeout=60)
+    with pytest.raises(TypeError, match=r"chunk 1 \(<unlocked _thread.lock.*\) cannot be pickled"):
+        pk.distributed.run(square, [1, threading.Lock()], client=client, timeout=60)
+
+
+def test_a_timeout_says_what_was_done_and_what_is_pending(client):
+    with pytest.raises(TimeoutError, match=r"timeout=2 s passed with 2 of 4 chunks done; pending chunks: 2, 3"):
+        pk.distributed.run(slow, [0, 1, 2, 3], client=client, timeout=2)

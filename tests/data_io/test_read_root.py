@@ -131,3 +131,58 @@ def test_branches_of_different_objects_refused():
     with pytest.raises(ValueError, match=r"offsets do not match: event \d+ has \d+ rows in field 'Muon_E' but \d+ "
                                          r"in 'Jet_E'"):
         pk.read_root(HZZ, "events", Mixed, q, branches={"mu": "Muon_E", "jet": "Jet_E"})
+
+
+# ---------------------------------------------------------------------- entry ranges
+@pytest.mark.parametrize("start, stop, want", [
+    (-100, None, (2321, 2421)),     # negative counts from the end, as uproot
+    (None, -20, (0, 2401)),
+    (-100, -50, (2321, 2371)),
+    (2000, 10_000, (2000, 2421)),   # clamped to the file
+    (-10_000, 5, (0, 5)),
+    (300, 100, (300, 300)),         # stop before start: nothing
+])
+def test_entry_bounds_follow_uproot(start, stop, want):
+    chunks = pk.root_chunks(HZZ, "events", 50, entry_start=start if start is not None else 0, entry_stop=stop)
+    got = (chunks[0].entry_start, chunks[-1].entry_stop) if chunks else (want[0], want[0])
+    assert got == want
+    assert sum(c.entry_stop - c.entry_start for c in chunks) == want[1] - want[0]
+    arrays = uproot.open(HZZ)["events"].arrays(["Muon_E"], entry_start=start, entry_stop=stop)
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    coll, off = pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES, entry_start=start, entry_stop=stop)
+    assert len(off) - 1 == len(arrays) == want[1] - want[0]
+
+
+@pytest.mark.parametrize("bad", [1.5, "10", True, np.float64(3)])
+def test_entry_bounds_must_be_integers(bad):
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(TypeError, match="entry_start must be an integer"):
+        pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES, entry_start=bad)
+    with pytest.raises(TypeError, match="entry_stop must be an integer"):
+        pk.root_chunks(HZZ, "events", 10, entry_stop=bad)
+
+
+# ---------------------------------------------------------------------- damaged files
+def _damaged(tmp_path, how):
+    data = bytearray(open(HZZ, "rb").read())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # overwrite the header of Muon_E's first basket (this file's baskets are not
+        # compressed: damage inside their numbers cannot be told from data, ROOT has no checksums)
+        seek = int(uproot.open(HZZ)["events"]["Muon_E"].member("fBasketSeek")[0])
+        data[seek : seek + 64] = b"\xff" * 64
+    path = tmp_path / f"{how}.root"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt"])
+def test_a_damaged_file_names_the_file_and_the_branch(tmp_path, how):
+    path = _damaged(tmp_path, how)
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    with pytest.raises(pk.NotARootFile) as info:
+        pk.read_root(path, "events", Muons, q, branches=MUON_BRANCHES)
+    msg = str(info.value)
+    assert str(path) in msg and "truncated or corrupt" in msg and "\n" not in msg, msg
+    if isinstance(info.value, pk.CorruptRootFile) and "branch" in msg:
+        assert any(f"'{b}'" in msg for b in ("Muon_Px", "Muon_Py", "Muon_Pz", "Muon_E", "Muon_Charge")), msg

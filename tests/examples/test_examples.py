@@ -109,3 +109,23 @@ def test_dimuon_mass(backend, tmp_path):
     out = run_example("dimuon_mass.py", "--out", str(tmp_path), backend=backend)
     assert out.count("agree with numpy: OK") == 3
     assert (tmp_path / "dimuon_mass.png").exists() or "no plot" in out
+
+
+def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path):
+    """Where scikit-hep-testdata (or awkward/uproot) is missing, the example says what to install
+    instead of a raw ModuleNotFoundError: run it with those modules hidden."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'skhep_testdata':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Hide())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(EXAMPLES.parent)])}
+    res = subprocess.run([sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert "missing: skhep_testdata" in res.stderr and 'pip install -e ".[test]"' in res.stderr, res.stderr

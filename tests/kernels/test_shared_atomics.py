@@ -1,5 +1,7 @@
 """Shared memory + barriers (block reductions) and atomics (contention, old values)."""
 
+import os
+
 import numpy as np
 
 import portable as pk
@@ -8,7 +10,10 @@ from kernel_defs import (atomic_sequence, block_sum, block_sum_dynamic, contende
 
 
 def _seed():
-    return int(np.random.SeedSequence().entropy % 2**32)
+    """The data's seed: fixed (a run is repeatable), ALPYKA_TEST_SEED to try others. 2505286034
+    once failed a tolerance with no atol: a block's sum near 0 differs in its last bits between
+    summation orders."""
+    return int(os.environ.get("ALPYKA_TEST_SEED", "2505286034"))
 
 
 def test_block_reduction_static_shared(device, queue):
@@ -37,7 +42,7 @@ def test_block_reduction_dynamic_shared(device, queue):
     partial = upload(queue, np.zeros(groups))
     pk.exec(queue, wd, block_sum_dynamic, partial, upload(queue, data), n)
     want = [2 * data[g * be:(g + 1) * be].sum() for g in range(groups)]
-    np.testing.assert_allclose(download(queue, partial), want, rtol=1e-12, err_msg=f"seed={seed}")
+    np.testing.assert_allclose(download(queue, partial), want, rtol=1e-12, atol=1e-12, err_msg=f"seed={seed}")
 
 
 def test_histogram_under_contention(device, queue):

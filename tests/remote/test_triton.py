@@ -179,3 +179,19 @@ def test_cli_error_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "inference.serve", str(tmp_path / "missing.pt")],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("shm", [None, "system"])
+def test_zero_rows_work_and_send_nothing(server, protocol, shm):
+    """An event with no candidates: 0 rows in, 0 rows out, no request (Triton refuses empty
+    tensors: "input byte size mismatch", "Invalid offset + byte size"), then rows again."""
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    with RemoteModel(url, "identity", protocol=protocol, shared_memory=shm, timeout=20, retries=0) as model:
+        model.forward(metadata(make_hits(0), make_out(Preds, 0)))
+        assert model.statistics().client.requests == 0
+        hits, out = make_hits(5, seed=2), make_out(Preds, 5)
+        model.forward(metadata(hits, out))
+        model.forward(metadata(make_hits(0), make_out(Preds, 0)))
+        np.testing.assert_array_equal(out_matrix(out), hits_matrix(hits))
+        assert model.statistics().client.requests == 1

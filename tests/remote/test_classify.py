@@ -1,0 +1,62 @@
+"""Remote errors are classified by the gRPC status code or HTTP status of the server's answer
+(else by the exception's type), never by the words of its message: Triton's bad-input errors
+carry ``[request id: <id_unknown>]``, which once made them "UNKNOWN" and retried everywhere."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("tritonclient", reason="the triton extra: pip install 'alpyka[triton]'")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+from inference._pipeline._declare import PIPELINE_ERROR_MARK  # noqa: E402
+from inference.remote._errors import InferenceFailed, ModelNotFound, RemoteTimeout, ServerUnavailable  # noqa: E402
+from inference.remote._transport import classify, is_retryable, status_code  # noqa: E402
+
+URL = "127.0.0.1:8001"
+BAD_INPUT = ("[request id: <id_unknown>] unexpected shape for input 'x' for model 'm'. Expected [-1,3], "
+             "got [4,2]. UNAVAILABLE and TIMEOUT are only words here")
+
+
+@pytest.mark.parametrize("status, message, kind, retryable", [
+    ("StatusCode.INVALID_ARGUMENT", BAD_INPUT, InferenceFailed, False),
+    ("400", BAD_INPUT, InferenceFailed, False),
+    ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", ServerUnavailable, True),
+    ("503", "service unavailable", ServerUnavailable, True),
+    ("StatusCode.RESOURCE_EXHAUSTED", "too many requests", ServerUnavailable, True),
+    ("StatusCode.DEADLINE_EXCEEDED", "Deadline Exceeded", RemoteTimeout, True),
+    ("504", "gateway timeout", RemoteTimeout, True),
+    ("StatusCode.NOT_FOUND", "Request for unknown model: 'm' is not found", ModelNotFound, False),
+    ("404", "Request for unknown model", ModelNotFound, False),
+    ("StatusCode.INTERNAL", "the backend crashed", InferenceFailed, True),
+    ("500", "the backend crashed", InferenceFailed, True),
+    ("StatusCode.INTERNAL", f"{PIPELINE_ERROR_MARK} ValueError: bad rows", InferenceFailed, False),
+    ("StatusCode.UNIMPLEMENTED", "not implemented", InferenceFailed, False),
+])
+def test_a_servers_answer_is_classified_by_its_status(status, message, kind, retryable):
+    exc = InferenceServerException(message, status=status)
+    err = classify(exc, URL, 5.0)
+    assert type(err) is kind, (status, err)
+    assert is_retryable(err) is retryable
+    assert err.__cause__ is exc
+    assert err.status == status_code(exc)
+
+
+@pytest.mark.parametrize("exc, kind, words", [
+    (ConnectionRefusedError(111, "Connection refused"), ServerUnavailable, "connection refused"),
+    (ConnectionResetError(104, "reset by peer"), ServerUnavailable, "unreachable"),
+    (socket.timeout("timed out"), RemoteTimeout, "timed out after 5.0 s"),
+    (TimeoutError(), RemoteTimeout, "timed out after 5.0 s"),
+])
+def test_an_exception_without_an_answer_is_classified_by_its_type(exc, kind, words):
+    err = classify(exc, URL, 5.0)
+    assert type(err) is kind and words in str(err) and is_retryable(err)
+
+
+def test_a_message_without_status_is_not_read_for_keywords():
+    err = classify(InferenceServerException("UNAVAILABLE DEADLINE NOT_FOUND UNKNOWN"), URL, 5.0)
+    assert type(err) is InferenceFailed and not is_retryable(err)
+    err = classify(RuntimeError("connection reset: UNAVAILABLE"), URL, 5.0)
+    assert type(err) is InferenceFailed and not is_retryable(err)
