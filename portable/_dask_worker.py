@@ -35,9 +35,15 @@ def pick_device(worker: Any, backend: str | None) -> Any:
     return devs[index]
 
 
+#: what each setup built on this worker, by plugin name (a hash of the setup and the backend):
+#: a later run with the same setup on the same cluster finds it here instead of running it again
+_STATES: dict[str, tuple[Any, BaseException | None, int | None]] = {}
+
+
 class DeviceSetup(WorkerPlugin):
     """Runs ``setup(device)`` once on every worker (also on workers that join or restart later)
-    and keeps what it returns as the worker's state for ``process(state, chunk)``."""
+    and keeps what it returns as the worker's state for ``process(state, chunk)``; the same
+    setup registered again (a later run on the same cluster) reuses that state."""
 
     def __init__(self, name: str, setup: Callable[[Any], Any] | None, backend: str | None) -> None:
         self.name = name
@@ -50,15 +56,20 @@ class DeviceSetup(WorkerPlugin):
         self.torch_threads: int | None = None
 
     def setup(self, worker: Any) -> None:
+        kept = _STATES.get(self.name)
+        if kept is not None and kept[1] is None:
+            self.state, self.error, self.torch_threads = kept
+            return
         try:
             device = pick_device(worker, self._backend)
             self.state = self._setup(device) if self._setup is not None else device
             self.torch_threads = _torch_threads()
         except BaseException as exc:  # reported with the first chunk this worker runs
             self.error = exc
+        _STATES[self.name] = (self.state, self.error, self.torch_threads)
 
     def teardown(self, worker: Any) -> None:
-        self.state = None
+        self.state = None  # the state itself stays in _STATES for the next run of this setup
 
 
 def run_chunk(plugin_name: str, process: Callable[[Any, Any], Any], chunk: Any) -> Any:

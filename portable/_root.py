@@ -35,6 +35,12 @@ def _read_arrays(obj: Any, needed: list[str], start: int, stop: int, path: str, 
     """``obj.arrays(needed)`` over ``[start, stop)``; CorruptRootFile naming the file, the first
     branch that cannot be read and the reason where the data is damaged."""
     try:
+        if any("." in b for b in needed):
+            # split branches (Delphes' Jet.PT, Muon.pt): uproot's arrays() nests them as records
+            # ({Jet: {PT}}); read each by its full name and put them side by side
+            ak = require("awkward")
+            return ak.zip({b: obj[b].array(entry_start=start, entry_stop=stop, library="ak") for b in needed},
+                          depth_limit=1)
         return obj.arrays(needed, entry_start=start, entry_stop=stop, library="ak")
     except Exception as exc:  # noqa: BLE001 - sorted out below: which branch, and whether damage
         first = exc

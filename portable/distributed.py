@@ -176,7 +176,8 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
 
     ``setup(device)`` builds a worker's state (queues, models) once per worker on
     ``pk.devices(backend)`` (default backend when None; see ``pick_device`` for GPUs); without
-    ``setup`` the state is the device. ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
+    ``setup`` the state is the device. Later runs with the same setup and backend on the same
+    cluster (``client=``) reuse each worker's state: setup runs again only on new workers. ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
     workers that declare them. ``allowed_failures`` (embedded cluster only) is how many worker
     deaths a chunk may cause before it fails. ``timeout`` (seconds) bounds the whole run: a
     hang raises TimeoutError naming the chunks done and pending. Chunks and results must be
@@ -196,16 +197,17 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
     _check_picklable(process, "the process function")
     if setup is not None:
         _check_picklable(setup, "the setup function")
+    name = _setup_name(setup, backend)
     with _connect(client, workers, allowed_failures) as c:
-        name = f"alpyka-setup-{uuid.uuid4().hex[:12]}"
         c.register_plugin(_dask_worker.DeviceSetup(name, setup, backend), name=name)
         futures = []
         done: set[int] = set()
+        run_id = uuid.uuid4().hex[:12]
         try:
             index = {}
             for i, chunk in enumerate(chunks):
                 try:
-                    fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-chunk-{i}",
+                    fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-{run_id}-chunk-{i}",
                                    pure=False, resources=resources)
                 except Exception as exc:  # Dask's own words for a chunk it cannot send
                     _check_picklable(chunk, f"chunk {i}")
@@ -225,9 +227,18 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
         finally:
             with contextlib.suppress(Exception):
                 c.cancel(futures)
-            with contextlib.suppress(Exception):
-                c.unregister_worker_plugin(name)
     return results
+
+
+def _setup_name(setup: Callable[[Any], Any] | None, backend: str | None) -> str:
+    """The worker plugin's name: the same for the same setup (by its pickled bytes) and backend,
+    so a later run on the same cluster reuses each worker's state instead of running setup again."""
+    import hashlib
+
+    import cloudpickle
+
+    digest = hashlib.sha256(cloudpickle.dumps((setup, backend))).hexdigest()[:16]
+    return f"alpyka-setup-{digest}"
 
 
 def _outcome(fut: Any, i: int, chunk: Any, on_error: str) -> Any:

@@ -32,7 +32,10 @@ class ReferenceError_(ImportError):
 
 
 def load_reference(ref: str) -> Pipeline:
-    """The pipeline named by ``module:attribute`` (or ``path/to/file.py:attribute``)."""
+    """The pipeline named by ``module:attribute`` or ``path/to/file.py:attribute``, imported as
+    ``python -m`` would: a module name is looked up from the working directory too, and a file
+    is imported under its own name with its folder on the path (so the server process, which
+    gets this process's path, imports it the same way)."""
     module_name, sep, attr = ref.rpartition(":")
     if not sep or not module_name or not attr:
         raise ReferenceError_(f"{ref!r} is not a pipeline reference; use package.module:attribute")
@@ -41,15 +44,14 @@ def load_reference(ref: str) -> Pipeline:
             path = os.path.abspath(module_name)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"no file {path}")
-            name = "alpyka_pipeline_" + os.path.splitext(os.path.basename(path))[0]
-            module = sys.modules.get(name)
-            if module is None or getattr(module, "__file__", None) != path:
-                spec = importlib.util.spec_from_file_location(name, path)
-                assert spec is not None and spec.loader is not None
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[name] = module
-                spec.loader.exec_module(module)
+            folder, module_name = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
+            _on_path(folder)
+            module = importlib.import_module(module_name)
+            if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+                raise ImportError(f"the name {module_name!r} is already the module {module.__file__}; "
+                                  f"rename {path} or give package.module:attribute")
         else:
+            _on_path(os.getcwd())
             module = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - one line with the cause
         reason = (str(exc).strip().splitlines() or [""])[0]
@@ -61,6 +63,14 @@ def load_reference(ref: str) -> Pipeline:
             raise ReferenceError_(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return as_pipeline(obj, f"serve {ref}")
+
+
+def _on_path(folder: str) -> None:
+    """Put ``folder`` on ``sys.path`` (last resort: after what is there) unless it is there, as
+    ``python -m`` puts the working directory (an ``alpyka`` console script does not)."""
+    here = os.path.abspath(folder)
+    if not any(os.path.abspath(p or os.curdir) == here for p in sys.path):
+        sys.path.append(here)
 
 
 def backend_of(device: str) -> tuple[str, int]:

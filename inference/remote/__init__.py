@@ -9,7 +9,7 @@ Needs ``tritonclient[grpc,http]``; :func:`inference.serve` hosts models with PyT
 """
 
 from ._client import RemoteModel
-from ._errors import (InferenceFailed, MetadataMismatch, ModelNotFound, ModelNotReady, RemoteError,
+from ._errors import (BatchSplitWarning, InferenceFailed, MetadataMismatch, ModelNotFound, ModelNotReady, RemoteError,
                       RemoteTimeout, ServerUnavailable)
 from ._future import RemoteFuture
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics
@@ -17,7 +17,7 @@ from ._tensors import TensorSpec
 from ._transport import ModelInfo
 
 __all__ = [
-    "ClientStatistics", "InferenceFailed", "MetadataMismatch", "ModelInfo", "ModelNotFound", "ModelNotReady",
+    "BatchSplitWarning", "ClientStatistics", "InferenceFailed", "MetadataMismatch", "ModelInfo", "ModelNotFound", "ModelNotReady",
     "RemoteError", "RemoteFuture", "RemoteModel", "RemoteStatistics", "RemoteTimeout",
     "ServerStatistics", "ServerUnavailable", "TensorSpec",
 ]

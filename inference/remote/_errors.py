@@ -31,3 +31,7 @@ class MetadataMismatch(RemoteError):
 
 class InferenceFailed(RemoteError):
     """The server accepted the request but the model failed, or the response was unusable."""
+
+
+class BatchSplitWarning(UserWarning):
+    """One forward went out as several requests because of a batch limit (once per client)."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from . import _batching
-from ._errors import ModelNotFound, RemoteError, RemoteTimeout, ServerUnavailable
+from ._errors import BatchSplitWarning, ModelNotFound, RemoteError, RemoteTimeout, ServerUnavailable
 from ._servers import Server, final_error
 from ._transport import is_retryable
 
@@ -34,6 +35,13 @@ class RequestsMixin:
     def _chunks(self, inputs: dict[str, np.ndarray], specs: OutputSpecs):
         limit = self._limit()
         n = _batching.batch_size(inputs) if limit else 0
+        if limit and n > limit and not getattr(self, "_split_warned", False):
+            self._split_warned = True
+            warnings.warn(
+                f"RemoteModel {self.model_name!r}: a forward of {n} rows went out as {-(-n // limit)} requests "
+                f"(batch limit {limit}: the smaller of the server's max_batch_size and the client's); rows are "
+                "cheap and requests are not: serve the model with a larger --max-batch-size (the default takes "
+                "as many rows as fit in 32 MiB). Said once per client.", BatchSplitWarning, stacklevel=4)
         for start, stop in _batching.chunks(n, limit):
             if limit and (start, stop) != (0, n):
                 yield ({k: a[start:stop] for k, a in inputs.items()},

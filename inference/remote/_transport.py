@@ -103,6 +103,8 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
             code = "REFUSED"
         elif isinstance(exc, (ConnectionError, OSError)):
             code = "UNAVAILABLE"
+    if code == "UNAVAILABLE" and "connection refused" in detail.lower():
+        code = "REFUSED"  # the same class; only the words differ (say what to check)
     if code in _TIMEOUT:
         err: RemoteError = RemoteTimeout(f"request to {url} timed out after {timeout} s")
         err.retryable = True  # type: ignore[attr-defined]
@@ -121,7 +123,7 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
         # a server's own fault on a valid request may not recur on another server; a pipeline's
         # failure and a bad request are the same everywhere
         err.retryable = code in _SERVER_FAULT and not _is_pipeline_failure(exc)  # type: ignore[attr-defined]
-    err.status = code  # type: ignore[attr-defined]
+    err.status = status_code(exc) or code  # type: ignore[attr-defined]
     err.__cause__ = exc
     return err
 

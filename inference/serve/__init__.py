@@ -168,7 +168,7 @@ class ServerHandle:
 
 def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
           http_port: int | None = None, metrics_port: int | None = None, device: str = "cpu",
-          max_batch_size: int = 64, dynamic_batching: bool = True,
+          max_batch_size: int | None = None, dynamic_batching: bool = True,
           preferred_batch_sizes: Sequence[int] | None = None, max_queue_delay_us: int = 0,
           inputs: Sequence[Any] | None = None, outputs: Sequence[Any] | None = None,
           instances: int = 1, threads: int | None = None, startup_timeout: float = 120.0,
@@ -190,7 +190,10 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     loopback port. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or an alpyka backend (pipelines
     run there; plain models on the matching torch device). Dynamic batching merges
     concurrent requests up to ``max_batch_size`` (``preferred_batch_sizes``,
-    ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch.
+    ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch; None (the
+    default) takes as many rows as fit in 32 MiB of a row's inputs and outputs (at least 1024,
+    at most 1048576: a collection usually has thousands of rows, and each request costs a round
+    trip).
     """
     torch_device, pipeline_device = server_devices(device)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
@@ -203,7 +206,8 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     wd.mkdir(parents=True, exist_ok=True)
     try:
         specs = model_specs(models, name=name, workdir=wd, inputs=inputs, outputs=outputs,
-                            max_batch_size=int(max_batch_size), dynamic_batching=bool(dynamic_batching),
+                            max_batch_size=None if max_batch_size is None else int(max_batch_size),
+                            dynamic_batching=bool(dynamic_batching),
                             preferred_batch_sizes=[int(b) for b in (preferred_batch_sizes or [])],
                             max_queue_delay_us=int(max_queue_delay_us), instances=int(instances))
     except BaseException:

@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
     p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
                    help="an output tensor (default: an ONNX model's declared outputs, else found by running the model once)")
-    p.add_argument("--max-batch-size", type=int, default=64, help="0: the model does not batch")
+    p.add_argument("--max-batch-size", type=int, default=None,
+                   help="rows per request (default: as many as fit in 32 MiB of a row's inputs and outputs, "
+                        "1024 to 1048576); 0: the model does not batch")
     p.add_argument("--no-dynamic-batching", action="store_true", help="one execution per request")
     p.add_argument("--preferred-batch-size", type=int, action="append", default=None)
     p.add_argument("--max-queue-delay-us", type=int, default=0)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._leftovers import group_members, remove_server_shm
+from ._leftovers import group_members, remove_server_shm, unregister_dead_clients
 from ._spec import ModelSpec, TensorDecl, declare_hint
 
 ERROR_FILE = "error.txt"
@@ -318,6 +318,20 @@ def short_errors_to_clients() -> bool:
     return True
 
 
+#: how often (in 0.5-s ticks) the server unregisters the shared-memory regions of dead clients
+SHM_SWEEP_TICKS = int(os.environ.get("ALPYKA_SERVE_SHM_SWEEP_TICKS", "10"))
+
+
+def _janitor_client(grpc_port: int) -> Any:
+    """A gRPC client of this server for its own housekeeping, or None."""
+    try:
+        import tritonclient.grpc as grpcclient
+
+        return grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    except Exception:  # noqa: BLE001 - no client: no sweeping (the segments are still unlinked)
+        return None
+
+
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
@@ -395,10 +409,19 @@ def main(config_path: str) -> int:
         tmp.rename(workdir / "ready.json")
         print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})",
               flush=True)
+        janitor, ticks = None, 0
         while not stop.wait(0.5):
             if not triton.is_alive():
                 print("alpyka serve: Triton stopped unexpectedly", file=sys.stderr, flush=True)
                 return 3
+            ticks += 1
+            if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
+                janitor = janitor or _janitor_client(cfg["grpc_port"])
+                if janitor is not None:
+                    gone = unregister_dead_clients(janitor)
+                    if gone:
+                        print(f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
+                              f"that are gone: {', '.join(gone)}", flush=True)
         return 0
     finally:
         if triton is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from typing import Any
 import secrets
 import shutil
 import tempfile
@@ -85,6 +86,27 @@ def group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def unregister_dead_clients(client: Any) -> list[str]:
+    """Unregister from a Triton server (``client``: a ``tritonclient.grpc`` client of it) the system
+    shared-memory regions of alpyka clients whose process is gone: a client killed, or ended
+    without ``close()``, leaves its regions registered and mapped by the server. Returns their
+    names; errors (the server stopping, a region another sweeper took) are ignored."""
+    removed: list[str] = []
+    try:
+        status = client.get_system_shared_memory_status(as_json=True, client_timeout=5)
+    except Exception:  # noqa: BLE001 - the server is busy or stopping: the next sweep tries again
+        return removed
+    for name in (status or {}).get("regions", {}):
+        m = _CLIENT_SHM.match(name)
+        if m and not pid_alive(int(m.group(1) or m.group(2))):
+            try:
+                client.unregister_system_shared_memory(name, client_timeout=5)
+                removed.append(name)
+            except Exception:  # noqa: BLE001
+                pass
+    return removed
 
 
 def client_shm_key() -> str:

@@ -10,8 +10,7 @@ import pytest
 import cuda_on_cpu
 import fake_cupy_kernels
 import portable as pk
-
-BLOCK = 128
+from test_multithread_blocks import BLOCK, block_sums
 standin = pytest.mark.alpyka_backends("cuda", "rocm")
 
 
@@ -25,7 +24,7 @@ def on_the_standin(backend):
 
 @pk.kernel
 def sums_missing_loop_barrier(acc, out, x, n):
-    """block_sums of test_multithread_blocks without the barrier inside the tree loop."""
+    """test_multithread_blocks.block_sums without the barrier inside the tree loop."""
     sh = acc.shared_array(BLOCK, np.float64)
     t = acc.thread_idx
     s = 0.0
@@ -37,25 +36,6 @@ def sums_missing_loop_barrier(acc, out, x, n):
     while stride > 0:
         if t < stride:
             sh[t] += sh[t + stride]
-        stride //= 2
-    if acc.once_per_block():
-        out[acc.block_idx] = sh[0]
-
-
-@pk.kernel
-def sums_with_barriers(acc, out, x, n):
-    sh = acc.shared_array(BLOCK, np.float64)
-    t = acc.thread_idx
-    s = 0.0
-    for i in acc.uniform_elements(n):
-        s += x[i]
-    sh[t] = s
-    acc.sync_block_threads()
-    stride = acc.block_threads // 2
-    while stride > 0:
-        if t < stride:
-            sh[t] += sh[t + stride]
-        acc.sync_block_threads()
         stride //= 2
     if acc.once_per_block():
         out[acc.block_idx] = sh[0]
@@ -107,7 +87,7 @@ def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(device,
     x = np.random.default_rng(7).random(4 * BLOCK * 3)
     blocks = 4
     want = _expected(x, blocks)
-    np.testing.assert_allclose(_run(queue, device, sums_with_barriers, x, blocks), want, rtol=1e-12)
+    np.testing.assert_allclose(_run(queue, device, block_sums, x, blocks), want, rtol=1e-12)
     got = _run(queue, device, sums_missing_loop_barrier, x, blocks)
     assert not np.allclose(got, want, rtol=1e-9), "a block reduction without its loop barrier came out right"
 
@@ -138,9 +118,9 @@ def test_threads_of_a_block_that_never_synchronise_do_not_see_each_others_writes
 def test_the_source_that_runs_is_the_generated_cuda_text(device, queue, on_the_standin, tmp_path, monkeypatch):
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
     x = np.ones(BLOCK, np.float64)
-    sums_with_barriers.plans.clear()  # built anew, into this test's cache directory
-    assert _run(queue, device, sums_with_barriers, x, 1)[0] == BLOCK
-    libs = list((tmp_path / "cuda_on_cpu").glob("alpyka_sums_with_barriers-*.so"))
+    block_sums.plans.clear()  # built anew, into this test's cache directory
+    assert _run(queue, device, block_sums, x, 1)[0] == BLOCK
+    libs = list((tmp_path / "cuda_on_cpu").glob("alpyka_block_sums-*.so"))
     assert libs, "no library compiled from the kernel's CUDA/HIP source"
 
 

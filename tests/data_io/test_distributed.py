@@ -86,6 +86,10 @@ def always_die(state, x):
     os._exit(1)
 
 
+def setups_seen(state, x):
+    return state["setups"], os.getpid()
+
+
 def lock_at_three(state, x):
     import threading
 
@@ -175,6 +179,18 @@ def test_closed_dask_connections_at_teardown_are_not_logged(caplog):
         loop.close()
     logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
     assert [type(e) for e in logged] == [ValueError]
+
+
+def test_a_second_run_on_the_same_cluster_reuses_each_workers_setup(client):
+    first = pk.distributed.run(setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial",
+                               timeout=60)
+    second = pk.distributed.run(setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial",
+                                timeout=60)
+    per_worker = {pid: n for n, pid in first}
+    for n, pid in second:  # the same count on each worker: setup did not run again
+        assert per_worker.get(pid, n) == n, (first, second)
+    other = pk.distributed.run(setups_seen, range(2), setup=lambda dev: {"setups": -1}, client=client, timeout=60)
+    assert [n for n, _ in other] == [-1, -1]  # another setup is another state
 
 
 def test_a_result_that_cannot_be_pickled_is_that_chunks_error(client):

@@ -186,3 +186,23 @@ def test_a_damaged_file_names_the_file_and_the_branch(tmp_path, how):
     assert str(path) in msg and "truncated or corrupt" in msg and "\n" not in msg, msg
     if isinstance(info.value, pk.CorruptRootFile) and "branch" in msg:
         assert any(f"'{b}'" in msg for b in ("Muon_Px", "Muon_Py", "Muon_Pz", "Muon_E", "Muon_Charge")), msg
+
+
+def test_split_branches_with_dots(tmp_path, queue):
+    """Delphes-style branches (Jet.PT, Jet.Eta), which uproot's arrays() nests as records."""
+    path = tmp_path / "delphes.root"
+    jets = ak.zip({"PT": ak.Array([[40.0, 25.5], [], [31.0]]), "Eta": ak.Array([[0.5, -1.0], [], [2.0]])})
+    with uproot.recreate(path) as f:
+        f["Delphes"] = {"Jet": jets}
+    assert "Jet.PT" in uproot.open(path)["Delphes"].keys()
+
+    class Jets(soa.Layout):
+        pt = soa.column(np.float32)
+        eta = soa.column(np.float32)
+
+    coll, offsets = pk.read_root(path, "Delphes", Jets, queue, branches={"pt": "Jet.PT", "eta": "Jet.Eta"},
+                                 entry_start=1)
+    h, off = host_of(coll, offsets, queue)
+    assert off.tolist() == [0, 0, 1]
+    np.testing.assert_array_equal(h.pt, [31.0])
+    np.testing.assert_array_equal(h.eta, [2.0])

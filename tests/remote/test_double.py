@@ -33,12 +33,31 @@ def test_round_trip_into_soa(double, mode):
 
 
 def test_rectangular_batching_splits_over_max_batch_size(double):
+    import warnings
+
+    from inference.remote import BatchSplitWarning
+
     srv = double(max_batch_size=8)
     hits, out = make_hits(20, seed=2), make_out(Preds, 20)
     with RemoteModel(srv.url, "double", timeout=5) as model:
-        model.forward(metadata(hits, out))
+        with pytest.warns(BatchSplitWarning, match=r"a forward of 20 rows went out as 3 requests \(batch limit 8"):
+            model.forward(metadata(hits, out))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # said once per client
+            model.forward(metadata(hits, out))
     np.testing.assert_array_equal(out_matrix(out), 2 * hits_matrix(hits))
-    assert sorted(srv.behaviour.rows) == [4, 8, 8]
+    assert sorted(srv.behaviour.rows) == [4, 4, 8, 8, 8, 8]
+
+
+def test_the_default_batch_limit_comes_from_the_message_size():
+    from inference.serve._spec import AUTO_BATCH_ROWS, TensorDecl, auto_batch_size
+
+    three_floats = [TensorDecl("x", "float32", (3,))]
+    assert auto_batch_size(three_floats, [TensorDecl("y", "float32", (2,))]) == AUTO_BATCH_ROWS[1]  # 20 B a row
+    big = [TensorDecl("img", "float32", (3, 224, 224))]  # 602 kB a row: the floor
+    assert auto_batch_size(big, []) == AUTO_BATCH_ROWS[0]
+    mid = [TensorDecl("f", "float64", (512,))]  # 4 kB in, outputs unknown (counted as the inputs)
+    assert auto_batch_size(mid, []) == (32 << 20) // 8192
 
 
 def test_ragged_batching_many_events_in_one_request(double):

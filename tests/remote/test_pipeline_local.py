@@ -163,3 +163,64 @@ def test_not_a_layout_slot_in_remote_check():
     with pytest.raises(MetadataMismatch, match=r"server's inputs do not match the declared layouts .*"
                                                r"declared but not served as declared \['tracks__x'"):
         rp._check_server(info)
+
+
+_MYPIPE = '''
+import numpy as np
+import portable as pk
+import soa
+from inference import pipeline
+
+
+class Numbers(soa.Layout):
+    x = soa.column(np.float32)
+
+
+@pk.kernel
+def twice(acc, out, inp, n):
+    for i in acc.uniform_elements(n):
+        out.x[i] = inp.x[i] * 2
+
+
+@pipeline(inputs=Numbers, outputs=Numbers)
+def double(q, inp, out):
+    pk.exec(q, pk.valid_workdiv(q.device, max(inp.size, 1)), twice, out.view(), inp.const_view(), inp.size)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["module", "file"])
+def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path, form):
+    """``alpyka serve mypipe:double`` in the module's folder, and ``alpyka serve path/mypipe.py:double``
+    from elsewhere, with no PYTHONPATH: the console script does not put the working directory on the
+    path (``python -P`` here does the same), and the server process must import the module too."""
+    import os
+    import sys
+
+    from inference import RemotePipeline
+    from .triton_support import pytriton_reason, serve_cli
+
+    if pytriton_reason() is not None:
+        pytest.skip(pytriton_reason())
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mypipe.py").write_text(_MYPIPE)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    ref = "mypipe:double" if form == "module" else str(folder / "mypipe.py") + ":double"
+    cwd = str(folder) if form == "module" else str(tmp_path)
+    with serve_cli(ref, "--device", "cpu_serial", env=env, cwd=cwd, python_flags=("-P",)) as (_, lines, url):
+        sys.path.insert(0, str(folder))
+        try:
+            import mypipe
+        finally:
+            sys.path.remove(str(folder))
+        q = pk.Queue(pk.device("cpu_serial"))
+        data = np.arange(7, dtype=np.float32)
+        inp = pk.PortableCollection.from_dict(mypipe.Numbers, {"x": data}, q)
+        out = pk.PortableCollection(mypipe.Numbers, 7, q)
+        with RemotePipeline(url, "double", timeout=30) as remote:
+            remote(q, inp, out)
+            q.wait()
+        np.testing.assert_array_equal(out.to_dict(q)["x"], data * 2)
+        sys.modules.pop("mypipe", None)

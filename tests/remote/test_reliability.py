@@ -397,3 +397,59 @@ def test_killed_client_shared_memory_is_swept_by_the_next_client():
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
         proc.stdout.close()
+
+
+def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone():
+    """Clients killed (or ended without close()) leave their regions registered and mapped by
+    tritonserver; a long-lived server unregisters those of dead processes by itself."""
+    pytest.importorskip("torch")
+    from inference.serve import serve
+
+    from .triton_support import pytriton_reason
+
+    if pytriton_reason() is not None:
+        pytest.skip(pytriton_reason())
+    import torch
+    import tritonclient.grpc as grpcclient
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x.clone()
+
+    os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"] = "2"  # every second, for the test
+    try:
+        handle = serve({"identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}})
+    finally:
+        del os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"]
+    url = handle.grpc_url.split("://")[-1]
+    script = textwrap.dedent(f"""
+        import time, numpy as np
+        from inference.remote import RemoteModel
+        m = RemoteModel({url!r}, "identity", shared_memory="system", timeout=20)
+        print(m.infer({{"x": np.ones((4, 3), np.float32)}})["y"].shape, flush=True)
+        time.sleep(600)
+    """)
+    procs = []
+    try:
+        for _ in range(3):
+            proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=ENV)
+            procs.append(proc)
+            assert proc.stdout.readline().strip() == "(4, 3)"
+        client = grpcclient.InferenceServerClient(url)
+        mine = lambda: [n for n in client.get_system_shared_memory_status(as_json=True).get("regions", {})  # noqa: E731
+                        if any(n.startswith(f"alpyka-remote-{p.pid}-") for p in procs)]
+        assert len(mine()) >= 3, mine()
+        for proc in procs:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        deadline = time.monotonic() + 30
+        while mine() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert mine() == [], "the server kept the regions of dead clients"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            proc.stdout.close()
+        handle.stop()
