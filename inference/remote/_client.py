@@ -535,9 +535,13 @@ class RemoteModel(RequestsMixin):
         return {srv.url: srv.counters.snapshot() for srv in self._servers}
 
     def statistics(self) -> RemoteStatistics:
-        """Client counters and the current server's counters for this model."""
-        return RemoteStatistics(self.url, self.model_name, self._counters.snapshot(),
-                                self.server_statistics())
+        """Client counters and the current server's counters for this model; the client's stay
+        readable when the server is gone (``server`` is then None, ``server_error`` says why)."""
+        client = self._counters.snapshot()
+        try:
+            return RemoteStatistics(self.url, self.model_name, client, self.server_statistics())
+        except RemoteError as exc:
+            return RemoteStatistics(self.url, self.model_name, client, None, f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -118,12 +118,15 @@ class RemoteStatistics:
     url: str
     model: str
     client: ClientStatistics
-    server: ServerStatistics
+    server: ServerStatistics | None  # None: the server could not be asked (``server_error`` says why)
+    server_error: str = ""
 
     def __str__(self) -> str:
         c, s = self.client, self.server
-        return (f"{self.model} @ {self.url}: client {c.events} events in {c.requests} requests "
-                f"({c.retries} retries, {c.failovers} failovers, {c.mean_latency_ms:.2f} ms mean); "
-                f"server {s.requests} requests, {s.inferences} inferences in {s.executions} "
+        head = (f"{self.model} @ {self.url}: client {c.events} events in {c.requests} requests "
+                f"({c.retries} retries, {c.failovers} failovers, {c.mean_latency_ms:.2f} ms mean); ")
+        if s is None:
+            return head + f"server counters unavailable ({self.server_error})"
+        return (head + f"server {s.requests} requests, {s.inferences} inferences in {s.executions} "
                 f"executions (mean batch {s.mean_executed_batch:.1f}), queue "
                 f"{s.mean_queue_us:.0f} us, compute {s.mean_compute_us:.0f} us per request")

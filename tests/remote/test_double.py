@@ -247,6 +247,10 @@ def test_statistics_count_client_side(double):
         np.testing.assert_array_equal(out["y"], np.full((10, 3), 2, np.float32))
         st = model.statistics().client
         assert st.requests == 3 and st.bytes_sent == 10 * 3 * 4 and st.failures == 0
+        srv.stop()  # the server goes away: the client's counters stay readable
+        gone = model.statistics()
+        assert gone.client.requests == 3 and gone.server is None and gone.server_error, gone
+        assert "server counters unavailable" in str(gone)
 
 
 def test_async_retry_sends_the_inputs_as_they_were_at_enqueue(double):
