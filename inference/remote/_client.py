@@ -123,6 +123,7 @@ class RemoteModel(RequestsMixin):
         self.model_version = model_version
         self._servers = [Server(u, protocol, timeout, model_name, model_version) for u in urls]
         self._current = 0
+        self._plan_lock = threading.Lock()  # a request's choice of server and its count, as one step
         self._fallback_model = fallback
         self._fallback_options = dict(fallback_options or {})
         self._fallback_server: Any = None

@@ -26,6 +26,7 @@ class RequestsMixin:
 
     _servers: list[Server]
     _current: int
+    _plan_lock: threading.Lock
     retries: int
     retry_delay: float
     shared_memory: str | None
@@ -108,7 +109,15 @@ class RequestsMixin:
             self._request_async(ci, cs, lambda out, err, i=i: one_done(i, out, err))
 
     def _attempt_plan(self) -> list[tuple[int, int]]:
-        return [(idx, a) for idx in self._balanced_order() for a in range(self.retries + 1)]
+        """``(server, attempt)`` pairs in the order to try; the first server is counted as busy
+        at once (its ``begin``), so requests that choose at the same moment from several threads
+        see each other and spread, instead of all taking the server that was idle. The first
+        attempt's ``_send`` is given ``reserved=True``."""
+        with self._plan_lock:
+            plan = [(idx, a) for idx in self._balanced_order() for a in range(self.retries + 1)]
+            if plan:
+                self._servers[plan[0][0]].begin()
+        return plan
 
     def _balanced_order(self) -> list[int]:
         """Servers to try, best first: those not marked down, fewest requests in flight (least
@@ -129,20 +138,26 @@ class RequestsMixin:
         return self.shared_memory == "system" or srv.is_local
 
     def _send(self, srv: Server, inputs: dict[str, np.ndarray], specs: OutputSpecs,
-              callback: Done | None) -> Any:
-        """One attempt on one server (sync when ``callback`` is None)."""
-        info = srv.connect()
-        if not srv.validated:
-            self._validate_server(srv, info)
-            srv.validated = True
+              callback: Done | None, reserved: bool = False) -> Any:
+        """One attempt on one server (sync when ``callback`` is None); ``reserved``: the plan
+        already counted it as in flight (:meth:`_attempt_plan`)."""
         lease = None
-        if self._use_shm(srv):
-            try:
-                lease = srv.shm_pool().lease(inputs, specs)
-            except RemoteError as e:
-                if self.shared_memory == "system" or is_retryable(e):
-                    raise
-                self._shm_off[srv.url] = str(e)  # auto: fall back to bytes in the request
+        try:
+            info = srv.connect()
+            if not srv.validated:
+                self._validate_server(srv, info)
+                srv.validated = True
+            if self._use_shm(srv):
+                try:
+                    lease = srv.shm_pool().lease(inputs, specs)
+                except RemoteError as e:
+                    if self.shared_memory == "system" or is_retryable(e):
+                        raise
+                    self._shm_off[srv.url] = str(e)  # auto: fall back to bytes in the request
+        except BaseException:
+            if reserved:
+                srv.end()
+            raise
         sent = 0 if lease is not None else sum(a.nbytes for a in inputs.values())
         t0 = time.perf_counter()
         model = self.model_name
@@ -154,7 +169,8 @@ class RequestsMixin:
             self._counters.add(**delta)
             srv.counters.add(**delta)
 
-        srv.begin()
+        if not reserved:
+            srv.begin()
         if callback is None:
             try:
                 out = srv.transport.infer(model, inputs, specs, shm=lease)
@@ -201,7 +217,7 @@ class RequestsMixin:
     def _request_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs) -> dict[str, np.ndarray]:
         errors: list[tuple[str, BaseException]] = []
         skip: set[int] = set()
-        for idx, attempt in self._attempt_plan():
+        for k, (idx, attempt) in enumerate(self._attempt_plan()):
             if idx in skip:
                 continue
             srv = self._servers[idx]
@@ -209,7 +225,7 @@ class RequestsMixin:
                 self._counters.add(retries=1)
                 self._backoff(attempt - 1)
             try:
-                out = self._send(srv, inputs, specs, None)
+                out = self._send(srv, inputs, specs, None, reserved=k == 0)
             except RemoteError as e:
                 errors.append((srv.url, e))
                 self._note_failure(srv, e)
@@ -226,6 +242,7 @@ class RequestsMixin:
 
     def _request_async(self, inputs: dict[str, np.ndarray], specs: OutputSpecs, done: Done) -> None:
         plan = iter(self._attempt_plan())
+        first = [True]  # the first attempt's server is reserved by the plan
         errors: list[tuple[str, BaseException]] = []
         skip: set[int] = set()
 
@@ -246,8 +263,9 @@ class RequestsMixin:
                     elif failed(idx, srv, err):
                         self._executor().submit(attempt)  # retry off the gRPC callback thread
 
+                reserved, first[0] = first[0], False
                 try:
-                    self._send(srv, inputs, specs, finished)
+                    self._send(srv, inputs, specs, finished, reserved=reserved)
                     return
                 except RemoteError as e:
                     if not failed(idx, srv, e):

@@ -268,3 +268,24 @@ def test_async_retry_sends_the_inputs_as_they_were_at_enqueue(double):
         fut.wait(10)
         assert model.statistics().client.retries == 1
     np.testing.assert_array_equal(out_matrix(out), 2 * x)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_concurrent_requests_spread_over_two_servers(double, mode):
+    """Requests that choose a server at the same moment from several threads see each other (a
+    request counts as in flight from its choice), so two servers share concurrent work evenly;
+    once it chose, a server that was idle is not taken by all of them at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b = double(delay=0.2, max_batch_size=1024), double(delay=0.2, max_batch_size=1024)
+    with RemoteModel([a.url, b.url], "double", timeout=10, mode=mode) as model:
+        model.infer({"x": np.ones((4, 3), np.float32)})  # connected to both before the burst
+        model.infer({"x": np.ones((4, 3), np.float32)})
+        before = (a.behaviour.requests, b.behaviour.requests)
+        with ThreadPoolExecutor(8) as pool:
+            outs = list(pool.map(lambda i: model.infer({"x": np.full((16, 3), i, np.float32)}), range(16)))
+        got = (a.behaviour.requests - before[0], b.behaviour.requests - before[1])
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out["output__0" if "output__0" in out else next(iter(out))],
+                                      np.full((16, 3), 2 * i, np.float32))
+    assert sum(got) == 16 and min(got) >= 6, f"16 concurrent requests went {got[0]} / {got[1]}"
