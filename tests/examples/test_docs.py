@@ -1,0 +1,47 @@
+"""Docs are code: every Python block of README.md and docs/*.md runs, page by page, top to bottom
+in one script (a block may build on the blocks above it on its page). A block whose first line
+is ``# fragment`` is an excerpt that cannot run alone (it serves a pipeline defined in the same
+script, or starts a Dask cluster at the top level); at most one block in five may be one."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+FRAGMENT = "# fragment"
+
+
+def blocks(page: Path) -> list[str]:
+    return [m.group(1) for m in _BLOCK.finditer(page.read_text())]
+
+
+def is_fragment(code: str) -> bool:
+    return code.lstrip().startswith(FRAGMENT)
+
+
+def test_at_most_one_block_in_five_is_a_fragment():
+    every = [(p.name, b) for p in PAGES for b in blocks(p)]
+    fragments = [name for name, b in every if is_fragment(b)]
+    assert every, "no Python blocks found"
+    assert len(fragments) * 5 <= len(every), f"{len(fragments)} fragments of {len(every)} blocks: {fragments}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if any(not is_fragment(b) for b in blocks(p))],
+                         ids=lambda p: p.name)
+def test_the_pages_python_runs_as_written(page, tmp_path):
+    code = "\n\n".join(b for b in blocks(page) if not is_fragment(b))
+    script = tmp_path / f"{page.stem.lower()}_page.py"  # a real file: kernels are compiled from their source
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("ALPYKA_BACKENDS", None)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0, f"{page.name} does not run as written:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
