@@ -11,14 +11,17 @@ device probed with a small kernel, a documented order, and ``ALPYKA_OPENCL_DEVIC
 - **Probe.** A device is used only once a kernel with local memory and a barrier built and ran
   on it with the right result (a runtime whose compiler does not know the machine's CPU fails
   here, not in the user's first kernel). Failures are kept with their reason for ``alpyka info``.
+  The kernel's run is bounded (``ALPYKA_OPENCL_PROBE_TIMEOUT``); a compiler that never returns
+  is not (pyopencl's build cannot be abandoned).
 - **Order** (``pk.devices("opencl")``, device 0 is the default): GPUs, then other accelerators,
   then CPU devices, the CPU runtimes by measured speed (Intel's, then PoCL, then others), each
   group in platform order; simulators (Oclgrind, Intel's FPGA emulator) last, and left out
   unless named.
-- **Override.** ``ALPYKA_OPENCL_DEVICE=pattern[,pattern...]``: only the devices whose
-  platform name, vendor, version or device name contains a pattern (case-insensitive: ``intel``,
-  ``pocl``, ``nvidia``, ``oclgrind``), in the order of the patterns;
-  ``all`` adds every probed device in the default order, simulators included.
+- **Override.** ``ALPYKA_OPENCL_DEVICE=pattern[,pattern...]``: only the devices whose platform
+  name, vendor or version contains a pattern (case-insensitive: ``intel``, ``pocl``, ``nvidia``,
+  ``oclgrind``), or whose device name contains ``TEXT`` for a pattern ``device=TEXT``, in the
+  order of the patterns; ``all`` adds every probed device in the default order, simulators
+  included.
 """
 
 from __future__ import annotations
@@ -73,14 +76,24 @@ class Candidate:
 
     @property
     def names(self) -> str:
-        """What ``ALPYKA_OPENCL_DEVICE`` patterns match: platform name, vendor and version (where
-        PoCL says "PoCL"), and the device's name, lower-cased."""
-        p, d = self.platform, self.device
-        return f"{p.name} {p.vendor} {p.version} {d.name}".lower()
+        """What an ``ALPYKA_OPENCL_DEVICE`` pattern matches: the platform's name, vendor and version
+        (where PoCL says "PoCL"), lower-cased. Not the device's name: CPU devices are named after
+        the CPU ("AMD EPYC" on Intel's runtime), so "intel" or "amd" would pick the wrong runtime."""
+        p = self.platform
+        return f"{p.name} {p.vendor} {p.version}".lower()
+
+    def matches(self, pattern: str) -> bool:
+        """``pattern`` (lower-case) names this device: ``all``, a platform pattern, or
+        ``device=<part of the device's name>``."""
+        if pattern == "all":
+            return True
+        if pattern.startswith("device="):
+            return pattern[len("device="):].strip() in self.device.name.lower()
+        return pattern in self.names
 
     @property
     def simulator(self) -> bool:
-        return any(s in self.names for s in SIMULATORS)
+        return any(s in f"{self.names} {self.device.name.lower()}" for s in SIMULATORS)
 
 
 # ---------------------------------------------------------------------- registration
@@ -257,7 +270,7 @@ def select(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list
     else:
         for pat in wanted:
             for c in ordered:
-                if c not in chosen and (pat == "all" or pat in c.names):
+                if c not in chosen and c.matches(pat):
                     chosen.append(c)
         for c in ordered:
             if c not in chosen:

@@ -69,8 +69,12 @@ class _UserEventGate:
         self.marker.wait()
 
     def open(self) -> None:
-        if self.user.command_execution_status != _COMPLETE:
-            self.user.set_status(_COMPLETE)
+        """Complete the user event (idempotent: the worker and a failed ``hold`` may both call it)."""
+        try:
+            if self.user.command_execution_status != _COMPLETE:
+                self.user.set_status(_COMPLETE)
+        except cl.Error:  # completed by the other caller in between: open either way
+            pass
 
 
 class OpenCLQueue(DeviceQueue):

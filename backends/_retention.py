@@ -14,6 +14,10 @@ program happens to be (a pytest report, an unrelated allocation):
   failed) is kept, not waited for;
 - at interpreter exit whatever is still pending is leaked on purpose, so the interpreter's
   teardown destroys nothing that would wait.
+
+An object counts as pending only where its operation's native event says so: every OpenCL
+operation's objects carry one; on CUDA/HIP only those already behind a marker do (at most 31
+operations' objects of a collected queue are released at once; cupy's destructors do not wait).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import time
 import weakref
 from typing import Any, Callable
 
-#: how often the reaper looks at the graveyard (seconds)
+#: how often the reaper looks at the graveyard (seconds), while it holds something / while empty
 REAP_INTERVAL_S = 0.25
+IDLE_INTERVAL_S = 1.0
 
 
 class Retained:
@@ -103,8 +108,8 @@ def reap() -> int:
 
 
 def _reap_forever() -> None:
-    while True:
-        time.sleep(REAP_INTERVAL_S)
+    while True:  # a finalizer cannot wake it (no lock there): it looks, briefly, once a second when idle
+        time.sleep(REAP_INTERVAL_S if _graveyard else IDLE_INTERVAL_S)
         reap()
 
 

@@ -6,8 +6,10 @@ run starts: it imports ``distributed`` at the top.
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
+import threading
 from typing import Any, Callable
 
 from distributed import WorkerPlugin, get_worker
@@ -36,8 +38,27 @@ def pick_device(worker: Any, backend: str | None) -> Any:
 
 
 #: what each setup built on this worker, by plugin name (a hash of the setup and the backend):
-#: a later run with the same setup on the same cluster finds it here instead of running it again
-_STATES: dict[str, tuple[Any, BaseException | None, int | None]] = {}
+#: a later run with the same setup on the same cluster finds it here instead of running it again.
+#: The :data:`KEEP` most recently used are kept (a state may hold models: not every one forever).
+_STATES: "collections.OrderedDict[str, tuple[Any, BaseException | None, int | None]]" = collections.OrderedDict()
+_STATES_LOCK = threading.Lock()
+KEEP = 4
+
+
+def _remember(name: str, kept: tuple[Any, BaseException | None, int | None]) -> None:
+    with _STATES_LOCK:
+        _STATES[name] = kept
+        _STATES.move_to_end(name)
+        while len(_STATES) > KEEP:
+            _STATES.popitem(last=False)
+
+
+def _recall(name: str) -> tuple[Any, BaseException | None, int | None] | None:
+    with _STATES_LOCK:
+        kept = _STATES.get(name)
+        if kept is not None:
+            _STATES.move_to_end(name)
+        return kept
 
 
 class DeviceSetup(WorkerPlugin):
@@ -56,7 +77,7 @@ class DeviceSetup(WorkerPlugin):
         self.torch_threads: int | None = None
 
     def setup(self, worker: Any) -> None:
-        kept = _STATES.get(self.name)
+        kept = _recall(self.name)
         if kept is not None and kept[1] is None:
             self.state, self.error, self.torch_threads = kept
             return
@@ -66,7 +87,7 @@ class DeviceSetup(WorkerPlugin):
             self.torch_threads = _torch_threads()
         except BaseException as exc:  # reported with the first chunk this worker runs
             self.error = exc
-        _STATES[self.name] = (self.state, self.error, self.torch_threads)
+        _remember(self.name, (self.state, self.error, self.torch_threads))
 
     def teardown(self, worker: Any) -> None:
         self.state = None  # the state itself stays in _STATES for the next run of this setup
@@ -76,8 +97,14 @@ def run_chunk(plugin_name: str, process: Callable[[Any, Any], Any], chunk: Any) 
     """One chunk on this worker: ``process(state, chunk)`` with the state its setup built."""
     worker = get_worker()
     plugin = worker.plugins.get(plugin_name)
-    if plugin is None:  # pragma: no cover - the scheduler installs plugins before tasks
-        raise RuntimeError(f"worker {worker.name}: setup plugin {plugin_name} is not installed")
+    if plugin is None:
+        # another run registering the same setup replaces the plugin (Dask removes, then adds):
+        # its state is the same, kept here
+        kept = _recall(plugin_name)
+        if kept is None:
+            raise RuntimeError(f"worker {worker.name}: setup plugin {plugin_name} is not installed")
+        plugin = DeviceSetup(plugin_name, None, None)
+        plugin.state, plugin.error, plugin.torch_threads = kept
     if plugin.error is not None:
         raise RuntimeError(f"setup(device) failed on worker {worker.name}: {plugin.error!r}") from plugin.error
     if plugin.torch_threads is not None:

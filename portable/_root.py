@@ -47,11 +47,27 @@ def _read_arrays(obj: Any, needed: list[str], start: int, stop: int, path: str, 
     for b in needed:  # find the branch: read each alone
         try:
             obj[b].array(entry_start=start, entry_stop=stop, library="ak")
-        except Exception as exc:  # noqa: BLE001
+        except _damage_errors() as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             raise CorruptRootFile(f"{path}:{tree}: branch {b!r} cannot be read (entries {start}-{stop}): "
                                   f"the file is truncated or corrupt ({reason})") from exc
     raise first
+
+
+def _damage_errors() -> tuple[type[BaseException], ...]:
+    """What reading damaged or missing bytes raises (uproot's deserialisation, the decompressors,
+    a short read); anything else (an unsupported type, memory) is raised as it is."""
+    import struct
+    import zlib
+
+    kinds: list[type[BaseException]] = [OSError, EOFError, ValueError, IndexError, KeyError, struct.error, zlib.error]
+    try:
+        from uproot.deserialization import DeserializationError
+
+        kinds.append(DeserializationError)
+    except ImportError:  # pragma: no cover - uproot is there when a file is being read
+        pass
+    return tuple(kinds)
 
 @dataclass(frozen=True)
 class RootChunk:

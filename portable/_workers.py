@@ -48,7 +48,12 @@ def start_worker(run_task: Callable[[Any], None], name: str,
                 task = tasks.get()
                 if task is _STOP:
                     break
-                run_task(task)
+                try:
+                    run_task(task)  # reports its own errors; one that escapes must not end the worker,
+                except Exception:  # or every later task (and a queue's gates) would wait forever
+                    import traceback
+
+                    traceback.print_exc()
                 del task  # free the task's references now, not at shutdown
             if on_stop is not None:
                 on_stop()

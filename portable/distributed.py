@@ -28,11 +28,14 @@ Dask is an optional extra (``pip install alpyka[data]``), imported when a run st
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import marshal
 import os
 import sys
 import uuid
+import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from ._awkward import require
@@ -200,6 +203,7 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
     name = _setup_name(setup, backend)
     with _connect(client, workers, allowed_failures) as c:
         c.register_plugin(_dask_worker.DeviceSetup(name, setup, backend), name=name)
+        _forget_old_setups(c, name)
         futures = []
         done: set[int] = set()
         run_id = uuid.uuid4().hex[:12]
@@ -237,8 +241,31 @@ def _setup_name(setup: Callable[[Any], Any] | None, backend: str | None) -> str:
 
     import cloudpickle
 
-    digest = hashlib.sha256(cloudpickle.dumps((setup, backend))).hexdigest()[:16]
-    return f"alpyka-setup-{digest}"
+    h = hashlib.sha256(cloudpickle.dumps((setup, backend)))
+    code = getattr(setup, "__code__", None)
+    if code is not None:  # a module function pickles by reference: its code tells an edited one apart
+        h.update(marshal.dumps(code))
+    return f"alpyka-setup-{h.hexdigest()[:16]}"
+
+
+_registered: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[str, None]]" = weakref.WeakKeyDictionary()
+
+
+def _forget_old_setups(client: Any, name: str) -> None:
+    """Keep the :data:`~portable._dask_worker.KEEP` setups most recently used on a cluster
+    registered (a worker that joins runs every registered setup), unregister older ones."""
+    from . import _dask_worker
+
+    try:
+        names = _registered.setdefault(client, collections.OrderedDict())
+    except TypeError:  # a client that cannot be weakly referenced: nothing is tracked
+        return
+    names[name] = None
+    names.move_to_end(name)
+    while len(names) > _dask_worker.KEEP:
+        old, _ = names.popitem(last=False)
+        with contextlib.suppress(Exception):
+            client.unregister_worker_plugin(old)
 
 
 def _outcome(fut: Any, i: int, chunk: Any, on_error: str) -> Any:

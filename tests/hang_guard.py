@@ -5,8 +5,9 @@ does not see what happens between tests: collection, report-making (a traceback'
 finalizer that the collector runs while a failure is formatted), the session's teardown, the
 terminal summary, interpreter exit. This guard does: faulthandler's watchdog, a C thread that
 needs neither the GIL nor signal delivery, is re-armed at every step of the run; when no step
-completes within ``ALPYKA_HANG_TIMEOUT`` seconds (default: the test timeout plus 60 s), it
-prints the stack of every thread and ends the process with exit code 1.
+completes within ``ALPYKA_HANG_TIMEOUT`` seconds (default: the test timeout plus 60 s; while a
+test with a longer ``@pytest.mark.timeout`` runs, that plus 60 s), it prints the stack of every
+thread and ends the process with exit code 1.
 """
 
 from __future__ import annotations
@@ -19,11 +20,25 @@ import pytest
 
 ENV = "ALPYKA_HANG_TIMEOUT"
 _limit = [300.0]
+_item_limit = [0.0]  # the running test's own longer limit (its timeout mark + 60 s), else 0
 
 
-def _arm() -> None:
+def _arm(at_least: float = 0.0) -> None:
+    limit = max(_limit[0], at_least)
     if _limit[0] > 0:
-        faulthandler.dump_traceback_later(_limit[0], exit=True, file=sys.__stderr__)
+        faulthandler.dump_traceback_later(limit, exit=True, file=sys.__stderr__)
+
+
+def _own_timeout(item: pytest.Item) -> float:
+    """A test's own ``@pytest.mark.timeout(s)`` plus the guard's margin (0 without one)."""
+    mark = item.get_closest_marker("timeout")
+    if mark is None:
+        return 0.0
+    value = mark.args[0] if mark.args else mark.kwargs.get("timeout", 0)
+    try:
+        return float(value) + 60.0
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,13 +56,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
-    _arm()
+    _item_limit[0] = _own_timeout(item)  # a test that declares a longer timeout gets it
+    _arm(_item_limit[0])
     yield
+    _item_limit[0] = 0.0
     _arm()
 
 
 def pytest_runtest_logreport(report):  # noqa: ARG001
-    _arm()
+    _arm(_item_limit[0])
 
 
 @pytest.hookimpl(hookwrapper=True)

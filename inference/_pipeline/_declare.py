@@ -106,6 +106,9 @@ class Pipeline:
         """``module:qualname``: how a server process imports this pipeline (a script run as
         ``__main__`` is named by its file path)."""
         mod = getattr(self.fn, "__module__", None) or "__main__"
+        own = getattr(sys.modules.get(mod), "__alpyka_pipeline_file__", None)
+        if own:  # a file imported under a name of alpyka's own: name the file
+            return f"{own}:{self.fn.__qualname__}"
         if mod == "__main__":
             path = getattr(sys.modules.get("__main__"), "__file__", None)
             if not path:

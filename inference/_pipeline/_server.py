@@ -7,9 +7,11 @@ each Triton model instance has its own queue on the server's device.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import time
@@ -41,15 +43,7 @@ def load_reference(ref: str) -> Pipeline:
         raise ReferenceError_(f"{ref!r} is not a pipeline reference; use package.module:attribute")
     try:
         if module_name.endswith(".py") or os.sep in module_name:
-            path = os.path.abspath(module_name)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"no file {path}")
-            folder, module_name = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
-            _on_path(folder)
-            module = importlib.import_module(module_name)
-            if os.path.abspath(getattr(module, "__file__", "") or "") != path:
-                raise ImportError(f"the name {module_name!r} is already the module {module.__file__}; "
-                                  f"rename {path} or give package.module:attribute")
+            module = _import_file(os.path.abspath(module_name))
         else:
             _on_path(os.getcwd())
             module = importlib.import_module(module_name)
@@ -63,6 +57,45 @@ def load_reference(ref: str) -> Pipeline:
             raise ReferenceError_(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return as_pipeline(obj, f"serve {ref}")
+
+
+#: the attribute a pipeline file imported under a name of alpyka's own carries: its path, so that
+#: ``Pipeline.reference`` names the file (another process cannot import that name)
+FILE_ATTR = "__alpyka_pipeline_file__"
+
+
+def _import_file(path: str) -> Any:
+    """The module of the pipeline file ``path``: imported under its own name with its folder on the
+    path, as ``python -m`` would, where that name is free (or already this file); else (the name
+    taken by another module, a file name that is no module name) under a name of its own."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no file {path}")
+    folder, name = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
+    if name.isidentifier():
+        known = sys.modules.get(name)
+        if known is None or os.path.abspath(getattr(known, "__file__", "") or "") == path:
+            _on_path(folder)
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                module = None
+            if module is not None and os.path.abspath(getattr(module, "__file__", "") or "") == path:
+                return module
+    digest = hashlib.sha256(path.encode()).hexdigest()[:10]
+    unique = f"alpyka_pipeline_{re.sub(r'[^0-9A-Za-z_]', '_', name)}_{digest}"
+    module = sys.modules.get(unique)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(unique, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        setattr(module, FILE_ATTR, path)
+        sys.modules[unique] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[unique]
+            raise
+    return module
 
 
 def _on_path(folder: str) -> None:

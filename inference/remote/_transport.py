@@ -7,6 +7,7 @@ can help (``retryable``). Nothing here retries; :mod:`._client` decides.
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -101,8 +102,8 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
             code = "DEADLINE_EXCEEDED"
         elif isinstance(exc, ConnectionRefusedError):
             code = "REFUSED"
-        elif isinstance(exc, (ConnectionError, OSError)):
-            code = "UNAVAILABLE"
+        elif isinstance(exc, (ConnectionError, OSError, http.client.HTTPException)):
+            code = "UNAVAILABLE"  # HTTPException: geventhttpclient's HTTPConnectionClosed, a server gone mid-request
     if code == "UNAVAILABLE" and "connection refused" in detail.lower():
         code = "REFUSED"  # the same class; only the words differ (say what to check)
     if code in _TIMEOUT:

@@ -287,9 +287,10 @@ def _write_error(workdir: Path, message: str) -> None:
 
 class _ClientErrorText:
     """Stands in for the ``traceback`` module inside ``pytriton.proxy.inference``: PyTriton sends
-    ``traceback.format_exception(error)`` of a failed request to the client, the whole traceback
-    with this machine's file paths. Clients get the error's type and first message line instead;
-    ``format_exc`` (PyTriton's log of the same error) keeps the traceback, in the server's log."""
+    ``traceback.format_exception(error)`` or ``traceback.format_exc()`` of a failed request to the
+    client, the whole traceback with this machine's file paths. Both give the error's type and
+    first message line instead; ``format_exc`` prints the whole traceback to the server's log
+    first (PyTriton also logs what it returns)."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -305,6 +306,11 @@ class _ClientErrorText:
         first = (str(err).strip().splitlines() or [""])[0]
         return [f"{type(err).__name__}: {first}\n"]
 
+    def format_exc(self, limit: Any = None, chain: bool = True) -> str:
+        self._real.print_exc()  # the whole traceback: in the server's log, not to the client
+        err = sys.exc_info()[1]
+        return "".join(self.format_exception(err)) if err is not None else "error\n"
+
 
 def short_errors_to_clients() -> bool:
     """Install :class:`_ClientErrorText` in PyTriton's request handler; False where this PyTriton
@@ -319,7 +325,7 @@ def short_errors_to_clients() -> bool:
 
 
 #: how often (in 0.5-s ticks) the server unregisters the shared-memory regions of dead clients
-SHM_SWEEP_TICKS = int(os.environ.get("ALPYKA_SERVE_SHM_SWEEP_TICKS", "10"))
+SHM_SWEEP_TICKS = max(1, int(os.environ.get("ALPYKA_SERVE_SHM_SWEEP_TICKS", "10")))
 
 
 def _janitor_client(grpc_port: int) -> Any:

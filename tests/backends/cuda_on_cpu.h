@@ -218,41 +218,20 @@ alpyka_ctx_switch:
 )");
 #endif
 
-static const size_t STACK_BYTES = 256 * 1024;  // reserved, touched as used; a guard page below
+static const size_t STACK_BYTES = 256 * 1024;  // reserved per fiber, touched as used
 
-// fiber stacks, mmap'd once and kept across launches (a free list under a mutex)
-static pthread_mutex_t stack_lock = PTHREAD_MUTEX_INITIALIZER;
-static char** stack_free = nullptr;
-static size_t stack_count = 0, stack_cap = 0;
-
-static char* take_stack() {
-    pthread_mutex_lock(&stack_lock);
-    char* s = stack_count ? stack_free[--stack_count] : nullptr;
-    pthread_mutex_unlock(&stack_lock);
-    if (s) return s;
-    long page = sysconf(_SC_PAGESIZE);
-    void* p = mmap(nullptr, STACK_BYTES + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+// A worker's fiber stacks: one mapping for all of them (a mapping per stack would use up the
+// process's vm.max_map_count on a many-core machine), a guard page below the lowest.
+static char* map_stacks(int n, size_t* bytes) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    *bytes = page + static_cast<size_t>(n) * STACK_BYTES;
+    void* p = mmap(nullptr, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;
-    mprotect(p, page, PROT_NONE);
-    return static_cast<char*>(p);
-}
-
-static void give_stack(char* s) {
-    pthread_mutex_lock(&stack_lock);
-    if (stack_count == stack_cap) {
-        size_t cap = stack_cap ? 2 * stack_cap : 256;
-        char** grown = static_cast<char**>(realloc(stack_free, cap * sizeof(char*)));
-        if (grown == nullptr) {  // keep the mapping rather than lose track of it
-            pthread_mutex_unlock(&stack_lock);
-            munmap(s, STACK_BYTES + sysconf(_SC_PAGESIZE));
-            return;
-        }
-        stack_free = grown;
-        stack_cap = cap;
+    if (mprotect(p, page, PROT_NONE) != 0) {
+        munmap(p, *bytes);
+        return nullptr;
     }
-    stack_free[stack_count++] = s;
-    pthread_mutex_unlock(&stack_lock);
+    return static_cast<char*>(p) + page;
 }
 
 static void fiber_main();
@@ -276,7 +255,7 @@ static inline void resume(Worker* w, Fiber* f) {
 }
 
 static void start_fiber(Fiber* f) {
-    char* top = f->stack + sysconf(_SC_PAGESIZE) + STACK_BYTES;
+    char* top = f->stack + STACK_BYTES;
 #if defined(__x86_64__)
     // the frame alpyka_ctx_switch pops: six registers, then the return address (fiber_main),
     // above it a fake return address so that fiber_main starts with rsp = 8 (mod 16)
@@ -287,7 +266,7 @@ static void start_fiber(Fiber* f) {
     f->sp = sp;
 #else
     getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack + sysconf(_SC_PAGESIZE);
+    f->ctx.uc_stack.ss_sp = f->stack;
     f->ctx.uc_stack.ss_size = STACK_BYTES;
     f->ctx.uc_link = nullptr;
     makecontext(&f->ctx, &fiber_main, 0);
@@ -380,10 +359,15 @@ static void* work(void* arg) {
     w.launch = L;
     w.n = static_cast<int>(1ull * L->block.x * L->block.y * L->block.z);
     w.order = static_cast<int*>(calloc(static_cast<size_t>(w.n), sizeof(int)));
-    if (L->fibers) w.fibers = static_cast<Fiber*>(calloc(static_cast<size_t>(w.n), sizeof(Fiber)));
-    bool ok = w.order != nullptr && (!L->fibers || w.fibers != nullptr);
-    for (int i = 0; ok && L->fibers && i < w.n; ++i) ok = (w.fibers[i].stack = take_stack()) != nullptr;
-    if (!ok) L->fail("cuda_on_cpu: no memory for the block's threads");
+    char* stacks = nullptr;
+    size_t stack_bytes = 0;
+    if (L->fibers) {
+        w.fibers = static_cast<Fiber*>(calloc(static_cast<size_t>(w.n), sizeof(Fiber)));
+        stacks = map_stacks(w.n, &stack_bytes);
+    }
+    bool ok = w.order != nullptr && (!L->fibers || (w.fibers != nullptr && stacks != nullptr));
+    for (int i = 0; ok && L->fibers && i < w.n; ++i) w.fibers[i].stack = stacks + static_cast<size_t>(i) * STACK_BYTES;
+    if (!ok) L->fail("cuda_on_cpu: no memory for the block's threads (fiber stacks)");
     worker = &w;
     unsigned long long blocks = 1ull * L->grid.x * L->grid.y * L->grid.z;
     while (ok && !__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) {
@@ -392,8 +376,7 @@ static void* work(void* arg) {
         run_block(&w, b);
     }
     worker = nullptr;
-    for (int i = 0; w.fibers && i < w.n; ++i)
-        if (w.fibers[i].stack) give_stack(w.fibers[i].stack);
+    if (stacks != nullptr) munmap(stacks - sysconf(_SC_PAGESIZE), stack_bytes);
     free(w.fibers);
     free(w.order);
     return nullptr;

@@ -63,6 +63,19 @@ def shift_without_barrier(acc, out, x, n):
         out[base + t] = sh[t - 1]
 
 
+@pk.kernel
+def count_block(acc, out, n):
+    sh = acc.shared_array(1024, np.int32)
+    t = acc.thread_idx
+    sh[t] = 1
+    acc.sync_block_threads()
+    if t == 0:
+        s = 0
+        for k in range(acc.block_threads):
+            s += sh[k]
+        out[acc.block_idx] = s
+
+
 def _run(queue, device, kernel, x, blocks):
     out = pk.Buffer(device, blocks, np.float64, queue=queue)
     buf = pk.Buffer(device, x.shape, x.dtype, queue=queue)
@@ -122,6 +135,19 @@ def test_the_source_that_runs_is_the_generated_cuda_text(device, queue, on_the_s
     assert _run(queue, device, block_sums, x, 1)[0] == BLOCK
     libs = list((tmp_path / "cuda_on_cpu").glob("alpyka_block_sums-*.so"))
     assert libs, "no library compiled from the kernel's CUDA/HIP source"
+
+
+@standin
+def test_many_workers_with_full_blocks_of_fibers(device, queue, on_the_standin, monkeypatch):
+    """32 OS threads, each with a block of 1024 fibers: the stacks are one mapping per worker (a
+    mapping per stack exhausted vm.max_map_count on many-core machines)."""
+    monkeypatch.setenv("ALPYKA_STANDIN_THREADS", "32")
+    out = pk.Buffer(device, 64, np.int32, queue=queue)
+    pk.exec(queue, pk.WorkDiv(64, 1024, 1), count_block, out, 64 * 1024)
+    got = np.empty(64, np.int32)
+    pk.memcpy(queue, got, out)
+    queue.wait()
+    assert (got == 1024).all(), got
 
 
 def test_no_compiler_is_one_reason_naming_the_fix(monkeypatch):

@@ -131,6 +131,14 @@ def test_the_variable_selects_and_orders_devices(monkeypatch):
     assert _labels(used) == ["intel-cpu", "pocl-cpu", "grind"]
 
 
+def test_patterns_name_runtimes_not_the_cpu_their_devices_are_named_after(monkeypatch):
+    found = [(POCL, FakeDevice("pthread-Intel Xeon", CPU)), (INTEL, FakeDevice("AMD EPYC", CPU))]
+    monkeypatch.setenv(od.ENV_DEVICE, "intel")
+    assert _labels(od.select(fake_cl(), found)[0]) == ["AMD EPYC"]  # Intel's runtime, not PoCL on a Xeon
+    monkeypatch.setenv(od.ENV_DEVICE, "device=xeon")
+    assert _labels(od.select(fake_cl(), found)[0]) == ["pthread-Intel Xeon"]
+
+
 def test_the_probe_runs_only_on_the_devices_that_would_be_used(monkeypatch):
     bad = FakeDevice("pocl-cpu", CPU, build_error="boom")
     monkeypatch.setenv(od.ENV_DEVICE, "intel")
@@ -157,7 +165,8 @@ def test_pip_installed_runtimes_are_registered_with_their_real_path(tmp_path, mo
     monkeypatch.setattr(od, "_prefixes", lambda: [prefix])
     monkeypatch.setattr(od, "SYSTEM_VENDORS", system)
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv(od.ENV_VENDORS, raising=False)
+    monkeypatch.setenv(od.ENV_VENDORS, "")  # recorded (so the value register_runtimes writes is undone) ...
+    monkeypatch.delenv(od.ENV_VENDORS)      # ... and absent for the test
     where = od.register_runtimes()
     assert where is not None and od.os.environ[od.ENV_VENDORS] == where
     files = {p.name: p.read_text().strip() for p in Path(where).iterdir()}
@@ -168,7 +177,8 @@ def test_pip_installed_runtimes_are_registered_with_their_real_path(tmp_path, mo
 def test_a_users_own_vendors_directory_and_missing_libraries_are_respected(tmp_path, monkeypatch):
     prefix = _prefix(tmp_path, "/nowhere/libgone.so\n", None)
     monkeypatch.setattr(od, "_prefixes", lambda: [prefix])
-    monkeypatch.delenv(od.ENV_VENDORS, raising=False)
+    monkeypatch.setenv(od.ENV_VENDORS, "")
+    monkeypatch.delenv(od.ENV_VENDORS)
     assert od.register_runtimes() is None  # its library is not installed: nothing to register
     monkeypatch.setenv(od.ENV_VENDORS, "/my/vendors")
     assert od.register_runtimes() is None and od.os.environ[od.ENV_VENDORS] == "/my/vendors"

@@ -193,6 +193,20 @@ def test_a_second_run_on_the_same_cluster_reuses_each_workers_setup(client):
     assert [n for n, _ in other] == [-1, -1]  # another setup is another state
 
 
+def test_a_long_lived_cluster_keeps_only_the_latest_setups(client):
+    for k in range(6):  # six different setups: the oldest are unregistered and forgotten
+        assert pk.distributed.run(setups_seen, [0], setup=lambda dev, k=k: {"setups": k}, client=client,
+                                  timeout=60)[0][0] == k
+
+    def count(dask_worker):
+        from portable import _dask_worker
+
+        return (sum(n.startswith("alpyka-setup-") for n in dask_worker.plugins), len(_dask_worker._STATES))
+
+    for plugins, states in client.run(count).values():
+        assert plugins <= 4 and states <= 4, (plugins, states)
+
+
 def test_a_result_that_cannot_be_pickled_is_that_chunks_error(client):
     out = pk.distributed.run(lock_at_three, [1, 2, 3, 4], client=client, on_error="collect", timeout=60)
     assert out[0] == 101 and out[1] == 102 and out[3] == 104, out

@@ -37,7 +37,7 @@ DELIBERATE = {"alpyka_write_past_end": "Invalid write", "alpyka_racy_block_sum":
 #: an error report and the kernel it names (a fatal error of Oclgrind's too: that kernel went unchecked)
 _REPORT = re.compile(r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCLGRIND FATAL ERROR[^\n]*)\n"
                      r"(?:.*\n)*?\s*Kernel: (\w+)", re.MULTILINE)
-LIMIT_S = 900
+LIMIT_S = 600
 
 
 def _oclgrind_available() -> str | None:
@@ -63,6 +63,7 @@ def reports(stderr: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(LIMIT_S + 60)  # the child's own limit applies first (and is reported)
 def test_kernels_have_no_invalid_access_or_data_race():
     why = _oclgrind_available()
     if why is not None:

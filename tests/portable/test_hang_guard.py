@@ -104,3 +104,20 @@ def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monke
     if where == "pytest_runtest_makereport":  # every thread, with its frames
         assert where in err and err.count("Thread 0x") >= 2 and "File " in err, err
     assert elapsed < 60, elapsed
+
+
+def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "5")  # (collection must fit in it on a loaded machine)
+    pytester.makepyfile(test_x='''
+        import time
+        import pytest
+
+        @pytest.mark.timeout(30)
+        def test_slow_but_declared():
+            time.sleep(7)
+    ''')
+    result = pytester.runpytest_subprocess("-p", "hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider",
+                                           timeout=120)
+    assert result.ret == 0, (result.stdout.str(), result.stderr.str())
+    assert "Timeout" not in result.stderr.str()

@@ -49,10 +49,18 @@ def test_a_servers_answer_is_classified_by_its_status(status, message, kind, ret
     (ConnectionResetError(104, "reset by peer"), ServerUnavailable, "unreachable"),
     (socket.timeout("timed out"), RemoteTimeout, "timed out after 5.0 s"),
     (TimeoutError(), RemoteTimeout, "timed out after 5.0 s"),
+    (__import__("http.client").client.RemoteDisconnected("closed"), ServerUnavailable, "unreachable"),
 ])
 def test_an_exception_without_an_answer_is_classified_by_its_type(exc, kind, words):
     err = classify(exc, URL, 5.0)
     assert type(err) is kind and words in str(err) and is_retryable(err)
+
+
+def test_an_http_server_that_closes_mid_request_is_unavailable():
+    """geventhttpclient's HTTPConnectionClosed (an http.client.HTTPException, not an OSError)."""
+    closed = pytest.importorskip("geventhttpclient.response").HTTPConnectionClosed("connection closed.")
+    err = classify(closed, URL, 5.0)
+    assert type(err) is ServerUnavailable and is_retryable(err)
 
 
 def test_a_message_without_status_is_not_read_for_keywords():

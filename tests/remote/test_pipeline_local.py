@@ -224,3 +224,29 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path, form):
             q.wait()
         np.testing.assert_array_equal(out.to_dict(q)["x"], data * 2)
         sys.modules.pop("mypipe", None)
+
+
+def test_pipeline_files_of_one_name_in_two_folders_and_dotted_file_names(tmp_path, monkeypatch):
+    """Two folders' pipe.py, and a file named pipe.v2.py: each loads (the first under its own
+    name, the others under names of alpyka's own that their reference turns back into the path)."""
+    import sys
+
+    from inference._pipeline._server import load_reference
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # what the loads add is taken back after
+    before = set(sys.modules)
+    paths = []
+    for folder, fname in (("exp1", "pipe.py"), ("exp2", "pipe.py"), ("exp3", "pipe.v2.py")):
+        d = tmp_path / folder
+        d.mkdir()
+        (d / fname).write_text(_MYPIPE.replace("Numbers", f"Numbers_{folder}"))
+        paths.append(d / fname)
+    pipes = [load_reference(f"{p}:double") for p in paths]
+    assert len({id(p) for p in pipes}) == 3
+    for p, pipe in zip(paths, pipes):
+        ref_path = pipe.reference.rpartition(":")[0]
+        assert load_reference(pipe.reference) is pipe, pipe.reference  # the server process's way in
+        assert ref_path == "pipe" or ref_path == str(p)
+    for name in set(sys.modules) - before:
+        if name == "pipe" or name.startswith("alpyka_pipeline_pipe"):
+            del sys.modules[name]
