@@ -228,9 +228,6 @@ class CupyQueue(DeviceQueue):
         self.submit(record)
         return m
 
-    def native_done(self, native: Marker) -> bool:
-        return native.recorded and bool(native.event.done)
-
     @staticmethod
     def event_done(obj: Any) -> bool:
         return not isinstance(obj, Marker) or (obj.recorded and bool(obj.event.done))

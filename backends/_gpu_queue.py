@@ -140,14 +140,15 @@ class DeviceQueue:
         """A native event that completes when the work enqueued so far has finished."""
         raise NotImplementedError
 
-    def native_done(self, native: Any) -> bool:
-        raise NotImplementedError
-
     @staticmethod
     def event_done(obj: Any) -> bool:
         """True when ``obj`` is a native event (or marker) of this API that completed, or is not
         one; must not refer to the queue (the reaper calls it after the queue is gone)."""
         raise NotImplementedError
+
+    def native_done(self, native: Any) -> bool:
+        """True when ``native`` (a marker of this queue) completed."""
+        return self.event_done(native)
 
     def sync_native(self, native: Any) -> None:
         """Block the calling thread until ``native`` (a marker of this API) completed."""
@@ -188,10 +189,6 @@ class DeviceQueue:
                     self._retained.retire(self.marker())
         self._prune()
 
-    def _retire_pending(self, native: Any) -> None:
-        # caller holds the lock; the objects stay referenced until ``native`` completed
-        self._retained.retire(native)
-
     def _prune(self) -> None:
         with self._lock:
             self._retained.prune()
@@ -231,7 +228,7 @@ class DeviceQueue:
     def record(self, event: DeviceEvent) -> None:
         with self._lock:
             native = self.marker()
-            self._retire_pending(native)
+            self._retained.retire(native)  # its objects stay referenced until it completed
             with self._log.lock:
                 snap = Snapshot(self, native, self._log.cleared, self._log.seq)
             event._set(snap)
@@ -264,7 +261,7 @@ class DeviceQueue:
         with self._lock:
             lo, upto = self._log.wait_range()
             if self._retained.pending:
-                self._retire_pending(self.marker())
+                self._retained.retire(self.marker())
         self.finish()  # host functions are gates in the native queue: finish waits for them too
         self._prune()  # work other threads enqueued meanwhile keeps its objects
         self._log.resolve(upto)

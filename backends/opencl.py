@@ -80,6 +80,7 @@ class OpenCLBackend(Backend):
                 properties={
                     "platform": plat.name.strip(), "type": cand.hardware, "version": d.version,
                     "driver": d.driver_version, "global_memory": int(d.global_mem_size),
+                    "simulator": cand.simulator,  # runs commands inside clFlush (Oclgrind)
                     "fp64": "cl_khr_fp64" in d.extensions,
                     "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
                 },

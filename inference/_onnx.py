@@ -153,6 +153,7 @@ class OnnxRunner:
     def __init__(self, program: OnnxProgram, tdev: torch.device, provider: str) -> None:
         self.program, self.tdev, self.provider = program, tdev, provider
         self._sessions: dict[int, Any] = {}
+        self._spare: torch.Tensor | None = None  # see _address
         self._checked: dict[tuple[Any, ...], tuple[str, ...]] = {}
         # None on the CPU: ORT's Python wrapper looks up "gpu_graph_id" in given run options, and a
         # missing entry costs a C++ exception, ~0.1 ms per run
@@ -250,12 +251,8 @@ class OnnxRunner:
               tensors: Sequence[torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
-        # ORT refuses a null data pointer, which an empty tensor has: zero rows (an event with no
-        # candidates) bind a one-element placeholder's address with their zero shape
-        spare = torch.empty(1, dtype=torch.float64, device=self.tdev)
         for decl, t in zip(self.program.inputs, tensors):
-            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr() or spare.data_ptr())
-        binding._alpyka_spare = spare  # kept as long as the binding
+            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), self._address(t))
         results: dict[str, torch.Tensor] = {}
         for decl, b in self.output_blocks(outputs):
             items = b.size if rows is None else rows
@@ -264,9 +261,20 @@ class OnnxRunner:
                 shape = (items,)
             dtype = decl.dtype if decl.dtype is not None else b.dtype
             t = torch.empty(shape, dtype=_torch_dtype(dtype), device=self.tdev)
-            binding.bind_output(decl.name, dev_type, dev_id, dtype, shape, t.data_ptr() or spare.data_ptr())
+            binding.bind_output(decl.name, dev_type, dev_id, dtype, shape, self._address(t))
             results[b.name] = t
         return binding, results
+
+    def _address(self, t: torch.Tensor) -> int:
+        """``t``'s data pointer; for an empty tensor (zero rows: an event with no candidates), whose
+        pointer is null and which ONNX Runtime refuses, a one-element placeholder's (kept by the
+        runner; nothing is read or written there)."""
+        ptr = t.data_ptr()
+        if ptr:
+            return ptr
+        if self._spare is None:
+            self._spare = torch.empty(1, dtype=torch.float64, device=self.tdev)
+        return self._spare.data_ptr()
 
     def _run(self, session: Any, binding: Any, outputs: Sequence[Block]) -> None:
         try:

@@ -27,6 +27,7 @@ class RequestsMixin:
     _servers: list[Server]
     _current: int
     _plan_lock: threading.Lock
+    _split_warned = False  # a BatchSplitWarning was given (once per client)
     retries: int
     retry_delay: float
     shared_memory: str | None
@@ -36,7 +37,7 @@ class RequestsMixin:
     def _chunks(self, inputs: dict[str, np.ndarray], specs: OutputSpecs):
         limit = self._limit()
         n = _batching.batch_size(inputs) if limit else 0
-        if limit and n > limit and not getattr(self, "_split_warned", False):
+        if limit and n > limit and not self._split_warned:
             self._split_warned = True
             warnings.warn(
                 f"RemoteModel {self.model_name!r}: a forward of {n} rows went out as {-(-n // limit)} requests "
