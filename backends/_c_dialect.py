@@ -56,6 +56,30 @@ static __device__ __forceinline__ f64 alpyka_atomic_add_f64(f64* p, f64 v) {  /*
 #endif
 """
 
+# HIP's wavefront intrinsics where hiprtc (or the stand-in's HIP personality) compiles the text;
+# CUDA's *_sync ones where NVRTC checks the same HIP text
+_HIP_WARPS = """\
+#if defined(__HIP__) || defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
+#define ALPYKA_ACTIVE_MASK() ((u64)__ballot(1))
+#define ALPYKA_BALLOT(p) ((u64)__ballot(p))
+#define ALPYKA_ALL(p) (__all(p) != 0)
+#define ALPYKA_ANY(p) (__any(p) != 0)
+#define ALPYKA_SHFL(v, k) __shfl(v, k)
+#define ALPYKA_SHFL_UP(v, k) __shfl_up(v, (unsigned int)(k))
+#define ALPYKA_SHFL_DOWN(v, k) __shfl_down(v, (unsigned int)(k))
+#define ALPYKA_SHFL_XOR(v, k) __shfl_xor(v, k)
+#else
+#define ALPYKA_ACTIVE_MASK() ((u64)__activemask())
+#define ALPYKA_BALLOT(p) ((u64)__ballot_sync(__activemask(), p))
+#define ALPYKA_ALL(p) (__all_sync(__activemask(), p) != 0)
+#define ALPYKA_ANY(p) (__any_sync(__activemask(), p) != 0)
+#define ALPYKA_SHFL(v, k) __shfl_sync(__activemask(), v, k)
+#define ALPYKA_SHFL_UP(v, k) __shfl_up_sync(__activemask(), v, (unsigned int)(k))
+#define ALPYKA_SHFL_DOWN(v, k) __shfl_down_sync(__activemask(), v, (unsigned int)(k))
+#define ALPYKA_SHFL_XOR(v, k) __shfl_xor_sync(__activemask(), v, k)
+#endif
+"""
+
 _MATH_1 = ("sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
            "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs",
            "floor", "ceil", "trunc", "erf", "erfc", "lgamma", "tgamma")
@@ -73,15 +97,18 @@ class Dialect:
         return self.name == "opencl"
 
     # ------------------------------------------------------------------ declarations
-    def prologue(self) -> str:
-        return _OPENCL_PROLOGUE if self.is_opencl else _CUDA_PROLOGUE
+    def prologue(self, warps: bool = False) -> str:
+        """The typedefs and macros every kernel starts with (``warps``: HIP's warp macros too)."""
+        if self.is_opencl:
+            return _OPENCL_PROLOGUE
+        return _CUDA_PROLOGUE + (_HIP_WARPS if warps and self.name == "hip" else "")
 
     def kernel_qualifier(self) -> str:
         return "__kernel void" if self.is_opencl else 'extern "C" __global__ void'
 
     def space(self, kind: str) -> str:
         """Address-space qualifier of a pointer to an array of ``kind``."""
-        if not self.is_opencl:
+        if not self.is_opencl or kind == "private":
             return ""
         return "__local " if kind in ("shared", "dynamic_shared") else "__global "
 
@@ -114,6 +141,48 @@ class Dialect:
         if self.is_opencl:
             return "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
         return "__syncthreads();"
+
+    def fence(self, scope: str) -> str:
+        """``acc.mem_fence(scope)``: CUDA's and HIP's thread fences; OpenCL 1.2's ``mem_fence``
+        (both address spaces: a block's shared memory and global memory)."""
+        if self.is_opencl:
+            return "mem_fence(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
+        return {"block": "__threadfence_block();", "grid": "__threadfence();",
+                "device": "__threadfence_system();"}[scope]
+
+    def block_predicate(self, op: str, p: str) -> str | None:
+        """CUDA's and HIP's ``__syncthreads_count/and/or``; None on OpenCL (a helper does it)."""
+        if self.is_opencl:
+            return None
+        if op == "count":
+            return f"((i64)__syncthreads_count({p}))"
+        return f"(__syncthreads_{op}({p}) != 0)"
+
+    # ------------------------------------------------------------------ warps
+    def warp_vote(self, op: str, p: str) -> str | None:
+        """Warp size, active mask, all/any/ballot on CUDA (``*_sync`` over the active lanes) and
+        HIP (its wavefront intrinsics, through the prologue's macros); None on OpenCL (helpers
+        over sub-groups do it)."""
+        if self.is_opencl:
+            return None
+        if op == "size":
+            return "((i64)warpSize)"
+        if self.name == "hip":
+            return f"ALPYKA_{op.upper()}({p})"
+        if op == "active_mask":
+            return "((u64)__activemask())"
+        if op == "ballot":
+            return f"((u64)__ballot_sync(__activemask(), {p}))"
+        return f"(__{op}_sync(__activemask(), {p}) != 0)"
+
+    def warp_shuffle(self, op: str, v: str, k: str) -> str | None:
+        """``__shfl*_sync`` (CUDA) / ``__shfl*`` (HIP) of a 32- or 64-bit value; None on OpenCL."""
+        if self.is_opencl:
+            return None
+        if self.name == "hip":
+            return f"ALPYKA_{op.upper()}({v}, {k})"
+        kk = f"(unsigned int)({k})" if op in ("shfl_up", "shfl_down") else k
+        return f"__{op}_sync(__activemask(), {v}, {kk})"
 
     # ------------------------------------------------------------------ math
     def math(self, func: str, t: ScalarType) -> str:

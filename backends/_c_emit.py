@@ -106,6 +106,8 @@ class _Emitter:
         self.cur_line = 0
         self.in_function: ir.Function | None = None
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
+        # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
+        self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
 
     # ------------------------------------------------------------------ output
     def out(self, text: str, line: int = 0) -> None:
@@ -211,7 +213,29 @@ class _Emitter:
             return self.atomic(e)
         if isinstance(e, ir.DeviceCall):
             return self.call(e)
+        if isinstance(e, ir.WarpOp):
+            return self.warp(e)
+        if isinstance(e, ir.BlockPredicate):
+            p = self.expr(e.value)
+            native = self.d.block_predicate(e.op, p)
+            return native if native is not None else f"{self.h.block_predicate(e.op)}(alpyka_bpred, {p})"
         raise self.fail(f"the C emitter cannot express {type(e).__name__}")
+
+    def warp(self, e: ir.WarpOp) -> str:
+        args = [self.expr(a) for a in e.args]
+        if e.op in ("size", "active_mask", "all", "any", "ballot"):
+            p = args[0] if args else ""
+            native = self.d.warp_vote(e.op, p)
+            return native if native is not None else f"{self.h.warp_vote(e.op)}({p})"
+        v, k = args
+        t = e.type
+        if self.d.is_opencl:
+            return f"{self.h.warp_shuffle(e.op, t)}({v}, {k})"
+        if t.is_bool:
+            return f"({self.d.warp_shuffle(e.op, f'(i32)({v})', k)} != 0)"
+        if t.bits < 32:  # the intrinsics take 32- and 64-bit values
+            return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, f'(i32)({v})', k)})"
+        return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, v, k)})"
 
     def binop(self, e: ir.BinOp) -> str:
         a, b, t = self.expr(e.left), self.expr(e.right), e.type
@@ -284,6 +308,8 @@ class _Emitter:
             out.append("dynamic_shared_bytes")
             if self.d.is_opencl:
                 out.append("alpyka_dyn_shared")
+        if self.bpred:
+            out.append("alpyka_bpred")
         if self.k.debug:
             out.append("alpyka_err")
         return out
@@ -294,6 +320,8 @@ class _Emitter:
             out.append("i64 dynamic_shared_bytes")
             if self.d.is_opencl:
                 out.append("__local u8* alpyka_dyn_shared")
+        if self.bpred:
+            out.append("__local volatile i32* alpyka_bpred")
         if self.k.debug:
             out.append(f"{self.d.space('buffer')}i32* alpyka_err")
         return out
@@ -352,6 +380,8 @@ class _Emitter:
                 self.out(f"return{self.default_return()};{tag}", line)
         elif isinstance(s, ir.SyncBlockThreads):
             self.out(f"{self.d.barrier()}{tag}", line)
+        elif isinstance(s, ir.MemFence):
+            self.out(f"{self.d.fence(s.scope)}{tag}", line)
         else:
             raise self.fail(f"the C emitter cannot express the statement {type(s).__name__}")
 
@@ -507,12 +537,22 @@ class _Emitter:
             self.out(self.d.shared_decl(STORAGE[sh.dtype.name], _ident(sh.name), size))
         if k.uses_dynamic_shared and not self.d.is_opencl:
             self.out(self.d.dynamic_shared_base())
+        if self.bpred:
+            self.out(self.d.shared_decl("i32", "alpyka_bpred", 1))
+        for pv in k.private:
+            self.out(f"{STORAGE[pv.dtype.name]} {_ident(pv.name)}[{int(math.prod(pv.shape))}];")
         self.declarations(k.locals, scalar_names)
         for s in k.body:
             self.stmt(s)
         entry = f"alpyka_{_ident(k.name)}"
         header = f"{self.d.kernel_qualifier()} {entry}({', '.join(params)})"
         return header, args
+
+
+def _uses(kernel: ir.Kernel, node_type: type) -> bool:
+    """Whether ``kernel`` or one of its device functions holds a node of ``node_type``."""
+    bodies = [kernel.body] + [fn.body for fn in kernel.functions.values()]
+    return any(isinstance(x, node_type) for body in bodies for x in ir.nodes(body))
 
 
 def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSource:
@@ -537,7 +577,7 @@ def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSourc
     src = kernel.source_file or "<kernel>"
     unit = ", one element per thread" if unit_elements else ""
     put(f"// alpyka kernel {kernel.name} from {src}:{kernel.first_line} ({dialect}{unit})")
-    put(em.d.prologue().rstrip("\n"))
+    put(em.d.prologue(warps=_uses(kernel, ir.WarpOp)).rstrip("\n"))
     helpers = em.h.source().rstrip("\n")
     if helpers:
         put(helpers)

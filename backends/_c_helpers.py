@@ -122,6 +122,80 @@ class Helpers:
 }}
 """)
 
+    # ------------------------------------------------------------------ block predicates, warps
+    def block_predicate(self, op: str) -> str:
+        """OpenCL 1.2 has no ``__syncthreads_count``: ``alpyka_bpred_<op>(scratch, p)`` counts the
+        block's true predicates in a ``__local`` int (three barriers; the first also keeps a thread
+        from resetting the count while another still reads the previous one)."""
+        count = self._add("alpyka_bpred_count", """ALPYKA_FN i64 alpyka_bpred_count(__local volatile i32* s, bool p) {
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    if (get_local_id(0) == 0 && get_local_id(1) == 0 && get_local_id(2) == 0) *s = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (p) (void)atomic_inc(s);
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+    return (i64)*s;
+}
+""")
+        if op == "count":
+            return count
+        name = f"alpyka_bpred_{op}"
+        test = ("== (i64)(get_local_size(0) * get_local_size(1) * get_local_size(2))" if op == "and" else "!= 0")
+        return self._add(name, f"ALPYKA_FN bool {name}(__local volatile i32* s, bool p) "
+                               f"{{ return {count}(s, p) {test}; }}\n")
+
+    def warp_vote(self, op: str) -> str:
+        """OpenCL: ``alpyka_warp_<op>(p)`` over the sub-group where the device has sub-group
+        ballots and shuffles (the build defines ALPYKA_SUBGROUPS), else over a one-thread warp."""
+        if op == "size":
+            return self._add("alpyka_warp_size", """ALPYKA_FN i64 alpyka_warp_size(void) {
+#ifdef ALPYKA_SUBGROUPS
+    return (i64)get_max_sub_group_size();
+#else
+    return (i64)1;
+#endif
+}
+""")
+        self._add("alpyka_ballot", """ALPYKA_FN u64 alpyka_ballot(bool p) {
+#ifdef ALPYKA_SUBGROUPS
+    uint4 b = sub_group_ballot(p ? 1 : 0);
+    return (u64)b.x | ((u64)b.y << 32);
+#else
+    return p ? (u64)1 : (u64)0;
+#endif
+}
+""")
+        body = {"ballot": "return alpyka_ballot(p);", "active_mask": "return alpyka_ballot(true);",
+                "all": "return alpyka_ballot(p) == alpyka_ballot(true);", "any": "return alpyka_ballot(p) != 0;"}[op]
+        ret = "u64" if op in ("ballot", "active_mask") else "bool"
+        arg = "void" if op == "active_mask" else "bool p"
+        name = f"alpyka_warp_{op}"
+        return self._add(name, f"ALPYKA_FN {ret} {name}({arg}) {{ {body} }}\n")
+
+    def warp_shuffle(self, op: str, t: ScalarType) -> str:
+        """OpenCL: ``alpyka_<op>_<type>(v, k)`` with CUDA's rule (a source lane outside the
+        sub-group gives the caller's own value); the identity on one-thread warps."""
+        c = CTYPE[t.name]
+        name = f"alpyka_{op}_{c}"
+        src = {"shfl": "(uint)k % get_max_sub_group_size()", "shfl_up": "lane - (uint)k",
+               "shfl_down": "lane + (uint)k", "shfl_xor": "lane ^ (uint)k"}[op]
+        call = {"shfl": "sub_group_shuffle(w, src)", "shfl_up": "sub_group_shuffle_up(w, (uint)k)",
+                "shfl_down": "sub_group_shuffle_down(w, (uint)k)", "shfl_xor": "sub_group_shuffle_xor(w, (uint)k)"}[op]
+        ok = {"shfl": "true", "shfl_up": "(uint)k <= lane", "shfl_down": "src < get_sub_group_size()",
+              "shfl_xor": "src < get_sub_group_size()"}[op]
+        wide = c if t.bits >= 32 and not t.is_bool else "i32"
+        back = f"({c})r" if not t.is_bool else "r != 0"
+        return self._add(name, f"""ALPYKA_FN {c} {name}({c} v, i32 k) {{
+#ifdef ALPYKA_SUBGROUPS
+    uint lane = get_sub_group_local_id(), src = {src};
+    {wide} w = ({wide})v;
+    {wide} r = {call};
+    return ({ok}) ? {back} : v;
+#else
+    return v;
+#endif
+}}
+""")
+
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, t: ScalarType, kind: str) -> str:
         """The helper ``name(ptr, operands...)`` returning the old value of atomic ``op``."""

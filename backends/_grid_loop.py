@@ -20,7 +20,7 @@ loop tells two threads apart. That holds when the loop body
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from portable.kernel import ir
 
@@ -33,16 +33,7 @@ class FlatGridLoop:
     loop: ir.StridedLoop
 
 
-def _nodes(x: Any) -> Iterator[Any]:
-    """Every IR node under ``x`` (expressions, statements, array references), ``x`` included."""
-    stack = [x]
-    while stack:
-        y = stack.pop()
-        if isinstance(y, (list, tuple)):
-            stack.extend(y)
-        elif isinstance(y, (ir.Expr, ir.Stmt, ir.ArrayRef)):
-            yield y
-            stack.extend(v for v in vars(y).values() if isinstance(v, (list, tuple, ir.Expr, ir.Stmt, ir.ArrayRef)))
+_nodes = ir.nodes
 
 
 def _uses_block_identity(x: Any, k: ir.Kernel) -> bool:
@@ -124,7 +115,7 @@ def _direct_breaks(body: list[ir.Stmt]) -> bool:
 
 def flat_grid_loop(k: ir.Kernel) -> FlatGridLoop | None:
     """The kernel as prelude + one flat-able ``uniform_elements`` loop, or None (see module doc)."""
-    if k.ndim != 1 or k.shared or k.uses_dynamic_shared or not k.body:
+    if k.ndim != 1 or k.shared or k.private or k.uses_dynamic_shared or not k.body:
         return None
     *prelude, loop = k.body
     if not isinstance(loop, ir.StridedLoop) or loop.kind != "uniform_elements" or loop.local_var is not None:

@@ -138,3 +138,13 @@ atomic_or = _make("or")
 atomic_xor = _make("xor")
 atomic_inc = _make("inc")
 atomic_dec = _make("dec")
+
+
+@intrinsic
+def fence(typingctx):
+    """``acc.mem_fence``: a sequentially consistent LLVM fence (blocks run concurrently on cpu_threads)."""
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen

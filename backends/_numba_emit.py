@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 from backends._numba_atomics import (atomic_add, atomic_and, atomic_cas, atomic_dec, atomic_exch,
                                      atomic_inc, atomic_max, atomic_min, atomic_or, atomic_sub,
-                                     atomic_xor)
+                                     atomic_xor, fence)
 from portable.kernel import KernelIndexError
 
 _jit = njit(nogil=True, cache=True, error_model="numpy")
@@ -134,6 +134,17 @@ class _FunctionEmitter:
             if fn.uses_acc:
                 args = self.m.ctx_args() + args
             return f"{e.function}({', '.join(args)})"
+        if isinstance(e, ir.WarpOp):  # one-thread warps: the thread is lane 0 of a warp of 1
+            if e.op == "size":
+                return "1"
+            if e.op == "active_mask":
+                return "np.uint64(1)"
+            if e.op == "ballot":
+                return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
+            return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
+        if isinstance(e, ir.BlockPredicate):  # one thread per block: a barrier of one
+            p = self.ex(e.value)
+            return f"(1 if {p} else 0)" if e.op == "count" else p
         raise TypeError(f"numba emitter: unknown expression {e!r}")
 
     def index(self, arr: ir.ArrayRef, indices: tuple, check: str | None) -> str:
@@ -197,6 +208,8 @@ class _FunctionEmitter:
             self.emit("return" + (f" {self.ex(s.value)}" if s.value is not None else ""), d)
         elif isinstance(s, ir.SyncBlockThreads):
             self.emit("pass  # sync_block_threads: one thread per block on CPU backends", d)
+        elif isinstance(s, ir.MemFence):  # blocks run concurrently on cpu_threads
+            self.emit("fence()", d)
         else:
             raise TypeError(f"numba emitter: unknown statement {s!r}")
 
@@ -281,7 +294,7 @@ class _ModuleEmitter:
         params = [p for p in k.params if p.name in used]
         pnames = [p.name for p in params]
         funcs = [self.function(f) for f in k.functions.values()]
-        shared = [s.name for s in k.shared]
+        shared = [s.name for s in k.shared + k.private]
         dyn = sorted({a for a in used if a.startswith("dsh_")})
         header = HEADER.format(name=k.name, file=k.source_file, line=k.first_line)
         flat = flat_grid_loop(k)
@@ -298,7 +311,7 @@ class _ModuleEmitter:
         tes = [f"te{d}" for d in range(nd)]
         lines = [f"@_jit\ndef launch(block_lo, block_hi, {', '.join(gb + tes)}, dynamic_shared_bytes"
                  + "".join(f", {p}" for p in pnames) + "):"]
-        for s in k.shared:
+        for s in k.shared + k.private:  # private: one thread per block, blocks one after another
             lines.append(f"    {s.name} = np.empty({s.shape!r}, np.{s.dtype.name})")
         if dyn:
             # 8-byte words (aligned for every type); each view has exactly the elements the C

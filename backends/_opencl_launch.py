@@ -47,10 +47,21 @@ class OpenCLPlan:
             last[i] = v
 
 
+#: what warps as sub-groups need (acc.warp_*): shuffles by lane and by offset, and ballots
+SUBGROUP_EXTENSIONS = ("cl_khr_subgroup_shuffle", "cl_khr_subgroup_shuffle_relative", "cl_khr_subgroup_ballot")
+
+
+def uses_subgroups(device: Any) -> bool:
+    """Whether kernels on ``device`` run their warps as the device's sub-groups (else one work-item)."""
+    ext = set(str(getattr(device, "extensions", "")).split())
+    return all(e in ext for e in SUBGROUP_EXTENSIONS)
+
+
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure."""
+    options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     try:
-        return cl.Program(context, src.text).build(devices=[device])
+        return cl.Program(context, src.text).build(options=options, devices=[device])
     except cl.RuntimeError as exc:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", str(exc))) from None
 

@@ -14,7 +14,7 @@ from . import ir
 from ._errors import KernelArgumentError
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, RangeVal, TupleVal, ViewVal)
-from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result, literal_type,
+from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT32, INT64, UINT32, UINT64, ScalarType, binary_result, literal_type,
                     operand_type, scalar_type, unary_result, unify)
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -24,11 +24,14 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 
 #: acc index queries; derived ones are built from ir.INDEX_QUERIES
 ACC_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements",
-               "global_thread_idx", "grid_threads")
+               "global_thread_idx", "grid_threads", "warp_size")
 ACC_LOOPS = ("uniform_elements", "uniform_elements_nd", "uniform_groups", "uniform_group_elements",
              "independent_groups", "independent_group_elements")
-ACC_CALLS = ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array",
-             "sync_block_threads") + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
+ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
+ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
+ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
+ACC_CALLS = (("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads",
+              "mem_fence") + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS) + ACC_WARP + ACC_PREDICATES + ACC_RAND)
 ACC_MEMBERS = ACC_QUERIES + ACC_LOOPS + ACC_CALLS
 
 _MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
@@ -427,6 +430,8 @@ class ExprBuilder:
             vals = [fn(d) for d in range(nd)]
             return vals[0] if nd == 1 else TupleVal(vals)
 
+        if name == "warp_size":
+            return ir.WarpOp("size", [], INDEX)
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))
         if name == "global_thread_idx":
@@ -463,7 +468,66 @@ class ExprBuilder:
                                    "(s = acc.shared_array(32, np.float32))")
         if name == "dynamic_shared_array":
             return self.dynamic_shared(node)
+        if name in ACC_WARP:
+            return self.warp_op(name[5:], node)
+        if name in ACC_PREDICATES:
+            (p,) = self.plain_args(node, 1, f"acc.{name}(predicate)")
+            op = name[len("sync_block_threads_"):]
+            return ir.BlockPredicate(op, to_bool(self.scalar(p)), INDEX if op == "count" else BOOL)
+        if name == "rand_engine":
+            raise self.error(node, "assign acc.rand_engine(seed, subsequence) to a name at the top level of the "
+                                   "kernel (eng = acc.rand_engine(seed, i)) and pass eng to acc.rand_*")
+        if name in ACC_RAND:
+            return self.rand_draw(name, node)
         raise self.error(node, f"acc.{name}() is a statement, not a value")
+
+    # --------------------------------------------------------------- warps and random numbers
+    def warp_op(self, op: str, node: ast.Call) -> ir.Expr:
+        if op == "active_mask":
+            self.plain_args(node, 0, "acc.warp_active_mask()")
+            return ir.WarpOp(op, [], UINT64)
+        if op in ("all", "any", "ballot"):
+            (p,) = self.plain_args(node, 1, f"acc.warp_{op}(predicate)")
+            return ir.WarpOp(op, [to_bool(self.scalar(p))], UINT64 if op == "ballot" else BOOL)
+        what = {"shfl": "lane", "shfl_up": "delta", "shfl_down": "delta", "shfl_xor": "mask"}[op]
+        v, k = (self.scalar(a) for a in self.plain_args(node, 2, f"acc.warp_{op}(value, {what})"))
+        if k.type.is_float or k.type.is_bool:
+            raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
+        return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
+
+    def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
+        eng = self.value(node)
+        if not (isinstance(eng, ir.ArrayRef) and eng.type.kind == "private" and eng.name.startswith("pv_")):
+            raise self.error(node, f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
+                                   f"got {self.describe(eng)}")
+        return eng
+
+    def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
+        from . import _philox
+
+        if name == "rand_u32":
+            (e,) = self.plain_args(node, 1, "acc.rand_u32(engine)")
+            return self.builtin_device_call(_philox.next_u32, [self.engine(e, "acc.rand_u32")], node)
+        args = self.plain_args(node, (1, 2), f"acc.{name}(engine, dtype)")
+        eng = self.engine(args[0], f"acc.{name}")
+        t = FLOAT64
+        if len(args) == 2:
+            dt = self.value(args[1])
+            if not isinstance(dt, DTypeVal) or not dt.type.is_float:
+                raise self.error(node, f"acc.{name}(engine, dtype): dtype must be np.float32 or np.float64")
+            t = dt.type
+        fn = {("rand_uniform", "float32"): _philox.uniform_f32, ("rand_uniform", "float64"): _philox.uniform_f64,
+              ("rand_normal", "float32"): _philox.normal_f32, ("rand_normal", "float64"): _philox.normal_f64}
+        return self.builtin_device_call(fn[(name, t.name)], [eng], node)
+
+    def builtin_device_call(self, df: Any, vals: list, node: ast.AST) -> ir.Expr:
+        """A call of one of alpyka's own device functions (written in the kernel language)."""
+        assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
+        try:
+            fname, ret, args = self.ctx.specialise(df, vals, self.ctx)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        return ir.DeviceCall(fname, args, ret)
 
     def atomic(self, op: str, node: ast.Call) -> ir.Expr:
         hierarchy = "grid"
@@ -529,5 +593,5 @@ class ExprBuilder:
         return None
 
 
-__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS",
+__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS", "UINT32",
            "ACC_QUERIES", "ACC_LOOPS", "ALLOWED_HINT", "FLOAT32"]

@@ -20,7 +20,7 @@ from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
 from ._loops import LoopBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
-from .types import INDEX, VOID, ArrayType, ScalarType, scalar_type, variable_type
+from .types import INDEX, UINT32, UINT64, VOID, ArrayType, ScalarType, scalar_type, variable_type
 
 
 @dataclass
@@ -115,6 +115,7 @@ class CompileContext:
     functions: dict[str, ir.Function] = field(default_factory=dict)
     specialisations: dict[tuple, str] = field(default_factory=dict)
     shared: dict[str, ir.SharedArray] = field(default_factory=dict)
+    private: dict[str, ir.SharedArray] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     uses_dynamic_shared: bool = False
     stack: list[Any] = field(default_factory=list)
@@ -249,10 +250,43 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             if isinstance(f, ast.Attribute) and f.attr == "sync_block_threads" and isinstance(self.value(f.value), AccVal):
                 self.plain_args(s.value, 0, "acc.sync_block_threads()")
                 return ir.SyncBlockThreads(self.line(s))
+            if isinstance(f, ast.Attribute) and f.attr == "mem_fence" and isinstance(self.value(f.value), AccVal):
+                return self.mem_fence(s)
         v = self.value(s.value)
         if isinstance(v, ir.Expr):
-            return ir.ExprStmt(v, self.line(s)) if isinstance(v, (ir.AtomicOp, ir.DeviceCall)) else None
+            keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate)
+            return ir.ExprStmt(v, self.line(s)) if isinstance(v, keep) else None
         raise self.error(s, f"this expression has no effect ({self.describe(v)})")
+
+    def mem_fence(self, s: ast.Expr) -> ir.Stmt:
+        (a,) = self.plain_args(s.value, 1, 'acc.mem_fence("block" | "grid" | "device")')
+        scope = self.value(a)
+        if scope not in ir.FENCE_SCOPES:
+            raise self.error(s, 'acc.mem_fence(scope): scope must be "block", "grid" or "device"')
+        return ir.MemFence(scope, self.line(s))
+
+    def rand_engine(self, s: ast.Assign) -> list[ir.Stmt]:
+        """``eng = acc.rand_engine(seed, subsequence)``: a per-thread Philox4x32-10 state (a private
+        uint32 array) initialised for that seed and subsequence."""
+        from . import _philox
+
+        if not self.is_kernel:
+            raise self.error(s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to "
+                                "device functions")
+        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+            raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
+        seed, sub = (self.scalar(a, "an integer") for a in self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)"))
+        for v, what in ((seed, "seed"), (sub, "subsequence")):
+            if v.type.is_float:
+                raise self.error(s, f"acc.rand_engine(seed, subsequence): the {what} must be an integer, got {v.type}")
+        name = s.targets[0].id
+        pname = "pv_" + name
+        self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (_philox.STATE_WORDS,))
+        self.ctx.labels[pname] = f"random engine {name!r}"
+        eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(_philox.STATE_WORDS, INDEX),))
+        self.scope[name] = eng
+        call = self.builtin_device_call(_philox.init, [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
+        return [ir.ExprStmt(call, self.line(s))]
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
         if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
@@ -341,6 +375,9 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
         if (isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
                 and s.value.func.attr == "shared_array"):
             return self.shared_array(s)
+        if (isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
+                and s.value.func.attr == "rand_engine" and isinstance(self.value(s.value.func.value), AccVal)):
+            return self.rand_engine(s)
         v = self.value(s.value)
         out = []
         for t in s.targets:
@@ -448,8 +485,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
 
     # --------------------------------------------------------------- acc calls used as values
     def acc_call(self, name: str, node: ast.Call) -> Any:
-        if name == "sync_block_threads":
-            raise self.error(node, "acc.sync_block_threads() is a statement of its own")
+        if name in ("sync_block_threads", "mem_fence"):
+            raise self.error(node, f"acc.{name}() is a statement of its own")
         return self.acc_call_common(name, node)
 
     # --------------------------------------------------------------- debug range checks
@@ -574,5 +611,6 @@ def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug:
 
     b, body = run_builder(make, parsed.tree.body)
     k = ir.Kernel(parsed.name, ndim, params, b.locals, body, list(ctx.shared.values()), ctx.functions,
-                  ctx.uses_dynamic_shared, debug, parsed.filename, parsed.line_offset + 1, per_arg)
+                  ctx.uses_dynamic_shared, debug, parsed.filename, parsed.line_offset + 1, per_arg,
+                  list(ctx.private.values()))
     return k

@@ -35,6 +35,10 @@ def _e(x: Any) -> str:
                 f"{', '.join(_e(o) for o in x.operands)})")
     if isinstance(x, ir.DeviceCall):
         return f"{x.function}({', '.join(_e(a) for a in x.args)})"
+    if isinstance(x, ir.WarpOp):
+        return f"warp_{x.op}({', '.join(_e(a) for a in x.args)})"
+    if isinstance(x, ir.BlockPredicate):
+        return f"sync_block_threads_{x.op}({_e(x.value)})"
     return repr(x)
 
 
@@ -67,6 +71,8 @@ def _stmts(body: list, indent: int) -> list[str]:
             out += _stmts(s.body, indent + 1)
         elif isinstance(s, ir.Return):
             out.append(f"{pad}return" + (f" {_e(s.value)}" if s.value is not None else ""))
+        elif isinstance(s, ir.MemFence):
+            out.append(f"{pad}mem_fence({s.scope})")
         else:
             out.append(f"{pad}{type(s).__name__.lower()}")
     return out
@@ -77,6 +83,7 @@ def dump(node: Any, indent: int = 0) -> str:
         lines = [f"kernel {node.name} (ndim={node.ndim})"]
         lines += [f"  param {p.name}: {p.type} ({p.role}, arg {p.arg_index} {p.field})" for p in node.params]
         lines += [f"  shared {s.name}: {s.dtype}{list(s.shape)}" for s in node.shared]
+        lines += [f"  private {s.name}: {s.dtype}{list(s.shape)}" for s in node.private]
         lines += [f"  local {n}: {t}" for n, t in node.locals.items()]
         lines += _stmts(node.body, 1)
         for f in node.functions.values():

@@ -56,6 +56,14 @@ Expressions (fields; all have ``type``):
   old - 1`` (alpaka / CUDA wrap semantics). ``hierarchy`` in ``grid / block / threads``.
 - ``DeviceCall(function, args)``: call of ``Kernel.functions[function]``; ``args`` match its
   params one to one (an :class:`ArrayRef` for an array param, an expression for a scalar one).
+- ``WarpOp(op, args)``: ``op`` in :data:`WARP_OPS`, over the calling thread's warp (alpaka's
+  ``warp::*``): ``size`` (int64), ``active_mask`` (uint64), ``all``/``any`` of a bool (bool),
+  ``ballot`` of a bool (uint64, bit k for lane k), ``shfl(v, lane)``, ``shfl_up(v, delta)``,
+  ``shfl_down(v, delta)``, ``shfl_xor(v, mask)`` (``type`` = ``v``'s; the lane/delta/mask operand is
+  int32). A shuffle whose source lane is outside the warp returns the caller's own ``v``. Backends
+  with one-thread warps (the CPU ones) return ``v``, ``p``, 1 or ``p`` as a bit.
+- ``BlockPredicate(op, value)``: a barrier of the whole block (as ``SyncBlockThreads``) that also
+  reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
 
 Arrays: ``ArrayRef(name, type, extents, pitch)``: ``name`` is a kernel/function array parameter
 or a shared array; ``type`` an :class:`~portable.kernel.types.ArrayType` (kind, dtype, const);
@@ -91,6 +99,8 @@ Statements:
 - ``Break()``, ``Continue()``: of the innermost ``While``/``ForRange``/``StridedLoop``.
 - ``Return(value)``: ``value`` None in kernels (the thread stops) and void functions.
 - ``SyncBlockThreads()``: barrier of all threads of a block (a no-op with one thread per block).
+- ``MemFence(scope)``: orders the calling thread's memory accesses as seen by the other threads of
+  ``scope`` in :data:`FENCE_SCOPES` (alpaka's ``mem_fence``); no barrier.
 
 Functions and kernels:
 
@@ -102,6 +112,8 @@ Functions and kernels:
 - ``Function(name, params, return_type, locals, body, uses_acc, source_name)``: a device function
   specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef`` (arrays).
 - ``SharedArray(name, dtype, shape)``: a static per-block array declared by the kernel.
+  ``Kernel.private`` lists per-thread arrays of the same form (kind ``private``: a random engine's
+  state), declared once at the top of the kernel; each thread has its own.
 - ``Kernel(name, ndim, params, args, locals, body, shared, functions, uses_dynamic_shared,
   debug, source_file, first_line)``: the entry point. The launch also provides the work
   division (whose extents the :class:`Index` nodes read) and, when ``uses_dynamic_shared``, the
@@ -112,7 +124,7 @@ Functions and kernels:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
 
@@ -121,6 +133,12 @@ INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thr
 #: atomic read-modify-write operations, all returning the old value
 ATOMIC_OPS = ("add", "sub", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec")
 ATOMIC_HIERARCHIES = ("grid", "block", "threads")
+#: warp-level operations (alpaka's warp::getSize/activemask/all/any/ballot/shfl/shflUp/shflDown/shflXor)
+WARP_OPS = ("size", "active_mask", "all", "any", "ballot", "shfl", "shfl_up", "shfl_down", "shfl_xor")
+#: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
+BLOCK_PREDICATES = ("count", "and", "or")
+#: memory fence scopes (alpaka's memory_scope::Block|Grid|Device)
+FENCE_SCOPES = ("block", "grid", "device")
 #: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``)
 MATH_FUNCTIONS = (
     "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
@@ -245,6 +263,20 @@ class DeviceCall(Expr):
     type: Any  # ScalarType or VOID
 
 
+@dataclass(eq=False)
+class WarpOp(Expr):
+    op: str
+    args: list[Expr]
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class BlockPredicate(Expr):
+    op: str
+    value: Expr
+    type: ScalarType
+
+
 # ----------------------------------------------------------------------------- statements
 class Stmt:
     """Base of statement nodes; ``line`` is the line in the kernel's source file (or 0)."""
@@ -339,6 +371,12 @@ class SyncBlockThreads(Stmt):
     line: int = 0
 
 
+@dataclass(eq=False)
+class MemFence(Stmt):
+    scope: str
+    line: int = 0
+
+
 # ----------------------------------------------------------------------------- functions
 @dataclass(eq=False)
 class Param:
@@ -382,6 +420,8 @@ class Kernel:
     first_line: int = 0
     #: Param objects of each Python argument, in argument order (``args[k]`` lists those of arg k)
     args: list[list[Param]] = field(default_factory=list)
+    #: per-thread arrays (kind ``private``), declared at the top of the kernel
+    private: list[SharedArray] = field(default_factory=list)
 
 
 def walk(stmts: list[Stmt]):
@@ -392,3 +432,15 @@ def walk(stmts: list[Stmt]):
             inner = getattr(s, attr, None)
             if inner:
                 yield from walk(inner)
+
+
+def nodes(x: Any) -> Iterator[Any]:
+    """Every IR node under ``x`` (expressions, statements, array references), ``x`` included."""
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, (list, tuple)):
+            stack.extend(y)
+        elif isinstance(y, (Expr, Stmt, ArrayRef)):
+            yield y
+            stack.extend(v for v in vars(y).values() if isinstance(v, (list, tuple, Expr, Stmt, ArrayRef)))

@@ -94,7 +94,7 @@ def scalar_type(dtype: object) -> ScalarType:
 
 
 #: array kinds: where an array comes from and how its logical indices map to memory
-ARRAY_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer", "shared", "dynamic_shared")
+ARRAY_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer", "shared", "dynamic_shared", "private")
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class ArrayType:
     - ``scalar_field``: one element, indexed with no index (``a[]``).
     - ``buffer``: ``ndim`` 1-3, C-contiguous: ``a[i, j]`` = element ``i * extent1 + j``.
     - ``shared`` / ``dynamic_shared``: per-block memory, C-contiguous like a buffer.
+    - ``private``: per-thread memory (a random engine's state), C-contiguous like a buffer.
 
     ``component_shape`` is ``(R,)`` for vectors, ``(R, C)`` for matrices, else ``()``.
     ``ndim`` is the number of logical indices.

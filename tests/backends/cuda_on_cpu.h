@@ -12,6 +12,11 @@
 //   array of ALPYKA_DYN_SHARED_MAX bytes, filled with a poison byte before each block.
 // - Atomics are the compiler's __atomic builtins (blocks really run concurrently), with CUDA's
 //   overload set and CUDA's wrap rules for atomicInc/atomicDec.
+// - Warps are ALPYKA_WARP_SIZE consecutive threads of a block (32; 64 for HIP sources). A warp
+//   operation (__shfl*, __ballot*, __all*, __any*, __activemask) is a rendezvous of the warp's
+//   live lanes: each lane's fiber waits until every lane of its warp that has not exited arrives,
+//   then all get their results. Lanes meeting different operations, or a lane at a block barrier
+//   while the others wait at a warp operation, fail the launch (a hang or garbage on a GPU).
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
@@ -34,6 +39,11 @@
 #define __shared__ thread_local
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
+
+#ifndef ALPYKA_WARP_SIZE
+#define ALPYKA_WARP_SIZE 32
+#endif
+#define warpSize ALPYKA_WARP_SIZE
 
 #ifndef ALPYKA_DYN_SHARED_MAX
 #define ALPYKA_DYN_SHARED_MAX (256 * 1024)
@@ -140,7 +150,8 @@ static inline void __threadfence_system() { __atomic_thread_fence(ALPYKA_SEQ); }
 namespace alpyka_host {
 
 struct Launch;
-enum State { RUNNABLE, AT_BARRIER, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SHFL, W_UP, W_DOWN, W_XOR };
 
 struct Fiber {
     void* sp;  // saved stack pointer (x86-64) while switched out
@@ -151,6 +162,9 @@ struct Fiber {
     State state;
     int pred;
     char* stack;
+    int wop;                  // at a warp operation: which, its value's bits and its lane/delta/mask
+    unsigned long long wval, wres;
+    long long warg;
 };
 
 struct Worker {  // one OS thread's view of the block it runs
@@ -308,6 +322,57 @@ static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
     return out;
 }
 
+// A warp operation's results, for every warp whose live lanes all wait at one: true when any
+// warp was released (its lanes are runnable again), false otherwise or after a failure.
+static bool release_warps(Launch* L, Fiber* fibers, int n) {
+    const int ws = ALPYKA_WARP_SIZE;
+    bool released = false;
+    for (int base = 0; base < n; base += ws) {
+        int end = base + ws < n ? base + ws : n;
+        bool waiting = false, ready = true;
+        int op = -1;
+        unsigned long long live = 0, pred = 0;
+        for (int i = base; i < end; ++i) {
+            if (fibers[i].state == AT_WARP) {
+                waiting = true;
+                live |= 1ull << (i - base);
+                if (fibers[i].wval) pred |= 1ull << (i - base);
+                if (op < 0) op = fibers[i].wop;
+                if (op != fibers[i].wop) {
+                    L->fail("cuda_on_cpu: the lanes of a warp met different warp operations (divergent warp code)");
+                    return false;
+                }
+            } else if (fibers[i].state != DONE) {
+                ready = false;
+            }
+        }
+        if (!waiting || !ready) continue;
+        for (int i = base; i < end; ++i) {
+            Fiber& f = fibers[i];
+            if (f.state != AT_WARP) continue;
+            long long lane = i - base, src = -1;
+            unsigned long long res = f.wval;
+            switch (f.wop) {
+                case W_MASK: res = live; break;
+                case W_ALL: res = pred == live; break;
+                case W_ANY: res = pred != 0; break;
+                case W_BALLOT: res = pred; break;
+                case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
+                case W_UP: src = lane - f.warg; break;
+                case W_DOWN: src = lane + f.warg; break;
+                case W_XOR: src = lane ^ f.warg; break;
+            }
+            if (f.wop >= W_SHFL && src >= 0 && src < ws && base + src < n && fibers[base + src].state == AT_WARP)
+                res = fibers[base + src].wval;  // else the lane's own value (CUDA's rule out of range)
+            f.wres = res;
+        }
+        for (int i = base; i < end; ++i)
+            if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
+        released = true;
+    }
+    return released;
+}
+
 static void run_block(Worker* w, unsigned long long b) {
     Launch* L = w->launch;
     blockIdx = unflatten(b, L->grid);
@@ -337,12 +402,20 @@ static void run_block(Worker* w, unsigned long long b) {
         for (int k = 0; k < n; ++k)
             if (fibers[order[k]].state == RUNNABLE) resume(w, &fibers[order[k]]);
         w->current = nullptr;
-        int waiting = 0, count = 0;
+        if (release_warps(L, fibers, n)) continue;
+        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
+        int waiting = 0, count = 0, at_warp = 0;
         for (int i = 0; i < n; ++i) {
             if (fibers[i].state == AT_BARRIER) {
                 ++waiting;
                 count += fibers[i].pred != 0;
             }
+            at_warp += fibers[i].state == AT_WARP;
+        }
+        if (at_warp) {
+            L->fail("cuda_on_cpu: a warp operation that not every live lane of the warp reached "
+                    "(some lanes wait at a block barrier)");
+            return;
         }
         if (waiting == 0) break;
         w->reduced_count = count;
@@ -380,6 +453,21 @@ static void* work(void* arg) {
     free(w.fibers);
     free(w.order);
     return nullptr;
+}
+
+static unsigned long long warp_op(int op, unsigned long long value, long long arg) {
+    Worker* w = worker;
+    if (w->current == nullptr) {
+        w->launch->fail("cuda_on_cpu: a warp operation in a kernel launched without fibers");
+        return value;
+    }
+    Fiber* f = w->current;
+    f->wop = op;
+    f->wval = value;
+    f->warg = arg;
+    f->state = AT_WARP;
+    to_scheduler(f);
+    return f->wres;
 }
 
 static int barrier(int pred) {
@@ -437,3 +525,45 @@ static inline int __syncthreads_and(int p) {
     return alpyka_host::barrier(p) == alpyka_host::worker->reduced_waiting;
 }
 static inline int __syncthreads_or(int p) { return alpyka_host::barrier(p) != 0; }
+
+// ---------------------------------------------------------------------- warps (CUDA, then HIP)
+template <class T> static inline unsigned long long alpyka_wbits(T v) {
+    unsigned long long b = 0;
+    memcpy(&b, &v, sizeof v);
+    return b;
+}
+template <class T> static inline T alpyka_wvalue(unsigned long long b) {
+    T v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+#define ALPYKA_WARP(op, v, arg) alpyka_host::warp_op(alpyka_host::op, (v), (arg))
+static inline unsigned int __activemask() { return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0)); }
+static inline int __all_sync(unsigned int, int p) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
+static inline int __any_sync(unsigned int, int p) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
+static inline unsigned int __ballot_sync(unsigned int, int p) {
+    return static_cast<unsigned int>(ALPYKA_WARP(W_BALLOT, p != 0, 0));
+}
+template <class T> static inline T __shfl_sync(unsigned int, T v, int lane) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_SHFL, alpyka_wbits(v), lane));
+}
+template <class T> static inline T __shfl_up_sync(unsigned int, T v, unsigned int delta) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_UP, alpyka_wbits(v), static_cast<long long>(delta)));
+}
+template <class T> static inline T __shfl_down_sync(unsigned int, T v, unsigned int delta) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_DOWN, alpyka_wbits(v), static_cast<long long>(delta)));
+}
+template <class T> static inline T __shfl_xor_sync(unsigned int, T v, int mask) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_XOR, alpyka_wbits(v), mask));
+}
+static inline int __all(int p) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
+static inline int __any(int p) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
+static inline unsigned long long __ballot(int p) { return ALPYKA_WARP(W_BALLOT, p != 0, 0); }
+template <class T> static inline T __shfl(T v, int lane) { return alpyka_wvalue<T>(ALPYKA_WARP(W_SHFL, alpyka_wbits(v), lane)); }
+template <class T> static inline T __shfl_up(T v, unsigned int delta) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_UP, alpyka_wbits(v), static_cast<long long>(delta)));
+}
+template <class T> static inline T __shfl_down(T v, unsigned int delta) {
+    return alpyka_wvalue<T>(ALPYKA_WARP(W_DOWN, alpyka_wbits(v), static_cast<long long>(delta)));
+}
+template <class T> static inline T __shfl_xor(T v, int mask) { return alpyka_wvalue<T>(ALPYKA_WARP(W_XOR, alpyka_wbits(v), mask)); }

@@ -35,7 +35,7 @@ import numpy as np
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
 FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing", "-fvisibility=hidden", "-w")
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads",)
+_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask")  # need fibers
 _ERR_LEN = 512
 
 _lock = threading.Lock()
@@ -142,6 +142,11 @@ def _cache_root() -> Path:
     return Path(root) / "cuda_on_cpu"
 
 
+def warp_size(code: str) -> int:
+    """The warp size the source was generated for: 64 for HIP (AMD's CDNA wavefronts), else 32."""
+    return 64 if "(hip" in code.split("\n", 1)[0] else 32
+
+
 def build(src: Any, name: str) -> Compiled:
     """Compile the CUDA/HIP ``src`` (a ``CSource``) for the CPU, or load it from the cache."""
     from backends._c_build import KernelBuildError, format_build_error
@@ -150,7 +155,9 @@ def build(src: Any, name: str) -> Compiled:
     code = src.text
     params = parameters(code, name)
     unit = code + _trampoline(name, params)
-    key = hashlib.sha256("\0".join([HEADER.read_text(), unit, version, *FLAGS]).encode()).hexdigest()[:32]
+    hip = ("-D__HIP_PLATFORM_AMD__",) if warp_size(code) == 64 else ()  # the HIP text's own warp intrinsics
+    flags = FLAGS + (f"-DALPYKA_WARP_SIZE={warp_size(code)}",) + hip
+    key = hashlib.sha256("\0".join([HEADER.read_text(), unit, version, *flags]).encode()).hexdigest()[:32]
     root = _cache_root()
     lib = root / f"{name}-{key}.so"
     if not lib.exists():
@@ -159,7 +166,7 @@ def build(src: Any, name: str) -> Compiled:
             cu = Path(tmp) / f"{name}.cu"
             cu.write_text(unit)
             out = Path(tmp) / "kernel.so"
-            done = subprocess.run([path_cxx, *FLAGS, "-include", str(HEADER), "-x", "c++", str(cu), "-o", str(out)],
+            done = subprocess.run([path_cxx, *flags, "-include", str(HEADER), "-x", "c++", str(cu), "-o", str(out)],
                                   capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
                 raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)",

@@ -490,7 +490,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
 
     def props(i: int) -> dict:
         p = {"name": f"Fake GPU {i}".encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
-             "maxGridSize": (2**31 - 1, 65535, 65535), "warpSize": 32, "multiProcessorCount": 4,
+             "maxGridSize": (2**31 - 1, 65535, 65535), "warpSize": 64 if is_hip else 32, "multiProcessorCount": 4,
              "major": 9, "minor": 0, "totalGlobalMem": 1 << 30}
         if is_hip:
             p.update(sharedMemPerBlock=65536, gcnArchName=b"gfx90a:sramecc+:xnack-")

@@ -1,0 +1,127 @@
+"""Philox4x32-10: Random123's known answers on the host, and the same bits from acc.rand_* on every backend."""
+
+import numpy as np
+import pytest
+
+import portable as pk
+from kernel_defs import download, upload
+from portable.kernel import KernelSyntaxError
+
+
+def test_known_answer_vectors():
+    # Random123's kat_vectors for philox4x32_10 (counter, key -> output)
+    cases = [
+        ([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+        ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
+        ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
+         [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
+    ]
+    for counter, key, want in cases:
+        got = pk.rand.philox4x32_10(np.array(counter, np.uint32), np.array(key, np.uint32))
+        assert got.dtype == np.uint32
+        assert got.tolist() == want, [hex(x) for x in got]
+    many = pk.rand.philox4x32_10(np.array([c for c, _, _ in cases], np.uint32),
+                                 np.array([k for _, k, _ in cases], np.uint32))
+    assert many.tolist() == [w for _, _, w in cases]
+
+
+def test_stream_is_counter_blocks():
+    s = pk.rand.stream(2**40 + 5, 2**33 + 9, 10)
+    key = [5, 2**8]
+    for m in range(3):
+        block = pk.rand.philox4x32_10(np.array([m, 0, 9, 2], np.uint32), np.array(key, np.uint32))
+        assert s[4 * m:4 * m + 4].tolist() == block.tolist()[:len(s[4 * m:4 * m + 4])]
+    assert pk.rand.stream(1, 2, 0).size == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, True])
+def test_stream_refuses_what_a_kernel_cannot_take(bad):
+    with pytest.raises((ValueError, TypeError), match="seed"):
+        pk.rand.stream(bad, 0, 4)
+
+
+@pk.kernel
+def draws(acc, out, seed, n_threads, per_thread):
+    """Thread t of the grid draws per_thread values of subsequence t."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(seed, t)
+        for k in range(per_thread):
+            out[t, k] = acc.rand_u32(eng)
+
+
+@pk.kernel
+def real_draws(acc, u32, u64, n32, n64, seed, n_threads, per_thread):
+    for t in acc.uniform_elements(n_threads):
+        a = acc.rand_engine(seed, t)
+        b = acc.rand_engine(seed + 1, t)
+        for k in range(per_thread):
+            u32[t, k] = acc.rand_uniform(a, np.float32)
+            u64[t, k] = acc.rand_uniform(b, np.float64)
+        c = acc.rand_engine(seed + 2, t)
+        d = acc.rand_engine(seed + 3, t)
+        for k in range(per_thread):
+            n32[t, k] = acc.rand_normal(c, np.float32)
+            n64[t, k] = acc.rand_normal(d)
+
+
+def _workdiv(device, n):
+    return pk.make_workdiv(device, 4, 8) if device.kind == "gpu" else pk.WorkDiv(4, 1, (n + 3) // 4)
+
+
+@pytest.mark.parametrize("seed", [0, 12345, 2**63 + 11])
+def test_same_bits_as_the_host_stream(device, queue, seed):
+    n, per = 40, 11  # 11 draws: two full blocks of four and part of a third per thread
+    out = upload(queue, np.zeros((n, per), np.uint32))
+    pk.exec(queue, _workdiv(device, n), draws, out, np.uint64(seed), n, per)
+    got = download(queue, out)
+    for t in range(n):
+        np.testing.assert_array_equal(got[t], pk.rand.stream(seed, t, per), err_msg=f"subsequence {t}")
+
+
+def test_uniform_and_normal_match_the_host(device, queue):
+    n, per, seed = 24, 9, 77
+    bufs = [upload(queue, np.zeros((n, per), dt)) for dt in (np.float32, np.float64, np.float32, np.float64)]
+    pk.exec(queue, _workdiv(device, n), real_draws, *bufs, seed, n, per)
+    u32, u64, n32, n64 = (download(queue, b) for b in bufs)
+    for t in range(n):
+        np.testing.assert_array_equal(u32[t], pk.rand.uniform(seed, t, per, np.float32))
+        np.testing.assert_array_equal(u64[t], pk.rand.uniform(seed + 1, t, per, np.float64))
+        # the device's log/cos may differ from numpy's in the last bits
+        np.testing.assert_allclose(n32[t], pk.rand.normal(seed + 2, t, per, np.float32), rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(n64[t], pk.rand.normal(seed + 3, t, per, np.float64), rtol=1e-13, atol=1e-13)
+    assert 0.0 <= u32.min() and u32.max() < 1.0 and 0.0 <= u64.min() and u64.max() < 1.0
+
+
+def test_distributions_are_sane():
+    u = pk.rand.uniform(3, 0, 200_000)
+    z = pk.rand.normal(3, 1, 200_000, np.float32)
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01 and np.isfinite(z).all()
+    bits = np.unpackbits(pk.rand.stream(9, 9, 4096).view(np.uint8))
+    assert abs(bits.mean() - 0.5) < 0.01
+
+
+def test_engine_errors_name_the_fix(queue):
+    @pk.kernel
+    def not_an_engine(acc, out):
+        out[0] = acc.rand_u32(out)
+
+    @pk.kernel
+    def float_seed(acc, out):
+        eng = acc.rand_engine(1.5, 0)
+        out[0] = acc.rand_u32(eng)
+
+    @pk.kernel
+    def engine_as_value(acc, out):
+        out[0] = acc.rand_u32(acc.rand_engine(1, 0))
+
+    @pk.kernel
+    def int_dtype(acc, out):
+        eng = acc.rand_engine(1, 0)
+        out[0] = acc.rand_uniform(eng, np.int32)
+
+    out = upload(queue, np.zeros(1, np.uint32))
+    for k, text in [(not_an_engine, "random engine first"), (float_seed, "seed must be an integer"),
+                    (engine_as_value, "assign acc.rand_engine"), (int_dtype, "np.float32 or np.float64")]:
+        with pytest.raises(KernelSyntaxError, match=text):
+            pk.exec(queue, pk.WorkDiv(1, 1, 1), k, out)
