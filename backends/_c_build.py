@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from portable import KernelBuildError  # noqa: F401 - defined in portable, raised here
+from portable import KernelBuildError  # defined in portable, raised (and imported from) here
 
 from ._c_emit import CSource
 
