@@ -10,18 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from portable._errors import AlpykaError
+from portable import KernelBuildError  # defined in portable, raised (and imported from) here
 
 from ._c_emit import CSource
 
 #: ``<source>:12:5: error`` (clang), ``error: /tmp/x.cl:12:5: ...`` (PoCL), ``k.cu(12): error`` (NVRTC)
 _LINE_PATTERNS = (re.compile(r":(\d+):\d+:\s*(?:fatal\s+)?error"), re.compile(r"error:\s*\S+?:(\d+):\d+:"),
                   re.compile(r"\((\d+)\):\s*(?:catastrophic\s+)?error"))
-
-
-class KernelBuildError(AlpykaError, RuntimeError):
-    """The device compiler rejected a generated kernel (a bug of the emitter or an unsupported
-    feature of the device); the message shows where, in the C source and in the kernel."""
 
 
 def error_lines(log: str) -> list[int]:

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from portable import AlpykaError
 from portable.kernel import ir
 from portable.kernel.types import ArrayType, ScalarType
 
@@ -60,7 +61,7 @@ class CSource:
         return 0
 
 
-class CEmitError(NotImplementedError):
+class CEmitError(AlpykaError, NotImplementedError):
     """A construct the C emitter cannot express; ``line`` is the kernel's source line."""
 
     def __init__(self, message: str, line: int = 0) -> None:

@@ -31,13 +31,13 @@ from ._block import Block
 from ._loading import ModelFileError, load_state_dict
 from ._metadata import ModelMetadata, SoAMetadata
 from ._model import Model
-from ._pipeline import Pipeline, PipelineError, pipeline
+from ._pipeline import OutputsNotFilled, Pipeline, PipelineError, pipeline
 from ._runtime import set_torch_threads, torch_threads
 
 __all__ = [
     "Block", "Model", "ModelFileError", "ModelMetadata", "SoAMetadata", "load_state_dict",
     "set_torch_threads", "torch_threads", "aot", "export", "RemoteModel", "serve",
-    "Pipeline", "PipelineError", "pipeline", "RemotePipeline",
+    "OutputsNotFilled", "Pipeline", "PipelineError", "pipeline", "RemotePipeline",
 ]
 
 

@@ -28,8 +28,10 @@ from typing import Any
 
 import torch
 
+from portable import AlpykaError
 
-class ModelFileError(ValueError):
+
+class ModelFileError(AlpykaError, ValueError):
     """A model file that is missing, truncated or of a format alpyka does not load."""
 
 

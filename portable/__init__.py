@@ -9,9 +9,10 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
 from ._allocator import AllocatorStats, CachingAllocator
 from ._backend import Backend, MemRef
 from ._buffer import Buffer
-from ._collection import PortableCollection
+from ._collection import CollectionTooLarge, PortableCollection
 from ._device import Device, DeviceLimits
-from ._errors import AlpykaError, AsyncError, BackendUnavailable, DeviceMismatch, WorkDivError
+from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, KernelBuildError,
+                      WorkDivError)
 from ._memory import memcpy, memset
 from ._queue import Event, Queue, exec
 from ._registry import (
@@ -28,19 +29,20 @@ from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
 from ._awkward import from_awkward, offsets_to_host, to_awkward  # awkward itself is imported on first use
 from ._events import event_workdiv, pair_offsets
 from ._root import CorruptRootFile, NotARootFile, RootChunk, iterate_root, read_root, root_chunks
-from .kernel import device_function, kernel
-from . import rand  # noqa: E402  (pk.rand: the host twin of the kernels' random numbers)
+from .kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, device_function, kernel
+from . import rand  # pk.rand: the host twin of the kernels' random numbers
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AllocatorStats", "AlpykaError", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
+    "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
     "CachingAllocator", "Device", "DeviceLimits", "DeviceMismatch", "Event", "MemRef",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
     "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile", "CorruptRootFile",
     "event_workdiv", "pair_offsets", "distributed", "rand",
+    "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelIndexError", "KernelSyntaxError",
 ]
 
 

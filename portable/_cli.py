@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ._errors import AlpykaError
 
-class CliError(Exception):
+
+class CliError(AlpykaError):
     """An error the user can fix; printed as one line."""
 
 

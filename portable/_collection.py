@@ -11,6 +11,7 @@ import soa
 from ._backend import MemRef
 from ._buffer import Buffer
 from ._device import Device
+from ._errors import AlpykaError
 from ._memory import memcpy, memset
 from ._queue import Queue
 from ._registry import host
@@ -281,7 +282,7 @@ def _host_device() -> Device:
 
 
 # ---------------------------------------------------------------------- allocation size checks
-class CollectionTooLarge(MemoryError, ValueError):
+class CollectionTooLarge(AlpykaError, MemoryError, ValueError):
     """A collection whose bytes cannot fit the device (a MemoryError and a ValueError)."""
 
 

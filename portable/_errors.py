@@ -19,5 +19,14 @@ class DeviceMismatch(AlpykaError, ValueError):
     """Memory of one device used with a queue or buffer of another."""
 
 
+class KernelBuildError(AlpykaError, RuntimeError):
+    """The device compiler rejected a generated kernel (a bug of the emitter or an unsupported
+    feature of the device); the message shows where, in the C source and in the kernel."""
+
+
 class AsyncError(AlpykaError):
     """An exception raised by asynchronous work, surfaced at a wait; ``__cause__`` is the original."""
+
+
+class AlpykaWarning(UserWarning):
+    """Base class of alpyka's own warnings."""

@@ -20,10 +20,11 @@ import soa
 from ._awkward import _field_map, from_awkward, require
 from ._collection import PortableCollection
 from ._device import Device
+from ._errors import AlpykaError
 from ._queue import Queue
 
 
-class NotARootFile(ValueError):
+class NotARootFile(AlpykaError, ValueError):
     """The path is not a ROOT file (or not one uproot can read)."""
 
 

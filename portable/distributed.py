@@ -39,11 +39,12 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from ._awkward import require
+from ._errors import AlpykaError
 
 __all__ = ["ChunkError", "run", "worker_environment"]
 
 
-class ChunkError(RuntimeError):
+class ChunkError(AlpykaError, RuntimeError):
     """A chunk failed: ``index``, ``chunk`` and the original exception as ``__cause__``/``cause``."""
 
     def __init__(self, index: int, chunk: Any, cause: BaseException, what: str = "failed") -> None:

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import soa
+from portable import AlpykaError
 
 #: marks a served pipeline's own failure in the error text Triton returns; the client reads it
 #: back (and does not retry it elsewhere: the same inputs fail the same way on every server)
 PIPELINE_ERROR_MARK = "alpyka-pipeline-error:"
 
 
-class PipelineError(RuntimeError):
+class PipelineError(AlpykaError, RuntimeError):
     """A pipeline was declared or called wrongly (the message names the pipeline and the fix)."""
 
 

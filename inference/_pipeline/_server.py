@@ -29,7 +29,7 @@ from ._declare import Pipeline, as_pipeline
 
 
 
-class ReferenceError_(ImportError):
+class ReferenceError_(pk.AlpykaError, ImportError):
     """A ``module:attribute`` reference that does not import (one line that says what to fix)."""
 
 

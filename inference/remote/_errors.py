@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from portable import AlpykaError, AlpykaWarning
 
-class RemoteError(RuntimeError):
+
+class RemoteError(AlpykaError, RuntimeError):
     """Base class of every error raised by :class:`inference.RemoteModel`."""
 
 
@@ -33,5 +35,5 @@ class InferenceFailed(RemoteError):
     """The server accepted the request but the model failed, or the response was unusable."""
 
 
-class BatchSplitWarning(UserWarning):
+class BatchSplitWarning(AlpykaWarning):
     """One forward went out as several requests because of a batch limit (once per client)."""

@@ -30,13 +30,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from portable import AlpykaError
+
 from ._leftovers import SERVER_PID_FILE, group_alive, remove_server_shm, server_workdir, sweep
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
 __all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "free_port", "serve"]
 
 
-class ServeError(RuntimeError):
+class ServeError(AlpykaError, RuntimeError):
     """The server process could not start (the message carries the end of its log)."""
 
 

@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from portable import AlpykaError
+
 from ._leftovers import group_members, remove_server_shm, unregister_dead_clients
 from ._spec import ModelSpec, TensorDecl, declare_hint
 
@@ -74,7 +76,7 @@ for folder in folders:
 """
 
 
-class StartupError(RuntimeError):
+class StartupError(AlpykaError, RuntimeError):
     """A failure with a one-line message that says what to fix."""
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import ir
 from ._errors import KernelArgumentError
+from ._library import library_function
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, RangeVal, TupleVal, ViewVal)
 from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT32, INT64, UINT32, UINT64, ScalarType, binary_result, literal_type,
@@ -503,11 +504,9 @@ class ExprBuilder:
         return eng
 
     def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
-        from . import _philox
-
         if name == "rand_u32":
             (e,) = self.plain_args(node, 1, "acc.rand_u32(engine)")
-            return self.builtin_device_call(_philox.next_u32, [self.engine(e, "acc.rand_u32")], node)
+            return self.builtin_device_call("rand.next_u32", [self.engine(e, "acc.rand_u32")], node)
         args = self.plain_args(node, (1, 2), f"acc.{name}(engine, dtype)")
         eng = self.engine(args[0], f"acc.{name}")
         t = FLOAT64
@@ -516,15 +515,14 @@ class ExprBuilder:
             if not isinstance(dt, DTypeVal) or not dt.type.is_float:
                 raise self.error(node, f"acc.{name}(engine, dtype): dtype must be np.float32 or np.float64")
             t = dt.type
-        fn = {("rand_uniform", "float32"): _philox.uniform_f32, ("rand_uniform", "float64"): _philox.uniform_f64,
-              ("rand_normal", "float32"): _philox.normal_f32, ("rand_normal", "float64"): _philox.normal_f64}
-        return self.builtin_device_call(fn[(name, t.name)], [eng], node)
+        fn = f"rand.{name[5:]}_{'f32' if t.name == 'float32' else 'f64'}"
+        return self.builtin_device_call(fn, [eng], node)
 
-    def builtin_device_call(self, df: Any, vals: list, node: ast.AST) -> ir.Expr:
-        """A call of one of alpyka's own device functions (written in the kernel language)."""
+    def builtin_device_call(self, name: str, vals: list, node: ast.AST) -> ir.Expr:
+        """A call of the kernel language's own device function ``name`` (:mod:`._library`)."""
         assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
         try:
-            fname, ret, args = self.ctx.specialise(df, vals, self.ctx)
+            fname, ret, args = self.ctx.specialise(library_function(name), vals, self.ctx)
         except TypeError as exc:
             raise self.error(node, str(exc)) from None
         return ir.DeviceCall(fname, args, ret)

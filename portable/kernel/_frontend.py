@@ -17,6 +17,7 @@ import numpy as np
 from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
+from ._library import RAND_STATE_WORDS
 from ._loops import LoopBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
@@ -268,8 +269,6 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
     def rand_engine(self, s: ast.Assign) -> list[ir.Stmt]:
         """``eng = acc.rand_engine(seed, subsequence)``: a per-thread Philox4x32-10 state (a private
         uint32 array) initialised for that seed and subsequence."""
-        from . import _philox
-
         if not self.is_kernel:
             raise self.error(s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to "
                                 "device functions")
@@ -281,11 +280,11 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
                 raise self.error(s, f"acc.rand_engine(seed, subsequence): the {what} must be an integer, got {v.type}")
         name = s.targets[0].id
         pname = "pv_" + name
-        self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (_philox.STATE_WORDS,))
+        self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (RAND_STATE_WORDS,))
         self.ctx.labels[pname] = f"random engine {name!r}"
-        eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(_philox.STATE_WORDS, INDEX),))
+        eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(RAND_STATE_WORDS, INDEX),))
         self.scope[name] = eng
-        call = self.builtin_device_call(_philox.init, [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
+        call = self.builtin_device_call("rand.init", [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
         return [ir.ExprStmt(call, self.line(s))]
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:

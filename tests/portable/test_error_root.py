@@ -1,0 +1,140 @@
+"""One error root: every exception class defined in portable, backends, soa and inference derives
+from ``portable.AlpykaError`` and can be imported from a public (non-underscore) module."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import warnings
+
+import pytest
+
+from portable import AlpykaError, AlpykaWarning
+
+PACKAGES = ("portable", "backends", "soa", "inference")
+# Optional dependencies: a module that fails to import for want of one of these is skipped.
+OPTIONAL = {"tritonclient", "pytriton", "uproot", "awkward", "dask", "distributed", "torch", "onnxruntime",
+            "onnx", "pyopencl", "cupy", "numba", "gevent", "geventhttpclient", "grpc", "h5py", "matplotlib",
+            "sklearn", "scipy", "psutil", "cuda", "nvidia"}
+
+
+def _import(name: str, found: dict, missing: dict) -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found[name] = importlib.import_module(name)
+    except ImportError as e:
+        root = (e.name or "").split(".")[0]
+        if root not in OPTIONAL:
+            raise
+        missing[name] = f"needs {root}"
+
+
+def _modules() -> tuple[dict[str, object], dict[str, str]]:
+    """Every importable module of the four packages, and why each other one was left out."""
+    found, missing = {}, {}
+    for pkg_name in PACKAGES:
+        _import(pkg_name, found, missing)
+        if pkg_name not in found:
+            continue
+        for m in pkgutil.walk_packages(found[pkg_name].__path__, pkg_name + ".", onerror=lambda n: None):
+            if not m.name.endswith("__main__"):  # running it is the point of importing it
+                _import(m.name, found, missing)
+    return found, missing
+
+
+MODULES, MISSING = _modules()
+
+
+def _classes(base: type) -> dict[str, type]:
+    out = {}
+    for mod in MODULES.values():
+        for _, cls in inspect.getmembers(mod, inspect.isclass):
+            if issubclass(cls, base) and cls.__module__.split(".")[0] in PACKAGES:
+                out[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return out
+
+
+EXCEPTIONS = {k: c for k, c in _classes(BaseException).items() if not issubclass(c, Warning)}
+WARNINGS = _classes(Warning)
+#: errors that never reach user code, so need no public name: each is caught inside the library
+INTERNAL = {
+    "backends._c_emit.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
+    "portable._cli.CliError": "the alpyka command prints it as one line",
+    "inference.serve._child.StartupError": "the server process reports it; serve() raises ServeError",
+    "inference._pipeline._server.ReferenceError_": "raised in the server process inside a StartupError",
+}
+
+
+def test_modules_found():
+    assert len(MODULES) > 20 and "portable.kernel" in MODULES
+    if MISSING:
+        print("left out (optional dependency missing):", MISSING)
+
+
+def test_every_exception_derives_from_alpyka_error():
+    offenders = sorted(name for name, cls in EXCEPTIONS.items()
+                       if not issubclass(cls, AlpykaError))
+    assert not offenders, f"not AlpykaError subclasses: {offenders}"
+
+
+def test_cemit_error_derives_from_alpyka_error():
+    from backends._c_emit import CEmitError
+
+    assert issubclass(CEmitError, AlpykaError) and issubclass(CEmitError, NotImplementedError)
+
+
+def test_every_warning_derives_from_alpyka_warning():
+    offenders = sorted(name for name, cls in WARNINGS.items() if not issubclass(cls, AlpykaWarning))
+    assert not offenders, f"not AlpykaWarning subclasses: {offenders}"
+
+
+def test_errors_keep_their_builtin_base():
+    """Each refines a builtin too, so ``except ValueError`` and the like keep working."""
+    from portable import CollectionTooLarge, KernelBuildError, KernelSyntaxError, NotARootFile
+    from portable.distributed import ChunkError
+
+    assert issubclass(KernelBuildError, RuntimeError) and issubclass(KernelSyntaxError, SyntaxError)
+    assert issubclass(ChunkError, RuntimeError) and issubclass(NotARootFile, ValueError)
+    assert issubclass(CollectionTooLarge, MemoryError) and issubclass(CollectionTooLarge, ValueError)
+
+
+def test_inference_errors_keep_their_builtin_base():
+    pytest.importorskip("torch", reason="inference needs torch (pip install -e '.[torch]')")
+    from inference import ModelFileError, PipelineError
+    from inference.remote import RemoteError, RemoteTimeout
+    from inference.serve import ServeError
+
+    assert issubclass(ModelFileError, ValueError) and issubclass(PipelineError, RuntimeError)
+    assert issubclass(RemoteError, RuntimeError) and issubclass(RemoteTimeout, RemoteError)
+    assert issubclass(ServeError, RuntimeError)
+
+
+def test_kernel_build_error_exported():
+    import portable as pk
+    from backends._c_build import KernelBuildError
+
+    assert pk.KernelBuildError is KernelBuildError
+
+
+def _public_path(cls: type) -> str | None:
+    """A public module (no underscore part) of the four packages that has ``cls`` under its name."""
+    for name, mod in MODULES.items():
+        if not any(part.startswith("_") for part in name.split(".")) and getattr(mod, cls.__name__, None) is cls:
+            return f"{name}.{cls.__name__}"
+    return None
+
+
+def test_every_error_and_warning_is_public():
+    classes = {**EXCEPTIONS, **WARNINGS}
+    # a class made inside a function (backends._gpu_launch's KernelDeviceMismatch) is caught by
+    # its public bases
+    offenders = sorted(name for name, cls in classes.items()
+                       if _public_path(cls) is None and name not in INTERNAL and "<locals>" not in name)
+    assert not offenders, f"not importable from a public module: {offenders}"
+
+
+@pytest.mark.parametrize("name", sorted(MISSING))
+def test_left_out_module(name):
+    pytest.skip(f"{name}: {MISSING[name]}")
