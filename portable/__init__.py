@@ -30,7 +30,7 @@ from ._awkward import from_awkward, offsets_to_host, to_awkward  # awkward itsel
 from ._events import event_workdiv, pair_offsets
 from ._root import CorruptRootFile, NotARootFile, RootChunk, iterate_root, read_root, root_chunks
 from .kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, device_function, kernel
-from . import rand  # pk.rand: the host twin of the kernels' random numbers
+from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
 
 __version__ = "0.1.0"
 
@@ -41,7 +41,7 @@ __all__ = [
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
     "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile", "CorruptRootFile",
-    "event_workdiv", "pair_offsets", "distributed", "rand",
+    "event_workdiv", "pair_offsets", "distributed", "rand", "tools",
     "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelIndexError", "KernelSyntaxError",
 ]
 

@@ -133,3 +133,20 @@ class Buffer:
     def __repr__(self) -> str:
         pin = ", pinned" if self.pinned else ""
         return f"<Buffer {self.shape} {self.dtype} on {self.device}{pin}>"
+
+
+def reinterpret(buf: Any, dtype: Any) -> Any:
+    """``buf``'s memory read as ``dtype`` of the same item size (a numpy view of a numpy array;
+    a Buffer sharing the allocation, keeping ``buf`` alive, of a Buffer)."""
+    dt = np.dtype(dtype)
+    if dt.itemsize != np.dtype(buf.dtype).itemsize:
+        raise ValueError(f"cannot read {buf.dtype} elements as {dt}: the item sizes differ")
+    if isinstance(buf, np.ndarray):
+        return buf.view(dt)
+    if not isinstance(buf, Buffer):
+        raise TypeError(f"expected a pk.Buffer or a numpy array, got {type(buf).__name__}")
+    view = object.__new__(Buffer)
+    view.__dict__.update(buf.__dict__)
+    view.dtype = dt
+    view._base = buf  # the allocation is buf's: its finalizer frees it once neither is used
+    return view

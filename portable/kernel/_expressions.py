@@ -254,6 +254,16 @@ class ExprBuilder:
             return arr
         if isinstance(base, ir.ArrayRef) and name == "shape":
             return TupleVal(list(base.extents))
+        if isinstance(base, ModuleVal) and base.name not in ("math", "numpy"):
+            obj = getattr(base.module, name, None)
+            if getattr(obj, "__alpyka_device_function__", False):
+                return DeviceFunctionVal(obj)
+            if isinstance(obj, type(math)):
+                return ModuleVal(obj.__name__, obj)
+            if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
+                return const(obj)
+            raise self.error(node, f"{base.name}.{name} is not available in kernels: from a module, kernels may use "
+                                   "its @pk.device_function functions, submodules and number constants")
         if isinstance(base, ModuleVal):
             if name in _MATH_CONSTANTS:
                 return const(_MATH_CONSTANTS[name])

@@ -192,6 +192,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             return ModuleVal("math", math)
         if obj is np:
             return ModuleVal("numpy", np)
+        if isinstance(obj, pytypes.ModuleType):  # its device functions: pk.tools.block_sum(acc, ...)
+            return ModuleVal(obj.__name__, obj)
         if isinstance(obj, type) and issubclass(obj, np.generic):
             try:
                 return DTypeVal(scalar_type(np.dtype(obj)))

@@ -56,7 +56,7 @@ def _standin_backends() -> list[str]:
 
 def test_every_example_is_tested():
     tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
-              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py"}
+              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py", "pixel_clustering.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -129,3 +129,8 @@ def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr, res.stderr
     assert "missing: skhep_testdata" in res.stderr and 'pip install -e ".[test]"' in res.stderr, res.stderr
+
+
+def test_pixel_clustering_runs_as_a_script(backend):
+    out = run_example("pixel_clustering.py", "--modules", "12", "--clusters", "20", "--check", backend=backend)
+    assert "matches the plain connected components" in out

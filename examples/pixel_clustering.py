@@ -1,0 +1,260 @@
+"""CMSSW's pixel clusterizer (RecoLocalTracker/SiPixelClusterizer/plugins/alpaka/PixelClustering.h)
+ported to alpyka: digis in, a cluster id per digi out, on every backend.
+
+``find_clusters(queue, module, x, y)`` gives, per digi, the id of its cluster, numbered per module
+from 0 in the order of each cluster's first digi (input order), and -1 where ``module < 0``.
+Two digis of a module touch when their columns and rows each differ by at most one (8-neighbour
+connectivity). The steps are CMSSW's, written with alpyka's kernel language and ``pk.tools``:
+
+1. histogram the digis by (module, column): ``pk.tools.one_to_many`` (CMSSW's HistoContainer);
+2. every digi's cluster id starts as its own index;
+3. one block per module: each digi looks up its neighbours through the histogram (the columns
+   ``x - 1 .. x + 1``) and takes the smallest id among them (``atomic_min``, then pointer
+   jumping), until no id changes in the block (``acc.sync_block_threads_or``); each cluster
+   then carries the index of its first digi;
+4. number the clusters per module: a stable ``pk.tools.argsort`` by module keeps input order
+   within a module, a ``pk.tools.prefix_scan`` over "is a cluster's first digi" ranks them.
+
+Run: python examples/pixel_clustering.py [backend] [--modules N] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import portable as pk
+
+#: a CMS phase-1 pixel module: 416 columns x 160 rows
+N_COLUMNS, N_ROWS = 416, 160
+
+
+@pk.kernel
+def _start_ids(acc, module, x, cluster, n, n_modules, n_columns):
+    """Every valid digi is its own cluster; digis of no module (or off the module) get -1."""
+    for i in acc.uniform_elements(n):
+        m = module[i]
+        c = x[i]
+        if 0 <= m and m < n_modules and 0 <= c and c < n_columns:
+            cluster[i] = i
+        else:
+            cluster[i] = -1
+
+
+@pk.kernel
+def _column_keys(acc, module, x, cluster, keys, n, n_columns):
+    for i in acc.uniform_elements(n):
+        keys[i] = module[i] * n_columns + x[i] if cluster[i] >= 0 else -1
+
+
+@pk.kernel
+def _find_clus(acc, offsets, content, x, y, cluster, n_modules, n_columns):
+    """One block per module: ids propagate to the smallest index of each cluster."""
+    for m in acc.independent_groups(n_modules):
+        first = offsets[m * n_columns]
+        last = offsets[(m + 1) * n_columns]
+        changed = True
+        while acc.sync_block_threads_or(changed):
+            changed = False
+            for k in acc.independent_group_elements(first, last):
+                i = content[k]
+                xi = x[i]
+                yi = y[i]
+                best = cluster[i]
+                for c in range(max(xi - 1, 0), min(xi + 2, n_columns)):
+                    b = m * n_columns + c
+                    for kk in range(offsets[b], offsets[b + 1]):
+                        j = content[kk]
+                        if abs(y[j] - yi) <= 1:
+                            best = min(best, cluster[j])
+                while cluster[best] < best:  # pointer jumping: an id is the index of a digi
+                    best = cluster[best]
+                if best < acc.atomic_min(cluster, i, best):
+                    changed = True
+            acc.mem_fence("block")
+
+
+@pk.kernel
+def _first_digis(acc, order, cluster, flags, n):
+    """In module order: 1 where the digi starts its cluster (its id is its own index)."""
+    for k in acc.uniform_elements(n):
+        i = order[k]
+        flags[k] = 1 if cluster[i] == i else 0
+
+
+@pk.kernel
+def _module_bases(acc, order, module, rank, base, n, n_modules):
+    """``base[m]``: clusters started before module m's first digi (in module order)."""
+    for k in acc.uniform_elements(n):
+        m = module[order[k]]
+        if 0 <= m and m < n_modules and (k == 0 or module[order[k - 1]] != m):
+            base[m] = rank[k - 1] if k > 0 else 0
+
+
+@pk.kernel
+def _number_firsts(acc, order, module, cluster, rank, base, number, n):
+    for k in acc.uniform_elements(n):
+        i = order[k]
+        if cluster[i] == i:
+            number[i] = rank[k] - 1 - base[module[i]]
+
+
+@pk.kernel
+def _label(acc, cluster, number, out, n):
+    for i in acc.uniform_elements(n):
+        c = cluster[i]
+        out[i] = number[c] if c >= 0 else -1
+
+
+def _linear(queue: pk.Queue, n: int) -> pk.WorkDiv:
+    return pk.valid_workdiv(queue.device, max(n, 1), 1 if queue.device.kind == "gpu" else 4096)
+
+
+def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
+                  n_columns: int = N_COLUMNS) -> pk.Buffer:
+    """Enqueue the clustering of the digis ``(module, x, y)`` (int32 Buffers of one length;
+    numpy arrays on CPU backends); returns the int32 Buffer of cluster ids (see the module
+    docstring). ``n_modules`` defaults to the largest module id + 1 (read back: it waits for
+    the queue); digis with a module id >= n_modules or a column outside [0, n_columns) get -1."""
+    n = len(module)
+    if not (len(x) == len(y) == n):
+        raise ValueError(f"module, x and y must have one length, got {n}, {len(x)} and {len(y)}")
+    for name, arr in (("module", module), ("x", x), ("y", y)):
+        if np.dtype(arr.dtype) != np.int32:
+            raise TypeError(f"{name} must hold int32, got {arr.dtype}")
+    dev = queue.device
+    if n_modules is None:
+        host = np.empty(n, np.int32)
+        pk.memcpy(queue, host, module)
+        queue.wait()
+        n_modules = int(host.max()) + 1 if n else 0
+    cluster = pk.Buffer(dev, n, np.int32)
+    out = pk.Buffer(dev, n, np.int32)
+    if n == 0:
+        return out
+    n_modules = max(int(n_modules), 1)
+    wd = _linear(queue, n)
+    pk.exec(queue, wd, _start_ids, module, x, cluster, n, n_modules, n_columns)
+    keys = pk.Buffer(dev, n, np.int32)
+    pk.exec(queue, wd, _column_keys, module, x, cluster, keys, n, n_columns)
+    offsets, content = pk.tools.one_to_many(queue, keys, n_modules * n_columns)
+    threads = 1 if dev.kind == "cpu" else 256
+    pk.exec(queue, pk.make_workdiv(dev, n_modules, threads if dev.kind == "gpu" else 1), _find_clus, offsets,
+            content, x, y, cluster, n_modules, n_columns)
+    order = pk.tools.argsort(queue, module)
+    flags = pk.Buffer(dev, n, np.int32)
+    pk.exec(queue, wd, _first_digis, order, cluster, flags, n)
+    pk.tools.prefix_scan(queue, flags, flags)
+    base = pk.Buffer(dev, n_modules, np.int32)
+    pk.exec(queue, wd, _module_bases, order, module, flags, base, n, n_modules)
+    number = pk.Buffer(dev, n, np.int32)
+    pk.exec(queue, wd, _number_firsts, order, module, cluster, flags, base, number, n)
+    pk.exec(queue, wd, _label, cluster, number, out, n)
+    return out
+
+
+# ----------------------------------------------------------------------------- test data and reference
+def generate_digis(n_modules: int, clusters_per_module: int, seed: int = 1, invalid: float = 0.02):
+    """Digis of ``n_modules`` modules: clusters of 1-9 pixels (random 8-connected shapes, pixels
+    unique per module), shuffled, with a fraction ``invalid`` of digis of no module (-1)."""
+    rng = np.random.default_rng(seed)
+    mods, xs, ys = [], [], []
+    steps = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if dx or dy]
+    for m in range(n_modules):
+        used: set[tuple[int, int]] = set()
+        for _ in range(clusters_per_module):
+            px, py = int(rng.integers(1, N_COLUMNS - 1)), int(rng.integers(1, N_ROWS - 1))
+            shape = [(px, py)]
+            for _ in range(int(rng.integers(0, 9))):
+                bx, by = shape[int(rng.integers(len(shape)))]
+                dx, dy = steps[int(rng.integers(len(steps)))]
+                p = (min(max(bx + dx, 0), N_COLUMNS - 1), min(max(by + dy, 0), N_ROWS - 1))
+                if p not in shape:
+                    shape.append(p)
+            for p in shape:
+                if p not in used:
+                    used.add(p)
+                    mods.append(m)
+                    xs.append(p[0])
+                    ys.append(p[1])
+    module = np.array(mods, np.int32)
+    x, y = np.array(xs, np.int32), np.array(ys, np.int32)
+    perm = rng.permutation(len(module))
+    module, x, y = module[perm], x[perm], y[perm]
+    module[rng.random(len(module)) < invalid] = -1
+    return module, x, y
+
+
+def reference_clusters(module: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Plain connected components (a union-find over 8-neighbours per module), numbered per
+    module in the order of each cluster's first digi."""
+    n = len(module)
+    parent = np.arange(n)
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    where = {(int(module[i]), int(x[i]), int(y[i])): i for i in range(n) if module[i] >= 0}
+    for (m, cx, cy), i in where.items():
+        for dx in (-1, 0, 1):
+            for dy in (-1, 0, 1):
+                j = where.get((m, cx + dx, cy + dy))
+                if j is not None:
+                    a, b = root(i), root(j)
+                    if a != b:
+                        parent[max(a, b)] = min(a, b)
+    out = np.full(n, -1, np.int32)
+    seen: dict[int, int] = {}
+    per_module: dict[int, int] = {}
+    for i in range(n):
+        if module[i] < 0:
+            continue
+        r = root(i)
+        if r not in seen:
+            seen[r] = per_module.get(int(module[i]), 0)
+            per_module[int(module[i])] = seen[r] + 1
+        out[i] = seen[r]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("backend", nargs="?", default=pk.default_backend())
+    parser.add_argument("--modules", type=int, default=200)
+    parser.add_argument("--clusters", type=int, default=40, help="clusters per module")
+    parser.add_argument("--check", action="store_true", help="compare with the plain connected components")
+    args = parser.parse_args(argv)
+    module, x, y = generate_digis(args.modules, args.clusters)
+    q = pk.Queue(pk.device(args.backend))
+    bufs = []
+    for a in (module, x, y):
+        b = pk.Buffer(q.device, a.shape, a.dtype)
+        pk.memcpy(q, b, a)
+        bufs.append(b)
+    ids = np.empty(len(module), np.int32)
+    for rep in range(2):  # the first run compiles the kernels
+        t0 = time.perf_counter()
+        out = find_clusters(q, *bufs, n_modules=args.modules)
+        pk.memcpy(q, ids, out)
+        q.wait()
+        dt = time.perf_counter() - t0
+    n_clusters = sum(len(set(ids[module == m].tolist())) for m in range(args.modules))
+    print(f"{args.backend}: {len(module)} digis in {args.modules} modules -> {n_clusters} clusters, "
+          f"{len(module) / dt / 1e6:.2f} M digis/s")
+    if args.check:
+        want = reference_clusters(module, x, y)
+        if not np.array_equal(ids, want):
+            print(f"MISMATCH at {int(np.count_nonzero(ids != want))} digis", file=sys.stderr)
+            return 1
+        print("matches the plain connected components")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

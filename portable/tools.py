@@ -1,0 +1,310 @@
+"""CMSSW's alpakatools for alpyka: building blocks for kernels and the host calls that use them.
+
+In kernels (``@pk.device_function``s; every thread of the block must call the ones that
+synchronise):
+
+- ``block_prefix_scan(acc, src, dst, size, ws)``: inclusive scan of ``src[0:size]`` into ``dst``
+  (``dst`` may be ``src``) by the block's threads; ``ws`` is a shared workspace of at least
+  ``acc.block_threads`` elements. ``block_prefix_scan_range(acc, src, dst, first, last, ws)`` scans
+  ``[first, last)``. CMSSW's ``blockPrefixScan``.
+- ``block_sum(acc, value, ws)``: the sum of ``value`` over the block, returned to every thread:
+  warp shuffles, then the warps' sums through ``ws`` (at least one element per warp).
+- ``assoc_count(acc, offsets, key)`` and ``assoc_fill(acc, offsets, content, key, value)``: the two
+  steps of a one-to-many association (CMSSW's ``OneToManyAssoc`` / ``HistoContainer``): count
+  every key, scan ``offsets`` (``nbins + 1`` entries) inclusively, fill every ``(key, value)``;
+  afterwards ``content[offsets[b]:offsets[b + 1]]`` holds the values of key ``b``.
+
+On the host (enqueued on a queue, asynchronous like every launch):
+
+- ``prefix_scan(queue, src, dst)``: inclusive scan of any length (CMSSW's ``multiBlockPrefixScan``:
+  each block scans a segment, the segments' totals are scanned, then added).
+- ``one_to_many(queue, keys, nbins) -> (offsets, content)``: ``content[offsets[b]:offsets[b+1]]``
+  are the indices ``i`` with ``keys[i] == b``; keys outside ``[0, nbins)`` are left out. Within a
+  bin the order is unspecified on backends with concurrent threads.
+- ``argsort(queue, keys)`` (stable, int32 indices) and ``radix_sort(queue, keys)``: an LSD radix
+  sort, 8 bits per pass, of integer and float keys (floats by their IEEE order: -inf < ... < -0.0
+  < 0.0 < ... < inf; NaNs by their sign bit, after inf or before -inf).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._buffer import Buffer, reinterpret
+from ._memory import memset
+from ._queue import Queue, exec
+from ._workdiv import WorkDiv
+from .kernel import device_function, kernel
+
+__all__ = ["argsort", "assoc_count", "assoc_fill", "block_prefix_scan", "block_prefix_scan_range", "block_sum",
+           "one_to_many", "prefix_scan", "radix_sort"]
+
+
+# ----------------------------------------------------------------------------- in kernels
+@device_function
+def block_prefix_scan_range(acc, src, dst, first, last, ws):
+    """Inclusive scan of ``src[first:last]`` into ``dst[first:last]``: each thread scans a chunk,
+    the chunks' totals are scanned in ``ws`` (Hillis-Steele), then each chunk adds its base."""
+    t = acc.thread_idx
+    nt = acc.block_threads
+    size = max(last - first, 0)
+    chunk = (size + nt - 1) // nt
+    lo = first + min(t * chunk, size)
+    hi = min(lo + chunk, last)
+    s = 0
+    for i in range(lo, hi):
+        s += src[i]
+        dst[i] = s
+    ws[t] = s
+    acc.sync_block_threads()
+    off = 1
+    while off < nt:
+        v = ws[t - off] if t >= off else 0
+        acc.sync_block_threads()
+        ws[t] += v
+        acc.sync_block_threads()
+        off *= 2
+    if t > 0:
+        base = ws[t - 1]
+        for i in range(lo, hi):
+            dst[i] += base
+    acc.sync_block_threads()
+
+
+@device_function
+def block_prefix_scan(acc, src, dst, size, ws):
+    block_prefix_scan_range(acc, src, dst, 0, size, ws)
+
+
+@device_function
+def block_sum(acc, value, ws):
+    w = acc.warp_size
+    t = acc.thread_idx
+    lane = t % w
+    lanes = min(w, acc.block_threads - (t - lane))  # the block's last warp may be partial
+    v = value
+    off = w // 2
+    while off > 0:
+        other = acc.warp_shfl_down(v, off)
+        if lane + off < lanes:
+            v += other
+        off //= 2
+    if lane == 0:
+        ws[t // w] = v
+    acc.sync_block_threads()
+    total = ws[0]
+    for k in range(1, (acc.block_threads + w - 1) // w):
+        total += ws[k]
+    acc.sync_block_threads()
+    return total
+
+
+@device_function
+def assoc_count(acc, offsets, key):
+    acc.atomic_add(offsets, key, 1)
+
+
+@device_function
+def assoc_fill(acc, offsets, content, key, value):
+    w = acc.atomic_sub(offsets, key, 1)
+    content[w - 1] = value
+
+
+# ----------------------------------------------------------------------------- kernels of the host calls
+@kernel
+def _scan_segments_int(acc, src, dst, partial, n, seg):
+    ws = acc.shared_array(1024, np.int64)
+    for b in acc.independent_groups((n + seg - 1) // seg):
+        last = min((b + 1) * seg, n)
+        block_prefix_scan_range(acc, src, dst, b * seg, last, ws)
+        if acc.thread_idx == 0:
+            partial[b] = dst[last - 1]
+
+
+@kernel
+def _scan_segments_float(acc, src, dst, partial, n, seg):
+    ws = acc.shared_array(1024, np.float64)
+    for b in acc.independent_groups((n + seg - 1) // seg):
+        last = min((b + 1) * seg, n)
+        block_prefix_scan_range(acc, src, dst, b * seg, last, ws)
+        if acc.thread_idx == 0:
+            partial[b] = dst[last - 1]
+
+
+@kernel
+def _add_segment_bases(acc, dst, partial, n, seg):
+    for i in acc.uniform_elements(seg, n):
+        dst[i] += partial[i // seg - 1]
+
+
+@kernel
+def _count_keys(acc, keys, offsets, n, nbins):
+    for i in acc.uniform_elements(n):
+        k = keys[i]
+        if 0 <= k and k < nbins:
+            assoc_count(acc, offsets, k)
+
+
+@kernel
+def _fill_keys(acc, keys, offsets, content, n, nbins):
+    for i in acc.uniform_elements(n):
+        k = keys[i]
+        if 0 <= k and k < nbins:
+            assoc_fill(acc, offsets, content, k, i)
+
+
+@kernel
+def _sortable(acc, bits, out, idx, n, kind, nbits):
+    """Keys as uint64 in the order of their values: unsigned as they are, signed with the sign
+    bit flipped, floats with the sign bit flipped (positive) or every bit flipped (negative)."""
+    top = np.uint64(1) << np.uint64(nbits - 1)
+    every = (top << np.uint64(1)) - np.uint64(1) if nbits < 64 else ~np.uint64(0)
+    for i in acc.uniform_elements(n):
+        u = np.uint64(bits[i]) & every
+        if kind == 1:
+            u ^= top
+        elif kind == 2:
+            u = (u ^ every) if (u & top) != 0 else (u ^ top)
+        out[i] = u
+        idx[i] = i
+
+
+@kernel
+def _digit_counts(acc, keys, hist, n, workers, chunk, shift):
+    for w in acc.uniform_elements(workers):
+        for d in range(256):
+            hist[d * workers + w] = 0
+        for i in range(w * chunk, min((w + 1) * chunk, n)):
+            d = np.int64((keys[i] >> np.uint64(shift)) & np.uint64(255))
+            hist[d * workers + w] += 1
+
+
+@kernel
+def _scatter_digits(acc, keys, idx, hist, out_keys, out_idx, n, workers, chunk, shift):
+    """Each worker walks its chunk backwards into the slots below its (inclusive) scan: stable."""
+    for w in acc.uniform_elements(workers):
+        for i in range(min((w + 1) * chunk, n) - 1, w * chunk - 1, -1):
+            k = keys[i]
+            slot = np.int64((k >> np.uint64(shift)) & np.uint64(255)) * workers + w
+            pos = hist[slot] - 1
+            hist[slot] = pos
+            out_keys[pos] = k
+            out_idx[pos] = idx[i]
+
+
+@kernel
+def _gather(acc, src, idx, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = src[idx[i]]
+
+
+# ----------------------------------------------------------------------------- host calls
+def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
+    if not isinstance(queue, Queue):
+        raise TypeError(f"pk.tools needs a pk.Queue first, got {type(queue).__name__}")
+    n = None
+    for arr, what in arrays:
+        shape = getattr(arr, "shape", None)
+        if shape is None or len(shape) != 1:
+            raise ValueError(f"{what} must be a 1-dimensional pk.Buffer (or a numpy array on a CPU backend), "
+                             f"got {type(arr).__name__} of shape {shape}")
+        if np.dtype(arr.dtype).kind not in "uif":
+            raise TypeError(f"{what} must hold integers or floats, got {arr.dtype}")
+        if n is not None and shape[0] != n:
+            raise ValueError(f"{what} has {shape[0]} elements, the other array {n}")
+        n = shape[0]
+    assert n is not None
+    if n >= 2**31:
+        raise ValueError(f"pk.tools works on fewer than 2**31 elements, got {n}")
+    return n
+
+
+def _threads(queue: Queue, wanted: int) -> int:
+    dev = queue.device
+    return 1 if dev.kind == "cpu" else max(1, min(wanted, dev.limits.max_threads_per_block, 1024))
+
+
+def _linear(queue: Queue, n: int, per_thread: int = 1) -> WorkDiv:
+    """A 1D work division covering ``n`` elements: GPU-style 256-thread blocks, or CPU chunks."""
+    t = _threads(queue, 256)
+    if t == 1:
+        e = max(1, min(-(-n // 64), 1 << 16))
+        return WorkDiv(max(1, -(-n // e)), 1, e)
+    return WorkDiv(max(1, min(-(-n // (t * per_thread)), 65535)), t, 1)
+
+
+def prefix_scan(queue: Queue, src: Any, dst: Any) -> None:
+    """Enqueue the inclusive scan of ``src`` into ``dst`` (same length; ``dst`` may be ``src``)."""
+    n = _check_1d(queue, (src, "src"), (dst, "dst"))
+    if n == 0:
+        return
+    threads = _threads(queue, 256)
+    seg = threads * 8 if threads > 1 else 1 << 14
+    blocks = -(-n // seg)
+    partial = Buffer(queue.device, blocks, dst.dtype)
+    scan = _scan_segments_float if np.dtype(dst.dtype).kind == "f" else _scan_segments_int
+    exec(queue, WorkDiv(min(blocks, 65535), threads, 1), scan, src, dst, partial, n, seg)
+    if blocks > 1:
+        prefix_scan(queue, partial, partial)
+        exec(queue, _linear(queue, n - seg), _add_segment_bases, dst, partial, n, seg)
+
+
+def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
+    """Enqueue the association of each bin ``b`` in ``[0, nbins)`` with the indices of its keys:
+    ``(offsets, content)``, int32 Buffers of ``nbins + 1`` and ``len(keys)`` elements."""
+    n = _check_1d(queue, (keys, "keys"))
+    if np.dtype(keys.dtype).kind == "f":
+        raise TypeError(f"keys must be integers (bin numbers), got {keys.dtype}")
+    if not isinstance(nbins, (int, np.integer)) or isinstance(nbins, bool) or not 0 < nbins < 2**31 - 1:
+        raise ValueError(f"nbins must be a positive int below 2**31 - 1, got {nbins!r}")
+    dev = queue.device
+    offsets = Buffer(dev, int(nbins) + 1, np.int32)
+    content = Buffer(dev, n, np.int32)
+    memset(queue, offsets, 0)
+    memset(queue, content, 0xFF)  # -1 past offsets[nbins] when keys were left out
+    if n:
+        exec(queue, _linear(queue, n), _count_keys, keys, offsets, n, int(nbins))
+        prefix_scan(queue, offsets, offsets)
+        exec(queue, _linear(queue, n), _fill_keys, keys, offsets, content, n, int(nbins))
+    return offsets, content
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def argsort(queue: Queue, keys: Any) -> Buffer:
+    """Enqueue a stable sort of ``keys``' indices by key: an int32 Buffer."""
+    n = _check_1d(queue, (keys, "keys"))
+    dt = np.dtype(keys.dtype)
+    dev = queue.device
+    idx = Buffer(dev, n, np.int32)
+    if n == 0:
+        return idx
+    kind = {"u": 0, "i": 1, "f": 2}[dt.kind]
+    bits = reinterpret(keys, _UNSIGNED[dt.itemsize]) if kind == 2 else keys
+    cur, other = Buffer(dev, n, np.uint64), Buffer(dev, n, np.uint64)
+    idx2 = Buffer(dev, n, np.int32)
+    exec(queue, _linear(queue, n), _sortable, bits, cur, idx, n, kind, dt.itemsize * 8)
+    threads = _threads(queue, 256)
+    workers = max(1, min(-(-n // 256), 4096)) if threads > 1 else max(1, min(-(-n // 65536), 64))
+    chunk = -(-n // workers)
+    hist = Buffer(dev, 256 * workers, np.int32)
+    wd = WorkDiv(-(-workers // threads), threads, 1)
+    for p in range(dt.itemsize):
+        exec(queue, wd, _digit_counts, cur, hist, n, workers, chunk, 8 * p)
+        prefix_scan(queue, hist, hist)
+        exec(queue, wd, _scatter_digits, cur, idx, hist, other, idx2, n, workers, chunk, 8 * p)
+        cur, other, idx, idx2 = other, cur, idx2, idx
+    return idx
+
+
+def radix_sort(queue: Queue, keys: Any) -> Buffer:
+    """Enqueue sorting ``keys`` (integers or floats): a new Buffer of the sorted values."""
+    n = _check_1d(queue, (keys, "keys"))
+    order = argsort(queue, keys)
+    out = Buffer(queue.device, n, keys.dtype)
+    if n:
+        exec(queue, _linear(queue, n), _gather, keys, order, out, n)
+    return out

@@ -1,0 +1,71 @@
+"""The port of CMSSW's pixel clusterizer (examples/pixel_clustering.py) on every backend, against a
+plain connected-components reference."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import portable as pk
+
+_PATH = Path(__file__).resolve().parents[2] / "examples" / "pixel_clustering.py"
+_spec = importlib.util.spec_from_file_location("pixel_clustering", _PATH)
+pc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pc)
+
+
+def _upload(q, a):
+    b = pk.Buffer(q.device, a.shape, a.dtype)
+    pk.memcpy(q, b, a)
+    return b
+
+
+def _clusters(queue, module, x, y, **kw):
+    out = pc.find_clusters(queue, *(_upload(queue, a) for a in (module, x, y)), **kw)
+    got = np.empty(len(module), np.int32)
+    pk.memcpy(queue, got, out)
+    queue.wait()
+    return got
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_matches_connected_components(queue, seed):
+    module, x, y = pc.generate_digis(n_modules=9, clusters_per_module=30, seed=seed)
+    assert (module < 0).any() and (module >= 0).sum() > 500
+    np.testing.assert_array_equal(_clusters(queue, module, x, y, n_modules=9), pc.reference_clusters(module, x, y))
+
+
+def test_touching_shapes_and_long_chains(queue):
+    """A snake across the module (ids must travel far), an L, a diagonal, lone pixels, and a digi
+    of a module past n_modules; two modules with identical pixels stay apart."""
+    pix = [(c, 5 + (c % 2)) for c in range(0, 300)]            # a 300-column zigzag: one cluster
+    pix += [(10, 40), (10, 41), (10, 42), (11, 42), (12, 42)]  # an L
+    pix += [(50 + k, 80 + k) for k in range(6)]                # a diagonal
+    pix += [(200, 100), (202, 100), (200, 102)]                # three singles (gaps of one)
+    mx = np.array([p[0] for p in pix], np.int32)
+    my = np.array([p[1] for p in pix], np.int32)
+    module = np.concatenate([np.zeros(len(pix), np.int32), np.ones(len(pix), np.int32), [-1, 7]]).astype(np.int32)
+    x = np.concatenate([mx, mx, [1, 1]]).astype(np.int32)
+    y = np.concatenate([my, my, [1, 1]]).astype(np.int32)
+    perm = np.random.default_rng(3).permutation(len(module))
+    module, x, y = module[perm], x[perm], y[perm]
+    got = _clusters(queue, module, x, y, n_modules=2)
+    want = pc.reference_clusters(np.where(module < 2, module, -1), x, y)
+    np.testing.assert_array_equal(got, want)
+    assert got[module == 0].max() == 5 and got[module == 7][0] == -1
+
+
+def test_n_modules_read_back_and_empty_input(queue):
+    module, x, y = pc.generate_digis(n_modules=3, clusters_per_module=5, seed=4)
+    np.testing.assert_array_equal(_clusters(queue, module, x, y), pc.reference_clusters(module, x, y))
+    empty = np.zeros(0, np.int32)
+    assert _clusters(queue, empty, empty, empty).size == 0
+
+
+def test_bad_input_is_refused(queue):
+    a = _upload(queue, np.zeros(4, np.int32))
+    with pytest.raises(TypeError, match="int32"):
+        pc.find_clusters(queue, a, a, _upload(queue, np.zeros(4, np.int64)))
+    with pytest.raises(ValueError, match="one length"):
+        pc.find_clusters(queue, a, a, _upload(queue, np.zeros(3, np.int32)))
