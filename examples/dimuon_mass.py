@@ -62,26 +62,18 @@ def branches(prefix: str) -> dict[str, str]:
 
 @pk.kernel
 def pair_masses(acc, mu, offsets, pair_off, out, n_events):
-    """Invariant mass of every pair (i < j) of every event: blocks take events, threads take the
-    event's n*n (i, j) candidates; pair (i, j) lands in its ``ak.combinations`` slot."""
+    """Invariant mass of every muon pair of every event: blocks take events, the block's threads
+    take the event's pairs; pair k of event e lands in its ``ak.combinations`` slot."""
     for e in acc.independent_groups(n_events):
-        first = offsets[e]
-        n = offsets[e + 1] - first
-        base = pair_off[e]
-        for k in acc.independent_group_elements(n * n):
-            i = k // n
-            j = k % n
-            if i < j:
-                a = first + i
-                b = first + j
-                E = mu.E[a] + mu.E[b]
-                px = mu.px[a] + mu.px[b]
-                py = mu.py[a] + mu.py[b]
-                pz = mu.pz[a] + mu.pz[b]
-                m2 = E * E - px * px - py * py - pz * pz
-                p = base + i * n - i * (i + 1) // 2 + (j - i - 1)
-                out.mass[p] = math.sqrt(m2) if m2 > 0 else 0.0
-                out.opposite[p] = 1 if mu.charge[a] * mu.charge[b] < 0 else 0
+        for k, a, b in acc.pairs(offsets[e], offsets[e + 1]):
+            p = pair_off[e] + k
+            E = mu.E[a] + mu.E[b]
+            px = mu.px[a] + mu.px[b]
+            py = mu.py[a] + mu.py[b]
+            pz = mu.pz[a] + mu.pz[b]
+            m2 = E * E - px * px - py * py - pz * pz
+            out.mass[p] = math.sqrt(m2) if m2 > 0 else 0.0
+            out.opposite[p] = 1 if mu.charge[a] * mu.charge[b] < 0 else 0
 
 
 @pk.kernel

@@ -27,7 +27,7 @@ _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
 ACC_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements",
                "global_thread_idx", "grid_threads", "warp_size")
 ACC_LOOPS = ("uniform_elements", "uniform_elements_nd", "uniform_groups", "uniform_group_elements",
-             "independent_groups", "independent_group_elements")
+             "independent_groups", "independent_group_elements", "pairs")
 ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")

@@ -7,9 +7,9 @@ import ast
 from typing import Any
 
 from . import ir
-from ._expressions import binop, cast, imin
+from ._expressions import binop, cast, compare, imin
 from ._values import LoopVal, RangeVal, TupleVal
-from .types import INDEX, variable_type
+from .types import FLOAT64, INDEX, variable_type
 
 
 class LoopBuilder:
@@ -95,6 +95,8 @@ class LoopBuilder:
                                        line=line)]
             return [a for a, _ in tmps] + body
         d = self.loop_dim(lv, s)
+        if lv.kind == "pairs":
+            return self.pairs_loop(lv, s, d)
         e = I("thread_elements", d)
         bt = I("block_threads", d)
         local_var = None
@@ -140,6 +142,54 @@ class LoopBuilder:
         body = self.block(s.body)
         self.loops.pop()
         return pre + [ir.StridedLoop(lv.kind, var, d, start, stop, stride, chunk, body, local_var, group_base,
+                                     line=line)]
+
+    def pairs_loop(self, lv: LoopVal, s: ast.For, d: int) -> list[ir.Stmt]:
+        """``for k, a, b in acc.pairs(first, last)``: the block's threads share the pairs ``a < b``
+        of rows ``[first, last)``; ``k`` is the pair's rank in ``ak.combinations`` order (so an
+        event's pairs land at ``pair_offsets[e] + k``). Lowered to independent_group_elements
+        over ``k`` with ``(a, b)`` unranked from ``k``: a float estimate of the row, corrected
+        in integers."""
+        line = self.line(s)
+        if len(lv.args) != 2:
+            raise self.error(s, "acc.pairs(first, last) takes the first and the end row of the event")
+        first, last = self.ints(lv.args, s, "acc.pairs")
+        target = s.target
+        if not (isinstance(target, ast.Tuple) and len(target.elts) in (2, 3)):
+            raise self.error(s, "unpack acc.pairs(first, last) into (a, b) or (k, a, b)")
+        names = list(target.elts)
+        k = self.loop_var(names[0], s) if len(names) == 3 else self.tmp_index(ir.Const(0, INDEX), "pair")[1]
+        a, b = (self.loop_var(t, s) for t in names[-2:])
+        pre = []
+        set_first, f = self.tmp_index(first, "pair_first")
+        set_n, n = self.tmp_index(binop("-", last, f), "pair_rows")
+        pre += [set_first, set_n]
+        i = self.tmp_index(ir.Const(0, INDEX), "pair_row")[1]
+        one, two = ir.Const(1, INDEX), ir.Const(2, INDEX)
+
+        def row_start(r: ir.Expr) -> ir.Expr:  # pairs before row r: r*n - r*(r+1)/2
+            return binop("-", binop("*", r, n), binop("//", binop("*", r, binop("+", r, one)), two))
+
+        c = binop("-", binop("*", two, n), one)  # 2n - 1
+        disc = binop("-", binop("*", c, c), binop("*", ir.Const(8, INDEX), k))
+        est = binop("//", binop("-", cast(c, FLOAT64), ir.MathCall("sqrt", [cast(disc, FLOAT64)], FLOAT64)),
+                    ir.Const(2.0, FLOAT64))
+        nxt = binop("+", i, one)
+        unrank = [
+            ir.Assign(i, cast(est, INDEX), line),
+            ir.While(compare("<=", row_start(nxt), k), [ir.Assign(i, nxt, line)], line),
+            ir.While(compare(">", row_start(i), k), [ir.Assign(i, binop("-", i, one), line)], line),
+            ir.Assign(a, binop("+", f, i), line),
+            ir.Assign(b, binop("+", binop("+", f, binop("-", k, row_start(i))), nxt), line),
+        ]
+        self.loops.append("strided")
+        body = self.block(s.body)
+        self.loops.pop()
+        count = binop("//", binop("*", n, binop("-", n, one)), two)
+        e = ir.Index("thread_elements", d)
+        start = binop("*", ir.Index("thread_idx", d), e)
+        stride = binop("*", ir.Index("block_threads", d), e)
+        return pre + [ir.StridedLoop("independent_group_elements", k, d, start, count, stride, e, unrank + body,
                                      line=line)]
 
     def tmp_index(self, e: ir.Expr, what: str) -> tuple[ir.Stmt, ir.Expr]:
