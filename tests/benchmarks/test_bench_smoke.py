@@ -110,8 +110,8 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- the other scripts
 # (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 cores
-_SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_inference", "inference", ("torch",), 180),
-            ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
+_SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_clustering", "clustering", (), 240),
+            ("bench_inference", "inference", ("torch",), 180), ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
 
 
 def _numbers(value: object) -> list[float]:

@@ -45,3 +45,20 @@ def test_the_pages_python_runs_as_written(page, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=600)
     assert done.returncode == 0, f"{page.name} does not run as written:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+
+
+def _lines(code: str) -> int:
+    return sum(1 for line in code.splitlines() if line.strip())
+
+
+def test_the_stated_line_counts_of_the_dimuon_comparison():
+    """docs/data.md compares one analysis written with alpyka and with awkward + numba: the
+    figures it states are the blocks' own, and alpyka stays within 1.5x."""
+    page = ROOT / "docs" / "data.md"
+    found = {name: _lines(b) for b in blocks(page) for name in ("dimuon_mass", "dimuon_mass_numba")
+             if f"def {name}(" in b}
+    stated = re.search(r"alpyka (\d+), awkward \+ numba (\d+) \(([\d.]+)x\)", " ".join(page.read_text().split()))
+    assert stated, "docs/data.md no longer states the line counts"
+    alpyka, numba = found["dimuon_mass"], found["dimuon_mass_numba"]
+    assert (int(stated[1]), int(stated[2]), float(stated[3])) == (alpyka, numba, round(alpyka / numba, 1))
+    assert alpyka <= 1.5 * numba
