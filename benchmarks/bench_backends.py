@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import (make_parser, measure, parse_args, progress, pyplot, ratio,  # noqa: E402
-                                result_document, save_figure, write_json)
+from benchmarks._common import (backends as selected_backends, make_parser, measure, parse_args,  # noqa: E402
+                                progress, pyplot, ratio, result_document, save_figure, write_json)
 
 import portable as pk  # noqa: E402
 from portable._backend import Backend  # noqa: E402
@@ -44,7 +44,7 @@ def scale(acc, out, x, a, n):
 
 
 def _launchable() -> list[str]:
-    return [b for b in pk.available_backends() if type(pk.get_backend(b)).launch is not Backend.launch]
+    return [b for b in selected_backends() if type(pk.get_backend(b)).launch is not Backend.launch]
 
 
 def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repeats: int) -> float:

@@ -152,10 +152,9 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
     out: dict = {"sizes": list(sizes), "us": {}, "min_us": {}, "errors": {}}
     pipe = 50
     queues = {}
-    for be in ("cpu_serial", "cpu_threads", "opencl"):
-        if be in pk.available_backends():
-            dev = pk.device(be)
-            queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
+    for be in common.backends(("cpu_serial", "cpu_threads", "opencl")):
+        dev = pk.device(be)
+        queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
     for n in sizes:
         x = rng.standard_normal(n).astype(np.float32)
         y = rng.standard_normal(n).astype(np.float32)
