@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                                           alpyka_over_raw_args_once=ratio(lr.get("alpyka pk.exec"), once))
     for r in rows:
         if r["section"] == "stream" and "kernel_GBps" in r:
-            summary[f"{r['backend']} stream ({r['division']})"] = {"kernel_GBps": r["kernel_GBps"], "copy_GBps": r["copy_GBps"],
-                                                 "kernel_vs_copy": r["kernel_vs_copy"]}
+            summary[f"{r['backend']} stream ({r['division']})"] = {
+                "kernel_GBps": r["kernel_GBps"], "copy_GBps": r["copy_GBps"], "kernel_vs_copy": r["kernel_vs_copy"]}
         if r["section"] == "transfer" and "h2d_GBps" in r:
             summary[f"{r['backend']} {r['host']} copies"] = {"h2d_GBps": r["h2d_GBps"], "d2h_GBps": r["d2h_GBps"]}
     names = ", ".join(f"{b}: {pk.device(b).name}" for b in backends)

@@ -8,7 +8,8 @@ import pytest
 
 import portable as pk
 import soa
-from backends._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error, nvrtc_available, nvrtc_compile
+from backends._c_build import (CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error,
+                               nvrtc_available, nvrtc_compile)
 from backends._c_emit import emit
 
 import test_multithread_blocks as mt  # noqa: E402 - pytest puts this directory on sys.path
@@ -136,7 +137,8 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
     seen = []
     real = build.nvrtc_compile
-    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=(): seen.append((src.dialect, options)) or real(src, arch, options))
+    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=():
+                        seen.append((src.dialect, options)) or real(src, arch, options))
 
     @pk.kernel
     def fresh(acc, out, n):

@@ -116,7 +116,8 @@ def test_unsafe_cast_refused(queue):
     with pytest.raises(ValueError, match=r"column 'charge'.*not a whole number"):
         pk.from_awkward(Muons, bad, queue, fields=MAP)
     with pytest.raises(TypeError, match=r"column 'pt'.*cannot cast float64 to float32"):
-        pk.from_awkward(Muons, ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
+        pk.from_awkward(Muons,
+                        ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
                         queue, fields=MAP, casting="safe")
 
 

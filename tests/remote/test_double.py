@@ -16,7 +16,7 @@ from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, Remo
                               ServerUnavailable)
 from inference.serve import free_port
 
-from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+from .conftest import Preds, hits_matrix, make_hits, make_out, metadata, out_matrix
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "pseudo_async"])
