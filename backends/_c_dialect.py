@@ -48,7 +48,10 @@ typedef unsigned long long u64; typedef float f32; typedef double f64;
 static __device__ __forceinline__ f64 alpyka_atomic_add_f64(f64* p, f64 v) {  /* no native f64 add below sm_60 */
     unsigned long long* w = (unsigned long long*)p;
     unsigned long long old = *w, seen;
-    do { seen = old; old = atomicCAS(w, seen, (unsigned long long)__double_as_longlong(__longlong_as_double((long long)seen) + v)); } while (old != seen);
+    do {
+        seen = old;
+        old = atomicCAS(w, seen, (unsigned long long)__double_as_longlong(__longlong_as_double((long long)seen) + v));
+    } while (old != seen);
     return __longlong_as_double((long long)old);
 }
 #else

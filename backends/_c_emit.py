@@ -42,7 +42,8 @@ class CSource:
     text: str
     entry: str
     dialect: str
-    args: list[tuple[str, Any]]  # ("param", ir.Param) | ("elements", d) | ("dyn_bytes", None) | ("dyn_local", None) | ("err", None)
+    #: ("param", ir.Param) | ("elements", d) | ("dyn_bytes", None) | ("dyn_local", None) | ("err", None)
+    args: list[tuple[str, Any]]
     line_map: dict[int, int] = field(default_factory=dict)  # C line (1-based) -> kernel source line
     source_file: str = ""
     check_messages: list[str] = field(default_factory=list)  # range-check messages by id - 1

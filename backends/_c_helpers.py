@@ -115,7 +115,8 @@ class Helpers:
             report = "atomic_cmpxchg((volatile __global i32*)err, 0, id)"
         else:
             report = "atomicCAS((int*)err, 0, id)"
-        return self._add("alpyka_chk", f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {d.space('buffer')}i32* err) {{
+        err = f"{d.space('buffer')}i32* err"
+        return self._add("alpyka_chk", f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {err}) {{
     if (i >= 0 && i < n) return i;
     (void){report};
     return 0;
@@ -219,7 +220,8 @@ class Helpers:
         if op == "sub" and t.is_integer:
             add = d.native_atomic("add", t, space)
             if add is not None:
-                return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ v = ({c})(0 - v); return ({c}){add}; }}\n")
+                body = f"v = ({c})(0 - v); return ({c}){add};"
+                return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {body} }}\n")
         new = {
             "add": "cur + v", "sub": "cur - v", "exch": "v",
             "min": "(v < cur) ? v : cur", "max": "(v > cur) ? v : cur",

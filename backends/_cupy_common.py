@@ -258,7 +258,8 @@ class CupyBackend(Backend):
         stream = impl.stream
         if impl.blocking or not (_pageable(dst) or _pageable(src)):
             d, s = _address(dst), _address(src)
-            impl.submit(lambda: memcpy(d, s, n, _MEMCPY_DEFAULT, stream.ptr), dst.owner, src.owner, dst.handle, src.handle)
+            impl.submit(lambda: memcpy(d, s, n, _MEMCPY_DEFAULT, stream.ptr),
+                        dst.owner, src.owner, dst.handle, src.handle)
             return
         # pageable host memory: a direct copy would return only once complete (blocking the
         # caller and the queue's lock); stage through pinned memory, in queue order

@@ -68,7 +68,7 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
     for i, kind in enumerate(kinds):
         if kind in ("view", "buffer"):
             pre += [f"d = a{i}.device",
-                    f"if d is not None and d.memory_space != 'host':",
+                    "if d is not None and d.memory_space != 'host':",
                     f"    _not_host(args, {i}, d)"]
     fields = {}  # view fields, read from the view's array cache (its __getattr__ is slow)
     for p in params:

@@ -106,7 +106,7 @@ class _FunctionEmitter:
             return f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
         if isinstance(e, ir.BinOp):
             r = f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
-            if e.op in ("**", "<<", ">>") and not e.type.name in ("int64", "float64"):
+            if e.op in ("**", "<<", ">>") and e.type.name not in ("int64", "float64"):
                 r = f"np.{e.type.name}{r}"
             return r
         if isinstance(e, ir.Compare):
@@ -357,7 +357,7 @@ class _ModuleEmitter:
         fe.block(s.body, 3)
         fe.loops.pop()
         fe.emit("_w += _stride", 2)
-        return (f"@_jit\ndef launch(block_lo, block_hi, gb0, te0, dynamic_shared_bytes"
+        return ("@_jit\ndef launch(block_lo, block_hi, gb0, te0, dynamic_shared_bytes"
                 + "".join(f", {p}" for p in pnames) + "):\n" + "\n".join(fe.lines) + "\n")
 
 

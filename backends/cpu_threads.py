@@ -251,7 +251,9 @@ class _Pool:
         if not self.calibrate_lock.acquire(False):
             return
         try:
-            noop = (lambda lo, hi: None)
+            def noop(lo: int, hi: int) -> None:
+                return None
+
             times = []
             for _ in range(rounds):
                 if self.inflight or self.calibrated:

@@ -47,6 +47,22 @@ from backends._host import cpu_name  # noqa: E402 - the CPU's model name, as `al
 T = TypeVar("T")
 
 # ----------------------------------------------------------------------------- command line
+#: comma-separated alpyka backends a benchmark may measure (unset or empty: every available one);
+#: the test suite's benchmark smoke runs pass their --backends selection through it
+BACKENDS_ENV = "ALPYKA_BACKENDS"
+
+
+def backends(candidates: Iterable[str] | None = None) -> list[str]:
+    """The available alpyka backends among ``candidates`` (every available one when None), in
+    that order, less those that ``$ALPYKA_BACKENDS`` leaves out."""
+    import portable as pk
+
+    available = pk.available_backends()
+    chosen = {n.strip() for n in os.environ.get(BACKENDS_ENV, "").split(",") if n.strip()}
+    return [b for b in (available if candidates is None else candidates)
+            if b in available and (not chosen or b in chosen)]
+
+
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:

@@ -421,7 +421,7 @@ class ModelVariants:
             cout = pk.PortableCollection(Out, bound.batch, q)
             q.wait()
             view = cin.view()
-            for n, t in inputs.items():
+            for n in inputs:
                 values = bound.feeds[n]
                 if per_candidate:
                     values = values.reshape(rows, -1)

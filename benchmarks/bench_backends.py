@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import (make_parser, measure, parse_args, progress, pyplot, ratio,  # noqa: E402
-                                result_document, save_figure, write_json)
+from benchmarks._common import (backends as selected_backends, make_parser, measure, parse_args,  # noqa: E402
+                                progress, pyplot, ratio, result_document, save_figure, write_json)
 
 import portable as pk  # noqa: E402
 from portable._backend import Backend  # noqa: E402
@@ -44,7 +44,7 @@ def scale(acc, out, x, a, n):
 
 
 def _launchable() -> list[str]:
-    return [b for b in pk.available_backends() if type(pk.get_backend(b)).launch is not Backend.launch]
+    return [b for b in selected_backends() if type(pk.get_backend(b)).launch is not Backend.launch]
 
 
 def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repeats: int) -> float:
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                                           alpyka_over_raw_args_once=ratio(lr.get("alpyka pk.exec"), once))
     for r in rows:
         if r["section"] == "stream" and "kernel_GBps" in r:
-            summary[f"{r['backend']} stream ({r['division']})"] = {"kernel_GBps": r["kernel_GBps"], "copy_GBps": r["copy_GBps"],
-                                                 "kernel_vs_copy": r["kernel_vs_copy"]}
+            summary[f"{r['backend']} stream ({r['division']})"] = {
+                "kernel_GBps": r["kernel_GBps"], "copy_GBps": r["copy_GBps"], "kernel_vs_copy": r["kernel_vs_copy"]}
         if r["section"] == "transfer" and "h2d_GBps" in r:
             summary[f"{r['backend']} {r['host']} copies"] = {"h2d_GBps": r["h2d_GBps"], "d2h_GBps": r["d2h_GBps"]}
     names = ", ".join(f"{b}: {pk.device(b).name}" for b in backends)

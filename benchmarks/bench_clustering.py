@@ -11,7 +11,6 @@ digis in host memory). Measured side by side, interleaved, in one run.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -74,9 +73,7 @@ def numba_clusters(module, x, y, n_columns, n_rows):  # pragma: no cover - compi
 
 
 def _backends(smoke: bool) -> list[str]:
-    chosen = os.environ.get("ALPYKA_BACKENDS")
-    names = chosen.split(",") if chosen else list(pk.backends())
-    names = [b for b in names if b in pk.available_backends()]
+    names = common.backends()  # the available ones that $ALPYKA_BACKENDS leaves in
     return names[:1] if smoke else names
 
 

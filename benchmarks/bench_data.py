@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     path = skhep_testdata.data_path("uproot-HZZ.root")
     branches = dm.branches("Muon")
     repeats = 2 if args.smoke else 5 if args.quick else 15
-    backends = [b for b in ("cpu_serial", "cpu_threads", "opencl") if b in pk.available_backends()]
+    backends = common.backends(("cpu_serial", "cpu_threads", "opencl"))
     if args.smoke:
         backends = backends[:1]
 

@@ -283,13 +283,17 @@ def plot(result: dict, path: Path) -> None:
     ax = axes[0]
     ax.loglog(ns, [r["zero_copy_us"] for r in conv], "o-", label="zero-copy block tensor")
     ax.loglog(ns, [r["copy_us"] for r in conv], "s-", label="copy path (gather columns)")
-    ax.set_xlabel("n (elements)"); ax.set_ylabel("µs per conversion"); ax.set_title("SoA block -> tensor")
-    ax.legend(); ax.grid(True, which="both", alpha=0.3)
+    ax.set_xlabel("n (elements)")
+    ax.set_ylabel("µs per conversion")
+    ax.set_title("SoA block -> tensor")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
     fo = result["forward_overhead"]
     ax = axes[1]
     names = ["bare", "bare_strided", "forward", "forward_nonblocking"]
     ax.bar(names, [fo[f"{k}_us"] for k in names], color=["grey", "silver", "C0", "C1"])
-    ax.set_ylabel("µs per call"); ax.set_title(f"forward overhead, batch {fo['batch']}: {fo['overhead_pct']:+.1f}%")
+    ax.set_ylabel("µs per call")
+    ax.set_title(f"forward overhead, batch {fo['batch']}: {fo['overhead_pct']:+.1f}%")
     ax.tick_params(axis="x", rotation=20)
     pipe = result["pipeline"]["rows"]
     ax = axes[2]
@@ -297,8 +301,11 @@ def plot(result: dict, path: Path) -> None:
     xs = np.arange(len(pipe))
     for i, k in enumerate(("alpyka", "naive", "onnxruntime")):
         ax.bar(xs + (i - 1) * width, [r[f"{k}_us"] for r in pipe], width, label=k)
-    ax.set_xticks(xs, [f"n={r['n']}" for r in pipe]); ax.set_yscale("log")
-    ax.set_ylabel("µs per kernel->model->kernel step"); ax.set_title("pipeline step"); ax.legend()
+    ax.set_xticks(xs, [f"n={r['n']}" for r in pipe])
+    ax.set_yscale("log")
+    ax.set_ylabel("µs per kernel->model->kernel step")
+    ax.set_title("pipeline step")
+    ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -328,12 +335,14 @@ def main(argv: list[str] | None = None) -> int:
              for r in result["pipeline"]["rows"]]
     summary = {
         "block -> tensor, copy / zero-copy": {f"n={r['n']}": r["copy_over_zero_copy"] for r in result["conversion"]},
-        f"forward overhead at batch {fo['batch']}": {"percent": fo["overhead_pct"], "us": fo["overhead_us"],
-                                                     "percent, median of per-block ratios": fo["overhead_pct_block_median"],
-                                                     "floor (bare model(tensor)) us": fo["paired_bare_us"],
-                                                     "alpyka Model.forward us": fo["paired_forward_us"]},
+        f"forward overhead at batch {fo['batch']}": {
+            "percent": fo["overhead_pct"], "us": fo["overhead_us"],
+            "percent, median of per-block ratios": fo["overhead_pct_block_median"],
+            "floor (bare model(tensor)) us": fo["paired_bare_us"],
+            "alpyka Model.forward us": fo["paired_forward_us"]},
         "SoAMetadata + tensor per block (us) vs floor (raw as_strided)": {
-            f"n={r['n']}": {"alpyka": r["metadata_tensor_us"], "floor": r["raw_view_us"]} for r in result["conversion"]},
+            f"n={r['n']}": {"alpyka": r["metadata_tensor_us"], "floor": r["raw_view_us"]}
+            for r in result["conversion"]},
         "naive route / alpyka": {f"n={r['n']}": r["naive_over_alpyka"] for r in result["pipeline"]["rows"]},
         "onnxruntime / alpyka": {f"n={r['n']}": r["onnxruntime_over_alpyka"] for r in result["pipeline"]["rows"]},
     }
@@ -348,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forward at batch {fo['batch']}: {fo['forward_us']:.1f} us vs bare {fo['bare_us']:.1f} us "
           f"({fo['overhead_pct']:+.1f}%, {fo['overhead_us']:+.1f} us); bare on the strided block "
           f"{fo['bare_strided_us']:.1f} us; non-blocking queue + wait {fo['forward_nonblocking_us']:.1f} us")
-    print(f"forward vs bare (floor), alternating blocks: {fo['paired_forward_us']:.1f} vs {fo['paired_bare_us']:.1f} us, "
+    print(f"forward vs bare (floor), alternating blocks: {fo['paired_forward_us']:.1f} vs "
+          f"{fo['paired_bare_us']:.1f} us, "
           f"median of per-block ratios {fo['overhead_pct_block_median']:+.1f}%")
     for r in result["pipeline"]["rows"]:
         print(f"pipeline n={r['n']}: alpyka {r['alpyka_us']:.1f} us, naive {r['naive_us']:.1f} us "

@@ -56,7 +56,7 @@ def saxpy_soa(acc, out, inp, a, n):
 def compute_heavy(acc, out, inp, n):
     for i in acc.uniform_elements(n):
         v = inp.x[i]
-        for k in range(12):
+        for k in range(12):  # noqa: B007 - a kernel body: the loop only repeats the work
             v = math.sin(v) * np.float32(0.9) + math.cos(v) * np.float32(0.3) + math.sqrt(abs(v) + np.float32(1))
         out.x[i] = v
 
@@ -80,7 +80,7 @@ def nb_saxpy_prange(out, x, y, a):
 
 
 def _heavy_body(v):
-    for k in range(12):
+    for _ in range(12):
         v = math.sin(v) * np.float32(0.9) + math.cos(v) * np.float32(0.3) + math.sqrt(abs(v) + np.float32(1))
     return v
 
@@ -152,10 +152,9 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
     out: dict = {"sizes": list(sizes), "us": {}, "min_us": {}, "errors": {}}
     pipe = 50
     queues = {}
-    for be in ("cpu_serial", "cpu_threads", "opencl"):
-        if be in pk.available_backends():
-            dev = pk.device(be)
-            queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
+    for be in common.backends(("cpu_serial", "cpu_threads", "opencl")):
+        dev = pk.device(be)
+        queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
     for n in sizes:
         x = rng.standard_normal(n).astype(np.float32)
         y = rng.standard_normal(n).astype(np.float32)
@@ -169,7 +168,8 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
                 bufs = [pk.Buffer(dev, (n,), np.float32) for _ in range(3)]
                 pk.memcpy(qb, bufs[1], x)
                 pk.memcpy(qb, bufs[2], y)
-                fns["alpyka_opencl_blocking"] = (lambda qb=qb, wd=wd, b=bufs: pk.exec(qb, wd, axpy, b[0], b[1], b[2], a, n))
+                fns["alpyka_opencl_blocking"] = (
+                    lambda qb=qb, wd=wd, b=bufs: pk.exec(qb, wd, axpy, b[0], b[1], b[2], a, n))
 
                 def got(b=bufs, qb=qb):
                     h = np.zeros(n, np.float32)
@@ -297,7 +297,8 @@ def pyopencl_launch() -> dict:
         plat = [p for p in cl.get_platforms() if p.get_devices()]
         ctx = cl.Context([plat[0].get_devices()[0]])
         q = cl.CommandQueue(ctx)
-        prg = cl.Program(ctx, "__kernel void tiny(__global float* o, float v) { if (get_global_id(0) == 0) o[0] = v; }").build()
+        prg = cl.Program(ctx, "__kernel void tiny(__global float* o, float v) "
+                              "{ if (get_global_id(0) == 0) o[0] = v; }").build()
         buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
         knl = prg.tiny
         v = np.float32(1.5)
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     fns["numba_prange"] = lambda: nb_heavy_prange(oh, xhs)
     ref = None
     diff = 0.0
-    for name, fn in fns.items():
+    for fn in fns.values():
         vh_out.x[:] = 0
         fn()
         got = np.array(vh_out.x)

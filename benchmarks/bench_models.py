@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = common.result_document(
         "models", device=f"cpu ({common.machine_info()['cpu']}), torch threads={args.threads}",
         quick=bool(args.quick), results=rows, summary=summary,
-        mode=run_mode, threads={"torch_intra_op": torch.get_num_threads(), "torch_inter_op": torch.get_num_interop_threads(),
+        mode=run_mode, threads={"torch_intra_op": torch.get_num_threads(),
+                                "torch_inter_op": torch.get_num_interop_threads(),
                                 "onnxruntime_intra_op": args.threads, "omp": args.threads},
         batch_sizes=list(batches), timing=timing,
         timing_largest_quick_batch=last_quick if run_mode == "quick" else None,
@@ -238,7 +239,8 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                 entry["best peer"] = best_peer
                 entry["alpyka best / best peer"] = ours[best_ours] / peers[best_peer]
                 entry["alpyka best / best peer (paired)"] = pairs.get((name, b), {}).get("paired")
-                entry["alpyka best / its engine fed from SoA by hand (paired)"] = pairs.get((name, b), {}).get("by_hand")
+                by_hand = pairs.get((name, b), {}).get("by_hand")
+                entry["alpyka best / its engine fed from SoA by hand (paired)"] = by_hand
                 entry["alpyka best / its engine (paired)"] = ok[(name, best_ours, b)].get("throughput_vs_engine_paired")
                 for g, key in ((GATHER, "SoA gather ms"), (GATHER_PC, "per-candidate gather ms")):
                     if (name, g, b) in ok:

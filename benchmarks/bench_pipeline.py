@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     events = args.events or (12 if args.smoke else 60 if args.quick else 300)
     model_path = train.ensure_model("jit", log=not args.no_progress)
     jit = torch.jit.load(str(model_path))
-    backends = [b for b in ("cpu_serial", "cpu_threads", "opencl") if b in pk.available_backends()]
+    backends = common.backends(("cpu_serial", "cpu_threads", "opencl"))
     configs = [(b, s, route) for b in backends for s in (1, 2, 4) for route in ("zero-copy", "naive copy")
                if route == "zero-copy" or b != "opencl"]
     rows = []

@@ -301,7 +301,7 @@ def overhead(url: str, n: int, n_seq: int) -> dict[str, Any]:
         for _ in range(3):
             for fn in calls.values():
                 fn()
-        for i in range(3 * n_seq):
+        for _ in range(3 * n_seq):
             for name, fn in calls.items():
                 t0 = time.perf_counter()
                 fn()

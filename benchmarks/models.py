@@ -7,7 +7,8 @@
 - :class:`DeepMETLike`: a per-particle weight regression shaped like DeepMET. Inputs: continuous
   candidate features [N,4500,8] and three categorical inputs [N,4500,1] (charge, pdgId class,
   fromPV class; embedded); output: the missing transverse momentum (px, py) [N,2], the sum of the
-  candidates' (px, py) weighted by a learned non-negative per-candidate weight (px, py are the first two continuous features).
+  candidates' (px, py) weighted by a learned non-negative per-candidate weight (px, py are the first
+  two continuous features).
 
 Both are traceable by TorchScript, ``torch.export`` (a dynamic batch axis) and the ONNX exporter.
 Weights are random but deterministic: :func:`build` seeds the generator before constructing.

@@ -161,7 +161,8 @@ def summary_table(summary: dict[str, Any]) -> list[str]:
         lines.append("| | " + " | ".join(_cell(c) for c in cols) + " |")
         lines.append("|---|" + "---:|" * len(cols))
         for label, entry in nested.items():
-            lines.append(f"| {_cell(label)} | " + " | ".join(_cell(common.format_number(entry.get(c))) for c in cols) + " |")
+            cells = " | ".join(_cell(common.format_number(entry.get(c))) for c in cols)
+            lines.append(f"| {_cell(label)} | {cells} |")
     if flat:
         if lines:
             lines.append("")
@@ -187,7 +188,8 @@ def write_summary(runs: list[BenchRun], out: Path, quick: bool, command: str) ->
         "# alpyka benchmark summary",
         "",
         f"`{command}` — {'quick' if quick else 'full'} run, {machine['time_utc']}, "
-        f"{machine['cpu']} ({machine['cpus_usable'] or machine['cpu_count']} usable cores), Python {machine['python']}.",
+        f"{machine['cpu']} ({machine['cpus_usable'] or machine['cpu_count']} usable cores), "
+        f"Python {machine['python']}.",
         "Ratios are measured side by side in one run on this machine; each benchmark's JSON holds every point.",
         "",
         "| benchmark | status | time (s) | device | note |",
@@ -266,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bar = common.progress(list(found.items()), total=len(found), desc="benchmarks", disable=args.no_progress)
     for name, script in bar:
         bar.set_postfix_str(name)
-        run = run_one(name, script, args.out, args.quick, timeout_s, ["--smoke"] if args.smoke and supports_smoke(script) else [])
+        extra = ["--smoke"] if args.smoke and supports_smoke(script) else []
+        run = run_one(name, script, args.out, args.quick, timeout_s, extra)
         runs.append(run)
         print(f"{name:<12} {run.status:<10} {run.wall_s:7.1f} s  {run.detail}", flush=True)
     command = "python benchmarks/run_all.py" + (" --quick" if args.quick and not args.smoke else "") + (

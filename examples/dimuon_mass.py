@@ -177,7 +177,8 @@ def missing_packages() -> str | None:
     extras = sorted({NEEDS[m] for m in absent})
     return (f"dimuon_mass.py reads CMS samples of scikit-hep-testdata with awkward and uproot; missing: "
             f"{', '.join(absent)}. Install with: pip install -e \".[{','.join(extras)}]\" -c constraints.txt "
-            f"(or pip install {' '.join('scikit-hep-testdata==0.3.12' if m == 'skhep_testdata' else m for m in absent)})")
+            "(or pip install "
+            f"{' '.join('scikit-hep-testdata==0.3.12' if m == 'skhep_testdata' else m for m in absent)})")
 
 
 def main() -> int:

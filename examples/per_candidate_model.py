@@ -95,7 +95,8 @@ def main(backend: str) -> None:
     got = events.to_dict(q)  # the only wait
 
     host = cands.to_dict(q)
-    x = torch.from_numpy(np.stack([host["px"], host["py"], host["pt"], host["eta"]], axis=1)).view(n_events, CANDIDATES, 4)
+    x = torch.from_numpy(np.stack([host["px"], host["py"], host["pt"], host["eta"]], axis=1))
+    x = x.view(n_events, CANDIDATES, 4)
     with torch.no_grad():
         want = net(x).numpy()
     np.testing.assert_allclose(np.stack([got["met_x"], got["met_y"]], axis=1), want, rtol=1e-4, atol=1e-4)

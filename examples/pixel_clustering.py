@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         pk.memcpy(q, b, a)
         bufs.append(b)
     ids = np.empty(len(module), np.int32)
-    for rep in range(2):  # the first run compiles the kernels
+    for _ in range(2):  # the first run compiles the kernels
         t0 = time.perf_counter()
         out = find_clusters(q, *bufs, n_modules=args.modules)
         pk.memcpy(q, ids, out)

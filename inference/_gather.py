@@ -133,7 +133,8 @@ def column_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarr
 
 
 @functools.lru_cache(maxsize=256)
-def _geometry(shape: torch.Size, strides: tuple[int, ...], src: torch.dtype, dst: torch.dtype) -> tuple[Any, ...] | None:
+def _geometry(shape: torch.Size, strides: tuple[int, ...], src: torch.dtype,
+              dst: torch.dtype) -> tuple[Any, ...] | None:
     """The compiled loop's arguments for one block geometry (offsets, the span of elements read,
     tiles), or None where it does not apply: not column-major, one event, dtypes it does not know."""
     if len(shape) < 2 or strides[0] != 1 or shape[0] < 2 or src not in _PROTOS or dst not in _PROTOS:

@@ -55,7 +55,8 @@ def _names(path: Path) -> list[str]:
         raise ModelFileError(f"{path}: cannot be read as a zip archive ({exc}); the file is truncated "
                              "or damaged") from None
     if bad is not None:
-        raise ModelFileError(f"{path}: archive member {bad!r} is damaged (CRC mismatch); the file is truncated or corrupt")
+        raise ModelFileError(f"{path}: archive member {bad!r} is damaged (CRC mismatch); "
+                             "the file is truncated or corrupt")
     return names
 
 

@@ -170,7 +170,8 @@ class OnnxRunner:
         return "CPU EP"
 
     # ------------------------------------------------------------------ checks
-    def check(self, inputs: Sequence[Block], outputs: Sequence[Block], input_dtype: torch.dtype | None) -> tuple[str, ...]:
+    def check(self, inputs: Sequence[Block], outputs: Sequence[Block],
+              input_dtype: torch.dtype | None) -> tuple[str, ...]:
         """Check the blocks against the model's declared inputs and outputs (count, dtype, dims);
         returns the input blocks that are gathered into row-major tensors. Cached per geometry
         less the batch axis (per-candidate collections change their size every event)."""
@@ -182,7 +183,8 @@ class OnnxRunner:
         self.gathered = found
         return found
 
-    def _check(self, inputs: Sequence[Block], outputs: Sequence[Block], input_dtype: torch.dtype | None) -> tuple[str, ...]:
+    def _check(self, inputs: Sequence[Block], outputs: Sequence[Block],
+               input_dtype: torch.dtype | None) -> tuple[str, ...]:
         prog = self.program
         name = os.path.basename(prog.path)
         if len(inputs) != len(prog.inputs):

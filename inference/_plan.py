@@ -275,7 +275,8 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
         return {names[0]: raw}
     if isinstance(raw, (tuple, list)):
         if len(raw) != len(names):
-            raise ValueError(f"the model returned {len(raw)} outputs; the outputs define {len(names)} blocks {list(names)}")
+            raise ValueError(f"the model returned {len(raw)} outputs; "
+                             f"the outputs define {len(names)} blocks {list(names)}")
         return dict(zip(names, raw))
     if isinstance(raw, Mapping):
         names = list(names)

@@ -90,7 +90,8 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
     return PackageRunner(package)
 
 
-def _batch_axis_dynamic(example_inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
+def _batch_axis_dynamic(
+        example_inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
     batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
     widened = []
     for i, x in enumerate(example_inputs):

@@ -38,9 +38,11 @@ __all__ = [
     "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
     "CachingAllocator", "Device", "DeviceLimits", "DeviceMismatch", "Event", "MemRef",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
-    "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv", "memcpy",
+    "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",
+    "memcpy",
     "memset", "unavailable_backends", "valid_workdiv",
-    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk", "NotARootFile", "CorruptRootFile",
+    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk",
+    "NotARootFile", "CorruptRootFile",
     "event_workdiv", "pair_offsets", "distributed", "rand", "tools",
     "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelIndexError", "KernelSyntaxError",
 ]

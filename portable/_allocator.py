@@ -70,7 +70,8 @@ class CachingAllocator:
 
     ``raw_alloc(nbytes, alignment) -> (handle, address)`` and ``raw_free(handle)`` are the
     backend's primitives; ``make_event(queue)`` records a marker on ``queue`` and returns an
-    object with ``is_complete()`` (default: a :class:`~portable.Event` recorded there). Sizes round up to ``bin_growth ** k`` bytes between ``min_bin`` and
+    object with ``is_complete()`` (default: a :class:`~portable.Event` recorded there). Sizes round
+    up to ``bin_growth ** k`` bytes between ``min_bin`` and
     ``max_bin``; larger blocks are allocated exactly and never cached.
     """
 

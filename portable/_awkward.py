@@ -22,7 +22,7 @@ awkward is an optional extra (``pip install alpyka[data]``); this module imports
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 

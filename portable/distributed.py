@@ -181,7 +181,8 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
     ``setup(device)`` builds a worker's state (queues, models) once per worker on
     ``pk.devices(backend)`` (default backend when None; see ``pick_device`` for GPUs); without
     ``setup`` the state is the device. Later runs with the same setup and backend on the same
-    cluster (``client=``) reuse each worker's state: setup runs again only on new workers. ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
+    cluster (``client=``) reuse each worker's state: setup runs again only on new workers.
+    ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
     workers that declare them. ``allowed_failures`` (embedded cluster only) is how many worker
     deaths a chunk may cause before it fails. ``timeout`` (seconds) bounds the whole run: a
     hang raises TimeoutError naming the chunks done and pending. Chunks and results must be
@@ -214,7 +215,7 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
                 try:
                     fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-{run_id}-chunk-{i}",
                                    pure=False, resources=resources)
-                except Exception as exc:  # Dask's own words for a chunk it cannot send
+                except Exception:  # Dask's own words for a chunk it cannot send
                     _check_picklable(chunk, f"chunk {i}")
                     raise
                 index[fut.key] = i

@@ -67,7 +67,8 @@ class RemotePipeline:
         ins, outs = _groups(info.inputs), _groups(info.outputs)
         if self.declaration is not None:
             want = _wire.derive_config(self.declaration)
-            for kind, got, decl in (("inputs", info.inputs, want["inputs"]), ("outputs", info.outputs, want["outputs"])):
+            for kind, got, decl in (("inputs", info.inputs, want["inputs"]),
+                                    ("outputs", info.outputs, want["outputs"])):
                 have = [(t.name, str(t.dtype), tuple(t.shape)) for t in got]
                 expect = [(n, str(np.dtype(d)), tuple(s)) for n, d, s in decl]
                 if have != expect:
@@ -87,7 +88,7 @@ class RemotePipeline:
         if self.declaration is not None:
             return self.declaration.inputs, self.declaration.outputs
         if not self._inputs:
-            self._model.model_info  # connects (and checks) if not yet
+            self._model.model_info  # noqa: B018 - connects (and checks) if not yet
         n_in, n_out = len(self._inputs), len(self._outputs)
         if len(collections) != n_in + n_out:
             names = [g for g, _ in self._inputs + self._outputs]

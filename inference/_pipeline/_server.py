@@ -147,7 +147,8 @@ class PipelineRunner:
             coll = cache[key] = pk.PortableCollection(layout, rows, q)
         return coll
 
-    def run(self, arrays: Mapping[str, np.ndarray], parameters: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+    def run(self, arrays: Mapping[str, np.ndarray],
+            parameters: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         """One request: inputs into collections, the body on this thread's queue, outputs back.
         ``parameters``: the request's (``_wire.ZERO_ROWS`` names inputs that have no rows)."""
         pipe, q = self.pipe, self.queue()

@@ -386,7 +386,8 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--streams", type=int, default=2, help="framework streams, one queue each (default 2)")
     parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
     parser.add_argument("--model", choices=["exported", "aot", "jit", "eager"], default="exported",
-                        help="local model flavour: torch.export program (default), AOTInductor, TorchScript (legacy), eager")
+                        help="local model flavour: torch.export program (default), AOTInductor, "
+                             "TorchScript (legacy), eager")
     parser.add_argument("--remote", default=None, metavar="URL",
                         help="score edges on a Triton server (host:port, gRPC), started e.g. with "
                              "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt2 --name edge_gnn "

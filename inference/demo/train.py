@@ -36,7 +36,8 @@ def model_dir() -> Path:
     return Path(os.environ.get("ALPYKA_MODEL_DIR", Path.home() / ".cache" / "alpyka" / "models"))
 
 
-def make_dataset(n_events: int, backend: str = "cpu_threads", n_particles: int = N_PARTICLES) -> list[tuple[np.ndarray, ...]]:
+def make_dataset(n_events: int, backend: str = "cpu_threads",
+                 n_particles: int = N_PARTICLES) -> list[tuple[np.ndarray, ...]]:
     """Per event, its valid edges: features [E, 7] float32, index [E, 2] int32, target [E]."""
     q = pk.Queue(pk.device(backend))
     out = []

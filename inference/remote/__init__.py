@@ -17,7 +17,8 @@ from ._tensors import TensorSpec
 from ._transport import ModelInfo
 
 __all__ = [
-    "BatchSplitWarning", "ClientStatistics", "InferenceFailed", "MetadataMismatch", "ModelInfo", "ModelNotFound", "ModelNotReady",
+    "BatchSplitWarning", "ClientStatistics", "InferenceFailed", "MetadataMismatch", "ModelInfo", "ModelNotFound",
+    "ModelNotReady",
     "RemoteError", "RemoteFuture", "RemoteModel", "RemoteStatistics", "RemoteTimeout",
     "ServerStatistics", "ServerUnavailable", "TensorSpec",
 ]

@@ -313,7 +313,8 @@ class Transport:
         return got
 
     def infer(self, model: str, inputs: dict[str, np.ndarray],
-              outputs: dict[str, tuple[tuple[int, ...], np.dtype]], shm: ShmLease | None = None) -> dict[str, np.ndarray]:
+              outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+              shm: ShmLease | None = None) -> dict[str, np.ndarray]:
         """One blocking request; ``outputs`` maps requested names to their expected shapes."""
         ins, outs = self._request(inputs, outputs, shm)
         result = self._call("infer", model, ins, outputs=outs, **_parameters(inputs))

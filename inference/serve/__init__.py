@@ -1,4 +1,5 @@
-"""Host TorchScript / torch.export / AOTInductor / ONNX models and alpyka pipelines in a real Triton server through PyTriton.
+"""Host TorchScript / torch.export / AOTInductor / ONNX models and alpyka pipelines in a real Triton
+server through PyTriton.
 
     from inference.serve import serve
     with serve("mlp.pt", inputs=["features:float32:3"], max_queue_delay_us=500) as server:

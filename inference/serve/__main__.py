@@ -21,8 +21,8 @@ def first_line(exc: BaseException) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt), torch.export / "
-                                "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines (package.module:attribute) in a "
-                                "Triton server (PyTriton) on 127.0.0.1.")
+                                "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines "
+                                "(package.module:attribute) in a Triton server (PyTriton) on 127.0.0.1.")
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="model files (.pt, .pt2, .onnx) or pipelines as package.module:attribute")
     p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=None, metavar="NAME:DTYPE:DIMS",
                    help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
     p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
-                   help="an output tensor (default: an ONNX model's declared outputs, else found by running the model once)")
+                   help="an output tensor (default: an ONNX model's declared outputs, else found by running "
+                        "the model once)")
     p.add_argument("--max-batch-size", type=int, default=None,
                    help="rows per request (default: as many as fit in 32 MiB of a row's inputs and outputs, "
                         "1024 to 1048576); 0: the model does not batch")

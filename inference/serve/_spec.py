@@ -156,7 +156,8 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
             weight = own.get("weight")
             if kind == "Linear" and weight is not None and weight.dim() == 2:
                 features = int(weight.shape[1])
-                where = f"first Linear {name!r} (in_features {features})" if name else f"Linear (in_features {features})"
+                where = (f"first Linear {name!r} (in_features {features})" if name
+                         else f"Linear (in_features {features})")
                 return [TensorDecl("input__0", _dtype_name(weight.dtype), (features,))], where
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"

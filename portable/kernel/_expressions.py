@@ -15,8 +15,8 @@ from ._errors import KernelArgumentError
 from ._library import library_function
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, RangeVal, TupleVal, ViewVal)
-from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT32, INT64, UINT32, UINT64, ScalarType, binary_result, literal_type,
-                    operand_type, scalar_type, unary_result, unify)
+from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT32, INT64, UINT32, UINT64, ScalarType, binary_result,
+                    literal_type, operand_type, scalar_type, unary_result, unify)
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
@@ -542,7 +542,8 @@ class ExprBuilder:
         for kw in node.keywords:
             h = self.value(kw.value) if kw.arg == "hierarchy" else None
             if kw.arg != "hierarchy" or h not in ir.ATOMIC_HIERARCHIES:
-                raise self.error(node, f"acc.atomic_{op}() takes hierarchy='grid'|'block'|'threads' as its only keyword")
+                raise self.error(node, f"acc.atomic_{op}() takes hierarchy='grid'|'block'|'threads' as its only "
+                                       "keyword")
             hierarchy = h
         if not node.args:
             raise self.error(node, f"acc.atomic_{op}(array, index, value) needs arguments")

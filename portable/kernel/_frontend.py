@@ -250,10 +250,11 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             return None  # docstring
         if isinstance(s.value, ast.Call):
             f = s.value.func
-            if isinstance(f, ast.Attribute) and f.attr == "sync_block_threads" and isinstance(self.value(f.value), AccVal):
+            on_acc = isinstance(f, ast.Attribute) and isinstance(self.value(f.value), AccVal)
+            if on_acc and f.attr == "sync_block_threads":
                 self.plain_args(s.value, 0, "acc.sync_block_threads()")
                 return ir.SyncBlockThreads(self.line(s))
-            if isinstance(f, ast.Attribute) and f.attr == "mem_fence" and isinstance(self.value(f.value), AccVal):
+            if on_acc and f.attr == "mem_fence":
                 return self.mem_fence(s)
         v = self.value(s.value)
         if isinstance(v, ir.Expr):
@@ -276,7 +277,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
                                 "device functions")
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
-        seed, sub = (self.scalar(a, "an integer") for a in self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)"))
+        args = self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)")
+        seed, sub = (self.scalar(a, "an integer") for a in args)
         for v, what in ((seed, "seed"), (sub, "subsequence")):
             if v.type.is_float:
                 raise self.error(s, f"acc.rand_engine(seed, subsequence): the {what} must be an integer, got {v.type}")
@@ -296,7 +298,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             v = self.as_scalar(v, node)
         if isinstance(v, ir.Expr):
             if name in self.scope:
-                raise self.error(node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned a number")
+                raise self.error(node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned "
+                                       "a number")
             t = v.type
             if name in self.var_types:
                 new = variable_type(self.var_types[name], t)
@@ -331,7 +334,7 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             if not isinstance(v, TupleVal) or len(v.items) != len(target.elts):
                 raise self.error(node, f"cannot unpack {self.describe(v)} into {len(target.elts)} names")
             tmp = []
-            for k, it in enumerate(v.items):  # evaluate everything before assigning (a, b = b, a)
+            for it in v.items:  # evaluate everything before assigning (a, b = b, a)
                 if isinstance(it, ir.Expr) and not isinstance(it, (ir.Const, ir.Index)):
                     self.ntmp += 1
                     tn = f"t{self.ntmp}_swap"
@@ -357,7 +360,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             if isinstance(base, ViewVal) and target.attr in base.fields:
                 arr = base.fields[target.attr]
                 if arr.type.kind != "scalar_field":
-                    raise self.error(node, f"assign elements of {self.ctx.labels.get(arr.name)}: view.{target.attr}[i] = ...")
+                    label = self.ctx.labels.get(arr.name)
+                    raise self.error(node, f"assign elements of {label}: view.{target.attr}[i] = ...")
                 return self.store_element(arr, (), v, node)
             if not isinstance(base, ViewVal):
                 wrong = self.argument_misuse(target.value, "a SoA view", ast.unparse(target))
@@ -403,7 +407,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
     def shared_array(self, s: ast.Assign) -> list[ir.Stmt]:
         call = s.value
         if not self.is_kernel:
-            raise self.error(s, "acc.shared_array() is allowed in the kernel body only; pass the array to device functions")
+            raise self.error(s, "acc.shared_array() is allowed in the kernel body only; pass the array to device "
+                                "functions")
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.shared_array(shape, dtype) to one name")
         if not isinstance(self.value(call.func.value), AccVal):
@@ -411,7 +416,8 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
         args = self.plain_args(call, 2, "acc.shared_array(shape, dtype)")
         shp = self.value(args[0])
         items = shp.items if isinstance(shp, TupleVal) else [shp]
-        if not all(isinstance(x, ir.Const) and not x.type.is_float and int(x.value) > 0 for x in items) or not 1 <= len(items) <= 3:
+        constant = all(isinstance(x, ir.Const) and not x.type.is_float and int(x.value) > 0 for x in items)
+        if not constant or not 1 <= len(items) <= 3:
             raise self.error(s, "acc.shared_array shape must be a positive constant int or a tuple of 1-3 of them")
         dt = self.value(args[1])
         if not isinstance(dt, DTypeVal):

@@ -222,4 +222,5 @@ def literal_type(value: object) -> ScalarType:
         return INT64
     if isinstance(value, float):
         return FLOAT64
-    raise TypeError(f"{value!r} ({type(value).__name__}) is not a kernel constant; use int, float, bool or a numpy scalar")
+    raise TypeError(f"{value!r} ({type(value).__name__}) is not a kernel constant; use int, float, bool or a "
+                    "numpy scalar")

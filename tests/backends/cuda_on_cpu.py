@@ -74,7 +74,8 @@ def _probe_compiler() -> None:
             version = (version.splitlines() or ["?"])[0].strip()
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "probe.cu"
-                src.write_text('extern "C" __global__ void alpyka_probe(int* p) { atomicAdd(p, 1); __syncthreads(); }\n')
+                src.write_text('extern "C" __global__ void alpyka_probe(int* p) '
+                               '{ atomicAdd(p, 1); __syncthreads(); }\n')
                 lib = Path(tmp) / "probe.so"
                 done = subprocess.run([path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)],
                                       capture_output=True, text=True, timeout=300)

@@ -136,7 +136,6 @@ class OpenCLTwinExecutor:
     # ------------------------------------------------------------------ load
     def prepare(self, code: str, name: str, options: tuple) -> Prepared:
         """The twin of ``code``'s kernel ``name``: NVRTC-checked, its OpenCL program built."""
-        from fake_cupy import CUDARuntimeError
 
         src, twin = _recorded(code, name)
         _nvrtc_guard(src, options)
@@ -145,7 +144,6 @@ class OpenCLTwinExecutor:
     # ------------------------------------------------------------------ run
     def run(self, prepared: Prepared, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         """Run the twin over the launch's arguments; returns once it finished (stream thread)."""
-        from fake_cupy import CUDARuntimeError
 
         cl, rt, context = self.ocl.cl, self.rt, self.ocl.context
         buffers: dict[int, Any] = {}

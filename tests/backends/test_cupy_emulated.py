@@ -28,7 +28,8 @@ def test_unavailability_reasons(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(
         count_error="cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"))
-    with pytest.raises(pk.BackendUnavailable, match="cupy is installed but no CUDA driver/device: cudaErrorInsufficientDriver"):
+    with pytest.raises(pk.BackendUnavailable,
+                       match="cupy is installed but no CUDA driver/device: cudaErrorInsufficientDriver"):
         import_cupy("cuda", want_hip=False)
     with pytest.raises(pk.BackendUnavailable, match="is a CUDA build; the rocm backend needs cupy's HIP"):
         import_cupy("rocm", want_hip=True)

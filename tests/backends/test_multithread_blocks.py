@@ -80,7 +80,7 @@ def counters(acc, ints, longs, n):
         acc.atomic_sub(longs, 0, np.int64(3))
         acc.atomic_max(longs, 1, np.int64(i))
         acc.atomic_or(ints, 2, np.uint32(1) << np.uint32(i % 32))
-        old = acc.atomic_cas(longs, 2, np.int64(i), np.int64(i + 1))
+        old = acc.atomic_cas(longs, 2, np.int64(i), np.int64(i + 1))  # noqa: F841 - a CAS whose old value is kept
 
 
 @pk.kernel

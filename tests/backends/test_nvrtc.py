@@ -8,7 +8,8 @@ import pytest
 
 import portable as pk
 import soa
-from backends._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error, nvrtc_available, nvrtc_compile
+from backends._c_build import (CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error,
+                               nvrtc_available, nvrtc_compile)
 from backends._c_emit import emit
 
 import test_multithread_blocks as mt  # noqa: E402 - pytest puts this directory on sys.path
@@ -108,13 +109,12 @@ def test_build_error_formatting_of_clang_logs():
     assert f">>{line:5d} |" in msg and f":{src.line_map[line]}" in msg
 
 
-def test_opencl_build_error_is_a_kernel_build_error():
+@pytest.mark.alpyka_backends("opencl")  # the plugin's matrix: skipped (saying why) unless selected and available
+def test_opencl_build_error_is_a_kernel_build_error(device):
     cl = pytest.importorskip("pyopencl")
-    if "opencl" not in pk.available_backends():
-        pytest.skip(f"opencl unavailable: {pk.unavailable_backends().get('opencl')}")
     from backends._opencl_launch import build_program
 
-    dev = pk.device("opencl")
+    dev = device
     kernel, args, ndim = _cases()[0]
     src = emit(kernel.ir(kernel.signature(args), ndim, False), "opencl")
     line = max(src.line_map)
@@ -128,24 +128,24 @@ def test_opencl_build_error_is_a_kernel_build_error():
 
 
 @needs_nvrtc
-def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch):
+@pytest.mark.alpyka_backends("opencl")
+def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     """CI runs the OpenCL matrix with ALPYKA_CHECK_CUDA=1: a kernel whose CUDA C does not compile
     fails its OpenCL launch too."""
-    if "opencl" not in pk.available_backends():
-        pytest.skip(f"opencl unavailable: {pk.unavailable_backends().get('opencl')}")
     import backends._c_build as build
 
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
     seen = []
     real = build.nvrtc_compile
-    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=(): seen.append((src.dialect, options)) or real(src, arch, options))
+    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=():
+                        seen.append((src.dialect, options)) or real(src, arch, options))
 
     @pk.kernel
     def fresh(acc, out, n):
         for i in acc.uniform_elements(n):
             out[i] = i * 2
 
-    dev = pk.device("opencl")
+    dev = device
     q = pk.Queue(dev)
     out = pk.Buffer(dev, 10, np.int64)
     pk.exec(q, pk.WorkDiv(1, 4, 1), fresh, out, 10)

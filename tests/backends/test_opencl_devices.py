@@ -71,7 +71,8 @@ def fake_cl():
         command_execution_status=types.SimpleNamespace(COMPLETE=0),
         mem_flags=types.SimpleNamespace(WRITE_ONLY=1),
         Context=Context, Program=Program, Buffer=Buffer, Kernel=Kernel,
-        CommandQueue=lambda ctx, dev: types.SimpleNamespace(flush=lambda: None), LocalMemory=lambda n: types.SimpleNamespace(size=n),
+        CommandQueue=lambda ctx, dev: types.SimpleNamespace(flush=lambda: None),
+        LocalMemory=lambda n: types.SimpleNamespace(size=n),
         enqueue_nd_range_kernel=enqueue_nd_range_kernel, enqueue_copy=enqueue_copy)
 
 

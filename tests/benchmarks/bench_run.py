@@ -20,6 +20,18 @@ def bench_env() -> dict[str, str]:
     return env
 
 
+def selected(candidates: tuple[str, ...]) -> list[str]:
+    """Those of ``candidates`` this run's backend selection keeps (conftest.py puts it in the
+    environment, where the scripts read it); skips the test when none is left."""
+    import pytest
+
+    chosen = set(os.environ.get("ALPYKA_BACKENDS", "").split(",")) - {""}
+    kept = [b for b in candidates if not chosen or b in chosen]
+    if not kept:
+        pytest.skip(f"--backends / ALPYKA_BACKENDS select none of the backends it measures {list(candidates)}")
+    return kept
+
+
 def run_script(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """``python *args`` in the repository root; its output captured as text."""
     return subprocess.run([sys.executable, *args], cwd=REPO, env=bench_env(), capture_output=True, text=True,

@@ -4,12 +4,13 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC, run_script
+from bench_run import PNG_MAGIC, run_script, selected
 
 
 def test_bench_data_smoke(tmp_path):
     for extra in ("awkward", "uproot", "skhep_testdata", "matplotlib"):
         pytest.importorskip(extra)
+    selected(("cpu_serial", "cpu_threads", "opencl"))
     r = run_script(["benchmarks/bench_data.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "data.json").read_text())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_run import PNG_MAGIC, REPO, run_script as _run
+from bench_run import PNG_MAGIC, REPO, run_script as _run, selected
 
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -89,21 +89,22 @@ def test_models_without_a_per_candidate_form_say_so() -> None:
 
 
 def test_bench_kernels_smoke(tmp_path: Path) -> None:
-    """The kernel benchmark in its smoke mode (about 15 s), with the launch cost against n."""
+    """The kernel benchmark in its smoke mode (about 15 s), with the launch cost against n (on
+    the selected backends; its CPU compute comparisons always run cpu_serial and cpu_threads)."""
+    cpu = [b for b in selected(("cpu_serial", "cpu_threads", "opencl")) if b != "opencl"]
     proc = _run(["benchmarks/bench_kernels.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "kernels.json").read_text())
     assert common.check_document(doc, "kernels") == []
     lvn = doc["launch_vs_n"]
     assert lvn["sizes"] == [100, 1000, 10_000]
-    for name in ("alpyka_cpu_serial_blocking", "alpyka_cpu_serial_nonblocking", "alpyka_cpu_threads_blocking",
-                 "alpyka_cpu_threads_nonblocking", "numba_njit", "numba_prange"):
+    for name in [f"alpyka_{b}_{q}" for b in cpu for q in ("blocking", "nonblocking")] + ["numba_njit", "numba_prange"]:
         assert set(lvn["us"][name]) == {"100", "1000", "10000"}, name
         assert all(_positive_finite(v) for v in lvn["us"][name].values()), (name, lvn["us"][name])
     # Warp and opencl are there, or say why not
     assert "warp_cpu" in lvn["us"] or lvn["errors"].get("warp_cpu")
     for n in ("1e+02", "1e+03", "1e+04"):  # one summary row per size, contenders as columns
-        assert set(doc["summary"][f"non-blocking adds us, n={n}"]) == {"cpu_serial", "cpu_threads"}
+        assert set(doc["summary"][f"non-blocking adds us, n={n}"]) == set(cpu)
         assert "numba_prange" in doc["summary"][f"launch us, n={n}"]
     assert (tmp_path / "kernels.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -111,7 +112,21 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- the other scripts
 # (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 cores
 _SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_clustering", "clustering", (), 240),
-            ("bench_inference", "inference", ("torch",), 180), ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
+            ("bench_inference", "inference", ("torch",), 180),
+            ("bench_pipeline", "pipeline", ("torch",), 240), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
+#: the backends a script measures, where it measures several (the others use a cpu_serial queue
+#: for their host-side work); the child process gets the selection (conftest.py)
+_MEASURES = {"bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+             "bench_clustering": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+             "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl")}
+
+
+def _measured_in_a_child(script: str) -> tuple[str, ...]:
+    """What ``script`` can measure in a child process: not the cupy stand-in's backends (it is
+    installed in this process only)."""
+    from fake_cupy_kernels import served_here
+
+    return tuple(b for b in _MEASURES[script] if b not in served_here())
 
 
 def _numbers(value: object) -> list[float]:
@@ -127,6 +142,8 @@ def test_bench_script_smoke(tmp_path: Path, script: str, name: str, needs: tuple
     """Each benchmark script runs in --smoke mode and writes a valid document with measured numbers."""
     for mod in needs:
         pytest.importorskip(mod)
+    if script in _MEASURES:
+        selected(_measured_in_a_child(script))
     proc = _run([f"benchmarks/{script}.py", "--smoke", "--no-progress", "--out", str(tmp_path)], timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / f"{name}.json").read_text())

@@ -116,7 +116,8 @@ def test_unsafe_cast_refused(queue):
     with pytest.raises(ValueError, match=r"column 'charge'.*not a whole number"):
         pk.from_awkward(Muons, bad, queue, fields=MAP)
     with pytest.raises(TypeError, match=r"column 'pt'.*cannot cast float64 to float32"):
-        pk.from_awkward(Muons, ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
+        pk.from_awkward(Muons,
+                        ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
                         queue, fields=MAP, casting="safe")
 
 
@@ -161,8 +162,12 @@ def test_to_awkward_offsets_checked(queue):
     assert ak.to_list(ak.num(ok)) == [2, 1]
 
 
-def test_sliced_array_is_rebased(queue):
-    arr = jagged([1, 2, 3, 4])[2:]
+@pytest.mark.parametrize("rows", [slice(2, None), slice(None, 2), slice(1, 3)], ids=["tail", "head", "middle"])
+def test_sliced_array_is_rebased(queue, rows):
+    """A slice's offsets start past 0 (tail), end before the content's end (head: ``arr[:2]``
+    shares the whole content buffer), or both: only the sliced rows are taken."""
+    arr = jagged([1, 2, 3, 4])[rows]
     coll, offsets = pk.from_awkward(Muons, arr, queue, fields=MAP)
     queue.wait()
+    assert coll.size == int(ak.sum(ak.num(arr)))
     assert ak.to_list(pk.to_awkward(coll, offsets, fields=MAP, queue=queue)) == ak.to_list(arr)

@@ -23,7 +23,8 @@ def test_missing_extra_names_it():
     r = _run("import sys\nfor m in ('awkward', 'uproot', 'distributed'): sys.modules[m] = None\n"
              "import numpy as np, portable as pk, soa\n"
              "class L(soa.Layout):\n    x = soa.column(np.float32)\n"
-             "for call in (lambda: pk.from_awkward(L, [], pk.host()), lambda: pk.read_root('f.root', 't', L, pk.host()),\n"
+             "for call in (lambda: pk.from_awkward(L, [], pk.host()),\n"
+             "             lambda: pk.read_root('f.root', 't', L, pk.host()),\n"
              "             lambda: pk.distributed.run(print, [1])):\n"
              "    try:\n        call()\n    except ImportError as e:\n        print(e)\n")
     assert r.returncode == 0, r.stderr

@@ -154,6 +154,27 @@ def test_bad_arguments():
     assert pk.distributed.run(square, []) == []
 
 
+@pytest.mark.parametrize("allowed", [0, 2, 3])
+def test_allowed_failures_reach_the_embedded_clusters_scheduler(monkeypatch, allowed):
+    """``allowed_failures`` is the scheduler's ``allowed-failures`` while the embedded cluster
+    starts (its scheduler reads it then); no cluster is started here: the stand-in stops there."""
+    import dask
+
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def cluster(**kw):
+        seen.append((dask.config.get("distributed.scheduler.allowed-failures"), kw["n_workers"]))
+        raise Started
+
+    monkeypatch.setattr(distributed, "LocalCluster", cluster)
+    with pytest.raises(Started):
+        pk.distributed.run(square, [1], workers=1, allowed_failures=allowed)
+    assert seen == [(allowed, 1)]
+
+
 def test_closed_dask_connections_at_teardown_are_not_logged(caplog):
     """After Ctrl-C the embedded cluster's workers die first (the terminal interrupts the whole
     process group) and the scheduler's last broadcasts fail: asyncio's "Future exception was

@@ -69,6 +69,15 @@ def test_chunks_cover_the_file():
     assert sum(parts, []) == ak.to_list(whole)
 
 
+def test_chunks_end_at_entry_stop():
+    """The last chunk ends at ``entry_stop``, not at the file's end (nor a whole chunk past it)."""
+    chunks = pk.root_chunks(HZZ, "events", 1000, entry_start=500, entry_stop=2100)
+    assert [(c.entry_start, c.entry_stop) for c in chunks] == [(500, 1500), (1500, 2100)]
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    _, offsets = chunks[-1].read(Muons, q, MUON_BRANCHES)
+    assert len(offsets) - 1 == 600
+
+
 def test_rntuple(tmp_path, queue):
     path = tmp_path / "muons.root"
     data = ak.Array({"pt": [[1.0, 2.0], [], [3.0]], "q": [[1, -1], [], [1]]})

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="the demo needs torch (pip install -
 
 import portable as pk  # noqa: E402
 from inference.demo import _events as E  # noqa: E402
-from inference.demo import pipeline, train  # noqa: E402
+from inference.demo import pipeline  # noqa: E402
 
 
 @pytest.fixture

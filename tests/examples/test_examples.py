@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import portable as pk
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

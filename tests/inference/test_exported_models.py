@@ -69,7 +69,8 @@ def test_several_outputs(queue, make_particles, make_preds, exported_files, fmt,
         # outputs named like the blocks go by name): here [n, 2] meets the 1-column "score"
         before = out.to_dict(queue)
         model = Model(exported_files[f"heads.{fmt}"]).to(queue)
-        with pytest.raises((ValueError, pk.AsyncError), match=r"block 'score' has shape \[200, 2\].*nothing was written"):
+        with pytest.raises((ValueError, pk.AsyncError),
+                           match=r"block 'score' has shape \[200, 2\].*nothing was written"):
             model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs))
             queue.wait()
         after = out.to_dict(queue)

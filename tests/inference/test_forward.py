@@ -12,9 +12,9 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
-
 from inference_testmodels import MLP, TwoHeads, UsesEverything, features
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 
 
 def _preds(cols) -> np.ndarray:
@@ -264,7 +264,8 @@ def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles
     q.wait()
     rng = np.random.default_rng(23)
     x = rng.standard_normal((n, 3)).astype(np.float32)
-    host_in = pk.PortableCollection.from_dict(coll.layout, {**coll.to_dict(q), "x": x[:, 0], "y": x[:, 1], "z": x[:, 2]}, pk.host())
+    host_in = pk.PortableCollection.from_dict(
+        coll.layout, {**coll.to_dict(q), "x": x[:, 0], "y": x[:, 1], "z": x[:, 2]}, pk.host())
     host_out = pk.PortableCollection(out.layout, n, pk.host())
     module = MLP()
     model = Model(module).to(q)

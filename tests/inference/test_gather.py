@@ -118,7 +118,8 @@ def test_kept_binding_follows_the_collections(exported_files):
     for n, seed in ((300, 1), (77, 2), (300, 3)):
         data = fill_particles(n, seed=seed)
         coll = pk.PortableCollection.from_dict(Particles, data, q)
-        out = pk.PortableCollection.from_dict(Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q)
+        out = pk.PortableCollection.from_dict(
+            Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q)
         meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
                              SoAMetadata(out).append_block("preds", "m", "n"))
         runs.append((data, out, meta))

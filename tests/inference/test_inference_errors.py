@@ -11,9 +11,9 @@ import torch
 
 import portable as pk
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata, load_state_dict
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
-
 from inference_testmodels import MLP, Particles, TwoHeads
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 
 
 def test_mixed_dtypes_name_the_columns():

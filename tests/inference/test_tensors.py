@@ -114,7 +114,8 @@ def test_block_description(queue, make_particles):
     coll, _ = make_particles(10)
     meta = SoAMetadata(coll).append_block("f", ["x", "y", "z"])
     b = meta.block("f")
-    assert (b.name, b.columns, b.dtype, b.shape, b.strides) == ("f", ("x", "y", "z"), np.dtype(np.float32), (10, 3), (1, 32))
+    assert (b.name, b.columns, b.dtype, b.shape, b.strides) == ("f", ("x", "y", "z"), np.dtype(np.float32),
+                                                                 (10, 3), (1, 32))
     assert meta.collection is coll and meta.size == 10
     assert Particles.__name__ in repr(meta) and Preds.__name__ not in repr(meta)
 

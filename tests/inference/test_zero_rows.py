@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
 from inference_testmodels import MLP
 

@@ -168,7 +168,7 @@ def contended(acc, cnt, n):
         acc.atomic_sub(cnt, 3, 1)
         acc.atomic_xor(cnt, 4, i)
         acc.atomic_or(cnt, 5, i & 7)
-        old = acc.atomic_cas(cnt, 6, i, i + 1)  # a chain: only the holder of the current value moves it
+        old = acc.atomic_cas(cnt, 6, i, i + 1)  # noqa: F841 - a chain: only the holder of the current value moves it
 
 
 @pk.kernel

@@ -68,7 +68,7 @@ def constant_negative(acc, out, inp, n):
 
 @pk.kernel
 def constant_negative_store(acc, out, n):
-    for i in acc.uniform_elements(n):
+    for i in acc.uniform_elements(n):  # noqa: B007 - a kernel body: a constant index in the loop
         out[-2] = 1.0
 
 
@@ -142,7 +142,8 @@ def test_constant_negative_index_is_a_compile_error(device, queue, kern):
 def test_constant_component_out_of_range_is_a_compile_error(device, queue):
     coll, _ = _packed(queue)
     out = upload(queue, np.zeros(N, np.float32))
-    with pytest.raises(KernelSyntaxError, match=r"index 2 \(dimension 1\) is out of range for vector 'p'.*extent there is 2"):
+    with pytest.raises(KernelSyntaxError,
+                       match=r"index 2 \(dimension 1\) is out of range for vector 'p'.*extent there is 2"):
         pk.exec(queue, pk.valid_workdiv(device, N), constant_component_past_end, out, coll.const_view(), N)
 
 

@@ -78,7 +78,8 @@ def test_kernels_have_no_invalid_access_or_data_race():
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the Oclgrind run did not finish in {LIMIT_S} s:\n{(exc.stdout or '')[-3000:]}")
     tail = done.stdout[-3000:]
-    assert done.returncode == 0, f"the kernel tests failed on Oclgrind ({done.returncode}):\n{tail}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"the kernel tests failed on Oclgrind ({done.returncode}):\n{tail}\n"
+                                  f"{done.stderr[-3000:]}")
     found = reports(done.stderr)
     for kernel, kind in DELIBERATE.items():
         assert any(kind in r for r in found.get(kernel, [])), (

@@ -82,6 +82,24 @@ def test_reuse_is_gated_by_queue_and_event():
     assert third.handle == b.handle
 
 
+def test_a_cached_block_is_reused_only_at_an_alignment_it_has():
+    asked = []
+
+    def raw_alloc(n, align):  # aligned as asked, and no more (an odd multiple)
+        asked.append(align)
+        return ("mem", len(asked)), align * (2 * len(asked) - 1)
+
+    a = CachingAllocator(raw_alloc, lambda h: None)
+    small = a.allocate(1000, alignment=64)
+    assert small.address % 128
+    a.free(small)
+    big = a.allocate(1000, alignment=4096)  # the cached block (address 64) does not do
+    assert big.handle != small.handle and big.address % 4096 == 0 and asked == [64, 4096]
+    a.free(big)
+    again = a.allocate(1000, alignment=64)  # either cached block does: one of them, no new one
+    assert again.handle in (small.handle, big.handle) and a.stats.hits == 1 and len(asked) == 2
+
+
 def test_oom_releases_cache_and_retries_once():
     calls = {"n": 0}
     freed = []

@@ -19,6 +19,12 @@ def _quiet_worker(q: HostQueue) -> None:
     worker is woken only by the token a submit sends while it sleeps)."""
     q.enqueue_host(lambda: None)
     q.wait()
+    # the worker woke for that task (a waiter may have run it): let it finish its turn and go
+    # back to sleep first, or it would mark itself asleep after the line below
+    deadline = time.monotonic() + 10
+    while not (q._state.asleep and q._worker.tasks.empty()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.02)  # past its last look at the tasks, back on its wake-up queue
     q._state.asleep = False  # no token: the tasks stay for the waiter
 
 
@@ -67,6 +73,24 @@ def test_a_task_that_waits_on_its_own_queue_is_refused():
     q.enqueue_host(q.wait)  # run by this thread's wait below
     with pytest.raises(AsyncError, match="wait for itself"):
         q.wait()
+
+
+def test_tasks_queued_past_a_waiters_target_go_back_to_the_worker():
+    """A waiter runs tasks up to what was queued when it started waiting; a task queued while it
+    runs them (here by one of those tasks) is handed back to the worker, which runs it with no
+    further wait (the submit sent no token: the worker counted as awake)."""
+    q = HostQueue(blocking=False)
+    _quiet_worker(q)
+    later = threading.Event()
+    ran_on: list[int] = []
+
+    def queue_another() -> None:
+        q.enqueue_host(lambda: (ran_on.append(threading.get_ident()), later.set()))
+
+    q.enqueue_host(queue_another)
+    q.wait()  # runs queue_another on this thread; the task it queued is past this wait's target
+    assert later.wait(10), "a task left behind by a waiter never ran without another wait()"
+    assert ran_on == [q._worker.ident]
 
 
 def test_work_progresses_with_no_wait():

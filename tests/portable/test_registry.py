@@ -42,7 +42,7 @@ def test_python_m_portable_info():
     out = subprocess.run([sys.executable, "-m", "portable", "info"], capture_output=True, text=True, check=True).stdout
     for name in pk.backends():
         assert name in out
-    for name, reason in pk.unavailable_backends().items():
+    for name in pk.unavailable_backends():
         assert f"{name}" in out and "unavailable" in out
     assert "available (" in out
 

@@ -1,6 +1,5 @@
 """Work divisions: WorkDiv, make_workdiv (CMSSW) and valid_workdiv (alpaka subDivideGridElems)."""
 
-import dataclasses
 
 import pytest
 

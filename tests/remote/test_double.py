@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import os
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, Remo
                               ServerUnavailable)
 from inference.serve import free_port
 
-from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
+from .conftest import Preds, hits_matrix, make_hits, make_out, metadata, out_matrix
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "pseudo_async"])
@@ -289,3 +290,40 @@ def test_concurrent_requests_spread_over_two_servers(double, mode):
         np.testing.assert_array_equal(out["output__0" if "output__0" in out else next(iter(out))],
                                       np.full((16, 3), 2 * i, np.float32))
     assert sum(got) == 16 and min(got) >= 6, f"16 concurrent requests went {got[0]} / {got[1]}"
+
+
+def test_a_server_that_went_away_is_set_aside_for_a_while(monkeypatch):
+    """A server that failed with ServerUnavailable is tried last for DOWN_S seconds (still
+    tried: it may be the only one), although it has fewer requests in flight than the others.
+    No server needed: the attempts go to a stand-in for one request on one server."""
+    from inference.remote import _requests
+
+    model = RemoteModel(["127.0.0.1:1", "127.0.0.1:2"], "double", retries=0, connect=False)
+    gone, alive = model._servers
+    sent = []
+
+    def send(srv, inputs, specs, callback, reserved=False):
+        if reserved:
+            srv.end()  # the plan counted it in flight
+        sent.append(srv.url)
+        if srv is gone:
+            err = ServerUnavailable(f"server {srv.url} went away")
+            err.retryable = True  # as the transport marks a connection refused or reset
+            raise err
+        return {"y": inputs["x"] * 2}
+
+    monkeypatch.setattr(model, "_send", send)
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(model._request_sync({"x": x}, {})["y"], 2 * x)
+    assert sent == [gone.url, alive.url] and gone.down_until > time.monotonic()
+    # a request in flight on the live server: least-outstanding alone would pick the one that
+    # went away, whichever server was in use last
+    alive.begin()
+    for current in (0, 1):
+        model._current = current
+        assert model._balanced_order() == [1, 0]
+    monkeypatch.setattr(_requests, "DOWN_S", 0.0)  # once the time is up it is chosen again
+    model._note_failure(gone, ServerUnavailable("once more"))
+    assert model._balanced_order()[0] == 0
+    alive.end()
+    model.close()

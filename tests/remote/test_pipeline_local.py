@@ -114,6 +114,23 @@ def test_wire_round_trip_vector_matrix_scalar():
         np.testing.assert_array_equal(a[k], b[k])
 
 
+@pytest.mark.parametrize("field, dtype", [("x", np.float64), ("charge", np.int64), ("cov", np.float16)])
+def test_wire_refuses_a_tensor_of_another_dtype(field, dtype):
+    """A request tensor of the wrong dtype is a clear error naming it, on the server's input
+    path too, never a silent cast into the collection (numpy's assignment would convert it)."""
+    from inference._pipeline._server import PipelineRunner
+
+    q = pk.Queue(pk.device("cpu_serial"))
+    slot = S.chain.inputs[0]
+    arrays = _wire.pack(slot, S.make_tracks(5, q, seed=1))
+    arrays[f"tracks__{field}"] = arrays[f"tracks__{field}"].astype(dtype)
+    want = rf"tensor 'tracks__{field}' is {np.dtype(dtype).name} .*Tracks\.{field} needs "
+    with pytest.raises(ValueError, match=want):
+        _wire.collection_from(slot, arrays, q)
+    with pytest.raises(RuntimeError, match="ValueError: input 'tracks': " + want):
+        PipelineRunner(S.chain, "cpu").run(arrays)
+
+
 def test_debug_poison_finds_unfilled_outputs():
     q = pk.Queue(pk.device("cpu_serial"))
     pipe = Pipeline(S.half_done.fn, S.Tracks, S.Scored, debug=True, name="half_done")

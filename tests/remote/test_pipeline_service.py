@@ -21,7 +21,15 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
 SLOW_S = 2.0
-BACKENDS = [b for b in ("cpu_serial", "cpu_threads", "opencl") if b in pk.available_backends()]
+#: the backends a server hosts the chain pipeline on, as far as --backends / ALPYKA_BACKENDS select them
+SERVED = ("cpu_serial", "cpu_threads", "opencl")
+
+
+def served_backends(config) -> list[str]:
+    from portable.pytest_plugin import selected_backends
+
+    chosen = selected_backends(config)
+    return [b for b in SERVED if b in chosen and b in pk.available_backends()]
 
 
 class Identity(torch.nn.Module):
@@ -30,11 +38,11 @@ class Identity(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(request):
     from inference.serve import serve
 
     os.environ["ALPYKA_TEST_SLOW_S"] = str(SLOW_S)  # the server inherits it (pipeline `slow`)
-    models = {f"chain_{b}": {"pipeline": S.chain, "device": b} for b in BACKENDS}
+    models = {f"chain_{b}": {"pipeline": S.chain, "device": b} for b in served_backends(request.config)}
     models.update({"chain": S.chain, "pairs": S.pairs, "broken": S.broken, "half_done": S.half_done,
                    "slow": S.slow, "identity": {"path": Identity(), "inputs": ["x:float32:3"],
                                                 "outputs": ["y:float32:3"]}})
@@ -61,7 +69,7 @@ def sentinel(layout, n: int, q) -> pk.PortableCollection:
     return coll
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.alpyka_backends(*SERVED)  # the plugin's matrix: the selected ones, the others skipped with why
 def test_remote_equals_local(server, backend):
     """chain (two kernels and a Model) on a server's cpu_serial/cpu_threads/opencl queue gives
     the columns the local run on that backend gives."""
@@ -78,10 +86,13 @@ def test_remote_equals_local(server, backend):
 
 
 @pytest.mark.parametrize("mode", ["async", "pseudo_async"])
-def test_async_modes_on_a_device_queue(server, mode):
-    """call_async from an OpenCL (else cpu_threads) queue: a future whose event chains into
-    the queue; outputs land in device memory."""
-    backend = "opencl" if "opencl" in BACKENDS else "cpu_threads"
+def test_async_modes_on_a_device_queue(request, server, mode):
+    """call_async from an OpenCL (else cpu_threads, else cpu_serial) queue: a future whose event
+    chains into the queue; outputs land in device memory."""
+    served = served_backends(request.config)
+    if not served:
+        pytest.skip(f"--backends / ALPYKA_BACKENDS select none of {SERVED}")
+    backend = served[-1]
     want = local_columns(S.chain, "cpu_serial", n=23, seed=2)
     q = pk.Queue(pk.device(backend))
     tracks = S.make_tracks(23, q, 2)

@@ -26,7 +26,8 @@ def _pad(nbytes: int, align: int) -> int:
 #   p       3 x 256                offset 768
 #   cov     4 x 384                offset 1536
 #   n_valid 4 -> 128               offset 3072     total 3200
-HAND_33 = {"x": (0, 256), "y": (256, 384), "detid": (640, 128), "p": (768, 256), "cov": (1536, 384), "n_valid": (3072, 128)}
+HAND_33 = {"x": (0, 256), "y": (256, 384), "detid": (640, 128), "p": (768, 256), "cov": (1536, 384),
+           "n_valid": (3072, 128)}
 
 
 def test_offsets_by_hand_n33():
