@@ -8,7 +8,7 @@ import portable as pk
 from kernel_defs import download, upload
 
 
-@pytest.mark.parametrize("n", [1, 7, 2048, 2049, 70_001])
+@pytest.mark.parametrize("n", [1, 7, 2048, 2049, 40_001])  # 40001: 3 segments on the CPU backends
 @pytest.mark.parametrize("dtype", [np.int32, np.float64])
 def test_prefix_scan_any_length(queue, n, dtype):
     rng = np.random.default_rng(n)
@@ -68,7 +68,7 @@ _KEYS = {
 
 @pytest.mark.parametrize("kind", sorted(_KEYS))
 def test_argsort_is_stable_and_radix_sort_sorts(queue, kind):
-    keys = _KEYS[kind](np.random.default_rng(5), 3001)
+    keys = _KEYS[kind](np.random.default_rng(5), 1201)  # 5 workers on GPU-like backends
     buf = upload(queue, keys)
     order = download(queue, pk.tools.argsort(queue, buf))
     want = np.argsort(keys, kind="stable")

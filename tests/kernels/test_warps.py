@@ -177,7 +177,7 @@ def propagate_min(acc, label, n):
         changed = False
         for i in acc.uniform_elements(n):
             for j in range(max(i - 1, 0), min(i + 2, n)):
-                m = label[j]
+                m = acc.atomic_add(label, j, 0)  # an atomic read: other threads lower label[j]
                 if m < acc.atomic_min(label, i, m):
                     changed = True
         acc.mem_fence("block")
@@ -201,7 +201,7 @@ def last_block_sums(acc, partial, counter, out, data, n):
             s = 0
             for i in range(b, n, acc.grid_blocks):
                 s += data[i]
-            partial[b] = s
+            acc.atomic_exch(partial, b, s)
             acc.mem_fence("grid")
             if acc.atomic_inc(counter, 0, np.uint32(acc.grid_blocks)) == acc.grid_blocks - 1:
                 acc.mem_fence("device")
