@@ -14,9 +14,22 @@ torch = pytest.importorskip("torch", reason="the inference tests need PyTorch")
 
 import portable as pk  # noqa: E402
 
-from inference_testmodels import Particles, Preds, fill_particles  # noqa: E402
+from inference_testmodels import Particles, Preds, fill_particles, skip_unless_onnx_runs_on  # noqa: E402
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _onnx_route_runs_here(request):
+    """A test's ONNX parametrisation (a parameter of value ``"onnx"``: fmt, route, kind) on a
+    device this ONNX Runtime has no execution provider for is skipped, naming what to install
+    (tests that only run ONNX call ``skip_unless_onnx_runs_on`` themselves). After the root
+    conftest's stand-in fixture, so the stand-in's CPU torch device is what is asked about."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or "device" not in request.fixturenames:
+        return
+    if any(isinstance(v, str) and v == "onnx" for v in callspec.params.values()):
+        skip_unless_onnx_runs_on(request.getfixturevalue("device"))
 
 
 @pytest.fixture
