@@ -167,3 +167,24 @@ def read_exported(path: str | os.PathLike) -> Any:
         raise ModelFileError(f"{path}: torch.export program could not be loaded ({type(exc).__name__}: "
                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}); the file is "
                              "damaged or written by an incompatible torch") from None
+
+
+def exported_module(program: Any, device: torch.device | str) -> torch.nn.Module:
+    """A ``torch.export`` program as a module on ``device`` (the graph run as is: nothing compiled).
+
+    ``program.module().to(device)`` moves the weights but not the devices burnt into the graph
+    (``aten._assert_tensor_metadata(device=cpu)`` of a ``.to(dtype)``, factory calls'
+    ``device=``): on CUDA that fails with "Tensor device mismatch! Expected: cpu, Got: cuda:0".
+    torch's ``move_to_device_pass`` moves both, in place: it is given a copy (a save/load round
+    trip; ``copy.deepcopy`` of a program warns on recent torch), so ``program`` serves every
+    device. A torch without the pass gets ``module().to(device)``."""
+    device = torch.device(device)
+    try:
+        from torch.export.passes import move_to_device_pass
+    except ImportError:  # an older torch
+        module = program.module()
+        return module if device.type == "cpu" else module.to(device)
+    buf = io.BytesIO()
+    torch.export.save(program, buf)
+    buf.seek(0)
+    return move_to_device_pass(torch.export.load(buf), device).module()

@@ -31,8 +31,8 @@ import torch
 
 import portable as pk
 
-from ._loading import (ModelFileError, detect_format, jit_load, jit_save_bytes, read_exported, read_torchscript,
-                       refuse)
+from ._loading import (ModelFileError, detect_format, exported_module, jit_load, jit_save_bytes, read_exported,
+                       read_torchscript, refuse)
 from ._metadata import ModelMetadata, check_batch_size
 from ._plan import Pass, PassSpec, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads
@@ -150,8 +150,7 @@ class Model:
             assert self._script is not None
             return jit_load(self._script, tdev).eval()
         if self.kind == "exported":
-            module = self._exported.module()  # the graph run as is: nothing compiled
-            return module if tdev.type == "cpu" else module.to(tdev)
+            return exported_module(self._exported, tdev)
         if self.kind == "onnx":
             return self._onnx.runner(tdev)
         assert self._package is not None

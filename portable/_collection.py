@@ -246,7 +246,7 @@ class PortableCollection:
                 continue
             if arrays[k].ndim == 0:
                 raise ValueError(f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) got a "
-                                 f"scalar {data[k]!r}; it needs an array of shape (n{_comp_shape(f)}), one "
+                                 f"scalar {_plain(data[k])!r}; it needs an array of shape (n{_comp_shape(f)}), one "
                                  "row per element")
             lengths[k] = len(arrays[k])
         if len(set(lengths.values())) > 1:
@@ -368,13 +368,19 @@ def _first(values: np.ndarray, mask: np.ndarray) -> Any:
     return values[mask].flat[0].item()
 
 
+def _plain(x: Any) -> Any:
+    """A numpy scalar as the Python value it holds (for messages: numpy 2's repr of ``np.str_('a')``
+    is ``np.str_('a')``, not ``'a'``); anything else as it is."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
 def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
     """A numeric array from an object array (Python ints beyond int64, mixed numbers)."""
     items = arr.ravel().tolist()
     for x in items:
         if isinstance(x, (bool, int, float, complex, np.number, np.bool_)):
             continue
-        raise TypeError(f"{what} got a non-numeric value {x!r} ({type(x).__name__}); it holds {dt} numbers")
+        raise TypeError(f"{what} got a non-numeric value {_plain(x)!r} ({type(x).__name__}); it holds {dt} numbers")
     if all(isinstance(x, (int, np.integer, np.bool_)) for x in items):
         if dt.kind in "iu":
             info = np.iinfo(dt)
@@ -461,7 +467,7 @@ def _convert(arr: np.ndarray, dt: np.dtype, casting: str, raw: Any, what: str) -
         arr = _from_objects(arr, dt, what)
         weak = True
     elif src.kind not in "biufc":
-        sample = arr.flat[0] if arr.size else ""
+        sample = _plain(arr.flat[0]) if arr.size else ""
         raise TypeError(f"{what} got {_kind_name(src)} (dtype {src}, e.g. {sample!r}); it holds {dt} numbers")
     if casting != "same_value" and not weak:
         if not np.can_cast(src, dt, casting):

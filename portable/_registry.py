@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 - see below
 import importlib
 import os
 import threading
 from typing import TYPE_CHECKING
 
 from ._errors import BackendUnavailable
+
+# Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
+# cupy...), and that first use may come from a user thread that the interpreter waits for after
+# the main thread returned (backends/cpu_threads.py: launches keep working then). threading
+# refuses new shutdown hooks from then on, and concurrent.futures.thread registers one when first
+# imported, as numba 0.68 does through scipy: "RuntimeError: can't register atexit after
+# shutdown". So it is imported with alpyka, while the interpreter is whole (~5 ms).
 
 if TYPE_CHECKING:
     from ._backend import Backend

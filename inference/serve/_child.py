@@ -106,8 +106,9 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
 
         return aot.load(path)
     if fmt == "exported":
-        module = torch.export.load(path).module()
-        return module.to(device) if device != "cpu" else module
+        from .._loading import exported_module
+
+        return exported_module(torch.export.load(path), device)
     from .._loading import jit_load
 
     module = jit_load(path, device)

@@ -323,6 +323,32 @@ def test_launches_work_while_the_interpreter_waits_for_a_user_thread(tmp_path):
     assert rc == 0 and "late launches OK" in out, err
 
 
+# numba 0.68 imports scipy, and some scipy versions import concurrent.futures' ThreadPoolExecutor,
+# whose module registers a threading atexit hook when first imported; threading refuses that once
+# shutdown has begun ("can't register atexit after shutdown"). Seen on a GPU machine; here a
+# finder makes `import numba` do that first, whatever scipy this machine has.
+NUMBA_IMPORTS_CONCURRENT_FUTURES = textwrap.dedent('''
+    import importlib.abc, sys
+
+    class FirstTheExecutor(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "numba":
+                sys.meta_path.remove(self)
+                from concurrent.futures import ThreadPoolExecutor  # noqa: F401
+            return None
+
+    assert "concurrent.futures.thread" not in sys.modules and "numba" not in sys.modules
+    sys.meta_path.insert(0, FirstTheExecutor())
+''')
+
+
+def test_a_first_numba_import_in_the_shutdown_window_works(tmp_path):
+    """The first launch (numba's first import, and what numba imports) from a user thread while
+    the interpreter waits for it: ``import portable`` imported concurrent.futures.thread before."""
+    rc, out, err, _ = _Proc(tmp_path, NUMBA_IMPORTS_CONCURRENT_FUTURES + LATE_THREAD).finish(timeout=120)
+    assert rc == 0 and "late launches OK" in out, err
+
+
 FORK = textwrap.dedent('''
     import os
     import numpy as np

@@ -158,11 +158,11 @@ def test_another_process_imports_and_launches_it(tmp_path):
         pk.memcpy(q, buf, np.arange(4, dtype=np.float32))
         pk.exec(q, pk.make_workdiv(q.device, 1, 64), k, buf, 4)
         out = np.empty(4, np.float32); pk.memcpy(q, out, buf); q.wait()
-        print(k.__module__ if hasattr(k, '__module__') else '', list(out))
+        print(k.__module__ if hasattr(k, '__module__') else '', out.tolist())
     """)
     ok = _python(use, [where])
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "[1.0, 2.0, 3.0, 4.0]" in ok.stdout
+    assert ok.stdout.split(" ", 1)[1].strip() == "[1.0, 2.0, 3.0, 4.0]", ok.stdout  # the values, as Python floats
     missing = _python(f"import pickle; pickle.loads(open({str(dumped)!r}, 'rb').read())", [])
     assert missing.returncode != 0
     assert ("cannot unpickle kernel pickle_kernels.add_one: ModuleNotFoundError: No module named 'pickle_kernels'; "

@@ -1,10 +1,13 @@
 """Docs are code: every Python block of README.md and docs/*.md runs, page by page, top to bottom
 in one script (a block may build on the blocks above it on its page). A block whose first line
 is ``# fragment`` is an excerpt that cannot run alone (it serves a pipeline defined in the same
-script, or starts a Dask cluster at the top level); at most one block in five may be one."""
+script, or starts a Dask cluster at the top level); at most one block in five may be one. A page
+whose code needs an optional package (:data:`NEEDS`) is skipped where one is missing, naming it
+and the extra that installs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -17,6 +20,22 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 FRAGMENT = "# fragment"
+
+#: the optional modules each page's code needs (a server started by ``serve`` imports pytriton in
+#: its own process), and the extra that installs each (``pip install -e '.[extra]'``)
+NEEDS = {
+    "README.md": ("torch", "pytriton", "tritonclient"),
+    "data.md": ("awkward", "uproot", "distributed", "skhep_testdata"),
+    "inference.md": ("torch",),
+    "remote.md": ("torch", "pytriton", "tritonclient"),
+}
+EXTRAS = {"torch": "torch", "pytriton": "triton", "tritonclient": "triton", "awkward": "data", "uproot": "data",
+          "distributed": "data", "skhep_testdata": "test"}
+
+
+def missing_modules(page: Path) -> list[str]:
+    """The modules of :data:`NEEDS` this page's code needs and this Python cannot import."""
+    return [m for m in NEEDS.get(page.name, ()) if importlib.util.find_spec(m) is None]
 
 
 def blocks(page: Path) -> list[str]:
@@ -34,9 +53,17 @@ def test_at_most_one_block_in_five_is_a_fragment():
     assert len(fragments) * 5 <= len(every), f"{len(fragments)} fragments of {len(every)} blocks: {fragments}"
 
 
+def test_the_needs_name_pages_and_extras():
+    assert set(NEEDS) <= {p.name for p in PAGES} and {m for ms in NEEDS.values() for m in ms} <= set(EXTRAS)
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if any(not is_fragment(b) for b in blocks(p))],
                          ids=lambda p: p.name)
 def test_the_pages_python_runs_as_written(page, tmp_path):
+    missing = missing_modules(page)
+    if missing:
+        extras = ",".join(sorted({EXTRAS[m] for m in missing}))
+        pytest.skip(f"{page.name} needs {', '.join(missing)}: pip install -e '.[{extras}]'")
     code = "\n\n".join(b for b in blocks(page) if not is_fragment(b))
     script = tmp_path / f"{page.stem.lower()}_page.py"  # a real file: kernels are compiled from their source
     script.write_text(code)

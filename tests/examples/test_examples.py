@@ -112,7 +112,10 @@ def test_dimuon_mass(backend, tmp_path):
 
 def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path):
     """Where scikit-hep-testdata (or awkward/uproot) is missing, the example says what to install
-    instead of a raw ModuleNotFoundError: run it with those modules hidden."""
+    instead of a raw ModuleNotFoundError: run it with skhep_testdata hidden (awkward and uproot
+    present, so the message is about that one alone)."""
+    for extra in ("awkward", "uproot"):
+        pytest.importorskip(extra, reason="the data extra: pip install -e '.[data]'")
     hide = tmp_path / "hide"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(

@@ -14,9 +14,22 @@ torch = pytest.importorskip("torch", reason="the inference tests need PyTorch")
 
 import portable as pk  # noqa: E402
 
-from inference_testmodels import Particles, Preds, fill_particles  # noqa: E402
+from inference_testmodels import Particles, Preds, fill_particles, skip_unless_onnx_runs_on  # noqa: E402
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def _onnx_route_runs_here(request):
+    """A test's ONNX parametrisation (a parameter of value ``"onnx"``: fmt, route, kind) on a
+    device this ONNX Runtime has no execution provider for is skipped, naming what to install
+    (tests that only run ONNX call ``skip_unless_onnx_runs_on`` themselves). After the root
+    conftest's stand-in fixture, so the stand-in's CPU torch device is what is asked about."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or "device" not in request.fixturenames:
+        return
+    if any(isinstance(v, str) and v == "onnx" for v in callspec.params.values()):
+        skip_unless_onnx_runs_on(request.getfixturevalue("device"))
 
 
 @pytest.fixture
@@ -49,26 +62,47 @@ def host_columns(coll, queue) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="session")
-def aot_package(request) -> str:
-    """The test MLP compiled for the CPU through `python -m inference.aot` (cached by a hash of the
-    model source and the torch version, so later runs reuse it)."""
+def aot_packages(request):
+    """``aot_packages(device_type)``: the test MLP compiled for ``"cpu"`` or ``"cuda"`` through
+    `python -m inference.aot` (cached by a hash of the model source, the torch version and the
+    device type, so later runs reuse it)."""
     from inference import aot
 
     src = (HERE / "inference_testmodels.py").read_bytes()
-    key = hashlib.sha256(src + torch.__version__.encode() + b"v1").hexdigest()[:16]
     cache_provider = getattr(request.config, "cache", None)
     if cache_provider is not None:
         cache = Path(cache_provider.mkdir("alpyka-aot"))
     else:  # -p no:cacheprovider
         cache = Path(tempfile.gettempdir()) / "alpyka-test-aot"
         cache.mkdir(exist_ok=True)
-    path = cache / f"mlp-{key}.pt2"
-    if not path.exists():
-        tmp = cache / f"mlp-{key}.{os.getpid()}.pt2"
-        rc = aot.main([f"{HERE / 'inference_testmodels.py'}:make_mlp", "--input-shape", "64,3", "-o", str(tmp)])
-        assert rc == 0
-        os.replace(tmp, path)
-    return str(path)
+
+    def build(device_type: str) -> str:
+        key = hashlib.sha256(src + torch.__version__.encode() + device_type.encode() + b"v1").hexdigest()[:16]
+        path = cache / f"mlp-{device_type}-{key}.pt2"
+        if not path.exists():
+            tmp = cache / f"mlp-{device_type}-{key}.{os.getpid()}.pt2"
+            rc = aot.main([f"{HERE / 'inference_testmodels.py'}:make_mlp", "--input-shape", "64,3",
+                           "--device", device_type, "-o", str(tmp)])
+            assert rc == 0, f"compiling the test MLP for {device_type} failed"
+            os.replace(tmp, path)
+        return str(path)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def aot_package(aot_packages) -> str:
+    """The test MLP compiled for the CPU (:func:`aot_packages`)."""
+    return aot_packages("cpu")
+
+
+@pytest.fixture
+def queue_aot_package(queue, aot_packages) -> str:
+    """The test MLP compiled for the torch device type models run on for the queue's device (a
+    package is fixed to the device type it was compiled for: a cuda queue refuses a CPU one)."""
+    from inference._model import torch_device  # after the stand-in fixture: its CPU device there
+
+    return aot_packages(torch_device(queue.device).type)
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,32 @@ def features(data: dict[str, np.ndarray]) -> torch.Tensor:
     return torch.from_numpy(np.stack([data["x"], data["y"], data["z"]], axis=1).copy())
 
 
+def onnx_unavailable(device) -> str | None:
+    """Why an ONNX model cannot run here for work of ``device``, else None: ONNX Runtime is
+    missing, or lacks the execution provider that the device's torch device needs (the CPU-only
+    ``onnxruntime`` on a CUDA machine). The library decides, as ``Model(...).to(queue)`` would:
+    its message names what to install (``pip install 'alpyka[onnx-gpu]'``)."""
+    import inference._model
+    from inference._loading import ModelFileError
+    from inference._onnx import choose_provider, import_ort
+
+    try:
+        ort = import_ort()
+        choose_provider(inference._model.torch_device(device).type, ort.get_available_providers())
+    except (ImportError, ModelFileError) as exc:
+        return str(exc)
+    return None
+
+
+def skip_unless_onnx_runs_on(device) -> None:
+    """Skips the calling test where :func:`onnx_unavailable` gives a reason."""
+    reason = onnx_unavailable(device)
+    if reason is not None:
+        import pytest
+
+        pytest.skip(f"ONNX models cannot run on {device.backend_name} here: {reason}")
+
+
 def run_threads(work, count: int, timeout: float = 120.0) -> None:
     """``work(t)`` in ``count`` threads at once; the first exception any raised is raised here,
     and a thread still running after ``timeout`` seconds fails the test."""

@@ -12,7 +12,8 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel
+from inference_testmodels import (MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel,
+                                  onnx_unavailable, skip_unless_onnx_runs_on)
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 FORMATS = ["onnx", "pt2"]
@@ -122,6 +123,7 @@ def test_kernel_model_kernel_without_wait(device, exported_files, fmt):
 
 def test_one_column_block_is_bound_in_place(queue, make_particles, make_preds, exported_files):
     """A single-column block is dense row-major: ORT reads it where it lies (no gather)."""
+    skip_unless_onnx_runs_on(queue.device)
     q = queue
     coll, _ = make_particles(10)
     out = make_preds(10)
@@ -134,7 +136,8 @@ def test_one_column_block_is_bound_in_place(queue, make_particles, make_preds, e
 
 
 def test_no_deprecation_warning_from_loading_or_running(queue, make_particles, make_preds, exported_files, tmp_path):
-    """torch.export and ONNX models, and a legacy TorchScript file: nothing warns the user."""
+    """torch.export and ONNX models, and a legacy TorchScript file: nothing warns the user (the
+    ONNX file where this ONNX Runtime can run it on the queue's device)."""
     from inference._loading import jit_save_bytes
 
     scripted = tmp_path / "mlp.pt"
@@ -147,7 +150,8 @@ def test_no_deprecation_warning_from_loading_or_running(queue, make_particles, m
                          SoAMetadata(out).append_block("preds", "m", "n"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for path in (exported_files["mlp.pt2"], exported_files["mlp.onnx"], str(scripted)):
+        onnx = [] if onnx_unavailable(queue.device) else [exported_files["mlp.onnx"]]
+        for path in (exported_files["mlp.pt2"], *onnx, str(scripted)):
             Model(path).to(queue).forward(meta)
             queue.wait()
 
@@ -155,6 +159,7 @@ def test_no_deprecation_warning_from_loading_or_running(queue, make_particles, m
 def test_the_same_inputs_into_output_blocks_of_another_name(queue, make_particles, make_preds, exported_files):
     """ONNX Runtime's kept binding is reused only for the same outputs too: the same input memory
     written into a block of another name gets its own outputs, not the last pass's."""
+    skip_unless_onnx_runs_on(queue.device)
     coll, data = make_particles(64, seed=21)
     out = make_preds(64)
     model = Model(exported_files["mlp.onnx"]).to(queue)

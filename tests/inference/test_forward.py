@@ -116,8 +116,12 @@ def test_output_cast_and_input_dtype(queue, make_particles, make_preds):
     inputs = SoAMetadata(coll).append_block("features", "x", "y", "z")
     outputs = SoAMetadata(out).append_block("extra", "extra")  # float64 column
     class FirstColumn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = module  # a submodule: Model moves it to the queue's device
+
         def forward(self, x):
-            return module(x)[:, :1]
+            return self.mlp(x)[:, :1]
 
     model = Model(FirstColumn()).to(queue)
     model.forward(ModelMetadata(inputs, outputs))

@@ -110,6 +110,7 @@ def test_mini_batches_of_items(queue, make_particles, make_preds):
 
 
 def test_a_remote_model_refuses_grouped_blocks():
+    pytest.importorskip("tritonclient", reason="the triton extra: pip install 'alpyka[triton]'")
     from inference.remote import MetadataMismatch, RemoteModel
 
     q = pk.Queue(pk.host(), blocking=True)

@@ -68,8 +68,8 @@ def test_device_checks_are_cached_per_device_combination(make_particles, make_pr
     model.forward(meta)
     queue.wait()
     assert len(model._access_ok) == 1
-    with torch.no_grad():
+    features = (SoAMetadata(coll).append_block("f", "x", "y", "z").tensor("f")
+                if meta.inputs.zero_copy else meta.inputs.tensor("f"))
+    with torch.no_grad():  # the reference on the CPU (a zero-copy tensor lies on the queue's device)
         torch.testing.assert_close(torch.from_numpy(np.stack([out.to_dict(queue)[k] for k in "mn"], 1)),
-                                   MLP()(SoAMetadata(coll).append_block("f", "x", "y", "z").tensor("f")
-                                         if meta.inputs.zero_copy else meta.inputs.tensor("f")),
-                                   rtol=1e-5, atol=1e-5)
+                                   MLP()(features.cpu()), rtol=1e-5, atol=1e-5)

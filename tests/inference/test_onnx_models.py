@@ -14,6 +14,7 @@ import torch
 
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from inference._onnx import choose_provider
+from inference_testmodels import skip_unless_onnx_runs_on
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
@@ -41,6 +42,7 @@ def test_pt2_of_neither_kind(tmp_path):
 
 
 def test_input_count_and_dtype_must_match(queue, make_particles, make_preds, exported_files):
+    skip_unless_onnx_runs_on(queue.device)
     coll, _ = make_particles(20)
     out = make_preds(20)
     model = Model(exported_files["mlp.onnx"]).to(queue)
