@@ -30,6 +30,7 @@ from typing import Any
 from portable import AlpykaError
 from portable.kernel import ir
 from portable.kernel.types import ArrayType, ScalarType
+from portable.kernel.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
@@ -94,7 +95,12 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
-class _Emitter:
+class _Emitter(Visitor):
+    """One kernel's C: ``expr`` renders an expression, ``stmt`` appends a statement's lines (one
+    ``visit_`` method per node kind of the IR)."""
+
+    visitor_name = "the C emitter"
+
     def __init__(self, kernel: ir.Kernel, dialect: Dialect, unit_elements: bool = False) -> None:
         self.k, self.d = kernel, dialect
         self.unit_elements = unit_elements
@@ -177,53 +183,58 @@ class _Emitter:
         return f"{self.d.space(t.kind)}{q}{STORAGE[t.dtype.name]}* {name}"
 
     # ------------------------------------------------------------------ expressions
-    def expr(self, e: Any) -> str:  # noqa: C901 - one dispatch over the node kinds
-        if isinstance(e, ir.Const):
-            return self.const(e.value, e.type)
-        if isinstance(e, ir.Var):
-            return _ident(e.name)
-        if isinstance(e, ir.Index):
-            if e.query == "thread_elements":
-                # a plan for one element per thread folds the chunked loops away at compile time
-                return "((i64)1)" if self.unit_elements else f"alpyka_te{e.dim}"
-            return self.d.index(e.query, e.dim, self.k.ndim)
-        if isinstance(e, ir.Cast):
-            inner = self.expr(e.value)
-            if e.type.is_bool:
-                return f"(({inner}) != 0)"
-            return f"(({self.ctype(e.type)})({inner}))"
-        if isinstance(e, ir.UnaryOp):
-            op = {"-": "-", "~": "~", "not": "!"}[e.op]
-            if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
-                return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
-            return f"({op}{self.expr(e.operand)})"
-        if isinstance(e, ir.BinOp):
-            return self.binop(e)
-        if isinstance(e, ir.Compare):
-            return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
-        if isinstance(e, ir.BoolOp):
-            op = " && " if e.op == "and" else " || "
-            return "(" + op.join(self.expr(v) for v in e.values) + ")"
-        if isinstance(e, ir.Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
-        if isinstance(e, ir.MathCall):
-            return self.mathcall(e)
-        if isinstance(e, ir.Load):
-            el = self.element(e.array, e.indices, getattr(e, "check", None))
-            return f"({el} != 0)" if e.array.type.dtype.is_bool else el
-        if isinstance(e, ir.AtomicOp):
-            return self.atomic(e)
-        if isinstance(e, ir.DeviceCall):
-            return self.call(e)
-        if isinstance(e, ir.WarpOp):
-            return self.warp(e)
-        if isinstance(e, ir.BlockPredicate):
-            p = self.expr(e.value)
-            native = self.d.block_predicate(e.op, p)
-            return native if native is not None else f"{self.h.block_predicate(e.op)}(alpyka_bpred, {p})"
-        raise self.fail(f"the C emitter cannot express {type(e).__name__}")
+    def expr(self, e: Any) -> str:
+        return self.visit(e)
 
-    def warp(self, e: ir.WarpOp) -> str:
+    def missing(self, node: Any, *args: Any) -> Any:
+        if args:  # a statement (tag, line)
+            raise self.fail(f"the C emitter cannot express the statement {type(node).__name__}")
+        raise self.fail(f"the C emitter cannot express {type(node).__name__}")
+
+    def visit_Const(self, e: ir.Const) -> str:
+        return self.const(e.value, e.type)
+
+    def visit_Var(self, e: ir.Var) -> str:
+        return _ident(e.name)
+
+    def visit_Index(self, e: ir.Index) -> str:
+        if e.query == "thread_elements":
+            # a plan for one element per thread folds the chunked loops away at compile time
+            return "((i64)1)" if self.unit_elements else f"alpyka_te{e.dim}"
+        return self.d.index(e.query, e.dim, self.k.ndim)
+
+    def visit_Cast(self, e: ir.Cast) -> str:
+        inner = self.expr(e.value)
+        if e.type.is_bool:
+            return f"(({inner}) != 0)"
+        return f"(({self.ctype(e.type)})({inner}))"
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
+        op = {"-": "-", "~": "~", "not": "!"}[e.op]
+        if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
+            return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
+        return f"({op}{self.expr(e.operand)})"
+
+    def visit_Compare(self, e: ir.Compare) -> str:
+        return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> str:
+        op = " && " if e.op == "and" else " || "
+        return "(" + op.join(self.expr(v) for v in e.values) + ")"
+
+    def visit_Select(self, e: ir.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+
+    def visit_Load(self, e: ir.Load) -> str:
+        el = self.element(e.array, e.indices, getattr(e, "check", None))
+        return f"({el} != 0)" if e.array.type.dtype.is_bool else el
+
+    def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:
+        p = self.expr(e.value)
+        native = self.d.block_predicate(e.op, p)
+        return native if native is not None else f"{self.h.block_predicate(e.op)}(alpyka_bpred, {p})"
+
+    def visit_WarpOp(self, e: ir.WarpOp) -> str:
         args = [self.expr(a) for a in e.args]
         if e.op in ("size", "active_mask", "all", "any", "ballot"):
             p = args[0] if args else ""
@@ -239,7 +250,7 @@ class _Emitter:
             return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, f'(i32)({v})', k)})"
         return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, v, k)})"
 
-    def binop(self, e: ir.BinOp) -> str:
+    def visit_BinOp(self, e: ir.BinOp) -> str:
         a, b, t = self.expr(e.left), self.expr(e.right), e.type
         if e.op in ("+", "-", "*", "&", "|", "^", "<<", ">>"):
             return f"({a} {e.op} {b})"
@@ -255,7 +266,7 @@ class _Emitter:
             return f"{self.h.ipow(t)}({a}, {b})"
         raise self.fail(f"operator {e.op} is not supported by the C emitter")
 
-    def mathcall(self, e: ir.MathCall) -> str:
+    def visit_MathCall(self, e: ir.MathCall) -> str:
         f, args = e.func, e.args
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
@@ -278,7 +289,7 @@ class _Emitter:
             return f"(({self.ctype(e.type)}){call})"
         return call
 
-    def atomic(self, e: ir.AtomicOp) -> str:
+    def visit_AtomicOp(self, e: ir.AtomicOp) -> str:
         t = e.array.type
         try:
             fn = self.h.atomic(e.op, e.type, t.kind)
@@ -287,7 +298,7 @@ class _Emitter:
         ops = ", ".join(self.expr(o) for o in e.operands)
         return f"{fn}(&{self.element(e.array, e.indices, getattr(e, 'check', None))}, {ops})"
 
-    def call(self, e: ir.DeviceCall) -> str:
+    def visit_DeviceCall(self, e: ir.DeviceCall) -> str:
         fn = self.k.functions[e.function]
         args: list[str] = []
         for p, a in zip(fn.params, e.args):
@@ -338,54 +349,59 @@ class _Emitter:
     def tag(self, line: int) -> str:
         return f"  // {self.base}:{line}" if line else ""
 
-    def stmt(self, s: ir.Stmt) -> None:  # noqa: C901 - one dispatch over the node kinds
+    def stmt(self, s: ir.Stmt) -> None:
+        """Emit ``s``: its ``visit_`` method gets the ``// file.py:line`` tag and the line."""
         line = getattr(s, "line", 0) or self.cur_line
         self.cur_line = line
-        tag = self.tag(getattr(s, "line", 0))
-        if isinstance(s, ir.Assign):
-            self.out(f"{_ident(s.target.name)} = {self.expr(s.value)};{tag}", line)
-        elif isinstance(s, ir.Store):
-            v = self.expr(s.value)
-            if s.array.type.dtype.is_bool:
-                v = f"(u8)({v})"
-            self.out(f"{self.element(s.array, s.indices, getattr(s, 'check', None))} = {v};{tag}", line)
-        elif isinstance(s, ir.ExprStmt):
-            self.out(f"(void){self.expr(s.value)};{tag}", line)
-        elif isinstance(s, ir.If):
-            self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
-            self.block(s.body)
-            if s.orelse:
-                self.out("} else {", line)
-                self.block(s.orelse)
-            self.out("}", line)
-        elif isinstance(s, ir.While):
-            self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
-            self.loops.append(None)
-            self.block(s.body)
-            self.loops.pop()
-            self.out("}", line)
-        elif isinstance(s, ir.ForRange):
-            self.for_range(s, tag, line)
-        elif isinstance(s, ir.StridedLoop):
-            self.strided(s, tag, line)
-        elif isinstance(s, ir.Break):
-            label = self.loops[-1] if self.loops else None
-            if label:
-                self.used_labels.add(label)
-            self.out(f"goto {label};{tag}" if label else f"break;{tag}", line)
-        elif isinstance(s, ir.Continue):
-            self.out(f"continue;{tag}", line)
-        elif isinstance(s, ir.Return):
-            if s.value is not None:
-                self.out(f"return {self.expr(s.value)};{tag}", line)
-            else:
-                self.out(f"return{self.default_return()};{tag}", line)
-        elif isinstance(s, ir.SyncBlockThreads):
-            self.out(f"{self.d.barrier()}{tag}", line)
-        elif isinstance(s, ir.MemFence):
-            self.out(f"{self.d.fence(s.scope)}{tag}", line)
+        self.visit(s, self.tag(getattr(s, "line", 0)), line)
+
+    def visit_Assign(self, s: ir.Assign, tag: str, line: int) -> None:
+        self.out(f"{_ident(s.target.name)} = {self.expr(s.value)};{tag}", line)
+
+    def visit_Store(self, s: ir.Store, tag: str, line: int) -> None:
+        v = self.expr(s.value)
+        if s.array.type.dtype.is_bool:
+            v = f"(u8)({v})"
+        self.out(f"{self.element(s.array, s.indices, getattr(s, 'check', None))} = {v};{tag}", line)
+
+    def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
+        self.out(f"(void){self.expr(s.value)};{tag}", line)
+
+    def visit_If(self, s: ir.If, tag: str, line: int) -> None:
+        self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.block(s.body)
+        if s.orelse:
+            self.out("} else {", line)
+            self.block(s.orelse)
+        self.out("}", line)
+
+    def visit_While(self, s: ir.While, tag: str, line: int) -> None:
+        self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.loops.append(None)
+        self.block(s.body)
+        self.loops.pop()
+        self.out("}", line)
+
+    def visit_Break(self, s: ir.Break, tag: str, line: int) -> None:
+        label = self.loops[-1] if self.loops else None
+        if label:
+            self.used_labels.add(label)
+        self.out(f"goto {label};{tag}" if label else f"break;{tag}", line)
+
+    def visit_Continue(self, s: ir.Continue, tag: str, line: int) -> None:
+        self.out(f"continue;{tag}", line)
+
+    def visit_Return(self, s: ir.Return, tag: str, line: int) -> None:
+        if s.value is not None:
+            self.out(f"return {self.expr(s.value)};{tag}", line)
         else:
-            raise self.fail(f"the C emitter cannot express the statement {type(s).__name__}")
+            self.out(f"return{self.default_return()};{tag}", line)
+
+    def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, tag: str, line: int) -> None:
+        self.out(f"{self.d.barrier()}{tag}", line)
+
+    def visit_MemFence(self, s: ir.MemFence, tag: str, line: int) -> None:
+        self.out(f"{self.d.fence(s.scope)}{tag}", line)
 
     def default_return(self) -> str:
         fn = self.in_function
@@ -393,7 +409,7 @@ class _Emitter:
             return ""
         return f" ({self.ctype(fn.return_type)})0"
 
-    def for_range(self, s: ir.ForRange, tag: str, line: int) -> None:
+    def visit_ForRange(self, s: ir.ForRange, tag: str, line: int) -> None:
         n = self.fresh("r")
         t = self.ctype(s.var.type)
         step = s.step
@@ -412,7 +428,7 @@ class _Emitter:
         self.loops.pop()
         self.out("} }", line)
 
-    def strided(self, s: ir.StridedLoop, tag: str, line: int) -> None:
+    def visit_StridedLoop(self, s: ir.StridedLoop, tag: str, line: int) -> None:
         """An alpaka loop: a single grid-stride loop when the chunk is 1 (the common case, and
         far faster on PoCL), the chunked double loop otherwise; ``break`` leaves both."""
         n = self.fresh("s")

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from portable._hostqueue import warn_unseen
 from portable._workers import start_worker, stop_worker
 
-from ._gpu_queue import DeviceQueue, Snapshot
+from ._gpu_queue import DeviceQueue, Snapshot, run_host_function
 
 
 class DeviceScope:
@@ -105,16 +105,9 @@ def _run_task(task: _Task) -> None:
 
 def _run_host(marker: Marker, host: _Host, log: Any) -> None:
     """Wait for the marker, run the host function; an error goes to the log. (A frame of its
-    own, without the queue: see :func:`_run_task`.)"""
-    try:
-        marker.event.synchronize()  # on alpyka's worker: an ordinary thread may wait
-        log.resolve(host.seq)  # waits for other queues' events before this task
-        if not host.always and log.pending():
-            log.skip()
-        else:
-            host.fn()
-    except BaseException as exc:  # surfaced at the next wait()
-        log.add(host.seq, exc)
+    own, without the queue: see :func:`_run_task`.) The event is waited for on alpyka's
+    worker, an ordinary thread that may wait."""
+    run_host_function(log, host.seq, host.fn, host.always, marker.event.synchronize)
 
 
 class CupyQueue(DeviceQueue):

@@ -104,18 +104,28 @@ class _HostTask:
         self.fn, self.gate, self.seq, self.always = fn, gate, seq, always
 
 
+def run_host_function(log: ErrorLog, seq: int, fn: Callable[[], None], always: bool,
+                      reached: Callable[[], None]) -> None:
+    """A device queue's host function ``seq``, on the queue's worker: wait until the native
+    queue reached it (``reached``), take in the errors of other queues' events waited for
+    before it, then run ``fn`` unless an earlier error is pending and ``always`` is false
+    (then count it skipped). Its error goes to ``log``, surfaced at the next ``wait()``."""
+    try:
+        reached()
+        log.resolve(seq)  # waits for other queues' events before this task
+        if not always and log.pending():
+            log.skip()
+        else:
+            fn()
+    except BaseException as exc:  # surfaced at the next wait()
+        log.add(seq, exc)
+
+
 def _run_host_task(task: _HostTask, log: ErrorLog) -> None:
     # The worker holds the gates and the error log, not the queue: a queue dropped with work
     # in flight still finishes it, then its finalizer stops the worker.
     try:
-        task.gate.reached()
-        log.resolve(task.seq)  # waits for other queues' events before this task
-        if not task.always and log.pending():
-            log.skip()
-        else:
-            task.fn()
-    except BaseException as exc:  # surfaced at the next wait()
-        log.add(task.seq, exc)
+        run_host_function(log, task.seq, task.fn, task.always, task.gate.reached)
     finally:
         task.gate.open()
 

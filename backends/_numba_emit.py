@@ -25,6 +25,7 @@ import numpy as np
 
 from portable.kernel import ir
 from portable.kernel.types import ScalarType
+from portable.kernel.visit import Visitor
 
 from ._grid_loop import FlatGridLoop, flat_grid_loop
 
@@ -77,7 +78,12 @@ def _const(value: object, t: ScalarType) -> str:
     return f"np.{t.name}({int(value)})"  # type: ignore[arg-type]
 
 
-class _FunctionEmitter:
+class _FunctionEmitter(Visitor):
+    """One generated function: ``ex`` renders an expression, ``stmt`` appends a statement's lines at
+    a depth (one ``visit_`` method per node kind of the IR)."""
+
+    visitor_name = "the numba emitter"
+
     def __init__(self, module: "_ModuleEmitter", ndim: int) -> None:
         self.m = module
         self.ndim = ndim
@@ -88,64 +94,79 @@ class _FunctionEmitter:
 
     # ------------------------------------------------------------------ expressions
     def ex(self, e: object) -> str:
-        if isinstance(e, ir.Const):
-            return _const(e.value, e.type)
-        if isinstance(e, ir.Var):
-            return e.name
-        if isinstance(e, ir.Index):
-            if e.query == "block_idx" and self.block_idx_zero:
-                return "0"
-            return {"block_idx": f"bi{e.dim}", "thread_idx": "0", "grid_blocks": f"gb{e.dim}",
-                    "block_threads": "1", "thread_elements": f"te{e.dim}"}[e.query]
-        if isinstance(e, ir.Cast):
-            inner = self.ex(e.value)
-            if e.type.is_bool:
-                return f"({inner} != 0)"
-            return f"np.{e.type.name}({inner})"
-        if isinstance(e, ir.UnaryOp):
-            return f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
-        if isinstance(e, ir.BinOp):
-            r = f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
-            if e.op in ("**", "<<", ">>") and e.type.name not in ("int64", "float64"):
-                r = f"np.{e.type.name}{r}"
-            return r
-        if isinstance(e, ir.Compare):
-            return f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
-        if isinstance(e, ir.BoolOp):
-            return "(" + f" {e.op} ".join(self.ex(v) for v in e.values) + ")"
-        if isinstance(e, ir.Select):
-            return f"({self.ex(e.if_true)} if {self.ex(e.cond)} else {self.ex(e.if_false)})"
-        if isinstance(e, ir.MathCall):
-            r = f"{_MATH[e.func]}({', '.join(self.ex(a) for a in e.args)})"
-            if e.type.name not in ("int64", "float64", "bool"):
-                r = f"np.{e.type.name}({r})"
-            return r
-        if isinstance(e, ir.Load):
-            return f"{e.array.name}[{self.index(e.array, e.indices, e.check)}]"
-        if isinstance(e, ir.AtomicOp):
-            ops = ", ".join(self.ex(o) for o in e.operands)
-            idx = self.index(e.array, e.indices, e.check) if e.indices else ""
-            if len(e.indices) == 1:
-                idx += ","
-            return f"atomic_{e.op}({e.array.name}, ({idx}), {ops})"
-        if isinstance(e, ir.DeviceCall):
-            fn = self.m.kernel.functions[e.function]
-            args = [a.name if isinstance(a, ir.ArrayRef) else self.ex(a) for a in e.args]
-            if fn.uses_acc:
-                args = self.m.ctx_args() + args
-            return f"{e.function}({', '.join(args)})"
-        if isinstance(e, ir.WarpOp):  # one-thread warps: the thread is lane 0 of a warp of 1
-            if e.op == "size":
-                return "1"
-            if e.op == "active_mask":
-                return "np.uint64(1)"
-            if e.op == "ballot":
-                return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
-            return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
-        if isinstance(e, ir.BlockPredicate):  # one thread per block: a barrier of one
-            p = self.ex(e.value)
-            return f"(1 if {p} else 0)" if e.op == "count" else p
-        raise TypeError(f"numba emitter: unknown expression {e!r}")
+        return self.visit(e)
+
+    def visit_Const(self, e: ir.Const) -> str:
+        return _const(e.value, e.type)
+
+    def visit_Var(self, e: ir.Var) -> str:
+        return e.name
+
+    def visit_Index(self, e: ir.Index) -> str:
+        if e.query == "block_idx" and self.block_idx_zero:
+            return "0"
+        return {"block_idx": f"bi{e.dim}", "thread_idx": "0", "grid_blocks": f"gb{e.dim}",
+                "block_threads": "1", "thread_elements": f"te{e.dim}"}[e.query]
+
+    def visit_Cast(self, e: ir.Cast) -> str:
+        inner = self.ex(e.value)
+        if e.type.is_bool:
+            return f"({inner} != 0)"
+        return f"np.{e.type.name}({inner})"
+
+    def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
+        return f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
+
+    def visit_BinOp(self, e: ir.BinOp) -> str:
+        r = f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
+        if e.op in ("**", "<<", ">>") and e.type.name not in ("int64", "float64"):
+            r = f"np.{e.type.name}{r}"
+        return r
+
+    def visit_Compare(self, e: ir.Compare) -> str:
+        return f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
+
+    def visit_BoolOp(self, e: ir.BoolOp) -> str:
+        return "(" + f" {e.op} ".join(self.ex(v) for v in e.values) + ")"
+
+    def visit_Select(self, e: ir.Select) -> str:
+        return f"({self.ex(e.if_true)} if {self.ex(e.cond)} else {self.ex(e.if_false)})"
+
+    def visit_MathCall(self, e: ir.MathCall) -> str:
+        r = f"{_MATH[e.func]}({', '.join(self.ex(a) for a in e.args)})"
+        if e.type.name not in ("int64", "float64", "bool"):
+            r = f"np.{e.type.name}({r})"
+        return r
+
+    def visit_Load(self, e: ir.Load) -> str:
+        return f"{e.array.name}[{self.index(e.array, e.indices, e.check)}]"
+
+    def visit_AtomicOp(self, e: ir.AtomicOp) -> str:
+        ops = ", ".join(self.ex(o) for o in e.operands)
+        idx = self.index(e.array, e.indices, e.check) if e.indices else ""
+        if len(e.indices) == 1:
+            idx += ","
+        return f"atomic_{e.op}({e.array.name}, ({idx}), {ops})"
+
+    def visit_DeviceCall(self, e: ir.DeviceCall) -> str:
+        fn = self.m.kernel.functions[e.function]
+        args = [a.name if isinstance(a, ir.ArrayRef) else self.ex(a) for a in e.args]
+        if fn.uses_acc:
+            args = self.m.ctx_args() + args
+        return f"{e.function}({', '.join(args)})"
+
+    def visit_WarpOp(self, e: ir.WarpOp) -> str:  # one-thread warps: the thread is lane 0 of a warp of 1
+        if e.op == "size":
+            return "1"
+        if e.op == "active_mask":
+            return "np.uint64(1)"
+        if e.op == "ballot":
+            return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
+        return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
+
+    def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:  # one thread per block: a barrier of one
+        p = self.ex(e.value)
+        return f"(1 if {p} else 0)" if e.op == "count" else p
 
     def index(self, arr: ir.ArrayRef, indices: tuple, check: str | None) -> str:
         if not indices:
@@ -173,47 +194,55 @@ class _FunctionEmitter:
             self.stmt(s, depth)
 
     def stmt(self, s: object, d: int) -> None:
-        if isinstance(s, ir.Assign):
-            self.emit(f"{s.target.name} = {self.ex(s.value)}", d)
-        elif isinstance(s, ir.Store):
-            self.emit(f"{s.array.name}[{self.index(s.array, s.indices, s.check)}] = {self.ex(s.value)}", d)
-        elif isinstance(s, ir.ExprStmt):
-            self.emit(self.ex(s.value), d)
-        elif isinstance(s, ir.If):
-            self.emit(f"if {self.ex(s.cond)}:", d)
-            self.block(s.body, d + 1)
-            if s.orelse:
-                self.emit("else:", d)
-                self.block(s.orelse, d + 1)
-        elif isinstance(s, ir.While):
-            self.emit(f"while {self.ex(s.cond)}:", d)
-            self.loops.append(("while", None))
-            self.block(s.body, d + 1)
-            self.loops.pop()
-        elif isinstance(s, ir.ForRange):
-            self.emit(f"for {s.var.name} in range({self.ex(s.start)}, {self.ex(s.stop)}, {self.ex(s.step)}):", d)
-            self.loops.append(("range", None))
-            self.block(s.body, d + 1)
-            self.loops.pop()
-        elif isinstance(s, ir.StridedLoop):
-            self.strided(s, d)
-        elif isinstance(s, ir.Break):
-            kind, flag = self.loops[-1]
-            if flag is not None:
-                self.emit(f"{flag} = True", d)
-            self.emit("break", d)
-        elif isinstance(s, ir.Continue):
-            self.emit("continue", d)
-        elif isinstance(s, ir.Return):
-            self.emit("return" + (f" {self.ex(s.value)}" if s.value is not None else ""), d)
-        elif isinstance(s, ir.SyncBlockThreads):
-            self.emit("pass  # sync_block_threads: one thread per block on CPU backends", d)
-        elif isinstance(s, ir.MemFence):  # blocks run concurrently on cpu_threads
-            self.emit("fence()", d)
-        else:
-            raise TypeError(f"numba emitter: unknown statement {s!r}")
+        self.visit(s, d)
 
-    def strided(self, s: ir.StridedLoop, d: int) -> None:
+    def visit_Assign(self, s: ir.Assign, d: int) -> None:
+        self.emit(f"{s.target.name} = {self.ex(s.value)}", d)
+
+    def visit_Store(self, s: ir.Store, d: int) -> None:
+        self.emit(f"{s.array.name}[{self.index(s.array, s.indices, s.check)}] = {self.ex(s.value)}", d)
+
+    def visit_ExprStmt(self, s: ir.ExprStmt, d: int) -> None:
+        self.emit(self.ex(s.value), d)
+
+    def visit_If(self, s: ir.If, d: int) -> None:
+        self.emit(f"if {self.ex(s.cond)}:", d)
+        self.block(s.body, d + 1)
+        if s.orelse:
+            self.emit("else:", d)
+            self.block(s.orelse, d + 1)
+
+    def visit_While(self, s: ir.While, d: int) -> None:
+        self.emit(f"while {self.ex(s.cond)}:", d)
+        self.loops.append(("while", None))
+        self.block(s.body, d + 1)
+        self.loops.pop()
+
+    def visit_ForRange(self, s: ir.ForRange, d: int) -> None:
+        self.emit(f"for {s.var.name} in range({self.ex(s.start)}, {self.ex(s.stop)}, {self.ex(s.step)}):", d)
+        self.loops.append(("range", None))
+        self.block(s.body, d + 1)
+        self.loops.pop()
+
+    def visit_Break(self, s: ir.Break, d: int) -> None:
+        kind, flag = self.loops[-1]
+        if flag is not None:
+            self.emit(f"{flag} = True", d)
+        self.emit("break", d)
+
+    def visit_Continue(self, s: ir.Continue, d: int) -> None:
+        self.emit("continue", d)
+
+    def visit_Return(self, s: ir.Return, d: int) -> None:
+        self.emit("return" + (f" {self.ex(s.value)}" if s.value is not None else ""), d)
+
+    def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, d: int) -> None:
+        self.emit("pass  # sync_block_threads: one thread per block on CPU backends", d)
+
+    def visit_MemFence(self, s: ir.MemFence, d: int) -> None:  # blocks run concurrently on cpu_threads
+        self.emit("fence()", d)
+
+    def visit_StridedLoop(self, s: ir.StridedLoop, d: int) -> None:
         self.nflag += 1
         n = self.nflag
         stop, base, flag = f"_stop{n}", f"_base{n}", f"_brk{n}"
