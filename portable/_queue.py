@@ -86,11 +86,13 @@ class Queue:
         self._impl.enqueue_host(fn)
 
     def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
-        """Run ``fn()``, which enqueues work of another library on :attr:`native_handle` (a CUDA
-        stream, an OpenCL command queue), in this queue's order: after the work enqueued before,
-        host functions included. The objects ``keep`` (memory the work reads or writes) stay
-        alive until the work finished; a blocking queue finishes it before returning. On the
-        CPU backends ``fn`` runs in queue order like a host function. An error of ``fn`` is
+        """Put the work that ``fn()`` enqueues on :attr:`native_handle` (a CUDA stream, an OpenCL
+        command queue; torch or cupy work, say) in this queue's order: after the work enqueued
+        before, host functions included, and before the work enqueued after. ``fn`` runs at once
+        where the native queue keeps that order itself (OpenCL), else once the host functions
+        before it ran (CUDA, HIP); on the CPU backends it runs in queue order like a host
+        function. The objects ``keep`` (memory the work reads or writes) stay alive until the
+        work finished; a blocking queue finishes it before returning. An error of ``fn`` is
         raised here or by the next :meth:`wait`."""
         self._impl.enqueue_native(fn, *keep)
 
