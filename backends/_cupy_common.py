@@ -22,11 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from portable._allocator import AllocatorStats, Block, CachingAllocator
-from portable._deferred import run_deferred
-from portable._backend import Backend, MemRef
-from portable._device import Device, DeviceLimits
-from portable._errors import BackendUnavailable
+from portable import BackendUnavailable
+from portable.spi import AllocatorStats, Backend, Block, CachingAllocator, Device, DeviceLimits, MemRef, run_deferred
 
 from ._cupy_queue import CupyQueue, DeviceScope
 from ._gpu_queue import DeviceEvent

@@ -27,8 +27,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
-from portable._hostqueue import warn_unseen
-from portable._workers import start_worker, stop_worker
+from portable.spi import start_worker, stop_worker, warn_unseen
 
 from ._gpu_queue import DeviceQueue, Snapshot, run_host_function
 
@@ -157,6 +156,9 @@ class CupyQueue(DeviceQueue):
         log = self._log
         seq = log.next_seq()
         self.submit(reported, *keep)
+
+    #: ``pk.Queue.enqueue_native``: errors are the queue's, reported by the next wait()
+    enqueue_native = submit_reported
 
     def _enqueue_gated(self, fn: Callable[[], None], always: bool) -> None:
         with self._lock:

@@ -8,8 +8,7 @@ import os
 from typing import Any, Callable
 
 import soa
-from portable._buffer import Buffer
-from portable._errors import DeviceMismatch, WorkDivError
+from portable import Buffer, DeviceMismatch, WorkDivError
 
 from ._c_emit import CEmitError, CSource, emit
 

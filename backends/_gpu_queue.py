@@ -26,10 +26,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from portable._errorlog import ErrorLog
-from portable._errors import AsyncError
-from portable._hostqueue import check_not_own_worker, warn_unseen
-from portable._workers import Worker, start_worker, stop_worker
+from portable import AsyncError
+from portable.spi import ErrorLog, Worker, check_not_own_worker, start_worker, stop_worker, warn_unseen
 
 from ._retention import Retained, track
 
@@ -198,6 +196,12 @@ class DeviceQueue:
                 if self._retained.keep(objs) >= _RETAIN_BATCH:
                     self._retained.retire(self.marker())
         self._prune()
+
+    def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
+        """Run ``fn()`` (it enqueues on the native queue, in order after the host-function
+        gates) now, and keep ``keep`` alive until its work finished."""
+        fn()
+        self.after_enqueue(*keep)
 
     def _prune(self) -> None:
         with self._lock:

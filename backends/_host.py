@@ -11,13 +11,9 @@ from typing import Any
 import numpy as np
 
 import soa
-from portable._allocator import CachingAllocator
-from portable._backend import Backend, MemRef
-from portable._device import Device, DeviceLimits
-from portable._hostqueue import HostEvent, HostQueue
-
 from portable.kernel import debug_enabled
-from portable.kernel._signature import signature_key
+from portable.spi import (Backend, CachingAllocator, Device, DeviceLimits, HostEvent, HostQueue, MemRef,
+                          pinned_host_allocator, signature_key)
 
 from ._host_launch import compiled_plan
 
@@ -103,7 +99,7 @@ class HostBackend(Backend):
 
     def allocator(self, device: Device, pinned: bool = False) -> CachingAllocator:
         if pinned:
-            provider = _pinned_allocator()
+            provider = pinned_host_allocator()
             if provider is not None:
                 return provider
         return host_allocator()
@@ -160,14 +156,3 @@ class HostBackend(Backend):
         """How launches run (``alpyka info``)."""
         return ("blocks one after another, on the calling thread (blocking queue) or the queue's "
                 "worker thread")
-
-
-def _pinned_allocator() -> CachingAllocator | None:
-    """Page-locked host memory from a loaded GPU backend, when one offers it."""
-    from portable._registry import _load
-
-    for name in ("cuda", "rocm"):
-        backend = _load(name)
-        if backend is not None and hasattr(backend, "pinned_allocator"):
-            return backend.pinned_allocator()
-    return None

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from portable._buffer import Buffer, c_strides
+from portable import Buffer
 from portable.kernel import KernelArgumentError, debug_enabled, load_generated_module
-from portable.kernel._signature import signature_key
+from portable.spi import c_strides, signature_key
 
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code
 EMITTER_TAG = "numba_cpu"

@@ -124,7 +124,7 @@ def _pip_icds() -> dict[str, str]:
 
 
 def _vendors_root() -> Path:
-    from portable.kernel._cache import cache_dir
+    from portable.kernel import cache_dir
 
     return cache_dir() / "opencl-vendors"
 

@@ -58,7 +58,7 @@ import time
 from collections import deque
 from typing import Any
 
-from portable._workers import before_workers_stop
+from portable.spi import before_workers_stop
 
 from ._host import HostBackend
 

@@ -16,10 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from portable._allocator import CachingAllocator
-from portable._backend import Backend, MemRef
-from portable._device import Device, DeviceLimits
-from portable._errors import BackendUnavailable
+from portable import BackendUnavailable
+from portable.spi import Backend, CachingAllocator, Device, DeviceLimits, MemRef
 
 from . import _opencl_devices
 

@@ -29,6 +29,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from portable.cli import run
+
 from .aot import _batch_axis_dynamic, _load_factory, _shape
 
 __all__ = ["export", "main"]
@@ -146,31 +148,32 @@ def _example(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(shape, dtype=dtype)
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "alpyka export") -> int:
-    """Run the command line; returns the exit status (errors print one line with the fix)."""
+def command(argv: list[str], prog: str = "alpyka export") -> int:
+    """``alpyka export``: export a module to .pt2 (torch.export) or .onnx."""
     args = build_parser(prog).parse_args(argv)
-    try:
-        output = args.output
-        fmt = args.fmt or (FORMATS.get(os.path.splitext(output)[1].lower()) if output else None)
-        if fmt is None:
-            raise ValueError("say --onnx or --pt2 (or give -o with a .onnx/.pt2 name)")
-        if output is None:
-            output = f"{args.module.rsplit(':', 1)[-1].split('.')[-1].lower()}.{fmt}"
-        module = _load_factory(args.module)
-        if args.weights:
-            from ._loading import load_state_dict
+    output = args.output
+    fmt = args.fmt or (FORMATS.get(os.path.splitext(output)[1].lower()) if output else None)
+    if fmt is None:
+        raise ValueError("say --onnx or --pt2 (or give -o with a .onnx/.pt2 name)")
+    if output is None:
+        output = f"{args.module.rsplit(':', 1)[-1].split('.')[-1].lower()}.{fmt}"
+    module = _load_factory(args.module)
+    if args.weights:
+        from ._loading import load_state_dict
 
-            module.load_state_dict(load_state_dict(args.weights))
-        dtypes = _dtypes(args.dtype, len(args.input_shape))
-        examples = tuple(_example(s, d) for s, d in zip(args.input_shape, dtypes))
-        t0 = time.perf_counter()
-        out = export(module, examples, output, fmt=fmt, dynamic_batch=not args.static_batch,
-                     input_names=args.input_name, output_names=args.output_name)
-    except Exception as exc:  # one line, no traceback
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        module.load_state_dict(load_state_dict(args.weights))
+    dtypes = _dtypes(args.dtype, len(args.input_shape))
+    examples = tuple(_example(s, d) for s, d in zip(args.input_shape, dtypes))
+    t0 = time.perf_counter()
+    out = export(module, examples, output, fmt=fmt, dynamic_batch=not args.static_batch,
+                 input_names=args.input_name, output_names=args.output_name)
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {fmt}, exported in {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "alpyka export") -> int:
+    """Run the command line; returns the exit status (errors print one line with the fix)."""
+    return run(command, argv, prog)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,7 @@ def run_on_queue(queue: Any, fn: Callable[[], None], *keep: Any) -> None:
     it: ``keep`` stays alive until the work finished; a blocking queue waits for it. An error
     of ``fn`` is the queue's (an AsyncError at the next ``wait()``), whether it ran now or
     behind a host function."""
-    submit = getattr(queue._impl, "submit_reported", None) or getattr(queue._impl, "submit", None)
-    if submit is None:  # a queue without deferred submission: run now, track what it can
-        fn()
-        after = getattr(queue._impl, "after_enqueue", None)
-        if after is not None:
-            after(*keep)
-        return
-    submit(fn, *keep)
+    queue.enqueue_native(fn, *keep)
 
 
 def dlpack_tensor(array: Any) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import portable as pk
-from portable._backend import MemRef
+from portable import MemRef
 
 from ._block import Block
 

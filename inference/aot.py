@@ -28,6 +28,8 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from portable.cli import run
+
 __all__ = ["compile", "load", "main"]
 
 _MAX_BATCH = 2**31 - 2
@@ -183,26 +185,27 @@ def build_parser(prog: str = "python -m inference.aot") -> argparse.ArgumentPars
     return p
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m inference.aot") -> int:
-    """Run the command line; returns the exit status (errors print one line with the fix)."""
+def command(argv: list[str], prog: str = "alpyka aot") -> int:
+    """``alpyka aot``: compile a model ahead of time into a .pt2 package."""
     args = build_parser(prog).parse_args(argv)
-    try:
-        module = _load_factory(args.module)
-        if args.weights:
-            from ._loading import load_state_dict
+    module = _load_factory(args.module)
+    if args.weights:
+        from ._loading import load_state_dict
 
-            module.load_state_dict(load_state_dict(args.weights))
-        dtype = getattr(torch, args.dtype, None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"unknown dtype {args.dtype!r}; use a torch dtype name such as float32")
-        examples = tuple(torch.randn(s).to(dtype) for s in args.input_shape)
-        t0 = time.perf_counter()
-        out = compile(module, examples, args.output, device=args.device, dynamic_batch=not args.static_batch)
-    except Exception as exc:  # one line, no traceback
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        module.load_state_dict(load_state_dict(args.weights))
+    dtype = getattr(torch, args.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {args.dtype!r}; use a torch dtype name such as float32")
+    examples = tuple(torch.randn(s).to(dtype) for s in args.input_shape)
+    t0 = time.perf_counter()
+    out = compile(module, examples, args.output, device=args.device, dynamic_batch=not args.static_batch)
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {args.device}, compiled in {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m inference.aot") -> int:
+    """Run the command line; returns the exit status (errors print one line with the fix)."""
+    return run(command, argv, prog)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from ._allocator import CachingAllocator
     from ._device import Device
     from ._queue import Queue
+    from .spi import Allocator, EventImpl, QueueImpl
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,9 @@ class Backend:
     """A backend: its devices, queues, events, memory and kernel launches.
 
     ``backends/<name>.py`` defines ``load() -> Backend`` and raises
-    :class:`~portable.BackendUnavailable` with the reason when it cannot run here.
+    :class:`~portable.BackendUnavailable` with the reason when it cannot run here. The contract
+    of what ``create_queue``/``create_event``/``allocator`` return is in :mod:`portable.spi`
+    (``QueueImpl``, ``EventImpl``, ``Allocator``), with the pieces backends reuse.
     """
 
     name: str = ""
@@ -48,15 +51,22 @@ class Backend:
         return {}
 
     # queues and events
-    def create_queue(self, device: "Device", blocking: bool) -> Any:
+    def create_queue(self, device: "Device", blocking: bool) -> "QueueImpl":
+        """A new queue of ``device`` (see :class:`portable.spi.QueueImpl`)."""
         raise NotImplementedError
 
-    def create_event(self, device: "Device") -> Any:
+    def create_event(self, device: "Device") -> "EventImpl":
+        """A new event of ``device``, never recorded (see :class:`portable.spi.EventImpl`)."""
         raise NotImplementedError
 
     # memory
-    def allocator(self, device: "Device", pinned: bool = False) -> "CachingAllocator":
+    def allocator(self, device: "Device", pinned: bool = False) -> "Allocator":
+        """The allocator of ``device``'s memory (page-locked host memory when ``pinned``)."""
         raise NotImplementedError
+
+    def pinned_allocator(self) -> "CachingAllocator | None":
+        """Page-locked host memory this backend offers to the host device, or None."""
+        return None
 
     def array_factory(self, buffer: Any, const: bool) -> "ArrayFactory | None":
         """Arrays onto a :class:`~portable.Buffer` usable from Python (numpy, cupy), or None when

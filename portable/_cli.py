@@ -1,102 +1,126 @@
-"""The ``alpyka`` command: ``info``, ``demo``, ``bench``, ``aot``, ``export``, ``serve``.
+"""The ``alpyka`` command: its own ``info`` and ``bench``, and the subcommands that packages above
+portable register under the entry-point group ``alpyka.commands`` (inference: ``demo``, ``aot``,
+``export``, ``serve``; see pyproject.toml and :mod:`portable.cli`).
 
-Errors print one line with the fix, not a traceback (``ALPYKA_TRACEBACK=1`` shows it).
+portable never imports those packages itself: a subcommand is imported only when it is run.
+Errors print one line with the fix, the same for every subcommand (:func:`portable.cli.run`;
+``ALPYKA_TRACEBACK=1`` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import importlib
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
-from ._errors import AlpykaError
+from .cli import CliError, run
 
+__all__ = ["CliError", "commands", "main"]
 
-class CliError(AlpykaError):
-    """An error the user can fix; printed as one line."""
+GROUP = "alpyka.commands"
 
+#: alpyka's own subcommands from above portable, as pyproject.toml registers them: used when
+#: the installed metadata does not list them (a source checkout run with PYTHONPATH, or an
+#: install made before the group existed). Names of modules as strings, imported only when run.
+SOURCE_COMMANDS = {
+    "demo": "inference.demo.pipeline:command",
+    "aot": "inference.aot:command",
+    "export": "inference._export:command",
+    "serve": "inference.serve.__main__:command",
+}
 
-def _cmd_info(args: argparse.Namespace) -> int:
-    from ._info import main as info_main
-
-    return info_main(["info", *args.rest])
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from inference.demo.pipeline import main as demo_main  # torch is needed from here on
-
-    return demo_main(args.rest)
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    runner = Path(__file__).resolve().parent.parent / "benchmarks" / "run_all.py"
-    if not runner.exists():
-        raise CliError("benchmarks/ ships with the source checkout; run `alpyka bench` from a clone of alpyka")
-    return subprocess.call([sys.executable, str(runner), *args.rest])
-
-
-def _cmd_aot(args: argparse.Namespace) -> int:
-    from inference.aot import main as aot_main
-
-    return aot_main(args.rest, prog="alpyka aot")
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from inference._export import main as export_main
-
-    return export_main(args.rest, prog="alpyka export")
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from inference.serve.__main__ import main as serve_main
-
-    return serve_main(args.rest)
-
-
-COMMANDS = {
-    "info": (_cmd_info, "backends, devices, versions and why a backend is unavailable"),
-    "demo": (_cmd_demo, "the end-to-end fragment-merging GNN pipeline (--help for flags)"),
-    "bench": (_cmd_bench, "run the benchmark suite (--quick for a short run)"),
-    "aot": (_cmd_aot, "compile a model ahead of time into a .pt2 package"),
-    "export": (_cmd_export, "export a module to .pt2 (torch.export) or .onnx (MODULE: pkg.mod:attr or file.py:attr)"),
-    "serve": (_cmd_serve, "host models in a Triton server through PyTriton"),
+#: one line each for ``alpyka --help`` (asking a command itself would import it, and torch)
+HELP = {
+    "info": "backends, devices, versions and why a backend is unavailable",
+    "demo": "the end-to-end fragment-merging GNN pipeline (--help for flags)",
+    "bench": "run the benchmark suite (--quick for a short run); needs a source checkout",
+    "aot": "compile a model ahead of time into a .pt2 package",
+    "export": "export a module to .pt2 (torch.export) or .onnx (MODULE: pkg.mod:attr or file.py:attr)",
+    "serve": "host models in a Triton server through PyTriton",
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _cmd_info(argv: list[str], prog: str) -> int:
+    from ._info import main as info_main
+
+    return info_main(["info", *argv])
+
+
+def _benchmarks_runner() -> Path | None:
+    """benchmarks/run_all.py of the source checkout this package runs from, or of the current
+    directory (an installed alpyka run inside a clone)."""
+    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        runner = root / "benchmarks" / "run_all.py"
+        if runner.is_file():
+            return runner
+    return None
+
+
+def _cmd_bench(argv: list[str], prog: str) -> int:
+    runner = _benchmarks_runner()
+    if runner is None:
+        raise CliError("the benchmarks are not part of the installed package: they ship with alpyka's source "
+                       "(benchmarks/); run `alpyka bench` inside a clone of the repository")
+    return subprocess.call([sys.executable, str(runner), *argv])
+
+
+_BUILTIN: dict[str, Callable[[list[str], str], int]] = {"info": _cmd_info, "bench": _cmd_bench}
+
+
+def _load(target: str) -> Callable[[list[str], str], int]:
+    module, _, attr = target.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def commands() -> dict[str, Callable[[], Callable[[list[str], str], int]]]:
+    """``{name: loader}`` of every subcommand: portable's own, then those registered under
+    ``alpyka.commands`` (alpyka's from :data:`SOURCE_COMMANDS` where the metadata lacks them)."""
+    found: dict[str, Callable[[], Callable[[list[str], str], int]]] = {
+        name: (lambda fn=fn: fn) for name, fn in _BUILTIN.items()}
+    registered = {ep.name: ep for ep in importlib.metadata.entry_points(group=GROUP)}
+    for name, target in SOURCE_COMMANDS.items():
+        if name in registered:
+            found[name] = registered.pop(name).load
+        else:
+            found[name] = lambda target=target: _load(target)
+    for name in sorted(registered):  # other packages' commands
+        found.setdefault(name, registered[name].load)
+    return found
+
+
+def _parser(names: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="alpyka", description="alpyka: portable kernels, SoA collections and inference",
         epilog="Run `alpyka COMMAND --help` for a command's own flags.",
     )
-    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
-                        help="; ".join(f"{k}: {v[1]}" for k, v in COMMANDS.items()))
+    parser.add_argument("command", choices=names, metavar="COMMAND",
+                        help="; ".join(f"{n}: {HELP.get(n, 'run it with --help')}" for n in names))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    found = commands()
+    order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
     # the command is parsed here; everything after it belongs to the command's own parser
-    args = _parser().parse_args(argv[:1])
-    args.rest = argv[1:]
+    name = _parser(order).parse_args(argv[:1]).command
+    prog = f"alpyka {name}"
+
+    def command(args: list[str], prog: str) -> int:
+        return found[name]()(args, prog)  # imported here: its import errors print like its own
+
     try:
-        return COMMANDS[args.command][0](args)
+        return run(command, argv[1:], prog)
     except KeyboardInterrupt:
         print("alpyka: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # one line with the fix; the traceback on request
-        if os.environ.get("ALPYKA_TRACEBACK"):
-            raise
-        if isinstance(exc, ModuleNotFoundError) and exc.name in ("torch", "tritonclient", "pytriton"):
-            extra = {"torch": "torch", "tritonclient": "triton", "pytriton": "triton"}[exc.name]
-            msg = f"{exc.name} is not installed; install it with: pip install -e '.[{extra}]' -c constraints.txt"
-        else:
-            msg = str(exc) or type(exc).__name__
-            if args.command == "serve":  # serve's errors: the first line says what to fix
-                msg = next((ln.strip() for ln in msg.splitlines() if ln.strip()), type(exc).__name__)
-        print(f"alpyka {args.command}: error: {msg}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

@@ -66,6 +66,13 @@ class HostEvent:
             raise AsyncError(f"work before this event failed: {error!r}") from error
         return done
 
+    # points completed by outside code (``pk.Event.record_external``)
+    def record_external(self) -> int:
+        return self._next_generation()
+
+    def complete_external(self, token: int, error: BaseException | None = None) -> None:
+        self._complete(token, error)
+
     # the cross-backend protocol: any queue can wait for a state captured now
     snapshot = generation
     wait_snapshot = wait_generation
@@ -174,6 +181,10 @@ class _HostQueueState:
         warn_unseen(self.log, "queue")
 
 
+def _call_keeping(fn: Callable[[], None], keep: tuple) -> None:
+    fn()
+
+
 class HostQueue:
     """The queue implementation of the CPU backends (see the module docstring)."""
 
@@ -215,6 +226,10 @@ class HostQueue:
     def enqueue_call(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` in queue order (no closure to build per task)."""
         self._submit(fn, args, False)
+
+    def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
+        """Run ``fn()`` in queue order: the host's native work is a task (``keep``: held by it)."""
+        self._submit(_call_keeping, (fn, keep), False)
 
     def record(self, event: HostEvent) -> None:
         self._submit(event._complete, (event._next_generation(),), True)

@@ -35,6 +35,22 @@ class Event:
     def is_complete(self) -> bool:
         return self._impl.is_complete()
 
+    def record_external(self) -> Any:
+        """Record a point that outside code completes (a network request, another runtime):
+        waits issued from now on, ``ev.wait()`` and ``q.wait_for(ev)``, wait until
+        :meth:`complete_external` is called with the token returned here. Events of the host
+        device support it; others raise TypeError."""
+        record = getattr(self._impl, "record_external", None)
+        if record is None:
+            raise TypeError(f"events of {self.device.backend_name} cannot be completed by outside code; "
+                            "use an event of pk.host()")
+        return record()
+
+    def complete_external(self, token: Any, error: BaseException | None = None) -> None:
+        """Complete the point :meth:`record_external` returned ``token`` for; with ``error``,
+        the waits on it raise :class:`~portable.AsyncError` from it. Thread-safe; call it once."""
+        self._impl.complete_external(token, error)
+
     def __repr__(self) -> str:
         state = "complete" if self.is_complete() else "pending"
         return f"<Event on {self.device}: {state}>"
@@ -68,6 +84,17 @@ class Queue:
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the host once the work enqueued before it has finished."""
         self._impl.enqueue_host(fn)
+
+    def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
+        """Put the work that ``fn()`` enqueues on :attr:`native_handle` (a CUDA stream, an OpenCL
+        command queue; torch or cupy work, say) in this queue's order: after the work enqueued
+        before, host functions included, and before the work enqueued after. ``fn`` runs at once
+        where the native queue keeps that order itself (OpenCL), else once the host functions
+        before it ran (CUDA, HIP); on the CPU backends it runs in queue order like a host
+        function. The objects ``keep`` (memory the work reads or writes) stay alive until the
+        work finished; a blocking queue finishes it before returning. An error of ``fn`` is
+        raised here or by the next :meth:`wait`."""
+        self._impl.enqueue_native(fn, *keep)
 
     def record(self, event: Event) -> None:
         if not isinstance(event, Event):

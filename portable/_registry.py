@@ -18,8 +18,12 @@ from ._errors import BackendUnavailable
 # shutdown". So it is imported with alpyka, while the interpreter is whole (~5 ms).
 
 if TYPE_CHECKING:
+    from ._allocator import CachingAllocator
     from ._backend import Backend
     from ._device import Device
+
+#: backends that may offer page-locked host memory (``Backend.pinned_allocator``), in order
+PINNED_PROVIDERS = ("cuda", "rocm")
 
 #: every backend alpyka knows, in order of preference for "the fastest CPU backend" and friends
 BACKEND_NAMES = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
@@ -109,3 +113,15 @@ def default_backend() -> str:
         if _load(name) is not None:
             return name
     return available_backends()[0]
+
+
+def pinned_host_allocator() -> "CachingAllocator | None":
+    """Page-locked host memory (``pk.Buffer(pk.host(), ..., pinned=True)``): the allocator of the
+    first backend of :data:`PINNED_PROVIDERS` available here that offers one, else None."""
+    for name in PINNED_PROVIDERS:
+        backend = _load(name)
+        if backend is not None:
+            allocator = backend.pinned_allocator()
+            if allocator is not None:
+                return allocator
+    return None

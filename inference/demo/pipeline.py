@@ -376,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
+def command(argv: list[str], prog: str = "alpyka demo") -> int:
+    """``alpyka demo``: the end-to-end fragment-merging GNN pipeline (see :func:`main`)."""
+    return main(argv)
+
+
 def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="alpyka demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

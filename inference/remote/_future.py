@@ -40,7 +40,7 @@ class RemoteFuture:
             event, gen = self._event, self._event_generation
             self._cv.notify_all()
         if event is not None:
-            event._impl._complete(gen, error)
+            event.complete_external(gen, error)
         for cb in callbacks:
             cb(self)
 
@@ -85,13 +85,10 @@ class RemoteFuture:
                 import portable as pk
 
                 ev = pk.Event(pk.host())
-                if not hasattr(ev._impl, "_next_generation"):
-                    raise TypeError("the host backend's events cannot be completed by a request; "
-                                    "use fut.enqueue_wait(queue) instead")
-                self._event_generation = ev._impl._next_generation()
+                self._event_generation = ev.record_external()
                 self._event = ev
                 if self._done:
-                    ev._impl._complete(self._event_generation, self._error)
+                    ev.complete_external(self._event_generation, self._error)
             return self._event
 
     def enqueue_wait(self, queue: Any) -> None:

@@ -4,23 +4,18 @@ host models in Triton until Ctrl-C (or SIGTERM); errors print one line with the 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
 from typing import Sequence
 
+from portable.cli import run
+
 from . import serve
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an error's message (the one that says what to fix)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="alpyka serve", description="Host TorchScript (.pt), torch.export / "
+def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Host TorchScript (.pt), torch.export / "
                                 "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines "
                                 "(package.module:attribute) in a Triton server (PyTriton) on 127.0.0.1.")
     p.add_argument("models", nargs="+", metavar="MODEL",
@@ -46,20 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        server = serve(args.models, name=args.name, grpc_port=args.grpc_port, http_port=args.http_port,
-                       metrics_port=args.metrics_port, device=args.device, inputs=args.input,
-                       outputs=args.output, max_batch_size=args.max_batch_size,
-                       dynamic_batching=not args.no_dynamic_batching,
-                       preferred_batch_sizes=args.preferred_batch_size,
-                       max_queue_delay_us=args.max_queue_delay_us, instances=args.instances)
-    except Exception as exc:  # noqa: BLE001 - one line with the fix (ALPYKA_TRACEBACK=1: the traceback)
-        if os.environ.get("ALPYKA_TRACEBACK"):
-            raise
-        print(f"alpyka serve: error: {first_line(exc)}", file=sys.stderr)
-        return 2
+def command(argv: list[str], prog: str = "alpyka serve") -> int:
+    """``alpyka serve``: host models in a Triton server through PyTriton, until Ctrl-C."""
+    args = build_parser(prog).parse_args(argv)
+    server = serve(args.models, name=args.name, grpc_port=args.grpc_port, http_port=args.http_port,
+                   metrics_port=args.metrics_port, device=args.device, inputs=args.input,
+                   outputs=args.output, max_batch_size=args.max_batch_size,
+                   dynamic_batching=not args.no_dynamic_batching,
+                   preferred_batch_sizes=args.preferred_batch_size,
+                   max_queue_delay_us=args.max_queue_delay_us, instances=args.instances)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -77,11 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         while not stop.wait(0.5):
             if not server.is_running():
-                print("alpyka serve: error: the server process ended; see its log", file=sys.stderr)
+                print(f"{prog}: error: the server process ended; see its log", file=sys.stderr)
                 return 1
     finally:
         server.stop()
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (errors print one line with the fix)."""
+    return run(command, argv, "alpyka serve")
 
 
 if __name__ == "__main__":

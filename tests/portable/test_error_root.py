@@ -61,7 +61,6 @@ WARNINGS = _classes(Warning)
 #: errors that never reach user code, so need no public name: each is caught inside the library
 INTERNAL = {
     "backends._c_emit.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
-    "portable._cli.CliError": "the alpyka command prints it as one line",
     "inference.serve._child.StartupError": "the server process reports it; serve() raises ServeError",
     "inference._pipeline._server.ReferenceError_": "raised in the server process inside a StartupError",
 }

@@ -1,13 +1,20 @@
-"""The core's modules import each other one way (no circle), function-level imports included.
+"""Imports run one way, function-level imports included: inside the core, and between packages.
 
-Layers, bottom up: errors and the registry; devices; work divisions and launches; queues and
-events; the allocator; buffers; memcpy/memset; collections. A circle hides the lock order
-(see portable/_deferred.py) and makes import order matter.
+Inside ``portable``, bottom up: errors and the registry; devices; work divisions and launches;
+queues and events; the allocator; buffers; memcpy/memset; collections. A circle hides the lock
+order (see portable/_deferred.py) and makes import order matter.
+
+Between packages (DESIGN.md): ``soa`` <- ``portable`` <- ``backends``; backends see the core
+through its backend interface ``portable.spi`` and its public modules only; ``inference`` uses
+public ``portable`` and ``soa``; nothing in ``soa``, ``portable`` or ``backends`` imports
+``inference``. ``portable`` finds backends by name (its registry) and the ``alpyka`` command's
+subcommands through entry points, never by importing them.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +123,7 @@ def test_layer_order() -> None:
         ["portable._queue"],
         ["portable._allocator", "portable._backend"],
         ["portable._buffer"],
-        ["portable._memory"],
+        ["portable._memory", "portable.spi"],
         ["portable._collection"],
         ["portable._awkward", "portable._events"],
         ["portable._root", "portable._dask_worker"],
@@ -142,3 +149,66 @@ def test_core_never_imports_torch() -> None:
                 if any(n.split(".")[0] == "torch" for n in names):
                     offenders.append(str(f.relative_to(ROOT)))
     assert not offenders, f"torch imported by the core: {sorted(set(offenders))}"
+
+
+PACKAGES = ("soa", "portable", "backends", "inference")
+
+
+@functools.lru_cache(maxsize=None)
+def _cross_imports() -> dict[str, set[str]]:
+    """``{module: modules of the other packages it imports}`` over the four packages."""
+    out: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for f in sorted((ROOT / package).rglob("*.py")):
+            out[_module_name(f)] = {m for other in PACKAGES if other != package for m in _imports(f, other)}
+    return out
+
+
+def _is_public(module: str) -> bool:
+    return not any(part.startswith("_") for part in module.split("."))
+
+
+#: ``(importer, imported): reason`` for each import the rules below would refuse; keep it empty
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _violations() -> list[str]:
+    wrong = []
+    for mod, imported in sorted(_cross_imports().items()):
+        package = mod.split(".")[0]
+        for dep in sorted(imported):
+            target = dep.split(".")[0]
+            if (mod, dep) in EXCEPTIONS:
+                continue
+            if target == "inference":
+                reason = "nothing below inference imports it"
+            elif package == "soa":
+                reason = "soa is the bottom layer"
+            elif package == "portable" and target == "backends":
+                reason = "portable finds backends through its registry, by name"
+            elif package == "backends" and target == "portable" and not _is_public(dep):
+                reason = "backends use portable.spi and public portable modules only"
+            elif package == "inference" and target == "backends":
+                reason = "inference uses public portable only"
+            elif package == "inference" and target == "portable" and (not _is_public(dep) or dep == "portable.spi"):
+                reason = "inference uses public portable only (not the backend interface)"
+            else:
+                continue
+            wrong.append(f"{mod} imports {dep}: {reason}")
+    return wrong
+
+
+def test_scanner_sees_cross_package_imports() -> None:
+    found = _cross_imports()
+    assert "portable.spi" in found["backends._host"], "the import scanner misses backends' imports"
+    assert "soa" in found["portable._collection"], "the import scanner misses portable's imports of soa"
+    assert any(d.startswith("portable") for d in found["inference._model"])
+
+
+def test_packages_import_downwards_only() -> None:
+    """soa <- portable <- backends; inference -> public portable and soa; nothing imports
+    inference from below; backends reach the core through portable.spi."""
+    wrong = _violations()
+    assert not wrong, "\n".join(wrong)
+    stale = [k for k in EXCEPTIONS if k[1] not in _cross_imports().get(k[0], set())]
+    assert not stale, f"exceptions that no longer occur: {stale}"

@@ -1,0 +1,58 @@
+"""What the ``alpyka`` command offers its subcommands: :class:`CliError` and the one error printer.
+
+A subcommand is a function ``command(argv: list[str], prog: str) -> int`` (the exit status)
+registered under the entry-point group ``alpyka.commands`` (see pyproject.toml); ``prog`` is
+its name for messages (``"alpyka serve"``). It raises its errors; :func:`run` prints them, the
+same way for every subcommand:
+
+- an error the user can fix (an :class:`~portable.AlpykaError`, :class:`CliError` included, or
+  a ``ValueError``/``TypeError``/``LookupError``/``ImportError``/``OSError`` raised on bad input)
+  prints one line, ``<prog>: error: <the first line of its message>``, and the exit status is 2;
+  an optional package that is missing (torch, tritonclient, pytriton) says how to install it;
+- any other exception (a bug) keeps its traceback; ``ALPYKA_TRACEBACK=1`` shows the traceback
+  of every error.
+
+A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -m`` runs print
+errors the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Sequence
+
+from ._errors import AlpykaError
+
+#: the exceptions printed as one line (besides AlpykaError): what bad input raises
+USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError,
+                                                OSError)
+
+#: optional packages a subcommand may need, and the extra of pyproject.toml that installs each
+_EXTRAS = {"torch": "torch", "tritonclient": "triton", "pytriton": "triton"}
+
+
+class CliError(AlpykaError, ValueError):
+    """An error the user can fix on the command line; printed as one line."""
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line :func:`run` prints for ``exc`` (without the ``prog: error:`` prefix)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:
+        return (f"{exc.name} is not installed; install it with: "
+                f"pip install -e '.[{_EXTRAS[exc.name]}]' -c constraints.txt")
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:
+    """Run ``command(argv, prog)`` and return its exit status; print an error the user can fix
+    as one line (exit status 2) and let any other exception through (module docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return command(args, prog)
+    except Exception as exc:
+        if os.environ.get("ALPYKA_TRACEBACK") or not isinstance(exc, USER_ERRORS):
+            raise
+        print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
+        return 2

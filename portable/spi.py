@@ -1,0 +1,147 @@
+"""The backend interface (service-provider interface): what a backend implements, and the pieces
+of the core that backends reuse.
+
+A backend is a module ``backends/<name>.py`` with ``load() -> Backend`` that raises
+:class:`~portable.BackendUnavailable` (with the reason) when it cannot run here. Backends import
+only this module, the public ``portable`` package (errors, ``Buffer``, ``portable.kernel``) and
+``soa``; tests/portable/test_layering.py checks it.
+
+What a backend provides:
+
+- :class:`Backend` (the base class to derive from): devices, queues, events, memory, copies
+  and kernel launches;
+- :class:`QueueImpl`: what ``Backend.create_queue`` returns; ``pk.Queue`` calls it;
+- :class:`EventImpl`: what ``Backend.create_event`` returns; ``pk.Event`` and queues of every
+  backend call it (:class:`Waitable` is the part other backends' queues wait on);
+- :class:`Allocator`: what ``Backend.allocator`` returns (:class:`CachingAllocator` is one);
+  buffers hold :class:`Block` s of it, and ``copy``/``fill`` receive :class:`MemRef` s.
+
+What a backend may reuse: :class:`HostQueue` / :class:`HostEvent` (queues run by a host worker
+thread, alpaka's ``QueueCpu*``), :class:`ErrorLog` (which ``wait()`` reports which asynchronous
+error), the worker threads (:func:`start_worker`, :func:`stop_worker`, :func:`before_workers_stop`),
+:class:`CachingAllocator`, :func:`run_deferred` (the allocator's safe point),
+:func:`pinned_host_allocator`, :func:`signature_key` and :func:`c_strides`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from ._allocator import AllocatorStats, Block, CachingAllocator
+from ._backend import Backend, MemRef
+from ._buffer import c_strides
+from ._deferred import run_deferred
+from ._device import Device, DeviceLimits
+from ._errorlog import ErrorLog
+from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
+from ._registry import pinned_host_allocator
+from ._workers import Worker, before_workers_stop, start_worker, stop_worker
+from .kernel._signature import signature_key
+
+
+@runtime_checkable
+class Waitable(Protocol):
+    """What a queue of any backend can wait for (``queue.wait_for(event)`` across backends).
+
+    ``snapshot()`` captures the state a wait issued now must see complete (a token, or None when
+    there is nothing to wait for); ``wait_snapshot(token)`` blocks the calling thread until that
+    state completed and raises :class:`~portable.AsyncError` when the work before it failed. A
+    queue that cannot wait for a foreign token natively calls ``wait_snapshot`` from its own
+    queue order (a host task)."""
+
+    def snapshot(self) -> Any: ...
+
+    def wait_snapshot(self, token: Any, timeout: float | None = None) -> bool: ...
+
+
+@runtime_checkable
+class EventImpl(Waitable, Protocol):
+    """What ``Backend.create_event(device)`` returns; ``pk.Event`` holds it.
+
+    Semantics (CUDA's): an event never recorded is complete; ``QueueImpl.record`` marks the
+    current end of a queue and a wait waits for the latest record made before the wait, never
+    for a later one; an error of the work before a record is raised by waits on it.
+
+    - ``wait()``: block until the latest record completed; raise its error if any;
+    - ``is_complete()``: True when the latest record completed (never blocks).
+
+    Optional (``pk.Event.record_external`` / ``complete_external`` need them; :class:`HostEvent`
+    has them): ``record_external() -> token`` records a point that no queue reaches, and
+    ``complete_external(token, error=None)`` completes it (with ``error``, waits raise it).
+    """
+
+    def wait(self) -> None: ...
+
+    def is_complete(self) -> bool: ...
+
+
+@runtime_checkable
+class QueueImpl(Protocol):
+    """What ``Backend.create_queue(device, blocking)`` returns; ``pk.Queue`` holds it.
+
+    Work runs in the order it was enqueued. ``blocking``: every enqueue (these methods and the
+    backend's ``launch``/``copy``/``fill`` on this queue) has finished when it returns. An error
+    raised by asynchronous work is raised by the next ``wait()`` (and by waits on events recorded
+    after it) as :class:`~portable.AsyncError`; the queue stays usable (:class:`ErrorLog` does
+    the bookkeeping).
+
+    - ``enqueue_host(fn)``: run ``fn()`` on the host once the work before it finished; later
+      work waits for it; never on the caller's thread of a non-blocking queue, nor on a thread
+      of the native runtime (a CUDA host callback must not wait for other work);
+    - ``enqueue_native(fn, *keep)``: run ``fn()``, which enqueues work on ``native_handle``
+      (a stream, a command queue), in queue order (after host functions still outstanding) and
+      keep the objects ``keep`` alive until that work finished; a CPU queue runs ``fn`` as a task;
+    - ``record(event)``: mark the current end of the queue in ``event`` (an :class:`EventImpl`
+      of the same backend);
+    - ``wait_for(event)``: work enqueued after this call starts only once ``event``, as
+      recorded now, completed; ``event`` may belong to any backend (a :class:`Waitable`);
+    - ``wait()``: block until all work enqueued so far finished; raise the first error no
+      finished wait reported; a wait from one of the queue's own tasks raises RuntimeError
+      (:func:`check_not_own_worker`);
+    - ``is_idle()``: True when all work enqueued so far finished (never blocks);
+    - ``native_handle``: the backend's own queue object, for interoperation.
+    """
+
+    blocking: bool
+
+    def enqueue_host(self, fn: Callable[[], None]) -> None: ...
+
+    def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None: ...
+
+    def record(self, event: Any) -> None: ...
+
+    def wait_for(self, event: Any) -> None: ...
+
+    def wait(self) -> None: ...
+
+    def is_idle(self) -> bool: ...
+
+    @property
+    def native_handle(self) -> Any: ...
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """What ``Backend.allocator(device, pinned)`` returns (:class:`CachingAllocator` is one).
+
+    ``allocate(nbytes, queue, alignment)`` returns a :class:`Block` whose ``allocator`` is this
+    allocator and whose memory may be used by work on ``queue`` at once (queue-ordered reuse);
+    ``free(block)`` takes it back (work already enqueued on ``block.queue`` may still use it);
+    ``release_cache()`` frees cached blocks and returns their bytes; ``stats`` counts."""
+
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block: ...
+
+    def free(self, b: Block) -> None: ...
+
+    def release_cache(self) -> int: ...
+
+    @property
+    def stats(self) -> AllocatorStats: ...
+
+
+__all__ = [
+    "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "Device", "DeviceLimits", "ErrorLog",
+    "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Waitable", "Worker", "before_workers_stop",
+    "c_strides", "check_not_own_worker", "pinned_host_allocator", "run_deferred", "signature_key", "start_worker",
+    "stop_worker", "warn_unseen",
+]

@@ -1,0 +1,75 @@
+"""The ``alpyka`` command: subcommands found through entry points, one error printer for all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from portable import _cli
+from portable.cli import CliError, run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_source_commands_match_pyproject():
+    """The fallback list of a source checkout is the entry-point table of pyproject.toml."""
+    tomllib = pytest.importorskip("tomllib")
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][_cli.GROUP]
+    assert table == _cli.SOURCE_COMMANDS
+    for target in table.values():  # each names a module file and a function in it
+        module, _, attr = target.partition(":")
+        src = (ROOT / Path(*module.split("."))).with_suffix(".py").read_text()
+        assert f"def {attr}(" in src, target
+
+
+def test_finding_the_commands_imports_no_subcommand():
+    code = ("import sys; from portable import _cli; names = _cli.commands(); "
+            "assert {'info', 'bench', 'demo', 'aot', 'export', 'serve'} <= set(names), names; "
+            "loaded = [m for m in sys.modules if m.split('.')[0] in ('inference', 'torch')]; "
+            "assert not loaded, loaded")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_info_runs(capsys):
+    assert _cli.main(["info"]) == 0
+    assert "cpu_serial" in capsys.readouterr().out
+
+
+def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
+    monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
+    assert _cli.main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("alpyka bench: error: the benchmarks are not part of the installed")
+    assert "clone" in err
+
+
+def test_one_printer(monkeypatch, capsys):
+    monkeypatch.delenv("ALPYKA_TRACEBACK", raising=False)
+
+    def fails(exc):
+        def command(argv, prog):
+            raise exc
+        return command
+
+    assert run(fails(CliError("say --x\nmore detail")), [], "alpyka t") == 2
+    assert capsys.readouterr().err == "alpyka t: error: say --x\n"
+    missing = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert run(fails(missing), [], "alpyka t") == 2
+    assert "pip install -e '.[torch]'" in capsys.readouterr().err
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        run(fails(ZeroDivisionError("x")), [], "alpyka t")
+    monkeypatch.setenv("ALPYKA_TRACEBACK", "1")
+    with pytest.raises(CliError):
+        run(fails(CliError("x")), [], "alpyka t")
+
+
+def test_a_registered_command_runs_through_the_printer(monkeypatch, capsys):
+    def command(argv, prog):
+        raise ValueError(f"{prog} got {argv}")
+
+    monkeypatch.setattr(_cli, "commands", lambda: {"info": lambda: command})
+    assert _cli.main(["info", "a"]) == 2
+    assert capsys.readouterr().err == "alpyka info: error: alpyka info got ['a']\n"
