@@ -232,7 +232,7 @@ class _Emitter(Visitor):
     def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:
         p = self.expr(e.value)
         native = self.d.block_predicate(e.op, p)
-        return native if native is not None else f"{self.h.block_predicate(e.op)}(alpyka_bpred, {p})"
+        return native if native is not None else f"{self.h.block_predicate(e.op, self.k.ndim)}(alpyka_bpred, {p})"
 
     def visit_WarpOp(self, e: ir.WarpOp) -> str:
         args = [self.expr(a) for a in e.args]

@@ -124,23 +124,28 @@ class Helpers:
 """)
 
     # ------------------------------------------------------------------ block predicates, warps
-    def block_predicate(self, op: str) -> str:
-        """OpenCL 1.2 has no ``__syncthreads_count``: ``alpyka_bpred_<op>(scratch, p)`` counts the
-        block's true predicates in a ``__local`` int (three barriers; the first also keeps a thread
-        from resetting the count while another still reads the previous one)."""
-        count = self._add("alpyka_bpred_count", """ALPYKA_FN i64 alpyka_bpred_count(__local volatile i32* s, bool p) {
+    def block_predicate(self, op: str, ndim: int) -> str:
+        """OpenCL 1.2 has no ``__syncthreads_count``: ``alpyka_bpred_<op>_<ndim>d(scratch, p)``
+        counts the block's true predicates in a ``__local`` int (three barriers; the first also
+        keeps a thread from resetting the count while another still reads the previous one).
+        The thread resetting it is tested on the launch's dimensions only: PoCL 3 crashes at run
+        time when a 1D kernel's barrier region asks for ``get_local_id(1)``."""
+        first = " && ".join(f"get_local_id({d}) == 0" for d in range(ndim))
+        count = f"alpyka_bpred_count_{ndim}d"
+        self._add(count, f"""ALPYKA_FN i64 {count}(__local volatile i32* s, bool p) {{
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
-    if (get_local_id(0) == 0 && get_local_id(1) == 0 && get_local_id(2) == 0) *s = 0;
+    if ({first}) *s = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (p) (void)atomic_inc(s);
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     return (i64)*s;
-}
+}}
 """)
         if op == "count":
             return count
-        name = f"alpyka_bpred_{op}"
-        test = ("== (i64)(get_local_size(0) * get_local_size(1) * get_local_size(2))" if op == "and" else "!= 0")
+        name = f"alpyka_bpred_{op}_{ndim}d"
+        size = " * ".join(f"get_local_size({d})" for d in range(ndim))
+        test = f"== (i64)({size})" if op == "and" else "!= 0"
         return self._add(name, f"ALPYKA_FN bool {name}(__local volatile i32* s, bool p) "
                                f"{{ return {count}(s, p) {test}; }}\n")
 
