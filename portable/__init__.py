@@ -26,9 +26,8 @@ from ._registry import (
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
-from ._awkward import from_awkward, offsets_to_host, to_awkward  # awkward itself is imported on first use
-from ._events import event_workdiv, pair_offsets
-from ._root import CorruptRootFile, NotARootFile, RootChunk, iterate_root, read_root, root_chunks
+from .data import (CorruptRootFile, NotARootFile, RootChunk, event_workdiv, from_awkward, iterate_root,  # data I/O
+                   offsets_to_host, pair_offsets, read_root, root_chunks, to_awkward)
 from .kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, device_function, kernel
 from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
 

@@ -1,5 +1,5 @@
 import sys
 
-from ._info import main
+from .cli._info import main
 
 sys.exit(main())

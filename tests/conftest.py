@@ -11,7 +11,7 @@ pytest_plugins = ["pytester", "hang_guard"]
 # An installed alpyka registers the plugin as a pytest11 entry point; a source checkout run
 # with PYTHONPATH=. (as on the GPU machine) loads it here instead.
 if not any(ep.name == "alpyka" for ep in entry_points(group="pytest11")):
-    pytest_plugins.append("portable.pytest_plugin")
+    pytest_plugins.append("portable.testing.plugin")
 
 
 @pytest.fixture(scope="session")

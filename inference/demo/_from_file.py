@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import portable as pk
+from portable.data import close_tree, open_tree
 import soa
 
 from . import _events as E
@@ -63,9 +64,9 @@ class FileEvents:
     def __init__(self, path: str, device: pk.Device, tree: str = "events", max_slots: int = 160) -> None:
         import awkward as ak
 
-        t = pk._root.open_tree(path, tree)
+        t = open_tree(path, tree)
         keys = set(t.keys())
-        pk._root._close(t)
+        close_tree(t)
         found = [p for p in PREFIXES if {f"{p}_{c}" for c in ("Px", "Py", "Pz", "E")} <= keys]
         if not found:
             raise ValueError(f"{path}:{tree} has none of the object branches the demo maps to fragments "

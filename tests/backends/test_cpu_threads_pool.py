@@ -192,7 +192,7 @@ def test_host_task_of_one_queue_launching_on_others():
 
 
 def test_info_names_the_threading_mechanism():
-    from portable._info import info_text
+    from portable.cli._info import info_text
 
     text = info_text()
     assert "daemon worker thread" in text and "run inline on the calling thread" in text

@@ -166,7 +166,7 @@ def test_unavailable_backends_say_why():
                                               or "build" in reasons["cuda"])
     if "rocm" in reasons and cupy is not None and not cupy.cuda.runtime.is_hip:
         assert "HIP" in reasons["rocm"] and "CUDA build" in reasons["rocm"]
-    from portable._info import info_text
+    from portable.cli._info import info_text
 
     text = info_text()
     for name, why in reasons.items():

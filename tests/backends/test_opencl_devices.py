@@ -188,7 +188,7 @@ def test_a_users_own_vendors_directory_and_missing_libraries_are_respected(tmp_p
 # ---------------------------------------------------------------------- this machine
 @pytest.mark.alpyka_backends("opencl")
 def test_every_device_in_use_passed_the_probe_and_says_its_hardware(device):
-    from portable._info import info_text
+    from portable.cli._info import info_text
 
     devs = pk.devices("opencl")
     assert devs[0] is device

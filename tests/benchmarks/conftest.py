@@ -6,6 +6,6 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _backend_selection(request, monkeypatch):
-    from portable.pytest_plugin import selected_backends
+    from portable.testing.plugin import selected_backends
 
     monkeypatch.setenv("ALPYKA_BACKENDS", ",".join(selected_backends(request.config)))

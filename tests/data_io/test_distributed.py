@@ -220,7 +220,7 @@ def test_a_long_lived_cluster_keeps_only_the_latest_setups(client):
                                   timeout=60)[0][0] == k
 
     def count(dask_worker):
-        from portable import _dask_worker
+        from portable.distributed import _worker as _dask_worker
 
         return (sum(n.startswith("alpyka-setup-") for n in dask_worker.plugins), len(_dask_worker._STATES))
 

@@ -20,13 +20,13 @@ PROGRESS = re.compile(r"\|\s*(\d+)/100000\b")
 
 
 class Demo:
-    """``python -m portable._cli demo --events 100000`` (the `alpyka` script's entry point)."""
+    """``python -m portable.cli._main demo --events 100000`` (the `alpyka` script's entry point)."""
 
     def __init__(self, backend: str, model_dir: Path, *flags: str) -> None:
         env = {**os.environ, "ALPYKA_MODEL_DIR": str(model_dir),
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         env.pop("ALPYKA_TRACEBACK", None)
-        self.p = subprocess.Popen([sys.executable, "-m", "portable._cli", "demo", "--events", "100000",
+        self.p = subprocess.Popen([sys.executable, "-m", "portable.cli._main", "demo", "--events", "100000",
                                    "--backend", backend, *flags],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.out: list[bytes] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from portable import _cli
+from portable.cli import _main as _cli
 from portable.cli import CliError, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ def test_source_commands_match_pyproject():
 
 
 def test_finding_the_commands_imports_no_subcommand():
-    code = ("import sys; from portable import _cli; names = _cli.commands(); "
+    code = ("import sys; from portable.cli import _main as _cli; names = _cli.commands(); "
             "assert {'info', 'bench', 'demo', 'aot', 'export', 'serve'} <= set(names), names; "
             "loaded = [m for m in sys.modules if m.split('.')[0] in ('inference', 'torch')]; "
             "assert not loaded, loaded")

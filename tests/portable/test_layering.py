@@ -125,12 +125,12 @@ def test_layer_order() -> None:
         ["portable._buffer"],
         ["portable._memory", "portable.spi"],
         ["portable._collection"],
-        ["portable._awkward", "portable._events"],
-        ["portable._root", "portable._dask_worker"],
+        ["portable.data._awkward", "portable.data._events"],
+        ["portable.data._root", "portable.distributed._worker"],
         ["portable.distributed"],
     ]
     rank = {m: i for i, layer in enumerate(layers) for m in layer}
-    graph = _graph("portable")
+    graph = _graph("portable", recursive=True)
     assert set(rank) <= set(graph), f"no such modules: {set(rank) - set(graph)}"
     wrong = [f"{a} (layer {rank[a]}) imports {b} (layer {rank[b]})"
              for a in rank for b in graph[a] if b in rank and rank[b] > rank[a]]

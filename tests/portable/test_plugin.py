@@ -116,7 +116,7 @@ def _run(pytester, *args, env=None, files=None):
     mp.delenv("PYTEST_ADDOPTS", raising=False)
     for k, v in (env or {}).items():
         mp.setenv(k, v)
-    load = () if INSTALLED else ("-p", "portable.pytest_plugin")
+    load = () if INSTALLED else ("-p", "portable.testing.plugin")
     return pytester.runpytest_subprocess(*load, "-p", "no:cacheprovider", "-v", "-rs", *args)
 
 

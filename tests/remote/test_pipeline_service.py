@@ -26,7 +26,7 @@ SERVED = ("cpu_serial", "cpu_threads", "opencl")
 
 
 def served_backends(config) -> list[str]:
-    from portable.pytest_plugin import selected_backends
+    from portable.testing.plugin import selected_backends
 
     chosen = selected_backends(config)
     return [b for b in SERVED if b in chosen and b in pk.available_backends()]

@@ -155,7 +155,7 @@ def test_serve_finds_the_input_shape_itself(server, files):
 
 @needs_triton
 def test_cli_says_in_one_line_what_to_declare(files):
-    r = subprocess.run([sys.executable, "-c", "import sys; from portable._cli import main; sys.exit(main())",
+    r = subprocess.run([sys.executable, "-c", "import sys; from portable.cli._main import main; sys.exit(main())",
                         "serve", str(files / "conv.pt"), "--name", "conv", "--grpc-port", "0",
                         "--http-port", "0"], capture_output=True, text=True, env=ENV, timeout=180)
     assert r.returncode == 2, r.stderr

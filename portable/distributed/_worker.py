@@ -1,6 +1,6 @@
 """What runs on a Dask worker for ``pk.distributed.run``: the setup plugin and the chunk task.
 
-Imported on the workers by reference (``portable._dask_worker``), and on the client only when a
+Imported on the workers by reference (``portable.distributed._worker``), and on the client only when a
 run starts: it imports ``distributed`` at the top.
 """
 

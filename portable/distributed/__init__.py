@@ -38,8 +38,8 @@ import uuid
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
-from ._awkward import require
-from ._errors import AlpykaError
+from ..data._awkward import require
+from .._errors import AlpykaError
 
 __all__ = ["ChunkError", "run", "worker_environment"]
 
@@ -193,7 +193,7 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
         raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
     chunks = list(chunks)
     distributed = require("distributed")
-    from . import _dask_worker
+    from . import _worker as _dask_worker
 
     _by_value(process, setup)
     results: list[Any] = [None] * len(chunks)
@@ -254,9 +254,9 @@ _registered: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[str, None]]
 
 
 def _forget_old_setups(client: Any, name: str) -> None:
-    """Keep the :data:`~portable._dask_worker.KEEP` setups most recently used on a cluster
+    """Keep the :data:`~portable.distributed._worker.KEEP` setups most recently used on a cluster
     registered (a worker that joins runs every registered setup), unregister older ones."""
-    from . import _dask_worker
+    from . import _worker as _dask_worker
 
     try:
         names = _registered.setdefault(client, collections.OrderedDict())

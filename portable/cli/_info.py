@@ -5,15 +5,15 @@ from __future__ import annotations
 import platform
 from typing import TYPE_CHECKING
 
-from ._registry import BACKEND_NAMES, _load, unavailable_backends
+from .._registry import BACKEND_NAMES, _load, unavailable_backends
 
 if TYPE_CHECKING:
-    from ._device import Device
+    from .._device import Device
 
 
 def info_text() -> str:
     """A report of every backend: its devices and versions, or why it is unavailable."""
-    from . import __version__
+    from .. import __version__
 
     lines = [f"alpyka {__version__} on Python {platform.python_version()} ({platform.machine()})", ""]
     reasons = unavailable_backends()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .cli import CliError, run
+from . import CliError, run
 
 __all__ = ["CliError", "commands", "main"]
 

@@ -18,10 +18,10 @@ import numpy as np
 import soa
 
 from ._awkward import _field_map, from_awkward, require
-from ._collection import PortableCollection
-from ._device import Device
-from ._errors import AlpykaError
-from ._queue import Queue
+from .._collection import PortableCollection
+from .._device import Device
+from .._errors import AlpykaError
+from .._queue import Queue
 
 
 class NotARootFile(AlpykaError, ValueError):
@@ -155,7 +155,7 @@ def read_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queu
         start, stop = entry_range(entry_start, entry_stop, int(obj.num_entries))
         arrays = _read_arrays(obj, needed, start, stop, os.fspath(path), tree)
     finally:
-        _close(obj)
+        close_tree(obj)
     fields = {col: names if len(names) > 1 else names[0] for col, names in wanted.items()}
     return from_awkward(layout, arrays, queue_or_device, fields=fields, casting=casting, report=report)
 
@@ -180,7 +180,8 @@ def entry_range(entry_start: Any, entry_stop: Any, total: int) -> tuple[int, int
     return start, max(start, stop)
 
 
-def _close(obj: Any) -> None:
+def close_tree(obj: Any) -> None:
+    """Close the file an :func:`open_tree` result was read from."""
     f = getattr(obj, "file", None)
     if f is not None and hasattr(f, "close"):
         f.close()
@@ -196,7 +197,7 @@ def root_chunks(path: str | os.PathLike, tree: str, entries_per_chunk: int, *, e
     _entry_bound(entry_start, "entry_start"), _entry_bound(entry_stop, "entry_stop")
     obj = open_tree(path, tree)
     total = int(obj.num_entries)
-    _close(obj)
+    close_tree(obj)
     start, stop = entry_range(entry_start, entry_stop, total)
     return [RootChunk(os.fspath(path), tree, a, min(a + n, stop)) for a in range(start, stop, n)]
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._device import Device
-from ._workdiv import WorkDiv, make_workdiv
+from .._device import Device
+from .._workdiv import WorkDiv, make_workdiv
 
 
 def event_workdiv(device: Device, n_events: int, rows_per_block: int = 32) -> WorkDiv:

@@ -13,7 +13,7 @@ Select backends with ``--backends=cpu_serial,opencl`` or the environment variabl
 at once; one in ``ALPYKA_BACKENDS`` is a usage error only in a run that uses these fixtures (the
 variable may be set for alpyka while other projects are tested). Opt out of the plugin with
 ``-p no:alpyka``; opt in explicitly (e.g. under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``) with
-``-p alpyka``, or ``-p portable.pytest_plugin`` from a source checkout that is not installed.
+``-p alpyka``, or ``-p portable.testing.plugin`` from a source checkout that is not installed.
 
 Nothing here imports alpyka's runtime (numba, the backends) until a test uses the fixtures.
 """

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from ._errors import AlpykaError
+from .._errors import AlpykaError
 
 #: the exceptions printed as one line (besides AlpykaError): what bad input raises
 USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError,
