@@ -301,6 +301,23 @@ def result_document(benchmark: str, device: str, quick: bool, results: list[dict
     return _finite(doc)
 
 
+#: the keys that name a row's contender (the backend, variant or implementation it measured), the
+#: first one present wins; a row that could not run must have one (:func:`check_document`)
+CONTENDER_KEYS = ("variant", "backend", "contender", "name")
+#: keys that qualify the contender's name where present (which model, host memory, section)
+QUALIFIER_KEYS = ("model", "host", "section")
+
+
+def row_name(row: Mapping[str, Any]) -> str | None:
+    """The contender a result row measured, with its qualifiers: ``"alpyka_aot_pc (particlenet)"``,
+    ``"opencl (pinned, transfer)"``; None when the row names no contender."""
+    name = next((row[k] for k in CONTENDER_KEYS if row.get(k) not in (None, "")), None)
+    if name is None:
+        return None
+    qualifiers = [str(row[k]) for k in QUALIFIER_KEYS if row.get(k) not in (None, "")]
+    return f"{name} ({', '.join(qualifiers)})" if qualifiers else str(name)
+
+
 def check_document(doc: Any, name: str | None = None) -> list[str]:
     """What is wrong with a result document (an empty list when it follows the convention)."""
     if not isinstance(doc, dict):
@@ -314,6 +331,11 @@ def check_document(doc: Any, name: str | None = None) -> list[str]:
         problems.append("results is not a list")
     elif not all(isinstance(r, dict) for r in doc["results"]):
         problems.append("results holds something other than row objects")
+    else:
+        unnamed = [i for i, r in enumerate(doc["results"])
+                   if r.get("status") in ("skipped", "failed") and row_name(r) is None]
+        if unnamed:
+            problems.append(f"rows {unnamed} did not run and name no contender (one of {', '.join(CONTENDER_KEYS)})")
     if not isinstance(doc["summary"], dict):
         problems.append("summary is not an object")
     if not isinstance(doc["quick"], bool):

@@ -4,9 +4,10 @@ benchmark is recorded and the suite goes on.
 
     python benchmarks/run_all.py [--quick] [--only models,kernels] [--timeout S] [--out benchmarks/results]
 
-Writes ``<out>/SUMMARY.md`` (one table of ratios per benchmark, the README shows it),
-``<out>/suite.json`` (what ran, how long, and how it ended) and keeps each benchmark's
-``X.json``/``X.png`` and its log under ``<out>/logs/``. Exit status 1 when any benchmark failed.
+Writes ``<out>/suite.json`` (what ran, how long, and how it ended), keeps each benchmark's
+``X.json``/``X.png`` and its log under ``<out>/logs/``, then ``<out>/SUMMARY.md`` from every
+document in ``<out>`` (``summary.py``; the README's table too when ``<out>`` is
+benchmarks/results). Exit status 1 when any benchmark failed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
+import summary  # noqa: E402
 
 QUICK_TIMEOUT_S = 300.0
 FULL_TIMEOUT_S = 3600.0
@@ -144,81 +146,6 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-# ----------------------------------------------------------------------------- SUMMARY.md
-
-
-def summary_table(summary: dict[str, Any]) -> list[str]:
-    """Markdown for a ``summary``: ``{row: {column: value}}`` as a grid, ``{key: value}`` as two columns."""
-    if not summary:
-        return ["_(no summary)_"]
-    nested = {k: v for k, v in summary.items() if isinstance(v, dict)}
-    flat = {k: v for k, v in summary.items() if not isinstance(v, dict)}
-    lines: list[str] = []
-    if nested:
-        cols: list[str] = []
-        for entry in nested.values():
-            cols += [c for c in entry if c not in cols]
-        lines.append("| | " + " | ".join(_cell(c) for c in cols) + " |")
-        lines.append("|---|" + "---:|" * len(cols))
-        for label, entry in nested.items():
-            cells = " | ".join(_cell(common.format_number(entry.get(c))) for c in cols)
-            lines.append(f"| {_cell(label)} | {cells} |")
-    if flat:
-        if lines:
-            lines.append("")
-        lines += ["| | value |", "|---|---:|"]
-        lines += [f"| {_cell(k)} | {_cell(_flat_value(v))} |" for k, v in flat.items()]
-    return lines
-
-
-def _flat_value(v: Any) -> str:
-    if isinstance(v, list):
-        return ", ".join(common.format_number(x) for x in v)
-    return common.format_number(v)
-
-
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def write_summary(runs: list[BenchRun], out: Path, quick: bool, command: str) -> Path:
-    """Write ``<out>/SUMMARY.md``: the suite's status, then each benchmark's ratios and plot."""
-    machine = common.machine_info()
-    lines = [
-        "# alpyka benchmark summary",
-        "",
-        f"`{command}` — {'quick' if quick else 'full'} run, {machine['time_utc']}, "
-        f"{machine['cpu']} ({machine['cpus_usable'] or machine['cpu_count']} usable cores), "
-        f"Python {machine['python']}.",
-        "Ratios are measured side by side in one run on this machine; each benchmark's JSON holds every point.",
-        "",
-        "| benchmark | status | time (s) | device | note |",
-        "|---|---|---:|---|---|",
-    ]
-    for r in runs:
-        device = (r.document or {}).get("device", "")
-        lines.append(f"| {r.name} | {r.status} | {r.wall_s:.1f} | {_cell(device)} | {_cell(r.detail)} |")
-    for r in runs:
-        lines += ["", f"## {r.name}", ""]
-        if r.document is None:
-            lines.append(f"**{r.status}**: {_cell(r.detail)} (log: `{Path(r.log).name if r.log else '-'}`)")
-            continue
-        doc = r.document
-        skipped = sorted({f"{x.get('variant', x.get('name', '?'))}: {x.get('reason')}" for x in doc["results"]
-                          if x.get("status") == "skipped" and x.get("reason")})
-        lines.append(f"Device: {_cell(doc['device'])}. Rows: {len(doc['results'])}"
-                     + (", quick run." if doc["quick"] else "."))
-        lines.append("")
-        lines += summary_table(doc["summary"])
-        if skipped:
-            lines += ["", "Skipped: " + "; ".join(_cell(s) for s in skipped[:8])]
-        if r.png:
-            lines += ["", f"![{r.name}]({Path(r.png).name})"]
-    path = out / "SUMMARY.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
 # ----------------------------------------------------------------------------- main
 
 
@@ -232,27 +159,12 @@ def build_parser():
     return parser
 
 
-def earlier_result(name: str, script: Path, out: Path) -> BenchRun | None:
-    """A benchmark's result already in ``out`` (from an earlier run), if it follows the convention."""
-    path = out / f"{name}.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if common.check_document(doc, name):
-        return None
-    png = out / f"{name}.png"
-    return BenchRun(name, str(script), status="ok (earlier run)", json=str(path),
-                    png=str(png) if png.exists() else None, document=doc)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = common.parse_args(build_parser(), argv)
     found = discover(args.bench_dir)
     if args.list:
         print("\n".join(f"{n}\t{p}" for n, p in found.items()))
         return 0
-    all_found = dict(found)
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in found]
@@ -272,13 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = run_one(name, script, args.out, args.quick, timeout_s, extra)
         runs.append(run)
         print(f"{name:<12} {run.status:<10} {run.wall_s:7.1f} s  {run.detail}", flush=True)
-    command = "python benchmarks/run_all.py" + (" --quick" if args.quick and not args.smoke else "") + (
-        " --smoke" if args.smoke else "") + (f" --only {args.only}" if args.only else "")
-    # with --only, the summary keeps the other benchmarks' results already in the output folder
-    summary_runs = list(runs) + [r for r in (earlier_result(n, s, args.out) for n, s in all_found.items()
-                                             if n not in found) if r is not None]
-    summary_runs.sort(key=lambda r: r.name)
-    path = write_summary(summary_runs, args.out, args.quick, command)
+    # SUMMARY.md is made from every document in the output folder (this run's and earlier ones,
+    # each with its machine and date); the README's table too when that folder is the committed one
+    readme = summary.README if args.out.resolve() == common.DEFAULT_OUT.resolve() else None
+    summary.write(args.out, readme, strict=False)
+    path = args.out / "SUMMARY.md"
     suite = common.result_document(
         "suite", device="see each benchmark", quick=bool(args.quick),
         results=[{k: v for k, v in asdict(r).items() if k != "document"} for r in runs],
