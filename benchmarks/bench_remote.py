@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from inference import Model
     from inference.remote import RemoteModel
-    from inference.serve import serve
+    from inference.serving import serve
 
     tmp = Path(tempfile.mkdtemp(prefix="alpyka-bench-remote-"))
     path = tmp / "mlp.pt"

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from inference.demo import _gnn, train
     from inference.demo._service import merge_fragments
     from inference.remote import RemoteModel
-    from inference.serve import serve
+    from inference.serving import serve
 
     # an untrained GNN costs what a trained one costs; a private model dir leaves the user's alone
     tmp = Path(tempfile.mkdtemp(prefix="alpyka-bench-service-"))

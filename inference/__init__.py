@@ -52,6 +52,7 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("inference.remote").RemoteModel
     if name == "RemotePipeline":  # imported lazily: tritonclient is optional
         return importlib.import_module("inference._pipeline._remote").RemotePipeline
-    if name == "serve":  # the callable module inference.serve: serve(models, ...) (PyTriton, lazily)
-        return importlib.import_module("inference.serve")
+    if name == "serve":  # the function inference.serving.serve(models, ...) (PyTriton, lazily)
+        serve = globals()["serve"] = importlib.import_module("inference.serving").serve
+        return serve
     raise AttributeError(f"module 'inference' has no attribute {name!r}")

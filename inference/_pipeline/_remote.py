@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._tensor_desc import TensorDesc
 from . import _wire
 from ._declare import PIPELINE_ERROR_MARK, Pipeline, PipelineError, Slot
 
@@ -26,8 +27,13 @@ def _groups(tensors: Sequence[Any]) -> list[tuple[str, list[Any]]]:
     return groups
 
 
-def _describe(tensors: Sequence[Any]) -> str:
+def _describe(tensors: Sequence[TensorDesc]) -> str:
     return ", ".join(f"{t.name} {t.dtype} {list(t.shape)}" for t in tensors)
+
+
+def _kind(t: TensorDesc) -> tuple[Any, ...]:
+    """What a collection's tensor must agree on between client and server: rows may differ."""
+    return t.name, t.dtype, t.shape[1:], len(t.shape)
 
 
 class RemotePipeline:
@@ -67,13 +73,11 @@ class RemotePipeline:
         ins, outs = _groups(info.inputs), _groups(info.outputs)
         if self.declaration is not None:
             want = _wire.derive_config(self.declaration)
-            for kind, got, decl in (("inputs", info.inputs, want["inputs"]),
-                                    ("outputs", info.outputs, want["outputs"])):
-                have = [(t.name, str(t.dtype), tuple(t.shape)) for t in got]
-                expect = [(n, str(np.dtype(d)), tuple(s)) for n, d, s in decl]
-                if have != expect:
-                    missing = [e[0] for e in expect if e not in have]
-                    extra = [h[0] for h in have if h not in expect]
+            for kind, got, expect in (("inputs", info.inputs, want["inputs"]),
+                                      ("outputs", info.outputs, want["outputs"])):
+                if list(got) != expect:
+                    missing = [e.name for e in expect if e not in got]
+                    extra = [h.name for h in got if h not in expect]
                     raise MetadataMismatch(
                         f"pipeline {self.name!r}: the server's {kind} do not match the declared layouts "
                         f"({', '.join(s.describe() for s in getattr(self.declaration, kind))}): declared but not "
@@ -100,14 +104,12 @@ class RemotePipeline:
             if layout is None:
                 raise TypeError(f"pipeline {self.name!r}: {coll_name!r} must be a PortableCollection")
             slot = Slot(coll_name, layout)
-            mine = [(n, d, tuple(s)) for n, d, s in _wire.slot_decls(slot)]
-            theirs = [(t.name, str(t.dtype), tuple(t.shape)) for t in tensors]
+            mine = _wire.slot_decls(slot)
             # same tensors, dtypes, ranks and component dims (rows may be fixed on the server)
-            if [(n, d, s[1:], len(s)) for n, d, s in mine] != [(n, d, s[1:], len(s)) for n, d, s in theirs]:
+            if [_kind(t) for t in mine] != [_kind(t) for t in tensors]:
                 raise MetadataMismatch(
                     f"pipeline {self.name!r}: collection {coll_name!r} ({layout.__name__}) does not match the "
-                    f"server: the client sends {', '.join(f'{n} {d} {list(s)}' for n, d, s in mine)}; the "
-                    f"server expects {_describe(tensors)}")
+                    f"server: the client sends {_describe(mine)}; the server expects {_describe(tensors)}")
             slots.append(slot)
         return slots[:n_in], slots[n_in:]
 
@@ -137,8 +139,8 @@ class RemotePipeline:
             arrays.parameters = {_wire.ZERO_ROWS: ",".join(empty)}
         specs = {}
         for s, c in zip(out_slots, outs):
-            for name, dtype, dims in _wire.slot_decls(s, max(c.size, 1)):
-                specs[name] = (dims, np.dtype(dtype))
+            for t in _wire.slot_decls(s, max(c.size, 1)):
+                specs[t.name] = (t.dims, t.dtype)
         return arrays, specs
 
     def _write(self, out_slots: list[Slot], outs: list[Any], result: dict[str, np.ndarray]) -> None:

@@ -1,6 +1,6 @@
 """The server side of a pipeline: import it by reference, run each request on a server queue.
 
-Used by the server process (:mod:`inference.serve._child`). The pipeline's module is imported
+Used by the server process (:mod:`inference.serving._child`). The pipeline's module is imported
 once per server process, so the models it creates at import (or lazily, once) are loaded once;
 each Triton model instance has its own queue on the server's device.
 """
@@ -194,8 +194,8 @@ class PipelineRunner:
         happened, never raises (a pipeline may reject zeros)."""
         arrays = {}
         for s in self.pipe.inputs:
-            for name, dtype, dims in _wire.slot_decls(s, rows):
-                arrays[name] = np.zeros(dims, dtype=dtype)
+            for t in _wire.slot_decls(s, rows):
+                arrays[t.name] = np.zeros(t.dims, dtype=t.dtype)
         t0 = time.perf_counter()
         try:
             self.run(arrays)
@@ -206,7 +206,7 @@ class PipelineRunner:
 
 def make_infer(runner: PipelineRunner) -> Callable[[list[Any]], list[dict[str, np.ndarray]]]:
     """The PyTriton inference callable (no batching: a list of requests, one call each)."""
-    names = [d[0] for s in runner.pipe.inputs for d in _wire.slot_decls(s)]
+    names = [t.name for s in runner.pipe.inputs for t in _wire.slot_decls(s)]
 
     def infer_requests(requests: list[Any]) -> list[dict[str, np.ndarray]]:
         return [runner.run({n: r[n] for n in names}, getattr(r, "parameters", None)) for r in requests]

@@ -18,6 +18,7 @@ import numpy as np
 
 import portable as pk
 
+from .._tensor_desc import TensorDesc
 from ._declare import OutputsNotFilled, Pipeline, Slot
 
 SEP = "__"
@@ -36,15 +37,15 @@ def field_dims(field: Any, rows: int = -1) -> tuple[int, ...]:
     return (rows, *field.shape)
 
 
-def slot_decls(slot: Slot, rows: int | None = None) -> list[tuple[str, str, tuple[int, ...]]]:
-    """``(tensor name, numpy dtype name, dims)`` of every field of a declared collection."""
+def slot_decls(slot: Slot, rows: int | None = None) -> list[TensorDesc]:
+    """The tensors of every field of a declared collection (``rows``: None is -1, any)."""
     n = -1 if rows is None else int(rows)
-    return [(tensor_name(slot.name, f.name), str(f.dtype), field_dims(f, n)) for f in slot.layout.fields]
+    return [TensorDesc(tensor_name(slot.name, f.name), f.dtype, field_dims(f, n)) for f in slot.layout.fields]
 
 
 def derive_config(pipe: Pipeline) -> dict[str, Any]:
     """The Triton model configuration of a pipeline, from its layouts alone:
-    ``{"name", "inputs": [(name, dtype, dims)], "outputs": [...], "max_batch_size": 0}``."""
+    ``{"name", "inputs": [TensorDesc], "outputs": [...], "max_batch_size": 0}``."""
     ins = [d for s in pipe.inputs for d in slot_decls(s)]
     outs = [d for s in pipe.outputs for d in slot_decls(s, pipe.fixed_rows(s))]
     return {"name": pipe.name, "inputs": ins, "outputs": outs, "max_batch_size": 0}

@@ -111,7 +111,7 @@ class RemoteDemoPipeline:
     def __init__(self, where: str, backend: str, timeout: float = 60.0) -> None:
         self.server = None
         if where == "auto":
-            from inference.serve import serve
+            from inference.serving import serve
 
             gnn()  # trains the model here first if it is missing (not in the server's startup)
             self.server = serve(merge_fragments, device=backend)

@@ -203,7 +203,7 @@ class RemoteModel(RequestsMixin):
         return float(self.timeout) if self.timeout is not None else 60.0
 
     def _start_fallback(self) -> None:
-        from ..serve import serve
+        from ..serving import serve
 
         opts = {"device": "cpu", **self._fallback_options}
         self._fallback_server = serve({self.model_name: self._fallback_model}, **opts)
@@ -215,7 +215,7 @@ class RemoteModel(RequestsMixin):
             self._validate(info)
 
     def _validate_info(self, info: ModelInfo) -> None:
-        if info.batching and any(t.shape[:1] != (-1,) for t in info.inputs + info.outputs):
+        if info.batching and not all(t.batched for t in info.inputs + info.outputs):
             raise MetadataMismatch(f"model {self.model_name!r} batches (max_batch_size "
                                    f"{info.max_batch_size}) but not every tensor has a -1 batch axis")
 
@@ -297,10 +297,10 @@ class RemoteModel(RequestsMixin):
                               self.model_name, subset=True)
         for block, tensor in in_map.items():
             b = ins.block(block)
-            check_block(info.input(tensor), block, b.dtype, b.shape, info.batching, "input")  # type: ignore[arg-type]
+            check_block(info.input(tensor), block, b.dtype, b.shape, "input")  # type: ignore[arg-type]
         for block, tensor in out_map.items():
             b = outs.block(block)
-            check_block(info.output(tensor), block, b.dtype, b.shape, info.batching, "output")  # type: ignore[arg-type]
+            check_block(info.output(tensor), block, b.dtype, b.shape, "output")  # type: ignore[arg-type]
         if not info.batching and ins.size != outs.size:
             raise MetadataMismatch(f"model {self.model_name!r} does not batch; inputs n={ins.size} "
                                    f"and outputs n={outs.size} must be one request")
@@ -391,7 +391,7 @@ class RemoteModel(RequestsMixin):
             raise MetadataMismatch(f"input(s) {unknown} are not inputs of model {self.model_name!r}; "
                                    f"its inputs are {[t.name for t in info.inputs]}")
         for k, a in arrays.items():
-            check_block(info.input(k), k, a.dtype, a.shape, info.batching, "input")  # type: ignore[arg-type]
+            check_block(info.input(k), k, a.dtype, a.shape, "input")  # type: ignore[arg-type]
         n = _batching.batch_size(arrays) if info.batching else 0
         names = list(outputs) if outputs is not None else [t.name for t in info.outputs]
         specs: OutputSpecs = {}

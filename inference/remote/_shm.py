@@ -5,7 +5,7 @@ enough for its inputs and expected outputs, writes its inputs there, names the s
 request instead of sending bytes, reads its outputs back and returns the region to the pool.
 
 Regions are POSIX shared-memory segments named ``/alpyka-remote-<pid>-<n>-<token>`` (the owner's
-process id; :mod:`inference.serve._leftovers`). :meth:`ShmPool.close` unregisters them from the
+process id; :mod:`inference.serving._leftovers`). :meth:`ShmPool.close` unregisters them from the
 server and unlinks them; a pool that is garbage-collected, or still open at interpreter exit,
 unlinks them by name (nothing else: that code may run in the garbage collector, where it must
 not take a lock or call the server). What a killed client leaves is swept by the next pool or
@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..serve._leftovers import _posixshmem, client_shm_key, sweep, unlink_shm
+from ..serving._leftovers import _posixshmem, client_shm_key, sweep, unlink_shm
 
 _ALIGN = 64
 

@@ -1,12 +1,12 @@
-"""KServe v2 tensor descriptions: dtype names, shapes with -1, and checks against SoA blocks."""
+"""KServe v2 datatype names, and checks of SoA blocks against a model's tensors (:class:`TensorDesc`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from .._tensor_desc import TensorDesc
 from ._errors import MetadataMismatch
 
 # KServe v2 / Triton datatype names <-> numpy dtypes (tritonclient.utils has the same table).
@@ -40,39 +40,20 @@ def numpy_dtype(name: str) -> np.dtype:
         raise TypeError(f"KServe v2 datatype {name!r} is not supported by alpyka") from None
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One model input or output as the server declares it: shape per request (batch included
-    when the model batches; -1 is any extent)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-
-    def describe(self) -> str:
-        dims = ", ".join("-1" if d < 0 else str(d) for d in self.shape)
-        return f"{self.name}: {self.dtype} [{dims}]"
+#: the client's name of a tensor description (public: ``inference.remote.TensorSpec``)
+TensorSpec = TensorDesc
 
 
-def shape_matches(declared: Sequence[int], actual: Sequence[int]) -> bool:
-    """True when ``actual`` fits ``declared`` (same rank; -1 matches any extent)."""
-    return len(declared) == len(actual) and all(d < 0 or d == a for d, a in zip(declared, actual))
-
-
-def check_block(spec: TensorSpec, block_name: str, dtype: Any, shape: Sequence[int],
-                batching: bool, role: str) -> None:
+def check_block(spec: TensorDesc, block_name: str, dtype: Any, shape: Sequence[int], role: str) -> None:
     """Raise :class:`MetadataMismatch` naming the block when dtype or shape do not fit ``spec``.
 
-    ``shape`` is the block's shape, batch first. With a batching model the server's shape
-    excludes nothing: :meth:`RemoteModel` always stores it batch-first (-1 for the batch).
+    ``shape`` is the block's shape, batch first when the model batches (``spec.batched``).
     """
     if np.dtype(dtype) != spec.dtype:
         raise MetadataMismatch(
             f"{role} block {block_name!r} has dtype {np.dtype(dtype)}, the model's {role} "
             f"{spec.name!r} expects {spec.dtype} ({triton_dtype(spec.dtype)})")
-    declared = spec.shape[1:] if batching else spec.shape
-    actual = tuple(shape)[1:] if batching else tuple(shape)
-    if not shape_matches(declared, actual):
+    if not spec.matches(tuple(shape)):
         want = spec.describe().split(": ", 1)[1]
         raise MetadataMismatch(
             f"{role} block {block_name!r} has shape {list(shape)} (batch first), the model's "

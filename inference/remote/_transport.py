@@ -19,7 +19,8 @@ from .._pipeline._declare import PIPELINE_ERROR_MARK
 from ._errors import (InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout,
                       ServerUnavailable)
 from ._shm import ShmLease
-from ._tensors import TensorSpec, numpy_dtype, triton_dtype
+from .._tensor_desc import TensorDesc
+from ._tensors import numpy_dtype, triton_dtype
 
 
 Callback = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
@@ -42,8 +43,8 @@ class ModelInfo:
     """What the server says about one model: its tensors, batching and dynamic batching."""
 
     name: str
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
+    inputs: list[TensorDesc]
+    outputs: list[TensorDesc]
     max_batch_size: int
     dynamic_batching: dict[str, Any] = field(default_factory=dict)
     platform: str = ""
@@ -52,10 +53,10 @@ class ModelInfo:
     def batching(self) -> bool:
         return self.max_batch_size > 0
 
-    def input(self, name: str) -> TensorSpec | None:
+    def input(self, name: str) -> TensorDesc | None:
         return next((t for t in self.inputs if t.name == name), None)
 
-    def output(self, name: str) -> TensorSpec | None:
+    def output(self, name: str) -> TensorDesc | None:
         return next((t for t in self.outputs if t.name == name), None)
 
 
@@ -244,12 +245,9 @@ class Transport:
         cfg = cfg.get("config", cfg)
         mbs = int(cfg.get("max_batch_size", 0) or 0)
 
-        def specs(entries: Sequence[dict[str, Any]]) -> list[TensorSpec]:
-            out = []
-            for e in entries:
-                shape = tuple(int(d) for d in e.get("shape", []))
-                out.append(TensorSpec(e["name"], numpy_dtype(e["datatype"]), shape))
-            return out
+        def specs(entries: Sequence[dict[str, Any]]) -> list[TensorDesc]:
+            return [TensorDesc.from_server(e["name"], numpy_dtype(e["datatype"]), e.get("shape", []), mbs > 0)
+                    for e in entries]
 
         return ModelInfo(model, specs(meta.get("inputs", [])), specs(meta.get("outputs", [])),
                          mbs, dict(cfg.get("dynamic_batching", {}) or {}),

@@ -30,7 +30,7 @@ SOURCE_COMMANDS = {
     "demo": "inference.demo.pipeline:command",
     "aot": "inference.aot:command",
     "export": "inference._export:command",
-    "serve": "inference.serve.__main__:command",
+    "serve": "inference.serving.__main__:command",
 }
 
 #: one line each for ``alpyka --help`` (asking a command itself would import it, and torch)

@@ -61,7 +61,7 @@ WARNINGS = _classes(Warning)
 #: errors that never reach user code, so need no public name: each is caught inside the library
 INTERNAL = {
     "backends._c_emit.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
-    "inference.serve._child.StartupError": "the server process reports it; serve() raises ServeError",
+    "inference.serving._child.StartupError": "the server process reports it; serve() raises ServeError",
     "inference._pipeline._server.ReferenceError_": "raised in the server process inside a StartupError",
 }
 
@@ -103,7 +103,7 @@ def test_inference_errors_keep_their_builtin_base():
     pytest.importorskip("torch", reason="inference needs torch (pip install -e '.[torch]')")
     from inference import ModelFileError, PipelineError
     from inference.remote import RemoteError, RemoteTimeout
-    from inference.serve import ServeError
+    from inference.serving import ServeError
 
     assert issubclass(ModelFileError, ValueError) and issubclass(PipelineError, RuntimeError)
     assert issubclass(RemoteError, RuntimeError) and issubclass(RemoteTimeout, RemoteError)

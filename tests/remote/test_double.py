@@ -14,7 +14,7 @@ import portable as pk
 from inference import ModelMetadata, SoAMetadata
 from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, RemoteTimeout,
                               ServerUnavailable)
-from inference.serve import free_port
+from inference.serving import free_port
 
 from .conftest import Preds, hits_matrix, make_hits, make_out, metadata, out_matrix
 
@@ -51,7 +51,7 @@ def test_rectangular_batching_splits_over_max_batch_size(double):
 
 
 def test_the_default_batch_limit_comes_from_the_message_size():
-    from inference.serve._spec import AUTO_BATCH_ROWS, TensorDecl, auto_batch_size
+    from inference.serving._spec import AUTO_BATCH_ROWS, TensorDecl, auto_batch_size
 
     three_floats = [TensorDecl("x", "float32", (3,))]
     assert auto_batch_size(three_floats, [TensorDecl("y", "float32", (2,))]) == AUTO_BATCH_ROWS[1]  # 20 B a row

@@ -29,7 +29,7 @@ def test_remote_pipeline_equals_local(demo_model_dir, monkeypatch, capsys):
     assert auto.gnn.efficiency > 0.9
 
     from inference.demo._service import merge_fragments
-    from inference.serve import serve
+    from inference.serving import serve
 
     with serve(merge_fragments, device="cpu_threads") as server:
         url = server.grpc_url

@@ -47,7 +47,7 @@ def _children(pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    from inference.serve import free_port, serve
+    from inference.serving import free_port, serve
 
     d = tmp_path_factory.mktemp("failover")
     torch.jit.script(Identity()).save(str(d / "identity.pt"))

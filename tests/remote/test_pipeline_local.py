@@ -9,6 +9,7 @@ import portable as pk
 import soa
 from inference import Pipeline, PipelineError, pipeline
 from inference._pipeline import OutputsNotFilled, _wire, derive_config
+from inference._tensor_desc import TensorDesc
 
 from . import pipeline_support as S
 
@@ -38,17 +39,19 @@ def test_declaration_names_and_rows():
 def test_config_derived_from_layouts():
     cfg = derive_config(S.chain)
     assert cfg["max_batch_size"] == 0
-    assert cfg["inputs"] == [("tracks__x", "float32", (-1,)), ("tracks__p", "float32", (-1, 3)),
+    assert all(isinstance(t, TensorDesc) and not t.batched for t in cfg["inputs"] + cfg["outputs"])
+    triples = lambda ts: [(t.name, t.dtype, t.dims) for t in ts]  # noqa: E731
+    assert triples(cfg["inputs"]) == [("tracks__x", "float32", (-1,)), ("tracks__p", "float32", (-1, 3)),
                              ("tracks__cov", "float32", (-1, 2, 2)), ("tracks__charge", "int32", (-1,)),
                              ("tracks__scale", "float32", (1,))]
-    assert cfg["outputs"] == [("scored__score", "float32", (-1,)), ("scored__e", "float32", (-1, 2)),
+    assert triples(cfg["outputs"]) == [("scored__score", "float32", (-1,)), ("scored__e", "float32", (-1, 2)),
                               ("scored__tag", "int32", (-1,)), ("scored__total", "float32", (1,))]
     fixed = pipeline(inputs=S.Tracks, outputs={"s": S.Summary}, rows=6)(lambda q, t, s: None)
-    assert derive_config(fixed)["outputs"] == [("s__s", "float32", (6,))]
+    assert derive_config(fixed)["outputs"] == [TensorDesc("s__s", np.float32, (6,))]
 
 
 def test_serve_spec_of_a_pipeline(tmp_path):
-    from inference.serve._spec import model_specs
+    from inference.serving._spec import model_specs
 
     specs = model_specs({"chain": S.chain, "pairs": "remote.pipeline_support:pairs"}, name=None,
                         workdir=tmp_path, inputs=None, outputs=None, max_batch_size=64, instances=2)
@@ -143,7 +146,7 @@ def test_debug_poison_finds_unfilled_outputs():
 
 
 def test_serve_refuses_what_is_not_a_pipeline():
-    from inference.serve import serve
+    from inference.serving import serve
 
     with pytest.raises(TypeError, match="plain function, not a pipeline; decorate it with @inference.pipeline"):
         serve(S.not_a_pipeline)
@@ -154,7 +157,7 @@ def test_serve_refuses_what_is_not_a_pipeline():
 
 
 def test_cli_reports_a_module_that_does_not_import(capsys):
-    from inference.serve.__main__ import main
+    from inference.serving.__main__ import main
 
     assert main(["no_such_pkg.mod:merge", "--device", "cpu_serial"]) == 2
     err = capsys.readouterr().err
@@ -175,8 +178,8 @@ def test_not_a_layout_slot_in_remote_check():
     rp.name, rp.declaration = "chain", S.chain
     other = pipeline(inputs={"tracks": _Other}, outputs={"scored": S.Scored})(lambda q, t, s: None)
     cfg = derive_config(other)
-    spec = lambda d: [TensorSpec(n, np.dtype(t), tuple(s)) for n, t, s in d]  # noqa: E731
-    info = ModelInfo("chain", spec(cfg["inputs"]), spec(cfg["outputs"]), 0)
+    assert TensorSpec is TensorDesc  # the public name of the client's tensor descriptions
+    info = ModelInfo("chain", cfg["inputs"], cfg["outputs"], 0)
     with pytest.raises(MetadataMismatch, match=r"server's inputs do not match the declared layouts .*"
                                                r"declared but not served as declared \['tracks__x'"):
         rp._check_server(info)

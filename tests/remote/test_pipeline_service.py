@@ -39,7 +39,7 @@ class Identity(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def server(request):
-    from inference.serve import serve
+    from inference.serving import serve
 
     os.environ["ALPYKA_TEST_SLOW_S"] = str(SLOW_S)  # the server inherits it (pipeline `slow`)
     models = {f"chain_{b}": {"pipeline": S.chain, "device": b} for b in served_backends(request.config)}

@@ -27,8 +27,8 @@ import pytest
 import portable as pk
 import soa
 from inference.remote import ModelNotFound, ModelNotReady, RemoteModel, ServerUnavailable
-from inference.serve import free_port
-from inference.serve._leftovers import group_alive, group_members, sweep
+from inference.serving import free_port
+from inference.serving._leftovers import group_alive, group_members, sweep
 
 from .conftest import hits_matrix, make_hits
 from .triton_support import pytriton_reason
@@ -105,7 +105,7 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(files):
-    from inference.serve import serve
+    from inference.serving import serve
 
     handle = serve({"lin": str(files / "lin.pt"), "seq": str(files / "seq.pt2")})
     try:
@@ -130,7 +130,7 @@ def feats_matrix(coll: pk.PortableCollection) -> np.ndarray:
 
 # ------------------------------------------------------------------ 1. input shapes read from the model
 def test_inputs_read_from_the_model(files):
-    from inference.serve._spec import inputs_from_model
+    from inference.serving._spec import inputs_from_model
 
     decls, where = inputs_from_model(str(files / "lin.pt"), batching=True)
     assert [(t.name, t.dtype, t.dims) for t in decls] == [("input__0", "float32", (4,))]
@@ -255,7 +255,7 @@ def test_dead_server_fails_fast_with_connection_refused():
 
 @needs_triton
 def test_killed_server_process_takes_triton_with_it(files):
-    from inference.serve import serve
+    from inference.serving import serve
 
     # a 30 s queue delay keeps a lone request in flight in Triton's dynamic batcher
     handle = serve({"lin": str(files / "lin.pt")}, max_queue_delay_us=30_000_000)
@@ -291,7 +291,7 @@ def test_killed_server_process_takes_triton_with_it(files):
 def test_killed_parent_leaves_nothing_behind(files):
     script = textwrap.dedent(f"""
         import json, sys, time
-        from inference.serve import serve
+        from inference.serving import serve
         h = serve({{"lin": {str(files / "lin.pt")!r}}})
         print(json.dumps({{"pid": h.pid, "workdir": str(h.workdir), "url": h.grpc_url}}), flush=True)
         time.sleep(600)
@@ -403,7 +403,7 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone():
     """Clients killed (or ended without close()) leave their regions registered and mapped by
     tritonserver; a long-lived server unregisters those of dead processes by itself."""
     pytest.importorskip("torch")
-    from inference.serve import serve
+    from inference.serving import serve
 
     from .triton_support import pytriton_reason
 

@@ -63,7 +63,7 @@ def files(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def server(files):
-    from inference.serve import serve
+    from inference.serving import serve
 
     handle = serve({"mlp": files["mlp.onnx"], "heads": files["heads.onnx"], "mlp_pt2": files["mlp.pt2"]},
                    max_batch_size=64, max_queue_delay_us=1000)
@@ -145,7 +145,7 @@ def test_served_exported_program_matches_the_local_model(server, files):
 
 
 def test_a_fixed_batch_axis_is_refused_before_starting(files):
-    from inference.serve import serve
+    from inference.serving import serve
 
     with pytest.raises(ValueError, match=r"fixed.onnx: input x float32\[8,3\] has a fixed first axis of 8.*"
                                          r"max_batch_size=0"):

@@ -50,7 +50,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(models):
-    from inference.serve import serve
+    from inference.serving import serve
 
     handle = serve({
         "identity": {"path": str(models / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
@@ -157,7 +157,7 @@ def test_shared_memory_round_trip_ragged(server):
 
 
 def test_fallback_server_started_and_stopped(models):
-    from inference.serve import free_port
+    from inference.serving import free_port
 
     hits, out = make_hits(10, seed=3), make_out(Scores, 10)
     model = RemoteModel(f"127.0.0.1:{free_port()}", "mlp", timeout=2, retries=0,
@@ -185,7 +185,7 @@ def test_serve_cli(models):
 
 
 def test_cli_error_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "inference.serve", str(tmp_path / "missing.pt")],
+    r = subprocess.run([sys.executable, "-m", "inference.serving", str(tmp_path / "missing.pt")],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
 

@@ -27,11 +27,11 @@ def pytriton_reason() -> str | None:
 def serve_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None,
               check_exit: bool = True, startup_s: float = 120,
               python_flags: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
-    """``python -m inference.serve ARGS`` as a user starts it: yields the process, its output up
+    """``python -m inference.serving ARGS`` as a user starts it: yields the process, its output up
     to the ``serving on`` line and its gRPC url; then stops it by its pid (SIGTERM, SIGKILL after
     30 s) and, with ``check_exit``, asserts it exited cleanly (0). ``python_flags``: e.g. ``("-P",)``
     to start it as the ``alpyka`` console script does, without the working directory on the path."""
-    proc = subprocess.Popen([sys.executable, *python_flags, "-m", "inference.serve", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, *python_flags, "-m", "inference.serving", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=cwd,
                             env=env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()})
     try:

@@ -5,47 +5,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
+from .._tensor_desc import TensorDesc
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 IO_EXTRA_FILE = "alpyka_io.json"  # optional TorchScript extra file: {"inputs": [...], "outputs": [...]}
 MODEL_SUFFIXES = (".pt", ".pt2", ".ts", ".jit", ".onnx")  # the model files serve hosts
 
 
-@dataclass
-class TensorDecl:
-    """One served tensor: name, numpy dtype name, dims per sample (batch axis excluded; -1 any)."""
-
-    name: str
-    dtype: str = "float32"
-    dims: tuple[int, ...] = (-1,)
-
-    @classmethod
-    def parse(cls, value: Any) -> "TensorDecl":
-        """From ``"name:dtype:d0,d1"`` (dtype and dims optional), a tuple or a dict."""
-        if isinstance(value, TensorDecl):
-            return value
-        if isinstance(value, Mapping):
-            return cls(str(value["name"]), str(np.dtype(value.get("dtype", "float32"))),
-                       tuple(int(d) for d in value.get("dims", value.get("shape", (-1,)))))
-        if isinstance(value, str):
-            parts = value.split(":")
-            if not parts[0] or len(parts) > 3:
-                raise ValueError(f"tensor declaration {value!r}: use NAME[:DTYPE[:DIM,DIM,...]], "
-                                 "e.g. features:float32:3 (dims exclude the batch axis; -1 is any)")
-            dtype = parts[1] if len(parts) > 1 and parts[1] else "float32"
-            dims = tuple(int(d) for d in parts[2].split(",") if d) if len(parts) > 2 else (-1,)
-            return cls(parts[0], str(np.dtype(dtype)), dims)
-        if isinstance(value, (tuple, list)) and value:
-            name, *rest = value
-            dtype = str(np.dtype(rest[0])) if rest else "float32"
-            dims = tuple(int(d) for d in rest[1]) if len(rest) > 1 else (-1,)
-            return cls(str(name), dtype, dims)
-        raise TypeError(f"cannot read a tensor declaration from {value!r}")
+#: the server's name of a tensor description (public: ``inference.serving.TensorDecl``)
+TensorDecl = TensorDesc
 
 
 @dataclass
@@ -54,8 +26,8 @@ class ModelSpec:
 
     name: str
     path: str
-    inputs: list[TensorDecl] = field(default_factory=list)
-    outputs: list[TensorDecl] = field(default_factory=list)
+    inputs: list[TensorDesc] = field(default_factory=list)
+    outputs: list[TensorDesc] = field(default_factory=list)
     max_batch_size: int = 1024  # serve() sets it (auto_batch_size unless given)
     dynamic_batching: bool = True
     preferred_batch_sizes: list[int] = field(default_factory=list)
@@ -69,21 +41,24 @@ class ModelSpec:
     device: str = ""  # a pipeline's own device (alpyka backend[:N]); "" -> the server's
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["inputs"] = [t.to_json() for t in self.inputs]
+        d["outputs"] = [t.to_json() for t in self.outputs]
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ModelSpec":
         d = dict(d)
-        d["inputs"] = [TensorDecl.parse(t) for t in d.get("inputs", [])]
-        d["outputs"] = [TensorDecl.parse(t) for t in d.get("outputs", [])]
+        d["inputs"] = [TensorDesc.parse(t) for t in d.get("inputs", [])]
+        d["outputs"] = [TensorDesc.parse(t) for t in d.get("outputs", [])]
         return cls(**d)
 
 
-def _decls(values: Iterable[Any] | None) -> list[TensorDecl]:
-    return [TensorDecl.parse(v) for v in (values or [])]
+def _decls(values: Iterable[Any] | None) -> list[TensorDesc]:
+    return [TensorDesc.parse(v) for v in (values or [])]
 
 
-def _io_from_file(path: str) -> tuple[list[TensorDecl], list[TensorDecl]]:
+def _io_from_file(path: str) -> tuple[list[TensorDesc], list[TensorDesc]]:
     """Declarations stored with a TorchScript file (extra file) or beside it (``<file>.json``)."""
     side = Path(path + ".json")
     if side.is_file():
@@ -109,7 +84,7 @@ def declare_hint(spec: "ModelSpec") -> str:
         return ("check the input declarations (NAME:DTYPE:DIMS, dims per sample without the batch axis), "
                 "or declare the outputs too (--output NAME:DTYPE:DIMS; Python: outputs=[...]) to skip this run")
     n = "D0,D1" if any(len(t.dims) > 1 for t in spec.inputs) else "N"
-    first = spec.inputs[0] if spec.inputs else TensorDecl("input__0")
+    first = spec.inputs[0] if spec.inputs else TensorDesc("input__0")
     example = f"{first.name}:{first.dtype}:{n}"
     return (f"declare the inputs, e.g. --input {example} (dims per sample without the batch axis; "
             f"one --input per input; Python: inputs=[{example!r}])")
@@ -119,7 +94,7 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]:
+def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]:
     """Input declarations read from the model file itself, and where they come from; ``([], why)``
     when they cannot be read.
 
@@ -158,7 +133,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
                 features = int(weight.shape[1])
                 where = (f"first Linear {name!r} (in_features {features})" if name
                          else f"Linear (in_features {features})")
-                return [TensorDecl("input__0", _dtype_name(weight.dtype), (features,))], where
+                return [TensorDesc("input__0", _dtype_name(weight.dtype), (features,))], where
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
@@ -177,7 +152,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
                 if not dims:
                     return [], f"its input {i} is a scalar, it cannot batch"
                 dims = dims[1:]
-            decls.append(TensorDecl(f"input__{i}", _dtype_name(val.dtype), tuple(dims)))
+            decls.append(TensorDesc(f"input__{i}", _dtype_name(val.dtype), tuple(dims)))
         if not decls:
             return [], "it takes no tensor inputs"
         return decls, "the exported program's input specs"
@@ -188,7 +163,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDecl], str]
     return [], f"it is a {fmt} file"
 
 
-def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDecl], list[TensorDecl]]:
+def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDesc], list[TensorDesc]]:
     """An ONNX model's declared inputs and outputs as served tensors, read as ``Model`` reads
     them (:class:`inference._onnx.OnnxProgram`): names and dtypes as declared, dims per sample
     with symbolic extents -1; when the model batches, the first axis is the batch axis and must
@@ -198,7 +173,7 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDecl], list
     program = OnnxProgram(path)
     name = Path(path).name
 
-    def served(decls: Sequence[Any], what: str) -> list[TensorDecl]:
+    def served(decls: Sequence[Any], what: str) -> list[TensorDesc]:
         out = []
         for d in decls:
             if d.dtype is None:
@@ -211,13 +186,13 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDecl], list
                                      "export it with a dynamic batch axis (inference.export does) or serve "
                                      "it with max_batch_size=0 (--max-batch-size 0)")
                 dims = dims[1:]
-            out.append(TensorDecl(d.name, d.dtype.name, tuple(dims)))
+            out.append(TensorDesc(d.name, d.dtype.name, tuple(dims)))
         return out
 
     return served(program.inputs, "input"), served(program.outputs, "output")
 
 
-def outputs_from_model(path: str, batching: bool) -> list[TensorDecl]:
+def outputs_from_model(path: str, batching: bool) -> list[TensorDesc]:
     """Output declarations the model file itself holds (ONNX); ``[]`` otherwise (then found by a
     trial run in the server)."""
     try:
@@ -234,18 +209,18 @@ AUTO_BATCH_BYTES = 32 << 20
 AUTO_BATCH_ROWS = (1024, 1 << 20)
 
 
-def auto_batch_size(inputs: Sequence[TensorDecl], outputs: Sequence[TensorDecl]) -> int:
+def auto_batch_size(inputs: Sequence[TensorDesc], outputs: Sequence[TensorDesc]) -> int:
     """The default ``max_batch_size``: as many rows as fit in :data:`AUTO_BATCH_BYTES` of one row's
     inputs and outputs (a -1 dim counts as 1; outputs not declared yet as large as the inputs),
     within :data:`AUTO_BATCH_ROWS`. Rows are cheap, requests are not: a 64-row cap sent a
     16384-row forward as 256 requests, 190x slower than one."""
-    def row_bytes(decls: Sequence[TensorDecl]) -> int:
+    def row_bytes(decls: Sequence[TensorDesc]) -> int:
         total = 0
         for d in decls:
             n = 1
             for x in d.dims:
                 n *= max(int(x), 1)
-            total += n * np.dtype(d.dtype).itemsize
+            total += n * d.dtype.itemsize
         return total
 
     ins = row_bytes(inputs)
@@ -290,7 +265,7 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
         if not ins:
             ins, source = inputs_from_model(path, batching)
             if not ins:
-                ins, source = [TensorDecl("input__0")], f"default ({source})"
+                ins, source = [TensorDesc("input__0")], f"default ({source})"
         if not outs:
             outs = outputs_from_model(path, batching)
         if opts.get("max_batch_size") is None:
@@ -330,8 +305,7 @@ def pipeline_spec(name: str, pipe: Any, settings: Mapping[str, Any]) -> ModelSpe
     from .._pipeline import derive_config
 
     cfg = derive_config(pipe)
-    return ModelSpec(name, pipe.reference, [TensorDecl(*t) for t in cfg["inputs"]],
-                     [TensorDecl(*t) for t in cfg["outputs"]], max_batch_size=0, dynamic_batching=False,
+    return ModelSpec(name, pipe.reference, cfg["inputs"], cfg["outputs"], max_batch_size=0, dynamic_batching=False,
                      instances=int(settings.get("instances", 1)), inputs_from="layouts", kind="pipeline",
                      device=str(settings.get("device", "")))
 

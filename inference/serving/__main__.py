@@ -1,5 +1,6 @@
-"""``python -m inference.serve MODEL... [--name NAME] [--grpc-port P] [--http-port P] [--device D]``:
-host models in Triton until Ctrl-C (or SIGTERM); errors print one line with the fix."""
+"""``alpyka serve MODEL... [--name NAME] [--grpc-port P] [--http-port P] [--device D]`` (also
+``python -m inference.serving ...``): host models in Triton until Ctrl-C (or SIGTERM); errors
+print one line with the fix."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The server process: loads the models and runs PyTriton's Triton until told to stop.
 
-Started by :func:`inference.serve.serve` as ``python -m inference.serve._child CONFIG.json`` with
+Started by :func:`inference.serving.serve` as ``python -m inference.serving._child CONFIG.json`` with
 ``LD_LIBRARY_PATH`` starting with the interpreter's LIBDIR (PyTriton's Python-backend stub must
 load this interpreter's libpython). It writes ``ready.json`` once Triton is up, stops on
 SIGTERM/SIGINT, and stops by itself when its parent process dies (then it also removes the
@@ -34,7 +34,8 @@ import numpy as np
 from portable import AlpykaError
 
 from ._leftovers import group_members, remove_server_shm, unregister_dead_clients
-from ._spec import ModelSpec, TensorDecl, declare_hint
+from .._tensor_desc import TensorDesc
+from ._spec import ModelSpec, declare_hint
 
 ERROR_FILE = "error.txt"
 
@@ -128,7 +129,7 @@ def _decl_text(spec: ModelSpec) -> str:
     return ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in spec.inputs)
 
 
-def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> list[TensorDecl]:
+def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> list[TensorDesc]:
     """Output declarations found by running the model once on zeros (two samples when it
     batches). A failure raises :class:`StartupError` saying what to declare."""
     import torch
@@ -136,7 +137,7 @@ def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> li
     batch = (2,) if spec.max_batch_size > 0 else ()
     shapes = [(*batch, *[max(d, 1) for d in t.dims]) for t in spec.inputs]
     try:
-        args = [torch.zeros(s, dtype=getattr(torch, t.dtype), device=device) for s, t in zip(shapes, spec.inputs)]
+        args = [torch.zeros(s, dtype=getattr(torch, t.dtype.name), device=device) for s, t in zip(shapes, spec.inputs)]
         with torch.inference_mode():
             outs = _as_list(model(*args), [])
     except Exception as exc:  # noqa: BLE001 - reported as one line with the fix
@@ -159,7 +160,7 @@ def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> li
     for i, o in enumerate(outs):
         shape = o.shape[1:] if batch else o.shape
         dims = tuple(-1 if variable else int(d) for d in shape)
-        decls.append(TensorDecl(f"output__{i}", str(o.detach().cpu().numpy().dtype), dims))
+        decls.append(TensorDesc(f"output__{i}", o.detach().cpu().numpy().dtype, dims))
     return decls
 
 
@@ -169,7 +170,7 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
 
     in_names = [t.name for t in spec.inputs]
     out_names = [t.name for t in spec.outputs]
-    out_dtypes = [np.dtype(t.dtype) for t in spec.outputs]
+    out_dtypes = [t.dtype for t in spec.outputs]
 
     def run(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         args = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device) for n in in_names]
@@ -206,7 +207,7 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
     except (ImportError, TypeError) as exc:
         raise StartupError(f"pipeline {spec.name!r}: {exc}") from exc
     derived = derive_config(pipe)
-    if [tuple(t) for t in derived["inputs"]] != [(t.name, t.dtype, tuple(t.dims)) for t in spec.inputs]:
+    if derived["inputs"] != spec.inputs:
         raise StartupError(f"pipeline {spec.name!r}: {spec.path} imported in the server declares other "
                            "layouts than the caller's (was the module changed?)")
     runner = _server.PipelineRunner(pipe, device)
@@ -398,8 +399,8 @@ def main(config_path: str) -> int:
                 triton.bind(
                     model_name=spec.name,
                     infer_func=[infer] * max(1, spec.instances),
-                    inputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.inputs],
-                    outputs=[Tensor(name=t.name, dtype=np.dtype(t.dtype), shape=tuple(t.dims)) for t in spec.outputs],
+                    inputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.inputs],
+                    outputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.outputs],
                     config=mconfig, strict=False,
                 )
             triton.run()

@@ -1,7 +1,7 @@
 """Host TorchScript / torch.export / AOTInductor / ONNX models and alpyka pipelines in a real Triton
 server through PyTriton.
 
-    from inference.serve import serve
+    from inference import serve      # this package's serve (also inference.serving.serve)
     with serve("mlp.pt", inputs=["features:float32:3"], max_queue_delay_us=500) as server:
         model = RemoteModel(server.grpc_url, "mlp")
     with serve(merge, device="cpu_threads") as server:      # an @inference.pipeline
@@ -13,7 +13,7 @@ on free ports unless told otherwise. :meth:`ServerHandle.stop` (also at interpre
 when the parent dies) stops it by its process id; if the server process itself is killed, a
 watchdog in its process group kills Triton at once (see :mod:`._child`). Work directories are
 ``<tmp>/alpyka-serve-<pid>-*``; stale ones (their owner dead) are swept when a server starts
-(:mod:`._leftovers`). CLI: ``python -m inference.serve``.
+(:mod:`._leftovers`). CLI: ``alpyka serve`` or ``python -m inference.serving``.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
     }
     (wd / "config.json").write_text(json.dumps(config, indent=1))
     with open(wd / "server.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "inference.serve._child", str(wd / "config.json")],
+        proc = subprocess.Popen([sys.executable, "-m", "inference.serving._child", str(wd / "config.json")],
                                 env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     handle = ServerHandle(proc, wd, *ports, specs, own_workdir=False)
@@ -293,13 +293,3 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
         handle.stop()  # an error or Ctrl-C while starting: leave no server behind
         raise
     return handle
-
-
-class _CallableModule(type(sys)):  # type: ignore[misc]
-    """``inference.serve`` is both this package and the function: ``inference.serve(models)``."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ServerHandle:
-        return serve(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
