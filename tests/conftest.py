@@ -34,9 +34,10 @@ def demo_model_dir(tmp_path_factory):
 
     import inspect
 
-    from inference import export
+    from inference import aot, export
 
-    sources = [*Path(train.__file__).parent.glob("*.py"), Path(inspect.getsourcefile(export))]
+    sources = [*Path(train.__file__).parent.glob("*.py"), Path(inspect.getsourcefile(export)),
+               Path(inspect.getsourcefile(aot))]
     cached = cached_dir("demo-model", content_key(sources, ["torch"], extra="n_events=120 epochs=6"), build)
     d = tmp_path_factory.mktemp("models")
     shutil.copytree(cached, d, dirs_exist_ok=True)

@@ -58,8 +58,7 @@ def aot_package() -> str:
         model = f"{HERE / 'inference_testmodels.py'}:make_mlp"
         assert aot.main([model, "--input-shape", "64,3", "-o", str(d / "mlp.pt2")]) == 0
 
-    sources = [HERE / "inference_testmodels.py", Path(inspect.getsourcefile(aot.main)),
-               Path(inspect.getsourcefile(aot.compile))]
+    sources = [HERE / "inference_testmodels.py", Path(inspect.getsourcefile(aot))]
     return str(cached_dir("aot-mlp", content_key(sources, ["torch"], compiled=True), build) / "mlp.pt2")
 
 
@@ -101,9 +100,11 @@ def exported_files() -> dict[str, str]:
     "heads.pt2", "everything.onnx", "everything.pt2", "totals.onnx", "totals.pt2" ([n, 3] in,
     [1, 2] out), "per_item.onnx", "per_item.pt2" ([n, 5, 3] in, [n, 2] out),
     "double.onnx" (one column in, one out)}``."""
-    from inference import export
+    from inference import aot, export
 
-    sources = [HERE / "inference_testmodels.py", Path(__file__), Path(inspect.getsourcefile(export))]
+    # export's module and the aot module it builds on
+    sources = [HERE / "inference_testmodels.py", Path(__file__), Path(inspect.getsourcefile(export)),
+               Path(inspect.getsourcefile(aot))]
     d = cached_dir("exported", content_key(sources, ["torch", "onnx", "onnxscript"]), _export_all)
     files = {p.name: str(p) for p in d.iterdir() if p.suffix in (".onnx", ".pt2")}
     assert len(files) == 11, sorted(files)
