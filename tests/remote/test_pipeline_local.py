@@ -228,7 +228,8 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root}
     refs = ("mypipe:double", str(elsewhere / "otherpipe.py") + ":triple")
-    with serve_cli(*refs, "--device", "cpu_serial", env=env, cwd=str(folder), python_flags=("-P",)) as (_, lines, url):
+    with serve_cli(*refs, "--device", "cpu_serial", "--grpc-port", "0", "--http-port", "0", env=env, cwd=str(folder),
+                   python_flags=("-P",)) as (_, lines, url):
         for where, module, name, factor in ((folder, "mypipe", "double", 2), (elsewhere, "otherpipe", "triple", 3)):
             sys.path.insert(0, str(where))
             try:
