@@ -16,14 +16,31 @@ if not any(ep.name == "alpyka" for ep in entry_points(group="pytest11")):
 
 @pytest.fixture(scope="session")
 def demo_model_dir(tmp_path_factory):
-    """The demo's edge classifier, trained once per session (seeded) into a private directory."""
+    """The demo's edge classifier (seeded training), copied into a private directory: trained
+    once and kept under $ALPYKA_CACHE_DIR, keyed by the demo's sources and torch's version
+    (tests/artifact_cache.py)."""
+    import shutil
+    from pathlib import Path
+
     pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
+    from artifact_cache import cached_dir, content_key
+
     from inference.demo import train
 
+    def build(d):
+        model, loss = train.train(n_events=120, epochs=6, log=False)
+        assert loss < 0.2, f"training did not converge: loss {loss}"
+        train.save(model, d)
+
+    import inspect
+
+    from inference import aot, export
+
+    sources = [*Path(train.__file__).parent.glob("*.py"), Path(inspect.getsourcefile(export)),
+               Path(inspect.getsourcefile(aot))]
+    cached = cached_dir("demo-model", content_key(sources, ["torch"], extra="n_events=120 epochs=6"), build)
     d = tmp_path_factory.mktemp("models")
-    model, loss = train.train(n_events=120, epochs=6, log=False)
-    assert loss < 0.2, f"training did not converge: loss {loss}"
-    train.save(model, d)
+    shutil.copytree(cached, d, dirs_exist_ok=True)
     return d
 
 
@@ -66,6 +83,11 @@ def pytest_configure(config):
     import importlib.util
     import os
 
+    # pytest-xdist's loadfile hands out files largest test count first by default, which starts
+    # the one-test benchmark and server files last; keep the order _long_files_first gives instead
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
+
     option = config.getoption("--cupy-standin")
     raw = option if option is not None else os.environ.get("ALPYKA_STANDIN", _STANDIN_DEFAULT)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "backends"))
@@ -91,6 +113,75 @@ def pytest_configure(config):
     standin.install(names)
     _STANDIN_BACKENDS.update(names)
     config.stash[_STANDIN_NOTE] = f"cupy stand-in: {', '.join(names)} backed by fake_cupy ({standin.describe()})"
+
+
+# ------------------------------------------------------------- the HIP personality's rows
+# With both stand-in personalities installed, a test's rocm row runs the same Python, the same
+# generated source (HIP's text is CUDA's, bar the warp macros) and the same stand-in as its cuda
+# row. The rocm row therefore runs only where HIP differs: tests marked `hip_differs` (warps and
+# 64-lane wavefronts, device properties and limits, dynamic shared memory, host functions that
+# HIP refuses, the DLPack route to torch, ONNX on a HIP queue, the stand-in's own tests) and a
+# smoke set marked the same way (memory copies, launches, one forward pass). Every rocm row runs
+# when rocm is chosen by name (`--backends` / ALPYKA_BACKENDS naming it), when cuda's row of the
+# test does not run, or where a real cupy is installed (docs/testing.md).
+
+
+def _hip_rows_trimmed(config) -> bool:
+    import os
+
+    if not {"cuda", "rocm"} <= _STANDIN_BACKENDS:
+        return False
+    chosen = config.getoption("--backends", None) or os.environ.get("ALPYKA_BACKENDS", "")
+    return "rocm" not in {n.strip() for n in chosen.split(",")}
+
+
+def _plugin_backend(item) -> str | None:
+    """The backend of a row of the plugin's matrix (None for a test that parametrises
+    ``backend`` itself)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "backend" not in callspec.params:
+        return None
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if "backend" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)):
+            return None
+    return callspec.params["backend"]
+
+
+def _twin_key(item) -> tuple:
+    params = {k: v for k, v in item.callspec.params.items() if k != "backend"}
+    return item.parent.nodeid, item.originalname, repr(sorted(params.items(), key=lambda kv: kv[0]))
+
+
+def pytest_collection_modifyitems(config, items):
+    if _hip_rows_trimmed(config):
+        cuda_rows = {_twin_key(it) for it in items if _plugin_backend(it) == "cuda"}
+        keep, drop = [], []
+        for it in items:
+            trimmed = (_plugin_backend(it) == "rocm" and it.get_closest_marker("hip_differs") is None
+                       and _twin_key(it) in cuda_rows)
+            (drop if trimmed else keep).append(it)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    _long_files_first(items)
+
+
+def _long_files_first(items) -> None:
+    """Order the files: those with a `slow` test first, then tests/remote and tests/examples
+    (servers and child processes), then the rest, each group in collection order and each file's
+    tests as they were. `-n 2 --dist loadfile` hands out files in this order, so the long ones
+    start early and the two workers finish together instead of one waiting for the other."""
+    def path(it) -> str:
+        return it.nodeid.split("::")[0]
+
+    slow = {path(it) for it in items if it.get_closest_marker("slow") is not None}
+
+    def rank(it) -> int:
+        p = path(it)
+        return 0 if p in slow else 1 if p.startswith(("tests/remote/", "tests/examples/")) else 2
+
+    items.sort(key=rank)  # stable
 
 
 def _cpu_model() -> str:

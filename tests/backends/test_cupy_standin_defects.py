@@ -18,6 +18,9 @@ from fake_cupy import make_fake_cupy  # noqa: E402 - pytest puts this directory 
 from portable import _registry
 from portable._deferred import run_deferred
 
+# the rocm stand-in runs this file too: the stand-in's own tests: its HIP personality
+pytestmark = pytest.mark.hip_differs
+
 HANG = 10  # seconds: a call that has not returned by then is hung (the test fails, not the run)
 
 

@@ -135,6 +135,7 @@ def test_shared_memory_tiled_transpose(device, queue):
     np.testing.assert_array_equal(_get(queue, out), a.T)
 
 
+@pytest.mark.hip_differs  # the rocm stand-in too: HIP's dynamic shared memory limit
 @gpu
 def test_dynamic_shared_memory(device, queue):
     n, threads = 1000, 64
@@ -202,6 +203,7 @@ def test_python_division_and_math_semantics(device, queue):
     np.testing.assert_allclose(gf[:, 4], ref4, rtol=1e-12)
 
 
+@pytest.mark.hip_differs  # the rocm stand-in too: HIP's device limits
 @gpu
 def test_work_division_over_the_limits_is_refused(device, queue):
     x = pk.Buffer(device, 16, np.float64)

@@ -7,6 +7,7 @@ import pytest
 from bench_run import PNG_MAGIC, run_script, selected
 
 
+@pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
 def test_bench_data_smoke(tmp_path):
     for extra in ("awkward", "uproot", "skhep_testdata", "matplotlib"):
         pytest.importorskip(extra)

@@ -8,6 +8,7 @@ import pytest
 from bench_run import PNG_MAGIC, run_script
 
 
+@pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
 def test_bench_service_smoke(tmp_path):
     for extra in ("torch", "tritonclient.grpc", "pytriton.triton", "matplotlib"):
         pytest.importorskip(extra)

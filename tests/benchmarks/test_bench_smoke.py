@@ -27,6 +27,7 @@ def _positive_finite(value: object) -> bool:
 # ----------------------------------------------------------------------------- bench_models
 
 
+@pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
 def test_bench_models_smoke(tmp_path: Path) -> None:
     """The DeepMET-shaped model: every route kind, per-candidate ones included. (The ParticleNet-
     shaped one takes the same code paths; its ONNX export alone is ~10 s on a cold cache, so the
@@ -88,6 +89,7 @@ def test_models_without_a_per_candidate_form_say_so() -> None:
 # ----------------------------------------------------------------------------- bench_kernels
 
 
+@pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
 def test_bench_kernels_smoke(tmp_path: Path) -> None:
     """The kernel benchmark in its smoke mode (about 15 s), with the launch cost against n (on
     the selected backends; its CPU compute comparisons always run cpu_serial and cpu_threads)."""
@@ -137,6 +139,7 @@ def _numbers(value: object) -> list[float]:
     return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
 
 
+@pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
 @pytest.mark.parametrize("script,name,needs,timeout", _SCRIPTS, ids=[s[0] for s in _SCRIPTS])
 def test_bench_script_smoke(tmp_path: Path, script: str, name: str, needs: tuple, timeout: int) -> None:
     """Each benchmark script runs in --smoke mode and writes a valid document with measured numbers."""

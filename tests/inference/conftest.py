@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ torch = pytest.importorskip("torch", reason="the inference tests need PyTorch")
 
 import portable as pk  # noqa: E402
 
+from artifact_cache import cached_dir, content_key  # noqa: E402
 from inference_testmodels import Particles, Preds, fill_particles, skip_unless_onnx_runs_on  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -62,32 +61,24 @@ def host_columns(coll, queue) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="session")
-def aot_packages(request):
+def aot_packages():
     """``aot_packages(device_type)``: the test MLP compiled for ``"cpu"`` or ``"cuda"`` through
-    `python -m inference.aot` (cached by a hash of the model source, the torch version and the
-    device type, so later runs reuse it)."""
+    `python -m inference.aot`: built once and kept under $ALPYKA_CACHE_DIR, keyed by the model's
+    source, alpyka's compile code, torch's version, the CPU and the device type
+    (tests/artifact_cache.py)."""
     from inference import aot
 
-    src = (HERE / "inference_testmodels.py").read_bytes()
-    cache_provider = getattr(request.config, "cache", None)
-    if cache_provider is not None:
-        cache = Path(cache_provider.mkdir("alpyka-aot"))
-    else:  # -p no:cacheprovider
-        cache = Path(tempfile.gettempdir()) / "alpyka-test-aot"
-        cache.mkdir(exist_ok=True)
-
-    def build(device_type: str) -> str:
-        key = hashlib.sha256(src + torch.__version__.encode() + device_type.encode() + b"v1").hexdigest()[:16]
-        path = cache / f"mlp-{device_type}-{key}.pt2"
-        if not path.exists():
-            tmp = cache / f"mlp-{device_type}-{key}.{os.getpid()}.pt2"
-            rc = aot.main([f"{HERE / 'inference_testmodels.py'}:make_mlp", "--input-shape", "64,3",
-                           "--device", device_type, "-o", str(tmp)])
+    def package(device_type: str) -> str:
+        def build(d: Path) -> None:
+            model = f"{HERE / 'inference_testmodels.py'}:make_mlp"
+            rc = aot.main([model, "--input-shape", "64,3", "--device", device_type, "-o", str(d / "mlp.pt2")])
             assert rc == 0, f"compiling the test MLP for {device_type} failed"
-            os.replace(tmp, path)
-        return str(path)
 
-    return build
+        sources = [HERE / "inference_testmodels.py", Path(inspect.getsourcefile(aot))]
+        key = content_key(sources, ["torch"], compiled=True, extra=device_type)
+        return str(cached_dir(f"aot-mlp-{device_type}", key, build) / "mlp.pt2")
+
+    return package
 
 
 @pytest.fixture(scope="session")
@@ -105,21 +96,18 @@ def queue_aot_package(queue, aot_packages) -> str:
     return aot_packages(torch_device(queue.device).type)
 
 
-@pytest.fixture(scope="session")
-def exported_files(tmp_path_factory) -> dict[str, str]:
-    """The test models exported once per session by ``inference.export``:
-    ``{"mlp.onnx", "mlp.pt2", "heads.onnx" (outputs named preds/score), "heads.pt2",
-    "everything.onnx", "everything.pt2", "totals.onnx", "totals.pt2" ([n, 3] in, [1, 2] out),
-    "per_item.onnx", "per_item.pt2" ([n, 5, 3] in, [n, 2] out),
-    "double.onnx" (one column in, one out)}``."""
-    from inference import export
-    from inference_testmodels import MLP, PerItem, Totals, TwoHeads, UsesEverything
-
+def _double_model():
     class Double(torch.nn.Module):
         def forward(self, x):  # type: ignore[override]
             return x * 2.0 + 1.0
 
-    d = tmp_path_factory.mktemp("exported")
+    return Double()
+
+
+def _export_all(d: Path) -> dict[str, str]:
+    from inference import export
+    from inference_testmodels import MLP, PerItem, Totals, TwoHeads, UsesEverything
+
     n = 8
     f = torch.randn(n, 3)
     every = (f, torch.randn(n, 3), torch.randn(n, 2, 3), torch.randn(n, 1))
@@ -134,5 +122,24 @@ def exported_files(tmp_path_factory) -> dict[str, str]:
         for suffix in ("onnx", "pt2"):
             out[f"{name}.{suffix}"] = export(module, example, d / f"{name}.{suffix}",
                                              **(names if suffix == "onnx" else {}))
-    out["double.onnx"] = export(Double(), (torch.randn(n, 1),), d / "double.onnx")
+    out["double.onnx"] = export(_double_model(), (torch.randn(n, 1),), d / "double.onnx")
     return out
+
+
+@pytest.fixture(scope="session")
+def exported_files() -> dict[str, str]:
+    """The test models exported by ``inference.export``, once, kept under $ALPYKA_CACHE_DIR
+    (keyed by the models' source, this file, alpyka's export code and the versions of torch,
+    onnx and onnxscript): ``{"mlp.onnx", "mlp.pt2", "heads.onnx" (outputs named preds/score),
+    "heads.pt2", "everything.onnx", "everything.pt2", "totals.onnx", "totals.pt2" ([n, 3] in,
+    [1, 2] out), "per_item.onnx", "per_item.pt2" ([n, 5, 3] in, [n, 2] out),
+    "double.onnx" (one column in, one out)}``."""
+    from inference import aot, export
+
+    # export's module and the aot module it builds on
+    sources = [HERE / "inference_testmodels.py", Path(__file__), Path(inspect.getsourcefile(export)),
+               Path(inspect.getsourcefile(aot))]
+    d = cached_dir("exported", content_key(sources, ["torch", "onnx", "onnxscript"]), _export_all)
+    files = {p.name: str(p) for p in d.iterdir() if p.suffix in (".onnx", ".pt2")}
+    assert len(files) == 11, sorted(files)
+    return files

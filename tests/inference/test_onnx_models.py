@@ -16,6 +16,9 @@ from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from inference._onnx import choose_provider
 from inference_testmodels import skip_unless_onnx_runs_on
 
+# the rocm stand-in runs this file too: ONNX Runtime on a HIP queue
+pytestmark = pytest.mark.hip_differs
+
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
 

@@ -209,11 +209,12 @@ def double(q, inp, out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("form", ["module", "file"])
-def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path, form):
-    """``alpyka serve mypipe:double`` in the module's folder, and ``alpyka serve path/mypipe.py:double``
-    from elsewhere, with no PYTHONPATH: the console script does not put the working directory on the
-    path (``python -P`` here does the same), and the server process must import the module too."""
+def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path):
+    """``alpyka serve mypipe:double ../elsewhere/otherpipe.py:triple`` in mypipe's folder with no
+    PYTHONPATH: the console script does not put the working directory on the path (``python -P``
+    here does the same), yet the module form is found there as ``python -m`` finds it, and the
+    file form by its path from another folder; the server process must import both too. (One
+    server for both forms.)"""
     import os
     import sys
 
@@ -222,28 +223,31 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path, form):
 
     if pytriton_reason() is not None:
         pytest.skip(pytriton_reason())
-    folder = tmp_path / "project"
+    folder, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     folder.mkdir()
+    elsewhere.mkdir()
     (folder / "mypipe.py").write_text(_MYPIPE)
+    (elsewhere / "otherpipe.py").write_text(_MYPIPE.replace("def double(", "def triple(").replace("* 2", "* 3"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root}
-    ref = "mypipe:double" if form == "module" else str(folder / "mypipe.py") + ":double"
-    cwd = str(folder) if form == "module" else str(tmp_path)
-    with serve_cli(ref, "--device", "cpu_serial", env=env, cwd=cwd, python_flags=("-P",)) as (_, lines, url):
-        sys.path.insert(0, str(folder))
-        try:
-            import mypipe
-        finally:
-            sys.path.remove(str(folder))
-        q = pk.Queue(pk.device("cpu_serial"))
-        data = np.arange(7, dtype=np.float32)
-        inp = pk.PortableCollection.from_dict(mypipe.Numbers, {"x": data}, q)
-        out = pk.PortableCollection(mypipe.Numbers, 7, q)
-        with RemotePipeline(url, "double", timeout=30) as remote:
-            remote(q, inp, out)
-            q.wait()
-        np.testing.assert_array_equal(out.to_dict(q)["x"], data * 2)
-        sys.modules.pop("mypipe", None)
+    refs = ("mypipe:double", str(elsewhere / "otherpipe.py") + ":triple")
+    with serve_cli(*refs, "--device", "cpu_serial", "--grpc-port", "0", "--http-port", "0", env=env, cwd=str(folder),
+                   python_flags=("-P",)) as (_, lines, url):
+        for where, module, name, factor in ((folder, "mypipe", "double", 2), (elsewhere, "otherpipe", "triple", 3)):
+            sys.path.insert(0, str(where))
+            try:
+                mod = __import__(module)
+            finally:
+                sys.path.remove(str(where))
+            q = pk.Queue(pk.device("cpu_serial"))
+            data = np.arange(7, dtype=np.float32)
+            inp = pk.PortableCollection.from_dict(mod.Numbers, {"x": data}, q)
+            out = pk.PortableCollection(mod.Numbers, 7, q)
+            with RemotePipeline(url, name, timeout=30) as remote:
+                remote(q, inp, out)
+                q.wait()
+            np.testing.assert_array_equal(out.to_dict(q)["x"], data * factor)
+            sys.modules.pop(module, None)
 
 
 def test_pipeline_files_of_one_name_in_two_folders_and_dotted_file_names(tmp_path, monkeypatch):

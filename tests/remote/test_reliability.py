@@ -105,9 +105,21 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(files):
+    """The module's server: lin and seq (inputs found by serve), and the identity model of the
+    shared-memory test, with a sweep of dead clients' regions every second (the server process
+    inherits ALPYKA_SERVE_SHM_SWEEP_TICKS; the default is every 5 s)."""
     from inference.serving import serve
 
-    handle = serve({"lin": str(files / "lin.pt"), "seq": str(files / "seq.pt2")})
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x.clone()
+
+    os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"] = "2"
+    try:
+        handle = serve({"lin": str(files / "lin.pt"), "seq": str(files / "seq.pt2"),
+                        "identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}})
+    finally:
+        del os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"]
     try:
         yield handle
     finally:
@@ -195,10 +207,10 @@ def test_the_metadata_of_a_local_model_works_remotely(server, files):
 def test_model_not_found_lists_the_servers_models(server):
     t0 = time.monotonic()
     with pytest.raises(ModelNotFound, match=r"no ready model 'nope' \(waited [0-9.]+ s for it to load\); "
-                                            r"it has \['lin', 'seq'\]"):
+                                            r"it has \['identity', 'lin', 'seq'\]"):
         RemoteModel(server.grpc_url, "nope", timeout=10, ready_timeout=0.5)
     assert time.monotonic() - t0 < 5
-    with pytest.raises(ModelNotFound, match=r"it has \['lin', 'seq'\]"):
+    with pytest.raises(ModelNotFound, match=r"it has \['identity', 'lin', 'seq'\]"):
         RemoteModel(server.http_url, "nope", protocol="http", timeout=10, ready_timeout=0.3)
 
 
@@ -399,28 +411,14 @@ def test_killed_client_shared_memory_is_swept_by_the_next_client():
         proc.stdout.close()
 
 
-def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone():
+@needs_triton
+def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone(server):
     """Clients killed (or ended without close()) leave their regions registered and mapped by
-    tritonserver; a long-lived server unregisters those of dead processes by itself."""
-    pytest.importorskip("torch")
-    from inference.serving import serve
-
-    from .triton_support import pytriton_reason
-
-    if pytriton_reason() is not None:
-        pytest.skip(pytriton_reason())
-    import torch
+    tritonserver; a long-lived server unregisters those of dead processes by itself (the
+    module's server sweeps every second)."""
     import tritonclient.grpc as grpcclient
 
-    class Identity(torch.nn.Module):
-        def forward(self, x):
-            return x.clone()
-
-    os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"] = "2"  # every second, for the test
-    try:
-        handle = serve({"identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}})
-    finally:
-        del os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"]
+    handle = server
     url = handle.grpc_url.split("://")[-1]
     script = textwrap.dedent(f"""
         import time, numpy as np
@@ -452,4 +450,3 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone():
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
             proc.stdout.close()
-        handle.stop()
