@@ -55,13 +55,13 @@ class NaiveCopyModel:
 
 
 # ----------------------------------------------------------------------------- Dask rows
-#: the Dask rows' backend: the demo's default (inference.demo.pipeline.DEMO_BACKEND)
+#: the Dask rows' backend: the demo's default (alpyka_demo.pipeline.DEMO_BACKEND)
 DASK_BACKEND = "cpu_serial"
 
 
 def timed_process(state: dict, chunk: tuple[int, int, int]) -> tuple[dict, float]:
     """The demo's ``process_events`` on a worker, with the seconds it took there."""
-    from inference.demo._dask import process_events
+    from alpyka_demo._dask import process_events
 
     t0 = time.perf_counter()
     out = process_events(state, chunk)
@@ -90,8 +90,8 @@ def dask_rows(events: int, per_chunk: int, repeats: int, worker_counts: tuple[in
     Every ``pk.distributed.run`` runs ``setup`` once more on each worker (model load + a warm-up
     event): that fixed cost per run is the time of a run of ``workers`` empty chunks, measured
     beside each run and subtracted for the setup-free figures (both are reported)."""
-    from inference.demo import train
-    from inference.demo._dask import WorkerSetup
+    from alpyka_demo import train
+    from alpyka_demo._dask import WorkerSetup
 
     train.ensure_model("exported", log=False)  # before any worker looks for it
     setup = WorkerSetup("exported", None, None)
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from inference import Model
-    from inference.demo import pipeline, train
+    from alpyka_demo import pipeline, train
 
     events = args.events or (12 if args.smoke else 60 if args.quick else 300)
     model_path = train.ensure_model("jit", log=not args.no_progress)

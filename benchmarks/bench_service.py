@@ -1,6 +1,6 @@
 """Portable kernels as a service: local vs remote model vs remote pipeline, side by side in one run.
 
-The demo's events (``inference.demo``: fragments -> candidate edges -> GNN -> merging) through
+The demo's events (``alpyka_demo``: fragments -> candidate edges -> GNN -> merging) through
 three routes, each client a thread with its own queue (cpu_serial):
 
 - ``local``: everything on the client (kernels + ``inference.Model``);
@@ -35,9 +35,9 @@ import _common as common  # also puts the repository on sys.path
 import portable as pk
 import soa
 from inference import ModelMetadata, SoAMetadata, pipeline
-from inference.demo import _events as E
-from inference.demo._layouts import FEATURES, INDEX, EdgeInputs
-from inference.demo.pipeline import run_event
+from alpyka_demo import _events as E
+from alpyka_demo._layouts import FEATURES, INDEX, EdgeInputs
+from alpyka_demo.pipeline import run_event
 
 
 class EdgeVectors(soa.Layout):
@@ -54,7 +54,7 @@ class EdgeScores(soa.Layout):
 @pipeline(inputs={"edges": EdgeInputs}, outputs={"scores": EdgeScores})
 def gnn_only(q: pk.Queue, edges: pk.PortableCollection, scores: pk.PortableCollection) -> None:
     """The GNN alone as a pipeline: the same work as the plain model, for the overhead ratio."""
-    from inference.demo._service import gnn
+    from alpyka_demo._service import gnn
 
     ins = SoAMetadata(edges).append_block("features", *FEATURES).append_block("index", *INDEX)
     gnn().to(q).forward(ModelMetadata(ins, SoAMetadata(scores).append_block("score", "score")))
@@ -63,7 +63,7 @@ def gnn_only(q: pk.Queue, edges: pk.PortableCollection, scores: pk.PortableColle
 @pipeline(inputs={"edges": EdgeVectors}, outputs={"scores": EdgeScores})
 def gnn_vectors(q: pk.Queue, edges: pk.PortableCollection, scores: pk.PortableCollection) -> None:
     """:func:`gnn_only` over vector fields: the request carries the plain model's two tensors."""
-    from inference.demo._service import gnn
+    from alpyka_demo._service import gnn
 
     ins = SoAMetadata(edges).append_block("features", "features").append_block("index", "index")
     gnn().to(q).forward(ModelMetadata(ins, SoAMetadata(scores).append_block("score", "score")))
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from inference import Model
-    from inference.demo import _gnn, train
-    from inference.demo._service import merge_fragments
+    from alpyka_demo import _gnn, train
+    from alpyka_demo._service import merge_fragments
     from inference.remote import RemoteModel
     from inference.serving import serve
 
@@ -216,7 +216,7 @@ class _Pipe:
         self.remote = remote
 
     def run_event(self, queue: pk.Queue, seed: int, n_particles: int, stamp: Any) -> Any:
-        from inference.demo._service import run_event as service_event
+        from alpyka_demo._service import run_event as service_event
 
         return service_event(queue, self.remote, seed, n_particles, stamp)
 
@@ -228,7 +228,7 @@ def sonic_parts(routes: dict[str, Any], n: int, n_seq: int) -> dict[str, dict[st
     """The SONIC model's inputs per remote route, measured at one client: t_CPU (the whole event
     locally), p (the offloaded fraction of it), t_GPU (server compute per request, Triton's
     statistics), t_latency (request time - t_GPU - server queue)."""
-    from inference.demo import _kernels as K
+    from alpyka_demo import _kernels as K
 
     q = pk.Queue(pk.device("cpu_serial"))
 

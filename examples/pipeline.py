@@ -3,7 +3,7 @@
 Run: python examples/pipeline.py [--backend B] [--events N] [--streams S] [--remote auto]
 """
 
-from inference.demo.pipeline import main
+from alpyka_demo.pipeline import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

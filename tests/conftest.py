@@ -25,7 +25,7 @@ def demo_model_dir(tmp_path_factory):
     pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
     from artifact_cache import cached_dir, content_key
 
-    from inference.demo import train
+    from alpyka_demo import train
 
     def build(d):
         model, loss = train.train(n_events=120, epochs=6, log=False)

@@ -27,7 +27,7 @@ GROUP = "alpyka.commands"
 #: the installed metadata does not list them (a source checkout run with PYTHONPATH, or an
 #: install made before the group existed). Names of modules as strings, imported only when run.
 SOURCE_COMMANDS = {
-    "demo": "inference.demo.pipeline:command",
+    "demo": "alpyka_demo.pipeline:command",
     "aot": "inference.aot:command",
     "export": "inference._export:command",
     "serve": "inference.serving.__main__:command",

@@ -7,7 +7,7 @@ distributed = pytest.importorskip("distributed", reason="the data extra: pip ins
 skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-testdata==0.3.12")
 pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
 
-from inference.demo import pipeline  # noqa: E402
+from alpyka_demo import pipeline  # noqa: E402
 
 HZZ = skhep.data_path("uproot-HZZ.root")
 pytestmark = pytest.mark.timeout(180)
@@ -32,8 +32,8 @@ def test_demo_file_events_match_the_file(model_env):
     import uproot
 
     import portable as pk
-    from inference.demo import _events as E
-    from inference.demo._from_file import FileEvents
+    from alpyka_demo import _events as E
+    from alpyka_demo._from_file import FileEvents
 
     q = pk.Queue(pk.device("cpu_serial"))
     src = FileEvents(HZZ, q.device)

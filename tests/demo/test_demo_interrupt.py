@@ -112,7 +112,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_streams(monkeypatch):
     printed ("Exception ignored in ..."). The CLI's handler counts the press before raising, and
     ``_run_streams`` polls that count while it waits: the demo stops as if the interrupt had
     reached it, and still waits for the streams' events."""
-    from inference.demo import pipeline
+    from alpyka_demo import pipeline
 
     monkeypatch.setattr(pipeline, "_sigint_presses", 0)
     _interrupted_streams(monkeypatch, lambda: setattr(pipeline, "_sigint_presses", 1))
@@ -127,7 +127,7 @@ def test_a_ctrl_c_while_the_streams_start_waits_for_them_too(monkeypatch, handle
     ``Thread.start`` with the started streams going on into their events."""
     import signal as _signal
 
-    from inference.demo import pipeline
+    from alpyka_demo import pipeline
 
     class InterruptedStart(threading.Thread):
         def start(self) -> None:
@@ -153,7 +153,7 @@ def test_presses_counted_before_the_run_do_not_stop_it(monkeypatch):
     """The CLI's press count from an earlier, interrupted run in the same process is not a new
     Ctrl-C: the streams run to their end (here: each event fails with the streams' own error)."""
     import portable as pk
-    from inference.demo import pipeline
+    from alpyka_demo import pipeline
 
     class Done(Exception):
         pass
@@ -186,7 +186,7 @@ def _interrupted_streams(monkeypatch, interrupt, slow_first: bool = True) -> Non
     import gc
 
     import portable as pk
-    from inference.demo import pipeline
+    from alpyka_demo import pipeline
 
     class Done(Exception):
         pass

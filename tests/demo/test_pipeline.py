@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
 
 import portable as pk  # noqa: E402
-from inference.demo import _events as E  # noqa: E402
-from inference.demo import pipeline  # noqa: E402
+from alpyka_demo import _events as E  # noqa: E402
+from alpyka_demo import pipeline  # noqa: E402
 
 
 @pytest.fixture

@@ -212,3 +212,13 @@ def test_packages_import_downwards_only() -> None:
     assert not wrong, "\n".join(wrong)
     stale = [k for k in EXCEPTIONS if k[1] not in _cross_imports().get(k[0], set())]
     assert not stale, f"exceptions that no longer occur: {stale}"
+
+
+def test_the_library_never_imports_the_demo() -> None:
+    """alpyka_demo is an application on top of the library, not a part of it."""
+    offenders = []
+    for package in PACKAGES:
+        for f in sorted((ROOT / package).rglob("*.py")):
+            if _imports(f, "alpyka_demo"):
+                offenders.append(_module_name(f))
+    assert not offenders, f"the library imports the demo application: {offenders}"

@@ -10,7 +10,7 @@ from .triton_support import pytriton_reason
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
-from inference.demo import pipeline  # noqa: E402
+from alpyka_demo import pipeline  # noqa: E402
 
 
 def _scores(report) -> tuple:
@@ -28,7 +28,7 @@ def test_remote_pipeline_equals_local(demo_model_dir, monkeypatch, capsys):
     assert _scores(auto) == _scores(local), (auto.table(), local.table())
     assert auto.gnn.efficiency > 0.9
 
-    from inference.demo._service import merge_fragments
+    from alpyka_demo._service import merge_fragments
     from inference.serving import serve
 
     with serve(merge_fragments, device="cpu_threads") as server:

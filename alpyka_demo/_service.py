@@ -3,7 +3,7 @@
 ``alpyka demo --remote-pipeline auto|URL[,URL]``: the client only generates fragments; the
 pipeline :func:`merge_fragments` builds the candidate edges, scores them with the GNN and merges
 the fragments on the server, and returns their labels. Serve it yourself with
-``alpyka serve inference.demo._service:merge_fragments --device cpu_serial``.
+``alpyka serve alpyka_demo._service:merge_fragments --device cpu_serial``.
 """
 
 from __future__ import annotations

@@ -399,7 +399,7 @@ def _main(argv: list[str] | None) -> int:
                              "--max-batch-size 0`; 'auto' starts a local one")
     parser.add_argument("--remote-pipeline", default=None, metavar="auto|URL[,URL]",
                         help="run edge building + GNN + merging on Triton server(s) as one pipeline "
-                             "(`alpyka serve inference.demo._service:merge_fragments`); the client only "
+                             "(`alpyka serve alpyka_demo._service:merge_fragments`); the client only "
                              "generates fragments; 'auto' starts a local server; several URLs balance "
                              "and fail over")
     parser.add_argument("--input", default=None, metavar="FILE.root",

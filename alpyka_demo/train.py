@@ -1,6 +1,6 @@
 """Train the edge classifier on synthetic events made by the pipeline's own kernels.
 
-``python -m inference.demo.train [--events N] [--epochs E] [--aot] [--jit]`` writes ``edge_gnn.pt2``
+``python -m alpyka_demo.train [--events N] [--epochs E] [--aot] [--jit]`` writes ``edge_gnn.pt2``
 (a ``torch.export`` program, the default), with ``--aot`` ``edge_gnn.aoti.pt2`` (AOTInductor) and with
 ``--jit`` ``edge_gnn.pt`` (TorchScript, legacy) into the model directory
 (``$ALPYKA_MODEL_DIR``, default ``~/.cache/alpyka/models``). Seeded: the same arguments give the
@@ -150,7 +150,7 @@ def ensure_model(kind: str = "exported", log: bool = True) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inference.demo.train", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m alpyka_demo.train", description=__doc__)
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--aot", action="store_true", help="also write the AOTInductor package (edge_gnn.aoti.pt2)")
