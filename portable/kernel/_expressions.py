@@ -12,10 +12,9 @@ import numpy as np
 
 from . import ir
 from ._errors import KernelArgumentError
-from ._library import library_function
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, RangeVal, TupleVal, ViewVal)
-from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT32, INT64, UINT32, UINT64, ScalarType, binary_result,
+from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result,
                     literal_type, operand_type, scalar_type, unary_result, unify)
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -492,51 +491,6 @@ class ExprBuilder:
             return self.rand_draw(name, node)
         raise self.error(node, f"acc.{name}() is a statement, not a value")
 
-    # --------------------------------------------------------------- warps and random numbers
-    def warp_op(self, op: str, node: ast.Call) -> ir.Expr:
-        if op == "active_mask":
-            self.plain_args(node, 0, "acc.warp_active_mask()")
-            return ir.WarpOp(op, [], UINT64)
-        if op in ("all", "any", "ballot"):
-            (p,) = self.plain_args(node, 1, f"acc.warp_{op}(predicate)")
-            return ir.WarpOp(op, [to_bool(self.scalar(p))], UINT64 if op == "ballot" else BOOL)
-        what = {"shfl": "lane", "shfl_up": "delta", "shfl_down": "delta", "shfl_xor": "mask"}[op]
-        v, k = (self.scalar(a) for a in self.plain_args(node, 2, f"acc.warp_{op}(value, {what})"))
-        if k.type.is_float or k.type.is_bool:
-            raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
-        return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
-
-    def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
-        eng = self.value(node)
-        if not (isinstance(eng, ir.ArrayRef) and eng.type.kind == "private" and eng.name.startswith("pv_")):
-            raise self.error(node, f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
-                                   f"got {self.describe(eng)}")
-        return eng
-
-    def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
-        if name == "rand_u32":
-            (e,) = self.plain_args(node, 1, "acc.rand_u32(engine)")
-            return self.builtin_device_call("rand.next_u32", [self.engine(e, "acc.rand_u32")], node)
-        args = self.plain_args(node, (1, 2), f"acc.{name}(engine, dtype)")
-        eng = self.engine(args[0], f"acc.{name}")
-        t = FLOAT64
-        if len(args) == 2:
-            dt = self.value(args[1])
-            if not isinstance(dt, DTypeVal) or not dt.type.is_float:
-                raise self.error(node, f"acc.{name}(engine, dtype): dtype must be np.float32 or np.float64")
-            t = dt.type
-        fn = f"rand.{name[5:]}_{'f32' if t.name == 'float32' else 'f64'}"
-        return self.builtin_device_call(fn, [eng], node)
-
-    def builtin_device_call(self, name: str, vals: list, node: ast.AST) -> ir.Expr:
-        """A call of the kernel language's own device function ``name`` (:mod:`._library`)."""
-        assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
-        try:
-            fname, ret, args = self.ctx.specialise(library_function(name), vals, self.ctx)
-        except TypeError as exc:
-            raise self.error(node, str(exc)) from None
-        return ir.DeviceCall(fname, args, ret)
-
     def atomic(self, op: str, node: ast.Call) -> ir.Expr:
         hierarchy = "grid"
         for kw in node.keywords:
@@ -602,5 +556,5 @@ class ExprBuilder:
         return None
 
 
-__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS", "UINT32",
+__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS",
            "ACC_QUERIES", "ACC_LOOPS", "ALLOWED_HINT", "FLOAT32"]

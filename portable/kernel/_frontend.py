@@ -17,11 +17,11 @@ import numpy as np
 from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
-from ._library import RAND_STATE_WORDS
 from ._loops import LoopBuilder
+from ._vocabulary import VocabularyBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
-from .types import INDEX, UINT32, UINT64, VOID, ArrayType, ScalarType, scalar_type, variable_type
+from .types import INDEX, VOID, ArrayType, ScalarType, scalar_type, variable_type
 
 
 @dataclass
@@ -135,7 +135,7 @@ def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
     return out
 
 
-class FunctionBuilder(LoopBuilder, ExprBuilder):
+class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
     """Translates one function body; rerun until the local variables' types are stable."""
 
     def __init__(self, parsed: ParsedFunction, ctx: CompileContext, is_kernel: bool,
@@ -261,35 +261,6 @@ class FunctionBuilder(LoopBuilder, ExprBuilder):
             keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate)
             return ir.ExprStmt(v, self.line(s)) if isinstance(v, keep) else None
         raise self.error(s, f"this expression has no effect ({self.describe(v)})")
-
-    def mem_fence(self, s: ast.Expr) -> ir.Stmt:
-        (a,) = self.plain_args(s.value, 1, 'acc.mem_fence("block" | "grid" | "device")')
-        scope = self.value(a)
-        if scope not in ir.FENCE_SCOPES:
-            raise self.error(s, 'acc.mem_fence(scope): scope must be "block", "grid" or "device"')
-        return ir.MemFence(scope, self.line(s))
-
-    def rand_engine(self, s: ast.Assign) -> list[ir.Stmt]:
-        """``eng = acc.rand_engine(seed, subsequence)``: a per-thread Philox4x32-10 state (a private
-        uint32 array) initialised for that seed and subsequence."""
-        if not self.is_kernel:
-            raise self.error(s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to "
-                                "device functions")
-        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
-            raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
-        args = self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)")
-        seed, sub = (self.scalar(a, "an integer") for a in args)
-        for v, what in ((seed, "seed"), (sub, "subsequence")):
-            if v.type.is_float:
-                raise self.error(s, f"acc.rand_engine(seed, subsequence): the {what} must be an integer, got {v.type}")
-        name = s.targets[0].id
-        pname = "pv_" + name
-        self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (RAND_STATE_WORDS,))
-        self.ctx.labels[pname] = f"random engine {name!r}"
-        eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(RAND_STATE_WORDS, INDEX),))
-        self.scope[name] = eng
-        call = self.builtin_device_call("rand.init", [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
-        return [ir.ExprStmt(call, self.line(s))]
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
         if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):

@@ -1,0 +1,92 @@
+"""Front-end, the kernel vocabulary of CMSSW's alpaka code: warps, block predicates, fences and
+random engines (``acc.warp_*``, ``acc.sync_block_threads_*``, ``acc.mem_fence``, ``acc.rand_*``)."""
+
+from __future__ import annotations
+
+import ast
+
+from . import ir
+from ._expressions import cast, to_bool
+from ._library import RAND_STATE_WORDS, library_function
+from ._values import DTypeVal
+from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
+
+
+class VocabularyBuilder:
+    """Mixin of the function builder (uses ``error``, ``value``, ``scalar``, ``plain_args``,
+    ``describe``, ``ctx``, ``scope``, ``line`` and ``is_kernel`` of the others)."""
+
+    # --------------------------------------------------------------- expressions
+    def warp_op(self, op: str, node: ast.Call) -> ir.Expr:
+        if op == "active_mask":
+            self.plain_args(node, 0, "acc.warp_active_mask()")
+            return ir.WarpOp(op, [], UINT64)
+        if op in ("all", "any", "ballot"):
+            (p,) = self.plain_args(node, 1, f"acc.warp_{op}(predicate)")
+            return ir.WarpOp(op, [to_bool(self.scalar(p))], UINT64 if op == "ballot" else BOOL)
+        what = {"shfl": "lane", "shfl_up": "delta", "shfl_down": "delta", "shfl_xor": "mask"}[op]
+        v, k = (self.scalar(a) for a in self.plain_args(node, 2, f"acc.warp_{op}(value, {what})"))
+        if k.type.is_float or k.type.is_bool:
+            raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
+        return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
+
+    def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
+        eng = self.value(node)
+        if not (isinstance(eng, ir.ArrayRef) and eng.type.kind == "private" and eng.name.startswith("pv_")):
+            raise self.error(node, f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
+                                   f"got {self.describe(eng)}")
+        return eng
+
+    def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
+        if name == "rand_u32":
+            (e,) = self.plain_args(node, 1, "acc.rand_u32(engine)")
+            return self.builtin_device_call("rand.next_u32", [self.engine(e, "acc.rand_u32")], node)
+        args = self.plain_args(node, (1, 2), f"acc.{name}(engine, dtype)")
+        eng = self.engine(args[0], f"acc.{name}")
+        t = FLOAT64
+        if len(args) == 2:
+            dt = self.value(args[1])
+            if not isinstance(dt, DTypeVal) or not dt.type.is_float:
+                raise self.error(node, f"acc.{name}(engine, dtype): dtype must be np.float32 or np.float64")
+            t = dt.type
+        fn = f"rand.{name[5:]}_{'f32' if t.name == 'float32' else 'f64'}"
+        return self.builtin_device_call(fn, [eng], node)
+
+    def builtin_device_call(self, name: str, vals: list, node: ast.AST) -> ir.Expr:
+        """A call of the kernel language's own device function ``name`` (:mod:`._library`)."""
+        assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
+        try:
+            fname, ret, args = self.ctx.specialise(library_function(name), vals, self.ctx)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        return ir.DeviceCall(fname, args, ret)
+
+    # --------------------------------------------------------------- statements
+    def mem_fence(self, s: ast.Expr) -> ir.Stmt:
+        (a,) = self.plain_args(s.value, 1, 'acc.mem_fence("block" | "grid" | "device")')
+        scope = self.value(a)
+        if scope not in ir.FENCE_SCOPES:
+            raise self.error(s, 'acc.mem_fence(scope): scope must be "block", "grid" or "device"')
+        return ir.MemFence(scope, self.line(s))
+
+    def rand_engine(self, s: ast.Assign) -> list[ir.Stmt]:
+        """``eng = acc.rand_engine(seed, subsequence)``: a per-thread Philox4x32-10 state (a private
+        uint32 array) initialised for that seed and subsequence."""
+        if not self.is_kernel:
+            raise self.error(s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to "
+                                "device functions")
+        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+            raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
+        args = self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)")
+        seed, sub = (self.scalar(a, "an integer") for a in args)
+        for v, what in ((seed, "seed"), (sub, "subsequence")):
+            if v.type.is_float:
+                raise self.error(s, f"acc.rand_engine(seed, subsequence): the {what} must be an integer, got {v.type}")
+        name = s.targets[0].id
+        pname = "pv_" + name
+        self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (RAND_STATE_WORDS,))
+        self.ctx.labels[pname] = f"random engine {name!r}"
+        eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(RAND_STATE_WORDS, INDEX),))
+        self.scope[name] = eng
+        call = self.builtin_device_call("rand.init", [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
+        return [ir.ExprStmt(call, self.line(s))]
