@@ -36,7 +36,12 @@ def _run_bounded(fn, seconds: float = DEADLOCK_S):
     t = threading.Thread(target=body, daemon=True, name="gc-safety")
     t.start()
     t.join(seconds)
-    assert not t.is_alive(), f"deadlock: {fn} did not finish in {seconds} s"
+    if t.is_alive():
+        import sys
+        import traceback
+
+        stack = "".join(traceback.format_stack(sys._current_frames()[t.ident]))
+        raise AssertionError(f"deadlock: {fn} did not finish in {seconds} s; where it waits:\n{stack}")
     if "error" in out:
         raise out["error"]
     return out.get("value")
