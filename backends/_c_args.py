@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._c_emit import CSource
+from ._c_source import CSource
 
 Getter = Callable[[tuple, Any, int], tuple]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from portable import KernelBuildError  # defined in portable, raised (and imported from) here
 
-from ._c_emit import CSource
+from ._c_source import CSource
 
 #: ``<source>:12:5: error`` (clang), ``error: /tmp/x.cl:12:5: ...`` (PoCL), ``k.cu(12): error`` (NVRTC)
 _LINE_PATTERNS = (re.compile(r":(\d+):\d+:\s*(?:fatal\s+)?error"), re.compile(r"error:\s*\S+?:(\d+):\d+:"),

@@ -10,7 +10,8 @@ from typing import Any, Callable
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 
-from ._c_emit import CEmitError, CSource, emit
+from ._c_emit import emit
+from ._c_source import CEmitError, CSource
 
 
 def launch_key(device: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple:

@@ -113,24 +113,27 @@ def assoc_fill(acc, offsets, content, key, value):
 
 
 # ----------------------------------------------------------------------------- kernels of the host calls
-@kernel
-def _scan_segments_int(acc, src, dst, partial, n, seg):
-    ws = acc.shared_array(1024, np.int64)
+@device_function
+def _scan_segments(acc, src, dst, partial, n, seg, ws):
+    """Each block scans its segments of ``seg`` elements and stores each segment's total."""
     for b in acc.independent_groups((n + seg - 1) // seg):
         last = min((b + 1) * seg, n)
         block_prefix_scan_range(acc, src, dst, b * seg, last, ws)
         if acc.thread_idx == 0:
             partial[b] = dst[last - 1]
+
+
+# a shared array's type is a constant of its kernel: one kernel per workspace type
+@kernel
+def _scan_segments_int(acc, src, dst, partial, n, seg):
+    ws = acc.shared_array(1024, np.int64)
+    _scan_segments(acc, src, dst, partial, n, seg, ws)
 
 
 @kernel
 def _scan_segments_float(acc, src, dst, partial, n, seg):
     ws = acc.shared_array(1024, np.float64)
-    for b in acc.independent_groups((n + seg - 1) // seg):
-        last = min((b + 1) * seg, n)
-        block_prefix_scan_range(acc, src, dst, b * seg, last, ws)
-        if acc.thread_idx == 0:
-            partial[b] = dst[last - 1]
+    _scan_segments(acc, src, dst, partial, n, seg, ws)
 
 
 @kernel

@@ -174,7 +174,7 @@ def test_a_compile_error_shows_the_kernel_line(tmp_path, monkeypatch):
     if cuda_on_cpu.compiler_problem() is not None:
         pytest.skip(cuda_on_cpu.compiler_problem())
     from backends._c_build import KernelBuildError
-    from backends._c_emit import CSource
+    from backends._c_source import CSource
 
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
     text = 'extern "C" __global__ void alpyka_bad(int* p) {\n    undefined_thing(p);  // k.py:7\n}\n'

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["tests/kernels/test_warps.py", "tests/kernels/test_tools.py", "tests/kernels/test_rand.py",
-         "tests/data_io/test_pairs.py"]
+         "tests/kernels/test_pairs.py"]
 
 
 def _pocl_present() -> str | None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from backends._c_dialect import DIALECTS
-from backends._c_emit import CEmitError, _Emitter
+from backends._c_emit import _Emitter
+from backends._c_source import CEmitError
 from backends._numba_emit import _FunctionEmitter
 from portable.kernel import _irdump, ir
 from portable.kernel.types import INDEX

@@ -60,7 +60,7 @@ EXCEPTIONS = {k: c for k, c in _classes(BaseException).items() if not issubclass
 WARNINGS = _classes(Warning)
 #: errors that never reach user code, so need no public name: each is caught inside the library
 INTERNAL = {
-    "backends._c_emit.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
+    "backends._c_source.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
     "inference.serving._child.StartupError": "the server process reports it; serve() raises ServeError",
     "inference._pipeline._server.ReferenceError_": "raised in the server process inside a StartupError",
 }
@@ -79,7 +79,7 @@ def test_every_exception_derives_from_alpyka_error():
 
 
 def test_cemit_error_derives_from_alpyka_error():
-    from backends._c_emit import CEmitError
+    from backends._c_source import CEmitError
 
     assert issubclass(CEmitError, AlpykaError) and issubclass(CEmitError, NotImplementedError)
 
