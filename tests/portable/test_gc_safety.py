@@ -23,6 +23,25 @@ from portable._queue import Queue
 DEADLOCK_S = 20.0
 
 
+def _native_stacks() -> str:
+    """Every thread's stack with its C frames (py-spy, where installed): a thread stuck inside
+    ``gc.collect()`` shows no Python frame below it."""
+    import os
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return "(py-spy is not installed: no native frames)"
+    try:
+        done = subprocess.run(
+            [spy, "dump", "--native", "--pid", str(os.getpid())], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"(py-spy failed: {exc})"
+    return done.stdout + done.stderr
+
+
 def _run_bounded(fn, seconds: float = DEADLOCK_S):
     """Run ``fn()`` on a daemon thread; fail (instead of hanging) if it does not finish."""
     out: dict = {}
@@ -41,7 +60,10 @@ def _run_bounded(fn, seconds: float = DEADLOCK_S):
         import traceback
 
         stack = "".join(traceback.format_stack(sys._current_frames()[t.ident]))
-        raise AssertionError(f"deadlock: {fn} did not finish in {seconds} s; where it waits:\n{stack}")
+        raise AssertionError(
+            f"deadlock: {fn} did not finish in {seconds} s; where it waits:\n{stack}\n"
+            f"every thread, native frames included:\n{_native_stacks()}"
+        )
     if "error" in out:
         raise out["error"]
     return out.get("value")
