@@ -23,7 +23,8 @@ from typing import Any, Callable
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import AllocatorStats, Backend, Block, CachingAllocator, Device, DeviceLimits, MemRef, run_deferred
+from portable.spi import (AllocatorStats, Backend, Block, CachingAllocator, Device, DeviceLimits, MemRef, queue_impl,
+                          run_deferred)
 
 from ._cupy_queue import CupyQueue, DeviceScope
 from ._gpu_queue import DeviceEvent
@@ -93,7 +94,7 @@ class CupyPoolAllocator:
     def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
         run_deferred()  # blocks of collected buffers first (a safe point: no lock held)
         cp = self.cupy
-        stream = getattr(getattr(queue, "_impl", None), "stream", None)
+        stream = getattr(queue_impl(queue), "stream", None)
         size = max(int(nbytes), 1)
         with DeviceScope(cp, self.index):
             total = self.pool.total_bytes()
@@ -247,7 +248,7 @@ class CupyBackend(Backend):
         return make
 
     def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
-        impl: CupyQueue = queue._impl
+        impl: CupyQueue = queue_impl(queue)
         if dst.device.is_host_memory and src.device.is_host_memory:
             impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
             return
@@ -272,7 +273,7 @@ class CupyBackend(Backend):
             impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), staging))
 
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
-        impl: CupyQueue = queue._impl
+        impl: CupyQueue = queue_impl(queue)
         if dst.device.is_host_memory:
             impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from portable.spi import queue_impl
 
 from ._c_args import make_packer
 from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, format_build_error  # noqa: F401 - re-exported
@@ -57,7 +58,7 @@ def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
 
 
 def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> CupyPlan:
-    dev, impl = queue.device, queue._impl
+    dev, impl = queue.device, queue_impl(queue)
     kernel.check_args(args, dev)
     is_hip = dev.backend_name == "rocm"
     kir, src = emit_for(kernel, key, workdiv.dim, "hip" if is_hip else "cuda")
@@ -88,7 +89,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
     grid = tuple(reversed(workdiv.blocks))
     block = tuple(reversed(workdiv.threads))
-    impl = queue._impl
+    impl = queue_impl(queue)
     cp, stream, fn = impl.cupy, impl.stream, plan.function
     if dyn:
         with impl.scope:

@@ -13,7 +13,7 @@ import numpy as np
 import soa
 from portable.kernel import debug_enabled
 from portable.spi import (Backend, CachingAllocator, Device, DeviceLimits, HostEvent, HostQueue, MemRef,
-                          pinned_host_allocator, signature_key)
+                          pinned_host_allocator, queue_impl, signature_key)
 
 from ._host_launch import compiled_plan
 
@@ -126,9 +126,9 @@ class HostBackend(Backend):
         if plan is None:
             plan = compiled_plan(self.name, queue, workdiv, kernel, args)
         dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
-        impl = queue._impl
+        impl = queue_impl(queue)
         if impl.blocking:
-            lock = impl._lock
+            lock = impl.lock
             lock.acquire()  # cheaper than ``with`` on this path
             try:
                 if self.parallel_blocks:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, format_build_error
@@ -89,7 +90,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
     local = tuple(reversed(workdiv.threads))  # OpenCL's dimension 0 is the fastest
     glob = tuple(b * t for b, t in zip(reversed(workdiv.blocks), local))
-    impl = queue._impl
+    impl = queue_impl(queue)
     check = None
     if plan.err:
         flag = cl.Buffer(dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import Backend, CachingAllocator, Device, DeviceLimits, MemRef
+from portable.spi import Backend, CachingAllocator, Device, DeviceLimits, MemRef, queue_impl
 
 from . import _opencl_devices
 
@@ -126,7 +126,7 @@ class OpenCLBackend(Backend):
         return alloc
 
     def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
-        impl, n = queue._impl, src.nbytes
+        impl, n = queue_impl(queue), src.nbytes
         cq = impl.cq
         with impl._lock:
             if dst.device.is_host_memory and src.device.is_host_memory:
@@ -146,7 +146,7 @@ class OpenCLBackend(Backend):
             impl.after_enqueue(ev, host, dst.owner, src.owner)
 
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
-        impl = queue._impl
+        impl = queue_impl(queue)
         if dst.device.is_host_memory:
             impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 import portable as pk
-from portable import MemRef
 
 from ._block import Block
 
@@ -161,20 +160,13 @@ class Staging:
         return self._tensor
 
 
-def _checked_copy(queue: pk.Queue, dst: MemRef, src: MemRef) -> None:
-    if dst.nbytes != src.nbytes:  # pragma: no cover - spans are computed, never user input
-        raise ValueError(f"copy of {src.nbytes} bytes into {dst.nbytes}")
-    if dst.nbytes:
-        queue.device.backend.copy(queue, dst, src)
-
-
 def enqueue_to_staging(queue: pk.Queue, buffer: pk.Buffer, staging: Staging) -> None:
     """Enqueue copying the block's span of ``buffer`` (device memory) into ``staging``."""
     start, _ = staging.block.span
-    _checked_copy(queue, staging.buffer.memref(0, staging.nbytes), buffer.memref(start, staging.nbytes))
+    pk.memcpy(queue, staging.buffer.memref(0, staging.nbytes), buffer.memref(start, staging.nbytes))
 
 
 def enqueue_from_staging(queue: pk.Queue, buffer: pk.Buffer, staging: Staging) -> None:
     """Enqueue copying ``staging`` back into the block's span of ``buffer``."""
     start, _ = staging.block.span
-    _checked_copy(queue, buffer.memref(start, staging.nbytes), staging.buffer.memref(0, staging.nbytes))
+    pk.memcpy(queue, buffer.memref(start, staging.nbytes), staging.buffer.memref(0, staging.nbytes))

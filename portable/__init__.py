@@ -6,8 +6,7 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
     q = pk.Queue(dev)
 """
 
-from ._allocator import AllocatorStats, CachingAllocator
-from ._backend import Backend, MemRef
+from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
 from ._device import Device, DeviceLimits
@@ -34,8 +33,8 @@ from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakato
 __version__ = "0.1.0"
 
 __all__ = [
-    "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "Backend", "BackendUnavailable", "Buffer",
-    "CachingAllocator", "Device", "DeviceLimits", "DeviceMismatch", "Event", "MemRef",
+    "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "BackendUnavailable", "Buffer",
+    "Device", "DeviceLimits", "DeviceMismatch", "Event",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",
     "memcpy",
@@ -47,10 +46,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """``pk.distributed`` on first use (it imports Dask only when a run starts)."""
-    if name == "distributed":
-        import importlib
+# the backend interface lives in portable.spi, apart from the user's API; these names were here once
+_MOVED_TO_SPI = ("Backend", "CachingAllocator", "MemRef")
 
+
+def __getattr__(name: str):
+    """``pk.distributed`` on first use (it imports Dask only when a run starts); the backend
+    interface's names that moved to :mod:`portable.spi`, with a DeprecationWarning."""
+    import importlib
+
+    if name == "distributed":
         return importlib.import_module(".distributed", __name__)
+    if name in _MOVED_TO_SPI:
+        import warnings
+
+        warnings.warn(f"portable.{name} is part of the backend interface: import it from portable.spi",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(".spi", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

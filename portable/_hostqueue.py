@@ -186,18 +186,19 @@ def _call_keeping(fn: Callable[[], None], keep: tuple) -> None:
 
 
 class HostQueue:
-    """The queue implementation of the CPU backends (see the module docstring)."""
+    """The queue implementation of the CPU backends (see the module docstring). ``lock`` orders a
+    blocking queue's work: a backend running work in place on a blocking queue holds it."""
 
     def __init__(self, blocking: bool) -> None:
         self.blocking = blocking
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._state = _HostQueueState()
         self._worker: Worker | None = None
 
     # --------------------------------------------------------------- submission
     def _submit(self, fn: Callable[..., None], args: tuple, is_marker: bool) -> None:
         if self.blocking:
-            with self._lock:
+            with self.lock:
                 if is_marker:
                     fn(*args, None)
                 else:
@@ -205,7 +206,7 @@ class HostQueue:
             return
         st = self._state
         if self._worker is None:
-            with self._lock:
+            with self.lock:
                 if self._worker is None:
                     # the worker owns the state, not the queue: a queue dropped with work in
                     # flight still finishes that work, then its finalizer stops the worker
@@ -251,7 +252,7 @@ class HostQueue:
         completion back costs two thread wake-ups (tens of us on a loaded 2-core machine), more
         than a small kernel. Tasks still run one at a time and in order (``run_lock``)."""
         if self.blocking:
-            with self._lock:
+            with self.lock:
                 return
         st = self._state
         me = _thread.get_ident()

@@ -14,8 +14,10 @@ from ._registry import host
 
 
 def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
-    """The memory behind a Buffer, a PortableCollection (anything with ``memref()``, one
-    layer up) or a contiguous numpy array."""
+    """The memory behind a Buffer, a span of one (``buffer.memref(offset, nbytes)``), a
+    PortableCollection (anything with ``memref()``, one layer up) or a contiguous numpy array."""
+    if isinstance(obj, MemRef):
+        return obj
     if isinstance(obj, Buffer) or callable(getattr(type(obj), "memref", None)):
         return obj.memref()
     if isinstance(obj, np.ndarray):
@@ -36,7 +38,8 @@ def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
 
 def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     """Enqueue a copy of all of ``src`` into ``dst`` (same byte size; for collections, the same
-    layout and size). Either side may be host memory; the other must belong to the queue's device."""
+    layout and size; ``buffer.memref(offset, nbytes)`` copies a byte span). Either side may be
+    host memory; the other must belong to the queue's device."""
     if not isinstance(queue, Queue):
         raise TypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
     if type(dst) is type(src) and hasattr(dst, "check_same_shape"):  # two collections

@@ -20,7 +20,8 @@ What a backend may reuse: :class:`HostQueue` / :class:`HostEvent` (queues run by
 thread, alpaka's ``QueueCpu*``), :class:`ErrorLog` (which ``wait()`` reports which asynchronous
 error), the worker threads (:func:`start_worker`, :func:`stop_worker`, :func:`before_workers_stop`),
 :class:`CachingAllocator`, :func:`run_deferred` (the allocator's safe point),
-:func:`pinned_host_allocator`, :func:`signature_key` and :func:`c_strides`.
+:func:`pinned_host_allocator`, :func:`signature_key` and :func:`c_strides`; a backend reaches
+the implementation behind a ``pk.Queue`` it is handed through :func:`queue_impl`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ._deferred import run_deferred
 from ._device import Device, DeviceLimits
 from ._errorlog import ErrorLog
 from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
+from ._queue import Queue
 from ._registry import pinned_host_allocator
 from ._workers import Worker, before_workers_stop, start_worker, stop_worker
 from .kernel._signature import signature_key
@@ -120,6 +122,12 @@ class QueueImpl(Protocol):
     def native_handle(self) -> Any: ...
 
 
+def queue_impl(queue: Any) -> Any:
+    """The :class:`QueueImpl` that ``Backend.create_queue`` made for ``queue`` (a ``pk.Queue``);
+    None for anything else (a backend's ``copy``/``fill``/``launch`` receive ``pk.Queue`` s)."""
+    return queue._impl if isinstance(queue, Queue) else None
+
+
 @runtime_checkable
 class Allocator(Protocol):
     """What ``Backend.allocator(device, pinned)`` returns (:class:`CachingAllocator` is one).
@@ -142,6 +150,6 @@ class Allocator(Protocol):
 __all__ = [
     "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "Device", "DeviceLimits", "ErrorLog",
     "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Waitable", "Worker", "before_workers_stop",
-    "c_strides", "check_not_own_worker", "pinned_host_allocator", "run_deferred", "signature_key", "start_worker",
-    "stop_worker", "warn_unseen",
+    "c_strides", "check_not_own_worker", "pinned_host_allocator", "queue_impl", "run_deferred", "signature_key",
+    "start_worker", "stop_worker", "warn_unseen",
 ]

@@ -7,7 +7,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable import CachingAllocator
+from portable.spi import CachingAllocator
 
 
 class L(soa.Layout):

@@ -222,3 +222,19 @@ def test_the_library_never_imports_the_demo() -> None:
             if _imports(f, "alpyka_demo"):
                 offenders.append(_module_name(f))
     assert not offenders, f"the library imports the demo application: {offenders}"
+
+
+def _foreign_impl_reads(path: Path) -> list[int]:
+    """Lines of ``path`` that read ``x._impl`` of an object other than ``self``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return sorted(n.lineno for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr == "_impl"
+                  and not (isinstance(n.value, ast.Name) and n.value.id == "self"))
+
+
+def test_backends_and_inference_never_reach_behind_a_queue_or_event() -> None:
+    """A queue's or event's implementation is the core's: backends ask portable.spi.queue_impl,
+    inference uses the public Queue/Event methods (enqueue_native, record_external)."""
+    offenders = [f"{_module_name(f)}:{line}" for package in ("backends", "inference")
+                 for f in sorted((ROOT / package).rglob("*.py")) for line in _foreign_impl_reads(f)]
+    assert not offenders, f"reads of another object's _impl: {offenders}"

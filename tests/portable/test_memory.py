@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from portable import spi
 
 # the rocm stand-in runs this file too: smoke set: copies and memsets through the HIP personality
 pytestmark = pytest.mark.hip_differs
@@ -80,7 +81,7 @@ def test_host_buffer_is_numpy():
 
 def test_buffer_of_other_memory_space_is_refused(queue, device):
     foreign = pk.Device("cuda", 7, "pretend GPU", "gpu", "cuda:7", device.limits)
-    ref = pk.MemRef(foreign, None, 0, 16)
+    ref = spi.MemRef(foreign, None, 0, 16)
     from portable._memory import _check_queue_access
 
     with pytest.raises(pk.DeviceMismatch, match="cuda:7"):

@@ -21,9 +21,17 @@ def test_backend_objects_meet_the_protocols(device):
     assert isinstance(device.backend.allocator(device), spi.Allocator)
 
 
-def test_public_surface_keeps_backend_and_memref():
-    assert pk.Backend is spi.Backend and pk.MemRef is spi.MemRef
-    assert pk.CachingAllocator is spi.CachingAllocator
+def test_the_users_surface_leaves_the_backend_interface_to_spi():
+    for name in ("Backend", "MemRef", "CachingAllocator"):
+        assert name not in pk.__all__ and name in spi.__all__
+        with pytest.warns(DeprecationWarning, match="import it from portable.spi"):
+            assert getattr(pk, name) is getattr(spi, name)
+
+
+def test_backends_reach_a_queues_implementation_through_spi(device):
+    q = pk.Queue(device)
+    assert spi.queue_impl(q) is q._impl
+    assert spi.queue_impl(object()) is None
 
 
 def test_enqueue_native_runs_in_queue_order(queue):
