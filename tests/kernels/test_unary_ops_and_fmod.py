@@ -1,4 +1,4 @@
-"""Regressions found in review: integer unary operators keep their operand's type (numba's rule,
+"""Integer unary operators keep their operand's type (numba's rule,
 so ``-np.uint32(x)`` wraps in 32 bits on every backend) and ``math.fmod`` compiles on the CPU
 backends; checked against numpy on random inputs."""
 
