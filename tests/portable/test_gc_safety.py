@@ -77,15 +77,18 @@ def _buffer_in_cycle(device, queue, nbytes: int = 100):
 
 
 class _CollectOnQuery:
-    """An event stand-in whose ``is_complete()`` runs a collection, as an allocation inside
-    it could (deterministically, instead of by chance)."""
+    """An event stand-in whose first ``is_complete()`` runs a collection, as an allocation inside
+    it could (deterministically, instead of by chance). Only the first: the scan asks every block
+    cached in the bin, and after a few hundred tests in one process that is many blocks, each full
+    collection of a large heap taking a good fraction of a second (20 s of them looked like a hang)."""
 
     def __init__(self) -> None:
         self.queried = 0
 
     def is_complete(self) -> bool:
         self.queried += 1
-        gc.collect()
+        if self.queried == 1:
+            gc.collect()
         return False
 
 
