@@ -40,7 +40,6 @@ def compile_options(is_hip: bool) -> tuple[str, ...]:
     return () if is_hip else ("--std=c++17",)
 
 
-
 def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
     """The ``RawKernel`` of a generated source; KernelBuildError with the marked source on failure."""
     options = compile_options(is_hip)
