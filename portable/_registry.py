@@ -12,7 +12,7 @@ from ._errors import BackendUnavailable
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
 # cupy...), and that first use may come from a user thread that the interpreter waits for after
-# the main thread returned (backends/cpu_threads.py: launches keep working then). threading
+# the main thread returned (backends/_thread_pool.py: launches keep working then). threading
 # refuses new shutdown hooks from then on, and concurrent.futures.thread registers one when first
 # imported, as numba 0.68 does through scipy: "RuntimeError: can't register atexit after
 # shutdown". So it is imported with alpyka, while the interpreter is whole (~5 ms).

@@ -17,6 +17,8 @@ import pytest
 import portable as pk
 
 ct = pytest.importorskip("backends.cpu_threads")
+tp = pytest.importorskip("backends._thread_pool")
+cost = pytest.importorskip("backends._launch_cost")
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif("cpu_threads" not in pk.available_backends(),
@@ -29,16 +31,22 @@ def axpb(acc, out, x, a, b, n):
         out[i] = a * x[i] + b
 
 
+def _force_parallel(monkeypatch):
+    """Every grid of more than one block goes through the pool, whatever it costs (the cost
+    model reads these names in backends/_launch_cost.py)."""
+    tp._pool.start()
+    monkeypatch.setattr(tp._pool, "calibrated", True)  # no calibration replaces INLINE_S here
+    monkeypatch.setattr(cost, "INLINE_S", 0.0)
+    monkeypatch.setattr(cost, "_UNTIMED_S", 0.0)
+    monkeypatch.setattr(cost, "PARALLEL_GAIN", float("inf"))
+
+
 @pytest.fixture(params=["measured", "forced_parallel"])
 def launch_mode(request, monkeypatch):
     """``measured``: the backend decides (small grids run inline); ``forced_parallel``: every
     grid of more than one block goes through the pool, whatever it costs."""
     if request.param == "forced_parallel":
-        ct._pool.start()
-        monkeypatch.setattr(ct._pool, "calibrated", True)  # no calibration replaces INLINE_S here
-        monkeypatch.setattr(ct, "INLINE_S", 0.0)
-        monkeypatch.setattr(ct, "_UNTIMED_S", 0.0)
-        monkeypatch.setattr(ct, "PARALLEL_GAIN", float("inf"))
+        _force_parallel(monkeypatch)
     return request.param
 
 
@@ -87,6 +95,46 @@ def test_four_host_threads_own_queues_1000_launches_each(launch_mode, n):
     _run_threads([host_thread(t) for t in range(4)])
 
 
+def test_forced_parallel_launches_run_on_the_pool(monkeypatch):
+    """The names ``_force_parallel`` patches are the ones the launches read: every launch of a
+    fresh kernel then goes through the pool."""
+    if tp._pool.cores <= 1:
+        pytest.skip("one core: every launch runs inline")
+    jobs = []
+
+    class CountedJob(tp._Job):
+        __slots__ = ()
+
+        def __init__(self, *a):
+            super().__init__(*a)
+            jobs.append(self)
+
+    monkeypatch.setattr(cost, "_Job", CountedJob)
+    _force_parallel(monkeypatch)
+    if not tp._pool.nworkers:
+        pytest.skip("no pool workers could start")
+
+    @pk.kernel
+    def fresh(acc, out, x, n):
+        for i in acc.uniform_elements(n):
+            out[i] = x[i] + 1
+
+    dev = pk.device("cpu_threads")
+    q = pk.Queue(dev, blocking=True)
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    for _ in range(40):
+        pk.exec(q, pk.make_workdiv(dev, 8, 125), fresh, out, x, n)
+    np.testing.assert_array_equal(out, x + 1)
+    assert len(jobs) == 40, f"{len(jobs)} of 40 launches on the pool"
+
+
+def test_the_backend_reports_the_current_inline_threshold(monkeypatch):
+    monkeypatch.setattr(cost, "INLINE_S", 123e-6)
+    assert "below 123 us run inline" in ct.load().execution()
+
+
 def test_big_grid_results(launch_mode):
     dev = pk.device("cpu_threads")
     q = pk.Queue(dev, blocking=True)
@@ -99,7 +147,7 @@ def test_big_grid_results(launch_mode):
 
 
 def test_a_chunk_error_reaches_the_caller_and_the_pool_stays_usable():
-    pool = ct._pool
+    pool = tp._pool
     pool.start()
     if not pool.nworkers:
         pytest.skip("one core: no pool workers")
@@ -110,11 +158,11 @@ def test_a_chunk_error_reaches_the_caller_and_the_pool_stays_usable():
         if lo == 3:
             raise ValueError("boom in chunk 3")
 
-    job = ct._Job(chunk, (), list(range(9)))
+    job = tp._Job(chunk, (), list(range(9)))
     with pytest.raises(ValueError, match="boom in chunk 3"):
         pool.run_job(job)
     assert 3 in ran and job not in pool.inflight
-    job = ct._Job(lambda lo, hi: ran.append(-lo), (), list(range(9)))
+    job = tp._Job(lambda lo, hi: ran.append(-lo), (), list(range(9)))
     pool.run_job(job)
     assert job.complete and not job.errors
 
@@ -122,7 +170,7 @@ def test_a_chunk_error_reaches_the_caller_and_the_pool_stays_usable():
 def test_the_next_launch_waits_for_the_chunks_of_an_interrupted_one(monkeypatch):
     """What Ctrl-C leaves behind: chunks still running on a worker. The next cpu_threads launch
     starts only once they finished, so queue order holds."""
-    pool = ct._pool
+    pool = tp._pool
     pool.start()
     if not pool.nworkers:
         pytest.skip("one core: no pool workers")
@@ -133,7 +181,7 @@ def test_the_next_launch_waits_for_the_chunks_of_an_interrupted_one(monkeypatch)
         time.sleep(0.5)
         finished.set()
 
-    job = ct._Job(slow, (), [0, 1])
+    job = tp._Job(slow, (), [0, 1])
     pool.submit(job, helpers=1)  # run by a worker; this thread does not take part
     assert started.wait(10)
     pool.abandon(job)  # as the caller does on KeyboardInterrupt
@@ -150,7 +198,7 @@ def test_the_next_launch_waits_for_the_chunks_of_an_interrupted_one(monkeypatch)
 def test_a_launch_from_inside_a_pool_task_does_not_deadlock():
     """Every worker busy in chunks that each launch (and wait for) a grid big enough for the
     pool: the nested launches run on their callers, so everything finishes."""
-    pool = ct._pool
+    pool = tp._pool
     pool.start()
     dev = pk.device("cpu_threads")
     n = 200_000
@@ -163,7 +211,7 @@ def test_a_launch_from_inside_a_pool_task_does_not_deadlock():
             pk.exec(q, pk.make_workdiv(dev, 64, -(-n // 64)), axpb, outs[c], x, np.float32(c), np.float32(1), n)
 
     def outer():
-        job = ct._Job(chunk, (), list(range(9)))
+        job = tp._Job(chunk, (), list(range(9)))
         pool.run_job(job)
 
     _run_threads([outer, outer], timeout=120)
