@@ -6,8 +6,8 @@ from importlib.metadata import entry_points
 import pytest
 
 # hang_guard: a hang anywhere in the run (report-making, teardown, exit) fails it with every
-# thread's stack (tests/hang_guard.py)
-pytest_plugins = ["pytester", "hang_guard"]
+# thread's stack (alpyka_testing/hang_guard.py; alpyka_testing is the suite's support package)
+pytest_plugins = ["pytester", "alpyka_testing.hang_guard"]
 # An installed alpyka registers the plugin as a pytest11 entry point; a source checkout run
 # with PYTHONPATH=. (as on the GPU machine) loads it here instead.
 if not any(ep.name == "alpyka" for ep in entry_points(group="pytest11")):
@@ -18,14 +18,13 @@ if not any(ep.name == "alpyka" for ep in entry_points(group="pytest11")):
 def demo_model_dir(tmp_path_factory):
     """The demo's edge classifier (seeded training), copied into a private directory: trained
     once and kept under $ALPYKA_CACHE_DIR, keyed by the demo's sources and torch's version
-    (tests/artifact_cache.py)."""
+    (alpyka_testing/artifact_cache.py)."""
     import shutil
     from pathlib import Path
 
     pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
-    from artifact_cache import cached_dir, content_key
-
     from alpyka_demo import train
+    from alpyka_testing.artifact_cache import cached_dir, content_key
 
     def build(d):
         model, loss = train.train(n_events=120, epochs=6, log=False)
@@ -61,12 +60,13 @@ _enable_cuda_compile_guard()
 
 
 # ---------------------------------------------------------------------- the cupy stand-in
-# Without a GPU the matrix runs `cuda` and `rocm` on the cupy stand-in (tests/backends/
-# fake_cupy.py; kernels run as their CUDA/HIP source compiled for the CPU: fake_cupy_kernels.py). This repository's
-# tests opt in by default (CI runs the whole matrix in both personalities); other projects and
-# programs never see it (it lives here, not in the pytest11 plugin). Choose with
-# `--cupy-standin=cuda|rocm|all|off` or ALPYKA_STANDIN. Never where a real cupy is installed:
-# the real backends are then tested. See docs/testing.md.
+# Without a GPU the matrix runs `cuda` and `rocm` on the cupy stand-in (alpyka_testing/backends/
+# fake_cupy.py; kernels run as their CUDA/HIP source compiled for the CPU: fake_cupy_kernels.py).
+# This repository's tests opt in by default (CI runs the whole matrix in both personalities);
+# other projects and programs never see it (the opt-in is here, the stand-in in alpyka_testing:
+# neither is in the pytest11 plugin). Choose with `--cupy-standin=cuda|rocm|all|off` or
+# ALPYKA_STANDIN. Never where a real cupy is installed: the real backends are then tested.
+# See docs/testing.md.
 _STANDIN_DEFAULT = "cuda,rocm"
 _STANDIN_NOTE = pytest.StashKey[str]()
 _STANDIN_BACKENDS: set[str] = set()  # the backends the stand-in serves in this run
@@ -90,8 +90,7 @@ def pytest_configure(config):
 
     option = config.getoption("--cupy-standin")
     raw = option if option is not None else os.environ.get("ALPYKA_STANDIN", _STANDIN_DEFAULT)
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "backends"))
-    import fake_cupy_kernels as standin
+    from alpyka_testing.backends import fake_cupy_kernels as standin
 
     try:
         names = standin.parse(raw)
@@ -227,14 +226,14 @@ def pytest_report_header(config):
 @pytest.fixture(autouse=True)
 def _torch_on_the_standin(request):
     """On a stand-in backend, the inference layer's torch CUDA device and stream become the
-    host's (tests/backends/standin_torch.py): torch here has no CUDA, the stand-in's device
+    host's (alpyka_testing/backends/standin_torch.py): torch here has no CUDA, the stand-in's device
     memory is host memory. Nothing is patched for other backends or without the stand-in."""
     callspec = getattr(request.node, "callspec", None)
     name = callspec.params.get("backend") if callspec is not None else None
     if name not in _STANDIN_BACKENDS or "inference" not in sys.modules:
         yield  # (a test of the inference layer has imported it by now)
         return
-    import standin_torch
+    from alpyka_testing.backends import standin_torch
 
     with pytest.MonkeyPatch.context() as mp:
         standin_torch.patch_torch(mp)

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import cuda_on_cpu
-import fake_cupy_kernels
 import portable as pk
-from test_multithread_blocks import BLOCK, block_sums
+from alpyka_testing.backends import cuda_on_cpu, fake_cupy_kernels
+from alpyka_testing.backends.blocks import BLOCK, block_sums
 
 # the rocm stand-in runs this file too: the stand-in's own tests: HIP's text compiled for the CPU
 pytestmark = pytest.mark.hip_differs
@@ -27,7 +26,7 @@ def on_the_standin(backend):
 
 @pk.kernel
 def sums_missing_loop_barrier(acc, out, x, n):
-    """test_multithread_blocks.block_sums without the barrier inside the tree loop."""
+    """alpyka_testing.backends.blocks.block_sums without the barrier inside the tree loop."""
     sh = acc.shared_array(BLOCK, np.float64)
     t = acc.thread_idx
     s = 0.0

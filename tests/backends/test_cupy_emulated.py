@@ -1,4 +1,4 @@
-"""The cuda/rocm runtime (backends/_cupy_common.py) on an emulated cupy (tests/backends/fake_cupy.py):
+"""The cuda/rocm runtime (backends/_cupy_common.py) on an emulated cupy (alpyka_testing/backends/fake_cupy.py):
 its queue, event, memory and device logic runs here without a GPU. Kernel launches need NVRTC
 plus a device and are covered by test_nvrtc.py (compilation) and by the GPU matrix."""
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.backends.fake_cupy import make_fake_cupy
 from backends._cupy_common import CupyBackend, import_cupy
-from fake_cupy import make_fake_cupy  # noqa: E402 - pytest puts this directory on sys.path
 from portable import _registry
 
-import test_device_runtime as rt  # noqa: E402
+import test_device_runtime as rt  # its tests rerun below as scenarios (a sibling test file)
 
 # the rocm stand-in runs this file too: the stand-in's own tests: its HIP personality
 pytestmark = pytest.mark.hip_differs

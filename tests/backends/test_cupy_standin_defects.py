@@ -1,5 +1,5 @@
-"""Regression tests of issue 15 on the cupy stand-in (fake_cupy.py) in both personalities:
-each test here failed against the code before the fix (numbers are the issue's items)."""
+"""Regression tests of issue 15 on the cupy stand-in (alpyka_testing/backends/fake_cupy.py) in both
+personalities: each test here failed against the code before the fix (numbers are the issue's items)."""
 
 import gc
 import os
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.backends.blocks import histogram
+from alpyka_testing.backends.fake_cupy import make_fake_cupy
 from backends._cupy_common import CupyBackend
 from backends._c_build import CUPY_NVRTC_APPENDED, nvrtc_available, nvrtc_compile
 from backends._c_emit import emit
-from fake_cupy import make_fake_cupy  # noqa: E402 - pytest puts this directory on sys.path
 from portable import _registry
 from portable._deferred import run_deferred
 
@@ -309,10 +310,10 @@ def test_9_dynamic_shared_memory_above_48k(fake):
 
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
 def test_9_float64_atomic_add_below_sm60_is_a_cas_loop():
-    import test_nvrtc as tn
-
-    kernel, args, ndim = tn._cases()[3]  # histogram: float64 atomic_add
-    src = emit(kernel.ir(kernel.signature(args), ndim, False), "cuda")
+    host = pk.host()
+    args = (pk.Buffer(host, 4, np.int32), pk.Buffer(host, 4, np.float64), pk.Buffer(host, 2, np.float32),
+            pk.Buffer(host, 8, np.float32), 8, 4)
+    src = emit(histogram.ir(histogram.signature(args), 1, False), "cuda")  # float64 atomic_add
     assert "__CUDA_ARCH__ < 600" in src.text and "alpyka_atomic_add_f64(" in src.text
     nvrtc_compile(src, "compute_75", CUPY_NVRTC_APPENDED)  # the native path (#else)
     src.text = src.text.replace("defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600", "1")  # the sm_5x path

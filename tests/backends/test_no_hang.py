@@ -20,18 +20,16 @@ import pytest
 
 import portable as pk
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHILD_LIMIT_S = 120
 GC_LIMIT_S = 5.0
 
 _PRELUDE = """
 import gc, json, os, sys, time
 import numpy as np
-sys.path[:0] = [{root!r}, {here!r}]
 name = sys.argv[1]
 if name in ("cuda", "rocm"):
-    import fake_cupy_kernels
+    from alpyka_testing.backends import fake_cupy_kernels
     fake_cupy_kernels.install([name])
 import portable as pk
 from backends._c_build import KernelBuildError
@@ -113,7 +111,7 @@ print(json.dumps({{"gc_s": gc_s, "launch_error": launch_error}}))
 
 
 def _run_child(script: str, backend: str, tmp_path: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # the child imports portable, backends and alpyka_testing
     path = tmp_path / "child.py"  # kernels are read from their file
     path.write_text(script)
     start = time.monotonic()
@@ -131,7 +129,7 @@ def _run_child(script: str, backend: str, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("wait", [True, False], ids=["waited", "dropped_in_flight"])
 def test_failed_build_and_launch_leave_nothing_to_wait_for(backend, wait, tmp_path):
     pk.device(backend)  # skipped with its reason where the backend is unavailable
-    script = textwrap.dedent(_PRELUDE.format(root=str(ROOT), here=str(HERE))) + textwrap.dedent(
+    script = textwrap.dedent(_PRELUDE) + textwrap.dedent(
         _SCENARIO.format(seam=_BUILD_SEAMS[backend], wait=wait))
     result = _run_child(script, backend, tmp_path)
     assert result["gc_s"] < GC_LIMIT_S, result
@@ -164,7 +162,7 @@ def test_a_command_that_never_completes_blocks_neither_gc_nor_exit(backend, tmp_
     """The class of the reported hang: pyopencl's transfer events wait in their destructor, so a
     queue collected with a transfer that can never run must not destroy them (nor may exit)."""
     pk.device(backend)
-    script = textwrap.dedent(_PRELUDE.format(root=str(ROOT), here=str(HERE))) + textwrap.dedent(_NEVER_COMPLETES)
+    script = textwrap.dedent(_PRELUDE) + textwrap.dedent(_NEVER_COMPLETES)
     result = _run_child(script, backend, tmp_path)
     assert result["gc_s"] < GC_LIMIT_S, result
     assert result["buried"] >= 1, result  # kept by the reaper, not waited for

@@ -11,8 +11,7 @@ import soa
 from backends._c_build import (CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error,
                                nvrtc_available, nvrtc_compile)
 from backends._c_emit import emit
-
-import test_multithread_blocks as mt  # noqa: E402 - pytest puts this directory on sys.path
+from alpyka_testing.backends import blocks as mt
 
 needs_nvrtc = pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
 ARCH = os.environ.get("ALPYKA_CUDA_ARCH", "compute_90")
@@ -42,7 +41,8 @@ def _h(shape, dtype):
 
 
 def _cases():
-    """(kernel, example args, ndim): the test kernels of tests/backends, typed by host stand-ins."""
+    """(kernel, example args, ndim): the backend tests' kernels (alpyka_testing/backends/blocks.py)
+    and one of SoA views, typed by host stand-ins."""
     f64, f32, i64 = np.float64, np.float32, np.int64
     track = pk.PortableCollection(Track, 8, pk.host())
     return [
@@ -95,7 +95,7 @@ def test_nvrtc_error_marks_the_line_and_names_the_kernel_line():
         nvrtc_compile(src, ARCH)
     msg = str(info.value)
     assert f">>{target:5d} |" in msg
-    assert f"test_multithread_blocks.py:{src.line_map[target]}" in msg
+    assert f"alpyka_testing/backends/blocks.py:{src.line_map[target]}" in msg
     assert "this_is_not_cuda" in msg
 
 

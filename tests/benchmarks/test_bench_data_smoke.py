@@ -4,7 +4,8 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC, run_script, selected
+
+from alpyka_testing.bench import PNG_MAGIC, run_script, selected
 
 
 @pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it

@@ -5,7 +5,8 @@ import json
 import math
 
 import pytest
-from bench_run import PNG_MAGIC, run_script
+
+from alpyka_testing.bench import PNG_MAGIC, run_script
 
 
 @pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it

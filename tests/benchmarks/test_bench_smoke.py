@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from bench_run import PNG_MAGIC, REPO, run_script as _run, selected
+from alpyka_testing.bench import BENCH, PNG_MAGIC, load, run_script as _run, selected
 
-BENCH = REPO / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import _common as common  # noqa: E402
-from bench_models import engine_of  # noqa: E402
+common = load("_common")
+engine_of = load("bench_models").engine_of
 
 
 def _positive_finite(value: object) -> bool:
@@ -126,7 +123,7 @@ _MEASURES = {"bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "
 def _measured_in_a_child(script: str) -> tuple[str, ...]:
     """What ``script`` can measure in a child process: not the cupy stand-in's backends (it is
     installed in this process only)."""
-    from fake_cupy_kernels import served_here
+    from alpyka_testing.backends.fake_cupy_kernels import served_here
 
     return tuple(b for b in _MEASURES[script] if b not in served_here())
 

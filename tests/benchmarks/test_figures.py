@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import _common as common  # noqa: E402
-import summary  # noqa: E402
+from alpyka_testing.bench import BENCH, REPO as ROOT, load
+
+common = load("_common")
+summary = load("summary")
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:

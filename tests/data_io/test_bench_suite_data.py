@@ -1,12 +1,9 @@
 """`alpyka bench` (benchmarks/run_all.py) runs bench_data with the rest of the suite: it finds
 every bench_*.py, and bench_data takes --smoke like the others."""
 
-import sys
-from pathlib import Path
+from alpyka_testing.bench import BENCH, load
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import run_all  # noqa: E402
+run_all = load("run_all")
 
 
 def test_run_all_discovers_bench_data_and_pipeline():

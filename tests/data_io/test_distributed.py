@@ -18,7 +18,7 @@ skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-tes
 pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
 psutil = pytest.importorskip("psutil")
 
-from hep_kernels import BRANCHES, Leptons, run_pair_masses  # noqa: E402
+from alpyka_testing.data import BRANCHES, Leptons, run_pair_masses  # noqa: E402
 
 HZZ = skhep.data_path("uproot-HZZ.root")
 pytestmark = pytest.mark.timeout(120)

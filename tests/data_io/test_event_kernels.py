@@ -9,7 +9,7 @@ ak = pytest.importorskip("awkward", reason="the data extra: pip install 'alpyka[
 skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-testdata==0.3.12")
 pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
 
-from hep_kernels import (  # noqa: E402
+from alpyka_testing.data import (  # noqa: E402
     BRANCHES, Leptons, branches, reference_four_lepton, reference_pair_masses, run_four_lepton, run_pair_masses,
 )
 

@@ -12,18 +12,19 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 #: runs an example in a child process whose cuda/rocm backend is the cupy stand-in that serves
-#: it in this test run (tests/backends/fake_cupy_kernels.py; the child has no GPU either)
+#: it in this test run (alpyka_testing/backends/fake_cupy_kernels.py; the child has no GPU either;
+#: the repository root is on its PYTHONPATH)
 _ON_STANDIN = """
 import runpy, sys
-sys.path.insert(0, {backends!r})
-import fake_cupy_kernels
+from alpyka_testing.backends import fake_cupy_kernels
 fake_cupy_kernels.install([{backend!r}])
 try:
     import torch  # noqa: F401
 except ImportError:
     pass
 else:
-    import pytest, standin_torch
+    import pytest
+    from alpyka_testing.backends import standin_torch
     standin_torch.patch_torch(pytest.MonkeyPatch())
 sys.argv = [{path!r}, *{args!r}]
 runpy.run_path({path!r}, run_name="__main__")
@@ -38,19 +39,17 @@ def run_example(name: str, *args: str, timeout: float = 300, backend: str | None
         args = (backend, *args)
     cmd = [sys.executable, path, *args]
     if backend is not None and backend in _standin_backends():
-        cmd = [sys.executable, "-c", _ON_STANDIN.format(backends=str(EXAMPLES.parent / "tests" / "backends"),
-                                                        backend=backend, path=path, args=list(args))]
+        cmd = [sys.executable, "-c", _ON_STANDIN.format(backend=backend, path=path, args=list(args))]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
 
 def _standin_backends() -> list[str]:
-    try:
-        import fake_cupy_kernels  # on sys.path when tests/conftest.py installed the stand-in
-    except ImportError:
-        return []
-    return fake_cupy_kernels.served_here()
+    """The backends tests/conftest.py installed the cupy stand-in as in this test run."""
+    from alpyka_testing.backends.fake_cupy_kernels import served_here
+
+    return served_here()
 
 
 def test_every_example_is_tested():

@@ -11,11 +11,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the inference tests need PyTorch")
 
 import portable as pk  # noqa: E402
+from alpyka_testing import inference as testmodels  # noqa: E402
+from alpyka_testing.artifact_cache import cached_dir, content_key  # noqa: E402
+from alpyka_testing.inference import Particles, Preds, fill_particles, skip_unless_onnx_runs_on  # noqa: E402
 
-from artifact_cache import cached_dir, content_key  # noqa: E402
-from inference_testmodels import Particles, Preds, fill_particles, skip_unless_onnx_runs_on  # noqa: E402
-
-HERE = Path(__file__).parent
+#: the test models' file: `python -m inference.aot` loads it by path (a ``file.py:callable`` spec)
+TESTMODELS = Path(inspect.getsourcefile(testmodels))
 
 
 @pytest.fixture(autouse=True)
@@ -65,16 +66,16 @@ def aot_packages():
     """``aot_packages(device_type)``: the test MLP compiled for ``"cpu"`` or ``"cuda"`` through
     `python -m inference.aot`: built once and kept under $ALPYKA_CACHE_DIR, keyed by the model's
     source, alpyka's compile code, torch's version, the CPU and the device type
-    (tests/artifact_cache.py)."""
+    (alpyka_testing/artifact_cache.py)."""
     from inference import aot
 
     def package(device_type: str) -> str:
         def build(d: Path) -> None:
-            model = f"{HERE / 'inference_testmodels.py'}:make_mlp"
+            model = f"{TESTMODELS}:make_mlp"
             rc = aot.main([model, "--input-shape", "64,3", "--device", device_type, "-o", str(d / "mlp.pt2")])
             assert rc == 0, f"compiling the test MLP for {device_type} failed"
 
-        sources = [HERE / "inference_testmodels.py", Path(inspect.getsourcefile(aot))]
+        sources = [TESTMODELS, Path(inspect.getsourcefile(aot))]
         key = content_key(sources, ["torch"], compiled=True, extra=device_type)
         return str(cached_dir(f"aot-mlp-{device_type}", key, build) / "mlp.pt2")
 
@@ -106,7 +107,7 @@ def _double_model():
 
 def _export_all(d: Path) -> dict[str, str]:
     from inference import export
-    from inference_testmodels import MLP, PerItem, Totals, TwoHeads, UsesEverything
+    from alpyka_testing.inference import MLP, PerItem, Totals, TwoHeads, UsesEverything
 
     n = 8
     f = torch.randn(n, 3)
@@ -137,7 +138,7 @@ def exported_files() -> dict[str, str]:
     from inference import aot, export
 
     # export's module and the aot module it builds on
-    sources = [HERE / "inference_testmodels.py", Path(__file__), Path(inspect.getsourcefile(export)),
+    sources = [TESTMODELS, Path(__file__), Path(inspect.getsourcefile(export)),
                Path(inspect.getsourcefile(aot))]
     d = cached_dir("exported", content_key(sources, ["torch", "onnx", "onnxscript"]), _export_all)
     files = {p.name: str(p) for p in d.iterdir() if p.suffix in (".onnx", ".pt2")}

@@ -12,8 +12,8 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import (MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel,
-                                  onnx_unavailable, skip_unless_onnx_runs_on)
+from alpyka_testing.inference import (MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel,
+                                      onnx_unavailable, skip_unless_onnx_runs_on)
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 FORMATS = ["onnx", "pt2"]

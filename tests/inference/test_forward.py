@@ -12,7 +12,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, TwoHeads, UsesEverything, features
+from alpyka_testing.inference import MLP, TwoHeads, UsesEverything, features
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 

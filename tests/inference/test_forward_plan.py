@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Particles, Preds, features, fill_particles
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
 
 
 def _setup(n: int = 64, seed: int = 0):

@@ -12,7 +12,7 @@ import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
 from inference import _gather
 from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, TRIALS, chosen, compiled, gather
-from inference_testmodels import MLP, Particles, Preds, features, fill_particles, run_threads
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
 
 
 def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float32) -> torch.Tensor:

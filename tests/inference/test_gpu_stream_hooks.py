@@ -1,5 +1,5 @@
 """Issue 15 items 2 and 6 through the real call paths, on the kernel-running cupy stand-in in
-both personalities (tests/backends/fake_cupy.py + fake_cupy_kernels.py):
+both personalities (alpyka_testing/backends/fake_cupy.py + fake_cupy_kernels.py):
 
 - (6) ``Model.forward`` on the cuda memory path runs in the queue's order (after host tasks
   still outstanding), on the queue's stream, keeps its input and output collections alive while
@@ -7,7 +7,7 @@ both personalities (tests/backends/fake_cupy.py + fake_cupy_kernels.py):
 - (2) on HIP, block tensors come through DLPack without cupy's stream handshake: no event of
   cupy's current (null) stream is waited on, and the tensors alias the buffers.
 
-torch here has no CUDA: its device and stream are the host's (tests/backends/standin_torch.py);
+torch here has no CUDA: its device and stream are the host's (alpyka_testing/backends/standin_torch.py);
 Model.forward, the tensor path and the queue are the real code.
 """
 
@@ -23,14 +23,13 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Particles, Preds, features, fill_particles
-
+from alpyka_testing.backends.fake_cupy import make_fake_cupy
+from alpyka_testing.backends.fake_cupy_kernels import enable_execution
+from alpyka_testing.backends.standin_torch import TorchOnStream, patch_torch
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
 from backends._cupy_common import CupyBackend
-from fake_cupy import make_fake_cupy  # noqa: E402 - tests/backends is on sys.path (tests/conftest.py)
-from fake_cupy_kernels import enable_execution
+from inference import Model, ModelMetadata, SoAMetadata
 from portable import _registry
-from standin_torch import TorchOnStream, patch_torch
 
 
 @pytest.fixture(params=["cuda", "rocm"])

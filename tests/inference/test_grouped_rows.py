@@ -13,7 +13,7 @@ import soa
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._block import make_block
 from inference._gather import compiled, gather
-from inference_testmodels import Particles, PerItem, features
+from alpyka_testing.inference import Particles, PerItem, features
 
 R = 5  # rows per item, as the exported per_item files take
 

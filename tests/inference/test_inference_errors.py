@@ -11,7 +11,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata, load_state_dict
-from inference_testmodels import MLP, Particles, TwoHeads
+from alpyka_testing.inference import MLP, Particles, TwoHeads
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_testmodels import MLP, kernel_model_kernel
+from alpyka_testing.inference import MLP, kernel_model_kernel
 
 
 @pytest.mark.parametrize("n", [300, 2049])

@@ -13,7 +13,7 @@ import torch
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._block import make_block
-from inference_testmodels import MLP, Particles, TwoHeads, features
+from alpyka_testing.inference import MLP, Particles, TwoHeads, features
 
 
 def test_cached_geometry_still_refuses_bad_blocks():

@@ -14,7 +14,7 @@ import torch
 
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from inference._onnx import choose_provider
-from inference_testmodels import skip_unless_onnx_runs_on
+from alpyka_testing.inference import skip_unless_onnx_runs_on
 
 # the rocm stand-in runs this file too: ONNX Runtime on a HIP queue
 pytestmark = pytest.mark.hip_differs
@@ -99,7 +99,7 @@ def test_onnxruntime_missing_names_the_extra(exported_files, monkeypatch):
 
 def test_export_refuses_unknown_suffixes_and_scripts(tmp_path):
     from inference import export
-    from inference_testmodels import MLP
+    from alpyka_testing.inference import MLP
 
     with pytest.raises(ValueError, match=r"\.pt2 \(torch.export\) or \.onnx"):
         export(MLP(), (torch.randn(4, 3),), tmp_path / "mlp.bin")
@@ -111,13 +111,14 @@ def test_export_refuses_unknown_suffixes_and_scripts(tmp_path):
 
 
 def test_export_cli(tmp_path, capsys):
+    import alpyka_testing.inference
     from inference._export import main
 
-    here = __file__.rsplit("/", 1)[0]
-    assert main([f"{here}/inference_testmodels.py:make_mlp", "--input-shape", "16,3", "--pt2",
+    models = alpyka_testing.inference.__file__  # the file.py:attribute form of the spec
+    assert main([f"{models}:make_mlp", "--input-shape", "16,3", "--pt2",
                  "-o", str(tmp_path / "m.pt2")]) == 0
     assert Model(str(tmp_path / "m.pt2")).kind == "exported"
     assert main(["no_such_module_here:make", "--input-shape", "3", "--onnx"]) == 2
     assert "cannot import 'no_such_module_here'" in capsys.readouterr().err
-    assert main([f"{here}/inference_testmodels.py:make_mlp", "--input-shape", "16,3"]) == 2
+    assert main([f"{models}:make_mlp", "--input-shape", "16,3"]) == 2
     assert "--onnx or --pt2" in capsys.readouterr().err

@@ -13,7 +13,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP, Particles, Preds, features, fill_particles, run_threads
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 THREADS, FORWARDS = 6, 25

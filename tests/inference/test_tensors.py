@@ -8,7 +8,7 @@ import torch
 
 import inference._tensors as tensors_mod
 from inference import SoAMetadata
-from inference_testmodels import Particles, Preds
+from alpyka_testing.inference import Particles, Preds
 
 # the rocm stand-in runs this file too: block tensors via DLPack on HIP
 pytestmark = pytest.mark.hip_differs

@@ -10,7 +10,7 @@ import torch
 
 import portable as pk
 from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torch_threads
-from inference_testmodels import Particles, Preds, TwoHeads, features, fill_particles, run_threads
+from alpyka_testing.inference import Particles, Preds, TwoHeads, features, fill_particles, run_threads
 
 
 @pytest.mark.parametrize("kind", ["eager", "jit", "onnx"])

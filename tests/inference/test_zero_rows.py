@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from inference import Model, ModelMetadata, SoAMetadata
-from inference_testmodels import MLP
+from alpyka_testing.inference import MLP
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 

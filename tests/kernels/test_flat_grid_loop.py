@@ -7,7 +7,7 @@ import pytest
 
 import portable as pk
 from backends._grid_loop import flat_grid_loop
-from kernel_defs import download, upload
+from alpyka_testing.kernels import download, upload
 
 CASES = [(1, 1), (3, 1), (4, 5), (7, 3), (16, 2), (64, 1)]  # (blocks, elements)
 SIZES = [1, 10, 37, 257]

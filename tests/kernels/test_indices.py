@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import (download, record_groups, record_independent, record_nd2, record_nd2_along, record_nd3,
-                         record_queries, record_uniform, record_uniform_first, upload)
+from alpyka_testing.kernels import (download, record_groups, record_independent, record_nd2, record_nd2_along,
+                                    record_nd3, record_queries, record_uniform, record_uniform_first, upload)
 
 CASES_1D = [(1, 1), (3, 1), (4, 5), (7, 3), (16, 2)]  # (blocks, elements)
 SIZES = [1, 10, 37, 100]

@@ -7,7 +7,7 @@ import pytest
 
 import bad_kernels as bk
 import portable as pk
-from kernel_defs import Particles, copy_x, record_uniform, upload
+from alpyka_testing.kernels import Particles, copy_x, record_uniform, upload
 from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError
 
 

@@ -6,8 +6,8 @@ import math
 import numpy as np
 
 import portable as pk
-from kernel_defs import (Particles, control_flow, download, early_break, floor_mod, math_funcs, mixed_types,
-                         soa_fields, upload, use_device_functions)
+from alpyka_testing.kernels import (Particles, control_flow, download, early_break, floor_mod, math_funcs,
+                                    mixed_types, soa_fields, upload, use_device_functions)
 
 
 def _seed():

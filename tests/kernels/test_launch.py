@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import Particles, copy_x, download, record_uniform, upload
+from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
 from portable.kernel import cache_dir
 
 # the rocm stand-in runs this file too: smoke set: launches through hiprtc's options

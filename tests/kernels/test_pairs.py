@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import download, upload
+from alpyka_testing.kernels import download, upload
 from portable.kernel import KernelSyntaxError
 
 

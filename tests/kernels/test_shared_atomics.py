@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import (atomic_sequence, block_sum, block_sum_dynamic, contended, download, histogram,
-                         scalar_field_atomics, Particles, upload)
+from alpyka_testing.kernels import (atomic_sequence, block_sum, block_sum_dynamic, contended, download, histogram,
+                                    scalar_field_atomics, Particles, upload)
 
 
 def _seed():

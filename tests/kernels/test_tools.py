@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import download, upload
+from alpyka_testing.kernels import download, upload
 
 
 @pytest.mark.parametrize("n", [1, 7, 2048, 2049, 40_001])  # 40001: 3 segments on the CPU backends

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 import portable as pk
-from kernel_defs import download, upload
+from alpyka_testing.kernels import download, upload
 
 
 @pk.kernel

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from kernel_defs import download, upload
+from alpyka_testing.kernels import download, upload
 from portable.kernel import KernelSyntaxError
 
 # the rocm stand-in runs this file too: warps: HIP's wavefront intrinsics, 64 lanes

@@ -1,6 +1,6 @@
 """A hung test fails the run fast, with every thread's stack: also in a fixture's teardown and
 in a thread blocked on a lock (what the CI hang of a finalizer deadlock looked like), and a hang
-outside any test (making a failure's report, interpreter exit) through tests/hang_guard.py."""
+outside any test (making a failure's report, interpreter exit) through alpyka_testing/hang_guard.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,13 +88,13 @@ def pytest_unconfigure(config):
 @pytest.mark.parametrize("conftest, where", [(_HANG_IN_REPORT, "pytest_runtest_makereport"),
                                              (_HANG_AT_EXIT, "atexit")], ids=["report", "exit"])
 def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monkeypatch, conftest, where):
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "4")
     pytester.makeconftest(conftest)
     pytester.makepyfile(test_x="def test_fails():\n    assert 1 == 2\n")
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider",
-                                           timeout=120)
+    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
+                                           "-p", "no:cacheprovider", timeout=120)
     elapsed = time.monotonic() - start
     assert result.ret == 1, (result.ret, result.stdout.str(), result.stderr.str())
     err = result.stderr.str()
@@ -107,7 +106,7 @@ def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monke
 
 
 def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "5")  # (collection must fit in it on a loaded machine)
     pytester.makepyfile(test_x='''
         import time
@@ -117,7 +116,7 @@ def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monk
         def test_slow_but_declared():
             time.sleep(7)
     ''')
-    result = pytester.runpytest_subprocess("-p", "hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider",
-                                           timeout=120)
+    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
+                                           "-p", "no:cacheprovider", timeout=120)
     assert result.ret == 0, (result.stdout.str(), result.stderr.str())
     assert "Timeout" not in result.stderr.str()

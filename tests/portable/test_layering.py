@@ -8,13 +8,15 @@ Between packages (DESIGN.md): ``soa`` <- ``portable`` <- ``backends``; backends 
 through its backend interface ``portable.spi`` and its public modules only; ``inference`` uses
 public ``portable`` and ``soa``; nothing in ``soa``, ``portable`` or ``backends`` imports
 ``inference``. ``portable`` finds backends by name (its registry) and the ``alpyka`` command's
-subcommands through entry points, never by importing them.
+subcommands through entry points, never by importing them. Neither the library nor the demo
+imports the test suite's support package ``alpyka_testing``.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,3 +240,37 @@ def test_backends_and_inference_never_reach_behind_a_queue_or_event() -> None:
     offenders = [f"{_module_name(f)}:{line}" for package in ("backends", "inference")
                  for f in sorted((ROOT / package).rglob("*.py")) for line in _foreign_impl_reads(f)]
     assert not offenders, f"reads of another object's _impl: {offenders}"
+
+def _names_a_test_support_module(node: ast.AST) -> bool:
+    """A string that is the name of a module of alpyka_testing (``importlib.import_module(...)``,
+    a pytest plugin's name, an entry point): prose that mentions the package is not one."""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and re.fullmatch(r"alpyka_testing(\.\w+)*(:\w+)?", node.value) is not None)
+
+
+def test_the_library_never_imports_the_test_support() -> None:
+    """alpyka_testing is the test suite's support (the cupy stand-in, shared test kernels and
+    models): the library and the demo never import it, by an import statement or by name. That
+    includes the public pytest plugin portable/testing/plugin.py: the stand-in is this
+    repository's opt-in (tests/conftest.py), not the plugin's."""
+    offenders = []
+    scanned = set()
+    for package in (*PACKAGES, "alpyka_demo"):
+        for f in sorted((ROOT / package).rglob("*.py")):
+            scanned.add(_module_name(f))
+            if _imports(f, "alpyka_testing") or any(map(_names_a_test_support_module,
+                                                        ast.walk(ast.parse(f.read_text(), str(f))))):
+                offenders.append(_module_name(f))
+    assert "portable.testing.plugin" in scanned and "alpyka_demo.pipeline" in scanned, "the scan missed files"
+    assert not offenders, f"the library imports the test suite's support package: {offenders}"
+
+
+def test_the_test_support_scan_sees_imports_and_module_names() -> None:
+    """The scan finds what it looks for: tests/conftest.py imports alpyka_testing and names its
+    hang_guard plugin; a sentence about the package is not a module name."""
+    conftest = ROOT / "tests" / "conftest.py"
+    assert "alpyka_testing.backends.fake_cupy_kernels" in _imports(conftest, "alpyka_testing")
+    named = [n.value for n in ast.walk(ast.parse(conftest.read_text())) if _names_a_test_support_module(n)]
+    assert named == ["alpyka_testing.hang_guard"]
+    prose = ast.parse("x = 'alpyka_testing is the suite support package'")
+    assert not any(map(_names_a_test_support_module, ast.walk(prose)))

@@ -1,4 +1,5 @@
-"""Kernels shared by the kernel tests (module level: each compiles once per signature)."""
+"""Kernels and host helpers shared by the kernel tests (tests/kernels; module level: each kernel compiles
+once per signature)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Layouts and small models shared by the inference tests (also loaded by `inference.aot`'s CLI)."""
+"""Layouts and small models shared by the inference tests (tests/inference; also loaded by file path
+by `inference.aot`'s and `alpyka export`'s command lines)."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ class CppExecutor:
 
     def prepare(self, code: str, name: str, options: tuple) -> Any:
         """The compiled kernel ``name`` of ``code``: NVRTC-checked, built by the C++ compiler."""
-        import cuda_on_cpu
+        from alpyka_testing.backends import cuda_on_cpu
 
         src, _ = _recorded(code, name)
         _nvrtc_guard(src, options)
@@ -208,7 +208,7 @@ class CppExecutor:
 
     def run(self, prepared: Any, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
-        import cuda_on_cpu
+        from alpyka_testing.backends import cuda_on_cpu
 
         for i, ctype in enumerate(prepared.params):
             if ctype.endswith("*"):
@@ -218,7 +218,7 @@ class CppExecutor:
 
 def _recorded(code: str, name: str) -> tuple[Any, Any]:
     """``(CSource, OpenCL twin or None)`` of a source alpyka's launcher emitted."""
-    from fake_cupy import CUDARuntimeError
+    from alpyka_testing.backends.fake_cupy import CUDARuntimeError
 
     with _twins_lock:
         found = _twins.get(code)
@@ -230,7 +230,7 @@ def _recorded(code: str, name: str) -> tuple[Any, Any]:
 
 def _device_span(rt: Any, ptr: int, kernel: str, what: str) -> tuple[int, int]:
     """``(base, end)`` of the device allocation ``ptr`` points into; cudaErrorIllegalAddress else."""
-    from fake_cupy import CUDARuntimeError
+    from alpyka_testing.backends.fake_cupy import CUDARuntimeError
 
     span = rt.span(ptr)
     if span is None or span[2] != "device":
@@ -250,7 +250,7 @@ def describe() -> str:
     """How the stand-in runs kernels in this process, for the header of a test run."""
     if executor_name() == "opencl":
         return "kernels run as their OpenCL twins on " + str(_cpu_device())
-    import cuda_on_cpu
+    from alpyka_testing.backends import cuda_on_cpu
 
     path, version = cuda_on_cpu.compiler()
     return f"kernels run as their CUDA/HIP source, compiled by {version} ({path}) for the CPU"
@@ -307,7 +307,7 @@ def why_not(names: list[str]) -> str | None:
     except ValueError as exc:
         return str(exc)
     if which == "cpp":
-        import cuda_on_cpu
+        from alpyka_testing.backends import cuda_on_cpu
 
         return cuda_on_cpu.compiler_problem()
     try:
@@ -322,7 +322,7 @@ def install(names: list[str], n_devices: int = 2) -> dict[str, Any]:
     HIP) in alpyka's registry for this process; returns ``{name: backend}``. Call
     :func:`why_not` first: this installs unconditionally."""
     from backends._cupy_common import CupyBackend
-    from fake_cupy import make_fake_cupy
+    from alpyka_testing.backends.fake_cupy import make_fake_cupy
     from portable import _registry
 
     out = {}
@@ -343,6 +343,6 @@ def served_here() -> list[str]:
 
 
 def _runtime_class() -> type:
-    from fake_cupy import _Runtime
+    from alpyka_testing.backends.fake_cupy import _Runtime
 
     return _Runtime
