@@ -93,7 +93,11 @@ class Buffer:
         return self._block.address
 
     def memref(self, offset: int = 0, nbytes: int | None = None) -> MemRef:
+        """The buffer's bytes ``[offset, offset + nbytes)`` (to its end by default), as
+        ``pk.memcpy`` and ``pk.memset`` take them; ValueError outside the buffer."""
         size = self.nbytes - offset if nbytes is None else nbytes
+        if offset < 0 or size < 0 or offset + size > self.nbytes:
+            raise ValueError(f"bytes [{offset}, {offset + size}) are outside this buffer of {self.nbytes} bytes")
         return MemRef(self.device, self._block.handle, offset, size, owner=self)
 
     @property

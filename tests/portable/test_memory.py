@@ -41,6 +41,24 @@ def test_device_to_device_copy(queue, device):
     np.testing.assert_array_equal(out, np.arange(64))
 
 
+def test_memcpy_and_memset_of_byte_spans(queue, device):
+    """``buffer.memref(offset, nbytes)``: a span of a buffer, copied and filled in queue order."""
+    buf = pk.Buffer(device, 16, np.int32)
+    pk.memset(queue, buf, 0)
+    pk.memcpy(queue, buf.memref(8, 16), np.array([1, 2, 3, 4], np.int32))  # elements 2..5
+    pk.memset(queue, buf.memref(40), 0xFF)  # elements 10..15
+    part = np.zeros(3, np.int32)
+    pk.memcpy(queue, part, buf.memref(12, 12))  # elements 3..5
+    out = np.zeros(16, np.int32)
+    pk.memcpy(queue, out, buf)
+    queue.wait()
+    np.testing.assert_array_equal(out, [0, 0, 1, 2, 3, 4, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1])
+    np.testing.assert_array_equal(part, [2, 3, 4])
+    for offset, nbytes in ((60, 8), (-4, 4), (0, 68), (8, -1), (65, None)):
+        with pytest.raises(ValueError, match="outside this buffer of 64 bytes"):
+            buf.memref(offset, nbytes)
+
+
 def test_memcpy_errors(queue, device):
     buf = pk.Buffer(device, 10, np.float32)
     with pytest.raises(ValueError, match="40 bytes, source has 80"):
