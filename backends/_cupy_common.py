@@ -69,7 +69,7 @@ def _triple(value: Any, default: int) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------------- memory
 class CupyPoolAllocator:
-    """cupy's memory pool behind :class:`~portable.CachingAllocator`'s interface.
+    """cupy's memory pool behind :class:`~portable.spi.CachingAllocator`'s interface.
 
     An allocation made for a queue is taken from the pool while that queue's stream is current,
     so cupy hands its memory out again only in that stream's order.

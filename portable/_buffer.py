@@ -11,6 +11,7 @@ import numpy as np
 from ._backend import MemRef
 from ._deferred import defer
 from ._device import Device
+from ._queue import Queue
 
 DEFAULT_ALIGNMENT = 128
 
@@ -66,6 +67,8 @@ class Buffer:
     ) -> None:
         if not isinstance(device, Device):
             raise TypeError(f"Buffer needs a pk.Device, got {type(device).__name__}")
+        if queue is not None and not isinstance(queue, Queue):
+            raise TypeError(f"Buffer's queue= takes a pk.Queue, got {type(queue).__name__}")
         if queue is not None and not queue.device.can_access(device):
             raise ValueError(f"a buffer on {device} cannot be allocated on a queue of {queue.device}")
         self.device = device
@@ -97,7 +100,8 @@ class Buffer:
         ``pk.memcpy`` and ``pk.memset`` take them; ValueError outside the buffer."""
         size = self.nbytes - offset if nbytes is None else nbytes
         if offset < 0 or size < 0 or offset + size > self.nbytes:
-            raise ValueError(f"bytes [{offset}, {offset + size}) are outside this buffer of {self.nbytes} bytes")
+            span = f"offset {offset}" if nbytes is None else f"bytes [{offset}, {offset + size})"
+            raise ValueError(f"{span} is outside this buffer of {self.nbytes} bytes")
         return MemRef(self.device, self._block.handle, offset, size, owner=self)
 
     @property

@@ -123,9 +123,14 @@ class QueueImpl(Protocol):
 
 
 def queue_impl(queue: Any) -> Any:
-    """The :class:`QueueImpl` that ``Backend.create_queue`` made for ``queue`` (a ``pk.Queue``);
-    None for anything else (a backend's ``copy``/``fill``/``launch`` receive ``pk.Queue`` s)."""
-    return queue._impl if isinstance(queue, Queue) else None
+    """The :class:`QueueImpl` that ``Backend.create_queue`` made for ``queue`` (a ``pk.Queue``:
+    what a backend's ``copy``/``fill``/``launch`` receive); None for None (an allocation made
+    for no queue)."""
+    if isinstance(queue, Queue):
+        return queue._impl
+    if queue is None:
+        return None
+    raise TypeError(f"queue_impl needs a pk.Queue, got {type(queue).__name__}")
 
 
 @runtime_checkable

@@ -24,8 +24,9 @@ DEADLOCK_S = 20.0
 
 
 def _native_stacks() -> str:
-    """Every thread's stack with its C frames (py-spy, where installed): a thread stuck inside
-    ``gc.collect()`` shows no Python frame below it."""
+    """Every thread's stack with its C frames (py-spy, where installed and allowed to attach to
+    this process; else a line saying why not): a thread stuck inside ``gc.collect()`` shows no
+    Python frame below it."""
     import os
     import shutil
     import subprocess

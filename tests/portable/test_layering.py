@@ -241,6 +241,7 @@ def test_backends_and_inference_never_reach_behind_a_queue_or_event() -> None:
                  for f in sorted((ROOT / package).rglob("*.py")) for line in _foreign_impl_reads(f)]
     assert not offenders, f"reads of another object's _impl: {offenders}"
 
+
 def _names_a_test_support_module(node: ast.AST) -> bool:
     """A string that is the name of a module of alpyka_testing (``importlib.import_module(...)``,
     a pytest plugin's name, an entry point): prose that mentions the package is not one."""

@@ -55,8 +55,10 @@ def test_memcpy_and_memset_of_byte_spans(queue, device):
     np.testing.assert_array_equal(out, [0, 0, 1, 2, 3, 4, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1])
     np.testing.assert_array_equal(part, [2, 3, 4])
     for offset, nbytes in ((60, 8), (-4, 4), (0, 68), (8, -1), (65, None)):
-        with pytest.raises(ValueError, match="outside this buffer of 64 bytes"):
+        with pytest.raises(ValueError, match="is outside this buffer of 64 bytes"):
             buf.memref(offset, nbytes)
+    with pytest.raises(ValueError, match=r"^offset 65 is outside"):
+        buf.memref(65)
 
 
 def test_memcpy_errors(queue, device):
@@ -73,6 +75,11 @@ def test_memcpy_errors(queue, device):
         pk.memset(queue, buf, 256)
     with pytest.raises(TypeError, match="pk.Queue"):
         pk.memcpy(buf, buf, buf)
+
+
+def test_buffer_queue_must_be_a_queue(device):
+    with pytest.raises(TypeError, match="queue= takes a pk.Queue, got str"):
+        pk.Buffer(device, 4, np.float32, queue="q")
 
 
 def test_buffer_shapes_and_errors(device):

@@ -31,7 +31,9 @@ def test_the_users_surface_leaves_the_backend_interface_to_spi():
 def test_backends_reach_a_queues_implementation_through_spi(device):
     q = pk.Queue(device)
     assert spi.queue_impl(q) is q._impl
-    assert spi.queue_impl(object()) is None
+    assert spi.queue_impl(None) is None
+    with pytest.raises(TypeError, match="needs a pk.Queue, got object"):
+        spi.queue_impl(object())
 
 
 def test_enqueue_native_runs_in_queue_order(queue):
