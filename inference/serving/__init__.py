@@ -240,7 +240,7 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
 
 
 #: how many times serve starts a server whose models failed PyTriton's handshake (see below)
-STARTS = 3
+STARTS = 5
 #: PyTriton's model stub waits 1 s (fixed) for its config from the server process; on a loaded
 #: machine that times out, or the stub finds the socket before anyone listens on it (connection
 #: refused), and the model fails to load: then serve starts the server again
