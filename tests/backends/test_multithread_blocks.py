@@ -9,23 +9,12 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.kernels import download, upload
 from alpyka_testing.backends.blocks import (BLOCK, WP, block_sums, counters, histogram, math_all, python_arith,
                                             reverse_in_block, transpose_tiled, weighted_block_sums)
 
 gpu = pytest.mark.alpyka_backends(kind="gpu")
 
-
-def _put(q, device, arr):
-    buf = pk.Buffer(device, arr.shape, arr.dtype, queue=q)
-    pk.memcpy(q, buf, np.ascontiguousarray(arr))
-    return buf
-
-
-def _get(q, buf):
-    out = np.empty(buf.shape, buf.dtype)
-    pk.memcpy(q, out, buf)
-    q.wait()
-    return out
 
 
 @gpu
@@ -35,8 +24,8 @@ def test_block_reduction_with_barriers(device, queue):
     x = rng.standard_normal(n)
     blocks = 37
     out = pk.Buffer(device, blocks, np.float64, queue=queue)
-    pk.exec(queue, pk.WorkDiv(blocks, BLOCK, 1), block_sums, out, _put(queue, device, x), n)
-    partial = _get(queue, out)
+    pk.exec(queue, pk.WorkDiv(blocks, BLOCK, 1), block_sums, out, upload(queue, x), n)
+    partial = download(queue, out)
     # the same grid-stride split computed with numpy: thread t of block b takes i = (b*BLOCK+t) + k*grid
     grid = blocks * BLOCK
     idx = np.arange(n)
@@ -51,8 +40,8 @@ def test_shared_memory_tiled_transpose(device, queue):
     a = rng.random((rows, cols)).astype(np.float32)
     out = pk.Buffer(device, (cols, rows), np.float32, queue=queue)
     wd = pk.WorkDiv((math.ceil(rows / 16), math.ceil(cols / 16)), (16, 16), (1, 1))
-    pk.exec(queue, wd, transpose_tiled, out, _put(queue, device, a), rows, cols)
-    np.testing.assert_array_equal(_get(queue, out), a.T)
+    pk.exec(queue, wd, transpose_tiled, out, upload(queue, a), rows, cols)
+    np.testing.assert_array_equal(download(queue, out), a.T)
 
 
 @pytest.mark.hip_differs  # the rocm stand-in too: HIP's dynamic shared memory limit
@@ -62,8 +51,8 @@ def test_dynamic_shared_memory(device, queue):
     x = np.arange(n, dtype=np.float32)
     out = pk.Buffer(device, n, np.float32, queue=queue)
     pk.memset(queue, out, 0)
-    pk.exec(queue, pk.WorkDiv(math.ceil(n / threads), threads, 1), reverse_in_block, out, _put(queue, device, x), n)
-    got = _get(queue, out)
+    pk.exec(queue, pk.WorkDiv(math.ceil(n / threads), threads, 1), reverse_in_block, out, upload(queue, x), n)
+    got = download(queue, out)
     full = (n // threads) * threads
     expected = x[:full].reshape(-1, threads)[:, ::-1].reshape(-1)
     np.testing.assert_array_equal(got[:full], expected)
@@ -74,24 +63,24 @@ def test_atomics_contention_across_blocks(device, queue):
     rng = np.random.default_rng(5)
     n, nbins = 50_000, 16
     x = rng.random(n).astype(np.float32)
-    hist = _put(queue, device, np.zeros(nbins, np.int32))
-    hist_f64 = _put(queue, device, np.zeros(nbins, np.float64))
-    lo_hi = _put(queue, device, np.array([np.inf, -np.inf], np.float32))
-    pk.exec(queue, pk.WorkDiv(64, 64, 2), histogram, hist, hist_f64, lo_hi, _put(queue, device, x), n, nbins)
+    hist = upload(queue, np.zeros(nbins, np.int32))
+    hist_f64 = upload(queue, np.zeros(nbins, np.float64))
+    lo_hi = upload(queue, np.array([np.inf, -np.inf], np.float32))
+    pk.exec(queue, pk.WorkDiv(64, 64, 2), histogram, hist, hist_f64, lo_hi, upload(queue, x), n, nbins)
     bins = (x * nbins).astype(np.int64)
-    np.testing.assert_array_equal(_get(queue, hist), np.bincount(bins, minlength=nbins))
-    np.testing.assert_allclose(_get(queue, hist_f64), np.bincount(bins, weights=x.astype(np.float64), minlength=nbins),
-                               rtol=1e-9)
-    np.testing.assert_array_equal(_get(queue, lo_hi), [x.min(), x.max()])
+    np.testing.assert_array_equal(download(queue, hist), np.bincount(bins, minlength=nbins))
+    np.testing.assert_allclose(download(queue, hist_f64),
+                               np.bincount(bins, weights=x.astype(np.float64), minlength=nbins), rtol=1e-9)
+    np.testing.assert_array_equal(download(queue, lo_hi), [x.min(), x.max()])
 
 
 @gpu
 def test_integer_atomics_wrap_and_cas(device, queue):
     n = 1000
-    ints = _put(queue, device, np.array([0, 0, 0], np.uint32))
-    longs = _put(queue, device, np.array([0, -1, 0], np.int64))
+    ints = upload(queue, np.array([0, 0, 0], np.uint32))
+    longs = upload(queue, np.array([0, -1, 0], np.int64))
     pk.exec(queue, pk.WorkDiv(8, 32, 1), counters, ints, longs, n)
-    got_i, got_l = _get(queue, ints), _get(queue, longs)
+    got_i, got_l = download(queue, ints), download(queue, longs)
     assert got_i[0] == n % 10  # inc wraps to 0 after 9 (CUDA/alpaka semantics)
     assert got_i[1] == (-n) % 10  # dec: 0 -> 9, then down
     assert got_i[2] == 0xFFFFFFFF
@@ -109,9 +98,9 @@ def test_python_division_and_math_semantics(device, queue):
     b_f = rng.uniform(0.5, 5, n) * rng.choice([-1, 1], n)
     out_i = pk.Buffer(device, (n, 2), np.int64, queue=queue)
     out_f = pk.Buffer(device, (n, 5), np.float64, queue=queue)
-    args = [_put(queue, device, v) for v in (a_i, b_i, a_f, b_f)]
+    args = [upload(queue, v) for v in (a_i, b_i, a_f, b_f)]
     pk.exec(queue, pk.valid_workdiv(device, n), python_arith, out_i, out_f, *args, n)
-    gi, gf = _get(queue, out_i), _get(queue, out_f)
+    gi, gf = download(queue, out_i), download(queue, out_f)
     np.testing.assert_array_equal(gi[:, 0], np.floor_divide(a_i, b_i))
     np.testing.assert_array_equal(gi[:, 1], np.mod(a_i, b_i))
     np.testing.assert_array_equal(gf[:, 0], np.floor_divide(a_f, b_f))
@@ -153,10 +142,10 @@ def test_device_functions_with_shared_arrays_and_views(device, queue):
     n = 5000
     data = {"w": rng.random(n), "p": rng.random((n, 3))}
     coll = pk.PortableCollection.from_dict(WP, data, queue)
-    out = _put(queue, device, np.zeros(1, np.float64))
+    out = upload(queue, np.zeros(1, np.float64))
     pk.exec(queue, pk.WorkDiv(9, BLOCK, 1), weighted_block_sums, out, coll.const_view(), n)
     expected = (data["w"] * data["p"].sum(axis=1)).sum()
-    np.testing.assert_allclose(_get(queue, out)[0], expected, rtol=1e-12)
+    np.testing.assert_allclose(download(queue, out)[0], expected, rtol=1e-12)
 
 
 @gpu
@@ -169,8 +158,8 @@ def test_math_functions_match_numpy(device, queue, dtype):
     x = rng.uniform(0.1, 3.5, n).astype(dtype)
     y = rng.uniform(0.2, 2.0, n).astype(dtype)
     out = pk.Buffer(device, (n, 9), np.float64, queue=queue)
-    pk.exec(queue, pk.valid_workdiv(device, n), math_all, out, _put(queue, device, x), _put(queue, device, y), n)
-    got = _get(queue, out)
+    pk.exec(queue, pk.valid_workdiv(device, n), math_all, out, upload(queue, x), upload(queue, y), n)
+    got = download(queue, out)
     a, b = x.astype(np.float64), y.astype(np.float64)
     ref = np.stack([
         np.sqrt(a) + np.exp(-a) + np.exp2(a) + np.expm1(a),

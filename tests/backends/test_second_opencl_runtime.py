@@ -14,29 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from alpyka_testing.backends.opencl_runtimes import missing_platform
+
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["tests/kernels/test_warps.py", "tests/kernels/test_tools.py", "tests/kernels/test_rand.py",
          "tests/kernels/test_pairs.py"]
 
 
-def _pocl_present() -> str | None:
-    try:
-        import pyopencl as cl
-    except ImportError as exc:
-        return f"pyopencl is not installed ({exc})"
-    from backends import _opencl_devices
-
-    _opencl_devices.register_runtimes()
-    names = [p.name for p in cl.get_platforms()]
-    if not any("portable computing language" in n.lower() for n in names):
-        return f"PoCL is not installed (platforms: {names})"
-    return None
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_kernel_vocabulary_on_pocl():
-    why = _pocl_present()
+    why = missing_platform("Portable Computing Language")
     if why is not None:
         pytest.skip(why)
     env = dict(os.environ, ALPYKA_OPENCL_DEVICE="pocl", ALPYKA_STANDIN="off")

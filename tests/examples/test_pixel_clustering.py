@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.kernels import upload
 
 _PATH = Path(__file__).resolve().parents[2] / "examples" / "pixel_clustering.py"
 _spec = importlib.util.spec_from_file_location("pixel_clustering", _PATH)
@@ -15,14 +16,8 @@ pc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pc)
 
 
-def _upload(q, a):
-    b = pk.Buffer(q.device, a.shape, a.dtype)
-    pk.memcpy(q, b, a)
-    return b
-
-
 def _clusters(queue, module, x, y, **kw):
-    out = pc.find_clusters(queue, *(_upload(queue, a) for a in (module, x, y)), **kw)
+    out = pc.find_clusters(queue, *(upload(queue, a) for a in (module, x, y)), **kw)
     got = np.empty(len(module), np.int32)
     pk.memcpy(queue, got, out)
     queue.wait()
@@ -64,8 +59,8 @@ def test_n_modules_read_back_and_empty_input(queue):
 
 
 def test_bad_input_is_refused(queue):
-    a = _upload(queue, np.zeros(4, np.int32))
+    a = upload(queue, np.zeros(4, np.int32))
     with pytest.raises(TypeError, match="int32"):
-        pc.find_clusters(queue, a, a, _upload(queue, np.zeros(4, np.int64)))
+        pc.find_clusters(queue, a, a, upload(queue, np.zeros(4, np.int64)))
     with pytest.raises(ValueError, match="one length"):
-        pc.find_clusters(queue, a, a, _upload(queue, np.zeros(3, np.int32)))
+        pc.find_clusters(queue, a, a, upload(queue, np.zeros(3, np.int32)))

