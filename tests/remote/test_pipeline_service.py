@@ -15,7 +15,7 @@ from inference import PipelineError, RemotePipeline, pipeline
 from inference.remote import MetadataMismatch, RemoteModel, RemoteTimeout
 
 from . import pipeline_support as S
-from .triton_support import pytriton_reason
+from .triton_support import pytriton_reason, settled
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
@@ -194,7 +194,7 @@ def test_statistics_count_events_and_bytes(server):
         for _ in range(3):
             remote(q, tracks, out)
         q.wait()
-        st = remote.statistics()
+        st = settled(remote.statistics, lambda s: s.server is not None and s.server.requests >= 3)
         per = remote.server_counters()
     assert st.client.events == 3 and st.client.requests == 3
     assert st.client.bytes_sent == 3 * 16 * (4 + 12 + 16 + 4) + 3 * 4

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 
 def pytriton_reason() -> str | None:
@@ -21,6 +23,18 @@ def pytriton_reason() -> str | None:
     if not sys.platform.startswith("linux"):
         return "PyTriton's bundled tritonserver runs on Linux only"
     return None
+
+
+def settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 30.0) -> T:
+    """``read()`` until ``done`` holds of it or ``timeout`` passes; the last value read. Triton
+    counts a request once it released it, which can come after its response reached the client:
+    under load, statistics read right after the last response lag (0 of 1, 56 of 64 seen)."""
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not done(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = read()
+    return value
 
 
 @contextlib.contextmanager
