@@ -18,13 +18,16 @@ run that still exercises every code path, for tests. Timings never decide a test
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
 import platform
 import random
 import statistics
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -63,6 +66,13 @@ def backends(candidates: Iterable[str] | None = None) -> list[str]:
             if b in available and (not chosen or b in chosen)]
 
 
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new temporary directory, removed when the benchmark's process exits."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -199,7 +198,7 @@ def onnx_session(module: torch.nn.Module, tmpdir: str):
 
 def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) -> dict:
     module = mlp()
-    tmp = tempfile.mkdtemp(prefix="alpyka-bench-")
+    tmp = str(common.scratch_dir("alpyka-bench-"))
     sess, export_note, ort_version = onnx_session(module, tmp)
     rows = []
     for n in sizes:

@@ -16,7 +16,6 @@ measured here at one client: t_SONIC = (1-p) t_CPU + t_GPU [1 + max(0, N_CPU/N_G
 from __future__ import annotations
 
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from inference.remote import RemoteModel
     from inference.serving import serve
 
-    tmp = Path(tempfile.mkdtemp(prefix="alpyka-bench-remote-"))
+    tmp = common.scratch_dir("alpyka-bench-remote-")
     path = tmp / "mlp.pt"
     make_model(path)
     decl = {"inputs": [f"features:float32:{N_FEATURES}"], "outputs": [f"scores:float32:{N_OUT}"]}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -137,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from inference.serving import serve
 
     # an untrained GNN costs what a trained one costs; a private model dir leaves the user's alone
-    tmp = Path(tempfile.mkdtemp(prefix="alpyka-bench-service-"))
+    tmp = common.scratch_dir("alpyka-bench-service-")
     os.environ["ALPYKA_MODEL_DIR"] = str(tmp)  # the servers inherit it
     torch.manual_seed(0)
     paths = train.save(_gnn.EdgeGNN().eval(), tmp)
