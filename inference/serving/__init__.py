@@ -137,7 +137,11 @@ class ServerHandle:
             proc.wait(5)
         except subprocess.TimeoutExpired:
             pass
-        # the group is the one the server process leads: Triton and its stubs, nothing else
+        # the group is the one the server process leads: Triton, its stubs and their watchdog, which
+        # (the server process gone) kills the rest and removes the stubs' model folders: its time first
+        deadline = time.monotonic() + 3.0
+        while proc.poll() is not None and group_alive(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and group_alive(self.pid):
             try:

@@ -300,6 +300,23 @@ def test_killed_server_process_takes_triton_with_it(files):
 
 
 @needs_triton
+def test_stopping_a_killed_server_at_once_leaves_no_stub_folders(files):
+    """``alpyka serve`` stops its handle within 0.5 s of the server process dying: the stop leaves
+    the group's watchdog its time to remove Triton's stub folders (it used to kill it first)."""
+    from inference.serving import serve
+
+    handle = serve({"lin": str(files / "lin.pt")})
+    try:
+        folders = _stub_folders(handle.pid)
+        assert folders and all(Path(f).exists() for f in folders)
+        os.kill(handle.pid, signal.SIGKILL)
+    finally:
+        handle.stop()
+    assert not group_alive(handle.pid)
+    assert not any(Path(f).exists() for f in folders)
+
+
+@needs_triton
 def test_killed_parent_leaves_nothing_behind(files):
     script = textwrap.dedent(f"""
         import json, sys, time
