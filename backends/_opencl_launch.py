@@ -4,6 +4,9 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 from __future__ import annotations
 
 import math
+import os
+import re
+import tempfile
 import threading
 from typing import Any
 
@@ -58,13 +61,33 @@ def uses_subgroups(device: Any) -> bool:
     return all(e in ext for e in SUBGROUP_EXTENSIONS)
 
 
+#: pyopencl's note on a failed build: it saved a copy of the source in the temporary directory
+_SAVED_SOURCE = re.compile(r"\n?\(source saved as ([^)\n]+\.cl)\)")
+
+
+def build_log(exc: Exception) -> str:
+    """The text of pyopencl's build error without its note on the source copy it saved, which is
+    removed (the KernelBuildError shows the marked source; pyopencl left one file per failure)."""
+    text = str(exc)
+    m = _SAVED_SOURCE.search(text)
+    if m is None:
+        return text
+    path = m.group(1)
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(tempfile.gettempdir()):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return text[:m.start()] + text[m.end():]
+
+
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     try:
         return cl.Program(context, src.text).build(options=options, devices=[device])
     except cl.RuntimeError as exc:
-        raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", str(exc))) from None
+        raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
 
 
 def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> OpenCLPlan:

@@ -28,9 +28,14 @@ class Rows(soa.Layout):
 def main() -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)).eval()
-    path = Path(tempfile.mkdtemp()) / "mlp.pt"
-    torch.jit.script(net).save(str(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mlp.pt"
+        torch.jit.script(net).save(str(path))
+        run(path)
 
+
+def run(path: Path) -> None:
+    """Serve the model at ``path``, send a block to it, then run the same call locally."""
     q = pk.Queue(pk.device("cpu_serial"))
     n = 500
     rng = np.random.default_rng(0)

@@ -2,6 +2,7 @@
 marked source and the kernel's line, and the OpenCL run's CUDA guard (ALPYKA_CHECK_CUDA=1)."""
 
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -121,9 +122,13 @@ def test_opencl_build_error_is_a_kernel_build_error(device):
     lines = src.text.splitlines()
     lines[line - 1] = "undeclared_zz = 1; " + lines[line - 1]
     src.text = "\n".join(lines) + "\n"
+    before = set(os.listdir(tempfile.gettempdir()))
     with pytest.raises(KernelBuildError) as info:
         build_program(dev.native.context, dev.native.device, src)
     assert f">>{line:5d} |" in str(info.value)
+    # pyopencl saves a copy of a failed source in the temporary directory: removed, not named
+    assert "source saved as" not in str(info.value)
+    assert not [f for f in set(os.listdir(tempfile.gettempdir())) - before if f.endswith(".cl")]
     assert isinstance(info.value, pk.AlpykaError) and cl is not None
 
 
