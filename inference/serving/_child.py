@@ -17,6 +17,7 @@ their timeouts). On a normal stop Triton has already ended and the watchdog kill
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -451,4 +452,6 @@ def main(config_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    code = main(sys.argv[1])
+    gc.freeze()  # everything is stopped: no full collection over torch's heap at exit (about 1 s)
+    sys.exit(code)
