@@ -136,11 +136,17 @@ class ServerHandle:
         try:
             proc.wait(5)
         except subprocess.TimeoutExpired:
-            pass
+            proc.kill()  # it ignored SIGTERM: killed alone first, so that its watchdog does the rest
+            try:
+                proc.wait(2)
+            except subprocess.TimeoutExpired:
+                pass
         # the group is the one the server process leads: Triton, its stubs and their watchdog, which
-        # (the server process gone) kills the rest and removes the stubs' model folders: its time first
+        # (the server process killed) kills the rest and removes the stubs' model folders: its time
+        # first (after a normal exit the server process has stopped its watchdog itself)
         deadline = time.monotonic() + 3.0
-        while proc.poll() is not None and group_alive(self.pid) and time.monotonic() < deadline:
+        while (proc.returncode is not None and proc.returncode < 0 and group_alive(self.pid)
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and group_alive(self.pid):

@@ -317,6 +317,24 @@ def test_stopping_a_killed_server_at_once_leaves_no_stub_folders(files):
 
 
 @needs_triton
+def test_a_server_that_ignores_sigterm_is_stopped_without_leftovers(files):
+    """A server process that does not answer SIGTERM (stopped here) is SIGKILLed alone first, so that
+    its watchdog stops Triton and removes the stub folders, then what is left of its group."""
+    from inference.serving import serve
+
+    handle = serve({"lin": str(files / "lin.pt")})
+    try:
+        folders = _stub_folders(handle.pid)
+        assert folders
+        os.kill(handle.pid, signal.SIGSTOP)
+    finally:
+        handle.stop(timeout=1)
+    assert handle.process.returncode == -signal.SIGKILL
+    assert not group_alive(handle.pid)
+    assert not any(Path(f).exists() for f in folders)
+
+
+@needs_triton
 def test_killed_parent_leaves_nothing_behind(files):
     script = textwrap.dedent(f"""
         import json, sys, time
