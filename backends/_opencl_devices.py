@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import site
 import sys
 import tempfile
@@ -182,6 +183,28 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+#: pyopencl's note at the end of a failed build's message: it saved a copy of the source in the
+#: temporary directory (the compiler's log before it may quote anything, so only the end counts)
+_SAVED_SOURCE = re.compile(r"\n?\(source saved as ([^\n]+\.cl)\)\s*\Z")
+
+
+def build_log(exc: Exception) -> str:
+    """The text of pyopencl's build error without its closing note on the copy of the source it
+    saved in the temporary directory; the copy is removed (callers show the source themselves,
+    and pyopencl left one file per failed build)."""
+    text = str(exc)
+    m = _SAVED_SOURCE.search(text)
+    if m is None:
+        return text
+    path = m.group(1)
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(tempfile.gettempdir()):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return text[:m.start()] + text[m.end():]
+
+
 def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
     """Build and run the probe kernel on ``cand``; sets ``cand.context`` or ``cand.reason``."""
     if timeout is None:
@@ -191,7 +214,7 @@ def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
         ctx = cl.Context([cand.device])
         program = cl.Program(ctx, _PROBE_SOURCE).build(devices=[cand.device])
     except Exception as exc:  # noqa: BLE001 - a runtime that cannot build: its reason is kept
-        cand.reason = f"cannot build a kernel: {_first_line(exc)}"
+        cand.reason = f"cannot build a kernel: {_first_line(build_log(exc))}"
         return
     threads = min(_PROBE_THREADS, int(cand.device.max_work_group_size))
     n = _PROBE_BLOCKS * threads

@@ -4,9 +4,6 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 from __future__ import annotations
 
 import math
-import os
-import re
-import tempfile
 import threading
 from typing import Any
 
@@ -18,6 +15,7 @@ from portable.spi import queue_impl
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, format_build_error
 from ._gpu_launch import emit_for, prepare_launch
+from ._opencl_devices import build_log
 
 
 class OpenCLPlan:
@@ -59,26 +57,6 @@ def uses_subgroups(device: Any) -> bool:
     """Whether kernels on ``device`` run their warps as the device's sub-groups (else one work-item)."""
     ext = set(str(getattr(device, "extensions", "")).split())
     return all(e in ext for e in SUBGROUP_EXTENSIONS)
-
-
-#: pyopencl's note on a failed build: it saved a copy of the source in the temporary directory
-_SAVED_SOURCE = re.compile(r"\n?\(source saved as ([^)\n]+\.cl)\)")
-
-
-def build_log(exc: Exception) -> str:
-    """The text of pyopencl's build error without its note on the source copy it saved, which is
-    removed (the KernelBuildError shows the marked source; pyopencl left one file per failure)."""
-    text = str(exc)
-    m = _SAVED_SOURCE.search(text)
-    if m is None:
-        return text
-    path = m.group(1)
-    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(tempfile.gettempdir()):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-    return text[:m.start()] + text[m.end():]
 
 
 def build_program(context: Any, device: Any, src: Any) -> Any:
