@@ -75,6 +75,21 @@ def scratch_dir(prefix: str) -> Path:
     return path
 
 
+def server_seconds(read: Callable[[], Any], before: Any, requests: int, timeout: float = 10.0) -> tuple[float, float]:
+    """Seconds per request that the server spent computing (input, inference, output) and queued,
+    from the Triton counters ``read().minus(before)`` once they count ``requests`` requests: Triton
+    counts a request after releasing it, which can come after its response reached the client."""
+    deadline = time.monotonic() + timeout
+    srv = read().minus(before)
+    while srv.requests < requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+        srv = read().minus(before)
+    if srv.requests == 0:
+        raise RuntimeError(f"the server counted none of the {requests} requests within {timeout} s")
+    compute = srv.compute_input_ns + srv.compute_infer_ns + srv.compute_output_ns
+    return compute / srv.requests / 1e9, srv.queue_ns / srv.requests / 1e9
+
+
 def make_parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``."""
     parser = argparse.ArgumentParser(description=description)

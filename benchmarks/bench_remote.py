@@ -208,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(n):
             r.forward(c.md)
         t_req = (time.perf_counter() - t0) / n
-        srv = r.server_statistics().minus(before)
-        t_gpu = (srv.compute_input_ns + srv.compute_infer_ns + srv.compute_output_ns) / max(srv.requests, 1) / 1e9
-        t_queue = srv.queue_ns / max(srv.requests, 1) / 1e9
+        t_gpu, t_queue = common.server_seconds(r.server_statistics, before, n)
         t_latency = max(t_req - t_gpu - t_queue, 0.0)
         t_cpu = t_other + t_inf
         p = t_inf / t_cpu

@@ -261,9 +261,7 @@ def sonic_parts(routes: dict[str, Any], n: int, n_seq: int) -> dict[str, dict[st
         before = transport.server_statistics()
         t_req = per_event(lambda m=model: (run_event(q, m, 7, n, False), q.wait()), n_seq) - (
             t_cpu - offloaded[name])
-        srv = transport.server_statistics().minus(before)
-        t_gpu = (srv.compute_input_ns + srv.compute_infer_ns + srv.compute_output_ns) / max(srv.requests, 1) / 1e9
-        t_queue = srv.queue_ns / max(srv.requests, 1) / 1e9
+        t_gpu, t_queue = common.server_seconds(transport.server_statistics, before, n_seq + 3)  # an event >= 1
         out[name] = {"t_cpu_s": t_cpu, "p": min(offloaded[name] / t_cpu, 1.0), "t_gpu_s": t_gpu,
                      "t_latency_s": max(t_req - t_gpu - t_queue, 0.0), "t_request_s": t_req,
                      "t_offloaded_locally_s": offloaded[name]}
