@@ -201,7 +201,7 @@ def build_log(exc: Exception) -> str:
         try:
             os.remove(path)
         except OSError:
-            pass
+            pass  # already gone: the message is what the caller needs
     return text[:m.start()] + text[m.end():]
 
 

@@ -140,7 +140,7 @@ class ServerHandle:
             try:
                 proc.wait(2)
             except subprocess.TimeoutExpired:
-                pass
+                pass  # not reaped yet: the group kill and the last wait below see to it
         # the group is the one the server process leads: Triton, its stubs and their watchdog, which
         # (the server process killed) kills the rest and removes the stubs' model folders: its time
         # first (after a normal exit the server process has stopped its watchdog itself)

@@ -300,33 +300,19 @@ def test_killed_server_process_takes_triton_with_it(files):
 
 
 @needs_triton
-def test_stopping_a_killed_server_at_once_leaves_no_stub_folders(files):
-    """``alpyka serve`` stops its handle within 0.5 s of the server process dying: the stop leaves
-    the group's watchdog its time to remove Triton's stub folders (it used to kill it first)."""
+@pytest.mark.parametrize("how", ["killed", "ignores_sigterm"])
+def test_a_dead_or_deaf_server_is_stopped_without_leftovers(files, how):
+    """killed: ``alpyka serve`` stops its handle within 0.5 s of the server process dying, and the
+    stop leaves the group's watchdog its time to remove Triton's stub folders (it used to kill it
+    first). ignores_sigterm (the process is stopped here): it is SIGKILLed alone first, so that its
+    watchdog stops Triton and removes the folders, then what is left of its group."""
     from inference.serving import serve
 
     handle = serve({"lin": str(files / "lin.pt")})
     try:
         folders = _stub_folders(handle.pid)
         assert folders and all(Path(f).exists() for f in folders)
-        os.kill(handle.pid, signal.SIGKILL)
-    finally:
-        handle.stop()
-    assert not group_alive(handle.pid)
-    assert not any(Path(f).exists() for f in folders)
-
-
-@needs_triton
-def test_a_server_that_ignores_sigterm_is_stopped_without_leftovers(files):
-    """A server process that does not answer SIGTERM (stopped here) is SIGKILLed alone first, so that
-    its watchdog stops Triton and removes the stub folders, then what is left of its group."""
-    from inference.serving import serve
-
-    handle = serve({"lin": str(files / "lin.pt")})
-    try:
-        folders = _stub_folders(handle.pid)
-        assert folders
-        os.kill(handle.pid, signal.SIGSTOP)
+        os.kill(handle.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
     finally:
         handle.stop(timeout=1)
     assert handle.process.returncode == -signal.SIGKILL
