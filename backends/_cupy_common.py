@@ -282,8 +282,9 @@ class CupyBackend(Backend):
 
     # ------------------------------------------------------------------ kernels
     def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
-        from ._cupy_launch import launch
+        from ._cupy_launch import launch  # the kernel emitter loads with the first launch
 
+        self.launch = launch  # type: ignore[method-assign] - later launches call it directly
         launch(queue, workdiv, kernel, args)
 
 

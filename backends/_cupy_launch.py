@@ -5,7 +5,6 @@ calls the ``RawKernel`` on the queue's stream (grid and block reversed: CUDA's x
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -14,23 +13,21 @@ from portable.spi import queue_impl
 
 from ._c_args import make_packer
 from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, format_build_error  # noqa: F401 - re-exported
-from ._gpu_launch import emit_for, prepare_launch
+from ._gpu_launch import DevicePlan, emit_for, prepare_launch
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 _D2H = 2  # cudaMemcpyDeviceToHost
 
 
-class CupyPlan:
-    """A kernel built for one device and signature, ready to launch."""
+class CupyPlan(DevicePlan):
+    """A kernel built for one device and signature, ready to launch: its cupy ``RawKernel``."""
 
-    __slots__ = ("src", "function", "pack", "max_threads", "static_shared", "name", "lock", "dyn_limit", "err")
+    __slots__ = ("function", "dyn_limit")
 
     def __init__(self, src: Any, function: Any, pack: Any, max_threads: int, static_shared: int, name: str) -> None:
-        self.src, self.function, self.pack = src, function, pack
-        self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
-        self.lock = threading.Lock()
+        super().__init__(src, pack, max_threads, static_shared, name)
+        self.function = function
         self.dyn_limit = _DEFAULT_DYNAMIC_SHARED
-        self.err = src.needs_error_flag
 
 
 def compile_options(is_hip: bool) -> tuple[str, ...]:
@@ -85,9 +82,7 @@ def _opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:
 
 def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     """Enqueue ``kernel`` over ``workdiv`` on a CUDA/ROCm queue (its stream)."""
-    plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
-    grid = tuple(reversed(workdiv.blocks))
-    block = tuple(reversed(workdiv.threads))
+    plan, values, dyn, (grid, block, _) = prepare_launch(queue, workdiv, kernel, args, _make_plan)
     impl = queue_impl(queue)
     cp, stream, fn = impl.cupy, impl.stream, plan.function
     if dyn:

@@ -5,22 +5,41 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any, Callable
 
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
+from portable.kernel import debug_enabled
 
 from ._c_emit import emit
 from ._c_source import CEmitError, CSource
+
+_ONES = {1: (1,), 2: (1, 1), 3: (1, 1, 1)}
+#: how many work divisions a plan remembers as checked (then it forgets them all and checks again)
+_FITS_MAX = 256
+
+
+class DevicePlan:
+    """A kernel built for one device and signature, ready to launch (the OpenCL and CUDA/HIP
+    plans extend it with their native kernel). ``fits`` holds the work divisions already
+    checked against it, each with its native geometry (see :func:`prepare_launch`)."""
+
+    __slots__ = ("src", "pack", "max_threads", "static_shared", "name", "lock", "err", "fits")
+
+    def __init__(self, src: CSource, pack: Any, max_threads: int, static_shared: int, name: str) -> None:
+        self.src, self.pack = src, pack
+        self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
+        self.lock = threading.Lock()
+        self.err = src.needs_error_flag
+        self.fits: dict[int, tuple] = {}
 
 
 def launch_key(device: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple:
     """The key of a launch plan in ``kernel.plans``: backend and device, dimension, signature,
     debug, and whether every thread has one element (plans specialised for that)."""
-    from portable.kernel import debug_enabled
-
-    unit = not any(e != 1 for e in workdiv.elements)
-    return (device.memory_space, workdiv.dim, kernel.signature(args), debug_enabled(), unit)
+    els = workdiv.elements
+    return (device.memory_space, len(els), kernel.signature(args), debug_enabled(), els == _ONES[len(els)])
 
 
 def _mismatch_error() -> type:
@@ -83,10 +102,12 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
 
 
 def prepare_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple,
-                   make_plan: Callable[..., Any]) -> tuple[Any, list, int]:
+                   make_plan: Callable[..., Any]) -> tuple[Any, list, int, tuple]:
     """The checks and argument packing every device launch does first: device of each argument,
     the cached plan (built once per key by ``make_plan(queue, workdiv, kernel, args, key)``), the
-    kernel's own thread limit, shared memory. Returns ``(plan, values, dynamic_shared_bytes)``."""
+    kernel's own thread limit, shared memory. Returns ``(plan, values, dynamic_shared_bytes,
+    geometry)``, the geometry being ``(blocks, threads, global threads)`` fastest dimension first
+    (CUDA's grid and block, OpenCL's local and global size)."""
     dev = queue.device
     check_devices(kernel, args, dev)
     key = launch_key(dev, workdiv, kernel, args)
@@ -96,11 +117,26 @@ def prepare_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple,
             plan = kernel.plans.get(key)
             if plan is None:
                 plan = kernel.plans[key] = make_plan(queue, workdiv, kernel, args, key)
+    if kernel.dynamic_shared_bytes is None:  # the checks depend on the work division alone: once each
+        fit = plan.fits.get(id(workdiv))
+        if fit is None or fit[0] is not workdiv:
+            fit = _fit(plan, workdiv, 0, dev)
+            if len(plan.fits) >= _FITS_MAX:
+                plan.fits.clear()
+            plan.fits[id(workdiv)] = fit  # holds the (immutable) WorkDiv: its id stays its own
+        return plan, plan.pack(args, workdiv, 0), 0, fit[1]
+    dyn = kernel.shared_bytes(workdiv, args)
+    return plan, plan.pack(args, workdiv, dyn), dyn, _fit(plan, workdiv, dyn, dev)[1]
+
+
+def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
+    """Check that ``workdiv`` (with ``dyn`` bytes of dynamic shared memory) fits ``plan`` on
+    ``dev``. Returns ``(workdiv, geometry)``."""
     threads = math.prod(workdiv.threads)
     if threads > plan.max_threads:
         raise WorkDivError(f"{workdiv}: kernel {plan.name!r} can run at most {plan.max_threads} threads per "
                            f"block on {dev} (its register or private memory use limits it below the "
                            f"device's {dev.limits.max_threads_per_block})")
-    dyn = kernel.shared_bytes(workdiv, args) if kernel.dynamic_shared_bytes is not None else 0
     check_shared_memory(plan.name, plan.static_shared, dyn, dev)
-    return plan, plan.pack(args, workdiv, dyn), dyn
+    blocks, local = tuple(reversed(workdiv.blocks)), tuple(reversed(workdiv.threads))
+    return workdiv, (blocks, local, tuple(b * t for b, t in zip(blocks, local)))

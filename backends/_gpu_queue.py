@@ -191,11 +191,11 @@ class DeviceQueue:
         if self.blocking:
             self.finish()
             return
-        if objs:
-            with self._lock:
-                if self._retained.keep(objs) >= _RETAIN_BATCH:
-                    self._retained.retire(self.marker())
-        self._prune()
+        with self._lock:
+            retained = self._retained
+            if objs and retained.keep(objs) >= _RETAIN_BATCH:
+                retained.retire(self.marker())
+            retained.prune()
 
     def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
         """Run ``fn()`` (it enqueues on the native queue, in order after the host-function

@@ -4,7 +4,6 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -14,23 +13,21 @@ from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, format_build_error
-from ._gpu_launch import emit_for, prepare_launch
+from ._gpu_launch import DevicePlan, emit_for, prepare_launch
 from ._opencl_devices import build_log
 
 
-class OpenCLPlan:
-    """A kernel built for one device and signature, ready to launch."""
+class OpenCLPlan(DevicePlan):
+    """A kernel built for one device and signature, ready to launch: its ``cl.Kernel``, whose
+    arguments are set and enqueued under the plan's ``lock`` (they must not interleave)."""
 
-    __slots__ = ("src", "program", "kernel", "pack", "max_threads", "static_shared", "lock", "name", "last",
-                 "err")
+    __slots__ = ("program", "kernel", "last")
 
     def __init__(self, src: Any, program: Any, knl: Any, pack: Any, max_threads: int, static_shared: int,
                  name: str) -> None:
-        self.src, self.program, self.kernel, self.pack = src, program, knl, pack
-        self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
-        self.lock = threading.Lock()  # setting arguments + enqueue of one cl.Kernel must not interleave
+        super().__init__(src, pack, max_threads, static_shared, name)
+        self.program, self.kernel = program, knl
         self.last: list[Any] = []  # the argument values the cl.Kernel holds now
-        self.err = src.needs_error_flag
 
     def set_args(self, values: list) -> None:
         """Set the kernel's arguments, skipping those that hold the same value already (the same
@@ -88,9 +85,7 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
 def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     """Enqueue ``kernel`` over ``workdiv`` on an OpenCL queue."""
     dev = queue.device
-    plan, values, dyn = prepare_launch(queue, workdiv, kernel, args, _make_plan)
-    local = tuple(reversed(workdiv.threads))  # OpenCL's dimension 0 is the fastest
-    glob = tuple(b * t for b, t in zip(reversed(workdiv.blocks), local))
+    plan, values, dyn, (_, local, glob) = prepare_launch(queue, workdiv, kernel, args, _make_plan)
     impl = queue_impl(queue)
     check = None
     if plan.err:
