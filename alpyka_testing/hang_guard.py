@@ -8,6 +8,11 @@ needs neither the GIL nor signal delivery, is re-armed at every step of the run;
 completes within ``ALPYKA_HANG_TIMEOUT`` seconds (default: the test timeout plus 60 s; while a
 test with a longer ``@pytest.mark.timeout`` runs, that plus 60 s), it prints the stack of every
 thread and ends the process with exit code 1.
+
+Under pytest-xdist, pytest-timeout's thread method writes its stacks to the worker's terminal,
+which reaches nobody: the run said only "node down: Not properly terminated". In a worker the
+timer is this plugin's (:func:`pytest_timeout_set_timer`): the same limit, the test's id, its
+captured output and every thread's stack go to the worker's stderr, which is the run's.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import threading
 
 import pytest
 
@@ -81,3 +87,42 @@ def pytest_terminal_summary(terminalreporter):  # noqa: ARG001
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):  # noqa: ARG001
     _arm()  # interpreter exit (atexit hooks, finalizers) is guarded too; a normal exit cancels it
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's thread method, in an xdist worker: a timer that reports to stderr."""
+    if settings.method != "thread" or not hasattr(item.config, "workerinput"):
+        return None  # pytest-timeout's own timer
+    timer = threading.Timer(settings.timeout, _timed_out, (item, settings.timeout))
+    timer.daemon = True
+    timer.name = f"alpyka-timeout {item.nodeid}"
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel  # what pytest-timeout's pytest_timeout_cancel_timer calls
+    timer.start()
+    return True
+
+
+def _timed_out(item: pytest.Item, timeout: float) -> None:
+    """The test ran out of time: its id, captured output and every thread's stack to the
+    worker's stderr (capture suspended), then end the worker as pytest-timeout does."""
+    try:
+        out = err = ""
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:
+            capman.suspend_global_capture(item)
+            out, err = capman.read_global_capture()
+        worker = item.config.workerinput.get("workerid", "?")
+        parts = [f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: {item.nodeid}\n"]
+        parts += [f"{'~' * 20} Captured {name}\n{text}\n" for name, text in (("stdout", out), ("stderr", err)) if text]
+        sys.stderr.write("".join(parts))
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.write(f"{'+' * 20} Timeout: {item.nodeid}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(1)

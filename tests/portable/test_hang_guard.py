@@ -120,3 +120,41 @@ def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monk
                                            "-p", "no:cacheprovider", timeout=120)
     assert result.ret == 0, (result.stdout.str(), result.stderr.str())
     assert "Timeout" not in result.stderr.str()
+
+
+def test_a_hung_test_under_xdist_names_itself_with_every_threads_stack(pytester, monkeypatch):
+    """pytest-timeout's thread method writes to a worker's terminal, which reaches nobody under
+    pytest-xdist: the run said only "node down: Not properly terminated" (the GPU machine's
+    lost workers). The worker's own timer reports the test and every stack on the run's stderr."""
+    pytest.importorskip("pytest_timeout")
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
+    opts = _project_timeout_options()
+    opts["timeout"] = 3
+    pytester.makeini("[pytest]\n" + "".join(
+        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
+    pytester.makepyfile(test_x='''
+        import threading
+
+        def bystander():
+            threading.Event().wait()
+
+        def test_hangs():
+            print("what the test printed")
+            threading.Thread(target=bystander, daemon=True).start()
+            threading.Event().wait()
+
+        def test_fine():
+            pass
+    ''')
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
+                                           "-p", "no:cacheprovider", timeout=120)
+    elapsed = time.monotonic() - start
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, out
+    assert "Timeout (>3s) from pytest-timeout in worker gw" in out and "test_x.py::test_hangs" in out, out
+    assert "what the test printed" in out, out
+    assert 'test_x.py", line 9 in test_hangs' in out and 'line 4 in bystander' in out, out  # every thread
+    result.assert_outcomes(passed=1, failed=1)
+    assert elapsed < 60, elapsed
