@@ -122,6 +122,32 @@ def test_work_division_over_the_limits_is_refused(device, queue):
 
 
 @gpu
+def test_a_kernels_own_thread_limit_is_checked_on_every_launch_over_it(device, queue):
+    """Below the device's limit a kernel may allow fewer threads per block (its registers or
+    private memory): the plan's limit. A work division over it is refused every time (only
+    work divisions that fit are remembered as checked); one within it still launches."""
+    x = upload(queue, np.arange(16, dtype=np.float64))
+    out = pk.Buffer(device, 1, np.float64, queue=queue)
+    fits = pk.WorkDiv(1, 32, 1)
+    pk.exec(queue, fits, block_sums, out, x, 16)
+    from backends._gpu_launch import launch_key
+
+    plan = block_sums.plans[launch_key(device, fits, block_sums, (out, x, 16))]
+    saved = plan.max_threads
+    plan.max_threads = 32  # as if the kernel's registers allowed 32 threads per block here
+    try:
+        over = pk.WorkDiv(1, 64, 1)
+        for _ in range(2):
+            with pytest.raises(pk.WorkDivError, match="'block_sums' can run at most 32 threads per block"):
+                pk.exec(queue, over, block_sums, out, x, 16)
+        pk.memset(queue, out, 0)
+        pk.exec(queue, fits, block_sums, out, x, 16)
+        assert download(queue, out)[0] == 120.0
+    finally:
+        plan.max_threads = saved
+
+
+@gpu
 def test_collection_of_another_device_is_refused(device, queue):
     """A view whose memory belongs to another device (here a stand-in CUDA device) is refused
     before anything is enqueued."""
