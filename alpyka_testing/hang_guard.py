@@ -21,6 +21,7 @@ import faulthandler
 import os
 import sys
 import threading
+import traceback
 
 import pytest
 
@@ -47,16 +48,29 @@ def _own_timeout(item: pytest.Item) -> float:
         return 0.0
 
 
+def _test_timeout(config: pytest.Config) -> float:
+    """pytest-timeout's limit as it reads it: ``--timeout``, else ``PYTEST_TIMEOUT``, else the ini
+    option (0 when none is set or pytest-timeout is absent)."""
+    for get in (lambda: config.getoption("timeout", None), lambda: os.environ.get("PYTEST_TIMEOUT"),
+                lambda: config.getini("timeout")):
+        try:
+            value = get()
+        except (ValueError, KeyError):
+            continue
+        if value not in (None, ""):
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                return 0.0
+    return 0.0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     raw = os.environ.get(ENV)
     if raw:
         _limit[0] = float(raw)
     else:
-        try:
-            per_test = float(config.getini("timeout") or 0)
-        except (ValueError, KeyError):
-            per_test = 0.0
-        _limit[0] = max(per_test, 240.0) + 60.0
+        _limit[0] = max(_test_timeout(config), 240.0) + 60.0
     _arm()
 
 
@@ -109,20 +123,38 @@ def pytest_timeout_set_timer(item, settings):
 
 def _timed_out(item: pytest.Item, timeout: float) -> None:
     """The test ran out of time: its id, captured output and every thread's stack to the
-    worker's stderr (capture suspended), then end the worker as pytest-timeout does."""
+    worker's own stderr (capture suspended), then end the worker as pytest-timeout does."""
+    if _debugging():
+        return  # pytest-timeout's rule: a session under a debugger is not cut short
+    err_file = sys.__stderr__
     try:
-        out = err = ""
-        capman = item.config.pluginmanager.getplugin("capturemanager")
-        if capman is not None:
-            capman.suspend_global_capture(item)
-            out, err = capman.read_global_capture()
         worker = item.config.workerinput.get("workerid", "?")
-        parts = [f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: {item.nodeid}\n"]
-        parts += [f"{'~' * 20} Captured {name}\n{text}\n" for name, text in (("stdout", out), ("stderr", err)) if text]
-        sys.stderr.write("".join(parts))
-        sys.stderr.flush()
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        sys.stderr.write(f"{'+' * 20} Timeout: {item.nodeid}\n")
-        sys.stderr.flush()
+        err_file.write(f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: "
+                       f"{item.nodeid}\n")
+        err_file.flush()
+        try:
+            capman = item.config.pluginmanager.getplugin("capturemanager")
+            if capman is not None:
+                capman.suspend_global_capture(item)
+                out, err = capman.read_global_capture()
+                err_file.write("".join(f"{'~' * 20} Captured {name}\n{text}\n"
+                                       for name, text in (("stdout", out), ("stderr", err)) if text))
+        except Exception:  # noqa: BLE001 - the stacks matter more than the captured output
+            traceback.print_exc(file=err_file)
+        err_file.flush()
+        faulthandler.dump_traceback(file=err_file, all_threads=True)
+        err_file.write(f"{'+' * 20} Timeout: {item.nodeid}\n")
+    except Exception:  # noqa: BLE001 - say what failed; the worker ends either way
+        traceback.print_exc(file=err_file)
     finally:
+        err_file.flush()
         os._exit(1)
+
+
+def _debugging() -> bool:
+    """Whether a debugger is attached (pytest-timeout's own test, where it is installed)."""
+    try:
+        from pytest_timeout import is_debugging
+    except ImportError:
+        return False
+    return bool(is_debugging())

@@ -23,7 +23,8 @@ _FITS_MAX = 256
 class DevicePlan:
     """A kernel built for one device and signature, ready to launch (the OpenCL and CUDA/HIP
     plans extend it with their native kernel). ``fits`` holds the work divisions already
-    checked against it, each with its native geometry (see :func:`prepare_launch`)."""
+    checked against it, each with the device it was checked for and its native geometry (see
+    :func:`prepare_launch`)."""
 
     __slots__ = ("src", "pack", "max_threads", "static_shared", "name", "lock", "err", "fits")
 
@@ -119,19 +120,20 @@ def prepare_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple,
                 plan = kernel.plans[key] = make_plan(queue, workdiv, kernel, args, key)
     if kernel.dynamic_shared_bytes is None:  # the checks depend on the work division alone: once each
         fit = plan.fits.get(id(workdiv))
-        if fit is None or fit[0] is not workdiv:
-            fit = _fit(plan, workdiv, 0, dev)
+        if fit is None or fit[0] is not workdiv or fit[1] is not dev:
+            fit = (workdiv, dev, _fit(plan, workdiv, 0, dev))
             if len(plan.fits) >= _FITS_MAX:
                 plan.fits.clear()
             plan.fits[id(workdiv)] = fit  # holds the (immutable) WorkDiv: its id stays its own
-        return plan, plan.pack(args, workdiv, 0), 0, fit[1]
+        return plan, plan.pack(args, workdiv, 0), 0, fit[2]
     dyn = kernel.shared_bytes(workdiv, args)
-    return plan, plan.pack(args, workdiv, dyn), dyn, _fit(plan, workdiv, dyn, dev)[1]
+    geometry = _fit(plan, workdiv, dyn, dev)
+    return plan, plan.pack(args, workdiv, dyn), dyn, geometry
 
 
 def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
     """Check that ``workdiv`` (with ``dyn`` bytes of dynamic shared memory) fits ``plan`` on
-    ``dev``. Returns ``(workdiv, geometry)``."""
+    ``dev``. Returns its geometry (see :func:`prepare_launch`)."""
     threads = math.prod(workdiv.threads)
     if threads > plan.max_threads:
         raise WorkDivError(f"{workdiv}: kernel {plan.name!r} can run at most {plan.max_threads} threads per "
@@ -139,4 +141,4 @@ def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
                            f"device's {dev.limits.max_threads_per_block})")
     check_shared_memory(plan.name, plan.static_shared, dyn, dev)
     blocks, local = tuple(reversed(workdiv.blocks)), tuple(reversed(workdiv.threads))
-    return workdiv, (blocks, local, tuple(b * t for b, t in zip(blocks, local)))
+    return blocks, local, tuple(b * t for b, t in zip(blocks, local))

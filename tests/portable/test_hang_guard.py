@@ -105,6 +105,26 @@ def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monke
     assert elapsed < 60, elapsed
 
 
+def test_a_longer_timeout_option_lengthens_the_guard_too(pytester, monkeypatch):
+    """``--timeout 700`` (as a slow machine's run may need) moves the guard to 760 s: a guard
+    still at the ini's 240 + 60 s would end such a run with a bare stack dump."""
+    pytest.importorskip("pytest_timeout")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
+    monkeypatch.delenv("ALPYKA_HANG_TIMEOUT", raising=False)
+    monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
+    pytester.makeconftest('''
+        import alpyka_testing.hang_guard as guard
+
+        def pytest_sessionstart(session):
+            print("GUARD LIMIT", guard._limit[0])
+    ''')
+    pytester.makepyfile(test_x="def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p",
+                                           "no:cacheprovider", "--timeout", "700", "-s", timeout=120)
+    assert result.ret == 0, result.stdout.str()
+    assert "GUARD LIMIT 760.0" in result.stdout.str(), result.stdout.str()
+
+
 def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "5")  # (collection must fit in it on a loaded machine)
