@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -471,3 +472,20 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone(server)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
             proc.stdout.close()
+
+
+def test_the_server_process_polls_for_readiness_every_50_ms(monkeypatch):
+    """PyTriton's readiness waits sleep 1 s between questions; in the server process their sleeps
+    are capped at 50 ms (each start about 1.4 s sooner), and nothing else of ``time`` changes."""
+    utils = pytest.importorskip("pytriton.client.utils", reason=pytriton_reason() or "needs nvidia-pytriton")
+    from inference.serving import _child
+
+    slept = []
+    clock = SimpleNamespace(sleep=slept.append, time=time.time, monotonic=time.monotonic)  # no real sleep
+    monkeypatch.setattr(_child, "time", clock)
+    monkeypatch.setattr(utils, "time", clock)  # both undone after the test: this process is no server
+    assert _child.prompt_readiness_polls() and _child.prompt_readiness_polls()  # idempotent
+    utils.time.sleep(1.0)
+    utils.time.sleep(0.01)
+    assert slept == [_child.POLL_S, 0.01]
+    assert utils.time.time is time.time and utils.time.monotonic is time.monotonic
