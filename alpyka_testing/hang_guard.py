@@ -128,19 +128,19 @@ def _timed_out(item: pytest.Item, timeout: float) -> None:
         return  # pytest-timeout's rule: a session under a debugger is not cut short
     err_file = sys.__stderr__
     try:
-        worker = item.config.workerinput.get("workerid", "?")
-        err_file.write(f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: "
-                       f"{item.nodeid}\n")
-        err_file.flush()
-        try:
+        captured, failure = "", ""
+        try:  # first, so that what follows reaches the real stderr, not the test's capture
             capman = item.config.pluginmanager.getplugin("capturemanager")
             if capman is not None:
                 capman.suspend_global_capture(item)
                 out, err = capman.read_global_capture()
-                err_file.write("".join(f"{'~' * 20} Captured {name}\n{text}\n"
-                                       for name, text in (("stdout", out), ("stderr", err)) if text))
+                captured = "".join(f"{'~' * 20} Captured {name}\n{text}\n"
+                                   for name, text in (("stdout", out), ("stderr", err)) if text)
         except Exception:  # noqa: BLE001 - the stacks matter more than the captured output
-            traceback.print_exc(file=err_file)
+            failure = traceback.format_exc()
+        worker = item.config.workerinput.get("workerid", "?")
+        err_file.write(f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: "
+                       f"{item.nodeid}\n{captured}{failure}")
         err_file.flush()
         faulthandler.dump_traceback(file=err_file, all_threads=True)
         err_file.write(f"{'+' * 20} Timeout: {item.nodeid}\n")
