@@ -49,20 +49,14 @@ def _own_timeout(item: pytest.Item) -> float:
 
 
 def _test_timeout(config: pytest.Config) -> float:
-    """pytest-timeout's limit as it reads it: ``--timeout``, else ``PYTEST_TIMEOUT``, else the ini
-    option (0 when none is set or pytest-timeout is absent)."""
-    for get in (lambda: config.getoption("timeout", None), lambda: os.environ.get("PYTEST_TIMEOUT"),
-                lambda: config.getini("timeout")):
-        try:
-            value = get()
-        except (ValueError, KeyError):
-            continue
-        if value not in (None, ""):
-            try:
-                return float(value)
-            except (TypeError, ValueError):
-                return 0.0
-    return 0.0
+    """pytest-timeout's limit as it reads it (``--timeout``, ``PYTEST_TIMEOUT``, the ini option);
+    0 without pytest-timeout or a limit."""
+    try:
+        from pytest_timeout import get_env_settings
+
+        return float(get_env_settings(config).timeout or 0)
+    except Exception:  # noqa: BLE001 - not installed, or a value it rejects (it reports that itself)
+        return 0.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
