@@ -1,4 +1,6 @@
-"""Every example runs as a newcomer would run it, and says OK."""
+"""Every example runs as a newcomer would run it, and says OK (``python examples/<name>.py``, in a
+fork of the warm interpreter of alpyka_testing.warm_python: the same run, without each child
+importing torch anew)."""
 
 import os
 import subprocess
@@ -6,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from alpyka_testing import warm_python
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -37,10 +41,10 @@ def run_example(name: str, *args: str, timeout: float = 300, backend: str | None
     path = str(EXAMPLES / name)
     if backend is not None:
         args = (backend, *args)
-    cmd = [sys.executable, path, *args]
+    argv = [path, *args]
     if backend is not None and backend in _standin_backends():
-        cmd = [sys.executable, "-c", _ON_STANDIN.format(backend=backend, path=path, args=list(args))]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        argv = ["-c", _ON_STANDIN.format(backend=backend, path=path, args=list(args))]
+    res = warm_python.run(argv, timeout=timeout, env=env)  # as `python path *args`, from a warm interpreter
     assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
     return res.stdout
 

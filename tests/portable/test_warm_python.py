@@ -1,0 +1,104 @@
+"""alpyka_testing.warm_python: a script run from the warm helper sees what it would see run cold
+(``python script.py``), and ends the same ways; what a fork cannot give runs cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from alpyka_testing import warm_python
+
+_REPORT = textwrap.dedent("""
+    import json, os, sys
+    print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "name": __name__,
+                      "file": globals().get("__file__"), "env": os.environ.get("WARM_TEST"),
+                      "in_path": os.environ["EXTRA"] in sys.path,
+                      "builtins": sorted(k for k in globals() if not k.startswith("__")),
+                      "warm": "torch" in sys.modules, "numba": "numba" in sys.modules,
+                      "alpyka": any(m.split(".")[0] in ("portable", "inference") for m in sys.modules)}))
+""")
+
+
+def _both(argv, tmp_path, **env):
+    full = {**os.environ, "WARM_TEST": "yes", "EXTRA": str(tmp_path / "extra"), **env}
+    full["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "extra"), os.environ.get("PYTHONPATH", "")])
+    warm = warm_python.run(argv, env=full, cwd=tmp_path, timeout=120)
+    cold = subprocess.run([sys.executable, *argv], env=full, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    return warm, cold
+
+
+@pytest.mark.parametrize("mode", ["script", "-m", "-c"])
+def test_a_warm_child_sees_what_a_cold_one_sees(tmp_path, mode):
+    pytest.importorskip("torch")
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "report.py").write_text(_REPORT)
+    argv = {"script": [str(tmp_path / "report.py"), "a", "b"], "-m": ["-m", "report", "a"],
+            "-c": ["-c", _REPORT, "x"]}[mode]
+    warm, cold = _both(argv, tmp_path)
+    assert warm.returncode == cold.returncode == 0, (warm.stderr, cold.stderr)
+    w, c = json.loads(warm.stdout), json.loads(cold.stdout)
+    # torch was imported before the fork
+    assert w.pop("warm") is True, warm_python.cold_start_reason(dict(os.environ), warm_python._base_env())
+    assert c.pop("warm") is False
+    assert w == c
+    assert not w["numba"] and not w["alpyka"]  # nothing of the library is imported before the fork
+
+
+def test_a_warm_child_ends_as_the_interpreter_ends(tmp_path):
+    script = tmp_path / "ends.py"
+    script.write_text(textwrap.dedent("""
+        import atexit, os, signal, sys, threading, time
+        how = sys.argv[1]
+        atexit.register(lambda: print("atexit ran", flush=True))
+        if how == "thread":
+            threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+        elif how == "exit":
+            sys.exit(3)
+        elif how == "raise":
+            raise ValueError("boom")
+        elif how == "signal":
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    """))
+    for how, code, out, err in [("thread", 0, "thread done\natexit ran\n", ""), ("exit", 3, "atexit ran\n", ""),
+                                ("raise", 1, "atexit ran\n", "ValueError: boom"), ("signal", -15, "", "")]:
+        done = warm_python.run([str(script), how], timeout=60)
+        assert (done.returncode, done.stdout) == (code, out), (how, done)
+        assert err in done.stderr and ("Traceback" in done.stderr) == (how == "raise"), (how, done.stderr)
+
+
+def test_a_warm_child_past_its_timeout_is_killed(tmp_path):
+    script = tmp_path / "sleeps.py"
+    script.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        warm_python.run([str(script)], timeout=2)
+    assert time.monotonic() - start < 30
+    pid = int(caught.value.output.split()[0])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert warm_python.run(["-c", "print('next')"], timeout=60).stdout == "next\n"  # the helper serves on
+
+
+def test_what_a_fork_cannot_give_runs_cold(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    base = dict(os.environ)
+    why = warm_python.cold_start_reason
+    assert why(dict(base, ALPYKA_BACKENDS="cpu_serial", PYTHONPATH="/x", TORCHINDUCTOR_CACHE_DIR="/y"), base) is None
+    assert why(dict(base, OMP_NUM_THREADS="7"), base) == "OMP_NUM_THREADS differ from the warm interpreter's"
+    assert "PYTHONHASHSEED" in why(dict(base, PYTHONHASHSEED="1"), base)
+    (tmp_path / "sitecustomize.py").write_text("")
+    assert why(dict(base, PYTHONPATH=str(tmp_path)), base) == f"{tmp_path} has a sitecustomize.py"
+    probe = ["-c", "import sys; print('torch' in sys.modules)"]
+    assert warm_python.run(probe, env=dict(os.environ, OMP_NUM_THREADS="7"), timeout=60).stdout == "False\n"
+    monkeypatch.setenv("ALPYKA_TEST_WARM", "0")
+    assert warm_python.run(probe, timeout=60).stdout == "False\n"
+    monkeypatch.delenv("ALPYKA_TEST_WARM")
+    assert warm_python.run(probe, timeout=60).stdout == "True\n", why(dict(os.environ), warm_python._base_env())
