@@ -90,19 +90,29 @@ def _base_env() -> dict[str, str]:
 
 def _run_forked(request: dict, timeout: float | None) -> int | None:
     """The child's exit status (negative: the signal that ended it), or None on a timeout."""
-    helper = _started_helper()
-    helper.stdin.write((json.dumps(request) + "\n").encode())
-    helper.stdin.flush()
-    pid = int(_reply(helper, None)["pid"])
-    reply = _reply(helper, timeout)
-    if reply is None:  # timed out: end the child by its id, as subprocess.run does
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _reply(helper, None)
-        return None
-    return int(reply["status"])
+    helper, pid = _started_helper(), None
+    try:
+        helper.stdin.write((json.dumps(request) + "\n").encode())
+        helper.stdin.flush()
+        pid = int(_reply(helper, None)["pid"])
+        reply = _reply(helper, timeout)
+        if reply is None:  # timed out: end the child by its id, as subprocess.run does
+            _kill(pid)
+            _reply(helper, None)
+            return None
+        return int(reply["status"])
+    except BaseException:  # Ctrl-C or a broken helper: no child left behind, no reply left unread
+        if pid is not None:
+            _kill(pid)
+        _end(helper)
+        raise
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 _pending = bytearray()
@@ -143,14 +153,22 @@ def stop() -> None:
     global _helper
     with _lock:
         helper, _helper = _helper, None
-    if helper is None or helper.poll() is not None:
-        return
-    helper.stdin.close()
-    try:
-        helper.wait(10)
-    except subprocess.TimeoutExpired:
-        helper.kill()
-        helper.wait()
+    if helper is not None:
+        _end(helper)
+
+
+def _end(helper: subprocess.Popen) -> None:
+    """The helper asked to end (its input closed), killed after 10 s."""
+    global _helper
+    if _helper is helper:
+        _helper = None
+    if helper.poll() is None:
+        helper.stdin.close()
+        try:
+            helper.wait(10)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
 
 
 # ----------------------------------------------------------------------------- the helper
@@ -162,7 +180,7 @@ def serve() -> None:
     for name in PRELOAD:
         try:
             __import__(name)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - a package that fails to import is simply not preloaded
             pass
     gc.collect()
     gc.freeze()  # the preloaded heap out of the children's collections: not walked, not copied

@@ -1,5 +1,7 @@
 """``alpyka demo --input FILE.root``, ``--workers N`` and ``--scheduler ADDRESS``, briefly."""
 
+import os
+
 import pytest
 
 pytest.importorskip("torch", reason="the demo needs torch (pip install -e '.[torch]')")
@@ -57,7 +59,17 @@ def test_demo_workers(model_env, capsys):
     assert "on 1 local Dask workers" in out and "GNN merging             efficiency" in out
 
 
-def test_demo_scheduler(model_env, capsys):
+@pytest.fixture
+def environ_restored():
+    """This process's environment put back afterwards: Dask's Nanny writes its workers' variables
+    (``OMP_NUM_THREADS=1``, ``PYTHONHASHSEED``, ...) into it and leaves them there."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_demo_scheduler(model_env, capsys, environ_restored):
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                                   dashboard_address=None, silence_logs=50,
                                   scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}) as cl:

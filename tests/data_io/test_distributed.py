@@ -39,7 +39,9 @@ def _children() -> set[int]:
 
 @pytest.fixture(scope="module")
 def client():
-    before = _children()
+    """A two-process local cluster. Its Nanny writes its workers' variables (``OMP_NUM_THREADS=1``,
+    ``PYTHONHASHSEED``, ...) into this process's environment and leaves them: put back at the end."""
+    before, environ = _children(), dict(os.environ)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                                        dashboard_address=None, silence_logs=50,
                                        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
@@ -52,6 +54,8 @@ def client():
         deadline = time.monotonic() + 10
         while _children() - before and time.monotonic() < deadline:
             time.sleep(0.1)
+        os.environ.clear()
+        os.environ.update(environ)
         assert not _children() - before, "worker processes left behind"
 
 

@@ -102,3 +102,36 @@ def test_what_a_fork_cannot_give_runs_cold(tmp_path, monkeypatch):
     assert warm_python.run(probe, timeout=60).stdout == "False\n"
     monkeypatch.delenv("ALPYKA_TEST_WARM")
     assert warm_python.run(probe, timeout=60).stdout == "True\n", why(dict(os.environ), warm_python._base_env())
+
+
+def test_an_interrupted_run_leaves_no_child_and_the_next_run_works(tmp_path, monkeypatch):
+    """Ctrl-C while a warm child runs: the child is killed, the helper replaced, nothing mixed up."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import os, time\nopen(os.environ['PID_FILE'], 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    pid_file = tmp_path / "pid"
+    real_reply, calls = warm_python._reply, []
+
+    def interrupted(helper, timeout):
+        calls.append(timeout)
+        if len(calls) == 2:  # waiting for the child's end: the user presses Ctrl-C
+            deadline = time.monotonic() + 30
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raise KeyboardInterrupt
+        return real_reply(helper, timeout)
+
+    monkeypatch.setattr(warm_python, "_reply", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        warm_python.run([str(script)], env=dict(os.environ, PID_FILE=str(pid_file)), timeout=120)
+    monkeypatch.setattr(warm_python, "_reply", real_reply)
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # killed: gone once its parent, the old helper, reaped it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the interrupted child {pid} still runs")
+    assert warm_python.run(["-c", "print('after')"], timeout=60).stdout == "after\n"
