@@ -120,9 +120,12 @@ def test_an_interrupted_run_leaves_no_child_and_the_next_run_works(tmp_path, mon
             raise KeyboardInterrupt
         return real_reply(helper, timeout)
 
+    env = dict(os.environ, PID_FILE=str(pid_file))
+    warm_python.run(["-c", "pass"], timeout=60)  # the helper started: its environment is the base
+    assert warm_python.cold_start_reason(env, warm_python._base_env()) is None
     monkeypatch.setattr(warm_python, "_reply", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        warm_python.run([str(script)], env=dict(os.environ, PID_FILE=str(pid_file)), timeout=120)
+        warm_python.run([str(script)], env=env, timeout=120)
     monkeypatch.setattr(warm_python, "_reply", real_reply)
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 10
