@@ -169,7 +169,7 @@ def pytest_collection_modifyitems(config, items):
 def _long_files_first(items) -> None:
     """Order the files: those with a `slow` test first, then tests/remote and tests/examples
     (servers and child processes), then the rest, each group in collection order and each file's
-    tests as they were. `-n 3 --dist loadfile` hands out files in this order, so the long ones
+    tests as they were. `-n 4 --dist loadfile` hands out files in this order, so the long ones
     start early and the workers finish together instead of one waiting for the others."""
     def path(it) -> str:
         return it.nodeid.split("::")[0]

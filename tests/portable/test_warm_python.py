@@ -97,11 +97,14 @@ def test_what_a_fork_cannot_give_runs_cold(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text("")
     assert why(dict(base, PYTHONPATH=str(tmp_path)), base) == f"{tmp_path} has a sitecustomize.py"
     probe = ["-c", "import sys; print('torch' in sys.modules)"]
+    before = warm_python.starts.copy()
     assert warm_python.run(probe, env=dict(os.environ, OMP_NUM_THREADS="7"), timeout=60).stdout == "False\n"
     monkeypatch.setenv("ALPYKA_TEST_WARM", "0")
     assert warm_python.run(probe, timeout=60).stdout == "False\n"
     monkeypatch.delenv("ALPYKA_TEST_WARM")
     assert warm_python.run(probe, timeout=60).stdout == "True\n", why(dict(os.environ), warm_python._base_env())
+    counted = warm_python.starts - before  # each request counted as warm, or under why it was not
+    assert counted == {"OMP_NUM_THREADS differ from the warm interpreter's": 1, "ALPYKA_TEST_WARM=0": 1, "warm": 1}
 
 
 def test_an_interrupted_run_leaves_no_child_and_the_next_run_works(tmp_path, monkeypatch):
