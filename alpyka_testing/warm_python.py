@@ -220,7 +220,7 @@ def _become(request: dict, site: list[str]) -> None:
         sys.modules["numpy"].random.seed()  # a fresh generator, as a new process has
     argv = request["argv"]
     mode, target, rest = (argv[0], argv[1], argv[2:]) if argv[0] in ("-m", "-c") else (None, argv[0], argv[1:])
-    first = {"-c": "", "-m": os.getcwd()}.get(mode, os.path.dirname(os.path.abspath(target)))
+    first = {"-c": "", "-m": os.getcwd()}.get(mode, os.path.dirname(os.path.realpath(target)))  # as CPython
     sys.path[:] = [first, *_pythonpath(request["env"]), *site]
     if mode == "-c":
         sys.argv = ["-c", *rest]
