@@ -44,6 +44,8 @@ _REPO = str(Path(__file__).resolve().parents[1])
 _lock = threading.Lock()
 _helper: subprocess.Popen | None = None
 _helper_env: dict[str, str] = {}
+#: why the helper cannot serve (it ended before forking), once it could not
+_broken: str | None = None
 #: this process's requests: ``"warm"``, or why one started cold
 starts: collections.Counter[str] = collections.Counter()
 
@@ -52,18 +54,26 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | os.Pat
         timeout: float | None = None) -> subprocess.CompletedProcess:
     """``python *argv`` (a script path, ``-m module`` or ``-c code`` first), its output captured as
     text; ``subprocess.TimeoutExpired`` once ``timeout`` seconds have passed (the child killed)."""
+    global _broken
     env = dict(os.environ if env is None else env)
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
-    cold = "ALPYKA_TEST_WARM=0" if os.environ.get("ALPYKA_TEST_WARM", "1") == "0" else cold_start_reason(
+    cold = "ALPYKA_TEST_WARM=0" if os.environ.get("ALPYKA_TEST_WARM", "1") == "0" else _broken or cold_start_reason(
         env, _base_env())
     starts[cold or "warm"] += 1
     if cold:
         return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)
-    with _lock, tempfile.TemporaryDirectory(prefix="alpyka-warm-") as tmp:
-        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        code = _run_forked({"argv": list(argv), "env": env, "cwd": cwd, "stdout": out, "stderr": err}, timeout)
-        stdout, stderr = (Path(p).read_text(errors="replace") for p in (out, err))
+    try:
+        with _lock, tempfile.TemporaryDirectory(prefix="alpyka-warm-") as tmp:
+            out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+            code = _run_forked({"argv": list(argv), "env": env, "cwd": cwd, "stdout": out, "stderr": err}, timeout)
+            stdout, stderr = (Path(p).read_text(errors="replace") for p in (out, err))
+    except HelperGone as gone:  # it died before forking (a preload crashed): this run and the next start cold
+        _broken = str(gone)
+        starts["warm"] -= 1
+        starts[_broken] += 1
+        return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
     if code is None:
         raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess([sys.executable, *argv], code, stdout, stderr)
@@ -94,7 +104,10 @@ def _run_forked(request: dict, timeout: float | None) -> int | None:
     try:
         helper.stdin.write((json.dumps(request) + "\n").encode())
         helper.stdin.flush()
-        pid = int(_reply(helper, None)["pid"])
+        try:
+            pid = int(_reply(helper, None)["pid"])
+        except RuntimeError as exc:
+            raise HelperGone(str(exc)) from None
         reply = _reply(helper, timeout)
         if reply is None:  # timed out: end the child by its id, as subprocess.run does
             _kill(pid)
@@ -106,6 +119,10 @@ def _run_forked(request: dict, timeout: float | None) -> int | None:
             _kill(pid)
         _end(helper)
         raise
+
+
+class HelperGone(RuntimeError):
+    """The helper ended before it forked the child."""
 
 
 def _kill(pid: int) -> None:

@@ -141,3 +141,17 @@ def test_an_interrupted_run_leaves_no_child_and_the_next_run_works(tmp_path, mon
     else:
         pytest.fail(f"the interrupted child {pid} still runs")
     assert warm_python.run(["-c", "print('after')"], timeout=60).stdout == "after\n"
+
+
+def test_a_helper_that_dies_before_forking_leaves_the_runs_cold(monkeypatch):
+    """A preload that crashes the helper (a broken torch build, say) costs the speed, not the run."""
+    warm_python.stop()
+    monkeypatch.setattr(warm_python, "_broken", None)
+    monkeypatch.setattr(warm_python, "_started_helper", lambda: subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0))
+    before = warm_python.starts.copy()
+    probe = ["-c", "import sys; print('torch' in sys.modules)"]
+    assert warm_python.run(probe, timeout=60).stdout == "False\n"
+    assert warm_python.run(probe, timeout=60).stdout == "False\n"  # no second try at a helper
+    counted = warm_python.starts - before
+    assert list(counted.values()) == [2] and "ended: 3" in next(iter(counted)), counted
