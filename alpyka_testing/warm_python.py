@@ -59,21 +59,21 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | os.Pat
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
     cold = "ALPYKA_TEST_WARM=0" if os.environ.get("ALPYKA_TEST_WARM", "1") == "0" else _broken or cold_start_reason(
         env, _base_env())
-    starts[cold or "warm"] += 1
-    if cold:
-        return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
-    try:
-        with _lock, tempfile.TemporaryDirectory(prefix="alpyka-warm-") as tmp:
-            out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-            code = _run_forked({"argv": list(argv), "env": env, "cwd": cwd, "stdout": out, "stderr": err}, timeout)
-            stdout, stderr = (Path(p).read_text(errors="replace") for p in (out, err))
-    except HelperGone as gone:  # it died before forking (a preload crashed): this run and the next start cold
-        _broken = str(gone)
-        starts["warm"] -= 1
-        starts[_broken] += 1
-        return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
+    if cold is None:
+        try:
+            return _run_warm(argv, env, cwd, timeout)
+        except HelperGone as gone:  # it died before forking (a preload crashed): this run and the next start cold
+            _broken = cold = str(gone)
+    starts[cold] += 1
+    return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _run_warm(argv: list[str], env: dict[str, str], cwd: str, timeout: float | None) -> subprocess.CompletedProcess:
+    with _lock, tempfile.TemporaryDirectory(prefix="alpyka-warm-") as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        code = _run_forked({"argv": list(argv), "env": env, "cwd": cwd, "stdout": out, "stderr": err}, timeout)
+        stdout, stderr = (Path(p).read_text(errors="replace") for p in (out, err))
+    starts["warm"] += 1
     if code is None:
         raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess([sys.executable, *argv], code, stdout, stderr)
@@ -128,7 +128,7 @@ class HelperGone(RuntimeError):
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except ProcessLookupError:  # it ended meanwhile: nothing to kill
         pass
 
 
