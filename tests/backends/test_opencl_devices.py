@@ -186,6 +186,15 @@ def test_a_users_own_vendors_directory_and_missing_libraries_are_respected(tmp_p
 
 
 # ---------------------------------------------------------------------- this machine
+def _backend_section(info: str, name: str) -> list[str]:
+    """The lines of `alpyka info` under one backend's heading (other backends list the same CPU)."""
+    lines = info.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"  {name} "))
+    rest = lines[start + 1:]
+    end = next((i for i, ln in enumerate(rest) if ln.startswith("  ") and not ln.startswith("    ")), len(rest))
+    return rest[:end]
+
+
 @pytest.mark.alpyka_backends("opencl")
 def test_every_device_in_use_passed_the_probe_and_says_its_hardware(device):
     from portable.cli._info import info_text
@@ -196,10 +205,11 @@ def test_every_device_in_use_passed_the_probe_and_says_its_hardware(device):
         assert dev.properties["type"] in ("gpu", "cpu", "accelerator", "other")
         assert dev.kind == "gpu"  # the execution model: many threads per block, on any hardware
         assert "oclgrind" not in dev.name.lower() or od.patterns()
-    info = info_text()
+    section = _backend_section(info_text(), "opencl")
     for dev in devs:
-        line = next(ln for ln in info.splitlines() if f"[{dev.index}] {dev.name}" in ln)
+        head = f"[{dev.index}] {dev.name} ("  # device names have brackets of their own: "Intel(R) Xeon(R)"
+        line = next(ln for ln in section if ln.strip().startswith(head))
         hw = dev.properties["type"]
-        assert line.split("(", 1)[1].startswith(hw), line
+        assert line.split(head, 1)[1].startswith(hw), line
         if hw == "cpu":
             assert "(gpu" not in line, line
