@@ -36,6 +36,25 @@ def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
     raise DeviceMismatch(f"{what} is memory of {ref.device}; it cannot be used on a queue of {queue.device}")
 
 
+def _typed_dtype(obj: Any) -> np.dtype | None:
+    """The element type of a Buffer or a numpy array (None for untyped memory)."""
+    return np.dtype(obj.dtype) if isinstance(obj, (Buffer, np.ndarray)) else None
+
+
+def _check_byte_order(dst: Any, src: Any) -> None:
+    """ValueError when one side holds values of a non-native byte order (``>f4`` from a FITS,
+    HDF5 or ROOT file) and the other is not of that same dtype: a byte copy does not convert
+    them (1.5 as ``>f4`` would read as 6.9e-41 in a float32 buffer)."""
+    dt, st = _typed_dtype(dst), _typed_dtype(src)
+    for side, t, other in (("source", st, dt), ("destination", dt, st)):
+        if t is not None and not t.isnative and t != other:
+            theirs = f"holds {other}" if other is not None else "is untyped memory"
+            raise ValueError(
+                f"memcpy: the {side} holds {t.str} values, not in this machine's byte order, and the other side "
+                f"{theirs}: a byte copy would not convert them; convert the array first, e.g. "
+                f"arr.astype(arr.dtype.newbyteorder('='))")
+
+
 def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     """Enqueue a copy of all of ``src`` into ``dst`` (same byte size; for collections, the same
     layout and size; ``buffer.memref(offset, nbytes)`` copies a byte span). Either side may be
@@ -44,6 +63,7 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
         raise TypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
     if type(dst) is type(src) and hasattr(dst, "check_same_shape"):  # two collections
         dst.check_same_shape(src)
+    _check_byte_order(dst, src)
     d, s = as_memref(dst, "destination", writable=True), as_memref(src, "source")
     if d.nbytes != s.nbytes:
         raise ValueError(f"memcpy: destination has {d.nbytes} bytes, source has {s.nbytes}")

@@ -37,6 +37,7 @@ from ._memory import memset
 from ._queue import Queue, exec
 from ._workdiv import WorkDiv
 from .kernel import device_function, kernel
+from .kernel._signature import check_byte_order
 
 __all__ = ["argsort", "assoc_count", "assoc_fill", "block_prefix_scan", "block_prefix_scan_range", "block_sum",
            "one_to_many", "prefix_scan", "radix_sort"]
@@ -215,6 +216,7 @@ def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
                              f"got {type(arr).__name__} of shape {shape}")
         if np.dtype(arr.dtype).kind not in "uif":
             raise TypeError(f"{what} must hold integers or floats, got {arr.dtype}")
+        check_byte_order(arr.dtype, f"pk.tools: {what}")
         if n is not None and shape[0] != n:
             raise ValueError(f"{what} has {shape[0]} elements, the other array {n}")
         n = shape[0]

@@ -145,6 +145,16 @@ def arg_specs(key: tuple, names: list[str]) -> list[ArgSpec]:
     return specs
 
 
+def check_byte_order(dtype: Any, what: str) -> None:
+    """KernelArgumentError for values of a non-native byte order (``>f4`` from FITS, HDF5 or
+    ROOT files on a little-endian machine): kernels read memory in the device's own order."""
+    dt = np.dtype(dtype)
+    if not dt.isnative:
+        raise KernelArgumentError(
+            f"{what} holds {dt.str} values, not in this machine's byte order: kernels would read them "
+            f"wrong; convert them first, e.g. arr.astype(arr.dtype.newbyteorder('=')) (a native {dt.name})")
+
+
 def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> None:
     """Raise KernelArgumentError for a wrong count, unsupported type or memory of another device."""
     if len(args) != len(names):
@@ -162,6 +172,7 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
             if not 1 <= len(a.shape) <= 3:
                 raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r} is a "
                                           f"{len(a.shape)}-d buffer; kernels take 1-3 dimensional buffers")
+            check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         elif isinstance(a, np.ndarray):
             if not device.is_host_memory:
                 raise KernelArgumentError(
@@ -174,6 +185,7 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
                 scalar_type(a.dtype)
             except TypeError as exc:
                 raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r}: {exc}") from None
+            check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         if where is not None and not device.can_access(where):
             raise KernelArgumentError(
                 f"kernel {kernel_name!r}: argument {names[i]!r} lives on {where}, which a queue of "
