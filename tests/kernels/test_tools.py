@@ -18,13 +18,21 @@ def test_prefix_scan_any_length(queue, n, dtype):
     np.testing.assert_allclose(download(queue, dst), np.cumsum(x), rtol=0, atol=0)
 
 
-def test_prefix_scan_in_place_and_empty(queue):
+def test_prefix_scan_in_place_and_empty(device, queue):
     x = np.arange(5000, dtype=np.int64)
     buf = upload(queue, x)
     pk.tools.prefix_scan(queue, buf, buf)
     np.testing.assert_array_equal(download(queue, buf), np.cumsum(x))
-    empty = upload(queue, np.zeros(0, np.int32))
-    pk.tools.prefix_scan(queue, empty, empty)
+    empty, other = upload(queue, np.zeros(0, np.int32)), upload(queue, np.zeros(0, np.int32))
+    queue.wait()
+    stats = device.backend.allocator(device).stats
+    before = (stats.hits, stats.misses, stats.live_blocks)
+    assert pk.tools.prefix_scan(queue, empty, empty) is None
+    assert pk.tools.prefix_scan(queue, empty, other) is None
+    queue.wait()
+    stats = device.backend.allocator(device).stats
+    assert (stats.hits, stats.misses, stats.live_blocks) == before  # no workspace, nothing launched
+    assert download(queue, empty).shape == download(queue, other).shape == (0,)
 
 
 def test_prefix_scan_refuses_bad_input(queue):
@@ -99,3 +107,39 @@ def test_in_kernel_building_blocks(device, queue):
     got = download(queue, out)
     np.testing.assert_array_equal(got[:n], np.cumsum(data))
     assert got[n] == (data.sum() if threads > 1 else data[0])
+
+
+@pk.kernel
+def block_sums_everywhere(acc, per_block, per_thread, data, n):
+    """Each block sums its threads' values with pk.tools.block_sum; every thread keeps what it got."""
+    ws = acc.shared_array(1024, np.int64)  # one word per warp: 255 with one-thread warps
+    i = acc.block_idx * acc.block_threads + acc.thread_idx
+    total = pk.tools.block_sum(acc, data[i] if i < n else 0, ws)
+    per_thread[i] = total
+    if acc.thread_idx == 0:
+        per_block[acc.block_idx] = total
+
+
+@pytest.mark.hip_differs  # the rocm stand-in's 64-lane wavefronts too
+def test_block_sum_with_partial_last_warps(device, queue):
+    """Blocks of 1, 33, 100 and 255 threads (as many as the device runs per block: 1 on the CPU
+    backends): a warp of the block is partial in each but the 1-thread block on 32- and 64-lane
+    warps, and every thread gets its block's exact sum."""
+    sizes = [t for t in (1, 33, 100, 255) if t <= device.limits.max_threads_per_block]
+    assert sizes, f"{device} runs no block of 1 thread"
+    rng = np.random.default_rng(17)
+    for threads in sizes:
+        blocks = 3
+        n = blocks * threads - threads // 2  # the last block half empty (its threads add 0)
+        data = rng.integers(1, 1_000_000, n).astype(np.int64)
+        padded = np.zeros(blocks * threads, np.int64)
+        padded[:n] = data
+        want = padded.reshape(blocks, threads).sum(axis=1)
+        wd = pk.WorkDiv(blocks, threads, 1)
+        wd.check(device)
+        per_block = upload(queue, np.zeros(blocks, np.int64))
+        per_thread = upload(queue, np.zeros(blocks * threads, np.int64))
+        pk.exec(queue, wd, block_sums_everywhere, per_block, per_thread, upload(queue, data), n)
+        np.testing.assert_array_equal(download(queue, per_block), want, err_msg=f"{threads} threads per block")
+        np.testing.assert_array_equal(download(queue, per_thread), np.repeat(want, threads),
+                                      err_msg=f"{threads} threads per block: a thread's total")
