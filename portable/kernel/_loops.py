@@ -146,10 +146,11 @@ class LoopBuilder:
 
     def pairs_loop(self, lv: LoopVal, s: ast.For, d: int) -> list[ir.Stmt]:
         """``for k, a, b in acc.pairs(first, last)``: the block's threads share the pairs ``a < b``
-        of rows ``[first, last)``; ``k`` is the pair's rank in ``ak.combinations`` order (so an
-        event's pairs land at ``pair_offsets[e] + k``). Lowered to independent_group_elements
-        over ``k`` with ``(a, b)`` unranked from ``k``: a float estimate of the row, corrected
-        in integers."""
+        of rows ``[first, last)`` (none when ``last <= first``); ``k`` is the pair's rank in
+        ``ak.combinations`` order (so an event's pairs land at ``pair_offsets[e] + k``). Lowered
+        to independent_group_elements over ``k`` with ``(a, b)`` unranked from ``k``: a float
+        estimate of the row, corrected in integers (the estimate is off by one at row ends from
+        about 2e8 rows, where the square root's rounding swamps the distance to the next row)."""
         line = self.line(s)
         if len(lv.args) != 2:
             raise self.error(s, "acc.pairs(first, last) takes the first and the end row of the event")
@@ -162,7 +163,9 @@ class LoopBuilder:
         a, b = (self.loop_var(t, s) for t in names[-2:])
         pre = []
         set_first, f = self.tmp_index(first, "pair_first")
-        set_n, n = self.tmp_index(binop("-", last, f), "pair_rows")
+        # no rows (and no pairs) when last <= first, as ak.combinations of an empty event
+        rows = ir.MathCall("max", [binop("-", last, f), ir.Const(0, INDEX)], INDEX)
+        set_n, n = self.tmp_index(rows, "pair_rows")
         pre += [set_first, set_n]
         i = self.tmp_index(ir.Const(0, INDEX), "pair_row")[1]
         one, two = ir.Const(1, INDEX), ir.Const(2, INDEX)
