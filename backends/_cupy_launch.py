@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from portable.kernel import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import make_packer
@@ -58,6 +59,7 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
     kernel.check_args(args, dev)
     is_hip = dev.backend_name == "rocm"
     kir, src = emit_for(kernel, key, workdiv.dim, "hip" if is_hip else "cuda")
+    check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)  # before the device compiler sees it
     with impl.scope:
         fn = build_function(impl.cupy, src, is_hip)
         max_threads = int(fn.max_threads_per_block)
@@ -67,7 +69,9 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
         return (np.uint64(mem.ptr + offset),)
 
     pack = make_packer(src, dev, kernel.param_names, array_values)
-    return CupyPlan(src, fn, pack, max_threads, static_shared, kernel.__name__)
+    plan = CupyPlan(src, fn, pack, max_threads, static_shared, kernel.__name__)
+    plan.needs = kir.shared_needs
+    return plan
 
 
 def _opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
-from portable.kernel import debug_enabled
+from portable.kernel import check_shared_needs, debug_enabled
 
 from ._c_emit import emit
 from ._c_source import CEmitError, CSource
@@ -26,7 +26,7 @@ class DevicePlan:
     checked against it, each with the device it was checked for and its native geometry (see
     :func:`prepare_launch`)."""
 
-    __slots__ = ("src", "pack", "max_threads", "static_shared", "name", "lock", "err", "fits")
+    __slots__ = ("src", "pack", "max_threads", "static_shared", "name", "lock", "err", "fits", "needs")
 
     def __init__(self, src: CSource, pack: Any, max_threads: int, static_shared: int, name: str) -> None:
         self.src, self.pack = src, pack
@@ -34,6 +34,8 @@ class DevicePlan:
         self.lock = threading.Lock()
         self.err = src.needs_error_flag
         self.fits: dict[int, tuple] = {}
+        #: the kernel's shared-size needs (ir.SharedNeed), checked for each work division
+        self.needs: list = []
 
 
 def launch_key(device: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple:
@@ -140,5 +142,6 @@ def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
                            f"block on {dev} (its register or private memory use limits it below the "
                            f"device's {dev.limits.max_threads_per_block})")
     check_shared_memory(plan.name, plan.static_shared, dyn, dev)
+    check_shared_needs(plan.needs, workdiv, plan.name)
     blocks, local = tuple(reversed(workdiv.blocks)), tuple(reversed(workdiv.threads))
     return blocks, local, tuple(b * t for b, t in zip(blocks, local))

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from portable import Buffer
-from portable.kernel import KernelArgumentError, debug_enabled, load_generated_module
+from portable.kernel import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
 from portable.spi import c_strides, signature_key
 
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code
@@ -131,6 +131,8 @@ def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args
     pkey = (backend_name, len(workdiv.blocks), key, debug)
     kernel.check_args(args, queue.device)
     with kernel.lock:
+        # CPU blocks have one thread each (every work division): once per plan is enough
+        check_shared_needs(kernel.ir(key, len(workdiv.blocks), debug).shared_needs, workdiv, kernel.__name__)
         plan = kernel.plans.get(pkey)
         if plan is None:
             plan = make_plan(backend_name, kernel, key, len(workdiv.blocks), debug)

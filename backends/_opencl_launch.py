@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from portable.kernel import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
@@ -69,6 +70,7 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
     dev = queue.device
     kernel.check_args(args, dev)
     kir, src = emit_for(kernel, key, workdiv.dim, "opencl")
+    check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)  # before the device compiler sees it
     native = dev.native
     program = build_program(native.context, native.device, src)
     knl = cl.Kernel(program, src.entry)
@@ -79,7 +81,9 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
         return (mem, i64(offset))
 
     pack = make_packer(src, dev, kernel.param_names, array_values, cl.LocalMemory)
-    return OpenCLPlan(src, program, knl, pack, max_threads, static_shared, kernel.__name__)
+    plan = OpenCLPlan(src, program, knl, pack, max_threads, static_shared, kernel.__name__)
+    plan.needs = kir.shared_needs
+    return plan
 
 
 def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:

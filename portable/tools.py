@@ -5,8 +5,9 @@ synchronise):
 
 - ``block_prefix_scan(acc, src, dst, size, ws)``: inclusive scan of ``src[0:size]`` into ``dst``
   (``dst`` may be ``src``) by the block's threads; ``ws`` is a shared workspace of at least
-  ``acc.block_threads`` elements. ``block_prefix_scan_range(acc, src, dst, first, last, ws)`` scans
-  ``[first, last)``. CMSSW's ``blockPrefixScan``.
+  ``acc.block_threads`` elements (a smaller shared array is a WorkDivError at launch, naming it).
+  ``block_prefix_scan_range(acc, src, dst, first, last, ws)`` scans ``[first, last)``. CMSSW's
+  ``blockPrefixScan``.
 - ``block_sum(acc, value, ws)``: the sum of ``value`` over the block, returned to every thread:
   warp shuffles, then the warps' sums through ``ws`` (at least one element per warp).
 - ``assoc_count(acc, offsets, key)`` and ``assoc_fill(acc, offsets, content, key, value)``: the two
@@ -44,7 +45,12 @@ __all__ = ["argsort", "assoc_count", "assoc_fill", "block_prefix_scan", "block_p
 
 
 # ----------------------------------------------------------------------------- in kernels
-@device_function
+def _one_per_thread(block_threads: int) -> int:
+    """``ws`` of the block scans: one element per thread of the block (checked at launch)."""
+    return block_threads
+
+
+@device_function(min_shared={"ws": _one_per_thread})
 def block_prefix_scan_range(acc, src, dst, first, last, ws):
     """Inclusive scan of ``src[first:last]`` into ``dst[first:last]``: each thread scans a chunk,
     the chunks' totals are scanned in ``ws`` (Hillis-Steele), then each chunk adds its base."""
@@ -74,7 +80,7 @@ def block_prefix_scan_range(acc, src, dst, first, last, ws):
     acc.sync_block_threads()
 
 
-@device_function
+@device_function(min_shared={"ws": _one_per_thread})
 def block_prefix_scan(acc, src, dst, size, ws):
     block_prefix_scan_range(acc, src, dst, 0, size, ws)
 

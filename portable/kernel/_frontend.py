@@ -125,6 +125,12 @@ class CompileContext:
     #: ``(device function, argument values, ctx) -> (name, return type, IR arguments)``: the
     #: layer above (portable.kernel._kernel) builds device functions; the front-end only calls it
     specialise: Callable[..., tuple] | None = None
+    #: shared-size needs (see ir.SharedNeed): of the kernel's shared arrays, by (array, parameter);
+    #: of each specialised device function's array parameters, by function name; the device
+    #: function (name, parameter index) each array parameter belongs to
+    shared_needs: dict[tuple, Any] = field(default_factory=dict)
+    param_needs: dict[str, dict] = field(default_factory=dict)
+    param_owner: dict[str, tuple] = field(default_factory=dict)
 
 
 def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
@@ -590,5 +596,5 @@ def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug:
     b, body = run_builder(make, parsed.tree.body)
     k = ir.Kernel(parsed.name, ndim, params, b.locals, body, list(ctx.shared.values()), ctx.functions,
                   ctx.uses_dynamic_shared, debug, parsed.filename, parsed.line_offset + 1, per_arg,
-                  list(ctx.private.values()))
+                  list(ctx.private.values()), list(ctx.shared_needs.values()))
     return k

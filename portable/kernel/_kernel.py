@@ -4,12 +4,14 @@ the per-(backend, signature) cache of launch plans that backends fill."""
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import pickle
 import sys
 import threading
 from typing import Any, Callable
 
+from .._errors import WorkDivError
 from . import ir
 from ._errors import KernelArgumentError, KernelSyntaxError
 from ._frontend import (CompileContext, FunctionBuilder, ParsedFunction, _assigned_names, build_kernel,
@@ -87,11 +89,16 @@ def _import_by_reference(what: str, module: str, qualname: str) -> Any:
 
 class DeviceFunction:
     """A helper a kernel may call (``@pk.device_function``). It takes ``acc``, arrays, views and
-    scalars, and returns one scalar or nothing. Compiled with the kernel that calls it."""
+    scalars, and returns one scalar or nothing. Compiled with the kernel that calls it.
+
+    ``min_shared`` maps array parameters to the least number of elements a shared array passed
+    there must have, as a function of the block's threads (``{"ws": lambda block_threads:
+    block_threads}``): checked at each launch against its work division (WorkDivError)."""
 
     __alpyka_device_function__ = True
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, min_shared: dict[str, Callable[[int], int]] | None = None) -> None:
+        self.min_shared = _check_min_shared(fn, min_shared or {})
         self.py_function = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
@@ -197,11 +204,63 @@ def kernel(fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[.
     return Kernel(fn, dynamic_shared_bytes)
 
 
-def device_function(fn: Callable) -> DeviceFunction:
-    """Mark ``fn`` as a helper kernels may call (``@pk.device_function``)."""
+def device_function(fn: Callable | None = None, *, min_shared: dict[str, Callable[[int], int]] | None = None) -> Any:
+    """Mark ``fn`` as a helper kernels may call: ``@pk.device_function``, or
+    ``@pk.device_function(min_shared={"ws": lambda block_threads: block_threads})`` for one
+    whose shared array parameter ``ws`` needs that many elements (checked at launch)."""
+    if fn is None:
+        return lambda f: device_function(f, min_shared=min_shared)
     if not callable(fn):
         raise TypeError("@pk.device_function decorates a function")
-    return DeviceFunction(fn)
+    return DeviceFunction(fn, min_shared)
+
+
+def _check_min_shared(fn: Callable, needs: dict) -> dict[str, Callable[[int], int]]:
+    """``min_shared`` of a device function: parameter names (not acc) to callables."""
+    if not isinstance(needs, dict):
+        raise TypeError(f"min_shared takes a dict {{parameter: lambda block_threads: elements}}, got "
+                        f"{type(needs).__name__}")
+    code = getattr(fn, "__code__", None)
+    params = list(code.co_varnames[:code.co_argcount]) if code is not None else []
+    for name, rule in needs.items():
+        if name not in params[1:]:
+            raise TypeError(f"min_shared names {name!r}, which is not a parameter of {fn.__name__!r} after acc "
+                            f"({', '.join(params[1:])})")
+        if not callable(rule):
+            raise TypeError(f"min_shared[{name!r}] must be a function of block_threads, got {rule!r}")
+    return dict(needs)
+
+
+def check_shared_needs(needs: list[ir.SharedNeed], workdiv: Any, kernel_name: str) -> None:
+    """WorkDivError when a shared array is smaller than a device function it is passed to needs
+    for ``workdiv``'s threads per block (``@pk.device_function(min_shared=...)``)."""
+    if not needs:
+        return
+    threads = math.prod(workdiv.threads)
+    for need in needs:
+        want = int(need.minimum(threads))
+        if need.elements < want:
+            raise WorkDivError(
+                f"kernel {kernel_name!r}: {need.label} has {need.elements} elements, but {need.param} needs at least "
+                f"{want} with {threads} threads per block ({workdiv}); declare it with at least that many "
+                f"(acc.shared_array({want}, ...)) or launch fewer threads per block")
+
+
+def _apply_needs(fname: str, vals: list[Any], ctx: CompileContext) -> None:
+    """The shared-size needs of device function ``fname``'s array parameters, carried to the
+    arrays of a call (``vals``): a kernel's shared array records an ir.SharedNeed; a parameter
+    of the device function being built passes the need on to that function."""
+    for (k, what), minimum in ctx.param_needs.get(fname, {}).items():
+        v = vals[k]
+        if not isinstance(v, ir.ArrayRef):
+            continue
+        owner = ctx.param_owner.get(v.name)
+        if owner is not None:
+            ctx.param_needs.setdefault(owner[0], {})[(owner[1], what)] = minimum
+        elif v.name in ctx.shared:
+            sh = ctx.shared[v.name]
+            label = ctx.labels.get(v.name, v.name)
+            ctx.shared_needs[(v.name, what)] = ir.SharedNeed(v.name, label, math.prod(sh.shape), what, minimum)
 
 
 # ----------------------------------------------------------------------------- device functions
@@ -238,9 +297,14 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
     skey = (df, tuple(keys))
     if skey in ctx.specialisations:
         fname = ctx.specialisations[skey]
+        _apply_needs(fname, vals, ctx)
         return fname, ctx.functions[fname].return_type, call_args
     fname = f"df_{df.__name__}_{len(ctx.specialisations)}"
     ctx.specialisations[skey] = fname
+    own = ctx.param_needs.setdefault(fname, {})
+    for k, pname in enumerate(parsed.params):
+        if pname in df.min_shared:
+            own[(k, f"parameter {pname!r} of device function {df.__name__!r}")] = df.min_shared[pname]
     assigned_scalars: list[tuple[str, ir.Var]] = []
     params: list[Any] = []
     assigned = _assigned_names(parsed.tree)
@@ -268,6 +332,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
                 a = _array_param(pn, v)
                 params.append(a)
                 bindings[pname] = a
+                ctx.param_owner[pn] = (fname, k)
                 ctx.labels[pn] = f"array parameter {pname!r} of device function {df.__name__!r}"
             else:
                 fields = {}
@@ -294,6 +359,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
                                 "returns a value on some paths but may end without 'return value'",
                                 parsed.filename, parsed.line_offset + 1)
     ctx.functions[fname] = ir.Function(fname, list(params), ret, b.locals, body, uses_acc, df.__name__)
+    _apply_needs(fname, vals, ctx)
     return fname, ret, call_args
 
 
@@ -306,4 +372,5 @@ def _always_returns(body: list[ir.Stmt]) -> bool:
     return False
 
 
-__all__ = ["Kernel", "DeviceFunction", "kernel", "device_function", "debug_enabled", "ScalarType"]
+__all__ = ["Kernel", "DeviceFunction", "kernel", "device_function", "debug_enabled", "check_shared_needs",
+           "ScalarType"]

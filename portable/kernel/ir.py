@@ -124,7 +124,7 @@ Functions and kernels:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
 
@@ -394,6 +394,20 @@ class SharedArray:
     shape: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class SharedNeed:
+    """A static shared array that a device function needs at least ``minimum(block_threads)``
+    elements of (``@pk.device_function(min_shared={param: rule})``): ``label`` names the array
+    (``shared array 'ws'``), ``elements`` is its size, ``param`` the parameter that needs it.
+    Checked against each launch's threads per block, before the kernel is built for a device."""
+
+    array: str
+    label: str
+    elements: int
+    param: str
+    minimum: Callable[[int], int]
+
+
 @dataclass(eq=False)
 class Function:
     name: str
@@ -422,6 +436,8 @@ class Kernel:
     args: list[list[Param]] = field(default_factory=list)
     #: per-thread arrays (kind ``private``), declared at the top of the kernel
     private: list[SharedArray] = field(default_factory=list)
+    #: minimum sizes of shared arrays in terms of the block's threads (see :class:`SharedNeed`)
+    shared_needs: list[SharedNeed] = field(default_factory=list)
 
 
 def walk(stmts: list[Stmt]):
