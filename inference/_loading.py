@@ -7,7 +7,11 @@ Nothing here unpickles arbitrary Python objects:
 - TorchScript archives are read by ``torch.jit.load``, whose unpickler rebuilds TorchScript
   types and tensors only (it imports no Python globals);
 - ``.pt2`` ``torch.export`` programs (``torch.export.save``) hold a JSON graph and raw weights,
-  read by ``torch.export.load`` (no pickle of Python objects) and run without compiling;
+  read by ``torch.export.load`` and run without compiling. ``torch.export.load`` (and
+  ``aoti_load_package``, which loads the programs a package holds) would unpickle with
+  ``weights_only=False`` any weight or constant its payload configs mark ``use_pickle``, custom
+  objects, legacy ``.pt`` entries and example inputs the weights-only loader refuses: an archive
+  holding any of them is refused before torch reads it (:func:`check_pt2_pickles`);
 - ONNX files are protobuf, read by ONNX Runtime (no pickle);
 - ``.pt2`` AOTInductor packages hold compiled native code, metadata and raw weights and are
   read by ``torch._inductor.aoti_load_package`` (no pickle). Loading one runs its native code:
@@ -19,6 +23,7 @@ Nothing here unpickles arbitrary Python objects:
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import warnings
@@ -87,8 +92,10 @@ def detect_format(path: str | os.PathLike) -> str:
                              f"pickle (starts with {head!r}); is it a TensorFlow file?")
     names = _names(p)
     if any("/aotinductor/" in n or n.startswith("aotinductor/") for n in names):
+        check_pt2_pickles(p, names)
         return "aot"
     if any(n.endswith("/archive_format") for n in names) or any("/models/" in n and n.endswith(".json") for n in names):
+        check_pt2_pickles(p, names)
         return "exported"
     if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
         return "jit"
@@ -99,6 +106,96 @@ def detect_format(path: str | os.PathLike) -> str:
         raise ModelFileError(f"{p}: a zip archive that is neither a torch.export program (torch.export.save: "
                              f"models/*.json) nor an AOTInductor package (aotinductor/...); its entries: {shown}")
     raise ModelFileError(f"{p}: a zip archive that is neither TorchScript, a .pt2 package nor a torch.save file")
+
+
+# --------------------------------------------------------------------------- .pt2 archives: no pickles
+#: where torch.export.save puts things in a .pt2 archive (torch.export.pt2_archive.constants)
+_PT2_LAYOUT = {"models": "models/{}.json", "weights_config": "data/weights/{}_weights_config.json",
+               "constants_config": "data/constants/{}_constants_config.json",
+               "sample_inputs": "data/sample_inputs/{}.pt", "tensor_constant": "tensor_"}
+#: entries torch reads as pickles by their name (legacy weights/constants, the torch 2.7 zip layout)
+_PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle")
+_REEXPORT = ("re-export the model with plain tensors as weights: inference.export(module, example_inputs, "
+             "'model.pt2') (torch.export.save) or inference.aot.compile(...) write weights as raw bytes "
+             "and nothing torch unpickles")
+
+
+def _pt2_layout() -> dict[str, str]:
+    """The installed torch's .pt2 entry names (the defaults above where torch does not say)."""
+    try:
+        from torch.export.pt2_archive import constants as c
+    except ImportError:  # an older torch
+        return _PT2_LAYOUT
+    return {"models": c.MODELS_FILENAME_FORMAT, "weights_config": c.WEIGHTS_CONFIG_FILENAME_FORMAT,
+            "constants_config": c.CONSTANTS_CONFIG_FILENAME_FORMAT,
+            "sample_inputs": c.SAMPLE_INPUTS_FILENAME_FORMAT, "tensor_constant": c.TENSOR_CONSTANT_FILENAME_PREFIX}
+
+
+def _pickled(path: Path, entry: str, what: str) -> ModelFileError:
+    return ModelFileError(f"{path}: archive entry {entry!r} {what}; torch would unpickle it (weights_only=False), "
+                          f"running any code it holds, so the archive is refused: {_REEXPORT}")
+
+
+def _fits(rel: str, fmt: str) -> bool:
+    """Whether the lower-cased entry name ``rel`` is ``fmt`` (``"dir/{}.json"``) for some model name."""
+    head, tail = fmt.lower().split("{}")
+    return rel.startswith(head) and rel.endswith(tail) and len(rel) > len(head) + len(tail)
+
+
+def _check_payload_config(path: Path, zf: zipfile.ZipFile, entry: str, constants: bool, tensor_prefix: str) -> None:
+    """Refuse a weights/constants config with an entry torch unpickles: ``use_pickle`` set (any
+    true value, as torch tests it), or a constant that is not a raw tensor (custom objects)."""
+    try:
+        config = json.loads(zf.read(entry))["config"]
+        items = [(str(fqn), meta, str(meta.get("path_name", ""))) for fqn, meta in config.items()]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelFileError(f"{path}: archive entry {entry!r} is not a payload config ({type(exc).__name__}: "
+                             f"{exc}); the file is damaged or not written by torch.export.save") from None
+    for fqn, meta, name in items:
+        if meta.get("use_pickle"):
+            raise _pickled(path, entry, f"marks {fqn!r} ({name}) use_pickle")
+        if constants and not name.startswith(tensor_prefix):
+            raise _pickled(path, entry, f"makes constant {fqn!r} a pickled object ({name!r}, not a raw tensor)")
+
+
+def _check_sample_inputs(path: Path, zf: zipfile.ZipFile, entry: str) -> None:
+    """The example inputs (a torch.save of tensors that torch.export.save always writes) must load
+    with the weights-only loader, torch's first try; where it fails torch unpickles them fully."""
+    data = zf.read(entry)
+    if not data:  # torch reads an empty entry as no inputs
+        return
+    try:
+        torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - the weights-only loader raises many kinds
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _pickled(path, entry, f"holds example inputs that are not plain tensors ({text[:200]})") from None
+
+
+def check_pt2_pickles(path: str | os.PathLike, names: list[str]) -> None:
+    """Refuse (:class:`ModelFileError`, naming the entry) a ``.pt2`` archive from which
+    ``torch.export.load`` or ``aoti_load_package`` would unpickle anything with
+    ``weights_only=False``: weights or constants marked ``use_pickle`` in a payload config,
+    custom-object constants, legacy ``.pt``/``.pkl`` entries, example inputs the weights-only
+    loader refuses. Entry names are compared without the archive's root folder and without case
+    (torch's zip reader looks names up ignoring case): two entries differing only so are refused."""
+    p, lay = Path(path), _pt2_layout()
+    seen: dict[str, str] = {}
+    for name in names:
+        rel = name.replace("\\", "/").split("/", 1)[-1].lower()
+        if rel in seen:
+            raise ModelFileError(f"{p}: archive entries {seen[rel]!r} and {name!r} name the same file for torch; "
+                                 f"the archive was not written by torch.export.save: {_REEXPORT}")
+        seen[rel] = name
+    head, tail = lay["models"].lower().split("{}")
+    samples = {lay["sample_inputs"].lower().format(r[len(head):-len(tail)]) for r in seen if _fits(r, lay["models"])}
+    with zipfile.ZipFile(p) as zf:
+        for rel, name in seen.items():
+            if rel in samples:
+                _check_sample_inputs(p, zf, name)
+            elif rel.endswith(_PICKLE_SUFFIXES):
+                raise _pickled(p, name, "is a pickle (a legacy torch.export layout)")
+            elif _fits(rel, lay["weights_config"]) or _fits(rel, lay["constants_config"]):
+                _check_payload_config(p, zf, name, _fits(rel, lay["constants_config"]), lay["tensor_constant"])
 
 
 def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, torch.Tensor]:
