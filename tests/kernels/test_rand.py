@@ -125,3 +125,51 @@ def test_engine_errors_name_the_fix(queue):
                     (engine_as_value, "assign acc.rand_engine"), (int_dtype, "np.float32 or np.float64")]:
         with pytest.raises(KernelSyntaxError, match=text):
             pk.exec(queue, pk.WorkDiv(1, 1, 1), k, out)
+
+
+# Known answers of the float64 uniform's recipe (docs: 27 bits of one draw, 26 of the next, on
+# the grid of 2**-53), written out here from the words: (a >> 5) * 2**26 + (b >> 6), times 2**-53.
+_F64_CASES = [
+    (0x00000000, 0x00000000, 0.0),
+    (0xFFFFFFFF, 0xFFFFFFFF, 1.0 - 2.0**-53),  # the largest value: below 1
+    (0x80000000, 0x00000000, 0.5),
+    (0x00000000, 0x00000040, 2.0**-53),  # the smallest step: bit 6 of the second word
+    (0x0000001F, 0x0000003F, 0.0),  # the bits the recipe drops: 5 of the first word, 6 of the second
+    (0x00000020, 0x00000000, 2.0**-27),  # bit 5 of the first word
+    (0x00000000, 0xFFFFFFFF, (2.0**26 - 1) * 2.0**-53),
+    (0xFFFFFFFF, 0x00000000, (2.0**27 - 1) * 2.0**-27),
+    (0x12345678, 0x9ABCDEF0, (0x12345678 // 32 * 2**26 + 0x9ABCDEF0 // 64) / 2**53),
+]
+
+
+@pk.kernel
+def uniform_of_words(acc, out, words, n):
+    """acc.rand_uniform(eng, np.float64) of given draws: the engine's block (words 6-9) set to
+    them, none of it used yet (word 10), so the conversion reads exactly those words."""
+    for i in acc.uniform_elements(n):
+        eng = acc.rand_engine(0, 0)
+        eng[6] = words[i, 0]
+        eng[7] = words[i, 1]
+        eng[8] = words[i, 0]
+        eng[9] = words[i, 1]
+        eng[10] = 0
+        out[i, 0] = acc.rand_uniform(eng, np.float64)
+        out[i, 1] = acc.rand_uniform(eng, np.float64)  # the block's other two words
+
+
+def test_float64_uniform_of_known_words(device, queue):
+    words = np.array([(a, b) for a, b, _ in _F64_CASES], np.uint32)
+    want = np.array([u for _, _, u in _F64_CASES])
+    assert want[1] < 1.0 and want[1] == np.nextafter(1.0, 0.0)
+    n = len(_F64_CASES)
+    out = upload(queue, np.full((n, 2), -1.0))
+    pk.exec(queue, _workdiv(device, n), uniform_of_words, out, upload(queue, words), n)
+    got = download(queue, out)
+    np.testing.assert_array_equal(got[:, 0], want)
+    np.testing.assert_array_equal(got[:, 1], want)
+
+
+def test_host_float64_uniform_is_the_recipe_on_the_stream():
+    u = pk.rand.stream(5, 3, 2 * 64).reshape(64, 2).astype(np.int64)
+    want = [float(((a >> 5) * 2**26 + (b >> 6)) / 2**53) for a, b in u.tolist()]  # exact: under 2**53
+    assert pk.rand.uniform(5, 3, 64).tolist() == want
