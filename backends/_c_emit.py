@@ -17,7 +17,8 @@ C arguments of a kernel, in order (:attr:`CSource.args` says which is which):
   byte offset) pair on OpenCL, whose buffers have no addresses;
 - ``alpyka_te<d>``: the work division's elements per thread, one per dimension;
 - ``dynamic_shared_bytes`` (and on OpenCL the ``__local`` block) when the kernel uses dynamic
-  shared memory; ``alpyka_err`` (an int32 flag) for kernels compiled with range checks.
+  shared memory; ``alpyka_err`` (an int32 flag) for kernels compiled with range checks and for
+  kernels with a ``range()`` step known only at run time (a step of 0 reports a KernelValueError).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.kernel import ir
+from portable.kernel._errors import ValueCheck
 from portable.kernel.types import ArrayType, ScalarType
 from portable.kernel.visit import Visitor
 
@@ -81,6 +83,8 @@ class _Emitter(Visitor):
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
         # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
         self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
+        # the error flag: range checks (ALPYKA_DEBUG) and range() steps known only at run time
+        self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None)
 
     # ------------------------------------------------------------------ output
     def out(self, text: str, line: int = 0) -> None:
@@ -288,7 +292,7 @@ class _Emitter(Visitor):
                 out.append("alpyka_dyn_shared")
         if self.bpred:
             out.append("alpyka_bpred")
-        if self.k.debug:
+        if self.err:
             out.append("alpyka_err")
         return out
 
@@ -300,7 +304,7 @@ class _Emitter(Visitor):
                 out.append("__local u8* alpyka_dyn_shared")
         if self.bpred:
             out.append("__local volatile i32* alpyka_bpred")
-        if self.k.debug:
+        if self.err:
             out.append(f"{self.d.space('buffer')}i32* alpyka_err")
         return out
 
@@ -384,6 +388,10 @@ class _Emitter(Visitor):
             cond = f"{n} < {n}_stop" if step.value > 0 else f"{n} > {n}_stop"
         else:
             cond = f"({n}_step > 0) ? ({n} < {n}_stop) : ({n} > {n}_stop)"
+        if s.check is not None:  # a step of 0: report a KernelValueError (index 0 of an empty range) and skip
+            self.messages.append(ValueCheck(s.check))
+            self.out(f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }}"
+                     " else", line)
         self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
         self.indent += 1
         self.out(f"{_ident(s.var.name)} = {n};", line)
@@ -509,7 +517,7 @@ class _Emitter(Visitor):
             if self.d.is_opencl:
                 params.append("__local u8* alpyka_dyn_shared")
                 args.append(("dyn_local", None))
-        if k.debug:
+        if self.err:
             params.append(f"{self.d.space('buffer')}i32* alpyka_err")
             args.append(("err", None))
         self.lines, self.indent = [], 1
@@ -532,10 +540,11 @@ class _Emitter(Visitor):
         return header, args
 
 
-def _uses(kernel: ir.Kernel, node_type: type) -> bool:
-    """Whether ``kernel`` or one of its device functions holds a node of ``node_type``."""
+def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
+    """Whether ``kernel`` or one of its device functions holds a node of ``node_type`` (for which
+    ``which(node)`` is true, when given)."""
     bodies = [kernel.body] + [fn.body for fn in kernel.functions.values()]
-    return any(isinstance(x, node_type) for body in bodies for x in ir.nodes(body))
+    return any(isinstance(x, node_type) and (which is None or which(x)) for body in bodies for x in ir.nodes(body))
 
 
 def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSource:

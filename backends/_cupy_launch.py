@@ -121,11 +121,11 @@ def _pinned_int32(cp: Any) -> np.ndarray:
 
 
 def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:
-    from portable.kernel import KernelIndexError
+    from portable.kernel._errors import device_check_error
 
     def check() -> None:
         ident = int(host[0])
         if ident:
-            raise KernelIndexError(plan.src.check_messages[ident - 1])
+            raise device_check_error(plan.src.check_messages[ident - 1])
 
     return check

@@ -36,7 +36,7 @@ from numba import njit
 from backends._numba_atomics import (atomic_add, atomic_and, atomic_cas, atomic_dec, atomic_exch,
                                      atomic_inc, atomic_max, atomic_min, atomic_or, atomic_sub,
                                      atomic_xor, fence)
-from portable.kernel import KernelIndexError
+from portable.kernel import KernelIndexError, KernelValueError
 
 _jit = njit(nogil=True, cache=True, error_model="numpy")
 _jit_inline = njit(nogil=True, cache=True, error_model="numpy", inline="always")  # thread: into launch
@@ -219,7 +219,16 @@ class _FunctionEmitter(Visitor):
         self.loops.pop()
 
     def visit_ForRange(self, s: ir.ForRange, d: int) -> None:
-        self.emit(f"for {s.var.name} in range({self.ex(s.start)}, {self.ex(s.stop)}, {self.ex(s.step)}):", d)
+        bounds = [self.ex(s.start), self.ex(s.stop), self.ex(s.step)]
+        if s.check is not None:  # a run-time step: 0 raises the kernel's error, not numba's bare ValueError
+            self.nflag += 1
+            names = [f"_range{self.nflag}_{part}" for part in ("start", "stop", "step")]
+            for name, value in zip(names, bounds):
+                self.emit(f"{name} = {value}", d)
+            self.emit(f"if {names[2]} == 0:", d)
+            self.emit(f"raise KernelValueError({s.check!r})", d + 1)
+            bounds = names
+        self.emit(f"for {s.var.name} in range({', '.join(bounds)}):", d)
         self.loops.append(("range", None))
         self.block(s.body, d + 1)
         self.loops.pop()

@@ -111,11 +111,11 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
 
 
 def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:
-    from portable.kernel import KernelIndexError
+    from portable.kernel._errors import device_check_error
 
     def check() -> None:
         ident = int(host[0])
         if ident:
-            raise KernelIndexError(plan.src.check_messages[ident - 1])
+            raise device_check_error(plan.src.check_messages[ident - 1])
 
     return check

@@ -27,7 +27,8 @@ from ._registry import (
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
 from .data import (CorruptRootFile, NotARootFile, RootChunk, event_workdiv, from_awkward, iterate_root,  # data I/O
                    offsets_to_host, pair_offsets, read_root, root_chunks, to_awkward)
-from .kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, device_function, kernel
+from .kernel import (KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError, device_function,
+                     kernel)
 from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "NotARootFile", "CorruptRootFile",
     "event_workdiv", "pair_offsets", "distributed", "rand", "tools",
     "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelIndexError", "KernelSyntaxError",
+    "KernelValueError",
 ]
 
 

@@ -7,10 +7,11 @@ See docs/kernels.md for the language reference.
 
 from . import ir, types
 from ._cache import cache_dir, load_generated_module
-from ._errors import KernelArgumentError, KernelIndexError, KernelSyntaxError
+from ._errors import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
 from ._irdump import dump as dump_ir
 from ._kernel import DeviceFunction, Kernel, check_shared_needs, debug_enabled, device_function, kernel
 
 __all__ = ["DeviceFunction", "Kernel", "KernelArgumentError", "KernelIndexError", "KernelSyntaxError",
+           "KernelValueError",
            "cache_dir", "check_shared_needs", "debug_enabled", "device_function", "dump_ir", "ir", "kernel",
            "load_generated_module", "types"]

@@ -27,3 +27,18 @@ class KernelArgumentError(AlpykaError, TypeError):
 
 class KernelIndexError(AlpykaError, IndexError):
     """An index out of range inside a kernel (checked under ``ALPYKA_DEBUG=1``)."""
+
+
+class KernelValueError(AlpykaError, ValueError):
+    """A value a kernel cannot run with, found at run time: a ``range()`` step of zero (Python's
+    ``range`` raises ValueError). Checked on every backend, with or without ``ALPYKA_DEBUG``."""
+
+
+class ValueCheck(str):
+    """The message of a device-side check whose report is a :class:`KernelValueError` (the
+    other messages of a kernel's error flag are index checks: :class:`KernelIndexError`)."""
+
+
+def device_check_error(message: str) -> AlpykaError:
+    """The exception a kernel's error flag reports on the host for the check of ``message``."""
+    return KernelValueError(message) if isinstance(message, ValueCheck) else KernelIndexError(message)

@@ -13,7 +13,7 @@ import numpy as np
 from . import ir
 from ._errors import KernelArgumentError
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
-                      ModuleVal, RangeVal, TupleVal, ViewVal)
+                      ModuleVal, TupleVal, ViewVal)
 from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result,
                     literal_type, operand_type, scalar_type, unary_result, unify)
 
@@ -240,7 +240,7 @@ class ExprBuilder:
                 return self.acc_query(name, node)
             if name in ACC_MEMBERS:
                 return AccMember(name)
-            raise self.error(node, f"acc has no member {name!r}; acc members are: {', '.join(ACC_MEMBERS)}")
+            raise self.error(node, self.unknown_acc_member(name))
         if isinstance(base, ViewVal):
             if name == "size":
                 return base.size
@@ -380,10 +380,7 @@ class ExprBuilder:
 
     def builtin_call(self, name: str, node: ast.Call) -> Any:
         if name == "range":
-            args = [cast(self.scalar(a, "an integer"), INDEX) for a in self.plain_args(node, (1, 2, 3), "range()")]
-            if len(args) == 1:
-                return RangeVal(ir.Const(0, INDEX), args[0], ir.Const(1, INDEX))
-            return RangeVal(args[0], args[1], args[2] if len(args) == 3 else ir.Const(1, INDEX))
+            return self.range_value(node)
         if name in ("int", "float", "bool"):
             (a,) = self.plain_args(node, 1, f"{name}()")
             return cast(self.scalar(a), {"int": INT64, "float": FLOAT64, "bool": BOOL}[name])

@@ -28,12 +28,32 @@ class LoopBuilder:
             self.loops.append("range")
             body = self.block(s.body)
             self.loops.pop()
-            return [ir.ForRange(v, cast(it.start, v.type), cast(it.stop, v.type), cast(it.step, v.type),
-                                      body, self.line(s))]
+            step = cast(it.step, v.type)
+            check = None if isinstance(step, ir.Const) else (
+                f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(s)}): range() step is 0 (Python "
+                "raises ValueError: range() arg 3 must not be zero); give the loop a step that is never 0")
+            return [ir.ForRange(v, cast(it.start, v.type), cast(it.stop, v.type), step, body, self.line(s), check)]
         if isinstance(it, LoopVal):
             return pre + self.acc_loop(it, s)
         raise self.error(s, f"kernels loop over range(...) or acc loops (acc.uniform_elements(n), ...), "
                             f"not over {self.describe(it)}")
+
+    def range_value(self, node: ast.Call) -> RangeVal:
+        """``range(stop)``, ``range(start, stop)``, ``range(start, stop, step)`` of integers; a float
+        argument and a constant step of 0 are refused, as Python refuses them."""
+        args = []
+        for a in self.plain_args(node, (1, 2, 3), "range()"):
+            e = self.scalar(a, "an integer")
+            if e.type.is_float:
+                raise self.error(node, f"range() takes integers, got {e.type} {ast.unparse(a)!r} (Python raises "
+                                       "TypeError: 'float' object cannot be interpreted as an integer); convert "
+                                       "it with int(...)")
+            args.append(cast(e, INDEX))
+        if len(args) == 3 and isinstance(args[2], ir.Const) and args[2].value == 0:
+            raise self.error(node, "range() arg 3 must not be zero (Python raises ValueError)")
+        if len(args) == 1:
+            return RangeVal(ir.Const(0, INDEX), args[0], ir.Const(1, INDEX))
+        return RangeVal(args[0], args[1], args[2] if len(args) == 3 else ir.Const(1, INDEX))
 
     def loop_var(self, name_node: ast.AST, s: ast.AST) -> ir.Var:
         if not isinstance(name_node, ast.Name):

@@ -4,17 +4,52 @@ random engines (``acc.warp_*``, ``acc.sync_block_threads_*``, ``acc.mem_fence``,
 from __future__ import annotations
 
 import ast
+import difflib
+import re
 
 from . import ir
-from ._expressions import cast, to_bool
+from ._expressions import ACC_MEMBERS, cast, to_bool
 from ._library import RAND_STATE_WORDS, library_function
 from ._values import DTypeVal
 from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
+
+#: alpaka and CUDA names whose snake_case is not the acc member (alpaka::getIdx<Grid, Threads>...)
+_ALPAKA_NAMES = {
+    "getIdx": ("global_thread_idx", "thread_idx", "block_idx"),
+    "getWorkDiv": ("grid_blocks", "block_threads", "thread_elements"),
+    "declareSharedVar": ("shared_array",), "getDynSharedMem": ("dynamic_shared_array",),
+    "blockDim": ("block_threads",), "gridDim": ("grid_blocks",), "syncthreads": ("sync_block_threads",),
+    "__syncthreads": ("sync_block_threads",), "threadfence": ("mem_fence",), "__threadfence": ("mem_fence",),
+}
+
+
+def snake_case(name: str) -> str:
+    """``syncBlockThreads`` -> ``sync_block_threads``, ``atomicCAS`` -> ``atomic_cas``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def acc_member_suggestions(name: str) -> list[str]:
+    """The acc members a misspelt or alpaka-style (camelCase) ``name`` most likely means."""
+    if name in _ALPAKA_NAMES:
+        return list(_ALPAKA_NAMES[name])
+    snake = snake_case(name)
+    if snake in ACC_MEMBERS:
+        return [snake]
+    return difflib.get_close_matches(snake, ACC_MEMBERS, n=3, cutoff=0.6)
 
 
 class VocabularyBuilder:
     """Mixin of the function builder (uses ``error``, ``value``, ``scalar``, ``plain_args``,
     ``describe``, ``ctx``, ``scope``, ``line`` and ``is_kernel`` of the others)."""
+
+    # --------------------------------------------------------------- errors
+    def unknown_acc_member(self, name: str) -> str:
+        """The message for ``acc.<name>`` that is no member: the likely ones first, then all."""
+        close = [f"acc.{m}" for m in acc_member_suggestions(name)]
+        hint = ""
+        if close:
+            hint = f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+        return f"acc has no member {name!r}{hint} (acc members are: {', '.join(ACC_MEMBERS)})"
 
     # --------------------------------------------------------------- expressions
     def warp_op(self, op: str, node: ast.Call) -> ir.Expr:

@@ -80,7 +80,9 @@ Statements:
 - ``ExprStmt(value)``: evaluate for side effects (atomics, device calls).
 - ``If(cond, body, orelse)``, ``While(cond, body)``.
 - ``ForRange(var, start, stop, step, body)``: Python ``range``; ``step`` may be negative
-  (``var`` walks down while ``var > stop``); a step of 0 is an error the emitter may not check.
+  (``var`` walks down while ``var > stop``); a step not known when compiling carries ``check``,
+  the message of the KernelValueError every emitter raises when it is 0 at run time (a constant
+  0 is a KernelSyntaxError).
 - ``StridedLoop(kind, var, dim, start, stop, stride, chunk, body, local_var, group_base)``: the
   alpaka loops, all of one shape::
 
@@ -329,6 +331,8 @@ class ForRange(Stmt):
     step: Expr
     body: list[Stmt]
     line: int = 0
+    #: the KernelValueError message of a step that is zero at run time (a step not known when compiling)
+    check: Optional[str] = None
 
 
 STRIDED_LOOP_KINDS = ("uniform_elements", "uniform_groups", "uniform_group_elements",

@@ -95,3 +95,26 @@ def scaled_copy(acc, out, inp, factor, n):
 def fill_array(acc, out, n):
     for i in acc.uniform_elements(n):
         out[i] = 1.0  # ERR:array-arg
+
+
+@pk.kernel
+def alpaka_style_member(acc, out, n):
+    acc.syncBlockThreads()  # ERR:camel
+
+
+@pk.kernel
+def range_of_a_float(acc, out, n):
+    for i in range(1.5):  # ERR:range-float
+        out[0] = i
+
+
+@pk.kernel
+def range_step_zero(acc, out, n):
+    for i in range(0, n, 0):  # ERR:range-step
+        out[0] = i
+
+
+@pk.kernel
+def range_step_at_run_time(acc, out, start, stop, step):
+    for _i in range(start, stop, step):  # ERR:run-time-step
+        out[0] = out[0] + 1.0

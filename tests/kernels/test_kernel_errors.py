@@ -7,8 +7,8 @@ import pytest
 
 import bad_kernels as bk
 import portable as pk
-from alpyka_testing.kernels import Particles, copy_x, record_uniform, upload
-from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError
+from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
+from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
 
 
 def _line(marker):
@@ -26,6 +26,9 @@ CASES = [
     (bk.captures_list, "global", "may be only int/float/bool"),
     (bk.unknown_acc_member, "acc", "acc has no member 'warp_idx'"),
     (bk.calls_plain_function, "plain", "plain Python function"),
+    (bk.alpaka_style_member, "camel", "acc has no member 'syncBlockThreads'; did you mean acc.sync_block_threads?"),
+    (bk.range_of_a_float, "range-float", "range() takes integers, got float64 '1.5'"),
+    (bk.range_step_zero, "range-step", "range() arg 3 must not be zero"),
 ]
 
 
@@ -118,3 +121,20 @@ def test_debug_range_check_names_kernel_and_column(device, queue, monkeypatch):
     monkeypatch.delenv("ALPYKA_DEBUG")
     pk.exec(queue, pk.make_workdiv(device, 1, 4), bk.reads_past_end, c.view(), 5)  # in range: fine
     queue.wait()
+
+
+def test_range_step_of_zero_at_run_time_is_a_kernel_error(queue):
+    """A step known only at run time: 0 raises KernelValueError naming the kernel's line on every
+    backend (numba raised a bare ValueError, the C backends ran no iteration and said nothing)."""
+    out = upload(queue, np.zeros(4))
+    pk.exec(queue, pk.WorkDiv(1, 1, 1), bk.range_step_at_run_time, out, 0, 3, 0)
+    with pytest.raises(pk.AsyncError) as err:
+        queue.wait()
+    cause = err.value.__cause__
+    assert isinstance(cause, KernelValueError) and isinstance(cause, ValueError), repr(cause)
+    assert "range_step_at_run_time" in str(cause) and "range() step is 0" in str(cause)
+    assert f"bad_kernels.py:{_line('run-time-step')})" in str(cause)
+    for start, stop, step, trips in [(0, 5, 2, 3), (5, 0, -2, 3), (0, 3, -1, 0)]:
+        out = upload(queue, np.zeros(4))
+        pk.exec(queue, pk.WorkDiv(1, 1, 1), bk.range_step_at_run_time, out, start, stop, step)
+        assert download(queue, out)[0] == trips, (start, stop, step)
