@@ -77,8 +77,10 @@ class PackageRunner:
 
 def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
     """The AOTInductor package at ``path`` as a callable taking positional tensors (runs its native
-    code: load only packages you built or trust). A missing file, or one that is not an
-    AOTInductor package, is refused by name (``FileNotFoundError``, ``ModelFileError``)."""
+    code: load only packages you built or trust). A missing file, one that is not an
+    AOTInductor package, or one from which torch would unpickle anything (see
+    :func:`inference._loading.check_pt2_pickles`), is refused by name (``FileNotFoundError``,
+    ``ModelFileError``) before torch opens it."""
     from ._loading import ModelFileError, detect_format
 
     fmt = detect_format(path)
