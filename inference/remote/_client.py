@@ -82,6 +82,9 @@ class RemoteModel(RequestsMixin):
       one request (ragged batching).
     - ``shared_memory``: ``"auto"`` (system shared memory when the server is on this host),
       ``"system"`` (always) or ``None`` (bytes in the request).
+    - ``token``: the servers' access token for shared-memory registration (Triton's restricted
+      endpoints); default: found for a server this user started on this host with ``serve`` or
+      ``alpyka serve``, else ``$ALPYKA_SERVE_TOKEN`` (:func:`inference.serving.access_token`).
     - ``fallback``: a model file (or module) to host on a local server started on free
       loopback ports when no listed server has the model; ``fallback_options`` go to
       :func:`inference.serve` (``inputs=``, ``outputs=``, ...). It is stopped by :meth:`close`
@@ -95,7 +98,7 @@ class RemoteModel(RequestsMixin):
                  model_version: str = "", fallback: Any = None,
                  fallback_options: Mapping[str, Any] | None = None, workers: int = 4,
                  connect: bool = True, ready_timeout: float | None = None,
-                 validate: Callable[[ModelInfo], None] | None = None) -> None:
+                 validate: Callable[[ModelInfo], None] | None = None, token: str | None = None) -> None:
         if not model_name or not isinstance(model_name, str):
             raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
         if mode not in _MODES:
@@ -121,7 +124,7 @@ class RemoteModel(RequestsMixin):
         self.max_batch_size = max_batch_size
         self.shared_memory = shared_memory or None
         self.model_version = model_version
-        self._servers = [Server(u, protocol, timeout, model_name, model_version) for u in urls]
+        self._servers = [Server(u, protocol, timeout, model_name, model_version, token) for u in urls]
         self._current = 0
         self._plan_lock = threading.Lock()  # a request's choice of server and its count, as one step
         self._fallback_model = fallback

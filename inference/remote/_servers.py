@@ -14,11 +14,11 @@ class Server:
     """One entry of the server list: a transport, and once connected the model's description."""
 
     def __init__(self, url: str, protocol: str, timeout: float | None, model: str,
-                 version: str = "") -> None:
+                 version: str = "", token: str | None = None) -> None:
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.model = model
         self.version = version
-        self.transport = Transport(self.url, protocol, timeout)
+        self.transport = Transport(self.url, protocol, timeout, token)
         self.info: ModelInfo | None = None
         self._shm: ShmPool | None = None
         self._lock = threading.Lock()

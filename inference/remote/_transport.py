@@ -69,6 +69,8 @@ _TIMEOUT = {"DEADLINE_EXCEEDED", "408", "504"}
 _NOT_FOUND = {"NOT_FOUND", "404"}
 #: ... the server failed on a valid request (another server may not) ...
 _SERVER_FAULT = {"INTERNAL", "UNKNOWN", "DATA_LOSS", "500"}
+#: ... the server refuses the client (a restricted endpoint without the access token) ...
+_REFUSED = {"PERMISSION_DENIED", "UNAUTHENTICATED", "401", "403"}
 # everything else (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, 400, ...):
 # the request itself is wrong; no server will take it
 
@@ -137,12 +139,14 @@ def is_retryable(err: BaseException) -> bool:
 class Transport:
     """A tritonclient client of one server ``url`` (``"host:port"``) for one protocol."""
 
-    def __init__(self, url: str, protocol: str = "grpc", timeout: float | None = 10.0) -> None:
+    def __init__(self, url: str, protocol: str = "grpc", timeout: float | None = 10.0,
+                 token: str | None = None) -> None:
         if protocol not in ("grpc", "http"):
             raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.protocol = protocol
         self.timeout = timeout
+        self._token = token  # the server's access token; None: found when first needed
         self.last_error = ""  # why the last is_ready() said no
         self._local = threading.local()  # HTTP clients are not thread-safe: one per thread
         self._clients: list[Any] = []
@@ -180,6 +184,16 @@ class Transport:
         except Exception as exc:  # noqa: BLE001 - re-raised as a RemoteError
             raise classify(exc, self.url, self.timeout) from exc
 
+    def _access(self) -> dict[str, Any]:
+        """``headers=`` with the server's access token, for its restricted endpoints (shared
+        memory, model repository): the token given, else :func:`inference.serving.access_token`."""
+        from ..serving._access import access_headers, access_token
+
+        if self._token is None:
+            self._token = access_token(self.url) or ""
+        headers = access_headers(self._token, self.protocol)
+        return {"headers": headers} if headers else {}
+
     def close(self) -> None:
         if self.protocol == "grpc":
             self._grpc.close()
@@ -216,7 +230,7 @@ class Transport:
         refuses). A server that loads models through the model-control API with their files in
         the request (PyTriton does) lists nothing here."""
         try:
-            index = self._call("get_model_repository_index", **self._as_json())
+            index = self._call("get_model_repository_index", **self._as_json(), **self._access())
         except RemoteError:
             return {}
         entries = index.get("models", []) if isinstance(index, dict) else (index or [])
@@ -260,10 +274,37 @@ class Transport:
 
     # ----------------------------------------------------------------------------- shm
     def register_shm(self, name: str, key: str, byte_size: int) -> None:
-        self._call("register_system_shared_memory", name, key, byte_size)
+        """Register a region; a server that refuses for want of its access token raises
+        :class:`InferenceFailed` (not retryable) saying how to give the token."""
+        try:
+            self._call("register_system_shared_memory", name, key, byte_size, **self._access())
+        except RemoteError as exc:
+            if not self._refused(exc):
+                raise
+            err = InferenceFailed(
+                f"server {self.url} refused to register shared memory ({exc.status}): it needs its access "
+                f"token, {'which was wrong' if self._token else 'which was not found'}; pass RemoteModel(..., "
+                f"token=server.token) or set ALPYKA_SERVE_TOKEN (a server that this user started with "
+                f"serve/alpyka serve on this host is found by itself), or shared_memory=None")
+            err.retryable = False  # type: ignore[attr-defined]
+            err.status = exc.status  # type: ignore[attr-defined]
+            raise err from exc
+
+    def _refused(self, exc: RemoteError) -> bool:
+        """Whether ``exc`` is a restricted endpoint's refusal: HTTP 403; over gRPC Triton answers
+        UNAVAILABLE, told apart from a server that is down by asking it whether it is live."""
+        status = getattr(exc, "status", None)
+        if status in _REFUSED:
+            return True
+        if status != "UNAVAILABLE" or isinstance(exc.__cause__, OSError):
+            return False
+        try:
+            return bool(self._call("is_server_live"))
+        except RemoteError:
+            return False
 
     def unregister_shm(self, name: str) -> None:
-        self._call("unregister_system_shared_memory", name)
+        self._call("unregister_system_shared_memory", name, **self._access())
 
     # ----------------------------------------------------------------------------- infer
     def _request(self, inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]],

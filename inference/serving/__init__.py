@@ -14,6 +14,11 @@ when the parent dies) stops it by its process id; if the server process itself i
 watchdog in its process group kills Triton at once (see :mod:`._child`). Work directories are
 ``<tmp>/alpyka-serve-<pid>-*``; stale ones (their owner dead) are swept when a server starts
 (:mod:`._leftovers`). CLI: ``alpyka serve`` or ``python -m inference.serving``.
+
+Access: inference, health, metadata, model config and statistics are open to any client of the
+port; loading/unloading models, shared-memory registration, trace and logging need the server's
+access token (:attr:`ServerHandle.token`) in a request header. alpyka's own clients find it
+(:func:`access_token`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -33,10 +39,13 @@ from typing import Any, Sequence
 
 from portable import AlpykaError
 
-from ._leftovers import SERVER_PID_FILE, group_alive, remove_server_shm, server_workdir, sweep
+from ._access import TOKEN_ENV, access_token, forget, remember
+from ._leftovers import (SERVER_PID_FILE, group_alive, recorded_triton_folders, remove_server_shm,
+                         remove_triton_folders, server_workdir, sweep, write_access)
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
-__all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "free_port", "serve"]
+__all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "access_token",
+           "free_port", "serve"]
 
 
 class ServeError(AlpykaError, RuntimeError):
@@ -90,8 +99,12 @@ class ServerHandle:
     """A running server process: its ports, urls and models; ``stop()`` ends it."""
 
     def __init__(self, proc: subprocess.Popen, workdir: Path, grpc_port: int, http_port: int,
-                 metrics_port: int, models: list[ModelSpec], own_workdir: bool) -> None:
+                 metrics_port: int, models: list[ModelSpec], own_workdir: bool, token: str = "") -> None:
         self.process = proc
+        #: the access token of the restricted endpoints (model repository, shared memory, trace,
+        #: logging): send it as header ``triton-access-token`` (gRPC: metadata key
+        #: ``triton-grpc-protocol-triton-access-token``)
+        self.token = token
         self.pid = proc.pid
         self.workdir = workdir
         self.grpc_port, self.http_port, self.metrics_port = grpc_port, http_port, metrics_port
@@ -160,6 +173,8 @@ class ServerHandle:
         except subprocess.TimeoutExpired:
             pass
         remove_server_shm(self.pid)  # PyTriton's segments, if the server process could not
+        remove_triton_folders(recorded_triton_folders(self.workdir))  # likewise Triton's stub folders
+        forget([self.grpc_port, self.http_port], self.token)
         try:
             atexit.unregister(self.stop)
         except Exception:  # noqa: BLE001
@@ -185,7 +200,7 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
           preferred_batch_sizes: Sequence[int] | None = None, max_queue_delay_us: int = 0,
           inputs: Sequence[Any] | None = None, outputs: Sequence[Any] | None = None,
           instances: int = 1, threads: int | None = None, startup_timeout: float = 120.0,
-          workdir: str | os.PathLike | None = None) -> ServerHandle:
+          workdir: str | os.PathLike | None = None, token: str | None = None) -> ServerHandle:
     """Start a Triton server hosting ``models`` and return once every model is ready.
 
     ``models``: a .pt (TorchScript), .pt2 (torch.export program or AOTInductor package) or .onnx
@@ -206,9 +221,11 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch; None (the
     default) takes as many rows as fit in 32 MiB of a row's inputs and outputs (at least 1024,
     at most 1048576: a collection usually has thousands of rows, and each request costs a round
-    trip).
+    trip). ``token``: the access token of the restricted endpoints (default:
+    ``$ALPYKA_SERVE_TOKEN``, else a random one); :attr:`ServerHandle.token`.
     """
     torch_device, pipeline_device = server_devices(device)
+    token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one "
@@ -230,10 +247,11 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     for attempt in range(STARTS):
         try:
             handle = _start(wd, own, specs, grpc_port, http_port, metrics_port, torch_device,
-                            pipeline_device, threads, startup_timeout)
+                            pipeline_device, threads, startup_timeout, token)
         except ServeError as exc:
             if attempt + 1 < STARTS and any(mark in str(exc) for mark in HANDSHAKE_FAILED):
-                for leftover in ("ready.json", "error.txt", "server.log", "config.json", SERVER_PID_FILE):
+                for leftover in ("ready.json", "error.txt", "server.log", "config.json", "access.json",
+                                 SERVER_PID_FILE):
                     (wd / leftover).unlink(missing_ok=True)
                 shutil.rmtree(wd / "pytriton", ignore_errors=True)
                 continue  # PyTriton's 1 s model handshake timed out on a loaded machine: start again
@@ -259,7 +277,7 @@ HANDSHAKE_FAILED = ("Timeout occurred while waiting for config file", "get_confi
 
 def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, http_port: int | None,
            metrics_port: int | None, torch_device: str, pipeline_device: str, threads: int | None,
-           startup_timeout: float) -> ServerHandle:
+           startup_timeout: float, token: str) -> ServerHandle:
     """One start of the server process in ``wd``; returns once it is ready (the handle does not
     own ``wd`` yet) or raises :class:`ServeError` with its log's end."""
     ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
@@ -269,14 +287,15 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
         "workdir": str(wd), "own_workdir": own, "parent_pid": os.getpid(), "device": torch_device,
         "pipeline_device": pipeline_device, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
         "threads": threads, "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
-        "models": [s.to_json() for s in specs],
+        "models": [s.to_json() for s in specs], "token": token,
     }
-    (wd / "config.json").write_text(json.dumps(config, indent=1))
+    _write_private(wd / "config.json", json.dumps(config, indent=1))
+    write_access(wd, [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"], token)
     with open(wd / "server.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "inference.serving._child", str(wd / "config.json")],
                                 env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    handle = ServerHandle(proc, wd, *ports, specs, own_workdir=False)
+    handle = ServerHandle(proc, wd, *ports, specs, own_workdir=False, token=token)
     deadline = time.monotonic() + startup_timeout
     ready = wd / "ready.json"
     try:
@@ -299,7 +318,16 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
                 raise ServeError(f"{first}\nthe server process {why}; its log ends with:\n{tail}")
             time.sleep(0.1)
         handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
+        remember(ports[:2], token)
     except BaseException:
         handle.stop()  # an error or Ctrl-C while starting: leave no server behind
         raise
     return handle
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable by this user only (it holds the access token)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)

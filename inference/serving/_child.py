@@ -13,6 +13,17 @@ this process to end and then SIGKILLs the whole group: if this process is killed
 not live on (PyTriton's own parent-death signal makes Triton shut down gracefully, which waits
 for in-flight requests that this dead process would never answer, so clients would hang until
 their timeouts). On a normal stop Triton has already ended and the watchdog kills only itself.
+
+Model folders: Triton copies each model's files into ``/tmp/folderXXXXXX`` for its Python-backend
+stub and removes the folder only when it unloads the model on a clean shutdown. This process
+records the folders in its work directory once Triton is up (``triton-folders.json``, read from
+the stubs' command lines) and removes whatever of them is left once Triton has ended, however it
+ended (a normal stop whose unload timed out, ``tritonserver`` killed); a sweep removes them when
+this process and its group were killed too (:mod:`._leftovers`).
+
+Access: Triton's endpoints that change or read the server beyond serving (model repository:
+load/unload; shared-memory registration; trace; logging) need the access token of the run
+(``config.json``'s ``token``) in a request header (:mod:`._access`).
 """
 
 from __future__ import annotations
@@ -33,8 +44,11 @@ from typing import Any, Callable
 import numpy as np
 
 from portable import AlpykaError
+from portable._env import env_number
 
-from ._leftovers import group_members, remove_server_shm, unregister_dead_clients
+from ._access import access_headers, restricted_endpoints
+from ._leftovers import (group_members, record_triton_folders, recorded_triton_folders, remove_server_shm,
+                         remove_triton_folders, stub_folders, unregister_dead_clients)
 from .._tensor_desc import TensorDesc
 from ._spec import ModelSpec, declare_hint
 
@@ -359,17 +373,38 @@ def short_errors_to_clients() -> bool:
 
 
 #: how often (in 0.5-s ticks) the server unregisters the shared-memory regions of dead clients
-SHM_SWEEP_TICKS = max(1, int(os.environ.get("ALPYKA_SERVE_SHM_SWEEP_TICKS", "10")))
+SHM_SWEEP_TICKS = env_number("ALPYKA_SERVE_SHM_SWEEP_TICKS", 10, int, minimum=1)
 
 
-def _janitor_client(grpc_port: int) -> Any:
-    """A gRPC client of this server for its own housekeeping, or None."""
+class _Janitor:
+    """A gRPC client of this server for its own housekeeping (it carries the access token)."""
+
+    def __init__(self, client: Any, token: str | None) -> None:
+        self._client, self._headers = client, access_headers(token, "grpc")
+
+    def get_system_shared_memory_status(self, **kw: Any) -> Any:
+        return self._client.get_system_shared_memory_status(headers=self._headers, **kw)
+
+    def unregister_system_shared_memory(self, name: str, **kw: Any) -> Any:
+        return self._client.unregister_system_shared_memory(name, headers=self._headers, **kw)
+
+
+def _janitor_client(grpc_port: int, token: str | None = None) -> Any:
+    """A :class:`_Janitor` of this server, or None."""
     try:
         import tritonclient.grpc as grpcclient
 
-        return grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        return _Janitor(grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}"), token)
     except Exception:  # noqa: BLE001 - no client: no sweeping (the segments are still unlinked)
         return None
+
+
+def _record_folders(workdir: Path) -> None:
+    """Record the model folders of this process group's stubs (see the module's docstring)."""
+    try:
+        record_triton_folders(workdir, stub_folders(os.getpid()))
+    except OSError:  # the work directory is gone (the parent removed it): nothing to record into
+        pass
 
 
 def main(config_path: str) -> int:
@@ -418,8 +453,9 @@ def main(config_path: str) -> int:
                 log_verbose=int(cfg.get("log_verbose", 0)),
                 exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
             )
-            triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"),
-                            security_config=TritonSecurityConfig(restricted_endpoints=[]))
+            security = TritonSecurityConfig(access_token=cfg.get("token") or None,
+                                            restricted_endpoints=restricted_endpoints())
+            triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"), security_config=security)
             for spec, infer in bindings:
                 batcher = None
                 if spec.max_batch_size > 0 and spec.dynamic_batching:
@@ -444,6 +480,7 @@ def main(config_path: str) -> int:
             reason = (str(exc).strip().splitlines() or [""])[0].strip()
             _write_error(workdir, f"{stage} failed: {type(exc).__name__}" + (f": {reason}" if reason else ""))
             return 2
+        _record_folders(workdir)
         ready = {"pid": os.getpid(), "models": [s.to_json() for s in specs]}
         tmp = workdir / "ready.json.tmp"
         tmp.write_text(json.dumps(ready))
@@ -457,7 +494,8 @@ def main(config_path: str) -> int:
                 return 3
             ticks += 1
             if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
-                janitor = janitor or _janitor_client(cfg["grpc_port"])
+                _record_folders(workdir)  # a stub Triton restarted has a new folder
+                janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
                 if janitor is not None:
                     gone = unregister_dead_clients(janitor)
                     if gone:
@@ -477,6 +515,7 @@ def main(config_path: str) -> int:
             watchdog.wait()
         _reap()
         remove_server_shm(os.getpid())  # PyTriton's segments, named after this process
+        remove_triton_folders(recorded_triton_folders(workdir))  # what Triton did not remove
         if orphaned.is_set() and cfg.get("own_workdir"):
             shutil.rmtree(workdir, ignore_errors=True)  # the parent died and cannot remove it
 

@@ -7,24 +7,32 @@ what a killed process left behind can be told apart from what a live one uses:
   client (``<pid>``: the client process);
 - ``<tmp>/alpyka-serve-<pid>-<random>/``: the work directory of a server started by
   :func:`inference.serve` (``<pid>``: the process that called it); its ``server.pid`` names the
-  server process, whose PyTriton shared memory is ``/dev/shm/pytrtion<server pid>-...``.
+  server process, whose PyTriton shared memory is ``/dev/shm/pytrtion<server pid>-...``; its
+  ``triton-folders.json`` names the model folders Triton made for its Python-backend stubs
+  (``/tmp/folderXXXXXX``: Triton's own path, it ignores ``TMPDIR``), as the server process read
+  them from its stubs' command lines;
+- ``access.json`` in a server's work directory: its urls and access token, for clients of the
+  same user on this host (:func:`find_token`).
 
 Owners remove their own resources (``close``/``stop``, ``finally`` blocks, ``atexit``);
 :func:`sweep` removes those whose owner is dead (a process killed with SIGKILL runs no cleanup).
-It runs when a client opens shared memory and when a server starts. Nothing here takes a lock,
-so :func:`unlink_shm` may run from a garbage-collector finalizer.
+It runs when a client opens shared memory and when a server starts. Only what is provably
+alpyka's is touched: a name of the patterns above, owned by this user, not a symbolic link.
+Nothing here takes a lock, so :func:`unlink_shm` may run from a garbage-collector finalizer.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
-from typing import Any
 import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+from typing import Any, Iterable
 
 try:
     import _posixshmem  # POSIX shm_open/shm_unlink (what multiprocessing.shared_memory uses)
@@ -35,9 +43,14 @@ SHM_DIR = Path("/dev/shm")
 CLIENT_SHM_PREFIX = "alpyka-remote-"
 SERVER_DIR_PREFIX = "alpyka-serve-"
 SERVER_PID_FILE = "server.pid"
+ACCESS_FILE = "access.json"
+TRITON_FOLDERS_FILE = "triton-folders.json"
+#: where Triton makes the model folders of its Python-backend stubs (hard-coded in Triton)
+TRITON_TMP = Path("/tmp")
 
 _CLIENT_SHM = re.compile(r"^(?:alpyka-remote-(\d+)-\d+-\w+|alpyka_(\d+)_\d+)$")  # the second: older releases
 _SERVER_DIR = re.compile(r"^alpyka-serve-(\d+)-\w+$")
+_TRITON_FOLDER = re.compile(r"^folder[0-9A-Za-z]{6}$")
 _counter = itertools.count()
 
 
@@ -86,6 +99,133 @@ def group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def owned_by_me(path: str | os.PathLike, directory: bool = False) -> bool:
+    """True when ``path`` is a directory (else a regular file) of this user, not a symbolic link."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    kind = stat.S_ISDIR if directory else stat.S_ISREG
+    return kind(st.st_mode) and st.st_uid == os.getuid()
+
+
+def private(path: str | os.PathLike, directory: bool = False) -> bool:
+    """:func:`owned_by_me`, and nobody else may read or write it (mode 0700/0600)."""
+    return owned_by_me(path, directory) and not os.lstat(path).st_mode & 0o077
+
+
+def is_triton_folder(path: str | os.PathLike) -> bool:
+    """True for a model folder Triton makes for a stub: ``/tmp/folderXXXXXX``, this user's."""
+    p = Path(path)
+    return p.parent == TRITON_TMP and bool(_TRITON_FOLDER.match(p.name)) and owned_by_me(p, directory=True)
+
+
+def stub_folders(pgid: int) -> list[str]:
+    """The model folders of the Python-backend stubs in process group ``pgid``, read from their
+    command lines (``triton_python_backend_stub <folder>/<version>/model.py ...``)."""
+    found: list[str] = []
+    for pid in group_members(pgid) or []:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
+            folder = os.path.dirname(os.path.dirname(os.fsdecode(argv[1])))
+            if is_triton_folder(folder) and folder not in found:
+                found.append(folder)
+    return found
+
+
+def recorded_triton_folders(workdir: str | os.PathLike) -> list[str]:
+    """The stub folders a server recorded in its work directory (``[]`` when none or unreadable)."""
+    path = Path(workdir) / TRITON_FOLDERS_FILE
+    if not owned_by_me(path):
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [f for f in data if isinstance(f, str)] if isinstance(data, list) else []
+
+
+def record_triton_folders(workdir: str | os.PathLike, folders: Iterable[str]) -> None:
+    """Add ``folders`` to the work directory's record (written whole, then renamed into place)."""
+    known = recorded_triton_folders(workdir)
+    new = [f for f in folders if f not in known]
+    if not new:
+        return
+    path = Path(workdir) / TRITON_FOLDERS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(known + new))
+    tmp.replace(path)
+
+
+def remove_triton_folders(folders: Iterable[str]) -> list[str]:
+    """Remove those of ``folders`` that are Triton stub folders of this user
+    (:func:`is_triton_folder`); returns what was removed."""
+    removed = []
+    for f in folders:
+        if is_triton_folder(f):
+            shutil.rmtree(f, ignore_errors=True)
+            if not os.path.lexists(f):
+                removed.append(f)
+    return removed
+
+
+def write_access(workdir: str | os.PathLike, urls: Iterable[str], token: str) -> None:
+    """Write the server's ``access.json`` (its urls and access token), readable by this user only."""
+    path = Path(workdir) / ACCESS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"urls": list(urls), "token": token}, fh)
+    tmp.replace(path)
+
+
+def loopback_port(url: str) -> int | None:
+    """The port of a url on this host (``127.0.0.1:P``, ``localhost:P``, ``grpc://[::1]:P``), else None."""
+    host, _, port = url.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if host.strip("[]") not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+        return None
+    return int(port)
+
+
+def find_token(url: str, tmp_dir: str | os.PathLike | None = None) -> str | None:
+    """The access token of the running server at ``url`` started by ``serve`` on this host by
+    this user, read from its work directory's ``access.json`` (a directory and file of this
+    user's that nobody else can read); None when there is none."""
+    port = loopback_port(url)
+    if port is None:
+        return None
+    tmp = Path(tmp_dir) if tmp_dir is not None else Path(tempfile.gettempdir())
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return None
+    for name in names:
+        d = tmp / name
+        if not _SERVER_DIR.match(name) or not private(d, directory=True) or not private(d / ACCESS_FILE):
+            continue
+        server = _read_pid(d / SERVER_PID_FILE)
+        if not server or not pid_alive(server):
+            continue  # a server that is gone: its port may serve someone else now
+        try:
+            data = json.loads((d / ACCESS_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        token = data.get("token") if isinstance(data, dict) else None
+        urls = data.get("urls") if isinstance(data, dict) else None
+        if isinstance(token, str) and token and isinstance(urls, list) and \
+                any(isinstance(u, str) and loopback_port(u) == port for u in urls):
+            return token
+    return None
 
 
 def unregister_dead_clients(client: Any) -> list[str]:
@@ -151,7 +291,7 @@ def sweep(shm_dir: str | os.PathLike | None = None, tmp_dir: str | os.PathLike |
         shm_names = []
     for name in shm_names:
         m = _CLIENT_SHM.match(name)
-        if m and not pid_alive(int(m.group(1) or m.group(2))):
+        if m and not pid_alive(int(m.group(1) or m.group(2))) and owned_by_me(shm / name):
             try:
                 os.unlink(shm / name)
                 removed.append(str(shm / name))
@@ -166,13 +306,16 @@ def sweep(shm_dir: str | os.PathLike | None = None, tmp_dir: str | os.PathLike |
         if not m or pid_alive(int(m.group(1))):
             continue
         d = tmp / name
+        if not owned_by_me(d, directory=True):
+            continue  # another user's (or a link): not ours to remove
         server = _read_pid(d / SERVER_PID_FILE)
         if server and pid_alive(server):
             continue  # still serving (it stops by itself once it sees its parent gone)
+        removed += remove_triton_folders(recorded_triton_folders(d))  # the whole group was killed
         if server:
             prefix = f"pytrtion{server}-"
             for seg in shm_names:
-                if seg.startswith(prefix):
+                if seg.startswith(prefix) and owned_by_me(shm / seg):
                     try:
                         os.unlink(shm / seg)
                         removed.append(str(shm / seg))

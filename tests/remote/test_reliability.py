@@ -440,6 +440,8 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone(server)
     module's server sweeps every second)."""
     import tritonclient.grpc as grpcclient
 
+    from inference.serving._access import access_headers
+
     handle = server
     url = handle.grpc_url.split("://")[-1]
     script = textwrap.dedent(f"""
@@ -456,7 +458,9 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone(server)
             procs.append(proc)
             assert proc.stdout.readline().strip() == "(4, 3)"
         client = grpcclient.InferenceServerClient(url)
-        mine = lambda: [n for n in client.get_system_shared_memory_status(as_json=True).get("regions", {})  # noqa: E731
+        auth = access_headers(handle.token, "grpc")  # the shared-memory endpoints need the token
+        mine = lambda: [n for n in client.get_system_shared_memory_status(as_json=True, headers=auth)  # noqa: E731
+                        .get("regions", {})
                         if any(n.startswith(f"alpyka-remote-{p.pid}-") for p in procs)]
         assert len(mine()) >= 3, mine()
         for proc in procs:
