@@ -259,7 +259,14 @@ def jit_save_bytes(module: Any) -> bytes:
 
 
 def read_exported(path: str | os.PathLike) -> Any:
-    """The ``torch.export`` program saved at ``path`` (``torch.export.load``), checked on load."""
+    """The ``torch.export`` program saved at ``path`` (``torch.export.load``), checked on load;
+    an archive from which torch would unpickle anything is refused first (:func:`check_pt2_pickles`)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()  # (detect_format checked the CRCs)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelFileError(f"{path}: not a readable zip archive ({exc}); the file is truncated or damaged") from None
+    check_pt2_pickles(path, names)
     try:
         return torch.export.load(os.fspath(path))
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged archive

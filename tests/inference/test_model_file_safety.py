@@ -154,6 +154,17 @@ def test_serve_loader_refuses_pickled_pt2(tmp_path, exported_files):
         assert not marker.exists(), f"{name}: the archive's pickle ran"
 
 
+def test_read_exported_checks_on_its_own(tmp_path, exported_files):
+    """The loader of programs refuses the archive without detect_format having been asked first."""
+    from inference._loading import read_exported
+
+    marker = tmp_path / "ran"
+    path = _rewrite(exported_files["mlp.pt2"], tmp_path / "evil.pt2", _pickled_weight(marker)[0])
+    with pytest.raises(ModelFileError, match="use_pickle"):
+        read_exported(path)
+    assert not marker.exists(), "the archive's pickle ran"
+
+
 def test_legacy_and_duplicate_entries_are_refused(tmp_path, exported_files):
     legacy = _rewrite(exported_files["mlp.pt2"], tmp_path / "legacy.pt2",
                       lambda es: es + [(f"{_root(es)}/data/weights/model.pt", b"\x80\x02N.")])
