@@ -62,7 +62,9 @@ def _test_timeout(config: pytest.Config) -> float:
 def pytest_configure(config: pytest.Config) -> None:
     raw = os.environ.get(ENV)
     if raw:
-        _limit[0] = float(raw)
+        from portable._env import env_number  # only then: the guard itself imports nothing of alpyka
+
+        _limit[0] = env_number(ENV, 0.0, float, above=0)
     else:
         _limit[0] = max(_test_timeout(config), 240.0) + 60.0
     _arm()

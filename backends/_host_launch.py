@@ -120,7 +120,8 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     kinds = [k[0] for k in key]
     ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel)}
     exec(_launch_source(gen.params, len(key), kinds, ndim), ns)  # noqa: S102 (generated from the signature)
-    return HostPlan(mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared, mod.__file__ or "")
+    return HostPlan(mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared,
+                    getattr(mod, "__file__", None) or "")  # none: compiled in memory
 
 
 def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> HostPlan:

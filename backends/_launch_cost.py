@@ -26,8 +26,9 @@ the pool is calibrated, and tests patch them here.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any
+
+from portable._env import env_number
 
 from ._thread_pool import _get_ident, _Job, _perf, _pool
 
@@ -71,14 +72,14 @@ def _set_inline_s(seconds: float) -> None:
     _UNTIMED_S = seconds / 4  # far below the threshold: run without timing
 
 
-_set_inline_s(float(os.environ["ALPYKA_THREADS_INLINE_US"]) * 1e-6
-              if "ALPYKA_THREADS_INLINE_US" in os.environ else INLINE_S)
+_inline_us = env_number("ALPYKA_THREADS_INLINE_US", None, float, minimum=0)
+_set_inline_s(INLINE_S if _inline_us is None else _inline_us * 1e-6)
 
 
 def _calibrate() -> None:
     """Measure the pool's hand-over cost once; a grid whose work is below INLINE_FACTOR times
     that runs faster inline (unless ALPYKA_THREADS_INLINE_US sets the threshold)."""
-    if _pool.calibrate() and "ALPYKA_THREADS_INLINE_US" not in os.environ:
+    if _pool.calibrate() and _inline_us is None:
         _set_inline_s(min(INLINE_MAX_S, max(INLINE_MIN_S, INLINE_FACTOR * _pool.overhead_s)))
 
 

@@ -1,5 +1,7 @@
 """The numba emitter of the CPU backends: kernel IR to the Python source of a module of
-``@njit(nogil=True, cache=True)`` functions.
+``@njit(nogil=True, cache=True)`` functions (numba's index and data files beside the module, in
+``__pycache__``; ``cache=False`` when the kernel cache cannot be written and the module lives in
+memory: see :mod:`portable.kernel._cache`).
 
 The module defines ``launch(block_lo, block_hi, gb0.., te0.., dynamic_shared_bytes, *params)``
 that runs blocks ``[block_lo, block_hi)`` (a block's linear index, fastest dimension last) one
@@ -38,8 +40,9 @@ from backends._numba_atomics import (atomic_add, atomic_and, atomic_cas, atomic_
                                      atomic_xor, fence)
 from portable.kernel import KernelIndexError, KernelValueError
 
-_jit = njit(nogil=True, cache=True, error_model="numpy")
-_jit_inline = njit(nogil=True, cache=True, error_model="numpy", inline="always")  # thread: into launch
+_on_disk = "__file__" in globals()  # numba caches beside this file (none when alpyka loaded it in memory)
+_jit = njit(nogil=True, cache=_on_disk, error_model="numpy")
+_jit_inline = njit(nogil=True, cache=_on_disk, error_model="numpy", inline="always")  # thread: into launch
 '''
 
 _MATH = {"sqrt": "math.sqrt", "exp": "math.exp", "exp2": "np.exp2", "expm1": "math.expm1", "log": "math.log",

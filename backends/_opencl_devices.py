@@ -26,10 +26,14 @@ device probed with a small kernel, a documented order, and ``ALPYKA_OPENCL_DEVIC
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 import site
+import stat
 import sys
 import tempfile
 import time
@@ -130,6 +134,79 @@ def _vendors_root() -> Path:
     return cache_dir() / "opencl-vendors"
 
 
+def _private_dir(path: Path) -> bool:
+    """Whether ``path`` is a real directory (not a link) of this user that no one else may write:
+    only then can what is in it be trusted (a predictable name in a shared ``/tmp`` may have been
+    made by anyone)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _tmp_root() -> Path:
+    """``<tmp>/alpyka-opencl-vendors-<uid>``, made private (0700) by this user; when the name is
+    taken by a directory someone else could write (or a link, or a file), a fresh private
+    directory of this process instead (removed at exit)."""
+    root = Path(tempfile.gettempdir()) / f"alpyka-opencl-vendors-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o700)
+    if _private_dir(root):
+        return root
+    fresh = Path(tempfile.mkdtemp(prefix="alpyka-opencl-vendors-"))
+    atexit.register(shutil.rmtree, fresh, True)
+    return fresh
+
+
+def _holds(target: Path, files: dict[str, str]) -> bool:
+    """Whether the vendors directory ``target`` holds exactly ``files`` (an entry changed on disk
+    would load another library)."""
+    try:
+        found = {p.name: p.read_text(errors="replace").strip() for p in target.iterdir()}
+    except OSError:
+        return False
+    return found == files
+
+
+def _write_vendors(root: Path, digest: str, files: dict[str, str], private: bool) -> Path:
+    """``root/digest`` holding ``files`` (written once, atomically, verified at each use); in the
+    temporary directory every level must be :func:`_private_dir`. OSError when it cannot be made."""
+    target = root / digest
+    if _holds(target, files) and (not private or (_private_dir(root) and _private_dir(target))):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root))  # 0700, this user's: what is written here is ours
+    try:
+        for name, lib in files.items():
+            (tmp / name).write_text(lib + "\n")
+        os.chmod(tmp, 0o755 & ~_umask())
+        try:
+            os.replace(tmp, target)  # atomic; a concurrent process may have won
+        except OSError:
+            if os.path.isdir(target) and not os.path.islink(target) and not _holds(target, files):
+                shutil.rmtree(target)  # a damaged entry: replaced
+                os.replace(tmp, target)
+        if _holds(target, files) and (not private or _private_dir(target)):
+            return target
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise OSError(f"{target} does not hold the vendors files alpyka wrote")
+
+
+def _umask() -> int:
+    """The process's umask (read from /proc where possible: setting it to read it is racy)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 def register_runtimes() -> str | None:
     """Point ``OCL_ICD_VENDORS`` at a directory with the system's and the pip-installed runtimes;
     returns it, or None when the user set the variable or pip installed no runtime."""
@@ -145,25 +222,87 @@ def register_runtimes() -> str | None:
     for name, lib in pip.items():
         files.setdefault(name, lib)
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    for root in (_vendors_root(), Path(tempfile.gettempdir()) / f"alpyka-opencl-vendors-{os.getuid()}"):
+    for private in (False, True):
         try:
-            target = root / digest
-            if not target.is_dir():
-                root.mkdir(parents=True, exist_ok=True)
-                tmp = Path(tempfile.mkdtemp(dir=root))
-                for name, lib in files.items():
-                    (tmp / name).write_text(lib + "\n")
-                try:
-                    os.replace(tmp, target)  # atomic; a concurrent process may have won
-                except OSError:
-                    for f in tmp.iterdir():
-                        f.unlink()
-                    tmp.rmdir()
-            os.environ[ENV_VENDORS] = str(target)
-            return str(target)
+            root = _tmp_root() if private else _vendors_root()
+            target = _write_vendors(root, digest, files, private)
         except OSError:
             continue
+        os.environ[ENV_VENDORS] = str(target)
+        return str(target)
     return None
+
+
+# ---------------------------------------------------------------------- program builds
+#: pyopencl's cache of built programs per directory: the directory, or False (build uncached)
+_program_caches: dict[str, str | bool] = {}
+
+
+def program_cache() -> str | bool:
+    """The ``cache_dir`` for pyopencl's builds: ``$ALPYKA_CACHE_DIR/opencl-programs`` when it can
+    be written, else False (uncached builds, one warning naming ``ALPYKA_CACHE_DIR``)."""
+    from portable.kernel import cache_dir, warn_cache_unwritable
+
+    where = cache_dir() / "opencl-programs"
+    got = _program_caches.get(str(where))
+    if got is None:
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=where).close()  # pyopencl would wait a minute on its lock
+            got = str(where)
+        except OSError as exc:
+            warn_cache_unwritable(where, exc)
+            got = False
+        _program_caches[str(where)] = got
+    return got
+
+
+def _check_invoker_cache(cl: Any) -> None:
+    """pyopencl keeps the argument setters of kernels in a pytools database in the user's cache
+    directory (``~/.cache/pytools``), made when the first ``cl.Kernel`` sets its arguments; where
+    that directory cannot be written every kernel would fail, so pyopencl's caches are turned off
+    first (one warning)."""
+    if "pyopencl.invoker" in sys.modules or getattr(cl, "_PYOPENCL_NO_CACHE", True):
+        return
+    try:
+        import platformdirs
+
+        where = Path(platformdirs.user_cache_dir("pytools", "pytools"))
+        where.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=where).close()
+    except ImportError:
+        return
+    except OSError as exc:
+        from portable.kernel import warn_cache_unwritable
+
+        warn_cache_unwritable(where, exc, "XDG_CACHE_HOME")
+        cl._PYOPENCL_NO_CACHE = True  # read by pyopencl at each build and when it makes the setters
+
+
+def build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None = None) -> Any:
+    """``cl.Program(context, source)`` built for ``devices``, through pyopencl's binary cache in
+    :func:`program_cache` (none where pyopencl's caches are off: ``PYOPENCL_NO_CACHE``). A cache
+    that fails while writing (a full disk; pyopencl then raises
+    ``KeyError('PYOPENCL_CACHE_FAILURE_FATAL')``) is turned off for this process, with one
+    warning, and the program built again without it."""
+    _check_invoker_cache(cl)
+    kw: dict[str, Any] = {"options": options} if options else {}
+    cache: str | bool = False
+    if not getattr(cl, "_PYOPENCL_NO_CACHE", True):  # pyopencl with its caches on
+        cache = kw["cache_dir"] = program_cache()  # False: none (pyopencl's default is elsewhere)
+    try:
+        return cl.Program(context, source).build(devices=devices, **kw)
+    except KeyError as exc:
+        if exc.args != ("PYOPENCL_CACHE_FAILURE_FATAL",) or cache is False:
+            raise
+        from portable.kernel import warn_cache_unwritable
+
+        cause: BaseException = exc
+        while isinstance(cause, KeyError) and cause.__context__ is not None:
+            cause = cause.__context__  # os.environ's own KeyError, then what failed in the cache
+        warn_cache_unwritable(cache, cause)
+        _program_caches[str(cache)] = False
+    return cl.Program(context, source).build(devices=devices, **{**kw, "cache_dir": False})
 
 
 # ---------------------------------------------------------------------- probe
@@ -212,7 +351,7 @@ def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
     start = time.perf_counter()
     try:
         ctx = cl.Context([cand.device])
-        program = cl.Program(ctx, _PROBE_SOURCE).build(devices=[cand.device])
+        program = build(cl, ctx, _PROBE_SOURCE, [cand.device])
     except Exception as exc:  # noqa: BLE001 - a runtime that cannot build: its reason is kept
         cand.reason = f"cannot build a kernel: {_first_line(build_log(exc))}"
         return

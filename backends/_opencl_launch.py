@@ -15,7 +15,7 @@ from portable.spi import queue_impl
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, format_build_error
 from ._gpu_launch import DevicePlan, emit_for, prepare_launch
-from ._opencl_devices import build_log
+from ._opencl_devices import build, build_log
 
 
 class OpenCLPlan(DevicePlan):
@@ -61,7 +61,7 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     try:
-        return cl.Program(context, src.text).build(options=options, devices=[device])
+        return build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
 

@@ -9,13 +9,13 @@ created or deployed, not at import.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from typing import Iterator
 
 import torch
 
 import portable as pk
+from portable._env import env_number
 
 from ._tensors import memory_path, torch_device
 
@@ -26,14 +26,7 @@ _interop_note = ""
 
 
 def _env_threads() -> int:
-    raw = os.environ.get("ALPYKA_TORCH_THREADS", "1")
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"ALPYKA_TORCH_THREADS must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"ALPYKA_TORCH_THREADS must be a positive integer, got {raw!r}")
-    return value
+    return env_number("ALPYKA_TORCH_THREADS", 1, int, minimum=1)
 
 
 def set_torch_threads(intra_op: int, inter_op: int | None = None) -> None:

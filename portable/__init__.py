@@ -10,8 +10,8 @@ from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
 from ._device import Device, DeviceLimits
-from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, KernelBuildError,
-                      WorkDivError)
+from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, EnvVarError,
+                      KernelBuildError, WorkDivError)
 from ._memory import memcpy, memset
 from ._queue import Event, Queue, exec
 from ._registry import (
@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "BackendUnavailable", "Buffer",
-    "Device", "DeviceLimits", "DeviceMismatch", "Event",
+    "Device", "DeviceLimits", "DeviceMismatch", "EnvVarError", "Event",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",
     "memcpy",

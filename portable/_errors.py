@@ -24,6 +24,11 @@ class KernelBuildError(AlpykaError, RuntimeError):
     feature of the device); the message shows where, in the C source and in the kernel."""
 
 
+class EnvVarError(AlpykaError, ValueError):
+    """An ``ALPYKA_*`` environment variable whose value alpyka cannot use (the message names it,
+    its value and what it takes)."""
+
+
 class AsyncError(AlpykaError):
     """An exception raised by asynchronous work, surfaced at a wait; ``__cause__`` is the original."""
 

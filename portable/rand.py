@@ -73,13 +73,20 @@ def _check_u64(value: Any, what: str) -> int:
     return int(value)
 
 
+def _check_count(n: Any, what: str) -> int:
+    """``n`` draws: a non-negative integer (TypeError for 2.7 rather than truncating it)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{what}: n is a count of draws, an integer; got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"{what}: n must be >= 0, got {n}")
+    return int(n)
+
+
 def stream(seed: int, subsequence: int, n: int) -> np.ndarray:
     """The first ``n`` draws of ``acc.rand_u32`` from ``acc.rand_engine(seed, subsequence)``."""
     seed = _check_u64(seed, "seed")
     subsequence = _check_u64(subsequence, "subsequence")
-    n = int(n)
-    if n < 0:
-        raise ValueError(f"stream: n must be >= 0, got {n}")
+    n = _check_count(n, "stream")
     blocks = np.arange((n + 3) // 4, dtype=np.uint64)
     counter = np.zeros((blocks.size, 4), np.uint64)
     counter[:, 0], counter[:, 1] = blocks & _LO, blocks >> _S32
@@ -90,6 +97,7 @@ def stream(seed: int, subsequence: int, n: int) -> np.ndarray:
 
 def uniform(seed: int, subsequence: int, n: int, dtype: Any = np.float64) -> np.ndarray:
     """The first ``n`` values of ``acc.rand_uniform(engine, dtype)`` (in [0, 1))."""
+    n = _check_count(n, "uniform")
     dt = np.dtype(dtype)
     if dt == np.float32:
         return (stream(seed, subsequence, n) >> 8).astype(np.float32) * np.float32(2.0**-24)
@@ -101,6 +109,7 @@ def uniform(seed: int, subsequence: int, n: int, dtype: Any = np.float64) -> np.
 
 def normal(seed: int, subsequence: int, n: int, dtype: Any = np.float64) -> np.ndarray:
     """The first ``n`` values of ``acc.rand_normal(engine, dtype)`` (Box-Muller, cosine branch)."""
+    n = _check_count(n, "normal")
     dt = np.dtype(dtype)
     u = uniform(seed, subsequence, 2 * n, dt).reshape(n, 2)
     one, two, tau = dt.type(1.0), dt.type(-2.0), dt.type(2.0 * math.pi)

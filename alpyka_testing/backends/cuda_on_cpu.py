@@ -186,13 +186,17 @@ def build(src: Any, name: str) -> Compiled:
 def _threads() -> int:
     raw = os.environ.get("ALPYKA_STANDIN_THREADS")
     if raw:
-        return max(1, int(raw))
+        from portable._env import env_number
+
+        return env_number("ALPYKA_STANDIN_THREADS", 1, int, minimum=1)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def seed() -> int:
     """The schedule's seed: ``ALPYKA_STANDIN_SEED`` (default 1)."""
-    return int(os.environ.get("ALPYKA_STANDIN_SEED", "1")) & (2**64 - 1)
+    from portable._env import env_number
+
+    return env_number("ALPYKA_STANDIN_SEED", 1, int) & (2**64 - 1)
 
 
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:

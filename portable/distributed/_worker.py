@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from distributed import WorkerPlugin, get_worker
 
+from portable._env import env_number
+
 
 def pick_device(worker: Any, backend: str | None) -> Any:
     """The device this worker uses: ``ALPYKA_DEVICE`` (an index) if set; else, where the backend
@@ -25,8 +27,8 @@ def pick_device(worker: Any, backend: str | None) -> Any:
     name = backend or pk.default_backend()
     devs = pk.devices(name)
     index = 0
-    if os.environ.get("ALPYKA_DEVICE"):
-        index = int(os.environ["ALPYKA_DEVICE"])
+    if os.environ.get("ALPYKA_DEVICE", "").strip():
+        index = env_number("ALPYKA_DEVICE", 0, int, minimum=0)
     elif len(devs) > 1 and worker.state.total_resources.get("GPU"):
         try:
             index = int(worker.name) % len(devs)

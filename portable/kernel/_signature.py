@@ -54,6 +54,7 @@ def _key_ndarray(a: Any) -> tuple:
 
 _BOOL_KEY = ("scalar", "bool")
 _INT_KEY = ("scalar", "int64")
+_UINT_KEY = ("scalar", "uint64")
 _FLOAT_KEY = ("scalar", "float64")
 
 
@@ -61,10 +62,14 @@ def _key_bool(a: Any) -> tuple:
     return _BOOL_KEY
 
 
-def _key_int(a: Any) -> tuple:
-    if not _INT64_MIN <= a <= _INT64_MAX:
-        raise KernelArgumentError(f"integer argument {a} does not fit in int64")
-    return _INT_KEY
+def _key_int(a: Any, where: str = "") -> tuple:
+    """int64, or uint64 for ``[2**63, 2**64)`` (numpy's rule: ``np.asarray(2**63)`` is uint64,
+    so a 64-bit seed passes as it is)."""
+    if _INT64_MIN <= a <= _INT64_MAX:
+        return _INT_KEY
+    if 0 <= a < 2**64:
+        return _UINT_KEY
+    raise KernelArgumentError(f"{where}the integer {a} fits neither int64 nor uint64 (kernels take 64-bit integers)")
 
 
 def _key_float(a: Any) -> tuple:
@@ -89,11 +94,12 @@ for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32
 def arg_key(a: Any, kernel_name: str = "", index: int = 0) -> tuple:
     """The signature key of one argument (what the compiled code depends on)."""
     fn = _KEYS.get(type(a))
+    if fn is None:
+        fn = next((f for t, f in _KEYS.items() if isinstance(a, t)), None)
+    if fn is _key_int:
+        return _key_int(a, f"kernel {kernel_name!r}: argument #{index + 1} after acc: ")
     if fn is not None:
         return fn(a)
-    for t, fn in _KEYS.items():
-        if isinstance(a, t):
-            return fn(a)
     raise KernelArgumentError(
         f"kernel {kernel_name!r}: argument {index} is a {type(a).__name__}; kernel arguments are "
         "soa views (coll.view()), pk.Buffer, numpy arrays (CPU backends), numpy scalars, int, float, bool"
@@ -123,7 +129,7 @@ def signature_key(args: tuple, kernel_name: str = "") -> tuple:
                 k = _INT_KEY
             else:
                 fn = keys.get(t)
-                if fn is None:
+                if fn is None or fn is _key_int:  # (an int beyond int64: uint64 or a named error)
                     return tuple([arg_key(a, kernel_name, i) for i, a in enumerate(args)])
                 k = fn(a)
         key.append(k)

@@ -1,0 +1,106 @@
+"""Numeric ``ALPYKA_*`` environment variables: a value alpyka cannot use is an EnvVarError (a
+ValueError) naming the variable, its value and what it takes, wherever the variable is read
+(it was Python's bare "could not convert string to float: 'abc'")."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import portable as pk
+from portable._env import env_number
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("raw, kind, bounds, want", [
+    ("abc", float, {}, "a number"),
+    ("2.5", int, {}, "an integer"),
+    ("nan", float, {}, "a number"),
+    ("inf", float, {"minimum": 0}, "a number >= 0"),
+    ("-1", int, {"minimum": 0}, "an integer >= 0"),
+    ("0", float, {"above": 0}, "a number > 0"),
+])
+def test_env_number_names_the_variable_its_value_and_what_it_takes(monkeypatch, raw, kind, bounds, want):
+    monkeypatch.setenv("ALPYKA_SOMETHING", raw)
+    with pytest.raises(pk.EnvVarError, match=rf"ALPYKA_SOMETHING='{raw}': expected {want}"):
+        env_number("ALPYKA_SOMETHING", 1, kind, **bounds)
+    assert issubclass(pk.EnvVarError, ValueError) and issubclass(pk.EnvVarError, pk.AlpykaError)
+
+
+def test_env_number_reads_good_values_and_defaults(monkeypatch):
+    monkeypatch.setenv("ALPYKA_SOMETHING", " 12 ")
+    assert env_number("ALPYKA_SOMETHING", 1, int, minimum=1) == 12
+    assert env_number("ALPYKA_SOMETHING", 1.0, float, above=0) == 12.0
+    monkeypatch.setenv("ALPYKA_SOMETHING", "")
+    assert env_number("ALPYKA_SOMETHING", 7, int) == 7
+    monkeypatch.delenv("ALPYKA_SOMETHING")
+    assert env_number("ALPYKA_SOMETHING", None, float) is None
+
+
+def test_opencl_probe_timeout(monkeypatch):
+    from backends import _opencl_devices
+
+    monkeypatch.setenv("ALPYKA_OPENCL_PROBE_TIMEOUT", "abc")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_OPENCL_PROBE_TIMEOUT='abc': expected a number > 0"):
+        _opencl_devices.probe(None, None)  # read before the device is touched
+
+
+def test_threads_inline_us_at_import():
+    """Read when the cpu_threads backend's cost model is imported: the import fails naming it."""
+    env = {**os.environ, "ALPYKA_THREADS_INLINE_US": "abc"}
+    done = subprocess.run([sys.executable, "-c", "import backends._launch_cost"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "EnvVarError: environment variable ALPYKA_THREADS_INLINE_US='abc': expected a number >= 0" in done.stderr
+
+
+def test_dask_worker_device(monkeypatch):
+    pytest.importorskip("distributed", reason="pk.distributed needs dask (pip install -e '.[dask]')")
+    from portable.distributed._worker import pick_device
+
+    monkeypatch.setenv("ALPYKA_DEVICE", "first")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_DEVICE='first': expected an integer >= 0"):
+        pick_device(SimpleNamespace(name="w0"), "cpu_serial")
+    monkeypatch.setenv("ALPYKA_DEVICE", "0")
+    assert pick_device(SimpleNamespace(name="w0"), "cpu_serial") is pk.device("cpu_serial")
+
+
+def test_torch_threads(monkeypatch):
+    pytest.importorskip("torch", reason="inference needs torch (pip install -e '.[torch]')")
+    from inference import _runtime
+
+    for raw in ("abc", "0", "1.5"):
+        monkeypatch.setenv("ALPYKA_TORCH_THREADS", raw)
+        with pytest.raises(pk.EnvVarError, match=f"ALPYKA_TORCH_THREADS='{raw}': expected an integer >= 1"):
+            _runtime._env_threads()
+
+
+def test_serve_shm_sweep_ticks_at_import():
+    pytest.importorskip("pytriton", reason="alpyka serve needs PyTriton (pip install -e '.[serve]')")
+    env = {**os.environ, "ALPYKA_SERVE_SHM_SWEEP_TICKS": "often"}
+    done = subprocess.run([sys.executable, "-c", "import inference.serving._child"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "ALPYKA_SERVE_SHM_SWEEP_TICKS='often': expected an integer >= 1" in done.stderr
+
+
+def test_test_support_variables(monkeypatch):
+    """The suite's own: the hang guard's limit and the CUDA stand-in's threads and seed."""
+    from alpyka_testing import hang_guard
+    from alpyka_testing.backends import cuda_on_cpu
+
+    monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "soon")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_HANG_TIMEOUT='soon': expected a number > 0"):
+        hang_guard.pytest_configure(None)  # read before anything is armed
+    monkeypatch.setenv("ALPYKA_STANDIN_THREADS", "many")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_STANDIN_THREADS='many': expected an integer >= 1"):
+        cuda_on_cpu._threads()
+    monkeypatch.setenv("ALPYKA_STANDIN_SEED", "1e3")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_STANDIN_SEED='1e3': expected an integer"):
+        cuda_on_cpu.seed()
+    monkeypatch.setenv("ALPYKA_STANDIN_SEED", "-1")
+    assert cuda_on_cpu.seed() == 2**64 - 1

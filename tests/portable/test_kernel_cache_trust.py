@@ -1,0 +1,217 @@
+"""The kernel cache (portable/kernel/_cache.py) trusts nothing on disk: a cached module that is not
+the source it is named after is rewritten (one warning), a numba index or data file numba cannot
+load is dropped and the kernel compiled again, files follow the umask, a failed write leaves no
+partial file, and a cache that cannot be written compiles kernels in memory with one warning
+naming ALPYKA_CACHE_DIR (the opencl backend included: pyopencl's caches too)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+
+from portable._errors import AlpykaWarning
+from portable.kernel import _cache
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh ALPYKA_CACHE_DIR, no cache warning given yet, and the test's modules unloaded after."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(d))
+    monkeypatch.setattr(_cache, "_warned", set(), raising=False)
+    before = set(sys.modules)
+    yield d
+    for name in set(sys.modules) - before:
+        if name.startswith("alpyka_test_"):
+            del sys.modules[name]
+
+
+def _source(body: str) -> str:
+    return f"# {uuid.uuid4().hex}\n" + textwrap.dedent(body)
+
+
+#: a numba function cached as the generated modules do (backends/_numba_emit.py's header): on disk
+#: beside the module's file, not at all for a module kept in memory
+_NUMBA = 'from numba import njit\n@njit(cache="__file__" in globals())\ndef f(x):\n    return {}\n'
+
+
+def _cache_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, AlpykaWarning)]
+
+
+def _load(source: str):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        mod = _cache.load_generated_module(source, "test")
+    return mod, _cache_warnings(record)
+
+
+# ---------------------------------------------------------------------- the module file
+@pytest.mark.parametrize("damage", ["one byte changed", "truncated", "empty"])
+def test_a_damaged_cached_module_is_rewritten_with_one_warning(cache, damage):
+    sources = [_source("def answer():\n    return (41 +\n            1)\n") for _ in range(2)]
+    paths = []
+    for src in sources:
+        path = cache / f"{_cache.module_name(src, 'test')}.py"
+        cache.mkdir(exist_ok=True)
+        bad = {"one byte changed": src.replace("41", "40"), "truncated": src[: len(src) // 2 + 10],
+               "empty": ""}[damage]
+        path.write_text(bad)
+        paths.append(path)
+    mod, said = _load(sources[0])
+    assert mod.answer() == 42
+    assert paths[0].read_text() == sources[0]
+    assert len(said) == 1 and str(paths[0]) in said[0] and "rewritten" in said[0]
+    mod, said = _load(sources[1])  # once per process
+    assert mod.answer() == 42 and paths[1].read_text() == sources[1] and said == []
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o027])
+def test_cached_modules_follow_the_umask(cache, umask):
+    old = os.umask(umask)
+    try:
+        mod, said = _load(_source("VALUE = 7\n"))
+    finally:
+        os.umask(old)
+    assert mod.VALUE == 7 and said == []
+    assert (Path(mod.__file__).stat().st_mode & 0o777) == 0o666 & ~umask
+
+
+def test_a_failed_write_leaves_no_partial_file_and_compiles_in_memory(cache, monkeypatch):
+    def full(fd, data):
+        os.write(fd, data[:10])  # half a file, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(_cache, "_write_all", full, raising=False)
+    first, said = _load(_source("VALUE = 1\n"))
+    second, said2 = _load(_source("VALUE = 2\n"))
+    assert (first.VALUE, second.VALUE) == (1, 2)
+    assert sorted(p.name for p in cache.iterdir()) == []
+    assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0] and str(cache) in said[0] and said2 == []
+
+
+@pytest.mark.parametrize("how", ["read-only", "not a directory"])
+def test_an_unwritable_cache_compiles_in_memory_with_one_warning(tmp_path, cache, monkeypatch, how):
+    if how == "not a directory":
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    else:  # as root chmod does not stop a write: the file system says so instead
+        real_mkdir = pathlib.Path.mkdir
+
+        def read_only(self, *a, **k):
+            if str(self).startswith(str(cache)):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+            return real_mkdir(self, *a, **k)
+
+        monkeypatch.setattr(pathlib.Path, "mkdir", read_only)
+    srcs = [_source(_NUMBA.format(f"x + {k}")) for k in (1, 2)]
+    (a, said), (b, said2) = _load(srcs[0]), _load(srcs[1])
+    assert (a.f(1), b.f(1)) == (2, 3)
+    assert not hasattr(a, "__file__") and not cache.exists()
+    assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0] and said2 == []
+
+
+# ---------------------------------------------------------------------- numba's index and data
+@pytest.mark.parametrize("damage", ["garbage index", "truncated index", "garbage data"])
+def test_a_damaged_numba_cache_is_dropped_and_the_kernel_compiled_again(cache, damage):
+    src = _source(_NUMBA.format("x * 3"))
+    name = _cache.module_name(src, "test")
+    mod, _ = _load(src)
+    assert mod.f(2) == 6
+    index = next((cache / "__pycache__").glob(f"{name}.*.nbi"))
+    data = next((cache / "__pycache__").glob(f"{name}.*.nbc"))
+    if damage == "garbage index":
+        index.write_bytes(b"\x00garbage" * 8)
+    elif damage == "truncated index":
+        index.write_bytes(index.read_bytes()[:12])
+    else:
+        data.write_bytes(b"\x80\x05garbage")
+    del sys.modules[name]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        mod = _cache.load_generated_module(src, "test")
+        assert mod.f(2) == 6  # numba raised here, at every later run, before
+    said = _cache_warnings(record)
+    assert len(said) == 1 and str(index) in said[0]
+    del sys.modules[name]
+    mod, said = _load(src)  # the rewritten index is good: loaded from disk, no warning
+    assert mod.f(2) == 6 and said == []
+    assert sum(mod.f.stats.cache_hits.values()) == 1
+
+
+# ---------------------------------------------------------------------- a kernel, end to end
+_KERNEL = """\
+import sys, warnings
+warnings.simplefilter("always")
+import numpy as np
+import portable as pk
+from alpyka_testing.kernels import download, upload
+
+@pk.kernel
+def scale(acc, out, inp, k, n):
+    for i in acc.uniform_elements(n):
+        out[i] = k * inp[i]
+
+@pk.kernel
+def shift(acc, out, inp, k, n):
+    for i in acc.uniform_elements(n):
+        out[i] = inp[i] + k
+
+dev = pk.device(sys.argv[1])
+q = pk.Queue(dev)
+inp = upload(q, np.arange(10, dtype=np.float32))
+out = upload(q, np.zeros(10, np.float32))
+for kern in (scale, shift):
+    pk.exec(q, pk.make_workdiv(dev, 2, 8), kern, out, inp, np.float32(3), 10)
+    print(kern.__name__, download(q, out).tolist())
+"""
+
+
+def _run_kernels(tmp_path: Path, backend: str, env: dict, prefix: list[str] | None = None):
+    script = tmp_path / "kernels.py"
+    script.write_text(_KERNEL)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    done = subprocess.run([sys.executable, *(prefix or []), str(script), backend], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = [f"scale {[3.0 * i for i in range(10)]}", f"shift {[i + 3.0 for i in range(10)]}"]
+    assert done.stdout.splitlines() == want
+    return [ln for ln in done.stderr.splitlines() if "AlpykaWarning" in ln]
+
+
+@pytest.mark.alpyka_backends("cpu_serial", "cpu_threads", "opencl")
+def test_a_kernel_runs_where_no_cache_can_be_written(device, tmp_path):
+    """ALPYKA_CACHE_DIR and the user's cache directory unwritable: both kernels run, with one
+    warning naming the variable to set (on opencl XDG_CACHE_HOME, where pyopencl keeps the
+    argument setters of kernels: its caches are turned off)."""
+    (tmp_path / "file").write_text("")
+    said = _run_kernels(tmp_path, device.backend_name,
+                        {"ALPYKA_CACHE_DIR": str(tmp_path / "file" / "alpyka"),
+                         "XDG_CACHE_HOME": str(tmp_path / "file" / "xdg"), "OCL_ICD_VENDORS": ""})
+    variable = "XDG_CACHE_HOME" if device.backend_name == "opencl" else "ALPYKA_CACHE_DIR"
+    assert len(said) == 1 and f"set {variable} to a writable directory" in said[0], said
+
+
+@pytest.mark.alpyka_backends(kind="cpu")
+def test_a_kernel_runs_where_the_cache_disk_is_full(device, tmp_path):
+    """Every file write fails (RLIMIT_FSIZE 0: the writes of a full disk): both kernels run, one
+    warning, and no partial file is left in the cache."""
+    wrapper = tmp_path / "full_disk.py"
+    wrapper.write_text("import resource, runpy, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+                       "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
+                       "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    d = tmp_path / "alpyka"
+    said = _run_kernels(tmp_path, device.backend_name, {"ALPYKA_CACHE_DIR": str(d)}, [str(wrapper)])
+    assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0], said
+    assert [p for p in d.rglob("*") if not p.is_dir()] == []
