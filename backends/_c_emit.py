@@ -36,6 +36,7 @@ from portable.kernel.visit import Visitor
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
 from ._c_source import CEmitError, CSource
+from ._float_to_int import c_helper
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ class _Emitter(Visitor):
         inner = self.expr(e.value)
         if e.type.is_bool:
             return f"(({inner}) != 0)"
+        if e.value.type.is_float and e.type.is_integer:  # saturating: backends/_float_to_int.py
+            return f"{self.h._add(*c_helper(e.value.type, e.type))}({inner})"
         return f"(({self.ctype(e.type)})({inner}))"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
@@ -254,6 +257,8 @@ class _Emitter(Visitor):
         if not at.is_float:
             raise self.fail(f"math.{f} needs float arguments here, got {at}")
         call = f"{self.d.math(f, at)}({', '.join(s)})"
+        if e.type.is_integer:  # floor/ceil/trunc of a float: saturating (backends/_float_to_int.py)
+            return f"{self.h._add(*c_helper(at, e.type))}({call})"
         if e.type != at:
             return f"(({self.ctype(e.type)}){call})"
         return call
