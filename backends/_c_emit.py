@@ -183,6 +183,9 @@ class _Emitter(Visitor):
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
         op = {"-": "-", "~": "~", "not": "!"}[e.op]
+        if e.op == "-" and e.type.is_integer and not e.type.is_unsigned and e.type.bits >= 32:
+            u = "u" + self.ctype(e.type)[1:]  # -MIN wraps to MIN (numpy) instead of being undefined
+            return f"(({self.ctype(e.type)})(({u})0 - ({u}){self.expr(e.operand)}))"
         if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
             return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
         return f"({op}{self.expr(e.operand)})"
@@ -224,7 +227,13 @@ class _Emitter(Visitor):
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         a, b, t = self.expr(e.left), self.expr(e.right), e.type
-        if e.op in ("+", "-", "*", "&", "|", "^", "<<", ">>"):
+        if e.op in ("+", "-", "*") and t.is_integer and not t.is_unsigned:
+            # signed overflow wraps (numpy's rule) instead of being C's undefined behaviour
+            u = "u" + self.ctype(t)[1:]
+            return f"(({self.ctype(t)})(({u}){a} {e.op} ({u}){b}))"
+        if e.op in ("<<", ">>"):
+            return f"{self.h.shift(e.op, t)}({a}, {b})"
+        if e.op in ("+", "-", "*", "&", "|", "^"):
             return f"({a} {e.op} {b})"
         if e.op == "/":
             return f"({a} / {b})"

@@ -29,12 +29,17 @@ class Helpers:
         return name
 
     # ------------------------------------------------------------------ arithmetic
+    # numpy's fixed-width rules, which the front-end's constant folding follows too
+    # (portable/kernel/_folding.py): nothing is left to C's undefined behaviour
     def floordiv(self, t: ScalarType) -> str:
+        """numpy's ``//``: floats as ``np.floor_divide`` (``x // 0.0`` is ``x / 0.0``: +-inf or
+        nan); integers floor, ``x // 0`` is 0 and ``MIN // -1`` wraps to ``MIN``."""
         c = CTYPE[t.name]
         name = f"alpyka_floordiv_{c}"
         if t.is_float:
             m = self._mathname
             return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    if (b == 0) return a / b;
     {c} mod = {m('fmod', t)}(a, b);
     {c} div = (a - mod) / b;
     if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}
@@ -47,8 +52,11 @@ class Helpers:
 }}
 """)
         if t.is_unsigned:
-            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return a / b; }}\n")
+            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
+        u = "u" + c[1:]
         return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    if (b == 0) return 0;
+    if (b == -1) return ({c})(({u})0 - ({u})a);
     {c} q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
     return q;
@@ -56,6 +64,7 @@ class Helpers:
 """)
 
     def mod(self, t: ScalarType) -> str:
+        """numpy's ``%``: the sign of the divisor; ``x % 0`` is 0 for integers, nan for floats."""
         c = CTYPE[t.name]
         name = f"alpyka_mod_{c}"
         if t.is_float:
@@ -68,8 +77,9 @@ class Helpers:
 }}
 """)
         if t.is_unsigned:
-            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return a % b; }}\n")
+            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
         return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    if (b == 0 || b == -1) return 0;
     {c} r = a % b;
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
@@ -77,15 +87,35 @@ class Helpers:
 """)
 
     def ipow(self, t: ScalarType) -> str:
+        """Integer ``**``, wrapping (computed unsigned); a negative exponent gives the integral
+        part of the real result: 1 for base 1, +-1 for base -1, else 0."""
         c = CTYPE[t.name]
+        u = c if t.is_unsigned else "u" + c[1:]
         name = f"alpyka_ipow_{c}"
-        return self._add(name, f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{
-    {c} r = 1;
-    if (e < 0) return 0;
-    while (e) {{ if (e & 1) r *= base; e >>= 1; base *= base; }}
-    return r;
+        neg = "" if t.is_unsigned else f"""
+    if (e < 0) return base == 1 ? ({c})1 : (base == -1 ? ((e & 1) ? ({c})-1 : ({c})1) : ({c})0);"""
+        return self._add(name, f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
+    {u} r = 1, b = ({u})base, k = ({u})e;
+    while (k) {{ if (k & 1) r *= b; k >>= 1; b *= b; }}
+    return ({c})r;
 }}
 """)
+
+    def shift(self, op: str, t: ScalarType) -> str:
+        """``a << k`` / ``a >> k`` with numpy's rule for a count outside ``[0, bits)``: 0, or -1
+        for ``>>`` of a negative value (C leaves such shifts undefined). The count arrives as
+        an unsigned 64-bit value, so a negative one is out of range too."""
+        c = CTYPE[t.name]
+        u = c if t.is_unsigned else "u" + c[1:]
+        kind = "shl" if op == "<<" else "shr"
+        name = f"alpyka_{kind}_{c}"
+        if op == "<<":
+            body = f"return k < {t.bits} ? ({c})(({u})a << k) : ({c})0;"
+        elif t.is_unsigned:
+            body = f"return k < {t.bits} ? a >> k : ({c})0;"
+        else:  # ~((~a) >> k): a negative value shifts in ones without relying on C's choice
+            body = f"return k < {t.bits} ? (a < 0 ? ~((~a) >> k) : a >> k) : (a < 0 ? ({c})-1 : ({c})0);"
+        return self._add(name, f"ALPYKA_FN {c} {name}({c} a, u64 k) {{ {body} }}\n")
 
     def minmax(self, func: str, t: ScalarType) -> str:
         """Python's ``min``/``max`` of two values: the first one wins ties (and NaN compares)."""
@@ -99,10 +129,9 @@ class Helpers:
         name = f"alpyka_abs_{c}"
         if t.is_unsigned or t.is_bool:
             body = "return a;"
-        elif self.d.is_opencl:  # OpenCL's abs (wraps at the minimum as Python's fixed-width ints do)
-            body = f"return ({c})abs(a);"
-        else:
-            body = "return a < 0 ? -a : a;"
+        else:  # negated unsigned: abs(MIN) wraps to MIN as numpy's does (C's -MIN is undefined)
+            u = "u" + c[1:]
+            body = f"return a < 0 ? ({c})(({u})0 - ({u})a) : a;"
         return self._add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
 
     def _mathname(self, func: str, t: ScalarType) -> str:

@@ -57,6 +57,27 @@ _MATH = {"sqrt": "math.sqrt", "exp": "math.exp", "exp2": "np.exp2", "expm1": "ma
          "isfinite": "math.isfinite", "min": "min", "max": "max", "abs": "abs"}
 
 
+# numpy's fixed-width rules where numba's operators differ (the C helpers and the front-end's
+# folding follow the same rules): a shift by a count outside [0, 64) gives 0 (>> of a negative
+# value: -1), where numba's counts wrap modulo 64; MIN // -1 wraps to MIN, where numba gives 0;
+# an integer ** a negative exponent gives the integral part of the real result (0 ** -n is 0), and
+# a large exponent wraps as repeated multiplication does (numba's ** goes wrong past 2**62)
+_POW_LOOP = "    while e:\n        if e & 1:\n            r *= a\n        e >>= 1\n        a *= a\n    return r\n"
+_ARITH_HELPERS = {
+    "_shl": "def _shl(a, k):\n    if k < 0 or k >= 64:\n        return a ^ a\n    return a << k\n",
+    "_shr_s": "def _shr_s(a, k):\n    if k < 0 or k >= 64:\n        return a >> 63\n    return a >> k\n",
+    "_shr_u": "def _shr_u(a, k):\n    if k < 0 or k >= 64:\n        return a ^ a\n    return a >> k\n",
+    "_floordiv_s": "def _floordiv_s(a, b):\n    if b == -1:\n        return -a\n    return a // b\n",
+    "_ipow_s": ("def _ipow_s(a, e):\n    if e < 0:\n        if a == 1 or a == -1:\n"
+                "            return a if e & 1 else a * a\n        return a ^ a\n"
+                "    r = np.int64(1)\n" + _POW_LOOP),
+    "_ipow_u": "def _ipow_u(a, e):\n    r = np.uint64(1)\n" + _POW_LOOP,
+}
+#: (operator, unsigned result) -> the helper that computes it
+_ARITH_HELPER = {("<<", False): "_shl", ("<<", True): "_shl", (">>", False): "_shr_s", (">>", True): "_shr_u",
+                 ("//", False): "_floordiv_s", ("**", False): "_ipow_s", ("**", True): "_ipow_u"}
+
+
 @dataclass
 class NumbaSource:
     """Generated source and the kernel parameters ``launch`` takes after the work division."""
@@ -124,9 +145,16 @@ class _FunctionEmitter(Visitor):
         return f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
-        r = f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
+        a, b, t = self.ex(e.left), self.ex(e.right), e.type
+        helper = _ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
+        if helper is not None:  # numpy's fixed-width rule where numba's differs (see _ARITH_HELPERS)
+            if e.right.type.is_bool:
+                b = f"np.int64({b})"
+            r = f"{self.m.helper(helper)}({a}, {b})"
+        else:
+            r = f"({a} {e.op} {b})"
         if e.op in ("**", "<<", ">>") and e.type.name not in ("int64", "float64"):
-            r = f"np.{e.type.name}{r}"
+            r = f"np.{e.type.name}({r})"
         return r
 
     def visit_Compare(self, e: ir.Compare) -> str:
@@ -310,6 +338,7 @@ class _ModuleEmitter:
     def __init__(self, kernel: ir.Kernel) -> None:
         self.kernel = kernel
         self.checkers: dict[str, str] = {}
+        self.helpers: set[str] = set()
         self.parts: list[str] = []
 
     def ctx_args(self) -> list[str]:
@@ -321,6 +350,13 @@ class _ModuleEmitter:
         name, source = numba_helper(src, dst)
         if not any(part.startswith(f"@_jit\ndef {name}(") for part in self.parts):
             self.parts.append("@_jit\n" + source)
+        return name
+
+    def helper(self, name: str) -> str:
+        """The name of the arithmetic helper ``name``, its definition added to the module once."""
+        if name not in self.helpers:
+            self.helpers.add(name)
+            self.parts.append("@_jit\n" + _ARITH_HELPERS[name])
         return name
 
     def checker(self, message: str) -> str:

@@ -12,6 +12,8 @@ import numpy as np
 
 from . import ir
 from ._errors import KernelArgumentError
+from ._folding import ConstantError, explicit_int, fold_binop, fold_cast, fold_unary, literal_int
+from ._folding import literal_type as int_literal_type
 from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
                       ModuleVal, TupleVal, ViewVal)
 from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result,
@@ -55,16 +57,6 @@ ALLOWED_HINT = ("kernels may use: local scalars, arithmetic, comparisons, if/eli
                 "min/max/abs, numpy scalar casts and @pk.device_function calls")
 
 
-def fold_cast(value: Any, t: ScalarType) -> Any:
-    if t.is_bool:
-        return bool(value)
-    if t.is_float:
-        return float(np.array(value).astype(t.dtype))
-    if isinstance(value, float):
-        value = math.trunc(value)
-    return int(np.array(int(value)).astype(t.dtype)) if -(2**63) <= int(value) < 2**64 else int(value)
-
-
 def cast(e: ir.Expr, t: ScalarType) -> ir.Expr:
     """``e`` converted to ``t`` (constants folded)."""
     if e.type == t:
@@ -75,16 +67,25 @@ def cast(e: ir.Expr, t: ScalarType) -> ir.Expr:
 
 
 def const(value: Any) -> ir.Const:
+    """A Python or numpy constant; a Python int is int64, or uint64 from 2**63 (numba's literal
+    types), and one that fits neither is a :class:`ConstantError`."""
+    if isinstance(value, int) and not isinstance(value, (bool, np.bool_)):
+        return ir.Const(value, int_literal_type(value))
     t = literal_type(value)
     return ir.Const(fold_cast(value.item() if isinstance(value, np.generic) else value, t), t)
 
 
 def binop(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    """``a <op> b``; two constants fold with numpy's fixed-width rules (:mod:`._folding`)."""
     t = binary_result(op, a.type, b.type)
     if op in ("<<", ">>"):
-        return ir.BinOp(op, cast(a, t), b, t)
-    ot = operand_type(op, a.type, b.type)
-    return ir.BinOp(op, cast(a, ot), cast(b, ot), t)
+        ca, cb = cast(a, t), b
+    else:
+        ot = operand_type(op, a.type, b.type)
+        ca, cb = cast(a, ot), cast(b, ot)
+    if isinstance(ca, ir.Const) and isinstance(cb, ir.Const):
+        return ir.Const(fold_binop(op, ca.value, cb.value, t), t)
+    return ir.BinOp(op, ca, cb, t)
 
 
 def compare(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
@@ -206,7 +207,10 @@ class ExprBuilder:
         meth = getattr(self, "ex_" + type(node).__name__, None)
         if meth is None:
             raise self.error(node, self.unsupported(node))
-        return meth(node)
+        try:
+            return meth(node)
+        except ConstantError as exc:  # a constant that does not fit its type: at the user's line
+            raise self.error(node, str(exc)) from None
 
     def unsupported(self, node: ast.AST) -> str:
         kind = type(node).__name__
@@ -306,6 +310,9 @@ class ExprBuilder:
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise self.error(node, "the @ operator is not allowed in kernels")
+        lit = literal_int(node)  # Python int literals only: exact, then typed as numba types literals
+        if lit is not None:
+            return ir.Const(lit, int_literal_type(lit, ast.unparse(node)))
         a, b = self.scalar(node.left), self.scalar(node.right)
         try:
             return binop(op, a, b)
@@ -313,6 +320,9 @@ class ExprBuilder:
             raise self.error(node, str(exc)) from None
 
     def ex_UnaryOp(self, node: ast.UnaryOp) -> ir.Expr:
+        lit = literal_int(node)
+        if lit is not None:
+            return ir.Const(lit, int_literal_type(lit, ast.unparse(node)))
         a = self.scalar(node.operand)
         if isinstance(node.op, ast.UAdd):
             return a
@@ -323,9 +333,10 @@ class ExprBuilder:
             t = unary_result(op, a.type)
         except TypeError as exc:
             raise self.error(node, str(exc)) from None
-        if isinstance(a, ir.Const) and op == "-":
-            return ir.Const(fold_cast(-a.value, t), t)
-        return ir.UnaryOp(op, cast(a, t), t)
+        a = cast(a, t)
+        if isinstance(a, ir.Const):
+            return ir.Const(fold_unary(op, a.value, t), t)
+        return ir.UnaryOp(op, a, t)
 
     def ex_BoolOp(self, node: ast.BoolOp) -> ir.Expr:
         op = "and" if isinstance(node.op, ast.And) else "or"
@@ -364,12 +375,20 @@ class ExprBuilder:
             return callee
         if isinstance(callee, DTypeVal):
             (arg,) = self.plain_args(node, 1, f"{callee.type}()")
-            return cast(self.scalar(arg), callee.type)
+            return self.explicit_cast(arg, callee.type)
         if isinstance(callee, BuiltinVal):
             return self.builtin_call(callee.name, node)
         if isinstance(callee, DeviceFunctionVal):
             return self.device_call(callee.function, node)
         raise self.error(node, f"cannot call {self.describe(callee)}")
+
+    def explicit_cast(self, arg: ast.AST, t: ScalarType) -> ir.Expr:
+        """``np.<t>(arg)`` / ``int(arg)``...: an int literal must fit ``t`` (numpy refuses a Python int
+        out of range); other values convert as any cast does."""
+        lit = literal_int(arg)
+        if lit is not None:
+            return ir.Const(explicit_int(lit, t, ast.unparse(arg)), t)
+        return cast(self.scalar(arg), t)
 
     def plain_args(self, node: ast.Call, n: int | tuple, what: str) -> list[ast.AST]:
         ns = (n,) if isinstance(n, int) else n
@@ -383,7 +402,7 @@ class ExprBuilder:
             return self.range_value(node)
         if name in ("int", "float", "bool"):
             (a,) = self.plain_args(node, 1, f"{name}()")
-            return cast(self.scalar(a), {"int": INT64, "float": FLOAT64, "bool": BOOL}[name])
+            return self.explicit_cast(a, {"int": INT64, "float": FLOAT64, "bool": BOOL}[name])
         if name == "len":
             (a,) = self.plain_args(node, 1, "len()")
             v = self.value(a)

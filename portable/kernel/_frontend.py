@@ -17,6 +17,7 @@ import numpy as np
 from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
+from ._folding import ConstantError
 from ._loops import LoopBuilder
 from ._vocabulary import VocabularyBuilder
 from ._signature import ArgSpec, params_of
@@ -235,7 +236,10 @@ class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
             meth = getattr(self, "st_" + type(s).__name__, None)
             if meth is None:
                 raise self.error(s, self.unsupported_stmt(s))
-            r = meth(s)
+            try:
+                r = meth(s)
+            except ConstantError as exc:  # a constant converted to a type it does not fit
+                raise self.error(s, str(exc)) from None
             if r is not None:
                 out.extend(r if isinstance(r, list) else [r])
         return out

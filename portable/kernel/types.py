@@ -10,7 +10,8 @@ The promotion rules are numba's (measured against numba 0.68's typing context):
 - ``/`` of two integers gives ``float64``; ``float32 ** integer`` stays ``float32``;
 - bitwise ``& | ^`` of two bools stay ``bool``; shifts take the left operand's signedness;
 - unary ``-`` and ``~`` of an integer keep its type; of a bool give ``int64``;
-- Python literals: ``int`` is ``int64``, ``float`` is ``float64``, ``bool`` is ``bool``;
+- Python literals: ``int`` is ``int64`` (``uint64`` from ``2**63`` to ``2**64 - 1``; wider is an
+  error, see :mod:`._folding`), ``float`` is ``float64``, ``bool`` is ``bool``;
 - a local variable assigned values of several types gets their unification (the same rule).
 """
 

@@ -1,0 +1,201 @@
+"""Constant folding of the front-end: the exact arithmetic of Python int literals and numpy's
+fixed-width rules for typed constants, so a folded constant never depends on a backend.
+
+- An expression made only of Python int literals (``1 << 64``, ``2**63 - 1``, ``-5``) is computed
+  exactly, as Python computes it, and then typed as numba types a literal: ``int64`` when it
+  fits, ``uint64`` from ``2**63`` to ``2**64 - 1``; anything else is a :class:`ConstantError`
+  (reported as a ``KernelSyntaxError`` at the user's line). So are what Python itself refuses
+  (``1 // 0``, ``1 << -1``, ``2 ** -1`` of integers).
+- A typed constant (a numpy scalar, a cast, a literal once it met a typed operand) folds with the
+  rules every backend computes at run time (numpy's): integers wrap in their width; ``//`` and
+  ``%`` by zero give 0; ``x // -1`` of the most negative value wraps to itself; a shift by a
+  count outside ``[0, 64)`` gives 0 (``>>`` of a negative value: -1); an integer ``**`` with a
+  negative exponent gives the integral part of the real result (1, -1 or 0); floats follow
+  numpy's ``floor_divide``/``remainder`` (``7.0 // 0.0`` is inf).
+- A constant converted explicitly or implicitly to a type it does not fit (``np.int32(2**40)``,
+  ``int(1e30)``, ``int(math.nan)``, ``np.uint8(-1)``) is a :class:`ConstantError`.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .types import INT64, UINT64, ScalarType
+
+#: how far an intermediate of a literal expression may grow before it cannot come back to 64 bits
+_LITERAL_BITS = 128
+_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
+            ast.BitOr: operator.or_, ast.BitXor: operator.xor}
+_FIT_HINT = ("kernel integers are 64-bit (an int literal is int64, or uint64 from 2**63 to 2**64 - 1, "
+             "as in numba)")
+
+
+class ConstantError(ValueError):
+    """A constant that does not fit its type, or a literal expression Python refuses; the
+    front-end reports it as a ``KernelSyntaxError`` at the line that holds it."""
+
+
+def int_range(t: ScalarType) -> tuple[int, int]:
+    """The smallest and largest value of the integer (or bool) type ``t``."""
+    if t.is_bool:
+        return 0, 1
+    if t.is_unsigned:
+        return 0, 2**t.bits - 1
+    return -(2 ** (t.bits - 1)), 2 ** (t.bits - 1) - 1
+
+
+def wrap(value: int, t: ScalarType) -> int:
+    """``value`` reduced modulo ``2**bits`` into the range of the integer type ``t`` (numpy's astype)."""
+    lo, _ = int_range(t)
+    return (value - lo) % 2**t.bits + lo
+
+
+# ----------------------------------------------------------------------------- Python int literals
+def literal_int(node: ast.AST) -> int | None:
+    """The exact value of ``node`` when it is an expression of Python int literals only, else None.
+
+    Raises :class:`ConstantError` where Python raises (division by zero, a negative shift count, a
+    negative power of an integer) or where an intermediate grows past 128 bits."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
+        a = literal_int(node.operand)
+        if a is None:
+            return None
+        return -a if isinstance(node.op, ast.USub) else (a if isinstance(node.op, ast.UAdd) else ~a)
+    if isinstance(node, ast.BinOp) and type(node.op) in _INT_OPS:
+        a = literal_int(node.left)
+        b = literal_int(node.right) if a is not None else None
+        if b is None:
+            return None
+        return _exact(node.op, a, b, ast.unparse(node))
+    return None
+
+
+def _exact(op: ast.operator, a: int, b: int, text: str) -> int:
+    big = ConstantError(f"the constant {text} does not fit in 64 bits; {_FIT_HINT}")
+    if isinstance(op, (ast.FloorDiv, ast.Mod)) and b == 0:
+        raise ConstantError(f"{text}: integer division by zero")
+    if isinstance(op, (ast.LShift, ast.RShift)) and b < 0:
+        raise ConstantError(f"{text}: negative shift count")
+    if isinstance(op, ast.Pow) and b < 0:
+        raise ConstantError(f"{text}: integers to negative integer powers are not allowed (write a float, "
+                            "e.g. 2.0 ** -1)")
+    if isinstance(op, ast.LShift) and a != 0 and b > _LITERAL_BITS:
+        raise big
+    if isinstance(op, ast.Pow) and abs(a) > 1 and b > _LITERAL_BITS:
+        raise big
+    v = _INT_OPS[type(op)](a, b)
+    if v.bit_length() > _LITERAL_BITS:
+        raise big
+    return v
+
+
+def literal_type(value: int, text: str | None = None) -> ScalarType:
+    """The type of an int literal of value ``value``: int64, uint64 from 2**63, else ConstantError."""
+    if -(2**63) <= value < 2**63:
+        return INT64
+    if 2**63 <= value < 2**64:
+        return UINT64
+    raise ConstantError(f"the integer constant {text or value} does not fit in 64 bits; {_FIT_HINT}; "
+                        "use a float (e.g. 1e20) if an approximate value will do")
+
+
+def explicit_int(value: int, t: ScalarType, text: str) -> Any:
+    """An int literal converted by ``np.<t>(...)``/``int(...)``: refused where it does not fit
+    ``t`` (numpy refuses a Python int out of range too)."""
+    if t.is_bool or t.is_float:
+        return fold_cast(value, t)
+    lo, hi = int_range(t)
+    if not lo <= value <= hi:
+        raise ConstantError(f"the constant {text} does not fit in {t} (range {lo}..{hi})")
+    return value
+
+
+# ----------------------------------------------------------------------------- typed constants
+def fold_cast(value: Any, t: ScalarType) -> Any:
+    """A constant converted to ``t``: integers wrap into an integer type (numpy's astype); a float
+    must fit the integer type it is converted to (else :class:`ConstantError`, as C leaves the
+    conversion undefined)."""
+    if t.is_bool:
+        return bool(value)
+    if t.is_float:
+        return float(np.array(value).astype(t.dtype))
+    if isinstance(value, float):
+        lo, hi = int_range(t)
+        if not math.isfinite(value) or not lo <= math.trunc(value) <= hi:
+            raise ConstantError(f"the constant {value!r} does not fit in {t} (range {lo}..{hi}); a float "
+                                "converted to an integer type must lie in its range")
+        value = math.trunc(value)
+    return wrap(int(value), t)
+
+
+def _ufunc(name: str, t: ScalarType, a: Any, b: Any) -> float:
+    typ = t.dtype.type
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return float(getattr(np, name)(typ(a), typ(b)))
+
+
+_FLOAT_UFUNCS = {"+": "add", "-": "subtract", "*": "multiply", "/": "true_divide", "//": "floor_divide",
+                 "%": "remainder", "**": "power"}
+
+
+def int_power(base: int, e: int, t: ScalarType) -> int:
+    """``base ** e`` in the integer type ``t`` (wrapping); a negative ``e`` gives the integral
+    part of the real result: 1 for base 1, +-1 for base -1, else 0 (0 ** -n included)."""
+    if e < 0:
+        if base == 1:
+            return 1
+        if base == -1 and not t.is_unsigned:
+            return -1 if e % 2 else 1
+        return 0
+    return wrap(pow(base, e, 2**t.bits), t)
+
+
+def shift(op: str, a: int, count: int, t: ScalarType) -> int:
+    """``a << count`` / ``a >> count`` in the 64-bit type ``t`` (numpy's rule for a count outside
+    ``[0, bits)``: 0, or -1 for ``>>`` of a negative value)."""
+    if not 0 <= count < t.bits:
+        return -1 if op == ">>" and a < 0 else 0
+    return wrap(a << count, t) if op == "<<" else a >> count
+
+
+def fold_binop(op: str, a: Any, b: Any, t: ScalarType) -> Any:
+    """``a <op> b`` for constants already converted to the operand type; ``t`` is the result type."""
+    if t.is_float:
+        return _ufunc(_FLOAT_UFUNCS[op], t, a, b)
+    if t.is_bool:
+        return bool({"&": operator.and_, "|": operator.or_, "^": operator.xor}[op](a, b))
+    a, b = int(a), int(b)
+    if op in ("<<", ">>"):
+        return shift(op, a, b, t)
+    if op == "**":
+        return int_power(a, b, t)
+    if op in ("//", "%"):
+        if b == 0:
+            return 0
+        return wrap(a // b if op == "//" else a % b, t)
+    ops = {"+": operator.add, "-": operator.sub, "*": operator.mul, "&": operator.and_, "|": operator.or_,
+           "^": operator.xor}
+    return wrap(ops[op](a, b), t)
+
+
+def fold_unary(op: str, a: Any, t: ScalarType) -> Any:
+    """``-a`` / ``~a`` of a constant already converted to ``t`` (integers wrap)."""
+    if t.is_float:
+        return float(-t.dtype.type(a))
+    return wrap(-int(a) if op == "-" else ~int(a), t)
+
+
+__all__ = ["ConstantError", "literal_int", "literal_type", "explicit_int", "fold_cast", "fold_binop",
+           "fold_unary", "wrap", "int_range"]
