@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from portable._env import env_number
+
 ENV_DEVICE = "ALPYKA_OPENCL_DEVICE"
 ENV_VENDORS = "OCL_ICD_VENDORS"
 ENV_PROBE_TIMEOUT = "ALPYKA_OPENCL_PROBE_TIMEOUT"
@@ -347,7 +349,7 @@ def build_log(exc: Exception) -> str:
 def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
     """Build and run the probe kernel on ``cand``; sets ``cand.context`` or ``cand.reason``."""
     if timeout is None:
-        timeout = float(os.environ.get(ENV_PROBE_TIMEOUT, "60"))
+        timeout = env_number(ENV_PROBE_TIMEOUT, 60.0, float, above=0)
     start = time.perf_counter()
     try:
         ctx = cl.Context([cand.device])
