@@ -198,6 +198,8 @@ BAD_CONSTANTS = [
     ("TOO_BIG", "does not fit in 64 bits"),
     ("1e30", "does not fit in int64"),  # stored into an int64 array
     ("10 ** 1000", "does not fit in 64 bits"),
+    ("int(math.nan)", "nan"),
+    ("np.int8(math.inf)", "inf"),
 ]
 
 
