@@ -68,3 +68,46 @@ def test_a_message_without_status_is_not_read_for_keywords():
     assert type(err) is InferenceFailed and not is_retryable(err)
     err = classify(RuntimeError("connection reset: UNAVAILABLE"), URL, 5.0)
     assert type(err) is InferenceFailed and not is_retryable(err)
+
+
+# Every status of docs/remote.md's table (and the rest of gRPC's codes, and common HTTP ones),
+# each with the class and the retry the table gives it.
+_UNAVAILABLE = (ServerUnavailable, True)
+_TIMEOUT = (RemoteTimeout, True)
+_NOT_FOUND = (ModelNotFound, False)
+_SERVER_FAULT = (InferenceFailed, True)
+_BAD_REQUEST = (InferenceFailed, False)
+EVERY_STATUS = {
+    "StatusCode.UNAVAILABLE": _UNAVAILABLE, "StatusCode.CANCELLED": _UNAVAILABLE,
+    "StatusCode.RESOURCE_EXHAUSTED": _UNAVAILABLE, "StatusCode.ABORTED": _UNAVAILABLE,
+    "429": _UNAVAILABLE, "502": _UNAVAILABLE, "503": _UNAVAILABLE,
+    "StatusCode.DEADLINE_EXCEEDED": _TIMEOUT, "408": _TIMEOUT, "504": _TIMEOUT,
+    "StatusCode.NOT_FOUND": _NOT_FOUND, "404": _NOT_FOUND,
+    "StatusCode.INTERNAL": _SERVER_FAULT, "StatusCode.UNKNOWN": _SERVER_FAULT, "StatusCode.DATA_LOSS": _SERVER_FAULT,
+    "500": _SERVER_FAULT,
+    "StatusCode.INVALID_ARGUMENT": _BAD_REQUEST, "StatusCode.FAILED_PRECONDITION": _BAD_REQUEST,
+    "StatusCode.UNIMPLEMENTED": _BAD_REQUEST, "400": _BAD_REQUEST,
+    # beyond the table's examples: what no server will take either
+    "StatusCode.OUT_OF_RANGE": _BAD_REQUEST, "StatusCode.ALREADY_EXISTS": _BAD_REQUEST,
+    "StatusCode.PERMISSION_DENIED": _BAD_REQUEST, "StatusCode.UNAUTHENTICATED": _BAD_REQUEST,
+    "401": _BAD_REQUEST, "403": _BAD_REQUEST, "409": _BAD_REQUEST, "501": _BAD_REQUEST,
+}
+
+
+def test_the_table_names_every_grpc_code():
+    grpc = pytest.importorskip("grpc")
+    names = {f"StatusCode.{c.name}" for c in grpc.StatusCode if c.name != "OK"}
+    assert names <= set(EVERY_STATUS), sorted(names - set(EVERY_STATUS))
+
+
+@pytest.mark.parametrize("status", sorted(EVERY_STATUS))
+def test_every_status_has_its_class(status):
+    kind, retryable = EVERY_STATUS[status]
+    exc = InferenceServerException("words that name no status", status=status)
+    err = classify(exc, URL, 5.0)
+    assert type(err) is kind, (status, err)
+    assert is_retryable(err) is retryable, status
+    assert err.status == status.removeprefix("StatusCode.") and err.__cause__ is exc
+    if kind is InferenceFailed and retryable:  # a pipeline's own failure fails the same everywhere
+        marked = classify(InferenceServerException(f"{PIPELINE_ERROR_MARK} ValueError", status=status), URL, 5.0)
+        assert type(marked) is InferenceFailed and not is_retryable(marked), status
