@@ -182,3 +182,23 @@ def test_cached_blocks_do_not_keep_their_queue_alive(device):
     assert a.allocate(1000, queue=q3).handle != b.handle  # event pending: a fresh block
     events[0].done = True
     assert a.allocate(1000, queue=q3).handle == b.handle
+
+
+def test_a_block_freed_on_a_dropped_queue_waits_for_that_queues_work():
+    """A cached block whose queue is gone matches no queue, not even 'no queue' (an allocation
+    without one): only its free-time event, once complete, lets it out again."""
+    a, _, events = _fake()
+
+    class Q:
+        pass
+
+    q = Q()
+    b = a.allocate(1000, queue=q)
+    a.free(b)
+    del q
+    gc.collect()
+    assert a.allocate(1000).handle != b.handle  # no queue: the dead queue's work may still run
+    assert a.allocate(1000, queue=Q()).handle != b.handle
+    assert a.stats.hits == 0 and a.stats.cached_blocks == 1
+    events[0].done = True
+    assert a.allocate(1000).handle == b.handle and a.stats.hits == 1
