@@ -62,7 +62,7 @@ def _test_timeout(config: pytest.Config) -> float:
 def pytest_configure(config: pytest.Config) -> None:
     raw = os.environ.get(ENV)
     if raw:
-        from portable._env import env_number  # only then: the guard itself imports nothing of alpyka
+        from portable.env import env_number  # only then: the guard itself imports nothing of alpyka
 
         _limit[0] = env_number(ENV, 0.0, float, above=0)
     else:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from portable._env import env_number
+from portable.env import env_number
 
 from ._thread_pool import _get_ident, _Job, _perf, _pool
 

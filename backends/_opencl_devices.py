@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from portable._env import env_number
+from portable.env import env_number
 
 ENV_DEVICE = "ALPYKA_OPENCL_DEVICE"
 ENV_VENDORS = "OCL_ICD_VENDORS"

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 
 import portable as pk
-from portable._env import env_number
+from portable.env import env_number
 
 from ._tensors import memory_path, torch_device
 

@@ -186,7 +186,7 @@ def build(src: Any, name: str) -> Compiled:
 def _threads() -> int:
     raw = os.environ.get("ALPYKA_STANDIN_THREADS")
     if raw:
-        from portable._env import env_number
+        from portable.env import env_number
 
         return env_number("ALPYKA_STANDIN_THREADS", 1, int, minimum=1)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -194,7 +194,7 @@ def _threads() -> int:
 
 def seed() -> int:
     """The schedule's seed: ``ALPYKA_STANDIN_SEED`` (default 1)."""
-    from portable._env import env_number
+    from portable.env import env_number
 
     return env_number("ALPYKA_STANDIN_SEED", 1, int) & (2**64 - 1)
 

@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from portable import AlpykaError
-from portable._env import env_number
+from portable.env import env_number
 
 from ._access import access_headers, restricted_endpoints
 from ._leftovers import (group_members, record_triton_folders, recorded_triton_folders, remove_server_shm,

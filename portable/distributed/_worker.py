@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from distributed import WorkerPlugin, get_worker
 
-from portable._env import env_number
+from portable.env import env_number
 
 
 def pick_device(worker: Any, backend: str | None) -> Any:

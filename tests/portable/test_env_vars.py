@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import portable as pk
-from portable._env import env_number
+from portable.env import env_number
 
 ROOT = Path(__file__).resolve().parents[2]
 

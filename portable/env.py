@@ -1,5 +1,6 @@
-"""Numbers read from ``ALPYKA_*`` environment variables: one parser, whose error names the
-variable, its value and what it takes (not numpy's or Python's bare conversion message)."""
+"""Numbers read from ``ALPYKA_*`` environment variables: one parser for the core, the backends
+and inference, whose error names the variable, its value and what it takes (not Python's bare
+"could not convert string to float")."""
 
 from __future__ import annotations
 
