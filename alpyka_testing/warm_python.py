@@ -15,6 +15,10 @@ What a fork cannot give is a different interpreter start: a request runs cold (p
 at a preloaded package's import (:func:`cold_start_reason`), when a ``PYTHONPATH`` folder has a
 ``sitecustomize``/``usercustomize``, or everywhere with ``ALPYKA_TEST_WARM=0``. Warm children of
 one helper share its hash seed (numpy's global generator is reseeded in each).
+
+A warm child's output goes through files in ``<tmp>/alpyka-warm-<pid>-*`` (``<pid>``: the test
+process); a test process killed meanwhile leaves that folder, and each helper start removes those
+of test processes that are gone (:func:`sweep_stale`).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | os.Pat
 
 
 def _run_warm(argv: list[str], env: dict[str, str], cwd: str, timeout: float | None) -> subprocess.CompletedProcess:
-    with _lock, tempfile.TemporaryDirectory(prefix="alpyka-warm-") as tmp:
+    with _lock, tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         code = _run_forked({"argv": list(argv), "env": env, "cwd": cwd, "stdout": out, "stderr": err}, timeout)
         stdout, stderr = (Path(p).read_text(errors="replace") for p in (out, err))
@@ -153,9 +157,53 @@ def _reply(helper: subprocess.Popen, timeout: float | None) -> dict | None:
     return json.loads(line)
 
 
+#: the folders of the children's output: ``<tmp>/alpyka-warm-<pid of the test process>-<random>``
+_TMP_PREFIX = "alpyka-warm-"
+
+
+def sweep_stale(tmp_dir: str | os.PathLike | None = None) -> list[str]:
+    """Remove the output folders of test processes that are gone (a worker killed while a child
+    ran leaves its folder): only ``alpyka-warm-<pid>-*`` folders of this user, not links, whose
+    process is dead. Returns what was removed."""
+    import re
+    import shutil
+    import stat
+
+    tmp = Path(tmp_dir) if tmp_dir is not None else Path(tempfile.gettempdir())
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        m = re.fullmatch(re.escape(_TMP_PREFIX) + r"(\d+)-\w+", name)
+        if not m or _alive(int(m.group(1))):
+            continue
+        try:
+            st = os.lstat(tmp / name)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(tmp / name, ignore_errors=True)
+            if not os.path.lexists(tmp / name):
+                removed.append(str(tmp / name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return pid > 0
+
+
 def _started_helper() -> subprocess.Popen:
     global _helper, _helper_env
     if _helper is None or _helper.poll() is not None:
+        sweep_stale()  # what killed test processes left
         _helper_env = dict(os.environ)
         env = dict(_helper_env, PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
         _helper = subprocess.Popen([sys.executable, "-c", "from alpyka_testing.warm_python import serve; serve()"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -155,3 +156,32 @@ def test_a_helper_that_dies_before_forking_leaves_the_runs_cold(monkeypatch):
     assert warm_python.run(probe, timeout=60).stdout == "False\n"  # no second try at a helper
     counted = warm_python.starts - before
     assert list(counted.values()) == [2] and "ended: 3" in next(iter(counted)), counted
+
+
+def test_a_killed_test_process_leaves_no_output_folder_after_the_next_start(tmp_path):
+    """A test worker killed while its warm child runs leaves ``<tmp>/alpyka-warm-*``; the next
+    helper start (here: another process's) removes it, its owner being dead."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "ALPYKA_TEST_WARM": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (warm_python._REPO, os.environ.get("PYTHONPATH")) if p)
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    runner = "import sys; from alpyka_testing import warm_python; print(warm_python.run(sys.argv[1:], timeout=150))"
+    worker = subprocess.Popen([sys.executable, "-c", runner, "-c", child], env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (pid_file.exists() and pid_file.read_text()):
+            time.sleep(0.1)
+        left = [p.name for p in tmp.iterdir() if p.name.startswith("alpyka-warm-")]
+        assert len(left) == 1, left
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        if pid_file.exists() and pid_file.read_text():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # its helper then ends (stdin closed)
+    assert (tmp / left[0]).exists()
+    nxt = subprocess.run([sys.executable, "-c", runner, "-c", "print('next')"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=150)
+    assert nxt.returncode == 0 and "next" in nxt.stdout, nxt.stderr
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("alpyka-warm-")] == []
