@@ -122,3 +122,49 @@ def test_block_offsets_align_each_block():
     offsets, total = soa.block_offsets([(Small, 3), (Hits, 5)])
     assert offsets == [0, 128]
     assert total == 128 + Hits.byte_size(5)
+
+
+@pytest.mark.parametrize("align", [256, 4096])
+def test_alignments_above_128_place_fields_blocks_and_buffers(device, queue, align):
+    """Offsets, pitches and block starts are multiples of the layout's alignment, and a
+    collection's buffer starts at one (enforced: the collection checks it), on every backend,
+    also where the cache holds a block of the same size aligned only to 128 bytes."""
+    import gc
+
+    import portable as pk
+
+    class Big(soa.Layout, alignment=align, alignment_enforcement="enforced"):
+        x = soa.column(np.float32)
+        y = soa.column(np.float64)
+        p = soa.vector(np.float32, 3)
+        n = soa.scalar(np.int32)
+
+    class Small(soa.Layout, alignment=16):
+        a = soa.column(np.int8)
+
+    n = 33
+    for name, p in Big.placements(n).items():
+        assert p.offset % align == 0 and p.pitch == _pad(p.size, align), name
+    assert Big.byte_size(n) == 4 * _pad(4 * n, align) + _pad(8 * n, align) + align  # x, p (3), y, n
+    offsets, _ = soa.block_offsets([(Small, 5), (Big, n)])
+    assert offsets == [0, align]
+    for _ in range(3):
+        plain = pk.Buffer(device, (Big.byte_size(n),), np.uint8, queue=queue, alignment=128)
+        del plain
+        gc.collect()
+        one = pk.PortableCollection(Big, n, queue)  # raises where its buffer is not aligned
+        two = pk.PortableCollection([Small, Big], [5, n], queue)
+        for coll in (one, two):
+            assert coll.buffer.ptr % align == 0, (device, hex(coll.buffer.ptr))  # 0: OpenCL shows no address
+        if device.is_host_memory:
+            assert one.x.ctypes.data % align == 0 and one.p.ctypes.data % align == 0
+            assert two["Big"].x.ctypes.data % align == 0 and two["Big"].n.ctypes.data % align == 0
+        del one, two
+        gc.collect()
+
+
+@pytest.mark.parametrize("bad", [0, -4096, 3000, 4095, 1.5e3, "4096"])
+def test_an_alignment_not_a_power_of_two_is_refused(bad):
+    with pytest.raises(ValueError, match="power of two"):
+        class L(soa.Layout, alignment=bad):
+            x = soa.column(np.float32)
