@@ -185,3 +185,22 @@ def test_a_killed_test_process_leaves_no_output_folder_after_the_next_start(tmp_
                          capture_output=True, text=True, timeout=150)
     assert nxt.returncode == 0 and "next" in nxt.stdout, nxt.stderr
     assert [p.name for p in tmp.iterdir() if p.name.startswith("alpyka-warm-")] == []
+
+
+def test_a_script_in_a_symlinked_folder_has_its_real_folder_first_on_sys_path(tmp_path):
+    """CPython puts the script's folder, its symlinks resolved, first on ``sys.path``: a script
+    reached through a linked folder imports what lies next to its real file; so does a warm one."""
+    (tmp_path / "extra").mkdir()
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "report.py").write_text(_REPORT)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    before = warm_python.starts.copy()
+    warm, cold = _both([str(link / "report.py")], tmp_path)
+    assert warm.returncode == cold.returncode == 0, (warm.stderr, cold.stderr)
+    assert dict(warm_python.starts - before) == {"warm": 1}, warm_python.starts - before
+    w, c = json.loads(warm.stdout), json.loads(cold.stdout)
+    w.pop("warm"), c.pop("warm")
+    assert c["path0"] == os.path.realpath(real) != str(link)
+    assert w == c
