@@ -116,7 +116,9 @@ def test_same_as_in_process(client):
     for (got, _, _), want in zip(results, local):
         np.testing.assert_array_equal(got, want)
     assert {setups for _, _, setups in results} == {1}, "setup ran more than once on a worker"
-    assert len({pid for _, pid, _ in results}) >= 1 and os.getpid() not in {pid for _, pid, _ in results}
+    pids, workers = {pid for _, pid, _ in results}, set(client.run(os.getpid).values())
+    assert len(workers) == 2 and pids <= workers, (pids, workers)  # in the cluster's worker processes
+    assert os.getpid() not in pids
 
 
 def test_scheduler_address(client):

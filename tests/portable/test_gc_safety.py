@@ -153,7 +153,10 @@ def test_finalizers_do_no_queue_or_allocator_work(device, monkeypatch):
     watch(Queue, "record")
     watch(type(pk.Queue(device)._impl), "record")
     q = pk.Queue(device)
+    gc.collect()
+    base = alloc.stats.live_blocks  # a safe point: earlier garbage's blocks taken back first
     refs = [_buffer_in_cycle(device, q) for _ in range(5)]
+    assert alloc.stats.live_blocks == base + len(refs)
     dropped_queue = pk.Queue(device)  # a queue in a cycle too: its finalizer stops its worker
     dropped_queue.enqueue_host(lambda: None)
     cycle = {"q": dropped_queue}
@@ -171,7 +174,7 @@ def test_finalizers_do_no_queue_or_allocator_work(device, monkeypatch):
     live = alloc.stats.live_blocks  # a safe point: the blocks are taken back now
     assert _deferred.pending() == 0
     q.wait()
-    assert live >= 0
+    assert live == base, f"{live - base} of the collected buffers' blocks were not taken back"
 
 
 def test_a_failing_deferred_cleanup_warns_and_does_not_stop_the_others():
