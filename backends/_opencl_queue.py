@@ -7,6 +7,7 @@ import ctypes.util
 import functools
 import glob
 import os
+import time
 from typing import Any, Callable
 
 import pyopencl as cl
@@ -14,6 +15,33 @@ import pyopencl as cl
 from ._gpu_queue import DeviceQueue, Snapshot
 
 _COMPLETE = cl.command_execution_status.COMPLETE
+#: a wait for an OpenCL event polls its status for about this long before it sleeps between polls
+SPIN_S = 50e-6
+#: the longest sleep between two polls: a Ctrl-C waits at most this long for the waiting thread
+POLL_MAX_S = 0.005
+
+
+def wait_event(ev: "cl.Event") -> None:
+    """Block until ``ev`` (flushed) completed, raising its error if it failed.
+
+    Polled, never ``clWaitForEvents``: a thread inside the runtime's wait runs no Python, so the
+    main thread could not raise the KeyboardInterrupt of a Ctrl-C until a long kernel ended, and
+    a queue's worker waiting there when the interpreter finalises would re-take the GIL from C++
+    as the event completes (a daemon thread then aborts the process). Between polls the thread
+    sleeps (growing to :data:`POLL_MAX_S`), so Ctrl-C is seen within a few ms and at exit the
+    worker is in ``time.sleep``."""
+    status = ev.command_execution_status
+    if status > _COMPLETE:
+        t0 = time.perf_counter()
+        while status > _COMPLETE and time.perf_counter() - t0 < SPIN_S:  # a short command: no sleep
+            status = ev.command_execution_status
+        delay = 20e-6
+        while status > _COMPLETE:
+            time.sleep(delay)
+            delay = min(2 * delay, POLL_MAX_S)
+            status = ev.command_execution_status
+    if status < 0:
+        ev.wait()  # the runtime's own error for the failed command
 
 
 def _find_cl_flush() -> Callable[[Any], None]:
@@ -68,7 +96,7 @@ class _UserEventGate:
         return self.barrier
 
     def reached(self) -> None:
-        self.marker.wait()
+        wait_event(self.marker)
 
     def open(self) -> None:
         """Complete the user event (idempotent: the worker and a failed ``hold`` may both call it)."""
@@ -106,7 +134,7 @@ class OpenCLQueue(DeviceQueue):
         return not isinstance(obj, cl.Event) or obj.command_execution_status <= _COMPLETE
 
     def sync_native(self, native: "cl.Event") -> None:
-        native.wait()
+        wait_event(native)
 
     def device_wait(self, snap: Snapshot) -> bool:
         other = snap.queue
@@ -117,7 +145,9 @@ class OpenCLQueue(DeviceQueue):
         return True
 
     def finish(self) -> None:
-        self.cq.finish()
+        with self._lock:
+            last = self.marker()
+        wait_event(last)  # not cq.finish(): a Ctrl-C must reach a thread waiting for a long kernel
 
     def make_gate(self) -> _UserEventGate:
         return _UserEventGate(self.cq, self.context)

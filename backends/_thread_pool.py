@@ -275,14 +275,15 @@ class _Pool:
             except ValueError:
                 pass
 
-    def at_exit(self) -> None:
+    def at_exit(self) -> bool:
         """Every user thread has ended: give up the queues' launches still waiting for chunks
         (and, from now on, those a queue worker starts; the main thread's, made by later atexit
-        hooks, still run)."""
+        hooks, still run). True when a worker still runs a chunk (left to the OS at exit)."""
         self.exiting = True
         for job in list(self.inflight):
             job.cancel = True
             _release(job.done)
+        return any(job.active for job in list(self.inflight) + list(self.abandoned))
 
     def after_fork(self) -> None:
         """The child of a fork has none of the workers: start again from nothing."""

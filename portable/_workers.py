@@ -7,11 +7,18 @@ re-acquires the GIL from C++) aborts the whole process ("terminate called withou
 exception"). So every worker is registered here, and an ``atexit`` hook asks each one to stop
 and joins it while the interpreter is still whole. Workers also drop each task as soon as it
 ran, so no task outlives its work in a worker's frame.
+
+The joins at exit share a short grace (:data:`EXIT_GRACE_S`): time for the tasks that take
+milliseconds (a copy, a model's forward pass, a small kernel) to end. A worker still running
+then is inside a long task (a CPU kernel, which nothing can preempt; a wait for a device): the
+process ends under it, and the OS stops it, instead of Ctrl-C (or the end of the program)
+waiting for the task. Such a task's later work is lost, as when a program is killed.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import queue as _stdqueue
 import threading
 import time
@@ -22,7 +29,10 @@ _STOP = None
 _live: "weakref.WeakValueDictionary[int, threading.Thread]" = weakref.WeakValueDictionary()
 _stoppers: dict[int, Callable[[], None]] = {}
 _lock = threading.Lock()
-JOIN_TIMEOUT_S = 10.0
+#: at exit, how long the queue workers get, all together, to finish their tasks and stop; one
+#: still running then is left to the OS (see the module doc). Short on purpose: Ctrl-C returns the
+#: prompt within a second even with a long kernel on a queue's worker.
+EXIT_GRACE_S = 0.5
 
 
 class Worker:
@@ -78,25 +88,41 @@ def stop_worker(tasks: "_stdqueue.SimpleQueue") -> None:
     tasks.put(_STOP)
 
 
-_before_stop: list[Callable[[], None]] = []
+_before_stop: list[Callable[[], Any]] = []
 
 
-def before_workers_stop(fn: Callable[[], None]) -> None:
+def before_workers_stop(fn: Callable[[], Any]) -> None:
     """Run ``fn()`` at interpreter exit before the queue workers are stopped and joined (a
-    backend gives up its in-flight work there, so the joins do not wait for it)."""
+    backend gives up its in-flight work there, so the joins do not wait for it). ``fn`` returns
+    True when it leaves native work running on threads of its own (a kernel's blocks on a pool):
+    the end of the interpreter is then made quick as for a worker left running."""
     _before_stop.append(fn)
 
 
 @atexit.register
 def _stop_all_workers() -> None:
+    left_running = False
     for fn in list(_before_stop):
-        fn()
+        left_running = bool(fn()) or left_running
     with _lock:
         stoppers = list(_stoppers.values())
         threads = list(_live.values())
     for stop in stoppers:
         stop()
-    deadline = time.monotonic() + JOIN_TIMEOUT_S  # a worker stuck on a wait cannot hold exit long
+    deadline = time.monotonic() + EXIT_GRACE_S  # a long task, or a stuck wait, never holds exit
     for t in threads:
         if t is not threading.current_thread():
             t.join(max(0.0, deadline - time.monotonic()))
+            left_running = left_running or t.is_alive()
+    if left_running:
+        _end_quickly()
+
+
+def _end_quickly() -> None:
+    """A worker is left running: make the rest of the interpreter's end quick. Its full garbage
+    collections walk the whole heap (0.2 s each with numba loaded, seconds on a busy machine, and
+    the demo's heap with PyTorch takes longer) while the worker's task could end and re-take the
+    GIL; frozen, the heap is left to the OS like the worker. Objects reachable only through
+    reference cycles then end without their finalizers, as when a program is killed."""
+    gc.disable()
+    gc.freeze()

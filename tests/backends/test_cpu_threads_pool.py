@@ -333,9 +333,11 @@ def test_ctrl_c_stops_a_long_kernel(tmp_path, mode):
     p.wait_for_line("launching")
     time.sleep(1.5)  # the kernel is running, on the pool and the calling thread
     p.p.send_signal(signal.SIGINT)
-    rc, out, err, took = p.finish(timeout=15)
+    rc, out, err, took = p.finish(timeout=30)
     assert rc == 130 and "interrupted" in out, (rc, out, err)
-    assert took < 10, f"took {took:.1f} s to stop"
+    # nothing waits for the chunks still running (~0.1 s idle; headroom for busy cores: the
+    # interpreter's own end took 1-3 s there). It joined the queue's worker for 10 s before.
+    assert took < 8, f"took {took:.1f} s to stop"
 
 
 LATE_THREAD = textwrap.dedent('''

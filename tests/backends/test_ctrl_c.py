@@ -1,0 +1,120 @@
+"""Ctrl-C stops a program whose kernel runs for a minute, on every backend: the KeyboardInterrupt
+reaches the main thread while it waits (a blocking launch, ``q.wait()``, ``ev.wait()``), and the
+process then ends without waiting for the kernel (a CPU kernel cannot be preempted, a device
+kernel need not be waited for: both are left to the OS at exit; docs/runtime.md, "Exit and
+Ctrl-C").
+
+Each case is a child process; the limits measure those two things, with headroom for a machine
+whose cores are busy (the child's own end, the interpreter's, takes ~0.1 s idle; on a loaded
+2-core machine its garbage collections alone took 1-3 s). Before, the waits sat in
+``clWaitForEvents`` until the kernel ended (OpenCL: 11-22 s) and the exit joined a queue's
+worker for 10 s (cpu_serial: 11-12 s).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: from SIGINT to the child's "interrupted" line: the wait lets the KeyboardInterrupt through
+INTERRUPT_LIMIT_S = 3.0
+#: from SIGINT to the child's exit: nothing waits for the kernel (about 1 s idle)
+EXIT_LIMIT_S = 8.0
+
+CHILD = textwrap.dedent('''
+    import sys, time
+    import numpy as np
+    name, mode = sys.argv[1], sys.argv[2]
+    if name in ("cuda", "rocm"):
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            from alpyka_testing.backends import fake_cupy_kernels
+            fake_cupy_kernels.install([name])
+    import portable as pk
+
+    @pk.kernel
+    def spin(acc, out, iters):
+        for b in acc.uniform_elements(out.shape[0]):
+            s = 0.0
+            for k in range(iters):
+                s = s * 0.999999 + 1.0
+            out[b] = s
+
+    dev = pk.device(name)
+    q = pk.Queue(dev, blocking=mode == "blocking")
+    small = pk.Buffer(dev, (4,), np.float64)
+    pk.exec(q, pk.valid_workdiv(dev, 4), spin, small, 1000)  # compiled before the clock starts
+    q.wait()
+    out = pk.Buffer(dev, (4000,), np.float64)
+    print("launching", flush=True)
+    try:
+        pk.exec(q, pk.valid_workdiv(dev, 4000), spin, out, 20_000_000)  # ~20 ms a block: 40 s of work on 2 cores
+        if mode == "wait":
+            q.wait()
+        elif mode == "event":
+            ev = pk.Event(dev)
+            q.record(ev)
+            ev.wait()
+        print("the kernel ended before the Ctrl-C", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+''')
+
+#: the kernel runs on the thread that waits for it, where nothing can preempt it
+_ON_THE_WAITING_THREAD = {("cpu_serial", "blocking"), ("cpu_serial", "wait")}
+
+
+@pytest.mark.parametrize("mode", ["blocking", "wait", "event"])
+def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
+    if (backend, mode) in _ON_THE_WAITING_THREAD:
+        pytest.skip("cpu_serial runs this kernel on the waiting thread itself: no Ctrl-C reaches Python "
+                    "until it ends (docs/runtime.md, 'Exit and Ctrl-C')")
+    script = tmp_path / "long_kernel.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.Popen([sys.executable, str(script), backend, mode], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    out: list[tuple[float, str]] = []
+    err: list[str] = []
+    threading.Thread(target=lambda: out.extend((time.monotonic(), ln.strip()) for ln in p.stdout),
+                     daemon=True).start()
+    threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
+
+    def said(line: str) -> float | None:
+        return next((t for t, ln in list(out) if ln == line), None)
+
+    try:
+        deadline = time.monotonic() + 180  # imports and the kernel's compilation, on a busy machine
+        while said("launching") is None:
+            assert p.poll() is None and time.monotonic() < deadline, f"no launch: {''.join(err)[-3000:]}"
+            time.sleep(0.05)
+        time.sleep(1.5)  # the kernel runs
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        try:
+            rc = p.wait(EXIT_LIMIT_S + 30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {[ln for _, ln in out]}\n"
+                        f"{''.join(err)[-3000:]}")
+        ended = time.monotonic()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    time.sleep(0.2)  # the readers reach the end of the pipes
+    interrupted = said("interrupted")
+    assert rc == 130 and interrupted is not None, (rc, out, "".join(err)[-3000:])
+    assert interrupted - sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - sent:.1f} s after the signal"
+    assert ended - sent < EXIT_LIMIT_S, f"the process ended {ended - sent:.1f} s after the signal"
+    assert "Traceback" not in "".join(err), "".join(err)[-3000:]
