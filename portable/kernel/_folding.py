@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import AlpykaError
 from .types import INT64, UINT64, ScalarType
 
 #: how far an intermediate of a literal expression may grow before it cannot come back to 64 bits
@@ -38,7 +39,7 @@ _FIT_HINT = ("kernel integers are 64-bit (an int literal is int64, or uint64 fro
              "as in numba)")
 
 
-class ConstantError(ValueError):
+class ConstantError(AlpykaError, ValueError):
     """A constant that does not fit its type, or a literal expression Python refuses; the
     front-end reports it as a ``KernelSyntaxError`` at the line that holds it."""
 
