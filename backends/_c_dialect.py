@@ -59,8 +59,23 @@ static __device__ __forceinline__ f64 alpyka_atomic_add_f64(f64* p, f64 v) {  /*
 #endif
 """
 
-# HIP's wavefront intrinsics where hiprtc (or the stand-in's HIP personality) compiles the text;
-# CUDA's *_sync ones where NVRTC checks the same HIP text
+# The member mask of every CUDA *_sync warp operation: the lanes the launch gave this thread's
+# warp (all of them, or the block's partial last warp's), never __activemask(), which only reports
+# the lanes that happen to run together (after a divergent loop a subset: the others' values are
+# undefined). u64 as HIP's 64-lane wavefront needs; the CUDA calls take its low 32 bits.
+_WARP_LANES = """\
+ALPYKA_FN u64 alpyka_warp_lanes(void) {  /* the launched lanes of this thread's warp */
+    u32 w = (u32)warpSize;
+    u32 t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    u32 left = blockDim.x * blockDim.y * blockDim.z - t / w * w;
+    return left >= w ? (~0ull >> (64u - w)) : ((1ull << left) - 1ull);
+}
+#define ALPYKA_LANES ((unsigned int)alpyka_warp_lanes())
+"""
+
+# HIP's wavefront intrinsics where hiprtc (or the stand-in's HIP personality) compiles the text
+# (no member mask: a wavefront runs its active lanes in lockstep and reconverges after a branch);
+# CUDA's *_sync ones over the launched lanes where NVRTC checks the same HIP text
 _HIP_WARPS = """\
 #if defined(__HIP__) || defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define ALPYKA_ACTIVE_MASK() ((u64)__ballot(1))
@@ -73,13 +88,13 @@ _HIP_WARPS = """\
 #define ALPYKA_SHFL_XOR(v, k) __shfl_xor(v, k)
 #else
 #define ALPYKA_ACTIVE_MASK() ((u64)__activemask())
-#define ALPYKA_BALLOT(p) ((u64)__ballot_sync(__activemask(), p))
-#define ALPYKA_ALL(p) (__all_sync(__activemask(), p) != 0)
-#define ALPYKA_ANY(p) (__any_sync(__activemask(), p) != 0)
-#define ALPYKA_SHFL(v, k) __shfl_sync(__activemask(), v, k)
-#define ALPYKA_SHFL_UP(v, k) __shfl_up_sync(__activemask(), v, (unsigned int)(k))
-#define ALPYKA_SHFL_DOWN(v, k) __shfl_down_sync(__activemask(), v, (unsigned int)(k))
-#define ALPYKA_SHFL_XOR(v, k) __shfl_xor_sync(__activemask(), v, k)
+#define ALPYKA_BALLOT(p) ((u64)__ballot_sync(ALPYKA_LANES, p))
+#define ALPYKA_ALL(p) (__all_sync(ALPYKA_LANES, p) != 0)
+#define ALPYKA_ANY(p) (__any_sync(ALPYKA_LANES, p) != 0)
+#define ALPYKA_SHFL(v, k) __shfl_sync(ALPYKA_LANES, v, k)
+#define ALPYKA_SHFL_UP(v, k) __shfl_up_sync(ALPYKA_LANES, v, (unsigned int)(k))
+#define ALPYKA_SHFL_DOWN(v, k) __shfl_down_sync(ALPYKA_LANES, v, (unsigned int)(k))
+#define ALPYKA_SHFL_XOR(v, k) __shfl_xor_sync(ALPYKA_LANES, v, k)
 #endif
 """
 
@@ -101,10 +116,13 @@ class Dialect:
 
     # ------------------------------------------------------------------ declarations
     def prologue(self, warps: bool = False) -> str:
-        """The typedefs and macros every kernel starts with (``warps``: HIP's warp macros too)."""
+        """The typedefs and macros every kernel starts with (``warps``: the warp's launched-lanes
+        mask, and HIP's warp macros)."""
         if self.is_opencl:
             return _OPENCL_PROLOGUE
-        return _CUDA_PROLOGUE + (_HIP_WARPS if warps and self.name == "hip" else "")
+        if not warps:
+            return _CUDA_PROLOGUE
+        return _CUDA_PROLOGUE + _WARP_LANES + (_HIP_WARPS if self.name == "hip" else "")
 
     def kernel_qualifier(self) -> str:
         return "__kernel void" if self.is_opencl else 'extern "C" __global__ void'
@@ -163,9 +181,9 @@ class Dialect:
 
     # ------------------------------------------------------------------ warps
     def warp_vote(self, op: str, p: str) -> str | None:
-        """Warp size, active mask, all/any/ballot on CUDA (``*_sync`` over the active lanes) and
-        HIP (its wavefront intrinsics, through the prologue's macros); None on OpenCL (helpers
-        over sub-groups do it)."""
+        """Warp size, active mask, all/any/ballot on CUDA (``*_sync`` over the warp's launched
+        lanes; ``__activemask()`` only for the active mask itself) and HIP (its wavefront
+        intrinsics, through the prologue's macros); None on OpenCL (helpers over sub-groups)."""
         if self.is_opencl:
             return None
         if op == "size":
@@ -175,17 +193,18 @@ class Dialect:
         if op == "active_mask":
             return "((u64)__activemask())"
         if op == "ballot":
-            return f"((u64)__ballot_sync(__activemask(), {p}))"
-        return f"(__{op}_sync(__activemask(), {p}) != 0)"
+            return f"((u64)__ballot_sync(ALPYKA_LANES, {p}))"
+        return f"(__{op}_sync(ALPYKA_LANES, {p}) != 0)"
 
     def warp_shuffle(self, op: str, v: str, k: str) -> str | None:
-        """``__shfl*_sync`` (CUDA) / ``__shfl*`` (HIP) of a 32- or 64-bit value; None on OpenCL."""
+        """``__shfl*_sync`` over the launched lanes (CUDA) / ``__shfl*`` (HIP) of a 32- or 64-bit
+        value; None on OpenCL."""
         if self.is_opencl:
             return None
         if self.name == "hip":
             return f"ALPYKA_{op.upper()}({v}, {k})"
         kk = f"(unsigned int)({k})" if op in ("shfl_up", "shfl_down") else k
-        return f"__{op}_sync(__activemask(), {v}, {kk})"
+        return f"__{op}_sync(ALPYKA_LANES, {v}, {kk})"
 
     # ------------------------------------------------------------------ math
     def math(self, func: str, t: ScalarType) -> str:
