@@ -7,9 +7,9 @@ imports none of its modules.
 
 Laid out after the library and tests/ (docs/testing.md):
 
-- ``backends``: the cupy stand-in that runs the matrix's ``cuda``/``rocm`` rows without a GPU
-  (``fake_cupy``, ``fake_cupy_kernels``, ``cuda_on_cpu`` with ``cuda_on_cpu.h``, ``standin_torch``)
-  and the multi-thread block kernels of the backend tests (``blocks``);
+- ``backends``: torch's CUDA device on the GPU emulator (``standin_torch``; the emulator that runs
+  the matrix's ``cuda``/``rocm`` rows without a GPU is the installed backends/emulator/) and the
+  multi-thread block kernels of the backend tests (``blocks``);
 - ``kernels``: kernels and helpers the kernel tests (tests/kernels) share;
 - ``inference``: the layouts and small torch models of the inference tests;
 - ``data``: the event kernels of examples/dimuon_mass.py for the data tests;

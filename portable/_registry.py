@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ._errors import BackendUnavailable
+from .env import EMULATED_BACKENDS, emulate as _emulate_env
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
 # cupy...), and that first use may come from a user thread that the interpreter waits for after
@@ -32,6 +33,39 @@ _lock = threading.RLock()
 _loaded: dict[str, "Backend"] = {}
 _reasons: dict[str, str] = {}
 
+#: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
+#: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
+_emulated: list[str] = _emulate_env()
+
+
+def emulate(names: list[str]) -> None:
+    """Run the backends ``names`` (cuda, rocm) on the GPU emulator in this process from now on,
+    as ``ALPYKA_EMULATE`` does at import (alpyka's own test suite calls this). ValueError for
+    another name or for a backend already loaded for real."""
+    with _lock:
+        for name in names:
+            if name not in EMULATED_BACKENDS:
+                raise ValueError(f"the GPU emulator runs {', '.join(EMULATED_BACKENDS)}, not {name!r}")
+            if name in _emulated:
+                continue
+            if name in _loaded:
+                raise ValueError(f"backend {name!r} is already loaded for real; emulate it before its first use "
+                                 f"(set ALPYKA_EMULATE={name} before starting Python)")
+            _reasons.pop(name, None)
+            _emulated.append(name)
+
+
+def emulated() -> list[str]:
+    """The backends that run on the GPU emulator in this process (``ALPYKA_EMULATE``)."""
+    return list(_emulated)
+
+
+def _import(name: str) -> "Backend":
+    """Load backend ``name``: its module's ``load()``, or the GPU emulator's for an emulated one."""
+    if name in _emulated:
+        return importlib.import_module("backends.emulator.fake_cupy_kernels").load(name)
+    return importlib.import_module(f"backends.{name}").load()
+
 
 def _load(name: str) -> "Backend | None":
     with _lock:
@@ -40,16 +74,15 @@ def _load(name: str) -> "Backend | None":
         if name in _reasons:
             return None
         try:
-            module = importlib.import_module(f"backends.{name}")
-            backend = module.load()
+            backend = _import(name)
         except BackendUnavailable as exc:
             _reasons[name] = str(exc)
             return None
         except ImportError as exc:
-            _reasons[name] = f"backends.{name} could not be imported: {exc}"
+            _reasons[name] = f"backend {name!r} could not be imported: {exc}"
             return None
         except Exception as exc:  # a driver or runtime failure: unavailable, with the reason
-            _reasons[name] = f"backends.{name} failed to load: {type(exc).__name__}: {exc}"
+            _reasons[name] = f"backend {name!r} failed to load: {type(exc).__name__}: {exc}"
             return None
         _loaded[name] = backend
         return backend

@@ -29,7 +29,7 @@ def demo_model_dir(tmp_path_factory):
     def build(d):
         model, loss = train.train(n_events=120, epochs=6, log=False)
         assert loss < 0.2, f"training did not converge: loss {loss}"
-        train.save(model, d)
+        train.save(model, d, jit=True)  # TorchScript too: bench_pipeline's model, not trained again
 
     import inspect
 
@@ -37,7 +37,7 @@ def demo_model_dir(tmp_path_factory):
 
     sources = [*Path(train.__file__).parent.glob("*.py"), Path(inspect.getsourcefile(export)),
                Path(inspect.getsourcefile(aot))]
-    cached = cached_dir("demo-model", content_key(sources, ["torch"], extra="n_events=120 epochs=6"), build)
+    cached = cached_dir("demo-model", content_key(sources, ["torch"], extra="n_events=120 epochs=6 jit"), build)
     d = tmp_path_factory.mktemp("models")
     shutil.copytree(cached, d, dirs_exist_ok=True)
     return d
@@ -59,24 +59,16 @@ def _enable_cuda_compile_guard() -> None:
 _enable_cuda_compile_guard()
 
 
-# ---------------------------------------------------------------------- the cupy stand-in
-# Without a GPU the matrix runs `cuda` and `rocm` on the cupy stand-in (alpyka_testing/backends/
-# fake_cupy.py; kernels run as their CUDA/HIP source compiled for the CPU: fake_cupy_kernels.py).
-# This repository's tests opt in by default (CI runs the whole matrix in both personalities);
-# other projects and programs never see it (the opt-in is here, the stand-in in alpyka_testing:
-# neither is in the pytest11 plugin). Choose with `--cupy-standin=cuda|rocm|all|off` or
-# ALPYKA_STANDIN. Never where a real cupy is installed: the real backends are then tested.
-# See docs/testing.md.
-_STANDIN_DEFAULT = "cuda,rocm"
+# ---------------------------------------------------------------------- the GPU emulator
+# Without a GPU the matrix runs `cuda` and `rocm` on the GPU emulator (backends/emulator/: cupy's
+# API on host memory, kernels run as their CUDA/HIP source compiled for the CPU), the one users
+# switch on with ALPYKA_EMULATE. This repository's tests turn it on for both by default where no
+# real cupy is installed (CI runs the whole matrix in both personalities); ALPYKA_EMULATE set
+# (cuda, rocm, cuda,rocm or off; read when alpyka is imported) chooses instead, over a real cupy
+# too. See docs/testing.md.
+_EMULATE_DEFAULT = ["cuda", "rocm"]
 _STANDIN_NOTE = pytest.StashKey[str]()
-_STANDIN_BACKENDS: set[str] = set()  # the backends the stand-in serves in this run
-
-
-def pytest_addoption(parser):
-    parser.getgroup("alpyka").addoption(
-        "--cupy-standin", default=None, metavar="cuda,rocm|all|off",
-        help="run the cuda/rocm backends of this repository's matrix on the cupy stand-in "
-             f"(default: $ALPYKA_STANDIN, else {_STANDIN_DEFAULT}); ignored where a real cupy is installed")
+_STANDIN_BACKENDS: set[str] = set()  # the backends the emulator serves in this run
 
 
 def pytest_configure(config):
@@ -88,30 +80,21 @@ def pytest_configure(config):
     if getattr(config.option, "loadscopereorder", False):
         config.option.loadscopereorder = False
 
-    option = config.getoption("--cupy-standin")
-    raw = option if option is not None else os.environ.get("ALPYKA_STANDIN", _STANDIN_DEFAULT)
-    from alpyka_testing.backends import fake_cupy_kernels as standin
+    from portable import _registry
 
-    try:
-        names = standin.parse(raw)
-    except ValueError as exc:
-        raise pytest.UsageError(f"--cupy-standin / ALPYKA_STANDIN={raw!r}: {exc}") from None
+    if not os.environ.get("ALPYKA_EMULATE", "").strip() and importlib.util.find_spec("cupy") is None:
+        _registry.emulate(_EMULATE_DEFAULT)
+    names = _registry.emulated()
     if not names:
         return
-    reason = standin.why_not(names)
-    if reason is not None:
-        config.stash[_STANDIN_NOTE] = f"cupy stand-in {names} not installed: {reason}"
-        if importlib.util.find_spec("cupy") is None:  # the rows are skipped with this reason
-            from portable import _registry
+    from backends.emulator import fake_cupy_kernels as emulator
 
-            with _registry._lock:
-                for name in names:
-                    if name not in _registry._loaded:
-                        _registry._reasons[name] = f"the cupy stand-in cannot run here: {reason}"
+    reason = emulator.why_not()
+    if reason is not None:  # the rows are skipped with the registry's reason, which says this
+        config.stash[_STANDIN_NOTE] = f"GPU emulator ({', '.join(names)}) cannot run here: {reason}"
         return
-    standin.install(names)
     _STANDIN_BACKENDS.update(names)
-    config.stash[_STANDIN_NOTE] = f"cupy stand-in: {', '.join(names)} backed by fake_cupy ({standin.describe()})"
+    config.stash[_STANDIN_NOTE] = f"GPU emulator (ALPYKA_EMULATE): {', '.join(names)} ({emulator.describe()})"
 
 
 # ------------------------------------------------------------- the HIP personality's rows

@@ -66,7 +66,7 @@ class _TorchOnTheHost:
         return getattr(self._torch, name)
 
     def as_tensor(self, data: Any, dtype: Any = None, device: Any = None) -> Any:
-        from alpyka_testing.backends.fake_cupy import FakeDeviceArray
+        from backends.emulator.fake_cupy import FakeDeviceArray
 
         if isinstance(data, FakeDeviceArray):
             tensor = self._torch.from_numpy(np.asarray(data).view(np.ndarray))

@@ -38,8 +38,8 @@ CHILD = textwrap.dedent('''
         try:
             import cupy  # noqa: F401
         except ImportError:
-            from alpyka_testing.backends import fake_cupy_kernels
-            fake_cupy_kernels.install([name])
+            from portable import _registry
+            _registry.emulate([name])
     import portable as pk
 
     @pk.kernel

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.backends import cuda_on_cpu, fake_cupy_kernels
+from backends.emulator import cuda_on_cpu, fake_cupy_kernels
 from alpyka_testing.backends.blocks import BLOCK, block_sums
 
 # the rocm stand-in runs this file too: the stand-in's own tests: HIP's text compiled for the CPU
@@ -161,12 +161,10 @@ def test_no_compiler_is_one_reason_naming_the_fix(monkeypatch):
     why = cuda_on_cpu.compiler_problem()
     assert why is not None and "no C++ compiler" in why and "install g++" in why, why
     assert "no-such-compiler: not found" in why
-    monkeypatch.setattr(fake_cupy_kernels.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(fake_cupy_kernels, "executor_name", lambda: "cpp")
-    from portable import _registry
-
-    monkeypatch.setattr(_registry, "_loaded", {})
-    assert fake_cupy_kernels.why_not(["cuda"]) == why
+    assert fake_cupy_kernels.why_not() == why
+    with pytest.raises(pk.BackendUnavailable, match="ALPYKA_EMULATE.*no C\\+\\+ compiler"):
+        fake_cupy_kernels.load("cuda")  # what the registry records as the emulated backend's reason
 
 
 def test_a_compile_error_shows_the_kernel_line(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.backends import fake_cupy_kernels
+from backends.emulator import fake_cupy_kernels
 
 pytestmark = pytest.mark.hip_differs  # the stand-in's own tests: its HIP personality too
 standin = pytest.mark.alpyka_backends("cuda", "rocm")

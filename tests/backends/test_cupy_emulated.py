@@ -1,4 +1,4 @@
-"""The cuda/rocm runtime (backends/_cupy_common.py) on an emulated cupy (alpyka_testing/backends/fake_cupy.py):
+"""The cuda/rocm runtime (backends/_cupy_common.py) on an emulated cupy (backends/emulator/fake_cupy.py):
 its queue, event, memory and device logic runs here without a GPU. Kernel launches need NVRTC
 plus a device and are covered by test_nvrtc.py (compilation) and by the GPU matrix."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.backends.fake_cupy import make_fake_cupy
+from backends.emulator.fake_cupy import make_fake_cupy
 from backends._cupy_common import CupyBackend, import_cupy
 from portable import _registry
 

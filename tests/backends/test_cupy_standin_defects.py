@@ -1,4 +1,4 @@
-"""Regression tests of issue 15 on the cupy stand-in (alpyka_testing/backends/fake_cupy.py) in both
+"""Regression tests of issue 15 on the cupy stand-in (backends/emulator/fake_cupy.py) in both
 personalities: each test here failed against the code before the fix (numbers are the issue's items)."""
 
 import gc
@@ -12,7 +12,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.backends.blocks import histogram
-from alpyka_testing.backends.fake_cupy import make_fake_cupy
+from backends.emulator.fake_cupy import make_fake_cupy
 from backends._cupy_common import CupyBackend
 from backends._c_build import CUPY_NVRTC_APPENDED, nvrtc_available, nvrtc_compile
 from backends._c_emit import emit

@@ -27,7 +27,7 @@ def test_kernel_vocabulary_on_pocl():
     why = missing_platform("Portable Computing Language")
     if why is not None:
         pytest.skip(why)
-    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="pocl", ALPYKA_STANDIN="off")
+    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="pocl", ALPYKA_EMULATE="off")
     env.pop("ALPYKA_BACKENDS", None)
     done = subprocess.run([sys.executable, "-m", "pytest", *FILES, "--backends=opencl", "-q", "-p", "no:cacheprovider",
                            "-o", "addopts=", "--timeout=300"], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -16,12 +16,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 #: runs an example in a child process whose cuda/rocm backend is the cupy stand-in that serves
-#: it in this test run (alpyka_testing/backends/fake_cupy_kernels.py; the child has no GPU either;
+#: it in this test run (backends/emulator/fake_cupy_kernels.py; the child has no GPU either;
 #: the repository root is on its PYTHONPATH)
 _ON_STANDIN = """
 import runpy, sys
-from alpyka_testing.backends import fake_cupy_kernels
-fake_cupy_kernels.install([{backend!r}])
+from portable import _registry
+_registry.emulate([{backend!r}])
 try:
     import torch  # noqa: F401
 except ImportError:
@@ -51,7 +51,7 @@ def run_example(name: str, *args: str, timeout: float = 300, backend: str | None
 
 def _standin_backends() -> list[str]:
     """The backends tests/conftest.py installed the cupy stand-in as in this test run."""
-    from alpyka_testing.backends.fake_cupy_kernels import served_here
+    from backends.emulator.fake_cupy_kernels import served_here
 
     return served_here()
 

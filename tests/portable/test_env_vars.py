@@ -91,7 +91,7 @@ def test_serve_shm_sweep_ticks_at_import():
 def test_test_support_variables(monkeypatch):
     """The suite's own: the hang guard's limit and the CUDA stand-in's threads and seed."""
     from alpyka_testing import hang_guard
-    from alpyka_testing.backends import cuda_on_cpu
+    from backends.emulator import cuda_on_cpu
 
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "soon")
     with pytest.raises(pk.EnvVarError, match="ALPYKA_HANG_TIMEOUT='soon': expected a number > 0"):

@@ -137,7 +137,7 @@ def test_selection_by_environment(pytester):
 
 
 def test_unavailable_backends_skip_with_reason(pytester):
-    from alpyka_testing.backends.fake_cupy_kernels import served_here
+    from backends.emulator.fake_cupy_kernels import served_here
 
     standin = served_here()  # this repository's opt-in (tests/conftest.py): not in another project
     reasons = {**pk.unavailable_backends(), **{n: "" for n in standin}}

@@ -32,7 +32,6 @@ build reports them, as on a GPU; ``ALPYKA_DEBUG=1``).
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import threading
 from dataclasses import dataclass
@@ -40,8 +39,6 @@ from typing import Any
 
 import numpy as np
 
-#: the variable naming the personalities to install (``cuda``, ``rocm``, both, or ``off``)
-ENV_VAR = "ALPYKA_STANDIN"
 PERSONALITIES = ("cuda", "rocm")
 #: the variable choosing how kernel bodies run: ``cpp`` (the CUDA/HIP text) or ``opencl`` (its twin)
 ENV_EXEC = "ALPYKA_STANDIN_EXEC"
@@ -200,7 +197,7 @@ class CppExecutor:
 
     def prepare(self, code: str, name: str, options: tuple) -> Any:
         """The compiled kernel ``name`` of ``code``: NVRTC-checked, built by the C++ compiler."""
-        from alpyka_testing.backends import cuda_on_cpu
+        from backends.emulator import cuda_on_cpu
 
         src, _ = _recorded(code, name)
         _nvrtc_guard(src, options)
@@ -208,7 +205,7 @@ class CppExecutor:
 
     def run(self, prepared: Any, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
-        from alpyka_testing.backends import cuda_on_cpu
+        from backends.emulator import cuda_on_cpu
 
         for i, ctype in enumerate(prepared.params):
             if ctype.endswith("*"):
@@ -218,7 +215,7 @@ class CppExecutor:
 
 def _recorded(code: str, name: str) -> tuple[Any, Any]:
     """``(CSource, OpenCL twin or None)`` of a source alpyka's launcher emitted."""
-    from alpyka_testing.backends.fake_cupy import CUDARuntimeError
+    from backends.emulator.fake_cupy import CUDARuntimeError
 
     with _twins_lock:
         found = _twins.get(code)
@@ -230,7 +227,7 @@ def _recorded(code: str, name: str) -> tuple[Any, Any]:
 
 def _device_span(rt: Any, ptr: int, kernel: str, what: str) -> tuple[int, int]:
     """``(base, end)`` of the device allocation ``ptr`` points into; cudaErrorIllegalAddress else."""
-    from alpyka_testing.backends.fake_cupy import CUDARuntimeError
+    from backends.emulator.fake_cupy import CUDARuntimeError
 
     span = rt.span(ptr)
     if span is None or span[2] != "device":
@@ -250,7 +247,7 @@ def describe() -> str:
     """How the stand-in runs kernels in this process, for the header of a test run."""
     if executor_name() == "opencl":
         return "kernels run as their OpenCL twins on " + str(_cpu_device())
-    from alpyka_testing.backends import cuda_on_cpu
+    from backends.emulator import cuda_on_cpu
 
     path, version = cuda_on_cpu.compiler()
     return f"kernels run as their CUDA/HIP source, compiled by {version} ({path}) for the CPU"
@@ -276,38 +273,15 @@ def enable_execution(cupy: Any) -> Any:
     return cupy
 
 
-def parse(raw: str | None) -> list[str]:
-    """The personalities a ``--cupy-standin`` / ``ALPYKA_STANDIN`` value names (``off``: none).
-
-    Raises ValueError for a name other than cuda, rocm, all or off."""
-    names = [n.strip().lower() for n in (raw or "").split(",") if n.strip()]
-    if names in ([], ["off"], ["0"], ["none"]):
-        return []
-    if names in (["all"], ["1"]):
-        return list(PERSONALITIES)
-    unknown = [n for n in names if n not in PERSONALITIES]
-    if unknown:
-        raise ValueError(f"unknown cupy stand-in personality {unknown}; use cuda, rocm, all or off")
-    return list(dict.fromkeys(names))
-
-
-def why_not(names: list[str]) -> str | None:
-    """None when the stand-in may serve ``names`` in this process, else the reason it must not:
-    a real cupy is installed (the real backends then load or say why they cannot), or its
-    executor cannot run here (no C++ compiler; for the twins, no OpenCL CPU device)."""
-    if importlib.util.find_spec("cupy") is not None:
-        return "a real cupy is installed: the cuda/rocm backends are the real ones"
-    from portable import _registry
-
-    loaded = [n for n in names if n in _registry._loaded]
-    if loaded:
-        return f"backend(s) {loaded} already loaded for real"
+def why_not() -> str | None:
+    """None when the emulator can run kernels in this process, else why not: its executor
+    cannot run here (no C++ compiler; for the twins, no OpenCL CPU device)."""
     try:
         which = executor_name()
     except ValueError as exc:
         return str(exc)
     if which == "cpp":
-        from alpyka_testing.backends import cuda_on_cpu
+        from backends.emulator import cuda_on_cpu
 
         return cuda_on_cpu.compiler_problem()
     try:
@@ -317,32 +291,31 @@ def why_not(names: list[str]) -> str | None:
     return None
 
 
-def install(names: list[str], n_devices: int = 2) -> dict[str, Any]:
-    """Register a kernel-running stand-in as each named backend (cuda: CUDA personality, rocm:
-    HIP) in alpyka's registry for this process; returns ``{name: backend}``. Call
-    :func:`why_not` first: this installs unconditionally."""
+def load(name: str, n_devices: int = 2) -> Any:
+    """The ``cuda`` (CUDA personality) or ``rocm`` (HIP) backend on the emulator, for alpyka's
+    registry (portable/_registry.py, when ``ALPYKA_EMULATE`` names it); BackendUnavailable with
+    the reason where the emulator cannot run here."""
     from backends._cupy_common import CupyBackend
-    from alpyka_testing.backends.fake_cupy import make_fake_cupy
-    from portable import _registry
+    from backends.emulator.fake_cupy import make_fake_cupy
+    from portable import BackendUnavailable
 
-    out = {}
-    with _registry._lock:
-        for name in names:
-            cupy = enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm"))
-            out[name] = _registry._loaded[name] = CupyBackend(name, cupy)
-            _registry._reasons.pop(name, None)
-    return out
+    if name not in PERSONALITIES:
+        raise BackendUnavailable(f"the GPU emulator runs {', '.join(PERSONALITIES)}, not {name!r}")
+    reason = why_not()
+    if reason is not None:
+        raise BackendUnavailable(f"emulated on the CPU (ALPYKA_EMULATE) but the emulator cannot run here: {reason}")
+    return CupyBackend(name, enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm")))
 
 
 def served_here() -> list[str]:
-    """The backends the stand-in serves in this process (installed by :func:`install`)."""
-    from portable import _registry
+    """The backends the emulator serves in this process (``ALPYKA_EMULATE``, and it can run here)."""
+    import portable as pk
 
-    return [n for n, b in list(_registry._loaded.items())
-            if isinstance(getattr(getattr(b, "cupy", None), "rt", None), _runtime_class())]
+    return [n for n in pk.available_backends()
+            if isinstance(getattr(getattr(pk.get_backend(n), "cupy", None), "rt", None), _runtime_class())]
 
 
 def _runtime_class() -> type:
-    from alpyka_testing.backends.fake_cupy import _Runtime
+    from backends.emulator.fake_cupy import _Runtime
 
     return _Runtime
