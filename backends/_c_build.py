@@ -30,10 +30,12 @@ def error_lines(log: str) -> list[int]:
     return seen
 
 
-def format_build_error(src: CSource, compiler: str, log: str, context: int = 3) -> str:
-    """The message of a failed build: the log, the marked source and the kernel's lines."""
+def format_build_error(src: CSource, compiler: str, log: str, context: int = 3,
+                       marks: list[int] | None = None) -> str:
+    """The message of a failed build: the log, the marked source and the kernel's lines (the C
+    lines to mark: ``marks``, else those :func:`error_lines` finds in the log)."""
+    bad = error_lines(log) if marks is None else marks
     lines = src.text.splitlines()
-    bad = error_lines(log)
     parts = [f"{compiler} could not build kernel {src.kernel_name!r} ({src.source_file})"]
     where = []
     for n in bad:
@@ -64,6 +66,28 @@ def format_build_error(src: CSource, compiler: str, log: str, context: int = 3) 
 #: options cupy appends to every NVRTC compile (cupy.cuda.compiler): float32 denormals flush to
 #: zero in CUDA kernels. alpyka's own option is ``--std=c++17`` (added by :func:`nvrtc_compile`).
 CUPY_NVRTC_APPENDED = ("-ftz=true",)
+
+
+# ---------------------------------------------------------------------- float rules
+# numpy's float bits by default: no compiler may fuse ``a*b + c`` into an FMA (one rounding, where
+# numpy rounds twice) nor relax IEEE rules. ``@pk.kernel(fast_math=True)`` (CSource.fast_math)
+# turns each compiler's fast math on. OpenCL's default is ``#pragma OPENCL FP_CONTRACT OFF`` in
+# the source (backends._c_emit), the CPU backends' numba ``fastmath`` is off (numba emits no
+# ``contract`` flags then) and the CUDA stand-in's C++ compiler runs with ``-ffp-contract=off``.
+#: NVRTC (CUDA): contraction on by default (``--fmad=true``)
+NVRTC_FLOAT_OPTIONS = {False: ("--fmad=false",), True: ("--use_fast_math",)}
+#: hiprtc (HIP, clang): contracts ``a*b + c`` within a statement by default (``-ffp-contract=on``)
+HIPRTC_FLOAT_OPTIONS = {False: ("-ffp-contract=off",), True: ("-ffast-math",)}
+#: OpenCL build options (the pragma is in the source)
+OPENCL_FLOAT_OPTIONS = {False: (), True: ("-cl-fast-relaxed-math",)}
+
+
+def float_options(dialect: str, fast_math: bool) -> tuple[str, ...]:
+    """The compiler options of the float rules for a source of ``dialect`` ("cuda" for NVRTC,
+    "hip" for hiprtc, "opencl")."""
+    table = {"cuda": NVRTC_FLOAT_OPTIONS, "hip": HIPRTC_FLOAT_OPTIONS, "opencl": OPENCL_FLOAT_OPTIONS}[dialect]
+    return table[bool(fast_math)]
+
 
 def nvrtc_available() -> str | None:
     """None when NVRTC can be used here, else the reason."""

@@ -22,6 +22,8 @@ class CSource:
     source_file: str = ""
     check_messages: list[str] = field(default_factory=list)  # range-check messages by id - 1
     kernel_name: str = ""
+    #: ``@pk.kernel(fast_math=True)``: built with the compiler's fast math (see :mod:`backends._c_build`)
+    fast_math: bool = False
 
     @property
     def needs_error_flag(self) -> bool:

@@ -128,13 +128,18 @@ class Kernel:
 
     __alpyka_kernel__ = True
 
-    def __init__(self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None) -> None:
+    def __init__(self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None,
+                 fast_math: bool = False) -> None:
+        if not isinstance(fast_math, bool):
+            raise TypeError(f"@pk.kernel(fast_math=...) takes True or False, got {fast_math!r}")
         self.py_function = fn
         self.__name__ = fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
         self.dynamic_shared_bytes = dynamic_shared_bytes
+        #: FMA contraction and relaxed IEEE rules allowed (each backend's fast math); off: numpy's bits
+        self.fast_math = fast_math
         self._parsed: ParsedFunction | None = None
         self._ir: dict[tuple, ir.Kernel] = {}
         #: launch plans filled by backends: {(backend name, ndim, signature key, debug): plan}
@@ -165,6 +170,7 @@ class Kernel:
         if got is None:
             specs = arg_specs(key, self.param_names)
             got = build_kernel(self.parsed(), specs, ndim, debug, specialise_device_function)
+            got.fast_math = self.fast_math  # the emitters' and compilers' switch (part of every cache key)
             self._ir[k] = got
         return got
 
@@ -194,14 +200,17 @@ class Kernel:
         return f"<kernel {self.__name__}>"
 
 
-def kernel(fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[..., int] | None = None) -> Any:
+def kernel(fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[..., int] | None = None,
+           fast_math: bool = False) -> Any:
     """Mark ``fn(acc, *args)`` as a kernel: ``@pk.kernel`` or
-    ``@pk.kernel(dynamic_shared_bytes=lambda workdiv, *args: nbytes)`` (or a fixed int)."""
+    ``@pk.kernel(dynamic_shared_bytes=lambda workdiv, *args: nbytes)`` (or a fixed int).
+    ``fast_math=True`` lets each backend contract ``a*b + c`` into FMAs and use its fast math
+    (docs/kernels.md, "Same bits on every backend"); by default every backend gives numpy's bits."""
     if fn is None:
-        return lambda f: Kernel(f, dynamic_shared_bytes)
+        return lambda f: Kernel(f, dynamic_shared_bytes, fast_math)
     if not callable(fn):
         raise TypeError("@pk.kernel decorates a function")
-    return Kernel(fn, dynamic_shared_bytes)
+    return Kernel(fn, dynamic_shared_bytes, fast_math)
 
 
 def device_function(fn: Callable | None = None, *, min_shared: dict[str, Callable[[int], int]] | None = None) -> Any:

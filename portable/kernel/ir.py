@@ -442,6 +442,9 @@ class Kernel:
     private: list[SharedArray] = field(default_factory=list)
     #: minimum sizes of shared arrays in terms of the block's threads (see :class:`SharedNeed`)
     shared_needs: list[SharedNeed] = field(default_factory=list)
+    #: ``@pk.kernel(fast_math=True)``: the backends may contract ``a*b + c`` into FMAs and relax
+    #: IEEE rules (docs/kernels.md, "Same bits on every backend"); off, every backend gives numpy's bits
+    fast_math: bool = False
 
 
 def walk(stmts: list[Stmt]):
