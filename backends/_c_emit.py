@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.kernel import ir
+from portable.kernel._depth import deep_recursion
 from portable.kernel._errors import ValueCheck
 from portable.kernel.types import ArrayType, ScalarType
 from portable.kernel.visit import Visitor
@@ -226,7 +227,11 @@ class _Emitter(Visitor):
         return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, v, k)})"
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
+        if _wrapping(e):  # a chain of them: one cast to the signed type, not one per operator
+            return f"(({self.ctype(e.type)})({self.wrapping_chain(e)}))"
         a, b, t = self.expr(e.left), self.expr(e.right), e.type
+        if _plain(e) and _plain(e.left) and _GROUP[e.left.op] == _GROUP[e.op]:
+            a = a[1:-1]  # a + b + c, not ((a + b) + c): clang nests 256 parentheses at most
         if e.op in ("+", "-", "*") and t.is_integer and not t.is_unsigned:
             # signed overflow wraps (numpy's rule) instead of being C's undefined behaviour
             u = "u" + self.ctype(t)[1:]
@@ -246,6 +251,16 @@ class _Emitter(Visitor):
                 return f"{self.d.math('pow', t)}({a}, {b})"
             return f"{self.h.ipow(t)}({a}, {b})"
         raise self.fail(f"operator {e.op} is not supported by the C emitter")
+
+    def wrapping_chain(self, e: ir.BinOp) -> str:
+        """``(u)a op (u)b op (u)c...`` of a left-deep chain of wrapping ``+ -`` or ``*`` in the
+        unsigned twin ``u`` of a signed type of 32 or 64 bits (modular arithmetic: the same bits
+        as a cast back after each operator)."""
+        u = "u" + self.ctype(e.type)[1:]
+        left = e.left
+        head = (self.wrapping_chain(left) if _wrapping(left) and left.type == e.type
+                and _GROUP[left.op] == _GROUP[e.op] else f"({u}){self.expr(left)}")
+        return f"{head} {e.op} ({u}){self.expr(e.right)}"
 
     def visit_MathCall(self, e: ir.MathCall) -> str:
         f, args = e.func, e.args
@@ -554,6 +569,22 @@ class _Emitter(Visitor):
         return header, args
 
 
+#: precedence groups of the operators a chain may be written without parentheses in
+_GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
+
+
+def _wrapping(e: Any) -> bool:
+    """A signed ``+ - *`` of 32 or 64 bits (computed in the unsigned twin, see visit_BinOp)."""
+    return (isinstance(e, ir.BinOp) and e.op in ("+", "-", "*") and e.type.is_integer
+            and not e.type.is_unsigned and e.type.bits >= 32)
+
+
+def _plain(e: Any) -> bool:
+    """An operator the emitter writes as ``(a op b)``."""
+    return isinstance(e, ir.BinOp) and e.op in _GROUP and not (
+        e.op in ("+", "-", "*") and e.type.is_integer and not e.type.is_unsigned)
+
+
 def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
     """Whether ``kernel`` or one of its device functions holds a node of ``node_type`` (for which
     ``which(node)`` is true, when given)."""
@@ -561,6 +592,7 @@ def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
     return any(isinstance(x, node_type) and (which is None or which(x)) for body in bodies for x in ir.nodes(body))
 
 
+@deep_recursion
 def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSource:
     """The C source of ``kernel`` in ``dialect`` ("opencl", "cuda" or "hip"); ``unit_elements``
     specialises it for work divisions with one element per thread (the GPU-style ones).

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.kernel import ir
+from portable.kernel._depth import deep_recursion
 from portable.kernel.types import ScalarType
 from portable.kernel.visit import Visitor
 
@@ -146,6 +147,8 @@ class _FunctionEmitter(Visitor):
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         a, b, t = self.ex(e.left), self.ex(e.right), e.type
+        if _same_group(e, e.left):  # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most
+            a = a[1:-1]
         helper = _ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
         if helper is not None:  # numpy's fixed-width rule where numba's differs (see _ARITH_HELPERS)
             if e.right.type.is_bool:
@@ -324,6 +327,17 @@ class _FunctionEmitter(Visitor):
             self.emit(f"{name} = {_const(0, t)}", depth)
 
 
+#: operators that numba's source writes as a plain ``(a op b)``, by precedence group
+_PLAIN_GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
+
+
+def _same_group(e: ir.BinOp, left: object) -> bool:
+    """Whether ``left``, the left operand of ``e``, is a plain operation of ``e``'s precedence
+    group, so that ``(l0 op1 l1) op2 r`` may be written ``l0 op1 l1 op2 r`` (left-associative)."""
+    g = _PLAIN_GROUP.get(e.op)
+    return g is not None and isinstance(left, ir.BinOp) and _PLAIN_GROUP.get(left.op) == g
+
+
 def _direct(body: list) -> list:
     """Statements of ``body`` not nested in an inner loop (where a break belongs to ``body``'s loop)."""
     out = []
@@ -473,6 +487,7 @@ def _used_names(k: ir.Kernel) -> set[str]:
     return used
 
 
+@deep_recursion
 def emit_numba(kernel: ir.Kernel) -> NumbaSource:
     """The numba module source of ``kernel`` (see the module docstring)."""
     return _ModuleEmitter(kernel).source()

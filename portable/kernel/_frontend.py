@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import ir
+from ._depth import deep_recursion
 from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
 from ._folding import ConstantError
@@ -558,6 +559,7 @@ def view_binding(spec: ArgSpec, ctx: CompileContext, params: list[ir.Param], pre
     return ViewVal(spec.layout, spec.const, fields, size, f"argument {spec.name!r} ({spec.describe()})")
 
 
+@deep_recursion
 def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool,
                  specialise: Callable[..., tuple] | None = None) -> ir.Kernel:
     """The IR of a kernel for one launch signature; ``specialise`` builds the device functions

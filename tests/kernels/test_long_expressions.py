@@ -1,0 +1,81 @@
+"""Long expressions compile on every backend: a 1000-term sum was a RecursionError in the
+front-end, and a 300-term one a SyntaxError in numba's generated source (CPython nests at most 200
+parentheses; clang, under PoCL, 256)."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import portable as pk
+from alpyka_testing.kernels import download, upload
+
+TERMS = 1000
+
+
+def _kernels(tmp_path):
+    """A module of kernels with long expressions, written as a user would (pytest's rewriting,
+    which compiles an AST and has its own depth limit, never sees it)."""
+    fsum = " + ".join(f"x[{k % 7}]" for k in range(TERMS))
+    isum = " ".join(f"{'+' if k % 3 else '-'} n[{k % 5}]" for k in range(300)).lstrip("+ ")
+    prod = " * ".join(f"y[{k % 3}]" for k in range(300))
+    mixed = " + ".join(f"x[{k % 7}] * y[{k % 3}] - x[{(k + 1) % 7}] / y[{k % 3}]" for k in range(100))
+    src = f'''import portable as pk
+
+
+@pk.kernel
+def long_expressions(acc, out, iout, x, y, n):
+    if acc.once_per_grid():
+        out[0] = {fsum}
+        iout[0] = {isum}
+        out[1] = {prod}
+        out[2] = {mixed}
+'''
+    path = tmp_path / "long_kernels.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("long_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, (fsum, isum, prod, mixed)
+
+
+@pytest.mark.slow  # numba compiles the 1000-term kernel in about 2 minutes on the 2-core CI machine
+def test_long_expressions_compile_and_compute(device, queue, tmp_path):
+    mod, exprs = _kernels(tmp_path)
+    x = np.arange(1.0, 8.0)
+    y = np.array([2.0, 0.5, 1.0])
+    n = np.array([2**62, 3, -5, 2**61, 7], np.int64)
+    out, iout = upload(queue, np.zeros(3)), upload(queue, np.zeros(1, np.int64))
+    pk.exec(queue, pk.make_workdiv(device, 1, 1), mod.long_expressions, out, iout, upload(queue, x),
+            upload(queue, y), upload(queue, n))
+    with np.errstate(over="ignore"):  # the int64 sum wraps, as numpy's
+        want_i = eval(exprs[1], {"n": n})  # noqa: S307 (the test's own expression)
+    want = [eval(e, {"x": x, "y": y}) for e in (exprs[0], exprs[2], exprs[3])]  # noqa: S307
+    assert download(queue, iout).tolist() == [int(want_i)]
+    np.testing.assert_array_equal(download(queue, out), want)  # same order of operations: same bits
+
+
+@pytest.mark.parametrize("terms", [300, 1000])
+def test_long_sum_in_a_device_function(device, queue, tmp_path, terms):
+    body = " + ".join(f"a * {k % 4}" for k in range(terms))
+    path = tmp_path / f"long_device_{terms}.py"
+    path.write_text(f'''import portable as pk
+
+
+@pk.device_function
+def weigh(a):
+    return {body}
+
+
+@pk.kernel
+def calls_weigh(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = weigh(out[i])
+''')
+    spec = importlib.util.spec_from_file_location(f"long_device_{terms}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = upload(queue, np.arange(4.0))
+    pk.exec(queue, pk.make_workdiv(device, 1, 4), mod.calls_weigh, out, 4)
+    weight = sum(k % 4 for k in range(terms))
+    np.testing.assert_array_equal(download(queue, out), np.arange(4.0) * weight)
