@@ -11,6 +11,7 @@ new key, so a stale artifact is never used; old keys are left for the user to de
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -18,7 +19,7 @@ import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 
 def cache_root() -> Path:
@@ -66,7 +67,9 @@ def cached_dir(name: str, key: str, build: Callable[[Path], None]) -> Path:
 
     ``build`` fills a private directory beside it, which is then renamed into place in one step:
     two workers building at once both succeed and one result is kept; a build that fails leaves
-    nothing behind."""
+    nothing behind. Under pytest the build runs outside the running test's time limit, with one
+    of its own (``hang_guard.outside_the_test_timeout``): minutes of build on a busy machine do
+    not end the worker of the test that needed the artifact first."""
     root = cache_root()
     final = root / f"{name}-{key}"
     if final.is_dir():
@@ -76,7 +79,8 @@ def cached_dir(name: str, key: str, build: Callable[[Path], None]) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        build(tmp)
+        with _build_time():
+            build(tmp)
         try:
             os.rename(tmp, final)
         except OSError:  # another worker put it in place first
@@ -85,3 +89,9 @@ def cached_dir(name: str, key: str, build: Callable[[Path], None]) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _build_time() -> Any:
+    """The hang guard's :func:`outside_the_test_timeout` where its plugin runs, else nothing."""
+    guard = sys.modules.get("alpyka_testing.hang_guard")
+    return guard.outside_the_test_timeout() if guard is not None else contextlib.nullcontext()

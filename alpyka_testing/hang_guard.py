@@ -13,21 +13,32 @@ Under pytest-xdist, pytest-timeout's thread method writes its stacks to the work
 which reaches nobody: the run said only "node down: Not properly terminated". In a worker the
 timer is this plugin's (:func:`pytest_timeout_set_timer`): the same limit, the test's id, its
 captured output and every thread's stack go to the worker's stderr, which is the run's.
+
+A slow artifact built once for the whole run (an AOTInductor package, the demo's trained model:
+``alpyka_testing.artifact_cache``) is built inside :func:`outside_the_test_timeout`: the build
+does not count against the test that happens to need it first (minutes on a busy machine would
+end that test's worker), and has a limit of its own, :data:`BUILD_LIMIT_S`, past which the
+guard prints every stack and ends the run as for any hang.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
 import threading
 import traceback
+from typing import Any, Iterator
 
 import pytest
 
 ENV = "ALPYKA_HANG_TIMEOUT"
 _limit = [300.0]
 _item_limit = [0.0]  # the running test's own longer limit (its timeout mark + 60 s), else 0
+_item: list[Any] = [None]  # the test running now (its timer is paused while an artifact builds)
+#: how long one artifact's build may take (a cold AOTInductor package: ~40 s on 2 busy cores)
+BUILD_LIMIT_S = 900.0
 
 
 def _arm(at_least: float = 0.0) -> None:
@@ -73,10 +84,57 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
     _item_limit[0] = _own_timeout(item)  # a test that declares a longer timeout gets it
+    _item[0] = item
     _arm(_item_limit[0])
-    yield
-    _item_limit[0] = 0.0
-    _arm()
+    try:
+        yield
+    finally:
+        _item[0] = None
+        _item_limit[0] = 0.0
+        _arm()
+
+
+@contextlib.contextmanager
+def outside_the_test_timeout(limit: float | None = None) -> Iterator[None]:
+    """Run the block (an artifact's build) with the running test's timer paused and the guard
+    armed for ``limit`` seconds (default :data:`BUILD_LIMIT_S`) instead; afterwards the test's
+    timer starts again, in full. Outside a test (or without pytest-timeout) the block only gets
+    the guard's limit."""
+    limit = BUILD_LIMIT_S if limit is None else limit
+    item = _item[0]
+    settings = None
+    if item is not None and getattr(item, "cancel_timeout", None) is not None:
+        try:
+            from pytest_timeout import _get_item_settings
+
+            settings = _get_item_settings(item)
+        except Exception:  # noqa: BLE001 - a pytest-timeout without it: the test's timer runs on
+            settings = None
+    if settings is not None:
+        item.ihook.pytest_timeout_cancel_timer(item=item)
+        item.cancel_timeout = None
+    real_err = _uncaptured_stderr(item)
+    if _limit[0] > 0:
+        faulthandler.dump_traceback_later(limit, exit=True, file=real_err)
+    try:
+        yield
+    finally:
+        _arm(_item_limit[0])
+        if settings is not None:
+            item.ihook.pytest_timeout_set_timer(item=item, settings=settings)
+        if real_err is not sys.__stderr__:
+            real_err.close()
+
+
+def _uncaptured_stderr(item: Any) -> Any:
+    """A file onto the process's real stderr while a test runs (its fd 2 then goes to pytest's
+    capture, which nobody sees once the process ends): a dup of the descriptor pytest saved."""
+    try:
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        fd = capman._global_capturing.err.targetfd_save  # pytest's FDCapture: the original fd 2
+        return os.fdopen(os.dup(fd), "w")
+    except Exception:  # noqa: BLE001 - no capture (-s), no test, another pytest: fd 2 is the real one
+        return sys.__stderr__
 
 
 def pytest_runtest_logreport(report):  # noqa: ARG001

@@ -178,3 +178,55 @@ def test_a_hung_test_under_xdist_names_itself_with_every_threads_stack(pytester,
     assert 'test_x.py", line 9 in test_hangs' in out and 'line 4 in bystander' in out, out  # every thread
     result.assert_outcomes(passed=1, failed=1)
     assert elapsed < 60, elapsed
+
+
+_BUILDS = '''
+    import time
+    import pytest
+    from alpyka_testing.artifact_cache import cached_dir
+
+    @pytest.fixture(scope="session")
+    def artifact():
+        def build(d):
+            time.sleep({build_s})  # a cold AOTInductor build on a busy machine
+            (d / "made").write_text("yes")
+        return cached_dir("slow", "k1", build)
+
+    def test_uses_it(artifact):
+        assert (artifact / "made").read_text() == "yes"
+        time.sleep(1)  # the test's own time runs again, in full, after the build
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["plain", "xdist"])
+def test_an_artifacts_build_does_not_count_against_the_test_that_needs_it(pytester, monkeypatch, tmp_path,
+                                                                           workers):
+    """A slow fixture (an AOTInductor build) must not kill a worker: the build runs outside the
+    test's time limit (a 3 s limit, a 6 s build, here)."""
+    pytest.importorskip("pytest_timeout")
+    if workers:
+        pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
+    opts = {**_project_timeout_options(), "timeout": 3}
+    pytester.makeini("[pytest]\n" + "".join(
+        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
+    pytester.makepyfile(test_x=_BUILDS.format(build_s=6))
+    result = pytester.runpytest_subprocess(*workers, "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0 and "Timeout" not in out, out
+    result.assert_outcomes(passed=1)
+
+
+def test_a_hung_build_still_fails_the_run_with_every_stack(pytester, monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
+    pytester.makeconftest("import alpyka_testing.hang_guard as g\ng.BUILD_LIMIT_S = 4\n")
+    pytester.makepyfile(test_x=_BUILDS.format(build_s=600))
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
+                                           "-p", "no:cacheprovider", timeout=120)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret != 0 and "Timeout" in out and "in build" in out, out  # the build's stack
+    assert time.monotonic() - start < 90
