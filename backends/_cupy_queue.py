@@ -244,6 +244,25 @@ class CupyQueue(DeviceQueue):
         self.submit(lambda: stream.wait_event(m.event))  # an event of another device is fine
         return True
 
+    def hand_off(self, stream: int | None = None) -> int:
+        """For a consumer outside alpyka (``Buffer.__dlpack__``, ``__cuda_array_interface__``):
+        put the work enqueued so far into this queue's stream (waiting on the host for host
+        functions still ahead of it) and, when ``stream`` (the consumer's native stream handle)
+        is given, make that stream wait for it on the device. Returns this queue's stream
+        handle. From one of this queue's own host functions nothing is waited for: the work
+        before it finished, the work after it is not in the stream yet."""
+        own = self.native_handle
+        if self._worker is not None and self._worker.ident == threading.get_ident():
+            return own
+        m = self.marker()
+        if not m.recorded:
+            with self._cond:
+                self._cond.wait_for(lambda: m.recorded)
+        if stream is not None and stream != own:
+            with self.scope:
+                self.cupy.cuda.ExternalStream(stream).wait_event(m.event)
+        return own
+
     def finish(self) -> None:
         """Block until the work enqueued so far was submitted (host functions ran) and finished."""
         with self._lock:

@@ -4,6 +4,10 @@
   queue's stream) in the queue's order: after host functions still outstanding on the queue,
   with the objects it reads kept alive until the stream passed it (memory of another stream's
   pool arena is then not reused under it), and finished before a blocking queue returns;
+- :func:`wait_for_streams` and :func:`keep_for_stream` hand torch tensors made on one stream
+  (a model's output, on torch's current stream) to work on another (a copy on the queue's
+  stream): the consumer waits for an event of each producing stream, and ``record_stream``
+  keeps torch's caching allocator from reusing their memory until the consumer passed it;
 - :func:`dlpack_tensor` imports a cupy array through DLPack without cupy's stream handshake
   (``stream=-1``): on HIP, where cupy has no ``__cuda_array_interface__``, ``torch.from_dlpack``
   would make torch's stream wait for an event of cupy's *current* stream (the null stream),
@@ -12,7 +16,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 #: DLPack's "no synchronisation" stream value (Python array API, ``__dlpack__(stream=-1)``)
 NO_SYNC = -1
@@ -43,3 +47,25 @@ def run_on_queue_stream(queue: Any, fn: Callable[[], None], *keep: Any) -> None:
             fn()
 
     run_on_queue(queue, on_stream, *keep)
+
+
+def wait_for_streams(torch: Any, consumer: Any, producers: Iterable[Any]) -> None:
+    """Make ``consumer`` (a torch stream) wait for the work enqueued so far on each of
+    ``producers`` (torch streams; the consumer itself and repeats are skipped): an event
+    recorded on each, waited for on the device."""
+    done = [consumer]
+    for producer in producers:
+        if any(producer == s for s in done):
+            continue
+        done.append(producer)
+        event = torch.cuda.Event()
+        event.record(producer)
+        consumer.wait_event(event)
+
+
+def keep_for_stream(consumer: Any, tensors: Iterable[Any]) -> None:
+    """``tensor.record_stream(consumer)`` for each: torch's caching allocator does not hand
+    their memory out again (once the tensors are freed) before the work enqueued so far on
+    ``consumer`` finished."""
+    for t in tensors:
+        t.record_stream(consumer)

@@ -39,6 +39,7 @@ from ._tensors import (
     memory_path,
     torch_dtype,
 )
+from ._gpu_streams import keep_for_stream, wait_for_streams
 from ._runtime import queue_stream
 
 #: collection -> {dtype: flat tensor over its buffer}, shared by every SoAMetadata of that
@@ -167,12 +168,15 @@ class SoAMetadata:
             return t
         if memory_path(self.collection.device) != "copy":
             return self.device_tensor(name)
+        self.collection.buffer.wait_ready()  # the copy is taken now: after the work on the collection
         return self.stage_in(self._sync_queue(), [name])[name].tensor()
 
     def numpy(self, name: str) -> np.ndarray:
         """The block as a numpy array: a zero-copy strided view on host memory, a host copy of
-        device memory otherwise."""
+        device memory otherwise; once the work enqueued on the collection has finished (the
+        last queue that work touching it was enqueued on, as ``np.asarray(buffer)``)."""
         block = self.block(name)
+        self.collection.buffer.wait_ready()
         if self.path == "host":
             # a multi-layout buffer may end in a block of a smaller dtype: whole items only
             nbytes = self.collection.nbytes - self.collection.nbytes % block.itemsize
@@ -237,6 +241,16 @@ class SoAMetadata:
                                     f"the queue on {queue.device}")
         self.write_checked(checked, queue)
 
+    def _producer_streams(self, checked: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        """``{name: stream}``: torch's current stream of each value torch made on a device (a
+        CUDA/ROCm tensor, or one on the collection's own torch device), the stream it was made
+        on, which a copy on another stream must wait for."""
+        streams = {}
+        for name, value in checked.items():
+            if value.is_cuda or value.device == self.device_tensor(name).device:
+                streams[name] = torch.cuda.current_stream(value.device)
+        return streams
+
     def write_checked(self, checked: Mapping[str, torch.Tensor], queue: pk.Queue | None) -> None:
         """Write outputs that :meth:`check_outputs` accepted (no further validation)."""
         path = self.path
@@ -244,11 +258,18 @@ class SoAMetadata:
             for name, value in checked.items():
                 self.device_tensor(name).copy_(value)
         elif path == "cuda":
+            made_on = self._producer_streams(checked)
             with queue_stream(queue):
+                stream = torch.cuda.current_stream()  # the queue's stream (without one, the current)
+                elsewhere = [name for name, producer in made_on.items() if producer != stream]
+                wait_for_streams(torch, stream, [made_on[name] for name in elsewhere])  # complete values
                 for name, value in checked.items():
                     self.device_tensor(name).copy_(value)
+                keep_for_stream(stream, [checked[name] for name in elsewhere])  # not reused under the copy
                 if queue is None:
-                    torch.cuda.current_stream().synchronize()
+                    stream.synchronize()
+            if queue is not None:  # interchange consumers of the collection wait for this copy
+                queue.enqueue_native(_nothing, self.collection)
         else:
             q = queue if queue is not None else self._sync_queue()
             staged = {name: Staging(self.block(name)) for name in checked}
@@ -256,6 +277,10 @@ class SoAMetadata:
                 staged[name].tensor().copy_(value)
             self.stage_out(q, staged)
             q.wait()
+
+
+def _nothing() -> None:
+    """A native operation that enqueues nothing (its kept objects mark the queue's point)."""
 
 
 def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | None = None) -> torch.Tensor:

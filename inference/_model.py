@@ -217,8 +217,9 @@ class Model:
             from ._gpu_streams import run_on_queue_stream
             launch = functools.partial(run_on_queue_stream, q, run.bind().run,
                                        metadata.inputs.collection, metadata.outputs.collection)
-        elif path == "host":
-            launch = functools.partial(q.enqueue_host, run.bind().run)
+        elif path == "host":  # enqueue_native: a host task that marks the collections as the queue's
+            launch = functools.partial(q.enqueue_native, run.bind().run, metadata.inputs.collection,
+                                       metadata.outputs.collection)
         else:
             launch = functools.partial(_launch_staged, q, run)
         plan = Plan(q, metadata, launch)

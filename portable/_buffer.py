@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from typing import Any
 
 import numpy as np
 
+import soa
+
 from ._backend import MemRef
 from ._deferred import defer
 from ._device import Device
-from ._queue import Queue
+from ._handoff import LastQueue, register_holder
+from ._queue import Event, Queue
 
 DEFAULT_ALIGNMENT = 128
 
@@ -45,6 +49,57 @@ def _on_collect(block: Any) -> None:
     # the buffer's finalizer: it may run inside any lock (see portable._deferred), so it only
     # hands the block over; the allocator takes it back at its next safe point
     defer(_free, block)
+
+
+# ---------------------------------------------------------------------- hand-off (portable/_handoff.py)
+def _inside_own_task(impl: Any) -> bool:
+    """True on the thread running one of this queue implementation's host functions (its
+    worker; on the host queues also a waiter running its tasks)."""
+    me = threading.get_ident()
+    worker = getattr(impl, "_worker", None)
+    if worker is not None and worker.ident == me:
+        return True
+    state = getattr(impl, "_state", None)
+    return state is not None and getattr(state, "runner", 0) == me
+
+
+def wait_on_host(last: LastQueue) -> None:
+    """Block until the work enqueued so far on the buffer's last queue finished (host readers);
+    an error of that work is raised as :class:`~portable.AsyncError`."""
+    queue = last.queue()
+    if queue is None or queue.is_idle() or _inside_own_task(queue._impl):
+        return
+    event = Event(queue.device)
+    queue.record(event)
+    event.wait()
+
+
+def order_stream(last: LastQueue, stream: int) -> None:
+    """Make the native stream ``stream`` (a consumer's CUDA/HIP stream handle) wait on the
+    device for the work enqueued so far on the buffer's last queue; a queue whose backend
+    cannot hand off to a native stream is waited for on the host."""
+    queue = last.queue()
+    if queue is None:
+        return
+    hand_off = getattr(queue._impl, "hand_off", None)
+    if hand_off is None:
+        wait_on_host(last)
+    else:
+        hand_off(stream)
+
+
+def cai_stream(last: LastQueue) -> int | None:
+    """The ``stream`` field of the CUDA array interface (v3): the last queue's stream, with the
+    work enqueued so far in it (host functions still ahead of that work are waited for), or
+    None when nothing is outstanding (no synchronisation needed)."""
+    queue = last.queue()
+    if queue is None or queue.is_idle():
+        return None
+    hand_off = getattr(queue._impl, "hand_off", None)
+    if hand_off is None:
+        wait_on_host(last)
+        return None
+    return int(hand_off(None))
 
 
 class Buffer:
@@ -84,6 +139,7 @@ class Buffer:
         allocator = device.backend.allocator(device, pinned=self.pinned)
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
         self._finalizer = weakref.finalize(self, _on_collect, self._block)
+        self._last = LastQueue()  # the queue interchange consumers are ordered after
 
     @property
     def handle(self) -> Any:
@@ -115,25 +171,54 @@ class Buffer:
             )
         return make(0, self.dtype, self.shape, c_strides(self.shape, self.dtype.itemsize))
 
-    # interchange protocols, delegated to ``buf.array`` (added by the device-backends work)
+    # interchange protocols: the bytes of ``buf.array``, handed over in order after the work
+    # enqueued on the buffer's last queue (portable/_handoff.py)
     @property
     def __cuda_array_interface__(self) -> dict:
-        """The CUDA array interface of ``buf.array`` (CUDA and ROCm buffers only)."""
+        """The CUDA array interface (v3) of ``buf.array`` (CUDA and ROCm buffers only); its
+        ``stream`` is the stream of the last queue with work on the buffer (the consumer
+        synchronises on it), None when that work has finished."""
         if self.device.backend_name not in ("cuda", "rocm"):
             raise AttributeError(f"buffer on {self.device} is not CUDA/ROCm memory")
-        return self.array.__cuda_array_interface__
+        cai = dict(self.array.__cuda_array_interface__)
+        cai["stream"] = cai_stream(self._last)
+        cai["version"] = max(int(cai.get("version", 3)), 3)
+        return cai
 
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.array.__dlpack__(*args, **kwargs)
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """DLPack export, ordered after the work enqueued on the buffer: host memory waits for
+        it; on CUDA/ROCm the consumer's ``stream`` waits for it on the device (None: the legacy
+        default stream, CUDA's 1 and ROCm's 0; -1: no ordering, the consumer's own choice)."""
+        kw = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
+              if v is not None}
+        arr = self.array
+        if self.device.is_host_memory:
+            capsule = arr.__dlpack__(stream=stream, **kw)
+            wait_on_host(self._last)
+            return capsule
+        capsule = arr.__dlpack__(stream=-1, **kw)  # the ordering is done here, not by cupy's current stream
+        if stream != -1:
+            if stream is None:
+                stream = 0 if self.device.backend_name == "rocm" else 1
+            order_stream(self._last, int(stream))
+        return capsule
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.array.__dlpack_device__()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """``np.asarray(buf)``: the buffer's host memory, once the work enqueued on it finished."""
         if not self.device.is_host_memory:
             raise TypeError(f"buffer on {self.device} is device memory; memcpy it to a host buffer first")
+        wait_on_host(self._last)
         arr = self.array
         return arr if dtype is None else arr.astype(dtype)
+
+    def wait_ready(self) -> None:
+        """Block until the work enqueued so far on the buffer's last queue finished (what the
+        host-memory interchange methods do before handing the memory out)."""
+        wait_on_host(self._last)
 
     def __len__(self) -> int:
         return self.shape[0] if self.shape else 1
@@ -158,3 +243,12 @@ def reinterpret(buf: Any, dtype: Any) -> Any:
     view.dtype = dt
     view._base = buf  # the allocation is buf's: its finalizer frees it once neither is used
     return view
+
+
+def _last_of_view(view: soa.View) -> LastQueue | None:
+    owner = view.owner
+    return owner._last if isinstance(owner, Buffer) else None
+
+
+register_holder(Buffer, lambda b: b._last)
+register_holder(soa.View, _last_of_view)

@@ -12,6 +12,7 @@ from ._backend import MemRef
 from ._buffer import Buffer
 from ._device import Device
 from ._errors import AlpykaError
+from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
 from ._registry import host
@@ -150,12 +151,14 @@ class PortableCollection:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     # ------------------------------------------------------------------ interchange (bytes of the buffer)
+    # ordered after the work enqueued on the collection, as the buffer's (portable/_buffer.py)
     @property
     def __cuda_array_interface__(self) -> dict:
         return self.buffer.__cuda_array_interface__
 
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.buffer.__dlpack__(*args, **kwargs)
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        return self.buffer.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.buffer.__dlpack_device__()
@@ -275,6 +278,9 @@ class PortableCollection:
     def __repr__(self) -> str:
         blocks = ", ".join(f"{lay.__name__}[{n}]" for _, lay, n in self._blocks)
         return f"<PortableCollection {blocks} on {self.device}, {self.nbytes} bytes>"
+
+
+register_holder(PortableCollection, lambda c: c.buffer._last)  # kernel arguments: note the last queue
 
 
 def _host_device() -> Device:

@@ -9,6 +9,7 @@ import numpy as np
 from ._backend import MemRef
 from ._buffer import Buffer
 from ._errors import DeviceMismatch
+from ._handoff import note_queue
 from ._queue import Queue
 from ._registry import host
 
@@ -71,6 +72,7 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     _check_queue_access(queue, s, "the source")
     if d.nbytes:
         queue.device.backend.copy(queue, d, s)
+        note_queue(queue, (d.owner, s.owner))  # interchange consumers wait for this queue
 
 
 def memset(queue: Queue, dst: Any, value: int) -> None:
@@ -83,3 +85,4 @@ def memset(queue: Queue, dst: Any, value: int) -> None:
     _check_queue_access(queue, d, "the destination")
     if d.nbytes:
         queue.device.backend.fill(queue, d, int(value))
+        note_queue(queue, (d.owner,))

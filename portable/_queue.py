@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from ._deferred import run_deferred
 from ._device import Device
+from ._handoff import note_queue
 from ._launch import launch
 from ._workdiv import WorkDiv
 
@@ -93,8 +94,10 @@ class Queue:
         before it ran (CUDA, HIP); on the CPU backends it runs in queue order like a host
         function. The objects ``keep`` (memory the work reads or writes) stay alive until the
         work finished; a blocking queue finishes it before returning. An error of ``fn`` is
-        raised here or by the next :meth:`wait`."""
+        raised here or by the next :meth:`wait`. Interchange consumers of the buffers and
+        collections among ``keep`` (DLPack, the CUDA array interface) are ordered after it."""
         self._impl.enqueue_native(fn, *keep)
+        note_queue(self, keep)
 
     def record(self, event: Event) -> None:
         if not isinstance(event, Event):

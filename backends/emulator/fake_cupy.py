@@ -17,6 +17,8 @@ It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on 
 - ``__dlpack__(stream=s)`` synchronises like cupy: unless ``s == -1`` (no synchronisation) or
   ``s`` is the current stream, an event of the current stream is waited for on ``s``
   (recorded in ``dlpack_syncs``);
+- ``cuda.ExternalStream(ptr)`` finds the stand-in's stream of that handle; the null stream's
+  handles (0, 1, 2) stand for the host: waiting on one there waits for the event on the host;
 - ``RawModule``/``RawKernel`` record the options cupy would pass to NVRTC (``-ftz=true``
   appended on CUDA); a launch checks the arguments against the kernel's C signature as cupy
   packs them (a numpy scalar by its own dtype, a pointer as 8 bytes), the pointers against
@@ -207,6 +209,16 @@ def _make_stream_class(rt: _Runtime) -> type:
             rt.tls.streams[self.device_id].pop()
 
     return Stream
+
+
+class _HostNullStream:
+    """A null-stream handle on the stand-in (see ``ExternalStream``): work "on" it is the host's."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def wait_event(self, event: Any) -> None:
+        event.synchronize()
 
 
 def _make_event_class(rt: _Runtime) -> type:
@@ -504,6 +516,17 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
             raise CUDARuntimeError("fake cupy: the legacy null stream is not emulated")
         return s
 
+    def external_stream(ptr: int, device_id: int = -1) -> Any:
+        """``cupy.cuda.ExternalStream``: a stream by its handle. The stand-in's streams are its
+        own; the null stream's handles (0, CUDA's 1 and 2: legacy and per-thread default) stand
+        for the host, which reads the stand-in's memory at once: waiting on one waits on the host."""
+        s = rt.streams.get(ptr)
+        if s is not None:
+            return s
+        if ptr in (0, 1, 2):
+            return _HostNullStream(ptr)
+        raise CUDARuntimeError(f"cudaErrorInvalidResourceHandle: fake cupy has no stream {ptr:#x}")
+
     def memcpy_async(dst: int, src: int, n: int, kind: int, stream_ptr: int) -> None:
         s = stream_of(stream_ptr)
         s.ex.submit(lambda: ctypes.memmove(dst, src, n))
@@ -540,7 +563,8 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
     )
     cuda = types.SimpleNamespace(runtime=runtime, Stream=Stream, Event=Event, UnownedMemory=UnownedMemory,
                                  MemoryPointer=MemoryPointer, alloc_pinned_memory=alloc_pinned,
-                                 get_current_stream=lambda: rt.current_stream(rt.device()))
+                                 get_current_stream=lambda: rt.current_stream(rt.device()),
+                                 ExternalStream=external_stream)
     mod = types.SimpleNamespace(__version__="14.fake", cuda=cuda, get_default_memory_pool=lambda: pool,
                                 ndarray=lambda shape, dtype, memptr, strides=None: _array(rt, array_cls, shape, dtype,
                                                                                            memptr, strides),

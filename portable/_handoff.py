@@ -1,0 +1,89 @@
+"""Which queue a buffer's interchange consumers (DLPack, the CUDA array interface, numpy) must
+be ordered after: the buffer's last queue, noted as work is enqueued on it.
+
+alpyka's queues are non-blocking: ``pk.exec(q, ...)`` returns before the kernel ran. A consumer
+that reads the memory through an interchange protocol must therefore be ordered after that
+work, as the protocols say:
+
+- each buffer remembers the *last* non-blocking queue that work touching it was enqueued on
+  (kernel arguments, ``memcpy``/``memset``, the objects ``Queue.enqueue_native`` keeps):
+  :func:`note_queue`; in a program without data races that queue's order already follows
+  every earlier writer, so ordering after it is enough. Host functions (``enqueue_host``) are
+  opaque: alpyka cannot see which memory they write (wait for their queue yourself);
+- host memory (numpy's ``__array__``, ``__dlpack__`` on the CPU): :func:`wait_on_host` blocks
+  until that queue's work enqueued so far finished (an event: its error is raised, and stays
+  the queue's for its next ``wait()``);
+- device memory: DLPack's consumer passes its stream (``__dlpack__(stream=s)``): the queue
+  records an event and ``s`` waits for it on the device (``order_stream``); the CUDA array
+  interface (v3) names the producer's stream in its ``stream`` field (``cai_stream``).
+
+The noting is here, under the queues (kernel launches note their arguments); the waiting is in
+portable/_buffer.py, above them.
+
+From inside a host function of that very queue nothing is waited for: the work before it has
+finished, and waiting for the work after it would wait forever.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+
+class LastQueue:
+    """The queue of the latest non-blocking work enqueued on a buffer, held weakly (a buffer
+    must not keep its queues alive); one object shared by a buffer and its reinterpreted views."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self) -> None:
+        self.ref: Callable[[], Any] | None = None
+
+    def queue(self) -> Any:
+        ref = self.ref
+        return ref() if ref is not None else None
+
+
+#: type -> how to reach the ``LastQueue`` of an object of that type (None: it holds no buffer)
+_HOLDERS: dict[type, Callable[[Any], Any] | None] = {}
+_UNKNOWN = object()
+
+
+def register_holder(cls: type, last_queue_of: Callable[[Any], Any]) -> None:
+    """Objects of ``cls`` (and its subclasses) hold a buffer: ``last_queue_of(obj)`` gives its
+    :class:`LastQueue` (or None)."""
+    _HOLDERS[cls] = last_queue_of
+    for t in [t for t, get in _HOLDERS.items() if get is None and issubclass(t, cls)]:
+        del _HOLDERS[t]  # a type cached as "no buffer" before its base registered
+
+
+def _lookup(t: type) -> Callable[[Any], Any] | None:
+    found = None
+    for base, get in list(_HOLDERS.items()):
+        if get is not None and issubclass(t, base):
+            found = get
+            break
+    _HOLDERS[t] = found
+    return found
+
+
+def note_queue(queue: Any, objs: tuple) -> None:
+    """Remember ``queue`` (a pk.Queue) as the last queue of the buffers behind ``objs``
+    (buffers, collections, views; anything else is skipped). Blocking queues are not
+    remembered: their work has finished when the enqueue returns."""
+    if queue.blocking:
+        return
+    ref = None
+    for obj in objs:
+        get = _HOLDERS.get(type(obj), _UNKNOWN)
+        if get is _UNKNOWN:
+            get = _lookup(type(obj))
+        if get is None:
+            continue
+        last = get(obj)
+        if last is not None:
+            if ref is None:
+                ref = queue.__dict__.get("_weakself")
+                if ref is None:  # once per queue (a launch pays a dict lookup, not a weakref)
+                    ref = queue.__dict__["_weakself"] = weakref.ref(queue)
+            last.ref = ref
