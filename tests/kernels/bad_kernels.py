@@ -1,5 +1,7 @@
 """Kernels the compiler must refuse; each offending line carries a marker comment."""
 
+import math
+
 import numpy as np
 
 import portable as pk
@@ -112,6 +114,12 @@ def range_of_a_float(acc, out, n):
 def range_step_zero(acc, out, n):
     for i in range(0, n, 0):  # ERR:range-step
         out[0] = i
+
+
+@pk.kernel
+def int_of_nan(acc, out, n):
+    out[0] = n
+    out[1] = int(math.nan)  # ERR:int-nan
 
 
 @pk.kernel

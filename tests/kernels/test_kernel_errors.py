@@ -29,6 +29,7 @@ CASES = [
     (bk.alpaka_style_member, "camel", "acc has no member 'syncBlockThreads'; did you mean acc.sync_block_threads?"),
     (bk.range_of_a_float, "range-float", "range() takes integers, got float64 '1.5'"),
     (bk.range_step_zero, "range-step", "range() arg 3 must not be zero"),
+    (bk.int_of_nan, "int-nan", "nan"),
 ]
 
 
