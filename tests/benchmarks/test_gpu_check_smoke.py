@@ -1,0 +1,112 @@
+"""benchmarks/gpu_check.py, the prepared check for a lent GPU, runs end to end on a CPU: its
+``--dry-run`` runs every check at tiny sizes on the GPU emulator and writes its document; a
+failing or raising check never stops the others, a check without time or without its tool is
+skipped saying why."""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from pathlib import Path
+
+import pytest
+
+from alpyka_testing.bench import PNG_MAGIC, load, run_script, selected
+
+common = load("_common")
+gpu_check = load("gpu_check")
+
+# what compute-sanitizer's command line looks like to the script: drop its options, run the
+# program, report its summary line (the real tool needs a GPU)
+FAKE_SANITIZER = """#!/usr/bin/env bash
+while [[ "$1" == --* ]]; do echo "$1 $2" >> "$0.calls"; shift 2; done
+"$@"; rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+"""
+
+
+def _fake_sanitizer(tmp_path: Path) -> Path:
+    path = tmp_path / "bin" / "compute-sanitizer"
+    path.parent.mkdir()
+    path.write_text(FAKE_SANITIZER)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.mark.slow  # every check, the clustering benchmark's smoke run and four sanitizer runs: ~60 s
+def test_dry_run_runs_every_check_and_writes_its_document(tmp_path: Path) -> None:
+    selected(("cuda",))
+    sanitizer = _fake_sanitizer(tmp_path)
+    proc = run_script(["benchmarks/gpu_check.py", "--dry-run", "--no-progress", "--out", str(tmp_path / "r"),
+                       "--sanitizer", str(sanitizer)], timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    folder = tmp_path / "r" / "emulated-cuda"
+    doc = json.loads((folder / "gpu_check.json").read_text())
+    assert common.check_document(doc, "gpu_check") == []
+    assert doc["dry_run"] is True and doc["quick"] is True
+    rows = {r["name"]: r for r in doc["results"]}
+    assert list(rows) == list(gpu_check.CHECKS)
+    for name in ("warps", "philox", "bandwidth", "clustering", "sanitizer"):
+        assert rows[name]["status"] == "passed", rows[name]
+    handoffs = rows["handoffs"]
+    assert handoffs["status"] == "passed" or (handoffs["status"] == "skipped"
+                                              and handoffs["reason"].startswith("not present")), handoffs
+    assert rows["warps"]["block_sizes"] == [48, 100] and rows["warps"]["warp"] == 32
+    philox = rows["philox"]
+    assert philox["threads_per_block"] == 1024 and philox["u32_equal_to_cpu_serial"] == philox["n"]
+    gbps = rows["bandwidth"]["GBps"]
+    assert set(gbps) == {"alpyka copy", "alpyka triad", "cupy D2D copy"}
+    assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in gbps.values()), gbps
+    runs = rows["sanitizer"]["runs"]
+    assert sorted(r["tool"] for r in runs) == sorted(gpu_check.SANITIZER_TOOLS)
+    assert all(r["rc"] == 0 and r["errors"] == 0 and "pk.tools on cuda: all right" in r["output_tail"] for r in runs)
+    calls = (sanitizer.parent / "compute-sanitizer.calls").read_text().splitlines()
+    assert {f"--tool {t}" for t in gpu_check.SANITIZER_TOOLS} <= set(calls)
+    assert "--error-exitcode 9" in calls
+    assert json.loads((folder / "clustering.json").read_text())["benchmark"] == "clustering"
+    assert (folder / "gpu_check.png").read_bytes()[:8] == PNG_MAGIC
+
+
+class _Args:
+    sanitizer = None
+    budget = 10.0
+
+
+class _Ctx:
+    """A Context without a device: what run_check and check_sanitizer read."""
+
+    def __init__(self, left: float) -> None:
+        self.args, self._left = _Args(), left
+
+    def left(self) -> float:
+        return self._left
+
+
+def test_a_raising_check_is_an_error_row_and_a_late_one_is_skipped(monkeypatch) -> None:
+    def boom(ctx):
+        raise ZeroDivisionError("the check's own bug")
+
+    monkeypatch.setitem(gpu_check.CHECKS, "boom", (boom, 5))
+    row = gpu_check.run_check("boom", _Ctx(left=100))
+    assert row["name"] == "boom" and row["status"] == "error" and "ZeroDivisionError" in row["reason"]
+    row = gpu_check.run_check("boom", _Ctx(left=3))
+    assert row["status"] == "skipped" and row["reason"].startswith("time budget: 3 s left, needs 5")
+
+
+def test_missing_sanitizer_is_skipped_with_the_reason(monkeypatch) -> None:
+    monkeypatch.setattr(gpu_check.shutil, "which", lambda name: None)
+    monkeypatch.setattr(gpu_check.os, "access", lambda path, mode: False)
+    row = gpu_check.check_sanitizer(_Ctx(left=100))
+    assert row["status"] == "skipped" and "compute-sanitizer is not installed" in row["reason"]
+
+
+def test_results_folder_is_named_after_the_device() -> None:
+    class Dev:
+        name = "NVIDIA H100 80GB HBM3"
+
+    assert gpu_check.device_slug(Dev, False, "cuda") == "nvidia-h100"
+    Dev.name = "NVIDIA H200"
+    assert gpu_check.device_slug(Dev, False, "cuda") == "nvidia-h200"
+    assert gpu_check.device_slug(Dev, True, "cuda") == "emulated-cuda"
