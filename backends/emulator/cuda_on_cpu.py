@@ -3,13 +3,13 @@ system's C++ compiler against cuda_on_cpu.h and run on the CPU with a GPU's bloc
 (many threads per block, real barriers, shared memory, atomics; see the header).
 
 - **Compiler.** ``$CXX``, else ``c++``, ``g++``, ``clang++``: the first that builds and loads a
-  probe library. None: :func:`compiler_problem` says why, and the stand-in is not installed
-  (one skip with the reason, not a failure per test).
+  probe library. None: :func:`compiler_problem` says why, and the emulated backends are
+  unavailable with that reason (one skip with the reason, not a failure per test).
 - **Cache.** One shared library per (source, header, compiler and its version, flags), under
   ``$ALPYKA_CACHE_DIR/cuda_on_cpu/`` (default ``~/.cache/alpyka``), written atomically.
 - **Launch.** The arguments are packed as cupy packs them (each in its C type), the grid runs on
-  ``ALPYKA_STANDIN_THREADS`` OS threads (default: the cores), and the order in which a block's
-  threads run between barriers comes from ``ALPYKA_STANDIN_SEED`` (default 1): a missing
+  ``ALPYKA_EMULATE_THREADS`` OS threads (default: the cores), and the order in which a block's
+  threads run between barriers comes from ``ALPYKA_EMULATE_SEED`` (default 1): a missing
   barrier gives a wrong result, and the same seed gives the same schedule.
 - **Errors.** A compile error is a :class:`~backends._c_build.KernelBuildError` showing the
   generated source and the kernel's line; the runtime's own refusals are raised by ``run``.
@@ -184,19 +184,19 @@ def build(src: Any, name: str) -> Compiled:
 
 # ---------------------------------------------------------------------- run
 def _threads() -> int:
-    raw = os.environ.get("ALPYKA_STANDIN_THREADS")
+    raw = os.environ.get("ALPYKA_EMULATE_THREADS")
     if raw:
         from portable.env import env_number
 
-        return env_number("ALPYKA_STANDIN_THREADS", 1, int, minimum=1)
+        return env_number("ALPYKA_EMULATE_THREADS", 1, int, minimum=1)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def seed() -> int:
-    """The schedule's seed: ``ALPYKA_STANDIN_SEED`` (default 1)."""
+    """The schedule's seed: ``ALPYKA_EMULATE_SEED`` (default 1)."""
     from portable.env import env_number
 
-    return env_number("ALPYKA_STANDIN_SEED", 1, int) & (2**64 - 1)
+    return env_number("ALPYKA_EMULATE_SEED", 1, int) & (2**64 - 1)
 
 
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:

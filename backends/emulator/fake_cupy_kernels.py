@@ -1,15 +1,16 @@
-"""Kernel bodies on the cupy stand-in (fake_cupy.py), and the stand-in as the test matrix's
-``cuda`` and ``rocm`` backends when no GPU exists.
+"""Kernel bodies on the cupy stand-in (fake_cupy.py), and the stand-in as the emulated ``cuda``
+and ``rocm`` backends (:func:`load`, which the registry calls for the names ``ALPYKA_EMULATE``
+gives; alpyka's own suite turns both on where no real cupy is installed).
 
-How a kernel runs (a test double: honest first, then fast):
+How a kernel runs (honest first, then fast):
 
-- **the CUDA/HIP source itself** (the default, ``ALPYKA_STANDIN_EXEC=cpp``): ``RawModule(code)``
+- **the CUDA/HIP source itself** (the default, ``ALPYKA_EMULATE_EXEC=cpp``): ``RawModule(code)``
   compiles the text the cuda/rocm launcher generated, unmodified, with the system's C++ compiler
   against ``cuda_on_cpu.h`` and runs it on the CPU with a GPU's block semantics: many threads per
   block, barriers, shared memory, atomics, the threads of a block in a seeded random order between
-  barriers (cuda_on_cpu.py). No C++ compiler: the stand-in is not installed, and the cuda/rocm
-  rows are skipped with that reason.
-- **the OpenCL twin** (``ALPYKA_STANDIN_EXEC=opencl``): the OpenCL C emitted from the same IR
+  barriers (cuda_on_cpu.py). No C++ compiler: the emulated backends are unavailable with that
+  reason (the matrix's cuda/rocm rows are skipped with it).
+- **the OpenCL twin** (``ALPYKA_EMULATE_EXEC=opencl``): the OpenCL C emitted from the same IR
   and plan key, built on the opencl backend's first CPU device (probed, so a broken runtime is
   never used) over the stand-in's memory wrapped with ``USE_HOST_PTR``.
 - **the compile guard**, either way: where NVRTC is installed, the CUDA/HIP text is compiled to
@@ -41,7 +42,7 @@ import numpy as np
 
 PERSONALITIES = ("cuda", "rocm")
 #: the variable choosing how kernel bodies run: ``cpp`` (the CUDA/HIP text) or ``opencl`` (its twin)
-ENV_EXEC = "ALPYKA_STANDIN_EXEC"
+ENV_EXEC = "ALPYKA_EMULATE_EXEC"
 EXECUTORS = ("cpp", "opencl")
 
 _twins: dict[str, tuple[Any, Any]] = {}  # CUDA/HIP text -> (its CSource, the OpenCL CSource or None)
@@ -236,7 +237,7 @@ def _device_span(rt: Any, ptr: int, kernel: str, what: str) -> tuple[int, int]:
 
 
 def executor_name() -> str:
-    """``cpp`` or ``opencl``, from ``ALPYKA_STANDIN_EXEC`` (default cpp); ValueError for another."""
+    """``cpp`` or ``opencl``, from ``ALPYKA_EMULATE_EXEC`` (default cpp); ValueError for another."""
     name = os.environ.get(ENV_EXEC, "cpp").strip().lower() or "cpp"
     if name not in EXECUTORS:
         raise ValueError(f"{ENV_EXEC}={name!r}: use one of {', '.join(EXECUTORS)}")
@@ -266,7 +267,7 @@ def _nvrtc_guard(src: Any, options: tuple) -> None:
 # ---------------------------------------------------------------------- the matrix's backends
 def enable_execution(cupy: Any) -> Any:
     """Make the stand-in ``cupy`` (from ``make_fake_cupy``) run kernel bodies with the executor
-    ``ALPYKA_STANDIN_EXEC`` names; returns it."""
+    ``ALPYKA_EMULATE_EXEC`` names; returns it."""
     _record_twins()
     executor = OpenCLTwinExecutor if executor_name() == "opencl" else CppExecutor
     cupy.rt.executor = executor(cupy.rt)
@@ -304,7 +305,9 @@ def load(name: str, n_devices: int = 2) -> Any:
     reason = why_not()
     if reason is not None:
         raise BackendUnavailable(f"emulated on the CPU (ALPYKA_EMULATE) but the emulator cannot run here: {reason}")
-    return CupyBackend(name, enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm")))
+    backend = CupyBackend(name, enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm")))
+    backend.execution = describe  # how kernels run, for ``alpyka info`` (as the CPU backends say it)
+    return backend
 
 
 def served_here() -> list[str]:

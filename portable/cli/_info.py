@@ -5,7 +5,11 @@ from __future__ import annotations
 import platform
 from typing import TYPE_CHECKING
 
-from .._registry import BACKEND_NAMES, _load, unavailable_backends
+from .._registry import BACKEND_NAMES, _load, emulated, unavailable_backends
+
+#: how ``alpyka info`` marks a backend ALPYKA_EMULATE runs on the CPU (not Intel's FPGA emulator, an
+#: OpenCL device that Intel's runtime names "FPGA Emulation Device")
+EMULATED = "emulated on the CPU (ALPYKA_EMULATE), not a GPU"
 
 if TYPE_CHECKING:
     from .._device import Device
@@ -23,7 +27,8 @@ def info_text() -> str:
             lines.append(f"  {name:<12} unavailable: {reasons[name]}")
             continue
         versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
-        lines.append(f"  {name:<12} available ({versions})")
+        how = f", {EMULATED}" if name in emulated() else ""
+        lines.append(f"  {name:<12} available{how} ({versions})")
         execution = getattr(backend, "execution", None)
         if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)
             lines.append(f"    execution: {execution()}")

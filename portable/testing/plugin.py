@@ -15,6 +15,10 @@ variable may be set for alpyka while other projects are tested). Opt out of the 
 ``-p no:alpyka``; opt in explicitly (e.g. under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``) with
 ``-p alpyka``, or ``-p portable.testing.plugin`` from a source checkout that is not installed.
 
+``ALPYKA_EMULATE=cuda`` (or ``rocm``, ``cuda,rocm``) gives the matrix ``cuda``/``rocm`` rows
+on any machine: they run on the CPU's GPU emulator (backends/emulator/), and the run's header
+says so.
+
 Nothing here imports alpyka's runtime (numba, the backends) until a test uses the fixtures.
 """
 
@@ -54,6 +58,14 @@ def pytest_configure(config: Any) -> None:
     # usage error before collection. ALPYKA_BACKENDS is checked only where the fixtures are used.
     if config.getoption("--backends"):
         selected_backends(config)
+
+
+def pytest_report_header(config: Any) -> list[str]:
+    """A line naming the backends ALPYKA_EMULATE runs on the CPU's GPU emulator, where it is set."""
+    raw = os.environ.get("ALPYKA_EMULATE", "").strip()
+    if not raw or raw.lower() in ("off", "0", "none"):
+        return []
+    return [f"alpyka: ALPYKA_EMULATE={raw}: those backends' rows run on the CPU's GPU emulator, not a GPU"]
 
 
 def _parse(raw: str) -> list[str]:

@@ -21,7 +21,7 @@ def on_the_standin(backend):
     if backend not in fake_cupy_kernels.served_here():
         pytest.skip(f"{backend} is not the stand-in here (a real GPU: a missing barrier may go unnoticed)")
     if fake_cupy_kernels.executor_name() != "cpp":
-        pytest.skip("the stand-in runs OpenCL twins in this run (ALPYKA_STANDIN_EXEC=opencl)")
+        pytest.skip("the stand-in runs OpenCL twins in this run (ALPYKA_EMULATE_EXEC=opencl)")
 
 
 @pk.kernel
@@ -98,7 +98,7 @@ def _expected(x, blocks):
 @pytest.mark.parametrize("seed", ["1", "2", "12345"])
 def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(device, queue, on_the_standin,
                                                                          monkeypatch, seed):
-    monkeypatch.setenv("ALPYKA_STANDIN_SEED", seed)
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", seed)
     x = np.random.default_rng(7).random(4 * BLOCK * 3)
     blocks = 4
     want = _expected(x, blocks)
@@ -143,7 +143,7 @@ def test_the_source_that_runs_is_the_generated_cuda_text(device, queue, on_the_s
 def test_many_workers_with_full_blocks_of_fibers(device, queue, on_the_standin, monkeypatch):
     """32 OS threads, each with a block of 1024 fibers: the stacks are one mapping per worker (a
     mapping per stack exhausted vm.max_map_count on many-core machines)."""
-    monkeypatch.setenv("ALPYKA_STANDIN_THREADS", "32")
+    monkeypatch.setenv("ALPYKA_EMULATE_THREADS", "32")
     out = pk.Buffer(device, 64, np.int32, queue=queue)
     pk.exec(queue, pk.WorkDiv(64, 1024, 1), count_block, out, 64 * 1024)
     got = np.empty(64, np.int32)

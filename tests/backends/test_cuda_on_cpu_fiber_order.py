@@ -24,7 +24,7 @@ def on_the_standin(backend):
     if backend not in fake_cupy_kernels.served_here():
         pytest.skip(f"{backend} is not the stand-in here (a real GPU does not promise any order)")
     if fake_cupy_kernels.executor_name() != "cpp":
-        pytest.skip("the stand-in runs OpenCL twins in this run (ALPYKA_STANDIN_EXEC=opencl)")
+        pytest.skip("the stand-in runs OpenCL twins in this run (ALPYKA_EMULATE_EXEC=opencl)")
 
 
 @pk.kernel
@@ -81,7 +81,7 @@ def _stale(x, got, shift):
 
 @standin
 def test_a_barrier_less_shift_goes_wrong_in_both_directions(device, queue, on_the_standin, monkeypatch):
-    monkeypatch.setenv("ALPYKA_STANDIN_SEED", "3")
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", "3")
     x, left, right = _run(queue, device, 2)
     stale_left, stale_right = _stale(x, left, -1), _stale(x, right, +1)
     reads = stale_left.shape[1]
@@ -97,7 +97,7 @@ def test_a_barrier_less_shift_goes_wrong_in_both_directions(device, queue, on_th
 def test_the_order_follows_the_seed(device, queue, on_the_standin, monkeypatch):
     runs = {}
     for seed in ("3", "3", "4"):
-        monkeypatch.setenv("ALPYKA_STANDIN_SEED", seed)
+        monkeypatch.setenv("ALPYKA_EMULATE_SEED", seed)
         runs.setdefault(seed, []).append(_run(queue, device, 1)[1])
     np.testing.assert_array_equal(runs["3"][0], runs["3"][1])  # a failure reproduces with its seed
     assert not np.array_equal(runs["3"][0], runs["4"][0]), "another seed gave the same order"

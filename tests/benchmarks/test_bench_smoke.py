@@ -123,7 +123,7 @@ _MEASURES = {"bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "
 def _measured_in_a_child(script: str) -> tuple[str, ...]:
     """What ``script`` can measure in a child process: not the cupy stand-in's backends (it is
     installed in this process only)."""
-    from alpyka_testing.backends.fake_cupy_kernels import served_here
+    from backends.emulator.fake_cupy_kernels import served_here
 
     return tuple(b for b in _MEASURES[script] if b not in served_here())
 

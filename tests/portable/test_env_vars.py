@@ -96,11 +96,11 @@ def test_test_support_variables(monkeypatch):
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "soon")
     with pytest.raises(pk.EnvVarError, match="ALPYKA_HANG_TIMEOUT='soon': expected a number > 0"):
         hang_guard.pytest_configure(None)  # read before anything is armed
-    monkeypatch.setenv("ALPYKA_STANDIN_THREADS", "many")
-    with pytest.raises(pk.EnvVarError, match="ALPYKA_STANDIN_THREADS='many': expected an integer >= 1"):
+    monkeypatch.setenv("ALPYKA_EMULATE_THREADS", "many")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_EMULATE_THREADS='many': expected an integer >= 1"):
         cuda_on_cpu._threads()
-    monkeypatch.setenv("ALPYKA_STANDIN_SEED", "1e3")
-    with pytest.raises(pk.EnvVarError, match="ALPYKA_STANDIN_SEED='1e3': expected an integer"):
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", "1e3")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_EMULATE_SEED='1e3': expected an integer"):
         cuda_on_cpu.seed()
-    monkeypatch.setenv("ALPYKA_STANDIN_SEED", "-1")
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", "-1")
     assert cuda_on_cpu.seed() == 2**64 - 1

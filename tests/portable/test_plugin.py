@@ -112,6 +112,7 @@ def _run(pytester, *args, env=None, files=None):
     mp = pytester._monkeypatch
     mp.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     mp.delenv("ALPYKA_BACKENDS", raising=False)
+    mp.delenv("ALPYKA_EMULATE", raising=False)
     mp.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     mp.delenv("PYTEST_ADDOPTS", raising=False)
     for k, v in (env or {}).items():
@@ -147,6 +148,41 @@ def test_unavailable_backends_skip_with_reason(pytester):
     res.assert_outcomes(passed=n_avail + n_cpu, skipped=len(reasons))
     for name in reasons:
         res.stdout.fnmatch_lines([f"*SKIPPED*{name} unavailable:*"])
+
+
+#: a project's test of its own kernel on every backend
+KERNEL_TEST_FILE = """
+import numpy as np
+import portable as pk
+
+@pk.kernel
+def twice(acc, y, x, n):
+    for i in acc.uniform_elements(n):
+        y[i] = 2 * x[i]
+
+def test_twice(device, queue):
+    x = np.arange(100, dtype=np.int64)
+    bx, by = pk.Buffer(device, (100,), np.int64), pk.Buffer(device, (100,), np.int64)
+    pk.memcpy(queue, bx, x)
+    pk.exec(queue, pk.valid_workdiv(device, 100), twice, by, bx, 100)
+    got = np.empty_like(x)
+    pk.memcpy(queue, got, by)
+    queue.wait()
+    assert (got == 2 * x).all()
+"""
+
+
+def test_alpyka_emulate_gives_the_matrix_emulated_rows(pytester):
+    """In any project, ALPYKA_EMULATE=cuda runs the cuda row (on the CPU's GPU emulator) where it
+    would be skipped without a GPU; the header says the row is emulated."""
+    from backends.emulator.fake_cupy_kernels import why_not
+
+    if why_not() is not None:
+        pytest.skip(f"the GPU emulator cannot run here: {why_not()}")
+    res = _run(pytester, "--backends=cpu_serial,cuda", env={"ALPYKA_EMULATE": "cuda"},
+               files={"test_kernel": KERNEL_TEST_FILE})
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["alpyka: ALPYKA_EMULATE=cuda: *emulator, not a GPU", "*test_twice?cuda? PASSED*"])
 
 
 def test_unknown_backend_is_a_usage_error(pytester):

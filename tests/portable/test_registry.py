@@ -61,6 +61,7 @@ def test_a_backend_whose_load_fails_is_unavailable_with_the_reason(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "backends.rocm", broken)
     monkeypatch.setattr(_registry, "_loaded", {k: v for k, v in _registry._loaded.items() if k != "rocm"})
     monkeypatch.setattr(_registry, "_reasons", {k: v for k, v in _registry._reasons.items() if k != "rocm"})
+    monkeypatch.setattr(_registry, "_emulated", [n for n in _registry._emulated if n != "rocm"])  # the real module
     assert "rocm" not in pk.available_backends()
     assert "RuntimeError: driver exploded" in pk.unavailable_backends()["rocm"]
     with pytest.raises(pk.BackendUnavailable, match="driver exploded"):
