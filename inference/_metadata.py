@@ -231,8 +231,9 @@ class SoAMetadata:
         names the block. Writes on the calling thread, at once: on host memory directly (``queue``
         is not waited for: call this from a host task of the queue, as Model and RemoteModel do,
         or after ``queue.wait()``); on CUDA/ROCm on ``queue``'s stream when given (else on the
-        current stream, synchronised before returning); on the copy path through host staging
-        with copies on ``queue`` (waited for)."""
+        current stream, synchronised before returning), after the stream that made the CUDA
+        values (torch's current stream here: an event) and ``record_stream``-ing them for it;
+        on the copy path through host staging with copies on ``queue`` (waited for)."""
         checked = self.check_outputs(outputs, cast=cast)
         if queue is not None and queue.device is not self.collection.device and not (
             queue.device.can_access(self.collection.device)
