@@ -120,3 +120,14 @@ def test_emulate_later_in_a_process_takes_what_has_not_been_loaded(monkeypatch):
     monkeypatch.setattr(_registry, "_loaded", {**_registry._loaded, "cuda": object()})
     with pytest.raises(ValueError, match="already loaded for real.*ALPYKA_EMULATE=cuda"):
         _registry.emulate(["cuda"])
+
+
+def test_the_emulators_header_ships_with_alpyka():
+    """An installed alpyka (not this checkout) has cuda_on_cpu.h beside cuda_on_cpu.py: the
+    emulator force-includes it into every kernel it compiles."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert any(p == "backends*" for p in data["packages"]["find"]["include"])
+    assert "cuda_on_cpu.h" in data["package-data"]["backends.emulator"]
+    assert (ROOT / "backends" / "emulator" / "cuda_on_cpu.h").is_file()
