@@ -43,8 +43,8 @@ from backends._numba_atomics import (atomic_add, atomic_and, atomic_cas, atomic_
 from portable.kernel import KernelIndexError, KernelValueError
 
 _on_disk = "__file__" in globals()  # numba caches beside this file (none when alpyka loaded it in memory)
-_jit = njit(nogil=True, cache=_on_disk, error_model="numpy")
-_jit_inline = njit(nogil=True, cache=_on_disk, error_model="numpy", inline="always")  # thread: into launch
+_jit = njit(nogil=True, cache=_on_disk, error_model="numpy"{fastmath})
+_jit_inline = njit(nogil=True, cache=_on_disk, error_model="numpy", inline="always"{fastmath})  # into launch
 '''
 
 _MATH = {"sqrt": "math.sqrt", "exp": "math.exp", "exp2": "np.exp2", "expm1": "math.expm1", "log": "math.log",
@@ -359,18 +359,18 @@ class _ModuleEmitter:
         nd = self.kernel.ndim
         return [f"bi{d}" for d in range(nd)] + [f"gb{d}" for d in range(nd)] + [f"te{d}" for d in range(nd)]
 
-    def float_to_int(self, src: ScalarType, dst: ScalarType) -> str:
-        """The name of the helper converting ``src`` floats to ``dst``, defined in the module once."""
-        name, source = numba_helper(src, dst)
-        if not any(part.startswith(f"@_jit\ndef {name}(") for part in self.parts):
-            self.parts.append("@_jit\n" + source)
-        return name
-
     def helper(self, name: str) -> str:
         """The name of the arithmetic helper ``name``, its definition added to the module once."""
         if name not in self.helpers:
             self.helpers.add(name)
             self.parts.append("@_jit\n" + _ARITH_HELPERS[name])
+        return name
+
+    def float_to_int(self, src: ScalarType, dst: ScalarType) -> str:
+        """The name of the helper converting ``src`` floats to ``dst``, defined in the module once."""
+        name, source = numba_helper(src, dst)
+        if not any(part.startswith(f"@_jit\ndef {name}(") for part in self.parts):
+            self.parts.append("@_jit\n" + source)
         return name
 
     def checker(self, message: str) -> str:
@@ -399,7 +399,10 @@ class _ModuleEmitter:
         funcs = [self.function(f) for f in k.functions.values()]
         shared = [s.name for s in k.shared + k.private]
         dyn = sorted({a for a in used if a.startswith("dsh_")})
-        header = HEADER.format(name=k.name, file=k.source_file, line=k.first_line)
+        # fastmath only for @pk.kernel(fast_math=True): without it numba marks no float operation
+        # ``contract`` and LLVM fuses none into an FMA (numpy's bits)
+        header = HEADER.format(name=k.name, file=k.source_file, line=k.first_line,
+                               fastmath=", fastmath=True" if k.fast_math else "")
         flat = flat_grid_loop(k)
         if flat is not None:
             launch = self.flat_launch(flat, pnames)

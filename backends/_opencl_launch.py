@@ -13,7 +13,7 @@ from portable.kernel import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
-from ._c_build import KernelBuildError, format_build_error
+from ._c_build import KernelBuildError, float_options, format_build_error
 from ._gpu_launch import DevicePlan, emit_for, prepare_launch
 from ._opencl_devices import build, build_log
 
@@ -57,9 +57,23 @@ def uses_subgroups(device: Any) -> bool:
     return all(e in ext for e in SUBGROUP_EXTENSIONS)
 
 
+def correctly_rounded_divide_sqrt(device: Any) -> bool:
+    """Whether ``device`` builds with ``-cl-fp32-correctly-rounded-divide-sqrt`` (valid only there)."""
+    try:
+        return bool(device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT)
+    except (cl.Error, AttributeError):  # a runtime that does not answer: build without it
+        return False
+
+
 def build_program(context: Any, device: Any, src: Any) -> Any:
-    """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure."""
+    """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
+    Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``); float32
+    ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
+    that offer it."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
+    options += float_options("opencl", src.fast_math)
+    if not src.fast_math and correctly_rounded_divide_sqrt(device):
+        options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     try:
         return build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:
