@@ -25,11 +25,11 @@ import torch
 
 import portable as pk
 from alpyka_testing.backends.standin_torch import TorchOnStream, patch_torch
-from alpyka_testing.inference import Preds
+from alpyka_testing.inference import MLP, Preds, features
 from backends._cupy_common import CupyBackend
 from backends.emulator.fake_cupy import make_fake_cupy
 from backends.emulator.fake_cupy_kernels import enable_execution
-from inference import SoAMetadata
+from inference import Model, ModelMetadata, SoAMetadata
 from inference._tensors import memory_path
 from portable import _registry
 
@@ -119,6 +119,26 @@ def test_soa_metadata_numpy_right_after_a_long_kernel_sees_its_results(queue):
     pk.exec(queue, pk.valid_workdiv(queue.device, N), slow_fill_preds, coll.view(), np.int64(REPS), np.int64(N))
     got = np.array(meta.numpy("m"))
     np.testing.assert_array_equal(got.reshape(-1), _expected())
+
+
+def test_model_outputs_handed_out_right_after_forward_wait_for_the_pass(queue, make_particles):
+    """The output collection was never used on the queue before: forward itself marks it (on
+    CPU queues the pass is a host task, invisible to alpyka otherwise)."""
+    if not queue.device.is_host_memory:
+        pytest.skip(f"{queue.device}: the CPU pass (a host task) is what this checks")
+    coll, data = make_particles(N)
+    out = pk.PortableCollection(Preds, N, queue.device)  # no queue work on it
+    out.view().m[:] = -7
+    queue.wait()
+    meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
+                         SoAMetadata(out).append_block("preds", "m", "n"))
+    model = Model(MLP()).to(queue)
+    queue.enqueue_host(lambda: time.sleep(0.3))  # the pass runs behind it
+    model.forward(meta)
+    got = np.array(meta.outputs.numpy("preds"))
+    with torch.no_grad():
+        ref = MLP()(features(data)).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------- the cupy stand-in
@@ -231,6 +251,7 @@ def test_write_outputs_waits_for_the_producing_stream_and_keeps_the_values(stand
     assert torch_stream.stream_waits == [(handle, 0)]
     # and the values' memory is not reused before the queue's stream passed the copy
     assert [(t is values, s) for t, s in torch_stream.kept_for] == [(True, handle)]
+    assert out.buffer._last.queue() is q  # the collection counts as written by q (DLPack waits for it)
     cols = out.to_dict(q)
     np.testing.assert_array_equal(np.stack([cols["m"], cols["n"]], 1), values.numpy())
 
