@@ -57,6 +57,13 @@ def test_the_needs_name_pages_and_extras():
     assert set(NEEDS) <= {p.name for p in PAGES} and {m for ms in NEEDS.values() for m in ms} <= set(EXTRAS)
 
 
+#: a page's script may build an AOTInductor package (inference.md: ~20 s with torch's inductor
+#: cache warm, ~50 s cold on 2 busy cores, minutes with every core taken): the child's own limit,
+#: and the test's a minute longer, so a slow page fails with its output and never kills the worker
+PAGE_TIMEOUT_S = 600
+
+
+@pytest.mark.timeout(PAGE_TIMEOUT_S + 60)
 @pytest.mark.parametrize("page", [p for p in PAGES if any(not is_fragment(b) for b in blocks(p))],
                          ids=lambda p: p.name)
 def test_the_pages_python_runs_as_written(page, tmp_path):
@@ -69,7 +76,7 @@ def test_the_pages_python_runs_as_written(page, tmp_path):
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("ALPYKA_BACKENDS", None)
-    done = warm_python.run([str(script)], env=env, cwd=tmp_path, timeout=600)  # `python script`, warm
+    done = warm_python.run([str(script)], env=env, cwd=tmp_path, timeout=PAGE_TIMEOUT_S)  # `python script`, warm
     assert done.returncode == 0, f"{page.name} does not run as written:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
 
 
