@@ -54,7 +54,7 @@ _TRITON_PREFIX = "triton/backends/amd/"
 #: hiprtc's defaults that matter for what compiles (C++17, float32 denormals flushed, -O3)
 _BASE_OPTIONS = ("-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-mcode-object-version=5",
                  "-O3", "-std=c++17", "-fgpu-flush-denormals-to-zero")
-_LAYOUT = "1"  # changes whenever the generated folder changes
+_LAYOUT = "2"  # changes whenever the generated folder changes
 _RETRY_AFTER = 600  # seconds before a failed download of the triton wheel is tried again
 
 _lock = threading.Lock()
@@ -143,8 +143,10 @@ def _run(tc: _Toolchain, text: str, name: str, arch: str, options: tuple[str, ..
     file alone): (True, the code object) or (False, the compiler's log)."""
     with tempfile.TemporaryDirectory(prefix="alpyka-hip-") as tmp:
         Path(tmp, name).write_text(text)
-        pch = str(tc.home / "pch" / f"{arch}.pch")
-        cmd = tc.command(arch, options) + ["-Xclang", "-include-pch", "-Xclang", pch, "-c", name, "-o", "kernel.co"]
+        pch = ["-Xclang", "-include-pch", "-Xclang", str(tc.home / "pch" / f"{arch}.pch")]
+        if "-ffast-math" in options:  # (fast_math kernels) clang refuses a PCH parsed without fast math
+            pch = ["-include", str(tc.home / "pch" / "hip_pre.h")]
+        cmd = tc.command(arch, options) + [*pch, "-c", name, "-o", "kernel.co"]
         done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             return False, done.stderr + done.stdout
@@ -387,6 +389,8 @@ def _control_libraries(zig: str, bitcode: Path) -> None:
     for name, var in _CONTROLS.items():
         for state, value in (("on", 1), ("off", 0)):
             libs[f"oclc_{name}_{state}"] = _const(var, "i8", value)
+    for state, log2 in (("on", 6), ("off", 5)):  # ockl's block reductions read the wavefront's log2 too
+        libs[f"oclc_wavefrontsize64_{state}"] += _const("__oclc_wavefrontsize_log2", "i32", log2)
     with tempfile.TemporaryDirectory() as tmp:
         for name, body in libs.items():
             ll = Path(tmp, f"{name}.ll")
