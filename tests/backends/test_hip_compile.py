@@ -32,6 +32,16 @@ def warp_votes(acc, out, x, n):
         out[i] = np.int64(acc.warp_ballot(s > 0)) + acc.warp_shfl(s, 0) + (1 if acc.warp_any(s > 3) else 0)
 
 
+@pk.kernel
+def block_votes(acc, out, flags, n):
+    for b in acc.independent_groups((n + acc.block_threads - 1) // acc.block_threads):
+        i = b * acc.block_threads + acc.thread_idx
+        p = i < n and flags[i] != 0
+        c = acc.sync_block_threads_count(p)
+        if acc.sync_block_threads_and(p) or acc.sync_block_threads_or(p):
+            out[b] = c
+
+
 def _h(shape, dtype):
     return pk.Buffer(pk.host(), shape, dtype)
 
@@ -47,6 +57,8 @@ CASES = {
     "math_all-range-checked": lambda: _hip(mt.math_all, (_h((8, 9), np.float64), _h(8, np.float32),
                                                          _h(8, np.float32), 8), debug=True),
     "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
+    # __syncthreads_count/and/or: ockl's block reductions, linked from the device libraries
+    "block_votes": lambda: _hip(block_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
 }
 
 
