@@ -1,6 +1,6 @@
 """A prepared check for a lent GPU (issue 32, item 9): what only a GPU can show, in one command.
 
-    PYTHONPATH=. timeout -k 10 540 python benchmarks/gpu_check.py          # on the GPU: <= 8 minutes
+    PYTHONPATH=. timeout -k 10 480 python benchmarks/gpu_check.py          # on the GPU: <= 8 minutes
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check          # on a CPU: the emulator
 
 Checks, in this order, each a function returning a row (``status`` passed / failed / skipped /
@@ -21,7 +21,7 @@ error, a ``reason`` where not passed, and its figures):
   and on ``pk.tools`` (``--tools-driver``), when compute-sanitizer is installed (skipped, saying
   so, otherwise).
 
-The whole run keeps to ``--budget`` seconds (default 480): a check that would start with too
+The whole run keeps to ``--budget`` seconds (default 450): a check that would start with too
 little time left is skipped with the reason, a failing check never stops the others, and the
 document is rewritten after every check, so even a run killed by ``timeout`` leaves what it
 measured in ``<out>/<device>/gpu_check.json`` (``<device>``: e.g. ``nvidia-h100``; under
@@ -36,6 +36,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -193,7 +194,7 @@ def check_clustering(ctx: Context) -> dict:
     if ctx.dry:
         env["ALPYKA_BACKENDS"] = ctx.backend
     cmd = [sys.executable, str(BENCH_DIR / "bench_clustering.py"), *mode, "--no-progress", "--out", str(ctx.out_dir)]
-    run = _run(cmd, env, min(ctx.left() - 5, 300))
+    run = _run(cmd, env, min(ctx.left() - 5, 180))
     row = {"status": "passed" if run["rc"] == 0 else "failed", "mode": "smoke" if ctx.dry else "full",
            "document": str(ctx.out_dir / "clustering.json"), **run}
     if run["rc"] != 0:
@@ -243,7 +244,7 @@ def check_sanitizer(ctx: Context) -> dict:
                 not_run.append(f"{which} on {target}")
                 continue
             full = [tool, "--tool", which, "--error-exitcode", "9", "--print-limit", "20", *cmd]
-            run = _run(full, ctx.child_env(), min(ctx.left() - 10, 120))
+            run = _run(full, ctx.child_env(), min(ctx.left() - 10, 90))
             errors = re.findall(r"ERROR SUMMARY: (\d+) error", run["output_tail"])
             run.update(tool=which, target=target, errors=int(errors[-1]) if errors else None)
             runs.append(run)
@@ -258,17 +259,21 @@ def check_sanitizer(ctx: Context) -> dict:
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
-    """Run ``cmd`` (from the repository root) with a time limit: rc, seconds, the output's tail."""
+    """Run ``cmd`` (from the repository root, in a session of its own) with a time limit: rc,
+    seconds, the output's tail. On timeout the whole session is killed: compute-sanitizer's
+    Python child with it, so nothing is left on the GPU."""
     t0 = time.monotonic()
+    p = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=max(timeout, 1))
-        rc, out, timed_out = p.returncode, p.stdout + p.stderr, False
-    except subprocess.TimeoutExpired as exc:
+        out, _ = p.communicate(timeout=max(timeout, 1))
+        rc, timed_out = p.returncode, False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
         rc, timed_out = 124, True
-        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-                      for x in (exc.stdout, exc.stderr))
     return {"command": " ".join(Path(c).name if i < 2 else c for i, c in enumerate(cmd)), "rc": rc,
-            "timed_out": timed_out, "seconds": round(time.monotonic() - t0, 1), "output_tail": out[-3000:]}
+            "timed_out": timed_out, "seconds": round(time.monotonic() - t0, 1), "output_tail": (out or "")[-3000:]}
 
 
 def tools_driver(backend: str) -> int:
@@ -391,7 +396,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cuda", help="the GPU backend to check (cuda or rocm; default cuda)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the GPU emulator (ALPYKA_EMULATE), on a CPU")
-    p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run (default 480)")
+    p.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run (default 450)")
     p.add_argument("--out", type=Path, default=common.DEFAULT_OUT, help="results folder (holds the device folder)")
     p.add_argument("--only", default="", help=f"comma-separated checks (default all: {', '.join(CHECKS)})")
     p.add_argument("--sanitizer", default=None, help="path of compute-sanitizer (default: found on PATH or in CUDA)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,26 @@ def test_results_folder_is_named_after_the_device() -> None:
     Dev.name = "NVIDIA H200"
     assert gpu_check.device_slug(Dev, False, "cuda") == "nvidia-h200"
     assert gpu_check.device_slug(Dev, True, "cuda") == "emulated-cuda"
+
+
+def test_a_child_run_out_of_time_is_killed_with_its_children(tmp_path: Path) -> None:
+    """compute-sanitizer runs Python as its child: a timeout kills both, nothing stays on the GPU."""
+    pid_file = tmp_path / "child.pid"
+    row = gpu_check._run(["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], {"PATH": "/usr/bin:/bin"}, 1)
+    assert row["rc"] == 124 and row["timed_out"] is True and row["seconds"] < 30
+    pid = int(pid_file.read_text())
+    assert _gone(pid), f"the grandchild {pid} outlived the timeout"
+
+
+def _gone(pid: int, wait: float = 5.0) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting for its reaper counts as ended)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
