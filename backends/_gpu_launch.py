@@ -84,7 +84,8 @@ def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> No
 def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSource]:
     """The IR and the C source of ``kernel`` for a plan key; emitter limits become
     KernelSyntaxError naming the kernel's file and line. With ``ALPYKA_CHECK_CUDA=1`` every
-    OpenCL build also compiles the kernel's CUDA dialect to PTX through NVRTC (CI's guard)."""
+    OpenCL build also compiles the kernel's CUDA dialect to PTX through NVRTC (CI's guard); with
+    ``ALPYKA_CHECK_HIP=1`` every device build also compiles the kernel's HIP text for AMD GPUs."""
     from portable.kernel import KernelSyntaxError
 
     kir = kernel.ir(key[2], ndim, key[3])
@@ -92,11 +93,16 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
         src = emit(kir, dialect, unit_elements=key[4])
         if dialect == "opencl" and os.environ.get("ALPYKA_CHECK_CUDA", "") not in ("", "0"):
             # CI: every kernel the OpenCL run builds must also compile as CUDA C (NVRTC, no GPU)
-            from ._c_build import CUPY_NVRTC_APPENDED, nvrtc_compile
+            from ._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_compile
 
             # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
             nvrtc_compile(emit(kir, "cuda", unit_elements=key[4]), os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
-                          CUPY_NVRTC_APPENDED)
+                          float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED)
+        if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "0"):
+            # CI's rocm check: the kernel's HIP text compiled for gfx90a and gfx942 (backends._hip_check)
+            from ._hip_check import check_source
+
+            check_source(src if dialect == "hip" else emit(kir, "hip", unit_elements=key[4]))
         return kir, src
     except CEmitError as exc:
         f, line = kir.source_file, exc.line or kir.first_line
