@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from portable.spi import start_worker, stop_worker, warn_unseen
 
-from ._gpu_queue import DeviceQueue, Snapshot, run_host_function
+from ._gpu_queue import DeviceQueue, Snapshot, run_host_function, wait_polling
 
 
 class DeviceScope:
@@ -106,7 +106,15 @@ def _run_host(marker: Marker, host: _Host, log: Any) -> None:
     """Wait for the marker, run the host function; an error goes to the log. (A frame of its
     own, without the queue: see :func:`_run_task`.) The event is waited for on alpyka's
     worker, an ordinary thread that may wait."""
-    run_host_function(log, host.seq, host.fn, host.always, marker.event.synchronize)
+    run_host_function(log, host.seq, host.fn, host.always, lambda: _synchronize(marker.event))
+
+
+def _synchronize(native: Any) -> None:
+    """``native.synchronize()`` (a cupy Event or Stream) after polling ``native.done``: a thread
+    inside the runtime's wait runs no Python, Ctrl-C would wait for the kernel (see
+    :func:`~backends._gpu_queue.wait_polling`); the call then returns at once, raising any error."""
+    wait_polling(lambda: native.done)
+    native.synchronize()
 
 
 class CupyQueue(DeviceQueue):
@@ -231,7 +239,7 @@ class CupyQueue(DeviceQueue):
         if not native.recorded:
             with self._cond:
                 self._cond.wait_for(lambda: native.recorded)
-        native.event.synchronize()
+        _synchronize(native.event)
 
     def device_wait(self, snap: Snapshot) -> bool:
         other = snap.queue
@@ -269,7 +277,7 @@ class CupyQueue(DeviceQueue):
             target = self._ticket
             if self._done < target:
                 self._cond.wait_for(lambda: self._done >= target)
-        self.stream.synchronize()
+        _synchronize(self.stream)
 
     def make_gate(self) -> Any:  # pragma: no cover - CUDA/HIP queues never gate their stream
         raise NotImplementedError("CUDA/HIP queues defer work behind host functions instead")

@@ -22,6 +22,7 @@ alpaka's semantics on top:
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -33,6 +34,32 @@ from ._retention import Retained, track
 
 #: how many enqueued operations may hold objects before a marker is recorded to release them
 _RETAIN_BATCH = 32
+#: a wait for a native event polls it for about this long before it sleeps between polls
+POLL_SPIN_S = 50e-6
+#: the longest sleep between two polls: a Ctrl-C waits at most about this long for the waiter
+POLL_MAX_S = 0.005
+
+
+def wait_polling(done: Callable[[], bool]) -> None:
+    """Return once ``done()`` (a native event's or queue's status query) is true.
+
+    Polled, never the runtime's blocking wait (``clWaitForEvents``, ``cudaEventSynchronize``): a
+    thread inside it runs no Python, so the main thread could not raise the KeyboardInterrupt of
+    a Ctrl-C until a long kernel ended, and a queue's worker waiting there when the interpreter
+    finalises would re-take the GIL from native code as the event completes. A short command is
+    seen by the first polls (no sleep); then the thread sleeps between polls, a quarter of the
+    time waited so far (a wait ends at most ~25% late) up to :data:`POLL_MAX_S`, so Ctrl-C is
+    raised within a few ms and at exit a worker is in ``time.sleep``. Callers then call the
+    runtime's own wait, which returns at once and raises the error of a failed command."""
+    if done():
+        return
+    clock = time.perf_counter
+    t0 = clock()
+    while clock() - t0 < POLL_SPIN_S:
+        if done():
+            return
+    while not done():
+        time.sleep(min(POLL_MAX_S, 0.25 * (clock() - t0)))
 
 
 @dataclass(frozen=True)

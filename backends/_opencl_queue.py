@@ -7,40 +7,20 @@ import ctypes.util
 import functools
 import glob
 import os
-import time
 from typing import Any, Callable
 
 import pyopencl as cl
 
-from ._gpu_queue import DeviceQueue, Snapshot
+from ._gpu_queue import DeviceQueue, Snapshot, wait_polling
 
 _COMPLETE = cl.command_execution_status.COMPLETE
-#: a wait for an OpenCL event polls its status for about this long before it sleeps between polls
-SPIN_S = 50e-6
-#: the longest sleep between two polls: a Ctrl-C waits at most this long for the waiting thread
-POLL_MAX_S = 0.005
 
 
 def wait_event(ev: "cl.Event") -> None:
-    """Block until ``ev`` (flushed) completed, raising its error if it failed.
-
-    Polled, never ``clWaitForEvents``: a thread inside the runtime's wait runs no Python, so the
-    main thread could not raise the KeyboardInterrupt of a Ctrl-C until a long kernel ended, and
-    a queue's worker waiting there when the interpreter finalises would re-take the GIL from C++
-    as the event completes (a daemon thread then aborts the process). Between polls the thread
-    sleeps (growing to :data:`POLL_MAX_S`), so Ctrl-C is seen within a few ms and at exit the
-    worker is in ``time.sleep``."""
-    status = ev.command_execution_status
-    if status > _COMPLETE:
-        t0 = time.perf_counter()
-        while status > _COMPLETE and time.perf_counter() - t0 < SPIN_S:  # a short command: no sleep
-            status = ev.command_execution_status
-        delay = 20e-6
-        while status > _COMPLETE:
-            time.sleep(delay)
-            delay = min(2 * delay, POLL_MAX_S)
-            status = ev.command_execution_status
-    if status < 0:
+    """Block until ``ev`` (flushed) completed, raising its error if it failed: polled, so that
+    Ctrl-C reaches a thread waiting for a long kernel (:func:`~backends._gpu_queue.wait_polling`)."""
+    wait_polling(lambda: ev.command_execution_status <= _COMPLETE)  # negative: failed, over too
+    if ev.command_execution_status < 0:
         ev.wait()  # the runtime's own error for the failed command
 
 

@@ -118,3 +118,38 @@ def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
     assert interrupted - sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - sent:.1f} s after the signal"
     assert ended - sent < EXIT_LIMIT_S, f"the process ended {ended - sent:.1f} s after the signal"
     assert "Traceback" not in "".join(err), "".join(err)[-3000:]
+
+
+class _SlowNative:
+    """A CUDA/HIP event or stream whose work ends ``seconds`` from now; its ``synchronize`` stands
+    for the runtime's blocking wait (a thread inside it runs no Python, so no Ctrl-C either): it
+    must only be called once the work is done."""
+
+    def __init__(self, seconds: float) -> None:
+        self.ends = time.monotonic() + seconds
+        self.early_syncs = 0
+
+    @property
+    def done(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def synchronize(self) -> None:
+        if not self.done:
+            self.early_syncs += 1
+
+
+def test_cuda_and_hip_waits_poll_instead_of_blocking_in_the_runtime():
+    """``cudaEventSynchronize`` / ``cudaStreamSynchronize`` hold the waiting thread in the runtime
+    until the kernel ends: the CUDA/HIP queue's waits poll ``done`` with short sleeps first
+    (Ctrl-C is raised between polls), and synchronize only to report an error."""
+    import types
+
+    from backends._cupy_queue import CupyQueue
+
+    event = _SlowNative(0.3)
+    CupyQueue.sync_native(None, types.SimpleNamespace(recorded=True, event=event))  # ev.wait()
+    stream = _SlowNative(0.3)
+    queue = types.SimpleNamespace(_lock=threading.Lock(), _ticket=0, _done=0, stream=stream)
+    CupyQueue.finish(queue)  # q.wait(), a blocking queue's launch
+    assert event.done and stream.done
+    assert event.early_syncs == 0 and stream.early_syncs == 0, "waited inside the runtime's blocking wait"
