@@ -36,6 +36,7 @@ from portable.kernel.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
+from ._c_messages import MessageEmitter
 from ._c_source import CEmitError, CSource
 from ._float_to_int import c_helper
 
@@ -64,15 +65,16 @@ def _ident(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
-class _Emitter(Visitor):
+class _Emitter(MessageEmitter, Visitor):
     """One kernel's C: ``expr`` renders an expression, ``stmt`` appends a statement's lines (one
     ``visit_`` method per node kind of the IR)."""
 
     visitor_name = "the C emitter"
 
-    def __init__(self, kernel: ir.Kernel, dialect: Dialect, unit_elements: bool = False) -> None:
+    def __init__(self, kernel: ir.Kernel, dialect: Dialect, unit_elements: bool = False, checks: bool = False) -> None:
         self.k, self.d = kernel, dialect
         self.unit_elements = unit_elements
+        self.checks = checks  # shared accesses through ALPYKA_SH_* (the GPU emulator's checks)
         self.h = Helpers(dialect)
         self.lines: list[tuple[str, int]] = []  # (text, python line)
         self.indent = 1
@@ -85,8 +87,9 @@ class _Emitter(Visitor):
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
         # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
         self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
-        # the error flag: range checks (ALPYKA_DEBUG) and range() steps known only at run time
-        self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None)
+        # the error flag: range checks (ALPYKA_DEBUG), range() steps known only at run time, asserts
+        self.err = (kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None)
+                    or _uses(kernel, ir.Assert))
 
     # ------------------------------------------------------------------ output
     def out(self, text: str, line: int = 0) -> None:
@@ -201,8 +204,15 @@ class _Emitter(Visitor):
     def visit_Select(self, e: ir.Select) -> str:
         return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
 
+    def shared_access(self, ref: ir.ArrayRef, macro: str, text: str) -> str:
+        """``text`` (an element, or its address for atomics) wrapped in the shared-access macro
+        ``ALPYKA_SH_<macro>`` when emitting for the emulator's checks (:data:`SHARED_ACCESS`)."""
+        if self.checks and ref.type.kind in ("shared", "dynamic_shared"):
+            return f"ALPYKA_SH_{macro}({text})"
+        return text
+
     def visit_Load(self, e: ir.Load) -> str:
-        el = self.element(e.array, e.indices, getattr(e, "check", None))
+        el = self.shared_access(e.array, "LD", self.element(e.array, e.indices, getattr(e, "check", None)))
         return f"({el} != 0)" if e.array.type.dtype.is_bool else el
 
     def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:
@@ -294,7 +304,8 @@ class _Emitter(Visitor):
         except NotImplementedError as exc:
             raise self.fail(f"{exc}") from None
         ops = ", ".join(self.expr(o) for o in e.operands)
-        return f"{fn}(&{self.element(e.array, e.indices, getattr(e, 'check', None))}, {ops})"
+        at = self.shared_access(e.array, "AT", f"&{self.element(e.array, e.indices, getattr(e, 'check', None))}")
+        return f"{fn}({at}, {ops})"
 
     def visit_DeviceCall(self, e: ir.DeviceCall) -> str:
         fn = self.k.functions[e.function]
@@ -360,7 +371,8 @@ class _Emitter(Visitor):
         v = self.expr(s.value)
         if s.array.type.dtype.is_bool:
             v = f"(u8)({v})"
-        self.out(f"{self.element(s.array, s.indices, getattr(s, 'check', None))} = {v};{tag}", line)
+        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, 'check', None)))
+        self.out(f"{el} = {v};{tag}", line)
 
     def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
         self.out(f"(void){self.expr(s.value)};{tag}", line)
@@ -569,6 +581,16 @@ class _Emitter(Visitor):
         return header, args
 
 
+#: the shared-memory access macros of a source emitted with ``checks``: a load, a store's target
+#: and an atomic's address; plain accesses unless defined first (the emulator's cuda_on_cpu.h)
+SHARED_ACCESS = """\
+#ifndef ALPYKA_SH_LD
+#define ALPYKA_SH_LD(x) (x)
+#define ALPYKA_SH_ST(x) (x)
+#define ALPYKA_SH_AT(p) (p)
+#endif
+"""
+
 #: precedence groups of the operators a chain may be written without parentheses in
 _GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
 
@@ -593,13 +615,16 @@ def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
 
 
 @deep_recursion
-def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSource:
+def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False, checks: bool = False) -> CSource:
     """The C source of ``kernel`` in ``dialect`` ("opencl", "cuda" or "hip"); ``unit_elements``
-    specialises it for work divisions with one element per thread (the GPU-style ones).
+    specialises it for work divisions with one element per thread (the GPU-style ones);
+    ``checks`` (CUDA/HIP for the GPU emulator only) writes shared-memory accesses through the
+    ``ALPYKA_SH_*`` macros (:data:`SHARED_ACCESS`: plain accesses unless the emulator's header
+    defines them to check each one).
 
     Raises :class:`CEmitError` (with the kernel's line) for constructs C cannot express.
     """
-    em = _Emitter(kernel, DIALECTS[dialect], unit_elements)
+    em = _Emitter(kernel, DIALECTS[dialect], unit_elements, checks and dialect != "opencl")
     functions = [em.function(fn) for fn in kernel.functions.values()]
     header, args = em.kernel()
     kernel_body = em.lines
@@ -614,8 +639,13 @@ def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSourc
 
     src = kernel.source_file or "<kernel>"
     unit = ", one element per thread" if unit_elements else ""
-    put(f"// alpyka kernel {kernel.name} from {src}:{kernel.first_line} ({dialect}{unit})")
+    fast = ", fast_math" if kernel.fast_math else ""  # also keeps the text-keyed build caches apart
+    put(f"// alpyka kernel {kernel.name} from {src}:{kernel.first_line} ({dialect}{unit}{fast})")
+    if dialect == "opencl" and not kernel.fast_math:
+        put("#pragma OPENCL FP_CONTRACT OFF")  # numpy's bits: a*b - c*d not fused (CUDA/HIP: build options)
     put(em.d.prologue(warps=_uses(kernel, ir.WarpOp)).rstrip("\n"))
+    if em.checks:
+        put(SHARED_ACCESS.rstrip("\n"))
     helpers = em.h.source().rstrip("\n")
     if helpers:
         put(helpers)
@@ -631,4 +661,4 @@ def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False) -> CSourc
         put(line, py)
     put("}")
     return CSource("\n".join(text) + "\n", header.split("(")[0].split()[-1], dialect, args, line_map,
-                   src, em.messages, kernel.name)
+                   src, em.messages, kernel.name, kernel.fast_math)

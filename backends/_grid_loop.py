@@ -76,7 +76,7 @@ def _defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) ->
             if _reads(s.value, locs) - defined:
                 return None
             defined.add(s.target.name)
-        elif isinstance(s, (ir.Store, ir.ExprStmt, ir.Return)):
+        elif isinstance(s, (ir.Store, ir.ExprStmt, ir.Return, ir.Assert, ir.Print)):
             if _reads([v for v in vars(s).values() if isinstance(v, (ir.Expr, tuple, list))], locs) - defined:
                 return None
         elif isinstance(s, ir.If):

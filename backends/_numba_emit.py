@@ -40,7 +40,7 @@ from numba import njit
 from backends._numba_atomics import (atomic_add, atomic_and, atomic_cas, atomic_dec, atomic_exch,
                                      atomic_inc, atomic_max, atomic_min, atomic_or, atomic_sub,
                                      atomic_xor, fence)
-from portable.kernel import KernelIndexError, KernelValueError
+from portable.kernel import KernelAssertionError, KernelIndexError, KernelValueError
 
 _on_disk = "__file__" in globals()  # numba caches beside this file (none when alpyka loaded it in memory)
 _jit = njit(nogil=True, cache=_on_disk, error_model="numpy"{fastmath})
@@ -289,6 +289,13 @@ class _FunctionEmitter(Visitor):
 
     def visit_MemFence(self, s: ir.MemFence, d: int) -> None:  # blocks run concurrently on cpu_threads
         self.emit("fence()", d)
+
+    def visit_Assert(self, s: ir.Assert, d: int) -> None:  # the launch stops (numba raises out of it)
+        self.emit(f"if not {self.ex(s.cond)}:", d)
+        self.emit(f"raise KernelAssertionError({str(s.message)!r})", d + 1)
+
+    def visit_Print(self, s: ir.Print, d: int) -> None:  # numba's print: Python's str() of each item
+        self.emit(f"print({', '.join(repr(x) if isinstance(x, str) else self.ex(x) for x in s.items)})", d)
 
     def visit_StridedLoop(self, s: ir.StridedLoop, d: int) -> None:
         self.nflag += 1

@@ -27,8 +27,9 @@ from ._registry import (
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
 from .data import (CorruptRootFile, NotARootFile, RootChunk, event_workdiv, from_awkward, iterate_root,  # data I/O
                    offsets_to_host, pair_offsets, read_root, root_chunks, to_awkward)
-from .kernel import (KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError, device_function,
-                     kernel)
+from .kernel import (KernelArgumentError, KernelCheckError, KernelIndexError, KernelSyntaxError, KernelValueError,
+                     device_function, kernel)
+from .kernel import KernelAssertionError
 from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
 
 __version__ = "0.1.0"
@@ -43,8 +44,9 @@ __all__ = [
     "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk",
     "NotARootFile", "CorruptRootFile",
     "event_workdiv", "pair_offsets", "distributed", "rand", "tools",
-    "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelIndexError", "KernelSyntaxError",
-    "KernelValueError",
+    "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelCheckError", "KernelIndexError",
+    "KernelSyntaxError",
+    "KernelValueError", "KernelAssertionError",
 ]
 
 

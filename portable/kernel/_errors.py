@@ -25,8 +25,38 @@ class KernelArgumentError(AlpykaError, TypeError):
     """Wrong number or kind of kernel arguments, or arguments of another device."""
 
 
-class KernelIndexError(AlpykaError, IndexError):
-    """An index out of range inside a kernel (checked under ``ALPYKA_DEBUG=1``)."""
+#: the kinds of :class:`KernelCheckError`: what a GPU would leave wrong or undefined
+CHECK_KINDS = ("barrier", "warp", "race", "uninitialized", "bounds")
+
+
+class KernelCheckError(AlpykaError):
+    """A launch that would be wrong or undefined on a GPU, found by a check (the GPU emulator's,
+    ``ALPYKA_EMULATE=cuda``/``rocm`` with ``ALPYKA_EMULATE_CHECKS`` on, or ``ALPYKA_DEBUG``'s range
+    checks). ``kind`` is one of :data:`CHECK_KINDS`; the message names the kernel and the line of
+    its Python source. Reported at the next ``wait()`` as the ``__cause__`` of a ``pk.AsyncError``."""
+
+    kind = ""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        if kind is not None:
+            if kind not in CHECK_KINDS:
+                raise ValueError(f"unknown kernel check kind {kind!r}: one of {', '.join(CHECK_KINDS)}")
+            self.kind = kind
+
+    def report(self) -> "CheckReport":
+        """This error as a message of a kernel's error flag (``device_check_error`` makes it again)."""
+        return CheckReport(str(self), self.kind)
+
+
+class KernelIndexError(KernelCheckError, IndexError):
+    """An index out of range inside a kernel (checked under ``ALPYKA_DEBUG=1``, and by default
+    on the emulated GPUs): the ``"bounds"`` kind of :class:`KernelCheckError`."""
+
+    kind = "bounds"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 class KernelValueError(AlpykaError, ValueError):
@@ -39,6 +69,36 @@ class ValueCheck(str):
     other messages of a kernel's error flag are index checks: :class:`KernelIndexError`)."""
 
 
+class CheckReport(str):
+    """The message of a check the GPU emulator made (backends/emulator): its ``kind`` says which
+    :class:`KernelCheckError` it reports."""
+
+    kind = ""
+
+    def __new__(cls, message: str, kind: str) -> "CheckReport":
+        out = super().__new__(cls, message)
+        out.kind = kind
+        return out
+
+
 def device_check_error(message: str) -> AlpykaError:
     """The exception a kernel's error flag reports on the host for the check of ``message``."""
-    return KernelValueError(message) if isinstance(message, ValueCheck) else KernelIndexError(message)
+    if isinstance(message, AssertCheck):
+        return KernelAssertionError(str(message))
+    if isinstance(message, ValueCheck):
+        return KernelValueError(message)
+    if isinstance(message, CheckReport) and message.kind != "bounds":
+        return KernelCheckError(str(message), message.kind)
+    return KernelIndexError(str(message))
+
+
+class KernelAssertionError(AlpykaError, AssertionError):
+    """An ``assert cond, "message"`` of a kernel or device function failed at run time; the
+    message names the kernel, the file and line, and the assert's message. Reported like every
+    error found inside a kernel: the ``__cause__`` of the ``pk.AsyncError`` of the next
+    ``wait()``. ``ALPYKA_ASSERTS=0`` compiles the asserts out (docs/kernels.md)."""
+
+
+class AssertCheck(str):
+    """The message of a failed ``assert`` in a kernel's error flag: reported as a
+    :class:`KernelAssertionError`."""

@@ -364,8 +364,8 @@ class ExprBuilder:
     def ex_Call(self, node: ast.Call) -> Any:
         f = node.func
         if isinstance(f, ast.Name) and f.id == "print" and "print" not in self.assigned:
-            raise self.error(node, "print() is not allowed in kernels (no I/O on devices); write results "
-                                   "to an output array instead")
+            raise self.error(node, "print() is a statement in kernels (it gives no value): call it on a line "
+                                   "of its own, print(\"i =\", i)")
         callee = self.value(f)
         if isinstance(callee, AccMember):
             return self.acc_call(callee.name, node)

@@ -20,6 +20,7 @@ from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
 from ._folding import ConstantError
 from ._loops import LoopBuilder
+from ._messages import MessageBuilder
 from ._vocabulary import VocabularyBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
@@ -143,7 +144,7 @@ def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
     return out
 
 
-class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
+class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilder):
     """Translates one function body; rerun until the local variables' types are stable."""
 
     def __init__(self, parsed: ParsedFunction, ctx: CompileContext, is_kernel: bool,
@@ -219,7 +220,8 @@ class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
                                    "helpers instead")
         if isinstance(obj, (pytypes.FunctionType, pytypes.BuiltinFunctionType)):
             if obj is print:
-                raise self.error(node, "print() is not allowed in kernels")
+                raise self.error(node, "print is a statement in kernels: call it on a line of its own, "
+                                       "print(\"i =\", i)")
             raise self.error(node, f"{name!r} is a plain Python function; kernels may call only "
                                    "@pk.device_function functions, math functions and min/max/abs")
         if isinstance(obj, np.ndarray) or hasattr(obj, "__array__") or hasattr(obj, "layout"):
@@ -250,7 +252,7 @@ class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
         names = {"Try": "try/except", "TryStar": "try/except*", "With": "with", "Raise": "raise",
                  "Import": "import", "ImportFrom": "import", "Global": "global", "Nonlocal": "nonlocal",
                  "FunctionDef": "nested functions", "ClassDef": "classes", "Delete": "del",
-                 "Assert": "assert", "AsyncFor": "async for", "AsyncWith": "async with", "Match": "match"}
+                 "AsyncFor": "async for", "AsyncWith": "async with", "Match": "match"}
         return f"{names.get(kind, kind)} is not allowed in kernels; {ALLOWED_HINT}"
 
     def st_Pass(self, s: ast.Pass) -> None:
@@ -261,6 +263,8 @@ class FunctionBuilder(LoopBuilder, VocabularyBuilder, ExprBuilder):
             return None  # docstring
         if isinstance(s.value, ast.Call):
             f = s.value.func
+            if isinstance(f, ast.Name) and f.id == "print" and "print" not in self.assigned:
+                return self.print_stmt(s, s.value)
             on_acc = isinstance(f, ast.Attribute) and isinstance(self.value(f.value), AccVal)
             if on_acc and f.attr == "sync_block_threads":
                 self.plain_args(s.value, 0, "acc.sync_block_threads()")
@@ -514,8 +518,8 @@ def _as_load(target: ast.AST) -> ast.AST:
 _FORBIDDEN_EXPRS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield,
                     ast.YieldFrom, ast.Await, ast.NamedExpr, ast.JoinedStr)
 _FORBIDDEN_STMTS = (ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.Raise, ast.Import, ast.ImportFrom,
-                    ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Delete,
-                    ast.Assert) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+                    ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef,
+                    ast.Delete) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
 def _prescan(b: FunctionBuilder, body: list[ast.stmt]) -> None:

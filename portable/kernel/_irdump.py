@@ -129,6 +129,12 @@ class _Dump(Visitor):
     def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, out: list[str], pad: str) -> None:
         out.append(f"{pad}syncblockthreads")
 
+    def visit_Assert(self, s: ir.Assert, out: list[str], pad: str) -> None:
+        out.append(f"{pad}assert {self.e(s.cond)}, {str(s.message)!r}")
+
+    def visit_Print(self, s: ir.Print, out: list[str], pad: str) -> None:
+        out.append(f"{pad}print(" + ", ".join(repr(x) if isinstance(x, str) else self.e(x) for x in s.items) + ")")
+
 
 def dump(node: Any, indent: int = 0) -> str:
     d = _Dump()

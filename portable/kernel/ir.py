@@ -103,6 +103,13 @@ Statements:
 - ``SyncBlockThreads()``: barrier of all threads of a block (a no-op with one thread per block).
 - ``MemFence(scope)``: orders the calling thread's memory accesses as seen by the other threads of
   ``scope`` in :data:`FENCE_SCOPES` (alpaka's ``mem_fence``); no barrier.
+- ``Assert(cond, message)``: ``assert cond, "..."``: when the bool ``cond`` is false the thread
+  reports ``message`` (the whole KernelAssertionError text: kernel, file, line, the user's
+  message) and stops: the CPU emitter raises it; the C emitter reports it through the error flag
+  (the first report of a launch wins) and returns (from a device function: with 0, the thread
+  goes on). Absent under ``ALPYKA_ASSERTS=0`` (the front-end drops it).
+- ``Print(items)``: ``print(...)``: ``items`` are string constants (``str``) and scalar
+  expressions, printed separated by spaces with a newline (numba's print, C's ``printf``).
 
 Functions and kernels:
 
@@ -378,6 +385,19 @@ class SyncBlockThreads(Stmt):
 @dataclass(eq=False)
 class MemFence(Stmt):
     scope: str
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Assert(Stmt):
+    cond: Expr
+    message: str
+    line: int = 0
+
+
+@dataclass(eq=False)
+class Print(Stmt):
+    items: list[Union[str, Expr]]
     line: int = 0
 
 

@@ -17,7 +17,7 @@ def plain_helper(x):
 @pk.kernel
 def uses_print(acc, out, n):
     for i in acc.uniform_elements(n):
-        print(i)  # ERR:print
+        print("i =", i, out)  # ERR:print
 
 
 @pk.kernel

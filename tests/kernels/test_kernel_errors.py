@@ -17,7 +17,7 @@ def _line(marker):
 
 
 CASES = [
-    (bk.uses_print, "print", "print() is not allowed"),
+    (bk.uses_print, "print", "print() cannot print an array (argument 'out'"),
     (bk.uses_comprehension, "comprehension", "list comprehensions are not allowed"),
     (bk.uses_try, "try", "try/except is not allowed"),
     (bk.returns_value, "return", "kernels return nothing"),
