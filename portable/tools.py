@@ -94,7 +94,8 @@ def block_sum(acc, value, ws):
     v = value
     off = w // 2
     while off > 0:
-        other = acc.warp_shfl_down(v, off)
+        # a lane reads only lanes the warp has (a partial warp's absent lanes are undefined on a GPU)
+        other = acc.warp_shfl(v, lane + off if lane + off < lanes else lane)
         if lane + off < lanes:
             v += other
         off //= 2

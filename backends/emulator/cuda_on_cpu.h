@@ -17,6 +17,18 @@
 //   live lanes: each lane's fiber waits until every lane of its warp that has not exited arrives,
 //   then all get their results. Lanes meeting different operations, or a lane at a block barrier
 //   while the others wait at a warp operation, fail the launch (a hang or garbage on a GPU).
+// - Checks (the launch's `checks` flag, ALPYKA_EMULATE_CHECKS): what a GPU leaves wrong or
+//   undefined fails the launch with a report "check:<kind>:<C line>:<C line>:<text>" that
+//   cuda_on_cpu.py turns into a KernelCheckError at the kernel's Python line. Barriers and warp
+//   operations carry their call site (__LINE__, through the macros at the end); shared memory
+//   accesses do where the emitter wrote them through ALPYKA_SH_LD/ST/AT (emit(checks=True)):
+//   a shadow entry per element (a hash table per OS thread, by address) holds whether this block
+//   wrote it and which threads wrote, read or updated it atomically since the last barrier.
+//   "barrier": threads at different barriers, or some finished while others wait at one;
+//   "warp": lanes at different warp operations (or call sites), a launched lane that finished
+//   before the others' warp operation, a shuffle from an absent or finished lane; "race": two
+//   threads touch one shared element between two barriers, one writing, not both atomically;
+//   "uninitialized": a read (or atomic) of shared memory this block never wrote.
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
@@ -24,6 +36,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -150,7 +163,7 @@ static inline void __threadfence_system() { __atomic_thread_fence(ALPYKA_SEQ); }
 namespace alpyka_host {
 
 struct Launch;
-enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE, ABORTED };
 enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SHFL, W_UP, W_DOWN, W_XOR };
 
 struct Fiber {
@@ -163,6 +176,7 @@ struct Fiber {
     int pred;
     char* stack;
     int wop;                  // at a warp operation: which, its value's bits and its lane/delta/mask
+    int site;                 // the C line of the barrier or warp operation it waits at
     unsigned long long wval, wres;
     long long warg;
 };
@@ -179,6 +193,11 @@ struct Worker {  // one OS thread's view of the block it runs
     int n;                // threads per block
     Fiber* fibers;        // n of them, or none when the kernel has no barrier
     int* order;           // the order the threads run in, reshuffled each phase
+    int tid;              // the running thread's index in the block
+    unsigned long long gen;  // blocks run by this worker so far (shadow entries of older ones are stale)
+    unsigned epoch;          // barriers this block passed
+    struct Shadow* table;    // shared-memory shadow: open addressing by element address
+    size_t cap, used;
 };
 static thread_local Worker* worker = nullptr;
 
@@ -191,6 +210,7 @@ struct Launch {
     unsigned long long seed;
     unsigned long long next_block;  // claimed with __atomic_fetch_add
     int failed;                     // set once, with __atomic_exchange_n
+    int checks;                     // the checks of the header comment are on
     char* error;
     int error_len;
 
@@ -199,6 +219,12 @@ struct Launch {
             strncpy(error, msg, error_len - 1);
             error[error_len - 1] = 0;
         }
+    }
+    // a check's report (see the header comment); %1 and %2 in text stand for the lines' Python lines
+    void check(const char* kind, int line, int line2, const char* text) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "check:%s:%d:%d:%s", kind, line, line2, text);
+        fail(buf);
     }
 };
 
@@ -324,29 +350,48 @@ static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
 
 // A warp operation's results, for every warp whose live lanes all wait at one: true when any
 // warp was released (its lanes are runnable again), false otherwise or after a failure.
+#if defined(__HIP_PLATFORM_AMD__)
+static const bool EXITED_LANES_INACTIVE = true;  // a wavefront's finished lanes are inactive, not awaited
+#else
+static const bool EXITED_LANES_INACTIVE = false;  // *_sync over the launched lanes: each must arrive
+#endif
+
 static bool release_warps(Launch* L, Fiber* fibers, int n) {
     const int ws = ALPYKA_WARP_SIZE;
     bool released = false;
+    char text[256];
     for (int base = 0; base < n; base += ws) {
         int end = base + ws < n ? base + ws : n;
         bool waiting = false, ready = true;
-        int op = -1;
+        int op = -1, site = 0, first = -1, done = -1;
         unsigned long long live = 0, pred = 0;
         for (int i = base; i < end; ++i) {
             if (fibers[i].state == AT_WARP) {
                 waiting = true;
                 live |= 1ull << (i - base);
                 if (fibers[i].wval) pred |= 1ull << (i - base);
-                if (op < 0) op = fibers[i].wop;
-                if (op != fibers[i].wop) {
-                    L->fail("cuda_on_cpu: the lanes of a warp met different warp operations (divergent warp code)");
+                if (op < 0) op = fibers[i].wop, site = fibers[i].site, first = i;
+                if (op != fibers[i].wop || (L->checks && site != fibers[i].site)) {
+                    snprintf(text, sizeof text, "lanes %d and %d of a warp stand at different warp operations "
+                             "(%%1 and %%2): divergent warp code, which hangs or gives garbage on a GPU; every "
+                             "lane of the warp must reach the same operation", first - base, i - base);
+                    L->check("warp", site, fibers[i].site, text);
                     return false;
                 }
-            } else if (fibers[i].state != DONE) {
+            } else if (fibers[i].state == DONE) {
+                done = i;
+            } else {
                 ready = false;
             }
         }
         if (!waiting || !ready) continue;
+        if (L->checks && done >= 0 && op != W_MASK && !EXITED_LANES_INACTIVE) {
+            snprintf(text, sizeof text, "lane %d of a warp finished the kernel while its other lanes wait at "
+                     "the warp operation of %%1: every launched lane of the warp must reach it (it hangs or "
+                     "reads undefined values on a GPU)", done - base);
+            L->check("warp", site, 0, text);
+            return false;
+        }
         for (int i = base; i < end; ++i) {
             Fiber& f = fibers[i];
             if (f.state != AT_WARP) continue;
@@ -362,8 +407,21 @@ static bool release_warps(Launch* L, Fiber* fibers, int n) {
                 case W_DOWN: src = lane + f.warg; break;
                 case W_XOR: src = lane ^ f.warg; break;
             }
-            if (f.wop >= W_SHFL && src >= 0 && src < ws && base + src < n && fibers[base + src].state == AT_WARP)
-                res = fibers[base + src].wval;  // else the lane's own value (CUDA's rule out of range)
+            if (f.wop >= W_SHFL && src >= 0 && src < ws) {
+                bool absent = base + src >= n;
+                if (L->checks && (absent || fibers[base + src].state != AT_WARP)) {
+                    if (absent)
+                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane the "
+                                 "block's partial last warp does not have (%d lanes): its value is undefined on a "
+                                 "GPU; shuffle only from lanes below the warp's lane count", lane, src, n - base);
+                    else
+                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that "
+                                 "is not there (it finished the kernel): its value is undefined on a GPU", lane, src);
+                    L->check("warp", f.site, 0, text);
+                    return false;
+                }
+                if (!absent && fibers[base + src].state == AT_WARP) res = fibers[base + src].wval;
+            }  // else the lane's own value (CUDA's rule out of range)
             f.wres = res;
         }
         for (int i = base; i < end; ++i)
@@ -373,11 +431,43 @@ static bool release_warps(Launch* L, Fiber* fibers, int n) {
     return released;
 }
 
+// The barrier checks, once every thread of the block waits at a barrier or finished: all at one
+// call site, none finished. False after a report.
+static bool check_barrier(Launch* L, Fiber* fibers, int n) {
+    char text[256];
+    int first = -1, done = -1;
+    for (int i = 0; i < n; ++i) {
+        if (fibers[i].state == DONE) {
+            done = i;
+        } else if (fibers[i].state == AT_BARRIER) {
+            if (first < 0) {
+                first = i;
+            } else if (fibers[i].site != fibers[first].site) {
+                snprintf(text, sizeof text, "threads %d and %d of a block wait at different barriers (%%1 and "
+                         "%%2): a divergent sync_block_threads, undefined on a GPU (a hang or a wrong result); "
+                         "every thread of the block must reach the same barrier", first, i);
+                L->check("barrier", fibers[first].site, fibers[i].site, text);
+                return false;
+            }
+        }
+    }
+    if (first >= 0 && done >= 0) {
+        snprintf(text, sizeof text, "thread %d of a block finished the kernel while thread %d waits at the barrier "
+                 "of %%1: a barrier some threads of the block skip is undefined on a GPU (a hang or a wrong "
+                 "result); every thread of the block must reach it, or none", done, first);
+        L->check("barrier", fibers[first].site, 0, text);
+        return false;
+    }
+    return true;
+}
+
 static void run_block(Worker* w, unsigned long long b) {
     Launch* L = w->launch;
     blockIdx = unflatten(b, L->grid);
     blockDim = L->block;
     gridDim = L->grid;
+    ++w->gen;  // the shadow entries of earlier blocks are stale: this block's shared memory is unwritten
+    w->epoch = 0;
     if (L->dyn_shared > 0) memset(alpyka_dyn_shared, 0xA5, static_cast<size_t>(L->dyn_shared));
     int n = w->n;
     int* order = w->order;
@@ -385,7 +475,8 @@ static void run_block(Worker* w, unsigned long long b) {
     unsigned long long key = mix(L->seed ^ mix(b));
     if (!L->fibers) {  // no barrier in the kernel: each thread runs to its end in turn
         shuffle(order, n, key);
-        for (int k = 0; k < n; ++k) {
+        for (int k = 0; k < n && !__atomic_load_n(&L->failed, __ATOMIC_RELAXED); ++k) {
+            w->tid = order[k];
             threadIdx = unflatten(static_cast<unsigned long long>(order[k]), L->block);
             L->body(L->args);
         }
@@ -399,30 +490,177 @@ static void run_block(Worker* w, unsigned long long b) {
     }
     for (unsigned long long phase = 0;; ++phase) {
         shuffle(order, n, mix(key + phase));
-        for (int k = 0; k < n; ++k)
-            if (fibers[order[k]].state == RUNNABLE) resume(w, &fibers[order[k]]);
+        for (int k = 0; k < n; ++k) {
+            if (fibers[order[k]].state != RUNNABLE) continue;
+            w->tid = order[k];
+            resume(w, &fibers[order[k]]);
+            if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) break;
+        }
         w->current = nullptr;
+        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
         if (release_warps(L, fibers, n)) continue;
         if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
-        int waiting = 0, count = 0, at_warp = 0;
+        int waiting = 0, count = 0, at_warp = -1;
         for (int i = 0; i < n; ++i) {
             if (fibers[i].state == AT_BARRIER) {
                 ++waiting;
                 count += fibers[i].pred != 0;
             }
-            at_warp += fibers[i].state == AT_WARP;
+            if (fibers[i].state == AT_WARP) at_warp = i;
         }
-        if (at_warp) {
-            L->fail("cuda_on_cpu: a warp operation that not every live lane of the warp reached "
-                    "(some lanes wait at a block barrier)");
+        if (at_warp >= 0) {
+            L->check("warp", fibers[at_warp].site, 0,
+                     "a warp operation (%1) that not every live lane of the warp reached (some lanes wait at a "
+                     "block barrier): divergent warp code, which hangs on a GPU");
             return;
         }
         if (waiting == 0) break;
+        if (L->checks && !check_barrier(L, fibers, n)) return;
         w->reduced_count = count;
         w->reduced_waiting = waiting;
+        ++w->epoch;
         for (int i = 0; i < n; ++i)
             if (fibers[i].state == AT_BARRIER) fibers[i].state = RUNNABLE;
     }
+}
+
+// ---------------------------------------------------------------------- shared memory shadow
+struct Shadow {
+    uintptr_t addr;          // 0: a free slot
+    unsigned long long gen;  // the block (Worker::gen) the entry describes
+    unsigned epoch;          // the barrier phase of the fields below
+    bool init;               // written (or updated atomically) by this block
+    int wr, rd, at;          // a thread that wrote / read / updated it atomically in this phase, or -1
+    int rd2, at2;            // another thread than rd / at that read / updated it, or -1
+    int wr_line, rd_line, at_line;
+};
+
+static Shadow* shadow_slot(Shadow* table, size_t cap, uintptr_t addr) {
+    size_t i = static_cast<size_t>(mix(addr)) & (cap - 1);
+    while (table[i].addr != 0 && table[i].addr != addr) i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+static bool shadow_grow(Worker* w) {  // double the table, keeping this block's entries only
+    size_t cap = w->cap ? w->cap * 2 : 4096;
+    Shadow* table = static_cast<Shadow*>(calloc(cap, sizeof(Shadow)));
+    if (table == nullptr) return false;
+    size_t used = 0;
+    for (size_t i = 0; i < w->cap; ++i)
+        if (w->table[i].addr != 0 && w->table[i].gen == w->gen) {
+            *shadow_slot(table, cap, w->table[i].addr) = w->table[i];
+            ++used;
+        }
+    free(w->table);
+    w->table = table;
+    w->cap = cap;
+    w->used = used;
+    return true;
+}
+
+// The shadow entry of the shared element at ``p`` for the running thread's block and phase, or
+// nullptr when the checks are off (or out of memory: unchecked then).
+static Shadow* shadow(const void* p) {
+    Worker* w = worker;
+    if (w == nullptr || !w->launch->checks) return nullptr;
+    if ((w->used + 1) * 2 > w->cap && !shadow_grow(w)) return nullptr;
+    uintptr_t addr = reinterpret_cast<uintptr_t>(p);
+    Shadow* e = shadow_slot(w->table, w->cap, addr);
+    if (e->addr == 0) {
+        e->addr = addr;
+        ++w->used;
+        e->gen = w->gen - 1;
+    }
+    if (e->gen != w->gen) {
+        e->gen = w->gen;
+        e->init = false;
+        e->epoch = w->epoch + 1;
+    }
+    if (e->epoch != w->epoch) {
+        e->epoch = w->epoch;
+        e->wr = e->rd = e->at = e->rd2 = e->at2 = -1;
+    }
+    return e;
+}
+
+// Report a check from inside the running thread and stop it (a fiber is never resumed; without
+// fibers the thread finishes its access and the block stops after it).
+static void check_failed(const char* kind, int line, int line2, const char* text) {
+    Worker* w = worker;
+    w->launch->check(kind, line, line2, text);
+    Fiber* f = w->current;
+    if (f != nullptr) {
+        f->state = ABORTED;
+        to_scheduler(f);
+    }
+}
+
+static void race(int line, int other_line, int t, const char* what, int other, const char* other_what) {
+    char text[320];
+    snprintf(text, sizeof text, "thread %d %s a shared memory element at %%1 that thread %d %s at %%2 with no "
+             "barrier between (a data race: the result depends on the order the GPU runs them); put "
+             "acc.sync_block_threads() between the two, or make both accesses atomic", t, what, other, other_what);
+    check_failed("race", line, other_line, text);
+}
+
+template <class T> static T* sh_read(T* p, int line) {
+    Shadow* e = shadow(p);
+    if (e == nullptr) return p;
+    int t = worker->tid;
+    if (!e->init) {
+        check_failed("uninitialized", line, 0,
+                     "a read of shared memory at %1 that this block never wrote: shared memory starts undefined "
+                     "on a GPU (never zero, never what another block left); write it before reading it");
+    } else if (e->wr >= 0 && e->wr != t) {
+        race(line, e->wr_line, t, "reads", e->wr, "wrote");
+    } else if (e->at >= 0 && (e->at2 >= 0 || e->at != t)) {
+        race(line, e->at_line, t, "reads (a plain load)", e->at != t ? e->at : e->at2, "updated atomically");
+    } else if (e->rd < 0) {
+        e->rd = t;
+        e->rd_line = line;
+    } else if (e->rd != t) {
+        e->rd2 = t;
+    }
+    return p;
+}
+
+template <class T> static T* sh_write(T* p, int line) {
+    Shadow* e = shadow(p);
+    if (e == nullptr) return p;
+    int t = worker->tid;
+    if (e->wr >= 0 && e->wr != t) {
+        race(line, e->wr_line, t, "writes", e->wr, "wrote");
+    } else if (e->at >= 0 && (e->at2 >= 0 || e->at != t)) {
+        race(line, e->at_line, t, "writes (a plain store)", e->at != t ? e->at : e->at2, "updated atomically");
+    } else if (e->rd >= 0 && (e->rd2 >= 0 || e->rd != t)) {
+        race(line, e->rd_line, t, "writes", e->rd != t ? e->rd : e->rd2, "read");
+    } else {
+        e->wr = t;
+        e->wr_line = line;
+        e->init = true;
+    }
+    return p;
+}
+
+template <class T> static T* sh_atomic(T* p, int line) {
+    Shadow* e = shadow(p);
+    if (e == nullptr) return p;
+    int t = worker->tid;
+    if (!e->init) {
+        check_failed("uninitialized", line, 0,
+                     "an atomic update at %1 of shared memory that this block never wrote: shared memory starts "
+                     "undefined on a GPU (never zero); write it before updating it");
+    } else if (e->wr >= 0 && e->wr != t) {
+        race(line, e->wr_line, t, "updates atomically", e->wr, "wrote with a plain store");
+    } else if (e->rd >= 0 && (e->rd2 >= 0 || e->rd != t)) {
+        race(line, e->rd_line, t, "updates atomically", e->rd != t ? e->rd : e->rd2, "read with a plain load");
+    } else if (e->at < 0) {
+        e->at = t;
+        e->at_line = line;
+    } else if (e->at != t) {
+        e->at2 = t;
+    }
+    return p;
 }
 
 static void* work(void* arg) {
@@ -452,10 +690,11 @@ static void* work(void* arg) {
     if (stacks != nullptr) munmap(stacks - sysconf(_SC_PAGESIZE), stack_bytes);
     free(w.fibers);
     free(w.order);
+    free(w.table);
     return nullptr;
 }
 
-static unsigned long long warp_op(int op, unsigned long long value, long long arg) {
+static unsigned long long warp_op(int op, unsigned long long value, long long arg, int line) {
     Worker* w = worker;
     if (w->current == nullptr) {
         w->launch->fail("cuda_on_cpu: a warp operation in a kernel launched without fibers");
@@ -465,12 +704,13 @@ static unsigned long long warp_op(int op, unsigned long long value, long long ar
     f->wop = op;
     f->wval = value;
     f->warg = arg;
+    f->site = line;
     f->state = AT_WARP;
     to_scheduler(f);
     return f->wres;
 }
 
-static int barrier(int pred) {
+static int barrier(int pred, int line) {
     Worker* w = worker;
     if (w->current == nullptr) {
         // the launcher found no barrier in the source: refuse rather than run unsynchronised
@@ -479,13 +719,14 @@ static int barrier(int pred) {
     }
     Fiber* f = w->current;
     f->pred = pred;
+    f->site = line;
     f->state = AT_BARRIER;
     to_scheduler(f);
     return w->reduced_count;
 }
 
 static int run(void (*body)(void**), void** args, const long long* dims, long long dyn_shared, int fibers,
-               unsigned long long seed, int threads, char* error, int error_len) {
+               unsigned long long seed, int threads, int checks, char* error, int error_len) {
     Launch L;
     memset(&L, 0, sizeof L);
     L.body = body;
@@ -494,6 +735,7 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     L.block = {static_cast<unsigned>(dims[3]), static_cast<unsigned>(dims[4]), static_cast<unsigned>(dims[5])};
     L.dyn_shared = dyn_shared;
     L.fibers = fibers != 0;
+    L.checks = checks;
     L.seed = seed;
     L.error = error;
     L.error_len = error_len;
@@ -519,12 +761,22 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
 
 }  // namespace alpyka_host
 
-static inline void __syncthreads() { alpyka_host::barrier(1); }
-static inline int __syncthreads_count(int p) { return alpyka_host::barrier(p); }
-static inline int __syncthreads_and(int p) {
-    return alpyka_host::barrier(p) == alpyka_host::worker->reduced_waiting;
+// barriers and warp operations are macros over functions taking their call site (__LINE__)
+static inline void alpyka_syncthreads(int line) { alpyka_host::barrier(1, line); }
+static inline int alpyka_syncthreads_count(int p, int line) { return alpyka_host::barrier(p, line); }
+static inline int alpyka_syncthreads_and(int p, int line) {
+    return alpyka_host::barrier(p, line) == alpyka_host::worker->reduced_waiting;
 }
-static inline int __syncthreads_or(int p) { return alpyka_host::barrier(p) != 0; }
+static inline int alpyka_syncthreads_or(int p, int line) { return alpyka_host::barrier(p, line) != 0; }
+#define __syncthreads() alpyka_syncthreads(__LINE__)
+#define __syncthreads_count(p) alpyka_syncthreads_count((p), __LINE__)
+#define __syncthreads_and(p) alpyka_syncthreads_and((p), __LINE__)
+#define __syncthreads_or(p) alpyka_syncthreads_or((p), __LINE__)
+
+// shared memory accesses the emitter wrote through these (emit(checks=True)): checked, see above
+#define ALPYKA_SH_LD(x) (*alpyka_host::sh_read(&(x), __LINE__))
+#define ALPYKA_SH_ST(x) (*alpyka_host::sh_write(&(x), __LINE__))
+#define ALPYKA_SH_AT(p) (alpyka_host::sh_atomic((p), __LINE__))
 
 // ---------------------------------------------------------------------- warps (CUDA, then HIP)
 template <class T> static inline unsigned long long alpyka_wbits(T v) {
@@ -537,33 +789,27 @@ template <class T> static inline T alpyka_wvalue(unsigned long long b) {
     memcpy(&v, &b, sizeof v);
     return v;
 }
-#define ALPYKA_WARP(op, v, arg) alpyka_host::warp_op(alpyka_host::op, (v), (arg))
-static inline unsigned int __activemask() { return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0)); }
-static inline int __all_sync(unsigned int, int p) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
-static inline int __any_sync(unsigned int, int p) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
-static inline unsigned int __ballot_sync(unsigned int, int p) {
-    return static_cast<unsigned int>(ALPYKA_WARP(W_BALLOT, p != 0, 0));
+#define ALPYKA_WARP(op, v, arg) alpyka_host::warp_op(alpyka_host::op, (v), (arg), line)
+#define ALPYKA_LL(x) static_cast<long long>(x)
+static inline unsigned int alpyka_activemask(int line) { return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0)); }
+static inline int alpyka_all(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
+static inline int alpyka_any(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
+static inline unsigned long long alpyka_ballot(int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0); }
+template <class T> static inline T alpyka_shfl(int op, T v, long long arg, int line) {
+    return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, line));
 }
-template <class T> static inline T __shfl_sync(unsigned int, T v, int lane) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_SHFL, alpyka_wbits(v), lane));
-}
-template <class T> static inline T __shfl_up_sync(unsigned int, T v, unsigned int delta) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_UP, alpyka_wbits(v), static_cast<long long>(delta)));
-}
-template <class T> static inline T __shfl_down_sync(unsigned int, T v, unsigned int delta) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_DOWN, alpyka_wbits(v), static_cast<long long>(delta)));
-}
-template <class T> static inline T __shfl_xor_sync(unsigned int, T v, int mask) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_XOR, alpyka_wbits(v), mask));
-}
-static inline int __all(int p) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
-static inline int __any(int p) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
-static inline unsigned long long __ballot(int p) { return ALPYKA_WARP(W_BALLOT, p != 0, 0); }
-template <class T> static inline T __shfl(T v, int lane) { return alpyka_wvalue<T>(ALPYKA_WARP(W_SHFL, alpyka_wbits(v), lane)); }
-template <class T> static inline T __shfl_up(T v, unsigned int delta) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_UP, alpyka_wbits(v), static_cast<long long>(delta)));
-}
-template <class T> static inline T __shfl_down(T v, unsigned int delta) {
-    return alpyka_wvalue<T>(ALPYKA_WARP(W_DOWN, alpyka_wbits(v), static_cast<long long>(delta)));
-}
-template <class T> static inline T __shfl_xor(T v, int mask) { return alpyka_wvalue<T>(ALPYKA_WARP(W_XOR, alpyka_wbits(v), mask)); }
+#define __activemask() alpyka_activemask(__LINE__)
+#define __all_sync(m, p) alpyka_all((p), __LINE__)
+#define __any_sync(m, p) alpyka_any((p), __LINE__)
+#define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot((p), __LINE__))
+#define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up_sync(m, v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down_sync(m, v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor_sync(m, v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __all(p) alpyka_all((p), __LINE__)
+#define __any(p) alpyka_any((p), __LINE__)
+#define __ballot(p) alpyka_ballot((p), __LINE__)
+#define __shfl(v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up(v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down(v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor(v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)

@@ -33,7 +33,10 @@ from typing import Any
 import numpy as np
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
-FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing", "-fvisibility=hidden", "-w")
+#: ``-ffp-contract=off``: numpy's float bits, as the GPU backends' defaults give them (no FMA
+#: contraction, which GCC allows by default and makes on targets with FMA in their base ISA)
+FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing", "-fvisibility=hidden", "-w",
+         "-ffp-contract=off")
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 _BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask")  # need fibers
 _ERR_LEN = 512
@@ -53,6 +56,7 @@ class Compiled:
     launch: Any
     params: list[str]
     fibers: bool
+    src: Any = None  # the CSource: its line map puts a check's report at the kernel's Python line
 
 
 # ---------------------------------------------------------------------- compiler
@@ -132,8 +136,9 @@ def _trampoline(name: str, params: list[str]) -> str:
 static void alpyka_cpu_body(void** a) {{ {name}({call}); }}
 extern "C" __attribute__((visibility("default"))) int alpyka_cpu_launch(
         void** args, const long long* dims, long long dyn_shared, int fibers, unsigned long long seed,
-        int threads, char* error, int error_len) {{
-    return alpyka_host::run(&alpyka_cpu_body, args, dims, dyn_shared, fibers, seed, threads, error, error_len);
+        int threads, int checks, char* error, int error_len) {{
+    return alpyka_host::run(&alpyka_cpu_body, args, dims, dyn_shared, fibers, seed, threads, checks, error,
+                            error_len);
 }}
 """
 
@@ -177,9 +182,9 @@ def build(src: Any, name: str) -> Compiled:
     launch = so.alpyka_cpu_launch
     launch.restype = ctypes.c_int
     launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong,
-                       ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+                       ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
     fibers = any(b in code for b in _BARRIERS)
-    return Compiled(name, lib, launch, params, fibers)
+    return Compiled(name, lib, launch, params, fibers, src)
 
 
 # ---------------------------------------------------------------------- run
@@ -199,9 +204,37 @@ def seed() -> int:
     return env_number("ALPYKA_EMULATE_SEED", 1, int) & (2**64 - 1)
 
 
+def checks_on() -> bool:
+    """Whether launches check what a GPU leaves wrong or undefined (``ALPYKA_EMULATE_CHECKS``,
+    default on; cuda_on_cpu.h's header comment lists them)."""
+    from portable.env import emulate_checks
+
+    return emulate_checks()
+
+
+def _check_error(kernel: Compiled, report: str) -> Exception:
+    """The KernelCheckError of a report ``check:<kind>:<C line>:<C line>:<text>`` (cuda_on_cpu.h):
+    ``%1``/``%2`` in the text become the lines of the kernel's Python source."""
+    from portable.kernel import KernelCheckError
+
+    _, kind, l1, l2, text = report.split(":", 4)
+    src = kernel.src
+    where = src.source_file if src is not None and src.source_file else "<kernel>"
+
+    def line(c_line: str) -> int:
+        return src.python_line(int(c_line)) if src is not None and int(c_line) > 0 else 0
+
+    first = line(l1) or (src.line_map and min(src.line_map.values())) or 0
+    text = text.replace("%1", f"line {line(l1) or '?'}").replace("%2", f"line {line(l2) or '?'}")
+    name = src.kernel_name if src is not None and src.kernel_name else kernel.name
+    return KernelCheckError(f"kernel {name!r} ({where}:{first}): {kind}: {text} (found by the GPU emulator's checks, "
+                            "ALPYKA_EMULATE_CHECKS=0 turns them off)", kind)
+
+
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` (CUDA's order: x first) with the packed ``args``;
-    returns once every block finished. RuntimeError with the runtime's message on a refusal."""
+    returns once every block finished. A check's report is a KernelCheckError naming the kernel's
+    Python line; RuntimeError with the runtime's message on a refusal."""
     if len(args) != len(kernel.params):
         raise TypeError(f"kernel {kernel.name} takes {len(kernel.params)} arguments; got {len(args)}")
     slots = np.zeros(max(len(args), 1), np.uint64)  # each argument in an 8-byte slot, little-endian
@@ -215,5 +248,9 @@ def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: in
     b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
     dims = (ctypes.c_longlong * 6)(*g, *b)
     err = ctypes.create_string_buffer(_ERR_LEN)
-    if kernel.launch(ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), err, _ERR_LEN):
-        raise RuntimeError(f"kernel {kernel.name}: {err.value.decode(errors='replace')}")
+    if kernel.launch(ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), int(checks_on()), err,
+                     _ERR_LEN):
+        report = err.value.decode(errors="replace")
+        if report.startswith("check:"):
+            raise _check_error(kernel, report)
+        raise RuntimeError(f"kernel {kernel.name}: {report}")

@@ -61,7 +61,12 @@ def _record_twins() -> None:
     original = launch.emit_for
 
     def emit_for_with_twin(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
+        checked = dialect in ("cuda", "hip") and executor_name() == "cpp" and _checks_on()
+        if checked and not key[3]:  # the checks' "bounds": ALPYKA_DEBUG's range checks
+            key = key[:3] + (True,) + key[4:]
         kir, src = original(kernel, key, ndim, dialect)
+        if checked:  # shared memory accesses through the checking macros of cuda_on_cpu.h
+            src = emit(kir, dialect, unit_elements=key[4], checks=True)
         if dialect in ("cuda", "hip"):
             twin = emit(kir, "opencl", unit_elements=key[4]) if executor_name() == "opencl" else None
             with _twins_lock:
@@ -208,10 +213,45 @@ class CppExecutor:
         """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
         from backends.emulator import cuda_on_cpu
 
+        from portable.kernel import KernelCheckError
+
         for i, ctype in enumerate(prepared.params):
             if ctype.endswith("*"):
                 _device_span(self.rt, int(args[i]), prepared.name, f"argument {i} ({ctype})")
-        cuda_on_cpu.run(prepared, grid, block, args, shared_mem)
+        try:
+            cuda_on_cpu.run(prepared, grid, block, args, shared_mem)
+        except KernelCheckError as exc:
+            if not _report_on_flag(prepared.src, args, exc):
+                raise  # no error flag: a sticky device fault
+
+
+def _checks_on() -> bool:
+    from backends.emulator.cuda_on_cpu import checks_on
+
+    return checks_on()
+
+
+def _report_on_flag(src: Any, args: tuple, exc: Any) -> bool:
+    """Report a check's KernelCheckError as ALPYKA_DEBUG's range checks report theirs: its
+    message joins the source's check messages and its number goes into the kernel's error flag
+    (the last argument; the first report wins), which the launcher reads after the kernel and
+    raises at the next ``wait()``, the queue staying usable. False when the kernel has no flag."""
+    if src is None or not src.needs_error_flag or not args:
+        return False
+    report = exc.report()
+    with _twins_lock:
+        messages = src.check_messages
+        for i, m in enumerate(messages):
+            if type(m) is type(report) and m == report:
+                ident = i + 1
+                break
+        else:
+            messages.append(report)
+            ident = len(messages)
+    flag = ctypes.c_int32.from_address(int(args[-1]))
+    if flag.value == 0:
+        flag.value = ident
+    return True
 
 
 def _recorded(code: str, name: str) -> tuple[Any, Any]:
@@ -261,6 +301,11 @@ def _nvrtc_guard(src: Any, options: tuple) -> None:
     if nvrtc_available() is not None:
         return
     opts = tuple(o for o in options if o != "--std=c++17")  # nvrtc_compile passes it itself
+    if src.dialect == "hip":  # hiprtc's float rules (-ffp-contract=off...) in NVRTC's spelling
+        from backends._c_build import HIPRTC_FLOAT_OPTIONS, float_options
+
+        hiprtc_only = {o for spelled in HIPRTC_FLOAT_OPTIONS.values() for o in spelled}
+        opts = float_options("cuda", src.fast_math) + tuple(o for o in opts if o not in hiprtc_only)
     nvrtc_compile(src, os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"), opts)
 
 

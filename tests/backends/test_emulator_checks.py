@@ -1,0 +1,337 @@
+"""The GPU emulator's checks (ALPYKA_EMULATE_CHECKS, on by default): a launch that would be wrong
+or undefined on a GPU fails with pk.KernelCheckError of the right kind, naming the kernel and the
+Python line, at the next wait() as the cause of a pk.AsyncError; the queue stays usable; the
+corrected kernel passes; ALPYKA_EMULATE_CHECKS=0 turns the checks off."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import portable as pk
+from backends.emulator import fake_cupy_kernels
+
+pytestmark = pytest.mark.hip_differs  # the emulator's own tests: its HIP personality too
+emulated = pytest.mark.alpyka_backends("cuda", "rocm")
+
+N = 64  # threads per block
+
+
+@pytest.fixture
+def checked(backend, monkeypatch):
+    if backend not in fake_cupy_kernels.served_here():
+        pytest.skip(f"{backend} is not emulated here (the checks are the emulator's)")
+    if fake_cupy_kernels.executor_name() != "cpp":
+        pytest.skip("the emulator runs OpenCL twins in this run (ALPYKA_EMULATE_EXEC=opencl)")
+    monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "1")
+
+
+# ----------------------------------------------------------------------------- wrong kernels
+@pk.kernel
+def divergent_barrier(acc, out, z):
+    t = acc.thread_idx
+    if t < 32:
+        acc.sync_block_threads()  # CHECK
+    else:
+        acc.sync_block_threads()
+    out[acc.block_idx * N + t] = t
+
+
+@pk.kernel
+def skipped_barrier(acc, out, z):
+    t = acc.thread_idx
+    if t < 32:
+        acc.sync_block_threads()  # CHECK
+    out[acc.block_idx * N + t] = t
+
+
+@pk.kernel
+def shfl_from_absent_lane(acc, out, z):
+    t = acc.thread_idx
+    v = acc.warp_shfl_down(t, 16)  # CHECK (a block of 48: the second warp has 16 lanes)
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def shfl_after_a_lane_left(acc, out, z):
+    t = acc.thread_idx
+    v = t
+    for _k in range(t % 4 + 1):  # uneven trips: lanes leave the loop one after another
+        v = acc.warp_shfl_xor(v, 1)  # CHECK
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def write_write_race(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = 0
+    acc.sync_block_threads()
+    sh[0] = t  # CHECK
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[0]
+
+
+@pk.kernel
+def write_read_race(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    sh[t] = t + 1  # CHECK (either access is the race's first)
+    out[acc.block_idx * N + t] = sh[(t + 1) % N]  # CHECK
+
+
+@pk.kernel
+def warp_synchronous_sum(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    if t < 32:  # lockstep lanes assumed: no barrier between the steps
+        off = 16
+        while off > 0:
+            sh[t] += sh[t + off]  # CHECK
+            off //= 2
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[0]
+
+
+@pk.kernel
+def never_written(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = sh[t]  # CHECK
+
+
+@pk.kernel
+def written_by_block_0_only(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    if acc.block_idx == 0:
+        sh[t] = t
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[t]  # CHECK
+
+
+@pk.kernel
+def shared_out_of_bounds(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t + 1] = t  # CHECK
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = 1
+
+
+@pk.kernel
+def global_out_of_bounds(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t + 1] = t  # CHECK (the last thread writes past the end)
+
+
+# ----------------------------------------------------------------------------- corrected
+@pk.kernel
+def uniform_barrier(acc, out, z):
+    t = acc.thread_idx
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = t
+
+
+@pk.kernel
+def shfl_within_the_warp(acc, out, z):
+    t = acc.thread_idx
+    lane = t % acc.warp_size
+    lanes = min(acc.warp_size, acc.block_threads - (t - lane))
+    v = acc.warp_shfl(t, lane + 16 if lane + 16 < lanes else lane)
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def shfl_converged(acc, out, z):
+    t = acc.thread_idx
+    v = t
+    for k in range(4):
+        w = acc.warp_shfl_xor(v, 1)
+        if k < t % 4 + 1:
+            v = w
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def one_writer(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = 0
+    acc.sync_block_threads()
+    if t == 0:
+        sh[0] = 7
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[0]
+
+
+@pk.kernel
+def write_barrier_read(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    v = sh[(t + 1) % N]
+    acc.sync_block_threads()
+    sh[t] = v
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def block_synchronous_sum(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    off = 16
+    while off > 0:
+        v = sh[t + off] if t < off else 0
+        acc.sync_block_threads()
+        if t < off:
+            sh[t] += v
+        acc.sync_block_threads()
+        off //= 2
+    out[acc.block_idx * N + t] = sh[0]
+
+
+@pk.kernel
+def written_by_every_block(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[t]
+
+
+@pk.kernel
+def shared_in_bounds(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = t
+    acc.sync_block_threads()
+    out[acc.block_idx * N + t] = sh[N - 1 - t]
+
+
+@pk.kernel
+def integer_division_by_zero(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t // z + t % z + 5
+
+
+def _within_the_warp(warp_size: int) -> np.ndarray:
+    """What shfl_within_the_warp gives in a block of 48: lane + 16 where the warp has it, else its own."""
+    t = np.arange(48)
+    lane = t % warp_size
+    lanes = np.minimum(warp_size, 48 - (t - lane))
+    return np.where(lane + 16 < lanes, t + 16, t)
+
+
+def _converged() -> np.ndarray:
+    """What shfl_converged gives: every lane swaps with its pair each step, keeping t % 4 + 1 of them."""
+    v = np.arange(N)
+    for k in range(4):
+        w = v[np.arange(N) ^ 1]
+        v = np.where(k < np.arange(N) % 4 + 1, w, v)
+    return v
+
+
+# (wrong kernel, kind, threads per block, blocks, the corrected kernel, its values per block)
+CASES = {
+    "divergent_barrier": (divergent_barrier, "barrier", N, 1, uniform_barrier, np.arange(N)),
+    "skipped_barrier": (skipped_barrier, "barrier", N, 1, uniform_barrier, np.arange(N)),
+    "shfl_absent_lane": (shfl_from_absent_lane, "warp", 48, 1, shfl_within_the_warp, _within_the_warp),
+    "shfl_lane_left": (shfl_after_a_lane_left, "warp", N, 1, shfl_converged, _converged()),
+    "write_write": (write_write_race, "race", N, 1, one_writer, np.full(N, 7)),
+    "write_read": (write_read_race, "race", N, 1, write_barrier_read, (np.arange(N) + 1) % N),
+    "warp_synchronous": (warp_synchronous_sum, "race", N, 1, block_synchronous_sum, np.full(N, sum(range(32)))),
+    "never_written": (never_written, "uninitialized", N, 1, written_by_every_block, np.arange(N)),
+    "previous_block": (written_by_block_0_only, "uninitialized", N, 2, written_by_every_block, np.arange(N)),
+    "shared_bounds": (shared_out_of_bounds, "bounds", N, 1, shared_in_bounds, np.arange(N)[::-1]),
+    "global_bounds": (global_out_of_bounds, "bounds", N, 1, uniform_barrier, np.arange(N)),
+}
+
+
+def _check_lines(kernel) -> list[int]:
+    """The lines of ``kernel`` marked ``# CHECK``: where the report may point."""
+    lines, first = inspect.getsourcelines(kernel.py_function)
+    return [first + i for i, text in enumerate(lines) if "# CHECK" in text]
+
+
+def _launch(queue, device, kernel, threads, blocks):
+    out = pk.Buffer(device, blocks * N, np.int64, queue=queue)
+    pk.memset(queue, out, 0)
+    pk.exec(queue, pk.WorkDiv(blocks, threads, 1), kernel, out, np.int64(0))
+    got = np.empty(blocks * N, np.int64)
+    pk.memcpy(queue, got, out)
+    queue.wait()
+    return got
+
+
+@emulated
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_kernel_wrong_on_a_gpu_is_a_check_error_and_its_fix_passes(device, queue, checked, monkeypatch, case):
+    wrong, kind, threads, blocks, fixed, want = CASES[case]
+    monkeypatch.setenv("ALPYKA_EMULATE_THREADS", "1")  # one OS thread: the blocks share its shared memory
+    with pytest.raises(pk.AsyncError) as info:
+        _launch(queue, device, wrong, threads, blocks)
+    err = info.value.__cause__
+    assert isinstance(err, pk.KernelCheckError) and isinstance(err, pk.AlpykaError), repr(err)
+    assert err.kind == kind, str(err)
+    where = [f"{os.path.basename(__file__)}:{line}" for line in _check_lines(wrong)]
+    assert f"kernel {wrong.__name__!r}" in str(err) and any(w in str(err) for w in where), str(err)
+    if kind == "bounds":
+        assert isinstance(err, pk.KernelIndexError)  # ALPYKA_DEBUG's error, now the "bounds" kind
+    got = _launch(queue, device, fixed, threads, blocks)  # the queue stays usable
+    if callable(want):
+        want = want(64 if device.backend_name == "rocm" else 32)  # HIP's wavefront, CUDA's warp
+    for b in range(blocks):
+        np.testing.assert_array_equal(got[b * N: b * N + threads], np.asarray(want)[:threads])
+
+
+@emulated
+def test_integer_division_by_zero_does_not_crash(device, queue, checked):
+    got = _launch(queue, device, integer_division_by_zero, N, 1)
+    np.testing.assert_array_equal(got, np.full(N, 5))  # numpy's // 0 and % 0 on integers: 0
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import portable as pk
+    sys.path.insert(0, {folder!r})
+    from test_emulator_checks import N, never_written, write_read_race, skipped_barrier
+    q = pk.Queue(pk.device({backend!r}))
+    out = pk.Buffer(q.device, N, np.int64, queue=q)
+    for k in (never_written, write_read_race, skipped_barrier):
+        try:
+            pk.exec(q, pk.WorkDiv(1, N, 1), k, out, np.int64(0))
+            q.wait()
+            print(k.__name__, "ran")
+        except pk.AsyncError as exc:
+            print(k.__name__, "checked", getattr(exc.__cause__, "kind", None))
+""")
+
+
+@emulated
+@pytest.mark.parametrize("setting", ["0", "1"])
+def test_the_switch_turns_the_checks_off(backend, checked, setting):
+    env = {**os.environ, "ALPYKA_EMULATE": backend, "ALPYKA_EMULATE_CHECKS": setting}
+    code = CHILD.format(folder=os.path.dirname(__file__), backend=backend)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split()
+    if setting == "0":
+        assert lines == ["never_written", "ran", "write_read_race", "ran", "skipped_barrier", "ran"], done.stdout
+    else:
+        assert lines == ["never_written", "checked", "uninitialized", "write_read_race", "checked", "race",
+                         "skipped_barrier", "checked", "barrier"], done.stdout
