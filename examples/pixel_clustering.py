@@ -10,7 +10,8 @@ connectivity). The steps are CMSSW's, written with alpyka's kernel language and 
 2. every digi's cluster id starts as its own index;
 3. one block per module: each digi looks up its neighbours through the histogram (the columns
    ``x - 1 .. x + 1``) and takes the smallest id among them (``atomic_min``, then pointer
-   jumping), until no id changes in the block (``acc.sync_block_threads_or``); each cluster
+   jumping; ids that other threads ``atomic_min`` are read atomically too, ``atomic_or(.., 0)``,
+   so no plain load races an update), until no id changes in the block (``acc.sync_block_threads_or``); each cluster
    then carries the index of its first digi;
 4. number the clusters per module: a stable ``pk.tools.argsort`` by module keeps input order
    within a module, a ``pk.tools.prefix_scan`` over "is a cluster's first digi" ranks them.
@@ -63,15 +64,17 @@ def _find_clus(acc, offsets, content, x, y, cluster, n_modules, n_columns):
                 i = content[k]
                 xi = x[i]
                 yi = y[i]
-                best = cluster[i]
+                best = acc.atomic_or(cluster, i, 0)  # an atomic read: other threads atomic_min these ids
                 for c in range(max(xi - 1, 0), min(xi + 2, n_columns)):
                     b = m * n_columns + c
                     for kk in range(offsets[b], offsets[b + 1]):
                         j = content[kk]
                         if abs(y[j] - yi) <= 1:
-                            best = min(best, cluster[j])
-                while cluster[best] < best:  # pointer jumping: an id is the index of a digi
-                    best = cluster[best]
+                            best = min(best, acc.atomic_or(cluster, j, 0))
+                up = acc.atomic_or(cluster, best, 0)
+                while up < best:  # pointer jumping: an id is the index of a digi
+                    best = up
+                    up = acc.atomic_or(cluster, best, 0)
                 if best < acc.atomic_min(cluster, i, best):
                     changed = True
             acc.mem_fence("block")
