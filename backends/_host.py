@@ -142,6 +142,12 @@ class HostBackend(Backend):
         e = workdiv.elements
         impl.enqueue_call(self.run_blocks, plan, nblocks, call, args, e[0] if len(e) == 1 else math.prod(e))
 
+    def recorder(self, queue: Any) -> Any:
+        """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""
+        from ._graph_replay import HostRecorder
+
+        return HostRecorder(self, queue)
+
     def launch_blocks(self, plan: Any, workdiv: Any, dyn: int, args: tuple) -> None:
         """Run every block of a launch now (a blocking queue): cpu_threads spreads them over
         threads."""

@@ -12,6 +12,7 @@ from ._collection import CollectionTooLarge, PortableCollection
 from ._device import Device, DeviceLimits
 from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, EnvVarError,
                       KernelBuildError, WorkDivError)
+from ._graph import CaptureError, Graph, capture
 from ._memory import memcpy, memset
 from ._queue import Event, Queue, exec
 from ._registry import (
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "BackendUnavailable", "Buffer",
+    "CaptureError", "Graph", "capture",
     "Device", "DeviceLimits", "DeviceMismatch", "EnvVarError", "Event",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",

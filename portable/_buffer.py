@@ -14,6 +14,7 @@ import soa
 from ._backend import MemRef
 from ._deferred import defer
 from ._device import Device
+from ._graph import active as _capturing, refuse_host_read
 from ._handoff import LastQueue, register_holder
 from ._queue import Event, Queue
 
@@ -67,6 +68,8 @@ def wait_on_host(last: LastQueue) -> None:
     """Block until the work enqueued so far on the buffer's last queue finished (host readers);
     an error of that work is raised as :class:`~portable.AsyncError`."""
     queue = last.queue()
+    if _capturing:  # no host reads inside pk.capture (portable/_graph.py)
+        refuse_host_read(queue)
     if queue is None or queue.is_idle() or _inside_own_task(queue._impl):
         return
     event = Event(queue.device)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import WorkDivError
+from ._graph import active as _capturing, record_launch
 from ._handoff import note_queue
 from ._registry import get_backend
 from ._workdiv import WorkDiv
@@ -29,6 +30,8 @@ def launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple) -> None:
         if len(_checked) > 1024:
             _checked.clear()
         _checked[id(workdiv)] = (workdiv, dev)  # holds the (immutable) WorkDiv: its id stays its own
+    if _capturing and record_launch(queue, workdiv, kernel, args):  # inside pk.capture (portable/_graph.py)
+        return
     get_backend(dev.backend_name).launch(queue, workdiv, kernel, args)
     note_queue(queue, args)  # interchange consumers of these buffers wait for this queue
 

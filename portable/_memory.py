@@ -9,6 +9,7 @@ import numpy as np
 from ._backend import MemRef
 from ._buffer import Buffer
 from ._errors import DeviceMismatch
+from ._graph import active as _capturing, record_copy, record_fill
 from ._handoff import note_queue
 from ._queue import Queue
 from ._registry import host
@@ -71,6 +72,8 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     _check_queue_access(queue, d, "the destination")
     _check_queue_access(queue, s, "the source")
     if d.nbytes:
+        if _capturing and record_copy(queue, d, s):  # inside pk.capture (portable/_graph.py)
+            return
         queue.device.backend.copy(queue, d, s)
         note_queue(queue, (d.owner, s.owner))  # interchange consumers wait for this queue
 
@@ -84,5 +87,7 @@ def memset(queue: Queue, dst: Any, value: int) -> None:
     d = as_memref(dst, "destination", writable=True)
     _check_queue_access(queue, d, "the destination")
     if d.nbytes:
+        if _capturing and record_fill(queue, d, int(value)):  # inside pk.capture (portable/_graph.py)
+            return
         queue.device.backend.fill(queue, d, int(value))
         note_queue(queue, (d.owner,))

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from ._deferred import run_deferred
 from ._device import Device
+from ._graph import active as _capturing, refuse
 from ._handoff import note_queue
 from ._launch import launch
 from ._workdiv import WorkDiv
@@ -84,6 +85,8 @@ class Queue:
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the host once the work enqueued before it has finished."""
+        if _capturing:  # not inside pk.capture (portable/_graph.py)
+            refuse(self, "enqueue_host()")
         self._impl.enqueue_host(fn)
 
     def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
@@ -96,6 +99,8 @@ class Queue:
         work finished; a blocking queue finishes it before returning. An error of ``fn`` is
         raised here or by the next :meth:`wait`. Interchange consumers of the buffers and
         collections among ``keep`` (DLPack, the CUDA array interface) are ordered after it."""
+        if _capturing:
+            refuse(self, "enqueue_native()")
         self._impl.enqueue_native(fn, *keep)
         note_queue(self, keep)
 
@@ -104,18 +109,24 @@ class Queue:
             raise TypeError(f"record() takes a pk.Event, got {type(event).__name__}")
         if not self.device.can_access(event.device):
             raise ValueError(f"event of {event.device} cannot be recorded on a queue of {self.device}")
+        if _capturing:
+            refuse(self, "record()")
         self._impl.record(event._impl)
 
     def wait_for(self, event: Event) -> None:
         """Work enqueued after this call starts only once ``event`` (as recorded now) completed."""
         if not isinstance(event, Event):
             raise TypeError(f"wait_for() takes a pk.Event, got {type(event).__name__}")
+        if _capturing:
+            refuse(self, "wait_for()")
         self._impl.wait_for(event._impl)
 
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error it raised that
         no wait finished before this one started (a wait from one of the queue's own tasks
         raises RuntimeError: it would wait for itself)."""
+        if _capturing:
+            refuse(self, "wait()")
         run_deferred()  # a safe point: hand collected buffers back before blocking
         self._impl.wait()
 

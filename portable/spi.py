@@ -14,7 +14,9 @@ What a backend provides:
 - :class:`EventImpl`: what ``Backend.create_event`` returns; ``pk.Event`` and queues of every
   backend call it (:class:`Waitable` is the part other backends' queues wait on);
 - :class:`Allocator`: what ``Backend.allocator`` returns (:class:`CachingAllocator` is one);
-  buffers hold :class:`Block` s of it, and ``copy``/``fill`` receive :class:`MemRef` s.
+  buffers hold :class:`Block` s of it, and ``copy``/``fill`` receive :class:`MemRef` s;
+- optionally ``Backend.recorder(queue)`` -> :class:`Recorder`: what ``pk.capture`` hands each
+  launch, copy and fill of a captured block (without it, graphs replay the normal calls).
 
 What a backend may reuse: :class:`HostQueue` / :class:`HostEvent` (queues run by a host worker
 thread, alpaka's ``QueueCpu*``), :class:`ErrorLog` (which ``wait()`` reports which asynchronous
@@ -122,6 +124,31 @@ class QueueImpl(Protocol):
     def native_handle(self) -> Any: ...
 
 
+@runtime_checkable
+class Recorder(Protocol):
+    """What the optional ``Backend.recorder(queue)`` returns for ``pk.capture(queue)``
+    (portable/_graph.py): each kernel launch, copy and fill enqueued on ``queue`` inside the
+    block is handed to it instead of being enqueued.
+
+    - ``launch(workdiv, kernel, args)``, ``copy(dst, src)``, ``fill(dst, value)``: do every check
+      the backend's ``launch``/``copy``/``fill`` does (the work division was checked already), and
+      raise as they would; then keep the work prepared (the compiled plan with its packed
+      arguments, the native call), running nothing;
+    - ``finish(keep) -> replay``: called once at the end of the block; ``replay()`` enqueues the
+      whole recording on the queue, in order, with no per-launch checks, keeping the objects
+      ``keep`` (buffers, views, memory owners) alive until that work finished; a blocking queue
+      finishes it before returning. ``replay`` may be called any number of times.
+    """
+
+    def launch(self, workdiv: Any, kernel: Any, args: tuple) -> None: ...
+
+    def copy(self, dst: MemRef, src: MemRef) -> None: ...
+
+    def fill(self, dst: MemRef, value: int) -> None: ...
+
+    def finish(self, keep: tuple) -> Callable[[], None]: ...
+
+
 def queue_impl(queue: Any) -> Any:
     """The :class:`QueueImpl` that ``Backend.create_queue`` made for ``queue`` (a ``pk.Queue``:
     what a backend's ``copy``/``fill``/``launch`` receive); None for None (an allocation made
@@ -154,7 +181,7 @@ class Allocator(Protocol):
 
 __all__ = [
     "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "Device", "DeviceLimits", "ErrorLog",
-    "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Waitable", "Worker", "before_workers_stop",
-    "c_strides", "check_not_own_worker", "pinned_host_allocator", "queue_impl", "run_deferred", "signature_key",
-    "start_worker", "stop_worker", "warn_unseen",
+    "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Recorder", "Waitable", "Worker",
+    "before_workers_stop", "c_strides", "check_not_own_worker", "pinned_host_allocator", "queue_impl",
+    "run_deferred", "signature_key", "start_worker", "stop_worker", "warn_unseen",
 ]

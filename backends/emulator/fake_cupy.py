@@ -14,6 +14,15 @@ It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on 
   complete, as CUDA's does (counted in ``runtime.pageable_copies``);
 - the HIP personality (``is_hip=True``) refuses ``Stream.launch_host_func`` with cupy's own
   message and its arrays have no ``__cuda_array_interface__``;
+- stream capture (CUDA graphs): ``stream.begin_capture()`` makes the stream record its kernels,
+  copies, fills and host functions instead of running them, ``stream.end_capture()`` returns a
+  ``cuda.graph.Graph`` whose ``launch(stream)`` runs the recording on ``stream`` in order (one
+  graph launch, counted in ``rt.graph_launches``); ``stream.is_capturing()`` and
+  ``runtime.streamIsCapturing``. As in CUDA, synchronising or querying a capturing stream, a
+  copy with pageable host memory, an event record or a stream wait on it fail with
+  ``cudaErrorStreamCaptureUnsupported`` and invalidate the capture (``end_capture`` then raises
+  ``cudaErrorStreamCaptureInvalidated``); the HIP personality refuses ``begin_capture`` (cupy's
+  docs: not supported on HIP);
 - ``__dlpack__(stream=s)`` synchronises like cupy: unless ``s == -1`` (no synchronisation) or
   ``s`` is the current stream, an event of the current stream is waited for on ``s``
   (recorded in ``dlpack_syncs``);
@@ -46,9 +55,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from portable import AlpykaError
 
-class CUDARuntimeError(RuntimeError):
-    pass
+from .thread_limit import max_threads_per_block
+
+
+class CUDARuntimeError(AlpykaError, RuntimeError):
+    """What cupy raises for a CUDA runtime error (cupy's own class is a RuntimeError too)."""
 
 
 class _Exec:
@@ -92,12 +105,19 @@ class _Exec:
             self.cv.wait_for(lambda: self.pending == 0)
 
 
+def _nothing() -> None:
+    """A kernel whose body does not run (no executor)."""
+
+
 _callbacks = _Exec("fake-cuda-callbacks")  # CUDA runs every host function on one driver thread
 _next_ptr = [0x7000]
 _C_TYPES = {"i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
             "u32": "uint32", "u64": "uint64", "f32": "float32", "f64": "float64", "float": "float32",
             "double": "float64", "int": "int32", "bool": "uint8", "char": "int8", "long long": "int64",
             "unsigned int": "uint32", "unsigned long long": "uint64"}
+#: what ``getDeviceProperties(i)["name"]`` says, by ``is_hip`` (alpyka info and str(device) show it)
+DEVICE_NAME = {False: "CUDA emulated on the CPU (ALPYKA_EMULATE)",
+               True: "ROCm (HIP) emulated on the CPU (ALPYKA_EMULATE)"}
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 
 
@@ -113,6 +133,7 @@ class _Runtime:
         self.pageable_copies = 0
         self.dlpack_syncs: list[tuple[int, Any]] = []
         self.launches: list[tuple[str, tuple, tuple, int, int]] = []
+        self.graph_launches = 0  # Graph.launch calls (stream capture)
         self.kernel_runner: Callable[[str, tuple], None] | None = None
         # runs kernel bodies (fake_cupy_kernels.CppExecutor or OpenCLTwinExecutor): ``prepare(code, name,
         # options)`` when a kernel is loaded, ``run(prepared, grid, block, args, shared_mem)``
@@ -170,30 +191,67 @@ def _make_stream_class(rt: _Runtime) -> type:
             _next_ptr[0] += 16
             self.ptr = _next_ptr[0]
             rt.streams[self.ptr] = self
+            self._captured: list | None = None  # the recording while capturing (begin_capture)
+            self._capture_error: str | None = None  # what invalidated the capture
             weakref.finalize(self, self.ex.stop)  # cudaStreamDestroy: its thread ends after its work
 
+        def enqueue(self, fn: Callable[[], Any]) -> None:
+            """Run ``fn`` on the stream in order, or record it while capturing."""
+            if self._captured is not None:
+                self._captured.append(fn)
+            else:
+                self.ex.submit(fn)
+
+        def _refuse_in_capture(self, what: str) -> None:
+            if self._captured is not None:
+                self._capture_error = self._capture_error or what
+                raise CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what} on a capturing stream "
+                                       "(the capture is invalidated)")
+
         def synchronize(self) -> None:
+            self._refuse_in_capture("cudaStreamSynchronize")
             self.ex.drain()
             rt.check_sticky()
 
         @property
         def done(self) -> bool:
+            self._refuse_in_capture("cudaStreamQuery")
             return self.ex.idle()
 
         def wait_event(self, event: Any) -> None:  # events of other devices are allowed
+            self._refuse_in_capture("cudaStreamWaitEvent (not emulated in a capture)")
             flag = event._flag
             self.ex.submit(lambda: flag.wait() if flag is not None else None)
+
+        def begin_capture(self, mode: Any = None) -> None:
+            if rt.is_hip:
+                raise RuntimeError("This feature is not supported on HIP")
+            if self._captured is not None:
+                raise CUDARuntimeError("cudaErrorIllegalState: the stream is capturing already")
+            self._captured, self._capture_error = [], None
+
+        def end_capture(self) -> Any:
+            if self._captured is None:
+                raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+            nodes, error = self._captured, self._capture_error
+            self._captured = self._capture_error = None
+            if error is not None:
+                raise CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: {error} during the capture")
+            return Graph._from_nodes(nodes, self.device_id)
+
+        def is_capturing(self) -> int:
+            return 0 if self._captured is None else (2 if self._capture_error else 1)
 
         def launch_host_func(self, callback: Callable[[Any], None], arg: Any) -> None:
             if rt.is_hip:
                 raise RuntimeError("This feature is not supported on HIP")
-            done = threading.Event()
 
             def on_stream() -> None:
+                done = threading.Event()
                 _callbacks.submit(lambda: (callback(arg), done.set()))
                 done.wait()  # the stream waits for the host function, as in CUDA
 
-            self.ex.submit(on_stream)
+            self.enqueue(on_stream)  # a host node when capturing (cupy supports it)
 
         def record(self, event: Any = None) -> Any:
             event = event or rt.module.cuda.Event()
@@ -208,7 +266,45 @@ def _make_stream_class(rt: _Runtime) -> type:
         def __exit__(self, *exc: Any) -> None:
             rt.tls.streams[self.device_id].pop()
 
-    return Stream
+    class Graph:
+        """``cupy.cuda.graph.Graph``: made by ``Stream.end_capture`` only; ``launch(stream)``
+        runs the captured nodes in their order on ``stream`` (the current stream by default)."""
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            raise NotImplementedError("currently this class cannot be initiated by the user and must be "
+                                      "created via stream capture")
+
+        @classmethod
+        def _from_nodes(cls, nodes: list, device_id: int) -> "Graph":
+            g = cls.__new__(cls)
+            g._nodes, g._device_id = tuple(nodes), device_id
+            return g
+
+        def _target(self, stream: Any) -> Any:
+            stream = stream if stream is not None else rt.current_stream(rt.device())
+            if stream is None:
+                raise CUDARuntimeError("fake cupy: a graph launched on the legacy null stream is not emulated")
+            if stream.device_id != self._device_id:
+                raise CUDARuntimeError(f"cudaErrorInvalidValue: graph of device {self._device_id} launched on a "
+                                       f"stream of device {stream.device_id}")
+            return stream
+
+        def launch(self, stream: Any = None) -> None:
+            stream = self._target(stream)
+            if stream._captured is not None:
+                raise CUDARuntimeError("fake cupy: a graph launched into a capture (a child graph) is not emulated")
+            nodes = self._nodes
+            rt.graph_launches += 1
+
+            def run() -> None:
+                for node in nodes:
+                    node()
+            stream.ex.submit(run)
+
+        def upload(self, stream: Any = None) -> None:
+            self._target(stream)
+
+    return Stream, Graph
 
 
 class _HostNullStream:
@@ -231,6 +327,7 @@ def _make_event_class(rt: _Runtime) -> type:
             stream = stream or rt.current_stream(rt.device())
             if stream is None:
                 raise CUDARuntimeError("fake cupy: recording on the legacy null stream is not emulated")
+            stream._refuse_in_capture("cudaEventRecord (not emulated in a capture)")
             if stream.device_id != self.device_id:
                 raise CUDARuntimeError(f"cudaErrorInvalidResourceHandle: event of device {self.device_id} "
                                        f"recorded on a stream of device {stream.device_id}")
@@ -411,7 +508,9 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
         def __init__(self, module: Any, name: str) -> None:
             self.module, self.name = module, name
             self.params = _parse_params(module.code, name)
-            self.max_threads_per_block = 1024
+            # the kernel's own limit, estimated from its registers (thread_limit.py), as
+            # cudaFuncGetAttributes answers it on a GPU
+            self.max_threads_per_block = max_threads_per_block(module.code, rt.is_hip)
             self._dyn = default_dyn if not rt.is_hip else optin
             # compiled (and its OpenCL twin built) at load, as cupy does on first use
             self.prepared = rt.executor.prepare(module.code, name, module.options) if rt.executor else None
@@ -468,11 +567,11 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
                     except BaseException as exc:  # a device fault: sticky, reported on sync
                         rt.sticky = rt.sticky or exc
                         raise
-                stream.ex.submit(execute)
+                stream.enqueue(execute)
             elif runner is not None:
-                stream.ex.submit(lambda: runner(name, args))
+                stream.enqueue(lambda: runner(name, args))
             else:
-                stream.ex.submit(lambda: None)
+                stream.enqueue(_nothing)
 
     class RawModule:
         def __init__(self, code: str = "", options: tuple = (), **kw: Any) -> None:
@@ -491,7 +590,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
     """A module object standing in for ``cupy`` (see the module docstring)."""
     rt = _Runtime(n_devices, is_hip, count_error)
     pool = MemoryPool(rt)
-    Stream, Event = _make_stream_class(rt), _make_event_class(rt)
+    (Stream, Graph), Event = _make_stream_class(rt), _make_event_class(rt)
     RawKernel, RawModule = _make_raw(rt)
     array_cls = type("ndarray", (FakeDeviceArray,), {"_rt": rt})
 
@@ -501,7 +600,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         return n_devices
 
     def props(i: int) -> dict:
-        p = {"name": f"Fake GPU {i}".encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
+        p = {"name": DEVICE_NAME[is_hip].encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
              "maxGridSize": (2**31 - 1, 65535, 65535), "warpSize": 64 if is_hip else 32, "multiProcessorCount": 4,
              "major": 9, "minor": 0, "totalGlobalMem": 1 << 30}
         if is_hip:
@@ -529,13 +628,19 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
 
     def memcpy_async(dst: int, src: int, n: int, kind: int, stream_ptr: int) -> None:
         s = stream_of(stream_ptr)
-        s.ex.submit(lambda: ctypes.memmove(dst, src, n))
-        if "pageable" in (rt.where(dst)[0], rt.where(src)[0]):
+        pageable = "pageable" in (rt.where(dst)[0], rt.where(src)[0])
+        if pageable:
+            s._refuse_in_capture("cudaMemcpyAsync with pageable host memory")
+        s.enqueue(lambda: ctypes.memmove(dst, src, n))
+        if pageable:
             rt.pageable_copies += 1
             s.synchronize()  # CUDA: a copy to/from pageable memory returns once complete
 
     def memset_async(ptr: int, value: int, n: int, stream_ptr: int) -> None:
-        stream_of(stream_ptr).ex.submit(lambda: ctypes.memset(ptr, value, n))
+        stream_of(stream_ptr).enqueue(lambda: ctypes.memset(ptr, value, n))
+
+    def stream_is_capturing(stream_ptr: int) -> int:
+        return stream_of(stream_ptr).is_capturing()
 
     def alloc_pinned(n: int) -> PinnedMemory:
         mem = PinnedMemory(n)
@@ -559,12 +664,15 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         is_hip=is_hip, getDeviceCount=get_device_count, getDeviceProperties=props,
         getDevice=rt.device, setDevice=rt.set_device, memcpyAsync=memcpy_async,
         memsetAsync=memset_async, runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
-        CUDARuntimeError=CUDARuntimeError,
+        CUDARuntimeError=CUDARuntimeError, streamIsCapturing=stream_is_capturing,
+        streamCaptureModeGlobal=0, streamCaptureModeThreadLocal=1, streamCaptureModeRelaxed=2,
+        streamCaptureStatusNone=0, streamCaptureStatusActive=1, streamCaptureStatusInvalidated=2,
     )
     cuda = types.SimpleNamespace(runtime=runtime, Stream=Stream, Event=Event, UnownedMemory=UnownedMemory,
                                  MemoryPointer=MemoryPointer, alloc_pinned_memory=alloc_pinned,
                                  get_current_stream=lambda: rt.current_stream(rt.device()),
-                                 ExternalStream=external_stream)
+                                 ExternalStream=external_stream, Graph=Graph,
+                                 graph=types.SimpleNamespace(Graph=Graph))
     mod = types.SimpleNamespace(__version__="14.fake", cuda=cuda, get_default_memory_pool=lambda: pool,
                                 ndarray=lambda shape, dtype, memptr, strides=None: _array(rt, array_cls, shape, dtype,
                                                                                            memptr, strides),
