@@ -13,7 +13,7 @@ from portable.kernel import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import make_packer
-from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, format_build_error  # noqa: F401 - re-exported
+from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, float_options, format_build_error  # noqa: F401
 from ._gpu_launch import DevicePlan, emit_for, prepare_launch
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
@@ -31,16 +31,19 @@ class CupyPlan(DevicePlan):
         self.dyn_limit = _DEFAULT_DYNAMIC_SHARED
 
 
-def compile_options(is_hip: bool) -> tuple[str, ...]:
-    """The options alpyka passes to ``RawModule``. cupy appends its own: ``-ftz=true`` on CUDA
+def compile_options(is_hip: bool, fast_math: bool = False) -> tuple[str, ...]:
+    """The options alpyka passes to ``RawModule``: the float rules (no FMA contraction unless
+    ``fast_math``: ``--fmad=false`` for NVRTC, ``-ffp-contract=off`` for hiprtc; see
+    :func:`backends._c_build.float_options`). cupy appends its own: ``-ftz=true`` on CUDA
     (NVRTC), and hiprtc flushes float32 denormals too (``-fcuda-flush-denormals-to-zero``), so
     float32 subnormals are flushed to zero on both GPU backends (docs/backends.md)."""
-    return () if is_hip else ("--std=c++17",)
+    floats = float_options("hip" if is_hip else "cuda", fast_math)
+    return floats if is_hip else ("--std=c++17", *floats)
 
 
 def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
     """The ``RawKernel`` of a generated source; KernelBuildError with the marked source on failure."""
-    options = compile_options(is_hip)
+    options = compile_options(is_hip, src.fast_math)
     compiler = "hiprtc" if is_hip else "NVRTC"
     try:
         module = cupy.RawModule(code=src.text, options=options)

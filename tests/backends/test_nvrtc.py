@@ -157,7 +157,9 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     got = np.empty(10, np.int64)
     pk.memcpy(q, got, out)
     q.wait()
-    assert seen == [("cuda", build.CUPY_NVRTC_APPENDED)] and (got == np.arange(10) * 2).all()  # cupy's flags
+    # the options cupy.RawModule hands NVRTC: alpyka's float rules, then cupy's own
+    want = build.float_options("cuda", False) + build.CUPY_NVRTC_APPENDED
+    assert seen == [("cuda", want)] and (got == np.arange(10) * 2).all()
 
 
 def test_unavailable_backends_say_why():
@@ -187,3 +189,83 @@ def test_nvrtc_compile_leaves_python_bytes_intact():
     src = emit(kernel.ir(kernel.signature(args), ndim, False), "cuda")
     nvrtc_compile(src, ARCH)
     assert b" " == bytes([32]) and b" " * 3 == bytes([32, 32, 32])
+
+
+@pk.kernel
+def every_warp_op(acc, out, n):
+    """Each shuffle kind on int, float and bool, each vote, and pk.tools.block_sum's shuffles."""
+    ws = acc.shared_array(32, np.int64)
+    for i in acc.uniform_elements(n):
+        out[i] = (acc.warp_shfl(i, 0) + acc.warp_shfl_up(i, 1) + acc.warp_shfl_down(i, 1)
+                  + acc.warp_shfl_xor(i, 1) + np.int64(acc.warp_ballot(i % 2 == 0))
+                  + (1 if acc.warp_all(i > 0) else 0) + (1 if acc.warp_any(i > 3) else 0)
+                  + np.int64(acc.warp_shfl_down(np.float32(i), 2))
+                  + (1 if acc.warp_shfl_xor(i % 3 == 0, 2) else 0))
+    out[0] += pk.tools.block_sum(acc, out[acc.thread_idx], ws)
+
+
+@pk.kernel
+def active_mask_only(acc, out):
+    out[acc.thread_idx] = np.int64(acc.warp_active_mask()) + acc.warp_shfl(acc.thread_idx, 0)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dialect", ["cuda", "hip"])
+def test_sync_warp_ops_take_the_launched_lanes_not_activemask(dialect):
+    """Issue 32, item 3: ``__activemask()`` converges nothing, so a *_sync operation over it can
+    read undefined lanes after a divergent loop. Every *_sync call passes the warp's launched
+    lanes (computed from blockDim); only ``acc.warp_active_mask()`` reads ``__activemask()``."""
+    import re
+
+    i64 = np.int64
+    src = emit(every_warp_op.ir(every_warp_op.signature((_h(64, i64), 64)), 1, False), dialect)
+    calls = re.findall(r"__(\w+)_sync\(([^,()]*(?:\(\))?)", src.text)
+    ops = {op for op, _ in calls if not op.startswith("syncthreads")}
+    assert {"ballot", "all", "any", "shfl", "shfl_up", "shfl_down", "shfl_xor"} <= ops, calls
+    assert {mask for op, mask in calls if op in ops} == {"ALPYKA_LANES"}, calls
+    assert "alpyka_warp_lanes" in src.text and "blockDim" in src.text
+    ptx = nvrtc_compile(src, ARCH, CUPY_NVRTC_APPENDED)
+    assert "shfl.sync" in ptx and "vote.sync" in ptx and "%ntid" in ptx
+    assert "activemask" not in ptx  # no warp_active_mask() in the kernel: no activemask instruction
+
+    src = emit(active_mask_only.ir(active_mask_only.signature((_h(64, i64),)), 1, False), dialect)
+    assert src.text.count("__activemask()") == 1
+    assert "activemask.b32" in nvrtc_compile(src, ARCH, CUPY_NVRTC_APPENDED)
+
+
+def _diff_of_products(acc, a, b, c, d, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = a[i] * b[i] - c[i] * d[i]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("hip", [False, True], ids=["cuda", "hip"])
+def test_ptx_fuses_no_fma_unless_fast_math(dtype, hip):
+    """The options the CUDA launcher hands cupy.RawModule reach NVRTC: by default ``a*b - c*d``
+    is two multiplies and a subtract that carry ``.rn`` (PTX's rule: ptxas fuses no ``.rn``
+    operation into an FMA) and no ``fma``; NVRTC's own default (``--fmad=true``) and
+    ``@pk.kernel(fast_math=True)`` leave them fusable (``mul.f32``, ``mul.ftz.f32``) or fused.
+    The HIP text (NVRTC as hiprtc's stand-in here) is compiled with the NVRTC spelling of its
+    float rules."""
+    from backends._c_build import float_options
+    from backends._cupy_launch import compile_options
+
+    t = "f32" if dtype == np.float32 else "f64"
+    args = tuple(_h(16, dtype) for _ in range(5)) + (16,)
+    for fast in (False, True):
+        kernel = pk.kernel(fast_math=fast)(_diff_of_products)
+        src = emit(kernel.ir(kernel.signature(args), 1, False), "hip" if hip else "cuda")
+        assert src.fast_math is fast
+        rawmodule = compile_options(hip, fast)
+        assert rawmodule == (() if hip else ("--std=c++17",)) + float_options("hip" if hip else "cuda", fast)
+        opts = float_options("cuda", fast) + CUPY_NVRTC_APPENDED  # nvrtc_compile adds --std=c++17
+        body = nvrtc_compile(src, ARCH, opts).split(f".entry {src.entry}", 1)[1]
+        ops = [ln.split()[0] for ln in body.splitlines() if ln.strip() and ln.split()[0].endswith(f".{t}")
+               and ln.split()[0].split(".")[0] in ("mul", "sub", "add", "fma", "neg")]
+        arith = [op for op in ops if op.split(".")[0] in ("mul", "sub", "fma")]
+        assert arith, body
+        if fast:
+            assert any(op.startswith("fma.") or ".rn" not in op for op in arith), ops
+        else:
+            assert not [op for op in arith if op.startswith("fma.") or ".rn" not in op], ops
