@@ -206,3 +206,28 @@ def test_cuda_replays_one_cuda_graph_launch(queue, device):
 def test_capture_needs_a_queue():
     with pytest.raises(TypeError, match="pk.capture needs a pk.Queue"):
         pk.capture("q")
+
+
+@pk.kernel
+def write_past(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i + n] = 1.0
+
+
+def test_range_checks_report_through_a_replayed_graph(queue, device):
+    """The emulator's checks (a device flag read by a host check) stay on in a graph: an index out
+    of range in a replayed kernel is raised by the next wait, and the queue stays usable."""
+    from portable import env
+
+    if getattr(device.native, "rt", None) is None or not env.emulate_checks():
+        pytest.skip("range checks run on the emulated cuda/rocm (and under ALPYKA_DEBUG=1)")
+    out = pk.Buffer(device, N, np.float32)
+    with pk.capture(queue) as graph:
+        pk.exec(queue, pk.valid_workdiv(device, N), write_past, out, N)
+    queue.wait()  # nothing ran: no error yet
+    graph.launch()
+    with pytest.raises(pk.AsyncError) as info:
+        queue.wait()
+    assert "write_past" in str(info.value.__cause__) or "write_past" in str(info.value)
+    pk.memset(queue, out, 0)
+    queue.wait()
