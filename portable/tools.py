@@ -29,10 +29,12 @@ On the host (enqueued on a queue, asynchronous like every launch):
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 
+from . import _tools_serial as _serial
 from ._buffer import Buffer, reinterpret
 from ._memory import memset
 from ._queue import Queue, exec
@@ -221,9 +223,11 @@ def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
         if shape is None or len(shape) != 1:
             raise ValueError(f"{what} must be a 1-dimensional pk.Buffer (or a numpy array on a CPU backend), "
                              f"got {type(arr).__name__} of shape {shape}")
-        if np.dtype(arr.dtype).kind not in "uif":
-            raise TypeError(f"{what} must hold integers or floats, got {arr.dtype}")
-        check_byte_order(arr.dtype, f"pk.tools: {what}")
+        dt = arr.dtype
+        if dt not in _CHECKED_DTYPES:
+            if np.dtype(dt).kind not in "uif":
+                raise TypeError(f"{what} must hold integers or floats, got {dt}")
+            check_byte_order(dt, f"pk.tools: {what}")
         if n is not None and shape[0] != n:
             raise ValueError(f"{what} has {shape[0]} elements, the other array {n}")
         n = shape[0]
@@ -231,6 +235,53 @@ def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
     if n >= 2**31:
         raise ValueError(f"pk.tools works on fewer than 2**31 elements, got {n}")
     return n
+
+
+#: the native-order integer and float dtypes (those _check_1d passes without a closer look)
+_CHECKED_DTYPES = frozenset(np.dtype(t) for t in "bBhHiIlLqQefd")
+
+#: per queue: the workspace Buffers of its calls by (what, dtype, size class), reused by the next
+#: call on that queue (queue order makes that safe) with no allocation. A call takes them out
+#: while it enqueues and puts them back after, so calls from two host threads on one queue never
+#: share one.
+_WORKSPACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: workspaces up to this size stay with their queue; larger ones go back to the caching
+#: allocator after each call (their work dwarfs an allocation's cost)
+WORKSPACE_KEEP_BYTES = 1 << 22
+
+
+def _size_class(n: int) -> int:
+    """Workspaces come in powers of two (256 elements at least): a call reuses those of any
+    earlier call of the same size class."""
+    return 1 << max(8, (n - 1).bit_length())
+
+
+def _take(queue: Queue, key: tuple, *parts: tuple[int, Any]) -> tuple[Buffer, ...]:
+    """Workspaces ``(elements, dtype)`` for one call: the queue's own set for ``key``, else new."""
+    per = _WORKSPACES.get(queue)
+    ws = per.pop(key, None) if per is not None else None
+    if ws is None:
+        ws = tuple(Buffer(queue.device, m, dt) for m, dt in parts)
+    return ws
+
+
+def _give(queue: Queue, key: tuple, ws: tuple[Buffer, ...]) -> None:
+    """Put a call's workspaces back with ``queue`` for its next call (if they are small)."""
+    if sum(b.nbytes for b in ws) <= WORKSPACE_KEEP_BYTES:
+        per = _WORKSPACES.get(queue)
+        if per is None:
+            per = _WORKSPACES.setdefault(queue, {})
+        per[key] = ws
+
+
+def _one_thread(device: Any) -> bool:
+    """Whether ``device`` runs pk.tools' one-thread kernels (portable/_tools_serial.py): its
+    blocks are one thread (the CPU backends) or its hardware is a CPU (OpenCL on a CPU)."""
+    return device.kind == "cpu" or device.properties.get("type") == "cpu"
+
+
+#: the work division of the one-thread kernels
+_ONE = WorkDiv(1, 1, 1)
 
 
 def _threads(queue: Queue, wanted: int) -> int:
@@ -252,15 +303,27 @@ def prefix_scan(queue: Queue, src: Any, dst: Any) -> None:
     n = _check_1d(queue, (src, "src"), (dst, "dst"))
     if n == 0:
         return
+    if _one_thread(queue.device):
+        exec(queue, _ONE, _serial.scan_serial, src, dst, n)
+    else:
+        _scan_blocks(queue, src, dst, n)
+
+
+def _scan_blocks(queue: Queue, src: Any, dst: Any, n: int, level: int = 0) -> None:
+    """The multi-block scan of ``src[0:n]`` (CMSSW's ``multiBlockPrefixScan``): one launch when
+    one block scans it all, else the segments, their totals (recursively), the bases added."""
     threads = _threads(queue, 256)
     seg = threads * 8 if threads > 1 else 1 << 14
     blocks = -(-n // seg)
-    partial = Buffer(queue.device, blocks, dst.dtype)
+    key = ("partial", level, np.dtype(dst.dtype).char, _size_class(blocks))
+    ws = _take(queue, key, (key[3], dst.dtype))
+    partial = ws[0]
     scan = _scan_segments_float if np.dtype(dst.dtype).kind == "f" else _scan_segments_int
     exec(queue, WorkDiv(min(blocks, 65535), threads, 1), scan, src, dst, partial, n, seg)
     if blocks > 1:
-        prefix_scan(queue, partial, partial)
+        _scan_blocks(queue, partial, partial, blocks, level + 1)
         exec(queue, _linear(queue, n - seg), _add_segment_bases, dst, partial, n, seg)
+    _give(queue, key, ws)
 
 
 def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
@@ -272,14 +335,18 @@ def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
     if not isinstance(nbins, (int, np.integer)) or isinstance(nbins, bool) or not 0 < nbins < 2**31 - 1:
         raise ValueError(f"nbins must be a positive int below 2**31 - 1, got {nbins!r}")
     dev = queue.device
-    offsets = Buffer(dev, int(nbins) + 1, np.int32)
+    nbins = int(nbins)
+    offsets = Buffer(dev, nbins + 1, np.int32)
     content = Buffer(dev, n, np.int32)
+    if _one_thread(dev):
+        exec(queue, _ONE, _serial.counting_sort, keys, offsets, content, n, nbins)
+        return offsets, content
     memset(queue, offsets, 0)
     memset(queue, content, 0xFF)  # -1 past offsets[nbins] when keys were left out
     if n:
-        exec(queue, _linear(queue, n), _count_keys, keys, offsets, n, int(nbins))
-        prefix_scan(queue, offsets, offsets)
-        exec(queue, _linear(queue, n), _fill_keys, keys, offsets, content, n, int(nbins))
+        exec(queue, _linear(queue, n), _count_keys, keys, offsets, n, nbins)
+        _scan_blocks(queue, offsets, offsets, nbins + 1)
+        exec(queue, _linear(queue, n), _fill_keys, keys, offsets, content, n, nbins)
     return offsets, content
 
 
@@ -289,34 +356,60 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 def argsort(queue: Queue, keys: Any) -> Buffer:
     """Enqueue a stable sort of ``keys``' indices by key: an int32 Buffer."""
     n = _check_1d(queue, (keys, "keys"))
-    dt = np.dtype(keys.dtype)
-    dev = queue.device
-    idx = Buffer(dev, n, np.int32)
-    if n == 0:
-        return idx
-    kind = {"u": 0, "i": 1, "f": 2}[dt.kind]
-    bits = reinterpret(keys, _UNSIGNED[dt.itemsize]) if kind == 2 else keys
-    cur, other = Buffer(dev, n, np.uint64), Buffer(dev, n, np.uint64)
-    idx2 = Buffer(dev, n, np.int32)
-    exec(queue, _linear(queue, n), _sortable, bits, cur, idx, n, kind, dt.itemsize * 8)
-    threads = _threads(queue, 256)
-    workers = max(1, min(-(-n // 256), 4096)) if threads > 1 else max(1, min(-(-n // 65536), 64))
-    chunk = -(-n // workers)
-    hist = Buffer(dev, 256 * workers, np.int32)
-    wd = WorkDiv(-(-workers // threads), threads, 1)
-    for p in range(dt.itemsize):
-        exec(queue, wd, _digit_counts, cur, hist, n, workers, chunk, 8 * p)
-        prefix_scan(queue, hist, hist)
-        exec(queue, wd, _scatter_digits, cur, idx, hist, other, idx2, n, workers, chunk, 8 * p)
-        cur, other, idx, idx2 = other, cur, idx2, idx
+    idx = Buffer(queue.device, n, np.int32)
+    if n:
+        _sort(queue, keys, n, idx, None)
     return idx
 
 
 def radix_sort(queue: Queue, keys: Any) -> Buffer:
     """Enqueue sorting ``keys`` (integers or floats): a new Buffer of the sorted values."""
     n = _check_1d(queue, (keys, "keys"))
-    order = argsort(queue, keys)
     out = Buffer(queue.device, n, keys.dtype)
     if n:
-        exec(queue, _linear(queue, n), _gather, keys, order, out, n)
+        key = ("order", _size_class(n))
+        ws = _take(queue, key, (key[1], np.int32))
+        _sort(queue, keys, n, ws[0], out)
+        _give(queue, key, ws)
     return out
+
+
+def _workers(n: int, threads: int) -> int:
+    """How many chunks the general radix sort cuts ``n`` keys into (each with its histogram)."""
+    return max(1, min(-(-n // 256), 4096)) if threads > 1 else max(1, min(-(-n // 65536), 64))
+
+
+def _sort(queue: Queue, keys: Any, n: int, idx: Any, out: Any) -> None:
+    """Enqueue the stable order of ``keys[0:n]`` into ``idx`` (and, with ``out``, the sorted keys).
+    The keys are sorted as 32-bit words when they fit, else 64-bit."""
+    dt = np.dtype(keys.dtype)
+    kind = {"u": 0, "i": 1, "f": 2}[dt.kind]
+    word = _UNSIGNED[dt.itemsize]
+    bits = reinterpret(keys, word) if kind == 2 else keys
+    key_t = np.uint32 if dt.itemsize <= 4 else np.uint64
+    size = _size_class(n)
+    if _one_thread(queue.device):
+        key = ("radix", dt.itemsize, size)
+        ws = _take(queue, key, (size, key_t), (size, key_t), (size, np.int32), (256 * dt.itemsize, np.int32),
+                   (1, word))
+        exec(queue, _ONE, _serial.radix_serial, bits, ws[0], ws[1], idx, ws[2], ws[3],
+             ws[4] if out is None else reinterpret(out, word), n, kind, dt.itemsize * 8, int(out is not None))
+        _give(queue, key, ws)
+        return
+    threads = _threads(queue, 256)
+    workers = _workers(n, threads)
+    chunk = -(-n // workers)
+    key = ("radix_blocks", dt.itemsize, size)
+    ws = _take(queue, key, (size, key_t), (size, key_t), (size, np.int32), (256 * _workers(size, threads), np.int32))
+    cur, other, idx_b, hist = ws
+    first, second = (idx, idx_b) if dt.itemsize % 2 == 0 else (idx_b, idx)  # the last pass ends in idx
+    exec(queue, _linear(queue, n), _sortable, bits, cur, first, n, kind, dt.itemsize * 8)
+    wd = WorkDiv(-(-workers // threads), threads, 1)
+    for p in range(dt.itemsize):
+        exec(queue, wd, _digit_counts, cur, hist, n, workers, chunk, 8 * p)
+        _scan_blocks(queue, hist, hist, 256 * workers)
+        exec(queue, wd, _scatter_digits, cur, first, hist, other, second, n, workers, chunk, 8 * p)
+        cur, other, first, second = other, cur, second, first
+    if out is not None:
+        exec(queue, _linear(queue, n), _gather, keys, idx, out, n)
+    _give(queue, key, ws)
