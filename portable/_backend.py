@@ -85,3 +85,10 @@ class Backend:
     def launch(self, queue: "Queue", workdiv: Any, kernel: Any, args: tuple) -> None:
         """Enqueue ``kernel`` over ``workdiv`` with ``args`` on ``queue``."""
         raise NotImplementedError(f"backend {self.name} does not implement kernel launches")
+
+    def kernel_thread_limit(self, device: "Device", workdiv: Any, kernel: Any, args: tuple) -> int:
+        """The most threads per block ``kernel`` can run with ``args`` on ``device`` in work
+        divisions like ``workdiv`` (alpaka's ``getFunctionAttributes(...).maxThreadsPerBlock``;
+        ``pk.valid_workdiv(..., kernel=, args=)`` asks it). This default answers the device's
+        limit; GPU backends compile the kernel and answer its own (registers lower it)."""
+        return device.limits.max_threads_per_block

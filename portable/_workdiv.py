@@ -10,6 +10,7 @@ import numpy as np
 
 from ._device import Device
 from ._errors import WorkDivError
+from ._registry import get_backend
 
 Extent = tuple[int, ...]
 
@@ -117,10 +118,18 @@ def make_workdiv(device: Device, blocks: Any, elements: Any) -> WorkDiv:
 
 
 def valid_workdiv(
-    device: Device, n_elements: Any, elements: Any = 1, *, block_threads_must_divide: bool = True
+    device: Device, n_elements: Any, elements: Any = 1, *, block_threads_must_divide: bool = False,
+    kernel: Any = None, args: Sequence[Any] | None = None,
 ) -> WorkDiv:
     """alpaka's ``getValidWorkDiv`` (``subDivideGridElems``): a work division covering
-    ``n_elements`` (int or 1-3 tuple) with ``elements`` per thread that ``device`` can run."""
+    ``n_elements`` (int or 1-3 tuple) with ``elements`` per thread that ``device`` can run.
+
+    Block threads: the largest extent the device allows, halved while over its thread limit
+    (or ``kernel``'s, compiled for ``args``, when given: alpaka's ``getValidWorkDivForKernel``).
+    The last block may be partial (alpyka's element loops guard the tail); with
+    ``block_threads_must_divide=True`` (alpaka's default) block threads divide the grid threads
+    exactly, down to one-thread blocks for a prime ``n``, for kernels that index by
+    ``global_thread_idx`` without a guard."""
     n = _extent(n_elements, "valid_workdiv n_elements", allow_zero=True)
     e = _extent(elements, "valid_workdiv elements")
     if len(e) == 1 and len(n) > 1:
@@ -130,9 +139,12 @@ def valid_workdiv(
     lim = device.limits
     dim = len(n)
     e = tuple(max(1, min(ei, ni)) for ei, ni in zip(e, n))
+    max_threads = lim.max_threads_per_block
+    if kernel is not None:
+        max_threads = min(max_threads, kernel_thread_limit(device, kernel, args, WorkDiv((1,) * dim, 1, e)))
     grid_threads = [max(1, -(-ni // ei)) for ni, ei in zip(n, e)]
     block = [min(lim.max_block_dims[3 - dim + d], grid_threads[d]) for d in range(dim)]
-    while _prod(block) > lim.max_threads_per_block:
+    while _prod(block) > max_threads:
         i = max(range(dim), key=lambda k: block[k])
         block[i] = -(-block[i] // 2)
     if block_threads_must_divide:
@@ -143,3 +155,17 @@ def valid_workdiv(
     wd = WorkDiv(blocks, tuple(block), e)
     wd.check(device)
     return wd
+
+
+def kernel_thread_limit(device: Device, kernel: Any, args: Sequence[Any] | None, workdiv: WorkDiv) -> int:
+    """The most threads per block ``kernel`` can run with ``args`` on ``device`` for work
+    divisions like ``workdiv`` (its dimension and elements): alpaka's
+    ``getFunctionAttributes(...).maxThreadsPerBlock``. GPU backends compile the kernel to ask
+    (registers and private memory lower it); CPU backends answer the device's limit."""
+    if not hasattr(kernel, "__alpyka_kernel__"):
+        raise WorkDivError(f"valid_workdiv kernel={getattr(kernel, '__name__', kernel)!r} is not a kernel; "
+                           "pass a @pk.kernel function")
+    if args is None or not isinstance(args, (tuple, list)):
+        raise WorkDivError(f"valid_workdiv kernel={kernel.__name__!r} needs the launch's arguments too "
+                           "(args=(...), as pk.exec gets them): the kernel is compiled for their types")
+    return int(get_backend(device.backend_name).kernel_thread_limit(device, workdiv, kernel, tuple(args)))

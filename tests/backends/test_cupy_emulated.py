@@ -49,7 +49,9 @@ def test_devices_and_limits(fake):
     devs = pk.devices(fake.name)
     assert [d.memory_space for d in devs] == [f"{fake.name}:0", f"{fake.name}:1"]
     d = devs[1]
-    assert d.name == "Fake GPU 1" and d.kind == "gpu"
+    emulated = "ROCm (HIP)" if fake.name == "rocm" else "CUDA"
+    assert d.name == f"{emulated} emulated on the CPU (ALPYKA_EMULATE)" and d.kind == "gpu"  # not a GPU's name
+    assert str(d) == f"{fake.name}:1 ({emulated} emulated on the CPU (ALPYKA_EMULATE))"
     assert d.limits.max_block_dims == (64, 1024, 1024)  # z, y, x: alpaka's slowest first
     assert d.limits.max_grid_dims == (65535, 65535, 2**31 - 1)
     assert d.limits.warp_size == (64 if fake.name == "rocm" else 32)  # a CDNA wavefront on HIP

@@ -1,9 +1,14 @@
 """Work divisions: WorkDiv, make_workdiv (CMSSW) and valid_workdiv (alpaka subDivideGridElems)."""
 
+import importlib.util
+import math
 
+import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.kernels import download, upload
+from backends.emulator import fake_cupy_kernels
 from portable import DeviceLimits
 
 
@@ -58,12 +63,12 @@ def test_gpu_limits_checked():
     "n, elements, expected",
     [
         (1000, 1, ((1,), (1000,), (1,))),  # fits one block
-        (5000, 1, ((5,), (1000,), (1,))),  # 1024 does not divide 5000: largest divisor 1000
+        (5000, 1, ((5,), (1024,), (1,))),  # the last block partial (904 of 1024 threads)
         (4096, 1, ((4,), (1024,), (1,))),
         (4096, 4, ((1,), (1024,), (4,))),
         (3, 8, ((1,), (1,), (3,))),  # elements clipped to the extent
         (0, 1, ((1,), (1,), (1,))),
-        (1031, 1, ((1031,), (1,), (1,))),  # a prime: one thread per block to divide exactly
+        (1031, 1, ((2,), (1024,), (1,))),  # a prime: full blocks and a partial last one
     ],
 )
 def test_valid_workdiv_gpu(n, elements, expected):
@@ -114,3 +119,119 @@ def test_valid_workdiv_bad_arguments(device):
     assert pk.valid_workdiv(device, [10, 10]).dim == 2  # a list works like a tuple
     with pytest.raises(pk.WorkDivError, match=r"WorkDiv blocks must be a positive int .* got 1.5 \(float\)"):
         pk.make_workdiv(device, 1.5, 4)
+
+
+# ---------------------------------------------------------------- a prime n (issue 32 item 6)
+PRIME = 10007
+
+
+@pytest.mark.parametrize("dev, n, threads", [
+    (gpu_like(), 319_037, 1024),  # the H100 clustering run's digis: 312 blocks, not 319,037 of one thread
+    (gpu_like(), 1031, 1024),
+    (gpu_like(max_threads=256, dims=(1024, 1024, 1024)), PRIME, 256),
+])
+def test_valid_workdiv_covers_a_prime_n_with_full_blocks_and_a_partial_last_one(dev, n, threads):
+    wd = pk.valid_workdiv(dev, n)
+    assert wd.threads == (threads,) and wd.elements == (1,)
+    assert wd.blocks == (math.ceil(n / threads),)
+    assert wd.grid_threads[0] - n < threads  # n covered; only the last block is partial
+
+
+def test_valid_workdiv_of_a_prime_n_on_the_device(device):
+    if device.kind == "gpu":
+        wd = pk.valid_workdiv(device, PRIME)
+        threads = wd.threads[0]
+        assert threads == min(PRIME, device.limits.max_threads_per_block, device.limits.max_block_dims[2])
+        assert threads > 1 and wd.blocks == (math.ceil(PRIME / threads),)
+    else:  # (blocks, 1, elements): alpaka's CPU division
+        wd = pk.valid_workdiv(device, PRIME, 64)
+        assert (wd.blocks, wd.threads, wd.elements) == ((math.ceil(PRIME / 64),), (1,), (64,))
+    wd.check(device)
+
+
+def test_block_threads_must_divide_keeps_alpakas_exact_division():
+    g = gpu_like()
+    wd = pk.valid_workdiv(g, 5000, block_threads_must_divide=True)
+    assert (wd.blocks, wd.threads) == ((5,), (1000,))  # the largest divisor of 5000 under 1024
+    wd = pk.valid_workdiv(g, 1031, block_threads_must_divide=True)
+    assert (wd.blocks, wd.threads) == ((1031,), (1,))  # a prime: one-thread blocks
+    wd = pk.valid_workdiv(g, (30, 7), block_threads_must_divide=True)
+    assert all(gt % t == 0 for gt, t in zip(wd.grid_threads, wd.threads)) and wd.grid_threads == (30, 7)
+
+
+@pk.kernel
+def _affine(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        out[i] = 2.0 * x[i] + i
+
+
+@pytest.mark.parametrize("elements", [1, 7])
+def test_a_kernel_over_a_prime_n_is_right(device, queue, elements):
+    """The default division's last block is partial: the element loop leaves its extra threads idle."""
+    x = np.random.default_rng(5).standard_normal(PRIME)
+    out = upload(queue, np.full(PRIME, np.nan))
+    wd = pk.valid_workdiv(device, PRIME, elements)
+    assert wd.grid_elements[0] >= PRIME
+    pk.exec(queue, wd, _affine, out, upload(queue, x), PRIME)
+    assert np.array_equal(download(queue, out), 2.0 * x + np.arange(PRIME))
+
+
+# ---------------------------------------------------------------- a kernel's own thread limit
+def _many_live_values_kernel(tmp_path, count=40):
+    """A kernel whose ``count`` float64 values are all live at its last line (a real GPU needs
+    over 64 registers a thread for it); written to a file, as kernels are compiled from source."""
+    lines = ["import portable as pk", "", "", "@pk.kernel", "def many_live_values(acc, out, x, n):",
+             "    for i in acc.uniform_elements(n):", "        v0 = x[i]"]
+    lines += [f"        v{k} = v{k - 1} * 0.5 + x[i] * {k}.0" for k in range(1, count)]
+    lines.append("        out[i] = " + " + ".join(f"v{k}" for k in range(count)))
+    path = tmp_path / "many_live_values_kernel.py"
+    path.write_text("\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location("many_live_values_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.many_live_values, count
+
+
+def _many_live_values_expected(x, count):
+    v, total = x.copy(), x.copy()
+    for k in range(1, count):
+        v = v * 0.5 + x * float(k)
+        total = total + v
+    return total
+
+
+@pytest.mark.hip_differs  # the rocm emulator's answer is 1024 (AMD's compiler spills instead)
+def test_valid_workdiv_keeps_within_the_kernels_own_thread_limit(device, queue, tmp_path):
+    heavy, count = _many_live_values_kernel(tmp_path)
+    n = 5000
+    x = np.linspace(-1.0, 1.0, n)
+    bx, out = upload(queue, x), upload(queue, np.zeros(n))
+    wd = pk.valid_workdiv(device, n, kernel=heavy, args=(out, bx, n))
+    limit = device.backend.kernel_thread_limit(device, wd, heavy, (out, bx, n))
+    assert math.prod(wd.threads) <= limit <= device.limits.max_threads_per_block
+    emulated = device.backend_name in fake_cupy_kernels.served_here()
+    if emulated and device.backend_name == "cuda":
+        assert 32 <= limit < 1024 and limit % 32 == 0  # the emulator's register estimate
+        assert wd.threads == (1 << (limit.bit_length() - 1),)  # 1024 halved until it fits
+        light = pk.valid_workdiv(device, n, kernel=_affine, args=(out, bx, n))
+        assert light.threads == (1024,)  # a kernel of few values keeps the device's limit
+    elif emulated:
+        assert limit == 1024
+    if device.kind == "cpu":
+        assert wd.threads == (1,)
+    pk.exec(queue, wd, heavy, out, bx, n)
+    np.testing.assert_allclose(download(queue, out), _many_live_values_expected(x, count), rtol=1e-12)
+    if limit < device.limits.max_threads_per_block:  # above the kernel's limit: refused before launch
+        before = len(device.backend.cupy.rt.launches) if emulated else None
+        over = pk.WorkDiv(1, limit + 32, 1)
+        with pytest.raises(pk.WorkDivError, match=rf"kernel 'many_live_values' can run at most {limit} threads"):
+            pk.exec(queue, over, heavy, out, bx, n)
+        if emulated:
+            assert len(device.backend.cupy.rt.launches) == before
+
+
+def test_valid_workdiv_kernel_needs_a_kernel_and_its_arguments(device):
+    with pytest.raises(pk.WorkDivError, match="needs the launch's arguments too"):
+        pk.valid_workdiv(device, 100, kernel=_affine)
+    with pytest.raises(pk.WorkDivError, match="is not a kernel; pass a @pk.kernel function"):
+        pk.valid_workdiv(device, 100, kernel=print, args=())
