@@ -28,9 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from portable.kernel import ir
-from portable.kernel._depth import deep_recursion
-from portable.kernel._errors import ValueCheck
+from portable.kernel import ValueCheck, deep_recursion, ir
 from portable.kernel.types import ArrayType, ScalarType
 from portable.kernel.visit import Visitor
 

@@ -124,7 +124,7 @@ def _pinned_int32(cp: Any) -> np.ndarray:
 
 
 def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:
-    from portable.kernel._errors import device_check_error
+    from portable.kernel import device_check_error
 
     def check() -> None:
         ident = int(host[0])

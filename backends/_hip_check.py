@@ -34,7 +34,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from portable import KernelBuildError
+from portable import AlpykaError, KernelBuildError
 
 from ._c_build import float_options, format_build_error
 from ._c_source import CSource
@@ -63,7 +63,7 @@ _checked: set[str] = set()  # digests compiled (or found compiled) by this proce
 _warned: list[bool] = []
 
 
-class Unavailable(Exception):
+class Unavailable(AlpykaError):
     """The toolchain cannot be set up here (the message says why)."""
 
 
@@ -95,7 +95,7 @@ def check_source(src: CSource) -> None:
             _warned.append(True)
             import warnings
 
-            from portable._errors import AlpykaWarning
+            from portable import AlpykaWarning
 
             warnings.warn(f"{ENV_CHECK}=1: the HIP text of kernels is not compiled: {reason}", AlpykaWarning,
                           stacklevel=3)

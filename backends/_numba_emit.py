@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.kernel import ir
-from portable.kernel._depth import deep_recursion
+from portable.kernel import deep_recursion
 from portable.kernel.types import ScalarType
 from portable.kernel.visit import Visitor
 

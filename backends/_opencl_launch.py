@@ -125,7 +125,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
 
 
 def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:
-    from portable.kernel._errors import device_check_error
+    from portable.kernel import device_check_error
 
     def check() -> None:
         ident = int(host[0])
