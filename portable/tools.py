@@ -326,9 +326,10 @@ def _scan_blocks(queue: Queue, src: Any, dst: Any, n: int, level: int = 0) -> No
     _give(queue, key, ws)
 
 
-def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
+def one_to_many(queue: Queue, keys: Any, nbins: int, out: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """Enqueue the association of each bin ``b`` in ``[0, nbins)`` with the indices of its keys:
-    ``(offsets, content)``, int32 Buffers of ``nbins + 1`` and ``len(keys)`` elements."""
+    ``(offsets, content)``, int32 Buffers of ``nbins + 1`` and ``len(keys)`` elements (new ones,
+    or ``out``'s: per event, reusing them saves the allocations)."""
     n = _check_1d(queue, (keys, "keys"))
     if np.dtype(keys.dtype).kind == "f":
         raise TypeError(f"keys must be integers (bin numbers), got {keys.dtype}")
@@ -336,8 +337,11 @@ def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
         raise ValueError(f"nbins must be a positive int below 2**31 - 1, got {nbins!r}")
     dev = queue.device
     nbins = int(nbins)
-    offsets = Buffer(dev, nbins + 1, np.int32)
-    content = Buffer(dev, n, np.int32)
+    if out is None:
+        offsets, content = Buffer(dev, nbins + 1, np.int32), Buffer(dev, n, np.int32)
+    else:
+        offsets, content = _out(out[0], nbins + 1, np.int32, "out[0] (offsets)"), _out(out[1], n, np.int32,
+                                                                                       "out[1] (content)")
     if _one_thread(dev):
         exec(queue, _ONE, _serial.counting_sort, keys, offsets, content, n, nbins)
         return offsets, content
@@ -350,22 +354,31 @@ def one_to_many(queue: Queue, keys: Any, nbins: int) -> tuple[Buffer, Buffer]:
     return offsets, content
 
 
+def _out(arr: Any, n: int, dtype: Any, what: str) -> Any:
+    """``arr`` if it can take a result of ``n`` elements of ``dtype``."""
+    shape = getattr(arr, "shape", None)
+    if shape != (n,) or getattr(arr, "dtype", None) != np.dtype(dtype):
+        raise ValueError(f"pk.tools: {what} must be a 1-dimensional {np.dtype(dtype)} pk.Buffer of {n} elements, "
+                         f"got {type(arr).__name__} of shape {shape} and dtype {getattr(arr, 'dtype', None)}")
+    return arr
+
+
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def argsort(queue: Queue, keys: Any) -> Buffer:
-    """Enqueue a stable sort of ``keys``' indices by key: an int32 Buffer."""
+def argsort(queue: Queue, keys: Any, out: Any = None) -> Any:
+    """Enqueue a stable sort of ``keys``' indices by key: a new int32 Buffer, or ``out``."""
     n = _check_1d(queue, (keys, "keys"))
-    idx = Buffer(queue.device, n, np.int32)
+    idx = Buffer(queue.device, n, np.int32) if out is None else _out(out, n, np.int32, "out")
     if n:
         _sort(queue, keys, n, idx, None)
     return idx
 
 
-def radix_sort(queue: Queue, keys: Any) -> Buffer:
-    """Enqueue sorting ``keys`` (integers or floats): a new Buffer of the sorted values."""
+def radix_sort(queue: Queue, keys: Any, out: Any = None) -> Any:
+    """Enqueue sorting ``keys`` (integers or floats): a new Buffer of the sorted values, or ``out``."""
     n = _check_1d(queue, (keys, "keys"))
-    out = Buffer(queue.device, n, keys.dtype)
+    out = Buffer(queue.device, n, keys.dtype) if out is None else _out(out, n, keys.dtype, "out")
     if n:
         key = ("order", _size_class(n))
         ws = _take(queue, key, (key[1], np.int32))

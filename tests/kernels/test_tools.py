@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from portable._allocator import CachingAllocator
 from alpyka_testing.kernels import download, upload
 
 
@@ -143,3 +144,104 @@ def test_block_sum_with_partial_last_warps(device, queue):
         np.testing.assert_array_equal(download(queue, per_block), want, err_msg=f"{threads} threads per block")
         np.testing.assert_array_equal(download(queue, per_thread), np.repeat(want, threads),
                                       err_msg=f"{threads} threads per block: a thread's total")
+
+
+# ----------------------------------------------------------------------------- per-event sizes (issue 33)
+def _all_calls(queue, keys, nbins):
+    """prefix_scan, one_to_many, argsort and radix_sort of ``keys`` on ``queue``, downloaded."""
+    n = keys.size
+    buf = upload(queue, keys)
+    scanned = upload(queue, np.zeros(n, keys.dtype))
+    pk.tools.prefix_scan(queue, buf, scanned)
+    offsets, content = pk.tools.one_to_many(queue, buf, nbins)
+    order, ordered = pk.tools.argsort(queue, buf), pk.tools.radix_sort(queue, buf)
+    return [download(queue, b) for b in (scanned, offsets, content, order, ordered)]
+
+
+# 255-257: the size classes of the workspaces and a 256-thread block; 2047-2049: one segment of
+# the general scan on a GPU-like device; 1e3 and 1e5 the sizes the issue names
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1000, 2047, 2048, 2049, 100_000])
+def test_one_thread_paths_give_what_the_general_paths_give(device, queue, monkeypatch, n):
+    """The one-thread kernels (cpu_serial, cpu_threads, OpenCL on a CPU) against the multi-block
+    ones, forced on the same device: the same scan, offsets, stable order and sorted keys; the
+    same indices in every bin (the one-thread fill keeps them ascending)."""
+    keys = np.random.default_rng(n).integers(-3, 300, n).astype(np.int32)  # some outside [0, 290)
+    fast = _all_calls(queue, keys, 290)
+    monkeypatch.setattr(pk.tools, "_one_thread", lambda dev: False)
+    general = _all_calls(queue, keys, 290)
+    for got, want, what in zip(fast, general, ("scan", "offsets", "content", "argsort", "radix_sort")):
+        if what != "content":
+            np.testing.assert_array_equal(got, want, err_msg=what)
+    off, con, ref = fast[1], fast[2], general[2]
+    np.testing.assert_array_equal(fast[3], np.argsort(keys, kind="stable"))
+    for b in range(290):
+        assert sorted(ref[off[b]:off[b + 1]].tolist()) == np.flatnonzero(keys == b).tolist()
+        if pk.tools._one_thread(device):
+            assert con[off[b]:off[b + 1]].tolist() == np.flatnonzero(keys == b).tolist(), f"bin {b}"
+    assert (con[off[290]:] == -1).all() and (ref[off[290]:] == -1).all()
+
+
+@pytest.mark.parametrize("keys", [
+    np.full(700, 12345, np.int64),                        # every byte constant: no pass at all
+    np.arange(300, dtype=np.uint64)[::-1] % 200,          # one pass (the result comes back from the workspace)
+    np.random.default_rng(1).integers(1000, 1100, 900),   # two of eight bytes vary
+    np.random.default_rng(2).integers(-50, 50, 900).astype(np.int8),
+    (np.round(np.random.default_rng(3).standard_normal(900), 1) + 0.0).astype(np.float32),  # no -0.0
+], ids=["constant", "one-byte", "two-bytes", "int8", "float32"])
+def test_sorts_that_skip_byte_passes(queue, keys):
+    buf = upload(queue, keys)
+    np.testing.assert_array_equal(download(queue, pk.tools.argsort(queue, buf)), np.argsort(keys, kind="stable"))
+    np.testing.assert_array_equal(download(queue, pk.tools.radix_sort(queue, buf)), np.sort(keys, kind="stable"))
+
+
+def _count_launches(monkeypatch):
+    import portable._queue as queue_module
+
+    launched = []
+    real = queue_module.launch
+    monkeypatch.setattr(queue_module, "launch", lambda *a: (launched.append(a[2].__name__), real(*a))[1])
+    return launched
+
+
+def test_calls_at_1e3_elements_launch_once_and_allocate_nothing(device, queue, monkeypatch):
+    """After a first call (which makes the queue's workspaces), a call at 1e3 elements takes no
+    allocation but its outputs (none with ``out=``): one launch each where one thread runs it,
+    no more than the general algorithm's (1 + 3 per key byte for argsort) elsewhere."""
+    n = 1000
+    keys = upload(queue, np.random.default_rng(0).integers(0, 2**31, n).astype(np.int32))
+    scanned, idx, ordered = (upload(queue, np.zeros(n, np.int32)) for _ in range(3))
+    offsets, content = upload(queue, np.zeros(101, np.int32)), upload(queue, np.zeros(n, np.int32))
+    calls = {
+        "prefix_scan": (lambda: pk.tools.prefix_scan(queue, keys, scanned), 0, 1),
+        "one_to_many": (lambda: pk.tools.one_to_many(queue, keys, 100), 2, 3),
+        "one_to_many out=": (lambda: pk.tools.one_to_many(queue, keys, 100, out=(offsets, content)), 0, 3),
+        "argsort": (lambda: pk.tools.argsort(queue, keys), 1, 13),
+        "argsort out=": (lambda: pk.tools.argsort(queue, keys, out=idx), 0, 13),
+        "radix_sort out=": (lambda: pk.tools.radix_sort(queue, keys, out=ordered), 0, 14),
+    }
+    one = pk.tools._one_thread(device)
+    allocator = device.backend.allocator(device)
+    for name, (call, outputs, general_launches) in calls.items():
+        call()  # makes the queue's workspaces
+        queue.wait()
+        launched = _count_launches(monkeypatch)
+        before = allocator.stats.hits, allocator.stats.misses
+        results = call()  # noqa: F841 - the outputs stay alive until the counts are read
+        queue.wait()
+        hits, misses = allocator.stats.hits - before[0], allocator.stats.misses - before[1]
+        assert hits + misses == outputs, f"{name}: {hits + misses} allocations for {outputs} outputs"
+        if isinstance(allocator, CachingAllocator):  # cupy's pool may grow while the last outputs are in flight
+            assert misses == 0, f"{name}: {misses} new allocations"
+        assert len(launched) <= (1 if one else general_launches), f"{name}: launched {launched}"
+        monkeypatch.undo()
+    np.testing.assert_array_equal(download(queue, idx), np.argsort(download(queue, keys), kind="stable"))
+
+
+def test_out_arguments_are_checked(queue):
+    keys = upload(queue, np.zeros(10, np.int32))
+    with pytest.raises(ValueError, match=r"out must be a 1-dimensional int32 pk.Buffer of 10 elements"):
+        pk.tools.argsort(queue, keys, out=upload(queue, np.zeros(9, np.int32)))
+    with pytest.raises(ValueError, match=r"out\[0\] \(offsets\) must be .* of 5 elements"):
+        pk.tools.one_to_many(queue, keys, 4, out=(upload(queue, np.zeros(4, np.int32)), keys))
+    with pytest.raises(ValueError, match="out must be a 1-dimensional int32"):
+        pk.tools.radix_sort(queue, keys, out=upload(queue, np.zeros(10, np.int64)))
