@@ -46,6 +46,11 @@ from ._runtime import queue_stream
 #: collection (a producer builds metadata per event). The tensors reference the buffer's memory,
 #: never the collection, so an entry goes when its collection does (no lock on that path).
 _FLATS: "weakref.WeakKeyDictionary[Any, dict[np.dtype, torch.Tensor]]" = weakref.WeakKeyDictionary()
+#: collection -> the maker of numpy arrays over its host memory (``Backend.array_factory``: the
+#: arrays keep the buffer alive, the maker does not keep the collection), shared likewise
+_MAKERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+#: guards the blocks of every SoAMetadata (appended or reordered rarely, read once per prepared pass)
+_LOCK = threading.Lock()
 
 
 class SoAMetadata:
@@ -60,9 +65,10 @@ class SoAMetadata:
         self.which = which
         self.layout = view.layout
         self.size: int = view.size
+        self._view = view  # its array maker (host memory: numpy arrays over the collection's memory)
         self._view_offset: int = view.offset
         self._blocks: dict[str, Block] = {}
-        self._lock = threading.Lock()
+        self._lock = _LOCK  # edits of the blocks are rare and short: one lock for all metadata
         self._flat: dict[np.dtype, torch.Tensor] = {}
         self._tensors: dict[str, torch.Tensor] = {}
         self._order: tuple[tuple[str, ...], tuple[Block, ...]] | None = None  # (names, blocks), cached
@@ -148,6 +154,19 @@ class SoAMetadata:
                 flat = shared[dtype] = flat_tensor(self.collection.buffer, dtype, self.collection.nbytes)
             self._flat[dtype] = flat
         return flat
+
+    def host_arrays(self, places: Sequence[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]]]
+                    ) -> list[np.ndarray]:
+        """Numpy views over the collection's host memory, one per ``(byte offset, dtype, shape,
+        byte strides)`` (a block's: :func:`array_places`): what a prepared pass on the CPU reads
+        and writes, no torch tensor made."""
+        make = getattr(self._view, "_make", None)  # the collection's view's maker, made once per collection
+        if make is None:
+            coll = self.collection
+            make = _MAKERS.get(coll)
+            if make is None:
+                make = _MAKERS[coll] = coll.device.backend.array_factory(coll.buffer, False)
+        return [make(*place) for place in places]
 
     def device_tensor(self, name: str) -> torch.Tensor:
         """The block's tensor over the collection's own memory (zero-copy paths only)."""
@@ -280,6 +299,11 @@ class SoAMetadata:
             q.wait()
 
 
+def array_places(blocks: Sequence[Block]) -> tuple[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]], ...]:
+    """``(byte offset, dtype, shape, byte strides)`` of each block (:meth:`SoAMetadata.host_arrays`)."""
+    return tuple((b.offset, b.dtype, tuple(b.shape), b.byte_strides) for b in blocks)
+
+
 def _nothing() -> None:
     """A native operation that enqueues nothing (its kept objects mark the queue's point)."""
 
@@ -331,21 +355,20 @@ class ModelMetadata:
         for what, meta in (("inputs", inputs), ("outputs", outputs)):
             if not isinstance(meta, SoAMetadata):
                 raise TypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
-            if not meta.block_names:
+            if not meta._blocks:
                 raise ValueError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
-        for b in outputs.blocks:
+        for b in outputs._blocks.values():
             if b.kind == "scalar":
                 raise ValueError(f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
                                  "scalars can be model inputs but not outputs")
-        init = object.__setattr__  # not __setattr__ below: there are no plans to drop yet
-        init(self, "inputs", inputs)
-        init(self, "outputs", outputs)
-        init(self, "batch_size", check_batch_size(batch_size, inputs, outputs))
-        init(self, "cast_outputs", bool(cast_outputs))
-        init(self, "input_dtype", None if input_dtype is None else _as_torch_dtype(input_dtype))
-        # Model -> its prepared pass on this metadata (inference._plan.Plan); dropped whenever
-        # an attribute is set (below) and not used once a block of inputs/outputs changed
-        init(self, "_plans", {})
+        # the instance dict directly, not __setattr__ below: there are no plans to drop yet.
+        # _plans: Model -> its prepared pass on this metadata (inference._plan.Plan); dropped
+        # whenever an attribute is set (below) and not used once a block of inputs/outputs changed
+        self.__dict__.update(
+            inputs=inputs, outputs=outputs,
+            batch_size=None if batch_size is None else check_batch_size(batch_size, inputs, outputs),
+            cast_outputs=bool(cast_outputs),
+            input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype), _plans={})
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -202,17 +202,25 @@ class Model:
         if cached is None:
             cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace(), {})
         fn, path, work, specs = cached
-        # one spec per geometry (a Block is one object per geometry: the key hashes a few fields)
-        key = (metadata.inputs.ordered()[1], metadata.outputs.ordered()[1], bs, metadata.cast_outputs,
+        # one spec per geometry: a Block is one cached object per geometry (inference._block), so the
+        # key is the blocks' identities (no field hashed per event); the spec holds the blocks, so
+        # an identity in a kept key is never another block's. Equal blocks that are other objects
+        # (after the block cache was cleared) get a spec of their own: the same pass.
+        ins, outs = metadata.inputs, metadata.outputs
+        in_blocks, out_blocks = ins.ordered()[1], outs.ordered()[1]
+        key = (tuple(map(id, in_blocks)), tuple(map(id, out_blocks)), bs, metadata.cast_outputs,
                metadata.input_dtype)
         spec = specs.get(key)
         if spec is None:
             if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
-                fn.check(key[0], key[1], metadata.input_dtype)
+                fn.check(in_blocks, out_blocks, metadata.input_dtype, metadata.cast_outputs)
             if len(specs) >= _SPECS_PER_DEVICE:  # sizes that change every event: keep the latest
                 specs.clear()
-            spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work)
-        run = Pass(spec, metadata)
+            spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work, host=path == "host")
+        if path == "host" and spec.host is not None:  # ONNX Runtime on the CPU: the geometry's binding
+            launch = functools.partial(q.enqueue_native, spec.host_pass(ins, outs), ins.collection, outs.collection)
+            return self._keep(metadata, Plan(q, metadata, launch), batch_size)
+        run = Pass(spec, ins, outs)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
             from ._gpu_streams import run_on_queue_stream
             launch = functools.partial(run_on_queue_stream, q, run.bind().run,
@@ -222,7 +230,10 @@ class Model:
                                        metadata.outputs.collection)
         else:
             launch = functools.partial(_launch_staged, q, run)
-        plan = Plan(q, metadata, launch)
+        return self._keep(metadata, Plan(q, metadata, launch), batch_size)
+
+    def _keep(self, metadata: ModelMetadata, plan: Plan, batch_size: int | None) -> Plan:
+        """Keep ``plan`` in the metadata for the next forward (not one for a per-call batch size)."""
         if batch_size is None:
             plans = metadata._plans  # noqa: SLF001
             if len(plans) >= 8:  # a metadata used by many models: keep the latest few

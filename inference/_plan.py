@@ -14,6 +14,13 @@ unchanged: same blocks in the same order (``SoAMetadata.ordered()``'s cached tup
 (its ``__setattr__`` drops the plans). A repeated forward then costs the call, the model and the
 output copy.
 
+ONNX Runtime on host memory goes further (``PassSpec.host``, :class:`inference._onnx.HostBinding`):
+the I/O binding, the row-major input arrays and the output arrays belong to the geometry, so
+metadata made anew for every event (new collections, new addresses) costs numpy views of its
+blocks and no binding; a pass is numpy copies around one native ORT call, no torch tensor made.
+Measured for a 16-64-64-2 MLP on cpu_serial (``benchmarks/bench_inference.py``, "small batch"):
+see docs/inference.md for the per-event costs.
+
 Measured for a 3-64-64-2 MLP at batch 4096 (``benchmarks/bench_inference.py``): the output copy
 from the model's row-major ``[n, k]`` into the column-major SoA columns is one ``Tensor.copy_``
 (``target.T.copy_(y.T)`` measured 4x slower, ``np.copyto`` and per-column copies slower too), and
@@ -29,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ._gather import gather
-from ._metadata import ModelMetadata, check_output
+from ._metadata import ModelMetadata, SoAMetadata, array_places, check_output
 from ._tensors import torch_dtype
 
 #: autograd off for a pass: torch's own C++ guard when this torch has it (see the module doc)
@@ -42,17 +49,17 @@ class PassSpec:
     object per geometry) and the pass settings. ``Model`` keeps one per geometry, so a producer
     that builds new metadata for every event pays only for binding the collections' memory."""
 
-    __slots__ = ("kind", "fn", "batch_size", "in_names", "names", "out_blocks", "n", "cast", "input_dtype",
-                 "prepare", "indirect", "checks", "work")
+    __slots__ = ("kind", "fn", "batch_size", "in_names", "in_blocks", "names", "out_blocks", "n", "cast",
+                 "input_dtype", "prepare", "indirect", "checks", "work", "host", "in_places", "out_places")
 
     def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
-                 work: "Workspace | None" = None) -> None:
+                 work: "Workspace | None" = None, host: bool = False) -> None:
         self.kind, self.fn, self.batch_size = kind, fn, batch_size
         self.in_names = metadata.inputs.ordered()[0]
         self.names, self.out_blocks = metadata.outputs.ordered()
         # items on the batch axis: the collection's rows, or fewer where blocks group rows
         # (rows_per_item); mini-batches need one batch axis for every block (ModelMetadata checks it)
-        in_blocks = metadata.inputs.ordered()[1]
+        self.in_blocks = in_blocks = metadata.inputs.ordered()[1]
         self.n = next((b.size for b in in_blocks if b.kind != "scalar"), metadata.inputs.size)
         self.cast = metadata.cast_outputs
         self.input_dtype = metadata.input_dtype
@@ -66,6 +73,26 @@ class PassSpec:
             self.checks = tuple((torch.Size(b.shape), torch_dtype(b.dtype)) for b in self.out_blocks)
         # what whole-collection passes keep between forwards: the model's, on this device
         self.work = Workspace() if work is None else work
+        # ONNX Runtime on host memory (``host``), one whole-collection pass: the binding every
+        # metadata of this geometry shares (inference._onnx.HostBinding; None: the general pass)
+        # and where its blocks lie in a collection
+        self.host: Any = None
+        self.in_places: tuple[Any, ...] = ()
+        self.out_places: tuple[Any, ...] = ()
+        if host and kind == "onnx" and self.input_dtype is None and (batch_size is None or batch_size >= self.n):
+            host = getattr(fn, "host_binding", None)
+            self.host = host(in_blocks, self.out_blocks) if host is not None else None
+            if self.host is not None:
+                self.in_places, self.out_places = array_places(in_blocks), array_places(self.out_blocks)
+
+    def host_pass(self, ins: SoAMetadata, outs: SoAMetadata) -> Callable[[], None]:
+        """The pass over these collections through :attr:`host` (host memory only): gathers,
+        runs and writes with nothing made per pass; the general pass when another thread holds
+        the binding."""
+        def general() -> None:
+            Pass(self, ins, outs).bind()._whole(False)
+
+        return self.host.bind(ins.host_arrays(self.in_places), outs.host_arrays(self.out_places), general)
 
 
 class Pass:
@@ -77,11 +104,11 @@ class Pass:
 
     __slots__ = ("spec", "ins", "outs", "inputs", "outputs", "fast", "args")
 
-    def __init__(self, spec: PassSpec, metadata: ModelMetadata) -> None:
+    def __init__(self, spec: PassSpec, inputs: SoAMetadata, outputs: SoAMetadata) -> None:
         # the SoAMetadata, not the ModelMetadata: that one keeps the plan, a cycle would keep the
         # collections' memory until a garbage collection instead of freeing it with the metadata
         self.spec = spec
-        self.ins, self.outs = metadata.inputs, metadata.outputs
+        self.ins, self.outs = inputs, outputs
         self.inputs: list[torch.Tensor] = []
         self.outputs: dict[str, torch.Tensor] = {}
         self.fast: tuple[tuple[torch.Tensor, torch.Size, torch.dtype], ...] | None = None
