@@ -58,7 +58,8 @@ def _standin_backends() -> list[str]:
 
 def test_every_example_is_tested():
     tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
-              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py", "pixel_clustering.py"}
+              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py", "pixel_clustering.py",
+              "cluster_charge_cut.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -139,3 +140,8 @@ def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path
 def test_pixel_clustering_runs_as_a_script(backend):
     out = run_example("pixel_clustering.py", "--modules", "12", "--clusters", "20", "--check", backend=backend)
     assert "matches the plain connected components" in out
+
+
+def test_cluster_charge_cut_runs_as_a_script(backend):
+    out = run_example("cluster_charge_cut.py", "--modules", "40", "--repeats", "2", backend=backend)
+    assert "matches the numpy reference: OK" in out and "40 modules" in out
