@@ -19,12 +19,17 @@ On the host (enqueued on a queue, asynchronous like every launch):
 
 - ``prefix_scan(queue, src, dst)``: inclusive scan of any length (CMSSW's ``multiBlockPrefixScan``:
   each block scans a segment, the segments' totals are scanned, then added).
-- ``one_to_many(queue, keys, nbins) -> (offsets, content)``: ``content[offsets[b]:offsets[b+1]]``
+- ``one_to_many(queue, keys, nbins, out=None) -> (offsets, content)``: ``content[offsets[b]:offsets[b+1]]``
   are the indices ``i`` with ``keys[i] == b``; keys outside ``[0, nbins)`` are left out. Within a
-  bin the order is unspecified on backends with concurrent threads.
-- ``argsort(queue, keys)`` (stable, int32 indices) and ``radix_sort(queue, keys)``: an LSD radix
-  sort, 8 bits per pass, of integer and float keys (floats by their IEEE order: -inf < ... < -0.0
-  < 0.0 < ... < inf; NaNs by their sign bit, after inf or before -inf).
+  bin the order is ascending on one-thread devices, unspecified on the others.
+- ``argsort(queue, keys, out=None)`` (stable, int32 indices) and ``radix_sort(queue, keys, out=None)``:
+  an LSD radix sort, 8 bits per pass, of integer and float keys (floats by their IEEE order: -inf
+  < ... < -0.0 < 0.0 < ... < inf; NaNs by their sign bit, after inf or before -inf).
+
+``out=`` takes the result Buffers. Where a block is one thread or the hardware a CPU, each call is
+one launch of a one-thread kernel (portable/_tools_serial.py); elsewhere the multi-block
+algorithms below run. Workspaces stay with their queue (:func:`_take`): after a first call, a
+call allocates only its outputs.
 """
 
 from __future__ import annotations

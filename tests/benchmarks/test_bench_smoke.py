@@ -113,12 +113,14 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
 # bench_pipeline took 176 s with two busy loops on the 2 cores beside other work (load ~8)
 _SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_clustering", "clustering", (), 240),
             ("bench_inference", "inference", ("torch",), 180),
-            ("bench_pipeline", "pipeline", ("torch",), 480), ("bench_remote", "remote", ("torch", "pytriton"), 300)]
+            ("bench_pipeline", "pipeline", ("torch",), 480), ("bench_remote", "remote", ("torch", "pytriton"), 300),
+            ("bench_tools", "tools", (), 180)]
 #: the backends a script measures, where it measures several (the others use a cpu_serial queue
 #: for their host-side work); the child process gets the selection (conftest.py)
 _MEASURES = {"bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
              "bench_clustering": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
-             "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl")}
+             "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl"),
+             "bench_tools": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")}
 
 
 def _measured_in_a_child(script: str) -> tuple[str, ...]:
