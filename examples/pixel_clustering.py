@@ -16,6 +16,15 @@ connectivity). The steps are CMSSW's, written with alpyka's kernel language and 
 4. number the clusters per module: a stable ``pk.tools.argsort`` by module keeps input order
    within a module, a ``pk.tools.prefix_scan`` over "is a cluster's first digi" ranks them.
 
+That is the portable kernel, the one GPUs run (a module's digis are the threads of its block).
+Where a block is one thread (cpu_serial, cpu_threads) or the hardware is a CPU (OpenCL on a CPU),
+its rounds over the module are pure cost, so ``find_clusters`` picks another algorithm there, as
+alpaka code specialises per accelerator (:func:`algorithm_for` asks the device's declared limits
+and properties, not its backend's name): step 3 becomes a union-find per module (one
+single-thread block each; joining two trees keeps the smaller index as the root, so every digi
+ends with the same id as above) and step 4 one pass over the digis in input order (a cluster's
+first digi takes its module's next number). Both give the same ids; ``algorithm=`` forces one.
+
 Run: python examples/pixel_clustering.py [backend] [--modules N] [--check]
 """
 
@@ -81,6 +90,75 @@ def _find_clus(acc, offsets, content, x, y, cluster, n_modules, n_columns):
 
 
 @pk.kernel
+def _start_keys(acc, module, x, cluster, keys, out, n, n_modules, n_columns):
+    """The union-find's first pass: ids as ``_start_ids``, the column histogram's keys as
+    ``_column_keys``, and -1 out for the digis of no module (the numbering leaves them)."""
+    for i in acc.uniform_elements(n):
+        m = module[i]
+        c = x[i]
+        if 0 <= m and m < n_modules and 0 <= c and c < n_columns:
+            cluster[i] = i
+            keys[i] = m * n_columns + c
+        else:
+            cluster[i] = -1
+            keys[i] = -1
+        out[i] = -1
+
+
+@pk.kernel
+def _union_find(acc, offsets, content, y, cluster, n_modules, n_columns):
+    """One single-thread block per module: a union-find over the column histogram, each digi
+    joined with the later digis of its column and those of the next column within a row; a root
+    is its cluster's smallest index, so every digi ends with the id the propagation gives it."""
+    for m in acc.independent_groups(n_modules):
+        if acc.once_per_block():
+            last_bin = (m + 1) * n_columns
+            for b in range(m * n_columns, last_bin):
+                end = offsets[b + 2] if b + 1 < last_bin else offsets[b + 1]
+                for k in range(offsets[b], offsets[b + 1]):
+                    i = content[k]
+                    yi = y[i]
+                    for kk in range(k + 1, end):
+                        j = content[kk]
+                        if abs(y[j] - yi) <= 1:
+                            a = i  # the roots of i and j, halving the paths on the way
+                            while cluster[a] != a:
+                                cluster[a] = cluster[cluster[a]]
+                                a = cluster[a]
+                            r = j
+                            while cluster[r] != r:
+                                cluster[r] = cluster[cluster[r]]
+                                r = cluster[r]
+                            if a < r:
+                                cluster[r] = a
+                            elif r < a:
+                                cluster[a] = r
+            for k in range(offsets[m * n_columns], offsets[last_bin]):
+                i = content[k]
+                r = cluster[i]
+                while cluster[r] != r:
+                    r = cluster[r]
+                cluster[i] = r
+
+
+@pk.kernel
+def _number_in_order(acc, module, cluster, count, out, n, n_modules):
+    """One thread, digis in input order: a root (its id is its own index) takes its module's next
+    number, every other digi its root's (a root comes before the rest of its cluster)."""
+    if acc.once_per_grid():
+        for m in range(n_modules):
+            count[m] = 0
+        for i in range(n):
+            r = cluster[i]
+            if r == i:
+                m = module[i]
+                out[i] = count[m]
+                count[m] += 1
+            elif r >= 0:
+                out[i] = out[r]
+
+
+@pk.kernel
 def _first_digis(acc, order, cluster, flags, n):
     """In module order: 1 where the digi starts its cluster (its id is its own index)."""
     for k in acc.uniform_elements(n):
@@ -116,12 +194,29 @@ def _linear(queue: pk.Queue, n: int) -> pk.WorkDiv:
     return pk.valid_workdiv(queue.device, max(n, 1), 1 if queue.device.kind == "gpu" else 4096)
 
 
+#: find_clusters' algorithms: CMSSW's label propagation (the portable kernel) and a union-find per module
+ALGORITHMS = ("propagation", "union_find")
+
+
+def algorithm_for(device: pk.Device) -> str:
+    """The algorithm ``find_clusters`` runs on ``device``, from what the device declares: a
+    union-find per module where a block is one thread (the CPU backends) or the hardware is a
+    CPU (OpenCL on a CPU), where propagation's rounds over the module are pure cost; CMSSW's
+    propagation on GPUs, where a module's digis are the threads of its block."""
+    one_thread = device.limits.max_threads_per_block == 1 or device.properties.get("type") == "cpu"
+    return "union_find" if one_thread else "propagation"
+
+
 def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
-                  n_columns: int = N_COLUMNS) -> pk.Buffer:
+                  n_columns: int = N_COLUMNS, algorithm: str | None = None) -> pk.Buffer:
     """Enqueue the clustering of the digis ``(module, x, y)`` (int32 Buffers of one length;
     numpy arrays on CPU backends); returns the int32 Buffer of cluster ids (see the module
     docstring). ``n_modules`` defaults to the largest module id + 1 (read back: it waits for
-    the queue); digis with a module id >= n_modules or a column outside [0, n_columns) get -1."""
+    the queue); digis with a module id >= n_modules or a column outside [0, n_columns) get -1.
+    ``algorithm``: one of :data:`ALGORITHMS`, by default :func:`algorithm_for` the queue's
+    device; both give the same ids."""
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS} or None (the device's choice), got {algorithm!r}")
     n = len(module)
     if not (len(x) == len(y) == n):
         raise ValueError(f"module, x and y must have one length, got {n}, {len(x)} and {len(y)}")
@@ -140,6 +235,9 @@ def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
         return out
     n_modules = max(int(n_modules), 1)
     wd = _linear(queue, n)
+    if (algorithm or algorithm_for(dev)) == "union_find":
+        _union_find_path(queue, module, x, y, cluster, out, n_modules, n_columns, wd)
+        return out
     pk.exec(queue, wd, _start_ids, module, x, cluster, n, n_modules, n_columns)
     keys = pk.Buffer(dev, n, np.int32)
     pk.exec(queue, wd, _column_keys, module, x, cluster, keys, n, n_columns)
@@ -157,6 +255,20 @@ def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
     pk.exec(queue, wd, _number_firsts, order, module, cluster, flags, base, number, n)
     pk.exec(queue, wd, _label, cluster, number, out, n)
     return out
+
+
+def _union_find_path(queue, module, x, y, cluster, out, n_modules, n_columns, wd) -> None:
+    """Enqueue the union-find: the column histogram, one single-thread block per module, then
+    the numbering in one pass over the digis in input order."""
+    dev = queue.device
+    n = len(module)
+    keys = pk.Buffer(dev, n, np.int32)
+    pk.exec(queue, wd, _start_keys, module, x, cluster, keys, out, n, n_modules, n_columns)
+    offsets, content = pk.tools.one_to_many(queue, keys, n_modules * n_columns)
+    pk.exec(queue, pk.make_workdiv(dev, n_modules, 1), _union_find, offsets, content, y, cluster, n_modules,
+            n_columns)
+    count = pk.Buffer(dev, n_modules, np.int32)
+    pk.exec(queue, pk.WorkDiv(1, 1, 1), _number_in_order, module, cluster, count, out, n, n_modules)
 
 
 # ----------------------------------------------------------------------------- test data and reference

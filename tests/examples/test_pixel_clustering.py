@@ -1,6 +1,8 @@
 """The port of CMSSW's pixel clusterizer (examples/pixel_clustering.py) on every backend, against a
-plain connected-components reference."""
+plain connected-components reference; its two algorithms (CMSSW's propagation, the union-find the
+one-thread devices pick) give the same ids on every backend."""
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -64,3 +66,45 @@ def test_bad_input_is_refused(queue):
         pc.find_clusters(queue, a, a, upload(queue, np.zeros(4, np.int64)))
     with pytest.raises(ValueError, match="one length"):
         pc.find_clusters(queue, a, a, upload(queue, np.zeros(3, np.int32)))
+
+
+def _dense_patch(seed):
+    """Two modules with the same 48 x 48 patch, each pixel there with probability 0.4: clusters
+    of every shape and size up to hundreds of pixels (8-connected site percolation near its threshold, 0.41)."""
+    rng = np.random.default_rng(seed)
+    cx, cy = np.nonzero(rng.random((48, 48)) < 0.4)
+    x = np.concatenate([cx + 180, cx + 180]).astype(np.int32)
+    y = np.concatenate([cy + 50, cy + 50]).astype(np.int32)
+    module = np.repeat(np.array([0, 1], np.int32), len(cx))
+    perm = rng.permutation(len(module))
+    return module[perm], x[perm], y[perm]
+
+
+@pytest.mark.parametrize("data", ["random", "dense"])
+def test_both_algorithms_give_identical_ids(queue, data):
+    """Each path forced on the same input (whatever the device would pick): the same ids, those of
+    the plain connected components."""
+    module, x, y = pc.generate_digis(n_modules=6, clusters_per_module=30, seed=5) if data == "random" \
+        else _dense_patch(6)
+    want = pc.reference_clusters(module, x, y)
+    assert len(set(want[module == 0].tolist())) > 20  # many clusters, numbered per module
+    for algorithm in pc.ALGORITHMS:
+        np.testing.assert_array_equal(_clusters(queue, module, x, y, algorithm=algorithm), want, err_msg=algorithm)
+
+
+def test_the_device_declares_which_algorithm_it_runs(device):
+    """One-thread blocks (the CPU backends) or CPU hardware (OpenCL on a CPU): the union-find;
+    a GPU's multi-thread blocks: CMSSW's propagation. Asked of the device, not the backend's name."""
+    one_thread = device.limits.max_threads_per_block == 1 or device.properties.get("type") == "cpu"
+    assert pc.algorithm_for(device) == ("union_find" if one_thread else "propagation")
+    if device.backend_name in ("cpu_serial", "cpu_threads"):
+        assert pc.algorithm_for(device) == "union_find"
+    gpu = dataclasses.replace(device, limits=dataclasses.replace(device.limits, max_threads_per_block=1024),
+                              properties={"type": "gpu"})
+    assert pc.algorithm_for(gpu) == "propagation"
+
+
+def test_an_unknown_algorithm_is_refused(queue):
+    a = upload(queue, np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="union_find"):
+        pc.find_clusters(queue, a, a, a, algorithm="flood_fill")
