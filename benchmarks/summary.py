@@ -285,11 +285,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Triton (PyTriton, same host) vs local, 16 clients, async + dynamic batching", "remote.json",
            "{:.2f}x of local events/s (client and server share the cores)",
            (S("remote async +dynbatch", "16 clients"),)),
-    Figure("pixel clustering (CMSSW's clusterizer), M digis/s and speed vs a one-thread numba flood fill",
-           "clustering.json", "numba {:.2f}; cpu_serial {:.2f} ({:.2f}x), cpu_threads {:.2f} ({:.2f}x), "
-           "opencl {:.2f} ({:.2f}x)",
-           (S("numba (1 thread)", "M digis/s"),
-            *(S(b, k) for b in ("cpu_serial", "cpu_threads", "opencl") for k in ("M digis/s", "speed vs numba")))),
+    Figure("pixel clustering (CMSSW's clusterizer; a union-find per module on the one-thread devices), M digis/s "
+           "and speed vs the strongest peer, a one-thread numba union-find",
+           "clustering.json", "union-find {:.2f}; cpu_serial {:.2f} ({:.2f}x), cpu_threads {:.2f} ({:.2f}x), "
+           "opencl {:.2f} ({:.2f}x); CMSSW's propagation on cpu_serial {:.2f}x; numba flood fill {:.2f}x",
+           (S("numba union-find (1 thread)", "M digis/s"),
+            *(S(b, k) for b in ("cpu_serial", "cpu_threads", "opencl") for k in ("M digis/s", "speed vs union-find")),
+            *(S(b, "speed vs union-find") for b in ("cpu_serial, propagation", "numba flood fill (1 thread)"))),
+           "cpu_serial >= 0.7x, cpu_threads > 1x"),
     Figure("pixel clustering on the GPU, M digis/s and speed vs a one-thread numba flood fill on the host",
            "nvidia-h100/clustering.json", "cuda {:.1f} ({:.1f}x); numba {:.2f}; cpu_serial {:.2f} ({:.2f}x), "
            "cpu_threads {:.2f} ({:.2f}x)",
