@@ -10,9 +10,10 @@ and a charge (``adc``). One block per module, as CMSSW:
 2. each digi adds its charge to its cluster's: ``acc.atomic_add(charge, c, adc[i], hierarchy="block")``
    on shared memory; barrier;
 3. each cluster is kept when ``charge[c] >= threshold`` (``ok[c]`` 1 or 0); barrier;
-4. ``pk.tools.block_prefix_scan`` of ``ok`` gives the survivors' new ids + 1 (``new_id[c]``);
-5. each digi gets its cluster's new id, or ``INVALID_CLUSTER`` when the cluster was cut, and the
-   module's new cluster count is written.
+4. ``pk.tools.block_prefix_scan`` of ``ok`` gives the survivors' new ids + 1 (``new_id[c]``); each
+   cluster's new id (or ``INVALID_CLUSTER`` when it was cut) goes into ``charge[c]``; barrier;
+5. each digi gets its cluster's new id and the module's new cluster count is written (the
+   outputs are Buffers of their own: CMSSW rewrites its ids in place).
 
 A module holds at most ``MAX_CLUSTERS`` clusters (CMSSW's maxNumClustersPerModules): digis of
 clusters past it are invalid, as are digis whose cluster id is out of range.
@@ -23,6 +24,7 @@ Run: python examples/cluster_charge_cut.py [backend] [--modules N] [--clusters K
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -64,17 +66,18 @@ def cluster_charge_cut(acc, module_start, cluster, adc, n_clusters, threshold, n
             ok[c] = 1 if charge[c] >= threshold else 0
         acc.sync_block_threads()
         pk.tools.block_prefix_scan(acc, ok, new_id, n_clus, ws)  # ends with a barrier
+        for c in acc.independent_group_elements(n_clus):  # charge[c] becomes the cluster's new id
+            charge[c] = new_id[c] - 1 if ok[c] == 1 else INVALID_CLUSTER
+        acc.sync_block_threads()
         for i in acc.independent_group_elements(first, last):
             c = cluster[i]
-            if 0 <= c and c < n_clus and ok[c] == 1:
-                new_cluster[i] = new_id[c] - 1
-            else:
-                new_cluster[i] = INVALID_CLUSTER
+            new_cluster[i] = charge[c] if 0 <= c and c < n_clus else INVALID_CLUSTER
         if acc.thread_idx == 0:
             new_n_clusters[m] = new_id[n_clus - 1] if n_clus > 0 else 0
         acc.sync_block_threads()  # the next module reuses the shared arrays
 
 
+@functools.lru_cache(maxsize=64)  # one per event size: a WorkDiv costs a few us to build
 def workdiv(device: pk.Device, n_modules: int) -> pk.WorkDiv:
     """One block per module: on CPUs (the CPU backends, OpenCL on a CPU) one thread taking up to
     ``CPU_ELEMENTS`` digis a step, as alpaka's CPU accelerators; on GPUs ``GPU_THREADS`` threads."""
