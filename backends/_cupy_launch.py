@@ -5,7 +5,7 @@ calls the ``RawKernel`` on the queue's stream (grid and block reversed: CUDA's x
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from portable.spi import queue_impl
 
 from ._c_args import make_packer
 from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, float_options, format_build_error  # noqa: F401
-from ._gpu_launch import DevicePlan, emit_for, prepare_launch
+from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 _D2H = 2  # cudaMemcpyDeviceToHost
@@ -116,6 +116,39 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
         rt.memcpyAsync(hp, fp, 4, _D2H, stream.ptr)
     impl.submit(run_checked, args, flag, host)
     impl.enqueue_host(_range_check(plan, host))
+
+
+def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tuple], None] | None:
+    """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
+    over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): plan, grid,
+    block and dynamic shared size bound once, the native call (packed values) reused while the
+    arguments are the very objects of the previous launch (buffers and views never move; the same scalar
+    object has the same value). None without a plan, or for a range-checked plan (ALPYKA_DEBUG:
+    a flag and a host check per launch)."""
+    dev = queue.device
+    plan = kernel.plans.get(launch_key(dev, workdiv, kernel, args))
+    if plan is None or plan.err:
+        return None
+    dyn = kernel.shared_bytes(workdiv, args)
+    grid, block, _ = _fit(plan, workdiv, dyn, dev)
+    impl = queue_impl(queue)
+    if dyn:
+        with impl.scope:
+            _opt_in_dynamic_shared(plan, dyn)
+    submit, stream, fn, pack = impl.submit, impl.stream, plan.function, plan.pack
+    last: list = [None, None]  # the arguments of the previous launch and its native call
+    same = same_objects(len(args))
+
+    def run(args: tuple) -> None:
+        if not same(args, last[0]):
+            values = tuple(pack(args, workdiv, dyn))
+
+            def op() -> None:
+                with stream:
+                    fn(grid, block, values, shared_mem=dyn)
+            last[0], last[1] = args, op
+        submit(last[1], args)
+    return run
 
 
 def _pinned_int32(cp: Any) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from portable.spi import start_worker, stop_worker, warn_unseen
 
-from ._gpu_queue import DeviceQueue, Snapshot, run_host_function, wait_polling
+from ._gpu_queue import _RETAIN_BATCH, DeviceQueue, Snapshot, run_host_function, wait_polling
 
 
 class DeviceScope:
@@ -129,6 +129,7 @@ class CupyQueue(DeviceQueue):
         self._draining = False  # the worker is submitting the backlog (it holds the lock)
         self._ticket = 0  # host functions and deferred operations enqueued so far
         self._done = 0  # of those, how many ran (host functions) or were submitted
+        self._get_device = self.cupy.cuda.runtime.getDevice  # this thread's current device
         with self.scope:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
 
@@ -147,9 +148,15 @@ class CupyQueue(DeviceQueue):
                 self._ticket += 1
                 self._backlog.append(_Op(op, keep, self._log.next_seq()))
                 return
-            with self.scope:
+            if self._get_device() == self.device.index:  # the launch path: no scope object when current
                 op()
-            self.after_enqueue(*keep)
+            else:
+                with self.scope:
+                    op()
+            if self.blocking:  # after_enqueue, inline on the launch path
+                self.finish()
+            elif keep and self._retained.keep(keep) >= _RETAIN_BATCH:
+                self.retire_batch()
 
     def submit_reported(self, op: Callable[[], None], *keep: Any) -> None:
         """:meth:`submit` for work whose errors belong to the queue, not to the caller (a model's

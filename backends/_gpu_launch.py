@@ -45,6 +45,19 @@ def launch_key(device: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple:
     return (device.memory_space, len(els), kernel.signature(args), debug_enabled(), els == _ONES[len(els)])
 
 
+_SAME: dict[int, Callable[[tuple, Any], bool]] = {}
+
+
+def same_objects(n: int) -> Callable[[tuple, Any], bool]:
+    """``same(args, prev)``: True when ``prev`` is a tuple holding the very objects of ``args``
+    (``n`` of them; the fast launchers' test for arguments whose packed values they can reuse)."""
+    same = _SAME.get(n)
+    if same is None:
+        terms = " and ".join(f"args[{i}] is prev[{i}]" for i in range(n)) or "True"
+        same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}")  # noqa: S307 - from n alone
+    return same
+
+
 def _mismatch_error() -> type:
     from portable.kernel import KernelArgumentError
 

@@ -214,15 +214,22 @@ class DeviceQueue:
     # ------------------------------------------------------------------ keeping memory alive
     def after_enqueue(self, *objs: Any) -> None:
         """Called after each enqueued operation: keep ``objs`` alive until it finished, and
-        finish at once on a blocking queue."""
+        finish at once on a blocking queue. The objects of completed batches are let go once
+        per batch (a native status query per launch cost more than the launch's own Python
+        work) and at each ``wait()``."""
         if self.blocking:
             self.finish()
             return
         with self._lock:
-            retained = self._retained
-            if objs and retained.keep(objs) >= _RETAIN_BATCH:
-                retained.retire(self.marker())
-            retained.prune()
+            if objs and self._retained.keep(objs) >= _RETAIN_BATCH:
+                self.retire_batch()
+
+    def retire_batch(self) -> None:
+        """Put the kept objects behind a marker, and let go of those of completed markers
+        (caller holds ``_lock``)."""
+        retained = self._retained
+        retained.retire(self.marker())
+        retained.prune()
 
     def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
         """Run ``fn()`` (it enqueues on the native queue, in order after the host-function

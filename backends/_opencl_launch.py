@@ -4,7 +4,7 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyopencl as cl
@@ -14,7 +14,7 @@ from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
-from ._gpu_launch import DevicePlan, emit_for, prepare_launch
+from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects
 from ._opencl_devices import build, build_log
 
 
@@ -22,17 +22,19 @@ class OpenCLPlan(DevicePlan):
     """A kernel built for one device and signature, ready to launch: its ``cl.Kernel``, whose
     arguments are set and enqueued under the plan's ``lock`` (they must not interleave)."""
 
-    __slots__ = ("program", "kernel", "last")
+    __slots__ = ("program", "kernel", "last", "setter")
 
     def __init__(self, src: Any, program: Any, knl: Any, pack: Any, max_threads: int, static_shared: int,
                  name: str) -> None:
         super().__init__(src, pack, max_threads, static_shared, name)
         self.program, self.kernel = program, knl
         self.last: list[Any] = []  # the argument values the cl.Kernel holds now
+        self.setter: Any = None  # the fast launcher whose arguments those are (None: launch's)
 
     def set_args(self, values: list) -> None:
         """Set the kernel's arguments, skipping those that hold the same value already (the same
         buffer object, an equal numpy scalar): a repeated launch sets nothing. Caller holds ``lock``."""
+        self.setter = None  # whose arguments the kernel holds: the caller's, not a fast launcher's
         last = self.last
         if len(last) != len(values):
             self.kernel.set_args(*values)
@@ -122,6 +124,37 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
             check = _range_check(plan, host)
     if check is not None:
         impl.enqueue_host(check)
+
+
+def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tuple], None] | None:
+    """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
+    over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): the plan,
+    geometry and dynamic shared size bound once; the kernel's arguments are set again only
+    when another launcher set them or an argument is not the very object of this launcher's
+    last launch (then only the values that differ are set, scalars mostly: ``set_args``), and
+    the command is enqueued with ``enqueue_nd_range_kernel`` directly. None without a plan, or
+    for a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
+    dev = queue.device
+    plan = kernel.plans.get(launch_key(dev, workdiv, kernel, args))
+    if plan is None or plan.err:
+        return None
+    dyn = kernel.shared_bytes(workdiv, args)
+    _, local, glob = _fit(plan, workdiv, dyn, dev)
+    impl = queue_impl(queue)
+    qlock, plock, after, cq, knl, pack = impl._lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
+    enqueue = cl.enqueue_nd_range_kernel
+    last: list = [None]  # the arguments this launcher set last
+    same = same_objects(len(args))
+
+    def run(args: tuple) -> None:
+        with qlock:
+            with plock:
+                if plan.setter is not last or not same(args, last[0]):
+                    plan.set_args(pack(args, workdiv, dyn))
+                    plan.setter, last[0] = last, args
+                ev = enqueue(cq, knl, glob, local)
+            after(ev, args)
+    return run
 
 
 def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:

@@ -67,6 +67,32 @@ def _lookup(t: type) -> Callable[[Any], Any] | None:
     return found
 
 
+def _queue_ref(queue: Any) -> Callable[[], Any]:
+    """The queue's one weak reference (made once per queue: a launch sets it, never makes one)."""
+    ref = queue.__dict__.get("_weakself")
+    if ref is None:
+        ref = queue.__dict__["_weakself"] = weakref.ref(queue)
+    return ref
+
+
+def noter(queue: Any, objs: tuple) -> tuple[Callable[[], Any], list[tuple[int, Callable[[Any], Any]]]] | None:
+    """:func:`note_queue` prepared for objects of the types of ``objs`` (the fast launch path,
+    portable/_launch.py, whose guard fixes the types): ``(ref, [(index, last_queue_of)])``, the
+    queue's one weak reference and how to reach the ``LastQueue`` of each holder among ``objs``,
+    so that a launch sets ``last_queue_of(objs[index]).ref = ref`` with no type lookups and no
+    new weak reference. None when there is nothing to note (a blocking queue, no buffers)."""
+    if queue.blocking:
+        return None
+    getters = []
+    for i, obj in enumerate(objs):
+        get = _HOLDERS.get(type(obj), _UNKNOWN)
+        if get is _UNKNOWN:
+            get = _lookup(type(obj))
+        if get is not None:
+            getters.append((i, get))
+    return (_queue_ref(queue), getters) if getters else None
+
+
 def note_queue(queue: Any, objs: tuple) -> None:
     """Remember ``queue`` (a pk.Queue) as the last queue of the buffers behind ``objs``
     (buffers, collections, views; anything else is skipped). Blocking queues are not
@@ -83,7 +109,5 @@ def note_queue(queue: Any, objs: tuple) -> None:
         last = get(obj)
         if last is not None:
             if ref is None:
-                ref = queue.__dict__.get("_weakself")
-                if ref is None:  # once per queue (a launch pays a dict lookup, not a weakref)
-                    ref = queue.__dict__["_weakself"] = weakref.ref(queue)
+                ref = _queue_ref(queue)  # once per queue (a launch pays a dict lookup, not a weakref)
             last.ref = ref

@@ -49,7 +49,8 @@ def _key_buffer(a: Any) -> tuple:
 
 
 def _key_ndarray(a: Any) -> tuple:
-    return ("array", a.dtype, a.ndim, not a.flags.writeable)
+    f = a.flags  # (contiguity is checked per signature: a strided array after a contiguous one is one)
+    return ("array", a.dtype, a.ndim, not f.writeable, f.c_contiguous)
 
 
 _BOOL_KEY = ("scalar", "bool")
@@ -124,7 +125,8 @@ def signature_key(args: tuple, kernel_name: str = "") -> tuple:
             if t is _View:
                 k = ("view", a.layout, a.const)
             elif t is _ndarray:
-                k = ("array", a.dtype, a.ndim, not a.flags.writeable)
+                f = a.flags
+                k = ("array", a.dtype, a.ndim, not f.writeable, f.c_contiguous)
             elif t is int and _INT64_MIN <= a <= _INT64_MAX:
                 k = _INT_KEY
             else:
