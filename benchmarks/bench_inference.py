@@ -7,7 +7,13 @@
    batch 4096 (per call, microseconds; the target is an overhead under 5%);
 3. the kernel -> model -> kernel step: alpyka (one queue, zero copies) against the naive route
    (SoA -> numpy copy -> torch.tensor -> model -> copy back) and against ONNX Runtime fed numpy
-   arrays, same model and data.
+   arrays, same model and data;
+4. per-event inference at small batch (issue 33): a 16-64-64-2 MLP as an ONNX model on a blocking
+   cpu_serial queue, ``Model.forward`` on metadata made once (reused) and on a new ``ModelMetadata``
+   per event (over a pool of 4 collection pairs, so the memory changes every event), against bare
+   ONNX Runtime ``session.run`` on a numpy array made beforehand, at batch 4, 16, 64; also the
+   queue's ``enqueue_native`` hand-off alone (what ``forward`` adds for the queue's order).
+   Interleaved in shuffled rounds of 20 calls each; medians, and the median of per-round ratios.
 
     PYTHONPATH=. python benchmarks/bench_inference.py [--quick]
 
@@ -269,6 +275,84 @@ def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) ->
     return {"rows": rows, "onnx_export": export_note, "onnxruntime": ort_version}
 
 
+# ----------------------------------------------------------------------------- 4. small batch
+#: 16 float32 columns: the MLP's input block
+Features16 = type("Features16", (soa.Layout,), {f"f{i}": soa.column(np.float32) for i in range(16)})
+
+
+def small_mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                               torch.nn.ReLU(), torch.nn.Linear(64, 2)).eval()
+
+
+def bench_small_batch(batches: list[int], rounds: int, bar: tqdm) -> dict:
+    import onnxruntime as ort
+
+    from inference import export
+
+    path = export(small_mlp(), (torch.randn(8, 16),), os.path.join(str(common.scratch_dir("alpyka-bench-")),
+                                                                     "mlp16.onnx"),
+                  input_names=["x"], output_names=["y"])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1  # as alpyka's sessions
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    q = pk.Queue(pk.host(), blocking=True)  # cpu_serial, as CMSSW's serial_sync: the pass runs inline
+    names = Features16.field_names()
+    rows = []
+    for batch in batches:
+        rng = np.random.default_rng(batch)
+        pool = [(pk.PortableCollection.from_dict(Features16, {f: rng.standard_normal(batch).astype(np.float32)
+                                                              for f in names}, q),
+                 pk.PortableCollection(Out, batch, q)) for _ in range(4)]
+        model = Model(path).to(q)
+
+        def metadata(i: int) -> ModelMetadata:
+            coll, out = pool[i]
+            return ModelMetadata(SoAMetadata(coll).append_block("x", *names),
+                                 SoAMetadata(out).append_block("y", "a", "b"))
+
+        reused_meta = metadata(0)
+        arr = np.stack([getattr(pool[0][0], f) for f in names], axis=1)  # row-major, made beforehand
+        event = [0]
+
+        def bare():
+            sess.run(None, {"x": arr})
+
+        def reused():
+            model.forward(reused_meta)
+
+        def new_metadata():  # a producer's event: new metadata over (other) collections
+            event[0] = (event[0] + 1) & 3
+            model.forward(metadata(event[0]))
+
+        def nothing():
+            pass
+
+        keep = pool[0]
+
+        def handoff():  # the queue's ordering of a pass: enqueue_native of a no-op, both collections kept
+            q.enqueue_native(nothing, *keep)
+
+        for i in range(4):  # every collection pair's results checked against ONNX Runtime's own
+            model.forward(metadata(i))
+            x = np.stack([getattr(pool[i][0], f) for f in names], axis=1)
+            np.testing.assert_allclose(np.stack([pool[i][1].a, pool[i][1].b], 1), sess.run(None, {"x": x})[0],
+                                       rtol=1e-5, atol=1e-6)
+        timings, errors = common.interleaved({"bare": bare, "reused": reused, "new_metadata": new_metadata,
+                                              "handoff": handoff}, rounds, calls=20, warmup=50)
+        if errors:
+            raise RuntimeError(f"small-batch contenders failed: {errors}")
+        us = {k: t.median * 1e6 for k, t in timings.items()}
+        rows.append({"batch": batch, **{f"{k}_us": v for k, v in us.items()},
+                     "bare_over_reused": common.paired_ratio(timings["bare"], timings["reused"]),
+                     "bare_over_new_metadata": common.paired_ratio(timings["bare"], timings["new_metadata"]),
+                     "rounds": len(timings["bare"].times)})
+        bar.update(1)
+    return {"rows": rows, "onnxruntime": ort.__version__,
+            "targets": {"bare_over_reused": 0.5, "bare_over_new_metadata": 1 / 3}}
+
+
 # ----------------------------------------------------------------------------- report
 def plot(result: dict, path: Path) -> None:
     import matplotlib
@@ -276,7 +360,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     conv = result["conversion"]
     ns = [r["n"] for r in conv]
     ax = axes[0]
@@ -305,6 +389,17 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("µs per kernel->model->kernel step")
     ax.set_title("pipeline step")
     ax.legend()
+    small = result["small_batch"]["rows"]
+    ax = axes[3]
+    xs = np.arange(len(small))
+    for i, (k, label) in enumerate((("bare", "bare ORT session.run"), ("reused", "forward, reused metadata"),
+                                    ("new_metadata", "forward, new metadata per event"))):
+        ax.bar(xs + (i - 1) * width, [r[f"{k}_us"] for r in small], width, label=label)
+    ax.set_xticks(xs, [f"batch {r['batch']}\n{r['bare_over_reused']:.2f}x / {r['bare_over_new_metadata']:.2f}x"
+                       for r in small])
+    ax.set_ylabel("µs per event (median)")
+    ax.set_title("MLP 16-64-64-2, ONNX, cpu_serial (bare / alpyka)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -315,15 +410,18 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     conv_sizes = [10**k for k in range(2, 5 if args.smoke else 7 if quick else 8)]
     pipe_sizes = [4096] if quick else [4096, 100_000]
+    small_batches = [4] if args.smoke else [4, 16, 64]
+    small_rounds = 20 if args.smoke else 100 if quick else 400
     rounds, min_time = (2, 0.01) if args.smoke else (3, 0.05) if quick else (5, 0.25)
     Model(mlp())  # applies alpyka's torch thread settings before measuring
-    bar = tqdm(total=len(conv_sizes) + 1 + len(pipe_sizes), desc="inference benchmarks",
+    bar = tqdm(total=len(conv_sizes) + 1 + len(pipe_sizes) + len(small_batches), desc="inference benchmarks",
                disable=args.no_progress)
     result = {
         "torch_threads": torch_threads(),
         "conversion": bench_conversion(conv_sizes, min_time, bar),
         "forward_overhead": bench_forward_overhead(4096, rounds, min_time, bar),
         "pipeline": bench_pipeline(pipe_sizes, rounds, min_time, bar),
+        "small_batch": bench_small_batch(small_batches, small_rounds, bar),
     }
     bar.close()
     fo = result["forward_overhead"]
@@ -332,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     rows += [{"measure": "kernel -> model -> kernel", "n": r["n"], "alpyka_us": r["alpyka_us"],
               "naive_over_alpyka": r["naive_over_alpyka"], "onnxruntime_over_alpyka": r["onnxruntime_over_alpyka"]}
              for r in result["pipeline"]["rows"]]
+    rows += [{"measure": "small batch, MLP 16-64-64-2 (ONNX), cpu_serial", "n": r["batch"],
+              "bare_us": r["bare_us"], "reused_us": r["reused_us"], "new_metadata_us": r["new_metadata_us"],
+              "bare_over_reused": r["bare_over_reused"], "bare_over_new_metadata": r["bare_over_new_metadata"]}
+             for r in result["small_batch"]["rows"]]
     summary = {
         "block -> tensor, copy / zero-copy": {f"n={r['n']}": r["copy_over_zero_copy"] for r in result["conversion"]},
         f"forward overhead at batch {fo['batch']}": {
@@ -344,6 +446,12 @@ def main(argv: list[str] | None = None) -> int:
             for r in result["conversion"]},
         "naive route / alpyka": {f"n={r['n']}": r["naive_over_alpyka"] for r in result["pipeline"]["rows"]},
         "onnxruntime / alpyka": {f"n={r['n']}": r["onnxruntime_over_alpyka"] for r in result["pipeline"]["rows"]},
+        "bare ORT session.run / Model.forward, reused metadata (target >= 0.5)": {
+            f"batch {r['batch']}": r["bare_over_reused"] for r in result["small_batch"]["rows"]},
+        "bare ORT session.run / Model.forward, new metadata per event (target >= 0.33)": {
+            f"batch {r['batch']}": r["bare_over_new_metadata"] for r in result["small_batch"]["rows"]},
+        "enqueue_native hand-off alone, blocking cpu_serial (us)": {
+            f"batch {r['batch']}": r["handoff_us"] for r in result["small_batch"]["rows"]},
     }
     doc = common.result_document("inference", "cpu", quick, rows, summary, **result)
     out = common.write_json(args.out, "inference", doc)
@@ -363,6 +471,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline n={r['n']}: alpyka {r['alpyka_us']:.1f} us, naive {r['naive_us']:.1f} us "
               f"(x{r['naive_over_alpyka']:.2f}), onnxruntime {r['onnxruntime_us']:.1f} us "
               f"(x{r['onnxruntime_over_alpyka']:.2f})")
+    for r in result["small_batch"]["rows"]:
+        print(f"small batch {r['batch']:>3}: bare ORT run {r['bare_us']:.1f} us, "
+              f"forward reused {r['reused_us']:.1f} us "
+              f"(bare/alpyka {r['bare_over_reused']:.2f}), new metadata per event {r['new_metadata_us']:.1f} us "
+              f"({r['bare_over_new_metadata']:.2f}); enqueue_native hand-off {r['handoff_us']:.2f} us "
+              f"(medians of {r['rounds']} interleaved rounds)")
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 

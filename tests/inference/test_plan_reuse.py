@@ -180,3 +180,27 @@ def test_a_failed_run_writes_nothing_and_the_pass_stays_usable(queue, make_parti
         model.forward(_meta(coll, right))
         got = np.stack([right.to_dict(queue)[c] for c in ("m", "n")], axis=1)
         np.testing.assert_allclose(got, Totals()(features(data)).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_outputs_handed_out_right_after_forward_wait_for_the_shared_pass(queue, make_particles, exported_files):
+    """Events queued behind slow work, each with new metadata over new collections (never used on
+    the queue before): each output collection handed out at once (numpy) waits for its pass."""
+    import time
+
+    from alpyka_testing.inference import Preds
+
+    _host_onnx(queue)
+    model = Model(exported_files["mlp.onnx"]).to(queue)
+    events = []
+    for event in range(3):
+        coll, data = make_particles(24, seed=20 + event)
+        out = pk.PortableCollection(Preds, 24, queue.device)  # no queue work on it
+        out.view().m[:] = -7
+        queue.wait()
+        queue.enqueue_host(lambda: time.sleep(0.1))  # the pass runs behind it
+        meta = _meta(coll, out)
+        model.forward(meta)
+        events.append((meta, data))
+    for meta, data in events:
+        got = np.array(meta.outputs.numpy("preds"))
+        np.testing.assert_allclose(got, MLP()(features(data)).detach().numpy(), rtol=1e-5, atol=1e-5)
