@@ -1,5 +1,5 @@
-"""Docs are code: every Python block of README.md and docs/*.md runs, page by page, top to bottom
-in one script (a block may build on the blocks above it on its page). A block whose first line
+"""Docs are code: every Python block of README.md, CONTRIBUTING.md and docs/*.md runs, page by
+page, top to bottom in one script (a block may build on the blocks above it on its page). A block whose first line
 is ``# fragment`` is an excerpt that cannot run alone (it serves a pipeline defined in the same
 script, or starts a Dask cluster at the top level); at most one block in five may be one. A page
 whose code needs an optional package (:data:`NEEDS`) is skipped where one is missing, naming it
@@ -17,7 +17,7 @@ import pytest
 from alpyka_testing import warm_python
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 FRAGMENT = "# fragment"
 
