@@ -5,7 +5,7 @@ It is the suite's, not a user's API: it may change with any test. The library ne
 portable.testing.plugin either: tests/portable/test_layering.py), and importing this package
 imports none of its modules.
 
-Laid out after the library and tests/ (docs/testing.md):
+Laid out after the library and tests/ (CONTRIBUTING.md, "The support package"):
 
 - ``backends``: torch's CUDA device on the GPU emulator (``standin_torch``; the emulator that runs
   the matrix's ``cuda``/``rocm`` rows without a GPU is the installed backends/emulator/) and the

@@ -88,7 +88,7 @@ _HIP_CHECK_NOTE = _enable_hip_check()
 # switch on with ALPYKA_EMULATE. This repository's tests turn it on for both by default where no
 # real cupy is installed (CI runs the whole matrix in both personalities); ALPYKA_EMULATE set
 # (cuda, rocm, cuda,rocm or off; read when alpyka is imported) chooses instead, over a real cupy
-# too. See docs/testing.md.
+# too. See CONTRIBUTING.md, "The GPU emulator".
 _EMULATE_DEFAULT = ["cuda", "rocm"]
 _STANDIN_NOTE = pytest.StashKey[str]()
 _STANDIN_BACKENDS: set[str] = set()  # the backends the emulator serves in this run
@@ -128,7 +128,7 @@ def pytest_configure(config):
 # HIP refuses, the DLPack route to torch, ONNX on a HIP queue, the stand-in's own tests) and a
 # smoke set marked the same way (memory copies, launches, one forward pass). Every rocm row runs
 # when rocm is chosen by name (`--backends` / ALPYKA_BACKENDS naming it), when cuda's row of the
-# test does not run, or where a real cupy is installed (docs/testing.md).
+# test does not run, or where a real cupy is installed (CONTRIBUTING.md, "The GPU emulator").
 
 
 def _hip_rows_trimmed(config) -> bool:
