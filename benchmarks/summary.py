@@ -293,6 +293,12 @@ FIGURES: tuple[Figure, ...] = (
             *(S(b, k) for b in ("cpu_serial", "cpu_threads", "opencl") for k in ("M digis/s", "speed vs union-find")),
             *(S(b, "speed vs union-find") for b in ("cpu_serial, propagation", "numba flood fill (1 thread)"))),
            "cpu_serial >= 0.7x, cpu_threads > 1x"),
+    Figure("CMSSW's ClusterChargeCut (shared-memory atomics, block scan), 2000 modules, ~100k digis: speed vs its "
+           "numba njit twin, cpu_serial / cpu_threads / opencl (Intel)", "charge_cut.json",
+           "{:.2f}x / {:.2f}x / {:.2f}x (best rounds: {:.2f}x / {:.2f}x / {:.2f}x)",
+           (*(S(b, "speed vs numba") for b in ("cpu_serial", "cpu_threads", "opencl")),
+            *(S(b, "speed vs numba, best times") for b in ("cpu_serial", "cpu_threads", "opencl"))),
+           ">= 1x / 1.5x / 0.5x"),
     Figure("pixel clustering on the GPU, M digis/s and speed vs a one-thread numba flood fill on the host",
            "nvidia-h100/clustering.json", "cuda {:.1f} ({:.1f}x); numba {:.2f}; cpu_serial {:.2f} ({:.2f}x), "
            "cpu_threads {:.2f} ({:.2f}x)",
