@@ -2,12 +2,14 @@
 
 Three ways a collection's memory reaches torch, chosen by the device (:func:`memory_path`):
 
-- ``"host"`` (cpu_serial, cpu_threads): ``torch.from_numpy`` over the buffer's bytes, then
-  ``as_strided``: zero copies;
-- ``"cuda"`` (cuda, rocm; torch calls both "cuda"): the backend's device array over the buffer
-  (``__cuda_array_interface__`` / ``__dlpack__``), then ``as_strided``: zero copies;
-- ``"copy"`` (opencl, and any backend whose memory torch cannot address): the bytes of a block
-  are copied into host staging memory in queue order and the model runs on the CPU.
+- ``"host"`` (devices whose ``capabilities.host_addressable``: cpu_serial, cpu_threads):
+  ``torch.from_numpy`` over the buffer's bytes, then ``as_strided``: zero copies;
+- ``"cuda"`` (``capabilities.torch_device_type == "cuda"``: cuda, rocm, torch calls both
+  "cuda"): the backend's device array over the buffer (``__cuda_array_interface__`` /
+  ``__dlpack__``), then ``as_strided``: zero copies;
+- ``"copy"`` (no torch device type: opencl, and any backend whose memory torch cannot
+  address): the bytes of a block are copied into host staging memory in queue order and the
+  model runs on the CPU.
 """
 
 from __future__ import annotations
@@ -26,16 +28,17 @@ from ._block import Block
 PATH_NAMES = {"host": "zero-copy (host memory)", "cuda": "zero-copy (device memory)",
               "copy": "copy path (memory not addressable from torch; staged through host memory)"}
 
-_GPU_BACKENDS = ("cuda", "rocm")
-
 
 def memory_path(device: pk.Device) -> str:
-    """``"host"``, ``"cuda"`` or ``"copy"``: how torch reaches memory of ``device``."""
+    """``"host"``, ``"cuda"`` or ``"copy"``: how torch reaches memory of ``device``, by what its
+    backend declares (``device.capabilities``): host memory, memory torch addresses as a CUDA
+    device (ROCm's too), or neither."""
     if _forced_copy:
         return "copy"
-    if device.is_host_memory:
+    caps = device.capabilities
+    if caps.host_addressable:
         return "host"
-    if device.backend_name in _GPU_BACKENDS:
+    if caps.torch_device_type == "cuda":  # torch's device type, not a backend's name
         return "cuda"
     return "copy"
 
@@ -53,7 +56,7 @@ def torch_device(device: pk.Device) -> torch.device:
     """The torch device a model runs on for work of ``device`` (CPU for host and copy paths)."""
     if memory_path(device) == "cuda":
         ordinal = device.properties.get("ordinal", device.index) if device.properties else device.index
-        return torch.device("cuda", int(ordinal))
+        return torch.device(device.capabilities.torch_device_type, int(ordinal))
     return torch.device("cpu")
 
 

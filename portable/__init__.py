@@ -9,7 +9,7 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
 from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
-from ._device import Device, DeviceLimits
+from ._device import Device, DeviceCapabilities, DeviceLimits
 from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, EnvVarError,
                       KernelBuildError, WorkDivError)
 from ._graph import CaptureError, Graph, capture
@@ -23,6 +23,7 @@ from ._registry import (
     devices,
     get_backend,
     host,
+    register_backend,
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
@@ -38,7 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "BackendUnavailable", "Buffer",
     "CaptureError", "Graph", "capture",
-    "Device", "DeviceLimits", "DeviceMismatch", "EnvVarError", "Event",
+    "Device", "DeviceCapabilities", "DeviceLimits", "DeviceMismatch", "register_backend", "EnvVarError", "Event",
     "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
     "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",
     "memcpy",

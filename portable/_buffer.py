@@ -13,7 +13,7 @@ import soa
 
 from ._backend import MemRef
 from ._deferred import defer
-from ._device import Device
+from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
 from ._graph import active as _capturing, refuse_host_read
 from ._handoff import LastQueue, register_holder
 from ._queue import Event, Queue
@@ -181,7 +181,7 @@ class Buffer:
         """The CUDA array interface (v3) of ``buf.array`` (CUDA and ROCm buffers only); its
         ``stream`` is the stream of the last queue with work on the buffer (the consumer
         synchronises on it), None when that work has finished."""
-        if self.device.backend_name not in ("cuda", "rocm"):
+        if self.device.capabilities.dlpack_device_type not in (DLPACK_CUDA, DLPACK_ROCM):
             raise AttributeError(f"buffer on {self.device} is not CUDA/ROCm memory")
         cai = dict(self.array.__cuda_array_interface__)
         cai["stream"] = cai_stream(self._last)
@@ -203,7 +203,7 @@ class Buffer:
         capsule = arr.__dlpack__(stream=-1, **kw)  # the ordering is done here, not by cupy's current stream
         if stream != -1:
             if stream is None:
-                stream = 0 if self.device.backend_name == "rocm" else 1
+                stream = 0 if self.device.capabilities.dlpack_device_type == DLPACK_ROCM else 1
             order_stream(self._last, int(stream))
         return capsule
 

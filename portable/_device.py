@@ -24,12 +24,58 @@ class DeviceLimits:
     multiprocessors: int = 1
 
 
+#: DLPack's device types (``DLDeviceType``) that a device's memory may be
+DLPACK_CPU, DLPACK_CUDA, DLPACK_OPENCL, DLPACK_ROCM = 1, 2, 4, 10
+
+
+@dataclass(frozen=True)
+class DeviceCapabilities:
+    """What a device is, as its backend declares it: the rest of alpyka asks these, never the
+    backend's name (``dev.capabilities.kind == "gpu"``, not ``dev.backend_name == "cuda"``).
+
+    - ``kind``: the execution model, ``"cpu"`` (one thread per block, blocks on the host's cores)
+      or ``"gpu"`` (many threads per block: CUDA, HIP, OpenCL on any hardware);
+    - ``host_addressable``: buffers are plain host memory that Python reads directly (numpy);
+    - ``c_dialect``: the C the backend generates for kernels (``"opencl"``, ``"cuda"``,
+      ``"hip"``), None when it compiles no C (numba on the CPU backends);
+    - ``torch_device_type``: the torch device type that addresses the memory without a copy
+      (``"cpu"``, ``"cuda"``: torch calls ROCm devices cuda too), None when torch cannot (the
+      memory is staged through the host);
+    - ``warp_size``: threads that run in lock step (1 on CPUs, 32 on NVIDIA, 64 on most AMD);
+    - ``emulated``: the device runs on the CPU's GPU emulator (``ALPYKA_EMULATE``), not its hardware;
+    - ``dlpack_device_type``: DLPack's device type of the memory (:data:`DLPACK_CPU`,
+      :data:`DLPACK_CUDA`, :data:`DLPACK_OPENCL`, :data:`DLPACK_ROCM`), None where none fits.
+    """
+
+    kind: str
+    host_addressable: bool
+    c_dialect: str | None = None
+    torch_device_type: str | None = None
+    warp_size: int = 1
+    emulated: bool = False
+    dlpack_device_type: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("cpu", "gpu"):
+            raise ValueError(f"DeviceCapabilities.kind is 'cpu' or 'gpu', not {self.kind!r}")
+        if self.warp_size < 1:
+            raise ValueError(f"DeviceCapabilities.warp_size must be at least 1, got {self.warp_size}")
+
+    @classmethod
+    def host(cls, warp_size: int = 1) -> "DeviceCapabilities":
+        """A CPU device over host memory (cpu_serial, cpu_threads and their likes)."""
+        return cls("cpu", True, None, "cpu", warp_size, False, DLPACK_CPU)
+
+
 @dataclass(eq=False)
 class Device:
     """A device of one backend: ``pk.device("cuda")``, ``pk.devices("opencl")[1]``, ``pk.host()``.
 
     ``memory_space`` says which memory the device addresses: devices with the same memory space
     (all CPU backends share ``"host"``) may use each other's buffers; others may not.
+    ``capabilities`` (:class:`DeviceCapabilities`) is what the backend declares the device to
+    be; a device made without them gets the conservative ones its ``kind`` and
+    ``memory_space`` imply (no C dialect, torch only over host memory).
     """
 
     backend_name: str
@@ -40,6 +86,17 @@ class Device:
     limits: DeviceLimits
     native: Any = field(default=None, repr=False)
     properties: dict[str, Any] = field(default_factory=dict, repr=False)
+    capabilities: DeviceCapabilities = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.capabilities is None:
+            host = self.memory_space == "host"
+            self.capabilities = DeviceCapabilities(
+                self.kind, host, None, "cpu" if host else None, self.limits.warp_size, False,
+                DLPACK_CPU if host else None)
+        elif self.capabilities.kind != self.kind:
+            raise ValueError(f"device {self.name!r}: kind {self.kind!r} but capabilities.kind "
+                             f"{self.capabilities.kind!r}")
 
     @property
     def backend(self) -> "Backend":

@@ -1,12 +1,19 @@
-"""The backend registry: which backends exist, which load here, and why the others do not."""
+"""The backend registry: which backends exist, which load here, and why the others do not.
+
+Backends are plugins: each registers under the entry-point group ``alpyka.backends`` (name ->
+factory), alpyka's own five included (:data:`BUILTIN_BACKENDS` where the metadata lacks them),
+or in-process through :func:`register_backend`. Nothing is imported before a backend is first
+used, and a backend whose import or factory fails is unavailable with the reason."""
 
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - see below
 import importlib
+import importlib.metadata
 import os
 import threading
-from typing import TYPE_CHECKING
+import types
+from typing import TYPE_CHECKING, Any
 
 from ._errors import BackendUnavailable
 from .env import EMULATED_BACKENDS, emulate as _emulate_env
@@ -23,19 +30,92 @@ if TYPE_CHECKING:
     from ._backend import Backend
     from ._device import Device
 
-#: backends that may offer page-locked host memory (``Backend.pinned_allocator``), in order
-PINNED_PROVIDERS = ("cuda", "rocm")
+#: the entry-point group backends register under (pyproject.toml registers alpyka's own five)
+GROUP = "alpyka.backends"
 
-#: every backend alpyka knows, in order of preference for "the fastest CPU backend" and friends
-BACKEND_NAMES = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
+#: alpyka's own backends as pyproject.toml registers them under :data:`GROUP`, in order of
+#: preference: used where the installed metadata does not list them (a source checkout run
+#: with PYTHONPATH, or an install made before the group existed). The one place that names them.
+BUILTIN_BACKENDS = {
+    "cpu_serial": "backends.cpu_serial:load",
+    "cpu_threads": "backends.cpu_threads:load",
+    "opencl": "backends.opencl:load",
+    "cuda": "backends.cuda:load",
+    "rocm": "backends.rocm:load",
+}
+
+#: the factory of a backend that ALPYKA_EMULATE runs on the CPU's GPU emulator, called with the
+#: backend's name: it stands in for the backend's own factory in this process
+EMULATOR_FACTORY = "backends.emulator.fake_cupy_kernels:load"
+
+#: every built-in backend, in order of preference (``pk.backends()`` adds the plugins)
+BACKEND_NAMES = tuple(BUILTIN_BACKENDS)
+
+#: the CPU backends ``pk.default_backend()`` prefers, fastest first
+_DEFAULT_PREFERENCE = ("cpu_threads", "cpu_serial")
+
+#: the backend of ``pk.host()``: host memory every backend copies to and from
+_HOST_BACKEND = "cpu_serial"
 
 _lock = threading.RLock()
 _loaded: dict[str, "Backend"] = {}
 _reasons: dict[str, str] = {}
+#: name -> factory (a callable returning a Backend, a module with ``load()``, or a
+#: ``"module:attr"`` / ``"module"`` string naming one): registered in this process by
+#: :func:`register_backend`, or found under :data:`GROUP` (None until first asked)
+_factories: dict[str, Any] | None = None
+_programmatic: dict[str, Any] = {}
 
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
 _emulated: list[str] = _emulate_env()
+
+
+def _entry_points() -> dict[str, Any]:
+    """``{name: entry point}`` of :data:`GROUP` in the installed metadata. A built-in's name is
+    taken from alpyka's own distribution only (another package cannot replace cuda)."""
+    found: dict[str, Any] = {}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None)
+        if ep.name in BUILTIN_BACKENDS and dist not in (None, "alpyka"):
+            continue
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def _discover() -> dict[str, Any]:
+    """Every registered backend's factory: the built-ins in their order (from the metadata,
+    else :data:`BUILTIN_BACKENDS`), then plugins alphabetically; :func:`register_backend`'s
+    registrations take their name's place or come with the plugins."""
+    global _factories
+    with _lock:
+        if _factories is None:
+            eps = _entry_points()
+            found: dict[str, Any] = {n: eps.pop(n, target) for n, target in BUILTIN_BACKENDS.items()}
+            for name in sorted(eps):
+                found[name] = eps[name]
+            _factories = found
+        merged = dict(_factories)
+        for name, factory in _programmatic.items():
+            merged[name] = factory
+        return {n: merged[n] for n in [*BUILTIN_BACKENDS, *sorted(set(merged) - set(BUILTIN_BACKENDS))]}
+
+
+def register_backend(name: str, factory: Any, replace: bool = False) -> None:
+    """Register backend ``name`` in this process, as an ``alpyka.backends`` entry point does:
+    ``factory`` is a callable returning a :class:`~portable.spi.Backend`, a module with
+    ``load()``, or a ``"module:attr"`` string naming either (imported at the backend's first use).
+    ValueError for a name that is not an identifier, one registered already (unless
+    ``replace``) or a backend already loaded."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a backend's name is an identifier (devices are named 'NAME:N'), got {name!r}")
+    with _lock:
+        if name in _loaded:
+            raise ValueError(f"backend {name!r} is already loaded; register it before its first use")
+        if not replace and name in _discover():
+            raise ValueError(f"backend {name!r} is registered already; pass replace=True to replace it")
+        _programmatic[name] = factory
+        _reasons.pop(name, None)
 
 
 def emulate(names: list[str]) -> None:
@@ -60,11 +140,33 @@ def emulated() -> list[str]:
     return list(_emulated)
 
 
+def _resolve(target: Any) -> Any:
+    """A factory's callable: an entry point's or ``"module:attr"`` string's object, loaded now;
+    a module's ``load``."""
+    if hasattr(target, "load") and hasattr(target, "group"):  # an importlib.metadata.EntryPoint
+        target = target.load()
+    elif isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = importlib.import_module(module)
+        for part in attr.split(".") if attr else ():
+            target = getattr(target, part)
+    if isinstance(target, types.ModuleType):
+        target = getattr(target, "load", None)
+        if target is None:
+            raise BackendUnavailable("its module defines no load()")
+    if not callable(target):
+        raise BackendUnavailable(f"its factory is not callable ({type(target).__name__})")
+    return target
+
+
 def _import(name: str) -> "Backend":
-    """Load backend ``name``: its module's ``load()``, or the GPU emulator's for an emulated one."""
+    """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one."""
     if name in _emulated:
-        return importlib.import_module("backends.emulator.fake_cupy_kernels").load(name)
-    return importlib.import_module(f"backends.{name}").load()
+        return _resolve(EMULATOR_FACTORY)(name)
+    backend = _resolve(_discover()[name])()
+    if not callable(getattr(backend, "devices", None)) or not callable(getattr(backend, "launch", None)):
+        raise BackendUnavailable(f"its factory returned a {type(backend).__name__}, not a portable.spi.Backend")
+    return backend
 
 
 def _load(name: str) -> "Backend | None":
@@ -89,20 +191,22 @@ def _load(name: str) -> "Backend | None":
 
 
 def backends() -> list[str]:
-    """Names of every backend alpyka knows, available here or not."""
-    return list(BACKEND_NAMES)
+    """Names of every registered backend, available here or not: the built-ins in their order
+    (cpu_serial, cpu_threads, opencl, cuda, rocm), then plugins alphabetically."""
+    return list(_discover())
 
 
 def available_backends() -> list[str]:
     """Names of the backends usable on this machine."""
-    return [n for n in BACKEND_NAMES if _load(n) is not None]
+    return [n for n in backends() if _load(n) is not None]
 
 
 def unavailable_backends() -> dict[str, str]:
     """``{name: reason}`` for every backend that cannot be used here."""
-    for n in BACKEND_NAMES:
+    names = backends()
+    for n in names:
         _load(n)
-    return {n: _reasons[n] for n in BACKEND_NAMES if n in _reasons}
+    return {n: _reasons[n] for n in names if n in _reasons}
 
 
 def get_backend(name: str) -> "Backend":
@@ -110,8 +214,9 @@ def get_backend(name: str) -> "Backend":
     loaded = _loaded.get(name)  # fast path: every kernel launch asks for its device's backend
     if loaded is not None:
         return loaded
-    if not isinstance(name, str) or name not in BACKEND_NAMES:
-        raise ValueError(f"unknown backend {name!r}; known backends are {', '.join(BACKEND_NAMES)}")
+    known = backends()
+    if not isinstance(name, str) or name not in known:
+        raise ValueError(f"unknown backend {name!r}; known backends are {', '.join(known)}")
     backend = _load(name)
     if backend is None:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {_reasons[name]}")
@@ -133,7 +238,7 @@ def device(backend: str, index: int = 0) -> "Device":
 
 def host() -> "Device":
     """The host device: CPU memory that every backend can copy to and from."""
-    return device("cpu_serial")
+    return device(_HOST_BACKEND)
 
 
 def default_backend() -> str:
@@ -142,7 +247,7 @@ def default_backend() -> str:
     if env:
         get_backend(env)
         return env
-    for name in ("cpu_threads", "cpu_serial"):
+    for name in _DEFAULT_PREFERENCE:
         if _load(name) is not None:
             return name
     return available_backends()[0]
@@ -150,10 +255,10 @@ def default_backend() -> str:
 
 def pinned_host_allocator() -> "CachingAllocator | None":
     """Page-locked host memory (``pk.Buffer(pk.host(), ..., pinned=True)``): the allocator of the
-    first backend of :data:`PINNED_PROVIDERS` available here that offers one, else None."""
-    for name in PINNED_PROVIDERS:
+    first GPU backend available here that offers one (``Backend.pinned_allocator``), else None."""
+    for name in backends():
         backend = _load(name)
-        if backend is not None:
+        if backend is not None and backend.kind == "gpu":
             allocator = backend.pinned_allocator()
             if allocator is not None:
                 return allocator

@@ -1,9 +1,14 @@
 """The backend interface (service-provider interface): what a backend implements, and the pieces
 of the core that backends reuse.
 
-A backend is a module ``backends/<name>.py`` with ``load() -> Backend`` that raises
-:class:`~portable.BackendUnavailable` (with the reason) when it cannot run here. Backends import
-only this module, the public ``portable`` package (errors, ``Buffer``, ``portable.kernel``) and
+A backend is a factory (a callable, or a module's ``load()``) returning a :class:`Backend`,
+registered under the entry-point group ``alpyka.backends`` (name -> factory; alpyka's own five in
+``backends/<name>.py`` the same way) or in-process with ``portable.register_backend``; it raises
+:class:`~portable.BackendUnavailable` (with the reason) when it cannot run here. Each device it
+makes declares its :class:`DeviceCapabilities` (execution model, host-addressable memory, C
+dialect, torch device type, warp size, emulated, DLPack device type): the rest of alpyka asks
+those, never the backend's name (docs/backends.md, "Writing a backend"). Backends import only
+this module, the public ``portable`` package (errors, ``Buffer``, ``portable.kernel``) and
 ``soa``; tests/portable/test_layering.py checks it.
 
 What a backend provides:
@@ -34,7 +39,7 @@ from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._backend import Backend, MemRef
 from ._buffer import c_strides
 from ._deferred import run_deferred
-from ._device import Device, DeviceLimits
+from ._device import DLPACK_CPU, DLPACK_CUDA, DLPACK_OPENCL, DLPACK_ROCM, Device, DeviceCapabilities, DeviceLimits
 from ._errorlog import ErrorLog
 from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
 from ._queue import Queue
@@ -180,7 +185,8 @@ class Allocator(Protocol):
 
 
 __all__ = [
-    "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "Device", "DeviceLimits", "ErrorLog",
+    "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "DLPACK_CPU", "DLPACK_CUDA",
+    "DLPACK_OPENCL", "DLPACK_ROCM", "Device", "DeviceCapabilities", "DeviceLimits", "ErrorLog",
     "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Recorder", "Waitable", "Worker",
     "before_workers_stop", "c_strides", "check_not_own_worker", "pinned_host_allocator", "queue_impl",
     "run_deferred", "signature_key", "start_worker", "stop_worker", "warn_unseen",

@@ -35,7 +35,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -352,6 +352,8 @@ def load(name: str, n_devices: int = 2) -> Any:
         raise BackendUnavailable(f"emulated on the CPU (ALPYKA_EMULATE) but the emulator cannot run here: {reason}")
     backend = CupyBackend(name, enable_execution(make_fake_cupy(n_devices=n_devices, is_hip=name == "rocm")))
     backend.execution = describe  # how kernels run, for ``alpyka info`` (as the CPU backends say it)
+    for dev in backend.devices():  # the same GPU's capabilities, declared emulated
+        dev.capabilities = replace(dev.capabilities, emulated=True)
     return backend
 
 

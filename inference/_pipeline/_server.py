@@ -107,10 +107,11 @@ def _on_path(folder: str) -> None:
 
 
 def backend_of(device: str) -> tuple[str, int]:
-    """The alpyka backend and device index a server's ``device`` names ("cpu" -> cpu_serial)."""
+    """The alpyka backend and device index a server's ``device`` names ("cpu": the host's
+    backend, ``pk.host()``'s)."""
     name, _, index = device.partition(":")
     if name == "cpu":
-        name = "cpu_serial"
+        name = pk.host().backend_name
     return name, int(index or 0)
 
 

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import portable as pk
 from portable import AlpykaError
 
 from ._access import TOKEN_ENV, access_token, forget, remember
@@ -81,18 +82,27 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+#: device names torch itself uses, served as given (``cuda[:N]`` is both torch's and alpyka's)
+TORCH_DEVICES = ("cpu", "cuda")
+
+
 def server_devices(device: str) -> tuple[str, str]:
     """``(torch device of plain models, alpyka device of pipelines)`` for serve's ``device``:
-    ``"cpu"``, ``"cuda[:N]"`` or an alpyka backend (``cpu_serial``, ``cpu_threads``, ``opencl``,
-    ``cuda``, ``rocm``, optionally ``:N``); pipelines on ``"cpu"`` run on cpu_serial."""
+    ``"cpu"``, ``"cuda[:N]"`` or a registered alpyka backend (``pk.backends()``: cpu_serial,
+    cpu_threads, opencl, cuda, rocm and plugins), optionally ``:N``; pipelines on ``"cpu"`` run
+    on the host's backend. Plain models of another backend run on the torch device its device
+    declares (``capabilities.torch_device_type``: ROCm's is torch's cuda), else on the CPU."""
     name, _, index = str(device).partition(":")
-    backends = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
-    if name not in ("cpu",) + backends or (index and not index.isdigit()):
-        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {list(backends)} "
+    known = pk.backends()
+    if name not in ("cpu", *known) or (index and not index.isdigit()):
+        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {known} "
                          f"(optionally ':N'), got {device!r}")
-    torch_device = device if name in ("cuda", "rocm") else "cpu"
-    torch_device = torch_device.replace("rocm", "cuda")  # torch names ROCm devices cuda
-    return torch_device, device
+    if name in TORCH_DEVICES:
+        return device, device
+    torch_type = pk.device(name, int(index or 0)).capabilities.torch_device_type
+    if torch_type is None or torch_type == "cpu":
+        return "cpu", device
+    return (f"{torch_type}:{index}" if index else torch_type), device
 
 
 class ServerHandle:

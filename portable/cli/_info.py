@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from typing import TYPE_CHECKING
 
-from .._registry import BACKEND_NAMES, _load, emulated, unavailable_backends
+from .._registry import _load, backends, unavailable_backends
 
 #: how ``alpyka info`` marks a backend ALPYKA_EMULATE runs on the CPU (not Intel's FPGA emulator, an
 #: OpenCL device that Intel's runtime names "FPGA Emulation Device")
@@ -21,13 +21,13 @@ def info_text() -> str:
 
     lines = [f"alpyka {__version__} on Python {platform.python_version()} ({platform.machine()})", ""]
     reasons = unavailable_backends()
-    for name in BACKEND_NAMES:
+    for name in backends():  # the built-ins, then plugins registered under alpyka.backends
         backend = _load(name)
         if backend is None:
             lines.append(f"  {name:<12} unavailable: {reasons[name]}")
             continue
         versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
-        how = f", {EMULATED}" if name in emulated() else ""
+        how = f", {EMULATED}" if any(d.capabilities.emulated for d in backend.devices()) else ""
         lines.append(f"  {name:<12} available{how} ({versions})")
         execution = getattr(backend, "execution", None)
         if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)

@@ -105,6 +105,16 @@ def selected_backends(config: Any) -> list[str]:
 
 
 def _backend_kind(name: str) -> str:
+    """``"cpu"``/``"gpu"``: the execution model the backend's devices declare
+    (``capabilities.kind``); an unavailable backend (its rows are skipped) by its name."""
+    import portable as pk
+
+    try:
+        devices = pk.devices(name)
+    except (pk.BackendUnavailable, ValueError):
+        devices = []
+    if devices:
+        return devices[0].capabilities.kind
     return "cpu" if name.startswith("cpu_") else "gpu"
 
 

@@ -276,3 +276,62 @@ def test_the_test_support_scan_sees_imports_and_module_names() -> None:
     assert sorted(named) == ["alpyka_testing.hang_guard", "alpyka_testing.warm_python"]
     prose = ast.parse("x = 'alpyka_testing is the suite support package'")
     assert not any(map(_names_a_test_support_module, ast.walk(prose)))
+
+
+# ------------------------------------------------------------ backends known by capabilities
+#: alpyka's built-in backends (the tests may name them; the library outside backends/ may not)
+BUILTIN_BACKEND_NAMES = ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")
+
+#: the files outside backends/ that may write built-in backends' names in a list or comparison
+NAMES_ALLOWED = {
+    "portable/_registry.py": "the registry: its fallback list of the built-ins (BUILTIN_BACKENDS)",
+    "portable/env.py": "ALPYKA_EMULATE's values: the backends the GPU emulator runs",
+}
+
+
+def _backend_name_uses(source: str) -> list[int]:
+    """Lines that decide by a built-in backend's name (DESIGN "Backends as plugins": ask the
+    device's declared capabilities): a comparison with one (``backend_name == "rocm"``,
+    ``name in ("cuda", "rocm")``) and a list, tuple, set or dict of two or more. ``"cuda"`` is
+    also torch's device type and a memory path: compared with something that is not a backend
+    (no ``backend`` in it: ``tdev.type == "cuda"``) it is allowed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            elts = node.keys if isinstance(node, ast.Dict) else node.elts
+            names = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in BUILTIN_BACKEND_NAMES]
+            if len(names) >= 2:
+                found.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = [c.value for side in sides for c in ast.walk(side)
+                      if isinstance(c, ast.Constant) and c.value in BUILTIN_BACKEND_NAMES]
+            if consts and (set(consts) != {"cuda"} or "backend" in ast.unparse(node)):
+                found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_the_scan_sees_decisions_by_backend_name() -> None:
+    decides = ['if dev.backend_name == "rocm": pass', 'x = name in ("cuda", "rocm")',
+               'ok = ("cpu_serial", "cpu_threads", "opencl")', 'if device.backend_name != "cuda": pass',
+               'p = {"cuda": 1, "rocm": 0}']
+    assert [bool(_backend_name_uses(s)) for s in decides] == [True] * len(decides)
+    allowed = ['if tdev.type == "cuda": pass', 'if caps.torch_device_type == "cuda": pass',
+               'pk.device("cpu_threads")', 'DEMO = "cpu_serial"', 'p = {"cuda": ("CUDAExecutionProvider",)}']
+    assert [bool(_backend_name_uses(s)) for s in allowed] == [False] * len(allowed)
+
+
+def test_only_backends_know_backends_by_name() -> None:
+    """Outside backends/ (and the registry's fallback list) nothing decides by a built-in
+    backend's name: a new backend is a plugin, with no edit to alpyka."""
+    offenders, scanned = [], 0
+    for package in ("portable", "inference", "soa", "alpyka_demo"):
+        for f in sorted((ROOT / package).rglob("*.py")):
+            rel = f.relative_to(ROOT).as_posix()
+            scanned += 1
+            if rel not in NAMES_ALLOWED:
+                offenders += [f"{rel}:{line}" for line in _backend_name_uses(f.read_text())]
+    assert scanned > 50, "the scan missed files"
+    assert not offenders, ("decided by a backend's name, not by the device's capabilities "
+                           "(device.capabilities: kind, host_addressable, c_dialect, torch_device_type, "
+                           f"warp_size, emulated): {offenders}")
