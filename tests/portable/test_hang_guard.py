@@ -127,14 +127,16 @@ def test_a_longer_timeout_option_lengthens_the_guard_too(pytester, monkeypatch):
 
 def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
-    monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "5")  # (collection must fit in it on a loaded machine)
+    # the start and the collection must fit in the guard's limit: they took over 5 s with both
+    # cores busy (two busy loops beside other work)
+    monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "15")
     pytester.makepyfile(test_x='''
         import time
         import pytest
 
-        @pytest.mark.timeout(30)
+        @pytest.mark.timeout(60)
         def test_slow_but_declared():
-            time.sleep(7)
+            time.sleep(17)
     ''')
     result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
                                            "-p", "no:cacheprovider", timeout=120)
