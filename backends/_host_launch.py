@@ -12,7 +12,8 @@ from portable import Buffer
 from portable.kernel import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
 from portable.spi import c_strides, signature_key
 
-#: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code
+#: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code, unless a
+#: hierarchy="block" atomic is plain on cpu_serial (the source differs, so does its hash)
 EMITTER_TAG = "numba_cpu"
 
 
@@ -115,7 +116,7 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     from ._numba_emit import emit_numba
 
     k_ir = kernel.ir(key, ndim, debug)
-    gen = emit_numba(k_ir)
+    gen = emit_numba(k_ir, serial=backend_name == "cpu_serial")  # its atomics may differ
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
     ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel)}
