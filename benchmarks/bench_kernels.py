@@ -7,8 +7,9 @@ Writes benchmarks/results/kernels.json and kernels.png. Sections: a streaming So
 (memory-bound; alpyka with a few big blocks and with ``valid_workdiv``'s one-element blocks), a
 compute-bound kernel, the launch overhead of a tiny kernel, the launch cost against n (axpy,
 1e2..1e7 elements: cpu_serial and cpu_threads on blocking and non-blocking queues, opencl, numba
-njit and prange, Warp CPU; :func:`launch_vs_n`) and the first compile / warm start from the disk
-cache (fresh subprocesses). The contenders of a section run on the same arrays, are
+njit and prange, Warp CPU; :func:`launch_vs_n`), per-event kernels (Philox draws vs numpy, a
+shared-atomics kernel vs numba njit: :mod:`_per_event_kernels`) and the first compile / warm
+start from the disk cache (fresh subprocesses). The contenders of a section run on the same arrays, are
 timed the same way and interleaved round-robin (other load hits them alike); figures are medians
 (``*_min_*`` keys: the fastest sample), ``targets`` checks issue 3's goals.
 """
@@ -31,6 +32,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported as benchmarks.bench_kernels
 import _common as common  # noqa: E402 - also puts the repository on sys.path
+import _per_event_kernels as per_event  # noqa: E402
 
 ROOT = common.REPO_ROOT
 
@@ -353,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     reps = 3 if args.quick else 7
     results: dict = {"n_stream": n, "n_compute": n_heavy, "cores": os.cpu_count(),
                      "numba": numba.__version__, "quick": args.quick}
-    steps = tqdm(total=7, desc="bench_kernels", unit="section", disable=args.no_progress)
+    steps = tqdm(total=8, desc="bench_kernels", unit="section", disable=args.no_progress)
 
     # ---------------------------------------------------------------- streaming
     # Every contender runs on the same SoA columns (the numba loops get the views' arrays), is
@@ -453,6 +455,10 @@ def main(argv: list[str] | None = None) -> None:
         results["peer_errors"]["warp_launch_vs_n"] = lvn["errors"]["warp_cpu"]
     steps.update()
 
+    # ---------------------------------------------------------------- per-event kernels (issue 33)
+    results["per_event"] = per_event.measure(quick=args.quick, smoke=args.smoke)
+    steps.update()
+
     # ---------------------------------------------------------------- first compile / warm start
     with tempfile.TemporaryDirectory() as cache:
         cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
@@ -491,6 +497,10 @@ def main(argv: list[str] | None = None) -> None:
         "compute-bound speed-up": {"cpu_threads/cpu_serial": results["compute_threads_over_serial"],
                                    "prange/njit": results["compute_prange_over_njit"]},
         "start s": results["start"],
+        "per-event kernels": {  # peer time / alpyka time
+            "philox numpy/cpu_serial": results["per_event"]["philox"]["numpy_over_alpyka"],
+            **{f"shared atomics njit/{k[7:]}": v
+               for k, v in results["per_event"]["shared_atomics"]["njit_over_alpyka"].items()}},
     }
     # one row per size (the summary is {row: {column: value}}): contenders as columns
     by_n = results["launch_vs_n"]["us"]
