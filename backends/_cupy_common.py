@@ -23,7 +23,8 @@ from typing import Any, Callable
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import (AllocatorStats, Backend, Block, CachingAllocator, Device, DeviceLimits, MemRef, queue_impl,
+from portable.spi import (DLPACK_CUDA, DLPACK_ROCM, AllocatorStats, Backend, Block, CachingAllocator, Device,
+                          DeviceCapabilities, DeviceLimits, MemRef, queue_impl,
                           run_deferred)
 
 from ._cupy_queue import CupyQueue, DeviceScope
@@ -169,6 +170,14 @@ def _address(ref: MemRef) -> int:
 
 
 # ---------------------------------------------------------------------- the backend
+def gpu_capabilities(hip: bool, warp_size: int) -> DeviceCapabilities:
+    """What a device of cupy's CUDA (``hip`` False) or ROCm build is: a GPU whose memory torch
+    addresses as "cuda" (torch calls ROCm devices cuda too), kernels in CUDA or HIP C."""
+    return DeviceCapabilities("gpu", False, "hip" if hip else "cuda", "cuda", warp_size, False,
+                              DLPACK_ROCM if hip else DLPACK_CUDA)
+
+
+# ---------------------------------------------------------------------- the backend
 class CupyBackend(Backend):
     """The cuda and rocm backends (see the module docstring)."""
 
@@ -198,6 +207,7 @@ class CupyBackend(Backend):
             optin = max(int(p.get("sharedMemPerBlockOptin", 0) or 0), limits.shared_memory_per_block)
             self._devices.append(Device(
                 name, i, _text(p["name"]), "gpu", f"{name}:{i}", limits, native=cupy,
+                capabilities=gpu_capabilities(bool(getattr(rt, "is_hip", False)), limits.warp_size),
                 properties={"arch": arch, "global_memory": int(p.get("totalGlobalMem", 0)),
                             "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0))),
                             "shared_memory_per_block_optin": optin},
@@ -286,6 +296,30 @@ class CupyBackend(Backend):
 
         self.launch = launch  # type: ignore[method-assign] - later launches call it directly
         launch(queue, workdiv, kernel, args)
+
+    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+        """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
+        fast path; backends/_cupy_launch.py)."""
+        from ._cupy_launch import launcher
+
+        return launcher(queue, workdiv, kernel, args)
+
+    def recorder(self, queue: Any) -> Any:
+        """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""
+        from ._graph_replay import CupyRecorder
+
+        return CupyRecorder(self, queue)
+
+    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: Any, args: tuple) -> int:
+        """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
+        ``workdiv`` with ``args`` uses, built and cached now)."""
+        from portable import Queue
+
+        from ._gpu_launch import prepare_launch
+        from ._cupy_launch import _make_plan
+
+        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, _make_plan)[0]
+        return min(plan.max_threads, device.limits.max_threads_per_block)
 
 
 def load_backend(name: str, want_hip: bool) -> CupyBackend:

@@ -8,6 +8,7 @@ import os
 import threading
 from typing import Any, Callable
 
+import numpy as np
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.kernel import check_shared_needs, debug_enabled
@@ -49,13 +50,26 @@ _SAME: dict[int, Callable[[tuple, Any], bool]] = {}
 
 
 def same_objects(n: int) -> Callable[[tuple, Any], bool]:
-    """``same(args, prev)``: True when ``prev`` is a tuple holding the very objects of ``args``
-    (``n`` of them; the fast launchers' test for arguments whose packed values they can reuse)."""
+    """``same(args, prev)``: True when ``prev`` is a tuple holding the very objects of ``args``, or
+    for a scalar an equal one of the same type (``n`` of them; the fast launchers' test for
+    arguments whose packed values they can reuse: a fresh ``np.float32(2)`` each launch packs as
+    the last one did)."""
     same = _SAME.get(n)
     if same is None:
-        terms = " and ".join(f"args[{i}] is prev[{i}]" for i in range(n)) or "True"
-        same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}")  # noqa: S307 - from n alone
+        terms = " and ".join(f"_same(args[{i}], prev[{i}])" for i in range(n)) or "True"
+        same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}",  # noqa: S307 - from n alone
+                               {"_same": same_value})
     return same
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """The same object, or equal non-zero scalars of one type (NaN never equals, and zeros are
+    packed again: -0.0 == 0.0 but their bits differ)."""
+    return a is b or (type(a) is type(b) and type(a) in _SCALAR_TYPES and a == b != 0)
+
+
+#: argument types whose equal values pack to the same bytes
+_SCALAR_TYPES = frozenset({int, float, bool, *(np.dtype(c).type for c in "?bhilqBHILQefd")})
 
 
 def _mismatch_error() -> type:

@@ -12,8 +12,8 @@ import numpy as np
 
 import soa
 from portable.kernel import debug_enabled
-from portable.spi import (Backend, CachingAllocator, Device, DeviceLimits, HostEvent, HostQueue, MemRef,
-                          pinned_host_allocator, queue_impl, signature_key)
+from portable.spi import (Backend, CachingAllocator, Device, DeviceCapabilities, DeviceLimits, HostEvent, HostQueue,
+                          MemRef, pinned_host_allocator, queue_impl, signature_key)
 
 from ._host_launch import compiled_plan
 
@@ -80,7 +80,7 @@ class HostBackend(Backend):
     def __init__(self) -> None:
         self._devices = [
             Device(self.name, 0, cpu_name(), "cpu", "host", cpu_limits(),
-                   properties={"cores": os.cpu_count() or 1})
+                   properties={"cores": os.cpu_count() or 1}, capabilities=DeviceCapabilities.host())
         ]
 
     def devices(self) -> list[Device]:
@@ -141,6 +141,13 @@ class HostBackend(Backend):
         nblocks, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
         e = workdiv.elements
         impl.enqueue_call(self.run_blocks, plan, nblocks, call, args, e[0] if len(e) == 1 else math.prod(e))
+
+    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+        """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
+        fast path; backends/_host_fast.py)."""
+        from ._host_fast import host_launcher
+
+        return host_launcher(self, queue, workdiv, kernel, args)
 
     def recorder(self, queue: Any) -> Any:
         """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""

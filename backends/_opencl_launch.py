@@ -14,7 +14,7 @@ from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
-from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects
+from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects, same_value
 from ._opencl_devices import build, build_log
 
 
@@ -33,7 +33,7 @@ class OpenCLPlan(DevicePlan):
 
     def set_args(self, values: list) -> None:
         """Set the kernel's arguments, skipping those that hold the same value already (the same
-        buffer object, an equal numpy scalar): a repeated launch sets nothing. Caller holds ``lock``."""
+        buffer object, an equal non-zero scalar): a repeated launch sets nothing. Caller holds ``lock``."""
         self.setter = None  # whose arguments the kernel holds: the caller's, not a fast launcher's
         last = self.last
         if len(last) != len(values):
@@ -43,7 +43,7 @@ class OpenCLPlan(DevicePlan):
         knl = self.kernel
         for i, v in enumerate(values):
             old = last[i]
-            if old is v or (type(old) is type(v) and isinstance(v, np.generic) and old == v):
+            if same_value(old, v):  # not == alone: -0.0 == 0.0, and their bits differ
                 continue
             knl.set_arg(i, v)
             last[i] = v

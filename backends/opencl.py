@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import Backend, CachingAllocator, Device, DeviceLimits, MemRef, queue_impl
+from portable.spi import (DLPACK_OPENCL, Backend, CachingAllocator, Device, DeviceCapabilities, DeviceLimits,
+                         MemRef, queue_impl)
 
 from . import _opencl_devices
 
@@ -72,9 +73,11 @@ class OpenCLBackend(Backend):
         self._rejected = [(c.label, c.reason or "") for c in rejected]
         for i, cand in enumerate(used):
             plat, d, ctx = cand.platform, cand.device, cand.context
+            limits = _limits(d)
             self._devices.append(Device(
-                self.name, i, d.name.strip(), "gpu", f"opencl:{i}", _limits(d),
+                self.name, i, d.name.strip(), "gpu", f"opencl:{i}", limits,
                 native=OpenCLNative(plat, d, ctx),
+                capabilities=DeviceCapabilities("gpu", False, "opencl", None, limits.warp_size, False, DLPACK_OPENCL),
                 properties={
                     "platform": plat.name.strip(), "type": cand.hardware, "version": d.version,
                     "driver": d.driver_version, "global_memory": int(d.global_mem_size),
@@ -160,6 +163,30 @@ class OpenCLBackend(Backend):
 
         self.launch = launch  # type: ignore[method-assign] - later launches call it directly
         launch(queue, workdiv, kernel, args)
+
+    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+        """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
+        fast path; backends/_opencl_launch.py)."""
+        from ._opencl_launch import launcher
+
+        return launcher(queue, workdiv, kernel, args)
+
+    def recorder(self, queue: Any) -> Any:
+        """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""
+        from ._graph_replay import OpenCLRecorder
+
+        return OpenCLRecorder(self, queue)
+
+    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: Any, args: tuple) -> int:
+        """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
+        ``workdiv`` with ``args`` uses, built and cached now)."""
+        from portable import Queue
+
+        from ._gpu_launch import prepare_launch
+        from ._opencl_launch import _make_plan
+
+        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, _make_plan)[0]
+        return min(plan.max_threads, device.limits.max_threads_per_block)
 
 
 def _host_bytes(ref: MemRef) -> np.ndarray:
