@@ -16,6 +16,7 @@ from portable.spi import (Backend, CachingAllocator, Device, DeviceCapabilities,
                           MemRef, pinned_host_allocator, queue_impl, signature_key)
 
 from ._host_launch import compiled_plan
+from ._host_slices import run_blocks
 
 #: CPython's raw environment (bytes keys): ALPYKA_DEBUG is read on every launch
 _environ = getattr(os.environ, "_data", None) if os.name == "posix" else None
@@ -162,8 +163,9 @@ class HostBackend(Backend):
 
     def run_blocks(self, plan: Any, nblocks: int, call: tuple, keep: tuple, units: int = 1) -> None:
         """Run blocks ``[0, nblocks)`` of ``plan`` packed as ``call`` (``units``: elements per
-        block): one after another (cpu_serial; cpu_threads spreads them over threads)."""
-        plan.fn(0, nblocks, *call)
+        block): one after another (cpu_serial; cpu_threads spreads them over threads), in slices
+        when the main thread runs them (a ``wait()`` that helps the worker: Ctrl-C lands between two)."""
+        run_blocks(plan.fn, nblocks, call)
 
     def execution(self) -> str:
         """How launches run (``alpyka info``)."""

@@ -12,6 +12,8 @@ from portable import Buffer
 from portable.kernel import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
 from portable.spi import c_strides, signature_key
 
+from . import _host_slices as host_slices
+
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code, unless a
 #: hierarchy="block" atomic is plain on cpu_serial (the source differs, so does its hash)
 EMITTER_TAG = "numba_cpu"
@@ -100,7 +102,11 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
     nblocks = " * ".join(f"gb{d}" for d in range(ndim))
     call = f"{gb}, {te}, dyn" + "".join(f", {x}" for x in items)
     body = "".join(f"    {line}\n" for line in pre)
-    return (f"def invoke(blocks, elements, dyn, args):\n{body}    _fn(0, {nblocks}, {call})\n\n\n"
+    # a launch of more blocks than a first slice runs in slices on the main thread (Ctrl-C lands
+    # between two: backends/_host_slices.py)
+    run = (f"    _n = {nblocks}\n    if _n > _FIRST:\n        _sliced(_fn, _n, ({call},))\n"
+           f"    else:\n        _fn(0, _n, {call})\n")
+    return (f"def invoke(blocks, elements, dyn, args):\n{body}{run}\n\n"
             f"def pack(blocks, elements, dyn, args):\n{body}    return {nblocks}, ({call})\n")
 
 
@@ -119,7 +125,8 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     gen = emit_numba(k_ir, serial=backend_name == "cpu_serial")  # its atomics may differ
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
-    ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel)}
+    ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel),
+                          "_sliced": host_slices.run_blocks, "_FIRST": host_slices.FIRST}
     exec(_launch_source(gen.params, len(key), kinds, ndim), ns)  # noqa: S102 (generated from the signature)
     return HostPlan(mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared,
                     getattr(mod, "__file__", None) or "")  # none: compiled in memory

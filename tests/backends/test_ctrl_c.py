@@ -71,15 +71,10 @@ CHILD = textwrap.dedent('''
         raise  # uncaught, as in most programs: the process ends killed by SIGINT
 ''')
 
-#: the kernel runs on the thread that waits for it, where nothing can preempt it
-_ON_THE_WAITING_THREAD = {("cpu_serial", "blocking"), ("cpu_serial", "wait")}
 
 
 @pytest.mark.parametrize("mode", ["blocking", "wait", "event"])
 def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
-    if (backend, mode) in _ON_THE_WAITING_THREAD:
-        pytest.skip("cpu_serial runs this kernel on the waiting thread itself: no Ctrl-C reaches Python "
-                    "until it ends (docs/runtime.md, 'Exit and Ctrl-C')")
     script = tmp_path / "long_kernel.py"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
