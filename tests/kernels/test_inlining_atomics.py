@@ -242,7 +242,9 @@ def test_generated_source_uses_plain_operations_where_nothing_contends():
         assert "fence()" in src
 
 
-def test_grid_atomics_are_relaxed_and_fences_stay_sequentially_consistent():
+def test_grid_atomics_are_relaxed_and_fences_stay_sequentially_consistent(tmp_path, monkeypatch):
+    # a fresh cache: a kernel numba loads from its disk cache has no LLVM text to inspect
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
     q = pk.Queue(pk.device("cpu_threads"))
     out, counter = np.zeros(4, np.int64), np.zeros(3, np.int64)
     pk.exec(q, pk.WorkDiv(4, 1, 2), atomics_of_every_kind, out, counter, 8)

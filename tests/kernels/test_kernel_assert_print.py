@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -216,9 +217,16 @@ def _run_child(tmp_path, backend, **env):
 def test_print_prints_each_threads_line_and_asserts_are_on_by_default(backend, tmp_path):
     out = _run_child(tmp_path, backend)
     lines = out.splitlines()
-    for i in range(6):  # the order between threads is not defined
-        want = (f"thread {i} of 6 x = {10 + i} small: {i < 2} {i + 7} {0.5 * i + 0.25:g} 100% \"quoted\"")
-        assert lines.count(want) == 1, (want, out)
+    wants = [f"thread {i} of 6 x = {10 + i} small: {i < 2} {i + 7} {0.5 * i + 0.25:g} 100% \"quoted\""
+             for i in range(6)]  # the order between threads is not defined
+    if backend == "cpu_threads":  # blocks on several threads at once: numba prints item by item,
+        # so two threads' lines may interleave, even glue (docs/kernels.md): every character of
+        # every thread's line is there
+        missing = Counter("".join(wants).replace(" ", "")) - Counter("".join(out.split()))
+        assert not missing, (missing, out)
+    else:
+        for want in wants:
+            assert lines.count(want) == 1, (want, out)
     assert "ASSERT FAILED: KernelAssertionError kernel 'fails': assertion failed at " in out, out
     line = _CHILD.splitlines().index('        assert i < 0, "never true"') + 1
     assert f"child.py:{line}: never true" in out, out
