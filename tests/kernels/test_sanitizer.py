@@ -26,16 +26,30 @@ from alpyka_testing.backends.opencl_runtimes import missing_platform
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+#: kernel tests left out: what they check is not a kernel's memory accesses (launch paths, host
+#: argument checks, child processes, timings) or their kernels are too big for a simulator that
+#: checks every access (100k-element bit comparisons, 400-term expressions, 1024-thread blocks)
+NOT_HERE = {"test_argument_checks.py", "test_byte_order.py", "test_inlining_atomics.py",
+            "test_kernel_assert_print.py", "test_launch_fast_path.py", "test_long_expressions.py",
+            "test_same_bits.py", "test_warps_divergent.py"}
 #: the kernel tests whose kernels the pass checks (their sizes are small: the run takes ~40 s)
-FILES = sorted(str(p.relative_to(ROOT)) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name) + [
+FILES = sorted(str(p.relative_to(ROOT)) for p in HERE.glob("test_*.py")
+               if p.name != Path(__file__).name and p.name not in NOT_HERE) + [
     "tests/backends/test_multithread_blocks.py",
     "tests/data_io/test_event_kernels.py",
     "tests/kernels/sanitizer_cases.py",
 ]
 #: tests of the runtime's asynchrony, not of kernels: Oclgrind runs a queue's commands as it is
 #: flushed, so a non-blocking launch has already run when it returns
-DESELECT = ["tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran",
-            "tests/kernels/test_pairs.py::test_ranks_of_a_large_event"]  # 3.1 M pairs: minutes on Oclgrind
+DESELECT = ["tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran[opencl]",
+            "tests/kernels/test_pairs.py::test_ranks_of_a_large_event[opencl]",  # 3.1 M pairs: minutes on Oclgrind
+            # 1e5 keys through every pk.tools call twice: minutes on Oclgrind (the smaller sizes run)
+            "tests/kernels/test_tools.py::test_one_thread_paths_give_what_the_general_paths_give[opencl-100000]",
+            # Oclgrind's interpreter has no llvm.abs.i64, which clang makes of the wrapping int64
+            # abs ("OCLGRIND FATAL ERROR: Undefined external function"; OpenCL's own abs() is no way
+            # round: PoCL gives garbage for abs(MIN)); the uint64 case runs
+            "tests/kernels/test_fixed_width_rules.py::test_integer_operators_match_numpy_at_run_time[opencl-int64]",
+            "tests/backends/test_multithread_blocks.py::test_python_division_and_math_semantics[opencl]"]
 DELIBERATE = {"alpyka_write_past_end": "Invalid write", "alpyka_racy_block_sum": "data race"}
 #: an error report and the kernel it names (a fatal error of Oclgrind's too: that kernel went unchecked)
 _REPORT = re.compile(r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCLGRIND FATAL ERROR[^\n]*)\n"
@@ -60,7 +74,7 @@ def test_kernels_have_no_invalid_access_or_data_race():
     env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_EMULATE="off",
                ALPYKA_HANG_TIMEOUT=str(LIMIT_S))
     env.pop("ALPYKA_BACKENDS", None)
-    cmd = [sys.executable, "-m", "pytest", *FILES, *(f"--deselect={d}[opencl]" for d in DESELECT),
+    cmd = [sys.executable, "-m", "pytest", *FILES, *(f"--deselect={d}" for d in DESELECT),
            "--backends=opencl", "-s", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout=600"]
     try:
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT_S)
