@@ -47,14 +47,23 @@ def process_events(state: dict, chunk: tuple[int, int, int]) -> dict:
     source, queue, model = state["source"], state["queue"], state["model"]
     if source is not None:
         n_particles = source.n_particles
-    out = {"gnn": [0, 0, 0], "baseline": [0, 0, 0], "edges": 0, "dropped": 0, "step_s": dict.fromkeys(STEPS, 0.0),
-           "model": state["desc"], "source": source.describe() if source is not None else None}
+    out = {
+        "gnn": [0, 0, 0],
+        "baseline": [0, 0, 0],
+        "edges": 0,
+        "dropped": 0,
+        "step_s": dict.fromkeys(STEPS, 0.0),
+        "model": state["desc"],
+        "source": source.describe() if source is not None else None,
+    }
     for seed in range(start, stop):
-        (frags, edges), stamps = run_event(queue, model, seed, n_particles, timed=True,
-                                           produce=source.produce if source is not None else None)
+        (frags, edges), stamps = run_event(
+            queue, model, seed, n_particles, timed=True, produce=source.produce if source is not None else None
+        )
         queue.wait()
-        for k, v in zip(("gnn", "baseline"), (E.pair_scores(frags.truth, frags.label),
-                                              E.pair_scores(frags.truth, frags.baseline))):
+        for k, v in zip(
+            ("gnn", "baseline"), (E.pair_scores(frags.truth, frags.label), E.pair_scores(frags.truth, frags.baseline))
+        ):
             out[k] = [a + b for a, b in zip(out[k], v)]
         n_edges = int(edges.n_edges)
         out["edges"] += min(n_edges, edges.size)
@@ -64,15 +73,29 @@ def process_events(state: dict, chunk: tuple[int, int, int]) -> dict:
     return out
 
 
-def run_dask(backend: str, events: int, n_particles: int, model_kind: str, remote: str | None, input: str | None,
-             workers: int, scheduler: str | None) -> Report:
+def run_dask(
+    backend: str,
+    events: int,
+    n_particles: int,
+    model_kind: str,
+    remote: str | None,
+    input: str | None,
+    workers: int,
+    scheduler: str | None,
+) -> Report:
     """The demo on Dask: an embedded cluster of ``workers`` processes, or ``scheduler``'s."""
     chunks = [(a, min(a + EVENTS_PER_CHUNK, events), n_particles) for a in range(0, events, EVENTS_PER_CHUNK)]
     where = scheduler or f"{workers} local Dask workers"
     report = Report(backend, events, 1, "")
     t0 = time.perf_counter()
-    parts = pk.distributed.run(process_events, chunks, setup=WorkerSetup(model_kind, remote, input),
-                               client=scheduler, workers=workers, backend=backend)
+    parts = pk.distributed.run(
+        process_events,
+        chunks,
+        setup=WorkerSetup(model_kind, remote, input),
+        client=scheduler,
+        workers=workers,
+        backend=backend,
+    )
     report.wall_s = time.perf_counter() - t0  # cluster start and per-worker setup included
     for p in parts:
         report.gnn.add(tuple(p["gnn"]))

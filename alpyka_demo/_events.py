@@ -53,8 +53,9 @@ def produce(queue: pk.Queue, ev: EventBuffers, seed: int) -> None:
     dev = queue.device
     ev.edges.zero(queue)
     pk.exec(queue, workdiv(dev, ev.n_particles), K.generate_fragments, ev.frags.view(), ev.n_particles, seed)
-    pk.exec(queue, workdiv(dev, ev.n_slots), K.build_edges, ev.frags.const_view(), ev.edges.view(),
-            ev.n_slots, ev.capacity)
+    pk.exec(
+        queue, workdiv(dev, ev.n_slots), K.build_edges, ev.frags.const_view(), ev.edges.view(), ev.n_slots, ev.capacity
+    )
 
 
 def model_metadata(ev: EventBuffers) -> Any:

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 import portable as pk
-from portable.data import close_tree, open_tree
 import soa
+from portable.data import close_tree, open_tree
 
 from . import _events as E
 from ._layouts import MAX_FRAGMENTS
@@ -69,8 +69,10 @@ class FileEvents:
         close_tree(t)
         found = [p for p in PREFIXES if {f"{p}_{c}" for c in ("Px", "Py", "Pz", "E")} <= keys]
         if not found:
-            raise ValueError(f"{path}:{tree} has none of the object branches the demo maps to fragments "
-                             f"({', '.join(p + '_Px/Py/Pz/E' for p in PREFIXES)})")
+            raise ValueError(
+                f"{path}:{tree} has none of the object branches the demo maps to fragments "
+                f"({', '.join(p + '_Px/Py/Pz/E' for p in PREFIXES)})"
+            )
         parts = []
         for p in found:
             names = {"px": f"{p}_Px", "py": f"{p}_Py", "pz": f"{p}_Pz", "E": f"{p}_E"}
@@ -91,14 +93,31 @@ class FileEvents:
         """Enqueue event ``index % n_events``: fill its fragments, then the candidate edges."""
         dev = queue.device
         ev.edges.zero(queue)
-        pk.exec(queue, E.workdiv(dev, ev.n_slots), fill_fragments, self.coll.const_view(), self.offsets,
-                int(index) % self.n_events, ev.frags.view(), ev.n_slots)
-        pk.exec(queue, E.workdiv(dev, ev.n_slots), E.K.build_edges, ev.frags.const_view(), ev.edges.view(),
-                ev.n_slots, ev.capacity)
+        pk.exec(
+            queue,
+            E.workdiv(dev, ev.n_slots),
+            fill_fragments,
+            self.coll.const_view(),
+            self.offsets,
+            int(index) % self.n_events,
+            ev.frags.view(),
+            ev.n_slots,
+        )
+        pk.exec(
+            queue,
+            E.workdiv(dev, ev.n_slots),
+            E.K.build_edges,
+            ev.frags.const_view(),
+            ev.edges.view(),
+            ev.n_slots,
+            ev.capacity,
+        )
 
     def describe(self) -> str:
-        return (f"{self.n_events} events, objects {'+'.join(self.prefixes)} (at most {self.max_objects} per event, "
-                f"{self.n_particles * MAX_FRAGMENTS} slots, {self.truncated} objects over the slots dropped)")
+        return (
+            f"{self.n_events} events, objects {'+'.join(self.prefixes)} (at most {self.max_objects} per event, "
+            f"{self.n_particles * MAX_FRAGMENTS} slots, {self.truncated} objects over the slots dropped)"
+        )
 
 
 def events_source(path: str | None, device: pk.Device) -> Any:

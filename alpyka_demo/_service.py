@@ -121,8 +121,9 @@ class RemoteDemoPipeline:
         except BaseException:
             self.close()
             raise
-        self.description = (f"remote pipeline (local Triton at {where}, auto-started)" if self.server
-                            else f"remote pipeline ({where})")
+        self.description = (
+            f"remote pipeline (local Triton at {where}, auto-started)" if self.server else f"remote pipeline ({where})"
+        )
 
     def __call__(self, queue: pk.Queue, frags: Any, merged: Any) -> None:
         self.remote(queue, frags, merged)

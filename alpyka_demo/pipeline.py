@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-
 import portable as pk
 
 from . import _events as E
@@ -66,8 +65,12 @@ class Report:
             rows[5:7] = [("GNN merging", "not scored (the file has no fragment truth)")]
         total = sum(self.step_s.values()) or 1.0
         for s in STEPS:
-            rows.append((f"  step {s}", f"{1e3 * self.step_s[s] / max(self.events, 1):.2f} ms/event "
-                                        f"({100 * self.step_s[s] / total:.0f}%)"))
+            rows.append(
+                (
+                    f"  step {s}",
+                    f"{1e3 * self.step_s[s] / max(self.events, 1):.2f} ms/event ({100 * self.step_s[s] / total:.0f}%)",
+                )
+            )
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -107,8 +110,9 @@ def _stamp(queue: pk.Queue, stamps: list[float]) -> None:
     queue.enqueue(lambda: stamps.append(time.perf_counter()))
 
 
-def run_event(queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: bool,
-              produce: Any = None) -> tuple[Any, list[float]]:
+def run_event(
+    queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: bool, produce: Any = None
+) -> tuple[Any, list[float]]:
     """Enqueue one event; returns the host copy of its fragments/edges and the step stamps."""
     stamps: list[float] = []
 
@@ -153,9 +157,17 @@ def load_model(kind: str, remote: str | None, device: pk.Device) -> tuple[Any, s
     return Model(str(path)), f"{kind} ({path.name})"
 
 
-def run(backend: str, events: int, streams: int, n_particles: int = 40, model_kind: str = "exported",
-        remote: str | None = None, progress: bool = True, input: str | None = None,
-        remote_pipeline: str | None = None) -> Report:
+def run(
+    backend: str,
+    events: int,
+    streams: int,
+    n_particles: int = 40,
+    model_kind: str = "exported",
+    remote: str | None = None,
+    progress: bool = True,
+    input: str | None = None,
+    remote_pipeline: str | None = None,
+) -> Report:
     """Run ``events`` events on ``streams`` framework streams (one queue each); ``input``: a
     ROOT file whose events replace the generator's (see ``_from_file``); ``remote_pipeline``:
     ``"auto"`` or server urls ("a,b") running edges + GNN + merging (see ``_service``)."""
@@ -170,8 +182,9 @@ def run(backend: str, events: int, streams: int, n_particles: int = 40, model_ki
         from ._service import RemoteDemoPipeline
 
         if source is not None or remote:
-            raise ValueError("--remote-pipeline runs the whole chain on the server: it does not combine "
-                             "with --input or --remote")
+            raise ValueError(
+                "--remote-pipeline runs the whole chain on the server: it does not combine with --input or --remote"
+            )
         model = RemoteDemoPipeline(remote_pipeline, backend)
         report.model = model.description
     else:
@@ -190,8 +203,9 @@ STOP_TIMEOUT_S = 5.0
 INTERRUPT_POLL_S = 0.25
 
 
-def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool,
-                 produce: Any = None) -> Report:
+def _run_streams(
+    device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool, produce: Any = None
+) -> Report:
     global _streams_left_running
     events, streams = report.events, report.streams
     lock = threading.Lock()
@@ -230,7 +244,7 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
                         report.step_s[s] += b - a
                     if bar is not None:
                         bar.update(1)
-        except BaseException as exc:  # reported by run()
+        except BaseException as exc:  # noqa: BLE001 - reported by run()
             errors.append(exc)
             stop.set()
 
@@ -253,8 +267,9 @@ def _run_streams(device: pk.Device, model: Any, report: Report, n_particles: int
     # interpreter could end under a stream running PyTorch ("terminate called without an
     # active exception", rc 134).
     ended = [threading.Event() for _ in range(streams)]
-    threads = [threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True)
-               for s, e in enumerate(ended)]
+    threads = [
+        threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True) for s, e in enumerate(ended)
+    ]
     # Ctrl-C is deferred while the streams start: one landing inside Thread.start() would leave
     # before the try below, with no stop set and a stream on its way into an event. A Python
     # handler that only records the press does it, whichever thread the signal reached (a signal
@@ -395,33 +410,61 @@ def command(argv: list[str], prog: str = "alpyka demo") -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="alpyka demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", default=None,
-                        help="backend to run on (default: the fastest CPU backend for these events, "
-                             f"measured: {DEMO_BACKEND}; ALPYKA_BACKEND overrides)")
+    parser = argparse.ArgumentParser(
+        prog="alpyka demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--backend",
+        default=None,
+        help="backend to run on (default: the fastest CPU backend for these events, "
+        f"measured: {DEMO_BACKEND}; ALPYKA_BACKEND overrides)",
+    )
     parser.add_argument("--events", type=int, default=200, help="events to process (default 200)")
     parser.add_argument("--streams", type=int, default=2, help="framework streams, one queue each (default 2)")
     parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
-    parser.add_argument("--model", choices=["exported", "aot", "jit", "eager"], default="exported",
-                        help="local model flavour: torch.export program (default), AOTInductor, "
-                             "TorchScript (legacy), eager")
-    parser.add_argument("--remote", default=None, metavar="URL",
-                        help="score edges on a Triton server (host:port, gRPC), started e.g. with "
-                             "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt2 --name edge_gnn "
-                             "--max-batch-size 0`; 'auto' starts a local one")
-    parser.add_argument("--remote-pipeline", default=None, metavar="auto|URL[,URL]",
-                        help="run edge building + GNN + merging on Triton server(s) as one pipeline "
-                             "(`alpyka serve alpyka_demo._service:merge_fragments`); the client only "
-                             "generates fragments; 'auto' starts a local server; several URLs balance "
-                             "and fail over")
-    parser.add_argument("--input", default=None, metavar="FILE.root",
-                        help="events from a ROOT file (objects' Px/Py/Pz/E branches, e.g. the CMS sample "
-                             "uproot-HZZ.root) instead of the generator; needs pip install 'alpyka[data]'")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="run on N local Dask worker processes (each with its own queue and model)")
-    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                        help="run on the Dask cluster of this scheduler (e.g. tcp://127.0.0.1:8786)")
+    parser.add_argument(
+        "--model",
+        choices=["exported", "aot", "jit", "eager"],
+        default="exported",
+        help="local model flavour: torch.export program (default), AOTInductor, TorchScript (legacy), eager",
+    )
+    parser.add_argument(
+        "--remote",
+        default=None,
+        metavar="URL",
+        help="score edges on a Triton server (host:port, gRPC), started e.g. with "
+        "`alpyka serve ~/.cache/alpyka/models/edge_gnn.pt2 --name edge_gnn "
+        "--max-batch-size 0`; 'auto' starts a local one",
+    )
+    parser.add_argument(
+        "--remote-pipeline",
+        default=None,
+        metavar="auto|URL[,URL]",
+        help="run edge building + GNN + merging on Triton server(s) as one pipeline "
+        "(`alpyka serve alpyka_demo._service:merge_fragments`); the client only "
+        "generates fragments; 'auto' starts a local server; several URLs balance "
+        "and fail over",
+    )
+    parser.add_argument(
+        "--input",
+        default=None,
+        metavar="FILE.root",
+        help="events from a ROOT file (objects' Px/Py/Pz/E branches, e.g. the CMS sample "
+        "uproot-HZZ.root) instead of the generator; needs pip install 'alpyka[data]'",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run on N local Dask worker processes (each with its own queue and model)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run on the Dask cluster of this scheduler (e.g. tcp://127.0.0.1:8786)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     for name in ("events", "streams", "particles"):
@@ -435,12 +478,22 @@ def _main(argv: list[str] | None) -> int:
             parser.error("--workers must be at least 1")
         from ._dask import run_dask
 
-        report = run_dask(backend, args.events, args.particles, args.model, args.remote, args.input,
-                          args.workers or 2, args.scheduler)
+        report = run_dask(
+            backend, args.events, args.particles, args.model, args.remote, args.input, args.workers or 2, args.scheduler
+        )
         print(report.table())
         return 0
-    report = run(backend, args.events, args.streams, args.particles, args.model, args.remote,
-                 progress=not args.no_progress, input=args.input, remote_pipeline=args.remote_pipeline)
+    report = run(
+        backend,
+        args.events,
+        args.streams,
+        args.particles,
+        args.model,
+        args.remote,
+        progress=not args.no_progress,
+        input=args.input,
+        remote_pipeline=args.remote_pipeline,
+    )
     print(report.table())
     return 0
 

@@ -36,8 +36,9 @@ def model_dir() -> Path:
     return Path(os.environ.get("ALPYKA_MODEL_DIR", Path.home() / ".cache" / "alpyka" / "models"))
 
 
-def make_dataset(n_events: int, backend: str = "cpu_threads",
-                 n_particles: int = N_PARTICLES) -> list[tuple[np.ndarray, ...]]:
+def make_dataset(
+    n_events: int, backend: str = "cpu_threads", n_particles: int = N_PARTICLES
+) -> list[tuple[np.ndarray, ...]]:
     """Per event, its valid edges: features [E, 7] float32, index [E, 2] int32, target [E]."""
     q = pk.Queue(pk.device(backend))
     out = []
@@ -64,8 +65,11 @@ def batches(data: list, order: np.ndarray, per_batch: int):
             index.append(i + offset)
             target.append(t)
             offset += n_slots
-        yield (torch.from_numpy(np.concatenate(feats)), torch.from_numpy(np.concatenate(index)),
-               torch.from_numpy(np.concatenate(target))[:, None])
+        yield (
+            torch.from_numpy(np.concatenate(feats)),
+            torch.from_numpy(np.concatenate(index)),
+            torch.from_numpy(np.concatenate(target))[:, None],
+        )
 
 
 def train(n_events: int = 300, epochs: int = 10, seed: int = 0, log: bool = True):

@@ -17,9 +17,10 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 def cache_root() -> Path:
@@ -47,8 +48,7 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
-def content_key(sources: Iterable[Path], packages: Iterable[str] = (), compiled: bool = False,
-                extra: str = "") -> str:
+def content_key(sources: Iterable[Path], packages: Iterable[str] = (), compiled: bool = False, extra: str = "") -> str:
     """A hash of the sources' bytes (with their names), the packages' versions, Python, the
     platform and (``compiled``) the CPU flags."""
     h = hashlib.sha256()

@@ -14,10 +14,22 @@ if _EXAMPLES not in sys.path:
     sys.path.insert(0, _EXAMPLES)
 
 from dimuon_mass import (  # noqa: E402
-    Leptons, branches, reference_four_lepton, reference_pair_masses, run_four_lepton, run_pair_masses,
+    Leptons,
+    branches,
+    reference_four_lepton,
+    reference_pair_masses,
+    run_four_lepton,
+    run_pair_masses,
 )
 
 BRANCHES = branches("Muon")
 
-__all__ = ["BRANCHES", "Leptons", "branches", "reference_four_lepton", "reference_pair_masses", "run_four_lepton",
-           "run_pair_masses"]
+__all__ = [
+    "BRANCHES",
+    "Leptons",
+    "branches",
+    "reference_four_lepton",
+    "reference_pair_masses",
+    "run_four_lepton",
+    "run_pair_masses",
+]

@@ -29,7 +29,8 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):  # noqa: ARG001 - pytest's hook signature
+def pytest_runtest_protocol(item, nextitem):
     _item_limit[0] = _own_timeout(item)  # a test that declares a longer timeout gets it
     _item[0] = item
     _arm(_item_limit[0])
@@ -137,23 +138,23 @@ def _uncaptured_stderr(item: Any) -> Any:
         return sys.__stderr__
 
 
-def pytest_runtest_logreport(report):  # noqa: ARG001
+def pytest_runtest_logreport(report):
     _arm(_item_limit[0])
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001
+def pytest_sessionfinish(session, exitstatus):
     _arm()
     yield
     _arm()
 
 
-def pytest_terminal_summary(terminalreporter):  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter):
     _arm()
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):  # noqa: ARG001
+def pytest_unconfigure(config):
     _arm()  # interpreter exit (atexit hooks, finalizers) is guarded too; a normal exit cancels it
 
 
@@ -188,13 +189,16 @@ def _timed_out(item: pytest.Item, timeout: float) -> None:
             if capman is not None:
                 capman.suspend_global_capture(item)
                 out, err = capman.read_global_capture()
-                captured = "".join(f"{'~' * 20} Captured {name}\n{text}\n"
-                                   for name, text in (("stdout", out), ("stderr", err)) if text)
+                captured = "".join(
+                    f"{'~' * 20} Captured {name}\n{text}\n" for name, text in (("stdout", out), ("stderr", err)) if text
+                )
         except Exception:  # noqa: BLE001 - the stacks matter more than the captured output
             failure = traceback.format_exc()
         worker = item.config.workerinput.get("workerid", "?")
-        err_file.write(f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: "
-                       f"{item.nodeid}\n{captured}{failure}")
+        err_file.write(
+            f"\n{'+' * 20} Timeout (>{timeout:g}s) from pytest-timeout in worker {worker}: "
+            f"{item.nodeid}\n{captured}{failure}"
+        )
         err_file.flush()
         faulthandler.dump_traceback(file=err_file, all_threads=True)
         err_file.write(f"{'+' * 20} Timeout: {item.nodeid}\n")

@@ -163,7 +163,7 @@ def run_threads(work, count: int, timeout: float = 120.0) -> None:
     def guarded(t: int) -> None:
         try:
             work(t)
-        except BaseException as exc:  # reported by the calling thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the calling thread
             errors.append(exc)
 
     threads = [threading.Thread(target=guarded, args=(t,)) for t in range(count)]
@@ -199,8 +199,9 @@ def kernel_model_kernel(device, source, n: int) -> None:
     coll = pk.PortableCollection(Particles, n, q)
     out = pk.PortableCollection(Preds, n, q)
     model = Model(source).to(q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     wd = pk.valid_workdiv(device, n)
     pk.exec(q, wd, fill_xyz, coll.view(), np.int32(n))
     model.forward(meta)

@@ -236,7 +236,7 @@ def math_funcs(acc, out, x, n):
         out[i, 4] = min(v, 0.5) + max(v, 0.25, 0.3) + abs(v - 1.0)
         out[i, 5] = math.floor(v * 10) + math.ceil(v * 3)
         out[i, 6] = np.float32(v) * np.float32(2) + (1.0 if v > 0.5 else -1.0)
-        out[i, 7] = v ** 2 + math.pi + int(v * 7) + float(i % 3)
+        out[i, 7] = v**2 + math.pi + int(v * 7) + float(i % 3)
 
 
 @pk.kernel

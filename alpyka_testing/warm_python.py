@@ -40,8 +40,23 @@ from pathlib import Path
 #: changes, start no thread on import, and cost seconds each time a child imports them
 PRELOAD = ("numpy", "torch", "torch._dynamo", "awkward", "uproot", "tritonclient.grpc", "tritonclient.http")
 #: environment variables read when the interpreter starts or a preloaded package is imported
-_START_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH", "CUDA", "NVIDIA",
-                   "LD_", "MALLOC_", "GRPC_", "AWKWARD", "UPROOT")
+_START_PREFIXES = (
+    "PYTHON",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "NVIDIA",
+    "LD_",
+    "MALLOC_",
+    "GRPC_",
+    "AWKWARD",
+    "UPROOT",
+)
 #: of those, the ones read when used, not at start (torch's inductor sets the first in this process)
 _READ_AT_USE = frozenset({"PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR"})
 _REPO = str(Path(__file__).resolve().parents[1])
@@ -54,15 +69,23 @@ _broken: str | None = None
 starts: collections.Counter[str] = collections.Counter()
 
 
-def run(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
-        timeout: float | None = None) -> subprocess.CompletedProcess:
+def run(
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
     """``python *argv`` (a script path, ``-m module`` or ``-c code`` first), its output captured as
     text; ``subprocess.TimeoutExpired`` once ``timeout`` seconds have passed (the child killed)."""
     global _broken
     env = dict(os.environ if env is None else env)
     cwd = os.fspath(cwd) if cwd is not None else os.getcwd()
-    cold = "ALPYKA_TEST_WARM=0" if os.environ.get("ALPYKA_TEST_WARM", "1") == "0" else _broken or cold_start_reason(
-        env, _base_env())
+    cold = (
+        "ALPYKA_TEST_WARM=0"
+        if os.environ.get("ALPYKA_TEST_WARM", "1") == "0"
+        else _broken or cold_start_reason(env, _base_env())
+    )
     if cold is None:
         try:
             return _run_warm(argv, env, cwd, timeout)
@@ -153,7 +176,7 @@ def _reply(helper: subprocess.Popen, timeout: float | None) -> dict | None:
         _pending.extend(chunk)
     end = _pending.index(b"\n")
     line = bytes(_pending[:end])
-    del _pending[:end + 1]
+    del _pending[: end + 1]
     return json.loads(line)
 
 
@@ -206,8 +229,14 @@ def _started_helper() -> subprocess.Popen:
         sweep_stale()  # what killed test processes left
         _helper_env = dict(os.environ)
         env = dict(_helper_env, PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
-        _helper = subprocess.Popen([sys.executable, "-c", "from alpyka_testing.warm_python import serve; serve()"],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env, cwd=_REPO)
+        _helper = subprocess.Popen(
+            [sys.executable, "-c", "from alpyka_testing.warm_python import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            env=env,
+            cwd=_REPO,
+        )
         _pending.clear()
         _helper_env["PYTHONPATH"] = env["PYTHONPATH"]
     return _helper
@@ -273,8 +302,11 @@ def _become(request: dict, site: list[str]) -> None:
     import runpy
     import types
 
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
-                            (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
+    for fd, path, flags in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
+        (2, request["stderr"], os.O_WRONLY | os.O_CREAT),
+    ):
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)

@@ -63,12 +63,12 @@ def expected(data: np.ndarray, blocks: int, threads: int, warp: int) -> np.ndarr
     for g in range(stride):
         t = g % threads
         lo = g - t % warp
-        lanes = first[lo:lo + min(warp, threads - (t - t % warp))]
+        lanes = first[lo : lo + min(warp, threads - (t - t % warp))]
         out[g, 1] = _signed(sum(1 << k for k, x in enumerate(lanes) if x % 3 == 0))
         out[g, 2] = int(all(x % 2 == 0 for x in lanes))
         out[g, 3] = int(any(x % 7 == 0 for x in lanes))
         out[g, 4] = lanes[0]
-        out[g, 0] = first[g] + int((data[g:n:stride // 2 + 1] % 4 == 1).sum())
+        out[g, 0] = first[g] + int((data[g : n : stride // 2 + 1] % 4 == 1).sum())
     out[:, 5] = np.repeat(out[:, 0].reshape(blocks, threads).sum(axis=1), threads)
     return out
 
@@ -95,5 +95,4 @@ def run(queue, threads: int, blocks: int = 3, seed: int = 32) -> dict:
     pk.exec(queue, pk.WorkDiv(blocks, threads, 1), divergent_warps, out, upload(queue, data), n)
     got, want = download(queue, out), expected(data, blocks, threads, warp)
     bad = {c: int((got[:, j] != want[:, j]).sum()) for j, c in enumerate(COLUMNS)}
-    return {"threads": threads, "blocks": blocks, "warp": warp, "passed": not any(bad.values()),
-            "mismatches": bad}
+    return {"threads": threads, "blocks": blocks, "warp": warp, "passed": not any(bad.values()), "mismatches": bad}

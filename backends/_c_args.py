@@ -9,7 +9,8 @@ checked before (``_gpu_launch.check_devices``).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,13 +35,16 @@ def i64(value: int) -> np.int64:
 def _array_getter(p: Any, device: Any, label: str, array_values: Callable[[Any, int], tuple]) -> Getter:
     k, fld = p.arg_index, p.field
     if not fld:  # a pk.Buffer
+
         def get_buffer(args: tuple, wd: Any, dyn: int) -> tuple:
             return array_values(args[k].handle, 0)
+
         return get_buffer
 
     def get_field(args: tuple, wd: Any, dyn: int) -> tuple:
         v = args[k]
         return array_values(v.memory, v.offset + v.layout.placements(v.size)[fld].offset)
+
     return get_field
 
 
@@ -49,10 +53,12 @@ def _scalar_getter(p: Any) -> Getter:
     if role == "size":
         return lambda args, wd, dyn: (i64(args[k].size),)
     if role == "pitch":
+
         def pitch(args: tuple, wd: Any, dyn: int) -> tuple:
             v = args[k]
             pl = v.layout.placements(v.size)[fld]
             return (i64(pl.pitch // pl.field.itemsize),)
+
         return pitch
     if role == "extent":
         d = int(fld)
@@ -62,12 +68,17 @@ def _scalar_getter(p: Any) -> Getter:
     def value(args: tuple, wd: Any, dyn: int) -> tuple:
         a = args[k]
         return (a if type(a) is ctor else ctor(a),)
+
     return value
 
 
-def make_packer(src: CSource, device: Any, names: list[str],
-                array_values: Callable[[Any, int], tuple],
-                dyn_local: Callable[[int], Any] | None = None) -> Callable[[tuple, Any, int], list]:
+def make_packer(
+    src: CSource,
+    device: Any,
+    names: list[str],
+    array_values: Callable[[Any, int], tuple],
+    dyn_local: Callable[[int], Any] | None = None,
+) -> Callable[[tuple, Any, int], list]:
     """``pack(args, workdiv, dynamic_shared_bytes) -> [C argument values]`` for ``src``."""
     getters: list[Getter] = []
     for what, item in src.args:

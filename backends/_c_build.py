@@ -15,8 +15,11 @@ from portable import KernelBuildError  # defined in portable, raised (and import
 from ._c_source import CSource
 
 #: ``<source>:12:5: error`` (clang), ``error: /tmp/x.cl:12:5: ...`` (PoCL), ``k.cu(12): error`` (NVRTC)
-_LINE_PATTERNS = (re.compile(r":(\d+):\d+:\s*(?:fatal\s+)?error"), re.compile(r"error:\s*\S+?:(\d+):\d+:"),
-                  re.compile(r"\((\d+)\):\s*(?:catastrophic\s+)?error"))
+_LINE_PATTERNS = (
+    re.compile(r":(\d+):\d+:\s*(?:fatal\s+)?error"),
+    re.compile(r"error:\s*\S+?:(\d+):\d+:"),
+    re.compile(r"\((\d+)\):\s*(?:catastrophic\s+)?error"),
+)
 
 
 def error_lines(log: str) -> list[int]:
@@ -30,8 +33,7 @@ def error_lines(log: str) -> list[int]:
     return seen
 
 
-def format_build_error(src: CSource, compiler: str, log: str, context: int = 3,
-                       marks: list[int] | None = None) -> str:
+def format_build_error(src: CSource, compiler: str, log: str, context: int = 3, marks: list[int] | None = None) -> str:
     """The message of a failed build: the log, the marked source and the kernel's lines (the C
     lines to mark: ``marks``, else those :func:`error_lines` finds in the log)."""
     bad = error_lines(log) if marks is None else marks

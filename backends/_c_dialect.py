@@ -14,9 +14,17 @@ from portable.kernel.types import ScalarType
 
 #: C spelling of each kernel scalar type (typedefs in every dialect's prologue)
 CTYPE = {
-    "bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-    "float32": "f32", "float64": "f64",
+    "bool": "bool",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float32": "f32",
+    "float64": "f64",
 }
 #: how a value of each type is stored in memory and passed as a kernel argument (no C bool there)
 STORAGE = {**CTYPE, "bool": "u8"}
@@ -98,9 +106,36 @@ _HIP_WARPS = """\
 #endif
 """
 
-_MATH_1 = ("sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
-           "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs",
-           "floor", "ceil", "trunc", "erf", "erfc", "lgamma", "tgamma")
+_MATH_1 = (
+    "sqrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "fabs",
+    "floor",
+    "ceil",
+    "trunc",
+    "erf",
+    "erfc",
+    "lgamma",
+    "tgamma",
+)
 _MATH_2 = ("atan2", "pow", "hypot", "copysign", "fmod")
 
 
@@ -150,12 +185,20 @@ class Dialect:
     def index(self, query: str, dim: int, ndim: int) -> str:
         axis = ndim - 1 - dim  # alpaka's fastest dimension is OpenCL's 0 and CUDA's x
         if self.is_opencl:
-            fn = {"block_idx": "get_group_id", "thread_idx": "get_local_id",
-                  "grid_blocks": "get_num_groups", "block_threads": "get_local_size"}[query]
+            fn = {
+                "block_idx": "get_group_id",
+                "thread_idx": "get_local_id",
+                "grid_blocks": "get_num_groups",
+                "block_threads": "get_local_size",
+            }[query]
             return f"((i64){fn}({axis}))"
         xyz = "xyz"[axis]
-        var = {"block_idx": "blockIdx", "thread_idx": "threadIdx", "grid_blocks": "gridDim",
-               "block_threads": "blockDim"}[query]
+        var = {
+            "block_idx": "blockIdx",
+            "thread_idx": "threadIdx",
+            "grid_blocks": "gridDim",
+            "block_threads": "blockDim",
+        }[query]
         return f"((i64){var}.{xyz})"
 
     def barrier(self) -> str:
@@ -168,8 +211,9 @@ class Dialect:
         (both address spaces: a block's shared memory and global memory)."""
         if self.is_opencl:
             return "mem_fence(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
-        return {"block": "__threadfence_block();", "grid": "__threadfence();",
-                "device": "__threadfence_system();"}[scope]
+        return {"block": "__threadfence_block();", "grid": "__threadfence();", "device": "__threadfence_system();"}[
+            scope
+        ]
 
     def block_predicate(self, op: str, p: str) -> str | None:
         """CUDA's and HIP's ``__syncthreads_count/and/or``; None on OpenCL (a helper does it)."""
@@ -221,12 +265,28 @@ class Dialect:
         n = t.name
         if self.is_opencl:
             if n in ("int32", "uint32"):
-                fn = {"add": "atomic_add", "sub": "atomic_sub", "min": "atomic_min", "max": "atomic_max",
-                      "exch": "atomic_xchg", "and": "atomic_and", "or": "atomic_or", "xor": "atomic_xor"}.get(op)
+                fn = {
+                    "add": "atomic_add",
+                    "sub": "atomic_sub",
+                    "min": "atomic_min",
+                    "max": "atomic_max",
+                    "exch": "atomic_xchg",
+                    "and": "atomic_and",
+                    "or": "atomic_or",
+                    "xor": "atomic_xor",
+                }.get(op)
                 return None if fn is None else f"{fn}((volatile {space}{CTYPE[n]}*)p, v)"
             if n in ("int64", "uint64"):
-                fn = {"add": "atom_add", "sub": "atom_sub", "min": "atom_min", "max": "atom_max",
-                      "exch": "atom_xchg", "and": "atom_and", "or": "atom_or", "xor": "atom_xor"}.get(op)
+                fn = {
+                    "add": "atom_add",
+                    "sub": "atom_sub",
+                    "min": "atom_min",
+                    "max": "atom_max",
+                    "exch": "atom_xchg",
+                    "and": "atom_and",
+                    "or": "atom_or",
+                    "xor": "atom_xor",
+                }.get(op)
                 return None if fn is None else f"{fn}((volatile {space}{CTYPE[n]}*)p, v)"
             if n == "float32" and op == "exch":
                 return f"atomic_xchg((volatile {space}f32*)p, v)"
@@ -234,20 +294,40 @@ class Dialect:
         # CUDA / HIP
         ull = "unsigned long long"
         if n in ("int32", "uint32"):
-            fn = {"add": "atomicAdd", "sub": "atomicSub", "min": "atomicMin", "max": "atomicMax",
-                  "exch": "atomicExch", "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor"}.get(op)
+            fn = {
+                "add": "atomicAdd",
+                "sub": "atomicSub",
+                "min": "atomicMin",
+                "max": "atomicMax",
+                "exch": "atomicExch",
+                "and": "atomicAnd",
+                "or": "atomicOr",
+                "xor": "atomicXor",
+            }.get(op)
             if n == "uint32" and op in ("inc", "dec"):
                 fn = "atomicInc" if op == "inc" else "atomicDec"
             return None if fn is None else f"{fn}(p, v)"
         if n == "uint64":
-            fn = {"add": "atomicAdd", "min": "atomicMin", "max": "atomicMax", "exch": "atomicExch",
-                  "and": "atomicAnd", "or": "atomicOr", "xor": "atomicXor"}.get(op)
+            fn = {
+                "add": "atomicAdd",
+                "min": "atomicMin",
+                "max": "atomicMax",
+                "exch": "atomicExch",
+                "and": "atomicAnd",
+                "or": "atomicOr",
+                "xor": "atomicXor",
+            }.get(op)
             return None if fn is None else f"{fn}(({ull}*)p, ({ull})v)"
         if n == "int64":
             if op in ("min", "max") and self.name == "cuda":  # long long overloads: CUDA sm_35+
                 return f"(i64)atomic{op.capitalize()}((long long*)p, (long long)v)"
-            fn = {"add": "atomicAdd", "exch": "atomicExch", "and": "atomicAnd", "or": "atomicOr",
-                  "xor": "atomicXor"}.get(op)
+            fn = {
+                "add": "atomicAdd",
+                "exch": "atomicExch",
+                "and": "atomicAnd",
+                "or": "atomicOr",
+                "xor": "atomicXor",
+            }.get(op)
             return None if fn is None else f"(i64){fn}(({ull}*)p, ({ull})v)"
         if n == "float32" and op in ("add", "exch"):
             return f"atomic{'Add' if op == 'add' else 'Exch'}(p, v)"

@@ -86,8 +86,7 @@ class _Emitter(MessageEmitter, Visitor):
         # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
         self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
         # the error flag: range checks (ALPYKA_DEBUG), range() steps known only at run time, asserts
-        self.err = (kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None)
-                    or _uses(kernel, ir.Assert))
+        self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None) or _uses(kernel, ir.Assert)
 
     # ------------------------------------------------------------------ output
     def out(self, text: str, line: int = 0) -> None:
@@ -266,8 +265,11 @@ class _Emitter(MessageEmitter, Visitor):
         as a cast back after each operator)."""
         u = "u" + self.ctype(e.type)[1:]
         left = e.left
-        head = (self.wrapping_chain(left) if _wrapping(left) and left.type == e.type
-                and _GROUP[left.op] == _GROUP[e.op] else f"({u}){self.expr(left)}")
+        head = (
+            self.wrapping_chain(left)
+            if _wrapping(left) and left.type == e.type and _GROUP[left.op] == _GROUP[e.op]
+            else f"({u}){self.expr(left)}"
+        )
         return f"{head} {e.op} ({u}){self.expr(e.right)}"
 
     def visit_MathCall(self, e: ir.MathCall) -> str:
@@ -369,7 +371,7 @@ class _Emitter(MessageEmitter, Visitor):
         v = self.expr(s.value)
         if s.array.type.dtype.is_bool:
             v = f"(u8)({v})"
-        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, 'check', None)))
+        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, "check", None)))
         self.out(f"{el} = {v};{tag}", line)
 
     def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
@@ -421,16 +423,21 @@ class _Emitter(MessageEmitter, Visitor):
         n = self.fresh("r")
         t = self.ctype(s.var.type)
         step = s.step
-        self.out(f"{{ const {t} {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
-                 f"{n}_step = {self.expr(step)};{tag}", line)
+        self.out(
+            f"{{ const {t} {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+            f"{n}_step = {self.expr(step)};{tag}",
+            line,
+        )
         if isinstance(step, ir.Const):
             cond = f"{n} < {n}_stop" if step.value > 0 else f"{n} > {n}_stop"
         else:
             cond = f"({n}_step > 0) ? ({n} < {n}_stop) : ({n} > {n}_stop)"
         if s.check is not None:  # a step of 0: report a KernelValueError (index 0 of an empty range) and skip
             self.messages.append(ValueCheck(s.check))
-            self.out(f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }}"
-                     " else", line)
+            self.out(
+                f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }} else",
+                line,
+            )
         self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
         self.indent += 1
         self.out(f"{_ident(s.var.name)} = {n};", line)
@@ -445,8 +452,11 @@ class _Emitter(MessageEmitter, Visitor):
         far faster on PoCL), the chunked double loop otherwise; ``break`` leaves both."""
         n = self.fresh("s")
         gb = f", {n}_gb = {self.expr(s.group_base)}" if s.local_var is not None and s.group_base is not None else ""
-        self.out(f"{{ const i64 {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
-                 f"{n}_stride = {self.expr(s.stride)}, {n}_chunk = {self.expr(s.chunk)}{gb};{tag}", line)
+        self.out(
+            f"{{ const i64 {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+            f"{n}_stride = {self.expr(s.stride)}, {n}_chunk = {self.expr(s.chunk)}{gb};{tag}",
+            line,
+        )
 
         def bind(it: str) -> None:
             self.indent += 1
@@ -488,8 +498,9 @@ class _Emitter(MessageEmitter, Visitor):
         self.messages.append(check)
         ident = len(self.messages)
         fn = self.h.range_check()
-        return tuple(_Raw(f"{fn}({self.expr(i)}, {self.expr(e)}, {ident}, alpyka_err)")
-                     for i, e in zip(idx, ref.extents))
+        return tuple(
+            _Raw(f"{fn}({self.expr(i)}, {self.expr(e)}, {ident}, alpyka_err)") for i, e in zip(idx, ref.extents)
+        )
 
     # ------------------------------------------------------------------ functions and the kernel
     def declarations(self, local_types: dict[str, ScalarType], skip: set[str]) -> None:
@@ -595,14 +606,22 @@ _GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
 
 def _wrapping(e: Any) -> bool:
     """A signed ``+ - *`` of 32 or 64 bits (computed in the unsigned twin, see visit_BinOp)."""
-    return (isinstance(e, ir.BinOp) and e.op in ("+", "-", "*") and e.type.is_integer
-            and not e.type.is_unsigned and e.type.bits >= 32)
+    return (
+        isinstance(e, ir.BinOp)
+        and e.op in ("+", "-", "*")
+        and e.type.is_integer
+        and not e.type.is_unsigned
+        and e.type.bits >= 32
+    )
 
 
 def _plain(e: Any) -> bool:
     """An operator the emitter writes as ``(a op b)``."""
-    return isinstance(e, ir.BinOp) and e.op in _GROUP and not (
-        e.op in ("+", "-", "*") and e.type.is_integer and not e.type.is_unsigned)
+    return (
+        isinstance(e, ir.BinOp)
+        and e.op in _GROUP
+        and not (e.op in ("+", "-", "*") and e.type.is_integer and not e.type.is_unsigned)
+    )
 
 
 def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
@@ -658,5 +677,14 @@ def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False, checks: b
     for line, py in kernel_body:
         put(line, py)
     put("}")
-    return CSource("\n".join(text) + "\n", header.split("(")[0].split()[-1], dialect, args, line_map,
-                   src, em.messages, kernel.name, kernel.fast_math)
+    return CSource(
+        "\n".join(text) + "\n",
+        header.split("(")[0].split()[-1],
+        dialect,
+        args,
+        line_map,
+        src,
+        em.messages,
+        kernel.name,
+        kernel.fast_math,
+    )

@@ -38,30 +38,36 @@ class Helpers:
         name = f"alpyka_floordiv_{c}"
         if t.is_float:
             m = self._mathname
-            return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+            return self._add(
+                name,
+                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0) return a / b;
-    {c} mod = {m('fmod', t)}(a, b);
+    {c} mod = {m("fmod", t)}(a, b);
     {c} div = (a - mod) / b;
     if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}
     if (div != 0) {{
-        {c} fl = {m('floor', t)}(div);
+        {c} fl = {m("floor", t)}(div);
         if (div - fl > ({c})0.5) fl += 1;
         return fl;
     }}
-    return {m('copysign', t)}(({c})0, a / b);
+    return {m("copysign", t)}(({c})0, a / b);
 }}
-""")
+""",
+            )
         if t.is_unsigned:
             return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
         u = "u" + c[1:]
-        return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+        return self._add(
+            name,
+            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0) return 0;
     if (b == -1) return ({c})(({u})0 - ({u})a);
     {c} q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
     return q;
 }}
-""")
+""",
+        )
 
     def mod(self, t: ScalarType) -> str:
         """numpy's ``%``: the sign of the divisor; ``x % 0`` is 0 for integers, nan for floats."""
@@ -69,22 +75,28 @@ class Helpers:
         name = f"alpyka_mod_{c}"
         if t.is_float:
             m = self._mathname
-            return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    {c} r = {m('fmod', t)}(a, b);
+            return self._add(
+                name,
+                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+    {c} r = {m("fmod", t)}(a, b);
     if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}
-    else {{ r = {m('copysign', t)}(({c})0, b); }}
+    else {{ r = {m("copysign", t)}(({c})0, b); }}
     return r;
 }}
-""")
+""",
+            )
         if t.is_unsigned:
             return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
-        return self._add(name, f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
+        return self._add(
+            name,
+            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0 || b == -1) return 0;
     {c} r = a % b;
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
 }}
-""")
+""",
+        )
 
     def ipow(self, t: ScalarType) -> str:
         """Integer ``**``, wrapping (computed unsigned); a negative exponent gives the integral
@@ -92,14 +104,21 @@ class Helpers:
         c = CTYPE[t.name]
         u = c if t.is_unsigned else "u" + c[1:]
         name = f"alpyka_ipow_{c}"
-        neg = "" if t.is_unsigned else f"""
+        neg = (
+            ""
+            if t.is_unsigned
+            else f"""
     if (e < 0) return base == 1 ? ({c})1 : (base == -1 ? ((e & 1) ? ({c})-1 : ({c})1) : ({c})0);"""
-        return self._add(name, f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
+        )
+        return self._add(
+            name,
+            f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
     {u} r = 1, b = ({u})base, k = ({u})e;
     while (k) {{ if (k & 1) r *= b; k >>= 1; b *= b; }}
     return ({c})r;
 }}
-""")
+""",
+        )
 
     def shift(self, op: str, t: ScalarType) -> str:
         """``a << k`` / ``a >> k`` with numpy's rule for a count outside ``[0, bits)``: 0, or -1
@@ -145,12 +164,15 @@ class Helpers:
         else:
             report = "atomicCAS((int*)err, 0, id)"
         err = f"{d.space('buffer')}i32* err"
-        return self._add("alpyka_chk", f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {err}) {{
+        return self._add(
+            "alpyka_chk",
+            f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {err}) {{
     if (i >= 0 && i < n) return i;
     (void){report};
     return 0;
 }}
-""")
+""",
+        )
 
     # ------------------------------------------------------------------ block predicates, warps
     def block_predicate(self, op: str, ndim: int) -> str:
@@ -161,7 +183,9 @@ class Helpers:
         time when a 1D kernel's barrier region asks for ``get_local_id(1)``."""
         first = " && ".join(f"get_local_id({d}) == 0" for d in range(ndim))
         count = f"alpyka_bpred_count_{ndim}d"
-        self._add(count, f"""ALPYKA_FN i64 {count}(__local volatile i32* s, bool p) {{
+        self._add(
+            count,
+            f"""ALPYKA_FN i64 {count}(__local volatile i32* s, bool p) {{
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     if ({first}) *s = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -169,28 +193,35 @@ class Helpers:
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     return (i64)*s;
 }}
-""")
+""",
+        )
         if op == "count":
             return count
         name = f"alpyka_bpred_{op}_{ndim}d"
         size = " * ".join(f"get_local_size({d})" for d in range(ndim))
         test = f"== (i64)({size})" if op == "and" else "!= 0"
-        return self._add(name, f"ALPYKA_FN bool {name}(__local volatile i32* s, bool p) "
-                               f"{{ return {count}(s, p) {test}; }}\n")
+        return self._add(
+            name, f"ALPYKA_FN bool {name}(__local volatile i32* s, bool p) {{ return {count}(s, p) {test}; }}\n"
+        )
 
     def warp_vote(self, op: str) -> str:
         """OpenCL: ``alpyka_warp_<op>(p)`` over the sub-group where the device has sub-group
         ballots and shuffles (the build defines ALPYKA_SUBGROUPS), else over a one-thread warp."""
         if op == "size":
-            return self._add("alpyka_warp_size", """ALPYKA_FN i64 alpyka_warp_size(void) {
+            return self._add(
+                "alpyka_warp_size",
+                """ALPYKA_FN i64 alpyka_warp_size(void) {
 #ifdef ALPYKA_SUBGROUPS
     return (i64)get_max_sub_group_size();
 #else
     return (i64)1;
 #endif
 }
-""")
-        self._add("alpyka_ballot", """ALPYKA_FN u64 alpyka_ballot(bool p) {
+""",
+            )
+        self._add(
+            "alpyka_ballot",
+            """ALPYKA_FN u64 alpyka_ballot(bool p) {
 #ifdef ALPYKA_SUBGROUPS
     uint4 b = sub_group_ballot(p ? 1 : 0);
     return (u64)b.x | ((u64)b.y << 32);
@@ -198,9 +229,14 @@ class Helpers:
     return p ? (u64)1 : (u64)0;
 #endif
 }
-""")
-        body = {"ballot": "return alpyka_ballot(p);", "active_mask": "return alpyka_ballot(true);",
-                "all": "return alpyka_ballot(p) == alpyka_ballot(true);", "any": "return alpyka_ballot(p) != 0;"}[op]
+""",
+        )
+        body = {
+            "ballot": "return alpyka_ballot(p);",
+            "active_mask": "return alpyka_ballot(true);",
+            "all": "return alpyka_ballot(p) == alpyka_ballot(true);",
+            "any": "return alpyka_ballot(p) != 0;",
+        }[op]
         ret = "u64" if op in ("ballot", "active_mask") else "bool"
         arg = "void" if op == "active_mask" else "bool p"
         name = f"alpyka_warp_{op}"
@@ -211,15 +247,29 @@ class Helpers:
         sub-group gives the caller's own value); the identity on one-thread warps."""
         c = CTYPE[t.name]
         name = f"alpyka_{op}_{c}"
-        src = {"shfl": "(uint)k % get_max_sub_group_size()", "shfl_up": "lane - (uint)k",
-               "shfl_down": "lane + (uint)k", "shfl_xor": "lane ^ (uint)k"}[op]
-        call = {"shfl": "sub_group_shuffle(w, src)", "shfl_up": "sub_group_shuffle_up(w, (uint)k)",
-                "shfl_down": "sub_group_shuffle_down(w, (uint)k)", "shfl_xor": "sub_group_shuffle_xor(w, (uint)k)"}[op]
-        ok = {"shfl": "true", "shfl_up": "(uint)k <= lane", "shfl_down": "src < get_sub_group_size()",
-              "shfl_xor": "src < get_sub_group_size()"}[op]
+        src = {
+            "shfl": "(uint)k % get_max_sub_group_size()",
+            "shfl_up": "lane - (uint)k",
+            "shfl_down": "lane + (uint)k",
+            "shfl_xor": "lane ^ (uint)k",
+        }[op]
+        call = {
+            "shfl": "sub_group_shuffle(w, src)",
+            "shfl_up": "sub_group_shuffle_up(w, (uint)k)",
+            "shfl_down": "sub_group_shuffle_down(w, (uint)k)",
+            "shfl_xor": "sub_group_shuffle_xor(w, (uint)k)",
+        }[op]
+        ok = {
+            "shfl": "true",
+            "shfl_up": "(uint)k <= lane",
+            "shfl_down": "src < get_sub_group_size()",
+            "shfl_xor": "src < get_sub_group_size()",
+        }[op]
         wide = c if t.bits >= 32 and not t.is_bool else "i32"
         back = f"({c})r" if not t.is_bool else "r != 0"
-        return self._add(name, f"""ALPYKA_FN {c} {name}({c} v, i32 k) {{
+        return self._add(
+            name,
+            f"""ALPYKA_FN {c} {name}({c} v, i32 k) {{
 #ifdef ALPYKA_SUBGROUPS
     uint lane = get_sub_group_local_id(), src = {src};
     {wide} w = ({wide})v;
@@ -229,7 +279,8 @@ class Helpers:
     return v;
 #endif
 }}
-""")
+""",
+        )
 
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, t: ScalarType, kind: str) -> str:
@@ -243,11 +294,14 @@ class Helpers:
         ptr = f"{space}{c}* p"
         if op == "cas":
             word, cas = d.cas_word(t.bits, space)
-            return self._add(name, f"""ALPYKA_FN {c} {name}({ptr}, {c} compare, {c} value) {{
-    {word} cmp = {d.bits_of(t, 'compare')}, val = {d.bits_of(t, 'value')};
+            return self._add(
+                name,
+                f"""ALPYKA_FN {c} {name}({ptr}, {c} compare, {c} value) {{
+    {word} cmp = {d.bits_of(t, "compare")}, val = {d.bits_of(t, "value")};
     return {d.from_bits(t, cas)};
 }}
-""")
+""",
+            )
         native = d.native_atomic(op, t, space)
         if native is not None:
             return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ return ({c}){native}; }}\n")
@@ -257,9 +311,14 @@ class Helpers:
                 body = f"v = ({c})(0 - v); return ({c}){add};"
                 return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {body} }}\n")
         new = {
-            "add": "cur + v", "sub": "cur - v", "exch": "v",
-            "min": "(v < cur) ? v : cur", "max": "(v > cur) ? v : cur",
-            "and": "cur & v", "or": "cur | v", "xor": "cur ^ v",
+            "add": "cur + v",
+            "sub": "cur - v",
+            "exch": "v",
+            "min": "(v < cur) ? v : cur",
+            "max": "(v > cur) ? v : cur",
+            "and": "cur & v",
+            "or": "cur | v",
+            "xor": "cur ^ v",
             "inc": f"(cur >= v) ? ({c})0 : ({c})(cur + 1)",
             "dec": f"(cur == 0 || cur > v) ? v : ({c})(cur - 1)",
         }[op]
@@ -267,16 +326,19 @@ class Helpers:
             raise NotImplementedError(f"atomic_{op} on {t}")
         word, cas = d.cas_word(t.bits, space)
         first = d.atomic_read(word, space)
-        return self._add(name, f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
+        return self._add(
+            name,
+            f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
     volatile {space}{word}* wp = (volatile {space}{word}*)p;
     {word} old = {first}, cmp;
     do {{
         cmp = old;
-        {c} cur = {d.from_bits(t, 'cmp')};
+        {c} cur = {d.from_bits(t, "cmp")};
         {c} nxt = {new};
-        {word} val = {d.bits_of(t, 'nxt')};
-        old = {cas.replace('p,', 'wp,', 1).replace('*)p', '*)wp')};
+        {word} val = {d.bits_of(t, "nxt")};
+        old = {cas.replace("p,", "wp,", 1).replace("*)p", "*)wp")};
     }} while (old != cmp);
-    return {d.from_bits(t, 'old')};
+    return {d.from_bits(t, "old")};
 }}
-""")
+""",
+        )

@@ -18,14 +18,26 @@ from __future__ import annotations
 
 import platform as _platform
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import (DLPACK_CUDA, DLPACK_ROCM, AllocatorStats, Backend, Block, CachingAllocator, Device,
-                          DeviceCapabilities, DeviceLimits, MemRef, queue_impl,
-                          run_deferred)
+from portable.spi import (
+    DLPACK_CUDA,
+    DLPACK_ROCM,
+    AllocatorStats,
+    Backend,
+    Block,
+    CachingAllocator,
+    Device,
+    DeviceCapabilities,
+    DeviceLimits,
+    MemRef,
+    queue_impl,
+    run_deferred,
+)
 
 from ._cupy_queue import CupyQueue, DeviceScope
 from ._gpu_queue import DeviceEvent
@@ -38,7 +50,7 @@ def import_cupy(backend: str, want_hip: bool) -> Any:
     api = "HIP/ROCm" if want_hip else "CUDA"
     try:
         import cupy
-    except Exception as exc:  # ImportError, or a broken installation raising at import
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken installation raising at import
         pkg = "cupy-rocm-6-0 (or another ROCm build)" if want_hip else "cupy-cuda13x (or cupy-cuda12x)"
         raise BackendUnavailable(f"cupy is not importable ({type(exc).__name__}: {exc}); install {pkg}") from None
     is_hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
@@ -51,7 +63,7 @@ def import_cupy(backend: str, want_hip: bool) -> Any:
         )
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # cupy_backends...CUDARuntimeError: no driver, no device
+    except Exception as exc:  # noqa: BLE001 - cupy_backends...CUDARuntimeError: no driver, no device
         raise BackendUnavailable(f"cupy is installed but no {api} driver/device: {exc}") from None
     if count == 0:
         raise BackendUnavailable(f"cupy is installed but the {api} runtime reports no device")
@@ -173,8 +185,9 @@ def _address(ref: MemRef) -> int:
 def gpu_capabilities(hip: bool, warp_size: int) -> DeviceCapabilities:
     """What a device of cupy's CUDA (``hip`` False) or ROCm build is: a GPU whose memory torch
     addresses as "cuda" (torch calls ROCm devices cuda too), kernels in CUDA or HIP C."""
-    return DeviceCapabilities("gpu", False, "hip" if hip else "cuda", "cuda", warp_size, False,
-                              DLPACK_ROCM if hip else DLPACK_CUDA)
+    return DeviceCapabilities(
+        "gpu", False, "hip" if hip else "cuda", "cuda", warp_size, False, DLPACK_ROCM if hip else DLPACK_CUDA
+    )
 
 
 # ---------------------------------------------------------------------- the backend
@@ -205,13 +218,24 @@ class CupyBackend(Backend):
             # a block may use more shared memory than sharedMemPerBlock (48 KB on NVIDIA) when the
             # kernel opts in (cudaFuncAttributeMaxDynamicSharedMemorySize): up to the opt-in limit
             optin = max(int(p.get("sharedMemPerBlockOptin", 0) or 0), limits.shared_memory_per_block)
-            self._devices.append(Device(
-                name, i, _text(p["name"]), "gpu", f"{name}:{i}", limits, native=cupy,
-                capabilities=gpu_capabilities(bool(getattr(rt, "is_hip", False)), limits.warp_size),
-                properties={"arch": arch, "global_memory": int(p.get("totalGlobalMem", 0)),
-                            "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0))),
-                            "shared_memory_per_block_optin": optin},
-            ))
+            self._devices.append(
+                Device(
+                    name,
+                    i,
+                    _text(p["name"]),
+                    "gpu",
+                    f"{name}:{i}",
+                    limits,
+                    native=cupy,
+                    capabilities=gpu_capabilities(bool(getattr(rt, "is_hip", False)), limits.warp_size),
+                    properties={
+                        "arch": arch,
+                        "global_memory": int(p.get("totalGlobalMem", 0)),
+                        "compute_capability": (int(p.get("major", 0)), int(p.get("minor", 0))),
+                        "shared_memory_per_block_optin": optin,
+                    },
+                )
+            )
 
     def devices(self) -> list[Device]:
         return self._devices
@@ -266,8 +290,9 @@ class CupyBackend(Backend):
         stream = impl.stream
         if impl.blocking or not (_pageable(dst) or _pageable(src)):
             d, s = _address(dst), _address(src)
-            impl.submit(lambda: memcpy(d, s, n, _MEMCPY_DEFAULT, stream.ptr),
-                        dst.owner, src.owner, dst.handle, src.handle)
+            impl.submit(
+                lambda: memcpy(d, s, n, _MEMCPY_DEFAULT, stream.ptr), dst.owner, src.owner, dst.handle, src.handle
+            )
             return
         # pageable host memory: a direct copy would return only once complete (blocking the
         # caller and the queue's lock); stage through pinned memory, in queue order
@@ -315,8 +340,8 @@ class CupyBackend(Backend):
         ``workdiv`` with ``args`` uses, built and cached now)."""
         from portable import Queue
 
-        from ._gpu_launch import prepare_launch
         from ._cupy_launch import _make_plan
+        from ._gpu_launch import prepare_launch
 
         plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, _make_plan)[0]
         return min(plan.max_threads, device.limits.max_threads_per_block)

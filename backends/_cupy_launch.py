@@ -5,7 +5,8 @@ calls the ``RawKernel`` on the queue's stream (grid and block reversed: CUDA's x
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -96,9 +97,11 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
         with impl.scope:
             _opt_in_dynamic_shared(plan, dyn)
     if not plan.err:
+
         def run() -> None:
             with stream:
                 fn(grid, block, tuple(values), shared_mem=dyn)
+
         impl.submit(run, args)
         return
     # debug range check: a device flag, zeroed before the kernel and copied after it into
@@ -114,6 +117,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
         with stream:
             fn(grid, block, tuple(values), shared_mem=dyn)
         rt.memcpyAsync(hp, fp, 4, _D2H, stream.ptr)
+
     impl.submit(run_checked, args, flag, host)
     impl.enqueue_host(_range_check(plan, host))
 
@@ -146,8 +150,10 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
             def op() -> None:
                 with stream:
                     fn(grid, block, values, shared_mem=dyn)
+
             last[0], last[1] = args, op
         submit(last[1], args)
+
     return run
 
 

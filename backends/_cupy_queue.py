@@ -25,7 +25,8 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from portable.spi import start_worker, stop_worker, warn_unseen
 
@@ -86,7 +87,7 @@ class _Task:
 
     __slots__ = ("queue", "host", "marker")
 
-    def __init__(self, queue: "CupyQueue", host: _Host, marker: Marker) -> None:
+    def __init__(self, queue: CupyQueue, host: _Host, marker: Marker) -> None:
         self.queue, self.host, self.marker = queue, host, marker
 
 
@@ -162,6 +163,7 @@ class CupyQueue(DeviceQueue):
         """:meth:`submit` for work whose errors belong to the queue, not to the caller (a model's
         forward pass): a failure is reported by the next ``wait()`` as an AsyncError whether
         the work ran now or behind a host function, as on the queues of the other backends."""
+
         def reported() -> None:
             try:
                 op()
@@ -179,8 +181,9 @@ class CupyQueue(DeviceQueue):
         with self._lock:
             if self._worker is None:
                 log, what = self._log, f"{self.api} queue"
-                self._worker = start_worker(_run_task, f"alpyka-{self.api.lower()}-host",
-                                            on_stop=lambda: warn_unseen(log, what))
+                self._worker = start_worker(
+                    _run_task, f"alpyka-{self.api.lower()}-host", on_stop=lambda: warn_unseen(log, what)
+                )
                 weakref.finalize(self, stop_worker, self._worker.tasks)
             self._ticket += 1
             host = _Host(fn, self._log.next_seq(), always)
@@ -216,7 +219,7 @@ class CupyQueue(DeviceQueue):
                         with self.scope:
                             item.op()
                         self.after_enqueue(*item.keep)
-                    except BaseException as exc:  # a failed launch or copy: the next wait() reports it
+                    except BaseException as exc:  # noqa: BLE001 - a failed launch or copy: the next wait() reports it
                         self._log.add(item.seq, exc)
                 self._backlog = None
             finally:
@@ -235,6 +238,7 @@ class CupyQueue(DeviceQueue):
         def record() -> None:
             m.event.record(self.stream)
             m.recorded = True
+
         self.submit(record)
         return m
 

@@ -39,11 +39,13 @@ def numba_helper(src: ScalarType, dst: ScalarType) -> tuple[str, str]:
     name = f"_f2i_{src.name}_{dst.name}"
     lo, hi = limits(dst)
     above, below = thresholds(dst)
-    source = (f"def {name}(x):\n"
-              f"    if x != x:\n        return np.{dst.name}(0)\n"
-              f"    if x >= {above!r}:\n        return np.{dst.name}({hi})\n"
-              f"    if x <= {below!r}:\n        return np.{dst.name}({lo})\n"
-              f"    return np.{dst.name}(x)\n")
+    source = (
+        f"def {name}(x):\n"
+        f"    if x != x:\n        return np.{dst.name}(0)\n"
+        f"    if x >= {above!r}:\n        return np.{dst.name}({hi})\n"
+        f"    if x <= {below!r}:\n        return np.{dst.name}({lo})\n"
+        f"    return np.{dst.name}(x)\n"
+    )
     return name, source
 
 
@@ -64,9 +66,11 @@ def c_helper(src: ScalarType, dst: ScalarType) -> tuple[str, str]:
     lo, hi = limits(dst)
     above, below = thresholds(dst)
     suffix = "f" if src.name == "float32" else ""
-    source = (f"ALPYKA_FN {d} {name}({s} x) {{\n"
-              f"    if (x != x) return ({d})0;\n"
-              f"    if (x >= {above!r}{suffix}) return {_c_int(hi, dst)};\n"
-              f"    if (x <= {below!r}{suffix}) return {_c_int(lo, dst)};\n"
-              f"    return ({d})x;\n}}\n")
+    source = (
+        f"ALPYKA_FN {d} {name}({s} x) {{\n"
+        f"    if (x != x) return ({d})0;\n"
+        f"    if (x >= {above!r}{suffix}) return {_c_int(hi, dst)};\n"
+        f"    if (x <= {below!r}{suffix}) return {_c_int(lo, dst)};\n"
+        f"    return ({d})x;\n}}\n"
+    )
     return name, source

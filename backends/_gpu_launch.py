@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.kernel import check_shared_needs, debug_enabled
@@ -57,8 +59,7 @@ def same_objects(n: int) -> Callable[[tuple, Any], bool]:
     same = _SAME.get(n)
     if same is None:
         terms = " and ".join(f"_same(args[{i}], prev[{i}])" for i in range(n)) or "True"
-        same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}",  # noqa: S307 - from n alone
-                               {"_same": same_value})
+        same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}", {"_same": same_value})
     return same
 
 
@@ -93,7 +94,8 @@ def check_devices(kernel: Any, args: tuple, device: Any) -> None:
                 label = names[i] if i < len(names) else str(i)
                 raise _MISMATCH(
                     f"kernel {kernel.__name__!r}: argument {label!r} lives on {where}, which a queue of {device} "
-                    "cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)")
+                    "cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)"
+                )
 
 
 _MISMATCH = _mismatch_error()
@@ -104,8 +106,10 @@ def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> No
     (the opt-in limit where the device has one: CUDA's sharedMemPerBlockOptin)."""
     limit = device.properties.get("shared_memory_per_block_optin") or device.limits.shared_memory_per_block
     if static + dynamic > limit:
-        raise WorkDivError(f"kernel {name!r} needs {static} bytes of shared memory plus {dynamic} dynamic per "
-                           f"block; {device} has {limit}")
+        raise WorkDivError(
+            f"kernel {name!r} needs {static} bytes of shared memory plus {dynamic} dynamic per "
+            f"block; {device} has {limit}"
+        )
 
 
 def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSource]:
@@ -123,8 +127,11 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
             from ._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_compile
 
             # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
-            nvrtc_compile(emit(kir, "cuda", unit_elements=key[4]), os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
-                          float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED)
+            nvrtc_compile(
+                emit(kir, "cuda", unit_elements=key[4]),
+                os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
+                float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED,
+            )
         if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "0"):
             # CI's rocm check: the kernel's HIP text compiled for gfx90a and gfx942 (backends._hip_check)
             from ._hip_check import check_source
@@ -133,12 +140,14 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
         return kir, src
     except CEmitError as exc:
         f, line = kir.source_file, exc.line or kir.first_line
-        raise KernelSyntaxError(f"{f}:{line}: in kernel {kernel.__name__!r}: {exc} "
-                                f"(not supported by the {dialect} backend)", f, line) from None
+        raise KernelSyntaxError(
+            f"{f}:{line}: in kernel {kernel.__name__!r}: {exc} (not supported by the {dialect} backend)", f, line
+        ) from None
 
 
-def prepare_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple,
-                   make_plan: Callable[..., Any]) -> tuple[Any, list, int, tuple]:
+def prepare_launch(
+    queue: Any, workdiv: Any, kernel: Any, args: tuple, make_plan: Callable[..., Any]
+) -> tuple[Any, list, int, tuple]:
     """The checks and argument packing every device launch does first: device of each argument,
     the cached plan (built once per key by ``make_plan(queue, workdiv, kernel, args, key)``), the
     kernel's own thread limit, shared memory. Returns ``(plan, values, dynamic_shared_bytes,
@@ -171,9 +180,11 @@ def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
     ``dev``. Returns its geometry (see :func:`prepare_launch`)."""
     threads = math.prod(workdiv.threads)
     if threads > plan.max_threads:
-        raise WorkDivError(f"{workdiv}: kernel {plan.name!r} can run at most {plan.max_threads} threads per "
-                           f"block on {dev} (its register or private memory use limits it below the "
-                           f"device's {dev.limits.max_threads_per_block})")
+        raise WorkDivError(
+            f"{workdiv}: kernel {plan.name!r} can run at most {plan.max_threads} threads per "
+            f"block on {dev} (its register or private memory use limits it below the "
+            f"device's {dev.limits.max_threads_per_block})"
+        )
     check_shared_memory(plan.name, plan.static_shared, dyn, dev)
     check_shared_needs(plan.needs, workdiv, plan.name)
     blocks, local = tuple(reversed(workdiv.blocks)), tuple(reversed(workdiv.threads))

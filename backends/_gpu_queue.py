@@ -24,8 +24,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from portable import AsyncError
 from portable.spi import ErrorLog, Worker, check_not_own_worker, start_worker, stop_worker, warn_unseen
@@ -67,7 +68,7 @@ class Snapshot:
     """What a wait issued now waits for: a native marker of one queue and the range of that
     queue's host functions whose errors it reports."""
 
-    queue: "DeviceQueue"
+    queue: DeviceQueue
     native: Any
     errors_after: int
     errors_upto: int
@@ -129,8 +130,9 @@ class _HostTask:
         self.fn, self.gate, self.seq, self.always = fn, gate, seq, always
 
 
-def run_host_function(log: ErrorLog, seq: int, fn: Callable[[], None], always: bool,
-                      reached: Callable[[], None]) -> None:
+def run_host_function(
+    log: ErrorLog, seq: int, fn: Callable[[], None], always: bool, reached: Callable[[], None]
+) -> None:
     """A device queue's host function ``seq``, on the queue's worker: wait until the native
     queue reached it (``reached``), take in the errors of other queues' events waited for
     before it, then run ``fn`` unless an earlier error is pending and ``always`` is false
@@ -142,7 +144,7 @@ def run_host_function(log: ErrorLog, seq: int, fn: Callable[[], None], always: b
             log.skip()
         else:
             fn()
-    except BaseException as exc:  # surfaced at the next wait()
+    except BaseException as exc:  # noqa: BLE001 - surfaced at the next wait()
         log.add(seq, exc)
 
 
@@ -260,9 +262,11 @@ class DeviceQueue:
         with self._lock:
             if self._worker is None:
                 log, what = self._log, f"{self.api} queue"
-                self._worker = start_worker(lambda task: _run_host_task(task, log),
-                                            f"alpyka-{self.api.lower()}-host",
-                                            on_stop=lambda: warn_unseen(log, what))
+                self._worker = start_worker(
+                    lambda task: _run_host_task(task, log),
+                    f"alpyka-{self.api.lower()}-host",
+                    on_stop=lambda: warn_unseen(log, what),
+                )
                 weakref.finalize(self, stop_worker, self._worker.tasks)
             seq = self._log.next_seq()
             gate = self.make_gate()
@@ -293,8 +297,7 @@ class DeviceQueue:
                 # the native wait sees device work only: errors of the other queue's host
                 # functions become this queue's once its work has passed the wait
                 with self._lock:
-                    self._log.add_import(lambda: token.queue._log.first_between(
-                        token.errors_after, token.errors_upto))
+                    self._log.add_import(lambda: token.queue._log.first_between(token.errors_after, token.errors_upto))
             if self.blocking:
                 self.finish()
                 self._log.resolve(self._log.seq)

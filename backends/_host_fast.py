@@ -33,6 +33,7 @@ def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: Any, args: tup
                     launch_blocks(plan, workdiv, dyn, args)
                 finally:
                     lock.release()
+
             return run_spread
         invoke = plan.invoke
 
@@ -42,6 +43,7 @@ def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: Any, args: tup
                 invoke(blocks, elements, dyn, args)
             finally:
                 lock.release()
+
         return run_here
     pack, enqueue_call, run_blocks = plan.pack, impl.enqueue_call, backend.run_blocks
     units = elements[0] if len(elements) == 1 else math.prod(elements)
@@ -49,4 +51,5 @@ def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: Any, args: tup
     def run_queued(args: tuple) -> None:
         nblocks, call = pack(blocks, elements, dyn, args)
         enqueue_call(run_blocks, plan, nblocks, call, args, units)
+
     return run_queued

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class HostPlan:
     inline_upto: int = 0
 
 
-_buffer_arrays: "dict[int, tuple[Any, np.ndarray]]" = {}
+_buffer_arrays: dict[int, tuple[Any, np.ndarray]] = {}
 
 
 def buffer_array(buf: Buffer) -> np.ndarray:
@@ -52,8 +53,7 @@ def buffer_array(buf: Buffer) -> np.ndarray:
     import weakref
 
     mem = buf.handle
-    arr = np.ndarray(buf.shape, dtype=buf.dtype, buffer=mem, offset=0,
-                     strides=c_strides(buf.shape, buf.dtype.itemsize))
+    arr = np.ndarray(buf.shape, dtype=buf.dtype, buffer=mem, offset=0, strides=c_strides(buf.shape, buf.dtype.itemsize))
     key = id(buf)
     _buffer_arrays[key] = (weakref.ref(buf, lambda _r, k=key: _buffer_arrays.pop(k, None)), arr)
     return arr
@@ -70,19 +70,24 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
     pre += [f"{gb}, = blocks", f"{te}, = elements"]
     for i, kind in enumerate(kinds):
         if kind in ("view", "buffer"):
-            pre += [f"d = a{i}.device",
-                    "if d is not None and d.memory_space != 'host':",
-                    f"    _not_host(args, {i}, d)"]
+            pre += [
+                f"d = a{i}.device",
+                "if d is not None and d.memory_space != 'host':",
+                f"    _not_host(args, {i}, d)",
+            ]
     fields = {}  # view fields, read from the view's array cache (its __getattr__ is slow)
     for p in params:
         if p.role == "array" and kinds[p.arg_index] == "view":
             fields.setdefault(p.arg_index, []).append(p.field)
     for i, names_i in fields.items():
         lhs = ", ".join(f"a{i}_{f}" for f in names_i) + ","
-        pre += ["try:", f"    _c = a{i}._arrays",
-                f"    {lhs} = {''.join(f'_c[{f!r}], ' for f in names_i)}",
-                "except KeyError:",
-                f"    {lhs} = {''.join(f'a{i}.{f}, ' for f in names_i)}"]
+        pre += [
+            "try:",
+            f"    _c = a{i}._arrays",
+            f"    {lhs} = {''.join(f'_c[{f!r}], ' for f in names_i)}",
+            "except KeyError:",
+            f"    {lhs} = {''.join(f'a{i}.{f}, ' for f in names_i)}",
+        ]
     items = []
     for p in params:
         a = f"a{p.arg_index}"
@@ -104,17 +109,23 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
     body = "".join(f"    {line}\n" for line in pre)
     # a launch of more blocks than a first slice runs in slices on the main thread (Ctrl-C lands
     # between two: backends/_host_slices.py)
-    run = (f"    _n = {nblocks}\n    if _n > _FIRST:\n        _sliced(_fn, _n, ({call},))\n"
-           f"    else:\n        _fn(0, _n, {call})\n")
-    return (f"def invoke(blocks, elements, dyn, args):\n{body}{run}\n\n"
-            f"def pack(blocks, elements, dyn, args):\n{body}    return {nblocks}, ({call})\n")
+    run = (
+        f"    _n = {nblocks}\n    if _n > _FIRST:\n        _sliced(_fn, _n, ({call},))\n"
+        f"    else:\n        _fn(0, _n, {call})\n"
+    )
+    return (
+        f"def invoke(blocks, elements, dyn, args):\n{body}{run}\n\n"
+        f"def pack(blocks, elements, dyn, args):\n{body}    return {nblocks}, ({call})\n"
+    )
 
 
 def _not_host_error(kernel: Any) -> Callable[[tuple, int, Any], None]:
     def not_host(args: tuple, i: int, dev: Any) -> None:
         raise KernelArgumentError(
             f"kernel {kernel.__name__!r}: argument {kernel.param_names[i]!r} lives on {dev}, which the "
-            "CPU backends cannot use; copy it to the host first")
+            "CPU backends cannot use; copy it to the host first"
+        )
+
     return not_host
 
 
@@ -125,11 +136,17 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     gen = emit_numba(k_ir, serial=backend_name == "cpu_serial")  # its atomics may differ
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
-    ns: dict[str, Any] = {"_buffer_array": buffer_array, "_fn": mod.launch, "_not_host": _not_host_error(kernel),
-                          "_sliced": host_slices.run_blocks, "_FIRST": host_slices.FIRST}
-    exec(_launch_source(gen.params, len(key), kinds, ndim), ns)  # noqa: S102 (generated from the signature)
-    return HostPlan(mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared,
-                    getattr(mod, "__file__", None) or "")  # none: compiled in memory
+    ns: dict[str, Any] = {
+        "_buffer_array": buffer_array,
+        "_fn": mod.launch,
+        "_not_host": _not_host_error(kernel),
+        "_sliced": host_slices.run_blocks,
+        "_FIRST": host_slices.FIRST,
+    }
+    exec(_launch_source(gen.params, len(key), kinds, ndim), ns)
+    return HostPlan(
+        mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared, getattr(mod, "__file__", None) or ""
+    )  # none: compiled in memory
 
 
 def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> HostPlan:

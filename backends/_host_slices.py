@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: blocks of the first slice, which measures the kernel's pace
 FIRST = 16
@@ -39,4 +39,3 @@ def run_sliced(fn: Callable[..., None], nblocks: int, call: tuple) -> None:
         lo = hi
         left = nblocks - lo
         size = left if per_block * left <= SLICE_S else max(1, int(SLICE_S / per_block))
-

@@ -113,8 +113,17 @@ class _Inliner:
         if isinstance(s, ir.StridedLoop):
             heads = [s.start, s.stop, s.stride, s.chunk] + ([s.group_base] if s.group_base is not None else [])
             start, stop, stride, chunk, *base = self.lift_all(heads, pre)
-            return pre + [dataclasses.replace(s, start=start, stop=stop, stride=stride, chunk=chunk,
-                                              group_base=base[0] if base else None, body=self.stmts(s.body))]
+            return pre + [
+                dataclasses.replace(
+                    s,
+                    start=start,
+                    stop=stop,
+                    stride=stride,
+                    chunk=chunk,
+                    group_base=base[0] if base else None,
+                    body=self.stmts(s.body),
+                )
+            ]
         if isinstance(s, ir.Return):
             return pre + [ir.Return(self.lift(s.value, pre), s.line)]
         if isinstance(s, ir.Assert):
@@ -132,8 +141,7 @@ class _Inliner:
         out = []
         for k, e in enumerate(exprs):
             e = self.lift(e, pre)
-            if (any(self.has_call(x) for x in exprs[k + 1:])
-                    and any(isinstance(y, _READS) for y in ir.nodes(e))):
+            if any(self.has_call(x) for x in exprs[k + 1 :]) and any(isinstance(y, _READS) for y in ir.nodes(e)):
                 tmp = self.fresh("t", e.type)
                 pre.append(ir.Assign(tmp, e))
                 e = tmp
@@ -169,8 +177,11 @@ class _Inliner:
             return tmp
         fields = [f.name for f in dataclasses.fields(e)]
         values = [getattr(e, f) for f in fields]
-        slots = [k for k, v in enumerate(values) if isinstance(v, ir.Expr)
-                 or (isinstance(v, (list, tuple)) and v and all(isinstance(x, ir.Expr) for x in v))]
+        slots = [
+            k
+            for k, v in enumerate(values)
+            if isinstance(v, ir.Expr) or (isinstance(v, (list, tuple)) and v and all(isinstance(x, ir.Expr) for x in v))
+        ]
         flat: list = []
         for k in slots:
             flat += list(values[k]) if isinstance(values[k], (list, tuple)) else [values[k]]
@@ -178,8 +189,8 @@ class _Inliner:
         for k in slots:
             v = values[k]
             if isinstance(v, (list, tuple)):
-                values[k] = type(v)(lifted[:len(v)])
-                del lifted[:len(v)]
+                values[k] = type(v)(lifted[: len(v)])
+                del lifted[: len(v)]
             else:
                 values[k] = lifted.pop(0)
         return type(e)(**dict(zip(fields, values)))
@@ -295,8 +306,13 @@ def returns_as_breaks(body: list[ir.Stmt], result: ir.Var | None, new_flag: Any)
         last = rets[0]
         tail = [ir.Assign(result, last.value, last.line)] if result is not None and last.value is not None else []
         return body[:-1] + tail
-    flag = new_flag() if any(isinstance(y, ir.Return) for loop in ir.walk(body) if isinstance(loop, _LOOPS)
-                             for y in ir.walk(loop.body)) else None
+    flag = (
+        new_flag()
+        if any(
+            isinstance(y, ir.Return) for loop in ir.walk(body) if isinstance(loop, _LOOPS) for y in ir.walk(loop.body)
+        )
+        else None
+    )
 
     def rewrite(stmts: list[ir.Stmt], depth: int) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []

@@ -171,8 +171,7 @@ def _chunk_bounds(lo: int, hi: int, work: float, cores: int) -> list[int]:
     return [lo + n * c // chunks for c in range(chunks + 1)]
 
 
-def _parallel(fn: Any, lo: int, hi: int, call: tuple, key: tuple, units: int, est: float | None,
-              work: float) -> float:
+def _parallel(fn: Any, lo: int, hi: int, call: tuple, key: tuple, units: int, est: float | None, work: float) -> float:
     """Run blocks ``[lo, hi)`` in chunks on the pool and the calling thread, timed; returns the
     updated cost estimate of ``key`` (and updates its parallel-to-inline ratio)."""
     n = hi - lo

@@ -165,13 +165,16 @@ def _make(op: str, plain: bool):
         return sig, codegen
 
     if op == "cas":
+
         @intrinsic
         def _atomic(typingctx, ary, idx, compare, value):
             return _typed(ary, idx, (compare, value))
     else:
+
         @intrinsic
         def _atomic(typingctx, ary, idx, value):
             return _typed(ary, idx, (value,))
+
     _atomic.__name__ = f"{'plain' if plain else 'atomic'}_{op}"
     return _atomic
 
@@ -184,6 +187,7 @@ for _op in _OPS:
 @intrinsic
 def fence(typingctx):
     """``acc.mem_fence``: a sequentially consistent LLVM fence (blocks run concurrently on cpu_threads)."""
+
     def codegen(context, builder, signature, args):
         builder.fence("seq_cst")
         return context.get_dummy_value()

@@ -95,7 +95,7 @@ class Candidate:
         if pattern == "all":
             return True
         if pattern.startswith("device="):
-            return pattern[len("device="):].strip() in self.device.name.lower()
+            return pattern[len("device=") :].strip() in self.device.name.lower()
         return pattern in self.names
 
     @property
@@ -309,9 +309,12 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
 
 # ---------------------------------------------------------------------- probe
 def hardware_type(cl: Any, device: Any) -> str:
-    """"gpu", "cpu", "accelerator" or "other" (PoCL reports its CPU device as ``ALL | CPU``)."""
-    for bit, name in ((cl.device_type.GPU, "gpu"), (cl.device_type.CPU, "cpu"),
-                      (cl.device_type.ACCELERATOR, "accelerator")):
+    """ "gpu", "cpu", "accelerator" or "other" (PoCL reports its CPU device as ``ALL | CPU``)."""
+    for bit, name in (
+        (cl.device_type.GPU, "gpu"),
+        (cl.device_type.CPU, "cpu"),
+        (cl.device_type.ACCELERATOR, "accelerator"),
+    ):
         if device.type & bit:
             return name
     return "other"
@@ -343,7 +346,7 @@ def build_log(exc: Exception) -> str:
             os.remove(path)
         except OSError:
             pass  # already gone: the message is what the caller needs
-    return text[:m.start()] + text[m.end():]
+    return text[: m.start()] + text[m.end() :]
 
 
 def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
@@ -379,8 +382,9 @@ def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
     want = 3 * ((g // threads) * threads + threads - 1 - g % threads) + 1 + g // threads
     if not np.array_equal(host, want):
         bad = int(np.flatnonzero(host != want)[0])
-        cand.reason = (f"the probe kernel gave a wrong result (element {bad}: {int(host[bad])}, "
-                       f"expected {int(want[bad])})")
+        cand.reason = (
+            f"the probe kernel gave a wrong result (element {bad}: {int(host[bad])}, expected {int(want[bad])})"
+        )
         return
     cand.context, cand.probe_s = ctx, time.perf_counter() - start
 

@@ -4,7 +4,8 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -24,8 +25,9 @@ class OpenCLPlan(DevicePlan):
 
     __slots__ = ("program", "kernel", "last", "setter")
 
-    def __init__(self, src: Any, program: Any, knl: Any, pack: Any, max_threads: int, static_shared: int,
-                 name: str) -> None:
+    def __init__(
+        self, src: Any, program: Any, knl: Any, pack: Any, max_threads: int, static_shared: int, name: str
+    ) -> None:
         super().__init__(src, pack, max_threads, static_shared, name)
         self.program, self.kernel = program, knl
         self.last: list[Any] = []  # the argument values the cl.Kernel holds now
@@ -109,8 +111,9 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     impl = queue_impl(queue)
     check = None
     if plan.err:
-        flag = cl.Buffer(dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                         hostbuf=np.zeros(1, np.int32))
+        flag = cl.Buffer(
+            dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
+        )
         values.append(flag)
     with impl._lock:
         with plan.lock:
@@ -154,6 +157,7 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
                     plan.setter, last[0] = last, args
                 ev = enqueue(cq, knl, glob, local)
             after(ev, args)
+
     return run
 
 

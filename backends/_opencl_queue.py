@@ -7,7 +7,8 @@ import ctypes.util
 import functools
 import glob
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyopencl as cl
 
@@ -16,7 +17,7 @@ from ._gpu_queue import DeviceQueue, Snapshot, wait_polling
 _COMPLETE = cl.command_execution_status.COMPLETE
 
 
-def wait_event(ev: "cl.Event") -> None:
+def wait_event(ev: cl.Event) -> None:
     """Block until ``ev`` (flushed) completed, raising its error if it failed: polled, so that
     Ctrl-C reaches a thread waiting for a long kernel (:func:`~backends._gpu_queue.wait_polling`)."""
     wait_polling(lambda: ev.command_execution_status <= _COMPLETE)  # negative: failed, over too
@@ -59,13 +60,13 @@ class _UserEventGate:
 
     __slots__ = ("cq", "marker", "user", "barrier")
 
-    def __init__(self, cq: "cl.CommandQueue", context: "cl.Context") -> None:
+    def __init__(self, cq: cl.CommandQueue, context: cl.Context) -> None:
         self.cq = cq
         self.marker = cl.enqueue_marker(cq)
         self.user = cl.UserEvent(context)
-        self.barrier: "cl.Event | None" = None
+        self.barrier: cl.Event | None = None
 
-    def hold(self) -> "cl.Event":
+    def hold(self) -> cl.Event:
         """Make the queue's later work wait for :meth:`open`; returns the barrier's event."""
         try:
             self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
@@ -100,9 +101,9 @@ class OpenCLQueue(DeviceQueue):
         # clFlush, where a gate's worker must be able to run: there every flush is without it
         # (1.2 us). A gate's own flush always is (_UserEventGate.hold).
         self._flush_cq = functools.partial(_flush, self.cq) if device.properties.get("simulator") else self.cq.flush
-        self._last: "cl.Event | None" = None  # the latest command enqueued (for is_idle)
+        self._last: cl.Event | None = None  # the latest command enqueued (for is_idle)
 
-    def marker(self) -> "cl.Event":
+    def marker(self) -> cl.Event:
         ev = cl.enqueue_marker(self.cq)
         self._flush_cq()
         self._last = ev
@@ -113,7 +114,7 @@ class OpenCLQueue(DeviceQueue):
         # negative statuses are errors: the command is over either way
         return not isinstance(obj, cl.Event) or obj.command_execution_status <= _COMPLETE
 
-    def sync_native(self, native: "cl.Event") -> None:
+    def sync_native(self, native: cl.Event) -> None:
         wait_event(native)
 
     def device_wait(self, snap: Snapshot) -> bool:
@@ -149,5 +150,5 @@ class OpenCLQueue(DeviceQueue):
         return last is None or self.native_done(last)
 
     @property
-    def native_handle(self) -> "cl.CommandQueue":
+    def native_handle(self) -> cl.CommandQueue:
         return self.cq

@@ -28,7 +28,8 @@ import ctypes
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: how often the reaper looks at the graveyard (seconds), while it holds something / while empty
 REAP_INTERVAL_S = 0.25
@@ -66,12 +67,11 @@ class Retained:
     def settled(self) -> bool:
         """True when every command these objects belong to has completed (nothing waits)."""
         done = self.done
-        return (all(done(marker) for marker, _ in self.inflight)
-                and all(done(objs[0]) for objs in self.pending if objs))
+        return all(done(marker) for marker, _ in self.inflight) and all(done(objs[0]) for objs in self.pending if objs)
 
 
 _graveyard: collections.deque[Retained] = collections.deque()
-_live: "weakref.WeakSet[Retained]" = weakref.WeakSet()
+_live: weakref.WeakSet[Retained] = weakref.WeakSet()
 _reaper: threading.Thread | None = None
 _start_lock = threading.Lock()
 _leaked: list[Retained] = []

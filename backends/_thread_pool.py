@@ -45,8 +45,7 @@ CALIBRATE_WAIT_S = 0.05
 _perf = time.perf_counter
 _get_ident = _thread.get_ident
 _MAIN = threading.main_thread().ident
-_EXIT_MESSAGE = ("cpu_threads: kernel launch given up: the program ended (atexit) without waiting "
-                 "for its queue")
+_EXIT_MESSAGE = "cpu_threads: kernel launch given up: the program ended (atexit) without waiting for its queue"
 
 
 def _cores() -> int:
@@ -67,8 +66,20 @@ def _release(lock: Any) -> None:
 class _Job:
     """One parallel launch: chunk ``c`` is blocks ``[bounds[c], bounds[c+1])``."""
 
-    __slots__ = ("fn", "call", "bounds", "chunks", "take", "fin", "done", "complete", "cancel",
-                 "errors", "busy", "active")
+    __slots__ = (
+        "fn",
+        "call",
+        "bounds",
+        "chunks",
+        "take",
+        "fin",
+        "done",
+        "complete",
+        "cancel",
+        "errors",
+        "busy",
+        "active",
+    )
 
     def __init__(self, fn: Any, call: tuple, bounds: list[int]) -> None:
         self.fn = fn
@@ -100,7 +111,7 @@ class _Job:
                     t0 = _perf()
                     try:
                         fn(bounds[c], bounds[c + 1], *call)
-                    except BaseException as exc:  # raised by the caller once all chunks ended
+                    except BaseException as exc:  # noqa: BLE001 - raised by the caller once all chunks ended
                         self.errors.append(exc)
                         self.cancel = True
                     busy += _perf() - t0
@@ -203,6 +214,7 @@ class _Pool:
         if not self.calibrate_lock.acquire(False):
             return False
         try:
+
             def noop(lo: int, hi: int) -> None:
                 return None
 

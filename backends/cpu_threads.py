@@ -39,13 +39,19 @@ class CpuThreads(HostBackend):
         pool = _pool
         n = pool.cores - 1
         inline_us = _launch_cost.INLINE_S * 1e6  # read at the call: calibration changes it
-        head = (f"alpyka's own pool: {n} persistent daemon worker thread{'s' if n != 1 else ''} + the "
-                "calling thread, each worker woken through its own lock")
+        head = (
+            f"alpyka's own pool: {n} persistent daemon worker thread{'s' if n != 1 else ''} + the "
+            "calling thread, each worker woken through its own lock"
+        )
         if pool.calibrated:
-            return (f"{head}; handing work to a worker and back costs {pool.overhead_s * 1e6:.0f} us here, "
-                    f"so grids measured below {inline_us:.0f} us run inline on the calling thread")
-        return (f"{head} (started by the first grid too big to run inline); grids measured below "
-                f"{inline_us:.0f} us run inline on the calling thread (measured again once the pool runs)")
+            return (
+                f"{head}; handing work to a worker and back costs {pool.overhead_s * 1e6:.0f} us here, "
+                f"so grids measured below {inline_us:.0f} us run inline on the calling thread"
+            )
+        return (
+            f"{head} (started by the first grid too big to run inline); grids measured below "
+            f"{inline_us:.0f} us run inline on the calling thread (measured again once the pool runs)"
+        )
 
     def launch_blocks(self, plan: Any, workdiv: Any, dyn: int, args: tuple) -> None:
         """A blocking queue's launch, on the calling thread (see the module doc)."""

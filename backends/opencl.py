@@ -17,8 +17,16 @@ from typing import Any
 import numpy as np
 
 from portable import BackendUnavailable
-from portable.spi import (DLPACK_OPENCL, Backend, CachingAllocator, Device, DeviceCapabilities, DeviceLimits,
-                         MemRef, queue_impl)
+from portable.spi import (
+    DLPACK_OPENCL,
+    Backend,
+    CachingAllocator,
+    Device,
+    DeviceCapabilities,
+    DeviceLimits,
+    MemRef,
+    queue_impl,
+)
 
 from . import _opencl_devices
 
@@ -74,18 +82,30 @@ class OpenCLBackend(Backend):
         for i, cand in enumerate(used):
             plat, d, ctx = cand.platform, cand.device, cand.context
             limits = _limits(d)
-            self._devices.append(Device(
-                self.name, i, d.name.strip(), "gpu", f"opencl:{i}", limits,
-                native=OpenCLNative(plat, d, ctx),
-                capabilities=DeviceCapabilities("gpu", False, "opencl", None, limits.warp_size, False, DLPACK_OPENCL),
-                properties={
-                    "platform": plat.name.strip(), "type": cand.hardware, "version": d.version,
-                    "driver": d.driver_version, "global_memory": int(d.global_mem_size),
-                    "simulator": cand.simulator,  # runs commands inside clFlush (Oclgrind)
-                    "fp64": "cl_khr_fp64" in d.extensions,
-                    "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
-                },
-            ))
+            self._devices.append(
+                Device(
+                    self.name,
+                    i,
+                    d.name.strip(),
+                    "gpu",
+                    f"opencl:{i}",
+                    limits,
+                    native=OpenCLNative(plat, d, ctx),
+                    capabilities=DeviceCapabilities(
+                        "gpu", False, "opencl", None, limits.warp_size, False, DLPACK_OPENCL
+                    ),
+                    properties={
+                        "platform": plat.name.strip(),
+                        "type": cand.hardware,
+                        "version": d.version,
+                        "driver": d.driver_version,
+                        "global_memory": int(d.global_mem_size),
+                        "simulator": cand.simulator,  # runs commands inside clFlush (Oclgrind)
+                        "fp64": "cl_khr_fp64" in d.extensions,
+                        "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
+                    },
+                )
+            )
 
     def devices(self) -> list[Device]:
         return self._devices
@@ -143,8 +163,9 @@ class OpenCLBackend(Backend):
                 ev = cl.enqueue_copy(cq, host, src.handle, src_offset=src.offset, is_blocking=False)
             else:
                 host = None
-                ev = cl.enqueue_copy(cq, dst.handle, src.handle, byte_count=n,
-                                     src_offset=src.offset, dst_offset=dst.offset)
+                ev = cl.enqueue_copy(
+                    cq, dst.handle, src.handle, byte_count=n, src_offset=src.offset, dst_offset=dst.offset
+                )
             # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done
             impl.after_enqueue(ev, host, dst.owner, src.owner)
 
@@ -203,7 +224,7 @@ def load() -> OpenCLBackend:
         return _backend
     if cl is None:
         raise BackendUnavailable(
-            f"pyopencl is not installed ({_IMPORT_ERROR}); `pip install -e \".[opencl]\"` gives "
+            f'pyopencl is not installed ({_IMPORT_ERROR}); `pip install -e ".[opencl]"` gives '
             "pyopencl and CPU OpenCL runtimes (docs/backends.md)"
         )
     _opencl_devices.register_runtimes()
@@ -214,8 +235,7 @@ def load() -> OpenCLBackend:
         platforms = cl.get_platforms()
     except cl.Error as exc:
         raise BackendUnavailable(
-            f"pyopencl is installed but no OpenCL platform was found ({exc}); "
-            f"{_INSTALL_HINT}"
+            f"pyopencl is installed but no OpenCL platform was found ({exc}); {_INSTALL_HINT}"
         ) from None
     found, problems = [], []
     for plat in platforms:
@@ -228,12 +248,15 @@ def load() -> OpenCLBackend:
         detail = [f"{c.label}: {c.reason}" for c in rejected] + problems
         raise BackendUnavailable(
             f"pyopencl found {len(platforms)} OpenCL platform(s) but no usable device"
-            + (f" ({'; '.join(detail)})" if detail else "") + f"; {_INSTALL_HINT}"
+            + (f" ({'; '.join(detail)})" if detail else "")
+            + f"; {_INSTALL_HINT}"
         )
     _backend = OpenCLBackend(used, rejected)
     return _backend
 
 
-_INSTALL_HINT = ("`pip install intel-opencl-rt intel-cmplr-lib-rt tbb` (x86-64) or a system runtime "
-                 "(`apt install pocl-opencl-icd`) gives a CPU device; "
-                 f"{_opencl_devices.ENV_DEVICE} picks among them (docs/backends.md)")
+_INSTALL_HINT = (
+    "`pip install intel-opencl-rt intel-cmplr-lib-rt tbb` (x86-64) or a system runtime "
+    "(`apt install pocl-opencl-icd`) gives a CPU device; "
+    f"{_opencl_devices.ENV_DEVICE} picks among them (docs/backends.md)"
+)

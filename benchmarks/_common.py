@@ -24,23 +24,34 @@ import math
 import os
 import platform
 import random
-import statistics
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 DEFAULT_OUT = BENCH_DIR / "results"
 DOCUMENT_KEYS = ("benchmark", "device", "machine", "versions", "quick", "results", "summary")
-DEFAULT_PACKAGES = ("alpyka", "numpy", "numba", "torch", "onnxruntime", "pyopencl", "cupy-cuda13x",
-                    "warp-lang", "tritonclient", "nvidia-pytriton")
+DEFAULT_PACKAGES = (
+    "alpyka",
+    "numpy",
+    "numba",
+    "torch",
+    "onnxruntime",
+    "pyopencl",
+    "cupy-cuda13x",
+    "warp-lang",
+    "tritonclient",
+    "nvidia-pytriton",
+)
 
 if str(REPO_ROOT) not in sys.path:  # `python benchmarks/bench_X.py` from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
@@ -62,10 +73,9 @@ def backends(candidates: Iterable[str] | None = None) -> list[str]:
 
     available = pk.available_backends()
     chosen = {n.strip() for n in os.environ.get(BACKENDS_ENV, "").split(",") if n.strip()}
-    return [b for b in (available if candidates is None else candidates)
-            if b in available and (not chosen or b in chosen)]
-
-
+    return [
+        b for b in (available if candidates is None else candidates) if b in available and (not chosen or b in chosen)
+    ]
 
 
 def scratch_dir(prefix: str) -> Path:
@@ -94,10 +104,12 @@ def make_parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the tiniest run that exercises every path (for tests; implies --quick)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"directory for the JSON and PNG results (default: {DEFAULT_OUT})")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the tiniest run that exercises every path (for tests; implies --quick)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"directory for the JSON and PNG results (default: {DEFAULT_OUT})"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -161,8 +173,15 @@ class Timing:
         }
 
 
-def measure(fn: Callable[[], Any], *, warmup: int = 1, repeats: int = 5, min_repeats: int = 1,
-            budget_s: float | None = None, sync: Callable[[], Any] | None = None) -> Timing:
+def measure(
+    fn: Callable[[], Any],
+    *,
+    warmup: int = 1,
+    repeats: int = 5,
+    min_repeats: int = 1,
+    budget_s: float | None = None,
+    sync: Callable[[], Any] | None = None,
+) -> Timing:
     """Call ``fn`` ``warmup`` times untimed, then time up to ``repeats`` calls (each followed by
     ``sync`` when given, e.g. a queue or stream wait); with ``budget_s`` stop early once that
     much time was spent and at least ``min_repeats`` calls were timed."""
@@ -187,8 +206,15 @@ def measure(fn: Callable[[], Any], *, warmup: int = 1, repeats: int = 5, min_rep
     return timing
 
 
-def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int, *, calls: int = 1, warmup: int = 1,
-                min_rounds: int = 1, budget_s: float | None = None) -> tuple[dict[str, Timing], dict[str, str]]:
+def interleaved(
+    fns: Mapping[str, Callable[[], Any]],
+    rounds: int,
+    *,
+    calls: int = 1,
+    warmup: int = 1,
+    min_rounds: int = 1,
+    budget_s: float | None = None,
+) -> tuple[dict[str, Timing], dict[str, str]]:
     """Time every function of ``fns`` round-robin, each round in a new order (a seeded shuffle),
     so that load from other processes hits all of them alike, and so does what a call leaves
     behind for the next one (evicted caches, a core clocked down after wide vector code): in a
@@ -306,9 +332,15 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def result_document(benchmark: str, device: str, quick: bool, results: list[dict[str, Any]],
-                    summary: Mapping[str, Any], packages: Iterable[str] = DEFAULT_PACKAGES,
-                    **extra: Any) -> dict[str, Any]:
+def result_document(
+    benchmark: str,
+    device: str,
+    quick: bool,
+    results: list[dict[str, Any]],
+    summary: Mapping[str, Any],
+    packages: Iterable[str] = DEFAULT_PACKAGES,
+    **extra: Any,
+) -> dict[str, Any]:
     """The suite's JSON document (keys: :data:`DOCUMENT_KEYS`, then ``extra``)."""
     doc: dict[str, Any] = {
         "benchmark": benchmark,
@@ -357,8 +389,9 @@ def check_document(doc: Any, name: str | None = None) -> list[str]:
     elif not all(isinstance(r, dict) for r in doc["results"]):
         problems.append("results holds something other than row objects")
     else:
-        unnamed = [i for i, r in enumerate(doc["results"])
-                   if r.get("status") in ("skipped", "failed") and row_name(r) is None]
+        unnamed = [
+            i for i, r in enumerate(doc["results"]) if r.get("status") in ("skipped", "failed") and row_name(r) is None
+        ]
         if unnamed:
             problems.append(f"rows {unnamed} did not run and name no contender (one of {', '.join(CONTENDER_KEYS)})")
     if not isinstance(doc["summary"], dict):

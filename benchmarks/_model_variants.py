@@ -10,8 +10,9 @@ import platform
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,8 +41,17 @@ def artifact_key(model_name: str, kind: str, seed: int, extra: str = "") -> str:
     torch/Python versions, the platform and the artifact kind."""
     h = hashlib.sha256()
     h.update(MODELS_SOURCE.read_bytes())
-    for part in (model_name, kind, str(seed), torch.__version__, platform.python_version(), platform.machine(),
-                 sys.platform, "batch-dim 2..4096", extra):
+    for part in (
+        model_name,
+        kind,
+        str(seed),
+        torch.__version__,
+        platform.python_version(),
+        platform.machine(),
+        sys.platform,
+        "batch-dim 2..4096",
+        extra,
+    ):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:16]
 
@@ -101,7 +111,7 @@ class ModelVariants:
         """Move a finished artifact into place and drop this model's stale ones of that kind
         (built from an older model source or torch version)."""
         os.replace(tmp, path)
-        kind = path.name[len(self.bm.name) + 1:].split("-", 1)[0]
+        kind = path.name[len(self.bm.name) + 1 :].split("-", 1)[0]
         for old in path.parent.glob(f"{self.bm.name}-{kind}-*{path.suffix}"):
             if old != path and ".tmp" not in old.name:
                 old.unlink(missing_ok=True)
@@ -191,7 +201,8 @@ class ModelVariants:
     def _prepare_aot(self, policy: str) -> None:
         def prepare() -> None:
             self._engines["aot"] = torch._inductor.aoti_load_package(
-                self._compile_aot("aot", self.model, self._example(), self._dynamic_shapes()))
+                self._compile_aot("aot", self.model, self._example(), self._dynamic_shapes())
+            )
             self.runners["aot"] = self._engine_runner("aot")
 
         why_not = self._aot_unavailable(policy, "aot")
@@ -206,12 +217,12 @@ class ModelVariants:
             return "AOTInductor disabled in this mode (--smoke or --no-aot)"
         path = self._path(kind, ".pt2")
         if not path.exists() and policy == "cached":
-            return (f"no cached package ({path.name}); --quick compiles only with --aot "
-                    "(a compile takes ~10-60 s)")
+            return f"no cached package ({path.name}); --quick compiles only with --aot (a compile takes ~10-60 s)"
         return ""
 
-    def _compile_aot(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...]) -> str:
+    def _compile_aot(
+        self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes: tuple[Any, ...]
+    ) -> str:
         """The cached AOTInductor package of ``module`` (compiled when missing); its path."""
         path = self._path(kind, ".pt2")
         info: dict[str, Any] = {"path": str(path), "cached": path.exists()}
@@ -245,8 +256,9 @@ class ModelVariants:
 
         self.runners["onnx"] = run
 
-    def _export_onnx(self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...],
-                     dynamic_shapes: tuple[Any, ...]) -> str:
+    def _export_onnx(
+        self, kind: str, module: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes: tuple[Any, ...]
+    ) -> str:
         """The cached ONNX file of ``module`` (exported when missing) with the torch.export-based
         exporter (needs onnxscript), else the TorchScript one; its path."""
         import logging
@@ -267,21 +279,34 @@ class ModelVariants:
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter's dependency)
 
-                torch.onnx.export(module, example, str(tmp), dynamo=True, dynamic_shapes=dynamic_shapes,
-                                  external_data=False, verbose=False, **names)
+                torch.onnx.export(
+                    module,
+                    example,
+                    str(tmp),
+                    dynamo=True,
+                    dynamic_shapes=dynamic_shapes,
+                    external_data=False,
+                    verbose=False,
+                    **names,
+                )
                 info["exporter"] = "torch.onnx.export(dynamo=True)"
             except Exception as exc:
                 first_error = f"{type(exc).__name__}: {exc}"[:300]
                 try:
-                    axes = {**{n: {0: "batch"} for n in self.bm.input_names},
-                            **{n: {0: "batch"} for n in self.bm.output_names}}
-                    torch.onnx.export(module, example, str(tmp), dynamo=False, dynamic_axes=axes,
-                                      opset_version=17, **names)
+                    axes = {
+                        **{n: {0: "batch"} for n in self.bm.input_names},
+                        **{n: {0: "batch"} for n in self.bm.output_names},
+                    }
+                    torch.onnx.export(
+                        module, example, str(tmp), dynamo=False, dynamic_axes=axes, opset_version=17, **names
+                    )
                     info["exporter"] = f"torch.onnx.export(dynamo=False) (the dynamo exporter failed: {first_error})"
                 except Exception as exc2:
-                    raise RuntimeError(f"ONNX export failed: dynamo exporter: {first_error}; TorchScript exporter: "
-                                       f"{type(exc2).__name__}: {exc2} (the dynamo exporter needs "
-                                       "`pip install onnxscript`)") from None
+                    raise RuntimeError(
+                        f"ONNX export failed: dynamo exporter: {first_error}; TorchScript exporter: "
+                        f"{type(exc2).__name__}: {exc2} (the dynamo exporter needs "
+                        "`pip install onnxscript`)"
+                    ) from None
         self._store(tmp, path)
         info["export_s"] = time.perf_counter() - t0
         return str(path)
@@ -289,9 +314,9 @@ class ModelVariants:
     # ------------------------------------------------------------------ alpyka Model on SoA
     def _prepare_alpyka(self, aot_policy: str) -> None:
         try:
+            import inference
             import portable as pk
             from inference import Model, ModelMetadata, SoAMetadata  # noqa: F401
-            import inference
         except Exception as exc:
             reason = f"inference.Model is not importable ({type(exc).__name__}: {exc})"
             for v in ALPYKA_VARIANTS:
@@ -299,8 +324,12 @@ class ModelVariants:
             return
         inference.set_torch_threads(self.threads, 1)
         self._queue = pk.Queue(pk.device("cpu_serial"), blocking=self.blocking)
-        for variant, source in (("alpyka_jit", "jit"), ("alpyka_exported", "exported"), ("alpyka_aot", "aot"),
-                                ("alpyka_onnx", "onnx")):
+        for variant, source in (
+            ("alpyka_jit", "jit"),
+            ("alpyka_exported", "exported"),
+            ("alpyka_aot", "aot"),
+            ("alpyka_onnx", "onnx"),
+        ):
             if source not in self.runners:
                 self.skipped[variant] = f"needs the {source} artifact: {self.skipped.get(source, 'missing')}"
                 continue
@@ -360,8 +389,11 @@ class ModelVariants:
 
         dev = torch_device(self._queue.device)
         shared = []
-        for kind, path in ((k, self.info[k]["path"]) for k in ("jit", "exported", "aot", "onnx")
-                           if k in self._engines and k in self.info):
+        for kind, path in (
+            (k, self.info[k]["path"])
+            for k in ("jit", "exported", "aot", "onnx")
+            if k in self._engines and k in self.info
+        ):
             model = self._models.get(path)
             if model is None:
                 continue
@@ -403,8 +435,9 @@ class ModelVariants:
 
             inputs = dict(zip(self.bm.input_names, bound.tensors))
             if per_candidate:
-                columns = {n: [f"{n}_{i}" for i in range(t.shape[2])] if t.shape[2] > 1 else [n]
-                           for n, t in inputs.items()}
+                columns = {
+                    n: [f"{n}_{i}" for i in range(t.shape[2])] if t.shape[2] > 1 else [n] for n, t in inputs.items()
+                }
                 fields_in = {c: soa.column(inputs[n].numpy().dtype) for n, cols in columns.items() for c in cols}
             else:
                 columns = {n: [n] for n in inputs}

@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as common  # noqa: E402 - also puts the repository on sys.path
+import _common as common
+from numba import njit
 
-from numba import njit  # noqa: E402
-
-import portable as pk  # noqa: E402
+import portable as pk
 
 MAX_CLUSTERS = 64  #: clusters per module (the shared array's size)
 
@@ -58,7 +57,7 @@ def nb_charge_per_cluster(out, charge, cluster, module_start, n_modules):
         sh[:] = 0.0
         for i in range(module_start[m], module_start[m + 1]):
             sh[cluster[i]] += charge[i]
-        out[m * MAX_CLUSTERS:(m + 1) * MAX_CLUSTERS] = sh
+        out[m * MAX_CLUSTERS : (m + 1) * MAX_CLUSTERS] = sh
 
 
 def _timed(fns: dict, reps: int, calls: int = 1) -> dict[str, float]:
@@ -78,11 +77,19 @@ def philox(n_draws: int, reps: int) -> dict:
     ref = np.empty_like(out)
     pk.exec(q, wd, philox_fill, out, per, 7)
     np.testing.assert_array_equal(out[:per], pk.rand.uniform(7, 0, per, np.float32))
-    t = _timed({"alpyka_cpu_serial": lambda: pk.exec(q, wd, philox_fill, out, per, 7),
-                "numpy_Generator_Philox": lambda: gen.random(out=ref, dtype=np.float32)}, reps)
+    t = _timed(
+        {
+            "alpyka_cpu_serial": lambda: pk.exec(q, wd, philox_fill, out, per, 7),
+            "numpy_Generator_Philox": lambda: gen.random(out=ref, dtype=np.float32),
+        },
+        reps,
+    )
     ns = {k: v / out.size * 1e9 for k, v in t.items()}
-    return {"draws": int(out.size), "ns_per_draw": ns,
-            "numpy_over_alpyka": ns["numpy_Generator_Philox"] / ns["alpyka_cpu_serial"]}
+    return {
+        "draws": int(out.size),
+        "ns_per_draw": ns,
+        "numpy_over_alpyka": ns["numpy_Generator_Philox"] / ns["alpyka_cpu_serial"],
+    }
 
 
 def shared_atomics(n_modules: int, reps: int) -> dict:
@@ -103,11 +110,16 @@ def shared_atomics(n_modules: int, reps: int) -> dict:
         wd = pk.WorkDiv(n_modules, 1, 64)  # 64 elements per thread, as alpaka's CPU work divisions
         pk.exec(q, wd, charge_per_cluster, out, charge, cluster, module_start, n_modules)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-3)
-        fns[f"alpyka_{be}"] = (lambda q=q, wd=wd, out=out:
-                               pk.exec(q, wd, charge_per_cluster, out, charge, cluster, module_start, n_modules))
+        fns[f"alpyka_{be}"] = lambda q=q, wd=wd, out=out: pk.exec(
+            q, wd, charge_per_cluster, out, charge, cluster, module_start, n_modules
+        )
     t = _timed(fns, reps)
-    return {"modules": n_modules, "digis": n, "seconds": t,
-            "njit_over_alpyka": {k: t["numba_njit"] / v for k, v in t.items() if k != "numba_njit"}}
+    return {
+        "modules": n_modules,
+        "digis": n,
+        "seconds": t,
+        "njit_over_alpyka": {k: t["numba_njit"] / v for k, v in t.items() if k != "numba_njit"},
+    }
 
 
 def measure(quick: bool = False, smoke: bool = False) -> dict:

@@ -17,18 +17,28 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import (backends as selected_backends, make_parser, measure, parse_args,  # noqa: E402
-                                progress, pyplot, ratio, result_document, save_figure, write_json)
-
-import portable as pk  # noqa: E402
-from portable._backend import Backend  # noqa: E402
+import portable as pk
+from benchmarks._common import backends as selected_backends
+from benchmarks._common import (
+    make_parser,
+    measure,
+    parse_args,
+    progress,
+    pyplot,
+    ratio,
+    result_document,
+    save_figure,
+    write_json,
+)
+from portable._backend import Backend
 
 
 @pk.kernel
@@ -49,6 +59,7 @@ def _launchable() -> list[str]:
 
 def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repeats: int) -> float:
     """Median seconds per call of ``calls`` back-to-back calls followed by one sync."""
+
     def batch() -> None:
         for _ in range(calls):
             fn()
@@ -64,8 +75,14 @@ def launch_overhead(backend: str, calls: int, repeats: int) -> list[dict[str, An
     out = pk.Buffer(dev, 1, np.float32, queue=q)
     wd = pk.WorkDiv(1, 1, 1)
     v = np.float32(1.5)
-    rows = [{"section": "launch", "backend": backend, "variant": "alpyka pk.exec",
-             "us_per_launch": 1e6 * _per_call(lambda: pk.exec(q, wd, tiny, out, v), q.wait, calls, repeats)}]
+    rows = [
+        {
+            "section": "launch",
+            "backend": backend,
+            "variant": "alpyka pk.exec",
+            "us_per_launch": 1e6 * _per_call(lambda: pk.exec(q, wd, tiny, out, v), q.wait, calls, repeats),
+        }
+    ]
     plan = next(p for k, p in tiny.plans.items() if k[0] == dev.memory_space)
     if backend == "opencl":
         import pyopencl as cl
@@ -80,12 +97,24 @@ def launch_overhead(backend: str, calls: int, repeats: int) -> list[dict[str, An
             knl.set_args(*vals)
             cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,))
 
-        rows.append({"section": "launch", "backend": backend, "variant": "raw pyopencl",
-                     "us_per_launch": 1e6 * _per_call(raw, cq.finish, calls, repeats)})
+        rows.append(
+            {
+                "section": "launch",
+                "backend": backend,
+                "variant": "raw pyopencl",
+                "us_per_launch": 1e6 * _per_call(raw, cq.finish, calls, repeats),
+            }
+        )
         knl.set_args(*vals)
-        rows.append({"section": "launch", "backend": backend, "variant": "raw pyopencl, args set once",
-                     "us_per_launch": 1e6 * _per_call(lambda: cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,)),
-                                                      cq.finish, calls, repeats)})
+        rows.append(
+            {
+                "section": "launch",
+                "backend": backend,
+                "variant": "raw pyopencl, args set once",
+                "us_per_launch": 1e6
+                * _per_call(lambda: cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,)), cq.finish, calls, repeats),
+            }
+        )
     elif backend in ("cuda", "rocm"):
         impl = q._impl
         fn = plan.function
@@ -95,8 +124,14 @@ def launch_overhead(backend: str, calls: int, repeats: int) -> list[dict[str, An
             with impl.stream:
                 fn((1,), (1,), vals)
 
-        rows.append({"section": "launch", "backend": backend, "variant": "raw cupy RawKernel",
-                     "us_per_launch": 1e6 * _per_call(raw_cupy, impl.stream.synchronize, calls, repeats)})
+        rows.append(
+            {
+                "section": "launch",
+                "backend": backend,
+                "variant": "raw cupy RawKernel",
+                "us_per_launch": 1e6 * _per_call(raw_cupy, impl.stream.synchronize, calls, repeats),
+            }
+        )
     return rows
 
 
@@ -106,8 +141,9 @@ def _stream_divisions(dev: Any, n: int) -> list[tuple[str, Any]]:
     with many threads per block, plus a chunked one (few work-items, many elements each) on
     OpenCL CPU devices, where PoCL runs work-items as loops; CPU style on the CPU backends."""
     if dev.kind != "gpu":
-        return [("chunked", pk.make_workdiv(dev, dev.limits.multiprocessors,
-                                                      math.ceil(n / dev.limits.multiprocessors)))]
+        return [
+            ("chunked", pk.make_workdiv(dev, dev.limits.multiprocessors, math.ceil(n / dev.limits.multiprocessors)))
+        ]
     threads = min(256, dev.limits.max_threads_per_block)
     out = [("1 elem/thread", pk.WorkDiv(math.ceil(n / threads), threads, 1))]
     if dev.properties.get("type") == "cpu":
@@ -134,9 +170,18 @@ def streaming(backend: str, n: int, repeats: int) -> list[dict[str, Any]]:
         pk.memcpy(q, check, out)
         q.wait()
         assert (check == 2).all(), "the streaming kernel computed something wrong"
-        rows.append({"section": "stream", "backend": backend, "division": label, "n": n, "workdiv": str(wd),
-                     "kernel_GBps": nbytes / tk.median / 1e9, "copy_GBps": nbytes / tc.median / 1e9,
-                     "kernel_vs_copy": ratio(tc.median, tk.median)})
+        rows.append(
+            {
+                "section": "stream",
+                "backend": backend,
+                "division": label,
+                "n": n,
+                "workdiv": str(wd),
+                "kernel_GBps": nbytes / tk.median / 1e9,
+                "copy_GBps": nbytes / tc.median / 1e9,
+                "kernel_vs_copy": ratio(tc.median, tk.median),
+            }
+        )
     return rows
 
 
@@ -150,14 +195,29 @@ def transfers(backend: str, n: int, repeats: int) -> list[dict[str, Any]]:
         h = pk.Buffer(pk.host(), n, np.uint8, pinned=pinned)
         really_pinned = pinned and getattr(pk.get_backend(backend), "pinned_allocator", None) is not None
         if pinned and not really_pinned:
-            rows.append({"section": "transfer", "backend": backend, "host": "pinned", "status": "skipped",
-                         "reason": f"{backend} has no page-locked host allocator (pinned memory needs cuda/rocm)"})
+            rows.append(
+                {
+                    "section": "transfer",
+                    "backend": backend,
+                    "host": "pinned",
+                    "status": "skipped",
+                    "reason": f"{backend} has no page-locked host allocator (pinned memory needs cuda/rocm)",
+                }
+            )
             continue
         h.array[:] = 7
         up = measure(lambda: pk.memcpy(q, d, h), warmup=1, repeats=repeats, sync=q.wait)
         down = measure(lambda: pk.memcpy(q, h, d), warmup=1, repeats=repeats, sync=q.wait)
-        rows.append({"section": "transfer", "backend": backend, "host": "pinned" if pinned else "pageable",
-                     "bytes": n, "h2d_GBps": n / up.median / 1e9, "d2h_GBps": n / down.median / 1e9})
+        rows.append(
+            {
+                "section": "transfer",
+                "backend": backend,
+                "host": "pinned" if pinned else "pageable",
+                "bytes": n,
+                "h2d_GBps": n / up.median / 1e9,
+                "d2h_GBps": n / down.median / 1e9,
+            }
+        )
     return rows
 
 
@@ -165,8 +225,9 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     launch = [r for r in rows if r["section"] == "launch" and "us_per_launch" in r]
-    axes[0].barh([f"{r['backend']}: {r['variant']}" for r in launch], [r["us_per_launch"] for r in launch],
-                 color="tab:blue")
+    axes[0].barh(
+        [f"{r['backend']}: {r['variant']}" for r in launch], [r["us_per_launch"] for r in launch], color="tab:blue"
+    )
     axes[0].set_xlabel("microseconds per launch (lower is better)")
     axes[0].set_title("launch overhead")
     stream = [r for r in rows if r["section"] == "stream"]
@@ -213,32 +274,39 @@ def main(argv: list[str] | None = None) -> int:
                 rows += streaming(b, n_stream, repeats)
             else:
                 rows += transfers(b, n_copy, repeats)
-        except Exception as exc:  # noqa: BLE001 - one backend failing must not hide the others
+        except Exception as exc:
             rows.append({"section": section, "backend": b, "status": "failed", "reason": repr(exc)})
     summary: dict[str, Any] = {}
     for b in devices:
         lr = {r["variant"]: r["us_per_launch"] for r in rows if r.get("backend") == b and "us_per_launch" in r}
         raw = lr.get("raw pyopencl") or lr.get("raw cupy RawKernel")
-        summary[f"{b} launch"] = {"alpyka_us": lr.get("alpyka pk.exec"), "raw_us": raw,
-                                  "alpyka_over_raw": ratio(lr.get("alpyka pk.exec"), raw)}
+        summary[f"{b} launch"] = {
+            "alpyka_us": lr.get("alpyka pk.exec"),
+            "raw_us": raw,
+            "alpyka_over_raw": ratio(lr.get("alpyka pk.exec"), raw),
+        }
         once = lr.get("raw pyopencl, args set once")
         if once is not None:
-            summary[f"{b} launch"].update(raw_args_once_us=once,
-                                          alpyka_over_raw_args_once=ratio(lr.get("alpyka pk.exec"), once))
+            summary[f"{b} launch"].update(
+                raw_args_once_us=once, alpyka_over_raw_args_once=ratio(lr.get("alpyka pk.exec"), once)
+            )
     for r in rows:
         if r["section"] == "stream" and "kernel_GBps" in r:
             summary[f"{r['backend']} stream ({r['division']})"] = {
-                "kernel_GBps": r["kernel_GBps"], "copy_GBps": r["copy_GBps"], "kernel_vs_copy": r["kernel_vs_copy"]}
+                "kernel_GBps": r["kernel_GBps"],
+                "copy_GBps": r["copy_GBps"],
+                "kernel_vs_copy": r["kernel_vs_copy"],
+            }
         if r["section"] == "transfer" and "h2d_GBps" in r:
             summary[f"{r['backend']} {r['host']} copies"] = {"h2d_GBps": r["h2d_GBps"], "d2h_GBps": r["d2h_GBps"]}
     names = ", ".join(f"{b}: {pk.device(b).name}" for b in backends)
-    doc = result_document("backends", names, quick, rows, summary,
-                          unavailable={k: v for k, v in reasons.items()})
+    doc = result_document("backends", names, quick, rows, summary, unavailable={k: v for k, v in reasons.items()})
     write_json(args.out, "backends", doc)
     _plot(rows, args.out)
     for label, vals in summary.items():
-        print(f"{label:40s} " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in vals.items()))
+        print(
+            f"{label:40s} " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in vals.items())
+        )
     return 0
 
 

@@ -20,15 +20,14 @@ import os
 import sys
 from pathlib import Path
 
+import _common as common
 import numpy as np
 from numba import njit
-
-import _common as common
 
 import portable as pk
 
 sys.path.insert(0, str(common.REPO_ROOT / "examples"))
-import cluster_charge_cut as cc  # noqa: E402  - the kernel and the data, one copy
+import cluster_charge_cut as cc
 
 NUMBA = "numba njit (1 thread)"
 THRESHOLD = 4000
@@ -38,8 +37,9 @@ MAX_CLUSTERS, INVALID = cc.MAX_CLUSTERS, cc.INVALID_CLUSTER
 
 
 @njit(cache=True)
-def numba_charge_cut(module_start, cluster, adc, n_clusters, threshold, new_cluster,
-                     new_n_clusters):  # pragma: no cover - compiled
+def numba_charge_cut(
+    module_start, cluster, adc, n_clusters, threshold, new_cluster, new_n_clusters
+):  # pragma: no cover - compiled
     """The cut per module in plain numba: sum, cut, renumber with a running counter."""
     charge = np.empty(MAX_CLUSTERS, np.int32)
     new_id = np.empty(MAX_CLUSTERS, np.int32)
@@ -126,9 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         for name, t in timings.items():
             speed = None if name == NUMBA else common.paired_ratio(base, t)
             best = None if name == NUMBA else common.ratio(base.min, t.min)
-            rows.append({"contender": name, "digis": n, "modules": n_modules, "clusters": int(event[3].sum()),
-                         "kept": int(want[1].sum()), "speed_vs_numba": speed, "speed_vs_numba_best": best,
-                         **t.as_dict("time")})
+            rows.append(
+                {
+                    "contender": name,
+                    "digis": n,
+                    "modules": n_modules,
+                    "clusters": int(event[3].sum()),
+                    "kept": int(want[1].sum()),
+                    "speed_vs_numba": speed,
+                    "speed_vs_numba_best": best,
+                    **t.as_dict("time"),
+                }
+            )
             entry = summary.setdefault(name, {})
             entry[f"ms, {label}"] = t.median * 1e3
             if speed is not None:
@@ -140,11 +149,18 @@ def main(argv: list[str] | None = None) -> int:
                     entry["met"] = None if name not in TARGETS else bool(speed >= TARGETS[name])
     rows += [{"contender": b, "status": "skipped", "reason": r} for b, r in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in summary if b in pk.backends())
-    doc = common.result_document("charge_cut", f"{devices}; numba on the host CPU", args.quick, rows, summary,
-                                 mode=common.mode(args), cores=len(os.sched_getaffinity(0)),
-                                 load_average=[round(x, 2) for x in os.getloadavg()],
-                                 opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
-                                 work=f"{n_modules} modules, clusters of 1-9 digis, threshold {THRESHOLD}")
+    doc = common.result_document(
+        "charge_cut",
+        f"{devices}; numba on the host CPU",
+        args.quick,
+        rows,
+        summary,
+        mode=common.mode(args),
+        cores=len(os.sched_getaffinity(0)),
+        load_average=[round(x, 2) for x in os.getloadavg()],
+        opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
+        work=f"{n_modules} modules, clusters of 1-9 digis, threshold {THRESHOLD}",
+    )
     out = common.write_json(args.out, "charge_cut", doc)
     plot(rows, args.out)
     for name, v in summary.items():

@@ -19,15 +19,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import _common as common
 import numpy as np
 from numba import njit
-
-import _common as common
 
 import portable as pk
 
 sys.path.insert(0, str(common.REPO_ROOT / "examples"))
-import pixel_clustering as pc  # noqa: E402  - the port and the data, one copy
+import pixel_clustering as pc
 
 
 @njit(cache=True)
@@ -173,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     if not np.array_equal(want, numba_clusters(module, x, y, pc.N_COLUMNS, pc.N_ROWS)):
         raise AssertionError("the numba union-find and flood fill disagree")
     assert np.array_equal(want, pc.reference_clusters(module, x, y)) if args.smoke else True
-    contenders = {UNION_FIND: lambda: numba_union_find(module, x, y, n_modules, pc.N_COLUMNS, pc.N_ROWS),
-                  FLOOD_FILL: lambda: numba_clusters(module, x, y, pc.N_COLUMNS, pc.N_ROWS)}
+    contenders = {
+        UNION_FIND: lambda: numba_union_find(module, x, y, n_modules, pc.N_COLUMNS, pc.N_ROWS),
+        FLOOD_FILL: lambda: numba_clusters(module, x, y, pc.N_COLUMNS, pc.N_ROWS),
+    }
     algorithms, skipped = {}, {}
     runs = [(b, b, None) for b in _backends(args.smoke)]
     if "cpu_serial" in pk.backends() and not args.smoke:
@@ -192,16 +193,26 @@ def main(argv: list[str] | None = None) -> int:
     for name, t in timings.items():
         rate = n / t.median
         what = {"algorithm": algorithms[name]} if name in algorithms else {"peer": True}
-        rows.append({"contender": name, **what, "digis": n, "modules": n_modules, "digis_per_s": rate,
-                     **t.as_dict("time")})
-        summary[name] = {"M digis/s": rate / 1e6, "speed vs union-find": common.paired_ratio(peer, t),
-                         "speed vs flood fill": common.paired_ratio(timings[FLOOD_FILL], t)}
+        rows.append(
+            {"contender": name, **what, "digis": n, "modules": n_modules, "digis_per_s": rate, **t.as_dict("time")}
+        )
+        summary[name] = {
+            "M digis/s": rate / 1e6,
+            "speed vs union-find": common.paired_ratio(peer, t),
+            "speed vs flood fill": common.paired_ratio(timings[FLOOD_FILL], t),
+        }
         if name in algorithms:
             summary[name]["algorithm"] = algorithms[name]
     rows += [{"contender": b, "status": "skipped", "reason": why} for b, why in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in timings if b in pk.backends())
-    doc = common.result_document("clustering", f"{devices}; numba on the host CPU", args.quick, rows, summary,
-                                 work=f"{n} digis in {n_modules} modules, 40 clusters of 1-9 pixels each, 2% invalid")
+    doc = common.result_document(
+        "clustering",
+        f"{devices}; numba on the host CPU",
+        args.quick,
+        rows,
+        summary,
+        work=f"{n} digis in {n_modules} modules, 40 clusters of 1-9 pixels each, 2% invalid",
+    )
     out = common.write_json(args.out, "clustering", doc)
     plot(rows, args.out)
     for name, v in summary.items():
@@ -219,11 +230,16 @@ def plot(rows: list[dict], out_dir: Path) -> None:
         return
     ok = [r for r in rows if "digis_per_s" in r]
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.bar(range(len(ok)), [r["digis_per_s"] / 1e6 for r in ok],
-           color=["0.35" if r["contender"] == UNION_FIND else "0.7" if r.get("peer") else "C0" for r in ok])
-    labels = [r["contender"].replace(" (1 thread)", "\n(1 thread)") + (f"\n{r['algorithm']}" if "algorithm" in r
-                                                                         and "," not in r["contender"] else "")
-              for r in ok]
+    ax.bar(
+        range(len(ok)),
+        [r["digis_per_s"] / 1e6 for r in ok],
+        color=["0.35" if r["contender"] == UNION_FIND else "0.7" if r.get("peer") else "C0" for r in ok],
+    )
+    labels = [
+        r["contender"].replace(" (1 thread)", "\n(1 thread)")
+        + (f"\n{r['algorithm']}" if "algorithm" in r and "," not in r["contender"] else "")
+        for r in ok
+    ]
     ax.set_xticks(range(len(ok)), [t.replace(", ", "\n") for t in labels], fontsize=7)
     ax.set_ylabel("M digis/s (pixel clustering)")
     ax.set_title("grey: numba peers (dark: the union-find, the strongest)", fontsize=8)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 import _common as common
+import numpy as np
 
 import portable as pk
 
 sys.path.insert(0, str(common.REPO_ROOT / "examples"))
-import dimuon_mass as dm  # noqa: E402  - the kernels and references, one copy
+import dimuon_mass as dm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,20 +63,37 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(repeats):
             t_ref.times.extend(common.measure(reference, warmup=0, repeats=1).times)
             t_pk.times.extend(common.measure(lambda: alpyka(q), warmup=0, repeats=1).times)
-        row = {"backend": b, "events": n_events, "rows": report["rows"],
-               "alpyka_events_per_s": n_events / t_pk.median, "reference_events_per_s": n_events / t_ref.median,
-               "read_only_events_per_s": n_events / t_read.median,
-               "filled_bytes": report["filled_bytes"], "converted_bytes": report["converted_bytes"],
-               "to_device_bytes": report["to_device_bytes"], "offsets_shared": report["offsets_shared"],
-               **t_pk.as_dict("alpyka"), **t_ref.as_dict("reference")}
+        row = {
+            "backend": b,
+            "events": n_events,
+            "rows": report["rows"],
+            "alpyka_events_per_s": n_events / t_pk.median,
+            "reference_events_per_s": n_events / t_ref.median,
+            "read_only_events_per_s": n_events / t_read.median,
+            "filled_bytes": report["filled_bytes"],
+            "converted_bytes": report["converted_bytes"],
+            "to_device_bytes": report["to_device_bytes"],
+            "offsets_shared": report["offsets_shared"],
+            **t_pk.as_dict("alpyka"),
+            **t_ref.as_dict("reference"),
+        }
         rows.append(row)
-        summary[b] = {"alpyka / reference": row["alpyka_events_per_s"] / row["reference_events_per_s"],
-                      "alpyka events/s": row["alpyka_events_per_s"],
-                      "reference events/s": row["reference_events_per_s"],
-                      "extra bytes copied (dtype conversions)": float(report["converted_bytes"]),
-                      "bytes filled (1 memcpy/column)": float(report["filled_bytes"])}
-    doc = common.result_document("data", "cpu: " + ", ".join(str(pk.device(b)) for b in backends), args.quick,
-                                 rows, summary, file="uproot-HZZ.root", work="read 5 muon branches + all pair masses")
+        summary[b] = {
+            "alpyka / reference": row["alpyka_events_per_s"] / row["reference_events_per_s"],
+            "alpyka events/s": row["alpyka_events_per_s"],
+            "reference events/s": row["reference_events_per_s"],
+            "extra bytes copied (dtype conversions)": float(report["converted_bytes"]),
+            "bytes filled (1 memcpy/column)": float(report["filled_bytes"]),
+        }
+    doc = common.result_document(
+        "data",
+        "cpu: " + ", ".join(str(pk.device(b)) for b in backends),
+        args.quick,
+        rows,
+        summary,
+        file="uproot-HZZ.root",
+        work="read 5 muon branches + all pair masses",
+    )
     out = common.write_json(args.out, "data", doc)
     plot(rows, args.out)
     for b, v in summary.items():

@@ -17,20 +17,30 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 os.environ.setdefault("ALPYKA_EMULATE_CHECKS", "0")  # an emulated GPU's launches as on a GPU: no range checks
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import (backends as selected_backends, interleaved, make_parser, mode,  # noqa: E402
-                                paired_ratio, parse_args, progress, pyplot, result_document, save_figure,
-                                write_json)
-
-import portable as pk  # noqa: E402
-from portable._registry import emulate, emulated  # noqa: E402
+import portable as pk
+from benchmarks._common import backends as selected_backends
+from benchmarks._common import (
+    interleaved,
+    make_parser,
+    mode,
+    paired_ratio,
+    parse_args,
+    progress,
+    pyplot,
+    result_document,
+    save_figure,
+    write_json,
+)
+from portable._registry import emulate, emulated
 
 KERNELS = 20
 N = 16
@@ -128,9 +138,13 @@ def measure_backend(name: str, rounds: int, budget_s: float) -> tuple[list[dict]
         row: dict[str, Any] = {"backend": name, "contender": contender, "kernels": KERNELS, "elements": N}
         if contender in timings:
             t = timings[contender]
-            row.update(status="ok", median_us=t.median * 1e6, min_us=t.min * 1e6,
-                       per_kernel_us=t.median * 1e6 / KERNELS,
-                       repeats=len(t.times))
+            row.update(
+                status="ok",
+                median_us=t.median * 1e6,
+                min_us=t.min * 1e6,
+                per_kernel_us=t.median * 1e6 / KERNELS,
+                repeats=len(t.times),
+            )
         else:
             row.update(status="failed", reason=errors.get(contender, "not measured"))
         if note:

@@ -26,19 +26,19 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as common  # noqa: E402 - also puts the repository on sys.path
-import portable as pk  # noqa: E402
-import soa  # noqa: E402
-from inference import Model, ModelMetadata, SoAMetadata, torch_threads  # noqa: E402
+import _common as common
 
+import portable as pk
+import soa
+from inference import Model, ModelMetadata, SoAMetadata, torch_threads
 
 
 class Hits(soa.Layout):
@@ -55,8 +55,9 @@ class Out(soa.Layout):
 
 def mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                               torch.nn.ReLU(), torch.nn.Linear(64, 2)).eval()
+    return torch.nn.Sequential(
+        torch.nn.Linear(3, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)
+    ).eval()
 
 
 def timeit(fn: Callable[[], object], min_time: float, min_reps: int = 5) -> float:
@@ -131,11 +132,18 @@ def bench_conversion(sizes: list[int], min_time: float, bar: tqdm) -> list[dict]
         assert t.data_ptr() == coll.buffer.ptr and torch.equal(t, gather()) and torch.equal(raw_view(), t)
         res = interleaved({"zero_copy": zero_copy, "copy": gather}, rounds=3, min_time=min_time)
         floor = block_ratios(raw_view, zero_copy, blocks=15 if min_time < 0.05 else 41, reps=200)
-        rows.append({"n": n, "zero_copy_us": res["zero_copy"] * 1e6, "copy_us": res["copy"] * 1e6,
-                     "copy_over_zero_copy": res["copy"] / res["zero_copy"],
-                     "saved_ms": (res["copy"] - res["zero_copy"]) * 1e3,
-                     "metadata_tensor_us": floor["other"] * 1e6, "raw_view_us": floor["base"] * 1e6,
-                     "metadata_over_raw_view": floor["ratio"]})
+        rows.append(
+            {
+                "n": n,
+                "zero_copy_us": res["zero_copy"] * 1e6,
+                "copy_us": res["copy"] * 1e6,
+                "copy_over_zero_copy": res["copy"] / res["zero_copy"],
+                "saved_ms": (res["copy"] - res["zero_copy"]) * 1e3,
+                "metadata_tensor_us": floor["other"] * 1e6,
+                "raw_view_us": floor["base"] * 1e6,
+                "metadata_over_raw_view": floor["ratio"],
+            }
+        )
         bar.update(1)
     return rows
 
@@ -147,8 +155,9 @@ def bench_forward_overhead(batch: int, rounds: int, min_time: float, bar: tqdm) 
     coll = host_collection(batch, q)
     out = pk.PortableCollection(Out, batch, q)
     model = Model(module).to(q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("p", "a", "b"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("p", "a", "b")
+    )
     made_before = np.stack([coll.x, coll.y, coll.z], axis=1)
     tensor = torch.from_numpy(made_before)
     strided = meta.inputs.tensor("f")
@@ -170,21 +179,28 @@ def bench_forward_overhead(batch: int, rounds: int, min_time: float, bar: tqdm) 
         model.forward(meta, nq)
         nq.wait()
 
-    res = interleaved({"bare": bare, "bare_strided": bare_strided, "forward": forward,
-                       "forward_nonblocking": forward_nonblocking}, rounds, min_time)
+    res = interleaved(
+        {"bare": bare, "bare_strided": bare_strided, "forward": forward, "forward_nonblocking": forward_nonblocking},
+        rounds,
+        min_time,
+    )
     # the goal's measure: forward (outputs written) against the bare call, in alternating blocks
     paired = block_ratios(bare, forward, blocks=9 if min_time < 0.05 else 41, reps=20)
     bar.update(1)
     with torch.inference_mode():
         np.testing.assert_allclose(np.stack([out.a, out.b], 1), module(tensor).numpy(), rtol=1e-5, atol=1e-6)
     us = {k: v * 1e6 for k, v in res.items()}
-    return {"batch": batch, **{f"{k}_us": v for k, v in us.items()},
-            "overhead_pct": 100 * (us["forward"] / us["bare"] - 1),
-            "overhead_pct_block_median": 100 * (paired["ratio"] - 1),
-            "paired_bare_us": paired["base"] * 1e6, "paired_forward_us": paired["other"] * 1e6,
-            "overhead_us": us["forward"] - us["bare"],
-            "overhead_vs_bare_strided_pct": 100 * (us["forward"] / us["bare_strided"] - 1),
-            "nonblocking_overhead_pct": 100 * (us["forward_nonblocking"] / us["bare"] - 1)}
+    return {
+        "batch": batch,
+        **{f"{k}_us": v for k, v in us.items()},
+        "overhead_pct": 100 * (us["forward"] / us["bare"] - 1),
+        "overhead_pct_block_median": 100 * (paired["ratio"] - 1),
+        "paired_bare_us": paired["base"] * 1e6,
+        "paired_forward_us": paired["other"] * 1e6,
+        "overhead_us": us["forward"] - us["bare"],
+        "overhead_vs_bare_strided_pct": 100 * (us["forward"] / us["bare_strided"] - 1),
+        "nonblocking_overhead_pct": 100 * (us["forward_nonblocking"] / us["bare"] - 1),
+    }
 
 
 # ----------------------------------------------------------------------------- 3. pipeline step
@@ -193,13 +209,15 @@ def onnx_session(module: torch.nn.Module, tmpdir: str):
 
     from inference import export
 
-    path = export(module, (torch.randn(8, 3),), os.path.join(tmpdir, "mlp.onnx"), input_names=["x"],
-                  output_names=["y"])
+    path = export(module, (torch.randn(8, 3),), os.path.join(tmpdir, "mlp.onnx"), input_names=["x"], output_names=["y"])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1  # the same single thread torch gets
     opts.inter_op_num_threads = 1
-    return (ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]),
-            "inference.export -> torch.onnx.export(dynamo=True)", ort.__version__)
+    return (
+        ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]),
+        "inference.export -> torch.onnx.export(dynamo=True)",
+        ort.__version__,
+    )
 
 
 def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) -> dict:
@@ -214,8 +232,9 @@ def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) ->
         q.wait()
         base = np.arange(n, dtype=np.float32) * 1e-4
         model = Model(module).to(q)
-        meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                             SoAMetadata(out).append_block("p", "a", "b"))
+        meta = ModelMetadata(
+            SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("p", "a", "b")
+        )
 
         def producer():  # the "kernel" that fills the inputs (numpy on the collection's columns)
             np.sin(base, out=coll.x)
@@ -268,9 +287,14 @@ def bench_pipeline(sizes: list[int], rounds: int, min_time: float, bar: tqdm) ->
         np.testing.assert_allclose(checks["alpyka"], checks["naive"], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(checks["onnxruntime"], checks["naive"], rtol=1e-4, atol=1e-4)
         res = interleaved({"alpyka": alpyka, "naive": naive, "onnxruntime": onnxruntime}, rounds, min_time)
-        rows.append({"n": n, **{f"{k}_us": v * 1e6 for k, v in res.items()},
-                     "naive_over_alpyka": res["naive"] / res["alpyka"],
-                     "onnxruntime_over_alpyka": res["onnxruntime"] / res["alpyka"]})
+        rows.append(
+            {
+                "n": n,
+                **{f"{k}_us": v * 1e6 for k, v in res.items()},
+                "naive_over_alpyka": res["naive"] / res["alpyka"],
+                "onnxruntime_over_alpyka": res["onnxruntime"] / res["alpyka"],
+            }
+        )
         bar.update(1)
     return {"rows": rows, "onnx_export": export_note, "onnxruntime": ort_version}
 
@@ -282,8 +306,9 @@ Features16 = type("Features16", (soa.Layout,), {f"f{i}": soa.column(np.float32) 
 
 def small_mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                               torch.nn.ReLU(), torch.nn.Linear(64, 2)).eval()
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)
+    ).eval()
 
 
 def bench_small_batch(batches: list[int], rounds: int, bar: tqdm) -> dict:
@@ -291,9 +316,13 @@ def bench_small_batch(batches: list[int], rounds: int, bar: tqdm) -> dict:
 
     from inference import export
 
-    path = export(small_mlp(), (torch.randn(8, 16),), os.path.join(str(common.scratch_dir("alpyka-bench-")),
-                                                                     "mlp16.onnx"),
-                  input_names=["x"], output_names=["y"])
+    path = export(
+        small_mlp(),
+        (torch.randn(8, 16),),
+        os.path.join(str(common.scratch_dir("alpyka-bench-")), "mlp16.onnx"),
+        input_names=["x"],
+        output_names=["y"],
+    )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1  # as alpyka's sessions
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
@@ -302,15 +331,22 @@ def bench_small_batch(batches: list[int], rounds: int, bar: tqdm) -> dict:
     rows = []
     for batch in batches:
         rng = np.random.default_rng(batch)
-        pool = [(pk.PortableCollection.from_dict(Features16, {f: rng.standard_normal(batch).astype(np.float32)
-                                                              for f in names}, q),
-                 pk.PortableCollection(Out, batch, q)) for _ in range(4)]
+        pool = [
+            (
+                pk.PortableCollection.from_dict(
+                    Features16, {f: rng.standard_normal(batch).astype(np.float32) for f in names}, q
+                ),
+                pk.PortableCollection(Out, batch, q),
+            )
+            for _ in range(4)
+        ]
         model = Model(path).to(q)
 
         def metadata(i: int) -> ModelMetadata:
             coll, out = pool[i]
-            return ModelMetadata(SoAMetadata(coll).append_block("x", *names),
-                                 SoAMetadata(out).append_block("y", "a", "b"))
+            return ModelMetadata(
+                SoAMetadata(coll).append_block("x", *names), SoAMetadata(out).append_block("y", "a", "b")
+            )
 
         reused_meta = metadata(0)
         arr = np.stack([getattr(pool[0][0], f) for f in names], axis=1)  # row-major, made beforehand
@@ -337,20 +373,33 @@ def bench_small_batch(batches: list[int], rounds: int, bar: tqdm) -> dict:
         for i in range(4):  # every collection pair's results checked against ONNX Runtime's own
             model.forward(metadata(i))
             x = np.stack([getattr(pool[i][0], f) for f in names], axis=1)
-            np.testing.assert_allclose(np.stack([pool[i][1].a, pool[i][1].b], 1), sess.run(None, {"x": x})[0],
-                                       rtol=1e-5, atol=1e-6)
-        timings, errors = common.interleaved({"bare": bare, "reused": reused, "new_metadata": new_metadata,
-                                              "handoff": handoff}, rounds, calls=20, warmup=50)
+            np.testing.assert_allclose(
+                np.stack([pool[i][1].a, pool[i][1].b], 1), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6
+            )
+        timings, errors = common.interleaved(
+            {"bare": bare, "reused": reused, "new_metadata": new_metadata, "handoff": handoff},
+            rounds,
+            calls=20,
+            warmup=50,
+        )
         if errors:
             raise RuntimeError(f"small-batch contenders failed: {errors}")
         us = {k: t.median * 1e6 for k, t in timings.items()}
-        rows.append({"batch": batch, **{f"{k}_us": v for k, v in us.items()},
-                     "bare_over_reused": common.paired_ratio(timings["bare"], timings["reused"]),
-                     "bare_over_new_metadata": common.paired_ratio(timings["bare"], timings["new_metadata"]),
-                     "rounds": len(timings["bare"].times)})
+        rows.append(
+            {
+                "batch": batch,
+                **{f"{k}_us": v for k, v in us.items()},
+                "bare_over_reused": common.paired_ratio(timings["bare"], timings["reused"]),
+                "bare_over_new_metadata": common.paired_ratio(timings["bare"], timings["new_metadata"]),
+                "rounds": len(timings["bare"].times),
+            }
+        )
         bar.update(1)
-    return {"rows": rows, "onnxruntime": ort.__version__,
-            "targets": {"bare_over_reused": 0.5, "bare_over_new_metadata": 1 / 3}}
+    return {
+        "rows": rows,
+        "onnxruntime": ort.__version__,
+        "targets": {"bare_over_reused": 0.5, "bare_over_new_metadata": 1 / 3},
+    }
 
 
 # ----------------------------------------------------------------------------- report
@@ -392,11 +441,17 @@ def plot(result: dict, path: Path) -> None:
     small = result["small_batch"]["rows"]
     ax = axes[3]
     xs = np.arange(len(small))
-    for i, (k, label) in enumerate((("bare", "bare ORT session.run"), ("reused", "forward, reused metadata"),
-                                    ("new_metadata", "forward, new metadata per event"))):
+    for i, (k, label) in enumerate(
+        (
+            ("bare", "bare ORT session.run"),
+            ("reused", "forward, reused metadata"),
+            ("new_metadata", "forward, new metadata per event"),
+        )
+    ):
         ax.bar(xs + (i - 1) * width, [r[f"{k}_us"] for r in small], width, label=label)
-    ax.set_xticks(xs, [f"batch {r['batch']}\n{r['bare_over_reused']:.2f}x / {r['bare_over_new_metadata']:.2f}x"
-                       for r in small])
+    ax.set_xticks(
+        xs, [f"batch {r['batch']}\n{r['bare_over_reused']:.2f}x / {r['bare_over_new_metadata']:.2f}x" for r in small]
+    )
     ax.set_ylabel("µs per event (median)")
     ax.set_title("MLP 16-64-64-2, ONNX, cpu_serial (bare / alpyka)")
     ax.legend(fontsize=8)
@@ -414,8 +469,11 @@ def main(argv: list[str] | None = None) -> int:
     small_rounds = 20 if args.smoke else 100 if quick else 400
     rounds, min_time = (2, 0.01) if args.smoke else (3, 0.05) if quick else (5, 0.25)
     Model(mlp())  # applies alpyka's torch thread settings before measuring
-    bar = tqdm(total=len(conv_sizes) + 1 + len(pipe_sizes) + len(small_batches), desc="inference benchmarks",
-               disable=args.no_progress)
+    bar = tqdm(
+        total=len(conv_sizes) + 1 + len(pipe_sizes) + len(small_batches),
+        desc="inference benchmarks",
+        disable=args.no_progress,
+    )
     result = {
         "torch_threads": torch_threads(),
         "conversion": bench_conversion(conv_sizes, min_time, bar),
@@ -425,58 +483,96 @@ def main(argv: list[str] | None = None) -> int:
     }
     bar.close()
     fo = result["forward_overhead"]
-    rows = [{"measure": "block -> tensor", "n": r["n"], "zero_copy_us": r["zero_copy_us"], "copy_us": r["copy_us"],
-             "copy_over_zero_copy": r["copy_over_zero_copy"]} for r in result["conversion"]]
-    rows += [{"measure": "kernel -> model -> kernel", "n": r["n"], "alpyka_us": r["alpyka_us"],
-              "naive_over_alpyka": r["naive_over_alpyka"], "onnxruntime_over_alpyka": r["onnxruntime_over_alpyka"]}
-             for r in result["pipeline"]["rows"]]
-    rows += [{"measure": "small batch, MLP 16-64-64-2 (ONNX), cpu_serial", "n": r["batch"],
-              "bare_us": r["bare_us"], "reused_us": r["reused_us"], "new_metadata_us": r["new_metadata_us"],
-              "bare_over_reused": r["bare_over_reused"], "bare_over_new_metadata": r["bare_over_new_metadata"]}
-             for r in result["small_batch"]["rows"]]
+    rows = [
+        {
+            "measure": "block -> tensor",
+            "n": r["n"],
+            "zero_copy_us": r["zero_copy_us"],
+            "copy_us": r["copy_us"],
+            "copy_over_zero_copy": r["copy_over_zero_copy"],
+        }
+        for r in result["conversion"]
+    ]
+    rows += [
+        {
+            "measure": "kernel -> model -> kernel",
+            "n": r["n"],
+            "alpyka_us": r["alpyka_us"],
+            "naive_over_alpyka": r["naive_over_alpyka"],
+            "onnxruntime_over_alpyka": r["onnxruntime_over_alpyka"],
+        }
+        for r in result["pipeline"]["rows"]
+    ]
+    rows += [
+        {
+            "measure": "small batch, MLP 16-64-64-2 (ONNX), cpu_serial",
+            "n": r["batch"],
+            "bare_us": r["bare_us"],
+            "reused_us": r["reused_us"],
+            "new_metadata_us": r["new_metadata_us"],
+            "bare_over_reused": r["bare_over_reused"],
+            "bare_over_new_metadata": r["bare_over_new_metadata"],
+        }
+        for r in result["small_batch"]["rows"]
+    ]
     summary = {
         "block -> tensor, copy / zero-copy": {f"n={r['n']}": r["copy_over_zero_copy"] for r in result["conversion"]},
         f"forward overhead at batch {fo['batch']}": {
-            "percent": fo["overhead_pct"], "us": fo["overhead_us"],
+            "percent": fo["overhead_pct"],
+            "us": fo["overhead_us"],
             "percent, median of per-block ratios": fo["overhead_pct_block_median"],
             "floor (bare model(tensor)) us": fo["paired_bare_us"],
-            "alpyka Model.forward us": fo["paired_forward_us"]},
+            "alpyka Model.forward us": fo["paired_forward_us"],
+        },
         "SoAMetadata + tensor per block (us) vs floor (raw as_strided)": {
-            f"n={r['n']}": {"alpyka": r["metadata_tensor_us"], "floor": r["raw_view_us"]}
-            for r in result["conversion"]},
+            f"n={r['n']}": {"alpyka": r["metadata_tensor_us"], "floor": r["raw_view_us"]} for r in result["conversion"]
+        },
         "naive route / alpyka": {f"n={r['n']}": r["naive_over_alpyka"] for r in result["pipeline"]["rows"]},
         "onnxruntime / alpyka": {f"n={r['n']}": r["onnxruntime_over_alpyka"] for r in result["pipeline"]["rows"]},
         "bare ORT session.run / Model.forward, reused metadata (target >= 0.5)": {
-            f"batch {r['batch']}": r["bare_over_reused"] for r in result["small_batch"]["rows"]},
+            f"batch {r['batch']}": r["bare_over_reused"] for r in result["small_batch"]["rows"]
+        },
         "bare ORT session.run / Model.forward, new metadata per event (target >= 0.33)": {
-            f"batch {r['batch']}": r["bare_over_new_metadata"] for r in result["small_batch"]["rows"]},
+            f"batch {r['batch']}": r["bare_over_new_metadata"] for r in result["small_batch"]["rows"]
+        },
         "enqueue_native hand-off alone, blocking cpu_serial (us)": {
-            f"batch {r['batch']}": r["handoff_us"] for r in result["small_batch"]["rows"]},
+            f"batch {r['batch']}": r["handoff_us"] for r in result["small_batch"]["rows"]
+        },
     }
     doc = common.result_document("inference", "cpu", quick, rows, summary, **result)
     out = common.write_json(args.out, "inference", doc)
     plot(result, out.with_suffix(".png"))
     for r in result["conversion"]:
-        print(f"n={r['n']:>9}: zero-copy {r['zero_copy_us']:8.1f} us, copy {r['copy_us']:10.1f} us "
-              f"(x{r['copy_over_zero_copy']:.1f}, {r['saved_ms']:.2f} ms saved); metadata + tensor "
-              f"{r['metadata_tensor_us']:.1f} us vs raw as_strided (floor) {r['raw_view_us']:.1f} us")
+        print(
+            f"n={r['n']:>9}: zero-copy {r['zero_copy_us']:8.1f} us, copy {r['copy_us']:10.1f} us "
+            f"(x{r['copy_over_zero_copy']:.1f}, {r['saved_ms']:.2f} ms saved); metadata + tensor "
+            f"{r['metadata_tensor_us']:.1f} us vs raw as_strided (floor) {r['raw_view_us']:.1f} us"
+        )
     fo = result["forward_overhead"]
-    print(f"forward at batch {fo['batch']}: {fo['forward_us']:.1f} us vs bare {fo['bare_us']:.1f} us "
-          f"({fo['overhead_pct']:+.1f}%, {fo['overhead_us']:+.1f} us); bare on the strided block "
-          f"{fo['bare_strided_us']:.1f} us; non-blocking queue + wait {fo['forward_nonblocking_us']:.1f} us")
-    print(f"forward vs bare (floor), alternating blocks: {fo['paired_forward_us']:.1f} vs "
-          f"{fo['paired_bare_us']:.1f} us, "
-          f"median of per-block ratios {fo['overhead_pct_block_median']:+.1f}%")
+    print(
+        f"forward at batch {fo['batch']}: {fo['forward_us']:.1f} us vs bare {fo['bare_us']:.1f} us "
+        f"({fo['overhead_pct']:+.1f}%, {fo['overhead_us']:+.1f} us); bare on the strided block "
+        f"{fo['bare_strided_us']:.1f} us; non-blocking queue + wait {fo['forward_nonblocking_us']:.1f} us"
+    )
+    print(
+        f"forward vs bare (floor), alternating blocks: {fo['paired_forward_us']:.1f} vs "
+        f"{fo['paired_bare_us']:.1f} us, "
+        f"median of per-block ratios {fo['overhead_pct_block_median']:+.1f}%"
+    )
     for r in result["pipeline"]["rows"]:
-        print(f"pipeline n={r['n']}: alpyka {r['alpyka_us']:.1f} us, naive {r['naive_us']:.1f} us "
-              f"(x{r['naive_over_alpyka']:.2f}), onnxruntime {r['onnxruntime_us']:.1f} us "
-              f"(x{r['onnxruntime_over_alpyka']:.2f})")
+        print(
+            f"pipeline n={r['n']}: alpyka {r['alpyka_us']:.1f} us, naive {r['naive_us']:.1f} us "
+            f"(x{r['naive_over_alpyka']:.2f}), onnxruntime {r['onnxruntime_us']:.1f} us "
+            f"(x{r['onnxruntime_over_alpyka']:.2f})"
+        )
     for r in result["small_batch"]["rows"]:
-        print(f"small batch {r['batch']:>3}: bare ORT run {r['bare_us']:.1f} us, "
-              f"forward reused {r['reused_us']:.1f} us "
-              f"(bare/alpyka {r['bare_over_reused']:.2f}), new metadata per event {r['new_metadata_us']:.1f} us "
-              f"({r['bare_over_new_metadata']:.2f}); enqueue_native hand-off {r['handoff_us']:.2f} us "
-              f"(medians of {r['rounds']} interleaved rounds)")
+        print(
+            f"small batch {r['batch']:>3}: bare ORT run {r['bare_us']:.1f} us, "
+            f"forward reused {r['reused_us']:.1f} us "
+            f"(bare/alpyka {r['bare_over_reused']:.2f}), new metadata per event {r['new_metadata_us']:.1f} us "
+            f"({r['bare_over_new_metadata']:.2f}); enqueue_native hand-off {r['handoff_us']:.2f} us "
+            f"(medians of {r['rounds']} interleaved rounds)"
+        )
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 

@@ -31,8 +31,8 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported as benchmarks.bench_kernels
-import _common as common  # noqa: E402 - also puts the repository on sys.path
-import _per_event_kernels as per_event  # noqa: E402
+import _common as common
+import _per_event_kernels as per_event
 
 ROOT = common.REPO_ROOT
 
@@ -170,16 +170,18 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
                 bufs = [pk.Buffer(dev, (n,), np.float32) for _ in range(3)]
                 pk.memcpy(qb, bufs[1], x)
                 pk.memcpy(qb, bufs[2], y)
-                fns["alpyka_opencl_blocking"] = (
-                    lambda qb=qb, wd=wd, b=bufs: pk.exec(qb, wd, axpy, b[0], b[1], b[2], a, n))
+                fns["alpyka_opencl_blocking"] = lambda qb=qb, wd=wd, b=bufs: pk.exec(
+                    qb, wd, axpy, b[0], b[1], b[2], a, n
+                )
 
                 def got(b=bufs, qb=qb):
                     h = np.zeros(n, np.float32)
                     pk.memcpy(qb, h, b[0])
                     return h
+
                 checks["alpyka_opencl_blocking"] = got
                 continue
-            fns[f"alpyka_{be}_blocking"] = (lambda qb=qb, wd=wd: pk.exec(qb, wd, axpy, o, x, y, a, n))
+            fns[f"alpyka_{be}_blocking"] = lambda qb=qb, wd=wd: pk.exec(qb, wd, axpy, o, x, y, a, n)
 
             def nonblocking(qn=qn, wd=wd):
                 pk.exec(qn, wd, axpy, o, x, y, a, n)
@@ -189,6 +191,7 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
                 for _ in range(pipe):
                     pk.exec(qn, wd, axpy, o, x, y, a, n)
                 qn.wait()
+
             fns[f"alpyka_{be}_nonblocking"] = nonblocking
             fns[f"alpyka_{be}_pipelined{pipe}"] = pipelined
         fns["numba_njit"] = lambda: nb_saxpy(o, x, y, a)
@@ -216,13 +219,21 @@ def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
             out["min_us"].setdefault(k, {})[str(n)] = v["min"] / per[k] * 1e6
     # the non-blocking queue's extra cost over a blocking launch (medians, same run)
     out["nonblocking_added_us"] = {
-        be: {str(n): out["us"][f"alpyka_{be}_nonblocking"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
-             for n in sizes}
-        for be in ("cpu_serial", "cpu_threads") if f"alpyka_{be}_nonblocking" in out["us"]}
+        be: {
+            str(n): out["us"][f"alpyka_{be}_nonblocking"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
+            for n in sizes
+        }
+        for be in ("cpu_serial", "cpu_threads")
+        if f"alpyka_{be}_nonblocking" in out["us"]
+    }
     out["pipelined_added_us"] = {
-        be: {str(n): out["us"][f"alpyka_{be}_pipelined{pipe}"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
-             for n in sizes}
-        for be in ("cpu_serial", "cpu_threads") if f"alpyka_{be}_pipelined{pipe}" in out["us"]}
+        be: {
+            str(n): out["us"][f"alpyka_{be}_pipelined{pipe}"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
+            for n in sizes
+        }
+        for be in ("cpu_serial", "cpu_threads")
+        if f"alpyka_{be}_pipelined{pipe}" in out["us"]
+    }
     return out
 
 
@@ -248,8 +259,9 @@ def medians(timings: dict) -> dict[str, float]:
 # ----------------------------------------------------------------------------- peers
 def _warp_kernels(wp):
     @wp.kernel
-    def warp_saxpy(out: wp.array(dtype=wp.float32), x: wp.array(dtype=wp.float32),
-                   y: wp.array(dtype=wp.float32), a: wp.float32):
+    def warp_saxpy(
+        out: wp.array(dtype=wp.float32), x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32), a: wp.float32
+    ):
         i = wp.tid()
         out[i] = a * x[i] + y[i]
 
@@ -277,7 +289,7 @@ def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray) -> dict:
             wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, 2.0], device="cpu")
             wp.synchronize_device("cpu")
 
-        t = interleaved({'run': run}, reps)['run']['median']
+        t = interleaved({"run": run}, reps)["run"]["median"]
         small = wp.zeros(1, dtype=wp.float32, device="cpu")
 
         def launch_tiny():
@@ -299,8 +311,9 @@ def pyopencl_launch() -> dict:
         plat = [p for p in cl.get_platforms() if p.get_devices()]
         ctx = cl.Context([plat[0].get_devices()[0]])
         q = cl.CommandQueue(ctx)
-        prg = cl.Program(ctx, "__kernel void tiny(__global float* o, float v) "
-                              "{ if (get_global_id(0) == 0) o[0] = v; }").build()
+        prg = cl.Program(
+            ctx, "__kernel void tiny(__global float* o, float v) { if (get_global_id(0) == 0) o[0] = v; }"
+        ).build()
         buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
         knl = prg.tiny
         v = np.float32(1.5)
@@ -332,8 +345,10 @@ _START = textwrap.dedent("""
     assert out[0] == 1.5
     print(t1 - t0, t3 - t2)
 """)
-_PREWARM = ("from numba import njit; "
-            "njit(lambda: 0)()  # numba's one-time initialisation, paid by any process's first jitted call")
+_PREWARM = (
+    "from numba import njit; "
+    "njit(lambda: 0)()  # numba's one-time initialisation, paid by any process's first jitted call"
+)
 
 
 def start_times(cache: str) -> tuple[float, float]:
@@ -353,8 +368,13 @@ def main(argv: list[str] | None = None) -> None:
     n = 1 << 16 if args.smoke else 1 << 20 if args.quick else 1 << 24
     n_heavy = 1 << 12 if args.smoke else 1 << 16 if args.quick else 1 << 20
     reps = 3 if args.quick else 7
-    results: dict = {"n_stream": n, "n_compute": n_heavy, "cores": os.cpu_count(),
-                     "numba": numba.__version__, "quick": args.quick}
+    results: dict = {
+        "n_stream": n,
+        "n_compute": n_heavy,
+        "cores": os.cpu_count(),
+        "numba": numba.__version__,
+        "quick": args.quick,
+    }
     steps = tqdm(total=8, desc="bench_kernels", unit="section", disable=args.no_progress)
 
     # ---------------------------------------------------------------- streaming
@@ -375,9 +395,11 @@ def main(argv: list[str] | None = None) -> None:
         dev = pk.device(be)
         q = pk.Queue(dev, blocking=True)
         blocks = 4 * (os.cpu_count() or 1)
-        for label, wd in (("", pk.make_workdiv(dev, blocks, -(-n // blocks))),  # a few big blocks
-                          ("_valid_workdiv", pk.valid_workdiv(dev, n))):        # n one-element blocks
-            fns[be + label] = (lambda q=q, wd=wd: pk.exec(q, wd, saxpy_soa, v_out, v_in, a, n))
+        for label, wd in (
+            ("", pk.make_workdiv(dev, blocks, -(-n // blocks))),  # a few big blocks
+            ("_valid_workdiv", pk.valid_workdiv(dev, n)),
+        ):  # n one-element blocks
+            fns[be + label] = lambda q=q, wd=wd: pk.exec(q, wd, saxpy_soa, v_out, v_in, a, n)
     fns["numba_njit"] = lambda: nb_saxpy(o, xs, ys, a)
     fns["numba_prange"] = lambda: nb_saxpy_prange(o, xs, ys, a)
     for name, fn in fns.items():  # each one computes the right thing
@@ -408,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         dev = pk.device(be)
         q = pk.Queue(dev, blocking=True)
         wd = pk.make_workdiv(dev, 64, -(-n_heavy // 64))
-        fns[be] = (lambda q=q, wd=wd: pk.exec(q, wd, compute_heavy, vh_out, vh_in, n_heavy))
+        fns[be] = lambda q=q, wd=wd: pk.exec(q, wd, compute_heavy, vh_out, vh_in, n_heavy)
     fns["numba_njit"] = lambda: nb_heavy(oh, xhs)
     fns["numba_prange"] = lambda: nb_heavy_prange(oh, xhs)
     ref = None
@@ -433,8 +455,14 @@ def main(argv: list[str] | None = None) -> None:
     small = np.zeros(1, np.float32)
     wd1 = pk.WorkDiv(1, 1, 1)
     v = np.float32(1.5)
-    launch_t = interleaved({"alpyka_cpu_serial_blocking": lambda: pk.exec(q, wd1, tiny, small, v),
-                            "numba_direct_call": lambda: nb_tiny(small, v)}, 15 if args.quick else 41, 2000)
+    launch_t = interleaved(
+        {
+            "alpyka_cpu_serial_blocking": lambda: pk.exec(q, wd1, tiny, small, v),
+            "numba_direct_call": lambda: nb_tiny(small, v),
+        },
+        15 if args.quick else 41,
+        2000,
+    )
     launch = medians(launch_t)
     if "launch_s" in w:
         launch["warp_cpu"] = w["launch_s"]
@@ -463,8 +491,10 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as cache:
         cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
         warms = [start_times(cache) for _ in range(1 if args.quick else 3)]
-    warm = {label: tuple(statistics.median(wr[label][i] for wr in warms) for i in range(2))
-            for label in ("plain", "prewarmed")}
+    warm = {
+        label: tuple(statistics.median(wr[label][i] for wr in warms) for i in range(2))
+        for label in ("plain", "prewarmed")
+    }
     results["start"] = {
         "cold_first_launch_s": cold["plain"][1],
         "warm_first_launch_s": warm["plain"][1],
@@ -482,25 +512,44 @@ def main(argv: list[str] | None = None) -> None:
     }
     steps.update()
 
-    rows = [{"section": section, "contender": name, "ratio": value}
-            for section, key in (("streaming vs numba njit", "stream_ratio_vs_njit"),
-                                 ("launch time vs a direct numba call", "launch_ratio_vs_numba"))
-            for name, value in results[key].items()]
-    rows.append({"section": "compute-bound", "contender": "cpu_threads over cpu_serial",
-                 "ratio": results["compute_threads_over_serial"]})
-    rows.append({"section": "compute-bound", "contender": "numba prange over njit",
-                 "ratio": results["compute_prange_over_njit"]})
+    rows = [
+        {"section": section, "contender": name, "ratio": value}
+        for section, key in (
+            ("streaming vs numba njit", "stream_ratio_vs_njit"),
+            ("launch time vs a direct numba call", "launch_ratio_vs_numba"),
+        )
+        for name, value in results[key].items()
+    ]
+    rows.append(
+        {
+            "section": "compute-bound",
+            "contender": "cpu_threads over cpu_serial",
+            "ratio": results["compute_threads_over_serial"],
+        }
+    )
+    rows.append(
+        {
+            "section": "compute-bound",
+            "contender": "numba prange over njit",
+            "ratio": results["compute_prange_over_njit"],
+        }
+    )
     summary = {
         "streaming GB/s": results["stream_GBps"],
         "streaming vs njit": results["stream_ratio_vs_njit"],
         "launch us": results["launch_us"],
-        "compute-bound speed-up": {"cpu_threads/cpu_serial": results["compute_threads_over_serial"],
-                                   "prange/njit": results["compute_prange_over_njit"]},
+        "compute-bound speed-up": {
+            "cpu_threads/cpu_serial": results["compute_threads_over_serial"],
+            "prange/njit": results["compute_prange_over_njit"],
+        },
         "start s": results["start"],
         "per-event kernels": {  # peer time / alpyka time
             "philox numpy/cpu_serial": results["per_event"]["philox"]["numpy_over_alpyka"],
-            **{f"shared atomics njit/{k[7:]}": v
-               for k, v in results["per_event"]["shared_atomics"]["njit_over_alpyka"].items()}},
+            **{
+                f"shared atomics njit/{k[7:]}": v
+                for k, v in results["per_event"]["shared_atomics"]["njit_over_alpyka"].items()
+            },
+        },
     }
     # one row per size (the summary is {row: {column: value}}): contenders as columns
     by_n = results["launch_vs_n"]["us"]
@@ -508,9 +557,16 @@ def main(argv: list[str] | None = None) -> None:
     for n in sizes:
         summary[f"launch us, n={int(n):.0e}"] = {c: per[n] for c, per in by_n.items() if n in per}
         summary[f"non-blocking adds us, n={int(n):.0e}"] = {
-            c: per[n] for c, per in results["launch_vs_n"]["nonblocking_added_us"].items() if n in per}
-    doc = common.result_document("kernels", f"cpu ({os.cpu_count()} cores)", args.quick, rows, summary,
-                                 **{k: v for k, v in results.items() if k != "quick"})
+            c: per[n] for c, per in results["launch_vs_n"]["nonblocking_added_us"].items() if n in per
+        }
+    doc = common.result_document(
+        "kernels",
+        f"cpu ({os.cpu_count()} cores)",
+        args.quick,
+        rows,
+        summary,
+        **{k: v for k, v in results.items() if k != "quick"},
+    )
     out_path = common.write_json(args.out, "kernels", doc)
     plot(results, out_path.with_suffix(".png"))
     steps.update()
@@ -525,8 +581,12 @@ def plot(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 5, figsize=(24, 4.5))
-    panels = [("stream_GBps", "streaming SoA saxpy (GB/s)"), ("compute_seconds", "compute-bound (s)"),
-              ("launch_us", "tiny kernel launch (us)"), ("start", "start-up (s)")]
+    panels = [
+        ("stream_GBps", "streaming SoA saxpy (GB/s)"),
+        ("compute_seconds", "compute-bound (s)"),
+        ("launch_us", "tiny kernel launch (us)"),
+        ("start", "start-up (s)"),
+    ]
     lvn = r.get("launch_vs_n")
     if lvn:
         ax = axes[4]

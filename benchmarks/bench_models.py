@@ -29,17 +29,36 @@ import _common as common
 FULL_BATCHES = (4, 16, 64, 256, 1024, 2048)
 QUICK_BATCHES = (4, 16, 128)  # the brief asked 4, 64, 512: over a minute on 2 shared cores (--batch-sizes)
 SMOKE_BATCHES = (4,)
-VARIANTS = ("eager", "jit", "exported", "aot", "onnx", "aot_soa", "onnx_soa", "alpyka_jit", "alpyka_exported",
-            "alpyka_aot", "alpyka_onnx", "alpyka_aot_pc", "alpyka_onnx_pc")
-LABELS = {"eager": "eager", "jit": "TorchScript JIT", "exported": "torch.export program", "aot": "AOTInductor",
-          "onnx": "ONNX Runtime",
-          "aot_soa": "AOTInductor fed from the SoA collection by hand (a contiguous copy per block)",
-          "onnx_soa": "ONNX Runtime fed from the SoA collection by hand (a contiguous copy per block)",
-          "alpyka_jit": "alpyka Model (JIT, SoA)",
-          "alpyka_exported": "alpyka Model (torch.export, SoA)", "alpyka_aot": "alpyka Model (AOT, SoA)",
-          "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)",
-          "alpyka_aot_pc": "alpyka Model (AOT, per-candidate SoA)",
-          "alpyka_onnx_pc": "alpyka Model (ONNX Runtime, per-candidate SoA)"}
+VARIANTS = (
+    "eager",
+    "jit",
+    "exported",
+    "aot",
+    "onnx",
+    "aot_soa",
+    "onnx_soa",
+    "alpyka_jit",
+    "alpyka_exported",
+    "alpyka_aot",
+    "alpyka_onnx",
+    "alpyka_aot_pc",
+    "alpyka_onnx_pc",
+)
+LABELS = {
+    "eager": "eager",
+    "jit": "TorchScript JIT",
+    "exported": "torch.export program",
+    "aot": "AOTInductor",
+    "onnx": "ONNX Runtime",
+    "aot_soa": "AOTInductor fed from the SoA collection by hand (a contiguous copy per block)",
+    "onnx_soa": "ONNX Runtime fed from the SoA collection by hand (a contiguous copy per block)",
+    "alpyka_jit": "alpyka Model (JIT, SoA)",
+    "alpyka_exported": "alpyka Model (torch.export, SoA)",
+    "alpyka_aot": "alpyka Model (AOT, SoA)",
+    "alpyka_onnx": "alpyka Model (ONNX Runtime, SoA)",
+    "alpyka_aot_pc": "alpyka Model (AOT, per-candidate SoA)",
+    "alpyka_onnx_pc": "alpyka Model (ONNX Runtime, per-candidate SoA)",
+}
 # not routes: the SoA -> row-major gather of a batch's inputs alone, the floor of alpyka's
 # row-major routes over their engines, for either layout of the inputs
 GATHER, GATHER_PC = "soa_gather", "soa_gather_pc"
@@ -49,18 +68,31 @@ LABELS[GATHER_PC] = "per-candidate SoA -> row-major gather of the inputs (alone)
 
 def build_parser():
     parser = common.make_parser(__doc__.split("\n\n")[0])
-    parser.add_argument("--aot", action="store_true",
-                        help="in --quick mode, compile AOTInductor packages that are not cached yet")
+    parser.add_argument(
+        "--aot", action="store_true", help="in --quick mode, compile AOTInductor packages that are not cached yet"
+    )
     parser.add_argument("--no-aot", action="store_true", help="never use AOTInductor")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op / ONNX Runtime / OpenMP threads (default 1, alpyka's setting)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op / ONNX Runtime / OpenMP threads (default 1, alpyka's setting)",
+    )
     parser.add_argument("--models", default="particlenet,deepmet", help="comma-separated model names")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes (overrides the mode)")
-    parser.add_argument("--queue", choices=["blocking", "non-blocking"], default="blocking",
-                        help="the cpu_serial queue alpyka's routes run on (default blocking, as CMSSW's serial_sync "
-                             "backend; a non-blocking queue adds its worker's hand-off to every call)")
-    parser.add_argument("--max-memory-gib", type=float, default=6.0,
-                        help="skip batch sizes whose estimated activation memory exceeds this")
+    parser.add_argument(
+        "--queue",
+        choices=["blocking", "non-blocking"],
+        default="blocking",
+        help="the cpu_serial queue alpyka's routes run on (default blocking, as CMSSW's serial_sync "
+        "backend; a non-blocking queue adds its worker's hand-off to every call)",
+    )
+    parser.add_argument(
+        "--max-memory-gib",
+        type=float,
+        default=6.0,
+        help="skip batch sizes whose estimated activation memory exceeds this",
+    )
     return parser
 
 
@@ -91,13 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         batches = {"smoke": SMOKE_BATCHES, "quick": QUICK_BATCHES, "full": FULL_BATCHES}[run_mode]
     if min(batches) < 2:
         raise SystemExit("batch sizes must be >= 2 (the exported models have a dynamic batch axis from 2)")
-    timing = {"smoke": dict(warmup=1, repeats=2, min_repeats=1, budget_s=0.5),
-              "quick": dict(warmup=1, repeats=5, min_repeats=2, budget_s=1.0),
-              "full": dict(warmup=1, repeats=200, min_repeats=3, budget_s=4.0)}[run_mode]
+    timing = {
+        "smoke": dict(warmup=1, repeats=2, min_repeats=1, budget_s=0.5),
+        "quick": dict(warmup=1, repeats=5, min_repeats=2, budget_s=1.0),
+        "full": dict(warmup=1, repeats=200, min_repeats=3, budget_s=4.0),
+    }[run_mode]
     # the largest quick batch: one warm-up and one timed call
     last_quick = dict(warmup=1, repeats=1, min_repeats=1, budget_s=None)
-    aot_policy = "never" if (args.no_aot or run_mode == "smoke") else (
-        "compile" if (run_mode == "full" or args.aot) else "cached")
+    aot_policy = (
+        "never"
+        if (args.no_aot or run_mode == "smoke")
+        else ("compile" if (run_mode == "full" or args.aot) else "cached")
+    )
     mem_limit = args.max_memory_gib * 2**30
 
     rows: list[dict[str, Any]] = []
@@ -111,17 +148,36 @@ def main(argv: list[str] | None = None) -> int:
         prep[name] = {"prepare_s": time.perf_counter() - t0, **variants.describe()}
         for v in VARIANTS:
             if v not in variants.runners:
-                rows.append({"model": name, "variant": v, "label": LABELS[v], "batch": None, "status": "skipped",
-                             "reason": variants.skipped.get(v, "not prepared")})
+                rows.append(
+                    {
+                        "model": name,
+                        "variant": v,
+                        "label": LABELS[v],
+                        "batch": None,
+                        "status": "skipped",
+                        "reason": variants.skipped.get(v, "not prepared"),
+                    }
+                )
         ready = [v for v in VARIANTS if v in variants.runners]
         bar = common.progress(batches, total=len(batches), desc=f"{name}", disable=args.no_progress)
         inputs_cache: dict[int, Any] = {}
         for batch in bar:
             bar.set_postfix_str(f"batch {batch}")
             if batch * bm.bytes_per_event_hint > mem_limit:
-                rows += [{"model": name, "variant": v, "label": LABELS[v], "batch": batch, "status": "skipped",
-                          "reason": (f"estimated activations {batch * bm.bytes_per_event_hint / 2**30:.1f} GiB "
-                                     f"exceed --max-memory-gib {args.max_memory_gib}")} for v in ready]
+                rows += [
+                    {
+                        "model": name,
+                        "variant": v,
+                        "label": LABELS[v],
+                        "batch": batch,
+                        "status": "skipped",
+                        "reason": (
+                            f"estimated activations {batch * bm.bytes_per_event_hint / 2**30:.1f} GiB "
+                            f"exceed --max-memory-gib {args.max_memory_gib}"
+                        ),
+                    }
+                    for v in ready
+                ]
                 continue
             inputs_cache.clear()
             bound = inputs_cache[batch] = variants.bind_inputs(bm.inputs(batch, seed=batch))
@@ -132,52 +188,81 @@ def main(argv: list[str] | None = None) -> int:
                 fns[GATHER_PC] = variants.gather_call(bound, per_candidate=True)
             how = dict(last_quick if run_mode == "quick" and batch == max(batches) else timing)
             # TorchScript's profiling executor re-specialises on a new shape: one more warm-up for all
-            timings, errors = common.interleaved(fns, how["repeats"], warmup=how["warmup"] + 1,
-                                                 min_rounds=how["min_repeats"], budget_s=how["budget_s"])
+            timings, errors = common.interleaved(
+                fns, how["repeats"], warmup=how["warmup"] + 1, min_rounds=how["min_repeats"], budget_s=how["budget_s"]
+            )
             for v in ready:
                 row: dict[str, Any] = {"model": name, "variant": v, "label": LABELS[v], "batch": batch}
                 if v not in timings:
                     rows.append({**row, "status": "failed", "reason": errors.get(v, "not timed")})
                     continue
                 t = timings[v]
-                row.update(status="ok", **t.as_dict("latency"), throughput_eps=batch / t.median,
-                           max_abs_diff_vs_eager=variants.max_abs_diff.get(v), agrees_with_eager=variants.agrees.get(v))
+                row.update(
+                    status="ok",
+                    **t.as_dict("latency"),
+                    throughput_eps=batch / t.median,
+                    max_abs_diff_vs_eager=variants.max_abs_diff.get(v),
+                    agrees_with_eager=variants.agrees.get(v),
+                )
                 engine = engine_of(v)
                 if v.startswith("alpyka") and engine in timings:  # the same engine fed row-major tensors
                     row["throughput_vs_engine_paired"] = common.paired_ratio(timings[engine], t)
                 rows.append(row)
             for g in (GATHER, GATHER_PC):
                 if g in timings:
-                    rows.append({"model": name, "variant": g, "label": LABELS[g], "batch": batch,
-                                 "status": "ok", **timings[g].as_dict("latency")})
+                    rows.append(
+                        {
+                            "model": name,
+                            "variant": g,
+                            "label": LABELS[g],
+                            "batch": batch,
+                            "status": "ok",
+                            **timings[g].as_dict("latency"),
+                        }
+                    )
             pairs[(name, batch)] = best_against_best(timings, by_hand_per_candidate=bool(bm.rows_per_event))
         inputs_cache.clear()
         keep.append(variants)  # released together at exit (see below)
 
     summary = make_summary(rows, names, batches, pairs)
     doc = common.result_document(
-        "models", device=f"cpu ({common.machine_info()['cpu']}), torch threads={args.threads}",
-        quick=bool(args.quick), results=rows, summary=summary,
-        mode=run_mode, threads={"torch_intra_op": torch.get_num_threads(),
-                                "torch_inter_op": torch.get_num_interop_threads(),
-                                "onnxruntime_intra_op": args.threads, "omp": args.threads},
-        batch_sizes=list(batches), timing=timing,
+        "models",
+        device=f"cpu ({common.machine_info()['cpu']}), torch threads={args.threads}",
+        quick=bool(args.quick),
+        results=rows,
+        summary=summary,
+        mode=run_mode,
+        threads={
+            "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads(),
+            "onnxruntime_intra_op": args.threads,
+            "omp": args.threads,
+        },
+        batch_sizes=list(batches),
+        timing=timing,
         timing_largest_quick_batch=last_quick if run_mode == "quick" else None,
         interleaved="round-robin over the variants of one batch, in a new (seeded) random order each round; "
-                    "warm-up + 1 call each",
-        aot_policy=aot_policy, preparation=prep, alpyka_queue=f"cpu_serial, {args.queue}",
+        "warm-up + 1 call each",
+        aot_policy=aot_policy,
+        preparation=prep,
+        alpyka_queue=f"cpu_serial, {args.queue}",
         variants={v: LABELS[v] for v in VARIANTS},
-        notes=["throughput = batch / median latency of one inference call; ratios are vs eager at the same batch",
-               f"alpyka rows include the SoA -> tensor path and the queue (Model.forward + queue.wait, a {args.queue} "
-               "cpu_serial queue)"])
+        notes=[
+            "throughput = batch / median latency of one inference call; ratios are vs eager at the same batch",
+            f"alpyka rows include the SoA -> tensor path and the queue (Model.forward + queue.wait, a {args.queue} "
+            "cpu_serial queue)",
+        ],
+    )
     path = common.write_json(args.out, "models", doc)
     plot(rows, names, args.out)
     print(format_table(summary))
     print(f"wrote {path} and {args.out / 'models.png'}")
     disagree = [f"{r['model']}/{r['variant']}" for r in rows if r.get("agrees_with_eager") is False]
     if disagree:
-        print(f"WARNING: outputs differ from eager beyond rel. tolerance {REL_TOLERANCE}: {sorted(set(disagree))}",
-              file=sys.stderr)
+        print(
+            f"WARNING: outputs differ from eager beyond rel. tolerance {REL_TOLERANCE}: {sorted(set(disagree))}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -211,8 +296,12 @@ def engine_of(variant: str) -> str:
     return variant.removeprefix("alpyka_").removesuffix("_pc")
 
 
-def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[int, ...],
-                 pairs: dict[tuple[str, int], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def make_summary(
+    rows: list[dict[str, Any]],
+    names: list[str],
+    batches: tuple[int, ...],
+    pairs: dict[tuple[str, int], dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
     """``{"<model>, batch <b>": {"eager events/s": x, "<variant>": throughput ratio vs eager, ...}}``
     with the fastest route, alpyka's best route against the best peer (ratio of medians, and
     paired rounds: :func:`best_against_best`), against its own engine fed row-major tensors and
@@ -248,7 +337,8 @@ def make_summary(rows: list[dict[str, Any]], names: list[str], batches: tuple[in
                 gather = ok.get((name, GATHER_PC if best_ours.endswith("_pc") else GATHER, b))
                 if gather is not None:  # the gather of the layout the best route reads
                     entry["gather / alpyka best latency"] = (
-                        gather["latency_median_ms"] / ok[(name, best_ours, b)]["latency_median_ms"])
+                        gather["latency_median_ms"] / ok[(name, best_ours, b)]["latency_median_ms"]
+                    )
             summary[f"{name}, batch {b}"] = entry
     return summary
 
@@ -270,14 +360,18 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path) -> Path:
     shown: dict[str, Any] = {}
     for col, name in enumerate(names):
         for i, v in enumerate(VARIANTS):
-            pts = sorted((r["batch"], r["throughput_eps"], r["latency_median_ms"]) for r in rows
-                         if r["model"] == name and r["variant"] == v and r["status"] == "ok")
+            pts = sorted(
+                (r["batch"], r["throughput_eps"], r["latency_median_ms"])
+                for r in rows
+                if r["model"] == name and r["variant"] == v and r["status"] == "ok"
+            )
             if not pts:
                 continue
             b, tp, lat = zip(*pts)
             line = ":" if v.endswith("_pc") else "--" if v.startswith("alpyka") else "-." if v.endswith("_soa") else "-"
-            style = dict(marker="o", color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1], label=LABELS[v],
-                         linestyle=line)
+            style = dict(
+                marker="o", color=colors[(2 * i) % 20 if i < 10 else 2 * (i - 10) + 1], label=LABELS[v], linestyle=line
+            )
             shown[v] = axes[0][col].plot(b, tp, **style)[0]
             axes[1][col].plot(b, lat, **style)
         for ax, what in ((axes[0][col], "throughput (events/s)"), (axes[1][col], "latency of one call (ms)")):

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as common  # noqa: E402 - also puts the repository on sys.path
-import portable as pk  # noqa: E402
+import _common as common
+
+import portable as pk
 
 
 class NaiveCopyModel:
@@ -43,8 +44,9 @@ class NaiveCopyModel:
 
         def step() -> None:
             coll = ins.collection.view()
-            arrays = [np.stack([np.array(getattr(coll, c)) for c in ins.block(b).columns], axis=1)
-                      for b in ins.block_names]
+            arrays = [
+                np.stack([np.array(getattr(coll, c)) for c in ins.block(b).columns], axis=1) for b in ins.block_names
+            ]
             with torch.inference_mode():
                 result = self.module(*[torch.tensor(a) for a in arrays]).numpy()
             target = outs.collection.view()
@@ -78,9 +80,13 @@ def worker_threads(state: Any, chunk: Any) -> dict:
     import numba
     import torch
 
-    return {"pid": os.getpid(), "torch_intra_op": torch.get_num_threads(), "numba": numba.get_num_threads(),
-            "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    return {
+        "pid": os.getpid(),
+        "torch_intra_op": torch.get_num_threads(),
+        "numba": numba.get_num_threads(),
+        "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
 
 
 def dask_rows(events: int, per_chunk: int, repeats: int, worker_counts: tuple[int, ...]) -> tuple[list[dict], dict]:
@@ -114,36 +120,61 @@ def dask_rows(events: int, per_chunk: int, repeats: int, worker_counts: tuple[in
             name = f"{w} worker{'s' if w > 1 else ''}"
             clients[name] = (w, client)
             threads, _ = run(worker_threads, range(4 * w), client)
-            extra[name] = {"start_and_setup_s": time.perf_counter() - t0,
-                           "worker_threads": list({t["pid"]: t for t in threads}.values())}
+            extra[name] = {
+                "start_and_setup_s": time.perf_counter() - t0,
+                "worker_threads": list({t["pid"]: t for t in threads}.values()),
+            }
         timed_process(local_state, chunks[0])  # warm, like the workers' setup
         for _ in range(repeats):
             t0 = time.perf_counter()
             parts = [timed_process(local_state, c) for c in chunks]
             wall = time.perf_counter() - t0
-            _add(m, "in process", wall=wall, fixed=0.0, inside=sum(t for _, t in parts),
-                 model=sum(p["step_s"]["model"] for p, _ in parts))
+            _add(
+                m,
+                "in process",
+                wall=wall,
+                fixed=0.0,
+                inside=sum(t for _, t in parts),
+                model=sum(p["step_s"]["model"] for p, _ in parts),
+            )
             for name, (w, client) in clients.items():
                 _, fixed = run(empty_process, range(w), client)  # setup on each worker + w empty tasks
                 parts, wall = run(timed_process, chunks, client)
                 _, empty = run(empty_process, chunks, client)
-                _add(m, name, wall=wall, fixed=fixed, inside=sum(t for _, t in parts), empty=empty,
-                     model=sum(p["step_s"]["model"] for p, _ in parts))
+                _add(
+                    m,
+                    name,
+                    wall=wall,
+                    fixed=fixed,
+                    inside=sum(t for _, t in parts),
+                    empty=empty,
+                    model=sum(p["step_s"]["model"] for p, _ in parts),
+                )
     med = statistics.median
     rows = []
     for name, v in m.items():
         w = clients[name][0] if name in clients else 0
         busy = [(a - f) * max(w, 1) - b for a, f, b in zip(v["wall"], v["fixed"], v["inside"])]
-        row = {"backend": DASK_BACKEND, "route": "dask" if w else "dask reference (in process, 1 queue)",
-               "where": name, "workers": w, "events": events, "chunks": len(chunks),
-               "events_per_chunk": per_chunk, "repeats": repeats,
-               "events_per_s": events / med([a - f for a, f in zip(v["wall"], v["fixed"])]),
-               "events_per_s_with_setup": events / med(v["wall"]), "wall_s": v["wall"],
-               "setup_per_run_s": med(v["fixed"]), "model_ms_per_event": 1e3 * med(v["model"]) / events,
-               "overhead_ms_per_chunk": 1e3 * med(busy) / len(chunks) if w else 0.0}
+        row = {
+            "backend": DASK_BACKEND,
+            "route": "dask" if w else "dask reference (in process, 1 queue)",
+            "where": name,
+            "workers": w,
+            "events": events,
+            "chunks": len(chunks),
+            "events_per_chunk": per_chunk,
+            "repeats": repeats,
+            "events_per_s": events / med([a - f for a, f in zip(v["wall"], v["fixed"])]),
+            "events_per_s_with_setup": events / med(v["wall"]),
+            "wall_s": v["wall"],
+            "setup_per_run_s": med(v["fixed"]),
+            "model_ms_per_event": 1e3 * med(v["model"]) / events,
+            "overhead_ms_per_chunk": 1e3 * med(busy) / len(chunks) if w else 0.0,
+        }
         if w and len(chunks) > w:
-            row["empty_task_ms_per_chunk"] = 1e3 * med([e - f for e, f in zip(v["empty"], v["fixed"])]) / (
-                len(chunks) - w)
+            row["empty_task_ms_per_chunk"] = (
+                1e3 * med([e - f for e, f in zip(v["empty"], v["fixed"])]) / (len(chunks) - w)
+            )
         rows.append({**row, **extra.get(name, {})})
     base = rows[0]["events_per_s"]
     dask = [r for r in rows if r["workers"]]
@@ -181,34 +212,49 @@ def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(ap, argv)
     import torch
 
-    from inference import Model
     from alpyka_demo import pipeline, train
+    from inference import Model
 
     events = args.events or (12 if args.smoke else 60 if args.quick else 300)
     model_path = train.ensure_model("jit", log=not args.no_progress)
     jit = torch.jit.load(str(model_path))
     backends = common.backends(("cpu_serial", "cpu_threads", "opencl"))
-    configs = [(b, s, route) for b in backends for s in (1, 2, 4) for route in ("zero-copy", "naive copy")
-               if route == "zero-copy" or b != "opencl"]
+    configs = [
+        (b, s, route)
+        for b in backends
+        for s in (1, 2, 4)
+        for route in ("zero-copy", "naive copy")
+        if route == "zero-copy" or b != "opencl"
+    ]
     rows = []
     for backend, streams, route in common.progress(configs, desc="pipeline", disable=args.no_progress):
         model = Model(str(model_path)) if route == "zero-copy" else NaiveCopyModel(jit)
         dev = pk.device(backend)
         report = pipeline.Report(backend, events, streams, route)
         pipeline._run_streams(dev, model, report, n_particles=40, progress=False)
-        rows.append({"backend": backend, "streams": streams, "route": route, "events": events,
-                     "events_per_s": report.events_per_s, "gnn_purity": report.gnn.purity,
-                     "gnn_efficiency": report.gnn.efficiency,
-                     **{f"{k}_ms_per_event": 1e3 * v / events for k, v in report.step_s.items()}})
+        rows.append(
+            {
+                "backend": backend,
+                "streams": streams,
+                "route": route,
+                "events": events,
+                "events_per_s": report.events_per_s,
+                "gnn_purity": report.gnn.purity,
+                "gnn_efficiency": report.gnn.efficiency,
+                **{f"{k}_ms_per_event": 1e3 * v / events for k, v in report.step_s.items()},
+            }
+        )
     by = {(r["backend"], r["streams"], r["route"]): r["events_per_s"] for r in rows}
     summary: dict[str, dict[str, float]] = {}
     for b in backends:
         summary[f"{b} events/s (zero-copy)"] = {f"{s} streams": by[(b, s, "zero-copy")] for s in (1, 2, 4)}
         if (b, 1, "naive copy") in by:
             summary[f"{b} zero-copy / naive copy"] = {
-                f"{s} streams": by[(b, s, "zero-copy")] / by[(b, s, "naive copy")] for s in (1, 2, 4)}
+                f"{s} streams": by[(b, s, "zero-copy")] / by[(b, s, "naive copy")] for s in (1, 2, 4)
+            }
         summary[f"{b} scaling vs 1 stream"] = {
-            f"{s} streams": by[(b, s, "zero-copy")] / by[(b, 1, "zero-copy")] for s in (1, 2, 4)}
+            f"{s} streams": by[(b, s, "zero-copy")] / by[(b, 1, "zero-copy")] for s in (1, 2, 4)
+        }
     dask_note = "left out (--no-dask)" if args.no_dask else _dask_available()
     d_rows: list[dict] = []
     if dask_note is None:
@@ -218,10 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         d_rows, d_summary = dask_rows(d_events, per_chunk, repeats, (1,) if args.smoke else (1, 2))
         rows += d_rows
         summary.update(d_summary)
-    doc = common.result_document("pipeline", "cpu: " + ", ".join(str(pk.device(b)) for b in backends),
-                                 args.quick, rows, summary, model=str(model_path.name),
-                                 dask={"model": "exported (the demo's default)", "backend": DASK_BACKEND,
-                                       "skipped": dask_note})
+    doc = common.result_document(
+        "pipeline",
+        "cpu: " + ", ".join(str(pk.device(b)) for b in backends),
+        args.quick,
+        rows,
+        summary,
+        model=str(model_path.name),
+        dask={"model": "exported (the demo's default)", "backend": DASK_BACKEND, "skipped": dask_note},
+    )
     out = common.write_json(args.out, "pipeline", doc)
     plot(rows, backends, args.out)
     for k, v in summary.items():
@@ -235,13 +286,21 @@ def main(argv: list[str] | None = None) -> int:
 def plot(rows: list[dict], backends: list[str], out_dir: Path) -> None:
     plt = common.pyplot()
     d_rows = [r for r in rows if r["route"].startswith("dask")]
-    fig, axes = plt.subplots(1, 2 if d_rows else 1, figsize=(12 if d_rows else 7, 4.5),
-                             gridspec_kw={"width_ratios": [3, 2]} if d_rows else None, squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        2 if d_rows else 1,
+        figsize=(12 if d_rows else 7, 4.5),
+        gridspec_kw={"width_ratios": [3, 2]} if d_rows else None,
+        squeeze=False,
+    )
     ax = axes[0][0]
     for b in backends:
         for route, style in (("zero-copy", "-o"), ("naive copy", "--s")):
-            pts = [(r["streams"], r["events_per_s"]) for r in rows
-                   if r["backend"] == b and r["route"] == route and "streams" in r]
+            pts = [
+                (r["streams"], r["events_per_s"])
+                for r in rows
+                if r["backend"] == b and r["route"] == route and "streams" in r
+            ]
             if pts:
                 ax.plot(*zip(*pts), style, label=f"{b}, {route}")
     ax.set_xlabel("framework streams (queues)")
@@ -255,8 +314,9 @@ def plot(rows: list[dict], backends: list[str], out_dir: Path) -> None:
         bars = dx.bar([r["where"] for r in d_rows], [r["events_per_s"] for r in d_rows], color="tab:green")
         for bar, r in zip(bars, d_rows):
             note = "" if r["workers"] == 0 else f"+{r['overhead_ms_per_chunk']:.1f} ms/chunk"
-            dx.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize=8)
+            dx.annotate(
+                note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+            )
         dx.set_ylabel("events / s")
         dx.set_title(f"Dask ({d_rows[0]['backend']}, {d_rows[0]['events_per_chunk']} events per chunk, warm)")
         dx.grid(alpha=0.3, axis="y")

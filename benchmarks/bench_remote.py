@@ -20,9 +20,9 @@ import threading
 import time
 from pathlib import Path
 
+import _common as common  # also puts the repository on sys.path
 import numpy as np
 
-import _common as common  # also puts the repository on sys.path
 import portable as pk
 import soa
 
@@ -41,8 +41,13 @@ def make_model(path: Path) -> None:
     import torch
 
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(N_FEATURES, 128), torch.nn.ReLU(),
-                              torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, N_OUT))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(N_FEATURES, 128),
+        torch.nn.ReLU(),
+        torch.nn.Linear(128, 128),
+        torch.nn.ReLU(),
+        torch.nn.Linear(128, N_OUT),
+    )
     torch.jit.script(net.eval()).save(str(path))
 
 
@@ -55,8 +60,9 @@ class Client:
         self.rng = np.random.default_rng(seed)
         self.inp = pk.PortableCollection(Features, rows, pk.host())
         self.out = pk.PortableCollection(Scores, rows, pk.host())
-        self.md = ModelMetadata(SoAMetadata(self.inp).append_block("features", "f"),
-                                SoAMetadata(self.out).append_block("scores", "s"))
+        self.md = ModelMetadata(
+            SoAMetadata(self.inp).append_block("features", "f"), SoAMetadata(self.out).append_block("scores", "s")
+        )
         self.queue = pk.Queue(pk.host(), blocking=True)
         self.checksum = 0.0
 
@@ -83,7 +89,7 @@ def run_clients(n_clients: int, seconds: float, make_step, rows: int) -> float:
         try:
             while not stop.is_set():
                 counts[i] += steps[i]()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(n_clients)]
@@ -108,7 +114,9 @@ def local_step(model):
             model.forward(c.md, queue=c.queue)
             c.consume()
             return 1
+
         return step
+
     return make
 
 
@@ -119,12 +127,15 @@ def remote_sync_step(remote):
             remote.forward(c.md)
             c.consume()
             return 1
+
         return step
+
     return make
 
 
 def remote_async_step(remote):
     """Two events per step: the second is produced while the first request is in flight."""
+
     def make(c: Client):
         other = Client(c.inp.size, 77)
 
@@ -138,12 +149,13 @@ def remote_async_step(remote):
             fut2.wait()
             other.consume()
             return 2
+
         return step
+
     return make
 
 
-def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_cpu: int,
-                     n_gpu: int = 1) -> float:
+def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_cpu: int, n_gpu: int = 1) -> float:
     """Time per event (s) of the SONIC model (REFERENCE.md; Krupa et al., CMS SONIC)."""
     t_ideal = (1 - p) * t_cpu + t_gpu + t_latency
     return (1 - p) * t_cpu + t_gpu * (1 + max(0.0, n_cpu / n_gpu - t_ideal / t_gpu)) + t_latency
@@ -167,30 +179,34 @@ def main(argv: list[str] | None = None) -> int:
     path = tmp / "mlp.pt"
     make_model(path)
     decl = {"inputs": [f"features:float32:{N_FEATURES}"], "outputs": [f"scores:float32:{N_OUT}"]}
-    server = serve({"mlp_db": {"path": str(path), **decl, "dynamic_batching": True},
-                    "mlp": {"path": str(path), **decl, "dynamic_batching": False}},
-                   max_batch_size=4096, max_queue_delay_us=500, threads=1)
-    results: dict = {"rows_per_event": args.rows, "seconds_per_point": seconds, "clients": clients,
-                     "series": {}}
+    server = serve(
+        {
+            "mlp_db": {"path": str(path), **decl, "dynamic_batching": True},
+            "mlp": {"path": str(path), **decl, "dynamic_batching": False},
+        },
+        max_batch_size=4096,
+        max_queue_delay_us=500,
+        threads=1,
+    )
+    results: dict = {"rows_per_event": args.rows, "seconds_per_point": seconds, "clients": clients, "series": {}}
     try:
         local = Model(str(path))
         remotes = {
             "remote sync": RemoteModel(server.grpc_url, "mlp", shared_memory=None, mode="sync"),
             "remote sync +dynbatch": RemoteModel(server.grpc_url, "mlp_db", shared_memory=None, mode="sync"),
-            "remote sync +dynbatch +shm": RemoteModel(server.grpc_url, "mlp_db", shared_memory="system",
-                                                      mode="sync"),
+            "remote sync +dynbatch +shm": RemoteModel(server.grpc_url, "mlp_db", shared_memory="system", mode="sync"),
             "remote async": RemoteModel(server.grpc_url, "mlp", shared_memory=None, mode="async"),
             "remote async +dynbatch": RemoteModel(server.grpc_url, "mlp_db", shared_memory=None, mode="async"),
-            "remote async +dynbatch +shm": RemoteModel(server.grpc_url, "mlp_db", shared_memory="system",
-                                                       mode="async"),
+            "remote async +dynbatch +shm": RemoteModel(server.grpc_url, "mlp_db", shared_memory="system", mode="async"),
         }
         configs = [("local", local_step(local))]
         for name, r in remotes.items():
             configs.append((name, (remote_async_step if "async" in name else remote_sync_step)(r)))
         # one-client measurements for the SONIC model
         c = Client(args.rows, 1)
-        for _ in range(20):
-            c.produce(); local.forward(c.md, queue=c.queue)  # noqa: E702 - warm up
+        for _ in range(20):  # warm up
+            c.produce()
+            local.forward(c.md, queue=c.queue)
         n = 50 if args.smoke else 200 if args.quick else 1000
         t0 = time.perf_counter()
         for _ in range(n):
@@ -212,11 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         t_latency = max(t_req - t_gpu - t_queue, 0.0)
         t_cpu = t_other + t_inf
         p = t_inf / t_cpu
-        results["sonic_inputs"] = {"t_cpu_s": t_cpu, "p": p, "t_gpu_s": t_gpu, "t_latency_s": t_latency,
-                                   "t_request_s": t_req, "t_other_s": t_other, "t_local_inference_s": t_inf}
+        results["sonic_inputs"] = {
+            "t_cpu_s": t_cpu,
+            "p": p,
+            "t_gpu_s": t_gpu,
+            "t_latency_s": t_latency,
+            "t_request_s": t_req,
+            "t_other_s": t_other,
+            "t_local_inference_s": t_inf,
+        }
         del cstats
-        bar = tqdm(total=len(configs) * len(clients), desc="remote bench", unit="point",
-                   disable=args.no_progress)
+        bar = tqdm(total=len(configs) * len(clients), desc="remote bench", unit="point", disable=args.no_progress)
         for name, step in configs:
             rates = []
             for k in clients:
@@ -224,13 +246,15 @@ def main(argv: list[str] | None = None) -> int:
                 bar.update()
             results["series"][name] = rates
         bar.close()
-        results["series"]["SONIC prediction"] = [
-            k / sonic_prediction(t_cpu, p, t_gpu, t_latency, k) for k in clients]
+        results["series"]["SONIC prediction"] = [k / sonic_prediction(t_cpu, p, t_gpu, t_latency, k) for k in clients]
         db = remotes["remote async +dynbatch"].server_statistics()
-        results["server_mlp_db"] = {"requests": db.requests, "inferences": db.inferences,
-                                    "executions": db.executions,
-                                    "mean_executed_batch_rows": db.mean_executed_batch,
-                                    "mean_request_batch_rows": db.mean_request_batch}
+        results["server_mlp_db"] = {
+            "requests": db.requests,
+            "inferences": db.inferences,
+            "executions": db.executions,
+            "mean_executed_batch_rows": db.mean_executed_batch,
+            "mean_request_batch_rows": db.mean_request_batch,
+        }
         nodb = remotes["remote async"].server_statistics()
         results["server_mlp"] = {"requests": nodb.requests, "executions": nodb.executions}
         for r in remotes.values():
@@ -238,15 +262,29 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     loc = results["series"]["local"]
-    results["ratios_vs_local"] = {name: [round(v / l, 3) for v, l in zip(vals, loc)]
-                                  for name, vals in results["series"].items() if name != "local"}
+    results["ratios_vs_local"] = {
+        name: [round(v / l, 3) for v, l in zip(vals, loc)]
+        for name, vals in results["series"].items()
+        if name != "local"
+    }
     out = args.out
-    rows = [{"config": name, "clients": k, "events_per_s": v, "ratio_vs_local": v / loc[i]}
-            for name, vals in results["series"].items() for i, (k, v) in enumerate(zip(clients, vals))]
-    summary = {name: {f"{k} clients": r for k, r in zip(clients, ratios)}
-               for name, ratios in results["ratios_vs_local"].items()}
-    doc = common.result_document("remote", "cpu (Triton via PyTriton on 127.0.0.1)", args.quick, rows, summary,
-                                 **{k: v for k, v in results.items() if k not in ("series",)})
+    rows = [
+        {"config": name, "clients": k, "events_per_s": v, "ratio_vs_local": v / loc[i]}
+        for name, vals in results["series"].items()
+        for i, (k, v) in enumerate(zip(clients, vals))
+    ]
+    summary = {
+        name: {f"{k} clients": r for k, r in zip(clients, ratios)}
+        for name, ratios in results["ratios_vs_local"].items()
+    }
+    doc = common.result_document(
+        "remote",
+        "cpu (Triton via PyTriton on 127.0.0.1)",
+        args.quick,
+        rows,
+        summary,
+        **{k: v for k, v in results.items() if k not in ("series",)},
+    )
     common.write_json(out, "remote", doc)
     plot(results, out / "remote.png")
     w = max(len(n) for n in results["series"])
@@ -254,9 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, vals in results["series"].items():
         print(f"{name:<{w}} " + " ".join(f"{v:9.0f}" for v in vals))
     s = results["sonic_inputs"]
-    print(f"SONIC inputs: t_CPU {s['t_cpu_s']*1e6:.0f} us (p={s['p']:.2f}), t_GPU {s['t_gpu_s']*1e6:.0f} us, "
-          f"t_latency {s['t_latency_s']*1e6:.0f} us; dynamic batching: "
-          f"{results['server_mlp_db']['requests']} requests in {results['server_mlp_db']['executions']} executions")
+    print(
+        f"SONIC inputs: t_CPU {s['t_cpu_s'] * 1e6:.0f} us (p={s['p']:.2f}), t_GPU {s['t_gpu_s'] * 1e6:.0f} us, "
+        f"t_latency {s['t_latency_s'] * 1e6:.0f} us; dynamic batching: "
+        f"{results['server_mlp_db']['requests']} requests in {results['server_mlp_db']['executions']} executions"
+    )
     print(f"wrote {out / 'remote.json'} and {out / 'remote.png'}")
     return 0
 

@@ -24,19 +24,20 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 import _common as common  # also puts the repository on sys.path
+import numpy as np
+
 import portable as pk
 import soa
-from inference import ModelMetadata, SoAMetadata, pipeline
 from alpyka_demo import _events as E
 from alpyka_demo._layouts import FEATURES, INDEX, EdgeInputs
 from alpyka_demo.pipeline import run_event
+from inference import ModelMetadata, SoAMetadata, pipeline
 
 
 class EdgeVectors(soa.Layout):
@@ -88,7 +89,7 @@ def run_clients(n: int, seconds: float, event: Callable[[pk.Queue, int], None]) 
                 event(q, 1000 * i + counts[i])
                 q.wait()
                 counts[i] += 1
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
@@ -129,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from inference import Model
     from alpyka_demo import _gnn, train
     from alpyka_demo._service import merge_fragments
+    from inference import Model
     from inference.remote import RemoteModel
     from inference.serving import serve
 
@@ -140,19 +141,34 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["ALPYKA_MODEL_DIR"] = str(tmp)  # the servers inherit it
     torch.manual_seed(0)
     paths = train.save(_gnn.EdgeGNN().eval(), tmp)
-    hosted = {"merge_fragments": merge_fragments, "gnn_only": gnn_only, "gnn_vectors": gnn_vectors,
-              "edge_gnn": {"path": str(paths["exported"]), **train.SERVE_OPTIONS}}
-    steps = ["start 2 servers", *[f"{r} x{k}" for r in ("local", "remote model", "remote model, 2 servers",
-                                                         "remote pipeline", "remote pipeline, 2 servers")
-                                  for k in clients], "overhead"]
+    hosted = {
+        "merge_fragments": merge_fragments,
+        "gnn_only": gnn_only,
+        "gnn_vectors": gnn_vectors,
+        "edge_gnn": {"path": str(paths["exported"]), **train.SERVE_OPTIONS},
+    }
+    steps = [
+        "start 2 servers",
+        *[
+            f"{r} x{k}"
+            for r in (
+                "local",
+                "remote model",
+                "remote model, 2 servers",
+                "remote pipeline",
+                "remote pipeline, 2 servers",
+            )
+            for k in clients
+        ],
+        "overhead",
+    ]
     bar = common.progress(steps, desc="service bench", disable=args.no_progress)
     it = iter(bar)
     next(it)
     with ThreadPoolExecutor(2) as pool:  # two start-ups at once (each mostly waits for Triton)
         # one instance a model in the smoke run: half the model stubs handshaking with PyTriton at once
         instances = 1 if args.smoke else 2
-        starting = [pool.submit(serve, hosted, device="cpu_serial", threads=1, instances=instances)
-                    for _ in range(2)]
+        starting = [pool.submit(serve, hosted, device="cpu_serial", threads=1, instances=instances) for _ in range(2)]
         servers = []
         try:
             servers = [f.result() for f in starting]
@@ -172,8 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         "remote pipeline": _Pipe(merge_fragments.remote(urls[0], **opts)),
         "remote pipeline, 2 servers": _Pipe(merge_fragments.remote(urls, **opts)),
     }
-    results: dict[str, Any] = {"particles_per_event": n, "seconds_per_point": seconds, "clients": clients,
-                               "series": {}, "bytes_per_event": {}}
+    results: dict[str, Any] = {
+        "particles_per_event": n,
+        "seconds_per_point": seconds,
+        "clients": clients,
+        "series": {},
+        "bytes_per_event": {},
+    }
     try:
         for name, model in routes.items():
             warm = pk.Queue(pk.device("cpu_serial"))
@@ -189,14 +210,15 @@ def main(argv: list[str] | None = None) -> int:
             st = (model.remote if isinstance(model, _Pipe) else model).statistics() if name != "local" else None
             if st is not None:
                 results["bytes_per_event"][name] = (st.client.bytes_sent + st.client.bytes_received) / max(
-                    st.client.events, 1)
+                    st.client.events, 1
+                )
         results["sonic_inputs"] = sonic_parts(routes, n, n_seq)
         for name in ("remote model", "remote pipeline"):
             s = results["sonic_inputs"][name]
             for n_gpu, suffix in ((1, ""), (2, ", 2 servers")):
                 results["series"][f"SONIC prediction: {name}{suffix}"] = [
-                    sonic_events_per_s(k, s["t_cpu_s"], s["p"], s["t_gpu_s"], s["t_latency_s"], n_gpu)
-                    for k in clients]
+                    sonic_events_per_s(k, s["t_cpu_s"], s["p"], s["t_gpu_s"], s["t_latency_s"], n_gpu) for k in clients
+                ]
         bar.set_postfix_str("overhead")
         results["overhead"] = overhead(urls[0], n, n_seq)
         next(it, None)
@@ -259,12 +281,16 @@ def sonic_parts(routes: dict[str, Any], n: int, n_seq: int) -> dict[str, dict[st
     for name, model in (("remote model", routes["remote model"]), ("remote pipeline", routes["remote pipeline"])):
         transport = model.remote.model if isinstance(model, _Pipe) else model
         before = transport.server_statistics()
-        t_req = per_event(lambda m=model: (run_event(q, m, 7, n, False), q.wait()), n_seq) - (
-            t_cpu - offloaded[name])
+        t_req = per_event(lambda m=model: (run_event(q, m, 7, n, False), q.wait()), n_seq) - (t_cpu - offloaded[name])
         t_gpu, t_queue = common.server_seconds(transport.server_statistics, before, n_seq + 3)  # an event >= 1
-        out[name] = {"t_cpu_s": t_cpu, "p": min(offloaded[name] / t_cpu, 1.0), "t_gpu_s": t_gpu,
-                     "t_latency_s": max(t_req - t_gpu - t_queue, 0.0), "t_request_s": t_req,
-                     "t_offloaded_locally_s": offloaded[name]}
+        out[name] = {
+            "t_cpu_s": t_cpu,
+            "p": min(offloaded[name] / t_cpu, 1.0),
+            "t_gpu_s": t_gpu,
+            "t_latency_s": max(t_req - t_gpu - t_queue, 0.0),
+            "t_request_s": t_req,
+            "t_offloaded_locally_s": offloaded[name],
+        }
     return out
 
 
@@ -294,8 +320,11 @@ def overhead(url: str, n: int, n_seq: int) -> dict[str, Any]:
     p_vecs = RemotePipeline(url, "gnn_vectors", declaration=gnn_vectors, **opts)
     md = E.model_metadata(ev)
     hq = pk.Queue(pk.host(), blocking=True)
-    calls = {"model": lambda: model.forward(md), "pipeline, same tensors": lambda: p_vecs(hq, vecs, scores["vecs"]),
-             "pipeline, one tensor per column": lambda: p_cols(hq, cols, scores["cols"])}
+    calls = {
+        "model": lambda: model.forward(md),
+        "pipeline, same tensors": lambda: p_vecs(hq, vecs, scores["vecs"]),
+        "pipeline, one tensor per column": lambda: p_cols(hq, cols, scores["cols"]),
+    }
     times: dict[str, list[float]] = {k: [] for k in calls}
     try:
         for _ in range(3):
@@ -308,8 +337,14 @@ def overhead(url: str, n: int, n_seq: int) -> dict[str, Any]:
                 times[name].append(time.perf_counter() - t0)
         for k in ("cols", "vecs"):
             np.testing.assert_allclose(scores[k].view().score, src.score, rtol=1e-5, atol=1e-6)
-        wire = {name: c.statistics().client for name, c in (("model", model), ("pipeline, same tensors", p_vecs),
-                                                           ("pipeline, one tensor per column", p_cols))}
+        wire = {
+            name: c.statistics().client
+            for name, c in (
+                ("model", model),
+                ("pipeline, same tensors", p_vecs),
+                ("pipeline, one tensor per column", p_cols),
+            )
+        }
     finally:
         for c in (model, p_cols, p_vecs):
             c.close()
@@ -317,10 +352,13 @@ def overhead(url: str, n: int, n_seq: int) -> dict[str, Any]:
     low = {k: min(v) for k, v in times.items()}
     out: dict[str, Any] = {"edges_per_request": ev.capacity, "requests_each": len(times["model"])}
     for k in calls:
-        out[k] = {"median_ms": med[k] * 1e3, "min_ms": low[k] * 1e3,
-                  "overhead_vs_model_median": med[k] / med["model"] - 1.0,
-                  "overhead_vs_model_min": low[k] / low["model"] - 1.0,
-                  "bytes_per_request": (wire[k].bytes_sent + wire[k].bytes_received) / max(wire[k].requests, 1)}
+        out[k] = {
+            "median_ms": med[k] * 1e3,
+            "min_ms": low[k] * 1e3,
+            "overhead_vs_model_median": med[k] / med["model"] - 1.0,
+            "overhead_vs_model_min": low[k] / low["model"] - 1.0,
+            "bytes_per_request": (wire[k].bytes_sent + wire[k].bytes_received) / max(wire[k].requests, 1),
+        }
     out["overhead_fraction"] = out["pipeline, same tensors"]["overhead_vs_model_median"]
     return out
 
@@ -328,15 +366,32 @@ def overhead(url: str, n: int, n_seq: int) -> dict[str, Any]:
 def report(results: dict[str, Any], args: Any) -> int:
     clients = results["clients"]
     loc = results["series"]["local"]
-    rows = [{"route": name, "clients": k, "events_per_s": v, "ratio_vs_local": v / loc[i],
-             "bytes_per_event": results["bytes_per_event"].get(name, 0.0)}
-            for name, vals in results["series"].items() for i, (k, v) in enumerate(zip(clients, vals))]
-    summary = {name: {f"{k} clients": v / l for k, v, l in zip(clients, vals, loc)}
-               for name, vals in results["series"].items() if name != "local"}
+    rows = [
+        {
+            "route": name,
+            "clients": k,
+            "events_per_s": v,
+            "ratio_vs_local": v / loc[i],
+            "bytes_per_event": results["bytes_per_event"].get(name, 0.0),
+        }
+        for name, vals in results["series"].items()
+        for i, (k, v) in enumerate(zip(clients, vals))
+    ]
+    summary = {
+        name: {f"{k} clients": v / l for k, v, l in zip(clients, vals, loc)}
+        for name, vals in results["series"].items()
+        if name != "local"
+    }
     summary["pipeline vs model per-request overhead"] = {"fraction": results["overhead"]["overhead_fraction"]}
-    doc = common.result_document("service", "cpu (clients and Triton servers via PyTriton on 127.0.0.1)",
-                                 args.quick, rows, summary, **{k: v for k, v in results.items() if k != "series"},
-                                 series=results["series"])
+    doc = common.result_document(
+        "service",
+        "cpu (clients and Triton servers via PyTriton on 127.0.0.1)",
+        args.quick,
+        rows,
+        summary,
+        **{k: v for k, v in results.items() if k != "series"},
+        series=results["series"],
+    )
     common.write_json(args.out, "service", doc)
     plot(results, args.out)
     w = max(len(n) for n in results["series"])
@@ -345,14 +400,18 @@ def report(results: dict[str, Any], args: Any) -> int:
         b = results["bytes_per_event"].get(name)
         print(f"{name:<{w}} " + " ".join(f"{v:8.0f}" for v in vals) + (f"  {b:,.0f}" if b is not None else ""))
     for name, s in results["sonic_inputs"].items():
-        print(f"SONIC inputs, {name}: t_CPU {s['t_cpu_s'] * 1e3:.2f} ms, p {s['p']:.2f}, t_GPU "
-              f"{s['t_gpu_s'] * 1e3:.2f} ms, t_latency {s['t_latency_s'] * 1e3:.2f} ms")
+        print(
+            f"SONIC inputs, {name}: t_CPU {s['t_cpu_s'] * 1e3:.2f} ms, p {s['p']:.2f}, t_GPU "
+            f"{s['t_gpu_s'] * 1e3:.2f} ms, t_latency {s['t_latency_s'] * 1e3:.2f} ms"
+        )
     o = results["overhead"]
     print(f"per request ({o['edges_per_request']} edges, {o['requests_each']} requests each, interleaved):")
     for k in ("model", "pipeline, same tensors", "pipeline, one tensor per column"):
         r = o[k]
-        print(f"  {k:<32} median {r['median_ms']:.2f} ms ({100 * r['overhead_vs_model_median']:+.1f}%), min "
-              f"{r['min_ms']:.2f} ms ({100 * r['overhead_vs_model_min']:+.1f}%), {r['bytes_per_request']:,.0f} B")
+        print(
+            f"  {k:<32} median {r['median_ms']:.2f} ms ({100 * r['overhead_vs_model_median']:+.1f}%), min "
+            f"{r['min_ms']:.2f} ms ({100 * r['overhead_vs_model_min']:+.1f}%), {r['bytes_per_request']:,.0f} B"
+        )
     print(f"wrote {args.out / 'service.json'} and {args.out / 'service.png'}")
     return 0
 
@@ -364,8 +423,7 @@ def plot(results: dict[str, Any], out: Path) -> None:
     for name, vals in results["series"].items():
         style: dict[str, Any] = dict(marker="o")
         if name.startswith("SONIC"):
-            style = dict(ls=":" if "2 servers" in name else "--", color=f"C{1 + 2 * ('pipeline' in name)}",
-                         alpha=0.6)
+            style = dict(ls=":" if "2 servers" in name else "--", color=f"C{1 + 2 * ('pipeline' in name)}", alpha=0.6)
         elif name == "local":
             style = dict(marker="s", lw=2.5, color="k")
         ax.plot(ks, vals, label=name, **style)

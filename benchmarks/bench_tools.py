@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import _common as common
 import numpy as np
 from numba import njit
-
-import _common as common
 
 import portable as pk
 
@@ -77,6 +76,7 @@ def _contenders(q: pk.Queue, n: int, with_numba: bool) -> dict:
         def run():
             fn()
             q.wait()
+
         return run
 
     fns = {
@@ -92,10 +92,12 @@ def _contenders(q: pk.Queue, n: int, with_numba: bool) -> dict:
     return fns
 
 
-PAIRS = [("prefix_scan vs np.cumsum", "np.cumsum", "alpyka prefix_scan"),
-         ("argsort vs np.argsort", "np.argsort stable", "alpyka argsort"),
-         ("one_to_many vs numpy", "numpy one_to_many", "alpyka one_to_many"),
-         ("one_to_many vs numba", "numba counting sort", "alpyka one_to_many")]
+PAIRS = [
+    ("prefix_scan vs np.cumsum", "np.cumsum", "alpyka prefix_scan"),
+    ("argsort vs np.argsort", "np.argsort stable", "alpyka argsort"),
+    ("one_to_many vs numpy", "numpy one_to_many", "alpyka one_to_many"),
+    ("one_to_many vs numba", "numba counting sort", "alpyka one_to_many"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,15 +119,25 @@ def main(argv: list[str] | None = None) -> int:
             timings, errors = common.interleaved(fns, rounds, warmup=1, min_rounds=3, budget_s=2.0 if big else None)
             skipped.update({f"{b}, n={n}: {k}": v for k, v in errors.items()})
             for name, t in timings.items():
-                rows.append({"contender": name, "section": f"{b}, n={n}", "n": n,
-                             **t.as_dict("time", scale=1e6, unit="us")})
-            entry = {label: common.paired_ratio(timings[peer], timings[mine]) for label, peer, mine in PAIRS
-                     if peer in timings and mine in timings}
+                rows.append(
+                    {"contender": name, "section": f"{b}, n={n}", "n": n, **t.as_dict("time", scale=1e6, unit="us")}
+                )
+            entry = {
+                label: common.paired_ratio(timings[peer], timings[mine])
+                for label, peer, mine in PAIRS
+                if peer in timings and mine in timings
+            }
             summary[f"{b}, n={n:.0e}"] = entry
     rows += [{"contender": what, "status": "skipped", "reason": why} for what, why in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in names)
-    doc = common.result_document("tools", f"{devices}; numpy and numba on the host CPU", args.quick, rows, summary,
-                                 ratios="peer time / alpyka time, median over interleaved rounds (> 1: alpyka faster)")
+    doc = common.result_document(
+        "tools",
+        f"{devices}; numpy and numba on the host CPU",
+        args.quick,
+        rows,
+        summary,
+        ratios="peer time / alpyka time, median over interleaved rounds (> 1: alpyka faster)",
+    )
     out = common.write_json(args.out, "tools", doc)
     plot(summary, args.out)
     for name, v in summary.items():

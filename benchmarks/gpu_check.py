@@ -41,12 +41,12 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+import _common as common
 import numpy as np
-
-import _common as common  # noqa: I001 - puts the checkout on sys.path
 
 import portable as pk
 from portable._registry import emulate, emulated
@@ -86,9 +86,14 @@ def check_warps(ctx: Context) -> dict:
     rounds = 1 if ctx.dry else 3  # a GPU schedules lanes differently from run to run
     runs = [warp_cases.run(ctx.queue, t, blocks=2 if ctx.dry else 6, seed=32 + r) for t in sizes for r in range(rounds)]
     bad = [r for r in runs if not r["passed"]]
-    return {"status": "failed" if bad else "passed", "block_sizes": list(sizes), "rounds": rounds,
-            "warp": runs[0]["warp"], "failures": bad,
-            **({"reason": f"{len(bad)} of {len(runs)} launches differ from the host model"} if bad else {})}
+    return {
+        "status": "failed" if bad else "passed",
+        "block_sizes": list(sizes),
+        "rounds": rounds,
+        "warp": runs[0]["warp"],
+        "failures": bad,
+        **({"reason": f"{len(bad)} of {len(runs)} launches differ from the host model"} if bad else {}),
+    }
 
 
 def check_handoffs(ctx: Context) -> dict:
@@ -106,11 +111,14 @@ def check_handoffs(ctx: Context) -> dict:
     for name, fn in checks.items():
         try:
             parts[name] = dict(fn(ctx.queue, ctx.dry))
-        except Exception as exc:  # noqa: BLE001 - one hand-off must not hide the others
+        except Exception as exc:
             parts[name] = {"passed": False, "error": _error(exc)}
     bad = sorted(n for n, p in parts.items() if not p.get("passed"))
-    return {"status": "failed" if bad else "passed", "parts": parts,
-            **({"reason": f"failed: {', '.join(bad)}"} if bad else {})}
+    return {
+        "status": "failed" if bad else "passed",
+        "parts": parts,
+        **({"reason": f"failed: {', '.join(bad)}"} if bad else {}),
+    }
 
 
 def check_philox(ctx: Context) -> dict:
@@ -135,9 +143,16 @@ def check_philox(ctx: Context) -> dict:
     mean, var = float(got[1].mean()), float(got[1].var())
     moments_ok = abs(mean) < 5 / np.sqrt(n) and abs(var - 1) < 5 * np.sqrt(2 / n)
     ok = words_equal == n and d64 <= 1e-12 and d32 <= 1e-5 and moments_ok
-    row = {"status": "passed" if ok else "failed", "threads_per_block": threads, "n": n,
-           "u32_equal_to_cpu_serial": words_equal, "max_abs_diff_f64": d64, "max_abs_diff_f32": d32,
-           "mean": mean, "variance": var}
+    row = {
+        "status": "passed" if ok else "failed",
+        "threads_per_block": threads,
+        "n": n,
+        "u32_equal_to_cpu_serial": words_equal,
+        "max_abs_diff_f64": d64,
+        "max_abs_diff_f32": d32,
+        "mean": mean,
+        "variance": var,
+    }
     if not ok:
         row["reason"] = "Philox draws differ from cpu_serial's or their moments are off"
     return row
@@ -159,21 +174,35 @@ def check_bandwidth(ctx: Context) -> dict:
     repeats = 3 if ctx.dry else 20
     t_copy = common.measure(lambda: pk.exec(q, wd, _stream_copy, c, a, n), warmup=1, repeats=repeats, sync=q.wait)
     ok_copy = _sample_equal(q, c, host)
-    t_triad = common.measure(lambda: pk.exec(q, wd, _stream_triad, c, a, b, np.float32(2), n), warmup=1,
-                             repeats=repeats, sync=q.wait)
+    t_triad = common.measure(
+        lambda: pk.exec(q, wd, _stream_triad, c, a, b, np.float32(2), n), warmup=1, repeats=repeats, sync=q.wait
+    )
     ok_triad = _sample_equal(q, c, host * np.float32(3))
     cp = pk.get_backend(ctx.backend).cupy
     src, dst = cp.zeros(n, np.float32), cp.empty(n, np.float32)
     stream = cp.cuda.Stream(non_blocking=True)
     d2d = 3  # cudaMemcpyDeviceToDevice
-    t_cupy = common.measure(lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, d2d, stream.ptr),
-                            warmup=1, repeats=repeats, sync=stream.synchronize)
-    gbps = {"alpyka copy": 2 * nbytes / t_copy.median / 1e9, "alpyka triad": 3 * nbytes / t_triad.median / 1e9,
-            "cupy D2D copy": 2 * nbytes / t_cupy.median / 1e9}
+    t_cupy = common.measure(
+        lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, d2d, stream.ptr),
+        warmup=1,
+        repeats=repeats,
+        sync=stream.synchronize,
+    )
+    gbps = {
+        "alpyka copy": 2 * nbytes / t_copy.median / 1e9,
+        "alpyka triad": 3 * nbytes / t_triad.median / 1e9,
+        "cupy D2D copy": 2 * nbytes / t_cupy.median / 1e9,
+    }
     ratio = gbps["alpyka copy"] / gbps["cupy D2D copy"]
     ok = ok_copy and ok_triad and (ctx.dry or ratio >= 0.8)
-    row = {"status": "passed" if ok else "failed", "bytes": nbytes, "GBps": gbps, "copy_vs_cupy": ratio,
-           "results_right": ok_copy and ok_triad, "repeats": repeats}
+    row = {
+        "status": "passed" if ok else "failed",
+        "bytes": nbytes,
+        "GBps": gbps,
+        "copy_vs_cupy": ratio,
+        "results_right": ok_copy and ok_triad,
+        "repeats": repeats,
+    }
     if not ok:
         row["reason"] = "wrong results" if not (ok_copy and ok_triad) else f"copy at {ratio:.2f} of cupy's (< 0.8)"
     return row
@@ -195,8 +224,12 @@ def check_clustering(ctx: Context) -> dict:
         env["ALPYKA_BACKENDS"] = ctx.backend
     cmd = [sys.executable, str(BENCH_DIR / "bench_clustering.py"), *mode, "--no-progress", "--out", str(ctx.out_dir)]
     run = _run(cmd, env, min(ctx.left() - 5, 180))
-    row = {"status": "passed" if run["rc"] == 0 else "failed", "mode": "smoke" if ctx.dry else "full",
-           "document": str(ctx.out_dir / "clustering.json"), **run}
+    row = {
+        "status": "passed" if run["rc"] == 0 else "failed",
+        "mode": "smoke" if ctx.dry else "full",
+        "document": str(ctx.out_dir / "clustering.json"),
+        **run,
+    }
     if run["rc"] != 0:
         row["reason"] = "timed out" if run["timed_out"] else f"exit status {run['rc']}"
     else:
@@ -225,18 +258,22 @@ def sanitizer_targets(ctx: Context) -> dict[str, list[str]]:
     """What compute-sanitizer runs: pk.tools first (the driver below), then the examples."""
     py, b = sys.executable, ctx.backend
     modules = "4" if ctx.dry else "40"
-    targets = {"pk.tools": [py, str(BENCH_DIR / "gpu_check.py"), "--tools-driver", "--backend", b],
-               "pixel_clustering": [py, str(REPO_ROOT / "examples/pixel_clustering.py"), b, "--modules", modules,
-                                    "--check"],
-               "minimal_kernel": [py, str(REPO_ROOT / "examples/minimal_kernel.py"), b]}
+    targets = {
+        "pk.tools": [py, str(BENCH_DIR / "gpu_check.py"), "--tools-driver", "--backend", b],
+        "pixel_clustering": [py, str(REPO_ROOT / "examples/pixel_clustering.py"), b, "--modules", modules, "--check"],
+        "minimal_kernel": [py, str(REPO_ROOT / "examples/minimal_kernel.py"), b],
+    }
     return {"pk.tools": targets["pk.tools"]} if ctx.dry else targets
 
 
 def check_sanitizer(ctx: Context) -> dict:
     tool = sanitizer_path(ctx.args)
     if tool is None:
-        return {"status": "skipped", "reason": "compute-sanitizer is not installed (not on PATH, not in "
-                                               "/usr/local/cuda/bin; --sanitizer PATH names one)"}
+        return {
+            "status": "skipped",
+            "reason": "compute-sanitizer is not installed (not on PATH, not in "
+            "/usr/local/cuda/bin; --sanitizer PATH names one)",
+        }
     runs, not_run = [], []
     for target, cmd in sanitizer_targets(ctx).items():
         for which in SANITIZER_TOOLS:
@@ -263,8 +300,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
     seconds, the output's tail. On timeout the whole session is killed: compute-sanitizer's
     Python child with it, so nothing is left on the GPU."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = p.communicate(timeout=max(timeout, 1))
         rc, timed_out = p.returncode, False
@@ -272,8 +310,13 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict:
         os.killpg(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
         rc, timed_out = 124, True
-    return {"command": " ".join(Path(c).name if i < 2 else c for i, c in enumerate(cmd)), "rc": rc,
-            "timed_out": timed_out, "seconds": round(time.monotonic() - t0, 1), "output_tail": (out or "")[-3000:]}
+    return {
+        "command": " ".join(Path(c).name if i < 2 else c for i, c in enumerate(cmd)),
+        "rc": rc,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - t0, 1),
+        "output_tail": (out or "")[-3000:],
+    }
 
 
 def tools_driver(backend: str) -> int:
@@ -296,7 +339,8 @@ def tools_driver(backend: str) -> int:
     offsets, content = pk.tools.one_to_many(q, upload(q, keys), 50)
     off, con = download(q, offsets), download(q, content)
     if not (off == np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=50))])).all() or not all(
-            sorted(con[off[b]:off[b + 1]]) == list(np.flatnonzero(keys == b)) for b in range(50)):
+        sorted(con[off[b] : off[b + 1]]) == list(np.flatnonzero(keys == b)) for b in range(50)
+    ):
         wrong.append("one_to_many")
     if not (download(q, pk.tools.argsort(q, upload(q, keys))) == np.argsort(keys, kind="stable")).all():
         wrong.append("argsort")
@@ -331,8 +375,12 @@ def _stream_triad(acc, dst, a, b, s, n):
 
 #: name -> (check, seconds it needs at least to be worth starting)
 CHECKS: dict[str, tuple[Callable[[Context], dict], float]] = {
-    "warps": (check_warps, 20), "handoffs": (check_handoffs, 15), "philox": (check_philox, 20),
-    "bandwidth": (check_bandwidth, 15), "clustering": (check_clustering, 60), "sanitizer": (check_sanitizer, 30),
+    "warps": (check_warps, 20),
+    "handoffs": (check_handoffs, 15),
+    "philox": (check_philox, 20),
+    "bandwidth": (check_bandwidth, 15),
+    "clustering": (check_clustering, 60),
+    "sanitizer": (check_sanitizer, 30),
 }
 
 
@@ -359,7 +407,7 @@ def run_check(name: str, ctx: Context) -> dict:
     t0 = time.monotonic()
     try:
         row = fn(ctx)
-    except Exception as exc:  # noqa: BLE001 - a failing check never stops the others
+    except Exception as exc:
         row = {"status": "error", "reason": _error(exc)}
     return {"name": name, **row, "seconds": round(time.monotonic() - t0, 2)}
 
@@ -370,9 +418,16 @@ def write_document(ctx: Context, rows: list[dict], t0: float) -> Path:
     if bw is not None:
         summary["bandwidth GB/s"] = bw["GBps"]
     doc = common.result_document(
-        "gpu_check", f"{ctx.device} ({ctx.backend}{', emulated' if ctx.dry else ''})", ctx.dry, rows, summary,
-        dry_run=ctx.dry, budget_s=ctx.args.budget, elapsed_s=round(time.monotonic() - t0, 1),
-        statuses={r["name"]: r["status"] for r in rows})
+        "gpu_check",
+        f"{ctx.device} ({ctx.backend}{', emulated' if ctx.dry else ''})",
+        ctx.dry,
+        rows,
+        summary,
+        dry_run=ctx.dry,
+        budget_s=ctx.args.budget,
+        elapsed_s=round(time.monotonic() - t0, 1),
+        statuses={r["name"]: r["status"] for r in rows},
+    )
     return common.write_json(ctx.out_dir, "gpu_check", doc)
 
 

@@ -16,8 +16,8 @@ Weights are random but deterministic: :func:`build` seeds the generator before c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -62,8 +62,7 @@ class EdgeConv(nn.Module):
             layers += [nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
             c_in = c_out
         self.mlp = nn.Sequential(*layers)
-        self.shortcut = nn.Sequential(nn.Conv1d(in_channels, channels[-1], 1, bias=False),
-                                      nn.BatchNorm1d(channels[-1]))
+        self.shortcut = nn.Sequential(nn.Conv1d(in_channels, channels[-1], 1, bias=False), nn.BatchNorm1d(channels[-1]))
         self.act = nn.ReLU()
 
     def forward(self, points: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -79,25 +78,47 @@ class ParticleNetLike(nn.Module):
     """ParticleNet-shaped tagger: particle and SV features embedded to one width, joined into one
     point cloud of 110 points, two EdgeConv blocks, masked global average pooling, an MLP head."""
 
-    def __init__(self, k: int = 7, width: int = 32, blocks: tuple[tuple[int, ...], ...] = ((32, 32, 32), (64, 64, 64)),
-                 fc: int = 128, n_classes: int = N_CLASSES) -> None:
+    def __init__(
+        self,
+        k: int = 7,
+        width: int = 32,
+        blocks: tuple[tuple[int, ...], ...] = ((32, 32, 32), (64, 64, 64)),
+        fc: int = 128,
+        n_classes: int = N_CLASSES,
+    ) -> None:
         super().__init__()
-        self.pf_embed = nn.Sequential(nn.BatchNorm1d(N_PF_FEATURES), nn.Conv1d(N_PF_FEATURES, width, 1, bias=False),
-                                      nn.BatchNorm1d(width), nn.ReLU())
-        self.sv_embed = nn.Sequential(nn.BatchNorm1d(N_SV_FEATURES), nn.Conv1d(N_SV_FEATURES, width, 1, bias=False),
-                                      nn.BatchNorm1d(width), nn.ReLU())
+        self.pf_embed = nn.Sequential(
+            nn.BatchNorm1d(N_PF_FEATURES),
+            nn.Conv1d(N_PF_FEATURES, width, 1, bias=False),
+            nn.BatchNorm1d(width),
+            nn.ReLU(),
+        )
+        self.sv_embed = nn.Sequential(
+            nn.BatchNorm1d(N_SV_FEATURES),
+            nn.Conv1d(N_SV_FEATURES, width, 1, bias=False),
+            nn.BatchNorm1d(width),
+            nn.ReLU(),
+        )
         convs = []
         c_in = width
         for channels in blocks:
             convs.append(EdgeConv(k, c_in, channels))
             c_in = channels[-1]
         self.convs = nn.ModuleList(convs)
-        self.fusion = nn.Sequential(nn.Conv1d(sum(b[-1] for b in blocks), 128, 1, bias=False),
-                                    nn.BatchNorm1d(128), nn.ReLU())
+        self.fusion = nn.Sequential(
+            nn.Conv1d(sum(b[-1] for b in blocks), 128, 1, bias=False), nn.BatchNorm1d(128), nn.ReLU()
+        )
         self.head = nn.Sequential(nn.Linear(128, fc), nn.ReLU(), nn.Linear(fc, n_classes))
 
-    def forward(self, pf_points: torch.Tensor, pf_features: torch.Tensor, pf_mask: torch.Tensor,
-                sv_points: torch.Tensor, sv_features: torch.Tensor, sv_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        pf_points: torch.Tensor,
+        pf_features: torch.Tensor,
+        pf_mask: torch.Tensor,
+        sv_points: torch.Tensor,
+        sv_features: torch.Tensor,
+        sv_mask: torch.Tensor,
+    ) -> torch.Tensor:
         mask = torch.cat([pf_mask, sv_mask], dim=2)  # [N,1,110]
         shift = (mask == 0).to(pf_points.dtype) * 1.0e9  # padded points: nobody's neighbour
         points = torch.cat([pf_points, sv_points], dim=2) + shift
@@ -152,8 +173,9 @@ class DeepMETLike(nn.Module):
         mlp += [nn.Linear(c_in, 1), nn.Softplus()]
         self.mlp = nn.Sequential(*mlp)
 
-    def forward(self, continuous: torch.Tensor, charge: torch.Tensor, pdg: torch.Tensor,
-                from_pv: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, continuous: torch.Tensor, charge: torch.Tensor, pdg: torch.Tensor, from_pv: torch.Tensor
+    ) -> torch.Tensor:
         x = self.norm(continuous.transpose(1, 2)).transpose(1, 2)  # [N,4500,8]
         embedded = [emb(cat.squeeze(-1)) for emb, cat in zip(self.embeddings, (charge, pdg, from_pv))]
         weights = self.mlp(torch.cat([x] + embedded, dim=-1))  # [N,4500,1]
@@ -202,12 +224,20 @@ class BenchModel:
 
 MODELS: dict[str, BenchModel] = {
     "particlenet": BenchModel(
-        "particlenet", ParticleNetLike, particlenet_inputs,
-        ("pf_points", "pf_features", "pf_mask", "sv_points", "sv_features", "sv_mask"), ("scores",),
-        bytes_per_event_hint=110 * 7 * 128 * 4 * 3),  # measured eager peak ~1.1 MB per jet
+        "particlenet",
+        ParticleNetLike,
+        particlenet_inputs,
+        ("pf_points", "pf_features", "pf_mask", "sv_points", "sv_features", "sv_mask"),
+        ("scores",),
+        bytes_per_event_hint=110 * 7 * 128 * 4 * 3,
+    ),  # measured eager peak ~1.1 MB per jet
     "deepmet": BenchModel(
-        "deepmet", DeepMETLike, deepmet_inputs,
-        ("continuous", "charge", "pdg", "from_pv"), ("met",),
+        "deepmet",
+        DeepMETLike,
+        deepmet_inputs,
+        ("continuous", "charge", "pdg", "from_pv"),
+        ("met",),
         bytes_per_event_hint=N_CANDIDATES * 224 * 4,  # measured eager peak ~3.5 MB per event
-        rows_per_event=N_CANDIDATES),
+        rows_per_event=N_CANDIDATES,
+    ),
 }

@@ -18,13 +18,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as common  # noqa: E402
-import summary  # noqa: E402
+import _common as common
+import summary
 
 QUICK_TIMEOUT_S = 300.0
 FULL_TIMEOUT_S = 3600.0
@@ -48,7 +49,7 @@ class BenchRun:
 
 def discover(bench_dir: Path) -> dict[str, Path]:
     """``{name: script}`` for every ``bench_<name>.py`` in ``bench_dir``, sorted by name."""
-    return {p.stem[len("bench_"):]: p for p in sorted(bench_dir.glob("bench_*.py"))}
+    return {p.stem[len("bench_") :]: p for p in sorted(bench_dir.glob("bench_*.py"))}
 
 
 def supports_smoke(script: Path) -> bool:
@@ -69,8 +70,7 @@ def _tail(path: Path, lines: int = 3) -> str:
     marker = "Traceback (most recent call last)"
     if marker in text:  # the exception line ending the last traceback
         after = [ln.split("\r")[-1].rstrip() for ln in text.rsplit(marker, 1)[1].split("\n")[1:]]
-        last = [ln for ln in after if ln.strip() and not ln.startswith((" ", "\t"))
-                and not re.search(r"\d+%\|", ln)]
+        last = [ln for ln in after if ln.strip() and not ln.startswith((" ", "\t")) and not re.search(r"\d+%\|", ln)]
         if last:
             return last[0][-600:]
     # a line as a terminal shows it (after its last carriage return); progress bars are dropped
@@ -96,8 +96,9 @@ def run_one(name: str, script: Path, out: Path, quick: bool, timeout_s: float, e
     with open(log_path, "w", encoding="utf-8") as log:
         log.write(f"$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(common.REPO_ROOT), env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(common.REPO_ROOT), env=env, start_new_session=True
+        )
         try:
             run.returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -152,8 +153,12 @@ def _stop(proc: subprocess.Popen) -> None:
 def build_parser():
     parser = common.make_parser("Run every benchmarks/bench_*.py and write SUMMARY.md")
     parser.add_argument("--only", default="", help="comma-separated benchmark names (e.g. models,kernels)")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help=f"seconds per benchmark (default {QUICK_TIMEOUT_S:.0f} quick, {FULL_TIMEOUT_S:.0f} full)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds per benchmark (default {QUICK_TIMEOUT_S:.0f} quick, {FULL_TIMEOUT_S:.0f} full)",
+    )
     parser.add_argument("--bench-dir", type=Path, default=common.BENCH_DIR, help="where the bench_*.py scripts are")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     return parser
@@ -190,9 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary.write(args.out, readme, strict=False)
     path = args.out / "SUMMARY.md"
     suite = common.result_document(
-        "suite", device="see each benchmark", quick=bool(args.quick),
+        "suite",
+        device="see each benchmark",
+        quick=bool(args.quick),
         results=[{k: v for k, v in asdict(r).items() if k != "document"} for r in runs],
-        summary={r.name: r.status for r in runs}, timeout_s=timeout_s)
+        summary={r.name: r.status for r in runs},
+        timeout_s=timeout_s,
+    )
     common.write_json(args.out, "suite", suite)
     failed = [r.name for r in runs if r.status != "ok"]
     print(f"wrote {path}" + (f"; not ok: {', '.join(failed)}" if failed else ""))

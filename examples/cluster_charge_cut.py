@@ -43,8 +43,7 @@ INVALID_CLUSTER = -9999
 
 
 @pk.kernel
-def cluster_charge_cut(acc, module_start, cluster, adc, n_clusters, threshold, new_cluster, new_n_clusters,
-                       n_modules):
+def cluster_charge_cut(acc, module_start, cluster, adc, n_clusters, threshold, new_cluster, new_n_clusters, n_modules):
     """One block per module: sum the charge per cluster, cut, renumber the survivors."""
     charge = acc.shared_array(MAX_CLUSTERS, np.int32)
     ok = acc.shared_array(MAX_CLUSTERS, np.int32)
@@ -86,8 +85,17 @@ def workdiv(device: pk.Device, n_modules: int) -> pk.WorkDiv:
     return pk.WorkDiv(n_modules, GPU_THREADS, 1)
 
 
-def charge_cut(queue: pk.Queue, module_start, cluster, adc, n_clusters, threshold: int,
-               new_cluster=None, new_n_clusters=None, wd: pk.WorkDiv | None = None) -> tuple[pk.Buffer, pk.Buffer]:
+def charge_cut(
+    queue: pk.Queue,
+    module_start,
+    cluster,
+    adc,
+    n_clusters,
+    threshold: int,
+    new_cluster=None,
+    new_n_clusters=None,
+    wd: pk.WorkDiv | None = None,
+) -> tuple[pk.Buffer, pk.Buffer]:
     """Enqueue the cut of the digis' clusters (int32 Buffers: ``module_start`` of n_modules + 1
     offsets, ``cluster`` and ``adc`` per digi, ``n_clusters`` per module); returns
     ``(new_cluster, new_n_clusters)``, Buffers of the new id per digi and the new count per module
@@ -108,8 +116,19 @@ def charge_cut(queue: pk.Queue, module_start, cluster, adc, n_clusters, threshol
         new_n_clusters = pk.Buffer(dev, n_modules, np.int32)
     if n_modules:
         wd = workdiv(dev, n_modules) if wd is None else wd
-        pk.exec(queue, wd, cluster_charge_cut, module_start, cluster, adc, n_clusters, np.int32(threshold),
-                new_cluster, new_n_clusters, n_modules)
+        pk.exec(
+            queue,
+            wd,
+            cluster_charge_cut,
+            module_start,
+            cluster,
+            adc,
+            n_clusters,
+            np.int32(threshold),
+            new_cluster,
+            new_n_clusters,
+            n_modules,
+        )
     return new_cluster, new_n_clusters
 
 
@@ -185,11 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     q.wait()
     want_cluster, want_n = reference_charge_cut(*host, args.threshold)
     dt = min(times)
-    print(f"{args.backend} ({q.device}): {len(host[1])} digis, {int(host[3].sum())} clusters in {args.modules} "
-          f"modules -> {int(got_n.sum())} kept; {dt * 1e3:.3f} ms ({len(host[1]) / dt / 1e6:.1f} M digis/s)")
+    print(
+        f"{args.backend} ({q.device}): {len(host[1])} digis, {int(host[3].sum())} clusters in {args.modules} "
+        f"modules -> {int(got_n.sum())} kept; {dt * 1e3:.3f} ms ({len(host[1]) / dt / 1e6:.1f} M digis/s)"
+    )
     if not (np.array_equal(got_cluster, want_cluster) and np.array_equal(got_n, want_n)):
-        print(f"MISMATCH at {int(np.count_nonzero(got_cluster != want_cluster))} digis and "
-              f"{int(np.count_nonzero(got_n != want_n))} modules", file=sys.stderr)
+        print(
+            f"MISMATCH at {int(np.count_nonzero(got_cluster != want_cluster))} digis and "
+            f"{int(np.count_nonzero(got_n != want_n))} modules",
+            file=sys.stderr,
+        )
         return 1
     print("matches the numpy reference: OK")
     return 0

@@ -56,8 +56,13 @@ class Dimuon(soa.Layout):
 
 
 def branches(prefix: str) -> dict[str, str]:
-    return {"px": f"{prefix}_Px", "py": f"{prefix}_Py", "pz": f"{prefix}_Pz", "E": f"{prefix}_E",
-            "charge": f"{prefix}_Charge"}
+    return {
+        "px": f"{prefix}_Px",
+        "py": f"{prefix}_Py",
+        "pz": f"{prefix}_Pz",
+        "E": f"{prefix}_E",
+        "charge": f"{prefix}_Charge",
+    }
 
 
 @pk.kernel
@@ -123,8 +128,16 @@ def run_pair_masses(queue: pk.Queue, coll: pk.PortableCollection, offsets) -> pk
     n_events = len(off) - 1
     pair_off = pk.pair_offsets(off)
     pairs = pk.PortableCollection(Pairs, int(pair_off[-1]), queue)
-    pk.exec(queue, pk.event_workdiv(queue.device, n_events), pair_masses, coll.const_view(), offsets,
-            on_device(queue, pair_off), pairs.view(), n_events)
+    pk.exec(
+        queue,
+        pk.event_workdiv(queue.device, n_events),
+        pair_masses,
+        coll.const_view(),
+        offsets,
+        on_device(queue, pair_off),
+        pairs.view(),
+        n_events,
+    )
     host = pairs.to_host(queue)
     queue.wait()
     return host
@@ -132,8 +145,15 @@ def run_pair_masses(queue: pk.Queue, coll: pk.PortableCollection, offsets) -> pk
 
 def run_four_lepton(queue: pk.Queue, coll: pk.PortableCollection, offsets, n_events: int) -> np.ndarray:
     sums = pk.PortableCollection(EventSums, n_events, queue).zero(queue)
-    pk.exec(queue, pk.event_workdiv(queue.device, n_events), four_lepton_mass, coll.const_view(), offsets,
-            sums.view(), n_events)
+    pk.exec(
+        queue,
+        pk.event_workdiv(queue.device, n_events),
+        four_lepton_mass,
+        coll.const_view(),
+        offsets,
+        sums.view(),
+        n_events,
+    )
     host = sums.to_host(queue)
     queue.wait()
     return np.array(host.mass)
@@ -175,10 +195,12 @@ def missing_packages() -> str | None:
     if not absent:
         return None
     extras = sorted({NEEDS[m] for m in absent})
-    return (f"dimuon_mass.py reads CMS samples of scikit-hep-testdata with awkward and uproot; missing: "
-            f"{', '.join(absent)}. Install with: pip install -e \".[{','.join(extras)}]\" -c constraints.txt "
-            "(or pip install "
-            f"{' '.join('scikit-hep-testdata==0.3.12' if m == 'skhep_testdata' else m for m in absent)})")
+    return (
+        f"dimuon_mass.py reads CMS samples of scikit-hep-testdata with awkward and uproot; missing: "
+        f'{", ".join(absent)}. Install with: pip install -e ".[{",".join(extras)}]" -c constraints.txt '
+        "(or pip install "
+        f"{' '.join('scikit-hep-testdata==0.3.12' if m == 'skhep_testdata' else m for m in absent)})"
+    )
 
 
 def main() -> int:
@@ -224,13 +246,29 @@ def main() -> int:
     import uproot
 
     z = uproot.open(zmm)["events"].arrays(["E1", "px1", "py1", "pz1", "E2", "px2", "py2", "pz2", "M"], library="np")
-    ref_z = np.sqrt(np.maximum((z["E1"] + z["E2"]) ** 2 - (z["px1"] + z["px2"]) ** 2 - (z["py1"] + z["py2"]) ** 2
-                               - (z["pz1"] + z["pz2"]) ** 2, 0))
+    ref_z = np.sqrt(
+        np.maximum(
+            (z["E1"] + z["E2"]) ** 2
+            - (z["px1"] + z["px2"]) ** 2
+            - (z["py1"] + z["py2"]) ** 2
+            - (z["pz1"] + z["pz2"]) ** 2,
+            0,
+        )
+    )
     np.testing.assert_allclose(mz_host, ref_z, rtol=1e-9)
-    print(f"Zmumu: {d.size} dimuon masses agree with numpy: OK (median {np.median(mz_host):.1f} GeV; "
-          f"the file's M: {np.median(z['M']):.1f} GeV)")
-    plot(Path(args.out), pairs.mass[pairs.opposite.astype(bool)], ref_m[ref_os], m4[m4 >= 0], ref4[ref4 >= 0],
-         mz_host, ref_z)
+    print(
+        f"Zmumu: {d.size} dimuon masses agree with numpy: OK (median {np.median(mz_host):.1f} GeV; "
+        f"the file's M: {np.median(z['M']):.1f} GeV)"
+    )
+    plot(
+        Path(args.out),
+        pairs.mass[pairs.opposite.astype(bool)],
+        ref_m[ref_os],
+        m4[m4 >= 0],
+        ref4[ref4 >= 0],
+        mz_host,
+        ref_z,
+    )
     return 0
 
 
@@ -244,8 +282,11 @@ def plot(out: Path, m2, ref2, m4, ref4, mz, refz) -> None:
         print("matplotlib is not installed: no plot (pip install matplotlib)")
         return
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    panels = [("HZZ opposite-sign dimuon", m2, ref2, (0, 150)), ("HZZ four leptons (charge 0)", m4, ref4, (80, 300)),
-              ("Zmumu dimuon", mz, refz, (60, 120))]
+    panels = [
+        ("HZZ opposite-sign dimuon", m2, ref2, (0, 150)),
+        ("HZZ four leptons (charge 0)", m4, ref4, (80, 300)),
+        ("Zmumu dimuon", mz, refz, (60, 120)),
+    ]
     for ax, (title, mine, ref, rng) in zip(axes, panels):
         ax.hist(mine, bins=60, range=rng, histtype="stepfilled", alpha=0.5, label="alpyka kernel")
         ax.hist(ref, bins=60, range=rng, histtype="step", color="k", label="awkward/numpy")

@@ -43,8 +43,9 @@ class WeightedMET(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1),
-                                       torch.nn.Softplus())
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1), torch.nn.Softplus()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [events, candidates, 4]
         return -(self.mlp(x) * x[:, :, 0:2]).sum(dim=1)  # [events, 2]
@@ -86,8 +87,10 @@ def main(backend: str) -> None:
     inputs = SoAMetadata(cands).append_block("features", "px", "py", "pt", "eta", rows_per_item=CANDIDATES)
     outputs = SoAMetadata(events).append_block("met", "met_x", "met_y")
     block = inputs.block("features")
-    print(f"input block: {list(block.shape)} strides {list(block.strides)} ({CANDIDATES} rows per event); "
-          f"output block: {list(outputs.block('met').shape)}")
+    print(
+        f"input block: {list(block.shape)} strides {list(block.strides)} ({CANDIDATES} rows per event); "
+        f"output block: {list(outputs.block('met').shape)}"
+    )
 
     pk.exec(q, pk.valid_workdiv(dev, rows), fill, cands.view(), np.int32(rows), np.int32(CANDIDATES))
     model.forward(ModelMetadata(inputs, outputs))  # enqueued after fill, before magnitude

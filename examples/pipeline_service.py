@@ -56,8 +56,11 @@ def calibrate(q, hits, out):
     """kernel -> model -> kernel, all enqueued on q."""
     n = hits.size
     pk.exec(q, pk.valid_workdiv(q.device, n), calibrate_hits, hits.const_view(), out.view(), n)
-    MODEL.to(q).forward(ModelMetadata(SoAMetadata(out).append_block("features", "r", "e"),
-                                      SoAMetadata(out).append_block("score", "score")))
+    MODEL.to(q).forward(
+        ModelMetadata(
+            SoAMetadata(out).append_block("features", "r", "e"), SoAMetadata(out).append_block("score", "score")
+        )
+    )
     pk.exec(q, pk.valid_workdiv(q.device, n), clip_scores, out.view(), n)
 
 
@@ -68,21 +71,27 @@ def main() -> None:
     q = pk.Queue(pk.device("cpu_serial"))
     rng = np.random.default_rng(1)
     n = 1000
-    hits = pk.PortableCollection.from_dict(Hits, {"x": rng.standard_normal(n, np.float32),
-                                                  "y": rng.standard_normal(n, np.float32),
-                                                  "energy": rng.uniform(1, 10, n).astype(np.float32),
-                                                  "gain": np.float32(1.1)}, q)
+    hits = pk.PortableCollection.from_dict(
+        Hits,
+        {
+            "x": rng.standard_normal(n, np.float32),
+            "y": rng.standard_normal(n, np.float32),
+            "energy": rng.uniform(1, 10, n).astype(np.float32),
+            "gain": np.float32(1.1),
+        },
+        q,
+    )
     local_out = pk.PortableCollection(Calibrated, n, q)
     remote_out = pk.PortableCollection(Calibrated, n, q)
 
-    calibrate(q, hits, local_out)                      # local: enqueued on q
+    calibrate(q, hits, local_out)  # local: enqueued on q
     with serve(calibrate, device=args.device) as server:
         print(f"serving {calibrate} on {args.device} at {server.grpc_url}")
         for m in server.models:
             print("  Triton inputs: ", ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in m.inputs))
             print("  Triton outputs:", ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in m.outputs))
         with calibrate.remote(server.grpc_url) as remote:
-            remote(q, hits, remote_out)                # the same call, run on the server
+            remote(q, hits, remote_out)  # the same call, run on the server
             q.wait()
             print(remote.statistics())
     a, b = local_out.to_dict(q), remote_out.to_dict(q)

@@ -207,8 +207,15 @@ def algorithm_for(device: pk.Device) -> str:
     return "union_find" if one_thread else "propagation"
 
 
-def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
-                  n_columns: int = N_COLUMNS, algorithm: str | None = None) -> pk.Buffer:
+def find_clusters(
+    queue: pk.Queue,
+    module,
+    x,
+    y,
+    n_modules: int | None = None,
+    n_columns: int = N_COLUMNS,
+    algorithm: str | None = None,
+) -> pk.Buffer:
     """Enqueue the clustering of the digis ``(module, x, y)`` (int32 Buffers of one length;
     numpy arrays on CPU backends); returns the int32 Buffer of cluster ids (see the module
     docstring). ``n_modules`` defaults to the largest module id + 1 (read back: it waits for
@@ -243,8 +250,18 @@ def find_clusters(queue: pk.Queue, module, x, y, n_modules: int | None = None,
     pk.exec(queue, wd, _column_keys, module, x, cluster, keys, n, n_columns)
     offsets, content = pk.tools.one_to_many(queue, keys, n_modules * n_columns)
     threads = 1 if dev.kind == "cpu" else 256
-    pk.exec(queue, pk.make_workdiv(dev, n_modules, threads if dev.kind == "gpu" else 1), _find_clus, offsets,
-            content, x, y, cluster, n_modules, n_columns)
+    pk.exec(
+        queue,
+        pk.make_workdiv(dev, n_modules, threads if dev.kind == "gpu" else 1),
+        _find_clus,
+        offsets,
+        content,
+        x,
+        y,
+        cluster,
+        n_modules,
+        n_columns,
+    )
     order = pk.tools.argsort(queue, module)
     flags = pk.Buffer(dev, n, np.int32)
     pk.exec(queue, wd, _first_digis, order, cluster, flags, n)
@@ -265,8 +282,7 @@ def _union_find_path(queue, module, x, y, cluster, out, n_modules, n_columns, wd
     keys = pk.Buffer(dev, n, np.int32)
     pk.exec(queue, wd, _start_keys, module, x, cluster, keys, out, n, n_modules, n_columns)
     offsets, content = pk.tools.one_to_many(queue, keys, n_modules * n_columns)
-    pk.exec(queue, pk.make_workdiv(dev, n_modules, 1), _union_find, offsets, content, y, cluster, n_modules,
-            n_columns)
+    pk.exec(queue, pk.make_workdiv(dev, n_modules, 1), _union_find, offsets, content, y, cluster, n_modules, n_columns)
     count = pk.Buffer(dev, n_modules, np.int32)
     pk.exec(queue, pk.WorkDiv(1, 1, 1), _number_in_order, module, cluster, count, out, n, n_modules)
 
@@ -360,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         q.wait()
         dt = time.perf_counter() - t0
     n_clusters = sum(len(set(ids[module == m].tolist())) for m in range(args.modules))
-    print(f"{args.backend}: {len(module)} digis in {args.modules} modules -> {n_clusters} clusters, "
-          f"{len(module) / dt / 1e6:.2f} M digis/s")
+    print(
+        f"{args.backend}: {len(module)} digis in {args.modules} modules -> {n_clusters} clusters, "
+        f"{len(module) / dt / 1e6:.2f} M digis/s"
+    )
     if args.check:
         want = reference_clusters(module, x, y)
         if not np.array_equal(ids, want):

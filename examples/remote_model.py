@@ -40,13 +40,22 @@ def run(path: Path) -> None:
     n = 500
     rng = np.random.default_rng(0)
     rows = pk.PortableCollection.from_dict(
-        Rows, {"a": rng.random(n, dtype=np.float32), "b": rng.random(n, dtype=np.float32),
-               "c": rng.random(n, dtype=np.float32), "out": np.zeros(n, np.float32)}, q)
-    md = ModelMetadata(SoAMetadata(rows).append_block("features", "a", "b", "c"),
-                       SoAMetadata(rows).append_block("y", "out"))
+        Rows,
+        {
+            "a": rng.random(n, dtype=np.float32),
+            "b": rng.random(n, dtype=np.float32),
+            "c": rng.random(n, dtype=np.float32),
+            "out": np.zeros(n, np.float32),
+        },
+        q,
+    )
+    md = ModelMetadata(
+        SoAMetadata(rows).append_block("features", "a", "b", "c"), SoAMetadata(rows).append_block("y", "out")
+    )
 
-    with serve(str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"],
-               max_batch_size=256) as server:  # dynamic batching, 127.0.0.1, free ports
+    with serve(
+        str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"], max_batch_size=256
+    ) as server:  # dynamic batching, 127.0.0.1, free ports
         print("Triton is serving 'mlp' at", server.grpc_url)
         with RemoteModel(server.grpc_url, "mlp", timeout=30) as remote:
             remote.to(q).forward(md)  # split into requests of <= 256 rows, in queue order

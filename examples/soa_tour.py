@@ -44,14 +44,17 @@ def main() -> None:
     host = coll.to_host(q)  # asynchronous copy ...
     q.wait()  # ... complete here
     print(f"{coll!r}")
-    print("host.momentum is a numpy array onto the buffer: shape", host.momentum.shape,
-          "byte strides", host.momentum.strides)
+    print(
+        "host.momentum is a numpy array onto the buffer: shape",
+        host.momentum.shape,
+        "byte strides",
+        host.momentum.strides,
+    )
     assert np.array_equal(host.momentum, data["momentum"])
     assert int(host.n_valid) == n
 
     # several layouts in one buffer (CMSSW SoABlocks)
-    event = pk.PortableCollection({"particles": Particles, "vertices": Vertices},
-                                  {"particles": n, "vertices": 3}, q)
+    event = pk.PortableCollection({"particles": Particles, "vertices": Vertices}, {"particles": n, "vertices": 3}, q)
     event.zero(q)
     q.wait()
     print(f"{event!r}: vertices start at byte {event.block_offset('vertices')}")

@@ -35,9 +35,23 @@ from ._pipeline import OutputsNotFilled, Pipeline, PipelineError, pipeline
 from ._runtime import set_torch_threads, torch_threads
 
 __all__ = [
-    "Block", "Model", "ModelFileError", "ModelMetadata", "SoAMetadata", "load_state_dict",
-    "set_torch_threads", "torch_threads", "aot", "export", "RemoteModel", "serve",
-    "OutputsNotFilled", "Pipeline", "PipelineError", "pipeline", "RemotePipeline",
+    "Block",
+    "Model",
+    "ModelFileError",
+    "ModelMetadata",
+    "SoAMetadata",
+    "load_state_dict",
+    "set_torch_threads",
+    "torch_threads",
+    "aot",
+    "export",
+    "RemoteModel",
+    "serve",
+    "OutputsNotFilled",
+    "Pipeline",
+    "PipelineError",
+    "pipeline",
+    "RemotePipeline",
 ]
 
 

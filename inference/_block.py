@@ -21,8 +21,9 @@ layout. Nothing here touches torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +72,10 @@ class Block:
 
     def __repr__(self) -> str:
         cols = ", ".join(self.columns)
-        return (f"<Block {self.name!r} [{cols}] {self.kind} {self.dtype} shape={list(self.shape)} "
-                f"strides={list(self.strides)}>")
+        return (
+            f"<Block {self.name!r} [{cols}] {self.kind} {self.dtype} shape={list(self.shape)} "
+            f"strides={list(self.strides)}>"
+        )
 
 
 def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) -> list[str]:
@@ -80,8 +83,9 @@ def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) 
     if not isinstance(name, str) or not name:
         raise TypeError(f"a block name must be a non-empty string, got {name!r}")
     if not columns:
-        raise ValueError(f"block {name!r} needs at least one column of {layout.__name__}; "
-                         f"its columns are {layout.field_names()}")
+        raise ValueError(
+            f"block {name!r} needs at least one column of {layout.__name__}; its columns are {layout.field_names()}"
+        )
     for c in columns:
         if not isinstance(c, str):
             raise TypeError(f"block {name!r}: column names are strings, got {c!r}")
@@ -128,8 +132,9 @@ def _validate(layout: type[soa.Layout], name: str, columns: tuple[str, ...]) -> 
     return order
 
 
-def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str],
-               rows_per_item: int = 1) -> Block:
+def make_block(
+    layout: type[soa.Layout], n: int, view_offset: int, name: str, columns: Sequence[str], rows_per_item: int = 1
+) -> Block:
     """The :class:`Block` ``name`` made of ``columns`` of ``n`` elements of ``layout`` stored at
     byte ``view_offset`` of a buffer, ``rows_per_item`` rows to an item of its batch axis; a clear
     error when the columns cannot form one tensor. Checks and geometry are cached (per layout and
@@ -180,8 +185,9 @@ def make_block(layout: type[soa.Layout], n: int, view_offset: int, name: str, co
     start = view_offset + p0.offset
     last = places[-1]
     stop = view_offset + last.offset + last.nbytes
-    block = Block(name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment,
-                  rows_per_item)
+    block = Block(
+        name, columns, f0.kind, f0.dtype, shape, strides, start, (start, stop), layout.alignment, rows_per_item
+    )
     if len(_BLOCKS) >= _CACHE_LIMIT:
         _BLOCKS.clear()
     _BLOCKS[key] = block
@@ -194,13 +200,16 @@ def _rows(name: str, rows: Any) -> int:
     return int(rows)
 
 
-def _grouped(name: str, kind: str, shape: tuple[int, ...], strides: tuple[int, ...],
-             rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _grouped(
+    name: str, kind: str, shape: tuple[int, ...], strides: tuple[int, ...], rows: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``shape``/``strides`` with ``rows`` consecutive rows of the batch axis as one item."""
     if kind == "scalar":
         raise ValueError(f"block {name!r} holds scalars (one value for every row): rows_per_item does not apply")
     n = shape[0]
     if n % rows:
-        raise ValueError(f"block {name!r}: the collection's {n} rows are not a whole number of items of "
-                         f"rows_per_item={rows} ({n % rows} rows left over)")
+        raise ValueError(
+            f"block {name!r}: the collection's {n} rows are not a whole number of items of "
+            f"rows_per_item={rows} ({n % rows} rows left over)"
+        )
     return (n // rows, rows) + shape[1:], (strides[0] * rows, strides[0]) + strides[1:]

@@ -25,7 +25,8 @@ import os
 import sys
 import time
 import warnings
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -52,23 +53,32 @@ def _quiet() -> Iterator[None]:
         log.setLevel(level)
 
 
-def export(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
-           path: str | os.PathLike, *, dynamic_batch: bool = True, fmt: str | None = None,
-           input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None) -> str:
+def export(
+    module: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+    path: str | os.PathLike,
+    *,
+    dynamic_batch: bool = True,
+    fmt: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+) -> str:
     """Export ``module`` traced on ``example_inputs`` to ``path``: a ``torch.export`` program for
     ``.pt2``, an ONNX model for ``.onnx`` (``fmt="pt2"|"onnx"`` overrides the suffix). The first
     axis of every input is dynamic unless ``dynamic_batch=False``. ``input_names``/``output_names``
     name the ONNX model's tensors (``Model`` pairs outputs with blocks by name when they match).
     Returns the path."""
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
-        raise TypeError(f"export needs an eager nn.Module (torch.export cannot trace TorchScript), "
-                        f"got {type(module).__name__}")
+        raise TypeError(
+            f"export needs an eager nn.Module (torch.export cannot trace TorchScript), got {type(module).__name__}"
+        )
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1].lower()
     fmt = fmt or FORMATS.get(suffix)
     if fmt not in ("pt2", "onnx"):
-        raise ValueError(f"export writes .pt2 (torch.export) or .onnx files; {path!r} is neither "
-                         "(pass fmt='pt2' or fmt='onnx')")
+        raise ValueError(
+            f"export writes .pt2 (torch.export) or .onnx files; {path!r} is neither (pass fmt='pt2' or fmt='onnx')"
+        )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     inputs = tuple(torch.as_tensor(x) for x in example_inputs)
@@ -93,8 +103,14 @@ def export(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | tor
     return path
 
 
-def _onnx(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: str, dynamic_shapes: Any,
-          input_names: Sequence[str] | None, output_names: Sequence[str] | None) -> None:
+def _onnx(
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    path: str,
+    dynamic_shapes: Any,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+) -> None:
     try:
         import onnxscript  # noqa: F401 - the dynamo exporter's dependency
     except ImportError:
@@ -104,24 +120,34 @@ def _onnx(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], path: str, 
         names["input_names"] = list(input_names)
     if output_names:
         names["output_names"] = list(output_names)
-    torch.onnx.export(module, inputs, path, dynamo=True, dynamic_shapes=dynamic_shapes, external_data=False,
-                      verbose=False, **names)
+    torch.onnx.export(
+        module, inputs, path, dynamo=True, dynamic_shapes=dynamic_shapes, external_data=False, verbose=False, **names
+    )
 
 
 # --------------------------------------------------------------------------- command line
 def build_parser(prog: str = "alpyka export") -> argparse.ArgumentParser:
     """The argument parser of ``alpyka export``."""
     p = argparse.ArgumentParser(prog=prog, description="Export a PyTorch module to .pt2 (torch.export) or .onnx.")
-    p.add_argument("module", help="'package.module:attribute' or 'file.py:attribute' giving the nn.Module "
-                   "(a module, a class or a factory function)")
+    p.add_argument(
+        "module",
+        help="'package.module:attribute' or 'file.py:attribute' giving the nn.Module "
+        "(a module, a class or a factory function)",
+    )
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--onnx", action="store_const", const="onnx", dest="fmt", help="write an ONNX model")
     kind.add_argument("--pt2", action="store_const", const="pt2", dest="fmt", help="write a torch.export program")
     p.add_argument("-o", "--output", default=None, help="file to write (default: the attribute's name + suffix)")
-    p.add_argument("--input-shape", type=_shape, action="append", required=True,
-                   help="shape of one example input, batch axis first (repeat for several inputs)")
-    p.add_argument("--dtype", action="append", default=None,
-                   help="dtype of the example inputs (default float32; repeat per input)")
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        action="append",
+        required=True,
+        help="shape of one example input, batch axis first (repeat for several inputs)",
+    )
+    p.add_argument(
+        "--dtype", action="append", default=None, help="dtype of the example inputs (default float32; repeat per input)"
+    )
     p.add_argument("--weights", help="state dict to load first (read with weights_only=True)")
     p.add_argument("--static-batch", action="store_true", help="keep the batch axis fixed to the example's")
     p.add_argument("--input-name", action="append", default=None, help="ONNX input names, in order")
@@ -165,8 +191,15 @@ def command(argv: list[str], prog: str = "alpyka export") -> int:
     dtypes = _dtypes(args.dtype, len(args.input_shape))
     examples = tuple(_example(s, d) for s, d in zip(args.input_shape, dtypes))
     t0 = time.perf_counter()
-    out = export(module, examples, output, fmt=fmt, dynamic_batch=not args.static_batch,
-                 input_names=args.input_name, output_names=args.output_name)
+    out = export(
+        module,
+        examples,
+        output,
+        fmt=fmt,
+        dynamic_batch=not args.static_batch,
+        input_names=args.input_name,
+        output_names=args.output_name,
+    )
     print(f"wrote {out} ({os.path.getsize(out)} bytes, {fmt}, exported in {time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -65,12 +65,21 @@ _NO_ORDER = np.empty(0, dtype=np.int64)
 #: torch dtypes the compiled gather reads and writes -> an empty numpy array of that dtype (the
 #: kernel's element type: numba compiles one loop per source/destination pair)
 _PROTOS: dict[torch.dtype, np.ndarray] = {
-    dt: np.empty(0, dtype=np_dt) for dt, np_dt in (
-        (torch.float32, np.float32), (torch.float64, np.float64), (torch.int8, np.int8), (torch.int16, np.int16),
-        (torch.int32, np.int32), (torch.int64, np.int64), (torch.uint8, np.uint8), (torch.bool, np.bool_))}
+    dt: np.empty(0, dtype=np_dt)
+    for dt, np_dt in (
+        (torch.float32, np.float32),
+        (torch.float64, np.float64),
+        (torch.int8, np.int8),
+        (torch.int16, np.int16),
+        (torch.int32, np.int32),
+        (torch.int64, np.int64),
+        (torch.uint8, np.uint8),
+        (torch.bool, np.bool_),
+    )
+}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernels() -> tuple[Any, Any]:
     """The compiled loops over raw addresses (compiled on first use per dtype pair, cached on disk
     by numba; nothing is kept of the tensors they read and write): the column and tile loops, and
@@ -89,8 +98,9 @@ def _kernels() -> tuple[Any, Any]:
         return types.voidptr(addr), codegen
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def transpose_columns(mode, src_addr, src_proto, span, offsets, order, dst_addr, dst_proto, n, tile_columns,
-                          tile_events):  # pragma: no cover - compiled
+    def transpose_columns(
+        mode, src_addr, src_proto, span, offsets, order, dst_addr, dst_proto, n, tile_columns, tile_events
+    ):  # pragma: no cover - compiled
         columns = offsets.shape[0]
         src = numba.carray(address(src_addr), (span,), src_proto.dtype)
         out = numba.carray(address(dst_addr), (n * columns,), dst_proto.dtype)
@@ -133,8 +143,9 @@ def column_offsets(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarr
 
 
 @functools.lru_cache(maxsize=256)
-def _geometry(shape: torch.Size, strides: tuple[int, ...], src: torch.dtype,
-              dst: torch.dtype) -> tuple[Any, ...] | None:
+def _geometry(
+    shape: torch.Size, strides: tuple[int, ...], src: torch.dtype, dst: torch.dtype
+) -> tuple[Any, ...] | None:
     """The compiled loop's arguments for one block geometry (offsets, the span of elements read,
     tiles), or None where it does not apply: not column-major, one event, dtypes it does not know."""
     if len(shape) < 2 or strides[0] != 1 or shape[0] < 2 or src not in _PROTOS or dst not in _PROTOS:
@@ -147,8 +158,12 @@ def _geometry(shape: torch.Size, strides: tuple[int, ...], src: torch.dtype,
     if offsets.size <= FEW_COLUMNS:  # the offsets as a tuple: the row kernel is compiled per column count
         return _BY_ROW, _PROTOS[src], span, tuple(int(o) for o in offsets), _NO_ORDER, _PROTOS[dst], n, 1, 1
     if n < SMALL_BATCH:  # the columns of each run of SMALL_RUN in memory order, with their places in a row
-        order = np.concatenate([start + np.argsort(offsets[start:start + SMALL_RUN], kind="stable")
-                                for start in range(0, offsets.size, SMALL_RUN)])
+        order = np.concatenate(
+            [
+                start + np.argsort(offsets[start : start + SMALL_RUN], kind="stable")
+                for start in range(0, offsets.size, SMALL_RUN)
+            ]
+        )
         return _BY_COLUMN, _PROTOS[src], span, offsets[order], order, _PROTOS[dst], n, 1, 1
     size = max(torch.empty(0, dtype=src).element_size(), torch.empty(0, dtype=dst).element_size())
     # tiles of a cache line of each row (tile_columns) x TILE_EVENTS events
@@ -187,7 +202,7 @@ def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         span, rows = max(1, GATHER_SPAN // max(inner, 1)), t.shape[1]
         if span < rows:
             for start in range(0, rows, span):
-                out[:, start:start + span].copy_(t[:, start:start + span])
+                out[:, start : start + span].copy_(t[:, start : start + span])
             return out
     out.copy_(t)
     return out
@@ -209,8 +224,9 @@ def _run_compiled(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> 
     if mode == _BY_ROW:
         rows(t.data_ptr(), src_proto, span, offsets, out.data_ptr(), dst_proto, n)
     else:
-        columns(mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n,
-                tile_columns, tile_events)
+        columns(
+            mode, t.data_ptr(), src_proto, span, offsets, order, out.data_ptr(), dst_proto, n, tile_columns, tile_events
+        )
 
 
 def _copy_chosen(t: torch.Tensor, out: torch.Tensor, args: tuple[Any, ...]) -> None:
@@ -256,8 +272,13 @@ def chosen(t: torch.Tensor, out: torch.Tensor) -> str:
 def compiled(t: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether :func:`gather` can copy ``t`` into ``out`` with the compiled loops."""
     t, out = _rows(t, out)
-    return (t.device.type == "cpu" and out.device.type == "cpu" and out.shape == t.shape and out.is_contiguous()
-            and _geometry(t.shape, t.stride(), t.dtype, out.dtype) is not None)
+    return (
+        t.device.type == "cpu"
+        and out.device.type == "cpu"
+        and out.shape == t.shape
+        and out.is_contiguous()
+        and _geometry(t.shape, t.stride(), t.dtype, out.dtype) is not None
+    )
 
 
 __all__ = ["GATHER_SPAN", "TRIALS", "chosen", "column_offsets", "compiled", "gather"]

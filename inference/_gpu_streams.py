@@ -16,7 +16,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 #: DLPack's "no synchronisation" stream value (Python array API, ``__dlpack__(stream=-1)``)
 NO_SYNC = -1

@@ -56,14 +56,18 @@ def _names(path: Path) -> list[str]:
             names = zf.namelist()
             bad = zf.testzip()
     except zipfile.BadZipFile as exc:
-        raise ModelFileError(f"{path}: not a complete zip archive ({exc}); the file is truncated or "
-                             "not a TorchScript/.pt2/torch.save file") from None
+        raise ModelFileError(
+            f"{path}: not a complete zip archive ({exc}); the file is truncated or "
+            "not a TorchScript/.pt2/torch.save file"
+        ) from None
     except (EOFError, OSError) as exc:
-        raise ModelFileError(f"{path}: cannot be read as a zip archive ({exc}); the file is truncated "
-                             "or damaged") from None
+        raise ModelFileError(
+            f"{path}: cannot be read as a zip archive ({exc}); the file is truncated or damaged"
+        ) from None
     if bad is not None:
-        raise ModelFileError(f"{path}: archive member {bad!r} is damaged (CRC mismatch); "
-                             "the file is truncated or corrupt")
+        raise ModelFileError(
+            f"{path}: archive member {bad!r} is damaged (CRC mismatch); the file is truncated or corrupt"
+        )
     return names
 
 
@@ -90,8 +94,10 @@ def detect_format(path: str | os.PathLike) -> str:
     if head[:2] != b"PK":
         if _looks_like_onnx(p, head):
             return "onnx"  # ONNX Runtime validates it (a corrupt file fails there, named)
-        raise ModelFileError(f"{p} is neither a zip archive (.pt2, TorchScript, torch.save), an ONNX model nor a "
-                             f"pickle (starts with {head!r}); is it a TensorFlow file?")
+        raise ModelFileError(
+            f"{p} is neither a zip archive (.pt2, TorchScript, torch.save), an ONNX model nor a "
+            f"pickle (starts with {head!r}); is it a TensorFlow file?"
+        )
     names = _names(p)
     if any("/aotinductor/" in n or n.startswith("aotinductor/") for n in names):
         check_pt2_pickles(p, names)
@@ -105,21 +111,29 @@ def detect_format(path: str | os.PathLike) -> str:
         return "torch.save"
     if p.suffix.lower() == ".pt2":
         shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-        raise ModelFileError(f"{p}: a zip archive that is neither a torch.export program (torch.export.save: "
-                             f"models/*.json) nor an AOTInductor package (aotinductor/...); its entries: {shown}")
+        raise ModelFileError(
+            f"{p}: a zip archive that is neither a torch.export program (torch.export.save: "
+            f"models/*.json) nor an AOTInductor package (aotinductor/...); its entries: {shown}"
+        )
     raise ModelFileError(f"{p}: a zip archive that is neither TorchScript, a .pt2 package nor a torch.save file")
 
 
 # --------------------------------------------------------------------------- .pt2 archives: no pickles
 #: where torch.export.save puts things in a .pt2 archive (torch.export.pt2_archive.constants)
-_PT2_LAYOUT = {"models": "models/{}.json", "weights_config": "data/weights/{}_weights_config.json",
-               "constants_config": "data/constants/{}_constants_config.json",
-               "sample_inputs": "data/sample_inputs/{}.pt", "tensor_constant": "tensor_"}
+_PT2_LAYOUT = {
+    "models": "models/{}.json",
+    "weights_config": "data/weights/{}_weights_config.json",
+    "constants_config": "data/constants/{}_constants_config.json",
+    "sample_inputs": "data/sample_inputs/{}.pt",
+    "tensor_constant": "tensor_",
+}
 #: entries torch reads as pickles by their name (legacy weights/constants, the torch 2.7 zip layout)
 _PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle")
-_REEXPORT = ("re-export the model with plain tensors as weights: inference.export(module, example_inputs, "
-             "'model.pt2') (torch.export.save) or inference.aot.compile(...) write weights as raw bytes "
-             "and nothing torch unpickles")
+_REEXPORT = (
+    "re-export the model with plain tensors as weights: inference.export(module, example_inputs, "
+    "'model.pt2') (torch.export.save) or inference.aot.compile(...) write weights as raw bytes "
+    "and nothing torch unpickles"
+)
 
 
 def _pt2_layout() -> dict[str, str]:
@@ -128,14 +142,20 @@ def _pt2_layout() -> dict[str, str]:
         from torch.export.pt2_archive import constants as c
     except ImportError:  # an older torch
         return _PT2_LAYOUT
-    return {"models": c.MODELS_FILENAME_FORMAT, "weights_config": c.WEIGHTS_CONFIG_FILENAME_FORMAT,
-            "constants_config": c.CONSTANTS_CONFIG_FILENAME_FORMAT,
-            "sample_inputs": c.SAMPLE_INPUTS_FILENAME_FORMAT, "tensor_constant": c.TENSOR_CONSTANT_FILENAME_PREFIX}
+    return {
+        "models": c.MODELS_FILENAME_FORMAT,
+        "weights_config": c.WEIGHTS_CONFIG_FILENAME_FORMAT,
+        "constants_config": c.CONSTANTS_CONFIG_FILENAME_FORMAT,
+        "sample_inputs": c.SAMPLE_INPUTS_FILENAME_FORMAT,
+        "tensor_constant": c.TENSOR_CONSTANT_FILENAME_PREFIX,
+    }
 
 
 def _pickled(path: Path, entry: str, what: str) -> ModelFileError:
-    return ModelFileError(f"{path}: archive entry {entry!r} {what}; torch would unpickle it (weights_only=False), "
-                          f"running any code it holds, so the archive is refused: {_REEXPORT}")
+    return ModelFileError(
+        f"{path}: archive entry {entry!r} {what}; torch would unpickle it (weights_only=False), "
+        f"running any code it holds, so the archive is refused: {_REEXPORT}"
+    )
 
 
 def _fits(rel: str, fmt: str) -> bool:
@@ -151,8 +171,10 @@ def _check_payload_config(path: Path, zf: zipfile.ZipFile, entry: str, constants
         config = json.loads(zf.read(entry))["config"]
         items = [(str(fqn), meta, str(meta.get("path_name", ""))) for fqn, meta in config.items()]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelFileError(f"{path}: archive entry {entry!r} is not a payload config ({type(exc).__name__}: "
-                             f"{exc}); the file is damaged or not written by torch.export.save") from None
+        raise ModelFileError(
+            f"{path}: archive entry {entry!r} is not a payload config ({type(exc).__name__}: "
+            f"{exc}); the file is damaged or not written by torch.export.save"
+        ) from None
     for fqn, meta, name in items:
         if meta.get("use_pickle"):
             raise _pickled(path, entry, f"marks {fqn!r} ({name}) use_pickle")
@@ -185,11 +207,13 @@ def check_pt2_pickles(path: str | os.PathLike, names: list[str]) -> None:
     for name in names:
         rel = name.replace("\\", "/").split("/", 1)[-1].lower()
         if rel in seen:
-            raise ModelFileError(f"{p}: archive entries {seen[rel]!r} and {name!r} name the same file for torch; "
-                                 f"the archive was not written by torch.export.save: {_REEXPORT}")
+            raise ModelFileError(
+                f"{p}: archive entries {seen[rel]!r} and {name!r} name the same file for torch; "
+                f"the archive was not written by torch.export.save: {_REEXPORT}"
+            )
         seen[rel] = name
     head, tail = lay["models"].lower().split("{}")
-    samples = {lay["sample_inputs"].lower().format(r[len(head):-len(tail)]) for r in seen if _fits(r, lay["models"])}
+    samples = {lay["sample_inputs"].lower().format(r[len(head) : -len(tail)]) for r in seen if _fits(r, lay["models"])}
     with zipfile.ZipFile(p) as zf:
         for rel, name in seen.items():
             if rel in samples:
@@ -233,10 +257,13 @@ def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
         try:
             load_state_dict(path)
         except ModelFileError as exc:
-            return ModelFileError(f"{path} is a pickled Python object (torch.save of a module?): "
-                                  f"{_PICKLED_MODULE_HINT} [{exc}]")
-        return ModelFileError(f"{path} is a state dict (weights only, no architecture): build the module "
-                              "in Python, module.load_state_dict(inference.load_state_dict(path)), then Model(module)")
+            return ModelFileError(
+                f"{path} is a pickled Python object (torch.save of a module?): {_PICKLED_MODULE_HINT} [{exc}]"
+            )
+        return ModelFileError(
+            f"{path} is a state dict (weights only, no architecture): build the module "
+            "in Python, module.load_state_dict(inference.load_state_dict(path)), then Model(module)"
+        )
     return ModelFileError(f"{path} is a plain pickle file: {_PICKLED_MODULE_HINT}")
 
 
@@ -270,9 +297,11 @@ def read_exported(path: str | os.PathLike) -> Any:
     try:
         return torch.export.load(os.fspath(path))
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged archive
-        raise ModelFileError(f"{path}: torch.export program could not be loaded ({type(exc).__name__}: "
-                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}); the file is "
-                             "damaged or written by an incompatible torch") from None
+        raise ModelFileError(
+            f"{path}: torch.export program could not be loaded ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}); the file is "
+            "damaged or written by an incompatible torch"
+        ) from None
 
 
 def exported_module(program: Any, device: torch.device | str) -> torch.nn.Module:

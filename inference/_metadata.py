@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +29,8 @@ import torch
 import portable as pk
 
 from ._block import Block, make_block
+from ._gpu_streams import keep_for_stream, wait_for_streams
+from ._runtime import queue_stream
 from ._tensors import (
     PATH_NAMES,
     Staging,
@@ -39,16 +42,14 @@ from ._tensors import (
     memory_path,
     torch_dtype,
 )
-from ._gpu_streams import keep_for_stream, wait_for_streams
-from ._runtime import queue_stream
 
 #: collection -> {dtype: flat tensor over its buffer}, shared by every SoAMetadata of that
 #: collection (a producer builds metadata per event). The tensors reference the buffer's memory,
 #: never the collection, so an entry goes when its collection does (no lock on that path).
-_FLATS: "weakref.WeakKeyDictionary[Any, dict[np.dtype, torch.Tensor]]" = weakref.WeakKeyDictionary()
+_FLATS: weakref.WeakKeyDictionary[Any, dict[np.dtype, torch.Tensor]] = weakref.WeakKeyDictionary()
 #: collection -> the maker of numpy arrays over its host memory (``Backend.array_factory``: the
 #: arrays keep the buffer alive, the maker does not keep the collection), shared likewise
-_MAKERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_MAKERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 #: guards the blocks of every SoAMetadata (appended or reordered rarely, read once per prepared pass)
 _LOCK = threading.Lock()
 
@@ -74,7 +75,7 @@ class SoAMetadata:
         self._order: tuple[tuple[str, ...], tuple[Block, ...]] | None = None  # (names, blocks), cached
 
     # ------------------------------------------------------------------ description
-    def append_block(self, name: str, *columns: str | Sequence[str], rows_per_item: int = 1) -> "SoAMetadata":
+    def append_block(self, name: str, *columns: str | Sequence[str], rows_per_item: int = 1) -> SoAMetadata:
         """Add block ``name`` made of ``columns`` (adjacent in the layout, one dtype and kind).
 
         ``rows_per_item=R``: the model's batch axis takes R consecutive rows as one item, the
@@ -84,14 +85,20 @@ class SoAMetadata:
             columns = tuple(columns[0])  # append_block("f", ["x", "y"])
         if name in self._blocks:
             raise ValueError(f"block {name!r} is already defined ({self._blocks[name]!r})")
-        block = make_block(self.layout, self.size, self._view_offset, name, columns,  # type: ignore[arg-type]
-                           rows_per_item)
+        block = make_block(
+            self.layout,
+            self.size,
+            self._view_offset,
+            name,
+            columns,  # type: ignore[arg-type]
+            rows_per_item,
+        )
         with self._lock:
             self._blocks[name] = block
             self._order = None
         return self
 
-    def change_order(self, names: Iterable[str]) -> "SoAMetadata":
+    def change_order(self, names: Iterable[str]) -> SoAMetadata:
         """Reorder the blocks (the order in which a model receives or returns them)."""
         names = list(names)
         if sorted(names) != sorted(self._blocks) or len(set(names)) != len(names):
@@ -139,8 +146,10 @@ class SoAMetadata:
     def __repr__(self) -> str:
         blocks = ", ".join(f"{b.name}{list(b.shape)}" for b in self._blocks.values())
         which = f"[{self.which!r}]" if self.which is not None else ""
-        return (f"<SoAMetadata of {self.layout.__name__}{which} n={self.size} on {self.collection.device}: "
-                f"{blocks or 'no blocks'}; {PATH_NAMES[self.path]}>")
+        return (
+            f"<SoAMetadata of {self.layout.__name__}{which} n={self.size} on {self.collection.device}: "
+            f"{blocks or 'no blocks'}; {PATH_NAMES[self.path]}>"
+        )
 
     # ------------------------------------------------------------------ tensors
     def _flat_tensor(self, dtype: np.dtype) -> torch.Tensor:
@@ -155,8 +164,7 @@ class SoAMetadata:
             self._flat[dtype] = flat
         return flat
 
-    def host_arrays(self, places: Sequence[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]]]
-                    ) -> list[np.ndarray]:
+    def host_arrays(self, places: Sequence[tuple[int, np.dtype, tuple[int, ...], tuple[int, ...]]]) -> list[np.ndarray]:
         """Numpy views over the collection's host memory, one per ``(byte offset, dtype, shape,
         byte strides)`` (a block's: :func:`array_places`): what a prepared pass on the CPU reads
         and writes, no torch tensor made."""
@@ -241,8 +249,7 @@ class SoAMetadata:
             checked[name] = check_output(self.block(name), value, cast=cast)
         return checked
 
-    def write_outputs(self, outputs: Mapping[str, Any], *, queue: pk.Queue | None = None,
-                      cast: bool = False) -> None:
+    def write_outputs(self, outputs: Mapping[str, Any], *, queue: pk.Queue | None = None, cast: bool = False) -> None:
         """Write ``{block: array or tensor}`` into the collection's columns.
 
         Every value is checked against its block (shape, dtype; ``cast=True`` converts dtypes)
@@ -254,11 +261,14 @@ class SoAMetadata:
         values (torch's current stream here: an event) and ``record_stream``-ing them for it;
         on the copy path through host staging with copies on ``queue`` (waited for)."""
         checked = self.check_outputs(outputs, cast=cast)
-        if queue is not None and queue.device is not self.collection.device and not (
-            queue.device.can_access(self.collection.device)
+        if (
+            queue is not None
+            and queue.device is not self.collection.device
+            and not (queue.device.can_access(self.collection.device))
         ):
-            raise pk.DeviceMismatch(f"write_outputs: the collection is on {self.collection.device}, "
-                                    f"the queue on {queue.device}")
+            raise pk.DeviceMismatch(
+                f"write_outputs: the collection is on {self.collection.device}, the queue on {queue.device}"
+            )
         self.write_checked(checked, queue)
 
     def _producer_streams(self, checked: Mapping[str, torch.Tensor]) -> dict[str, Any]:
@@ -312,16 +322,21 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
     """``value`` as a tensor fitting ``block`` (a ``[n]`` result fits a one-column ``[n, 1]``
     block; ``rows`` replaces n for a mini-batch); a ValueError/TypeError naming the block otherwise."""
     if block.kind == "scalar":
-        raise ValueError(f"output block {block.name!r} holds scalars (a stride-0 broadcast); "
-                         "scalars can be model inputs but not outputs")
+        raise ValueError(
+            f"output block {block.name!r} holds scalars (a stride-0 broadcast); "
+            "scalars can be model inputs but not outputs"
+        )
     if isinstance(value, torch.Tensor):
         t = value
     else:
         arr = np.asarray(value)
         if arr.dtype.hasobject:
             raise TypeError(f"output for block {block.name!r} is not numeric ({arr.dtype})")
-        t = torch.from_numpy(np.ascontiguousarray(arr)) if arr.dtype.byteorder in "=|" else torch.from_numpy(
-            arr.astype(arr.dtype.newbyteorder("=")))
+        t = (
+            torch.from_numpy(np.ascontiguousarray(arr))
+            if arr.dtype.byteorder in "=|"
+            else torch.from_numpy(arr.astype(arr.dtype.newbyteorder("=")))
+        )
     shape = tuple(t.shape)
     want_shape = block.shape if rows is None else (rows,) + block.shape[1:]
     if shape != want_shape:
@@ -329,14 +344,18 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
             t = t.reshape(want_shape)
         else:
             batch = "" if rows is None else f" (a mini-batch of {rows})"
-            raise ValueError(f"output for block {block.name!r} has shape {list(shape)}, the block "
-                             f"[{', '.join(block.columns)}] needs {list(want_shape)}{batch}; nothing was written")
+            raise ValueError(
+                f"output for block {block.name!r} has shape {list(shape)}, the block "
+                f"[{', '.join(block.columns)}] needs {list(want_shape)}{batch}; nothing was written"
+            )
     want = torch_dtype(block.dtype)
     if t.dtype != want:
         if not cast:
-            raise TypeError(f"output for block {block.name!r} has dtype {t.dtype}, the block's columns are "
-                            f"{block.dtype}; pass cast=True (ModelMetadata(..., cast_outputs=True)) to convert; "
-                            "nothing was written")
+            raise TypeError(
+                f"output for block {block.name!r} has dtype {t.dtype}, the block's columns are "
+                f"{block.dtype}; pass cast=True (ModelMetadata(..., cast_outputs=True)) to convert; "
+                "nothing was written"
+            )
         t = t.to(want)
     return t
 
@@ -350,8 +369,15 @@ class ModelMetadata:
     ``input_dtype``: convert inputs to this dtype before the model (a copy).
     """
 
-    def __init__(self, inputs: SoAMetadata, outputs: SoAMetadata, *, batch_size: int | None = None,
-                 cast_outputs: bool = False, input_dtype: Any = None) -> None:
+    def __init__(
+        self,
+        inputs: SoAMetadata,
+        outputs: SoAMetadata,
+        *,
+        batch_size: int | None = None,
+        cast_outputs: bool = False,
+        input_dtype: Any = None,
+    ) -> None:
         for what, meta in (("inputs", inputs), ("outputs", outputs)):
             if not isinstance(meta, SoAMetadata):
                 raise TypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
@@ -359,16 +385,21 @@ class ModelMetadata:
                 raise ValueError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
         for b in outputs._blocks.values():
             if b.kind == "scalar":
-                raise ValueError(f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
-                                 "scalars can be model inputs but not outputs")
+                raise ValueError(
+                    f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
+                    "scalars can be model inputs but not outputs"
+                )
         # the instance dict directly, not __setattr__ below: there are no plans to drop yet.
         # _plans: Model -> its prepared pass on this metadata (inference._plan.Plan); dropped
         # whenever an attribute is set (below) and not used once a block of inputs/outputs changed
         self.__dict__.update(
-            inputs=inputs, outputs=outputs,
+            inputs=inputs,
+            outputs=outputs,
             batch_size=None if batch_size is None else check_batch_size(batch_size, inputs, outputs),
             cast_outputs=bool(cast_outputs),
-            input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype), _plans={})
+            input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype),
+            _plans={},
+        )
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -396,12 +427,16 @@ def check_batch_size(batch_size: Any, inputs: SoAMetadata, outputs: SoAMetadata)
     blocks = [b for b in inputs.blocks + outputs.blocks if b.kind != "scalar"]
     if all(b.rows_per_item == 1 for b in blocks):
         if inputs.size != outputs.size:
-            raise ValueError(f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
-                             f"outputs n={outputs.size}")
+            raise ValueError(
+                f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
+                f"outputs n={outputs.size}"
+            )
     elif len({b.size for b in blocks}) > 1:
         items = {b.name: b.size for b in blocks}
-        raise ValueError(f"mini-batches need one batch axis for every block; the blocks' items are {items} "
-                         "(rows grouped by rows_per_item count as one item)")
+        raise ValueError(
+            f"mini-batches need one batch axis for every block; the blocks' items are {items} "
+            "(rows grouped by rows_per_item count as one item)"
+        )
     for b in inputs.blocks + outputs.blocks:
         if b.kind != "scalar" and batch_size % b.batch_multiple:
             raise ValueError(

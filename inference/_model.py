@@ -25,14 +25,23 @@ import copy
 import functools
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 import portable as pk
 
-from ._loading import (ModelFileError, detect_format, exported_module, jit_load, jit_save_bytes, read_exported,
-                       read_torchscript, refuse)
+from ._loading import (
+    ModelFileError,
+    detect_format,
+    exported_module,
+    jit_load,
+    jit_save_bytes,
+    read_exported,
+    read_torchscript,
+    refuse,
+)
 from ._metadata import ModelMetadata, check_batch_size
 from ._plan import Pass, PassSpec, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads
@@ -100,11 +109,13 @@ class Model:
                 raise refuse(path, fmt)
             self.source = path
         else:
-            raise TypeError(f"Model needs a .pt2, .onnx or TorchScript file, a ScriptModule or an nn.Module, "
-                            f"got {type(source).__name__}")
+            raise TypeError(
+                f"Model needs a .pt2, .onnx or TorchScript file, a ScriptModule or an nn.Module, "
+                f"got {type(source).__name__}"
+            )
 
     # ------------------------------------------------------------------ binding
-    def to(self, queue: pk.Queue) -> "Model":
+    def to(self, queue: pk.Queue) -> Model:
         """Bind the queue's device and stream: for this thread, and as the default of threads
         that bound none. Deployment on the device happens at the first forward there."""
         if not isinstance(queue, pk.Queue):
@@ -165,8 +176,7 @@ class Model:
         return aot.load(self._package, device_index=index)  # a damaged package: ModelFileError
 
     # ------------------------------------------------------------------ forward
-    def forward(self, metadata: ModelMetadata, queue: pk.Queue | None = None, *,
-                batch_size: int | None = None) -> None:
+    def forward(self, metadata: ModelMetadata, queue: pk.Queue | None = None, *, batch_size: int | None = None) -> None:
         """Enqueue the model on ``queue`` (default: the bound one) reading ``metadata.inputs``'
         blocks and writing its outputs into ``metadata.outputs``' blocks. Outputs are checked
         (shape, dtype) before anything is written; a mismatch leaves the collection unchanged.
@@ -176,7 +186,7 @@ class Model:
         if queue is None:
             queue = getattr(self._local, "queue", None) or self._default_queue
         if batch_size is None and isinstance(metadata, ModelMetadata):  # the hot path: prepared before
-            plan = metadata._plans.get(self)  # noqa: SLF001 - the metadata's cache of plans, same package
+            plan = metadata._plans.get(self)
             if plan is not None and plan.queue is queue and plan.current(metadata):
                 plan.launch()
                 return
@@ -193,11 +203,16 @@ class Model:
         if access not in self._access_ok:  # checked once per combination of devices
             for what, meta in (("input", metadata.inputs), ("output", metadata.outputs)):
                 if not dev.can_access(meta.collection.device):
-                    raise pk.DeviceMismatch(f"the {what} collection is on {meta.collection.device}; the model's "
-                                            f"queue is on {dev}. Copy it there first (coll.to(device, queue))")
+                    raise pk.DeviceMismatch(
+                        f"the {what} collection is on {meta.collection.device}; the model's "
+                        f"queue is on {dev}. Copy it there first (coll.to(device, queue))"
+                    )
             self._access_ok.add(access)
-        bs = metadata.batch_size if batch_size is None else check_batch_size(
-            batch_size, metadata.inputs, metadata.outputs)
+        bs = (
+            metadata.batch_size
+            if batch_size is None
+            else check_batch_size(batch_size, metadata.inputs, metadata.outputs)
+        )
         cached = self._for_device.get(dev)
         if cached is None:
             cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace(), {})
@@ -208,8 +223,7 @@ class Model:
         # (after the block cache was cleared) get a spec of their own: the same pass.
         ins, outs = metadata.inputs, metadata.outputs
         in_blocks, out_blocks = ins.ordered()[1], outs.ordered()[1]
-        key = (tuple(map(id, in_blocks)), tuple(map(id, out_blocks)), bs, metadata.cast_outputs,
-               metadata.input_dtype)
+        key = (tuple(map(id, in_blocks)), tuple(map(id, out_blocks)), bs, metadata.cast_outputs, metadata.input_dtype)
         spec = specs.get(key)
         if spec is None:
             if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
@@ -223,11 +237,14 @@ class Model:
         run = Pass(spec, ins, outs)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
             from ._gpu_streams import run_on_queue_stream
-            launch = functools.partial(run_on_queue_stream, q, run.bind().run,
-                                       metadata.inputs.collection, metadata.outputs.collection)
+
+            launch = functools.partial(
+                run_on_queue_stream, q, run.bind().run, metadata.inputs.collection, metadata.outputs.collection
+            )
         elif path == "host":  # enqueue_native: a host task that marks the collections as the queue's
-            launch = functools.partial(q.enqueue_native, run.bind().run, metadata.inputs.collection,
-                                       metadata.outputs.collection)
+            launch = functools.partial(
+                q.enqueue_native, run.bind().run, metadata.inputs.collection, metadata.outputs.collection
+            )
         else:
             launch = functools.partial(_launch_staged, q, run)
         return self._keep(metadata, Plan(q, metadata, launch), batch_size)
@@ -235,7 +252,7 @@ class Model:
     def _keep(self, metadata: ModelMetadata, plan: Plan, batch_size: int | None) -> Plan:
         """Keep ``plan`` in the metadata for the next forward (not one for a per-call batch size)."""
         if batch_size is None:
-            plans = metadata._plans  # noqa: SLF001
+            plans = metadata._plans
             if len(plans) >= 8:  # a metadata used by many models: keep the latest few
                 plans.clear()
             plans[self] = plan
@@ -251,8 +268,11 @@ class Model:
         if self.kind == "onnx" and q is not None:
             runner = self._for_device.get(q.device, (None,))[0]
             if runner is not None:
-                gathered = (f"; blocks {list(runner.gathered)} gathered into row-major tensors (one copy each)"
-                            if runner.gathered else "; inputs bound in place (I/O binding, zero-copy)")
+                gathered = (
+                    f"; blocks {list(runner.gathered)} gathered into row-major tensors (one copy each)"
+                    if runner.gathered
+                    else "; inputs bound in place (I/O binding, zero-copy)"
+                )
                 aot = f", ONNX Runtime {runner.stream_note}{gathered}"
             else:
                 aot = ", ONNX Runtime"
@@ -266,6 +286,7 @@ def _launch_staged(q: pk.Queue, run: Pass) -> None:
     in_names = list(run.spec.in_names)
     staged_in = ins.stage_in(q, in_names, wait=False)
     staged_out = outs.stage_in(q, list(run.spec.names), wait=False)
-    q.enqueue_host(lambda: run.execute([staged_in[n].tensor() for n in in_names],
-                                       {n: s.tensor() for n, s in staged_out.items()}))
+    q.enqueue_host(
+        lambda: run.execute([staged_in[n].tensor() for n in in_names], {n: s.tensor() for n, s in staged_out.items()})
+    )
     outs.stage_out(q, staged_out)

@@ -29,7 +29,8 @@ import ntpath
 import os
 import re
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,10 +40,18 @@ from ._loading import ModelFileError
 
 #: ONNX tensor element types (as ORT spells them) -> numpy dtypes
 _ONNX_TYPES = {
-    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-    "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
-    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
 }
 
 #: the execution provider each torch device type needs, and what to install for it
@@ -65,8 +74,10 @@ def choose_provider(device_type: str, available: Sequence[str]) -> str:
     """The execution provider for models run on torch device type ``device_type``; a clear error
     naming the provider and the extra when this ONNX Runtime lacks it."""
     if device_type not in _PROVIDERS:
-        raise ModelFileError(f"ONNX Runtime models run on the CPU or CUDA here; this queue runs models on "
-                             f"{device_type!r}, for which alpyka has no execution provider")
+        raise ModelFileError(
+            f"ONNX Runtime models run on the CPU or CUDA here; this queue runs models on "
+            f"{device_type!r}, for which alpyka has no execution provider"
+        )
     name, install = _PROVIDERS[device_type]
     if name not in available:
         raise ModelFileError(f"this ONNX Runtime has no {name} (it has {list(available)}); {install}")
@@ -91,7 +102,8 @@ class Decl:
     def fits(self, shape: Sequence[int]) -> bool:
         """Whether a tensor of ``shape`` (batch axis first) fits the declared dims (ignoring the batch)."""
         return len(shape) == len(self.dims) and all(
-            d is None or d == s for i, (d, s) in enumerate(zip(self.dims, shape)) if i > 0)
+            d is None or d == s for i, (d, s) in enumerate(zip(self.dims, shape)) if i > 0
+        )
 
 
 def row_major(block: Block) -> bool:
@@ -119,8 +131,7 @@ def session_options(ort: Any) -> Any:
 def _tensors(graph: Any) -> Iterator[Any]:
     """Every tensor of an ONNX graph: initializers (sparse ones too) and node attributes,
     subgraphs (``If``/``Loop`` bodies) included."""
-    for t in graph.initializer:
-        yield t
+    yield from graph.initializer
     for sp in graph.sparse_initializer:
         yield from (sp.values, sp.indices)
     yield from _node_tensors(graph.node)
@@ -146,8 +157,10 @@ def external_data_files(data: bytes, path: str) -> list[str]:
     try:
         import onnx
     except ImportError:
-        raise ModelFileError(f"{path} may keep tensors in external data files; checking where they are needs "
-                             "the onnx package: pip install 'alpyka[onnx]'") from None
+        raise ModelFileError(
+            f"{path} may keep tensors in external data files; checking where they are needs "
+            "the onnx package: pip install 'alpyka[onnx]'"
+        ) from None
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -168,20 +181,28 @@ def _external_file(path: str, folder: str, tensor: Any) -> str:
     where = entries.get("location", "")
     what = f"{path}: tensor {tensor.name!r} keeps its data in external file {where!r}"
     if not where:
-        raise ModelFileError(f"{path}: tensor {tensor.name!r} has external data without a location; the file is "
-                             "damaged: re-export the model")
+        raise ModelFileError(
+            f"{path}: tensor {tensor.name!r} has external data without a location; the file is "
+            "damaged: re-export the model"
+        )
     if os.path.isabs(where) or ntpath.isabs(where) or ".." in re.split(r"[\\/]", where):
-        raise ModelFileError(f"{what}, outside the model's folder; refused (a model reads its external data "
-                             "only from files beside it): re-save it with a plain file name, e.g. onnx.save_model("
-                             "model, 'model.onnx', save_as_external_data=True, location='model.onnx.data')")
+        raise ModelFileError(
+            f"{what}, outside the model's folder; refused (a model reads its external data "
+            "only from files beside it): re-save it with a plain file name, e.g. onnx.save_model("
+            "model, 'model.onnx', save_as_external_data=True, location='model.onnx.data')"
+        )
     full = os.path.join(folder, where)
     base = os.path.realpath(folder)
     if os.path.commonpath([base, os.path.realpath(full)]) != base:
-        raise ModelFileError(f"{what}, a link to {os.path.realpath(full)!r} outside the model's folder; refused: "
-                             "copy the data file next to the model")
+        raise ModelFileError(
+            f"{what}, a link to {os.path.realpath(full)!r} outside the model's folder; refused: "
+            "copy the data file next to the model"
+        )
     if not os.path.isfile(full):
-        raise ModelFileError(f"{what}, which is missing from the model's folder {folder!r}: copy {where!r} there "
-                             "(external data is read from beside the model, not from the working directory)")
+        raise ModelFileError(
+            f"{what}, which is missing from the model's folder {folder!r}: copy {where!r} there "
+            "(external data is read from beside the model, not from the working directory)"
+        )
     return full
 
 
@@ -202,18 +223,21 @@ class OnnxProgram:
         #: what sessions are made from: the bytes, or the absolute path when there is external data
         self.source: bytes | str = os.path.abspath(self.path) if self.external_files else self.data
         try:
-            session = self.ort.InferenceSession(self.source, session_options(self.ort),
-                                                providers=["CPUExecutionProvider"])
+            session = self.ort.InferenceSession(
+                self.source, session_options(self.ort), providers=["CPUExecutionProvider"]
+            )
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelFileError(f"{self.path}: ONNX Runtime cannot load it ({text}); the file is truncated, "
-                                 "damaged or not an ONNX model") from None
+            raise ModelFileError(
+                f"{self.path}: ONNX Runtime cannot load it ({text}); the file is truncated, "
+                "damaged or not an ONNX model"
+            ) from None
         self.inputs = [Decl(a) for a in session.get_inputs()]
         self.outputs = [Decl(a) for a in session.get_outputs()]
         self._cpu_session = session
         self._lock = threading.Lock()
 
-    def runner(self, tdev: torch.device) -> "OnnxRunner":
+    def runner(self, tdev: torch.device) -> OnnxRunner:
         """A runner for models run on ``tdev`` (the provider is checked now)."""
         provider = choose_provider(tdev.type, self.ort.get_available_providers())
         return OnnxRunner(self, tdev, provider)
@@ -252,43 +276,58 @@ class OnnxRunner:
         return "CPU EP"
 
     # ------------------------------------------------------------------ checks
-    def check(self, inputs: Sequence[Block], outputs: Sequence[Block],
-              input_dtype: torch.dtype | None, cast: bool = False) -> tuple[str, ...]:
+    def check(
+        self, inputs: Sequence[Block], outputs: Sequence[Block], input_dtype: torch.dtype | None, cast: bool = False
+    ) -> tuple[str, ...]:
         """Check the blocks against the model's declared inputs and outputs (count, dtype, dims;
         ``cast``: output dtypes are converted, not checked); returns the input blocks that are
         gathered into row-major tensors. Cached per geometry less the batch axis
         (per-candidate collections change their size every event)."""
-        key = (tuple((b.name, b.dtype, b.shape[1:], row_major(b)) for b in inputs),
-               tuple((b.name, b.dtype, b.shape[1:]) for b in outputs), input_dtype, cast)
+        key = (
+            tuple((b.name, b.dtype, b.shape[1:], row_major(b)) for b in inputs),
+            tuple((b.name, b.dtype, b.shape[1:]) for b in outputs),
+            input_dtype,
+            cast,
+        )
         found = self._checked.get(key)
         if found is None:
             found = self._checked[key] = self._check(inputs, outputs, input_dtype, cast)
         self.gathered = found
         return found
 
-    def _check(self, inputs: Sequence[Block], outputs: Sequence[Block],
-               input_dtype: torch.dtype | None, cast: bool) -> tuple[str, ...]:
+    def _check(
+        self, inputs: Sequence[Block], outputs: Sequence[Block], input_dtype: torch.dtype | None, cast: bool
+    ) -> tuple[str, ...]:
         prog = self.program
         name = os.path.basename(prog.path)
         if len(inputs) != len(prog.inputs):
-            raise ValueError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}; the input blocks are "
-                             f"{len(inputs)}: {[f'{b.name} {b.dtype}{list(b.shape)}' for b in inputs]}")
+            raise ValueError(
+                f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}; the input blocks are "
+                f"{len(inputs)}: {[f'{b.name} {b.dtype}{list(b.shape)}' for b in inputs]}"
+            )
         for decl, b in zip(prog.inputs, inputs):
             dtype = b.dtype if input_dtype is None else np.dtype(torch.empty(0, dtype=input_dtype).numpy().dtype)
             if decl.dtype != dtype:
-                raise TypeError(f"{name}: input {decl} gets block {b.name!r} of dtype {dtype}; convert the "
-                                f"columns or pass ModelMetadata(..., input_dtype={decl.dtype})")
+                raise TypeError(
+                    f"{name}: input {decl} gets block {b.name!r} of dtype {dtype}; convert the "
+                    f"columns or pass ModelMetadata(..., input_dtype={decl.dtype})"
+                )
             if not decl.fits(b.shape):
-                raise ValueError(f"{name}: input {decl} gets block {b.name!r} of shape {list(b.shape)} "
-                                 "(batch axis first)")
+                raise ValueError(
+                    f"{name}: input {decl} gets block {b.name!r} of shape {list(b.shape)} (batch axis first)"
+                )
         mapping = self.output_blocks(outputs)
         for decl, b in mapping:
             if decl.dtype is not None and decl.dtype != b.dtype and not cast:
-                raise TypeError(f"{name}: output {decl} goes to block {b.name!r} of dtype {b.dtype}; "
-                                "pass ModelMetadata(..., cast_outputs=True) to convert; nothing was written")
+                raise TypeError(
+                    f"{name}: output {decl} goes to block {b.name!r} of dtype {b.dtype}; "
+                    "pass ModelMetadata(..., cast_outputs=True) to convert; nothing was written"
+                )
             if not (decl.fits(b.shape) or decl.fits(b.shape[:1]) and b.shape[1:] == (1,)):
-                raise ValueError(f"{name}: output {decl} does not fit block {b.name!r} "
-                                 f"[{', '.join(b.columns)}] of shape {list(b.shape)}; nothing was written")
+                raise ValueError(
+                    f"{name}: output {decl} does not fit block {b.name!r} "
+                    f"[{', '.join(b.columns)}] of shape {list(b.shape)}; nothing was written"
+                )
         return tuple(b.name for b in inputs if not row_major(b))
 
     def output_blocks(self, outputs: Sequence[Block]) -> list[tuple[Decl, Block]]:
@@ -296,8 +335,10 @@ class OnnxRunner:
         decls = self.program.outputs
         by_name = {b.name: b for b in outputs}
         if len(decls) != len(outputs):
-            raise ValueError(f"{os.path.basename(self.program.path)} returns {len(decls)} output(s) {decls}; "
-                             f"the output blocks are {len(outputs)}: {list(by_name)}; nothing was written")
+            raise ValueError(
+                f"{os.path.basename(self.program.path)} returns {len(decls)} output(s) {decls}; "
+                f"the output blocks are {len(outputs)}: {list(by_name)}; nothing was written"
+            )
         if {d.name for d in decls} == set(by_name):
             return [(d, by_name[d.name]) for d in decls]
         return list(zip(decls, outputs))
@@ -310,8 +351,9 @@ class OnnxRunner:
             session = self._sessions[stream] = self.program.session(self.tdev, self.provider, stream)
         return session
 
-    def __call__(self, outputs: Sequence[Block], rows: int | None, *tensors: torch.Tensor,
-                 memo: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    def __call__(
+        self, outputs: Sequence[Block], rows: int | None, *tensors: torch.Tensor, memo: dict[str, Any] | None = None
+    ) -> dict[str, torch.Tensor]:
         """Run on row-major ``tensors`` (bound in place); ``{output block: tensor}`` of ``rows``
         items on the batch axis (None: each block's own).
 
@@ -332,8 +374,9 @@ class OnnxRunner:
         self._run(session, binding, outputs)
         return results
 
-    def _bind(self, session: Any, outputs: Sequence[Block], rows: int | None,
-              tensors: Sequence[torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
+    def _bind(
+        self, session: Any, outputs: Sequence[Block], rows: int | None, tensors: Sequence[torch.Tensor]
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
         for decl, t in zip(self.program.inputs, tensors):
@@ -366,10 +409,12 @@ class OnnxRunner:
             session.run_with_iobinding(binding, self._run_options)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
             text = " ".join(str(exc).split())
-            raise ValueError(f"{os.path.basename(self.program.path)} failed on these blocks "
-                             f"(outputs {[b.name for b in outputs]}): {text}; nothing was written") from None
+            raise ValueError(
+                f"{os.path.basename(self.program.path)} failed on these blocks "
+                f"(outputs {[b.name for b in outputs]}): {text}; nothing was written"
+            ) from None
 
-    def host_binding(self, inputs: Sequence[Block], outputs: Sequence[Block]) -> "HostBinding | None":
+    def host_binding(self, inputs: Sequence[Block], outputs: Sequence[Block]) -> HostBinding | None:
         """The reusable binding of whole-collection passes over these blocks on the CPU EP, or
         None where the general path is needed (another device, no rows, converted dtypes)."""
         if self.tdev.type != "cpu" or not inputs:
@@ -378,7 +423,8 @@ class OnnxRunner:
         if any(b.size == 0 or b.kind == "scalar" for b in outputs) or any(b.size == 0 for b in inputs):
             return None
         if any(d.dtype != b.dtype for d, b in zip(self.program.inputs, inputs)) or any(
-                d.dtype != b.dtype for d, b in pairs):
+            d.dtype != b.dtype for d, b in pairs
+        ):
             return None
         return HostBinding(self, self._session(), inputs, outputs, pairs)
 
@@ -405,8 +451,9 @@ class OnnxRunner:
         try:
             session.run_with_iobinding(binding, self._run_options)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
-            raise ValueError(f"{name} failed on inputs of shape {[list(t.shape) for t in bound]}: "
-                             f"{' '.join(str(exc).split())}") from None
+            raise ValueError(
+                f"{name} failed on inputs of shape {[list(t.shape) for t in bound]}: {' '.join(str(exc).split())}"
+            ) from None
         return [torch.from_numpy(a) for a in binding.copy_outputs_to_cpu()]
 
 
@@ -424,11 +471,30 @@ class HostBinding:
     ``copy_``; ORT is called through its native session (the Python wrapper's checks are for
     WebGPU graph capture), with run options made once."""
 
-    __slots__ = ("runner", "lock", "binding", "call", "native", "options", "gathered", "in_place", "last",
-                 "results", "in_blocks", "out_blocks", "one")
+    __slots__ = (
+        "runner",
+        "lock",
+        "binding",
+        "call",
+        "native",
+        "options",
+        "gathered",
+        "in_place",
+        "last",
+        "results",
+        "in_blocks",
+        "out_blocks",
+        "one",
+    )
 
-    def __init__(self, runner: OnnxRunner, session: Any, inputs: Sequence[Block], outputs: Sequence[Block],
-                 pairs: Sequence[tuple[Decl, Block]]) -> None:
+    def __init__(
+        self,
+        runner: OnnxRunner,
+        session: Any,
+        inputs: Sequence[Block],
+        outputs: Sequence[Block],
+        pairs: Sequence[tuple[Decl, Block]],
+    ) -> None:
         ort = runner.program.ort
         self.runner, self.lock = runner, threading.Lock()
         self.in_blocks, self.out_blocks = tuple(inputs), tuple(outputs)
@@ -456,11 +522,16 @@ class HostBinding:
             by_block[b.name] = res.reshape(b.shape)
         #: the arrays ORT writes, in block order, viewed with the blocks' shapes
         self.results: list[np.ndarray] = [by_block[b.name] for b in outputs]
-        self.one = (len(self.gathered) == 1 and not self.in_place and len(self.results) == 1
-                    and max(self.gathered[0][1].nbytes, self.results[0].nbytes) <= SMALL_COPY_BYTES)
+        self.one = (
+            len(self.gathered) == 1
+            and not self.in_place
+            and len(self.results) == 1
+            and max(self.gathered[0][1].nbytes, self.results[0].nbytes) <= SMALL_COPY_BYTES
+        )
 
-    def bind(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray],
-             general: Callable[[], None]) -> Callable[[], None]:
+    def bind(
+        self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], general: Callable[[], None]
+    ) -> Callable[[], None]:
         """The pass over one metadata's blocks (``ins``/``outs``: numpy views of the input and
         output blocks, in block order): a callable that gathers, runs and writes; ``general``
         runs the pass without this binding (taken when another thread holds it)."""
@@ -486,8 +557,10 @@ class HostBinding:
             return run_one
         gathers = tuple(_copier(buf, ins[i], True) for i, buf in self.gathered)
         writes = tuple(_copier(outs[k], res, False) for k, res in enumerate(self.results))
-        in_place = tuple((j, name, dtype, shape, ins[i], ins[i].ctypes.data)
-                         for j, (i, name, dtype, shape) in enumerate(self.in_place))
+        in_place = tuple(
+            (j, name, dtype, shape, ins[i], ins[i].ctypes.data)
+            for j, (i, name, dtype, shape) in enumerate(self.in_place)
+        )
         last, binding = self.last, self.binding
 
         def run() -> None:
@@ -514,8 +587,10 @@ class HostBinding:
 
     def _failed(self, exc: Exception) -> None:
         text = " ".join(str(exc).split())
-        raise ValueError(f"{os.path.basename(self.runner.program.path)} failed on these blocks "
-                         f"(outputs {[b.name for b in self.out_blocks]}): {text}; nothing was written") from None
+        raise ValueError(
+            f"{os.path.basename(self.runner.program.path)} failed on these blocks "
+            f"(outputs {[b.name for b in self.out_blocks]}): {text}; nothing was written"
+        ) from None
 
 
 #: blocks up to this many bytes are copied with numpy's ``copyto`` (see :class:`HostBinding`)

@@ -31,7 +31,8 @@ enters, without its Python wrapper: 1.2-2.2 vs 2.7 us per pass on a 2-core machi
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -49,11 +50,35 @@ class PassSpec:
     object per geometry) and the pass settings. ``Model`` keeps one per geometry, so a producer
     that builds new metadata for every event pays only for binding the collections' memory."""
 
-    __slots__ = ("kind", "fn", "batch_size", "in_names", "in_blocks", "names", "out_blocks", "n", "cast",
-                 "input_dtype", "prepare", "indirect", "checks", "work", "host", "in_places", "out_places")
+    __slots__ = (
+        "kind",
+        "fn",
+        "batch_size",
+        "in_names",
+        "in_blocks",
+        "names",
+        "out_blocks",
+        "n",
+        "cast",
+        "input_dtype",
+        "prepare",
+        "indirect",
+        "checks",
+        "work",
+        "host",
+        "in_places",
+        "out_places",
+    )
 
-    def __init__(self, kind: str, fn: Callable[..., Any], metadata: ModelMetadata, batch_size: int | None,
-                 work: "Workspace | None" = None, host: bool = False) -> None:
+    def __init__(
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        metadata: ModelMetadata,
+        batch_size: int | None,
+        work: Workspace | None = None,
+        host: bool = False,
+    ) -> None:
         self.kind, self.fn, self.batch_size = kind, fn, batch_size
         self.in_names = metadata.inputs.ordered()[0]
         self.names, self.out_blocks = metadata.outputs.ordered()
@@ -89,6 +114,7 @@ class PassSpec:
         """The pass over these collections through :attr:`host` (host memory only): gathers,
         runs and writes with nothing made per pass; the general pass when another thread holds
         the binding."""
+
         def general() -> None:
             Pass(self, ins, outs).bind()._whole(False)
 
@@ -114,7 +140,7 @@ class Pass:
         self.fast: tuple[tuple[torch.Tensor, torch.Size, torch.dtype], ...] | None = None
         self.args: tuple[torch.Tensor, ...] = ()
 
-    def bind(self) -> "Pass":
+    def bind(self) -> Pass:
         """Resolve the blocks' tensors over the collections' memory (the zero-copy paths) and the
         exact output geometry the fast check accepts; returns self."""
         spec, ins, outs = self.spec, self.ins, self.outs
@@ -193,8 +219,9 @@ class Pass:
                 else:
                     values = _in_order(raw, spec.names)
                     if values is not None and all(
-                            isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == dtype
-                            for v, (_, shape, dtype) in zip(values, fast)):
+                        isinstance(v, torch.Tensor) and v.shape == shape and v.dtype == dtype
+                        for v, (_, shape, dtype) in zip(values, fast)
+                    ):
                         for v, (target, _, _) in zip(values, fast):  # every output matched: now write them
                             target.copy_(v)
                         return
@@ -222,8 +249,10 @@ class Pass:
             for start in range(0, n, bs):
                 stop = min(start + bs, n)
                 mapped = map_outputs(self._run([t[start:stop] for t in inputs], stop - start), names)
-                results += [(b.name, start, stop, check_output(b, mapped[b.name], cast=cast, rows=stop - start))
-                            for b in out_blocks]
+                results += [
+                    (b.name, start, stop, check_output(b, mapped[b.name], cast=cast, rows=stop - start))
+                    for b in out_blocks
+                ]
             for name, start, stop, value in results:  # every batch's outputs were checked: now write them
                 write(outputs[name][start:stop], value)
 
@@ -259,8 +288,7 @@ class Plan:
 
     def current(self, metadata: ModelMetadata) -> bool:
         """Whether the metadata's blocks are still the ones the plan was made from."""
-        return (self.in_order is metadata.inputs._order  # noqa: SLF001 - the cache token, same package
-                and self.out_order is metadata.outputs._order)  # noqa: SLF001
+        return self.in_order is metadata.inputs._order and self.out_order is metadata.outputs._order
 
 
 def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:
@@ -297,21 +325,26 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     block order, a dict by block name."""
     if isinstance(raw, torch.Tensor):
         if len(names) != 1:
-            raise ValueError(f"the model returned one tensor; the outputs define {len(names)} blocks {list(names)}; "
-                             "return a tuple (in block order) or a dict (by block name)")
+            raise ValueError(
+                f"the model returned one tensor; the outputs define {len(names)} blocks {list(names)}; "
+                "return a tuple (in block order) or a dict (by block name)"
+            )
         return {names[0]: raw}
     if isinstance(raw, (tuple, list)):
         if len(raw) != len(names):
-            raise ValueError(f"the model returned {len(raw)} outputs; "
-                             f"the outputs define {len(names)} blocks {list(names)}")
+            raise ValueError(
+                f"the model returned {len(raw)} outputs; the outputs define {len(names)} blocks {list(names)}"
+            )
         return dict(zip(names, raw))
     if isinstance(raw, Mapping):
         names = list(names)
         missing = [k for k in names if k not in raw]
         extra = [k for k in raw if k not in names]
         if missing or extra:
-            raise KeyError(f"the model's outputs {list(raw)} do not match the output blocks {list(names)} "
-                           f"(missing {missing}, unexpected {extra})")
+            raise KeyError(
+                f"the model's outputs {list(raw)} do not match the output blocks {list(names)} "
+                f"(missing {missing}, unexpected {extra})"
+            )
         return {k: raw[k] for k in names}
     raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -70,8 +70,7 @@ def ensure_torch_threads() -> None:
 
 def torch_threads() -> dict[str, object]:
     """The thread counts torch uses now, and why the inter-op count differs from the request."""
-    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
-            "note": _interop_note}
+    return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(), "note": _interop_note}
 
 
 def _native_stream_pointer(queue: pk.Queue) -> int:

@@ -9,8 +9,9 @@ then puts first as -1, as Triton's model metadata shows it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -36,14 +37,18 @@ class TensorDesc:
         object.__setattr__(self, "batched", bool(self.batched))
 
     @classmethod
-    def parse(cls, value: Any) -> "TensorDesc":
+    def parse(cls, value: Any) -> TensorDesc:
         """From ``"name:dtype:d0,d1"`` (dtype and dims optional), a tuple ``(name, dtype, dims)``
         or a dict ``{"name", "dtype", "dims" (or "shape"), "batched"}``."""
         if isinstance(value, TensorDesc):
             return value
         if isinstance(value, Mapping):
-            return cls(value["name"], value.get("dtype", "float32"),
-                       value.get("dims", value.get("shape", (-1,))), value.get("batched", False))
+            return cls(
+                value["name"],
+                value.get("dtype", "float32"),
+                value.get("dims", value.get("shape", (-1,))),
+                value.get("batched", False),
+            )
         if isinstance(value, str):
             parts = value.split(":")
             if not parts[0] or len(parts) > 3:
@@ -57,7 +62,7 @@ class TensorDesc:
         raise TypeError(f"cannot read a tensor declaration from {value!r}")
 
     @classmethod
-    def from_server(cls, name: str, dtype: Any, shape: Sequence[int], batching: bool) -> "TensorDesc":
+    def from_server(cls, name: str, dtype: Any, shape: Sequence[int], batching: bool) -> TensorDesc:
         """From a server's model metadata: ``shape`` has the batch axis first (-1) when the model
         batches; a tensor without one stays unbatched (the client refuses such a model)."""
         shape = tuple(int(d) for d in shape)

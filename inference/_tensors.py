@@ -25,8 +25,11 @@ import portable as pk
 from ._block import Block
 
 #: memory paths and what ``repr`` says about them
-PATH_NAMES = {"host": "zero-copy (host memory)", "cuda": "zero-copy (device memory)",
-              "copy": "copy path (memory not addressable from torch; staged through host memory)"}
+PATH_NAMES = {
+    "host": "zero-copy (host memory)",
+    "cuda": "zero-copy (device memory)",
+    "copy": "copy path (memory not addressable from torch; staged through host memory)",
+}
 
 
 def memory_path(device: pk.Device) -> str:
@@ -61,10 +64,16 @@ def torch_device(device: pk.Device) -> torch.device:
 
 
 _NP_TO_TORCH = {
-    np.dtype(np.bool_): torch.bool, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
-    np.dtype(np.int16): torch.int16, np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64,
-    np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
-    np.dtype(np.float64): torch.float64, np.dtype(np.complex64): torch.complex64,
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.complex64): torch.complex64,
     np.dtype(np.complex128): torch.complex128,
 }
 for _np, _t in ((np.uint16, "uint16"), (np.uint32, "uint32"), (np.uint64, "uint64")):
@@ -96,7 +105,11 @@ class _CudaArrayInterface:
     def __init__(self, ptr: int, count: int, dtype: np.dtype, owner: Any) -> None:
         self.owner = owner
         self.__cuda_array_interface__ = {
-            "shape": (count,), "typestr": dtype.str, "data": (ptr, False), "strides": None, "version": 2,
+            "shape": (count,),
+            "typestr": dtype.str,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 2,
         }
 
 
@@ -123,6 +136,7 @@ def flat_tensor(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> torch.Tensor
             return torch.as_tensor(arr, device=tdev)
         if arr is not None and hasattr(arr, "__dlpack__"):  # cupy on HIP: no CAI
             from ._gpu_streams import dlpack_tensor
+
             return dlpack_tensor(arr)
         if buffer.ptr:
             return torch.as_tensor(_CudaArrayInterface(buffer.ptr, count, dtype, buffer), device=tdev)
@@ -138,9 +152,7 @@ def block_tensor(flat: torch.Tensor, block: Block) -> torch.Tensor:
 
 def block_numpy(flat: np.ndarray, block: Block) -> np.ndarray:
     """The strided numpy view of ``block`` over a flat numpy array of its dtype."""
-    return np.lib.stride_tricks.as_strided(
-        flat[block.offset // block.itemsize:], block.shape, block.byte_strides
-    )
+    return np.lib.stride_tricks.as_strided(flat[block.offset // block.itemsize :], block.shape, block.byte_strides)
 
 
 # --------------------------------------------------------------------------- copy path

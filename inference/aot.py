@@ -23,7 +23,8 @@ import importlib.util
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -85,8 +86,10 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
 
     fmt = detect_format(path)
     if fmt != "aot":
-        raise ModelFileError(f"{os.fspath(path)} is not an AOTInductor package (it is {fmt!r}); load it with "
-                             "inference.Model(path), or compile one with inference.aot.compile")
+        raise ModelFileError(
+            f"{os.fspath(path)} is not an AOTInductor package (it is {fmt!r}); load it with "
+            "inference.Model(path), or compile one with inference.aot.compile"
+        )
     try:
         package = torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index)
     except RuntimeError as exc:
@@ -95,7 +98,8 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
 
 
 def _batch_axis_dynamic(
-        example_inputs: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
+    example_inputs: tuple[torch.Tensor, ...],
+) -> tuple[tuple[torch.Tensor, ...], tuple[dict[int, Any], ...]]:
     batch = torch.export.Dim("batch", min=1, max=_MAX_BATCH)
     widened = []
     for i, x in enumerate(example_inputs):
@@ -108,22 +112,29 @@ def _batch_axis_dynamic(
     return tuple(widened), tuple({0: batch} for _ in widened)
 
 
-def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], path: str | os.PathLike,
-            device: str | torch.device = "cpu", dynamic_batch: bool = True,
-            inductor_configs: dict[str, Any] | None = None) -> str:
+def compile(
+    module: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    path: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    dynamic_batch: bool = True,
+    inductor_configs: dict[str, Any] | None = None,
+) -> str:
     """Export ``module`` on ``example_inputs`` and compile it into the ``.pt2`` package ``path``
     for ``device``; the first axis of every input is dynamic unless ``dynamic_batch=False``.
     Returns the package path (load it with ``inference.Model(path)``)."""
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
-        raise TypeError(f"aot.compile needs an eager nn.Module (torch.export cannot trace TorchScript), "
-                        f"got {type(module).__name__}")
+        raise TypeError(
+            f"aot.compile needs an eager nn.Module (torch.export cannot trace TorchScript), got {type(module).__name__}"
+        )
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     dev = torch.device(device)
     path = os.fspath(path)
     if not path.endswith(".pt2"):
-        raise ValueError(f"AOTInductor packages end in .pt2 (Model() recognises them by content, other "
-                         f"tools by name), got {path!r}")
+        raise ValueError(
+            f"AOTInductor packages end in .pt2 (Model() recognises them by content, other tools by name), got {path!r}"
+        )
     module = module.to(dev).eval()
     inputs = tuple(torch.as_tensor(x).to(dev) for x in example_inputs)
     dynamic_shapes = None
@@ -138,8 +149,10 @@ def compile(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], pat
 # --------------------------------------------------------------------------- command line
 def _load_factory(spec: str) -> torch.nn.Module:
     if ":" not in spec:
-        raise ValueError(f"module spec {spec!r} must be 'package.module:callable' or 'file.py:callable' "
-                         "(a class or a function returning an nn.Module)")
+        raise ValueError(
+            f"module spec {spec!r} must be 'package.module:callable' or 'file.py:callable' "
+            "(a class or a function returning an nn.Module)"
+        )
     mod_name, attr = spec.rsplit(":", 1)
     try:
         if mod_name.endswith(".py"):  # a file path: path/to/models.py:make_mlp
@@ -175,11 +188,18 @@ def _shape(text: str) -> tuple[int, ...]:
 def build_parser(prog: str = "python -m inference.aot") -> argparse.ArgumentParser:
     """The argument parser of the ``aot`` command (``alpyka aot`` reuses it)."""
     p = argparse.ArgumentParser(prog=prog, description="Compile a PyTorch module into an AOTInductor .pt2 package.")
-    p.add_argument("module", help="'package.module:callable' or 'file.py:callable' giving the nn.Module "
-                   "(a class or a factory function)")
+    p.add_argument(
+        "module",
+        help="'package.module:callable' or 'file.py:callable' giving the nn.Module (a class or a factory function)",
+    )
     p.add_argument("-o", "--output", required=True, help="package path (ends in .pt2)")
-    p.add_argument("--input-shape", type=_shape, action="append", required=True,
-                   help="shape of one example input, batch axis first (repeat for several inputs)")
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        action="append",
+        required=True,
+        help="shape of one example input, batch axis first (repeat for several inputs)",
+    )
     p.add_argument("--dtype", default="float32", help="dtype of the example inputs (default float32)")
     p.add_argument("--weights", help="state dict to load first (read with weights_only=True)")
     p.add_argument("--device", default="cpu", help="device to compile for: cpu, cuda, cuda:1 (default cpu)")

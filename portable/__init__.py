@@ -6,12 +6,21 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
     q = pk.Queue(dev)
 """
 
+from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
 from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
 from ._device import Device, DeviceCapabilities, DeviceLimits
-from ._errors import (AlpykaError, AlpykaWarning, AsyncError, BackendUnavailable, DeviceMismatch, EnvVarError,
-                      KernelBuildError, WorkDivError)
+from ._errors import (
+    AlpykaError,
+    AlpykaWarning,
+    AsyncError,
+    BackendUnavailable,
+    DeviceMismatch,
+    EnvVarError,
+    KernelBuildError,
+    WorkDivError,
+)
 from ._graph import CaptureError, Graph, capture
 from ._memory import memcpy, memset
 from ._queue import Event, Queue, exec
@@ -27,29 +36,90 @@ from ._registry import (
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
-from .data import (CorruptRootFile, NotARootFile, RootChunk, event_workdiv, from_awkward, iterate_root,  # data I/O
-                   offsets_to_host, pair_offsets, read_root, root_chunks, to_awkward)
-from .kernel import (KernelArgumentError, KernelCheckError, KernelIndexError, KernelSyntaxError, KernelValueError,
-                     device_function, kernel)
-from .kernel import KernelAssertionError
-from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
+from .data import (  # data I/O
+    CorruptRootFile,
+    NotARootFile,
+    RootChunk,
+    event_workdiv,
+    from_awkward,
+    iterate_root,
+    offsets_to_host,
+    pair_offsets,
+    read_root,
+    root_chunks,
+    to_awkward,
+)
+from .kernel import (
+    KernelArgumentError,
+    KernelAssertionError,
+    KernelCheckError,
+    KernelIndexError,
+    KernelSyntaxError,
+    KernelValueError,
+    device_function,
+    kernel,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AllocatorStats", "AlpykaError", "AlpykaWarning", "AsyncError", "BackendUnavailable", "Buffer",
-    "CaptureError", "Graph", "capture",
-    "Device", "DeviceCapabilities", "DeviceLimits", "DeviceMismatch", "register_backend", "EnvVarError", "Event",
-    "PortableCollection", "Queue", "WorkDiv", "WorkDivError", "available_backends", "backends",
-    "default_backend", "device", "device_function", "devices", "exec", "get_backend", "host", "kernel", "make_workdiv",
+    "AllocatorStats",
+    "AlpykaError",
+    "AlpykaWarning",
+    "AsyncError",
+    "BackendUnavailable",
+    "Buffer",
+    "CaptureError",
+    "Graph",
+    "capture",
+    "Device",
+    "DeviceCapabilities",
+    "DeviceLimits",
+    "DeviceMismatch",
+    "register_backend",
+    "EnvVarError",
+    "Event",
+    "PortableCollection",
+    "Queue",
+    "WorkDiv",
+    "WorkDivError",
+    "available_backends",
+    "backends",
+    "default_backend",
+    "device",
+    "device_function",
+    "devices",
+    "exec",
+    "get_backend",
+    "host",
+    "kernel",
+    "make_workdiv",
     "memcpy",
-    "memset", "unavailable_backends", "valid_workdiv",
-    "from_awkward", "to_awkward", "offsets_to_host", "read_root", "iterate_root", "root_chunks", "RootChunk",
-    "NotARootFile", "CorruptRootFile",
-    "event_workdiv", "pair_offsets", "distributed", "rand", "tools",
-    "CollectionTooLarge", "KernelArgumentError", "KernelBuildError", "KernelCheckError", "KernelIndexError",
+    "memset",
+    "unavailable_backends",
+    "valid_workdiv",
+    "from_awkward",
+    "to_awkward",
+    "offsets_to_host",
+    "read_root",
+    "iterate_root",
+    "root_chunks",
+    "RootChunk",
+    "NotARootFile",
+    "CorruptRootFile",
+    "event_workdiv",
+    "pair_offsets",
+    "distributed",
+    "rand",
+    "tools",
+    "CollectionTooLarge",
+    "KernelArgumentError",
+    "KernelBuildError",
+    "KernelCheckError",
+    "KernelIndexError",
     "KernelSyntaxError",
-    "KernelValueError", "KernelAssertionError",
+    "KernelValueError",
+    "KernelAssertionError",
 ]
 
 
@@ -67,7 +137,10 @@ def __getattr__(name: str):
     if name in _MOVED_TO_SPI:
         import warnings
 
-        warnings.warn(f"portable.{name} is part of the backend interface: import it from portable.spi",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"portable.{name} is part of the backend interface: import it from portable.spi",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(importlib.import_module(".spi", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

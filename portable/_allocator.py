@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ._deferred import run_deferred
 from ._queue import Event
@@ -42,7 +43,7 @@ class Block:
     bin: int | None
     queue: Any = None
     event: Any = None
-    allocator: "CachingAllocator | None" = field(default=None, repr=False)
+    allocator: CachingAllocator | None = field(default=None, repr=False)
     #: while cached: the queue it was freed on, weakly (a cache must not keep queues alive)
     last_queue: Callable[[], Any] | None = field(default=None, repr=False)
 
@@ -154,7 +155,7 @@ class CachingAllocator:
         if b.queue is not None and b.bin is not None:
             try:
                 event = self._make_event(b.queue)
-            except Exception:  # a broken queue: do not reuse the block on other queues early
+            except Exception:  # noqa: BLE001 - a broken queue: do not reuse the block on other queues early
                 event = None
                 b.queue = None
                 self._release(b)

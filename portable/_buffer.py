@@ -14,7 +14,8 @@ import soa
 from ._backend import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
-from ._graph import active as _capturing, refuse_host_read
+from ._graph import active as _capturing
+from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
 from ._queue import Event, Queue
 
@@ -137,8 +138,10 @@ class Buffer:
         self.pinned = bool(pinned)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize  # Python ints: no wrap-around
         if self.nbytes > MAX_NBYTES:
-            raise MemoryError(f"a buffer of shape {self.shape} and dtype {self.dtype} would take {self.nbytes} "
-                              f"bytes, more than a device can address (2**48)")
+            raise MemoryError(
+                f"a buffer of shape {self.shape} and dtype {self.dtype} would take {self.nbytes} "
+                f"bytes, more than a device can address (2**48)"
+            )
         allocator = device.backend.allocator(device, pinned=self.pinned)
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
         self._finalizer = weakref.finalize(self, _on_collect, self._block)
@@ -188,13 +191,15 @@ class Buffer:
         cai["version"] = max(int(cai.get("version", 3)), 3)
         return cai
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         """DLPack export, ordered after the work enqueued on the buffer: host memory waits for
         it; on CUDA/ROCm the consumer's ``stream`` waits for it on the device (None: the legacy
         default stream, CUDA's 1 and ROCm's 0; -1: no ordering, the consumer's own choice)."""
-        kw = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
-              if v is not None}
+        kw = {
+            k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy)) if v is not None
+        }
         arr = self.array
         if self.device.is_host_memory:
             capsule = arr.__dlpack__(stream=stream, **kw)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -135,8 +136,16 @@ class PortableCollection:
         if v is None:
             _, lay, n = self._blocks[i]
             make = self.device.backend.array_factory(self.buffer, const)
-            v = soa.View(lay, n, self.buffer.handle, make, offset=self._offsets[i], const=const,
-                         device=self.device, owner=self.buffer)
+            v = soa.View(
+                lay,
+                n,
+                self.buffer.handle,
+                make,
+                offset=self._offsets[i],
+                const=const,
+                device=self.device,
+                owner=self.buffer,
+            )
             self._views[key] = v
         return v
 
@@ -156,8 +165,9 @@ class PortableCollection:
     def __cuda_array_interface__(self) -> dict:
         return self.buffer.__cuda_array_interface__
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         return self.buffer.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -168,37 +178,38 @@ class PortableCollection:
         """All of the collection's bytes (what ``pk.memcpy`` / ``pk.memset`` copy or fill)."""
         return self.buffer.memref(0, self.nbytes)
 
-    def check_same_shape(self, other: "PortableCollection") -> None:
+    def check_same_shape(self, other: PortableCollection) -> None:
         """Raise unless ``other`` has the same layouts and sizes (a copy between them is exact)."""
         mine = [(lay, n) for _, lay, n in self._blocks]
         theirs = [(lay, n) for _, lay, n in other._blocks]
         if mine != theirs:
+
             def desc(bs: list) -> str:
                 return ", ".join(f"{lay.__name__}[{n}]" for lay, n in bs)
 
             raise ValueError(f"collections differ in layout or size: {desc(mine)} vs {desc(theirs)}")
 
-    def zero(self, queue: Queue | None = None) -> "PortableCollection":
+    def zero(self, queue: Queue | None = None) -> PortableCollection:
         """Enqueue setting every byte to 0 (on ``queue``, or synchronously when None)."""
         q = queue if queue is not None else Queue(self.device, blocking=True)
         memset(q, self, 0)
         return self
 
-    def _like(self, target: Queue | Device, pinned: bool = False) -> "PortableCollection":
+    def _like(self, target: Queue | Device, pinned: bool = False) -> PortableCollection:
         blocks = {name: lay for name, lay, _ in self._blocks}
         sizes = {name: n for name, _, n in self._blocks}
         if len(self._blocks) == 1:
             return PortableCollection(self.layout, self.size, target, pinned=pinned)
         return PortableCollection(blocks, sizes, target, pinned=pinned)
 
-    def to(self, device: Device, queue: Queue) -> "PortableCollection":
+    def to(self, device: Device, queue: Queue) -> PortableCollection:
         """A copy on ``device``, enqueued on ``queue`` (asynchronous: wait before reading)."""
         target = queue if queue.device is device else device
         out = self._like(target)
         memcpy(queue, out, self)
         return out
 
-    def to_host(self, queue: Queue) -> "PortableCollection":
+    def to_host(self, queue: Queue) -> PortableCollection:
         """A host copy (pinned when the source is GPU memory), enqueued on ``queue``."""
         h = host()
         out = self._like(h, pinned=not self.device.is_host_memory)
@@ -213,8 +224,14 @@ class PortableCollection:
         return src.view(which).to_dict()
 
     @classmethod
-    def from_dict(cls, layout: type[soa.Layout], data: Mapping[str, Any], queue_or_device: Queue | Device, *,
-                  casting: str = "same_value") -> "PortableCollection":
+    def from_dict(
+        cls,
+        layout: type[soa.Layout],
+        data: Mapping[str, Any],
+        queue_or_device: Queue | Device,
+        *,
+        casting: str = "same_value",
+    ) -> PortableCollection:
         """A collection of ``layout`` filled from ``{field: values}``; every field must be given,
         columns (vectors, matrices) as arrays of the same length n, scalar fields as one value.
         The copy to a device is enqueued on the queue.
@@ -248,9 +265,11 @@ class PortableCollection:
             if f.kind == "scalar":
                 continue
             if arrays[k].ndim == 0:
-                raise ValueError(f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) got a "
-                                 f"scalar {_plain(data[k])!r}; it needs an array of shape (n{_comp_shape(f)}), one "
-                                 "row per element")
+                raise ValueError(
+                    f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) got a "
+                    f"scalar {_plain(data[k])!r}; it needs an array of shape (n{_comp_shape(f)}), one "
+                    "row per element"
+                )
             lengths[k] = len(arrays[k])
         if len(set(lengths.values())) > 1:
             raise ValueError(f"from_dict for {layout.__name__}: columns differ in length: {lengths}")
@@ -262,10 +281,13 @@ class PortableCollection:
             shape = (n,) + tuple(f.shape) if f.kind != "scalar" else ()
             arr = arrays[k]
             if arr.shape != shape:
-                raise ValueError(f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) has shape "
-                                 f"{arr.shape}, the layout needs {shape}")
-            converted[k] = _convert(arr, f.dtype, casting, data[k], f"from_dict for {layout.__name__}: field "
-                                    f"{k!r} ({_field_desc(f)})")
+                raise ValueError(
+                    f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) has shape "
+                    f"{arr.shape}, the layout needs {shape}"
+                )
+            converted[k] = _convert(
+                arr, f.dtype, casting, data[k], f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)})"
+            )
         host_coll = cls(layout, n, queue_or_device if device.is_host_memory else _host_device())
         v = host_coll.view()
         for k in names:
@@ -331,14 +353,18 @@ def _check_allocation(device: Device, nbytes: int, blocks: list, pinned: bool = 
     """Refuse (before allocating) a collection larger than the device can hold in one buffer."""
     what = ", ".join(f"{lay.__name__}[{n}]" for _, lay, n in blocks)
     if nbytes > 2**63 - 1:
-        raise CollectionTooLarge(f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}), more "
-                                 "than any device can address (2**63 - 1 bytes); use fewer elements")
+        raise CollectionTooLarge(
+            f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}), more "
+            "than any device can address (2**63 - 1 bytes); use fewer elements"
+        )
     where = "pinned host memory" if pinned else str(device)
     limit = allocation_limit(_host_device() if pinned else device)
     if limit is not None and nbytes > limit[0]:
-        raise CollectionTooLarge(f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}); {where} allows "
-                                 f"at most {limit[0]} bytes ({_human(limit[0])}) {limit[1]}; use fewer elements "
-                                 "or split the data into several collections")
+        raise CollectionTooLarge(
+            f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}); {where} allows "
+            f"at most {limit[0]} bytes ({_human(limit[0])}) {limit[1]}; use fewer elements "
+            "or split the data into several collections"
+        )
 
 
 # ---------------------------------------------------------------------- from_dict conversions
@@ -360,13 +386,21 @@ def _as_array(layout: type[soa.Layout], name: str, value: Any) -> np.ndarray:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
         f = layout.field(name)
-        raise ValueError(f"from_dict for {layout.__name__}: field {name!r} ({_field_desc(f)}): cannot make a "
-                         f"numpy array of the {type(value).__name__} given ({exc})") from None
+        raise ValueError(
+            f"from_dict for {layout.__name__}: field {name!r} ({_field_desc(f)}): cannot make a "
+            f"numpy array of the {type(value).__name__} given ({exc})"
+        ) from None
 
 
 def _kind_name(dt: np.dtype) -> str:
-    return {"U": "strings", "S": "byte strings", "O": "Python objects", "V": "raw records",
-            "M": "datetimes", "m": "timedeltas"}.get(dt.kind, str(dt))
+    return {
+        "U": "strings",
+        "S": "byte strings",
+        "O": "Python objects",
+        "V": "raw records",
+        "M": "datetimes",
+        "m": "timedeltas",
+    }.get(dt.kind, str(dt))
 
 
 def _first(values: np.ndarray, mask: np.ndarray) -> Any:
@@ -392,8 +426,10 @@ def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
             info = np.iinfo(dt)
             for x in items:
                 if not info.min <= int(x) <= info.max:
-                    raise ValueError(f"{what}: value {int(x)} is out of range for {dt} [{info.min}, {info.max}]; "
-                                     "pass casting='unsafe' to wrap around")
+                    raise ValueError(
+                        f"{what}: value {int(x)} is out of range for {dt} [{info.min}, {info.max}]; "
+                        "pass casting='unsafe' to wrap around"
+                    )
             return np.array([int(x) for x in items], dtype=dt).reshape(arr.shape)
         try:
             floats = [float(x) for x in items]
@@ -414,8 +450,10 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
         return arr.astype(dt)
     sk, tk = src.kind, dt.kind
     if sk == "c" and tk != "c":
-        raise TypeError(f"{what} got complex values ({src}); a real field would lose the imaginary part "
-                        "(pass the real part, .real, or casting='unsafe')")
+        raise TypeError(
+            f"{what} got complex values ({src}); a real field would lose the imaginary part "
+            "(pass the real part, .real, or casting='unsafe')"
+        )
     if tk == "b":
         if sk != "b":
             bad = (arr != 0) & (arr != 1)
@@ -428,23 +466,25 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < info.min or hi > info.max:
                 bad = lo if lo < info.min else hi
-                raise ValueError(f"{what}: value {bad} is out of range for {dt} [{info.min}, {info.max}]; "
-                                 "pass casting='unsafe' to wrap around")
+                raise ValueError(
+                    f"{what}: value {bad} is out of range for {dt} [{info.min}, {info.max}]; "
+                    "pass casting='unsafe' to wrap around"
+                )
         elif sk == "f":
             finite = np.isfinite(arr)
             if not finite.all():
-                raise ValueError(f"{what}: value {_first(arr, ~finite)} is not a finite number; {dt} holds "
-                                 "integers")
+                raise ValueError(f"{what}: value {_first(arr, ~finite)} is not a finite number; {dt} holds integers")
             frac = arr != np.trunc(arr)
             if frac.any():
-                raise ValueError(f"{what}: value {_first(arr, frac)} is not a whole number; {dt} holds integers "
-                                 "(round it first, or pass casting='unsafe' to truncate)")
+                raise ValueError(
+                    f"{what}: value {_first(arr, frac)} is not a whole number; {dt} holds integers "
+                    "(round it first, or pass casting='unsafe' to truncate)"
+                )
             lo_lim = float(info.min)  # 0 or -2**(bits-1): exact in every float type
             hi_lim = 2.0 ** (dt.itemsize * 8 - (1 if tk == "i" else 0))  # first value out of range
             out = (arr < lo_lim) | (arr >= hi_lim)
             if out.any():
-                raise ValueError(f"{what}: value {_first(arr, out)} is out of range for {dt} "
-                                 f"[{info.min}, {info.max}]")
+                raise ValueError(f"{what}: value {_first(arr, out)} is out of range for {dt} [{info.min}, {info.max}]")
         return arr.astype(dt)
     # float and complex fields: a finite value must stay finite
     with np.errstate(over="ignore", invalid="ignore"):
@@ -454,8 +494,9 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
     else:
         overflow = ~np.isfinite(out)
     if overflow.any():
-        raise ValueError(f"{what}: value {_first(arr, overflow)} overflows {dt} (largest finite value "
-                         f"{np.finfo(dt).max})")
+        raise ValueError(
+            f"{what}: value {_first(arr, overflow)} overflows {dt} (largest finite value {np.finfo(dt).max})"
+        )
     return out
 
 
@@ -477,8 +518,10 @@ def _convert(arr: np.ndarray, dt: np.dtype, casting: str, raw: Any, what: str) -
         raise TypeError(f"{what} got {_kind_name(src)} (dtype {src}, e.g. {sample!r}); it holds {dt} numbers")
     if casting != "same_value" and not weak:
         if not np.can_cast(src, dt, casting):
-            raise TypeError(f"{what}: cannot cast {src} to {dt} with casting={casting!r} (numpy's rule); "
-                            "convert the values first or pass another casting")
+            raise TypeError(
+                f"{what}: cannot cast {src} to {dt} with casting={casting!r} (numpy's rule); "
+                "convert the values first or pass another casting"
+            )
         with np.errstate(all="ignore"):
             return arr.astype(dt)
     return _value_checked(arr, dt, what)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import queue as _stdqueue
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-_pending: "_stdqueue.SimpleQueue[tuple[Callable[..., Any], tuple]]" = _stdqueue.SimpleQueue()
+_pending: _stdqueue.SimpleQueue[tuple[Callable[..., Any], tuple]] = _stdqueue.SimpleQueue()
 
 
 def defer(fn: Callable[..., Any], *args: Any) -> None:
@@ -41,9 +42,12 @@ def run_deferred() -> None:
             return
         try:
             fn(*args)
-        except Exception as exc:  # reported, as a finalizer's error would be
-            warnings.warn(f"alpyka: deferred cleanup {getattr(fn, '__qualname__', fn)} failed: {exc!r}",
-                          RuntimeWarning, stacklevel=2)
+        except Exception as exc:  # noqa: BLE001 - reported, as a finalizer's error would be
+            warnings.warn(
+                f"alpyka: deferred cleanup {getattr(fn, '__qualname__', fn)} failed: {exc!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def pending() -> int:

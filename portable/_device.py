@@ -62,7 +62,7 @@ class DeviceCapabilities:
             raise ValueError(f"DeviceCapabilities.warp_size must be at least 1, got {self.warp_size}")
 
     @classmethod
-    def host(cls, warp_size: int = 1) -> "DeviceCapabilities":
+    def host(cls, warp_size: int = 1) -> DeviceCapabilities:
         """A CPU device over host memory (cpu_serial, cpu_threads and their likes)."""
         return cls("cpu", True, None, "cpu", warp_size, False, DLPACK_CPU)
 
@@ -92,14 +92,21 @@ class Device:
         if self.capabilities is None:
             host = self.memory_space == "host"
             self.capabilities = DeviceCapabilities(
-                self.kind, host, None, "cpu" if host else None, self.limits.warp_size, False,
-                DLPACK_CPU if host else None)
+                self.kind,
+                host,
+                None,
+                "cpu" if host else None,
+                self.limits.warp_size,
+                False,
+                DLPACK_CPU if host else None,
+            )
         elif self.capabilities.kind != self.kind:
-            raise ValueError(f"device {self.name!r}: kind {self.kind!r} but capabilities.kind "
-                             f"{self.capabilities.kind!r}")
+            raise ValueError(
+                f"device {self.name!r}: kind {self.kind!r} but capabilities.kind {self.capabilities.kind!r}"
+            )
 
     @property
-    def backend(self) -> "Backend":
+    def backend(self) -> Backend:
         return get_backend(self.backend_name)
 
     @property
@@ -107,7 +114,7 @@ class Device:
         """True when buffers of this device are plain host memory (numpy arrays)."""
         return self.memory_space == "host"
 
-    def can_access(self, other: "Device") -> bool:
+    def can_access(self, other: Device) -> bool:
         """True when memory of ``other`` may be used by work on this device."""
         return other is self or other.memory_space == self.memory_space
 

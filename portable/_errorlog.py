@@ -14,7 +14,7 @@ the same on every backend:
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ._errors import AsyncError
 

@@ -23,7 +23,8 @@ The hooks in pk.exec, memcpy, memset, the queue's methods and the buffers' host 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._errors import AlpykaError
 from ._handoff import note_queue
@@ -42,11 +43,11 @@ _local = threading.local()
 #: what to do instead, per refused queue operation
 _HINTS = {
     "wait()": "the captured work has not run (a capture records, it runs nothing); call q.wait() after "
-              "graph.launch(), outside the with block",
+    "graph.launch(), outside the with block",
     "enqueue_host()": "a host function is not part of a captured graph; enqueue it after graph.launch(), "
-                      "outside the with block",
+    "outside the with block",
     "enqueue_native()": "native work is not part of a captured graph; enqueue it after graph.launch(), "
-                        "outside the with block",
+    "outside the with block",
     "record()": "events are not part of a captured graph; record the event after graph.launch()",
     "wait_for()": "events are not part of a captured graph; make the queue wait before the with block",
 }
@@ -57,7 +58,7 @@ class _Capture:
 
     __slots__ = ("queue", "recorder", "keep", "graph", "count")
 
-    def __init__(self, queue: Any, recorder: Any, graph: "Graph") -> None:
+    def __init__(self, queue: Any, recorder: Any, graph: Graph) -> None:
         self.queue, self.recorder, self.graph = queue, recorder, graph
         self.keep: dict[int, Any] = {}  # id -> object: buffers, views, memory owners (deduplicated)
         self.count = 0
@@ -69,13 +70,15 @@ class _Capture:
                 keep.setdefault(id(o), o)
 
 
-def _mine() -> "_Capture | None":
+def _mine() -> _Capture | None:
     return getattr(_local, "capture", None)
 
 
 def _other_queue(cap: _Capture, queue: Any, what: str) -> CaptureError:
-    return CaptureError(f"{what} on {queue!r} inside pk.capture({cap.queue!r}): a graph records one queue; "
-                        f"enqueue on the other queue outside the with block, or capture it separately")
+    return CaptureError(
+        f"{what} on {queue!r} inside pk.capture({cap.queue!r}): a graph records one queue; "
+        f"enqueue on the other queue outside the with block, or capture it separately"
+    )
 
 
 def refuse(queue: Any, what: str) -> None:
@@ -94,12 +97,14 @@ def refuse_host_read(queue: Any) -> None:
     memory with work of ``queue`` noted on it, from a thread that is capturing."""
     cap = _mine()
     if cap is not None and queue is not None:
-        raise CaptureError(f"a host read (np.asarray, .numpy(), DLPack) of memory used on {queue!r} inside "
-                           f"pk.capture({cap.queue!r}): the captured work has not run; read it after "
-                           "graph.launch() and q.wait(), outside the with block")
+        raise CaptureError(
+            f"a host read (np.asarray, .numpy(), DLPack) of memory used on {queue!r} inside "
+            f"pk.capture({cap.queue!r}): the captured work has not run; read it after "
+            "graph.launch() and q.wait(), outside the with block"
+        )
 
 
-def _recorder_for(queue: Any, what: str) -> "_Capture | None":
+def _recorder_for(queue: Any, what: str) -> _Capture | None:
     cap = _mine()
     if cap is None:
         return None
@@ -168,6 +173,7 @@ class ReplayRecorder:
         def replay() -> None:
             for fn, args in calls:
                 fn(*args)
+
         return replay
 
 
@@ -191,8 +197,10 @@ class Graph:
         if replay is None:
             raise CaptureError(self._why)
         if active and _mine() is not None:
-            raise CaptureError(f"graph.launch() inside pk.capture({_mine().queue!r}): graphs do not nest; "
-                               "launch it outside the with block")
+            raise CaptureError(
+                f"graph.launch() inside pk.capture({_mine().queue!r}): graphs do not nest; "
+                "launch it outside the with block"
+            )
         replay()
         note_queue(self.queue, self._keep)  # interchange consumers wait for the replayed work
 
@@ -201,7 +209,7 @@ class Graph:
         return f"<Graph of {self.operations} operations on {self.queue}: {state}>"
 
 
-class capture:  # noqa: N801 - used like a function: ``with pk.capture(q) as graph:``
+class capture:
     """``with pk.capture(queue) as graph:`` records the kernels, copies and fills enqueued on
     ``queue`` in the block (by this thread) without running them; ``graph.launch()`` enqueues
     the recording again on ``queue``. See the module docstring for what the block refuses."""
@@ -218,11 +226,14 @@ class capture:  # noqa: N801 - used like a function: ``with pk.capture(q) as gra
         q = self.queue
         mine = _mine()
         if mine is not None:
-            raise CaptureError(f"pk.capture({q!r}) inside pk.capture({mine.queue!r}): captures do not nest; "
-                               "end the first with block first")
+            raise CaptureError(
+                f"pk.capture({q!r}) inside pk.capture({mine.queue!r}): captures do not nest; "
+                "end the first with block first"
+            )
         if any(c.queue is q for c in list(active)):
-            raise CaptureError(f"pk.capture({q!r}): another thread is capturing this queue; capture it from one "
-                               "thread at a time")
+            raise CaptureError(
+                f"pk.capture({q!r}): another thread is capturing this queue; capture it from one thread at a time"
+            )
         backend = q.device.backend
         make = getattr(backend, "recorder", None)
         recorder = (make(q) if make is not None else None) or ReplayRecorder(backend, q)
@@ -239,8 +250,9 @@ class capture:  # noqa: N801 - used like a function: ``with pk.capture(q) as gra
         graph = cap.graph
         graph.operations = cap.count
         if exc_type is not None:
-            graph._why = (f"the with block of pk.capture raised {exc_type.__name__}: its recording was "
-                          "discarded; capture again")
+            graph._why = (
+                f"the with block of pk.capture raised {exc_type.__name__}: its recording was discarded; capture again"
+            )
             return
         keep = tuple(cap.keep.values())
         try:
@@ -251,5 +263,15 @@ class capture:  # noqa: N801 - used like a function: ``with pk.capture(q) as gra
         graph._keep = keep
 
 
-__all__ = ["CaptureError", "Graph", "ReplayRecorder", "active", "capture", "record_copy", "record_fill",
-           "record_launch", "refuse", "refuse_host_read"]
+__all__ = [
+    "CaptureError",
+    "Graph",
+    "ReplayRecorder",
+    "active",
+    "capture",
+    "record_copy",
+    "record_fill",
+    "record_launch",
+    "refuse",
+    "refuse_host_read",
+]

@@ -27,7 +27,8 @@ finished, and waiting for the work after it would wait forever.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class LastQueue:

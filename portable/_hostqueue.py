@@ -16,7 +16,8 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._errorlog import ErrorLog
 from ._errors import AsyncError
@@ -90,15 +91,18 @@ def warn_unseen(log: ErrorLog, what: str) -> None:
     ending): run by the queue's worker as it stops, never by a finalizer."""
     err = log.first_pending()
     if err is not None and not isinstance(err, KeyboardInterrupt):  # Ctrl-C was seen already
-        warnings.warn(f"alpyka: a {what} was dropped with an error no wait() reported: {err!r}",
-                      RuntimeWarning, stacklevel=1)
+        warnings.warn(
+            f"alpyka: a {what} was dropped with an error no wait() reported: {err!r}", RuntimeWarning, stacklevel=1
+        )
 
 
 def check_not_own_worker(worker: Worker | None, what: str) -> None:
     """Refuse a wait from a task of the same queue: it would wait for itself forever."""
     if worker is not None and threading.get_ident() == worker.ident:
-        raise RuntimeError(f"wait() on a {what} from inside one of its own tasks would wait for itself "
-                           "forever; record an event instead, or wait outside the task")
+        raise RuntimeError(
+            f"wait() on a {what} from inside one of its own tasks would wait for itself "
+            "forever; record an event instead, or wait outside the task"
+        )
 
 
 class _HostQueueState:
@@ -257,8 +261,10 @@ class HostQueue:
         st = self._state
         me = _thread.get_ident()
         if st.runner == me or (self._worker is not None and self._worker.ident == me):
-            raise RuntimeError("wait() on a queue from inside one of its own tasks would wait for itself "
-                               "forever; record an event instead, or wait outside the task")
+            raise RuntimeError(
+                "wait() on a queue from inside one of its own tasks would wait for itself "
+                "forever; record an event instead, or wait outside the task"
+            )
         lo, target = st.log.wait_range()  # (cleared, tasks submitted so far)
         run_lock, pending, cv = st.run_lock, st.pending, st.cv
         while st.done < target:

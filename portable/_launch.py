@@ -17,12 +17,14 @@ leave a fast launcher of its own, at most :data:`TYPES_PER_SITE` per kernel and 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ._errors import WorkDivError
-from ._graph import active as _capturing, record_launch
+from ._graph import active as _capturing
+from ._graph import record_launch
 from ._handoff import note_queue, noter
 from ._registry import get_backend
 from ._workdiv import WorkDiv
@@ -90,8 +92,9 @@ def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site:
     _remember(queue, workdiv, kernel, args, backend, debug, site)
 
 
-def _remember(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, backend: Any, debug: Any,
-              site: _Site | None) -> None:
+def _remember(
+    queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, backend: Any, debug: Any, site: _Site | None
+) -> None:
     """Count a checked launch at its site; from the second on, add a fast launcher for the
     types of ``args`` where the backend prepares one (see the module docstring)."""
     make = getattr(backend, "launcher", None)
@@ -136,8 +139,11 @@ def _guard_terms(i: int, a: Any, key: tuple, objs: dict[str, Any]) -> list[str] 
     kind = key[0]
     if kind == "array" and t is np.ndarray:
         objs[f"D{i}"] = a.dtype
-        terms += [f"a{i}.dtype is D{i}", f"a{i}.ndim == {a.ndim}",
-                  f"a{i}.flags.num & {_FLAGS_MASK} == {a.flags.num & _FLAGS_MASK}"]
+        terms += [
+            f"a{i}.dtype is D{i}",
+            f"a{i}.ndim == {a.ndim}",
+            f"a{i}.flags.num & {_FLAGS_MASK} == {a.flags.num & _FLAGS_MASK}",
+        ]
     elif kind == "buffer":
         objs[f"D{i}"], objs[f"V{i}"] = a.dtype, a.device
         terms += [f"a{i}.dtype is D{i}", f"len(a{i}.shape) == {len(a.shape)}", f"a{i}.device is V{i}"]
@@ -147,15 +153,19 @@ def _guard_terms(i: int, a: Any, key: tuple, objs: dict[str, Any]) -> list[str] 
     elif kind != "scalar":
         return None
     elif t is int:
-        terms.append(f"{_INT64_MIN} <= a{i} <= {_INT64_MAX}" if _INT64_MIN <= a <= _INT64_MAX
-                     else f"{_INT64_MAX} < a{i} < {2**64}")
+        terms.append(
+            f"{_INT64_MIN} <= a{i} <= {_INT64_MAX}"
+            if _INT64_MIN <= a <= _INT64_MAX
+            else f"{_INT64_MAX} < a{i} < {2**64}"
+        )
     elif not (t in (float, bool) or t.__module__ == "numpy"):
         return None  # a subclass of a scalar kind: checked at each launch
     return terms
 
 
-def fast_guard(args: tuple, key: tuple, run: Callable[[tuple], None],
-               notes: tuple | None = None) -> Callable[[tuple], bool] | None:
+def fast_guard(
+    args: tuple, key: tuple, run: Callable[[tuple], None], notes: tuple | None = None
+) -> Callable[[tuple], bool] | None:
     """``fast(args2)``: ``run(args2)`` and True when ``args2`` has what every check and the
     compiled plan of a launch with ``args`` (signature key ``key``) depend on (per argument:
     its type; the dtype object, rank and flags of an array; the dtype, rank and device of a
@@ -189,7 +199,7 @@ def fast_guard(args: tuple, key: tuple, run: Callable[[tuple], None],
     make = _GUARD_MAKERS.get(src)
     if make is None:
         ns: dict[str, Any] = {}
-        exec(src, ns)  # noqa: S102 - generated from the argument kinds above
+        exec(src, ns)
         if len(_GUARD_MAKERS) >= 4096:
             _GUARD_MAKERS.clear()
         make = _GUARD_MAKERS[src] = ns["make"]

@@ -9,7 +9,8 @@ import numpy as np
 from ._backend import MemRef
 from ._buffer import Buffer
 from ._errors import DeviceMismatch
-from ._graph import active as _capturing, record_copy, record_fill
+from ._graph import active as _capturing
+from ._graph import record_copy, record_fill
 from ._handoff import note_queue
 from ._queue import Queue
 from ._registry import host
@@ -28,8 +29,7 @@ def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
         if writable and not obj.flags.writeable:
             raise ValueError(f"memcpy {what}: numpy array is read-only")
         return MemRef(host(), obj.reshape(-1).view(np.uint8), 0, obj.nbytes, owner=obj)
-    raise TypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, "
-                    f"got {type(obj).__name__}")
+    raise TypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, got {type(obj).__name__}")
 
 
 def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
@@ -54,7 +54,8 @@ def _check_byte_order(dst: Any, src: Any) -> None:
             raise ValueError(
                 f"memcpy: the {side} holds {t.str} values, not in this machine's byte order, and the other side "
                 f"{theirs}: a byte copy would not convert them; convert the array first, e.g. "
-                f"arr.astype(arr.dtype.newbyteorder('='))")
+                f"arr.astype(arr.dtype.newbyteorder('='))"
+            )
 
 
 def memcpy(queue: Queue, dst: Any, src: Any) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._deferred import run_deferred
 from ._device import Device
-from ._graph import active as _capturing, refuse
+from ._graph import active as _capturing
+from ._graph import refuse
 from ._handoff import note_queue
 from ._launch import launch
 from ._workdiv import WorkDiv
@@ -44,8 +46,9 @@ class Event:
         device support it; others raise TypeError."""
         record = getattr(self._impl, "record_external", None)
         if record is None:
-            raise TypeError(f"events of {self.device.backend_name} cannot be completed by outside code; "
-                            "use an event of pk.host()")
+            raise TypeError(
+                f"events of {self.device.backend_name} cannot be completed by outside code; use an event of pk.host()"
+            )
         return record()
 
     def complete_external(self, token: Any, error: BaseException | None = None) -> None:
@@ -143,7 +146,7 @@ class Queue:
         return f"<Queue {mode} on {self.device}>"
 
 
-def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:  # noqa: A001 (alpaka's name)
+def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:
     """Enqueue ``kernel(acc, *args)`` over ``workdiv`` on ``queue``.
 
     The work division and the arguments are checked before anything is enqueued.

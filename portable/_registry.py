@@ -16,7 +16,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ._errors import BackendUnavailable
-from .env import EMULATED_BACKENDS, emulate as _emulate_env
+from .env import EMULATED_BACKENDS
+from .env import emulate as _emulate_env
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
 # cupy...), and that first use may come from a user thread that the interpreter waits for after
@@ -58,7 +59,7 @@ _DEFAULT_PREFERENCE = ("cpu_threads", "cpu_serial")
 _HOST_BACKEND = "cpu_serial"
 
 _lock = threading.RLock()
-_loaded: dict[str, "Backend"] = {}
+_loaded: dict[str, Backend] = {}
 _reasons: dict[str, str] = {}
 #: name -> factory (a callable returning a Backend, a module with ``load()``, or a
 #: ``"module:attr"`` / ``"module"`` string naming one): registered in this process by
@@ -129,8 +130,10 @@ def emulate(names: list[str]) -> None:
             if name in _emulated:
                 continue
             if name in _loaded:
-                raise ValueError(f"backend {name!r} is already loaded for real; emulate it before its first use "
-                                 f"(set ALPYKA_EMULATE={name} before starting Python)")
+                raise ValueError(
+                    f"backend {name!r} is already loaded for real; emulate it before its first use "
+                    f"(set ALPYKA_EMULATE={name} before starting Python)"
+                )
             _reasons.pop(name, None)
             _emulated.append(name)
 
@@ -159,7 +162,7 @@ def _resolve(target: Any) -> Any:
     return target
 
 
-def _import(name: str) -> "Backend":
+def _import(name: str) -> Backend:
     """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one."""
     if name in _emulated:
         return _resolve(EMULATOR_FACTORY)(name)
@@ -169,7 +172,7 @@ def _import(name: str) -> "Backend":
     return backend
 
 
-def _load(name: str) -> "Backend | None":
+def _load(name: str) -> Backend | None:
     with _lock:
         if name in _loaded:
             return _loaded[name]
@@ -183,7 +186,7 @@ def _load(name: str) -> "Backend | None":
         except ImportError as exc:
             _reasons[name] = f"backend {name!r} could not be imported: {exc}"
             return None
-        except Exception as exc:  # a driver or runtime failure: unavailable, with the reason
+        except Exception as exc:  # noqa: BLE001 - a driver or runtime failure: unavailable, with the reason
             _reasons[name] = f"backend {name!r} failed to load: {type(exc).__name__}: {exc}"
             return None
         _loaded[name] = backend
@@ -209,7 +212,7 @@ def unavailable_backends() -> dict[str, str]:
     return {n: _reasons[n] for n in names if n in _reasons}
 
 
-def get_backend(name: str) -> "Backend":
+def get_backend(name: str) -> Backend:
     """The loaded backend ``name``; a clear error for unknown or unavailable ones."""
     loaded = _loaded.get(name)  # fast path: every kernel launch asks for its device's backend
     if loaded is not None:
@@ -223,12 +226,12 @@ def get_backend(name: str) -> "Backend":
     return backend
 
 
-def devices(backend: str) -> list["Device"]:
+def devices(backend: str) -> list[Device]:
     """All devices of ``backend``."""
     return list(get_backend(backend).devices())
 
 
-def device(backend: str, index: int = 0) -> "Device":
+def device(backend: str, index: int = 0) -> Device:
     """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``)."""
     devs = devices(backend)
     if not 0 <= index < len(devs):
@@ -236,7 +239,7 @@ def device(backend: str, index: int = 0) -> "Device":
     return devs[index]
 
 
-def host() -> "Device":
+def host() -> Device:
     """The host device: CPU memory that every backend can copy to and from."""
     return device(_HOST_BACKEND)
 
@@ -253,7 +256,7 @@ def default_backend() -> str:
     return available_backends()[0]
 
 
-def pinned_host_allocator() -> "CachingAllocator | None":
+def pinned_host_allocator() -> CachingAllocator | None:
     """Page-locked host memory (``pk.Buffer(pk.host(), ..., pinned=True)``): the allocator of the
     first GPU backend available here that offers one (``Backend.pinned_allocator``), else None."""
     for name in backends():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,8 +60,10 @@ class WorkDiv:
         for name, x in ext.items():
             if len(x) != dim:
                 if not isinstance(given[name], (int, np.integer)):
-                    raise WorkDivError(f"WorkDiv {name} {given[name]!r} has {len(x)} dimension(s), "
-                                       f"expected {dim}; pass a {dim}-tuple or an int")
+                    raise WorkDivError(
+                        f"WorkDiv {name} {given[name]!r} has {len(x)} dimension(s), "
+                        f"expected {dim}; pass a {dim}-tuple or an int"
+                    )
                 x = (1,) * (dim - 1) + x  # an int stands for the fastest dimension
             parts.append(x)
         object.__setattr__(self, "blocks", parts[0])
@@ -84,8 +87,12 @@ class WorkDiv:
         lim = device.limits
         n_threads = _prod(self.threads)
         if n_threads > lim.max_threads_per_block:
-            hint = (" (CPU backends run one thread per block: put the work in blocks and elements, "
-                    "e.g. pk.make_workdiv(dev, blocks, elements))" if lim.max_threads_per_block == 1 else "")
+            hint = (
+                " (CPU backends run one thread per block: put the work in blocks and elements, "
+                "e.g. pk.make_workdiv(dev, blocks, elements))"
+                if lim.max_threads_per_block == 1
+                else ""
+            )
             raise WorkDivError(
                 f"{self} asks for {n_threads} threads per block; {device} allows at most "
                 f"{lim.max_threads_per_block}{hint}"
@@ -93,14 +100,17 @@ class WorkDiv:
         for d in range(self.dim):
             ad = 3 - self.dim + d  # alpaka's limits are given for 3 dims, slowest first
             if self.threads[d] > lim.max_block_dims[ad]:
-                raise WorkDivError(f"{self}: threads[{d}]={self.threads[d]} exceeds {device}'s "
-                                   f"limit {lim.max_block_dims[ad]} for that dimension")
+                raise WorkDivError(
+                    f"{self}: threads[{d}]={self.threads[d]} exceeds {device}'s "
+                    f"limit {lim.max_block_dims[ad]} for that dimension"
+                )
             if self.blocks[d] > lim.max_grid_dims[ad]:
-                raise WorkDivError(f"{self}: blocks[{d}]={self.blocks[d]} exceeds {device}'s "
-                                   f"limit {lim.max_grid_dims[ad]} for that dimension")
+                raise WorkDivError(
+                    f"{self}: blocks[{d}]={self.blocks[d]} exceeds {device}'s "
+                    f"limit {lim.max_grid_dims[ad]} for that dimension"
+                )
             if self.elements[d] > lim.max_elements_per_thread:
-                raise WorkDivError(f"{self}: elements[{d}]={self.elements[d]} exceeds "
-                                   f"{lim.max_elements_per_thread}")
+                raise WorkDivError(f"{self}: elements[{d}]={self.elements[d]} exceeds {lim.max_elements_per_thread}")
 
     def __str__(self) -> str:
         def fmt(x: Extent) -> str:
@@ -118,8 +128,13 @@ def make_workdiv(device: Device, blocks: Any, elements: Any) -> WorkDiv:
 
 
 def valid_workdiv(
-    device: Device, n_elements: Any, elements: Any = 1, *, block_threads_must_divide: bool = False,
-    kernel: Any = None, args: Sequence[Any] | None = None,
+    device: Device,
+    n_elements: Any,
+    elements: Any = 1,
+    *,
+    block_threads_must_divide: bool = False,
+    kernel: Any = None,
+    args: Sequence[Any] | None = None,
 ) -> WorkDiv:
     """alpaka's ``getValidWorkDiv`` (``subDivideGridElems``): a work division covering
     ``n_elements`` (int or 1-3 tuple) with ``elements`` per thread that ``device`` can run.
@@ -163,9 +178,12 @@ def kernel_thread_limit(device: Device, kernel: Any, args: Sequence[Any] | None,
     ``getFunctionAttributes(...).maxThreadsPerBlock``. GPU backends compile the kernel to ask
     (registers and private memory lower it); CPU backends answer the device's limit."""
     if not hasattr(kernel, "__alpyka_kernel__"):
-        raise WorkDivError(f"valid_workdiv kernel={getattr(kernel, '__name__', kernel)!r} is not a kernel; "
-                           "pass a @pk.kernel function")
+        raise WorkDivError(
+            f"valid_workdiv kernel={getattr(kernel, '__name__', kernel)!r} is not a kernel; pass a @pk.kernel function"
+        )
     if args is None or not isinstance(args, (tuple, list)):
-        raise WorkDivError(f"valid_workdiv kernel={kernel.__name__!r} needs the launch's arguments too "
-                           "(args=(...), as pk.exec gets them): the kernel is compiled for their types")
+        raise WorkDivError(
+            f"valid_workdiv kernel={kernel.__name__!r} needs the launch's arguments too "
+            "(args=(...), as pk.exec gets them): the kernel is compiled for their types"
+        )
     return int(get_backend(device.backend_name).kernel_thread_limit(device, workdiv, kernel, tuple(args)))

@@ -24,10 +24,11 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _STOP = None
-_live: "weakref.WeakValueDictionary[int, threading.Thread]" = weakref.WeakValueDictionary()
+_live: weakref.WeakValueDictionary[int, threading.Thread] = weakref.WeakValueDictionary()
 _stoppers: dict[int, Callable[[], None]] = {}
 _lock = threading.Lock()
 #: at exit, how long the queue workers get, all together, to finish their tasks and stop; one
@@ -41,13 +42,12 @@ class Worker:
 
     __slots__ = ("tasks", "ident", "put")
 
-    def __init__(self, tasks: "_stdqueue.SimpleQueue", ident: int) -> None:
+    def __init__(self, tasks: _stdqueue.SimpleQueue, ident: int) -> None:
         self.tasks, self.ident = tasks, ident
         self.put = tasks.put
 
 
-def start_worker(run_task: Callable[[Any], None], name: str,
-                 on_stop: Callable[[], None] | None = None) -> Worker:
+def start_worker(run_task: Callable[[Any], None], name: str, on_stop: Callable[[], None] | None = None) -> Worker:
     """Start a daemon thread calling ``run_task(task)`` for each task put on the worker, in FIFO
     order, until it is stopped (:func:`stop_worker`, or the interpreter exits); then it calls
     ``on_stop()`` on its own thread."""
@@ -61,7 +61,7 @@ def start_worker(run_task: Callable[[Any], None], name: str,
                     break
                 try:
                     run_task(task)  # reports its own errors; one that escapes must not end the worker,
-                except Exception:  # or every later task (and a queue's gates) would wait forever
+                except Exception:  # noqa: BLE001 - or every later task (and a queue's gates) would wait forever
                     import traceback
 
                     traceback.print_exc()
@@ -80,7 +80,7 @@ def start_worker(run_task: Callable[[Any], None], name: str,
     return Worker(tasks, thread.ident)  # type: ignore[arg-type]
 
 
-def stop_worker(tasks: "_stdqueue.SimpleQueue") -> None:
+def stop_worker(tasks: _stdqueue.SimpleQueue) -> None:
     """Ask the worker of ``tasks`` to stop once the tasks before this call ran.
 
     Queues call this from their finalizer: ``SimpleQueue.put`` is documented reentrant (safe in

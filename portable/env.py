@@ -12,8 +12,9 @@ from typing import Any
 from ._errors import EnvVarError
 
 
-def env_number(name: str, default: Any, kind: type = int, *, minimum: float | None = None,
-               above: float | None = None) -> Any:
+def env_number(
+    name: str, default: Any, kind: type = int, *, minimum: float | None = None, above: float | None = None
+) -> Any:
     """``kind(os.environ[name])`` (int or float), or ``default`` when the variable is unset or
     empty. EnvVarError (a ValueError) for a value that is not such a number (floats: finite),
     below ``minimum`` or not above ``above``."""
@@ -29,8 +30,12 @@ def env_number(name: str, default: Any, kind: type = int, *, minimum: float | No
         value = kind(raw.strip())
     except ValueError:
         value = None
-    if value is None or (kind is float and not math.isfinite(value)) or (
-            minimum is not None and value < minimum) or (above is not None and value <= above):
+    if (
+        value is None
+        or (kind is float and not math.isfinite(value))
+        or (minimum is not None and value < minimum)
+        or (above is not None and value <= above)
+    ):
         raise EnvVarError(f"environment variable {name}={raw!r}: expected {want}; set it to such a value or unset it")
     return value
 
@@ -48,8 +53,10 @@ def parse_emulate(raw: str | None, name: str = "ALPYKA_EMULATE") -> list[str]:
     if names == ["all"]:
         return list(EMULATED_BACKENDS)
     if any(n not in EMULATED_BACKENDS for n in names):
-        raise EnvVarError(f"environment variable {name}={raw!r}: expected cuda, rocm or cuda,rocm (the backends "
-                          f"to run on the CPU's GPU emulator), or off; set it to one of those or unset it")
+        raise EnvVarError(
+            f"environment variable {name}={raw!r}: expected cuda, rocm or cuda,rocm (the backends "
+            f"to run on the CPU's GPU emulator), or off; set it to one of those or unset it"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -70,5 +77,7 @@ def emulate_checks() -> bool:
         return True
     if value in ("0", "off", "false", "no"):
         return False
-    raise EnvVarError(f"environment variable ALPYKA_EMULATE_CHECKS={raw!r}: expected 1 (checks on, the default) "
-                      f"or 0 (off: faster, nothing checked); set it to one of those or unset it")
+    raise EnvVarError(
+        f"environment variable ALPYKA_EMULATE_CHECKS={raw!r}: expected 1 (checks on, the default) "
+        f"or 0 (off: faster, nothing checked); set it to one of those or unset it"
+    )

@@ -42,8 +42,10 @@ _TWO_PI = 2.0 * math.pi
 def _words(value: Any, n: int, what: str) -> np.ndarray:
     a = np.asarray(value)
     if a.dtype.kind not in "ui" or a.shape[-1:] != (n,):
-        raise ValueError(f"philox4x32_10: {what} must be {n} unsigned 32-bit integers (shape (..., {n})), "
-                         f"got dtype {a.dtype} and shape {a.shape}")
+        raise ValueError(
+            f"philox4x32_10: {what} must be {n} unsigned 32-bit integers (shape (..., {n})), "
+            f"got dtype {a.dtype} and shape {a.shape}"
+        )
     if a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF):
         raise ValueError(f"philox4x32_10: every {what} word must be in [0, 2**32)")
     return a.astype(np.uint64)
@@ -200,6 +202,12 @@ def normal_f64(e):
 
 
 assert RAND_STATE_WORDS == 12  # the layout above
-for _name, _fn in [("init", init), ("next_u32", next_u32), ("uniform_f32", uniform_f32),
-                   ("uniform_f64", uniform_f64), ("normal_f32", normal_f32), ("normal_f64", normal_f64)]:
+for _name, _fn in [
+    ("init", init),
+    ("next_u32", next_u32),
+    ("uniform_f32", uniform_f32),
+    ("uniform_f64", uniform_f64),
+    ("normal_f32", normal_f32),
+    ("normal_f64", normal_f64),
+]:
     register("rand." + _name, _fn)

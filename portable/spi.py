@@ -33,7 +33,8 @@ the implementation behind a ``pk.Queue`` it is handed through :func:`queue_impl`
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from ._allocator import AllocatorStats, Block, CachingAllocator
 from ._backend import Backend, MemRef
@@ -185,9 +186,35 @@ class Allocator(Protocol):
 
 
 __all__ = [
-    "Allocator", "AllocatorStats", "Backend", "Block", "CachingAllocator", "DLPACK_CPU", "DLPACK_CUDA",
-    "DLPACK_OPENCL", "DLPACK_ROCM", "Device", "DeviceCapabilities", "DeviceLimits", "ErrorLog",
-    "EventImpl", "HostEvent", "HostQueue", "MemRef", "QueueImpl", "Recorder", "Waitable", "Worker",
-    "before_workers_stop", "c_strides", "check_not_own_worker", "pinned_host_allocator", "queue_impl",
-    "run_deferred", "signature_key", "start_worker", "stop_worker", "warn_unseen",
+    "Allocator",
+    "AllocatorStats",
+    "Backend",
+    "Block",
+    "CachingAllocator",
+    "DLPACK_CPU",
+    "DLPACK_CUDA",
+    "DLPACK_OPENCL",
+    "DLPACK_ROCM",
+    "Device",
+    "DeviceCapabilities",
+    "DeviceLimits",
+    "ErrorLog",
+    "EventImpl",
+    "HostEvent",
+    "HostQueue",
+    "MemRef",
+    "QueueImpl",
+    "Recorder",
+    "Waitable",
+    "Worker",
+    "before_workers_stop",
+    "c_strides",
+    "check_not_own_worker",
+    "pinned_host_allocator",
+    "queue_impl",
+    "run_deferred",
+    "signature_key",
+    "start_worker",
+    "stop_worker",
+    "warn_unseen",
 ]

@@ -47,8 +47,17 @@ from ._workdiv import WorkDiv
 from .kernel import device_function, kernel
 from .kernel._signature import check_byte_order
 
-__all__ = ["argsort", "assoc_count", "assoc_fill", "block_prefix_scan", "block_prefix_scan_range", "block_sum",
-           "one_to_many", "prefix_scan", "radix_sort"]
+__all__ = [
+    "argsort",
+    "assoc_count",
+    "assoc_fill",
+    "block_prefix_scan",
+    "block_prefix_scan_range",
+    "block_sum",
+    "one_to_many",
+    "prefix_scan",
+    "radix_sort",
+]
 
 
 # ----------------------------------------------------------------------------- in kernels
@@ -226,8 +235,10 @@ def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
     for arr, what in arrays:
         shape = getattr(arr, "shape", None)
         if shape is None or len(shape) != 1:
-            raise ValueError(f"{what} must be a 1-dimensional pk.Buffer (or a numpy array on a CPU backend), "
-                             f"got {type(arr).__name__} of shape {shape}")
+            raise ValueError(
+                f"{what} must be a 1-dimensional pk.Buffer (or a numpy array on a CPU backend), "
+                f"got {type(arr).__name__} of shape {shape}"
+            )
         dt = arr.dtype
         if dt not in _CHECKED_DTYPES:
             if np.dtype(dt).kind not in "uif":
@@ -345,8 +356,10 @@ def one_to_many(queue: Queue, keys: Any, nbins: int, out: tuple[Any, Any] | None
     if out is None:
         offsets, content = Buffer(dev, nbins + 1, np.int32), Buffer(dev, n, np.int32)
     else:
-        offsets, content = _out(out[0], nbins + 1, np.int32, "out[0] (offsets)"), _out(out[1], n, np.int32,
-                                                                                       "out[1] (content)")
+        offsets, content = (
+            _out(out[0], nbins + 1, np.int32, "out[0] (offsets)"),
+            _out(out[1], n, np.int32, "out[1] (content)"),
+        )
     if _one_thread(dev):
         exec(queue, _ONE, _serial.counting_sort, keys, offsets, content, n, nbins)
         return offsets, content
@@ -363,8 +376,10 @@ def _out(arr: Any, n: int, dtype: Any, what: str) -> Any:
     """``arr`` if it can take a result of ``n`` elements of ``dtype``."""
     shape = getattr(arr, "shape", None)
     if shape != (n,) or getattr(arr, "dtype", None) != np.dtype(dtype):
-        raise ValueError(f"pk.tools: {what} must be a 1-dimensional {np.dtype(dtype)} pk.Buffer of {n} elements, "
-                         f"got {type(arr).__name__} of shape {shape} and dtype {getattr(arr, 'dtype', None)}")
+        raise ValueError(
+            f"pk.tools: {what} must be a 1-dimensional {np.dtype(dtype)} pk.Buffer of {n} elements, "
+            f"got {type(arr).__name__} of shape {shape} and dtype {getattr(arr, 'dtype', None)}"
+        )
     return arr
 
 
@@ -408,10 +423,23 @@ def _sort(queue: Queue, keys: Any, n: int, idx: Any, out: Any) -> None:
     size = _size_class(n)
     if _one_thread(queue.device):
         key = ("radix", dt.itemsize, size)
-        ws = _take(queue, key, (size, key_t), (size, key_t), (size, np.int32), (256 * dt.itemsize, np.int32),
-                   (1, word))
-        exec(queue, _ONE, _serial.radix_serial, bits, ws[0], ws[1], idx, ws[2], ws[3],
-             ws[4] if out is None else reinterpret(out, word), n, kind, dt.itemsize * 8, int(out is not None))
+        ws = _take(queue, key, (size, key_t), (size, key_t), (size, np.int32), (256 * dt.itemsize, np.int32), (1, word))
+        exec(
+            queue,
+            _ONE,
+            _serial.radix_serial,
+            bits,
+            ws[0],
+            ws[1],
+            idx,
+            ws[2],
+            ws[3],
+            ws[4] if out is None else reinterpret(out, word),
+            n,
+            kind,
+            dt.itemsize * 8,
+            int(out is not None),
+        )
         _give(queue, key, ws)
         return
     threads = _threads(queue, 256)

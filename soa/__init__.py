@@ -20,6 +20,18 @@ from ._layout import DEFAULT_ALIGNMENT, Layout, Placement, block_offsets, checke
 from ._view import View, field_geometry, host_array_factory
 
 __all__ = [
-    "DEFAULT_ALIGNMENT", "Field", "Layout", "Placement", "View", "block_offsets", "checked_size",
-    "column", "field_geometry", "host_array_factory", "matrix", "round_up", "scalar", "vector",
+    "DEFAULT_ALIGNMENT",
+    "Field",
+    "Layout",
+    "Placement",
+    "View",
+    "block_offsets",
+    "checked_size",
+    "column",
+    "field_geometry",
+    "host_array_factory",
+    "matrix",
+    "round_up",
+    "scalar",
+    "vector",
 ]

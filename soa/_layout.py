@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -154,8 +155,10 @@ class Layout:
             f"{cls.alignment_enforcement}): {cls.byte_size(n)} bytes"
         ]
         width = max([len(f.name) for f in cls.fields] + [4])
-        lines.append(f"  {'name':<{width}}  {'kind':<10}  {'dtype':<10} {'offset':>10} {'size':>10} "
-                     f"{'padding':>8} {'pitch':>10} {'comps':>5}")
+        lines.append(
+            f"  {'name':<{width}}  {'kind':<10}  {'dtype':<10} {'offset':>10} {'size':>10} "
+            f"{'padding':>8} {'pitch':>10} {'comps':>5}"
+        )
         for name, p in ps.items():
             f = p.field
             kind = f.kind + ("" if not f.shape else "x".join(map(str, f.shape)))
@@ -169,9 +172,7 @@ class Layout:
     def check_alignment(cls, address: int) -> None:
         """Raise if the layout enforces alignment and ``address`` is not aligned."""
         if cls.alignment_enforcement == "enforced" and address % cls.alignment:
-            raise ValueError(
-                f"{cls.__name__}: buffer at 0x{address:x} is not aligned to {cls.alignment} bytes"
-            )
+            raise ValueError(f"{cls.__name__}: buffer at 0x{address:x} is not aligned to {cls.alignment} bytes")
 
     @classmethod
     def iter_fields(cls, kind: str | None = None) -> Iterator[Field]:
@@ -179,9 +180,23 @@ class Layout:
 
 
 _RESERVED = {
-    "fields", "alignment", "alignment_enforcement", "field", "field_names", "placements",
-    "byte_size", "padded_size", "describe", "check_alignment", "iter_fields", "layout", "size",
-    "const", "device", "memory", "to_dict",
+    "fields",
+    "alignment",
+    "alignment_enforcement",
+    "field",
+    "field_names",
+    "placements",
+    "byte_size",
+    "padded_size",
+    "describe",
+    "check_alignment",
+    "iter_fields",
+    "layout",
+    "size",
+    "const",
+    "device",
+    "memory",
+    "to_dict",
 }
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -87,9 +88,7 @@ class View:
         layout = object.__getattribute__(self, "layout")
         placements = layout.placements(self.size)
         if name not in placements:
-            raise AttributeError(
-                f"{layout.__name__} view has no field {name!r}; its fields are {layout.field_names()}"
-            )
+            raise AttributeError(f"{layout.__name__} view has no field {name!r}; its fields are {layout.field_names()}")
         if self._make is None:
             raise RuntimeError(
                 f"{layout.__name__}.{name}: this view's memory is on {self.device} and not "
@@ -115,12 +114,20 @@ class View:
         where = f" on {self.device}" if self.device is not None else ""
         return f"<{self.layout.__name__} {kind} of {self.size} elements{where}>"
 
-    def as_const(self) -> "View":
+    def as_const(self) -> View:
         """A const view of the same memory (host memory only; collections make their own)."""
         if not isinstance(self.memory, np.ndarray):
             raise TypeError("as_const() works on host views; use collection.const_view()")
-        return View(self.layout, self.size, self.memory, host_array_factory(self.memory, const=True, owner=self.owner),
-                    offset=self.offset, const=True, device=self.device, owner=self.owner)
+        return View(
+            self.layout,
+            self.size,
+            self.memory,
+            host_array_factory(self.memory, const=True, owner=self.owner),
+            offset=self.offset,
+            const=True,
+            device=self.device,
+            owner=self.owner,
+        )
 
     def to_dict(self) -> dict[str, np.ndarray]:
         """Copies of every field as numpy arrays, keyed by field name."""

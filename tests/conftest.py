@@ -35,8 +35,11 @@ def demo_model_dir(tmp_path_factory):
 
     from inference import aot, export
 
-    sources = [*Path(train.__file__).parent.glob("*.py"), Path(inspect.getsourcefile(export)),
-               Path(inspect.getsourcefile(aot))]
+    sources = [
+        *Path(train.__file__).parent.glob("*.py"),
+        Path(inspect.getsourcefile(export)),
+        Path(inspect.getsourcefile(aot)),
+    ]
     cached = cached_dir("demo-model", content_key(sources, ["torch"], extra="n_events=120 epochs=6 jit"), build)
     d = tmp_path_factory.mktemp("models")
     shutil.copytree(cached, d, dirs_exist_ok=True)
@@ -163,8 +166,11 @@ def pytest_collection_modifyitems(config, items):
         cuda_rows = {_twin_key(it) for it in items if _plugin_backend(it) == "cuda"}
         keep, drop = [], []
         for it in items:
-            trimmed = (_plugin_backend(it) == "rocm" and it.get_closest_marker("hip_differs") is None
-                       and _twin_key(it) in cuda_rows)
+            trimmed = (
+                _plugin_backend(it) == "rocm"
+                and it.get_closest_marker("hip_differs") is None
+                and _twin_key(it) in cuda_rows
+            )
             (drop if trimmed else keep).append(it)
         if drop:
             config.hook.pytest_deselected(items=drop)
@@ -177,6 +183,7 @@ def _long_files_first(items) -> None:
     (servers and child processes), then the rest, each group in collection order and each file's
     tests as they were. `-n 4 --dist loadfile` hands out files in this order, so the long ones
     start early and the workers finish together instead of one waiting for the others."""
+
     def path(it) -> str:
         return it.nodeid.split("::")[0]
 
@@ -218,7 +225,7 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def pytest_collection_finish(session):  # noqa: ARG001 - pytest's hook signature
+def pytest_collection_finish(session):
     """A worker's heap (torch, numba, the suite's objects) is frozen after the imports and after each
     test file: the full collections the run triggers, and those tests ask for, then walk only what
     the current file made. Unfrozen, they took 12-32 s of a worker's 160 s (tests/inference,
@@ -234,7 +241,7 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):  # noqa: ARG001 - pytest's hook signature
+def pytest_unconfigure(config):
     """The heap frozen once more: pytest's own clean-up collects five times to surface unraisable
     exceptions (about 1 s each over a whole worker's heap) and the interpreter once more at exit;
     they now walk only what is new. The warm interpreter the child scripts fork from, where one
@@ -259,7 +266,7 @@ def pytest_report_header(config):
         else:
             lines += [f"opencl: [{d.index}] {d.name} ({d.properties.get('platform')})" for d in backend.devices()]
             lines += [f"opencl: not used: {what}: {why}" for what, why in backend.excluded_devices()]
-    except Exception as exc:  # noqa: BLE001 - a header must not fail the run
+    except Exception as exc:
         lines.append(f"opencl: {type(exc).__name__}: {exc}")
     return lines
 

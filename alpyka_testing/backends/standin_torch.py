@@ -24,7 +24,8 @@ Everything else (``Model.forward``, ``run_on_queue``, the tensor path, the queue
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class _TorchOnTheHost:
     a CPU tensor over the same bytes (a CUDA torch would give a CUDA tensor over them through
     ``__cuda_array_interface__``; this one cannot initialise CUDA). Everything else is torch."""
 
-    def __init__(self, torch: Any, recorder: "TorchOnStream") -> None:
+    def __init__(self, torch: Any, recorder: TorchOnStream) -> None:
         self._torch, self._recorder = torch, recorder
 
     def __getattr__(self, name: str) -> Any:
@@ -103,7 +104,7 @@ class _HostCuda:
         current = self._recorder.current
         return _HostStream(current[-1] if current else 0, self._recorder)
 
-    def Event(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - torch.cuda.Event
+    def Event(self, *args: Any, **kwargs: Any) -> Any:
         return _HostEvent()
 
 
@@ -122,7 +123,7 @@ class _HostStream:
     def synchronize(self) -> None:
         """Nothing to wait for: torch on the host finished each operation as it returned."""
 
-    def wait_event(self, event: "_HostEvent") -> None:
+    def wait_event(self, event: _HostEvent) -> None:
         self._recorder.stream_waits.append((self.cuda_stream, event.stream))
 
 

@@ -35,8 +35,17 @@ import numpy as np
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
 #: ``-ffp-contract=off``: numpy's float bits, as the GPU backends' defaults give them (no FMA
 #: contraction, which GCC allows by default and makes on targets with FMA in their base ISA)
-FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing", "-fvisibility=hidden", "-w",
-         "-ffp-contract=off")
+FLAGS = (
+    "-std=c++17",
+    "-O1",
+    "-fPIC",
+    "-shared",
+    "-pthread",
+    "-fno-strict-aliasing",
+    "-fvisibility=hidden",
+    "-w",
+    "-ffp-contract=off",
+)
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 _BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask")  # need fibers
 _ERR_LEN = 512
@@ -78,11 +87,16 @@ def _probe_compiler() -> None:
             version = (version.splitlines() or ["?"])[0].strip()
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "probe.cu"
-                src.write_text('extern "C" __global__ void alpyka_probe(int* p) '
-                               '{ atomicAdd(p, 1); __syncthreads(); }\n')
+                src.write_text(
+                    'extern "C" __global__ void alpyka_probe(int* p) { atomicAdd(p, 1); __syncthreads(); }\n'
+                )
                 lib = Path(tmp) / "probe.so"
-                done = subprocess.run([path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)],
-                                      capture_output=True, text=True, timeout=300)
+                done = subprocess.run(
+                    [path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
                 if done.returncode != 0:
                     tried.append(f"{name}: cannot build the probe ({_tail(done.stderr)})")
                     continue
@@ -93,8 +107,11 @@ def _probe_compiler() -> None:
         _compiler = (path, version)
         break
     if _compiler is None:
-        _problem = ("no C++ compiler builds CUDA source for the CPU (" + "; ".join(tried)
-                    + "); install g++ (apt install g++) or set CXX")
+        _problem = (
+            "no C++ compiler builds CUDA source for the CPU ("
+            + "; ".join(tried)
+            + "); install g++ (apt install g++) or set CXX"
+        )
     _probed = True
 
 
@@ -172,17 +189,29 @@ def build(src: Any, name: str) -> Compiled:
             cu = Path(tmp) / f"{name}.cu"
             cu.write_text(unit)
             out = Path(tmp) / "kernel.so"
-            done = subprocess.run([path_cxx, *flags, "-include", str(HEADER), "-x", "c++", str(cu), "-o", str(out)],
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [path_cxx, *flags, "-include", str(HEADER), "-x", "c++", str(cu), "-o", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if done.returncode != 0:
-                raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)",
-                                                          done.stderr))
+                raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)", done.stderr))
             os.replace(out, lib)  # atomic: a concurrent process loads either file, never half of one
     so = ctypes.CDLL(str(lib))
     launch = so.alpyka_cpu_launch
     launch.restype = ctypes.c_int
-    launch.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_longlong), ctypes.c_longlong,
-                       ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    launch.argtypes = [
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_longlong),
+        ctypes.c_longlong,
+        ctypes.c_int,
+        ctypes.c_ulonglong,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
     fibers = any(b in code for b in _BARRIERS)
     return Compiled(name, lib, launch, params, fibers, src)
 
@@ -227,8 +256,11 @@ def _check_error(kernel: Compiled, report: str) -> Exception:
     first = line(l1) or (src.line_map and min(src.line_map.values())) or 0
     text = text.replace("%1", f"line {line(l1) or '?'}").replace("%2", f"line {line(l2) or '?'}")
     name = src.kernel_name if src is not None and src.kernel_name else kernel.name
-    return KernelCheckError(f"kernel {name!r} ({where}:{first}): {kind}: {text} (found by the GPU emulator's checks, "
-                            "ALPYKA_EMULATE_CHECKS=0 turns them off)", kind)
+    return KernelCheckError(
+        f"kernel {name!r} ({where}:{first}): {kind}: {text} (found by the GPU emulator's checks, "
+        "ALPYKA_EMULATE_CHECKS=0 turns them off)",
+        kind,
+    )
 
 
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
@@ -248,8 +280,9 @@ def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: in
     b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
     dims = (ctypes.c_longlong * 6)(*g, *b)
     err = ctypes.create_string_buffer(_ERR_LEN)
-    if kernel.launch(ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), int(checks_on()), err,
-                     _ERR_LEN):
+    if kernel.launch(
+        ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), int(checks_on()), err, _ERR_LEN
+    ):
         report = err.value.decode(errors="replace")
         if report.startswith("check:"):
             raise _check_error(kernel, report)

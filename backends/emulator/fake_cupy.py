@@ -51,7 +51,8 @@ import re
 import threading
 import types
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -111,13 +112,31 @@ def _nothing() -> None:
 
 _callbacks = _Exec("fake-cuda-callbacks")  # CUDA runs every host function on one driver thread
 _next_ptr = [0x7000]
-_C_TYPES = {"i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16",
-            "u32": "uint32", "u64": "uint64", "f32": "float32", "f64": "float64", "float": "float32",
-            "double": "float64", "int": "int32", "bool": "uint8", "char": "int8", "long long": "int64",
-            "unsigned int": "uint32", "unsigned long long": "uint64"}
+_C_TYPES = {
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "f32": "float32",
+    "f64": "float64",
+    "float": "float32",
+    "double": "float64",
+    "int": "int32",
+    "bool": "uint8",
+    "char": "int8",
+    "long long": "int64",
+    "unsigned int": "uint32",
+    "unsigned long long": "uint64",
+}
 #: what ``getDeviceProperties(i)["name"]`` says, by ``is_hip`` (alpyka info and str(device) show it)
-DEVICE_NAME = {False: "CUDA emulated on the CPU (ALPYKA_EMULATE)",
-               True: "ROCm (HIP) emulated on the CPU (ALPYKA_EMULATE)"}
+DEVICE_NAME = {
+    False: "CUDA emulated on the CPU (ALPYKA_EMULATE)",
+    True: "ROCm (HIP) emulated on the CPU (ALPYKA_EMULATE)",
+}
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 
 
@@ -127,7 +146,7 @@ class _Runtime:
     def __init__(self, n_devices: int, is_hip: bool, count_error: str | None) -> None:
         self.n_devices, self.is_hip, self.count_error = n_devices, is_hip, count_error
         self.tls = threading.local()
-        self.streams: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+        self.streams: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self.ranges: list[tuple[int, int, str, int]] = []  # sorted (base, end, kind, device)
         self.ranges_lock = threading.Lock()
         self.pageable_copies = 0
@@ -205,8 +224,9 @@ def _make_stream_class(rt: _Runtime) -> type:
         def _refuse_in_capture(self, what: str) -> None:
             if self._captured is not None:
                 self._capture_error = self._capture_error or what
-                raise CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what} on a capturing stream "
-                                       "(the capture is invalidated)")
+                raise CUDARuntimeError(
+                    f"cudaErrorStreamCaptureUnsupported: {what} on a capturing stream (the capture is invalidated)"
+                )
 
         def synchronize(self) -> None:
             self._refuse_in_capture("cudaStreamSynchronize")
@@ -258,7 +278,7 @@ def _make_stream_class(rt: _Runtime) -> type:
             event.record(self)
             return event
 
-        def __enter__(self) -> "Stream":
+        def __enter__(self) -> Stream:
             stacks = rt.tls.__dict__.setdefault("streams", {})
             stacks.setdefault(self.device_id, []).append(self)
             return self
@@ -271,11 +291,12 @@ def _make_stream_class(rt: _Runtime) -> type:
         runs the captured nodes in their order on ``stream`` (the current stream by default)."""
 
         def __init__(self, *args: Any, **kw: Any) -> None:
-            raise NotImplementedError("currently this class cannot be initiated by the user and must be "
-                                      "created via stream capture")
+            raise NotImplementedError(
+                "currently this class cannot be initiated by the user and must be created via stream capture"
+            )
 
         @classmethod
-        def _from_nodes(cls, nodes: list, device_id: int) -> "Graph":
+        def _from_nodes(cls, nodes: list, device_id: int) -> Graph:
             g = cls.__new__(cls)
             g._nodes, g._device_id = tuple(nodes), device_id
             return g
@@ -285,8 +306,10 @@ def _make_stream_class(rt: _Runtime) -> type:
             if stream is None:
                 raise CUDARuntimeError("fake cupy: a graph launched on the legacy null stream is not emulated")
             if stream.device_id != self._device_id:
-                raise CUDARuntimeError(f"cudaErrorInvalidValue: graph of device {self._device_id} launched on a "
-                                       f"stream of device {stream.device_id}")
+                raise CUDARuntimeError(
+                    f"cudaErrorInvalidValue: graph of device {self._device_id} launched on a "
+                    f"stream of device {stream.device_id}"
+                )
             return stream
 
         def launch(self, stream: Any = None) -> None:
@@ -299,6 +322,7 @@ def _make_stream_class(rt: _Runtime) -> type:
             def run() -> None:
                 for node in nodes:
                     node()
+
             stream.ex.submit(run)
 
         def upload(self, stream: Any = None) -> None:
@@ -329,8 +353,10 @@ def _make_event_class(rt: _Runtime) -> type:
                 raise CUDARuntimeError("fake cupy: recording on the legacy null stream is not emulated")
             stream._refuse_in_capture("cudaEventRecord (not emulated in a capture)")
             if stream.device_id != self.device_id:
-                raise CUDARuntimeError(f"cudaErrorInvalidResourceHandle: event of device {self.device_id} "
-                                       f"recorded on a stream of device {stream.device_id}")
+                raise CUDARuntimeError(
+                    f"cudaErrorInvalidResourceHandle: event of device {self.device_id} "
+                    f"recorded on a stream of device {stream.device_id}"
+                )
             flag = threading.Event()
             self._flag = flag
             stream.ex.submit(flag.set)
@@ -378,7 +404,7 @@ class _DevicePool:
         self.lock = threading.Lock()
         self.mallocs: list[int] = []  # the stream pointer of each allocation
 
-    def malloc(self, n: int) -> "MemoryPointer":
+    def malloc(self, n: int) -> MemoryPointer:
         n = -(-max(n, 1) // 512) * 512
         stream = self.rt.current_stream(self.device)
         sp = stream.ptr if stream is not None else 0
@@ -414,7 +440,7 @@ class MemoryPool:
     def _pool(self) -> _DevicePool:
         return self.pools[self.rt.device()]
 
-    def malloc(self, n: int) -> "MemoryPointer":
+    def malloc(self, n: int) -> MemoryPointer:
         return self._pool().malloc(n)
 
     def total_bytes(self) -> int:
@@ -433,7 +459,7 @@ class MemoryPointer:
         self.ptr = mem.ptr + offset
         self.device_id = getattr(mem, "device_id", -1)
 
-    def __add__(self, n: int) -> "MemoryPointer":
+    def __add__(self, n: int) -> MemoryPointer:
         return MemoryPointer(self.mem, self.offset + n)
 
 
@@ -470,11 +496,17 @@ class FakeDeviceArray(np.ndarray):
     def __cuda_array_interface__(self) -> dict:
         if self._rt is not None and self._rt.is_hip:
             raise AttributeError("HIP/ROCm does not support cuda array interface")
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ctypes.data, False),
-                "strides": self.strides, "version": 3}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ctypes.data, False),
+            "strides": self.strides,
+            "version": 3,
+        }
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
+    def __dlpack__(
+        self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Any = None
+    ) -> Any:
         rt = self._rt
         if rt is not None and stream != -1:
             cur = rt.current_stream(rt.device())
@@ -522,8 +554,9 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
         @max_dynamic_shared_size_bytes.setter
         def max_dynamic_shared_size_bytes(self, value: int) -> None:
             if value > optin:
-                raise CUDARuntimeError(f"cudaErrorInvalidValue: {value} bytes of dynamic shared memory "
-                                       f"above the opt-in limit {optin}")
+                raise CUDARuntimeError(
+                    f"cudaErrorInvalidValue: {value} bytes of dynamic shared memory above the opt-in limit {optin}"
+                )
             self._dyn = int(value)
 
         def _check_arg(self, i: int, decl: str, value: Any, device: int) -> None:
@@ -533,8 +566,10 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
                     raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is a pointer; got {value!r}")
                 kind, dev = rt.where(int(value))
                 if kind == "device" and dev != device:
-                    raise CUDARuntimeError(f"cudaErrorIllegalAddress: kernel {self.name} on device {device} given "
-                                           f"memory of device {dev} (argument {i}: {decl})")
+                    raise CUDARuntimeError(
+                        f"cudaErrorIllegalAddress: kernel {self.name} on device {device} given "
+                        f"memory of device {dev} (argument {i}: {decl})"
+                    )
                 return
             want = _C_TYPES.get(ctype)
             if want is None:
@@ -547,15 +582,19 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
             device = rt.device()
             stream = rt.current_stream(device)
             if stream is None:
-                raise CUDARuntimeError(f"fake cupy: kernel {self.name} launched on the legacy null stream of "
-                                       f"device {device} (no current stream for it on this thread)")
+                raise CUDARuntimeError(
+                    f"fake cupy: kernel {self.name} launched on the legacy null stream of "
+                    f"device {device} (no current stream for it on this thread)"
+                )
             if len(args) != len(self.params):
                 raise TypeError(f"kernel {self.name} takes {len(self.params)} arguments; got {len(args)}")
             for i, (decl, value) in enumerate(zip(self.params, args)):
                 self._check_arg(i, decl, value, device)
             if shared_mem > self._dyn:
-                raise CUDARuntimeError(f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
-                                       f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)")
+                raise CUDARuntimeError(
+                    f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
+                    f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)"
+                )
             rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
             runner, name, prepared = rt.kernel_runner, self.name, self.prepared
             if prepared is not None:
@@ -567,6 +606,7 @@ def _make_raw(rt: _Runtime) -> tuple[type, type]:
                     except BaseException as exc:  # a device fault: sticky, reported on sync
                         rt.sticky = rt.sticky or exc
                         raise
+
                 stream.enqueue(execute)
             elif runner is not None:
                 stream.enqueue(lambda: runner(name, args))
@@ -600,9 +640,17 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         return n_devices
 
     def props(i: int) -> dict:
-        p = {"name": DEVICE_NAME[is_hip].encode(), "maxThreadsPerBlock": 1024, "maxThreadsDim": (1024, 1024, 64),
-             "maxGridSize": (2**31 - 1, 65535, 65535), "warpSize": 64 if is_hip else 32, "multiProcessorCount": 4,
-             "major": 9, "minor": 0, "totalGlobalMem": 1 << 30}
+        p = {
+            "name": DEVICE_NAME[is_hip].encode(),
+            "maxThreadsPerBlock": 1024,
+            "maxThreadsDim": (1024, 1024, 64),
+            "maxGridSize": (2**31 - 1, 65535, 65535),
+            "warpSize": 64 if is_hip else 32,
+            "multiProcessorCount": 4,
+            "major": 9,
+            "minor": 0,
+            "totalGlobalMem": 1 << 30,
+        }
         if is_hip:
             p.update(sharedMemPerBlock=65536, gcnArchName=b"gfx90a:sramecc+:xnack-")
         else:
@@ -661,22 +709,48 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         return a
 
     runtime = types.SimpleNamespace(
-        is_hip=is_hip, getDeviceCount=get_device_count, getDeviceProperties=props,
-        getDevice=rt.device, setDevice=rt.set_device, memcpyAsync=memcpy_async,
-        memsetAsync=memset_async, runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000,
-        CUDARuntimeError=CUDARuntimeError, streamIsCapturing=stream_is_capturing,
-        streamCaptureModeGlobal=0, streamCaptureModeThreadLocal=1, streamCaptureModeRelaxed=2,
-        streamCaptureStatusNone=0, streamCaptureStatusActive=1, streamCaptureStatusInvalidated=2,
+        is_hip=is_hip,
+        getDeviceCount=get_device_count,
+        getDeviceProperties=props,
+        getDevice=rt.device,
+        setDevice=rt.set_device,
+        memcpyAsync=memcpy_async,
+        memsetAsync=memset_async,
+        runtimeGetVersion=lambda: 13000,
+        driverGetVersion=lambda: 13000,
+        CUDARuntimeError=CUDARuntimeError,
+        streamIsCapturing=stream_is_capturing,
+        streamCaptureModeGlobal=0,
+        streamCaptureModeThreadLocal=1,
+        streamCaptureModeRelaxed=2,
+        streamCaptureStatusNone=0,
+        streamCaptureStatusActive=1,
+        streamCaptureStatusInvalidated=2,
     )
-    cuda = types.SimpleNamespace(runtime=runtime, Stream=Stream, Event=Event, UnownedMemory=UnownedMemory,
-                                 MemoryPointer=MemoryPointer, alloc_pinned_memory=alloc_pinned,
-                                 get_current_stream=lambda: rt.current_stream(rt.device()),
-                                 ExternalStream=external_stream, Graph=Graph,
-                                 graph=types.SimpleNamespace(Graph=Graph))
-    mod = types.SimpleNamespace(__version__="14.fake", cuda=cuda, get_default_memory_pool=lambda: pool,
-                                ndarray=lambda shape, dtype, memptr, strides=None: _array(rt, array_cls, shape, dtype,
-                                                                                           memptr, strides),
-                                empty=empty, zeros=zeros, int32=np.int32, RawModule=RawModule,
-                                RawKernel=RawKernel, pool=pool, rt=rt)
+    cuda = types.SimpleNamespace(
+        runtime=runtime,
+        Stream=Stream,
+        Event=Event,
+        UnownedMemory=UnownedMemory,
+        MemoryPointer=MemoryPointer,
+        alloc_pinned_memory=alloc_pinned,
+        get_current_stream=lambda: rt.current_stream(rt.device()),
+        ExternalStream=external_stream,
+        Graph=Graph,
+        graph=types.SimpleNamespace(Graph=Graph),
+    )
+    mod = types.SimpleNamespace(
+        __version__="14.fake",
+        cuda=cuda,
+        get_default_memory_pool=lambda: pool,
+        ndarray=lambda shape, dtype, memptr, strides=None: _array(rt, array_cls, shape, dtype, memptr, strides),
+        empty=empty,
+        zeros=zeros,
+        int32=np.int32,
+        RawModule=RawModule,
+        RawKernel=RawKernel,
+        pool=pool,
+        rt=rt,
+    )
     rt.module = mod  # type: ignore[attr-defined]
     return mod

@@ -156,8 +156,9 @@ class OpenCLTwinExecutor:
             buf = buffers.get(base)
             if buf is None:
                 host = (ctypes.c_uint8 * (end - base)).from_address(base)
-                buf = buffers[base] = cl.Buffer(context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
-                                                hostbuf=host)
+                buf = buffers[base] = cl.Buffer(
+                    context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host
+                )
             return buf, ptr - base
 
         values: list[Any] = []
@@ -212,7 +213,6 @@ class CppExecutor:
     def run(self, prepared: Any, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
         from backends.emulator import cuda_on_cpu
-
         from portable.kernel import KernelCheckError
 
         for i, ctype in enumerate(prepared.params):
@@ -261,8 +261,10 @@ def _recorded(code: str, name: str) -> tuple[Any, Any]:
     with _twins_lock:
         found = _twins.get(code)
     if found is None or found[0].entry != name:
-        raise CUDARuntimeError(f"CUDA_ERROR_INVALID_SOURCE: fake cupy runs only kernels emitted by alpyka "
-                               f"(no source recorded for kernel {name!r})")
+        raise CUDARuntimeError(
+            f"CUDA_ERROR_INVALID_SOURCE: fake cupy runs only kernels emitted by alpyka "
+            f"(no source recorded for kernel {name!r})"
+        )
     return found
 
 
@@ -361,8 +363,11 @@ def served_here() -> list[str]:
     """The backends the emulator serves in this process (``ALPYKA_EMULATE``, and it can run here)."""
     import portable as pk
 
-    return [n for n in pk.available_backends()
-            if isinstance(getattr(getattr(pk.get_backend(n), "cupy", None), "rt", None), _runtime_class())]
+    return [
+        n
+        for n in pk.available_backends()
+        if isinstance(getattr(getattr(pk.get_backend(n), "cupy", None), "rt", None), _runtime_class())
+    ]
 
 
 def _runtime_class() -> type:

@@ -33,8 +33,11 @@ _WARP = 32
 _NARROW = ("i8", "i16", "i32", "u8", "u16", "u32", "f32", "bool", "int", "float")
 _WIDE = ("i64", "u64", "f64", "double")
 # a declaration starts a statement (after ; { } or a line start) or a for loop's init
-_DECL = re.compile(r"(?:^|[;{}]|\bfor\s*\()\s*(?:const\s+)?(%s)\b\s*(\*?)\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?[=;,]"
-                   % "|".join(_NARROW + _WIDE), re.MULTILINE)
+_TYPES = "|".join(_NARROW + _WIDE)
+_DECL = re.compile(
+    r"(?:^|[;{}]|\bfor\s*\()\s*(?:const\s+)?(" + _TYPES + r")\b\s*(\*?)\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?[=;,]",
+    re.MULTILINE,
+)
 _TOKEN = re.compile(r"[A-Za-z_]\w*|[^\sA-Za-z_]")
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,10 @@ def from_dlpack_after_long_kernel(queue: pk.Queue, dry_run: bool) -> dict:
         kernel_s = time.perf_counter() - t0
         queue.wait()
         wrong = int((got != want).sum())
-        parts[how] = {"passed": wrong == 0, "wrong": wrong, "hand_off_s": round(handed_s, 4),
-                      "read_done_s": round(kernel_s, 4)}
+        parts[how] = {
+            "passed": wrong == 0,
+            "wrong": wrong,
+            "hand_off_s": round(handed_s, 4),
+            "read_done_s": round(kernel_s, 4),
+        }
     return {"passed": all(p["passed"] for p in parts.values()), **parts}

@@ -19,8 +19,17 @@ from ._declare import OutputsNotFilled, Pipeline, PipelineError, Slot, as_pipeli
 from ._server import load_reference
 from ._wire import derive_config
 
-__all__ = ["OutputsNotFilled", "Pipeline", "PipelineError", "RemotePipeline", "Slot", "as_pipeline",
-           "derive_config", "load_reference", "pipeline"]
+__all__ = [
+    "OutputsNotFilled",
+    "Pipeline",
+    "PipelineError",
+    "RemotePipeline",
+    "Slot",
+    "as_pipeline",
+    "derive_config",
+    "load_reference",
+    "pipeline",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,8 +8,9 @@ import inspect
 import keyword
 import os
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import soa
 from portable import AlpykaError
@@ -48,19 +49,24 @@ def _slots(kind: str, decl: Any, params: list[str], fn_name: str) -> list[Slot]:
     else:
         seq = list(decl) if isinstance(decl, (list, tuple)) else [decl]
         if len(seq) > len(params):
-            raise PipelineError(f"pipeline {fn_name!r}: {len(seq)} {kind} layouts declared, but the body "
-                                f"has only {len(params)} parameter(s) after the queue for them")
-        items = list(zip(params[:len(seq)], seq))
+            raise PipelineError(
+                f"pipeline {fn_name!r}: {len(seq)} {kind} layouts declared, but the body "
+                f"has only {len(params)} parameter(s) after the queue for them"
+            )
+        items = list(zip(params[: len(seq)], seq))
     if not items:
         raise PipelineError(f"pipeline {fn_name!r}: declare at least one {kind[:-1]} layout")
     out = []
     for name, layout in items:
         if not (isinstance(layout, type) and issubclass(layout, soa.Layout)):
-            raise PipelineError(f"pipeline {fn_name!r}: {kind[:-1]} {name!r} must be a soa.Layout subclass, "
-                                f"got {layout!r}")
+            raise PipelineError(
+                f"pipeline {fn_name!r}: {kind[:-1]} {name!r} must be a soa.Layout subclass, got {layout!r}"
+            )
         if not str(name).isidentifier() or keyword.iskeyword(name) or "__" in str(name):
-            raise PipelineError(f"pipeline {fn_name!r}: collection name {name!r} must be an identifier "
-                                "without '__' (it prefixes the Triton tensor names)")
+            raise PipelineError(
+                f"pipeline {fn_name!r}: collection name {name!r} must be an identifier "
+                "without '__' (it prefixes the Triton tensor names)"
+            )
         out.append(Slot(str(name), layout))
     return out
 
@@ -73,8 +79,16 @@ class Pipeline:
     returns a :class:`RemotePipeline` called the same way; :func:`inference.serve` hosts it.
     """
 
-    def __init__(self, fn: Callable[..., Any], inputs: Any, outputs: Any, *, rows: Any = None,
-                 name: str | None = None, debug: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        inputs: Any,
+        outputs: Any,
+        *,
+        rows: Any = None,
+        name: str | None = None,
+        debug: bool = False,
+    ) -> None:
         if not callable(fn):
             raise PipelineError(f"@pipeline decorates a function, got {fn!r}")
         self.fn = fn
@@ -84,19 +98,23 @@ class Pipeline:
         except (TypeError, ValueError):
             params = []
         self.inputs = _slots("inputs", inputs, params, self.name)
-        self.outputs = _slots("outputs", outputs, params[len(self.inputs):], self.name)
+        self.outputs = _slots("outputs", outputs, params[len(self.inputs) :], self.name)
         names = [s.name for s in self.inputs + self.outputs]
         if len(set(names)) != len(names):
             raise PipelineError(f"pipeline {self.name!r}: collection names must be unique, got {names}")
         per = dict(rows) if isinstance(rows, Mapping) else {s.name: rows for s in self.outputs}
         unknown = [k for k in per if k not in {s.name for s in self.outputs}]
         if unknown:
-            raise PipelineError(f"pipeline {self.name!r}: rows= names {unknown}, which are not outputs "
-                                f"({[s.name for s in self.outputs]})")
+            raise PipelineError(
+                f"pipeline {self.name!r}: rows= names {unknown}, which are not outputs "
+                f"({[s.name for s in self.outputs]})"
+            )
         for key, value in per.items():
             if value is not None and not callable(value) and not (isinstance(value, int) and value >= 0):
-                raise PipelineError(f"pipeline {self.name!r}: rows of output {key!r} must be None, an int >= 0 "
-                                    f"or a callable of the input rows, got {value!r}")
+                raise PipelineError(
+                    f"pipeline {self.name!r}: rows of output {key!r} must be None, an int >= 0 "
+                    f"or a callable of the input rows, got {value!r}"
+                )
         self.outputs = [Slot(s.name, s.layout, per.get(s.name)) for s in self.outputs]
         self.debug = bool(debug)
         functools.update_wrapper(self, fn)
@@ -113,8 +131,10 @@ class Pipeline:
         if mod == "__main__":
             path = getattr(sys.modules.get("__main__"), "__file__", None)
             if not path:
-                raise PipelineError(f"pipeline {self.name!r} is defined in an interactive session; a server "
-                                    "imports pipelines: define it in a module or a script file")
+                raise PipelineError(
+                    f"pipeline {self.name!r} is defined in an interactive session; a server "
+                    "imports pipelines: define it in a module or a script file"
+                )
             mod = os.path.abspath(path)
         return f"{mod}:{self.fn.__qualname__}"
 
@@ -129,8 +149,10 @@ class Pipeline:
             else:
                 n = s.rows
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise PipelineError(f"pipeline {self.name!r}: rows of output {s.name!r} came out as {n!r} "
-                                    f"for input rows {list(input_rows)}; it must be an int >= 0")
+                raise PipelineError(
+                    f"pipeline {self.name!r}: rows of output {s.name!r} came out as {n!r} "
+                    f"for input rows {list(input_rows)}; it must be an int >= 0"
+                )
             out.append(int(n))
         return out
 
@@ -141,24 +163,29 @@ class Pipeline:
     def check_call(self, q: Any, collections: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Split and check the collections of a call: count, layouts, output rows."""
         if not hasattr(q, "enqueue_host"):
-            raise TypeError(f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got "
-                            f"{type(q).__name__}")
+            raise TypeError(
+                f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got {type(q).__name__}"
+            )
         want = len(self.inputs) + len(self.outputs)
         if len(collections) != want:
             sig = ", ".join(s.name for s in self.inputs + self.outputs)
             raise TypeError(f"pipeline {self.name!r} takes (q, {sig}): {want} collections, got {len(collections)}")
-        ins, outs = list(collections[:len(self.inputs)]), list(collections[len(self.inputs):])
+        ins, outs = list(collections[: len(self.inputs)]), list(collections[len(self.inputs) :])
         for s, c in zip(self.inputs + self.outputs, ins + outs):
             layout = getattr(c, "layout", None)
             if layout is not s.layout:
                 got = getattr(layout, "__name__", type(c).__name__)
-                raise TypeError(f"pipeline {self.name!r}: collection {s.name!r} must be a PortableCollection "
-                                f"of {s.layout.__name__}, got {got}")
+                raise TypeError(
+                    f"pipeline {self.name!r}: collection {s.name!r} must be a PortableCollection "
+                    f"of {s.layout.__name__}, got {got}"
+                )
         rows = self.output_rows([c.size for c in ins])
         for s, c, n in zip(self.outputs, outs, rows):
             if c.size != n:
-                raise ValueError(f"pipeline {self.name!r}: output {s.name!r} has {c.size} rows, the pipeline "
-                                 f"declares {n} for inputs of {[c.size for c in ins]} rows")
+                raise ValueError(
+                    f"pipeline {self.name!r}: output {s.name!r} has {c.size} rows, the pipeline "
+                    f"declares {n} for inputs of {[c.size for c in ins]} rows"
+                )
         return ins, outs
 
     # ------------------------------------------------------------------ calls
@@ -193,8 +220,15 @@ class Pipeline:
         return f"<pipeline {self.name!r} ({ins}) -> ({outs})>"
 
 
-def pipeline(fn: Callable[..., Any] | None = None, *, inputs: Any = None, outputs: Any = None,
-             rows: Any = None, name: str | None = None, debug: bool = False) -> Any:
+def pipeline(
+    fn: Callable[..., Any] | None = None,
+    *,
+    inputs: Any = None,
+    outputs: Any = None,
+    rows: Any = None,
+    name: str | None = None,
+    debug: bool = False,
+) -> Any:
     """Declare ``fn(q, *inputs, *outputs)`` a pipeline over SoA collections.
 
     ``inputs``/``outputs``: a layout each (named after the body's parameters), a sequence of
@@ -204,8 +238,9 @@ def pipeline(fn: Callable[..., Any] | None = None, *, inputs: Any = None, output
     (default: the function's). ``debug``: poison-fill outputs and check the body wrote them.
     """
     if inputs is None or outputs is None:
-        raise PipelineError("@pipeline needs inputs= and outputs= layouts, e.g. "
-                            "@pipeline(inputs=Fragments, outputs=Labels)")
+        raise PipelineError(
+            "@pipeline needs inputs= and outputs= layouts, e.g. @pipeline(inputs=Fragments, outputs=Labels)"
+        )
 
     def wrap(f: Callable[..., Any]) -> Pipeline:
         return Pipeline(f, inputs, outputs, rows=rows, name=name, debug=debug)
@@ -219,8 +254,12 @@ def as_pipeline(obj: Any, what: str = "serve") -> Pipeline:
         return obj
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     if inspect.isfunction(obj) or inspect.ismethod(obj):
-        raise TypeError(f"{what}: {name!r} is a plain function, not a pipeline; decorate it with "
-                        f"@inference.pipeline(inputs=Layout, outputs=Layout) so that its collections "
-                        f"(and the Triton config) are known")
-    raise TypeError(f"{what}: {name!r} ({type(obj).__name__}) is not a pipeline; "
-                    "use @inference.pipeline(inputs=..., outputs=...) on a function")
+        raise TypeError(
+            f"{what}: {name!r} is a plain function, not a pipeline; decorate it with "
+            f"@inference.pipeline(inputs=Layout, outputs=Layout) so that its collections "
+            f"(and the Triton config) are known"
+        )
+    raise TypeError(
+        f"{what}: {name!r} ({type(obj).__name__}) is not a pipeline; "
+        "use @inference.pipeline(inputs=..., outputs=...) on a function"
+    )

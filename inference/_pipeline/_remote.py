@@ -7,7 +7,8 @@ and back, and checks the server's configuration against the declared (or given) 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,16 +52,26 @@ class RemotePipeline:
       ``protocol``: as :class:`inference.RemoteModel`.
     """
 
-    def __init__(self, url_or_urls: str | Sequence[str], name: str, *, declaration: Pipeline | None = None,
-                 timeout: float | None = 10.0, retries: int = 1, mode: str = "async", **options: Any) -> None:
+    def __init__(
+        self,
+        url_or_urls: str | Sequence[str],
+        name: str,
+        *,
+        declaration: Pipeline | None = None,
+        timeout: float | None = 10.0,
+        retries: int = 1,
+        mode: str = "async",
+        **options: Any,
+    ) -> None:
         from ..remote import RemoteModel
 
         self.name = name
         self.declaration = declaration
         self._inputs: list[tuple[str, list[Any]]] = []
         self._outputs: list[tuple[str, list[Any]]] = []
-        self._model = RemoteModel(url_or_urls, name, timeout=timeout, retries=retries, mode=mode,
-                                  validate=self._check_server, **options)
+        self._model = RemoteModel(
+            url_or_urls, name, timeout=timeout, retries=retries, mode=mode, validate=self._check_server, **options
+        )
 
     # ------------------------------------------------------------------ configuration checks
     def _check_server(self, info: Any) -> None:
@@ -68,13 +79,17 @@ class RemotePipeline:
         from ..remote import MetadataMismatch
 
         if info.batching:
-            raise MetadataMismatch(f"model {self.name!r} on the server batches (max_batch_size "
-                                   f"{info.max_batch_size}): it is not an alpyka pipeline (served with 0)")
+            raise MetadataMismatch(
+                f"model {self.name!r} on the server batches (max_batch_size "
+                f"{info.max_batch_size}): it is not an alpyka pipeline (served with 0)"
+            )
         ins, outs = _groups(info.inputs), _groups(info.outputs)
         if self.declaration is not None:
             want = _wire.derive_config(self.declaration)
-            for kind, got, expect in (("inputs", info.inputs, want["inputs"]),
-                                      ("outputs", info.outputs, want["outputs"])):
+            for kind, got, expect in (
+                ("inputs", info.inputs, want["inputs"]),
+                ("outputs", info.outputs, want["outputs"]),
+            ):
                 if list(got) != expect:
                     missing = [e.name for e in expect if e not in got]
                     extra = [h.name for h in got if h not in expect]
@@ -82,7 +97,8 @@ class RemotePipeline:
                         f"pipeline {self.name!r}: the server's {kind} do not match the declared layouts "
                         f"({', '.join(s.describe() for s in getattr(self.declaration, kind))}): declared but not "
                         f"served as declared {missing}; served but not declared {extra}; the server has "
-                        f"{_describe(got)}. Serve the same pipeline code on the server.")
+                        f"{_describe(got)}. Serve the same pipeline code on the server."
+                    )
         self._inputs, self._outputs = ins, outs
 
     def _slots(self, collections: Sequence[Any]) -> tuple[list[Slot], list[Slot]]:
@@ -96,8 +112,10 @@ class RemotePipeline:
         n_in, n_out = len(self._inputs), len(self._outputs)
         if len(collections) != n_in + n_out:
             names = [g for g, _ in self._inputs + self._outputs]
-            raise TypeError(f"pipeline {self.name!r} on the server takes (q, {', '.join(names)}): "
-                            f"{n_in + n_out} collections, got {len(collections)}")
+            raise TypeError(
+                f"pipeline {self.name!r} on the server takes (q, {', '.join(names)}): "
+                f"{n_in + n_out} collections, got {len(collections)}"
+            )
         slots = []
         for (coll_name, tensors), c in zip(self._inputs + self._outputs, collections):
             layout = getattr(c, "layout", None)
@@ -109,7 +127,8 @@ class RemotePipeline:
             if [_kind(t) for t in mine] != [_kind(t) for t in tensors]:
                 raise MetadataMismatch(
                     f"pipeline {self.name!r}: collection {coll_name!r} ({layout.__name__}) does not match the "
-                    f"server: the client sends {_describe(mine)}; the server expects {_describe(tensors)}")
+                    f"server: the client sends {_describe(mine)}; the server expects {_describe(tensors)}"
+                )
             slots.append(slot)
         return slots[:n_in], slots[n_in:]
 
@@ -118,14 +137,16 @@ class RemotePipeline:
         if self.declaration is not None:
             self.declaration.check_call(q, collections)
         elif not hasattr(q, "enqueue_host"):
-            raise TypeError(f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), "
-                            f"got {type(q).__name__}")
+            raise TypeError(
+                f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got {type(q).__name__}"
+            )
         in_slots, out_slots = self._slots(collections)
         n = len(in_slots)
         return in_slots, out_slots, list(collections[:n]), list(collections[n:])
 
-    def _request(self, in_slots: list[Slot], out_slots: list[Slot], ins: list[Any], outs: list[Any],
-                 copy: bool) -> tuple[dict[str, np.ndarray], dict[str, tuple[tuple[int, ...], np.dtype]]]:
+    def _request(
+        self, in_slots: list[Slot], out_slots: list[Slot], ins: list[Any], outs: list[Any], copy: bool
+    ) -> tuple[dict[str, np.ndarray], dict[str, tuple[tuple[int, ...], np.dtype]]]:
         from ..remote._transport import RequestInputs
 
         arrays = RequestInputs()
@@ -163,7 +184,7 @@ class RemotePipeline:
         """A remote error as the caller's error naming the pipeline (and the server's message)."""
         text = str(exc)
         if PIPELINE_ERROR_MARK in text:
-            line = text[text.index(PIPELINE_ERROR_MARK) + len(PIPELINE_ERROR_MARK):].strip().splitlines()[0]
+            line = text[text.index(PIPELINE_ERROR_MARK) + len(PIPELINE_ERROR_MARK) :].strip().splitlines()[0]
             url = text.split(": ", 1)[0]
             err = PipelineError(f"pipeline {self.name!r} failed on server {url}: {line.strip()}")
             err.__cause__ = exc
@@ -245,7 +266,7 @@ class RemotePipeline:
     def close(self) -> None:
         self._model.close()
 
-    def __enter__(self) -> "RemotePipeline":
+    def __enter__(self) -> RemotePipeline:
         return self
 
     def __exit__(self, *exc: Any) -> None:

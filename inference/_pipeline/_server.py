@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,6 @@ import portable as pk
 from . import _wire
 from ._declare import PIPELINE_ERROR_MARK as ERROR_MARK
 from ._declare import Pipeline, as_pipeline
-
-
 
 
 class ReferenceError_(pk.AlpykaError, ImportError):
@@ -47,10 +46,12 @@ def load_reference(ref: str) -> Pipeline:
         else:
             _on_path(os.getcwd())
             module = importlib.import_module(module_name)
-    except BaseException as exc:  # noqa: BLE001 - one line with the cause
+    except BaseException as exc:
         reason = (str(exc).strip().splitlines() or [""])[0]
-        raise ReferenceError_(f"the pipeline module {module_name!r} does not import: {type(exc).__name__}"
-                              + (f": {reason}" if reason else "")) from exc
+        raise ReferenceError_(
+            f"the pipeline module {module_name!r} does not import: {type(exc).__name__}"
+            + (f": {reason}" if reason else "")
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -148,8 +149,9 @@ class PipelineRunner:
             coll = cache[key] = pk.PortableCollection(layout, rows, q)
         return coll
 
-    def run(self, arrays: Mapping[str, np.ndarray],
-            parameters: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+    def run(
+        self, arrays: Mapping[str, np.ndarray], parameters: Mapping[str, Any] | None = None
+    ) -> dict[str, np.ndarray]:
         """One request: inputs into collections, the body on this thread's queue, outputs back.
         ``parameters``: the request's (``_wire.ZERO_ROWS`` names inputs that have no rows)."""
         pipe, q = self.pipe, self.queue()
@@ -160,9 +162,10 @@ class PipelineRunner:
                 for s in pipe.inputs:
                     if s.name in empty:
                         _wire.drop_rows(s, arrays)
-            ins = [_wire.collection_from(s, arrays, q, self._reuse(("in", s.name), s.layout,
-                                                                      _wire.rows_of(s, arrays), q))
-                   for s in pipe.inputs]
+            ins = [
+                _wire.collection_from(s, arrays, q, self._reuse(("in", s.name), s.layout, _wire.rows_of(s, arrays), q))
+                for s in pipe.inputs
+            ]
             rows = pipe.output_rows([c.size for c in ins])
             outs = [self._reuse(("out", s.name), s.layout, n, q) for s, n in zip(pipe.outputs, rows)]
             for c in outs:
@@ -181,7 +184,7 @@ class PipelineRunner:
                 if c.size == 0:
                     _wire.pad_rows(s, result)  # PyTriton cannot return empty tensors either
             return result
-        except BaseException as exc:  # noqa: BLE001 - one marked line the client turns into its error
+        except BaseException as exc:
             traceback.print_exc()
             try:
                 q.wait()  # leave no work of this request on the queue (its error is reported below)

@@ -12,7 +12,8 @@ server queue).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -100,8 +101,11 @@ def drop_rows(slot: Slot, arrays: dict[str, np.ndarray]) -> None:
 
 def rows_of(slot: Slot, arrays: Mapping[str, np.ndarray]) -> int:
     """The rows of a collection in a request (1 for a layout of scalars only)."""
-    sizes = {tensor_name(slot.name, f.name): arrays[tensor_name(slot.name, f.name)].shape[0]
-             for f in slot.layout.fields if f.kind != "scalar"}
+    sizes = {
+        tensor_name(slot.name, f.name): arrays[tensor_name(slot.name, f.name)].shape[0]
+        for f in slot.layout.fields
+        if f.kind != "scalar"
+    }
     if len(set(sizes.values())) > 1:
         raise ValueError(f"collection {slot.name!r}: its columns disagree on the rows: {sizes}")
     return next(iter(sizes.values()), 1)
@@ -116,8 +120,10 @@ def check_arrays(slot: Slot, arrays: Mapping[str, np.ndarray], rows: int, where:
             raise ValueError(f"{where}: tensor {name!r} is missing")
         want = field_dims(f, rows)
         if a.dtype != f.dtype or tuple(a.shape) != want:
-            raise ValueError(f"{where}: tensor {name!r} is {a.dtype} {list(a.shape)}, "
-                             f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}")
+            raise ValueError(
+                f"{where}: tensor {name!r} is {a.dtype} {list(a.shape)}, "
+                f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}"
+            )
 
 
 def fill(slot: Slot, coll: Any, arrays: Mapping[str, np.ndarray]) -> None:
@@ -163,7 +169,8 @@ def raise_unfilled(pipe: Pipeline, names: Iterable[str]) -> None:
         raise OutputsNotFilled(
             f"pipeline {pipe.name!r} did not fill output column(s) {names}: every byte is still the "
             f"poison fill 0x{POISON:02X}; write them in the body (a column written only in part is not "
-            f"detected)")
+            f"detected)"
+        )
 
 
 def check_filled(pipe: Pipeline, outs: Sequence[Any]) -> None:

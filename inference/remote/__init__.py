@@ -9,16 +9,35 @@ Needs ``tritonclient[grpc,http]``; :func:`inference.serve` hosts models with PyT
 """
 
 from ._client import RemoteModel
-from ._errors import (BatchSplitWarning, InferenceFailed, MetadataMismatch, ModelNotFound, ModelNotReady, RemoteError,
-                      RemoteTimeout, ServerUnavailable)
+from ._errors import (
+    BatchSplitWarning,
+    InferenceFailed,
+    MetadataMismatch,
+    ModelNotFound,
+    ModelNotReady,
+    RemoteError,
+    RemoteTimeout,
+    ServerUnavailable,
+)
 from ._future import RemoteFuture
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics
 from ._tensors import TensorSpec
 from ._transport import ModelInfo
 
 __all__ = [
-    "BatchSplitWarning", "ClientStatistics", "InferenceFailed", "MetadataMismatch", "ModelInfo", "ModelNotFound",
+    "BatchSplitWarning",
+    "ClientStatistics",
+    "InferenceFailed",
+    "MetadataMismatch",
+    "ModelInfo",
+    "ModelNotFound",
     "ModelNotReady",
-    "RemoteError", "RemoteFuture", "RemoteModel", "RemoteStatistics", "RemoteTimeout",
-    "ServerStatistics", "ServerUnavailable", "TensorSpec",
+    "RemoteError",
+    "RemoteFuture",
+    "RemoteModel",
+    "RemoteStatistics",
+    "RemoteTimeout",
+    "ServerStatistics",
+    "ServerUnavailable",
+    "TensorSpec",
 ]

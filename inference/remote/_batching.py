@@ -3,7 +3,7 @@ concatenated along the batch axis into one request, outputs split back per event
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ def concatenate(per_event: Sequence[dict[str, np.ndarray]]) -> tuple[dict[str, n
 def split(outputs: dict[str, np.ndarray], sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
     """Inverse of :func:`concatenate` on the outputs."""
     bounds = np.cumsum([0, *sizes])
-    return [{n: a[bounds[i]:bounds[i + 1]] for n, a in outputs.items()} for i in range(len(sizes))]
+    return [{n: a[bounds[i] : bounds[i + 1]] for n, a in outputs.items()} for i in range(len(sizes))]
 
 
 def batch_size(inputs: dict[str, np.ndarray], event: int | None = None) -> int:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import _batching
 from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
+from ._requests import OutputSpecs, RequestsMixin
 from ._servers import Server, final_error
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics, _ClientCounters
 from ._tensors import check_block
-from ._requests import OutputSpecs, RequestsMixin
-from ._transport import RequestInputs, ModelInfo, is_retryable
+from ._transport import ModelInfo, RequestInputs, is_retryable
 
 _MODES = ("sync", "async", "pseudo_async")
 
@@ -29,30 +30,33 @@ def split_urls(url: str | Sequence[str] | None) -> list[str]:
     return [p.strip() for p in parts if p and p.strip()]
 
 
-def _map_blocks(kind: str, blocks: list[str], tensors: list[str], model: str,
-                subset: bool) -> dict[str, str]:
+def _map_blocks(kind: str, blocks: list[str], tensors: list[str], model: str, subset: bool) -> dict[str, str]:
     """``{block: tensor}``: by name when every block names a tensor (``subset``: output blocks
     may leave tensors out), else in order when no block does and the counts match."""
     named = [b for b in blocks if b in tensors]
     if len(named) == len(blocks):
         missing = [t for t in tensors if t not in blocks]
         if missing and not subset:
-            raise MetadataMismatch(f"model {model!r} {kind}(s) {missing} have no block; the "
-                                   f"{kind} blocks are {blocks}")
+            raise MetadataMismatch(f"model {model!r} {kind}(s) {missing} have no block; the {kind} blocks are {blocks}")
         return {b: b for b in blocks}
     if named:
         other = [b for b in blocks if b not in tensors]
         raise MetadataMismatch(
             f"{kind} blocks {blocks} match the {kind}s of model {model!r} {tensors} only in part "
             f"({other} {'is' if len(other) == 1 else 'are'} not one): name every {kind} block after a "
-            f"model {kind}, or none of them (then the blocks map to the {kind}s in order)")
+            f"model {kind}, or none of them (then the blocks map to the {kind}s in order)"
+        )
     if len(blocks) == len(tensors):
         return dict(zip(blocks, tensors))
-    which = (f"{kind} block {blocks[0]!r} is not an {kind}" if len(blocks) == 1
-             else f"{kind} blocks {blocks} are not {kind}s")
+    which = (
+        f"{kind} block {blocks[0]!r} is not an {kind}"
+        if len(blocks) == 1
+        else f"{kind} blocks {blocks} are not {kind}s"
+    )
     raise MetadataMismatch(
         f"{which} of model {model!r}; its {kind}s are {tensors} "
-        f"(and {len(blocks)} block(s) cannot map in order to {len(tensors)} {kind}(s))")
+        f"(and {len(blocks)} block(s) cannot map in order to {len(tensors)} {kind}(s))"
+    )
 
 
 class RemoteModel(RequestsMixin):
@@ -91,14 +95,28 @@ class RemoteModel(RequestsMixin):
       and at interpreter exit.
     """
 
-    def __init__(self, url: str | Sequence[str] | None = None, model_name: str | None = None, *,
-                 servers: Sequence[str] = (), protocol: str = "grpc", timeout: float | None = 10.0,
-                 retries: int = 2, retry_delay: float = 0.05, mode: str = "async",
-                 max_batch_size: int | None = None, shared_memory: str | None = "auto",
-                 model_version: str = "", fallback: Any = None,
-                 fallback_options: Mapping[str, Any] | None = None, workers: int = 4,
-                 connect: bool = True, ready_timeout: float | None = None,
-                 validate: Callable[[ModelInfo], None] | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str | Sequence[str] | None = None,
+        model_name: str | None = None,
+        *,
+        servers: Sequence[str] = (),
+        protocol: str = "grpc",
+        timeout: float | None = 10.0,
+        retries: int = 2,
+        retry_delay: float = 0.05,
+        mode: str = "async",
+        max_batch_size: int | None = None,
+        shared_memory: str | None = "auto",
+        model_version: str = "",
+        fallback: Any = None,
+        fallback_options: Mapping[str, Any] | None = None,
+        workers: int = 4,
+        connect: bool = True,
+        ready_timeout: float | None = None,
+        validate: Callable[[ModelInfo], None] | None = None,
+        token: str | None = None,
+    ) -> None:
         if not model_name or not isinstance(model_name, str):
             raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
         if mode not in _MODES:
@@ -144,7 +162,7 @@ class RemoteModel(RequestsMixin):
             self.connect()
 
     # ------------------------------------------------------------------------ connection
-    def connect(self) -> "RemoteModel":
+    def connect(self) -> RemoteModel:
         """Find a server with the model ready, starting the fallback if none has it.
 
         The servers are polled in turn: one that does not answer (connection refused, timeout)
@@ -154,7 +172,7 @@ class RemoteModel(RequestsMixin):
         have the model is dropped at once."""
         errors: list[tuple[str, BaseException]] = []
         active = self._order()
-        failed: dict[int, int] = {}          # attempts that got no answer, per server
+        failed: dict[int, int] = {}  # attempts that got no answer, per server
         waiting: dict[int, RemoteError] = {}  # servers that answer "not ready"
         start = time.monotonic()
         deadline = start + self._ready_timeout()
@@ -190,7 +208,7 @@ class RemoteModel(RequestsMixin):
                         errors.append((srv.url, e))
             if not active:
                 break
-            pause = min(self.retry_delay * (2 ** round_), 0.5) if self.retry_delay > 0 else 0.05
+            pause = min(self.retry_delay * (2**round_), 0.5) if self.retry_delay > 0 else 0.05
             if all(i in waiting for i in active):
                 pause = min(max(pause, 0.05), max(deadline - now, 0.0))
             time.sleep(pause)
@@ -219,8 +237,10 @@ class RemoteModel(RequestsMixin):
 
     def _validate_info(self, info: ModelInfo) -> None:
         if info.batching and not all(t.batched for t in info.inputs + info.outputs):
-            raise MetadataMismatch(f"model {self.model_name!r} batches (max_batch_size "
-                                   f"{info.max_batch_size}) but not every tensor has a -1 batch axis")
+            raise MetadataMismatch(
+                f"model {self.model_name!r} batches (max_batch_size "
+                f"{info.max_batch_size}) but not every tensor has a -1 batch axis"
+            )
 
     @property
     def server(self) -> Server:
@@ -251,10 +271,10 @@ class RemoteModel(RequestsMixin):
 
     def _backoff(self, attempt: int) -> None:
         if self.retry_delay > 0:
-            time.sleep(min(self.retry_delay * (2 ** attempt), 2.0))
+            time.sleep(min(self.retry_delay * (2**attempt), 2.0))
 
     # ------------------------------------------------------------------------ queue
-    def to(self, queue: Any) -> "RemoteModel":
+    def to(self, queue: Any) -> RemoteModel:
         """Run :meth:`forward` and :meth:`forward_async` in ``queue``'s order (after the work that
         produces the inputs); the request itself runs on the host. As :meth:`Model.to`: binds
         the queue for the calling thread, and as the default of other threads."""
@@ -287,17 +307,21 @@ class RemoteModel(RequestsMixin):
         ins, outs = metadata.inputs, metadata.outputs
         grouped = [b.name for b in ins.blocks + outs.blocks if b.rows_per_item != 1]
         if grouped:  # requests carry whole rows, split and batched by row
-            raise MetadataMismatch(f"blocks {grouped} group rows into items (rows_per_item): a RemoteModel sends "
-                                   "one row per item; run such blocks through a local inference.Model")
+            raise MetadataMismatch(
+                f"blocks {grouped} group rows into items (rows_per_item): a RemoteModel sends "
+                "one row per item; run such blocks through a local inference.Model"
+            )
         info = self.model_info
         key = (id(info), self._signature(metadata))
         known = self._checked.get(key)
         if known is not None:
             return known
-        in_map = _map_blocks("input", list(ins.block_names), [t.name for t in info.inputs],
-                             self.model_name, subset=False)
-        out_map = _map_blocks("output", list(outs.block_names), [t.name for t in info.outputs],
-                              self.model_name, subset=True)
+        in_map = _map_blocks(
+            "input", list(ins.block_names), [t.name for t in info.inputs], self.model_name, subset=False
+        )
+        out_map = _map_blocks(
+            "output", list(outs.block_names), [t.name for t in info.outputs], self.model_name, subset=True
+        )
         for block, tensor in in_map.items():
             b = ins.block(block)
             check_block(info.input(tensor), block, b.dtype, b.shape, "input")  # type: ignore[arg-type]
@@ -305,8 +329,10 @@ class RemoteModel(RequestsMixin):
             b = outs.block(block)
             check_block(info.output(tensor), block, b.dtype, b.shape, "output")  # type: ignore[arg-type]
         if not info.batching and ins.size != outs.size:
-            raise MetadataMismatch(f"model {self.model_name!r} does not batch; inputs n={ins.size} "
-                                   f"and outputs n={outs.size} must be one request")
+            raise MetadataMismatch(
+                f"model {self.model_name!r} does not batch; inputs n={ins.size} "
+                f"and outputs n={outs.size} must be one request"
+            )
         mapping = {"inputs": in_map, "outputs": out_map}
         self._checked[key] = mapping
         return mapping
@@ -315,8 +341,7 @@ class RemoteModel(RequestsMixin):
     def _signature(metadata: Any) -> tuple:
         sig = []
         for meta in (metadata.inputs, metadata.outputs):
-            sig.append(tuple((n, str(meta.block(n).dtype), tuple(meta.block(n).shape[1:]))
-                             for n in meta.block_names))
+            sig.append(tuple((n, str(meta.block(n).dtype), tuple(meta.block(n).shape[1:])) for n in meta.block_names))
         return tuple(sig)
 
     def _limit(self, metadata: Any = None) -> int:
@@ -371,28 +396,29 @@ class RemoteModel(RequestsMixin):
         self.forward(metadata, queue)
 
     # ------------------------------------------------------------------------ arrays API
-    def infer(self, inputs: Mapping[str, np.ndarray],
-              outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def infer(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """One request from numpy arrays (batch first); returns the named outputs (all by default)."""
         arrays, specs = self._array_job(inputs, outputs)
         return self._run_sync(arrays, specs, [])
 
-    def infer_async(self, inputs: Mapping[str, np.ndarray],
-                    outputs: Sequence[str] | None = None) -> RemoteFuture:
+    def infer_async(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> RemoteFuture:
         """:meth:`infer` without waiting; ``future.result()`` returns the outputs."""
         arrays, specs = self._array_job(inputs, outputs)
         fut = RemoteFuture()
         self._launch(arrays, specs, lambda res, err: fut._finish(res, err))
         return fut
 
-    def _array_job(self, inputs: Mapping[str, np.ndarray],
-                   outputs: Sequence[str] | None) -> tuple[dict[str, np.ndarray], OutputSpecs]:
+    def _array_job(
+        self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None
+    ) -> tuple[dict[str, np.ndarray], OutputSpecs]:
         info = self.model_info
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         unknown = [k for k in arrays if info.input(k) is None]
         if unknown:
-            raise MetadataMismatch(f"input(s) {unknown} are not inputs of model {self.model_name!r}; "
-                                   f"its inputs are {[t.name for t in info.inputs]}")
+            raise MetadataMismatch(
+                f"input(s) {unknown} are not inputs of model {self.model_name!r}; "
+                f"its inputs are {[t.name for t in info.inputs]}"
+            )
         for k, a in arrays.items():
             check_block(info.input(k), k, a.dtype, a.shape, "input")  # type: ignore[arg-type]
         n = _batching.batch_size(arrays) if info.batching else 0
@@ -401,8 +427,10 @@ class RemoteModel(RequestsMixin):
         for name in names:
             spec = info.output(name)
             if spec is None:
-                raise MetadataMismatch(f"{name!r} is not an output of model {self.model_name!r}; "
-                                       f"its outputs are {[t.name for t in info.outputs]}")
+                raise MetadataMismatch(
+                    f"{name!r} is not an output of model {self.model_name!r}; "
+                    f"its outputs are {[t.name for t in info.outputs]}"
+                )
             shape = tuple(n if i == 0 and info.batching else max(d, 0) for i, d in enumerate(spec.shape))
             specs[name] = (shape, spec.dtype)
         return arrays, specs
@@ -414,8 +442,9 @@ class RemoteModel(RequestsMixin):
         self._counters.add(events=1)
         return self._run_sync(_own(inputs), outputs, [])
 
-    def request_async(self, inputs: Mapping[str, np.ndarray], outputs: OutputSpecs,
-                      done: Callable[[Any, BaseException | None], None]) -> None:
+    def request_async(
+        self, inputs: Mapping[str, np.ndarray], outputs: OutputSpecs, done: Callable[[Any, BaseException | None], None]
+    ) -> None:
         """:meth:`request` without waiting (in this client's ``mode``): ``done(outputs, error)``
         runs once, on a worker or gRPC thread."""
         self._counters.add(events=1)
@@ -448,16 +477,17 @@ class RemoteModel(RequestsMixin):
         """The request's inputs (events concatenated), expected outputs, rows per event; all
         named after the server's tensors."""
         maps = [self.check(md) for md in mds]
-        per_event = [{m["inputs"][n]: md.inputs.numpy(n) for n in md.inputs.block_names}
-                     for md, m in zip(mds, maps)]
+        per_event = [{m["inputs"][n]: md.inputs.numpy(n) for n in md.inputs.block_names} for md, m in zip(mds, maps)]
         if len(per_event) == 1:
             inputs, sizes = per_event[0], [_batching.batch_size(per_event[0])]
             if copy:
                 inputs = {n: np.array(a, copy=True) for n, a in inputs.items()}
         else:
             if not self.model_info.batching:
-                raise MetadataMismatch(f"model {self.model_name!r} does not batch (max_batch_size 0): "
-                                       "send its events one by one, not with forward_many")
+                raise MetadataMismatch(
+                    f"model {self.model_name!r} does not batch (max_batch_size 0): "
+                    "send its events one by one, not with forward_many"
+                )
             inputs, sizes = _batching.concatenate(per_event)
         total = sum(sizes)
         first, out_map = mds[0].outputs, maps[0]["outputs"]
@@ -467,8 +497,10 @@ class RemoteModel(RequestsMixin):
             specs[out_map[n]] = ((total, *b.shape[1:]), np.dtype(b.dtype))
         for md, m in zip(mds[1:], maps[1:]):
             if md.outputs.block_names != first.block_names or m["outputs"] != out_map:
-                raise ValueError(f"forward_many: every event needs the same output blocks; got "
-                                 f"{md.outputs.block_names} and {first.block_names}")
+                raise ValueError(
+                    f"forward_many: every event needs the same output blocks; got "
+                    f"{md.outputs.block_names} and {first.block_names}"
+                )
         self._counters.add(events=len(mds))
         return inputs, specs, sizes
 
@@ -478,8 +510,7 @@ class RemoteModel(RequestsMixin):
         out_map = self.check(mds[0])["outputs"]  # cached: the same for every event
         outputs = {block: outputs[tensor] for block, tensor in out_map.items()}
         parts = [outputs] if len(mds) == 1 else _batching.split(outputs, sizes)
-        checked = [md.outputs.check_outputs(p, cast=getattr(md, "cast_outputs", False))
-                   for md, p in zip(mds, parts)]
+        checked = [md.outputs.check_outputs(p, cast=getattr(md, "cast_outputs", False)) for md, p in zip(mds, parts)]
         for md, c in zip(mds, checked):
             md.outputs.write_checked(c, None)
         return outputs
@@ -560,15 +591,17 @@ class RemoteModel(RequestsMixin):
         if self._fallback_server is not None:
             self._fallback_server.stop()
 
-    def __enter__(self) -> "RemoteModel":
+    def __enter__(self) -> RemoteModel:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<RemoteModel {self.model_name!r} @ {self.url} ({self.protocol}, {self.mode}, "
-                f"{len(self._servers)} server(s))>")
+        return (
+            f"<RemoteModel {self.model_name!r} @ {self.url} ({self.protocol}, {self.mode}, "
+            f"{len(self._servers)} server(s))>"
+        )
 
 
 def _own(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

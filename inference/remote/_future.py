@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ class RemoteFuture:
         self._done = False
         self._error: BaseException | None = None
         self._outputs: dict[str, np.ndarray] | None = None
-        self._callbacks: list[Callable[["RemoteFuture"], None]] = []
+        self._callbacks: list[Callable[[RemoteFuture], None]] = []
         self._event: Any = None
         self._event_generation = 0
 
@@ -69,7 +70,7 @@ class RemoteFuture:
             self._cv.wait_for(lambda: self._done, timeout)
             return self._error
 
-    def add_done_callback(self, fn: Callable[["RemoteFuture"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[RemoteFuture], None]) -> None:
         """Call ``fn(future)`` once the request finished (at once if it already has)."""
         with self._cv:
             if not self._done:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,11 +44,16 @@ class RequestsMixin:
                 f"RemoteModel {self.model_name!r}: a forward of {n} rows went out as {-(-n // limit)} requests "
                 f"(batch limit {limit}: the smaller of the server's max_batch_size and the client's); rows are "
                 "cheap and requests are not: serve the model with a larger --max-batch-size (the default takes "
-                "as many rows as fit in 32 MiB). Said once per client.", BatchSplitWarning, stacklevel=4)
+                "as many rows as fit in 32 MiB). Said once per client.",
+                BatchSplitWarning,
+                stacklevel=4,
+            )
         for start, stop in _batching.chunks(n, limit):
             if limit and (start, stop) != (0, n):
-                yield ({k: a[start:stop] for k, a in inputs.items()},
-                       {k: ((stop - start, *s[1:]), d) for k, (s, d) in specs.items()})
+                yield (
+                    {k: a[start:stop] for k, a in inputs.items()},
+                    {k: ((stop - start, *s[1:]), d) for k, (s, d) in specs.items()},
+                )
             else:
                 yield inputs, specs
 
@@ -67,8 +73,7 @@ class RequestsMixin:
             return None  # rows expected out of none in (a pipeline's own rule): the server decides
         return {k: np.empty(shape, dtype) for k, (shape, dtype) in specs.items()}
 
-    def _run_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs,
-                  sizes: list[int]) -> dict[str, np.ndarray]:
+    def _run_sync(self, inputs: dict[str, np.ndarray], specs: OutputSpecs, sizes: list[int]) -> dict[str, np.ndarray]:
         empty = self._no_rows(inputs, specs)
         if empty is not None:
             return empty
@@ -130,16 +135,21 @@ class RequestsMixin:
             return order
         now = time.monotonic()
         rank = {idx: k for k, idx in enumerate(order)}
-        return sorted(order, key=lambda i: (self._servers[i].down_until > now,
-                                            self._servers[i].outstanding, rank[i]))
+        return sorted(order, key=lambda i: (self._servers[i].down_until > now, self._servers[i].outstanding, rank[i]))
 
     def _use_shm(self, srv: Server) -> bool:
         if self.shared_memory is None or srv.url in self._shm_off:
             return False
         return self.shared_memory == "system" or srv.is_local
 
-    def _send(self, srv: Server, inputs: dict[str, np.ndarray], specs: OutputSpecs,
-              callback: Done | None, reserved: bool = False) -> Any:
+    def _send(
+        self,
+        srv: Server,
+        inputs: dict[str, np.ndarray],
+        specs: OutputSpecs,
+        callback: Done | None,
+        reserved: bool = False,
+    ) -> Any:
         """One attempt on one server (sync when ``callback`` is None); ``reserved``: the plan
         already counted it as in flight (:meth:`_attempt_plan`)."""
         lease = None
@@ -165,8 +175,13 @@ class RequestsMixin:
 
         def account(out: dict[str, np.ndarray]) -> None:
             got = 0 if lease is not None else sum(a.nbytes for a in out.values())
-            delta = dict(requests=1, bytes_sent=sent, bytes_received=got,
-                         latency_s=time.perf_counter() - t0, shm_requests=1 if lease is not None else 0)
+            delta = dict(
+                requests=1,
+                bytes_sent=sent,
+                bytes_received=got,
+                latency_s=time.perf_counter() - t0,
+                shm_requests=1 if lease is not None else 0,
+            )
             self._counters.add(**delta)
             srv.counters.add(**delta)
 

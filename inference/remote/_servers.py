@@ -13,8 +13,9 @@ from ._transport import ModelInfo, Transport
 class Server:
     """One entry of the server list: a transport, and once connected the model's description."""
 
-    def __init__(self, url: str, protocol: str, timeout: float | None, model: str,
-                 version: str = "", token: str | None = None) -> None:
+    def __init__(
+        self, url: str, protocol: str, timeout: float | None, model: str, version: str = "", token: str | None = None
+    ) -> None:
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.model = model
         self.version = version
@@ -50,8 +51,9 @@ class Server:
                     err0.known = True  # type: ignore[attr-defined]
                     err0.retryable = True  # type: ignore[attr-defined]
                     raise err0
-                err = ServerUnavailable(f"server {self.url} is not live/ready: "
-                                        f"{t.last_error or 'no answer'} (timeout {t.timeout} s)")
+                err = ServerUnavailable(
+                    f"server {self.url} is not live/ready: {t.last_error or 'no answer'} (timeout {t.timeout} s)"
+                )
                 err.retryable = True  # type: ignore[attr-defined]
                 raise err
             try:
@@ -78,13 +80,16 @@ class Server:
             after = f" (waited {waited:g} s for it to load)" if waited is not None else ""
             err: RemoteError = ModelNotFound(
                 f"server {self.url} has no ready model {self.model!r}{after}; it has "
-                f"{have if have else 'no models (or does not list them)'}")
+                f"{have if have else 'no models (or does not list them)'}"
+            )
             err.retryable = False  # type: ignore[attr-defined]
             return err
         what = f"state {state}" if state else ("loaded, not ready" if known else "not listed by the server yet")
         if waited is not None:
-            err = ModelNotReady(f"model {self.model!r} on server {self.url} never became ready within "
-                                f"{waited:g} s ({what}); the server has {have if have else 'no models listed'}")
+            err = ModelNotReady(
+                f"model {self.model!r} on server {self.url} never became ready within "
+                f"{waited:g} s ({what}); the server has {have if have else 'no models listed'}"
+            )
         else:
             err = ModelNotReady(f"model {self.model!r} on server {self.url} is not ready ({what})")
         err.known = known  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -76,8 +76,13 @@ class _Region:
 class ShmLease:
     """One region for one request: input slots written now, output slots read after."""
 
-    def __init__(self, pool: "ShmPool", region: _Region, inputs: dict[str, np.ndarray],
-                 outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    def __init__(
+        self,
+        pool: ShmPool,
+        region: _Region,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+    ) -> None:
         self._pool, self._region = pool, region
         self._slots: dict[str, tuple[int, int]] = {}
         self._out_dtypes = {k: np.dtype(v[1]) for k, v in outputs.items()}
@@ -91,8 +96,7 @@ class ShmLease:
             offset = _round(offset + nbytes)
 
     @staticmethod
-    def bytes_needed(inputs: dict[str, np.ndarray],
-                     outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
+    def bytes_needed(inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> int:
         total = sum(_round(a.nbytes) for a in inputs.values())
         for shape, dtype in outputs.values():
             total += _round(math.prod(shape) * np.dtype(dtype).itemsize)
@@ -100,7 +104,7 @@ class ShmLease:
 
     def put_input(self, name: str, arr: np.ndarray) -> tuple[str, int, int]:
         offset, nbytes = self._slots["in:" + name]
-        dst = self._region.buffer[offset:offset + nbytes].view(arr.dtype).reshape(arr.shape)
+        dst = self._region.buffer[offset : offset + nbytes].view(arr.dtype).reshape(arr.shape)
         np.copyto(dst, arr)  # one copy, straight from the (strided) SoA block
         return self._region.name, nbytes, offset
 
@@ -115,9 +119,10 @@ class ShmLease:
         if count * dtype.itemsize > nbytes:
             from ._errors import InferenceFailed
 
-            raise InferenceFailed(f"output {name!r} of shape {list(shape)} does not fit its "
-                                  f"shared-memory slot of {nbytes} bytes")
-        view = self._region.buffer[offset:offset + count * dtype.itemsize].view(dtype)
+            raise InferenceFailed(
+                f"output {name!r} of shape {list(shape)} does not fit its shared-memory slot of {nbytes} bytes"
+            )
+        view = self._region.buffer[offset : offset + count * dtype.itemsize].view(dtype)
         return view.reshape(shape).copy()  # the region goes back to the pool
 
     def release(self, failed: bool = False) -> None:
@@ -140,8 +145,7 @@ def _unlink_all(keys: list[str]) -> None:
 class ShmPool:
     """Registered regions for one server; ``register``/``unregister`` are the server's calls."""
 
-    def __init__(self, register: Callable[[str, str, int], None],
-                 unregister: Callable[[str], None]) -> None:
+    def __init__(self, register: Callable[[str, str, int], None], unregister: Callable[[str], None]) -> None:
         sweep()  # segments of clients (and servers) that were killed
         self._register, self._unregister = register, unregister
         self._free: list[_Region] = []
@@ -151,8 +155,7 @@ class ShmPool:
         self._closed = False
         self._finalizer = weakref.finalize(self, _unlink_all, self._keys)
 
-    def lease(self, inputs: dict[str, np.ndarray],
-              outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> ShmLease:
+    def lease(self, inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> ShmLease:
         need = ShmLease.bytes_needed(inputs, outputs)
         with self._lock:
             if self._closed:

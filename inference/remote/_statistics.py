@@ -27,7 +27,7 @@ class ServerStatistics:
     batch_sizes: dict[int, int] = field(default_factory=dict)  # executed batch size -> runs
 
     @classmethod
-    def from_triton(cls, stats: dict[str, Any]) -> "ServerStatistics":
+    def from_triton(cls, stats: dict[str, Any]) -> ServerStatistics:
         inf = stats.get("inference_stats", {})
 
         def ns(key: str) -> int:
@@ -41,8 +41,10 @@ class ServerStatistics:
             failures=int(inf.get("fail", {}).get("count", 0) or 0),
             inferences=int(stats.get("inference_count", 0) or 0),
             executions=int(stats.get("execution_count", 0) or 0),
-            queue_ns=ns("queue"), compute_input_ns=ns("compute_input"),
-            compute_infer_ns=ns("compute_infer"), compute_output_ns=ns("compute_output"),
+            queue_ns=ns("queue"),
+            compute_input_ns=ns("compute_input"),
+            compute_infer_ns=ns("compute_infer"),
+            compute_output_ns=ns("compute_output"),
             batch_sizes=batches,
         )
 
@@ -65,10 +67,18 @@ class ServerStatistics:
         total = self.compute_input_ns + self.compute_infer_ns + self.compute_output_ns
         return total / self.requests / 1e3 if self.requests else 0.0
 
-    def minus(self, before: "ServerStatistics") -> "ServerStatistics":
+    def minus(self, before: ServerStatistics) -> ServerStatistics:
         """The counters accumulated since ``before`` (same server and model)."""
-        keys = ("requests", "failures", "inferences", "executions", "queue_ns",
-                "compute_input_ns", "compute_infer_ns", "compute_output_ns")
+        keys = (
+            "requests",
+            "failures",
+            "inferences",
+            "executions",
+            "queue_ns",
+            "compute_input_ns",
+            "compute_infer_ns",
+            "compute_output_ns",
+        )
         diff = {k: getattr(self, k) - getattr(before, k) for k in keys}
         sizes = {b: n - before.batch_sizes.get(b, 0) for b, n in self.batch_sizes.items()}
         return ServerStatistics(**diff, batch_sizes={b: n for b, n in sizes.items() if n})
@@ -123,10 +133,14 @@ class RemoteStatistics:
 
     def __str__(self) -> str:
         c, s = self.client, self.server
-        head = (f"{self.model} @ {self.url}: client {c.events} events in {c.requests} requests "
-                f"({c.retries} retries, {c.failovers} failovers, {c.mean_latency_ms:.2f} ms mean); ")
+        head = (
+            f"{self.model} @ {self.url}: client {c.events} events in {c.requests} requests "
+            f"({c.retries} retries, {c.failovers} failovers, {c.mean_latency_ms:.2f} ms mean); "
+        )
         if s is None:
             return head + f"server counters unavailable ({self.server_error})"
-        return (head + f"server {s.requests} requests, {s.inferences} inferences in {s.executions} "
-                f"executions (mean batch {s.mean_executed_batch:.1f}), queue "
-                f"{s.mean_queue_us:.0f} us, compute {s.mean_compute_us:.0f} us per request")
+        return (
+            head + f"server {s.requests} requests, {s.inferences} inferences in {s.executions} "
+            f"executions (mean batch {s.mean_executed_batch:.1f}), queue "
+            f"{s.mean_queue_us:.0f} us, compute {s.mean_compute_us:.0f} us per request"
+        )

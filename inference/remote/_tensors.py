@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,10 +12,18 @@ from ._errors import MetadataMismatch
 
 # KServe v2 / Triton datatype names <-> numpy dtypes (tritonclient.utils has the same table).
 _TO_NUMPY: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_), "INT8": np.dtype(np.int8), "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64), "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16), "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64),
-    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
+    "BOOL": np.dtype(np.bool_),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
 }
 _FROM_NUMPY: dict[np.dtype, str] = {v: k for k, v in _TO_NUMPY.items()}
 
@@ -25,8 +34,9 @@ def triton_dtype(dtype: Any) -> str:
     try:
         return _FROM_NUMPY[dt]
     except KeyError:
-        raise TypeError(f"dtype {dt} has no KServe v2 datatype (supported: "
-                        f"{', '.join(str(d) for d in _FROM_NUMPY)})") from None
+        raise TypeError(
+            f"dtype {dt} has no KServe v2 datatype (supported: {', '.join(str(d) for d in _FROM_NUMPY)})"
+        ) from None
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -52,9 +62,11 @@ def check_block(spec: TensorDesc, block_name: str, dtype: Any, shape: Sequence[i
     if np.dtype(dtype) != spec.dtype:
         raise MetadataMismatch(
             f"{role} block {block_name!r} has dtype {np.dtype(dtype)}, the model's {role} "
-            f"{spec.name!r} expects {spec.dtype} ({triton_dtype(spec.dtype)})")
+            f"{spec.name!r} expects {spec.dtype} ({triton_dtype(spec.dtype)})"
+        )
     if not spec.matches(tuple(shape)):
         want = spec.describe().split(": ", 1)[1]
         raise MetadataMismatch(
             f"{role} block {block_name!r} has shape {list(shape)} (batch first), the model's "
-            f"{role} {spec.name!r} expects {want}")
+            f"{role} {spec.name!r} expects {want}"
+        )

@@ -10,18 +10,17 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._pipeline._declare import PIPELINE_ERROR_MARK
-from ._errors import (InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout,
-                      ServerUnavailable)
-from ._shm import ShmLease
 from .._tensor_desc import TensorDesc
+from ._errors import InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout, ServerUnavailable
+from ._shm import ShmLease
 from ._tensors import numpy_dtype, triton_dtype
-
 
 Callback = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
 
@@ -113,8 +112,7 @@ def classify(exc: BaseException, url: str, timeout: float | None) -> RemoteError
         err: RemoteError = RemoteTimeout(f"request to {url} timed out after {timeout} s")
         err.retryable = True  # type: ignore[attr-defined]
     elif code == "REFUSED":  # nothing listens there: the server is down (fails fast, no timeout)
-        err = ServerUnavailable(f"server {url} is unreachable: connection refused (is the server running?): "
-                                f"{detail}")
+        err = ServerUnavailable(f"server {url} is unreachable: connection refused (is the server running?): {detail}")
         err.retryable = True  # type: ignore[attr-defined]
     elif code in _UNAVAILABLE:
         err = ServerUnavailable(f"server {url} is unreachable ({code}): {detail}")
@@ -139,8 +137,9 @@ def is_retryable(err: BaseException) -> bool:
 class Transport:
     """A tritonclient client of one server ``url`` (``"host:port"``) for one protocol."""
 
-    def __init__(self, url: str, protocol: str = "grpc", timeout: float | None = 10.0,
-                 token: str | None = None) -> None:
+    def __init__(
+        self, url: str, protocol: str = "grpc", timeout: float | None = 10.0, token: str | None = None
+    ) -> None:
         if protocol not in ("grpc", "http"):
             raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
         self.url = url.split("://", 1)[-1].rstrip("/")
@@ -168,8 +167,7 @@ class Transport:
         client = getattr(self._local, "client", None)
         if client is None:
             t = self.timeout if self.timeout is not None else 60.0
-            client = self._mod.InferenceServerClient(
-                self.url, connection_timeout=t, network_timeout=t)
+            client = self._mod.InferenceServerClient(self.url, connection_timeout=t, network_timeout=t)
             self._local.client = client
             with self._lock:
                 self._clients.append(client)
@@ -181,7 +179,7 @@ class Transport:
             kwargs.setdefault("client_timeout", self.timeout)
         try:
             return getattr(client, method)(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - re-raised as a RemoteError
+        except Exception as exc:
             raise classify(exc, self.url, self.timeout) from exc
 
     def _access(self) -> dict[str, Any]:
@@ -260,12 +258,19 @@ class Transport:
         mbs = int(cfg.get("max_batch_size", 0) or 0)
 
         def specs(entries: Sequence[dict[str, Any]]) -> list[TensorDesc]:
-            return [TensorDesc.from_server(e["name"], numpy_dtype(e["datatype"]), e.get("shape", []), mbs > 0)
-                    for e in entries]
+            return [
+                TensorDesc.from_server(e["name"], numpy_dtype(e["datatype"]), e.get("shape", []), mbs > 0)
+                for e in entries
+            ]
 
-        return ModelInfo(model, specs(meta.get("inputs", [])), specs(meta.get("outputs", [])),
-                         mbs, dict(cfg.get("dynamic_batching", {}) or {}),
-                         str(meta.get("platform", "")))
+        return ModelInfo(
+            model,
+            specs(meta.get("inputs", [])),
+            specs(meta.get("outputs", [])),
+            mbs,
+            dict(cfg.get("dynamic_batching", {}) or {}),
+            str(meta.get("platform", "")),
+        )
 
     def statistics(self, model: str) -> dict[str, Any]:
         stats = self._call("get_inference_statistics", model, **self._as_json())
@@ -285,7 +290,8 @@ class Transport:
                 f"server {self.url} refused to register shared memory ({exc.status}): it needs its access "
                 f"token, {'which was wrong' if self._token else 'which was not found'}; pass RemoteModel(..., "
                 f"token=server.token) or set ALPYKA_SERVE_TOKEN (a server that this user started with "
-                f"serve/alpyka serve on this host is found by itself), or shared_memory=None")
+                f"serve/alpyka serve on this host is found by itself), or shared_memory=None"
+            )
             err.retryable = False  # type: ignore[attr-defined]
             err.status = exc.status  # type: ignore[attr-defined]
             raise err from exc
@@ -307,8 +313,9 @@ class Transport:
         self._call("unregister_system_shared_memory", name, **self._access())
 
     # ----------------------------------------------------------------------------- infer
-    def _request(self, inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
-                 shm: ShmLease | None) -> tuple[list[Any], list[Any]]:
+    def _request(
+        self, inputs: dict[str, np.ndarray], outputs: dict[str, tuple[tuple[int, ...], np.dtype]], shm: ShmLease | None
+    ) -> tuple[list[Any], list[Any]]:
         mod = self._mod
         ins, outs = [], []
         for name, arr in inputs.items():
@@ -333,8 +340,9 @@ class Transport:
         return ins, outs
 
     @staticmethod
-    def _results(result: Any, outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
-                 shm: ShmLease | None) -> dict[str, np.ndarray]:
+    def _results(
+        result: Any, outputs: dict[str, tuple[tuple[int, ...], np.dtype]], shm: ShmLease | None
+    ) -> dict[str, np.ndarray]:
         got: dict[str, np.ndarray] = {}
         for name in outputs:
             if shm is not None:
@@ -351,17 +359,26 @@ class Transport:
                 got[name] = arr if arr.flags.writeable else arr.copy()
         return got
 
-    def infer(self, model: str, inputs: dict[str, np.ndarray],
-              outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
-              shm: ShmLease | None = None) -> dict[str, np.ndarray]:
+    def infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+        shm: ShmLease | None = None,
+    ) -> dict[str, np.ndarray]:
         """One blocking request; ``outputs`` maps requested names to their expected shapes."""
         ins, outs = self._request(inputs, outputs, shm)
         result = self._call("infer", model, ins, outputs=outs, **_parameters(inputs))
         return self._results(result, outputs, shm)
 
-    def async_infer(self, model: str, inputs: dict[str, np.ndarray],
-                    outputs: dict[str, tuple[tuple[int, ...], np.dtype]], callback: Callback,
-                    shm: ShmLease | None = None) -> None:
+    def async_infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, tuple[tuple[int, ...], np.dtype]],
+        callback: Callback,
+        shm: ShmLease | None = None,
+    ) -> None:
         """One non-blocking gRPC request; ``callback(results, error)`` runs on a gRPC thread."""
         if self.protocol != "grpc":
             raise RemoteError("async_infer is gRPC only (HTTP async runs on a worker thread)")
@@ -380,5 +397,5 @@ class Transport:
 
         try:
             self._grpc.async_infer(model, ins, done, outputs=outs, client_timeout=self.timeout, **_parameters(inputs))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise classify(exc, self.url, self.timeout) from exc

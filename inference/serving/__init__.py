@@ -34,19 +34,36 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import portable as pk
 from portable import AlpykaError
 
 from ._access import TOKEN_ENV, access_token, forget, remember
-from ._leftovers import (SERVER_PID_FILE, group_alive, recorded_triton_folders, remove_server_shm,
-                         remove_triton_folders, server_workdir, sweep, write_access)
+from ._leftovers import (
+    SERVER_PID_FILE,
+    group_alive,
+    recorded_triton_folders,
+    remove_server_shm,
+    remove_triton_folders,
+    server_workdir,
+    sweep,
+    write_access,
+)
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
-__all__ = ["IO_EXTRA_FILE", "ModelSpec", "ServerHandle", "ServeError", "TensorDecl", "access_token",
-           "free_port", "serve"]
+__all__ = [
+    "IO_EXTRA_FILE",
+    "ModelSpec",
+    "ServerHandle",
+    "ServeError",
+    "TensorDecl",
+    "access_token",
+    "free_port",
+    "serve",
+]
 
 
 class ServeError(AlpykaError, RuntimeError):
@@ -95,8 +112,9 @@ def server_devices(device: str) -> tuple[str, str]:
     name, _, index = str(device).partition(":")
     known = pk.backends()
     if name not in ("cpu", *known) or (index and not index.isdigit()):
-        raise ValueError(f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {known} "
-                         f"(optionally ':N'), got {device!r}")
+        raise ValueError(
+            f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {known} (optionally ':N'), got {device!r}"
+        )
     if name in TORCH_DEVICES:
         return device, device
     torch_type = pk.device(name, int(index or 0)).capabilities.torch_device_type
@@ -108,8 +126,17 @@ def server_devices(device: str) -> tuple[str, str]:
 class ServerHandle:
     """A running server process: its ports, urls and models; ``stop()`` ends it."""
 
-    def __init__(self, proc: subprocess.Popen, workdir: Path, grpc_port: int, http_port: int,
-                 metrics_port: int, models: list[ModelSpec], own_workdir: bool, token: str = "") -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        workdir: Path,
+        grpc_port: int,
+        http_port: int,
+        metrics_port: int,
+        models: list[ModelSpec],
+        own_workdir: bool,
+        token: str = "",
+    ) -> None:
         self.process = proc
         #: the access token of the restricted endpoints (model repository, shared memory, trace,
         #: logging): send it as header ``triton-access-token`` (gRPC: metadata key
@@ -168,8 +195,12 @@ class ServerHandle:
         # (the server process killed) kills the rest and removes the stubs' model folders: its time
         # first (after a normal exit the server process has stopped its watchdog itself)
         deadline = time.monotonic() + 3.0
-        while (proc.returncode is not None and proc.returncode < 0 and group_alive(self.pid)
-               and time.monotonic() < deadline):
+        while (
+            proc.returncode is not None
+            and proc.returncode < 0
+            and group_alive(self.pid)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and group_alive(self.pid):
@@ -192,7 +223,7 @@ class ServerHandle:
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -204,13 +235,26 @@ class ServerHandle:
         return f"<ServerHandle pid={self.pid} gRPC {self.grpc_url} HTTP {self.http_url} [{names}] {state}>"
 
 
-def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
-          http_port: int | None = None, metrics_port: int | None = None, device: str = "cpu",
-          max_batch_size: int | None = None, dynamic_batching: bool = True,
-          preferred_batch_sizes: Sequence[int] | None = None, max_queue_delay_us: int = 0,
-          inputs: Sequence[Any] | None = None, outputs: Sequence[Any] | None = None,
-          instances: int = 1, threads: int | None = None, startup_timeout: float = 120.0,
-          workdir: str | os.PathLike | None = None, token: str | None = None) -> ServerHandle:
+def serve(
+    models: Any,
+    *,
+    name: str | None = None,
+    grpc_port: int | None = None,
+    http_port: int | None = None,
+    metrics_port: int | None = None,
+    device: str = "cpu",
+    max_batch_size: int | None = None,
+    dynamic_batching: bool = True,
+    preferred_batch_sizes: Sequence[int] | None = None,
+    max_queue_delay_us: int = 0,
+    inputs: Sequence[Any] | None = None,
+    outputs: Sequence[Any] | None = None,
+    instances: int = 1,
+    threads: int | None = None,
+    startup_timeout: float = 120.0,
+    workdir: str | os.PathLike | None = None,
+    token: str | None = None,
+) -> ServerHandle:
     """Start a Triton server hosting ``models`` and return once every model is ready.
 
     ``models``: a .pt (TorchScript), .pt2 (torch.export program or AOTInductor package) or .onnx
@@ -238,30 +282,53 @@ def serve(models: Any, *, name: str | None = None, grpc_port: int | None = None,
     token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
         if port and not _port_free(int(port)):
-            raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one "
-                             f"(0 picks a free one)")
+            raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one (0 picks a free one)")
     own = workdir is None
     sweep()  # what killed servers and clients left behind
     wd = server_workdir() if own else Path(workdir)  # type: ignore[arg-type]
     wd.mkdir(parents=True, exist_ok=True)
     try:
-        specs = model_specs(models, name=name, workdir=wd, inputs=inputs, outputs=outputs,
-                            max_batch_size=None if max_batch_size is None else int(max_batch_size),
-                            dynamic_batching=bool(dynamic_batching),
-                            preferred_batch_sizes=[int(b) for b in (preferred_batch_sizes or [])],
-                            max_queue_delay_us=int(max_queue_delay_us), instances=int(instances))
+        specs = model_specs(
+            models,
+            name=name,
+            workdir=wd,
+            inputs=inputs,
+            outputs=outputs,
+            max_batch_size=None if max_batch_size is None else int(max_batch_size),
+            dynamic_batching=bool(dynamic_batching),
+            preferred_batch_sizes=[int(b) for b in (preferred_batch_sizes or [])],
+            max_queue_delay_us=int(max_queue_delay_us),
+            instances=int(instances),
+        )
     except BaseException:
         if own:
             shutil.rmtree(wd, ignore_errors=True)
         raise
     for attempt in range(STARTS):
         try:
-            handle = _start(wd, own, specs, grpc_port, http_port, metrics_port, torch_device,
-                            pipeline_device, threads, startup_timeout, token)
+            handle = _start(
+                wd,
+                own,
+                specs,
+                grpc_port,
+                http_port,
+                metrics_port,
+                torch_device,
+                pipeline_device,
+                threads,
+                startup_timeout,
+                token,
+            )
         except ServeError as exc:
             if attempt + 1 < STARTS and any(mark in str(exc) for mark in HANDSHAKE_FAILED):
-                for leftover in ("ready.json", "error.txt", "server.log", "config.json", "access.json",
-                                 SERVER_PID_FILE):
+                for leftover in (
+                    "ready.json",
+                    "error.txt",
+                    "server.log",
+                    "config.json",
+                    "access.json",
+                    SERVER_PID_FILE,
+                ):
                     (wd / leftover).unlink(missing_ok=True)
                 shutil.rmtree(wd / "pytriton", ignore_errors=True)
                 continue  # PyTriton's 1 s model handshake timed out on a loaded machine: start again
@@ -285,26 +352,49 @@ STARTS = 5
 HANDSHAKE_FAILED = ("Timeout occurred while waiting for config file", "get_config_from_handshake_server")
 
 
-def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, http_port: int | None,
-           metrics_port: int | None, torch_device: str, pipeline_device: str, threads: int | None,
-           startup_timeout: float, token: str) -> ServerHandle:
+def _start(
+    wd: Path,
+    own: bool,
+    specs: list[ModelSpec],
+    grpc_port: int | None,
+    http_port: int | None,
+    metrics_port: int | None,
+    torch_device: str,
+    pipeline_device: str,
+    threads: int | None,
+    startup_timeout: float,
+    token: str,
+) -> ServerHandle:
     """One start of the server process in ``wd``; returns once it is ready (the handle does not
     own ``wd`` yet) or raises :class:`ServeError` with its log's end."""
     ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
     while len(set(ports)) < 3:
         ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
     config = {
-        "workdir": str(wd), "own_workdir": own, "parent_pid": os.getpid(), "device": torch_device,
-        "pipeline_device": pipeline_device, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-        "threads": threads, "grpc_port": ports[0], "http_port": ports[1], "metrics_port": ports[2],
-        "models": [s.to_json() for s in specs], "token": token,
+        "workdir": str(wd),
+        "own_workdir": own,
+        "parent_pid": os.getpid(),
+        "device": torch_device,
+        "pipeline_device": pipeline_device,
+        "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+        "threads": threads,
+        "grpc_port": ports[0],
+        "http_port": ports[1],
+        "metrics_port": ports[2],
+        "models": [s.to_json() for s in specs],
+        "token": token,
     }
     _write_private(wd / "config.json", json.dumps(config, indent=1))
     write_access(wd, [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"], token)
     with open(wd / "server.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "inference.serving._child", str(wd / "config.json")],
-                                env=child_environment(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inference.serving._child", str(wd / "config.json")],
+            env=child_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     handle = ServerHandle(proc, wd, *ports, specs, own_workdir=False, token=token)
     deadline = time.monotonic() + startup_timeout
     ready = wd / "ready.json"
@@ -312,8 +402,11 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
         (wd / SERVER_PID_FILE).write_text(str(proc.pid))  # for the sweep, should this process die
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                why = (f"exited with code {proc.returncode}" if proc.poll() is not None
-                       else f"was not ready after {startup_timeout} s")
+                why = (
+                    f"exited with code {proc.returncode}"
+                    if proc.poll() is not None
+                    else f"was not ready after {startup_timeout} s"
+                )
                 try:
                     first = (wd / "error.txt").read_text().strip()
                 except OSError:
@@ -321,10 +414,10 @@ def _start(wd: Path, own: bool, specs: list[ModelSpec], grpc_port: int | None, h
                 tail = handle.log_tail()
                 handle.stop()
                 if not first:  # no diagnosis from the server process: the log's last error line
-                    errs = [ln.strip() for ln in tail.splitlines()
-                            if ln[:1] == "E" and ln[1:5].isdigit() or "Error" in ln]
-                    first = f"the Triton server process {why}" + (f": {errs[-1]}" if errs else
-                                                                  " (its log is below)")
+                    errs = [
+                        ln.strip() for ln in tail.splitlines() if ln[:1] == "E" and ln[1:5].isdigit() or "Error" in ln
+                    ]
+                    first = f"the Triton server process {why}" + (f": {errs[-1]}" if errs else " (its log is below)")
                 raise ServeError(f"{first}\nthe server process {why}; its log ends with:\n{tail}")
             time.sleep(0.1)
         handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]

@@ -8,7 +8,7 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from portable.cli import run
 
@@ -16,25 +16,49 @@ from . import serve
 
 
 def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Host TorchScript (.pt), torch.export / "
-                                "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines "
-                                "(package.module:attribute) in a Triton server (PyTriton) on 127.0.0.1.")
-    p.add_argument("models", nargs="+", metavar="MODEL",
-                   help="model files (.pt, .pt2, .onnx) or pipelines as package.module:attribute")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Host TorchScript (.pt), torch.export / "
+        "AOTInductor (.pt2) and ONNX (.onnx) models and alpyka pipelines "
+        "(package.module:attribute) in a Triton server (PyTriton) on 127.0.0.1.",
+    )
+    p.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="model files (.pt, .pt2, .onnx) or pipelines as package.module:attribute",
+    )
     p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: a free one; default 8001)")
     p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: a free one; default 8000)")
     p.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free one)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or an alpyka backend (cpu_serial, "
-                   "cpu_threads, opencl, cuda, rocm): where pipelines run (models: the matching torch device)")
-    p.add_argument("--input", action="append", default=None, metavar="NAME:DTYPE:DIMS",
-                   help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable")
-    p.add_argument("--output", action="append", default=None, metavar="NAME:DTYPE:DIMS",
-                   help="an output tensor (default: an ONNX model's declared outputs, else found by running "
-                        "the model once)")
-    p.add_argument("--max-batch-size", type=int, default=None,
-                   help="rows per request (default: as many as fit in 32 MiB of a row's inputs and outputs, "
-                        "1024 to 1048576); 0: the model does not batch")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda[:N] or an alpyka backend (cpu_serial, "
+        "cpu_threads, opencl, cuda, rocm): where pipelines run (models: the matching torch device)",
+    )
+    p.add_argument(
+        "--input",
+        action="append",
+        default=None,
+        metavar="NAME:DTYPE:DIMS",
+        help="an input tensor, e.g. features:float32:3 (dims per sample, -1 any); repeatable",
+    )
+    p.add_argument(
+        "--output",
+        action="append",
+        default=None,
+        metavar="NAME:DTYPE:DIMS",
+        help="an output tensor (default: an ONNX model's declared outputs, else found by running the model once)",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="rows per request (default: as many as fit in 32 MiB of a row's inputs and outputs, "
+        "1024 to 1048576); 0: the model does not batch",
+    )
     p.add_argument("--no-dynamic-batching", action="store_true", help="one execution per request")
     p.add_argument("--preferred-batch-size", type=int, action="append", default=None)
     p.add_argument("--max-queue-delay-us", type=int, default=0)
@@ -45,12 +69,21 @@ def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
 def command(argv: list[str], prog: str = "alpyka serve") -> int:
     """``alpyka serve``: host models in a Triton server through PyTriton, until Ctrl-C."""
     args = build_parser(prog).parse_args(argv)
-    server = serve(args.models, name=args.name, grpc_port=args.grpc_port, http_port=args.http_port,
-                   metrics_port=args.metrics_port, device=args.device, inputs=args.input,
-                   outputs=args.output, max_batch_size=args.max_batch_size,
-                   dynamic_batching=not args.no_dynamic_batching,
-                   preferred_batch_sizes=args.preferred_batch_size,
-                   max_queue_delay_us=args.max_queue_delay_us, instances=args.instances)
+    server = serve(
+        args.models,
+        name=args.name,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        device=args.device,
+        inputs=args.input,
+        outputs=args.output,
+        max_batch_size=args.max_batch_size,
+        dynamic_batching=not args.no_dynamic_batching,
+        preferred_batch_sizes=args.preferred_batch_size,
+        max_queue_delay_us=args.max_queue_delay_us,
+        instances=args.instances,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -58,13 +91,18 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
         ins = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.inputs)
         outs = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.outputs)
         src = m.inputs_from
-        note = ("" if src in ("declared", "layouts") else "; inputs from its .json/extra file" if src == "file"
-                else "; inputs not declared (--input)" if src.startswith("default")
-                else f"; inputs read from the model: {src}")
+        note = (
+            ""
+            if src in ("declared", "layouts")
+            else "; inputs from its .json/extra file"
+            if src == "file"
+            else "; inputs not declared (--input)"
+            if src.startswith("default")
+            else f"; inputs read from the model: {src}"
+        )
         what = f"pipeline {m.name} ({m.path})" if m.kind == "pipeline" else f"model {m.name}"
         print(f"{what}: {ins} -> {outs} (max_batch_size {m.max_batch_size}{note})")
-    print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops",
-          flush=True)
+    print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops", flush=True)
     try:
         while not stop.wait(0.5):
             if not server.is_running():

@@ -38,18 +38,26 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from portable import AlpykaError
 from portable.env import env_number
 
-from ._access import access_headers, restricted_endpoints
-from ._leftovers import (group_members, record_triton_folders, recorded_triton_folders, remove_server_shm,
-                         remove_triton_folders, stub_folders, unregister_dead_clients)
 from .._tensor_desc import TensorDesc
+from ._access import access_headers, restricted_endpoints
+from ._leftovers import (
+    group_members,
+    record_triton_folders,
+    recorded_triton_folders,
+    remove_server_shm,
+    remove_triton_folders,
+    stub_folders,
+    unregister_dead_clients,
+)
 from ._spec import ModelSpec, declare_hint
 
 ERROR_FILE = "error.txt"
@@ -155,7 +163,7 @@ def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> li
         args = [torch.zeros(s, dtype=getattr(torch, t.dtype.name), device=device) for s, t in zip(shapes, spec.inputs)]
         with torch.inference_mode():
             outs = _as_list(model(*args), [])
-    except Exception as exc:  # noqa: BLE001 - reported as one line with the fix
+    except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
         src = spec.inputs_from
         if src == "declared":
@@ -163,13 +171,14 @@ def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> li
         elif src == "file":
             where = "as declared in its .json/extra file"
         elif src.startswith("default"):
-            where = f"not declared and not readable from the model: {src[len('default'):].strip(' ()')}"
+            where = f"not declared and not readable from the model: {src[len('default') :].strip(' ()')}"
         else:
             where = f"read from the model: {src}"
         shown = ", ".join(f"{list(s)}" for s in shapes)
         raise StartupError(
             f"model {spec.name!r}: a trial run on zeros of shape {shown} (inputs {_decl_text(spec)}, {where}) "
-            f"failed: {reason}; {declare_hint(spec)}") from exc
+            f"failed: {reason}; {declare_hint(spec)}"
+        ) from exc
     variable = any(d < 0 for t in spec.inputs for d in t.dims)  # output extents may follow inputs
     decls = []
     for i, o in enumerate(outs):
@@ -193,8 +202,7 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
             outs = _as_list(model(*args), out_names)
         if len(outs) != len(out_names):
             raise ValueError(f"model {spec.name!r} returned {len(outs)} outputs, {len(out_names)} declared")
-        return {n: o.detach().cpu().numpy().astype(dt, copy=False)
-                for n, o, dt in zip(out_names, outs, out_dtypes)}
+        return {n: o.detach().cpu().numpy().astype(dt, copy=False) for n, o, dt in zip(out_names, outs, out_dtypes)}
 
     if spec.max_batch_size > 0:
         from pytriton.decorators import batch
@@ -223,8 +231,10 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
         raise StartupError(f"pipeline {spec.name!r}: {exc}") from exc
     derived = derive_config(pipe)
     if derived["inputs"] != spec.inputs:
-        raise StartupError(f"pipeline {spec.name!r}: {spec.path} imported in the server declares other "
-                           "layouts than the caller's (was the module changed?)")
+        raise StartupError(
+            f"pipeline {spec.name!r}: {spec.path} imported in the server declares other "
+            "layouts than the caller's (was the module changed?)"
+        )
     runner = _server.PipelineRunner(pipe, device)
     print(f"alpyka serve: pipeline {spec.name!r} on {runner.device}; {runner.warm_up()}", flush=True)
     return _server.make_infer(runner)
@@ -242,8 +252,9 @@ def start_group_watchdog() -> subprocess.Popen | None:
     module's docstring). Only where this process leads its own group (as ``serve`` starts it)."""
     if os.getpgid(0) != os.getpid():
         return None  # not our own group: killing it would kill unrelated processes
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG, str(os.getpid())],
-                            stdin=subprocess.DEVNULL, close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL, close_fds=True
+    )
 
 
 def _become_subreaper() -> None:
@@ -276,10 +287,10 @@ def _stop_resource_tracker() -> None:
     try:
         from multiprocessing import resource_tracker
 
-        tracker = resource_tracker._resource_tracker  # noqa: SLF001 - no public way to stop it
+        tracker = resource_tracker._resource_tracker
         if getattr(tracker, "_pid", None) is None:
             return
-        t = threading.Thread(target=tracker._stop, daemon=True)  # noqa: SLF001 - bounded below
+        t = threading.Thread(target=tracker._stop, daemon=True)
         t.start()
         t.join(3.0)
     except Exception:  # noqa: BLE001 - not started, or another Python: it ends when we do
@@ -447,28 +458,36 @@ def main(config_path: str) -> int:
                 bindings.append((spec, make_infer(model, spec, device)))
             stage = "starting Triton"
             tconfig = TritonConfig(
-                grpc_address="127.0.0.1", grpc_port=cfg["grpc_port"],
-                http_address="127.0.0.1", http_port=cfg["http_port"],
-                metrics_address="127.0.0.1", metrics_port=cfg["metrics_port"],
+                grpc_address="127.0.0.1",
+                grpc_port=cfg["grpc_port"],
+                http_address="127.0.0.1",
+                http_port=cfg["http_port"],
+                metrics_address="127.0.0.1",
+                metrics_port=cfg["metrics_port"],
                 log_verbose=int(cfg.get("log_verbose", 0)),
                 exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
             )
-            security = TritonSecurityConfig(access_token=cfg.get("token") or None,
-                                            restricted_endpoints=restricted_endpoints())
+            security = TritonSecurityConfig(
+                access_token=cfg.get("token") or None, restricted_endpoints=restricted_endpoints()
+            )
             triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"), security_config=security)
             for spec, infer in bindings:
                 batcher = None
                 if spec.max_batch_size > 0 and spec.dynamic_batching:
-                    batcher = DynamicBatcher(max_queue_delay_microseconds=int(spec.max_queue_delay_us),
-                                             preferred_batch_size=spec.preferred_batch_sizes or None)
-                mconfig = ModelConfig(batching=spec.max_batch_size > 0,
-                                      max_batch_size=max(spec.max_batch_size, 0), batcher=batcher)
+                    batcher = DynamicBatcher(
+                        max_queue_delay_microseconds=int(spec.max_queue_delay_us),
+                        preferred_batch_size=spec.preferred_batch_sizes or None,
+                    )
+                mconfig = ModelConfig(
+                    batching=spec.max_batch_size > 0, max_batch_size=max(spec.max_batch_size, 0), batcher=batcher
+                )
                 triton.bind(
                     model_name=spec.name,
                     infer_func=[infer] * max(1, spec.instances),
                     inputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.inputs],
                     outputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.outputs],
-                    config=mconfig, strict=False,
+                    config=mconfig,
+                    strict=False,
                 )
             triton.run()
         except StartupError as exc:  # already one line with the fix
@@ -485,8 +504,7 @@ def main(config_path: str) -> int:
         tmp = workdir / "ready.json.tmp"
         tmp.write_text(json.dumps(ready))
         tmp.rename(workdir / "ready.json")
-        print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})",
-              flush=True)
+        print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})", flush=True)
         janitor, ticks = None, 0
         while not stop.wait(0.5):
             if not triton.is_alive():
@@ -499,8 +517,11 @@ def main(config_path: str) -> int:
                 if janitor is not None:
                     gone = unregister_dead_clients(janitor)
                     if gone:
-                        print(f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
-                              f"that are gone: {', '.join(gone)}", flush=True)
+                        print(
+                            f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
+                            f"that are gone: {', '.join(gone)}",
+                            flush=True,
+                        )
         return 0
     finally:
         if triton is not None:

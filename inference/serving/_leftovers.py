@@ -31,8 +31,9 @@ import secrets
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 try:
     import _posixshmem  # POSIX shm_open/shm_unlink (what multiprocessing.shared_memory uses)
@@ -222,8 +223,12 @@ def find_token(url: str, tmp_dir: str | os.PathLike | None = None) -> str | None
             continue
         token = data.get("token") if isinstance(data, dict) else None
         urls = data.get("urls") if isinstance(data, dict) else None
-        if isinstance(token, str) and token and isinstance(urls, list) and \
-                any(isinstance(u, str) and loopback_port(u) == port for u in urls):
+        if (
+            isinstance(token, str)
+            and token
+            and isinstance(urls, list)
+            and any(isinstance(u, str) and loopback_port(u) == port for u in urls)
+        ):
             return token
     return None
 

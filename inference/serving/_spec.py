@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .._tensor_desc import TensorDesc
 
@@ -47,7 +48,7 @@ class ModelSpec:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "ModelSpec":
+    def from_json(cls, d: Mapping[str, Any]) -> ModelSpec:
         d = dict(d)
         d["inputs"] = [TensorDesc.parse(t) for t in d.get("inputs", [])]
         d["outputs"] = [TensorDesc.parse(t) for t in d.get("outputs", [])]
@@ -78,16 +79,20 @@ def _io_from_file(path: str) -> tuple[list[TensorDesc], list[TensorDesc]]:
     return [], []
 
 
-def declare_hint(spec: "ModelSpec") -> str:
+def declare_hint(spec: ModelSpec) -> str:
     """How to declare the inputs of ``spec`` (one line, CLI and Python forms)."""
     if spec.inputs_from in ("declared", "file"):
-        return ("check the input declarations (NAME:DTYPE:DIMS, dims per sample without the batch axis), "
-                "or declare the outputs too (--output NAME:DTYPE:DIMS; Python: outputs=[...]) to skip this run")
+        return (
+            "check the input declarations (NAME:DTYPE:DIMS, dims per sample without the batch axis), "
+            "or declare the outputs too (--output NAME:DTYPE:DIMS; Python: outputs=[...]) to skip this run"
+        )
     n = "D0,D1" if any(len(t.dims) > 1 for t in spec.inputs) else "N"
     first = spec.inputs[0] if spec.inputs else TensorDesc("input__0")
     example = f"{first.name}:{first.dtype}:{n}"
-    return (f"declare the inputs, e.g. --input {example} (dims per sample without the batch axis; "
-            f"one --input per input; Python: inputs=[{example!r}])")
+    return (
+        f"declare the inputs, e.g. --input {example} (dims per sample without the batch axis; "
+        f"one --input per input; Python: inputs=[{example!r}])"
+    )
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -131,8 +136,9 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             weight = own.get("weight")
             if kind == "Linear" and weight is not None and weight.dim() == 2:
                 features = int(weight.shape[1])
-                where = (f"first Linear {name!r} (in_features {features})" if name
-                         else f"Linear (in_features {features})")
+                where = (
+                    f"first Linear {name!r} (in_features {features})" if name else f"Linear (in_features {features})"
+                )
                 return [TensorDesc("input__0", _dtype_name(weight.dtype), (features,))], where
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
@@ -182,9 +188,11 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDesc], list
             if batching:
                 if not dims or dims[0] != -1:
                     first = "is a scalar" if not dims else f"has a fixed first axis of {dims[0]}"
-                    raise ValueError(f"{name}: {what} {d} {first}, and Triton batches along the first axis: "
-                                     "export it with a dynamic batch axis (inference.export does) or serve "
-                                     "it with max_batch_size=0 (--max-batch-size 0)")
+                    raise ValueError(
+                        f"{name}: {what} {d} {first}, and Triton batches along the first axis: "
+                        "export it with a dynamic batch axis (inference.export does) or serve "
+                        "it with max_batch_size=0 (--max-batch-size 0)"
+                    )
                 dims = dims[1:]
             out.append(TensorDesc(d.name, d.dtype.name, tuple(dims)))
         return out
@@ -214,6 +222,7 @@ def auto_batch_size(inputs: Sequence[TensorDesc], outputs: Sequence[TensorDesc])
     inputs and outputs (a -1 dim counts as 1; outputs not declared yet as large as the inputs),
     within :data:`AUTO_BATCH_ROWS`. Rows are cheap, requests are not: a 64-row cap sent a
     16384-row forward as 256 requests, 190x slower than one."""
+
     def row_bytes(decls: Sequence[TensorDesc]) -> int:
         total = 0
         for d in decls:
@@ -229,8 +238,15 @@ def auto_batch_size(inputs: Sequence[TensorDesc], outputs: Sequence[TensorDesc])
     return int(min(hi, max(lo, AUTO_BATCH_BYTES // max(per_row, 1))))
 
 
-def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequence[Any] | None,
-                outputs: Sequence[Any] | None, **settings: Any) -> list[ModelSpec]:
+def model_specs(
+    models: Any,
+    *,
+    name: str | None,
+    workdir: Path,
+    inputs: Sequence[Any] | None,
+    outputs: Sequence[Any] | None,
+    **settings: Any,
+) -> list[ModelSpec]:
     """Normalise ``serve``'s ``models`` argument (a path, an nn.Module, a list, or a mapping
     ``{name: path | module | dict}``) into specs; modules are scripted to ``workdir``."""
     if isinstance(models, Mapping):
@@ -280,8 +296,12 @@ def model_specs(models: Any, *, name: str | None, workdir: Path, inputs: Sequenc
 
 def is_reference(model: Any) -> bool:
     """True for a ``module:attribute`` pipeline reference (not an existing file)."""
-    return (isinstance(model, str) and ":" in model and not Path(model).is_file()
-            and Path(model).suffix not in MODEL_SUFFIXES)
+    return (
+        isinstance(model, str)
+        and ":" in model
+        and not Path(model).is_file()
+        and Path(model).suffix not in MODEL_SUFFIXES
+    )
 
 
 def _pipeline_of(model: Any) -> Any:
@@ -305,9 +325,18 @@ def pipeline_spec(name: str, pipe: Any, settings: Mapping[str, Any]) -> ModelSpe
     from .._pipeline import derive_config
 
     cfg = derive_config(pipe)
-    return ModelSpec(name, pipe.reference, cfg["inputs"], cfg["outputs"], max_batch_size=0, dynamic_batching=False,
-                     instances=int(settings.get("instances", 1)), inputs_from="layouts", kind="pipeline",
-                     device=str(settings.get("device", "")))
+    return ModelSpec(
+        name,
+        pipe.reference,
+        cfg["inputs"],
+        cfg["outputs"],
+        max_batch_size=0,
+        dynamic_batching=False,
+        instances=int(settings.get("instances", 1)),
+        inputs_from="layouts",
+        kind="pipeline",
+        device=str(settings.get("device", "")),
+    )
 
 
 def _default_name(model: Any, i: int) -> str:
@@ -328,8 +357,10 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
         if not p.is_file():
             raise FileNotFoundError(f"model file {str(p)!r} does not exist")
         if p.suffix not in MODEL_SUFFIXES:
-            raise ValueError(f"model file {str(p)!r}: serve hosts TorchScript (.pt), torch.export or "
-                             "AOTInductor (.pt2) and ONNX (.onnx) files")
+            raise ValueError(
+                f"model file {str(p)!r}: serve hosts TorchScript (.pt), torch.export or "
+                "AOTInductor (.pt2) and ONNX (.onnx) files"
+            )
         return str(p.resolve())
     import torch
 
@@ -338,12 +369,15 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
     elif isinstance(model, torch.nn.Module):
         try:
             scripted = torch.jit.script(model.eval().cpu())
-        except Exception as exc:  # noqa: BLE001
-            raise TypeError(f"model {name!r}: an nn.Module is served as TorchScript and "
-                            f"torch.jit.script failed ({exc}); save it as .pt or .pt2 first") from exc
+        except Exception as exc:
+            raise TypeError(
+                f"model {name!r}: an nn.Module is served as TorchScript and "
+                f"torch.jit.script failed ({exc}); save it as .pt or .pt2 first"
+            ) from exc
     else:
-        raise TypeError(f"model {name!r}: serve takes a .pt/.pt2/.onnx path or a torch.nn.Module, "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"model {name!r}: serve takes a .pt/.pt2/.onnx path or a torch.nn.Module, got {type(model).__name__}"
+        )
     path = workdir / f"{name}.pt"
     scripted.save(str(path))
     return str(path)

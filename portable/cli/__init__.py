@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .._errors import AlpykaError
 
 #: the exceptions printed as one line (besides AlpykaError): what bad input raises
-USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError,
-                                                OSError)
+USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError, OSError)
 
 #: optional packages a subcommand may need, and the extra of pyproject.toml that installs each
 _EXTRAS = {"torch": "torch", "tritonclient": "triton", "pytriton": "triton"}
@@ -39,8 +38,9 @@ class CliError(AlpykaError, ValueError):
 def error_line(exc: BaseException) -> str:
     """The one line :func:`run` prints for ``exc`` (without the ``prog: error:`` prefix)."""
     if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:
-        return (f"{exc.name} is not installed; install it with: "
-                f"pip install -e '.[{_EXTRAS[exc.name]}]' -c constraints.txt")
+        return (
+            f"{exc.name} is not installed; install it with: pip install -e '.[{_EXTRAS[exc.name]}]' -c constraints.txt"
+        )
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[0] if lines else type(exc).__name__
 

@@ -39,14 +39,16 @@ def info_text() -> str:
     return "\n".join(lines)
 
 
-def _describe(dev: "Device") -> str:
+def _describe(dev: Device) -> str:
     """The device's hardware, where it differs from its execution model, memory and limits."""
     lim, props = dev.limits, dev.properties
     hardware = props.get("type", dev.kind)
     model = "" if hardware == dev.kind else ", blocks of many threads as on a GPU"
     runtime = f", {props['platform']}" if "platform" in props else ""
-    return (f"{hardware}{model}{runtime}, memory {dev.memory_space}, max {lim.max_threads_per_block} "
-            f"threads/block, {lim.multiprocessors} compute units")
+    return (
+        f"{hardware}{model}{runtime}, memory {dev.memory_space}, max {lim.max_threads_per_block} "
+        f"threads/block, {lim.multiprocessors} compute units"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,8 @@ import importlib
 import importlib.metadata
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from . import CliError, run
 
@@ -63,8 +63,10 @@ def _benchmarks_runner() -> Path | None:
 def _cmd_bench(argv: list[str], prog: str) -> int:
     runner = _benchmarks_runner()
     if runner is None:
-        raise CliError("the benchmarks are not part of the installed package: they ship with alpyka's source "
-                       "(benchmarks/); run `alpyka bench` inside a clone of the repository")
+        raise CliError(
+            "the benchmarks are not part of the installed package: they ship with alpyka's source "
+            "(benchmarks/); run `alpyka bench` inside a clone of the repository"
+        )
     return subprocess.call([sys.executable, str(runner), *argv])
 
 
@@ -83,7 +85,8 @@ def commands() -> dict[str, Callable[[], Callable[[list[str], str], int]]]:
     """``{name: loader}`` of every subcommand: portable's own, then those registered under
     ``alpyka.commands`` (alpyka's from :data:`SOURCE_COMMANDS` where the metadata lacks them)."""
     found: dict[str, Callable[[], Callable[[list[str], str], int]]] = {
-        name: (lambda fn=fn: fn) for name, fn in _BUILTIN.items()}
+        name: (lambda fn=fn: fn) for name, fn in _BUILTIN.items()
+    }
     registered = {ep.name: ep for ep in importlib.metadata.entry_points(group=GROUP)}
     for name, target in SOURCE_COMMANDS.items():
         if name in registered:
@@ -97,11 +100,16 @@ def commands() -> dict[str, Callable[[], Callable[[list[str], str], int]]]:
 
 def _parser(names: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="alpyka", description="alpyka: portable kernels, SoA collections and inference",
+        prog="alpyka",
+        description="alpyka: portable kernels, SoA collections and inference",
         epilog="Run `alpyka COMMAND --help` for a command's own flags.",
     )
-    parser.add_argument("command", choices=names, metavar="COMMAND",
-                        help="; ".join(f"{n}: {HELP.get(n, 'run it with --help')}" for n in names))
+    parser.add_argument(
+        "command",
+        choices=names,
+        metavar="COMMAND",
+        help="; ".join(f"{n}: {HELP.get(n, 'run it with --help')}" for n in names),
+    )
     return parser
 
 

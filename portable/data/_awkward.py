@@ -22,7 +22,8 @@ awkward is an optional extra (``pip install alpyka[data]``); this module imports
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,9 @@ def require(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} is not installed; it comes with alpyka's data extra: "
-                          f"pip install 'alpyka[data]' ({exc})") from exc
+        raise ImportError(
+            f"{module} is not installed; it comes with alpyka's data extra: pip install 'alpyka[data]' ({exc})"
+        ) from exc
 
 
 def _queue_device(queue_or_device: Queue | Device) -> tuple[Queue | None, Device]:
@@ -63,8 +65,10 @@ def _field_map(layout: type[soa.Layout], fields: Mapping[str, Any] | None) -> di
     fields = dict(fields or {})
     unknown = [k for k in fields if k not in layout.field_names()]
     if unknown:
-        raise KeyError(f"fields mapping names columns {unknown} that {layout.__name__} does not have; "
-                       f"its fields are {layout.field_names()}")
+        raise KeyError(
+            f"fields mapping names columns {unknown} that {layout.__name__} does not have; "
+            f"its fields are {layout.field_names()}"
+        )
     out: dict[str, tuple[str, ...]] = {}
     for f in layout.fields:
         if f.kind == "scalar":
@@ -72,8 +76,10 @@ def _field_map(layout: type[soa.Layout], fields: Mapping[str, Any] | None) -> di
         spec = fields.get(f.name, f.name)
         names = (spec,) if isinstance(spec, str) else tuple(spec)
         if len(names) not in (1, f.components):
-            raise ValueError(f"{layout.__name__}.{f.name} ({_field_desc(f)}) takes one field or {f.components} "
-                             f"(one per component), got {list(names)}")
+            raise ValueError(
+                f"{layout.__name__}.{f.name} ({_field_desc(f)}) takes one field or {f.components} "
+                f"(one per component), got {list(names)}"
+            )
         out[f.name] = names
     return out
 
@@ -86,16 +92,18 @@ class _Source:
             sub = array[name]
         except Exception as exc:  # awkward raises FieldNotFoundError (an IndexError) or others
             avail = list(getattr(array, "fields", []) or [])
-            raise KeyError(f"awkward array has no field {name!r} (for column {column!r}); its fields are "
-                           f"{avail}") from exc
+            raise KeyError(
+                f"awkward array has no field {name!r} (for column {column!r}); its fields are {avail}"
+            ) from exc
         layout = self._unwrap(ak, ak.to_layout(sub), name, column)
         self.offsets: np.ndarray | None = None
         if layout.is_list and type(layout).__name__ != "RegularArray":
             if type(layout).__name__ != "ListOffsetArray":
                 before = layout
                 layout = layout.to_ListOffsetArray64(True)
-                copied[0] += layout.offsets.data.nbytes + (0 if layout.content is before.content else
-                                                           _nbytes(layout.content))
+                copied[0] += layout.offsets.data.nbytes + (
+                    0 if layout.content is before.content else _nbytes(layout.content)
+                )
             off = np.asarray(layout.offsets.data)
             if off.dtype != np.int64:
                 off = off.astype(np.int64)
@@ -110,8 +118,10 @@ class _Source:
             self.offsets = off
             layout = self._unwrap(ak, content, name, column)
         if layout.is_list and type(layout).__name__ != "RegularArray":
-            raise ValueError(f"field {name!r} (column {column!r}) is nested more than one list deep "
-                             f"({ak.Array(sub).type}); a column holds one value per row")
+            raise ValueError(
+                f"field {name!r} (column {column!r}) is nested more than one list deep "
+                f"({ak.Array(sub).type}); a column holds one value per row"
+            )
         if layout.is_record or layout.is_union or not (layout.is_numpy or type(layout).__name__ == "RegularArray"):
             raise TypeError(f"field {name!r} (column {column!r}) is {ak.Array(sub).type}, not numbers")
         self.values = ak.to_numpy(layout, allow_missing=False)
@@ -123,8 +133,9 @@ class _Source:
         while layout.is_indexed or layout.is_option:
             if layout.is_option and type(layout).__name__ != "UnmaskedArray":
                 if np.asarray(ak.is_none(ak.Array(layout), axis=0)).any():
-                    raise ValueError(f"field {name!r} (column {column!r}) has missing values (None); fill them "
-                                     "first (ak.fill_none)")
+                    raise ValueError(
+                        f"field {name!r} (column {column!r}) has missing values (None); fill them first (ak.fill_none)"
+                    )
             layout = layout.content if type(layout).__name__ == "UnmaskedArray" else layout.project()
         return layout
 
@@ -132,7 +143,7 @@ class _Source:
 def _nbytes(layout: Any) -> int:
     try:
         return int(layout.nbytes)
-    except Exception:  # pragma: no cover - older awkward
+    except Exception:  # noqa: BLE001 - pragma: no cover - older awkward
         return 0
 
 
@@ -150,21 +161,32 @@ def _check_offsets(sources: dict[str, list[_Source]]) -> np.ndarray | None:
             elif s.offsets is not ref.offsets and not np.array_equal(s.offsets, ref.offsets):
                 a, b = ref.offsets, s.offsets
                 if len(a) != len(b):
-                    raise ValueError(f"offsets do not match: field {ref.name!r} has {len(a) - 1} events, "
-                                     f"{s.name!r} has {len(b) - 1}")
+                    raise ValueError(
+                        f"offsets do not match: field {ref.name!r} has {len(a) - 1} events, {s.name!r} has {len(b) - 1}"
+                    )
                 e = int(np.argmax(np.diff(a) != np.diff(b)))
-                raise ValueError(f"offsets do not match: event {e} has {a[e + 1] - a[e]} rows in field "
-                                 f"{ref.name!r} but {b[e + 1] - b[e]} in {s.name!r}; fields of one collection "
-                                 "must have the same number of rows per event (e.g. all Muon_* branches)")
+                raise ValueError(
+                    f"offsets do not match: event {e} has {a[e + 1] - a[e]} rows in field "
+                    f"{ref.name!r} but {b[e + 1] - b[e]} in {s.name!r}; fields of one collection "
+                    "must have the same number of rows per event (e.g. all Muon_* branches)"
+                )
     if ref is not None and flat is not None:
-        raise ValueError(f"field {flat.name!r} ({flat.type}) has one value per event but {ref.name!r} "
-                         f"({ref.type}) is jagged; a collection's columns are all jagged or all flat")
+        raise ValueError(
+            f"field {flat.name!r} ({flat.type}) has one value per event but {ref.name!r} "
+            f"({ref.type}) is jagged; a collection's columns are all jagged or all flat"
+        )
     return None if ref is None else ref.offsets
 
 
-def from_awkward(layout: type[soa.Layout], array: Any, queue_or_device: Queue | Device, *,
-                 fields: Mapping[str, Any] | None = None, casting: str = "same_value",
-                 report: dict | None = None) -> tuple[PortableCollection, Any]:
+def from_awkward(
+    layout: type[soa.Layout],
+    array: Any,
+    queue_or_device: Queue | Device,
+    *,
+    fields: Mapping[str, Any] | None = None,
+    casting: str = "same_value",
+    report: dict | None = None,
+) -> tuple[PortableCollection, Any]:
     """``(collection, offsets)`` from a jagged awkward array of per-event records (``var *
     {pt, eta, ...}``) or a flat one (one row per event, offsets ``0..n_events``).
 
@@ -208,18 +230,26 @@ def from_awkward(layout: type[soa.Layout], array: Any, queue_or_device: Queue | 
         if len(srcs) == 1:
             vals = srcs[0].values
             if vals.shape[1:] != tuple(f.shape):
-                raise ValueError(f"{what} {srcs[0].name!r}: its rows hold shape {vals.shape[1:]}, the column needs "
-                                 f"{tuple(f.shape)}" + (" (a jagged field for a flat column?)" if f.kind == "column"
-                                                        else ""))
+                raise ValueError(
+                    f"{what} {srcs[0].name!r}: its rows hold shape {vals.shape[1:]}, the column needs "
+                    f"{tuple(f.shape)}" + (" (a jagged field for a flat column?)" if f.kind == "column" else "")
+                )
             filled += _fill(dst, vals, f.dtype, casting, f"{what} {srcs[0].name!r}", converted)
         else:
             comps = [np.unravel_index(k, f.shape) for k in range(f.components)]
             for s, idx in zip(srcs, comps):
                 if s.values.ndim != 1:
-                    raise ValueError(f"{what} {s.name!r}: one value per row expected, got rows of shape "
-                                     f"{s.values.shape[1:]}")
-                filled += _fill(dst[(slice(None),) + tuple(int(i) for i in idx)], s.values, f.dtype, casting,
-                                f"{what} {s.name!r}", converted)
+                    raise ValueError(
+                        f"{what} {s.name!r}: one value per row expected, got rows of shape {s.values.shape[1:]}"
+                    )
+                filled += _fill(
+                    dst[(slice(None),) + tuple(int(i) for i in idx)],
+                    s.values,
+                    f.dtype,
+                    casting,
+                    f"{what} {s.name!r}",
+                    converted,
+                )
     to_dev = 0
     if device.is_host_memory:
         out_coll, out_off = coll, offsets
@@ -233,8 +263,14 @@ def from_awkward(layout: type[soa.Layout], array: Any, queue_or_device: Queue | 
         shared = False
         # the host staging arrays stay alive in the enqueued copies' MemRef owners
     if report is not None:
-        report.update(events=n_events, rows=n_rows, filled_bytes=filled, converted_bytes=converted[0],
-                      to_device_bytes=to_dev, offsets_shared=shared)
+        report.update(
+            events=n_events,
+            rows=n_rows,
+            filled_bytes=filled,
+            converted_bytes=converted[0],
+            to_device_bytes=to_dev,
+            offsets_shared=shared,
+        )
     return out_coll, out_off
 
 
@@ -268,11 +304,12 @@ def check_offsets(offsets: np.ndarray, n_rows: int, what: str = "offsets") -> np
     end at ``n_rows``; returns them as int64."""
     off = np.asarray(offsets)
     if off.ndim != 1 or len(off) < 1 or off.dtype.kind not in "iu":
-        raise ValueError(f"{what} must be a 1D integer array of n_events + 1 values, got shape {off.shape} "
-                         f"{off.dtype}")
+        raise ValueError(f"{what} must be a 1D integer array of n_events + 1 values, got shape {off.shape} {off.dtype}")
     if off[0] != 0 or off[-1] != n_rows:
-        raise ValueError(f"{what} do not match the collection: they run from {off[0]} to {off[-1]}, the "
-                         f"collection has {n_rows} rows (offsets must start at 0 and end at its size)")
+        raise ValueError(
+            f"{what} do not match the collection: they run from {off[0]} to {off[-1]}, the "
+            f"collection has {n_rows} rows (offsets must start at 0 and end at its size)"
+        )
     down = off[1:] < off[:-1]  # not np.diff: it wraps around on unsigned integers
     if down.any():
         e = int(np.argmax(down))
@@ -280,8 +317,13 @@ def check_offsets(offsets: np.ndarray, n_rows: int, what: str = "offsets") -> np
     return off.astype(np.int64, copy=False)
 
 
-def to_awkward(coll: PortableCollection, offsets: Any = None, *, fields: Mapping[str, Any] | None = None,
-               queue: Queue | None = None) -> Any:
+def to_awkward(
+    coll: PortableCollection,
+    offsets: Any = None,
+    *,
+    fields: Mapping[str, Any] | None = None,
+    queue: Queue | None = None,
+) -> Any:
     """The jagged awkward array (``n_events * var * {column, ...}``) of ``coll``'s rows split by
     ``offsets`` (None: a flat array, one record per row). On a host-memory device the record's
     fields are the collection's own columns (no copy; the array keeps the collection alive);

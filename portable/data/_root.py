@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 import soa
 
-from ._awkward import _field_map, from_awkward, require
 from .._collection import PortableCollection
 from .._device import Device
 from .._errors import AlpykaError
 from .._queue import Queue
+from ._awkward import _field_map, from_awkward, require
 
 
 class NotARootFile(AlpykaError, ValueError):
@@ -40,8 +41,9 @@ def _read_arrays(obj: Any, needed: list[str], start: int, stop: int, path: str, 
             # split branches (Delphes' Jet.PT, Muon.pt): uproot's arrays() nests them as records
             # ({Jet: {PT}}); read each by its full name and put them side by side
             ak = require("awkward")
-            return ak.zip({b: obj[b].array(entry_start=start, entry_stop=stop, library="ak") for b in needed},
-                          depth_limit=1)
+            return ak.zip(
+                {b: obj[b].array(entry_start=start, entry_stop=stop, library="ak") for b in needed}, depth_limit=1
+            )
         return obj.arrays(needed, entry_start=start, entry_stop=stop, library="ak")
     except Exception as exc:  # noqa: BLE001 - sorted out below: which branch, and whether damage
         first = exc
@@ -50,8 +52,10 @@ def _read_arrays(obj: Any, needed: list[str], start: int, stop: int, path: str, 
             obj[b].array(entry_start=start, entry_stop=stop, library="ak")
         except _damage_errors() as exc:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise CorruptRootFile(f"{path}:{tree}: branch {b!r} cannot be read (entries {start}-{stop}): "
-                                  f"the file is truncated or corrupt ({reason})") from exc
+            raise CorruptRootFile(
+                f"{path}:{tree}: branch {b!r} cannot be read (entries {start}-{stop}): "
+                f"the file is truncated or corrupt ({reason})"
+            ) from exc
     raise first
 
 
@@ -70,6 +74,7 @@ def _damage_errors() -> tuple[type[BaseException], ...]:
         pass
     return tuple(kinds)
 
+
 @dataclass(frozen=True)
 class RootChunk:
     """Entries ``[entry_start, entry_stop)`` of ``tree`` in the ROOT file at ``path`` (picklable:
@@ -80,11 +85,24 @@ class RootChunk:
     entry_start: int
     entry_stop: int
 
-    def read(self, layout: type[soa.Layout], queue_or_device: Queue | Device, branches: Mapping[str, Any] | None = None,
-             **kw: Any) -> tuple[PortableCollection, Any]:
+    def read(
+        self,
+        layout: type[soa.Layout],
+        queue_or_device: Queue | Device,
+        branches: Mapping[str, Any] | None = None,
+        **kw: Any,
+    ) -> tuple[PortableCollection, Any]:
         """``read_root`` of this chunk."""
-        return read_root(self.path, self.tree, layout, queue_or_device, branches=branches,
-                         entry_start=self.entry_start, entry_stop=self.entry_stop, **kw)
+        return read_root(
+            self.path,
+            self.tree,
+            layout,
+            queue_or_device,
+            branches=branches,
+            entry_start=self.entry_start,
+            entry_stop=self.entry_stop,
+            **kw,
+        )
 
 
 def open_tree(path: str | os.PathLike, tree: str) -> Any:
@@ -110,11 +128,13 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
         f.close()
         if tree in names:
             reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-            raise CorruptRootFile(f"{path}: tree {tree!r} is listed but cannot be read: the file is truncated or "
-                                  f"corrupt ({reason})") from exc
+            raise CorruptRootFile(
+                f"{path}: tree {tree!r} is listed but cannot be read: the file is truncated or corrupt ({reason})"
+            ) from exc
         hint = difflib.get_close_matches(tree, names, n=1)
-        raise KeyError(f"{path} has no tree {tree!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                       + f"; it holds {names}") from exc
+        raise KeyError(
+            f"{path} has no tree {tree!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; it holds {names}"
+        ) from exc
     if not hasattr(obj, "arrays") or not hasattr(obj, "num_entries"):
         f.close()
         raise TypeError(f"{path}: {tree!r} is a {type(obj).__name__}, not a TTree or RNTuple")
@@ -139,10 +159,18 @@ def _check_branches(obj: Any, wanted: dict[str, tuple[str, ...]], path: str, tre
     return needed
 
 
-def read_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queue_or_device: Queue | Device, *,
-              branches: Mapping[str, Any] | None = None, entry_start: int | None = None,
-              entry_stop: int | None = None, casting: str = "same_value",
-              report: dict | None = None) -> tuple[PortableCollection, Any]:
+def read_root(
+    path: str | os.PathLike,
+    tree: str,
+    layout: type[soa.Layout],
+    queue_or_device: Queue | Device,
+    *,
+    branches: Mapping[str, Any] | None = None,
+    entry_start: int | None = None,
+    entry_stop: int | None = None,
+    casting: str = "same_value",
+    report: dict | None = None,
+) -> tuple[PortableCollection, Any]:
     """``(collection, offsets)`` of entries ``[entry_start, entry_stop)`` of ``tree`` (a TTree
     or an RNTuple) in ``path``: each column from the branch ``branches[column]`` (default: the
     column's name; a vector column takes one branch per component). Only those branches are
@@ -187,8 +215,9 @@ def close_tree(obj: Any) -> None:
         f.close()
 
 
-def root_chunks(path: str | os.PathLike, tree: str, entries_per_chunk: int, *, entry_start: int = 0,
-                entry_stop: int | None = None) -> list[RootChunk]:
+def root_chunks(
+    path: str | os.PathLike, tree: str, entries_per_chunk: int, *, entry_start: int = 0, entry_stop: int | None = None
+) -> list[RootChunk]:
     """The entry ranges of ``tree`` cut into chunks of ``entries_per_chunk`` entries, from
     ``entry_start`` to ``entry_stop`` (:func:`entry_range`'s rules: negative counts from the end)."""
     n = soa.checked_size(entries_per_chunk, "entries_per_chunk")
@@ -202,9 +231,16 @@ def root_chunks(path: str | os.PathLike, tree: str, entries_per_chunk: int, *, e
     return [RootChunk(os.fspath(path), tree, a, min(a + n, stop)) for a in range(start, stop, n)]
 
 
-def iterate_root(path: str | os.PathLike, tree: str, layout: type[soa.Layout], queue_or_device: Queue | Device, *,
-                 entries_per_chunk: int = 100_000, branches: Mapping[str, Any] | None = None,
-                 casting: str = "same_value") -> Iterator[tuple[PortableCollection, Any, RootChunk]]:
+def iterate_root(
+    path: str | os.PathLike,
+    tree: str,
+    layout: type[soa.Layout],
+    queue_or_device: Queue | Device,
+    *,
+    entries_per_chunk: int = 100_000,
+    branches: Mapping[str, Any] | None = None,
+    casting: str = "same_value",
+) -> Iterator[tuple[PortableCollection, Any, RootChunk]]:
     """``(collection, offsets, chunk)`` for each chunk of ``entries_per_chunk`` entries: a file
     larger than memory, one chunk at a time."""
     for chunk in root_chunks(path, tree, entries_per_chunk):

@@ -36,10 +36,11 @@ import os
 import sys
 import uuid
 import weakref
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from ..data._awkward import require
 from .._errors import AlpykaError
+from ..data._awkward import require
 
 __all__ = ["ChunkError", "run", "worker_environment"]
 
@@ -99,14 +100,22 @@ def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
     saved = {k: os.environ.get(k) for k in (*spawn_env, "PYTHONHASHSEED")}
     _quiet_closed_comms()
     try:
-        with dask.config.set({"distributed.scheduler.allowed-failures": int(allowed_failures),
-                              "distributed.nanny.pre-spawn-environ": spawn_env}):
-            cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                               host="127.0.0.1", dashboard_address=None,
-                                               # no dashboard; the scheduler's HTTP endpoints on loopback only
-                                               scheduler_kwargs={"dashboard": False,
-                                                                 "dashboard_address": "127.0.0.1:0"},
-                                               silence_logs=logging.CRITICAL)
+        with dask.config.set(
+            {
+                "distributed.scheduler.allowed-failures": int(allowed_failures),
+                "distributed.nanny.pre-spawn-environ": spawn_env,
+            }
+        ):
+            cluster = distributed.LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                # no dashboard; the scheduler's HTTP endpoints on loopback only
+                scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+                silence_logs=logging.CRITICAL,
+            )
     finally:
         # the workers are spawned (or failed to): put back now what the Nanny wrote into this
         # process's environment (a second cluster started meanwhile would take it as the user's);
@@ -159,8 +168,13 @@ def worker_environment(workers: int) -> dict[str, str | None]:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
     budget = str(max(1, _cores() // workers))
-    return {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": budget, "MKL_NUM_THREADS": budget,
-            "OPENBLAS_NUM_THREADS": budget, "NUMBA_NUM_THREADS": budget}
+    return {
+        "MALLOC_TRIM_THRESHOLD_": None,
+        "OMP_NUM_THREADS": budget,
+        "MKL_NUM_THREADS": budget,
+        "OPENBLAS_NUM_THREADS": budget,
+        "NUMBA_NUM_THREADS": budget,
+    }
 
 
 def _restore_environ(saved: dict[str, str | None]) -> None:
@@ -172,10 +186,19 @@ def _restore_environ(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
-def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Callable[[Any], Any] | None = None,
-        client: Any = None, workers: int = 2, backend: str | None = None, on_error: str = "raise",
-        resources: dict[str, float] | None = None, allowed_failures: int = 3,
-        timeout: float | None = None) -> list[Any]:
+def run(
+    process: Callable[[Any, Any], Any],
+    chunks: Iterable[Any],
+    *,
+    setup: Callable[[Any], Any] | None = None,
+    client: Any = None,
+    workers: int = 2,
+    backend: str | None = None,
+    on_error: str = "raise",
+    resources: dict[str, float] | None = None,
+    allowed_failures: int = 3,
+    timeout: float | None = None,
+) -> list[Any]:
     """``[process(state, chunk) for chunk in chunks]``, computed on Dask workers, in chunk order.
 
     ``setup(device)`` builds a worker's state (queues, models) once per worker on
@@ -213,8 +236,15 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
             index = {}
             for i, chunk in enumerate(chunks):
                 try:
-                    fut = c.submit(_dask_worker.run_chunk, name, process, chunk, key=f"{name}-{run_id}-chunk-{i}",
-                                   pure=False, resources=resources)
+                    fut = c.submit(
+                        _dask_worker.run_chunk,
+                        name,
+                        process,
+                        chunk,
+                        key=f"{name}-{run_id}-chunk-{i}",
+                        pure=False,
+                        resources=resources,
+                    )
                 except Exception:  # Dask's own words for a chunk it cannot send
                     _check_picklable(chunk, f"chunk {i}")
                     raise
@@ -228,8 +258,10 @@ def run(process: Callable[[Any, Any], Any], chunks: Iterable[Any], *, setup: Cal
             except TimeoutError:
                 pending = [i for i in range(len(chunks)) if i not in done]
                 shown = ", ".join(map(str, pending[:20])) + (" ..." if len(pending) > 20 else "")
-                raise TimeoutError(f"pk.distributed.run: timeout={timeout} s passed with {len(done)} of "
-                                   f"{len(chunks)} chunks done; pending chunks: {shown}") from None
+                raise TimeoutError(
+                    f"pk.distributed.run: timeout={timeout} s passed with {len(done)} of "
+                    f"{len(chunks)} chunks done; pending chunks: {shown}"
+                ) from None
         finally:
             with contextlib.suppress(Exception):
                 c.cancel(futures)
@@ -250,7 +282,7 @@ def _setup_name(setup: Callable[[Any], Any] | None, backend: str | None) -> str:
     return f"alpyka-setup-{h.hexdigest()[:16]}"
 
 
-_registered: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[str, None]]" = weakref.WeakKeyDictionary()
+_registered: weakref.WeakKeyDictionary[Any, collections.OrderedDict[str, None]] = weakref.WeakKeyDictionary()
 
 
 def _forget_old_setups(client: Any, name: str) -> None:
@@ -292,8 +324,10 @@ def _check_picklable(obj: Any, what: str) -> None:
 
     try:
         cloudpickle.dumps(obj)
-    except Exception as exc:  # noqa: BLE001 - pickling raises TypeError, PicklingError, AttributeError...
+    except Exception as exc:
         text = repr(obj)
         text = text if len(text) <= 120 else text[:117] + "..."
-        raise TypeError(f"pk.distributed.run: {what} ({text}) cannot be pickled to reach the Dask workers: "
-                        f"{type(exc).__name__}: {exc}") from exc
+        raise TypeError(
+            f"pk.distributed.run: {what} ({text}) cannot be pickled to reach the Dask workers: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc

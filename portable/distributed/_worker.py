@@ -10,7 +10,8 @@ import collections
 import os
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
@@ -42,7 +43,7 @@ def pick_device(worker: Any, backend: str | None) -> Any:
 #: what each setup built on this worker, by plugin name (a hash of the setup and the backend):
 #: a later run with the same setup on the same cluster finds it here instead of running it again.
 #: The :data:`KEEP` most recently used are kept (a state may hold models: not every one forever).
-_STATES: "collections.OrderedDict[str, tuple[Any, BaseException | None, int | None]]" = collections.OrderedDict()
+_STATES: collections.OrderedDict[str, tuple[Any, BaseException | None, int | None]] = collections.OrderedDict()
 _STATES_LOCK = threading.Lock()
 KEEP = 4
 
@@ -87,7 +88,7 @@ class DeviceSetup(WorkerPlugin):
             device = pick_device(worker, self._backend)
             self.state = self._setup(device) if self._setup is not None else device
             self.torch_threads = _torch_threads()
-        except BaseException as exc:  # reported with the first chunk this worker runs
+        except BaseException as exc:  # noqa: BLE001 - reported with the first chunk this worker runs
             self.error = exc
         _remember(self.name, (self.state, self.error, self.torch_threads))
 

@@ -8,12 +8,39 @@ See docs/kernels.md for the language reference.
 from . import ir, types
 from ._cache import cache_dir, load_generated_module, warn_cache_unwritable
 from ._depth import deep_recursion
-from ._errors import (KernelArgumentError, KernelAssertionError, KernelCheckError, KernelIndexError,
-                      KernelSyntaxError, KernelValueError, ValueCheck, device_check_error)
+from ._errors import (
+    KernelArgumentError,
+    KernelAssertionError,
+    KernelCheckError,
+    KernelIndexError,
+    KernelSyntaxError,
+    KernelValueError,
+    ValueCheck,
+    device_check_error,
+)
 from ._irdump import dump as dump_ir
 from ._kernel import DeviceFunction, Kernel, check_shared_needs, debug_enabled, device_function, kernel
 
-__all__ = ["DeviceFunction", "Kernel", "KernelArgumentError", "KernelAssertionError", "KernelCheckError",
-           "KernelIndexError", "KernelSyntaxError", "KernelValueError", "ValueCheck", "cache_dir",
-           "check_shared_needs", "debug_enabled", "deep_recursion", "device_check_error", "device_function",
-           "dump_ir", "ir", "kernel", "load_generated_module", "types", "warn_cache_unwritable"]
+__all__ = [
+    "DeviceFunction",
+    "Kernel",
+    "KernelArgumentError",
+    "KernelAssertionError",
+    "KernelCheckError",
+    "KernelIndexError",
+    "KernelSyntaxError",
+    "KernelValueError",
+    "ValueCheck",
+    "cache_dir",
+    "check_shared_needs",
+    "debug_enabled",
+    "deep_recursion",
+    "device_check_error",
+    "device_function",
+    "dump_ir",
+    "ir",
+    "kernel",
+    "load_generated_module",
+    "types",
+    "warn_cache_unwritable",
+]

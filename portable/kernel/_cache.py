@@ -65,16 +65,19 @@ def _warn_once(kind: str, message: str) -> None:
 def warn_cache_unwritable(where: Path | str, exc: BaseException, variable: str = ENV_CACHE_DIR) -> None:
     """Say once per process that a cache cannot be written, why, and the variable that moves it."""
     why = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
-    _warn_once(f"unwritable {variable}", f"the kernel cache {where} cannot be written ({why}): kernels are "
-               f"compiled in memory for this process (each new one is compiled again in the next); set "
-               f"{variable} to a writable directory")
+    _warn_once(
+        f"unwritable {variable}",
+        f"the kernel cache {where} cannot be written ({why}): kernels are "
+        f"compiled in memory for this process (each new one is compiled again in the next); set "
+        f"{variable} to a writable directory",
+    )
 
 
 # ---------------------------------------------------------------------- files
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -118,8 +121,11 @@ def _stored(path: Path, data: bytes) -> bool:
         warn_cache_unwritable(path.parent, exc)
         return False
     if bad:
-        _warn_once("mismatch", f"alpyka's kernel cache: {path} was not the kernel it is named after "
-                   f"(changed, truncated or unreadable); rewritten")
+        _warn_once(
+            "mismatch",
+            f"alpyka's kernel cache: {path} was not the kernel it is named after "
+            f"(changed, truncated or unreadable); rewritten",
+        )
     return True
 
 
@@ -163,7 +169,7 @@ def _import(name: str, spec: Any, source: str | None) -> ModuleType:
         else:
             filename = f"<alpyka in memory: {name}>"
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-            exec(compile(source, filename, "exec"), mod.__dict__)  # noqa: S102 - alpyka's own generated source
+            exec(compile(source, filename, "exec"), mod.__dict__)
     except BaseException:
         del sys.modules[name]
         raise
@@ -199,8 +205,11 @@ def _load_overload(cache: Any, load: Any, sig: Any, target_context: Any) -> Any:
         return load(sig, target_context)
     except Exception as exc:  # noqa: BLE001 - pickle, EOF, a library that cannot be rebuilt...
         index = _drop_index(cache)
-        _warn_once("numba-index", f"alpyka's kernel cache: numba could not load {index} or its data "
-                   f"({type(exc).__name__}: {exc}); removed, the kernel is compiled again")
+        _warn_once(
+            "numba-index",
+            f"alpyka's kernel cache: numba could not load {index} or its data "
+            f"({type(exc).__name__}: {exc}); removed, the kernel is compiled again",
+        )
         return None
 
 
@@ -212,5 +221,7 @@ def _save_overload(cache: Any, save: Any, sig: Any, data: Any) -> None:
         cache.disable()
     except Exception as exc:  # noqa: BLE001 - an index that became unreadable since it was loaded
         index = _drop_index(cache)
-        _warn_once("numba-index", f"alpyka's kernel cache: numba could not update {index} "
-                   f"({type(exc).__name__}: {exc}); removed")
+        _warn_once(
+            "numba-index",
+            f"alpyka's kernel cache: numba could not update {index} ({type(exc).__name__}: {exc}); removed",
+        )

@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 #: frames allowed while compiling a kernel: room for expressions of some 4000 terms (CPython's own
 #: compiler refuses a kernel's source well before: about 3000 terms of ``+``)

@@ -44,7 +44,7 @@ class KernelCheckError(AlpykaError):
                 raise ValueError(f"unknown kernel check kind {kind!r}: one of {', '.join(CHECK_KINDS)}")
             self.kind = kind
 
-    def report(self) -> "CheckReport":
+    def report(self) -> CheckReport:
         """This error as a message of a kernel's error flag (``device_check_error`` makes it again)."""
         return CheckReport(str(self), self.kind)
 
@@ -75,7 +75,7 @@ class CheckReport(str):
 
     kind = ""
 
-    def __new__(cls, message: str, kind: str) -> "CheckReport":
+    def __new__(cls, message: str, kind: str) -> CheckReport:
         out = super().__new__(cls, message)
         out.kind = kind
         return out

@@ -14,47 +14,113 @@ from . import ir
 from ._errors import KernelArgumentError
 from ._folding import ConstantError, explicit_int, fold_binop, fold_cast, fold_unary, literal_int
 from ._folding import literal_type as int_literal_type
-from ._values import (AccMember, AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal,
-                      ModuleVal, TupleVal, ViewVal)
-from .types import (BOOL, FLOAT32, FLOAT64, INDEX, INT64, ScalarType, binary_result,
-                    literal_type, operand_type, scalar_type, unary_result, unify)
+from ._values import (
+    AccMember,
+    AccVal,
+    BuiltinVal,
+    DeviceFunctionVal,
+    DTypeVal,
+    FieldAccess,
+    LoopVal,
+    ModuleVal,
+    TupleVal,
+    ViewVal,
+)
+from .types import (
+    BOOL,
+    FLOAT32,
+    FLOAT64,
+    INDEX,
+    INT64,
+    ScalarType,
+    binary_result,
+    literal_type,
+    operand_type,
+    scalar_type,
+    unary_result,
+    unify,
+)
 
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-           ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
-           ast.RShift: ">>"}
+_BINOPS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 #: acc index queries; derived ones are built from ir.INDEX_QUERIES
-ACC_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements",
-               "global_thread_idx", "grid_threads", "warp_size")
-ACC_LOOPS = ("uniform_elements", "uniform_elements_nd", "uniform_groups", "uniform_group_elements",
-             "independent_groups", "independent_group_elements", "pairs")
+ACC_QUERIES = (
+    "block_idx",
+    "thread_idx",
+    "grid_blocks",
+    "block_threads",
+    "thread_elements",
+    "global_thread_idx",
+    "grid_threads",
+    "warp_size",
+)
+ACC_LOOPS = (
+    "uniform_elements",
+    "uniform_elements_nd",
+    "uniform_groups",
+    "uniform_group_elements",
+    "independent_groups",
+    "independent_group_elements",
+    "pairs",
+)
 ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
-ACC_CALLS = (("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads",
-              "mem_fence") + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS) + ACC_WARP + ACC_PREDICATES + ACC_RAND)
+ACC_CALLS = (
+    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
+    + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
+    + ACC_WARP
+    + ACC_PREDICATES
+    + ACC_RAND
+)
 ACC_MEMBERS = ACC_QUERIES + ACC_LOOPS + ACC_CALLS
 
 _MATH_CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau, "inf": math.inf, "nan": math.nan}
-_NP_ALIASES = {"minimum": "min", "maximum": "max", "absolute": "abs", "power": "pow", "arctan2": "atan2",
-               "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
-               "arccosh": "acosh", "arctanh": "atanh"}
+_NP_ALIASES = {
+    "minimum": "min",
+    "maximum": "max",
+    "absolute": "abs",
+    "power": "pow",
+    "arctan2": "atan2",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
+}
 _BOOL_RESULT = ("isnan", "isinf", "isfinite")
 _INT_RESULT = ("floor", "ceil", "trunc")
 _TWO_ARGS = ("atan2", "pow", "hypot", "copysign", "fmod")
-_NP_TYPES = {getattr(np, n): n for n in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                          "uint32", "uint64", "float32", "float64")}
+_NP_TYPES = {
+    getattr(np, n): n
+    for n in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
+}
 
 _PASS_HINT = {
     "a SoA view": "pass a view of a collection (coll.view() or coll.const_view())",
-    "an array": "pass a pk.Buffer or a numpy array (CPU backends); a view is indexed through its fields "
-                "(view.x[i])",
+    "an array": "pass a pk.Buffer or a numpy array (CPU backends); a view is indexed through its fields (view.x[i])",
 }
 
-ALLOWED_HINT = ("kernels may use: local scalars, arithmetic, comparisons, if/elif/else, for/while "
-                "loops over range() and acc loops, break/continue, the acc members, math functions, "
-                "min/max/abs, numpy scalar casts and @pk.device_function calls")
+ALLOWED_HINT = (
+    "kernels may use: local scalars, arithmetic, comparisons, if/elif/else, for/while "
+    "loops over range() and acc loops, break/continue, the acc members, math functions, "
+    "min/max/abs, numpy scalar casts and @pk.device_function calls"
+)
 
 
 def cast(e: ir.Expr, t: ScalarType) -> ir.Expr:
@@ -155,7 +221,8 @@ class ExprBuilder:
         return KernelArgumentError(
             f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{line}): argument {node.id!r} "
             f"(#{spec.index} after acc) has type {spec.describe()}, but the kernel uses it as {expected} "
-            f"({use}); {_PASS_HINT[expected]}")
+            f"({use}); {_PASS_HINT[expected]}"
+        )
 
     def index_list(self, node: ast.AST) -> list[ir.Expr]:
         v = self.value(node) if not isinstance(node, ast.Tuple) else TupleVal([self.value(e) for e in node.elts])
@@ -193,14 +260,19 @@ class ExprBuilder:
                 continue
             label = self.ctx.labels.get(arr.name, arr.name)
             if i.value < 0:
-                raise self.error(node, f"negative index {i.value} into {label}: kernel indices do not wrap "
-                                       "around as numpy's do (an index is an offset from the first element, "
-                                       "as in alpaka and CUDA); write the index from the front, e.g. "
-                                       "x[n - 1] for the last of n elements")
+                raise self.error(
+                    node,
+                    f"negative index {i.value} into {label}: kernel indices do not wrap "
+                    "around as numpy's do (an index is an offset from the first element, "
+                    "as in alpaka and CUDA); write the index from the front, e.g. "
+                    "x[n - 1] for the last of n elements",
+                )
             ext = arr.extents[d] if d < len(arr.extents) else None
             if isinstance(ext, ir.Const) and i.value >= ext.value:
-                raise self.error(node, f"index {i.value} (dimension {d}) is out of range for {label}, whose "
-                                       f"extent there is {ext.value}")
+                raise self.error(
+                    node,
+                    f"index {i.value} (dimension {d}) is out of range for {label}, whose extent there is {ext.value}",
+                )
 
     # --------------------------------------------------------------- dispatch
     def value(self, node: ast.AST) -> Any:
@@ -214,12 +286,23 @@ class ExprBuilder:
 
     def unsupported(self, node: ast.AST) -> str:
         kind = type(node).__name__
-        names = {"ListComp": "list comprehensions", "SetComp": "set comprehensions",
-                 "DictComp": "dict comprehensions", "GeneratorExp": "generator expressions",
-                 "Lambda": "lambda", "List": "lists", "Dict": "dicts", "Set": "sets",
-                 "JoinedStr": "f-strings", "Starred": "starred arguments", "Await": "await",
-                 "Yield": "yield", "YieldFrom": "yield", "NamedExpr": "the walrus operator",
-                 "Slice": "slices"}
+        names = {
+            "ListComp": "list comprehensions",
+            "SetComp": "set comprehensions",
+            "DictComp": "dict comprehensions",
+            "GeneratorExp": "generator expressions",
+            "Lambda": "lambda",
+            "List": "lists",
+            "Dict": "dicts",
+            "Set": "sets",
+            "JoinedStr": "f-strings",
+            "Starred": "starred arguments",
+            "Await": "await",
+            "Yield": "yield",
+            "YieldFrom": "yield",
+            "NamedExpr": "the walrus operator",
+            "Slice": "slices",
+        }
         return f"{names.get(kind, kind)} are not allowed in kernels; {ALLOWED_HINT}"
 
     def ex_Constant(self, node: ast.Constant) -> Any:
@@ -249,8 +332,7 @@ class ExprBuilder:
             if name == "size":
                 return base.size
             if name not in base.fields:
-                raise self.error(node, f"{base.label} has no field {name!r}; its fields are "
-                                       f"{', '.join(base.fields)}")
+                raise self.error(node, f"{base.label} has no field {name!r}; its fields are {', '.join(base.fields)}")
             arr = base.fields[name]
             if arr.type.kind == "scalar_field":
                 return FieldAccess(arr, self.ctx.labels.get(arr.name, name))
@@ -265,8 +347,11 @@ class ExprBuilder:
                 return ModuleVal(obj.__name__, obj)
             if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
                 return const(obj)
-            raise self.error(node, f"{base.name}.{name} is not available in kernels: from a module, kernels may use "
-                                   "its @pk.device_function functions, submodules and number constants")
+            raise self.error(
+                node,
+                f"{base.name}.{name} is not available in kernels: from a module, kernels may use "
+                "its @pk.device_function functions, submodules and number constants",
+            )
         if isinstance(base, ModuleVal):
             if name in _MATH_CONSTANTS:
                 return const(_MATH_CONSTANTS[name])
@@ -276,14 +361,17 @@ class ExprBuilder:
             fname = _NP_ALIASES.get(name, name) if base.name == "numpy" else name
             if fname in ir.MATH_FUNCTIONS or (base.name == "math" and name == "gamma"):
                 return BuiltinVal("math." + ("tgamma" if name == "gamma" else fname))
-            raise self.error(node, f"{base.name}.{name} is not available in kernels; math functions: "
-                                   f"{', '.join(ir.MATH_FUNCTIONS)}")
+            raise self.error(
+                node, f"{base.name}.{name} is not available in kernels; math functions: {', '.join(ir.MATH_FUNCTIONS)}"
+            )
         wrong = self.argument_misuse(node.value, "a SoA view", ast.unparse(node))
         if wrong is not None:
             raise wrong
         if isinstance(base, ir.ArrayRef):
-            raise self.error(node, f"{self.describe(base)} has no attribute {name!r} (arrays have .shape; "
-                                   "fields belong to SoA views)")
+            raise self.error(
+                node,
+                f"{self.describe(base)} has no attribute {name!r} (arrays have .shape; fields belong to SoA views)",
+            )
         raise self.error(node, f"cannot take attribute {name!r} of {self.describe(base)}")
 
     def ex_Subscript(self, node: ast.Subscript) -> Any:
@@ -364,8 +452,10 @@ class ExprBuilder:
     def ex_Call(self, node: ast.Call) -> Any:
         f = node.func
         if isinstance(f, ast.Name) and f.id == "print" and "print" not in self.assigned:
-            raise self.error(node, "print() is a statement in kernels (it gives no value): call it on a line "
-                                   "of its own, print(\"i =\", i)")
+            raise self.error(
+                node,
+                'print() is a statement in kernels (it gives no value): call it on a line of its own, print("i =", i)',
+            )
         callee = self.value(f)
         if isinstance(callee, AccMember):
             return self.acc_call(callee.name, node)
@@ -461,8 +551,11 @@ class ExprBuilder:
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))
         if name == "global_thread_idx":
-            return per_dim(lambda d: binop("+", binop("*", ir.Index("block_idx", d), ir.Index("block_threads", d)),
-                                           ir.Index("thread_idx", d)))
+            return per_dim(
+                lambda d: binop(
+                    "+", binop("*", ir.Index("block_idx", d), ir.Index("block_threads", d)), ir.Index("thread_idx", d)
+                )
+            )
         return per_dim(lambda d: binop("*", ir.Index("grid_blocks", d), ir.Index("block_threads", d)))
 
     def loop_value(self, name: str, node: ast.Call) -> LoopVal:
@@ -490,19 +583,25 @@ class ExprBuilder:
         if name.startswith("atomic_"):
             return self.atomic(name[7:], node)
         if name == "shared_array":
-            raise self.error(node, "assign acc.shared_array(shape, dtype) to a name at the top level of the kernel "
-                                   "(s = acc.shared_array(32, np.float32))")
+            raise self.error(
+                node,
+                "assign acc.shared_array(shape, dtype) to a name at the top level of the kernel "
+                "(s = acc.shared_array(32, np.float32))",
+            )
         if name == "dynamic_shared_array":
             return self.dynamic_shared(node)
         if name in ACC_WARP:
             return self.warp_op(name[5:], node)
         if name in ACC_PREDICATES:
             (p,) = self.plain_args(node, 1, f"acc.{name}(predicate)")
-            op = name[len("sync_block_threads_"):]
+            op = name[len("sync_block_threads_") :]
             return ir.BlockPredicate(op, to_bool(self.scalar(p)), INDEX if op == "count" else BOOL)
         if name == "rand_engine":
-            raise self.error(node, "assign acc.rand_engine(seed, subsequence) to a name at the top level of the "
-                                   "kernel (eng = acc.rand_engine(seed, i)) and pass eng to acc.rand_*")
+            raise self.error(
+                node,
+                "assign acc.rand_engine(seed, subsequence) to a name at the top level of the "
+                "kernel (eng = acc.rand_engine(seed, i)) and pass eng to acc.rand_*",
+            )
         if name in ACC_RAND:
             return self.rand_draw(name, node)
         raise self.error(node, f"acc.{name}() is a statement, not a value")
@@ -512,8 +611,9 @@ class ExprBuilder:
         for kw in node.keywords:
             h = self.value(kw.value) if kw.arg == "hierarchy" else None
             if kw.arg != "hierarchy" or h not in ir.ATOMIC_HIERARCHIES:
-                raise self.error(node, f"acc.atomic_{op}() takes hierarchy='grid'|'block'|'threads' as its only "
-                                       "keyword")
+                raise self.error(
+                    node, f"acc.atomic_{op}() takes hierarchy='grid'|'block'|'threads' as its only keyword"
+                )
             hierarchy = h
         if not node.args:
             raise self.error(node, f"acc.atomic_{op}(array, index, value) needs arguments")
@@ -526,8 +626,9 @@ class ExprBuilder:
                 raise self.error(node, f"acc.atomic_{op}(array, index, value): index missing")
             idx, rest = tuple(self.index_list(node.args[1])), node.args[2:]
         else:
-            raise self.error(node, f"acc.atomic_{op}() needs an array element or a scalar field first, "
-                                   f"got {self.describe(target)}")
+            raise self.error(
+                node, f"acc.atomic_{op}() needs an array element or a scalar field first, got {self.describe(target)}"
+            )
         nops = 2 if op == "cas" else 1
         if len(rest) != nops:
             form = "(array, [index,] compare, value)" if op == "cas" else "(array, [index,] value)"
@@ -543,8 +644,11 @@ class ExprBuilder:
     def check_writable(self, arr: ir.ArrayRef, node: ast.AST) -> None:
         if arr.type.const:
             label = self.ctx.labels.get(arr.name, arr.name)
-            raise self.error(node, f"cannot write to {label}: it is const (a const view or read-only array); "
-                                   "pass coll.view() instead of coll.const_view() to write")
+            raise self.error(
+                node,
+                f"cannot write to {label}: it is const (a const view or read-only array); "
+                "pass coll.view() instead of coll.const_view() to write",
+            )
 
     def dynamic_shared(self, node: ast.Call) -> ir.ArrayRef:
         (a,) = self.plain_args(node, 1, "acc.dynamic_shared_array(dtype)")
@@ -552,8 +656,10 @@ class ExprBuilder:
         if not isinstance(dt, DTypeVal):
             raise self.error(node, "acc.dynamic_shared_array(dtype) needs a numpy type such as np.float32")
         if not self.is_kernel:
-            raise self.error(node, "acc.dynamic_shared_array() is allowed in the kernel body only; "
-                                   "pass the array to device functions")
+            raise self.error(
+                node,
+                "acc.dynamic_shared_array() is allowed in the kernel body only; pass the array to device functions",
+            )
         self.ctx.uses_dynamic_shared = True
         t = dt.type
         n = binop("//", ir.Var(ir.DYNAMIC_SHARED_BYTES, INDEX), ir.Const(t.dtype.itemsize, INDEX))
@@ -572,5 +678,17 @@ class ExprBuilder:
         return None
 
 
-__all__ = ["ExprBuilder", "cast", "binop", "compare", "const", "to_bool", "imin", "ACC_MEMBERS",
-           "ACC_QUERIES", "ACC_LOOPS", "ALLOWED_HINT", "FLOAT32"]
+__all__ = [
+    "ExprBuilder",
+    "cast",
+    "binop",
+    "compare",
+    "const",
+    "to_bool",
+    "imin",
+    "ACC_MEMBERS",
+    "ACC_QUERIES",
+    "ACC_LOOPS",
+    "ALLOWED_HINT",
+    "FLOAT32",
+]

@@ -31,12 +31,20 @@ from .types import INT64, UINT64, ScalarType
 
 #: how far an intermediate of a literal expression may grow before it cannot come back to 64 bits
 _LITERAL_BITS = 128
-_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-            ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
-            ast.BitOr: operator.or_, ast.BitXor: operator.xor}
-_FIT_HINT = ("kernel integers are 64-bit (an int literal is int64, or uint64 from 2**63 to 2**64 - 1, "
-             "as in numba)")
+_INT_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
+_FIT_HINT = "kernel integers are 64-bit (an int literal is int64, or uint64 from 2**63 to 2**64 - 1, as in numba)"
 
 
 class ConstantError(AlpykaError, ValueError):
@@ -89,8 +97,9 @@ def _exact(op: ast.operator, a: int, b: int, text: str) -> int:
     if isinstance(op, (ast.LShift, ast.RShift)) and b < 0:
         raise ConstantError(f"{text}: negative shift count")
     if isinstance(op, ast.Pow) and b < 0:
-        raise ConstantError(f"{text}: integers to negative integer powers are not allowed (write a float, "
-                            "e.g. 2.0 ** -1)")
+        raise ConstantError(
+            f"{text}: integers to negative integer powers are not allowed (write a float, e.g. 2.0 ** -1)"
+        )
     if isinstance(op, ast.LShift) and a != 0 and b > _LITERAL_BITS:
         raise big
     if isinstance(op, ast.Pow) and abs(a) > 1 and b > _LITERAL_BITS:
@@ -107,8 +116,10 @@ def literal_type(value: int, text: str | None = None) -> ScalarType:
         return INT64
     if 2**63 <= value < 2**64:
         return UINT64
-    raise ConstantError(f"the integer constant {text or value} does not fit in 64 bits; {_FIT_HINT}; "
-                        "use a float (e.g. 1e20) if an approximate value will do")
+    raise ConstantError(
+        f"the integer constant {text or value} does not fit in 64 bits; {_FIT_HINT}; "
+        "use a float (e.g. 1e20) if an approximate value will do"
+    )
 
 
 def explicit_int(value: int, t: ScalarType, text: str) -> Any:
@@ -134,8 +145,10 @@ def fold_cast(value: Any, t: ScalarType) -> Any:
     if isinstance(value, float):
         lo, hi = int_range(t)
         if not math.isfinite(value) or not lo <= math.trunc(value) <= hi:
-            raise ConstantError(f"the constant {value!r} does not fit in {t} (range {lo}..{hi}); a float "
-                                "converted to an integer type must lie in its range")
+            raise ConstantError(
+                f"the constant {value!r} does not fit in {t} (range {lo}..{hi}); a float "
+                "converted to an integer type must lie in its range"
+            )
         value = math.trunc(value)
     return wrap(int(value), t)
 
@@ -147,8 +160,15 @@ def _ufunc(name: str, t: ScalarType, a: Any, b: Any) -> float:
         return float(getattr(np, name)(typ(a), typ(b)))
 
 
-_FLOAT_UFUNCS = {"+": "add", "-": "subtract", "*": "multiply", "/": "true_divide", "//": "floor_divide",
-                 "%": "remainder", "**": "power"}
+_FLOAT_UFUNCS = {
+    "+": "add",
+    "-": "subtract",
+    "*": "multiply",
+    "/": "true_divide",
+    "//": "floor_divide",
+    "%": "remainder",
+    "**": "power",
+}
 
 
 def int_power(base: int, e: int, t: ScalarType) -> int:
@@ -186,8 +206,14 @@ def fold_binop(op: str, a: Any, b: Any, t: ScalarType) -> Any:
         if b == 0:
             return 0
         return wrap(a // b if op == "//" else a % b, t)
-    ops = {"+": operator.add, "-": operator.sub, "*": operator.mul, "&": operator.and_, "|": operator.or_,
-           "^": operator.xor}
+    ops = {
+        "+": operator.add,
+        "-": operator.sub,
+        "*": operator.mul,
+        "&": operator.and_,
+        "|": operator.or_,
+        "^": operator.xor,
+    }
     return wrap(ops[op](a, b), t)
 
 
@@ -198,5 +224,14 @@ def fold_unary(op: str, a: Any, t: ScalarType) -> Any:
     return wrap(-int(a) if op == "-" else ~int(a), t)
 
 
-__all__ = ["ConstantError", "literal_int", "literal_type", "explicit_int", "fold_cast", "fold_binop",
-           "fold_unary", "wrap", "int_range"]
+__all__ = [
+    "ConstantError",
+    "literal_int",
+    "literal_type",
+    "explicit_int",
+    "fold_cast",
+    "fold_binop",
+    "fold_unary",
+    "wrap",
+    "int_range",
+]

@@ -9,8 +9,9 @@ import linecache
 import math
 import textwrap
 import types as pytypes
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +22,9 @@ from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
 from ._folding import ConstantError
 from ._loops import LoopBuilder
 from ._messages import MessageBuilder
-from ._vocabulary import VocabularyBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, ModuleVal, TupleVal, ViewVal
+from ._vocabulary import VocabularyBuilder
 from .types import INDEX, VOID, ArrayType, ScalarType, scalar_type, variable_type
 
 
@@ -84,8 +85,9 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
         try:
             src = textwrap.dedent(inspect.getsource(fn))
         except (OSError, TypeError) as exc:
-            raise KernelSyntaxError(f"cannot read the source of {what} {fn.__name__!r} ({exc}); kernels must be "
-                                    "defined in a file") from None
+            raise KernelSyntaxError(
+                f"cannot read the source of {what} {fn.__name__!r} ({exc}); kernels must be defined in a file"
+            ) from None
         filename = inspect.getsourcefile(fn) or "<unknown>"
     else:
         filename = fn.__code__.co_filename
@@ -96,8 +98,12 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
         raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must be a def function")
     a = fdef.args
     if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
-        raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must take plain positional "
-                                "parameters (no defaults, *args, **kwargs or keyword-only)", filename, first)
+        raise KernelSyntaxError(
+            f"{filename}:{first}: {what} {fn.__name__!r} must take plain positional "
+            "parameters (no defaults, *args, **kwargs or keyword-only)",
+            filename,
+            first,
+        )
     closure = {}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -105,8 +111,7 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
                 closure[name] = cell.cell_contents
             except ValueError:
                 pass
-    return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure,
-                          [x.arg for x in a.args])
+    return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure, [x.arg for x in a.args])
 
 
 @dataclass
@@ -147,9 +152,16 @@ def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
 class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilder):
     """Translates one function body; rerun until the local variables' types are stable."""
 
-    def __init__(self, parsed: ParsedFunction, ctx: CompileContext, is_kernel: bool,
-                 bindings: dict[str, Any], var_types: dict[str, ScalarType], prologue: list[ir.Stmt],
-                 return_type: Any = None) -> None:
+    def __init__(
+        self,
+        parsed: ParsedFunction,
+        ctx: CompileContext,
+        is_kernel: bool,
+        bindings: dict[str, Any],
+        var_types: dict[str, ScalarType],
+        prologue: list[ir.Stmt],
+        return_type: Any = None,
+    ) -> None:
         self.p = parsed
         self.ctx = ctx
         self.is_kernel = is_kernel
@@ -167,8 +179,7 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
         line = self.p.line_offset + getattr(node, "lineno", 1)
         what = "kernel" if self.is_kernel else "device function"
-        return KernelSyntaxError(f"{self.p.filename}:{line}: in {what} {self.p.name!r}: {msg}",
-                                 self.p.filename, line)
+        return KernelSyntaxError(f"{self.p.filename}:{line}: in {what} {self.p.name!r}: {msg}", self.p.filename, line)
 
     def line(self, node: ast.AST) -> int:
         return self.p.line_offset + getattr(node, "lineno", 1)
@@ -216,21 +227,30 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
         if b is not None:
             return BuiltinVal(b)
         if getattr(obj, "__alpyka_kernel__", False):
-            raise self.error(node, f"kernel {name!r} cannot be called from a kernel; call @pk.device_function "
-                                   "helpers instead")
+            raise self.error(
+                node, f"kernel {name!r} cannot be called from a kernel; call @pk.device_function helpers instead"
+            )
         if isinstance(obj, (pytypes.FunctionType, pytypes.BuiltinFunctionType)):
             if obj is print:
-                raise self.error(node, "print is a statement in kernels: call it on a line of its own, "
-                                       "print(\"i =\", i)")
-            raise self.error(node, f"{name!r} is a plain Python function; kernels may call only "
-                                   "@pk.device_function functions, math functions and min/max/abs")
+                raise self.error(node, 'print is a statement in kernels: call it on a line of its own, print("i =", i)')
+            raise self.error(
+                node,
+                f"{name!r} is a plain Python function; kernels may call only "
+                "@pk.device_function functions, math functions and min/max/abs",
+            )
         if isinstance(obj, np.ndarray) or hasattr(obj, "__array__") or hasattr(obj, "layout"):
-            raise self.error(node, f"the kernel captures {name!r}, an array/buffer/view from outside; "
-                                   "pass arrays as kernel arguments (closures may capture only int, float, "
-                                   "bool and numpy scalar constants)")
-        raise self.error(node, f"the kernel uses the global {name!r} of type {type(obj).__name__}; closures "
-                               "and globals may be only int/float/bool/numpy scalar constants, math, numpy "
-                               "types and @pk.device_function functions")
+            raise self.error(
+                node,
+                f"the kernel captures {name!r}, an array/buffer/view from outside; "
+                "pass arrays as kernel arguments (closures may capture only int, float, "
+                "bool and numpy scalar constants)",
+            )
+        raise self.error(
+            node,
+            f"the kernel uses the global {name!r} of type {type(obj).__name__}; closures "
+            "and globals may be only int/float/bool/numpy scalar constants, math, numpy "
+            "types and @pk.device_function functions",
+        )
 
     # --------------------------------------------------------------- statements
     def block(self, stmts: list[ast.stmt]) -> list[ir.Stmt]:
@@ -249,10 +269,22 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
 
     def unsupported_stmt(self, s: ast.stmt) -> str:
         kind = type(s).__name__
-        names = {"Try": "try/except", "TryStar": "try/except*", "With": "with", "Raise": "raise",
-                 "Import": "import", "ImportFrom": "import", "Global": "global", "Nonlocal": "nonlocal",
-                 "FunctionDef": "nested functions", "ClassDef": "classes", "Delete": "del",
-                 "AsyncFor": "async for", "AsyncWith": "async with", "Match": "match"}
+        names = {
+            "Try": "try/except",
+            "TryStar": "try/except*",
+            "With": "with",
+            "Raise": "raise",
+            "Import": "import",
+            "ImportFrom": "import",
+            "Global": "global",
+            "Nonlocal": "nonlocal",
+            "FunctionDef": "nested functions",
+            "ClassDef": "classes",
+            "Delete": "del",
+            "AsyncFor": "async for",
+            "AsyncWith": "async with",
+            "Match": "match",
+        }
         return f"{names.get(kind, kind)} is not allowed in kernels; {ALLOWED_HINT}"
 
     def st_Pass(self, s: ast.Pass) -> None:
@@ -284,8 +316,9 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
             v = self.as_scalar(v, node)
         if isinstance(v, ir.Expr):
             if name in self.scope:
-                raise self.error(node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned "
-                                       "a number")
+                raise self.error(
+                    node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned a number"
+                )
             t = v.type
             if name in self.var_types:
                 new = variable_type(self.var_types[name], t)
@@ -363,11 +396,18 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
         return [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
 
     def st_Assign(self, s: ast.Assign) -> list[ir.Stmt]:
-        if (isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
-                and s.value.func.attr == "shared_array"):
+        if (
+            isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Attribute)
+            and s.value.func.attr == "shared_array"
+        ):
             return self.shared_array(s)
-        if (isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
-                and s.value.func.attr == "rand_engine" and isinstance(self.value(s.value.func.value), AccVal)):
+        if (
+            isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Attribute)
+            and s.value.func.attr == "rand_engine"
+            and isinstance(self.value(s.value.func.value), AccVal)
+        ):
             return self.rand_engine(s)
         v = self.value(s.value)
         out = []
@@ -393,8 +433,9 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
     def shared_array(self, s: ast.Assign) -> list[ir.Stmt]:
         call = s.value
         if not self.is_kernel:
-            raise self.error(s, "acc.shared_array() is allowed in the kernel body only; pass the array to device "
-                                "functions")
+            raise self.error(
+                s, "acc.shared_array() is allowed in the kernel body only; pass the array to device functions"
+            )
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.shared_array(shape, dtype) to one name")
         if not isinstance(self.value(call.func.value), AccVal):
@@ -416,8 +457,9 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
             raise self.error(s, f"shared array {name!r} declared twice with different shapes")
         self.ctx.shared[sname] = ir.SharedArray(sname, dt.type, shape)
         self.ctx.labels[sname] = f"shared array {name!r}"
-        self.scope[name] = ir.ArrayRef(sname, ArrayType(dt.type, "shared", len(shape)),
-                                       tuple(ir.Const(d, INDEX) for d in shape))
+        self.scope[name] = ir.ArrayRef(
+            sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape)
+        )
         return []
 
     def st_If(self, s: ast.If) -> list[ir.Stmt]:
@@ -445,14 +487,17 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
         if not self.loops:
             raise self.error(s, f"{what} outside a loop")
         if self.loops[-1] == "nd":
-            raise self.error(s, f"{what} is not allowed directly inside acc.uniform_elements_nd loops; "
-                                "use a flag variable or 1D loops")
+            raise self.error(
+                s,
+                f"{what} is not allowed directly inside acc.uniform_elements_nd loops; use a flag variable or 1D loops",
+            )
 
     def st_Return(self, s: ast.Return) -> ir.Stmt:
         if self.is_kernel:
             if s.value is not None:
-                raise self.error(s, "kernels return nothing; write results to an output array "
-                                    "(a bare 'return' ends the thread)")
+                raise self.error(
+                    s, "kernels return nothing; write results to an output array (a bare 'return' ends the thread)"
+                )
             return ir.Return(None, self.line(s))
         if s.value is None:
             self.note_return(VOID, s)
@@ -487,8 +532,7 @@ class FunctionBuilder(MessageBuilder, LoopBuilder, VocabularyBuilder, ExprBuilde
         if not self.ctx.debug or not idx:
             return None
         label = self.ctx.labels.get(arr.name, arr.name)
-        return (f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(node)}): index out of range "
-                f"for {label}")
+        return f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(node)}): index out of range for {label}"
 
     # --------------------------------------------------------------- device functions
     def device_call(self, df: Any, node: ast.Call) -> ir.Expr:
@@ -515,11 +559,33 @@ def _as_load(target: ast.AST) -> ast.AST:
     return node
 
 
-_FORBIDDEN_EXPRS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.Yield,
-                    ast.YieldFrom, ast.Await, ast.NamedExpr, ast.JoinedStr)
-_FORBIDDEN_STMTS = (ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.Raise, ast.Import, ast.ImportFrom,
-                    ast.Global, ast.Nonlocal, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef,
-                    ast.Delete) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+_FORBIDDEN_EXPRS = (
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+    ast.Lambda,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.Await,
+    ast.NamedExpr,
+    ast.JoinedStr,
+)
+_FORBIDDEN_STMTS = (
+    ast.Try,
+    ast.With,
+    ast.AsyncWith,
+    ast.AsyncFor,
+    ast.Raise,
+    ast.Import,
+    ast.ImportFrom,
+    ast.Global,
+    ast.Nonlocal,
+    ast.ClassDef,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Delete,
+) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 
 def _prescan(b: FunctionBuilder, body: list[ast.stmt]) -> None:
@@ -564,13 +630,17 @@ def view_binding(spec: ArgSpec, ctx: CompileContext, params: list[ir.Param], pre
 
 
 @deep_recursion
-def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool,
-                 specialise: Callable[..., tuple] | None = None) -> ir.Kernel:
+def build_kernel(
+    parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool, specialise: Callable[..., tuple] | None = None
+) -> ir.Kernel:
     """The IR of a kernel for one launch signature; ``specialise`` builds the device functions
     it calls (see :attr:`CompileContext.specialise`)."""
     if not parsed.params:
-        raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: kernel {parsed.name!r} must take "
-                                "acc as its first parameter", parsed.filename, parsed.line_offset + 1)
+        raise KernelSyntaxError(
+            f"{parsed.filename}:{parsed.line_offset + 1}: kernel {parsed.name!r} must take acc as its first parameter",
+            parsed.filename,
+            parsed.line_offset + 1,
+        )
     ctx = CompileContext(parsed.name, ndim, debug, specialise=specialise)
     ctx.args = dict(zip(parsed.params[1:], specs))
     params: list[ir.Param] = []
@@ -604,7 +674,20 @@ def build_kernel(parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug:
         return b
 
     b, body = run_builder(make, parsed.tree.body)
-    k = ir.Kernel(parsed.name, ndim, params, b.locals, body, list(ctx.shared.values()), ctx.functions,
-                  ctx.uses_dynamic_shared, debug, parsed.filename, parsed.line_offset + 1, per_arg,
-                  list(ctx.private.values()), list(ctx.shared_needs.values()))
+    k = ir.Kernel(
+        parsed.name,
+        ndim,
+        params,
+        b.locals,
+        body,
+        list(ctx.shared.values()),
+        ctx.functions,
+        ctx.uses_dynamic_shared,
+        debug,
+        parsed.filename,
+        parsed.line_offset + 1,
+        per_arg,
+        list(ctx.private.values()),
+        list(ctx.shared_needs.values()),
+    )
     return k

@@ -110,8 +110,10 @@ class _Dump(Visitor):
 
     def visit_StridedLoop(self, s: ir.StridedLoop, out: list[str], pad: str) -> None:
         loc = f", local {s.local_var.name}" if s.local_var is not None else ""
-        out.append(f"{pad}{s.kind}[dim {s.dim}] {s.var.name}{loc}: start={self.e(s.start)} stop={self.e(s.stop)} "
-                   f"stride={self.e(s.stride)} chunk={self.e(s.chunk)}")
+        out.append(
+            f"{pad}{s.kind}[dim {s.dim}] {s.var.name}{loc}: start={self.e(s.start)} stop={self.e(s.stop)} "
+            f"stride={self.e(s.stride)} chunk={self.e(s.chunk)}"
+        )
         out += self.nested(s.body, pad)
 
     def visit_Return(self, s: ir.Return, out: list[str], pad: str) -> None:

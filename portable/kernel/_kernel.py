@@ -9,17 +9,24 @@ import os
 import pickle
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._errors import WorkDivError
 from . import ir
 from ._errors import KernelArgumentError, KernelSyntaxError
-from ._frontend import (CompileContext, FunctionBuilder, ParsedFunction, _assigned_names, build_kernel,
-                        parse_function, run_builder)
+from ._frontend import (
+    CompileContext,
+    FunctionBuilder,
+    ParsedFunction,
+    _assigned_names,
+    build_kernel,
+    parse_function,
+    run_builder,
+)
 from ._signature import arg_specs, check_args, signature_key
 from ._values import AccVal, TupleVal, ViewVal
 from .types import INDEX, VOID, ScalarType
-
 
 _environ_data = getattr(os.environ, "_data", None)
 
@@ -49,21 +56,25 @@ def _reduce_by_reference(obj: Any, what: str) -> tuple[Callable, tuple[str, str,
     ``pickle.PicklingError`` naming the fix when the object cannot be found again by name."""
     module, qualname = _module_name(obj), obj.__qualname__
     where = f"{what} {obj.__name__!r} ({module}.{qualname})"
-    fix = ("define it at the top level of a module that the receiving process can import "
-           "(e.g. a file next to your script, imported with `from mykernels import ...`)")
+    fix = (
+        "define it at the top level of a module that the receiving process can import "
+        "(e.g. a file next to your script, imported with `from mykernels import ...`)"
+    )
     if module == "__main__":
-        raise pickle.PicklingError(f"cannot pickle {where}: it is defined in the __main__ script, which another "
-                                   f"process does not import under that name; {fix}")
+        raise pickle.PicklingError(
+            f"cannot pickle {where}: it is defined in the __main__ script, which another "
+            f"process does not import under that name; {fix}"
+        )
     if "<locals>" in qualname:
         raise pickle.PicklingError(f"cannot pickle {where}: it is defined inside a function; {fix}")
     try:  # looked up where it lives here (a script run with -m is not imported a second time)
         found = _lookup(obj.py_function.__module__ or module, qualname)
     except (ImportError, AttributeError) as exc:
-        raise pickle.PicklingError(f"cannot pickle {where}: it cannot be found by that name ({exc}); "
-                                   f"{fix}") from None
+        raise pickle.PicklingError(f"cannot pickle {where}: it cannot be found by that name ({exc}); {fix}") from None
     if found is not obj:
-        raise pickle.PicklingError(f"cannot pickle {where}: {module}.{qualname} is a different object "
-                                   f"({found!r}); {fix}")
+        raise pickle.PicklingError(
+            f"cannot pickle {where}: {module}.{qualname} is a different object ({found!r}); {fix}"
+        )
     return _import_by_reference, (what, module, qualname)
 
 
@@ -79,8 +90,10 @@ def _import_by_reference(what: str, module: str, qualname: str) -> Any:
     try:
         obj = _lookup(module, qualname)
     except (ImportError, AttributeError) as exc:
-        raise ImportError(f"cannot unpickle {what} {module}.{qualname}: {type(exc).__name__}: {exc}; the module "
-                          f"must be importable here (on sys.path or installed) wherever the {what} is sent") from exc
+        raise ImportError(
+            f"cannot unpickle {what} {module}.{qualname}: {type(exc).__name__}: {exc}; the module "
+            f"must be importable here (on sys.path or installed) wherever the {what} is sent"
+        ) from exc
     marker = "__alpyka_kernel__" if what == "kernel" else "__alpyka_device_function__"
     if not getattr(obj, marker, False):
         raise TypeError(f"cannot unpickle {what} {module}.{qualname}: that name is {obj!r} here, not a {what}")
@@ -128,8 +141,9 @@ class Kernel:
 
     __alpyka_kernel__ = True
 
-    def __init__(self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None,
-                 fast_math: bool = False) -> None:
+    def __init__(
+        self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None, fast_math: bool = False
+    ) -> None:
         if not isinstance(fast_math, bool):
             raise TypeError(f"@pk.kernel(fast_math=...) takes True or False, got {fast_math!r}")
         self.py_function = fn
@@ -181,13 +195,13 @@ class Kernel:
             return 0
         n = d(workdiv, *args) if callable(d) else d
         if not isinstance(n, int) or n < 0:
-            raise KernelArgumentError(f"kernel {self.__name__!r}: dynamic_shared_bytes gave {n!r}; "
-                                      "it must give a non-negative int")
+            raise KernelArgumentError(
+                f"kernel {self.__name__!r}: dynamic_shared_bytes gave {n!r}; it must give a non-negative int"
+            )
         return n
 
     def __call__(self, *args: Any) -> Any:
-        raise TypeError(f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), "
-                        "not called")
+        raise TypeError(f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), not called")
 
     def __reduce__(self) -> tuple[Callable, tuple[str, str, str]]:
         """Pickled by reference: the module and qualified name, imported again where it is
@@ -200,8 +214,9 @@ class Kernel:
         return f"<kernel {self.__name__}>"
 
 
-def kernel(fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[..., int] | None = None,
-           fast_math: bool = False) -> Any:
+def kernel(
+    fn: Callable | None = None, *, dynamic_shared_bytes: int | Callable[..., int] | None = None, fast_math: bool = False
+) -> Any:
     """Mark ``fn(acc, *args)`` as a kernel: ``@pk.kernel`` or
     ``@pk.kernel(dynamic_shared_bytes=lambda workdiv, *args: nbytes)`` (or a fixed int).
     ``fast_math=True`` lets each backend contract ``a*b + c`` into FMAs and use its fast math
@@ -227,14 +242,17 @@ def device_function(fn: Callable | None = None, *, min_shared: dict[str, Callabl
 def _check_min_shared(fn: Callable, needs: dict) -> dict[str, Callable[[int], int]]:
     """``min_shared`` of a device function: parameter names (not acc) to callables."""
     if not isinstance(needs, dict):
-        raise TypeError(f"min_shared takes a dict {{parameter: lambda block_threads: elements}}, got "
-                        f"{type(needs).__name__}")
+        raise TypeError(
+            f"min_shared takes a dict {{parameter: lambda block_threads: elements}}, got {type(needs).__name__}"
+        )
     code = getattr(fn, "__code__", None)
-    params = list(code.co_varnames[:code.co_argcount]) if code is not None else []
+    params = list(code.co_varnames[: code.co_argcount]) if code is not None else []
     for name, rule in needs.items():
         if name not in params[1:]:
-            raise TypeError(f"min_shared names {name!r}, which is not a parameter of {fn.__name__!r} after acc "
-                            f"({', '.join(params[1:])})")
+            raise TypeError(
+                f"min_shared names {name!r}, which is not a parameter of {fn.__name__!r} after acc "
+                f"({', '.join(params[1:])})"
+            )
         if not callable(rule):
             raise TypeError(f"min_shared[{name!r}] must be a function of block_threads, got {rule!r}")
     return dict(needs)
@@ -252,7 +270,8 @@ def check_shared_needs(needs: list[ir.SharedNeed], workdiv: Any, kernel_name: st
             raise WorkDivError(
                 f"kernel {kernel_name!r}: {need.label} has {need.elements} elements, but {need.param} needs at least "
                 f"{want} with {threads} threads per block ({workdiv}); declare it with at least that many "
-                f"(acc.shared_array({want}, ...)) or launch fewer threads per block")
+                f"(acc.shared_array({want}, ...)) or launch fewer threads per block"
+            )
 
 
 def _apply_needs(fname: str, vals: list[Any], ctx: CompileContext) -> None:
@@ -364,9 +383,12 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
         ctx.stack.pop()
     ret = b.var_types.get("<return>", VOID)
     if ret is not VOID and not _always_returns(body):
-        raise KernelSyntaxError(f"{parsed.filename}:{parsed.line_offset + 1}: device function {df.__name__!r} "
-                                "returns a value on some paths but may end without 'return value'",
-                                parsed.filename, parsed.line_offset + 1)
+        raise KernelSyntaxError(
+            f"{parsed.filename}:{parsed.line_offset + 1}: device function {df.__name__!r} "
+            "returns a value on some paths but may end without 'return value'",
+            parsed.filename,
+            parsed.line_offset + 1,
+        )
     ctx.functions[fname] = ir.Function(fname, list(params), ret, b.locals, body, uses_acc, df.__name__)
     _apply_needs(fname, vals, ctx)
     return fname, ret, call_args
@@ -381,5 +403,4 @@ def _always_returns(body: list[ir.Stmt]) -> bool:
     return False
 
 
-__all__ = ["Kernel", "DeviceFunction", "kernel", "device_function", "debug_enabled", "check_shared_needs",
-           "ScalarType"]
+__all__ = ["Kernel", "DeviceFunction", "kernel", "device_function", "debug_enabled", "check_shared_needs", "ScalarType"]

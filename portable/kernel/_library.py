@@ -25,5 +25,6 @@ def library_function(name: str) -> Any:
         return _FUNCTIONS[name]
     except KeyError:
         owner = name.split(".", 1)[0]
-        raise LookupError(f"the kernel language's {name} is not registered: import portable.{owner} "
-                          "(import portable does)") from None
+        raise LookupError(
+            f"the kernel language's {name} is not registered: import portable.{owner} (import portable does)"
+        ) from None

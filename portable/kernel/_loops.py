@@ -29,14 +29,20 @@ class LoopBuilder:
             body = self.block(s.body)
             self.loops.pop()
             step = cast(it.step, v.type)
-            check = None if isinstance(step, ir.Const) else (
-                f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(s)}): range() step is 0 (Python "
-                "raises ValueError: range() arg 3 must not be zero); give the loop a step that is never 0")
+            check = (
+                None
+                if isinstance(step, ir.Const)
+                else (
+                    f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(s)}): range() step is 0 (Python "
+                    "raises ValueError: range() arg 3 must not be zero); give the loop a step that is never 0"
+                )
+            )
             return [ir.ForRange(v, cast(it.start, v.type), cast(it.stop, v.type), step, body, self.line(s), check)]
         if isinstance(it, LoopVal):
             return pre + self.acc_loop(it, s)
-        raise self.error(s, f"kernels loop over range(...) or acc loops (acc.uniform_elements(n), ...), "
-                            f"not over {self.describe(it)}")
+        raise self.error(
+            s, f"kernels loop over range(...) or acc loops (acc.uniform_elements(n), ...), not over {self.describe(it)}"
+        )
 
     def range_value(self, node: ast.Call) -> RangeVal:
         """``range(stop)``, ``range(start, stop)``, ``range(start, stop, step)`` of integers; a float
@@ -45,9 +51,12 @@ class LoopBuilder:
         for a in self.plain_args(node, (1, 2, 3), "range()"):
             e = self.scalar(a, "an integer")
             if e.type.is_float:
-                raise self.error(node, f"range() takes integers, got {e.type} {ast.unparse(a)!r} (Python raises "
-                                       "TypeError: 'float' object cannot be interpreted as an integer); convert "
-                                       "it with int(...)")
+                raise self.error(
+                    node,
+                    f"range() takes integers, got {e.type} {ast.unparse(a)!r} (Python raises "
+                    "TypeError: 'float' object cannot be interpreted as an integer); convert "
+                    "it with int(...)",
+                )
             args.append(cast(e, INDEX))
         if len(args) == 3 and isinstance(args[2], ir.Const) and args[2].value == 0:
             raise self.error(node, "range() arg 3 must not be zero (Python raises ValueError)")
@@ -70,8 +79,9 @@ class LoopBuilder:
             return lv.dim
         if self.ctx.ndim == 1:
             return 0
-        raise self.error(s, f"acc.{lv.kind}() in a {self.ctx.ndim}D kernel needs dim= (0 = slowest) "
-                            "or use acc.uniform_elements_nd")
+        raise self.error(
+            s, f"acc.{lv.kind}() in a {self.ctx.ndim}D kernel needs dim= (0 = slowest) or use acc.uniform_elements_nd"
+        )
 
     def ints(self, vals: list[Any], s: ast.AST, what: str) -> list[ir.Expr]:
         out = []
@@ -92,8 +102,11 @@ class LoopBuilder:
             exts = self.ints(ext.items if isinstance(ext, TupleVal) else [ext], s, "uniform_elements_nd")
             nd = self.ctx.ndim
             if len(exts) != nd:
-                raise self.error(s, f"acc.uniform_elements_nd extent has {len(exts)} dimension(s); the kernel "
-                                    f"runs a {nd}D work division")
+                raise self.error(
+                    s,
+                    f"acc.uniform_elements_nd extent has {len(exts)} dimension(s); the kernel "
+                    f"runs a {nd}D work division",
+                )
             if isinstance(s.target, ast.Tuple):
                 if len(s.target.elts) != nd:
                     raise self.error(s, f"unpack uniform_elements_nd into {nd} names")
@@ -111,8 +124,11 @@ class LoopBuilder:
                 e = I("thread_elements", d)
                 gt = binop("+", binop("*", I("block_idx", d), I("block_threads", d)), I("thread_idx", d))
                 stride = binop("*", binop("*", I("grid_blocks", d), I("block_threads", d)), e)
-                body = [ir.StridedLoop("uniform_elements", vs[d], d, binop("*", gt, e), tmps[d][1], stride, e, body,
-                                       line=line)]
+                body = [
+                    ir.StridedLoop(
+                        "uniform_elements", vs[d], d, binop("*", gt, e), tmps[d][1], stride, e, body, line=line
+                    )
+                ]
             return [a for a, _ in tmps] + body
         d = self.loop_dim(lv, s)
         if lv.kind == "pairs":
@@ -122,8 +138,13 @@ class LoopBuilder:
         local_var = None
         group_base = None
         target = s.target
-        n_args = {"uniform_elements": (1, 2), "uniform_groups": (1,), "uniform_group_elements": (2,),
-                  "independent_groups": (0, 1), "independent_group_elements": (1, 2)}[lv.kind]
+        n_args = {
+            "uniform_elements": (1, 2),
+            "uniform_groups": (1,),
+            "uniform_group_elements": (2,),
+            "independent_groups": (0, 1),
+            "independent_group_elements": (1, 2),
+        }[lv.kind]
         if len(lv.args) not in n_args:
             raise self.error(s, f"acc.{lv.kind}() takes {' or '.join(map(str, n_args))} argument(s)")
         args = self.ints(lv.args, s, f"acc.{lv.kind}")
@@ -161,8 +182,9 @@ class LoopBuilder:
         self.loops.append("strided")
         body = self.block(s.body)
         self.loops.pop()
-        return pre + [ir.StridedLoop(lv.kind, var, d, start, stop, stride, chunk, body, local_var, group_base,
-                                     line=line)]
+        return pre + [
+            ir.StridedLoop(lv.kind, var, d, start, stop, stride, chunk, body, local_var, group_base, line=line)
+        ]
 
     def pairs_loop(self, lv: LoopVal, s: ast.For, d: int) -> list[ir.Stmt]:
         """``for k, a, b in acc.pairs(first, last)``: the block's threads share the pairs ``a < b``
@@ -195,8 +217,11 @@ class LoopBuilder:
 
         c = binop("-", binop("*", two, n), one)  # 2n - 1
         disc = binop("-", binop("*", c, c), binop("*", ir.Const(8, INDEX), k))
-        est = binop("//", binop("-", cast(c, FLOAT64), ir.MathCall("sqrt", [cast(disc, FLOAT64)], FLOAT64)),
-                    ir.Const(2.0, FLOAT64))
+        est = binop(
+            "//",
+            binop("-", cast(c, FLOAT64), ir.MathCall("sqrt", [cast(disc, FLOAT64)], FLOAT64)),
+            ir.Const(2.0, FLOAT64),
+        )
         nxt = binop("+", i, one)
         unrank = [
             ir.Assign(i, cast(est, INDEX), line),
@@ -212,12 +237,12 @@ class LoopBuilder:
         e = ir.Index("thread_elements", d)
         start = binop("*", ir.Index("thread_idx", d), e)
         stride = binop("*", ir.Index("block_threads", d), e)
-        return pre + [ir.StridedLoop("independent_group_elements", k, d, start, count, stride, e, unrank + body,
-                                     line=line)]
+        return pre + [
+            ir.StridedLoop("independent_group_elements", k, d, start, count, stride, e, unrank + body, line=line)
+        ]
 
     def tmp_index(self, e: ir.Expr, what: str) -> tuple[ir.Stmt, ir.Expr]:
         self.ntmp += 1
         name = f"t{self.ntmp}_{what}"
         self.locals[name] = e.type
         return ir.Assign(ir.Var(name, e.type), e), ir.Var(name, e.type)
-

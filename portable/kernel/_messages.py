@@ -25,8 +25,10 @@ def _read_asserts() -> bool:
         return True
     if value in ("0", "off", "false", "no"):
         return False
-    raise EnvVarError(f"environment variable {ENV_ASSERTS}={raw!r}: expected 1 (asserts in kernels checked, the "
-                      f"default) or 0 (compiled out); set it to one of those or unset it")
+    raise EnvVarError(
+        f"environment variable {ENV_ASSERTS}={raw!r}: expected 1 (asserts in kernels checked, the "
+        f"default) or 0 (compiled out); set it to one of those or unset it"
+    )
 
 
 _ASSERTS = _read_asserts()
@@ -39,7 +41,7 @@ def asserts_enabled() -> bool:
     return _ASSERTS
 
 
-_PRINT_HINT = "print() in kernels prints numbers and string constants, e.g. print(\"i =\", i, x[i])"
+_PRINT_HINT = 'print() in kernels prints numbers and string constants, e.g. print("i =", i, x[i])'
 
 
 class MessageBuilder:
@@ -52,20 +54,25 @@ class MessageBuilder:
         elif isinstance(s.msg, ast.Constant) and isinstance(s.msg.value, str):
             text = s.msg.value
         else:
-            raise self.error(s.msg, "the message of an assert in a kernel must be a string constant "
-                                    "(assert i < n, \"i out of range\"); print the values before it: print(\"i =\", i)")
+            raise self.error(
+                s.msg,
+                "the message of an assert in a kernel must be a string constant "
+                '(assert i < n, "i out of range"); print the values before it: print("i =", i)',
+            )
         if not asserts_enabled() or (isinstance(cond, ir.Const) and cond.value):
             return []  # compiled out (ALPYKA_ASSERTS=0), or true by construction
         where = "" if self.is_kernel else f" (device function {self.p.name!r})"
-        message = (f"kernel {self.ctx.kernel_name!r}: assertion failed at {self.p.filename}:{self.line(s)}{where}: "
-                   f"{text}")
+        message = (
+            f"kernel {self.ctx.kernel_name!r}: assertion failed at {self.p.filename}:{self.line(s)}{where}: {text}"
+        )
         return [ir.Assert(cond, AssertCheck(message), self.line(s))]
 
     def print_stmt(self: Any, s: ast.stmt, call: ast.Call) -> ir.Stmt:
         """``print(a, b, ...)`` as a statement: string constants and scalars."""
         if call.keywords:
-            raise self.error(call, f"print() in kernels takes no keyword arguments (sep, end, file, flush); "
-                                   f"{_PRINT_HINT}")
+            raise self.error(
+                call, f"print() in kernels takes no keyword arguments (sep, end, file, flush); {_PRINT_HINT}"
+            )
         items: list[Any] = []
         for arg in call.args:
             if isinstance(arg, ast.Starred):
@@ -84,6 +91,5 @@ class MessageBuilder:
     def unsupported(self: Any, node: ast.AST) -> str:
         msg = super().unsupported(node)  # type: ignore[misc]
         if isinstance(node, ast.JoinedStr):
-            msg += ("; an assert's message is a string constant, and print() prints values: "
-                    "print(\"i =\", i)")
+            msg += '; an assert\'s message is a string constant, and print() prints values: print("i =", i)'
         return msg

@@ -3,8 +3,9 @@ launch, and the flattened :class:`~portable.kernel.ir.Param` list the IR uses.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -82,12 +83,16 @@ def _key_npscalar(a: Any) -> tuple:
 
 
 _KEYS: dict[type, Callable[[Any], tuple]] = {
-    soa.View: _key_view, Buffer: _key_buffer, np.ndarray: _key_ndarray, bool: _key_bool,
-    np.bool_: _key_bool, int: _key_int, float: _key_float,
+    soa.View: _key_view,
+    Buffer: _key_buffer,
+    np.ndarray: _key_ndarray,
+    bool: _key_bool,
+    np.bool_: _key_bool,
+    int: _key_int,
+    float: _key_float,
 }
 _NP_SCALAR_KEYS: dict[type, tuple] = {}
-for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-           np.float32, np.float64):
+for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32, np.float64):
     _KEYS[_t] = _key_npscalar
     _NP_SCALAR_KEYS[_t] = ("scalar", np.dtype(_t).name)
 
@@ -160,15 +165,15 @@ def check_byte_order(dtype: Any, what: str) -> None:
     if not dt.isnative:
         raise KernelArgumentError(
             f"{what} holds {dt.str} values, not in this machine's byte order: kernels would read them "
-            f"wrong; convert them first, e.g. arr.astype(arr.dtype.newbyteorder('=')) (a native {dt.name})")
+            f"wrong; convert them first, e.g. arr.astype(arr.dtype.newbyteorder('=')) (a native {dt.name})"
+        )
 
 
 def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> None:
     """Raise KernelArgumentError for a wrong count, unsupported type or memory of another device."""
     if len(args) != len(names):
         raise KernelArgumentError(
-            f"kernel {kernel_name!r} takes {len(names)} argument(s) after acc ({', '.join(names)}), "
-            f"got {len(args)}"
+            f"kernel {kernel_name!r} takes {len(names)} argument(s) after acc ({', '.join(names)}), got {len(args)}"
         )
     for i, a in enumerate(args):
         arg_key(a, kernel_name, i)
@@ -178,17 +183,22 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
         elif isinstance(a, Buffer):
             where = a.device
             if not 1 <= len(a.shape) <= 3:
-                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r} is a "
-                                          f"{len(a.shape)}-d buffer; kernels take 1-3 dimensional buffers")
+                raise KernelArgumentError(
+                    f"kernel {kernel_name!r}: argument {names[i]!r} is a "
+                    f"{len(a.shape)}-d buffer; kernels take 1-3 dimensional buffers"
+                )
             check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         elif isinstance(a, np.ndarray):
             if not device.is_host_memory:
                 raise KernelArgumentError(
                     f"kernel {kernel_name!r}: argument {names[i]!r} is a numpy array, which {device} "
-                    "cannot address; copy it into a pk.Buffer of that device")
+                    "cannot address; copy it into a pk.Buffer of that device"
+                )
             if not 1 <= a.ndim <= 3 or not a.flags.c_contiguous:
-                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r} must be a "
-                                          "C-contiguous numpy array of 1-3 dimensions")
+                raise KernelArgumentError(
+                    f"kernel {kernel_name!r}: argument {names[i]!r} must be a "
+                    "C-contiguous numpy array of 1-3 dimensions"
+                )
             try:
                 scalar_type(a.dtype)
             except TypeError as exc:
@@ -197,7 +207,8 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
         if where is not None and not device.can_access(where):
             raise KernelArgumentError(
                 f"kernel {kernel_name!r}: argument {names[i]!r} lives on {where}, which a queue of "
-                f"{device} cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)")
+                f"{device} cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)"
+            )
 
 
 # ----------------------------------------------------------------------------- IR params
@@ -216,7 +227,8 @@ def params_of(spec: ArgSpec) -> list[Param]:
     if spec.kind in ("buffer", "array"):
         t = ArrayType(spec.dtype, "buffer", spec.ndim, spec.const)
         return [Param(f"a{k}", t, "array", k)] + [
-            Param(f"a{k}_e{d}", INDEX, "extent", k, str(d)) for d in range(spec.ndim)]
+            Param(f"a{k}_e{d}", INDEX, "extent", k, str(d)) for d in range(spec.ndim)
+        ]
     out = []
     for f in spec.layout.iter_fields():
         out.append(Param(f"a{k}_{f.name}", _field_array_type(f, spec.const), "array", k, f.name))

@@ -17,9 +17,14 @@ from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
 _ALPAKA_NAMES = {
     "getIdx": ("global_thread_idx", "thread_idx", "block_idx"),
     "getWorkDiv": ("grid_blocks", "block_threads", "thread_elements"),
-    "declareSharedVar": ("shared_array",), "getDynSharedMem": ("dynamic_shared_array",),
-    "blockDim": ("block_threads",), "gridDim": ("grid_blocks",), "syncthreads": ("sync_block_threads",),
-    "__syncthreads": ("sync_block_threads",), "threadfence": ("mem_fence",), "__threadfence": ("mem_fence",),
+    "declareSharedVar": ("shared_array",),
+    "getDynSharedMem": ("dynamic_shared_array",),
+    "blockDim": ("block_threads",),
+    "gridDim": ("grid_blocks",),
+    "syncthreads": ("sync_block_threads",),
+    "__syncthreads": ("sync_block_threads",),
+    "threadfence": ("mem_fence",),
+    "__threadfence": ("mem_fence",),
 }
 
 
@@ -68,8 +73,11 @@ class VocabularyBuilder:
     def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
         eng = self.value(node)
         if not (isinstance(eng, ir.ArrayRef) and eng.type.kind == "private" and eng.name.startswith("pv_")):
-            raise self.error(node, f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
-                                   f"got {self.describe(eng)}")
+            raise self.error(
+                node,
+                f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
+                f"got {self.describe(eng)}",
+            )
         return eng
 
     def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
@@ -108,8 +116,9 @@ class VocabularyBuilder:
         """``eng = acc.rand_engine(seed, subsequence)``: a per-thread Philox4x32-10 state (a private
         uint32 array) initialised for that seed and subsequence."""
         if not self.is_kernel:
-            raise self.error(s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to "
-                                "device functions")
+            raise self.error(
+                s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to device functions"
+            )
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
         args = self.plain_args(s.value, 2, "acc.rand_engine(seed, subsequence)")

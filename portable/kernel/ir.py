@@ -132,8 +132,9 @@ Functions and kernels:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any
 
 from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
 
@@ -150,10 +151,45 @@ BLOCK_PREDICATES = ("count", "and", "or")
 FENCE_SCOPES = ("block", "grid", "device")
 #: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``)
 MATH_FUNCTIONS = (
-    "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
-    "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "pow", "hypot",
-    "fabs", "floor", "ceil", "trunc", "copysign", "fmod", "erf", "erfc", "lgamma", "tgamma",
-    "isnan", "isinf", "isfinite", "min", "max", "abs",
+    "sqrt",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "pow",
+    "hypot",
+    "fabs",
+    "floor",
+    "ceil",
+    "trunc",
+    "copysign",
+    "fmod",
+    "erf",
+    "erfc",
+    "lgamma",
+    "tgamma",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "min",
+    "max",
+    "abs",
 )
 #: name of the dynamic shared memory size (bytes) inside a kernel that uses it
 DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
@@ -243,7 +279,7 @@ class ArrayRef:
     name: str
     type: ArrayType
     extents: tuple[Expr, ...]
-    pitch: Optional[Expr] = None
+    pitch: Expr | None = None
 
 
 @dataclass(eq=False)
@@ -251,7 +287,7 @@ class Load(Expr):
     array: ArrayRef
     indices: tuple[Expr, ...]
     type: ScalarType
-    check: Optional[str] = None
+    check: str | None = None
 
 
 @dataclass(eq=False)
@@ -262,13 +298,13 @@ class AtomicOp(Expr):
     operands: tuple[Expr, ...]
     hierarchy: str
     type: ScalarType
-    check: Optional[str] = None
+    check: str | None = None
 
 
 @dataclass(eq=False)
 class DeviceCall(Expr):
     function: str
-    args: list[Union[Expr, ArrayRef]]
+    args: list[Expr | ArrayRef]
     type: Any  # ScalarType or VOID
 
 
@@ -306,7 +342,7 @@ class Store(Stmt):
     indices: tuple[Expr, ...]
     value: Expr
     line: int = 0
-    check: Optional[str] = None
+    check: str | None = None
 
 
 @dataclass(eq=False)
@@ -339,11 +375,16 @@ class ForRange(Stmt):
     body: list[Stmt]
     line: int = 0
     #: the KernelValueError message of a step that is zero at run time (a step not known when compiling)
-    check: Optional[str] = None
+    check: str | None = None
 
 
-STRIDED_LOOP_KINDS = ("uniform_elements", "uniform_groups", "uniform_group_elements",
-                      "independent_groups", "independent_group_elements")
+STRIDED_LOOP_KINDS = (
+    "uniform_elements",
+    "uniform_groups",
+    "uniform_group_elements",
+    "independent_groups",
+    "independent_group_elements",
+)
 
 
 @dataclass(eq=False)
@@ -356,8 +397,8 @@ class StridedLoop(Stmt):
     stride: Expr
     chunk: Expr
     body: list[Stmt]
-    local_var: Optional[Var] = None
-    group_base: Optional[Expr] = None
+    local_var: Var | None = None
+    group_base: Expr | None = None
     line: int = 0
 
 
@@ -373,7 +414,7 @@ class Continue(Stmt):
 
 @dataclass(eq=False)
 class Return(Stmt):
-    value: Optional[Expr] = None
+    value: Expr | None = None
     line: int = 0
 
 
@@ -397,7 +438,7 @@ class Assert(Stmt):
 
 @dataclass(eq=False)
 class Print(Stmt):
-    items: list[Union[str, Expr]]
+    items: list[str | Expr]
     line: int = 0
 
 
@@ -405,7 +446,7 @@ class Print(Stmt):
 @dataclass(eq=False)
 class Param:
     name: str
-    type: Union[ScalarType, ArrayType]
+    type: ScalarType | ArrayType
     role: str  # "array", "value", "size", "pitch", "extent"
     arg_index: int
     field: str = ""
@@ -435,8 +476,8 @@ class SharedNeed:
 @dataclass(eq=False)
 class Function:
     name: str
-    params: list[Union[Var, ArrayRef]]
-    return_type: Union[ScalarType, VoidType]
+    params: list[Var | ArrayRef]
+    return_type: ScalarType | VoidType
     locals: dict[str, ScalarType]
     body: list[Stmt]
     uses_acc: bool = False

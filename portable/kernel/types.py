@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float32", "float64")
+_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -223,5 +222,6 @@ def literal_type(value: object) -> ScalarType:
         return INT64
     if isinstance(value, float):
         return FLOAT64
-    raise TypeError(f"{value!r} ({type(value).__name__}) is not a kernel constant; use int, float, bool or a "
-                    "numpy scalar")
+    raise TypeError(
+        f"{value!r} ({type(value).__name__}) is not a kernel constant; use int, float, bool or a numpy scalar"
+    )

@@ -15,7 +15,8 @@ walk handles every kind, so a new node cannot be added without teaching every em
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from . import ir
 
@@ -43,8 +44,9 @@ class Visitor:
     def missing(self, node: Any, *args: Any) -> Any:
         """Called for a node without a ``visit_`` method; raises :class:`NotImplementedError`."""
         kind = type(node).__name__
-        raise NotImplementedError(f"{self.visitor_name} does not handle the IR node kind {kind} "
-                                  f"(it has no visit_{kind} method)")
+        raise NotImplementedError(
+            f"{self.visitor_name} does not handle the IR node kind {kind} (it has no visit_{kind} method)"
+        )
 
 
 def node_kinds() -> dict[str, list[type]]:

@@ -25,7 +25,8 @@ Nothing here imports alpyka's runtime (numba, the backends) until a test uses th
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -167,8 +168,9 @@ def pytest_generate_tests(metafunc: Any) -> None:
         # The run uses alpyka's fixtures with a bad selection: a usage error after collection
         # (pytest_collection_modifyitems); the placeholder never runs.
         config.stash[_PENDING_ERROR] = error
-        metafunc.parametrize(_ARG, [pytest.param(None, marks=pytest.mark.skip(reason=error), id="invalid")],
-                             indirect=True)
+        metafunc.parametrize(
+            _ARG, [pytest.param(None, marks=pytest.mark.skip(reason=error), id="invalid")], indirect=True
+        )
         return
     marker = metafunc.definition.get_closest_marker("alpyka_backends")
     if marker is not None:

@@ -21,8 +21,7 @@ tp = pytest.importorskip("backends._thread_pool")
 cost = pytest.importorskip("backends._launch_cost")
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif("cpu_threads" not in pk.available_backends(),
-                                reason="cpu_threads is unavailable here")
+pytestmark = pytest.mark.skipif("cpu_threads" not in pk.available_backends(), reason="cpu_threads is unavailable here")
 
 
 @pk.kernel
@@ -57,8 +56,9 @@ def _run_threads(targets, timeout=120.0):
         def run():
             try:
                 fn()
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=guarded(fn), daemon=True) for fn in targets]
@@ -90,6 +90,7 @@ def test_four_host_threads_own_queues_1000_launches_each(launch_mode, n):
                 pk.memcpy(q, back, out)
                 q.wait()
                 np.testing.assert_array_equal(back, (i % 7) * x + tid, err_msg=f"thread {tid}, launch {i}")
+
         return run
 
     _run_threads([host_thread(t) for t in range(4)])
@@ -189,8 +190,16 @@ def test_the_next_launch_waits_for_the_chunks_of_an_interrupted_one(monkeypatch)
     dev = pk.device("cpu_threads")
     n = 1000
     out = np.zeros(n, np.float32)
-    pk.exec(pk.Queue(dev, blocking=True), pk.valid_workdiv(dev, n), axpb, out, np.ones(n, np.float32),
-            np.float32(2), np.float32(1), n)
+    pk.exec(
+        pk.Queue(dev, blocking=True),
+        pk.valid_workdiv(dev, n),
+        axpb,
+        out,
+        np.ones(n, np.float32),
+        np.float32(2),
+        np.float32(1),
+        n,
+    )
     assert finished.is_set() and not pool.abandoned
     np.testing.assert_array_equal(out, 3)
 
@@ -248,7 +257,7 @@ def test_info_names_the_threading_mechanism():
 
 # ---------------------------------------------------------------------------------- processes
 
-LONG_KERNEL = textwrap.dedent('''
+LONG_KERNEL = textwrap.dedent("""
     import sys, threading, time
     import numpy as np
     import portable as pk
@@ -280,7 +289,7 @@ LONG_KERNEL = textwrap.dedent('''
         print("interrupted", flush=True)
         raise  # uncaught, as in most programs: the process ends killed by SIGINT
     print("main ends", flush=True)
-''')
+""")
 
 
 class _Proc:
@@ -290,8 +299,9 @@ class _Proc:
         script = tmp_path / "prog.py"
         script.write_text(source)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        self.p = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
@@ -311,8 +321,9 @@ class _Proc:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
-            pytest.fail(f"still running {timeout} s later\nstdout: {''.join(self.out)}\n"
-                        f"stderr: {''.join(self.err)[-3000:]}")
+            pytest.fail(
+                f"still running {timeout} s later\nstdout: {''.join(self.out)}\nstderr: {''.join(self.err)[-3000:]}"
+            )
         took = time.monotonic() - t0
         time.sleep(0.2)  # the readers reach the end of the pipes
         return rc, "".join(self.out), "".join(self.err), took
@@ -340,7 +351,7 @@ def test_ctrl_c_stops_a_long_kernel(tmp_path, mode):
     assert took < 8, f"took {took:.1f} s to stop"
 
 
-LATE_THREAD = textwrap.dedent('''
+LATE_THREAD = textwrap.dedent("""
     import threading, time
     import numpy as np
     import portable as pk
@@ -365,7 +376,7 @@ LATE_THREAD = textwrap.dedent('''
         print("late launches OK", flush=True)
 
     threading.Thread(target=work).start()
-''')
+""")
 
 
 def test_launches_work_while_the_interpreter_waits_for_a_user_thread(tmp_path):
@@ -377,7 +388,7 @@ def test_launches_work_while_the_interpreter_waits_for_a_user_thread(tmp_path):
 # whose module registers a threading atexit hook when first imported; threading refuses that once
 # shutdown has begun ("can't register atexit after shutdown"). Seen on a GPU machine; here a
 # finder makes `import numba` do that first, whatever scipy this machine has.
-NUMBA_IMPORTS_CONCURRENT_FUTURES = textwrap.dedent('''
+NUMBA_IMPORTS_CONCURRENT_FUTURES = textwrap.dedent("""
     import importlib.abc, sys
 
     class FirstTheExecutor(importlib.abc.MetaPathFinder):
@@ -389,7 +400,7 @@ NUMBA_IMPORTS_CONCURRENT_FUTURES = textwrap.dedent('''
 
     assert "concurrent.futures.thread" not in sys.modules and "numba" not in sys.modules
     sys.meta_path.insert(0, FirstTheExecutor())
-''')
+""")
 
 
 def test_a_first_numba_import_in_the_shutdown_window_works(tmp_path):
@@ -399,7 +410,7 @@ def test_a_first_numba_import_in_the_shutdown_window_works(tmp_path):
     assert rc == 0 and "late launches OK" in out, err
 
 
-FORK = textwrap.dedent('''
+FORK = textwrap.dedent("""
     import os
     import numpy as np
     import portable as pk
@@ -424,7 +435,7 @@ FORK = textwrap.dedent('''
         os._exit(0 if np.array_equal(out, 3 * x + 1) else 1)
     _, status = os.waitpid(pid, 0)
     print("child", os.waitstatus_to_exitcode(status), flush=True)
-''')
+""")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")

@@ -30,7 +30,7 @@ INTERRUPT_LIMIT_S = 5.0
 #: from SIGINT to the child's exit: nothing waits for the kernel (about 1 s idle)
 EXIT_LIMIT_S = 8.0
 
-CHILD = textwrap.dedent('''
+CHILD = textwrap.dedent("""
     import sys, time
     import numpy as np
     name, mode = sys.argv[1], sys.argv[2]
@@ -69,8 +69,7 @@ CHILD = textwrap.dedent('''
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         raise  # uncaught, as in most programs: the process ends killed by SIGINT
-''')
-
+""")
 
 
 @pytest.mark.parametrize("mode", ["blocking", "wait", "event"])
@@ -81,12 +80,16 @@ def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
     # ~10 ms a block on the CPU backends (a cpu_threads chunk, whose end a Ctrl-C waits for, is a
     # 512th of the kernel), ~20 ms on the devices: 20-40 s of work in all
     iters = 10_000_000 if backend.startswith("cpu") else 20_000_000
-    p = subprocess.Popen([sys.executable, str(script), backend, mode, str(iters)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, str(script), backend, mode, str(iters)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     out: list[tuple[float, str]] = []
     err: list[str] = []
-    threading.Thread(target=lambda: out.extend((time.monotonic(), ln.strip()) for ln in p.stdout),
-                     daemon=True).start()
+    threading.Thread(target=lambda: out.extend((time.monotonic(), ln.strip()) for ln in p.stdout), daemon=True).start()
     threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
 
     def said(line: str) -> float | None:
@@ -103,8 +106,9 @@ def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
         try:
             rc = p.wait(EXIT_LIMIT_S + 30)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {[ln for _, ln in out]}\n"
-                        f"{''.join(err)[-3000:]}")
+            pytest.fail(
+                f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {[ln for _, ln in out]}\n{''.join(err)[-3000:]}"
+            )
         ended = time.monotonic()
     finally:
         if p.poll() is None:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import portable as pk
-from backends.emulator import cuda_on_cpu, fake_cupy_kernels
 from alpyka_testing.backends.blocks import BLOCK, block_sums
+from backends.emulator import cuda_on_cpu, fake_cupy_kernels
 
 # the rocm stand-in runs this file too: the stand-in's own tests: HIP's text compiled for the CPU
 pytestmark = pytest.mark.hip_differs
@@ -96,8 +96,9 @@ def _expected(x, blocks):
 
 @standin
 @pytest.mark.parametrize("seed", ["1", "2", "12345"])
-def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(device, queue, on_the_standin,
-                                                                         monkeypatch, seed):
+def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(
+    device, queue, on_the_standin, monkeypatch, seed
+):
     monkeypatch.setenv("ALPYKA_EMULATE_SEED", seed)
     monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "0")  # the racy kernel's value is the point, not the racecheck's report
     x = np.random.default_rng(7).random(4 * BLOCK * 3)
@@ -110,8 +111,9 @@ def test_a_missing_barrier_gives_a_wrong_result_and_the_barrier_fixes_it(device,
 
 @standin
 @pytest.mark.parametrize("kernel", [reverse_without_barrier, shift_without_barrier], ids=["reverse", "shift"])
-def test_threads_of_a_block_that_never_synchronise_do_not_see_each_others_writes(device, queue, on_the_standin,
-                                                                                 kernel, monkeypatch):
+def test_threads_of_a_block_that_never_synchronise_do_not_see_each_others_writes(
+    device, queue, on_the_standin, kernel, monkeypatch
+):
     monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "0")  # the schedule's values are the point, not the checks' report
     n = 2 * BLOCK
     x = np.arange(1, n + 1, dtype=np.float32)
@@ -177,7 +179,8 @@ def test_a_compile_error_shows_the_kernel_line(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
     text = 'extern "C" __global__ void alpyka_bad(int* p) {\n    undefined_thing(p);  // k.py:7\n}\n'
-    src = CSource(text=text, entry="alpyka_bad", dialect="cuda", args=[], line_map={2: 7}, source_file="k.py",
-                  kernel_name="bad")
+    src = CSource(
+        text=text, entry="alpyka_bad", dialect="cuda", args=[], line_map={2: 7}, source_file="k.py", kernel_name="bad"
+    )
     with pytest.raises(KernelBuildError, match=r"(?s)kernel line\(s\): k.py:7.*>>\s+2 \|     undefined_thing"):
         cuda_on_cpu.build(src, "alpyka_bad")

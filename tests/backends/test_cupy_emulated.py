@@ -4,13 +4,12 @@ plus a device and are covered by test_nvrtc.py (compilation) and by the GPU matr
 
 import numpy as np
 import pytest
+import test_device_runtime as rt  # its tests rerun below as scenarios (a sibling test file)
 
 import portable as pk
-from backends.emulator.fake_cupy import make_fake_cupy
 from backends._cupy_common import CupyBackend, import_cupy
+from backends.emulator.fake_cupy import make_fake_cupy
 from portable import _registry
-
-import test_device_runtime as rt  # its tests rerun below as scenarios (a sibling test file)
 
 # the rocm stand-in runs this file too: the stand-in's own tests: its HIP personality
 pytestmark = pytest.mark.hip_differs
@@ -29,10 +28,16 @@ def fake(request, monkeypatch):
 def test_unavailability_reasons(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(
-        count_error="cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"))
-    with pytest.raises(pk.BackendUnavailable,
-                       match="cupy is installed but no CUDA driver/device: cudaErrorInsufficientDriver"):
+    monkeypatch.setitem(
+        sys.modules,
+        "cupy",
+        make_fake_cupy(
+            count_error="cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version"
+        ),
+    )
+    with pytest.raises(
+        pk.BackendUnavailable, match="cupy is installed but no CUDA driver/device: cudaErrorInsufficientDriver"
+    ):
         import_cupy("cuda", want_hip=False)
     with pytest.raises(pk.BackendUnavailable, match="is a CUDA build; the rocm backend needs cupy's HIP"):
         import_cupy("rocm", want_hip=True)
@@ -62,13 +67,18 @@ def test_devices_and_limits(fake):
 
 
 RUNTIME_SCENARIOS = [
-    rt.test_roundtrip_copies_and_fill, rt.test_collection_roundtrip_and_views,
-    rt.test_host_tasks_keep_fifo_order_with_device_work, rt.test_host_tasks_from_several_threads,
-    rt.test_nonblocking_enqueue_host_does_not_block_the_caller, rt.test_blocking_queue_finishes_each_enqueue,
+    rt.test_roundtrip_copies_and_fill,
+    rt.test_collection_roundtrip_and_views,
+    rt.test_host_tasks_keep_fifo_order_with_device_work,
+    rt.test_host_tasks_from_several_threads,
+    rt.test_nonblocking_enqueue_host_does_not_block_the_caller,
+    rt.test_blocking_queue_finishes_each_enqueue,
     rt.test_async_error_surfaces_at_wait_and_on_later_events,
     rt.test_event_rerecord_waits_for_the_latest_record_before_the_wait,
-    rt.test_async_copy_ordering_across_two_queues_with_events, rt.test_cross_backend_events,
-    rt.test_host_memory_of_an_async_copy_stays_alive, rt.test_memory_of_another_device_is_refused,
+    rt.test_async_copy_ordering_across_two_queues_with_events,
+    rt.test_cross_backend_events,
+    rt.test_host_memory_of_an_async_copy_stays_alive,
+    rt.test_memory_of_another_device_is_refused,
 ]
 
 

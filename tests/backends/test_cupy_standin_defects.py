@@ -12,10 +12,10 @@ import pytest
 
 import portable as pk
 from alpyka_testing.backends.blocks import histogram
-from backends.emulator.fake_cupy import make_fake_cupy
-from backends._cupy_common import CupyBackend
 from backends._c_build import CUPY_NVRTC_APPENDED, nvrtc_available, nvrtc_compile
 from backends._c_emit import emit
+from backends._cupy_common import CupyBackend
+from backends.emulator.fake_cupy import make_fake_cupy
 from portable import _registry
 from portable._deferred import run_deferred
 
@@ -200,6 +200,7 @@ def test_5_range_checked_launch_uses_pinned_memory_and_reports(fake, monkeypatch
 
     def fault(name, args):  # the kernel reports check 1 through its flag (the last argument)
         np.frombuffer((np.ctypeslib.as_ctypes_type(np.int32) * 1).from_address(int(args[-1])), np.int32)[0] = 1
+
     rt.kernel_runner = fault
     pk.exec(q, wd, _first, b, a, 64)
     with pytest.raises(pk.AsyncError):
@@ -284,7 +285,7 @@ def test_8_modules_get_the_flags_cupy_compiles_with(fake):
     pk.exec(q, pk.valid_workdiv(dev, 8), _first, a, a, 8)
     module = next(p for k, p in _first.plans.items() if k[0] == dev.memory_space).function.module
     if fake.name == "cuda":
-        assert module.options[-len(CUPY_NVRTC_APPENDED):] == CUPY_NVRTC_APPENDED
+        assert module.options[-len(CUPY_NVRTC_APPENDED) :] == CUPY_NVRTC_APPENDED
 
 
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
@@ -311,8 +312,14 @@ def test_9_dynamic_shared_memory_above_48k(fake):
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
 def test_9_float64_atomic_add_below_sm60_is_a_cas_loop():
     host = pk.host()
-    args = (pk.Buffer(host, 4, np.int32), pk.Buffer(host, 4, np.float64), pk.Buffer(host, 2, np.float32),
-            pk.Buffer(host, 8, np.float32), 8, 4)
+    args = (
+        pk.Buffer(host, 4, np.int32),
+        pk.Buffer(host, 4, np.float64),
+        pk.Buffer(host, 2, np.float32),
+        pk.Buffer(host, 8, np.float32),
+        8,
+        4,
+    )
     src = emit(histogram.ir(histogram.signature(args), 1, False), "cuda")  # float64 atomic_add
     assert "__CUDA_ARCH__ < 600" in src.text and "alpyka_atomic_add_f64(" in src.text
     nvrtc_compile(src, "compute_75", CUPY_NVRTC_APPENDED)  # the native path (#else)

@@ -75,9 +75,9 @@ def test_collection_roundtrip_and_views(device, queue):
     view = dev_coll.view()
     if device.backend_name == "opencl":
         with pytest.raises(RuntimeError, match="not addressable"):
-            view.x  # noqa: B018
+            view.x
         with pytest.raises(AttributeError):
-            dev_coll.__cuda_array_interface__  # noqa: B018
+            dev_coll.__cuda_array_interface__
     elif device.backend_name == "rocm":  # cupy on HIP has no CUDA array interface
         assert not hasattr(dev_coll, "__cuda_array_interface__")
         np.testing.assert_array_equal(view.x.get(), data["x"])

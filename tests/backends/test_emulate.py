@@ -60,34 +60,63 @@ def test_a_user_script_runs_a_kernel_on_emulated_cuda(tmp_path):
     _needs_the_emulator()
     script = tmp_path / "my_script.py"
     script.write_text(USER_SCRIPT)
-    done = subprocess.run([sys.executable, str(script)], env=_env(ALPYKA_EMULATE="cuda"), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=_env(ALPYKA_EMULATE="cuda"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("ok cuda "), done.stdout
 
 
 def test_info_marks_emulated_backends():
     _needs_the_emulator()
-    done = subprocess.run([sys.executable, "-m", "portable", "info"], env=_env(ALPYKA_EMULATE="rocm"),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "portable", "info"],
+        env=_env(ALPYKA_EMULATE="rocm"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("  ") and
-            not line.startswith("    ")}
+    rows = {
+        line.split()[0]: line
+        for line in done.stdout.splitlines()
+        if line.startswith("  ") and not line.startswith("    ")
+    }
     assert "available, emulated on the CPU (ALPYKA_EMULATE), not a GPU" in rows["rocm"], done.stdout
     assert "emulated" not in rows["cpu_serial"] and "emulated" not in rows["cuda"], done.stdout
 
 
 def test_an_unknown_value_stops_the_import_naming_the_variable():
-    done = subprocess.run([sys.executable, "-c", "import portable"], env=_env(ALPYKA_EMULATE="cdua"),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import portable"],
+        env=_env(ALPYKA_EMULATE="cdua"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
-    assert "EnvVarError: environment variable ALPYKA_EMULATE='cdua': expected cuda, rocm or cuda,rocm" \
-        in done.stderr, done.stderr
+    assert "EnvVarError: environment variable ALPYKA_EMULATE='cdua': expected cuda, rocm or cuda,rocm" in done.stderr, (
+        done.stderr
+    )
 
 
-@pytest.mark.parametrize("raw,names", [(None, []), ("", []), ("off", []), ("cuda", ["cuda"]),
-                                       ("ROCM", ["rocm"]), ("cuda, rocm", ["cuda", "rocm"]),
-                                       ("all", ["cuda", "rocm"])])
+@pytest.mark.parametrize(
+    "raw,names",
+    [
+        (None, []),
+        ("", []),
+        ("off", []),
+        ("cuda", ["cuda"]),
+        ("ROCM", ["rocm"]),
+        ("cuda, rocm", ["cuda", "rocm"]),
+        ("all", ["cuda", "rocm"]),
+    ],
+)
 def test_the_values_alpyka_emulate_takes(raw, names):
     assert parse_emulate(raw) == names
 

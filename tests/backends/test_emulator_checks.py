@@ -295,7 +295,7 @@ def test_a_kernel_wrong_on_a_gpu_is_a_check_error_and_its_fix_passes(device, que
     if callable(want):
         want = want(64 if device.backend_name == "rocm" else 32)  # HIP's wavefront, CUDA's warp
     for b in range(blocks):
-        np.testing.assert_array_equal(got[b * N: b * N + threads], np.asarray(want)[:threads])
+        np.testing.assert_array_equal(got[b * N : b * N + threads], np.asarray(want)[:threads])
 
 
 @emulated
@@ -333,5 +333,14 @@ def test_the_switch_turns_the_checks_off(backend, checked, setting):
     if setting == "0":
         assert lines == ["never_written", "ran", "write_read_race", "ran", "skipped_barrier", "ran"], done.stdout
     else:
-        assert lines == ["never_written", "checked", "uninitialized", "write_read_race", "checked", "race",
-                         "skipped_barrier", "checked", "barrier"], done.stdout
+        assert lines == [
+            "never_written",
+            "checked",
+            "uninitialized",
+            "write_read_race",
+            "checked",
+            "race",
+            "skipped_barrier",
+            "checked",
+            "barrier",
+        ], done.stdout

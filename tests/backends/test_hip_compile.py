@@ -51,11 +51,13 @@ def _hip(kernel, args, ndim=1, debug=False, unit=False):
 
 
 CASES = {
-    "histogram": lambda: _hip(mt.histogram, (_h(4, np.int32), _h(4, np.float64), _h(2, np.float32),
-                                             _h(8, np.float32), 8, 4)),
+    "histogram": lambda: _hip(
+        mt.histogram, (_h(4, np.int32), _h(4, np.float64), _h(2, np.float32), _h(8, np.float32), 8, 4)
+    ),
     "transpose_tiled": lambda: _hip(mt.transpose_tiled, (_h((4, 4), np.float32), _h((4, 4), np.float32), 4, 4), 2),
-    "math_all-range-checked": lambda: _hip(mt.math_all, (_h((8, 9), np.float64), _h(8, np.float32),
-                                                         _h(8, np.float32), 8), debug=True),
+    "math_all-range-checked": lambda: _hip(
+        mt.math_all, (_h((8, 9), np.float64), _h(8, np.float32), _h(8, np.float32), 8), debug=True
+    ),
     "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
     # __syncthreads_count/and/or: ockl's block reductions, linked from the device libraries
     "block_votes": lambda: _hip(block_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
@@ -116,8 +118,11 @@ def test_a_hip_only_mistake_fails_at_the_kernel_line(toolchain):
 def test_a_target_only_mistake_fails_for_that_target(toolchain):
     """An MI300-only instruction (fp8 MFMA) compiles for gfx942 and fails for gfx90a."""
     src = CASES["histogram"]()
-    target = _inject(src, "{ typedef float f4 __attribute__((ext_vector_type(4))); f4 acc4 = {0, 0, 0, 0}; "
-                          "acc4 = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0L, 0L, acc4, 0, 0, 0); (void)acc4; }")
+    target = _inject(
+        src,
+        "{ typedef float f4 __attribute__((ext_vector_type(4))); f4 acc4 = {0, 0, 0, 0}; "
+        "acc4 = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0L, 0L, acc4, 0, 0, 0); (void)acc4; }",
+    )
     hc.compile_hip(src, "gfx942")
     with pytest.raises(KernelBuildError) as info:
         hc.compile_hip(src, "gfx90a")
@@ -225,12 +230,14 @@ def test_a_marker_in_a_shared_directory_is_not_trusted(toolchain, tmp_path, monk
 
 
 def test_error_lines_blame_the_kernel_file():
-    log = ("k.hip:12:5: error: use of undeclared identifier 'zz'\n"
-           "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:210:3: error: static assertion failed\n"
-           "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:300:10: note: in instantiation of ...\n"
-           "k.hip:40:11: note: in instantiation of function template specialization requested here\n"
-           "k.hip:41:1: note: another note\n"
-           "other.hip:7:1: error: elsewhere\n")
+    log = (
+        "k.hip:12:5: error: use of undeclared identifier 'zz'\n"
+        "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:210:3: error: static assertion failed\n"
+        "/x/rocm/include/hip/amd_detail/amd_warp_sync_functions.h:300:10: note: in instantiation of ...\n"
+        "k.hip:40:11: note: in instantiation of function template specialization requested here\n"
+        "k.hip:41:1: note: another note\n"
+        "other.hip:7:1: error: elsewhere\n"
+    )
     assert hc.error_lines(log, "k.hip") == [12, 40]
 
 

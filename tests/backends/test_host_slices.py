@@ -15,6 +15,7 @@ def _recorder(per_block_s: float):
         calls.append((lo, hi, call))
         if per_block_s:
             time.sleep(per_block_s * (hi - lo))
+
     return fn, calls
 
 

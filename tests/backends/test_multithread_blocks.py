@@ -9,12 +9,21 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.backends.blocks import (
+    BLOCK,
+    WP,
+    block_sums,
+    counters,
+    histogram,
+    math_all,
+    python_arith,
+    reverse_in_block,
+    transpose_tiled,
+    weighted_block_sums,
+)
 from alpyka_testing.kernels import download, upload
-from alpyka_testing.backends.blocks import (BLOCK, WP, block_sums, counters, histogram, math_all, python_arith,
-                                            reverse_in_block, transpose_tiled, weighted_block_sums)
 
 gpu = pytest.mark.alpyka_backends(kind="gpu")
-
 
 
 @gpu
@@ -69,8 +78,9 @@ def test_atomics_contention_across_blocks(device, queue):
     pk.exec(queue, pk.WorkDiv(64, 64, 2), histogram, hist, hist_f64, lo_hi, upload(queue, x), n, nbins)
     bins = (x * nbins).astype(np.int64)
     np.testing.assert_array_equal(download(queue, hist), np.bincount(bins, minlength=nbins))
-    np.testing.assert_allclose(download(queue, hist_f64),
-                               np.bincount(bins, weights=x.astype(np.float64), minlength=nbins), rtol=1e-9)
+    np.testing.assert_allclose(
+        download(queue, hist_f64), np.bincount(bins, weights=x.astype(np.float64), minlength=nbins), rtol=1e-9
+    )
     np.testing.assert_array_equal(download(queue, lo_hi), [x.min(), x.max()])
 
 
@@ -151,11 +161,13 @@ def test_a_kernels_own_thread_limit_is_checked_on_every_launch_over_it(device, q
 def test_collection_of_another_device_is_refused(device, queue):
     """A view whose memory belongs to another device (here a stand-in CUDA device) is refused
     before anything is enqueued."""
+
     class L(soa.Layout):
         x = soa.column(np.float32)
 
-    other = pk.Device("cuda" if device.backend_name != "cuda" else "opencl", 0, "stand-in", "gpu",
-                      "elsewhere:0", device.limits)
+    other = pk.Device(
+        "cuda" if device.backend_name != "cuda" else "opencl", 0, "stand-in", "gpu", "elsewhere:0", device.limits
+    )
     v = soa.View(L, 4, object(), None, device=other)
     x = pk.Buffer(device, 4, np.float64)
     with pytest.raises(pk.DeviceMismatch, match="lives on .*stand-in"):
@@ -177,7 +189,7 @@ def test_device_functions_with_shared_arrays_and_views(device, queue):
 @gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_math_functions_match_numpy(device, queue, dtype):
-    from math import erf, erfc, lgamma, gamma
+    from math import erf, erfc, gamma, lgamma
 
     rng = np.random.default_rng(8)
     n = 512
@@ -187,16 +199,19 @@ def test_math_functions_match_numpy(device, queue, dtype):
     pk.exec(queue, pk.valid_workdiv(device, n), math_all, out, upload(queue, x), upload(queue, y), n)
     got = download(queue, out)
     a, b = x.astype(np.float64), y.astype(np.float64)
-    ref = np.stack([
-        np.sqrt(a) + np.exp(-a) + np.exp2(a) + np.expm1(a),
-        np.log(a) + np.log2(a) + np.log10(a) + np.log1p(a),
-        np.sin(a) + np.cos(a) + np.tan(a) + np.arctan(a),
-        np.arcsin(a / 4) + np.arccos(a / 4) + np.sinh(a) + np.cosh(a) + np.tanh(a),
-        np.arcsinh(a) + np.arccosh(a + 1) + np.arctanh(a / 4) + np.arctan2(a, b),
-        np.power(a, b) + np.hypot(a, b) + np.abs(a) + np.copysign(a, -b) + np.fmod(b, a),
-        np.array([erf(v) + erfc(v) + lgamma(v) + gamma(v) for v in a]),
-        np.floor(b * 3) + np.ceil(b * 3) + np.trunc(-b * 3),
-        0 + 0 + 4 * np.ones(n),
-    ], axis=1)
+    ref = np.stack(
+        [
+            np.sqrt(a) + np.exp(-a) + np.exp2(a) + np.expm1(a),
+            np.log(a) + np.log2(a) + np.log10(a) + np.log1p(a),
+            np.sin(a) + np.cos(a) + np.tan(a) + np.arctan(a),
+            np.arcsin(a / 4) + np.arccos(a / 4) + np.sinh(a) + np.cosh(a) + np.tanh(a),
+            np.arcsinh(a) + np.arccosh(a + 1) + np.arctanh(a / 4) + np.arctan2(a, b),
+            np.power(a, b) + np.hypot(a, b) + np.abs(a) + np.copysign(a, -b) + np.fmod(b, a),
+            np.array([erf(v) + erfc(v) + lgamma(v) + gamma(v) for v in a]),
+            np.floor(b * 3) + np.ceil(b * 3) + np.trunc(-b * 3),
+            0 + 0 + 4 * np.ones(n),
+        ],
+        axis=1,
+    )
     rtol = 2e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol)

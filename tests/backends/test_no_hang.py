@@ -116,8 +116,14 @@ def _run_child(script: str, backend: str, tmp_path: Path) -> dict:
     path.write_text(script)
     start = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, str(path), backend], capture_output=True, text=True,
-                              timeout=CHILD_LIMIT_S, env=env, cwd=str(ROOT))
+        done = subprocess.run(
+            [sys.executable, str(path), backend],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_LIMIT_S,
+            env=env,
+            cwd=str(ROOT),
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the child hung for {CHILD_LIMIT_S} s (gc, exit or the device):\n{exc.stderr}")
     assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
@@ -129,8 +135,7 @@ def _run_child(script: str, backend: str, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("wait", [True, False], ids=["waited", "dropped_in_flight"])
 def test_failed_build_and_launch_leave_nothing_to_wait_for(backend, wait, tmp_path):
     pk.device(backend)  # skipped with its reason where the backend is unavailable
-    script = textwrap.dedent(_PRELUDE) + textwrap.dedent(
-        _SCENARIO.format(seam=_BUILD_SEAMS[backend], wait=wait))
+    script = textwrap.dedent(_PRELUDE) + textwrap.dedent(_SCENARIO.format(seam=_BUILD_SEAMS[backend], wait=wait))
     result = _run_child(script, backend, tmp_path)
     assert result["gc_s"] < GC_LIMIT_S, result
     if wait:

@@ -9,10 +9,16 @@ import pytest
 
 import portable as pk
 import soa
-from backends._c_build import (CUPY_NVRTC_APPENDED, KernelBuildError, error_lines, format_build_error,
-                               nvrtc_available, nvrtc_compile)
-from backends._c_emit import emit
 from alpyka_testing.backends import blocks as mt
+from backends._c_build import (
+    CUPY_NVRTC_APPENDED,
+    KernelBuildError,
+    error_lines,
+    format_build_error,
+    nvrtc_available,
+    nvrtc_compile,
+)
+from backends._c_emit import emit
 
 needs_nvrtc = pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
 ARCH = os.environ.get("ALPYKA_CUDA_ARCH", "compute_90")
@@ -142,8 +148,11 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
     seen = []
     real = build.nvrtc_compile
-    monkeypatch.setattr(build, "nvrtc_compile", lambda src, arch="compute_90", options=():
-                        seen.append((src.dialect, options)) or real(src, arch, options))
+    monkeypatch.setattr(
+        build,
+        "nvrtc_compile",
+        lambda src, arch="compute_90", options=(): seen.append((src.dialect, options)) or real(src, arch, options),
+    )
 
     @pk.kernel
     def fresh(acc, out, n):
@@ -166,11 +175,12 @@ def test_unavailable_backends_say_why():
     reasons = pk.unavailable_backends()
     try:
         import cupy
-    except Exception:  # noqa: BLE001
+    except Exception:
         cupy = None
     if "cuda" in reasons:
-        assert "cupy" in reasons["cuda"] and ("driver" in reasons["cuda"] or "install" in reasons["cuda"]
-                                              or "build" in reasons["cuda"])
+        assert "cupy" in reasons["cuda"] and (
+            "driver" in reasons["cuda"] or "install" in reasons["cuda"] or "build" in reasons["cuda"]
+        )
     if "rocm" in reasons and cupy is not None and not cupy.cuda.runtime.is_hip:
         assert "HIP" in reasons["rocm"] and "CUDA build" in reasons["rocm"]
     from portable.cli._info import info_text
@@ -196,11 +206,17 @@ def every_warp_op(acc, out, n):
     """Each shuffle kind on int, float and bool, each vote, and pk.tools.block_sum's shuffles."""
     ws = acc.shared_array(32, np.int64)
     for i in acc.uniform_elements(n):
-        out[i] = (acc.warp_shfl(i, 0) + acc.warp_shfl_up(i, 1) + acc.warp_shfl_down(i, 1)
-                  + acc.warp_shfl_xor(i, 1) + np.int64(acc.warp_ballot(i % 2 == 0))
-                  + (1 if acc.warp_all(i > 0) else 0) + (1 if acc.warp_any(i > 3) else 0)
-                  + np.int64(acc.warp_shfl_down(np.float32(i), 2))
-                  + (1 if acc.warp_shfl_xor(i % 3 == 0, 2) else 0))
+        out[i] = (
+            acc.warp_shfl(i, 0)
+            + acc.warp_shfl_up(i, 1)
+            + acc.warp_shfl_down(i, 1)
+            + acc.warp_shfl_xor(i, 1)
+            + np.int64(acc.warp_ballot(i % 2 == 0))
+            + (1 if acc.warp_all(i > 0) else 0)
+            + (1 if acc.warp_any(i > 3) else 0)
+            + np.int64(acc.warp_shfl_down(np.float32(i), 2))
+            + (1 if acc.warp_shfl_xor(i % 3 == 0, 2) else 0)
+        )
     out[0] += pk.tools.block_sum(acc, out[acc.thread_idx], ws)
 
 
@@ -261,8 +277,13 @@ def test_ptx_fuses_no_fma_unless_fast_math(dtype, hip):
         assert rawmodule == (() if hip else ("--std=c++17",)) + float_options("hip" if hip else "cuda", fast)
         opts = float_options("cuda", fast) + CUPY_NVRTC_APPENDED  # nvrtc_compile adds --std=c++17
         body = nvrtc_compile(src, ARCH, opts).split(f".entry {src.entry}", 1)[1]
-        ops = [ln.split()[0] for ln in body.splitlines() if ln.strip() and ln.split()[0].endswith(f".{t}")
-               and ln.split()[0].split(".")[0] in ("mul", "sub", "add", "fma", "neg")]
+        ops = [
+            ln.split()[0]
+            for ln in body.splitlines()
+            if ln.strip()
+            and ln.split()[0].endswith(f".{t}")
+            and ln.split()[0].split(".")[0] in ("mul", "sub", "add", "fma", "neg")
+        ]
         arith = [op for op in ops if op.split(".")[0] in ("mul", "sub", "fma")]
         assert arith, body
         if fast:

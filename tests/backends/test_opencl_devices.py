@@ -70,10 +70,15 @@ def fake_cl():
         device_type=types.SimpleNamespace(GPU=GPU, CPU=CPU, ACCELERATOR=ACC),
         command_execution_status=types.SimpleNamespace(COMPLETE=0),
         mem_flags=types.SimpleNamespace(WRITE_ONLY=1),
-        Context=Context, Program=Program, Buffer=Buffer, Kernel=Kernel,
+        Context=Context,
+        Program=Program,
+        Buffer=Buffer,
+        Kernel=Kernel,
         CommandQueue=lambda ctx, dev: types.SimpleNamespace(flush=lambda: None),
         LocalMemory=lambda n: types.SimpleNamespace(size=n),
-        enqueue_nd_range_kernel=enqueue_nd_range_kernel, enqueue_copy=enqueue_copy)
+        enqueue_nd_range_kernel=enqueue_nd_range_kernel,
+        enqueue_copy=enqueue_copy,
+    )
 
 
 POCL = FakePlatform("Portable Computing Language", "The pocl project", "OpenCL 3.0 PoCL 3.0")
@@ -92,8 +97,12 @@ def _no_env(monkeypatch):
 
 
 def test_default_order_gpus_then_cpus_by_measured_speed_and_no_simulator():
-    found = [(POCL, FakeDevice("pocl-cpu", CPU)), (GRIND, FakeDevice("grind", ACC)),
-             (INTEL, FakeDevice("intel-cpu", CPU)), (NV, FakeDevice("h100", GPU))]
+    found = [
+        (POCL, FakeDevice("pocl-cpu", CPU)),
+        (GRIND, FakeDevice("grind", ACC)),
+        (INTEL, FakeDevice("intel-cpu", CPU)),
+        (NV, FakeDevice("h100", GPU)),
+    ]
     used, rejected = od.select(fake_cl(), found)
     assert _labels(used) == ["h100", "intel-cpu", "pocl-cpu"]
     assert _labels(rejected) == ["grind"] and "simulator" in rejected[0].reason
@@ -101,8 +110,10 @@ def test_default_order_gpus_then_cpus_by_measured_speed_and_no_simulator():
 
 
 def test_a_runtime_that_cannot_build_is_left_out_with_its_reason():
-    found = [(POCL, FakeDevice("pocl-cpu", CPU, build_error="error: unknown target CPU 'generic'")),
-             (INTEL, FakeDevice("intel-cpu", CPU))]
+    found = [
+        (POCL, FakeDevice("pocl-cpu", CPU, build_error="error: unknown target CPU 'generic'")),
+        (INTEL, FakeDevice("intel-cpu", CPU)),
+    ]
     used, rejected = od.select(fake_cl(), found)
     assert _labels(used) == ["intel-cpu"]
     assert "cannot build a kernel" in rejected[0].reason and "unknown target CPU 'generic'" in rejected[0].reason
@@ -110,8 +121,11 @@ def test_a_runtime_that_cannot_build_is_left_out_with_its_reason():
 
 def test_a_wrong_result_or_a_probe_that_never_completes_is_left_out(monkeypatch):
     monkeypatch.setenv(od.ENV_PROBE_TIMEOUT, "0.2")
-    found = [(POCL, FakeDevice("wrong", CPU, wrong=True)), (INTEL, FakeDevice("stuck", CPU, hangs=True)),
-             (NV, FakeDevice("good", GPU))]
+    found = [
+        (POCL, FakeDevice("wrong", CPU, wrong=True)),
+        (INTEL, FakeDevice("stuck", CPU, hangs=True)),
+        (NV, FakeDevice("good", GPU)),
+    ]
     used, rejected = od.select(fake_cl(), found)
     assert _labels(used) == ["good"]
     reasons = {c.device.name: c.reason for c in rejected}
@@ -121,8 +135,11 @@ def test_a_wrong_result_or_a_probe_that_never_completes_is_left_out(monkeypatch)
 
 
 def test_the_variable_selects_and_orders_devices(monkeypatch):
-    found = [(POCL, FakeDevice("pocl-cpu", CPU)), (GRIND, FakeDevice("grind", ACC)),
-             (INTEL, FakeDevice("intel-cpu", CPU))]
+    found = [
+        (POCL, FakeDevice("pocl-cpu", CPU)),
+        (GRIND, FakeDevice("grind", ACC)),
+        (INTEL, FakeDevice("intel-cpu", CPU)),
+    ]
     monkeypatch.setenv(od.ENV_DEVICE, "pocl, oclgrind")
     used, rejected = od.select(fake_cl(), found)
     assert _labels(used) == ["pocl-cpu", "grind"]  # the patterns' order; a simulator when named
@@ -167,7 +184,7 @@ def test_pip_installed_runtimes_are_registered_with_their_real_path(tmp_path, mo
     monkeypatch.setattr(od, "SYSTEM_VENDORS", system)
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv(od.ENV_VENDORS, "")  # recorded (so the value register_runtimes writes is undone) ...
-    monkeypatch.delenv(od.ENV_VENDORS)      # ... and absent for the test
+    monkeypatch.delenv(od.ENV_VENDORS)  # ... and absent for the test
     where = od.register_runtimes()
     assert where is not None and od.os.environ[od.ENV_VENDORS] == where
     files = {p.name: p.read_text().strip() for p in Path(where).iterdir()}
@@ -190,7 +207,7 @@ def _backend_section(info: str, name: str) -> list[str]:
     """The lines of `alpyka info` under one backend's heading (other backends list the same CPU)."""
     lines = info.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith(f"  {name} "))
-    rest = lines[start + 1:]
+    rest = lines[start + 1 :]
     end = next((i for i, ln in enumerate(rest) if ln.startswith("  ") and not ln.startswith("    ")), len(rest))
     return rest[:end]
 

@@ -62,7 +62,8 @@ def _unwritable_cache(tmp_path, monkeypatch) -> None:
 
 @pytest.mark.parametrize("planted", ["another user's", "world-writable", "a link to another's", "an entry changed"])
 def test_a_vendors_directory_in_tmp_that_someone_else_could_write_is_not_trusted(
-        tmp_path, monkeypatch, runtimes, planted):
+    tmp_path, monkeypatch, runtimes, planted
+):
     digest = _register(monkeypatch).name  # the entry's name, as this process computes it
     _unwritable_cache(tmp_path, monkeypatch)
     root = tmp_path / "tmp" / f"alpyka-opencl-vendors-{os.geteuid()}"
@@ -156,8 +157,9 @@ def test_programs_are_cached_in_alpyka_cache_dir(device, fresh_program_cache):
     from pyopencl.characterize import has_src_build_cache
 
     if cl._PYOPENCL_NO_CACHE or has_src_build_cache(device.native.device):
-        pytest.skip(f"pyopencl does not cache programs for {device.name} (the runtime does, or "
-                    "PYOPENCL_NO_CACHE is set)")
+        pytest.skip(
+            f"pyopencl does not cache programs for {device.name} (the runtime does, or PYOPENCL_NO_CACHE is set)"
+        )
     source = _SOURCE.format(np.random.randint(1 << 30))
     cl, program, said = _build(device, source)
     assert _run_program(device, program, cl) == [2 * i + int(source.split("+ ")[1].split(";")[0]) for i in range(8)]
@@ -165,8 +167,9 @@ def test_programs_are_cached_in_alpyka_cache_dir(device, fresh_program_cache):
 
 
 @pytest.mark.alpyka_backends("opencl")
-def test_an_unwritable_program_cache_builds_uncached_with_one_warning(device, tmp_path, monkeypatch,
-                                                                     fresh_program_cache):
+def test_an_unwritable_program_cache_builds_uncached_with_one_warning(
+    device, tmp_path, monkeypatch, fresh_program_cache
+):
     _unwritable_cache(tmp_path, monkeypatch)
     for k in (1, 2):
         cl, program, said = _build(device, _SOURCE.format(k))
@@ -176,7 +179,8 @@ def test_an_unwritable_program_cache_builds_uncached_with_one_warning(device, tm
 
 @pytest.mark.alpyka_backends("opencl")
 def test_a_program_cache_that_fails_while_writing_builds_uncached_with_one_warning(
-        device, monkeypatch, fresh_program_cache):
+    device, monkeypatch, fresh_program_cache
+):
     """pyopencl raised KeyError('PYOPENCL_CACHE_FAILURE_FATAL') where its cache failed to write."""
     import pyopencl as cl
     import pyopencl.cache

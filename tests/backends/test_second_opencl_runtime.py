@@ -17,8 +17,12 @@ import pytest
 from alpyka_testing.backends.opencl_runtimes import missing_platform
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ["tests/kernels/test_warps.py", "tests/kernels/test_tools.py", "tests/kernels/test_rand.py",
-         "tests/kernels/test_pairs.py"]
+FILES = [
+    "tests/kernels/test_warps.py",
+    "tests/kernels/test_tools.py",
+    "tests/kernels/test_rand.py",
+    "tests/kernels/test_pairs.py",
+]
 
 
 @pytest.mark.slow
@@ -29,9 +33,26 @@ def test_kernel_vocabulary_on_pocl():
         pytest.skip(why)
     env = dict(os.environ, ALPYKA_OPENCL_DEVICE="pocl", ALPYKA_EMULATE="off")
     env.pop("ALPYKA_BACKENDS", None)
-    done = subprocess.run([sys.executable, "-m", "pytest", *FILES, "--backends=opencl", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", "--timeout=300"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=540)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *FILES,
+            "--backends=opencl",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "--timeout=300",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     tail = done.stdout[-4000:] + done.stderr[-3000:]
     assert done.returncode == 0, f"the kernel tests failed on PoCL ({done.returncode}):\n{tail}"
     passed = re.search(r"(\d+) passed", done.stdout)

@@ -18,8 +18,13 @@ def test_bench_service_smoke(tmp_path):
     doc = json.loads((tmp_path / "service.json").read_text())
     assert doc["benchmark"] == "service" and doc["results"]
     routes = {row["route"] for row in doc["results"]}
-    assert {"local", "remote model", "remote pipeline", "remote pipeline, 2 servers",
-            "SONIC prediction: remote pipeline"} <= routes
+    assert {
+        "local",
+        "remote model",
+        "remote pipeline",
+        "remote pipeline, 2 servers",
+        "SONIC prediction: remote pipeline",
+    } <= routes
     assert all(math.isfinite(row["events_per_s"]) and row["events_per_s"] > 0 for row in doc["results"])
     bytes_ = doc["bytes_per_event"]
     assert bytes_["remote pipeline"] < bytes_["remote model"]  # fragments + labels vs edge tensors

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from alpyka_testing.bench import BENCH, PNG_MAGIC, load, run_script as _run, selected
+from alpyka_testing.bench import BENCH, PNG_MAGIC, load, selected
+from alpyka_testing.bench import run_script as _run
 
 common = load("_common")
 engine_of = load("bench_models").engine_of
@@ -30,8 +31,10 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     shaped one takes the same code paths; its ONNX export alone is ~10 s on a cold cache, so the
     smoke run leaves it to `--quick` and full runs.)"""
     pytest.importorskip("torch")
-    proc = _run(["benchmarks/bench_models.py", "--smoke", "--models", "deepmet", "--no-progress", "--out",
-                 str(tmp_path)], timeout=240)
+    proc = _run(
+        ["benchmarks/bench_models.py", "--smoke", "--models", "deepmet", "--no-progress", "--out", str(tmp_path)],
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / "models.json").read_text())
     assert common.check_document(doc, "models") == []
@@ -41,8 +44,17 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     ok = [r for r in doc["results"] if r["status"] == "ok" and r["variant"] not in gathers]
     variants = {r["variant"] for r in ok}
     # smoke never compiles AOTInductor: every other route ran, per-candidate ONNX Runtime included
-    assert {"eager", "jit", "exported", "onnx", "onnx_soa", "alpyka_jit", "alpyka_exported", "alpyka_onnx",
-            "alpyka_onnx_pc"} <= variants, f"only {variants} ran"
+    assert {
+        "eager",
+        "jit",
+        "exported",
+        "onnx",
+        "onnx_soa",
+        "alpyka_jit",
+        "alpyka_exported",
+        "alpyka_onnx",
+        "alpyka_onnx_pc",
+    } <= variants, f"only {variants} ran"
     for g in gathers:  # the SoA -> row-major gather alone, for either layout
         timed = [r for r in doc["results"] if r["variant"] == g]
         assert len(timed) == 1 and _positive_finite(timed[0]["latency_median_ms"]), timed
@@ -59,12 +71,22 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     for r in doc["results"]:
         if r["status"] != "ok":
             assert r["reason"], r  # a skip or failure always says why
-    assert {r["variant"] for r in doc["results"] if r["status"] == "skipped"} == {"aot", "aot_soa", "alpyka_aot",
-                                                                                  "alpyka_aot_pc"}
+    assert {r["variant"] for r in doc["results"] if r["status"] == "skipped"} == {
+        "aot",
+        "aot_soa",
+        "alpyka_aot",
+        "alpyka_aot_pc",
+    }
     entry = doc["summary"]["deepmet, batch 4"]
     assert set(doc["summary"]) == {"deepmet, batch 4"}
-    for key in ("eager events/s", "jit / eager", "SoA gather ms", "per-candidate gather ms", "alpyka best / best peer",
-                "alpyka best / best peer (paired)"):  # the by-hand ratio exists only for an ORT/AOT best route
+    for key in (
+        "eager events/s",
+        "jit / eager",
+        "SoA gather ms",
+        "per-candidate gather ms",
+        "alpyka best / best peer",
+        "alpyka best / best peer (paired)",
+    ):  # the by-hand ratio exists only for an ORT/AOT best route
         assert _positive_finite(entry[key]), key
     assert entry["best peer"] in ("eager", "jit", "exported", "aot", "onnx")  # engines fed row-major, not by hand
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
@@ -111,16 +133,22 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- the other scripts
 # (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 idle cores;
 # bench_pipeline took 176 s with two busy loops on the 2 cores beside other work (load ~8)
-_SCRIPTS = [("bench_backends", "backends", (), 180), ("bench_clustering", "clustering", (), 240),
-            ("bench_inference", "inference", ("torch",), 180),
-            ("bench_pipeline", "pipeline", ("torch",), 480), ("bench_remote", "remote", ("torch", "pytriton"), 300),
-            ("bench_tools", "tools", (), 180)]
+_SCRIPTS = [
+    ("bench_backends", "backends", (), 180),
+    ("bench_clustering", "clustering", (), 240),
+    ("bench_inference", "inference", ("torch",), 180),
+    ("bench_pipeline", "pipeline", ("torch",), 480),
+    ("bench_remote", "remote", ("torch", "pytriton"), 300),
+    ("bench_tools", "tools", (), 180),
+]
 #: the backends a script measures, where it measures several (the others use a cpu_serial queue
 #: for their host-side work); the child process gets the selection (conftest.py)
-_MEASURES = {"bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
-             "bench_clustering": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
-             "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl"),
-             "bench_tools": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm")}
+_MEASURES = {
+    "bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+    "bench_clustering": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+    "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl"),
+    "bench_tools": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+}
 
 
 def _measured_in_a_child(script: str) -> tuple[str, ...]:
@@ -140,13 +168,22 @@ def _numbers(value: object) -> list[float]:
 
 
 @pytest.mark.slow  # a whole benchmark script in its smoke mode; .ci/run runs it
-@pytest.mark.parametrize("script,name,needs,timeout",
-                         # the test's limit a minute past the script's: a slow script fails with
-                         # its output instead of pytest-timeout killing the worker
-                         [pytest.param(*s, marks=pytest.mark.timeout(s[3] + 60)) for s in _SCRIPTS],
-                         ids=[s[0] for s in _SCRIPTS])
-def test_bench_script_smoke(tmp_path: Path, script: str, name: str, needs: tuple, timeout: int,
-                            request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "script,name,needs,timeout",
+    # the test's limit a minute past the script's: a slow script fails with
+    # its output instead of pytest-timeout killing the worker
+    [pytest.param(*s, marks=pytest.mark.timeout(s[3] + 60)) for s in _SCRIPTS],
+    ids=[s[0] for s in _SCRIPTS],
+)
+def test_bench_script_smoke(
+    tmp_path: Path,
+    script: str,
+    name: str,
+    needs: tuple,
+    timeout: int,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each benchmark script runs in --smoke mode and writes a valid document with measured numbers."""
     for mod in needs:
         pytest.importorskip(mod)
@@ -197,13 +234,30 @@ def test_run_all_records_results_and_failures(tmp_path: Path) -> None:
     for name, text in scripts.items():
         (bench_dir / f"bench_{name}.py").write_text(textwrap.dedent(text.format(bench=str(BENCH))))
     (bench_dir / "helper.py").write_text("raise SystemExit('not a benchmark: must not run')\n")
-    proc = _run(["benchmarks/run_all.py", "--quick", "--no-progress", "--bench-dir", str(bench_dir),
-                 "--out", str(out), "--timeout", "8"], timeout=120)
+    proc = _run(
+        [
+            "benchmarks/run_all.py",
+            "--quick",
+            "--no-progress",
+            "--bench-dir",
+            str(bench_dir),
+            "--out",
+            str(out),
+            "--timeout",
+            "8",
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # some benchmarks failed
     suite = json.loads((out / "suite.json").read_text())
     assert common.check_document(suite, "suite") == []
-    assert suite["summary"] == {"bad": "bad result", "failing": "failed", "good": "ok", "silent": "no result",
-                                "slow": "timeout"}
+    assert suite["summary"] == {
+        "bad": "bad result",
+        "failing": "failed",
+        "good": "ok",
+        "silent": "no result",
+        "slow": "timeout",
+    }
     by_name = {r["name"]: r for r in suite["results"]}
     assert "boom in the benchmark" in by_name["failing"]["detail"]
     assert "missing key" in by_name["bad"]["detail"]
@@ -223,11 +277,35 @@ def test_run_all_only_and_unknown(tmp_path: Path) -> None:
     bench_dir = tmp_path / "benches"
     bench_dir.mkdir()
     (bench_dir / "bench_good.py").write_text(textwrap.dedent(_GOOD.format(bench=str(BENCH))))
-    proc = _run(["benchmarks/run_all.py", "--smoke", "--no-progress", "--bench-dir", str(bench_dir),
-                 "--out", str(tmp_path / "r"), "--only", "nope"], timeout=60)
+    proc = _run(
+        [
+            "benchmarks/run_all.py",
+            "--smoke",
+            "--no-progress",
+            "--bench-dir",
+            str(bench_dir),
+            "--out",
+            str(tmp_path / "r"),
+            "--only",
+            "nope",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 2 and "unknown benchmark" in proc.stderr and "good" in proc.stderr
-    proc = _run(["benchmarks/run_all.py", "--smoke", "--no-progress", "--bench-dir", str(bench_dir),
-                 "--out", str(tmp_path / "r"), "--only", "good"], timeout=60)
+    proc = _run(
+        [
+            "benchmarks/run_all.py",
+            "--smoke",
+            "--no-progress",
+            "--bench-dir",
+            str(bench_dir),
+            "--out",
+            str(tmp_path / "r"),
+            "--only",
+            "good",
+        ],
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     good = json.loads((tmp_path / "r" / "good.json").read_text())
     assert good["smoke"] is True and good["quick"] is True

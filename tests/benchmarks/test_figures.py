@@ -12,15 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from alpyka_testing.bench import BENCH, REPO as ROOT, load
+from alpyka_testing.bench import BENCH, load
+from alpyka_testing.bench import REPO as ROOT
 
 common = load("_common")
 summary = load("summary")
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BENCH / "summary.py"), "--check", *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(BENCH / "summary.py"), "--check", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_committed_figures_are_generated_from_the_json() -> None:
@@ -87,9 +93,11 @@ def test_machine_labels_and_skipped_rows() -> None:
     assert summary.machine_label(cpu) == "Intel Xeon, 2 cores"
     for device in ("cuda: NVIDIA H100 80GB HBM3", "cpu_serial:0 (X), cuda:0 (NVIDIA H100 80GB HBM3); numba"):
         assert summary.machine_label({**cpu, "device": device}) == "NVIDIA H100 80GB HBM3 (Intel Xeon, 2 cores)"
-    rows = [{"section": "launch", "backend": "rocm", "status": "skipped", "reason": "no HIP"},
-            {"model": "m", "variant": "v", "status": "skipped", "reason": "no form"},
-            {"contender": "opencl", "status": "failed", "reason": "boom"}]
+    rows = [
+        {"section": "launch", "backend": "rocm", "status": "skipped", "reason": "no HIP"},
+        {"model": "m", "variant": "v", "status": "skipped", "reason": "no form"},
+        {"contender": "opencl", "status": "failed", "reason": "boom"},
+    ]
     assert summary.skipped({"results": rows}) == ["opencl: boom", "rocm (launch): no HIP", "v (m): no form"]
     doc = common.result_document("x", "cpu", True, [{"status": "skipped", "reason": "?"}], {})
     assert "name no contender" in common.check_document(doc, "x")[0]

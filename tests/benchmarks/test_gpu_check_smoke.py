@@ -40,8 +40,18 @@ def _fake_sanitizer(tmp_path: Path) -> Path:
 def test_dry_run_runs_every_check_and_writes_its_document(tmp_path: Path) -> None:
     selected(("cuda",))
     sanitizer = _fake_sanitizer(tmp_path)
-    proc = run_script(["benchmarks/gpu_check.py", "--dry-run", "--no-progress", "--out", str(tmp_path / "r"),
-                       "--sanitizer", str(sanitizer)], timeout=400)
+    proc = run_script(
+        [
+            "benchmarks/gpu_check.py",
+            "--dry-run",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "r"),
+            "--sanitizer",
+            str(sanitizer),
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folder = tmp_path / "r" / "emulated-cuda"
     doc = json.loads((folder / "gpu_check.json").read_text())
@@ -52,8 +62,9 @@ def test_dry_run_runs_every_check_and_writes_its_document(tmp_path: Path) -> Non
     for name in ("warps", "philox", "bandwidth", "clustering", "sanitizer"):
         assert rows[name]["status"] == "passed", rows[name]
     handoffs = rows["handoffs"]
-    assert handoffs["status"] == "passed" or (handoffs["status"] == "skipped"
-                                              and handoffs["reason"].startswith("not present")), handoffs
+    assert handoffs["status"] == "passed" or (
+        handoffs["status"] == "skipped" and handoffs["reason"].startswith("not present")
+    ), handoffs
     assert rows["warps"]["block_sizes"] == [48, 100] and rows["warps"]["warp"] == 32
     philox = rows["philox"]
     assert philox["threads_per_block"] == 1024 and philox["u32_equal_to_cpu_serial"] == philox["n"]

@@ -20,12 +20,16 @@ class Muons(soa.Layout):
 def jagged(counts, seed=0):
     rng = np.random.default_rng(seed)
     n = int(sum(counts))
-    flat = ak.Array({
-        "pt": rng.random(n, dtype=np.float32), "eta": rng.standard_normal(n),
-        "charge": rng.choice(np.array([-1, 1], dtype=np.int32), n),
-        "px": rng.random(n, dtype=np.float32), "py": rng.random(n, dtype=np.float32),
-        "pz": rng.random(n, dtype=np.float32),
-    })
+    flat = ak.Array(
+        {
+            "pt": rng.random(n, dtype=np.float32),
+            "eta": rng.standard_normal(n),
+            "charge": rng.choice(np.array([-1, 1], dtype=np.int32), n),
+            "px": rng.random(n, dtype=np.float32),
+            "py": rng.random(n, dtype=np.float32),
+            "pz": rng.random(n, dtype=np.float32),
+        }
+    )
     return ak.unflatten(flat, np.asarray(counts, dtype=np.int64))
 
 
@@ -45,17 +49,36 @@ def test_roundtrip(queue, counts):
     assert off.dtype == np.int64 and off.tolist() == [0, *np.cumsum(counts).tolist()]
     back = pk.to_awkward(coll, offsets, fields=MAP, queue=queue)
     assert ak.to_list(back[["pt", "eta", "charge", "px", "py", "pz"]]) == ak.to_list(arr)
-    assert str(back.type).endswith("var * {pt: float32, eta: float64, charge: int32, px: float32, py: float32, "
-                                   "pz: float32}")
+    assert str(back.type).endswith(
+        "var * {pt: float32, eta: float64, charge: int32, px: float32, py: float32, pz: float32}"
+    )
 
 
 def test_vector_from_one_regular_field(queue):
     arr = jagged([3, 1])
-    vec = ak.Array({"pt": arr.pt, "eta": arr.eta, "charge": arr.charge,
-                    "p": ak.unflatten(ak.to_regular(ak.Array(np.stack([ak.flatten(arr.px).to_numpy(),
-                                                                          ak.flatten(arr.py).to_numpy(),
-                                                                          ak.flatten(arr.pz).to_numpy()], 1)),
-                                                    axis=1), [3, 1])})
+    vec = ak.Array(
+        {
+            "pt": arr.pt,
+            "eta": arr.eta,
+            "charge": arr.charge,
+            "p": ak.unflatten(
+                ak.to_regular(
+                    ak.Array(
+                        np.stack(
+                            [
+                                ak.flatten(arr.px).to_numpy(),
+                                ak.flatten(arr.py).to_numpy(),
+                                ak.flatten(arr.pz).to_numpy(),
+                            ],
+                            1,
+                        )
+                    ),
+                    axis=1,
+                ),
+                [3, 1],
+            ),
+        }
+    )
     coll, offsets = pk.from_awkward(Muons, vec, queue)
     h = host_of(coll, queue)
     queue.wait()
@@ -88,9 +111,22 @@ def test_host_copies_counted_and_zero_copy_where_possible():
     assert np.shares_memory(ak.to_layout(back).offsets.data, offsets)
     # a dtype that differs is converted once, and counted
     report = {}
-    pk.from_awkward(Muons, ak.Array({"pt": arr.pt, "eta": ak.values_astype(arr.eta, np.float32),
-                                     "charge": arr.charge, "px": arr.px, "py": arr.py, "pz": arr.pz}),
-                    q, fields=MAP, report=report)
+    pk.from_awkward(
+        Muons,
+        ak.Array(
+            {
+                "pt": arr.pt,
+                "eta": ak.values_astype(arr.eta, np.float32),
+                "charge": arr.charge,
+                "px": arr.px,
+                "py": arr.py,
+                "pz": arr.pz,
+            }
+        ),
+        q,
+        fields=MAP,
+        report=report,
+    )
     assert report["converted_bytes"] == 5 * 8
 
 
@@ -111,14 +147,26 @@ def test_missing_field_named(queue):
 
 def test_unsafe_cast_refused(queue):
     arr = jagged([2])
-    bad = ak.Array({"pt": arr.pt, "eta": arr.eta, "charge": ak.values_astype(arr.charge, np.float64) + 0.5,
-                    "px": arr.px, "py": arr.py, "pz": arr.pz})
+    bad = ak.Array(
+        {
+            "pt": arr.pt,
+            "eta": arr.eta,
+            "charge": ak.values_astype(arr.charge, np.float64) + 0.5,
+            "px": arr.px,
+            "py": arr.py,
+            "pz": arr.pz,
+        }
+    )
     with pytest.raises(ValueError, match=r"column 'charge'.*not a whole number"):
         pk.from_awkward(Muons, bad, queue, fields=MAP)
     with pytest.raises(TypeError, match=r"column 'pt'.*cannot cast float64 to float32"):
-        pk.from_awkward(Muons,
-                        ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
-                        queue, fields=MAP, casting="safe")
+        pk.from_awkward(
+            Muons,
+            ak.Array({**{k: arr[k] for k in arr.fields}, "pt": ak.values_astype(arr.pt, np.float64)}),
+            queue,
+            fields=MAP,
+            casting="safe",
+        )
 
 
 def test_jagged_field_for_flat_column(queue):

@@ -13,20 +13,24 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_import_portable_imports_no_data_extra():
-    r = _run("import sys, portable as pk; pk.distributed; pk.from_awkward; pk.read_root\n"
-             "print(sorted(m for m in ('awkward', 'uproot', 'dask', 'distributed', 'torch') if m in sys.modules))")
+    r = _run(
+        "import sys, portable as pk; pk.distributed; pk.from_awkward; pk.read_root\n"
+        "print(sorted(m for m in ('awkward', 'uproot', 'dask', 'distributed', 'torch') if m in sys.modules))"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
 
 def test_missing_extra_names_it():
-    r = _run("import sys\nfor m in ('awkward', 'uproot', 'distributed'): sys.modules[m] = None\n"
-             "import numpy as np, portable as pk, soa\n"
-             "class L(soa.Layout):\n    x = soa.column(np.float32)\n"
-             "for call in (lambda: pk.from_awkward(L, [], pk.host()),\n"
-             "             lambda: pk.read_root('f.root', 't', L, pk.host()),\n"
-             "             lambda: pk.distributed.run(print, [1])):\n"
-             "    try:\n        call()\n    except ImportError as e:\n        print(e)\n")
+    r = _run(
+        "import sys\nfor m in ('awkward', 'uproot', 'distributed'): sys.modules[m] = None\n"
+        "import numpy as np, portable as pk, soa\n"
+        "class L(soa.Layout):\n    x = soa.column(np.float32)\n"
+        "for call in (lambda: pk.from_awkward(L, [], pk.host()),\n"
+        "             lambda: pk.read_root('f.root', 't', L, pk.host()),\n"
+        "             lambda: pk.distributed.run(print, [1])):\n"
+        "    try:\n        call()\n    except ImportError as e:\n        print(e)\n"
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 3 and all("pip install 'alpyka[data]'" in ln for ln in lines), lines

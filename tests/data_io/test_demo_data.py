@@ -43,13 +43,15 @@ def test_demo_file_events_match_the_file(model_env):
     src.produce(q, ev, 5)
     frags = ev.frags.to_host(q)
     q.wait()
-    t = uproot.open(HZZ)["events"].arrays(["Jet_Px", "Jet_Py", "Jet_E", "Muon_E", "Electron_E", "Photon_E"],
-                                          entry_start=5, entry_stop=6)
+    t = uproot.open(HZZ)["events"].arrays(
+        ["Jet_Px", "Jet_Py", "Jet_E", "Muon_E", "Electron_E", "Photon_E"], entry_start=5, entry_stop=6
+    )
     jets = len(t.Jet_Px[0])
     n = sum(len(t[f"{p}_E"][0]) for p in ("Jet", "Muon", "Electron", "Photon"))
     np.testing.assert_allclose(frags.energy[:jets], ak.to_numpy(t.Jet_E[0]), rtol=1e-6)
-    np.testing.assert_allclose(frags.phi[:jets], np.arctan2(ak.to_numpy(t.Jet_Py[0]), ak.to_numpy(t.Jet_Px[0])),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        frags.phi[:jets], np.arctan2(ak.to_numpy(t.Jet_Py[0]), ak.to_numpy(t.Jet_Px[0])), rtol=1e-5, atol=1e-6
+    )
     assert (frags.truth[:n] >= 0).all() and (frags.truth[n:] == -1).all()
 
 
@@ -70,11 +72,18 @@ def environ_restored():
 
 
 def test_demo_scheduler(model_env, capsys, environ_restored):
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=50,
-                                  scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}) as cl:
-        assert pipeline.main(["--scheduler", cl.scheduler_address, "--input", HZZ, "--events", "4",
-                              "--no-progress"]) == 0
+    with distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=50,
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+    ) as cl:
+        assert (
+            pipeline.main(["--scheduler", cl.scheduler_address, "--input", HZZ, "--events", "4", "--no-progress"]) == 0
+        )
     out = capsys.readouterr().out
     assert f"on {cl.scheduler_address}" in out and "not scored" in out
 

@@ -42,9 +42,15 @@ def client():
     """A two-process local cluster. Its Nanny writes its workers' variables (``OMP_NUM_THREADS=1``,
     ``PYTHONHASHSEED``, ...) into this process's environment and leaves them: put back at the end."""
     before, environ = _children(), dict(os.environ)
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=50,
-                                       scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=50,
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+    )
     c = distributed.Client(cluster)
     try:
         yield c
@@ -108,8 +114,9 @@ def slow(state, x):
 # ---------------------------------------------------------------------- tests
 def test_same_as_in_process(client):
     chunks = pk.root_chunks(HZZ, "events", 500)
-    results = pk.distributed.run(dimuon_chunk, chunks, setup=setup_queue, client=client, backend="cpu_serial",
-                                 timeout=90)
+    results = pk.distributed.run(
+        dimuon_chunk, chunks, setup=setup_queue, client=client, backend="cpu_serial", timeout=90
+    )
     q = pk.Queue(pk.device("cpu_serial"))
     local = [dimuon_chunk({"queue": q, "setups": 1}, c)[0] for c in chunks]
     assert len(results) == len(chunks) == 5
@@ -199,8 +206,10 @@ def test_closed_dask_connections_at_teardown_are_not_logged(caplog):
     loop = asyncio.new_event_loop()
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
-            for exc in (CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is closed"),
-                        ValueError("a real failure")):
+            for exc in (
+                CommClosedError("in <TCP (closed) Scheduler Broadcast>: Stream is closed"),
+                ValueError("a real failure"),
+            ):
                 loop.call_exception_handler({"message": "Future exception was never retrieved", "exception": exc})
     finally:
         loop.close()
@@ -209,10 +218,12 @@ def test_closed_dask_connections_at_teardown_are_not_logged(caplog):
 
 
 def test_a_second_run_on_the_same_cluster_reuses_each_workers_setup(client):
-    first = pk.distributed.run(setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial",
-                               timeout=60)
-    second = pk.distributed.run(setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial",
-                                timeout=60)
+    first = pk.distributed.run(
+        setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial", timeout=60
+    )
+    second = pk.distributed.run(
+        setups_seen, range(6), setup=setup_queue, client=client, backend="cpu_serial", timeout=60
+    )
     per_worker = {pid: n for n, pid in first}
     for n, pid in second:  # the same count on each worker: setup did not run again
         assert per_worker.get(pid, n) == n, (first, second)
@@ -222,8 +233,10 @@ def test_a_second_run_on_the_same_cluster_reuses_each_workers_setup(client):
 
 def test_a_long_lived_cluster_keeps_only_the_latest_setups(client):
     for k in range(6):  # six different setups: the oldest are unregistered and forgotten
-        assert pk.distributed.run(setups_seen, [0], setup=lambda dev, k=k: {"setups": k}, client=client,
-                                  timeout=60)[0][0] == k
+        assert (
+            pk.distributed.run(setups_seen, [0], setup=lambda dev, k=k: {"setups": k}, client=client, timeout=60)[0][0]
+            == k
+        )
 
     def count(dask_worker):
         from portable.distributed import _worker as _dask_worker

@@ -10,7 +10,13 @@ skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-tes
 pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
 
 from alpyka_testing.data import (  # noqa: E402
-    BRANCHES, Leptons, branches, reference_four_lepton, reference_pair_masses, run_four_lepton, run_pair_masses,
+    BRANCHES,
+    Leptons,
+    branches,
+    reference_four_lepton,
+    reference_pair_masses,
+    run_four_lepton,
+    run_pair_masses,
 )
 
 

@@ -76,8 +76,11 @@ def test_kernel_defined_in_a_function_is_a_clear_error():
         for i in acc.uniform_elements(n):
             a[i] = 0.0
 
-    with pytest.raises(pickle.PicklingError, match=r"kernel 'inner' .*defined inside a function; define it at "
-                                                    r"the top level of a module"):
+    with pytest.raises(
+        pickle.PicklingError,
+        match=r"kernel 'inner' .*defined inside a function; define it at "
+        r"the top level of a module",
+    ):
         pickle.dumps(inner)
 
 
@@ -98,8 +101,11 @@ def _fake_main(monkeypatch, spec_name):
 
 def test_kernel_of_a_main_script_is_a_clear_error(monkeypatch):
     k = _fake_main(monkeypatch, None)
-    with pytest.raises(pickle.PicklingError, match=r"'main_kernel' \(__main__.main_kernel\): it is defined in the "
-                                                    r"__main__ script"):
+    with pytest.raises(
+        pickle.PicklingError,
+        match=r"'main_kernel' \(__main__.main_kernel\): it is defined in the "
+        r"__main__ script",
+    ):
         pickle.dumps(k)
 
 
@@ -107,8 +113,11 @@ def test_kernel_of_a_module_run_with_dash_m_goes_by_its_module_name(monkeypatch)
     k = _fake_main(monkeypatch, "mypkg.analysis")
     func, args = k.__reduce__()
     assert args == ("kernel", "mypkg.analysis", "main_kernel")
-    with pytest.raises(ImportError, match=r"cannot unpickle kernel mypkg.analysis.main_kernel: "
-                                          r"ModuleNotFoundError.*must be importable here"):
+    with pytest.raises(
+        ImportError,
+        match=r"cannot unpickle kernel mypkg.analysis.main_kernel: "
+        r"ModuleNotFoundError.*must be importable here",
+    ):
         func(*args)  # this process has no mypkg: the receiving side's error names the module
 
 
@@ -129,14 +138,16 @@ def test_unpickling_a_name_that_is_not_a_kernel_is_a_clear_error():
 
 # ---------------------------------------------------------------------- another process
 def _write_module(tmp_path: Path) -> Path:
-    (tmp_path / "pickle_kernels.py").write_text(textwrap.dedent("""
+    (tmp_path / "pickle_kernels.py").write_text(
+        textwrap.dedent("""
         import portable as pk
 
         @pk.kernel
         def add_one(acc, a, n):
             for i in acc.uniform_elements(n):
                 a[i] = a[i] + 1.0
-    """))
+    """)
+    )
     return tmp_path
 
 
@@ -165,8 +176,10 @@ def test_another_process_imports_and_launches_it(tmp_path):
     assert ok.stdout.split(" ", 1)[1].strip() == "[1.0, 2.0, 3.0, 4.0]", ok.stdout  # the values, as Python floats
     missing = _python(f"import pickle; pickle.loads(open({str(dumped)!r}, 'rb').read())", [])
     assert missing.returncode != 0
-    assert ("cannot unpickle kernel pickle_kernels.add_one: ModuleNotFoundError: No module named 'pickle_kernels'; "
-            "the module must be importable here") in missing.stderr
+    assert (
+        "cannot unpickle kernel pickle_kernels.add_one: ModuleNotFoundError: No module named 'pickle_kernels'; "
+        "the module must be importable here"
+    ) in missing.stderr
 
 
 # ---------------------------------------------------------------------- Dask
@@ -194,11 +207,14 @@ def run_kernel_chunk(state, chunk):
 def test_dask_run_with_a_kernel_as_argument():
     pytest.importorskip("distributed", reason="the data extra: pip install 'alpyka[data]'")
     pytest.importorskip("torch")
-    before = {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS",
-                                             "PYTHONHASHSEED")}
+    before = {
+        k: os.environ.get(k)
+        for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "PYTHONHASHSEED")
+    }
     chunks = [(scale_twice, np.full(3, i, np.float32)) for i in range(3)]
-    out = pk.distributed.run(run_kernel_chunk, chunks, setup=one_torch_thread, workers=1, backend="cpu_serial",
-                             timeout=90)
+    out = pk.distributed.run(
+        run_kernel_chunk, chunks, setup=one_torch_thread, workers=1, backend="cpu_serial", timeout=90
+    )
     for i, (values, pid, env, numba_threads, torch_threads) in enumerate(out):
         assert torch_threads == 1, "the task thread does not use the torch threads its setup chose"
         np.testing.assert_array_equal(values, np.full(3, 2 * i, np.float32))

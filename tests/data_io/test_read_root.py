@@ -50,8 +50,9 @@ def test_hzz_muons(queue):
 
 
 def test_zmumu_flat(queue):
-    coll, offsets = pk.read_root(ZMUMU, "events", Dimuon, queue, branches={"px1": "px1", "E1": "E1", "Q1": "Q1"},
-                                 entry_start=100, entry_stop=300)
+    coll, offsets = pk.read_root(
+        ZMUMU, "events", Dimuon, queue, branches={"px1": "px1", "E1": "E1", "Q1": "Q1"}, entry_start=100, entry_stop=300
+    )
     h, off = host_of(coll, offsets, queue)
     ref = uproot.open(ZMUMU)["events"].arrays(["px1", "Q1"], entry_start=100, entry_stop=300, library="np")
     assert coll.size == 200 and off.tolist() == list(range(201))
@@ -63,8 +64,10 @@ def test_chunks_cover_the_file():
     q = pk.Queue(pk.device("cpu_serial"))
     chunks = pk.root_chunks(HZZ, "events", 1000)
     assert [(c.entry_start, c.entry_stop) for c in chunks] == [(0, 1000), (1000, 2000), (2000, 2421)]
-    parts = [ak.to_list(pk.to_awkward(c, o, fields=MUON_BRANCHES))
-             for c, o, _ in pk.iterate_root(HZZ, "events", Muons, q, entries_per_chunk=1000, branches=MUON_BRANCHES)]
+    parts = [
+        ak.to_list(pk.to_awkward(c, o, fields=MUON_BRANCHES))
+        for c, o, _ in pk.iterate_root(HZZ, "events", Muons, q, entries_per_chunk=1000, branches=MUON_BRANCHES)
+    ]
     whole = pk.to_awkward(*pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES), fields=MUON_BRANCHES)
     assert sum(parts, []) == ak.to_list(whole)
 
@@ -137,20 +140,26 @@ def test_branches_of_different_objects_refused():
         jet = soa.column(np.float32)
 
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
-    with pytest.raises(ValueError, match=r"offsets do not match: event \d+ has \d+ rows in field 'Muon_E' but \d+ "
-                                         r"in 'Jet_E'"):
+    with pytest.raises(
+        ValueError,
+        match=r"offsets do not match: event \d+ has \d+ rows in field 'Muon_E' but \d+ "
+        r"in 'Jet_E'",
+    ):
         pk.read_root(HZZ, "events", Mixed, q, branches={"mu": "Muon_E", "jet": "Jet_E"})
 
 
 # ---------------------------------------------------------------------- entry ranges
-@pytest.mark.parametrize("start, stop, want", [
-    (-100, None, (2321, 2421)),     # negative counts from the end, as uproot
-    (None, -20, (0, 2401)),
-    (-100, -50, (2321, 2371)),
-    (2000, 10_000, (2000, 2421)),   # clamped to the file
-    (-10_000, 5, (0, 5)),
-    (300, 100, (300, 300)),         # stop before start: nothing
-])
+@pytest.mark.parametrize(
+    "start, stop, want",
+    [
+        (-100, None, (2321, 2421)),  # negative counts from the end, as uproot
+        (None, -20, (0, 2401)),
+        (-100, -50, (2321, 2371)),
+        (2000, 10_000, (2000, 2421)),  # clamped to the file
+        (-10_000, 5, (0, 5)),
+        (300, 100, (300, 300)),  # stop before start: nothing
+    ],
+)
 def test_entry_bounds_follow_uproot(start, stop, want):
     chunks = pk.root_chunks(HZZ, "events", 50, entry_start=start if start is not None else 0, entry_stop=stop)
     got = (chunks[0].entry_start, chunks[-1].entry_stop) if chunks else (want[0], want[0])
@@ -209,8 +218,9 @@ def test_split_branches_with_dots(tmp_path, queue):
         pt = soa.column(np.float32)
         eta = soa.column(np.float32)
 
-    coll, offsets = pk.read_root(path, "Delphes", Jets, queue, branches={"pt": "Jet.PT", "eta": "Jet.Eta"},
-                                 entry_start=1)
+    coll, offsets = pk.read_root(
+        path, "Delphes", Jets, queue, branches={"pt": "Jet.PT", "eta": "Jet.Eta"}, entry_start=1
+    )
     h, off = host_of(coll, offsets, queue)
     assert off.tolist() == [0, 0, 1]
     np.testing.assert_array_equal(h.pt, [31.0])

@@ -23,17 +23,24 @@ class Demo:
     """``python -m portable.cli._main demo --events 100000`` (the `alpyka` script's entry point)."""
 
     def __init__(self, backend: str, model_dir: Path, *flags: str) -> None:
-        env = {**os.environ, "ALPYKA_MODEL_DIR": str(model_dir),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "ALPYKA_MODEL_DIR": str(model_dir),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         env.pop("ALPYKA_TRACEBACK", None)
-        self.p = subprocess.Popen([sys.executable, "-m", "portable.cli._main", "demo", "--events", "100000",
-                                   "--backend", backend, *flags],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "portable.cli._main", "demo", "--events", "100000", "--backend", backend, *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
-            threading.Thread(target=lambda st=stream, sk=sink: sk.extend(iter(lambda: st.read1(4096), b"")),
-                             daemon=True).start()
+            threading.Thread(
+                target=lambda st=stream, sk=sink: sk.extend(iter(lambda: st.read1(4096), b"")), daemon=True
+            ).start()
 
     def stderr(self) -> str:
         return b"".join(self.err).decode(errors="replace")
@@ -192,8 +199,9 @@ def test_presses_counted_before_the_run_do_not_stop_it(monkeypatch):
     monkeypatch.setattr(pipeline, "_sigint_presses", 3)
     try:
         with pytest.raises(Done):
-            pipeline._run_streams(pk.device("cpu_serial"), None, pipeline.Report("cpu_serial", 4, 2, "fake"), 8,
-                                  progress=False)
+            pipeline._run_streams(
+                pk.device("cpu_serial"), None, pipeline.Report("cpu_serial", 4, 2, "fake"), 8, progress=False
+            )
     except KeyboardInterrupt:  # not pytest's own: nobody pressed anything
         pytest.fail("presses counted before the run stopped it with a KeyboardInterrupt")
 
@@ -261,18 +269,22 @@ def _interrupted_streams(monkeypatch, interrupt, slow_first: bool = True) -> Non
             except Done:  # the streams ended with no KeyboardInterrupt: say what the signal met
                 import signal as _signal
 
-                pytest.fail(f"no KeyboardInterrupt reached _run_streams (interrupt sent: {sent.is_set()}, "
-                            f"SIGINT handler {_signal.getsignal(_signal.SIGINT)!r}, main thread "
-                            f"{_signal_state()})")
+                pytest.fail(
+                    f"no KeyboardInterrupt reached _run_streams (interrupt sent: {sent.is_set()}, "
+                    f"SIGINT handler {_signal.getsignal(_signal.SIGINT)!r}, main thread "
+                    f"{_signal_state()})"
+                )
     finally:
         if was_enabled:
             gc.enable()
         cancelled.set()  # an early failure: the interrupting thread ends without interrupting
         entered.set()
         killer.join(40)
-    in_events = [t for t, f in sys._current_frames().items()
-                 if any(code.co_name in ("stream_events", "slow_event")
-                        for code in _codes(f))]
+    in_events = [
+        t
+        for t, f in sys._current_frames().items()
+        if any(code.co_name in ("stream_events", "slow_event") for code in _codes(f))
+    ]
     assert not in_events, "a stream still runs an event after the Ctrl-C left _run_streams"
     assert not pipeline._streams_left_running
 

@@ -56,8 +56,12 @@ def test_cli_errors_are_one_line(model_dir):
         (["--backend", "tpu"], "unknown backend 'tpu'"),
         (["--events", "0"], "--events must be at least 1"),
     ]:
-        res = subprocess.run([sys.executable, "-m", "portable.cli._main", "demo", *args], capture_output=True,
-                             text=True, env={**env, "PYTHONPATH": ":".join(sys.path)})
+        res = subprocess.run(
+            [sys.executable, "-m", "portable.cli._main", "demo", *args],
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPATH": ":".join(sys.path)},
+        )
         assert res.returncode != 0
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
 

@@ -50,16 +50,18 @@ def _edge_cases():
     rng = np.random.default_rng(5)
     full = [(c, 5000 if c % 2 == 0 else 100) for c in rng.permutation(MAX)]
     over = [(c, 5000) for c in rng.permutation(MAX + 3)]
-    return _event([
-        (0, []),
-        (3, []),
-        (4, [(0, 100), (1, 200), (2, 300), (3, 400), (1, 50)]),
-        (3, [(2, 5000), (0, 2500), (1, 4000), (0, 2500)]),
-        (MAX, full),
-        (MAX + 3, over),
-        (4, [(INVALID, 9000), (1, 5000), (4, 9000), (-1, 9000), (3, 3000), (3, 1000), (0, 10)]),
-        (0, []),
-    ])
+    return _event(
+        [
+            (0, []),
+            (3, []),
+            (4, [(0, 100), (1, 200), (2, 300), (3, 400), (1, 50)]),
+            (3, [(2, 5000), (0, 2500), (1, 4000), (0, 2500)]),
+            (MAX, full),
+            (MAX + 3, over),
+            (4, [(INVALID, 9000), (1, 5000), (4, 9000), (-1, 9000), (3, 3000), (3, 1000), (0, 10)]),
+            (0, []),
+        ]
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -76,8 +78,8 @@ def test_edge_cases_of_a_module(queue):
     assert list(new_n) == [0, 0, 0, 3, MAX // 2, MAX, 2, 0]  # module 6: 3000 + 1000 reaches 4000
     first, last = event[0][2], event[0][3]
     assert (new_cluster[first:last] == INVALID).all()  # every cluster of module 2 cut
-    np.testing.assert_array_equal(new_cluster[last:event[0][4]], event[1][last:event[0][4]])  # none cut in 3
-    over = new_cluster[event[0][5]:event[0][6]]
+    np.testing.assert_array_equal(new_cluster[last : event[0][4]], event[1][last : event[0][4]])  # none cut in 3
+    over = new_cluster[event[0][5] : event[0][6]]
     assert (over == INVALID).sum() == 3 and over.max() == MAX - 1  # ids past MAX are no clusters
 
 

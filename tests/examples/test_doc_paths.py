@@ -15,8 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "pyproject.toml"]
 
 #: the repository's top-level folders: a path that starts with one of them is a pointer into the tree
-TOP = ("alpyka_demo", "alpyka_testing", "backends", "benchmarks", "docs", "examples", "inference",
-       "portable", "soa", "tests", ".ci")
+TOP = (
+    "alpyka_demo",
+    "alpyka_testing",
+    "backends",
+    "benchmarks",
+    "docs",
+    "examples",
+    "inference",
+    "portable",
+    "soa",
+    "tests",
+    ".ci",
+)
 #: names that stand for any file in the prose ("a timeout in tests/x.py::test_y"), not a pointer
 PLACEHOLDERS = {"tests/x.py"}
 
@@ -113,8 +124,10 @@ def test_the_check_sees_stale_pointers(tmp_path):
     """The checks find what they are for: an old path, an old test file, a link to a missing
     file and one to a missing section."""
     page = tmp_path / "page.md"
-    page.write_text("# Title\n\nSee `portable/_cli.py`, `backends/emulator/`, `tests/kernels/test_*.py`,\n"
-                    "test_nothing_here.py, test_layering.py, [a](missing.md), [b](#title), [c](#gone).\n")
+    page.write_text(
+        "# Title\n\nSee `portable/_cli.py`, `backends/emulator/`, `tests/kernels/test_*.py`,\n"
+        "test_nothing_here.py, test_layering.py, [a](missing.md), [b](#title), [c](#gone).\n"
+    )
     assert stale_paths(page) == ["portable/_cli.py"]
     assert stale_test_files(page) == ["test_nothing_here.py"]
     assert broken_links(page) == ["#gone", "missing.md"]
@@ -122,7 +135,9 @@ def test_the_check_sees_stale_pointers(tmp_path):
 
 def test_the_anchor_of_a_heading():
     seen: dict[str, int] = {}
-    assert slug("Checking a kernel for a GPU on a laptop (`ALPYKA_EMULATE`)", seen) == \
-        "checking-a-kernel-for-a-gpu-on-a-laptop-alpyka_emulate"
+    assert (
+        slug("Checking a kernel for a GPU on a laptop (`ALPYKA_EMULATE`)", seen)
+        == "checking-a-kernel-for-a-gpu-on-a-laptop-alpyka_emulate"
+    )
     assert slug("`assert` and `print`", seen) == "assert-and-print"
     assert [slug("Testing", seen), slug("Testing", seen)] == ["testing", "testing-1"]

@@ -29,8 +29,15 @@ NEEDS = {
     "inference.md": ("torch",),
     "remote.md": ("torch", "pytriton", "tritonclient"),
 }
-EXTRAS = {"torch": "torch", "pytriton": "triton", "tritonclient": "triton", "awkward": "data", "uproot": "data",
-          "distributed": "data", "skhep_testdata": "test"}
+EXTRAS = {
+    "torch": "torch",
+    "pytriton": "triton",
+    "tritonclient": "triton",
+    "awkward": "data",
+    "uproot": "data",
+    "distributed": "data",
+    "skhep_testdata": "test",
+}
 
 
 def missing_modules(page: Path) -> list[str]:
@@ -64,8 +71,7 @@ PAGE_TIMEOUT_S = 600
 
 
 @pytest.mark.timeout(PAGE_TIMEOUT_S + 60)
-@pytest.mark.parametrize("page", [p for p in PAGES if any(not is_fragment(b) for b in blocks(p))],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [p for p in PAGES if any(not is_fragment(b) for b in blocks(p))], ids=lambda p: p.name)
 def test_the_pages_python_runs_as_written(page, tmp_path):
     missing = missing_modules(page)
     if missing:
@@ -88,8 +94,9 @@ def test_the_stated_line_counts_of_the_dimuon_comparison():
     """docs/data.md compares one analysis written with alpyka and with awkward + numba: the
     figures it states are the blocks' own, and alpyka stays within 1.5x."""
     page = ROOT / "docs" / "data.md"
-    found = {name: _lines(b) for b in blocks(page) for name in ("dimuon_mass", "dimuon_mass_numba")
-             if f"def {name}(" in b}
+    found = {
+        name: _lines(b) for b in blocks(page) for name in ("dimuon_mass", "dimuon_mass_numba") if f"def {name}(" in b
+    }
     stated = re.search(r"alpyka (\d+), awkward \+ numba (\d+) \(([\d.]+)x\)", " ".join(page.read_text().split()))
     assert stated, "docs/data.md no longer states the line counts"
     alpyka, numba = found["dimuon_mass"], found["dimuon_mass_numba"]

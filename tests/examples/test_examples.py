@@ -11,7 +11,6 @@ import pytest
 
 from alpyka_testing import warm_python
 
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -57,9 +56,18 @@ def _standin_backends() -> list[str]:
 
 
 def test_every_example_is_tested():
-    tested = {"soa_tour.py", "minimal_kernel.py", "model_on_collection.py", "remote_model.py", "pipeline.py",
-              "dimuon_mass.py", "pipeline_service.py", "per_candidate_model.py", "pixel_clustering.py",
-              "cluster_charge_cut.py"}
+    tested = {
+        "soa_tour.py",
+        "minimal_kernel.py",
+        "model_on_collection.py",
+        "remote_model.py",
+        "pipeline.py",
+        "dimuon_mass.py",
+        "pipeline_service.py",
+        "per_candidate_model.py",
+        "pixel_clustering.py",
+        "cluster_charge_cut.py",
+    }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -128,10 +136,16 @@ def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name.split('.')[0] == 'skhep_testdata':\n"
         "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Hide())\n")
+        "sys.meta_path.insert(0, Hide())\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(EXAMPLES.parent)])}
-    res = subprocess.run([sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial"], capture_output=True,
-                         text=True, timeout=120, env=env)
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr, res.stderr
     assert "missing: skhep_testdata" in res.stderr and 'pip install -e ".[test]"' in res.stderr, res.stderr

@@ -36,10 +36,10 @@ def test_matches_connected_components(queue, seed):
 def test_touching_shapes_and_long_chains(queue):
     """A snake across the module (ids must travel far), an L, a diagonal, lone pixels, and a digi
     of a module past n_modules; two modules with identical pixels stay apart."""
-    pix = [(c, 5 + (c % 2)) for c in range(0, 300)]            # a 300-column zigzag: one cluster
+    pix = [(c, 5 + (c % 2)) for c in range(0, 300)]  # a 300-column zigzag: one cluster
     pix += [(10, 40), (10, 41), (10, 42), (11, 42), (12, 42)]  # an L
-    pix += [(50 + k, 80 + k) for k in range(6)]                # a diagonal
-    pix += [(200, 100), (202, 100), (200, 102)]                # three singles (gaps of one)
+    pix += [(50 + k, 80 + k) for k in range(6)]  # a diagonal
+    pix += [(200, 100), (202, 100), (200, 102)]  # three singles (gaps of one)
     mx = np.array([p[0] for p in pix], np.int32)
     my = np.array([p[1] for p in pix], np.int32)
     module = np.concatenate([np.zeros(len(pix), np.int32), np.ones(len(pix), np.int32), [-1, 7]]).astype(np.int32)
@@ -84,8 +84,9 @@ def _dense_patch(seed):
 def test_both_algorithms_give_identical_ids(queue, data):
     """Each path forced on the same input (whatever the device would pick): the same ids, those of
     the plain connected components."""
-    module, x, y = pc.generate_digis(n_modules=6, clusters_per_module=30, seed=5) if data == "random" \
-        else _dense_patch(6)
+    module, x, y = (
+        pc.generate_digis(n_modules=6, clusters_per_module=30, seed=5) if data == "random" else _dense_patch(6)
+    )
     want = pc.reference_clusters(module, x, y)
     assert len(set(want[module == 0].tolist())) > 20  # many clusters, numbered per module
     for algorithm in pc.ALGORITHMS:
@@ -99,8 +100,9 @@ def test_the_device_declares_which_algorithm_it_runs(device):
     assert pc.algorithm_for(device) == ("union_find" if one_thread else "propagation")
     if device.backend_name in ("cpu_serial", "cpu_threads"):
         assert pc.algorithm_for(device) == "union_find"
-    gpu = dataclasses.replace(device, limits=dataclasses.replace(device.limits, max_threads_per_block=1024),
-                              properties={"type": "gpu"})
+    gpu = dataclasses.replace(
+        device, limits=dataclasses.replace(device.limits, max_threads_per_block=1024), properties={"type": "gpu"}
+    )
     assert pc.algorithm_for(gpu) == "propagation"
 
 

@@ -106,8 +106,8 @@ def _double_model():
 
 
 def _export_all(d: Path) -> dict[str, str]:
-    from inference import export
     from alpyka_testing.inference import MLP, PerItem, Totals, TwoHeads, UsesEverything
+    from inference import export
 
     n = 8
     f = torch.randn(n, 3)
@@ -121,8 +121,9 @@ def _export_all(d: Path) -> dict[str, str]:
         ("per_item", PerItem(), (torch.randn(n, 5, 3),), {}),
     ):
         for suffix in ("onnx", "pt2"):
-            out[f"{name}.{suffix}"] = export(module, example, d / f"{name}.{suffix}",
-                                             **(names if suffix == "onnx" else {}))
+            out[f"{name}.{suffix}"] = export(
+                module, example, d / f"{name}.{suffix}", **(names if suffix == "onnx" else {})
+            )
     out["double.onnx"] = export(_double_model(), (torch.randn(n, 1),), d / "double.onnx")
     return out
 
@@ -138,8 +139,7 @@ def exported_files() -> dict[str, str]:
     from inference import aot, export
 
     # export's module and the aot module it builds on
-    sources = [TESTMODELS, Path(__file__), Path(inspect.getsourcefile(export)),
-               Path(inspect.getsourcefile(aot))]
+    sources = [TESTMODELS, Path(__file__), Path(inspect.getsourcefile(export)), Path(inspect.getsourcefile(aot))]
     d = cached_dir("exported", content_key(sources, ["torch", "onnx", "onnxscript"]), _export_all)
     files = {p.name: str(p) for p in d.iterdir() if p.suffix in (".onnx", ".pt2")}
     assert len(files) == 11, sorted(files)

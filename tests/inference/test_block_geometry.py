@@ -7,9 +7,9 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.inference import Particles
 from inference import SoAMetadata
 from inference._block import make_block
-from alpyka_testing.inference import Particles
 
 # (n, float32 elements per padded column, float64 elements per padded column), alignment 128:
 # float32: round_up(n, 32); float64: round_up(n, 16)

@@ -11,9 +11,17 @@ import pytest
 import torch
 
 import portable as pk
+from alpyka_testing.inference import (
+    MLP,
+    Totals,
+    TwoHeads,
+    UsesEverything,
+    features,
+    kernel_model_kernel,
+    onnx_unavailable,
+    skip_unless_onnx_runs_on,
+)
 from inference import Model, ModelMetadata, SoAMetadata
-from alpyka_testing.inference import (MLP, Totals, TwoHeads, UsesEverything, features, kernel_model_kernel,
-                                      onnx_unavailable, skip_unless_onnx_runs_on)
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 FORMATS = ["onnx", "pt2"]
@@ -36,8 +44,11 @@ def test_matches_eager(queue, make_particles, make_preds, exported_files, fmt, n
     out = make_preds(n)
     model = Model(exported_files[f"mlp.{fmt}"]).to(queue)
     assert model.kind == {"onnx": "onnx", "pt2": "exported"}[fmt]
-    model.forward(ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                                SoAMetadata(out).append_block("preds", "m", "n")))
+    model.forward(
+        ModelMetadata(
+            SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+        )
+    )
     cols = out.to_dict(queue)
     np.testing.assert_allclose(_preds(cols), _eager(MLP(), features(data)).numpy(), rtol=1e-5, atol=1e-5)
     assert (cols["score"] == -7).all() and (cols["extra"] == -7).all()  # other columns untouched
@@ -48,12 +59,22 @@ def test_vector_matrix_and_scalar_inputs(queue, make_particles, make_preds, expo
     n = 300
     coll, data = make_particles(n, seed=5)
     out = make_preds(n)
-    inputs = (SoAMetadata(coll).append_block("f", "x", "y", "z").append_block("p", "p")
-              .append_block("cov", "cov").append_block("scale", "scale"))
+    inputs = (
+        SoAMetadata(coll)
+        .append_block("f", "x", "y", "z")
+        .append_block("p", "p")
+        .append_block("cov", "cov")
+        .append_block("scale", "scale")
+    )
     model = Model(exported_files[f"everything.{fmt}"]).to(queue)
     model.forward(ModelMetadata(inputs, SoAMetadata(out).append_block("preds", "m", "n")))
-    ref = _eager(UsesEverything(), features(data), torch.from_numpy(data["p"]), torch.from_numpy(data["cov"]),
-                 torch.full((n, 1), 1.5))
+    ref = _eager(
+        UsesEverything(),
+        features(data),
+        torch.from_numpy(data["p"]),
+        torch.from_numpy(data["cov"]),
+        torch.full((n, 1), 1.5),
+    )
     np.testing.assert_allclose(_preds(out.to_dict(queue)), ref.numpy(), rtol=1e-5, atol=1e-5)
     if fmt == "onnx":  # every block here is column-major (or a broadcast): each one gathered, and said so
         assert "gathered" in repr(model) and "'cov'" in repr(model)
@@ -71,8 +92,9 @@ def test_several_outputs(queue, make_particles, make_preds, exported_files, fmt,
         # outputs named like the blocks go by name): here [n, 2] meets the 1-column "score"
         before = out.to_dict(queue)
         model = Model(exported_files[f"heads.{fmt}"]).to(queue)
-        with pytest.raises((ValueError, pk.AsyncError),
-                           match=r"block 'score' has shape \[200, 2\].*nothing was written"):
+        with pytest.raises(
+            (ValueError, pk.AsyncError), match=r"block 'score' has shape \[200, 2\].*nothing was written"
+        ):
             model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs))
             queue.wait()
         after = out.to_dict(queue)
@@ -80,7 +102,8 @@ def test_several_outputs(queue, make_particles, make_preds, exported_files, fmt,
             np.testing.assert_array_equal(after[k], before[k])  # nothing written
         return
     Model(exported_files[f"heads.{fmt}"]).to(queue).forward(
-        ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs))
+        ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs)
+    )
     preds, score = _eager(TwoHeads(), features(data))
     cols = out.to_dict(queue)
     np.testing.assert_allclose(_preds(cols), preds.numpy(), rtol=1e-5, atol=1e-5)
@@ -92,11 +115,13 @@ def test_mini_batches(queue, make_particles, make_preds, exported_files, fmt):
     n = 200
     coll, data = make_particles(n, seed=11)
     out = make_preds(n)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"), batch_size=64)
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"),
+        SoAMetadata(out).append_block("preds", "m", "n"),
+        batch_size=64,
+    )
     Model(exported_files[f"mlp.{fmt}"]).to(queue).forward(meta)
-    np.testing.assert_allclose(_preds(out.to_dict(queue)), _eager(MLP(), features(data)).numpy(),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_preds(out.to_dict(queue)), _eager(MLP(), features(data)).numpy(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "pt2", "module"])
@@ -107,12 +132,14 @@ def test_outputs_of_another_size_than_the_inputs(queue, make_particles, make_pre
     coll, data = make_particles(n, seed=13)
     out = make_preds(1)
     model = Model(Totals() if fmt == "module" else exported_files[f"totals.{fmt}"]).to(queue)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     for _ in range(2):  # the first forward and the prepared plan's
         model.forward(meta)
-        np.testing.assert_allclose(_preds(out.to_dict(queue)), _eager(Totals(), features(data)).numpy(),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            _preds(out.to_dict(queue)), _eager(Totals(), features(data)).numpy(), rtol=1e-4, atol=1e-4
+        )
     with pytest.raises(ValueError, match="one size"):  # mini-batches need one size in and out
         ModelMetadata(meta.inputs, meta.outputs, batch_size=100)
 
@@ -129,8 +156,9 @@ def test_one_column_block_is_bound_in_place(queue, make_particles, make_preds, e
     coll, _ = make_particles(10)
     out = make_preds(10)
     model = Model(exported_files["double.onnx"]).to(q)
-    model.forward(ModelMetadata(SoAMetadata(coll).append_block("x", "x"),
-                                SoAMetadata(out).append_block("score", "score")))
+    model.forward(
+        ModelMetadata(SoAMetadata(coll).append_block("x", "x"), SoAMetadata(out).append_block("score", "score"))
+    )
     cols, src = out.to_dict(q), coll.to_dict(q)
     np.testing.assert_allclose(cols["score"], src["x"] * 2 + 1, rtol=1e-6)
     assert "bound in place" in repr(model) and "gathered" not in repr(model)
@@ -147,8 +175,9 @@ def test_no_deprecation_warning_from_loading_or_running(queue, make_particles, m
         scripted.write_bytes(jit_save_bytes(torch.jit.script(MLP())))
     coll, _ = make_particles(50)
     out = make_preds(50)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         onnx = [] if onnx_unavailable(queue.device) else [exported_files["mlp.onnx"]]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata
 from alpyka_testing.inference import MLP, TwoHeads, UsesEverything, features
+from inference import Model, ModelMetadata, SoAMetadata
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 
@@ -45,12 +45,18 @@ def test_vector_matrix_and_scalar_inputs(queue, make_particles, make_preds):
     coll, data = make_particles(n, seed=5)
     out = make_preds(n)
     module = UsesEverything()
-    inputs = (SoAMetadata(coll).append_block("f", "x", "y", "z").append_block("p", "p")
-              .append_block("cov", "cov").append_block("scale", "scale"))
+    inputs = (
+        SoAMetadata(coll)
+        .append_block("f", "x", "y", "z")
+        .append_block("p", "p")
+        .append_block("cov", "cov")
+        .append_block("scale", "scale")
+    )
     outputs = SoAMetadata(out).append_block("preds", "m", "n")
     Model(module).to(queue).forward(ModelMetadata(inputs, outputs))
-    ref = _reference(module, features(data), torch.from_numpy(data["p"]), torch.from_numpy(data["cov"]),
-                     torch.full((n, 1), 1.5))
+    ref = _reference(
+        module, features(data), torch.from_numpy(data["p"]), torch.from_numpy(data["cov"]), torch.full((n, 1), 1.5)
+    )
     np.testing.assert_allclose(_preds(out.to_dict(queue)), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -87,8 +93,13 @@ def test_mini_batches_equal_the_full_batch(queue, make_particles, make_preds, ba
         np.testing.assert_allclose(b[k], a[k], atol=1e-5)
     # ModelMetadata(batch_size=...) is the same thing
     again = make_preds(n)
-    model.forward(ModelMetadata(inputs, SoAMetadata(again).append_block("preds", "m", "n")
-                                .append_block("score", "score"), batch_size=batch_size))
+    model.forward(
+        ModelMetadata(
+            inputs,
+            SoAMetadata(again).append_block("preds", "m", "n").append_block("score", "score"),
+            batch_size=batch_size,
+        )
+    )
     np.testing.assert_allclose(again.to_dict(queue)["m"], a["m"], atol=1e-5)
 
 
@@ -115,6 +126,7 @@ def test_output_cast_and_input_dtype(queue, make_particles, make_preds):
     module = MLP()
     inputs = SoAMetadata(coll).append_block("features", "x", "y", "z")
     outputs = SoAMetadata(out).append_block("extra", "extra")  # float64 column
+
     class FirstColumn(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -137,7 +149,8 @@ def test_output_cast_and_input_dtype(queue, make_particles, make_preds):
     one = SoAMetadata(out).append_block("score", "score")
     lin = torch.nn.Linear(1, 1)
     Model(torch.nn.Sequential(lin, torch.nn.Flatten(0))).to(queue).forward(
-        ModelMetadata(wide, one, input_dtype=np.float32))
+        ModelMetadata(wide, one, input_dtype=np.float32)
+    )
     with torch.no_grad():
         ref = lin(torch.from_numpy(data["w"].astype(np.float32)).unsqueeze(1))[:, 0].numpy()
     np.testing.assert_allclose(out.to_dict(queue)["score"], ref, rtol=1e-5, atol=1e-6)
@@ -209,8 +222,10 @@ class _StubLoader:
     def __init__(self, inputs, outputs, kwargs=None):
         from torch.utils import _pytree as pytree
 
-        self.spec = (pytree.treespec_dumps(pytree.tree_flatten((inputs, kwargs or {}))[1]),
-                     pytree.treespec_dumps(pytree.tree_flatten(outputs)[1]))
+        self.spec = (
+            pytree.treespec_dumps(pytree.tree_flatten((inputs, kwargs or {}))[1]),
+            pytree.treespec_dumps(pytree.tree_flatten(outputs)[1]),
+        )
         self.calls = 0
 
     def get_call_spec(self):
@@ -232,9 +247,14 @@ class _StubPackage:
         return "package's own call"
 
 
-@pytest.mark.parametrize("outputs,expected", [
-    ((0, 0), lambda s, d: (s, d)), ({"sum": 0, "diff": 0}, lambda s, d: {"sum": s, "diff": d}),
-    ([0, {"d": 0}], lambda s, d: [s, {"d": d}])])
+@pytest.mark.parametrize(
+    "outputs,expected",
+    [
+        ((0, 0), lambda s, d: (s, d)),
+        ({"sum": 0, "diff": 0}, lambda s, d: {"sum": s, "diff": d}),
+        ([0, {"d": 0}], lambda s, d: [s, {"d": d}]),
+    ],
+)
 def test_aot_runner_gives_the_packages_output_structure(outputs, expected):
     from torch.utils import _pytree as pytree
 
@@ -270,7 +290,8 @@ def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles
     rng = np.random.default_rng(23)
     x = rng.standard_normal((n, 3)).astype(np.float32)
     host_in = pk.PortableCollection.from_dict(
-        coll.layout, {**coll.to_dict(q), "x": x[:, 0], "y": x[:, 1], "z": x[:, 2]}, pk.host())
+        coll.layout, {**coll.to_dict(q), "x": x[:, 0], "y": x[:, 1], "z": x[:, 2]}, pk.host()
+    )
     host_out = pk.PortableCollection(out.layout, n, pk.host())
     module = MLP()
     model = Model(module).to(q)

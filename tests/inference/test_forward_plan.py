@@ -9,18 +9,20 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata
 from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
+from inference import Model, ModelMetadata, SoAMetadata
 
 
 def _setup(n: int = 64, seed: int = 0):
     q = pk.Queue(pk.host(), blocking=True)
     data = fill_particles(n, seed)
     coll = pk.PortableCollection.from_dict(Particles, data, q)
-    out = pk.PortableCollection.from_dict(Preds, {k: np.full(n, -7.0, dtype=Preds.field(k).dtype)
-                                                  for k in Preds.field_names()}, q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    out = pk.PortableCollection.from_dict(
+        Preds, {k: np.full(n, -7.0, dtype=Preds.field(k).dtype) for k in Preds.field_names()}, q
+    )
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     return q, coll, out, meta
 
 
@@ -156,8 +158,9 @@ def test_metadata_built_per_event_shares_one_spec_per_geometry_and_keeps_no_coll
             data = fill_particles(n, seed=event)
             coll = pk.PortableCollection.from_dict(Particles, data, q)
             out = pk.PortableCollection(Preds, n, q)
-            meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                                 SoAMetadata(out).append_block("preds", "m", "n"))
+            meta = ModelMetadata(
+                SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+            )
             model.to(q).forward(meta)
             np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(module, coll, q), rtol=1e-5, atol=1e-6)
             refs += [weakref.ref(coll), weakref.ref(out)]

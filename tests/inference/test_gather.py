@@ -9,10 +9,9 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata
-from inference import _gather
-from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, TRIALS, chosen, compiled, gather
 from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
+from inference import Model, ModelMetadata, SoAMetadata, _gather
+from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, TRIALS, chosen, compiled, gather
 
 
 def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float32) -> torch.Tensor:
@@ -23,8 +22,20 @@ def _column_major(n: int, inner: tuple[int, ...], padded: int, dtype=torch.float
     return flat.as_strided((n,) + inner, (1,) + strides)
 
 
-@pytest.mark.parametrize("inner", [(3,), (FEW_COLUMNS,), (2, FEW_COLUMNS // 2), (FEW_COLUMNS + 1,),
-                                   (GATHER_SPAN * 3 + 5,), (700, 8), (5, 4, 3), (1000, 1), (2, 600)])
+@pytest.mark.parametrize(
+    "inner",
+    [
+        (3,),
+        (FEW_COLUMNS,),
+        (2, FEW_COLUMNS // 2),
+        (FEW_COLUMNS + 1,),
+        (GATHER_SPAN * 3 + 5,),
+        (700, 8),
+        (5, 4, 3),
+        (1000, 1),
+        (2, 600),
+    ],
+)
 @pytest.mark.parametrize("n,padded", [(2, 32), (37, 64), (128, 128), (TILE_EVENTS + 44, TILE_EVENTS + 64)])
 def test_gather_equals_contiguous(inner, n, padded):
     t = _column_major(n, inner, padded)
@@ -38,9 +49,20 @@ def test_gather_equals_contiguous(inner, n, padded):
     assert gather(expected) is expected  # row-major already: no copy
 
 
-@pytest.mark.parametrize("dtype,expect_compiled", [
-    (torch.float32, True), (torch.float64, True), (torch.int64, True), (torch.int32, True), (torch.int8, True),
-    (torch.uint8, True), (torch.bool, True), (torch.float16, False), (torch.bfloat16, False)])
+@pytest.mark.parametrize(
+    "dtype,expect_compiled",
+    [
+        (torch.float32, True),
+        (torch.float64, True),
+        (torch.int64, True),
+        (torch.int32, True),
+        (torch.int8, True),
+        (torch.uint8, True),
+        (torch.bool, True),
+        (torch.float16, False),
+        (torch.bfloat16, False),
+    ],
+)
 @pytest.mark.parametrize("n", [5, 70])  # below and above SMALL_BATCH: the column and tile loops
 @pytest.mark.parametrize("per_candidate", [False, True])  # the row loop: a few columns
 def test_gather_of_every_dtype(dtype, expect_compiled, n, per_candidate):
@@ -64,9 +86,17 @@ def test_gather_of_every_dtype(dtype, expect_compiled, n, per_candidate):
         assert torch.equal(gather(t, torch.empty(t.shape, dtype=torch.float32)), t.contiguous().float())
 
 
-@pytest.mark.parametrize("columns,n,loop", [
-    (FEW_COLUMNS, 5, "rows"), (FEW_COLUMNS, 5000, "rows"), (3, 70, "rows"),
-    (FEW_COLUMNS + 1, 5, "columns"), (FEW_COLUMNS + 1, 5000, "tiles"), (4500 * 8, 4, "columns")])
+@pytest.mark.parametrize(
+    "columns,n,loop",
+    [
+        (FEW_COLUMNS, 5, "rows"),
+        (FEW_COLUMNS, 5000, "rows"),
+        (3, 70, "rows"),
+        (FEW_COLUMNS + 1, 5, "columns"),
+        (FEW_COLUMNS + 1, 5000, "tiles"),
+        (4500 * 8, 4, "columns"),
+    ],
+)
 def test_loop_chosen_by_geometry(columns, n, loop):
     """A few columns: row after row; more: columns in memory order for a few events, tiles beyond."""
     from inference import _gather
@@ -80,7 +110,7 @@ def test_loop_chosen_by_geometry(columns, n, loop):
 def test_gather_reads_only_the_block_it_is_given():
     """A block in the middle of a collection's memory: the values around it are not read into the output."""
     flat = torch.full((10 * 32,), -7.0)
-    flat[64:64 + 3 * 32] = torch.arange(3 * 32, dtype=torch.float32)
+    flat[64 : 64 + 3 * 32] = torch.arange(3 * 32, dtype=torch.float32)
     t = flat[64:].as_strided((20, 3), (1, 32))
     out = gather(t, torch.empty(20, 3))
     assert torch.equal(out, torch.arange(96, dtype=torch.float32).view(3, 32)[:, :20].T)
@@ -93,8 +123,9 @@ def test_kept_buffers_are_refilled_each_forward(exported_files):
     coll = pk.PortableCollection.from_dict(Particles, data, q)
     out = pk.PortableCollection.from_dict(Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q)
     model = Model(exported_files["mlp.onnx"]).to(q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     for seed in (1, 2, 3):  # the same prepared pass, new input values each time
         data = fill_particles(n, seed=seed)
         q.wait()
@@ -119,9 +150,11 @@ def test_kept_binding_follows_the_collections(exported_files):
         data = fill_particles(n, seed=seed)
         coll = pk.PortableCollection.from_dict(Particles, data, q)
         out = pk.PortableCollection.from_dict(
-            Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q)
-        meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                             SoAMetadata(out).append_block("preds", "m", "n"))
+            Preds, {k: np.zeros(n, Preds.field(k).dtype) for k in Preds.field_names()}, q
+        )
+        meta = ModelMetadata(
+            SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+        )
         runs.append((data, out, meta))
     for _ in range(2):
         for data, out, meta in runs:
@@ -152,8 +185,12 @@ def test_threads_sharing_a_model_never_share_its_workspace(exported_files):
             data = fill_particles(n, seed=1000 * t + it)
             coll = pk.PortableCollection.from_dict(Particles, data, q)
             out = pk.PortableCollection(Preds, n, q)
-            model.forward(ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                                        SoAMetadata(out).append_block("preds", "m", "n")))
+            model.forward(
+                ModelMetadata(
+                    SoAMetadata(coll).append_block("features", "x", "y", "z"),
+                    SoAMetadata(out).append_block("preds", "m", "n"),
+                )
+            )
             cols = out.to_dict(q)
             with torch.no_grad():
                 ref = MLP()(features(data)).numpy()

@@ -23,11 +23,11 @@ import pytest
 import torch
 
 import portable as pk
-from backends.emulator.fake_cupy import make_fake_cupy
-from backends.emulator.fake_cupy_kernels import enable_execution
 from alpyka_testing.backends.standin_torch import TorchOnStream, patch_torch
 from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
 from backends._cupy_common import CupyBackend
+from backends.emulator.fake_cupy import make_fake_cupy
+from backends.emulator.fake_cupy_kernels import enable_execution
 from inference import Model, ModelMetadata, SoAMetadata
 from portable import _registry
 
@@ -46,10 +46,12 @@ def standin(request, monkeypatch) -> tuple[CupyBackend, TorchOnStream]:
 def _model_io(queue: pk.Queue, n: int, seed: int = 3):
     data = fill_particles(n, seed)
     coll = pk.PortableCollection.from_dict(Particles, data, queue)
-    out = pk.PortableCollection.from_dict(Preds, {k: np.full(n, -7.0, Preds.field(k).dtype)
-                                                 for k in Preds.field_names()}, queue)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    out = pk.PortableCollection.from_dict(
+        Preds, {k: np.full(n, -7.0, Preds.field(k).dtype) for k in Preds.field_names()}, queue
+    )
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     return coll, out, meta, data
 
 

@@ -10,10 +10,10 @@ import torch
 
 import portable as pk
 import soa
+from alpyka_testing.inference import Particles, PerItem, features
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._block import make_block
 from inference._gather import compiled, gather
-from alpyka_testing.inference import Particles, PerItem, features
 
 R = 5  # rows per item, as the exported per_item files take
 
@@ -36,9 +36,17 @@ def test_the_geometry_of_grouped_blocks():
     assert (make_block(Particles, 64, 0, "f", ("x",), rows_per_item=8).batch_multiple, plain.batch_multiple) == (4, 32)
 
 
-@pytest.mark.parametrize("rows, error", [(3, "not a whole number of items"), (0, "positive integer"),
-                                         (-2, "positive integer"), (2.5, "positive integer"),
-                                         (True, "positive integer"), ([2], "positive integer")])
+@pytest.mark.parametrize(
+    "rows, error",
+    [
+        (3, "not a whole number of items"),
+        (0, "positive integer"),
+        (-2, "positive integer"),
+        (2.5, "positive integer"),
+        (True, "positive integer"),
+        ([2], "positive integer"),
+    ],
+)
 def test_bad_groupings_are_refused_by_name(rows, error):
     with pytest.raises(ValueError, match=f"block 'f'.*{error}"):
         make_block(Particles, 40, 0, "f", ("x", "y", "z"), rows_per_item=rows)
@@ -98,15 +106,21 @@ def test_mini_batches_of_items(queue, make_particles, make_preds):
     coll, data = make_particles(1280, seed=5)
     out = make_preds(64)
     module = PerItem()
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=20),
-                         SoAMetadata(out).append_block("preds", "m", "n"), batch_size=32)
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=20),
+        SoAMetadata(out).append_block("preds", "m", "n"),
+        batch_size=32,
+    )
     Model(module).to(queue).forward(meta)
     got = out.to_dict(queue)
     want = module(features(data).reshape(64, 20, 3)).detach().numpy()
     np.testing.assert_allclose(np.stack([got["m"], got["n"]], axis=1), want, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="one batch axis for every block"):
-        ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=20),
-                      SoAMetadata(make_preds(1280)).append_block("preds", "m", "n"), batch_size=32)
+        ModelMetadata(
+            SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=20),
+            SoAMetadata(make_preds(1280)).append_block("preds", "m", "n"),
+            batch_size=32,
+        )
 
 
 def test_a_remote_model_refuses_grouped_blocks():
@@ -115,8 +129,10 @@ def test_a_remote_model_refuses_grouped_blocks():
 
     q = pk.Queue(pk.host(), blocking=True)
     coll = pk.PortableCollection(Particles, 40, q)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=R),
-                         SoAMetadata(pk.PortableCollection(Particles, 8, q)).append_block("g", "x", "y"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z", rows_per_item=R),
+        SoAMetadata(pk.PortableCollection(Particles, 8, q)).append_block("g", "x", "y"),
+    )
     remote = RemoteModel("127.0.0.1:9", "m", connect=False)  # refused before any server is asked
     try:
         with pytest.raises(MetadataMismatch, match=r"\['f'\].*rows_per_item.*local inference.Model"):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelFileError, ModelMetadata, SoAMetadata, load_state_dict
 from alpyka_testing.inference import MLP, Particles, TwoHeads
+from inference import Model, ModelFileError, ModelMetadata, SoAMetadata, load_state_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 
@@ -78,21 +78,28 @@ def test_wrong_output_leaves_the_collection_unchanged(queue, make_particles, mak
             return x[:, :2] * 1 if x.shape[0] == 32 else x[:, :1] * 1
 
     Model(WrongLastBatch()).to(queue).forward(
-        ModelMetadata(inputs, SoAMetadata(out).append_block("preds", "m", "n")), batch_size=32)
+        ModelMetadata(inputs, SoAMetadata(out).append_block("preds", "m", "n")), batch_size=32
+    )
     with pytest.raises(pk.AsyncError, match="mini-batch of 4"):
         queue.wait()
     cols = out.to_dict(queue)
     assert (cols["m"] == -7).all() and (cols["n"] == -7).all()
 
-    for result, match in ((lambda x: x[:, :2], "dtype"), (lambda x: (x[:, :2],), "returned 1 outputs"),
-                          (lambda x: {"preds": x[:, :2]}, "missing \\['score'\\]"), (lambda x: 3, "int")):
+    for result, match in (
+        (lambda x: x[:, :2], "dtype"),
+        (lambda x: (x[:, :2],), "returned 1 outputs"),
+        (lambda x: {"preds": x[:, :2]}, "missing \\['score'\\]"),
+        (lambda x: 3, "int"),
+    ):
+
         class Bad(torch.nn.Module):
             def forward(self, x, _r=result):
                 r = _r(x)
                 return r.double() if match == "dtype" else r
 
-        Model(Bad()).to(queue).forward(ModelMetadata(inputs, outputs if match != "dtype" else
-                                                     SoAMetadata(out).append_block("preds", "m", "n")))
+        Model(Bad()).to(queue).forward(
+            ModelMetadata(inputs, outputs if match != "dtype" else SoAMetadata(out).append_block("preds", "m", "n"))
+        )
         with pytest.raises(pk.AsyncError, match=match):
             queue.wait()
     cols = out.to_dict(queue)
@@ -111,22 +118,19 @@ def test_collection_on_another_device(queue, make_particles, make_preds):
 
 
 def test_real_device_mismatch(queue, make_particles, make_preds):
-    others = [b for b in pk.available_backends()
-              if pk.device(b).memory_space != queue.device.memory_space]
+    others = [b for b in pk.available_backends() if pk.device(b).memory_space != queue.device.memory_space]
     if not others:
         pytest.skip("needs a second backend with its own memory space")
     coll, _ = make_particles(10)
     other_q = pk.Queue(pk.device(others[0]))
     outputs = SoAMetadata(make_preds(10)).append_block("preds", "m", "n")
     with pytest.raises(pk.DeviceMismatch, match=str(queue.device.backend_name)):
-        Model(MLP()).to(other_q).forward(
-            ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs))
+        Model(MLP()).to(other_q).forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), outputs))
 
 
 def test_no_queue_bound():
     coll = pk.PortableCollection(Particles, 10, pk.host())
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(coll).append_block("w", "w"))
+    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(coll).append_block("w", "w"))
     with pytest.raises(RuntimeError, match=r"model.to\(queue\)"):
         Model(MLP()).forward(meta)
 

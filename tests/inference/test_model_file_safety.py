@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from alpyka_testing.inference import skip_unless_onnx_runs_on
+from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 
 
 class _Payload:
@@ -46,6 +46,7 @@ def _root(entries) -> str:
 
 def _pickled_weight(marker):
     """The weights config marks the first weight ``use_pickle`` and points it at the payload."""
+
     def change(entries):
         out = []
         for name, data in entries:
@@ -57,28 +58,36 @@ def _pickled_weight(marker):
                 out.append((f"{_root(entries)}/data/weights/weight_evil", pickle.dumps(_Payload(marker))))
             out.append((name, data))
         return out
+
     return change, "model_weights_config.json", "use_pickle"
 
 
 def _pickled_constant(marker):
     """A constant stored as a pickled object (torch.export's "opaque object" constants)."""
+
     def change(entries):
         out = []
         for name, data in entries:
             if name.endswith("/data/constants/model_constants_config.json"):
                 config = json.loads(data)
-                config["config"]["evil"] = {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True,
-                                            "tensor_meta": None}
+                config["config"]["evil"] = {
+                    "path_name": "opaque_obj_0",
+                    "is_param": False,
+                    "use_pickle": True,
+                    "tensor_meta": None,
+                }
                 data = json.dumps(config).encode()
                 out.append((f"{_root(entries)}/data/constants/opaque_obj_0", pickle.dumps(_Payload(marker))))
             out.append((name, data))
         return out
+
     return change, "model_constants_config.json", "use_pickle"
 
 
 def _pickled_sample_inputs(marker, upper=False):
     """The example inputs replaced by the payload (the weights-only loader refuses it, and torch
     then unpickles it fully); ``upper``: under an upper-case name, which torch's zip reader finds."""
+
     def change(entries):
         out = []
         for name, data in entries:
@@ -89,6 +98,7 @@ def _pickled_sample_inputs(marker, upper=False):
                     name = f"{root}/{rel.upper()}"
             out.append((name, data))
         return out
+
     return change, "SAMPLE_INPUTS/MODEL.PT" if upper else "sample_inputs/model.pt", "not plain tensors"
 
 
@@ -101,6 +111,7 @@ def _in_aot_package(marker):
         root = _root(entries)
         meta = json.dumps({"AOTI_DEVICE_KEY": "cpu"}).encode()
         return change(entries) + [(f"{root}/data/aotinductor/model/x.wrapper_metadata.json", meta)]
+
     return package, "model_weights_config.json", "use_pickle"
 
 
@@ -120,7 +131,7 @@ def _torch_loads(path: Path) -> None:
     load = torch._inductor.aoti_load_package if aot else torch.export.load
     try:
         load(str(path))
-    except Exception:  # noqa: BLE001 - the payload returns no tensor: torch fails after running it
+    except Exception:
         pass
 
 
@@ -166,8 +177,11 @@ def test_read_exported_checks_on_its_own(tmp_path, exported_files):
 
 
 def test_legacy_and_duplicate_entries_are_refused(tmp_path, exported_files):
-    legacy = _rewrite(exported_files["mlp.pt2"], tmp_path / "legacy.pt2",
-                      lambda es: es + [(f"{_root(es)}/data/weights/model.pt", b"\x80\x02N.")])
+    legacy = _rewrite(
+        exported_files["mlp.pt2"],
+        tmp_path / "legacy.pt2",
+        lambda es: es + [(f"{_root(es)}/data/weights/model.pt", b"\x80\x02N.")],
+    )
     with pytest.raises(ModelFileError, match=r"/data/weights/model.pt' is a pickle"):
         Model(str(legacy))
 
@@ -175,6 +189,7 @@ def test_legacy_and_duplicate_entries_are_refused(tmp_path, exported_files):
         root = _root(entries)
         name = f"{root}/data/weights/model_weights_config.json"
         return entries + [(name.replace("/weights/", "/WEIGHTS/"), dict(entries)[name])]
+
     dup = _rewrite(exported_files["mlp.pt2"], tmp_path / "dup.pt2", twice)
     with pytest.raises(ModelFileError, match="name the same file for torch"):
         Model(str(dup))
@@ -196,14 +211,24 @@ def _external_model(folder: Path, scale: float, location: str = "model.onnx.data
 
     folder.mkdir(parents=True, exist_ok=True)
     w = numpy_helper.from_array(np.full((3, 2), scale, np.float32), "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "scaled_sum",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 2])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
+        "scaled_sum",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 2])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = folder / "model.onnx"
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="model.onnx.data", size_threshold=0)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="model.onnx.data",
+        size_threshold=0,
+    )
     if location != "model.onnx.data":  # point W elsewhere (the proto only; the data stays)
         saved = onnx.load(str(path), load_external_data=False)
         for entry in saved.graph.initializer[0].external_data:
@@ -222,8 +247,9 @@ def two_versions(tmp_path, monkeypatch):
     return v1, v2
 
 
-def test_onnx_external_data_comes_from_the_models_folder(queue, make_particles, make_preds, tmp_path,
-                                                         two_versions, monkeypatch):
+def test_onnx_external_data_comes_from_the_models_folder(
+    queue, make_particles, make_preds, tmp_path, two_versions, monkeypatch
+):
     skip_unless_onnx_runs_on(queue.device)
     coll, data = make_particles(24)
     expected = data["x"] + data["y"] + data["z"]
@@ -231,8 +257,11 @@ def test_onnx_external_data_comes_from_the_models_folder(queue, make_particles, 
         monkeypatch.chdir(cwd)
         for scale, path in zip((1.0, 2.0), two_versions):
             out = make_preds(24)
-            Model(str(path)).to(queue).forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                                                             SoAMetadata(out).append_block("preds", "m", "n")))
+            Model(str(path)).to(queue).forward(
+                ModelMetadata(
+                    SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+                )
+            )
             got = out.to_dict(queue)
             for col in ("m", "n"):
                 np.testing.assert_allclose(got[col], scale * expected, rtol=1e-5, err_msg=f"{path} from {cwd}")
@@ -250,12 +279,15 @@ def test_serve_reads_onnx_external_data_from_the_models_folder(two_versions):
         assert [d.name for d in ins] == ["X"] and [d.name for d in outs] == ["Y"]
 
 
-@pytest.mark.parametrize("location, why", [
-    ("../v1/model.onnx.data", "outside the model's folder"),
-    ("/etc/hostname", "outside the model's folder"),
-    ("sub/../../v1/model.onnx.data", "outside the model's folder"),
-    ("missing.data", "missing from the model's folder"),
-])
+@pytest.mark.parametrize(
+    "location, why",
+    [
+        ("../v1/model.onnx.data", "outside the model's folder"),
+        ("/etc/hostname", "outside the model's folder"),
+        ("sub/../../v1/model.onnx.data", "outside the model's folder"),
+        ("missing.data", "missing from the model's folder"),
+    ],
+)
 def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, two_versions, location, why):
     path = _external_model(tmp_path / "v3", 3.0, location=location)
     with pytest.raises(ModelFileError, match=f"tensor 'W' keeps its data in external file .*{why}"):

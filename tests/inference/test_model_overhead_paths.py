@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import portable as pk
+from alpyka_testing.inference import MLP, Particles, TwoHeads, features
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._block import make_block
-from alpyka_testing.inference import MLP, Particles, TwoHeads, features
 
 
 def test_cached_geometry_still_refuses_bad_blocks():
@@ -62,14 +62,22 @@ def test_device_checks_are_cached_per_device_combination(make_particles, make_pr
     coll, _ = make_particles(16)
     out = make_preds(16)
     model = Model(MLP()).to(queue)
-    meta = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     model.forward(meta)
     model.forward(meta)
     queue.wait()
     assert len(model._access_ok) == 1
-    features = (SoAMetadata(coll).append_block("f", "x", "y", "z").tensor("f")
-                if meta.inputs.zero_copy else meta.inputs.tensor("f"))
+    features = (
+        SoAMetadata(coll).append_block("f", "x", "y", "z").tensor("f")
+        if meta.inputs.zero_copy
+        else meta.inputs.tensor("f")
+    )
     with torch.no_grad():  # the reference on the CPU (a zero-copy tensor lies on the queue's device)
-        torch.testing.assert_close(torch.from_numpy(np.stack([out.to_dict(queue)[k] for k in "mn"], 1)),
-                                   MLP()(features.cpu()), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            torch.from_numpy(np.stack([out.to_dict(queue)[k] for k in "mn"], 1)),
+            MLP()(features.cpu()),
+            rtol=1e-5,
+            atol=1e-5,
+        )

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from alpyka_testing.inference import skip_unless_onnx_runs_on
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata
 from inference._onnx import choose_provider
-from alpyka_testing.inference import skip_unless_onnx_runs_on
 
 # the rocm stand-in runs this file too: ONNX Runtime on a HIP queue
 pytestmark = pytest.mark.hip_differs
@@ -23,8 +23,9 @@ pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
 
 def _meta(coll, out, *in_columns, out_columns=("m", "n")):
-    return ModelMetadata(SoAMetadata(coll).append_block("f", *in_columns),
-                         SoAMetadata(out).append_block("preds", *out_columns))
+    return ModelMetadata(
+        SoAMetadata(coll).append_block("f", *in_columns), SoAMetadata(out).append_block("preds", *out_columns)
+    )
 
 
 def test_corrupt_onnx(tmp_path, exported_files):
@@ -49,16 +50,23 @@ def test_input_count_and_dtype_must_match(queue, make_particles, make_preds, exp
     coll, _ = make_particles(20)
     out = make_preds(20)
     model = Model(exported_files["mlp.onnx"]).to(queue)
-    two = ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z").append_block("p", "p"),
-                        SoAMetadata(out).append_block("preds", "m", "n"))
+    two = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z").append_block("p", "p"),
+        SoAMetadata(out).append_block("preds", "m", "n"),
+    )
     with pytest.raises(ValueError, match=r"takes 1 input\(s\).*the input blocks are 2"):
         model.forward(two)
     with pytest.raises(TypeError, match="gets block 'f' of dtype float64.*input_dtype"):
         model.forward(_meta(coll, out, "w"))
     with pytest.raises(ValueError, match=r"gets block 'f' of shape \[20, 2\]"):
         model.forward(_meta(coll, out, "x", "y"))
-    model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                                SoAMetadata(out).append_block("preds", "m", "n"), input_dtype=np.float32))
+    model.forward(
+        ModelMetadata(
+            SoAMetadata(coll).append_block("f", "x", "y", "z"),
+            SoAMetadata(out).append_block("preds", "m", "n"),
+            input_dtype=np.float32,
+        )
+    )
     queue.wait()
 
 
@@ -98,8 +106,8 @@ def test_onnxruntime_missing_names_the_extra(exported_files, monkeypatch):
 
 
 def test_export_refuses_unknown_suffixes_and_scripts(tmp_path):
-    from inference import export
     from alpyka_testing.inference import MLP
+    from inference import export
 
     with pytest.raises(ValueError, match=r"\.pt2 \(torch.export\) or \.onnx"):
         export(MLP(), (torch.randn(4, 3),), tmp_path / "mlp.bin")
@@ -115,8 +123,7 @@ def test_export_cli(tmp_path, capsys):
     from inference._export import main
 
     models = alpyka_testing.inference.__file__  # the file.py:attribute form of the spec
-    assert main([f"{models}:make_mlp", "--input-shape", "16,3", "--pt2",
-                 "-o", str(tmp_path / "m.pt2")]) == 0
+    assert main([f"{models}:make_mlp", "--input-shape", "16,3", "--pt2", "-o", str(tmp_path / "m.pt2")]) == 0
     assert Model(str(tmp_path / "m.pt2")).kind == "exported"
     assert main(["no_such_module_here:make", "--input-shape", "3", "--onnx"]) == 2
     assert "cannot import 'no_such_module_here'" in capsys.readouterr().err

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import portable as pk
+from alpyka_testing.inference import MLP, Totals, features, skip_unless_onnx_runs_on
 from inference import Model, ModelMetadata, SoAMetadata
 from inference._tensors import memory_path
-from alpyka_testing.inference import MLP, Totals, features, skip_unless_onnx_runs_on
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
@@ -23,8 +23,10 @@ def _host_onnx(queue) -> None:
     """The shared binding is the CPU route of ONNX Runtime over host memory: skip elsewhere."""
     skip_unless_onnx_runs_on(queue.device)
     if memory_path(queue.device) != "host":
-        pytest.skip(f"{queue.device.backend_name}: ONNX Runtime reads staged or device memory there, "
-                    "not the collections' host memory this checks")
+        pytest.skip(
+            f"{queue.device.backend_name}: ONNX Runtime reads staged or device memory there, "
+            "not the collections' host memory this checks"
+        )
 
 
 def _count_bindings(model: Model, queue, monkeypatch) -> list[int]:
@@ -42,8 +44,9 @@ def _count_bindings(model: Model, queue, monkeypatch) -> list[int]:
 
 
 def _meta(coll, out, in_columns=("x", "y", "z"), out_columns=("m", "n"), **kw) -> ModelMetadata:
-    return ModelMetadata(SoAMetadata(coll).append_block("f", *in_columns),
-                         SoAMetadata(out).append_block("preds", *out_columns), **kw)
+    return ModelMetadata(
+        SoAMetadata(coll).append_block("f", *in_columns), SoAMetadata(out).append_block("preds", *out_columns), **kw
+    )
 
 
 def _specs(model: Model, queue) -> dict:
@@ -52,7 +55,8 @@ def _specs(model: Model, queue) -> dict:
 
 @pytest.mark.parametrize("source", ["mlp.onnx", "double.onnx"])
 def test_metadata_per_event_over_new_collections_binds_once_per_geometry(
-        queue, make_particles, make_preds, exported_files, monkeypatch, source):
+    queue, make_particles, make_preds, exported_files, monkeypatch, source
+):
     """Every event brings new collections (kept alive: new addresses each time) and new metadata;
     ONNX Runtime's I/O binding is made once for the geometry and the results follow each event's
     data. ``double.onnx`` reads its one-column block in place (rebound by address per pass)."""
@@ -80,7 +84,8 @@ def test_metadata_per_event_over_new_collections_binds_once_per_geometry(
 
 @pytest.mark.parametrize("source", ["mlp.onnx", "double.onnx"])
 def test_a_freed_collections_memory_reused_by_a_new_one_is_read_afresh(
-        queue, make_particles, make_preds, exported_files, source):
+    queue, make_particles, make_preds, exported_files, source
+):
     """Collections freed after each event: the next event's collections get the same memory back
     from the allocator, with other data; the shared pass reads and writes the new contents."""
     _host_onnx(queue)
@@ -108,8 +113,7 @@ def test_a_freed_collections_memory_reused_by_a_new_one_is_read_afresh(
     assert len(_specs(model, queue)) == 1
 
 
-def test_a_new_size_or_output_dtype_gets_its_own_pass(queue, make_particles, make_preds, exported_files,
-                                                       monkeypatch):
+def test_a_new_size_or_output_dtype_gets_its_own_pass(queue, make_particles, make_preds, exported_files, monkeypatch):
     _host_onnx(queue)
     model = Model(exported_files["double.onnx"]).to(queue)
     made = _count_bindings(model, queue, monkeypatch)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata
 from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
+from inference import Model, ModelMetadata, SoAMetadata
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 THREADS, FORWARDS = 6, 25
@@ -32,8 +32,13 @@ def test_six_threads_share_a_queue_with_two_models_over_changing_sizes(queue, ex
             data = fill_particles(n, seed=1000 * t + i)
             coll = pk.PortableCollection.from_dict(Particles, data, queue)
             out = pk.PortableCollection(Preds, n, queue)
-            models[(t + i) % 2].forward(ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                                                      SoAMetadata(out).append_block("preds", "m", "n")), queue)
+            models[(t + i) % 2].forward(
+                ModelMetadata(
+                    SoAMetadata(coll).append_block("features", "x", "y", "z"),
+                    SoAMetadata(out).append_block("preds", "m", "n"),
+                ),
+                queue,
+            )
             kept.append((data, out))
         queue.wait()
         with torch.no_grad():

@@ -130,8 +130,9 @@ def test_model_outputs_handed_out_right_after_forward_wait_for_the_pass(queue, m
     out = pk.PortableCollection(Preds, N, queue.device)  # no queue work on it
     out.view().m[:] = -7
     queue.wait()
-    meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                         SoAMetadata(out).append_block("preds", "m", "n"))
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+    )
     model = Model(MLP()).to(queue)
     queue.enqueue_host(lambda: time.sleep(0.3))  # the pass runs behind it
     model.forward(meta)

@@ -11,16 +11,19 @@ import pytest
 from inference._tensor_desc import TensorDesc
 
 
-@pytest.mark.parametrize("value, want", [
-    ("features:float32:3", TensorDesc("features", np.float32, (3,))),
-    ("x", TensorDesc("x", np.float32, (-1,))),
-    ("x::", TensorDesc("x", np.float32, ())),
-    ("ids:int64:-1,4", TensorDesc("ids", np.int64, (-1, 4))),
-    (("y", "float64", [2, 2]), TensorDesc("y", np.float64, (2, 2))),
-    (["y"], TensorDesc("y", np.float32, (-1,))),
-    ({"name": "z", "dtype": "int32", "shape": [5]}, TensorDesc("z", np.int32, (5,))),
-    ({"name": "z", "dims": [5], "batched": True}, TensorDesc("z", np.float32, (5,), True)),
-])
+@pytest.mark.parametrize(
+    "value, want",
+    [
+        ("features:float32:3", TensorDesc("features", np.float32, (3,))),
+        ("x", TensorDesc("x", np.float32, (-1,))),
+        ("x::", TensorDesc("x", np.float32, ())),
+        ("ids:int64:-1,4", TensorDesc("ids", np.int64, (-1, 4))),
+        (("y", "float64", [2, 2]), TensorDesc("y", np.float64, (2, 2))),
+        (["y"], TensorDesc("y", np.float32, (-1,))),
+        ({"name": "z", "dtype": "int32", "shape": [5]}, TensorDesc("z", np.int32, (5,))),
+        ({"name": "z", "dims": [5], "batched": True}, TensorDesc("z", np.float32, (5,), True)),
+    ],
+)
 def test_parse(value, want):
     got = TensorDesc.parse(value)
     assert got == want and TensorDesc.parse(got) is got
@@ -72,8 +75,11 @@ def test_client_server_and_wire_share_it():
         s = soa.scalar(np.float64)
 
     got = _wire.slot_decls(Slot("c", L), rows=4)
-    assert got == [TensorDesc("c__x", np.float32, (4,)), TensorDesc("c__p", np.int32, (4, 3)),
-                   TensorDesc("c__s", np.float64, (1,))]
+    assert got == [
+        TensorDesc("c__x", np.float32, (4,)),
+        TensorDesc("c__p", np.int32, (4, 3)),
+        TensorDesc("c__s", np.float64, (1,)),
+    ]
 
 
 def test_serve_is_a_plain_function():

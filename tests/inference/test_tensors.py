@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import inference._tensors as tensors_mod
-from inference import SoAMetadata
 from alpyka_testing.inference import Particles, Preds
+from inference import SoAMetadata
 
 # the rocm stand-in runs this file too: block tensors via DLPack on HIP
 pytestmark = pytest.mark.hip_differs
@@ -20,9 +20,16 @@ def _inside(coll, t: torch.Tensor) -> bool:
 
 
 def _all_blocks(coll) -> SoAMetadata:
-    return (SoAMetadata(coll).append_block("f", "x", "y", "z").append_block("pq", "p", "q")
-            .append_block("cov", "cov").append_block("covs", "cov", "cov2").append_block("w", "w")
-            .append_block("charge", "charge").append_block("ss", "scale", "shift"))
+    return (
+        SoAMetadata(coll)
+        .append_block("f", "x", "y", "z")
+        .append_block("pq", "p", "q")
+        .append_block("cov", "cov")
+        .append_block("covs", "cov", "cov2")
+        .append_block("w", "w")
+        .append_block("charge", "charge")
+        .append_block("ss", "scale", "shift")
+    )
 
 
 @pytest.mark.parametrize("n", [1, 37, 1000])
@@ -117,8 +124,13 @@ def test_block_description(queue, make_particles):
     coll, _ = make_particles(10)
     meta = SoAMetadata(coll).append_block("f", ["x", "y", "z"])
     b = meta.block("f")
-    assert (b.name, b.columns, b.dtype, b.shape, b.strides) == ("f", ("x", "y", "z"), np.dtype(np.float32),
-                                                                 (10, 3), (1, 32))
+    assert (b.name, b.columns, b.dtype, b.shape, b.strides) == (
+        "f",
+        ("x", "y", "z"),
+        np.dtype(np.float32),
+        (10, 3),
+        (1, 32),
+    )
     assert meta.collection is coll and meta.size == 10
     assert Particles.__name__ in repr(meta) and Preds.__name__ not in repr(meta)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import portable as pk
-from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torch_threads
 from alpyka_testing.inference import Particles, Preds, TwoHeads, features, fill_particles, run_threads
+from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torch_threads
 
 
 @pytest.mark.parametrize("kind", ["eager", "jit", "onnx"])
@@ -41,14 +41,20 @@ def test_four_threads_four_queues_one_model(device, kind, request):
             data = fill_particles(n, seed=100 * t + it)
             coll = pk.PortableCollection.from_dict(Particles, data, q)
             out = pk.PortableCollection(Preds, n, q)
-            model.forward(ModelMetadata(SoAMetadata(coll).append_block("f", "x", "y", "z"),
-                                        SoAMetadata(out).append_block("p", "m", "n").append_block("s", "score")))
+            model.forward(
+                ModelMetadata(
+                    SoAMetadata(coll).append_block("f", "x", "y", "z"),
+                    SoAMetadata(out).append_block("p", "m", "n").append_block("s", "score"),
+                )
+            )
             assert model.queue is q
             cols = out.to_dict(q)
             with torch.no_grad():
                 preds, score = module(features(data))
-            ok.append(np.allclose(np.stack([cols["m"], cols["n"]], 1), preds.numpy(), atol=1e-5)
-                      and np.allclose(cols["score"], score.numpy(), atol=1e-5))
+            ok.append(
+                np.allclose(np.stack([cols["m"], cols["n"]], 1), preds.numpy(), atol=1e-5)
+                and np.allclose(cols["score"], score.numpy(), atol=1e-5)
+            )
         results[t] = ok
 
     run_threads(work, 4)

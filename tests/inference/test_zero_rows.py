@@ -7,16 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inference import Model, ModelMetadata, SoAMetadata
 from alpyka_testing.inference import MLP
+from inference import Model, ModelMetadata, SoAMetadata
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
 
 @pytest.mark.parametrize("route", ["onnx", "pt2", "aot", "eager"])
 @pytest.mark.parametrize("batch_size", [None, 32])
-def test_a_forward_over_zero_rows_works_and_writes_nothing(queue, make_particles, make_preds, exported_files,
-                                                           request, route, batch_size):
+def test_a_forward_over_zero_rows_works_and_writes_nothing(
+    queue, make_particles, make_preds, exported_files, request, route, batch_size
+):
     if route == "aot":  # compiled for the queue's device type (built on first use, then cached)
         source = request.getfixturevalue("queue_aot_package")
     else:
@@ -25,8 +26,9 @@ def test_a_forward_over_zero_rows_works_and_writes_nothing(queue, make_particles
     for n in (0, 3, 0):  # zero rows, rows, and zero again (a cached pass must not assume rows)
         coll, _ = make_particles(n)
         out = make_preds(n)
-        meta = ModelMetadata(SoAMetadata(coll).append_block("features", "x", "y", "z"),
-                             SoAMetadata(out).append_block("preds", "m", "n"))
+        meta = ModelMetadata(
+            SoAMetadata(coll).append_block("features", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+        )
         model.forward(meta, batch_size=batch_size)
         cols = out.to_dict(queue)
         assert all(len(v) == n for v in cols.values())

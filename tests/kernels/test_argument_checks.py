@@ -29,8 +29,11 @@ def test_a_64_bit_python_int_seed(queue, seed):
 @pytest.mark.parametrize("seed", [2**64, -(2**63) - 1])
 def test_an_int_beyond_64_bits_is_refused_naming_the_argument(queue, seed):
     out = pk.Buffer(queue.device, 3, np.uint64)
-    with pytest.raises(pk.KernelArgumentError, match=rf"kernel 'first_draws': argument #2 after acc: the integer "
-                                                     rf"{seed} fits neither int64 nor uint64"):
+    with pytest.raises(
+        pk.KernelArgumentError,
+        match=rf"kernel 'first_draws': argument #2 after acc: the integer "
+        rf"{seed} fits neither int64 nor uint64",
+    ):
         pk.exec(queue, pk.WorkDiv(1, 1, 1), first_draws, out, seed)
 
 

@@ -110,8 +110,11 @@ class Hit(soa.Layout):
 
 def test_from_dict_converts_big_endian_values(queue):
     """from_dict copies every field anyway: it converts the byte order (numpy's assignment)."""
-    data = {"x": np.array([1.5, 2.5, -3.0], ">f4"), "n": np.array([1, 2**40, -7], ">i8"),
-            "total": np.array(6.25, ">f8")}
+    data = {
+        "x": np.array([1.5, 2.5, -3.0], ">f4"),
+        "n": np.array([1, 2**40, -7], ">i8"),
+        "total": np.array(6.25, ">f8"),
+    }
     got = pk.PortableCollection.from_dict(Hit, data, queue).to_dict(queue)
     np.testing.assert_array_equal(got["x"], [1.5, 2.5, -3.0])
     np.testing.assert_array_equal(got["n"], [1, 2**40, -7])

@@ -36,7 +36,7 @@ def int_ops(acc, out, a, b, n):
         out[i, 6] = x + y
         out[i, 7] = x - y
         out[i, 8] = x * y
-        out[i, 9] = x ** y
+        out[i, 9] = x**y
 
 
 @pk.kernel
@@ -67,13 +67,25 @@ def _numpy_int_ops(a, b):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         counts = b if a.dtype.kind == "i" else b.astype(np.uint64)
-        cols = [np.floor_divide(a, b), np.remainder(a, b), np.left_shift(a, counts), np.right_shift(a, counts),
-                np.negative(a), np.abs(a), a + b, a - b, a * b, _int_power(a, b)]
+        cols = [
+            np.floor_divide(a, b),
+            np.remainder(a, b),
+            np.left_shift(a, counts),
+            np.right_shift(a, counts),
+            np.negative(a),
+            np.abs(a),
+            a + b,
+            a - b,
+            a * b,
+            _int_power(a, b),
+        ]
     return np.stack(cols, axis=1).astype(a.dtype)
 
 
-SIGNED = ([I64_MIN, I64_MIN + 1, -8, -7, -1, 0, 1, 2, 3, 7, I64_MAX],
-          [-1, 0, 1, 2, 3, -2, -3, 63, 64, 65, -64, 200, I64_MAX, I64_MIN])
+SIGNED = (
+    [I64_MIN, I64_MIN + 1, -8, -7, -1, 0, 1, 2, 3, 7, I64_MAX],
+    [-1, 0, 1, 2, 3, -2, -3, 63, 64, 65, -64, 200, I64_MAX, I64_MIN],
+)
 UNSIGNED = ([0, 1, 2, 7, 12345, 2**63, 2**64 - 1], [0, 1, 2, 3, 63, 64, 65, 2**63, 2**64 - 1])
 
 
@@ -87,8 +99,7 @@ def test_integer_operators_match_numpy_at_run_time(device, queue, dtype, values)
     pk.exec(queue, pk.make_workdiv(device, 2, 64), int_ops, out, upload(queue, a), upload(queue, b), n)
     got, want = download(queue, out), _numpy_int_ops(a, b)
     names = ["//", "%", "<<", ">>", "neg", "abs", "+", "-", "*", "**"]
-    bad = [(names[c], int(a[r]), int(b[r]), int(got[r, c]), int(want[r, c]))
-           for r, c in zip(*np.nonzero(got != want))]
+    bad = [(names[c], int(a[r]), int(b[r]), int(got[r, c]), int(want[r, c])) for r, c in zip(*np.nonzero(got != want))]
     assert not bad, f"(op, a, b, got, numpy) {bad[:12]}"
 
 
@@ -117,17 +128,55 @@ def test_float_floor_division_and_modulo_match_numpy(device, queue, dtype):
 
 
 # ----------------------------------------------------------------------------- constant folding
-INT_EXPRS = ["np.int64(-2**63) // -1", "-np.int64(-2**63)", "np.int64(-2**63) % -1", "np.int64(1) << -1",
-             "np.int64(1) << 64", "np.int64(1) << 63", "np.int64(-8) >> 64", "np.int64(-8) >> -1",
-             "np.int64(7) // 0", "np.int64(-7) % 0", "np.int64(2**62) * 4", "np.int64(2**63 - 1) + 1",
-             "np.int64(3) ** 50", "abs(np.int64(-2**63))", "-9223372036854775808", "~np.int64(5)",
-             "np.int64(-7) // 2", "np.int64(-7) % 2", "np.int64(7) % -2", "np.int64(2**62) << 1"]
-UINT_EXPRS = ["np.uint64(5) - np.uint64(7)", "np.uint64(1) << np.uint64(64)", "-np.uint64(1)",
-              "np.uint64(7) // np.uint64(0)", "2**63", "2**64 - 1", "0xFFFFFFFFFFFFFFFF", "1 << 63",
-              "np.uint64(2**64 - 1) * np.uint64(3)"]
-FLOAT_EXPRS = ["7.0 // 0.0", "-7.0 // 0.0", "7.0 // -0.0", "-7.0 // -0.0", "0.0 // 0.0", "7.0 % 0.0",
-               "-7.0 % math.inf", "7.0 // -math.inf", "-0.0 // 3.0", "np.float32(7.0) // np.float32(-0.0)",
-               "np.float32(-7.0) % np.float32(2.0)", "7 // 0.0", "np.int64(1) / 0", "1e308 * 10.0"]
+INT_EXPRS = [
+    "np.int64(-2**63) // -1",
+    "-np.int64(-2**63)",
+    "np.int64(-2**63) % -1",
+    "np.int64(1) << -1",
+    "np.int64(1) << 64",
+    "np.int64(1) << 63",
+    "np.int64(-8) >> 64",
+    "np.int64(-8) >> -1",
+    "np.int64(7) // 0",
+    "np.int64(-7) % 0",
+    "np.int64(2**62) * 4",
+    "np.int64(2**63 - 1) + 1",
+    "np.int64(3) ** 50",
+    "abs(np.int64(-2**63))",
+    "-9223372036854775808",
+    "~np.int64(5)",
+    "np.int64(-7) // 2",
+    "np.int64(-7) % 2",
+    "np.int64(7) % -2",
+    "np.int64(2**62) << 1",
+]
+UINT_EXPRS = [
+    "np.uint64(5) - np.uint64(7)",
+    "np.uint64(1) << np.uint64(64)",
+    "-np.uint64(1)",
+    "np.uint64(7) // np.uint64(0)",
+    "2**63",
+    "2**64 - 1",
+    "0xFFFFFFFFFFFFFFFF",
+    "1 << 63",
+    "np.uint64(2**64 - 1) * np.uint64(3)",
+]
+FLOAT_EXPRS = [
+    "7.0 // 0.0",
+    "-7.0 // 0.0",
+    "7.0 // -0.0",
+    "-7.0 // -0.0",
+    "0.0 // 0.0",
+    "7.0 % 0.0",
+    "-7.0 % math.inf",
+    "7.0 // -math.inf",
+    "-0.0 // 3.0",
+    "np.float32(7.0) // np.float32(-0.0)",
+    "np.float32(-7.0) % np.float32(2.0)",
+    "7 // 0.0",
+    "np.int64(1) / 0",
+    "1e308 * 10.0",
+]
 
 
 class _NumpyFloats(ast.NodeTransformer):
@@ -163,8 +212,11 @@ def test_folded_constants_match_numpy(device, queue, tmp_path):
     lines = [f"        oi[{k}] = {e}\n" for k, e in enumerate(INT_EXPRS)]
     lines += [f"        ou[{k}] = {e}\n" for k, e in enumerate(UINT_EXPRS)]
     lines += [f"        of[{k}] = {e}\n" for k, e in enumerate(FLOAT_EXPRS)]
-    mod, _ = _kernel_module(tmp_path, "folded_constants",
-                            "@pk.kernel\ndef folded(acc, oi, ou, of):\n    if acc.once_per_grid():\n" + "".join(lines))
+    mod, _ = _kernel_module(
+        tmp_path,
+        "folded_constants",
+        "@pk.kernel\ndef folded(acc, oi, ou, of):\n    if acc.once_per_grid():\n" + "".join(lines),
+    )
     oi = upload(queue, np.zeros(len(INT_EXPRS), np.int64))
     ou = upload(queue, np.zeros(len(UINT_EXPRS), np.uint64))
     of = upload(queue, np.zeros(len(FLOAT_EXPRS), np.float64))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import portable as pk
-from backends._grid_loop import flat_grid_loop
 from alpyka_testing.kernels import download, upload
+from backends._grid_loop import flat_grid_loop
 
 CASES = [(1, 1), (3, 1), (4, 5), (7, 3), (16, 2), (64, 1)]  # (blocks, elements)
 SIZES = [1, 10, 37, 257]
@@ -105,8 +105,7 @@ def test_flat_loop_results(device, queue):
             want = (np.float32(1.5) * (x + x) + y + 3 * x).astype(np.float32)
             want[n - 1] = -1.0
             want[n:] = 7.0
-            np.testing.assert_allclose(download(queue, out), want, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{wd} n={n}")
+            np.testing.assert_allclose(download(queue, out), want, rtol=1e-5, atol=1e-5, err_msg=f"{wd} n={n}")
 
 
 def test_flat_loop_with_first(device, queue):

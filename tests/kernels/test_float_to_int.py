@@ -9,8 +9,25 @@ import pytest
 import portable as pk
 from alpyka_testing.kernels import download, upload
 
-VALUES = [math.nan, math.inf, -math.inf, 1e30, -1e30, 3e9, -3e9, 2.7, -2.7, 300.0, -1.0, 255.9, -0.5,
-          2.0**63, -(2.0**63), 2.0**31 - 1, -(2.0**31) - 0.5]
+VALUES = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e30,
+    -1e30,
+    3e9,
+    -3e9,
+    2.7,
+    -2.7,
+    300.0,
+    -1.0,
+    255.9,
+    -0.5,
+    2.0**63,
+    -(2.0**63),
+    2.0**31 - 1,
+    -(2.0**31) - 0.5,
+]
 
 
 def _saturated(x, dtype):
@@ -43,8 +60,7 @@ def test_saturating_conversion_on_every_backend(device, queue, ftype):
     n = len(xs)
     outs = {t: upload(queue, np.ones(n, t)) for t in (np.int64, np.int32, np.int8, np.uint8, np.uint64)}
     floors, stored = upload(queue, np.ones(n, np.int64)), upload(queue, np.ones(n, np.int32))
-    pk.exec(queue, pk.make_workdiv(device, 1, n), conversions, upload(queue, xs), *outs.values(), floors,
-            stored, n)
+    pk.exec(queue, pk.make_workdiv(device, 1, n), conversions, upload(queue, xs), *outs.values(), floors, stored, n)
     as_float = [float(x) for x in xs]  # float32 rounding of the inputs included
     for t, buf in outs.items():
         assert download(queue, buf).tolist() == [_saturated(x, t) for x in as_float], t.__name__

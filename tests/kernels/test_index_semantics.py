@@ -149,7 +149,7 @@ def test_negative_component_and_buffer_index(device, queue):
     grid = np.arange(N * N, dtype=np.float32).reshape(N, N)
     pk.exec(queue, pk.valid_workdiv(device, N - 1), buffer_column_before, out, upload(queue, grid), 0, N - 1)
     # buf[i + 1, -1] is the element before row i + 1 (the last of row i), not numpy's buf[i + 1, N - 1]
-    np.testing.assert_array_equal(download(queue, out)[:N - 1], grid[:N - 1, N - 1])
+    np.testing.assert_array_equal(download(queue, out)[: N - 1], grid[: N - 1, N - 1])
 
 
 @pytest.mark.parametrize("kern", [constant_negative, constant_negative_store], ids=["load", "store"])
@@ -165,8 +165,9 @@ def test_constant_negative_index_is_a_compile_error(device, queue, kern):
 def test_constant_component_out_of_range_is_a_compile_error(device, queue):
     coll, _ = _packed(queue)
     out = upload(queue, np.zeros(N, np.float32))
-    with pytest.raises(KernelSyntaxError,
-                       match=r"index 2 \(dimension 1\) is out of range for vector 'p'.*extent there is 2"):
+    with pytest.raises(
+        KernelSyntaxError, match=r"index 2 \(dimension 1\) is out of range for vector 'p'.*extent there is 2"
+    ):
         pk.exec(queue, pk.valid_workdiv(device, N), constant_component_past_end, out, coll.const_view(), N)
 
 
@@ -191,8 +192,15 @@ def test_debug_checks_flag_negative_indices(device, queue, monkeypatch):
     assert "atomic_before" in _index_error(queue)
     pk.exec(queue, wd, component_before, out, coll.const_view(), 0, N)
     assert "vector 'p' of argument 'inp'" in _index_error(queue)
-    pk.exec(queue, pk.valid_workdiv(device, N - 1), buffer_column_before, out,
-            upload(queue, np.zeros((N, N), np.float32)), 0, N - 1)
+    pk.exec(
+        queue,
+        pk.valid_workdiv(device, N - 1),
+        buffer_column_before,
+        out,
+        upload(queue, np.zeros((N, N), np.float32)),
+        0,
+        N - 1,
+    )
     assert "argument 'buf'" in _index_error(queue)
     # in range: no error, the same results as without the checks
     pk.exec(queue, wd, component_before, out, coll.const_view(), 1, N)

@@ -4,8 +4,18 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import (download, record_groups, record_independent, record_nd2, record_nd2_along,
-                                    record_nd3, record_queries, record_uniform, record_uniform_first, upload)
+from alpyka_testing.kernels import (
+    download,
+    record_groups,
+    record_independent,
+    record_nd2,
+    record_nd2_along,
+    record_nd3,
+    record_queries,
+    record_uniform,
+    record_uniform_first,
+    upload,
+)
 
 CASES_1D = [(1, 1), (3, 1), (4, 5), (7, 3), (16, 2)]  # (blocks, elements)
 SIZES = [1, 10, 37, 100]
@@ -67,8 +77,9 @@ def test_independent_groups(device, queue):
             pk.exec(queue, wd, record_independent, owner, groups, m)
             got = download(queue, owner)
             g = np.arange(groups)[:, None]
-            np.testing.assert_array_equal(got, np.broadcast_to((g % wd.blocks[0]) * 1000 + g, (groups, m)),
-                                          err_msg=f"{wd} groups={groups}")
+            np.testing.assert_array_equal(
+                got, np.broadcast_to((g % wd.blocks[0]) * 1000 + g, (groups, m)), err_msg=f"{wd} groups={groups}"
+            )
 
 
 def test_index_queries(device, queue):
@@ -89,8 +100,9 @@ def test_index_queries(device, queue):
         np.testing.assert_array_equal(got[:, 7], (t % wd.threads[0] == 0).astype(np.int64))
 
 
-@pytest.mark.parametrize("blocks,elements,shape", [((2, 3), (3, 2), (7, 9)), ((1, 4), (1, 1), (3, 10)),
-                                                   ((5, 1), (2, 3), (11, 4))])
+@pytest.mark.parametrize(
+    "blocks,elements,shape", [((2, 3), (3, 2), (7, 9)), ((1, 4), (1, 1), (3, 10)), ((5, 1), (2, 3), (11, 4))]
+)
 def test_uniform_elements_2d(device, queue, blocks, elements, shape):
     wd = pk.make_workdiv(device, blocks, elements)
     owner = upload(queue, np.full(shape, -1, np.int64))

@@ -112,8 +112,8 @@ def test_the_numba_module_has_no_device_function_left():
 @pk.kernel
 def call_order(acc, out, a):
     if acc.once_per_grid():
-        out[0] = a[0] + _bump(a, 0)      # a[0] is read before the call changes it
-        out[1] = _bump(a, 1) + a[1]      # and after
+        out[0] = a[0] + _bump(a, 0)  # a[0] is read before the call changes it
+        out[1] = _bump(a, 1) + a[1]  # and after
         out[2] = a[2] if a[2] > 10.0 else _bump(a, 2)
 
 
@@ -147,7 +147,7 @@ def test_philox_in_a_kernel_keeps_up_with_numpy():
     gen = np.random.Generator(np.random.Philox(1))
     pk.exec(q, wd, philox_fill, out, per, 3)
     q.wait()
-    np.testing.assert_array_equal(out[per:2 * per], pk.rand.uniform(3, 1, per, np.float32))
+    np.testing.assert_array_equal(out[per : 2 * per], pk.rand.uniform(3, 1, per, np.float32))
     best = {"kernel": np.inf, "numpy": np.inf}
     for _ in range(7):  # interleaved: other load hits both alike
         t0 = time.perf_counter()
@@ -223,10 +223,10 @@ def atomics_of_every_kind(acc, out, counter, n):
     sh = acc.shared_array(4, np.int64)
     sh[0] = 0
     for _i in acc.uniform_elements(n):
-        acc.atomic_add(sh, 0, 1)                             # shared: plain on both CPU backends
-        acc.atomic_add(counter, 0, 1, hierarchy="threads")   # the threads of a block: plain
-        acc.atomic_add(counter, 1, 1, hierarchy="block")     # the blocks of a grid: plain on cpu_serial
-        acc.atomic_add(counter, 2, 1)                        # grid: atomic
+        acc.atomic_add(sh, 0, 1)  # shared: plain on both CPU backends
+        acc.atomic_add(counter, 0, 1, hierarchy="threads")  # the threads of a block: plain
+        acc.atomic_add(counter, 1, 1, hierarchy="block")  # the blocks of a grid: plain on cpu_serial
+        acc.atomic_add(counter, 2, 1)  # grid: atomic
     acc.mem_fence("grid")
     out[acc.block_idx] = sh[0]
 

@@ -22,8 +22,11 @@ WALKS = {"C emitter": _Emitter, "numba emitter": _FunctionEmitter, "IR dump": _i
 
 
 def _kinds(base: type) -> list[type]:
-    return [c for _, c in inspect.getmembers(ir, inspect.isclass)
-            if c.__module__ == ir.__name__ and dataclasses.is_dataclass(c) and issubclass(c, base)]
+    return [
+        c
+        for _, c in inspect.getmembers(ir, inspect.isclass)
+        if c.__module__ == ir.__name__ and dataclasses.is_dataclass(c) and issubclass(c, base)
+    ]
 
 
 EXPRS, STMTS = _kinds(ir.Expr), _kinds(ir.Stmt)
@@ -42,8 +45,9 @@ def test_introspection_finds_the_node_kinds() -> None:
 def test_every_walk_handles_every_node_kind(walk: type, node: type) -> None:
     assert issubclass(walk, Visitor)
     method = getattr(walk, f"visit_{node.__name__}", None)
-    assert callable(method), (f"{walk.visitor_name} has no visit_{node.__name__}: teach it the new "
-                              f"node kind (see portable/kernel/visit.py)")
+    assert callable(method), (
+        f"{walk.visitor_name} has no visit_{node.__name__}: teach it the new node kind (see portable/kernel/visit.py)"
+    )
 
 
 @pytest.mark.parametrize("walk", WALKS.values(), ids=WALKS.keys())

@@ -91,8 +91,9 @@ def test_failing_assert_is_a_kernel_assertion_error_at_wait_and_the_queue_stays_
     cause = _cause(queue)
     assert isinstance(cause, pk.KernelAssertionError) and isinstance(cause, AssertionError), repr(cause)
     assert isinstance(cause, pk.AlpykaError)
-    assert str(cause) == (f"kernel 'checked_copy': assertion failed at {__file__}:{_line('copy')}: "
-                          "x above the limit"), str(cause)
+    assert str(cause) == (
+        f"kernel 'checked_copy': assertion failed at {__file__}:{_line('copy')}: x above the limit"
+    ), str(cause)
     assert download(queue, out)[11] == -1  # the thread stopped at the assert: out[11] never written
     # the queue goes on: the same kernel with good data runs and its assert costs nothing visible
     x[11] = 11
@@ -119,8 +120,10 @@ def test_assert_in_a_device_function_names_its_line_and_the_kernel(device, queue
     pk.exec(queue, pk.make_workdiv(device, 1, 4), roots, out, upload(queue, x), 4)
     cause = _cause(queue)
     assert isinstance(cause, pk.KernelAssertionError), repr(cause)
-    assert str(cause) == (f"kernel 'roots': assertion failed at {__file__}:{_line('device')} (device function "
-                          "'checked_sqrt'): sqrt of a negative number"), str(cause)
+    assert str(cause) == (
+        f"kernel 'roots': assertion failed at {__file__}:{_line('device')} (device function "
+        "'checked_sqrt'): sqrt of a negative number"
+    ), str(cause)
     x[2] = 25.0
     pk.exec(queue, pk.make_workdiv(device, 1, 4), roots, out, upload(queue, x), 4)
     queue.wait()
@@ -146,10 +149,18 @@ def test_assert_failing_before_a_barrier_fails_the_launch_without_a_hang(device,
     np.testing.assert_array_equal(download(queue, out), np.arange(8).reshape(-1, threads)[:, ::-1].ravel())
 
 
-@pytest.mark.parametrize("kern, marker, text", [
-    (prints_an_array, "print-array", "print() cannot print an array (argument 'out'"),
-    (assert_message_not_constant, "assert-message", "the message of an assert in a kernel must be a string constant"),
-], ids=["print-array", "assert-message"])
+@pytest.mark.parametrize(
+    "kern, marker, text",
+    [
+        (prints_an_array, "print-array", "print() cannot print an array (argument 'out'"),
+        (
+            assert_message_not_constant,
+            "assert-message",
+            "the message of an assert in a kernel must be a string constant",
+        ),
+    ],
+    ids=["print-array", "assert-message"],
+)
 def test_what_cannot_be_printed_or_asserted_is_a_syntax_error_at_its_line(device, queue, kern, marker, text):
     out = upload(queue, np.zeros(4))
     with pytest.raises(KernelSyntaxError) as err:
@@ -159,7 +170,7 @@ def test_what_cannot_be_printed_or_asserted_is_a_syntax_error_at_its_line(device
 
 
 # ---------------------------------------------------------------------- child processes
-_CHILD = '''
+_CHILD = """
 import sys
 import numpy as np
 name = sys.argv[1]
@@ -202,14 +213,20 @@ else:
     print("ASSERT SKIPPED:", list(host), flush=True)
 pk.exec(q, pk.make_workdiv(dev, 2, 3), prints, x, n)
 q.wait()
-'''
+"""
 
 
 def _run_child(tmp_path, backend, **env):
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
-    done = subprocess.run([sys.executable, str(script), backend], cwd=ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=CHILD_LIMIT_S)
+    done = subprocess.run(
+        [sys.executable, str(script), backend],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=CHILD_LIMIT_S,
+    )
     assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -217,8 +234,9 @@ def _run_child(tmp_path, backend, **env):
 def test_print_prints_each_threads_line_and_asserts_are_on_by_default(backend, tmp_path):
     out = _run_child(tmp_path, backend)
     lines = out.splitlines()
-    wants = [f"thread {i} of 6 x = {10 + i} small: {i < 2} {i + 7} {0.5 * i + 0.25:g} 100% \"quoted\""
-             for i in range(6)]  # the order between threads is not defined
+    wants = [
+        f'thread {i} of 6 x = {10 + i} small: {i < 2} {i + 7} {0.5 * i + 0.25:g} 100% "quoted"' for i in range(6)
+    ]  # the order between threads is not defined
     if backend == "cpu_threads":  # blocks on several threads at once: numba prints item by item,
         # so two threads' lines may interleave, even glue (docs/kernels.md): every character of
         # every thread's line is there
@@ -239,7 +257,13 @@ def test_alpyka_asserts_0_compiles_the_asserts_out(backend, tmp_path):
 
 def test_alpyka_asserts_takes_0_or_1(tmp_path):
     env = {**os.environ, "ALPYKA_ASSERTS": "maybe"}
-    done = subprocess.run([sys.executable, "-c", "import portable"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=CHILD_LIMIT_S)
+    done = subprocess.run(
+        [sys.executable, "-c", "import portable"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_LIMIT_S,
+    )
     assert done.returncode != 0
     assert "EnvVarError: environment variable ALPYKA_ASSERTS='maybe': expected 1" in done.stderr, done.stderr

@@ -2,10 +2,10 @@
 
 import inspect
 
+import bad_kernels as bk
 import numpy as np
 import pytest
 
-import bad_kernels as bk
 import portable as pk
 from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
 from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
@@ -68,14 +68,30 @@ def test_argument_of_the_wrong_kind_names_kernel_argument_and_type(device, queue
     wd = pk.make_workdiv(device, 1, 1)
     view_hint = "pass a view of a collection"
     cases = [
-        (bk.scaled_copy, (c.view(), np.float32(2), np.float32(2), 8), "view-arg",
-         r"argument 'inp' \(#1 after acc\) has type float32 scalar, but the kernel uses it as a SoA view \(inp.x\)"),
-        (bk.scaled_copy, (c.view(), buf, np.float32(2), 8), "view-arg",
-         r"argument 'inp' \(#1 after acc\) has type 1-d float32 buffer, but the kernel uses it as a SoA view"),
-        (bk.fill_array, (2.5, 8), "array-arg",
-         r"argument 'out' \(#0 after acc\) has type float64 scalar, but the kernel uses it as an array \(out\[i\]\)"),
-        (bk.fill_array, (c.view(), 8), "array-arg",
-         r"argument 'out' \(#0 after acc\) has type Particles view, but the kernel uses it as an array"),
+        (
+            bk.scaled_copy,
+            (c.view(), np.float32(2), np.float32(2), 8),
+            "view-arg",
+            r"argument 'inp' \(#1 after acc\) has type float32 scalar, but the kernel uses it as a SoA view \(inp.x\)",
+        ),
+        (
+            bk.scaled_copy,
+            (c.view(), buf, np.float32(2), 8),
+            "view-arg",
+            r"argument 'inp' \(#1 after acc\) has type 1-d float32 buffer, but the kernel uses it as a SoA view",
+        ),
+        (
+            bk.fill_array,
+            (2.5, 8),
+            "array-arg",
+            r"argument 'out' \(#0 after acc\) has type float64 scalar, but the kernel uses it as an array \(out\[i\]\)",
+        ),
+        (
+            bk.fill_array,
+            (c.view(), 8),
+            "array-arg",
+            r"argument 'out' \(#0 after acc\) has type Particles view, but the kernel uses it as an array",
+        ),
     ]
     for kern, args, marker, text in cases:
         with pytest.raises(KernelArgumentError, match=text) as err:
@@ -86,8 +102,7 @@ def test_argument_of_the_wrong_kind_names_kernel_argument_and_type(device, queue
 
 
 def test_view_of_another_device(backend, device, queue):
-    others = [b for b in pk.available_backends()
-              if pk.device(b).memory_space != device.memory_space]
+    others = [b for b in pk.available_backends() if pk.device(b).memory_space != device.memory_space]
     if not others:
         pytest.skip("no available backend with another memory space")
     other_q = pk.Queue(pk.device(others[0]))

@@ -6,8 +6,18 @@ import math
 import numpy as np
 
 import portable as pk
-from alpyka_testing.kernels import (Particles, control_flow, download, early_break, floor_mod, math_funcs,
-                                    mixed_types, soa_fields, upload, use_device_functions)
+from alpyka_testing.kernels import (
+    Particles,
+    control_flow,
+    download,
+    early_break,
+    floor_mod,
+    math_funcs,
+    mixed_types,
+    soa_fields,
+    upload,
+    use_device_functions,
+)
 
 
 def _seed():
@@ -43,8 +53,9 @@ def test_mixed_type_columns(device, queue):
     np.testing.assert_allclose(got["x"], want_x.astype(np.float32), rtol=1e-6, err_msg=f"seed={seed}")
     want_y = y / (i64 + 1) - x.astype(np.float64) * b64
     np.testing.assert_allclose(got["y"], want_y, rtol=1e-12, err_msg=f"seed={seed}")
-    np.testing.assert_array_equal(got["i32"], (i32.astype(np.int64) * 3 - i64 // 7).astype(np.int32),
-                                  err_msg=f"seed={seed}")
+    np.testing.assert_array_equal(
+        got["i32"], (i32.astype(np.int64) * 3 - i64 // 7).astype(np.int32), err_msg=f"seed={seed}"
+    )
     np.testing.assert_array_equal(got["i64"], i64 * i32 + i64 % 5, err_msg=f"seed={seed}")
 
 
@@ -57,8 +68,17 @@ def test_floor_division_and_modulo_follow_python(device, queue):
     af = rng.uniform(-20, 20, n)
     bf = rng.uniform(0.5, 4, n) * rng.choice([-1, 1], n)
     outs = [upload(queue, np.zeros(n, t)) for t in (np.int64, np.int64, np.float64, np.float64)]
-    pk.exec(queue, pk.make_workdiv(device, 4, 32), floor_mod, *outs, upload(queue, a), upload(queue, b),
-            upload(queue, af), upload(queue, bf), n)
+    pk.exec(
+        queue,
+        pk.make_workdiv(device, 4, 32),
+        floor_mod,
+        *outs,
+        upload(queue, a),
+        upload(queue, b),
+        upload(queue, af),
+        upload(queue, bf),
+        n,
+    )
     qi, ri, qf, rf = (download(queue, o) for o in outs)
     np.testing.assert_array_equal(qi, [int(x) // int(y) for x, y in zip(a, b)], err_msg=f"seed={seed}")
     np.testing.assert_array_equal(ri, [int(x) % int(y) for x, y in zip(a, b)], err_msg=f"seed={seed}")
@@ -75,14 +95,19 @@ def test_math_functions(device, queue):
     pk.exec(queue, pk.make_workdiv(device, 3, 8), math_funcs, out, upload(queue, x), n)
     got = download(queue, out)
     i = np.arange(n)
-    want = np.stack([
-        np.sqrt(x), np.exp(-x) + np.log(x + 1), np.sin(x) * np.cos(x) + np.tanh(x),
-        np.arctan2(x, 2.0) + np.hypot(x, 1.0),
-        np.minimum(x, 0.5) + np.maximum(x, 0.3) + np.abs(x - 1),
-        np.floor(x * 10) + np.ceil(x * 3),
-        (x.astype(np.float32) * np.float32(2)).astype(np.float64) + np.where(x > 0.5, 1.0, -1.0),
-        x ** 2 + math.pi + np.trunc(x * 7) + i % 3,
-    ], axis=1)
+    want = np.stack(
+        [
+            np.sqrt(x),
+            np.exp(-x) + np.log(x + 1),
+            np.sin(x) * np.cos(x) + np.tanh(x),
+            np.arctan2(x, 2.0) + np.hypot(x, 1.0),
+            np.minimum(x, 0.5) + np.maximum(x, 0.3) + np.abs(x - 1),
+            np.floor(x * 10) + np.ceil(x * 3),
+            (x.astype(np.float32) * np.float32(2)).astype(np.float64) + np.where(x > 0.5, 1.0, -1.0),
+            x**2 + math.pi + np.trunc(x * 7) + i % 3,
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"seed={seed}")
 
 

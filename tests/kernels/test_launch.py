@@ -21,8 +21,16 @@ def test_launch_keeps_argument_owners_alive(device, queue):
     rng = np.random.default_rng(seed)
     n = 10_000
     x = rng.standard_normal(n).astype(np.float32)
-    d = {"x": x, "y": np.zeros(n), "i32": np.zeros(n, np.int32), "i64": np.zeros(n, np.int64),
-         "p": np.zeros((n, 3), np.float32), "c": np.zeros((n, 2, 3)), "count": 0, "total": 0.0}
+    d = {
+        "x": x,
+        "y": np.zeros(n),
+        "i32": np.zeros(n, np.int32),
+        "i64": np.zeros(n, np.int64),
+        "p": np.zeros((n, 3), np.float32),
+        "c": np.zeros((n, 2, 3)),
+        "count": 0,
+        "total": 0.0,
+    }
     inp = pk.PortableCollection.from_dict(Particles, d, queue)
     out = pk.PortableCollection(Particles, n, queue)
     gate = threading.Event()

@@ -42,8 +42,9 @@ def _checked_in_kernel(queue):
     """True where the plan reports checks through a device flag per launch (ALPYKA_DEBUG, the
     GPU emulator's checks): those launches stay on the checked path."""
     dev = queue.device
-    return any(getattr(p, "err", False) for k, p in scale_into.plans.items()
-               if k[0] in (dev.memory_space, dev.backend_name))
+    return any(
+        getattr(p, "err", False) for k, p in scale_into.plans.items() if k[0] in (dev.memory_space, dev.backend_name)
+    )
 
 
 def test_repeated_launches_take_the_fast_path(queue):
@@ -215,8 +216,12 @@ def test_equal_scalars_reuse_packed_values_but_zero_signs_do_not(queue):
     wd = pk.valid_workdiv(queue.device, 4)
     src = _arg(queue, np.arange(1, 5, dtype=np.float32))
     out = pk.Buffer(queue.device, 4, np.float32)
-    for a, want in [(np.float32(0.0), False), (np.float32(-0.0), True), (np.float32(-0.0), True),
-                    (np.float32(0.0), False)]:
+    for a, want in [
+        (np.float32(0.0), False),
+        (np.float32(-0.0), True),
+        (np.float32(-0.0), True),
+        (np.float32(0.0), False),
+    ]:
         pk.exec(queue, wd, scale_into, out, src, a, 4)
         got = download(queue, out)
         assert not got.any() and np.signbit(got).all() == want, (a, got)

@@ -20,7 +20,7 @@ def _kernels(tmp_path):
     isum = " ".join(f"{'+' if k % 3 else '-'} n[{k % 5}]" for k in range(300)).lstrip("+ ")
     prod = " * ".join(f"y[{k % 3}]" for k in range(300))
     mixed = " + ".join(f"x[{k % 7}] * y[{k % 3}] - x[{(k + 1) % 7}] / y[{k % 3}]" for k in range(100))
-    src = f'''import portable as pk
+    src = f"""import portable as pk
 
 
 @pk.kernel
@@ -30,7 +30,7 @@ def long_expressions(acc, out, iout, x, y, n):
         iout[0] = {isum}
         out[1] = {prod}
         out[2] = {mixed}
-'''
+"""
     path = tmp_path / "long_kernels.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("long_kernels", path)
@@ -46,11 +46,19 @@ def test_long_expressions_compile_and_compute(device, queue, tmp_path):
     y = np.array([2.0, 0.5, 1.0])
     n = np.array([2**62, 3, -5, 2**61, 7], np.int64)
     out, iout = upload(queue, np.zeros(3)), upload(queue, np.zeros(1, np.int64))
-    pk.exec(queue, pk.make_workdiv(device, 1, 1), mod.long_expressions, out, iout, upload(queue, x),
-            upload(queue, y), upload(queue, n))
+    pk.exec(
+        queue,
+        pk.make_workdiv(device, 1, 1),
+        mod.long_expressions,
+        out,
+        iout,
+        upload(queue, x),
+        upload(queue, y),
+        upload(queue, n),
+    )
     with np.errstate(over="ignore"):  # the int64 sum wraps, as numpy's
-        want_i = eval(exprs[1], {"n": n})  # noqa: S307 (the test's own expression)
-    want = [eval(e, {"x": x, "y": y}) for e in (exprs[0], exprs[2], exprs[3])]  # noqa: S307
+        want_i = eval(exprs[1], {"n": n})
+    want = [eval(e, {"x": x, "y": y}) for e in (exprs[0], exprs[2], exprs[3])]
     assert download(queue, iout).tolist() == [int(want_i)]
     np.testing.assert_array_equal(download(queue, out), want)  # same order of operations: same bits
 
@@ -59,7 +67,7 @@ def test_long_expressions_compile_and_compute(device, queue, tmp_path):
 def test_long_sum_in_a_device_function(device, queue, tmp_path, terms):
     body = " + ".join(f"a * {k % 4}" for k in range(terms))
     path = tmp_path / f"long_device_{terms}.py"
-    path.write_text(f'''import portable as pk
+    path.write_text(f"""import portable as pk
 
 
 @pk.device_function
@@ -71,7 +79,7 @@ def weigh(a):
 def calls_weigh(acc, out, n):
     for i in acc.uniform_elements(n):
         out[i] = weigh(out[i])
-''')
+""")
     spec = importlib.util.spec_from_file_location(f"long_device_{terms}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -18,14 +18,28 @@ from numba.core import errors  # noqa: E402
 from numba.core.registry import cpu_target  # noqa: E402
 
 NAMES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"]
-OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-       "%": operator.mod, "**": operator.pow, "&": operator.and_, "|": operator.or_, "^": operator.xor,
-       "<<": operator.lshift, ">>": operator.rshift}
+OPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
+}
 
 # alpyka's table where it knowingly differs from numba's (numba gives the value in brackets):
 # uint16 with float32 stays float32 as in numpy (numba widens to float64); bool ** int is int64.
-DEVIATIONS = {(op, a, b): "float32" for op in ("+", "-", "*", "/", "//", "%")
-              for a, b in (("uint16", "float32"), ("float32", "uint16"))}
+DEVIATIONS = {
+    (op, a, b): "float32"
+    for op in ("+", "-", "*", "/", "//", "%")
+    for a, b in (("uint16", "float32"), ("float32", "uint16"))
+}
 DEVIATIONS[("**", "uint16", "float32")] = "float32"
 DEVIATIONS[("**", "bool", "int32")] = "int64"
 

@@ -13,15 +13,19 @@ def test_known_answer_vectors():
     cases = [
         ([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
         ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
-        ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
-         [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
+        (
+            [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
+            [0xA4093822, 0x299F31D0],
+            [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+        ),
     ]
     for counter, key, want in cases:
         got = pk.rand.philox4x32_10(np.array(counter, np.uint32), np.array(key, np.uint32))
         assert got.dtype == np.uint32
         assert got.tolist() == want, [hex(x) for x in got]
-    many = pk.rand.philox4x32_10(np.array([c for c, _, _ in cases], np.uint32),
-                                 np.array([k for _, k, _ in cases], np.uint32))
+    many = pk.rand.philox4x32_10(
+        np.array([c for c, _, _ in cases], np.uint32), np.array([k for _, k, _ in cases], np.uint32)
+    )
     assert many.tolist() == [w for _, _, w in cases]
 
 
@@ -30,7 +34,7 @@ def test_stream_is_counter_blocks():
     key = [5, 2**8]
     for m in range(3):
         block = pk.rand.philox4x32_10(np.array([m, 0, 9, 2], np.uint32), np.array(key, np.uint32))
-        assert s[4 * m:4 * m + 4].tolist() == block.tolist()[:len(s[4 * m:4 * m + 4])]
+        assert s[4 * m : 4 * m + 4].tolist() == block.tolist()[: len(s[4 * m : 4 * m + 4])]
     assert pk.rand.stream(1, 2, 0).size == 0
 
 
@@ -121,8 +125,12 @@ def test_engine_errors_name_the_fix(queue):
         out[0] = acc.rand_uniform(eng, np.int32)
 
     out = upload(queue, np.zeros(1, np.uint32))
-    for k, text in [(not_an_engine, "random engine first"), (float_seed, "seed must be an integer"),
-                    (engine_as_value, "assign acc.rand_engine"), (int_dtype, "np.float32 or np.float64")]:
+    for k, text in [
+        (not_an_engine, "random engine first"),
+        (float_seed, "seed must be an integer"),
+        (engine_as_value, "assign acc.rand_engine"),
+        (int_dtype, "np.float32 or np.float64"),
+    ]:
         with pytest.raises(KernelSyntaxError, match=text):
             pk.exec(queue, pk.WorkDiv(1, 1, 1), k, out)
 

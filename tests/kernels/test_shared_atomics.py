@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import (atomic_sequence, block_sum, block_sum_dynamic, contended, download, histogram,
-                                    scalar_field_atomics, Particles, upload)
+from alpyka_testing.kernels import (
+    Particles,
+    atomic_sequence,
+    block_sum,
+    block_sum_dynamic,
+    contended,
+    download,
+    histogram,
+    scalar_field_atomics,
+    upload,
+)
 
 
 def _seed():
@@ -27,8 +36,9 @@ def _assert_sums(got, parts, what):
     for g, (value, x) in enumerate(zip(got, parts)):
         m = len(x)
         bound = 2 * (m - 1) * (eps / 2) / (1 - (m - 1) * eps / 2) * float(np.abs(x).sum())
-        assert abs(value - x.sum()) <= bound, (f"{what}: block {g}: {value!r} vs {x.sum()!r}, "
-                                               f"{m} terms: more than the summation bound {bound:.3g} apart")
+        assert abs(value - x.sum()) <= bound, (
+            f"{what}: block {g}: {value!r} vs {x.sum()!r}, {m} terms: more than the summation bound {bound:.3g} apart"
+        )
 
 
 def test_block_reduction_static_shared(device, queue):
@@ -42,7 +52,7 @@ def test_block_reduction_static_shared(device, queue):
         pk.exec(queue, wd, block_sum, partial, upload(queue, data), n)
         got = download(queue, partial)
         be = wd.threads[0] * wd.elements[0]
-        _assert_sums(got, [data[g * be:(g + 1) * be] for g in range(groups)], f"seed={seed} {wd}")
+        _assert_sums(got, [data[g * be : (g + 1) * be] for g in range(groups)], f"seed={seed} {wd}")
 
 
 @pytest.mark.hip_differs  # the rocm stand-in too: HIP's dynamic shared memory limit
@@ -56,7 +66,7 @@ def test_block_reduction_dynamic_shared(device, queue):
     groups = -(-n // be)
     partial = upload(queue, np.zeros(groups))
     pk.exec(queue, wd, block_sum_dynamic, partial, upload(queue, data), n)
-    _assert_sums(download(queue, partial), [2 * data[g * be:(g + 1) * be] for g in range(groups)], f"seed={seed}")
+    _assert_sums(download(queue, partial), [2 * data[g * be : (g + 1) * be] for g in range(groups)], f"seed={seed}")
 
 
 def test_histogram_under_contention(device, queue):

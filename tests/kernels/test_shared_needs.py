@@ -46,14 +46,17 @@ def nested_small(acc, out):
 @pytest.fixture
 def no_device_build(monkeypatch, backend):
     """Fails the test if the backend's device compiler is reached (OpenCL, CUDA/ROCm)."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the device compiler was called before the shared-size check")
 
     if backend == "opencl":
         from backends import _opencl_launch
+
         monkeypatch.setattr(_opencl_launch, "build_program", refuse)
     elif backend in ("cuda", "rocm"):
         from backends import _cupy_launch
+
         monkeypatch.setattr(_cupy_launch, "build_function", refuse)
 
 
@@ -66,9 +69,12 @@ def test_a_too_small_scan_workspace_is_refused_at_exec(queue, no_device_build):
     if t <= 32:
         pytest.skip(f"{queue.device} runs at most {t} threads per block: a 32-element ws is enough there")
     data = upload(queue, np.ones(1000, np.int64))
-    with pytest.raises(pk.WorkDivError, match=rf"kernel 'scan_ws32': shared array 'ws' has 32 elements, but "
-                                              rf"parameter 'ws' of device function 'block_prefix_scan' needs at "
-                                              rf"least {t} with {t} threads per block"):
+    with pytest.raises(
+        pk.WorkDivError,
+        match=rf"kernel 'scan_ws32': shared array 'ws' has 32 elements, but "
+        rf"parameter 'ws' of device function 'block_prefix_scan' needs at "
+        rf"least {t} with {t} threads per block",
+    ):
         pk.exec(queue, pk.WorkDiv(1, t, 1), scan_ws32, data, 1000)
     queue.wait()  # nothing was enqueued
 
@@ -91,8 +97,11 @@ def test_a_declared_need_is_checked_through_device_functions(queue, no_device_bu
     array is refused on every backend (one thread per block needs 64 already)."""
     out = pk.Buffer(queue.device, 1, np.int32)
     t = _threads(queue.device, 64)
-    with pytest.raises(pk.WorkDivError, match=rf"shared array 'small' has 32 elements, but parameter 'buf' of "
-                                              rf"device function 'needs_64_per_thread' needs at least {64 * t}"):
+    with pytest.raises(
+        pk.WorkDivError,
+        match=rf"shared array 'small' has 32 elements, but parameter 'buf' of "
+        rf"device function 'needs_64_per_thread' needs at least {64 * t}",
+    ):
         pk.exec(queue, pk.WorkDiv(1, t, 1), nested_small, out)
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import portable as pk
-from portable._allocator import CachingAllocator
 from alpyka_testing.kernels import download, upload
+from portable._allocator import CachingAllocator
 
 
 @pytest.mark.parametrize("n", [1, 7, 2048, 2049, 40_001])  # 40001: 3 segments on the CPU backends
@@ -54,8 +54,8 @@ def test_one_to_many(queue, n, nbins):
     assert off.shape == (nbins + 1,) and off[0] == 0
     np.testing.assert_array_equal(np.diff(off), np.bincount(keys[(keys >= 0) & (keys < nbins)], minlength=nbins))
     for b in range(nbins):
-        assert sorted(con[off[b]:off[b + 1]].tolist()) == np.flatnonzero(keys == b).tolist()
-    assert (con[off[nbins]:] == -1).all()  # the slots of the keys left out
+        assert sorted(con[off[b] : off[b + 1]].tolist()) == np.flatnonzero(keys == b).tolist()
+    assert (con[off[nbins] :] == -1).all()  # the slots of the keys left out
 
 
 def test_one_to_many_refuses_bad_input(queue):
@@ -66,9 +66,9 @@ def test_one_to_many_refuses_bad_input(queue):
 
 
 _KEYS = {
-    "int32": lambda r, n: r.integers(-2**31, 2**31, n).astype(np.int32),
+    "int32": lambda r, n: r.integers(-(2**31), 2**31, n).astype(np.int32),
     "uint8": lambda r, n: r.integers(0, 256, n).astype(np.uint8),
-    "int64": lambda r, n: r.integers(-2**62, 2**62, n) * 2,
+    "int64": lambda r, n: r.integers(-(2**62), 2**62, n) * 2,
     "uint64": lambda r, n: r.integers(0, 2**63, n).astype(np.uint64) * np.uint64(2),
     "float32": lambda r, n: np.concatenate([r.standard_normal(n - 4), [np.inf, -np.inf, 0.0, -0.0]]).astype(np.float32),
     "float64": lambda r, n: np.round(r.standard_normal(n), 1) + 0.0,  # many equal keys (and no -0.0)
@@ -142,8 +142,11 @@ def test_block_sum_with_partial_last_warps(device, queue):
         per_thread = upload(queue, np.zeros(blocks * threads, np.int64))
         pk.exec(queue, wd, block_sums_everywhere, per_block, per_thread, upload(queue, data), n)
         np.testing.assert_array_equal(download(queue, per_block), want, err_msg=f"{threads} threads per block")
-        np.testing.assert_array_equal(download(queue, per_thread), np.repeat(want, threads),
-                                      err_msg=f"{threads} threads per block: a thread's total")
+        np.testing.assert_array_equal(
+            download(queue, per_thread),
+            np.repeat(want, threads),
+            err_msg=f"{threads} threads per block: a thread's total",
+        )
 
 
 # ----------------------------------------------------------------------------- per-event sizes (issue 33)
@@ -175,19 +178,23 @@ def test_one_thread_paths_give_what_the_general_paths_give(device, queue, monkey
     off, con, ref = fast[1], fast[2], general[2]
     np.testing.assert_array_equal(fast[3], np.argsort(keys, kind="stable"))
     for b in range(290):
-        assert sorted(ref[off[b]:off[b + 1]].tolist()) == np.flatnonzero(keys == b).tolist()
+        assert sorted(ref[off[b] : off[b + 1]].tolist()) == np.flatnonzero(keys == b).tolist()
         if pk.tools._one_thread(device):
-            assert con[off[b]:off[b + 1]].tolist() == np.flatnonzero(keys == b).tolist(), f"bin {b}"
-    assert (con[off[290]:] == -1).all() and (ref[off[290]:] == -1).all()
+            assert con[off[b] : off[b + 1]].tolist() == np.flatnonzero(keys == b).tolist(), f"bin {b}"
+    assert (con[off[290] :] == -1).all() and (ref[off[290] :] == -1).all()
 
 
-@pytest.mark.parametrize("keys", [
-    np.full(700, 12345, np.int64),                        # every byte constant: no pass at all
-    np.arange(300, dtype=np.uint64)[::-1] % 200,          # one pass (the result comes back from the workspace)
-    np.random.default_rng(1).integers(1000, 1100, 900),   # two of eight bytes vary
-    np.random.default_rng(2).integers(-50, 50, 900).astype(np.int8),
-    (np.round(np.random.default_rng(3).standard_normal(900), 1) + 0.0).astype(np.float32),  # no -0.0
-], ids=["constant", "one-byte", "two-bytes", "int8", "float32"])
+@pytest.mark.parametrize(
+    "keys",
+    [
+        np.full(700, 12345, np.int64),  # every byte constant: no pass at all
+        np.arange(300, dtype=np.uint64)[::-1] % 200,  # one pass (the result comes back from the workspace)
+        np.random.default_rng(1).integers(1000, 1100, 900),  # two of eight bytes vary
+        np.random.default_rng(2).integers(-50, 50, 900).astype(np.int8),
+        (np.round(np.random.default_rng(3).standard_normal(900), 1) + 0.0).astype(np.float32),  # no -0.0
+    ],
+    ids=["constant", "one-byte", "two-bytes", "int8", "float32"],
+)
 def test_sorts_that_skip_byte_passes(queue, keys):
     buf = upload(queue, keys)
     np.testing.assert_array_equal(download(queue, pk.tools.argsort(queue, buf)), np.argsort(keys, kind="stable"))

@@ -13,11 +13,11 @@ from alpyka_testing.kernels import download, upload
 @pk.kernel
 def unary_integer_ops(acc, out, u, s, n):
     for i in acc.uniform_elements(n):
-        out[i, 0] = -u[i]                      # uint32: 2**32 - u
-        out[i, 1] = ~u[i]                      # uint32: 2**32 - 1 - u
-        out[i, 2] = 1 if -u[i] < 0 else 0      # never: -u stays unsigned
-        out[i, 3] = (~u[i]) >> 16              # high bits of the 32-bit complement
-        out[i, 4] = -s[i]                      # int8: -(-128) wraps to -128
+        out[i, 0] = -u[i]  # uint32: 2**32 - u
+        out[i, 1] = ~u[i]  # uint32: 2**32 - 1 - u
+        out[i, 2] = 1 if -u[i] < 0 else 0  # never: -u stays unsigned
+        out[i, 3] = (~u[i]) >> 16  # high bits of the 32-bit complement
+        out[i, 4] = -s[i]  # int8: -(-128) wraps to -128
         out[i, 5] = ~s[i]
 
 
@@ -39,9 +39,17 @@ def test_unary_minus_and_invert_keep_the_integer_type(device, queue):
     pk.exec(queue, pk.make_workdiv(device, 4, 16), unary_integer_ops, out, upload(queue, u), upload(queue, s), n)
     got = download(queue, out)
     u64 = u.astype(np.int64)
-    want = np.stack([
-        (2**32 - u64) % 2**32, 2**32 - 1 - u64, np.zeros(n, np.int64), (2**32 - 1 - u64) >> 16,
-        (-s).astype(np.int64), (~s).astype(np.int64)], axis=1)  # numpy wraps int8 like numba
+    want = np.stack(
+        [
+            (2**32 - u64) % 2**32,
+            2**32 - 1 - u64,
+            np.zeros(n, np.int64),
+            (2**32 - 1 - u64) >> 16,
+            (-s).astype(np.int64),
+            (~s).astype(np.int64),
+        ],
+        axis=1,
+    )  # numpy wraps int8 like numba
     np.testing.assert_array_equal(got, want, err_msg=f"seed={seed}")
 
 
@@ -53,7 +61,17 @@ def test_math_fmod_matches_numpy(device, queue):
     b64 = rng.uniform(0.5, 4, n) * rng.choice([-1, 1], n)
     a32, b32 = a64.astype(np.float32), b64.astype(np.float32)
     o32, o64 = upload(queue, np.zeros(n, np.float32)), upload(queue, np.zeros(n))
-    pk.exec(queue, pk.make_workdiv(device, 3, 32), fmod_kernel, o32, o64, upload(queue, a32), upload(queue, b32),
-            upload(queue, a64), upload(queue, b64), n)
+    pk.exec(
+        queue,
+        pk.make_workdiv(device, 3, 32),
+        fmod_kernel,
+        o32,
+        o64,
+        upload(queue, a32),
+        upload(queue, b32),
+        upload(queue, a64),
+        upload(queue, b64),
+        n,
+    )
     np.testing.assert_allclose(download(queue, o32), np.fmod(a32, b32), rtol=1e-6, atol=1e-6, err_msg=f"seed={seed}")
     np.testing.assert_allclose(download(queue, o64), np.fmod(a64, b64), rtol=1e-12, atol=1e-12, err_msg=f"seed={seed}")

@@ -60,7 +60,7 @@ def _expected(n: int, threads: int, ws: int, d: int) -> np.ndarray:
         t = i % threads
         lane, first = t % ws, i - t % ws
         size = min(ws, threads - (t - lane))  # lanes in this warp (the block's last may be partial)
-        lanes = v[first:first + size]
+        lanes = v[first : first + size]
 
         def src(k, own):
             return lanes[k] if 0 <= k < size else own
@@ -99,8 +99,18 @@ def test_shuffles_ballots_votes(device, queue, d):
     pk.exec(queue, wd, shuffles, out, n, d)
     got = download(queue, out)
     want = _expected(n, threads, ws, d)
-    names = ["shfl", "shfl_up", "shfl_down", "shfl_xor", "ballot", "all", "any", "active_mask", "float shfl_down",
-             "bool shfl_xor"]
+    names = [
+        "shfl",
+        "shfl_up",
+        "shfl_down",
+        "shfl_xor",
+        "ballot",
+        "all",
+        "any",
+        "active_mask",
+        "float shfl_down",
+        "bool shfl_xor",
+    ]
     for c, name in enumerate(names):
         np.testing.assert_array_equal(got[:, c], want[:, c], err_msg=f"{name} (warp size {ws}, d={d})")
 
@@ -137,7 +147,7 @@ def test_warp_reduction_same_result_everywhere(device, queue):
     groups = -(-n // threads)
     out = upload(queue, np.zeros(groups, np.int64))
     pk.exec(queue, pk.WorkDiv(4, threads, 1), warp_block_sum, out, upload(queue, data), n)
-    want = [data[g * threads:(g + 1) * threads].sum() for g in range(groups)]
+    want = [data[g * threads : (g + 1) * threads].sum() for g in range(groups)]
     np.testing.assert_array_equal(download(queue, out), want)
 
 
@@ -167,7 +177,7 @@ def test_block_predicates(device, queue, pattern):
     pk.exec(queue, pk.WorkDiv(2, threads, 1), predicates, out, upload(queue, flags), n)
     got = download(queue, out)
     for b in range(blocks):
-        f = flags[b * threads:(b + 1) * threads]
+        f = flags[b * threads : (b + 1) * threads]
         assert got[b].tolist() == [int(f.sum()), int(f.all()), int(f.any())], (b, pattern)
 
 
@@ -220,8 +230,16 @@ def test_fences_last_block_done(device, queue):
     partial = upload(queue, np.zeros(blocks, np.int64))
     counter = upload(queue, np.zeros(1, np.uint32))
     out = upload(queue, np.zeros(1, np.int64))
-    pk.exec(queue, pk.WorkDiv(blocks, 1 if device.kind == "cpu" else 32, 1), last_block_sums, partial, counter,
-            out, upload(queue, data), data.size)
+    pk.exec(
+        queue,
+        pk.WorkDiv(blocks, 1 if device.kind == "cpu" else 32, 1),
+        last_block_sums,
+        partial,
+        counter,
+        out,
+        upload(queue, data),
+        data.size,
+    )
     assert download(queue, out)[0] == data.sum()
 
 
@@ -239,7 +257,10 @@ def test_errors_name_the_fix(device, queue):
         acc.sync_block_threads_count()
 
     out = upload(queue, np.zeros(1, np.int64))
-    for k, text in [(bad_lane, "lane must be an integer"), (bad_scope, '"block", "grid" or "device"'),
-                    (predicate_as_statement_value, "takes 1 positional")]:
+    for k, text in [
+        (bad_lane, "lane must be an integer"),
+        (bad_scope, '"block", "grid" or "device"'),
+        (predicate_as_statement_value, "takes 1 positional"),
+    ]:
         with pytest.raises(KernelSyntaxError, match=text):
             pk.exec(queue, pk.WorkDiv(1, 1, 1), k, out)

@@ -59,8 +59,7 @@ def _child_env(site: Path | None = None) -> dict[str, str]:
 
 
 def _run(code: str, env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -96,14 +95,17 @@ def _axpy(acc, a, x, y, n):
         y[i] = a * x[i] + y[i]
 
 
-@pytest.mark.parametrize("factory, reason", [
-    ("no_such_module_for_alpyka:load", "could not be imported: No module named 'no_such_module_for_alpyka'"),
-    ("alpyka_serial_plugin:no_such_factory", "failed to load: AttributeError"),
-    (lambda: (_ for _ in ()).throw(ImportError("libsycl.so: cannot open")), "libsycl.so: cannot open"),
-    (lambda: (_ for _ in ()).throw(pk.BackendUnavailable("no SYCL device")), "no SYCL device"),
-    (lambda: object(), "its factory returned a object, not a portable.spi.Backend"),
-    (42, "its factory is not callable (int)"),
-])
+@pytest.mark.parametrize(
+    "factory, reason",
+    [
+        ("no_such_module_for_alpyka:load", "could not be imported: No module named 'no_such_module_for_alpyka'"),
+        ("alpyka_serial_plugin:no_such_factory", "failed to load: AttributeError"),
+        (lambda: (_ for _ in ()).throw(ImportError("libsycl.so: cannot open")), "libsycl.so: cannot open"),
+        (lambda: (_ for _ in ()).throw(pk.BackendUnavailable("no SYCL device")), "no SYCL device"),
+        (lambda: object(), "its factory returned a object, not a portable.spi.Backend"),
+        (42, "its factory is not callable (int)"),
+    ],
+)
 def test_a_plugin_that_cannot_load_is_unavailable_with_the_reason(registry, factory, reason):
     pk.register_backend("broken_plugin", factory)
     assert "broken_plugin" in pk.backends() and "broken_plugin" not in pk.available_backends()
@@ -126,8 +128,11 @@ def test_registration_refuses_bad_names_taken_names_and_loaded_backends(registry
 
 
 def test_importing_alpyka_imports_no_backend_and_listing_them_neither():
-    out = _run("import sys, portable as pk; names = pk.backends(); "
-               "print(names, sorted(m for m in sys.modules if m.split('.')[0] == 'backends'))", _child_env())
+    out = _run(
+        "import sys, portable as pk; names = pk.backends(); "
+        "print(names, sorted(m for m in sys.modules if m.split('.')[0] == 'backends'))",
+        _child_env(),
+    )
     assert out.strip() == "['cpu_serial', 'cpu_threads', 'opencl', 'cuda', 'rocm'] []"
 
 
@@ -137,11 +142,11 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path):
     call, no edit to alpyka; ``alpyka info`` lists it."""
     site = _installed_plugin(tmp_path)
     env = _child_env(site)
-    out = _run("import portable as pk; print(pk.backends()[-1], pk.device('cpu_serial_plugin').capabilities.kind)",
-               env)
+    out = _run("import portable as pk; print(pk.backends()[-1], pk.device('cpu_serial_plugin').capabilities.kind)", env)
     assert out.split() == [PLUGIN, "cpu"]
-    info = subprocess.run([sys.executable, "-m", "portable", "info"], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=300)
+    info = subprocess.run(
+        [sys.executable, "-m", "portable", "info"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert info.returncode == 0, info.stderr
     assert f"{PLUGIN:<12} available (alpyka_serial_plugin 1.0)" in info.stdout
 
@@ -149,9 +154,26 @@ def test_an_installed_plugin_is_found_through_its_entry_point(tmp_path):
 def test_an_installed_plugin_runs_the_kernel_matrix(tmp_path):
     """The suite's own kernel tests on the plugin, chosen as any backend is (``--backends``)."""
     site = _installed_plugin(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                          f"--backends={PLUGIN}", "-rs", *KERNEL_TESTS],
-                         capture_output=True, text=True, env=_child_env(site), cwd=ROOT, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            f"--backends={PLUGIN}",
+            "-rs",
+            *KERNEL_TESTS,
+        ],
+        capture_output=True,
+        text=True,
+        env=_child_env(site),
+        cwd=ROOT,
+        timeout=600,
+    )
     tail = out.stdout[-3000:] + out.stderr[-2000:]
     assert out.returncode == 0, tail
     passed = int(out.stdout.rpartition(" passed")[0].split()[-1])
@@ -170,8 +192,12 @@ def test_another_distribution_cannot_take_a_builtin_name(monkeypatch):
     from types import SimpleNamespace
 
     def entry_point(name, dist):  # what importlib.metadata hands out: name, group, dist, load()
-        return SimpleNamespace(name=name, group="alpyka.backends", dist=SimpleNamespace(name=dist),
-                               load=lambda: __import__("alpyka_serial_plugin").load)
+        return SimpleNamespace(
+            name=name,
+            group="alpyka.backends",
+            dist=SimpleNamespace(name=dist),
+            load=lambda: __import__("alpyka_serial_plugin").load,
+        )
 
     found = [entry_point("cuda", "evil-plugin"), entry_point("opencl", "alpyka"), entry_point("aa_plugin", "good")]
     monkeypatch.setattr(_registry.importlib.metadata, "entry_points", lambda group=None: found)

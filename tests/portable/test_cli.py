@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from portable.cli import _main as _cli
 from portable.cli import CliError, run
+from portable.cli import _main as _cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,10 +26,12 @@ def test_source_commands_match_pyproject():
 
 
 def test_finding_the_commands_imports_no_subcommand():
-    code = ("import sys; from portable.cli import _main as _cli; names = _cli.commands(); "
-            "assert {'info', 'bench', 'demo', 'aot', 'export', 'serve'} <= set(names), names; "
-            "loaded = [m for m in sys.modules if m.split('.')[0] in ('inference', 'torch')]; "
-            "assert not loaded, loaded")
+    code = (
+        "import sys; from portable.cli import _main as _cli; names = _cli.commands(); "
+        "assert {'info', 'bench', 'demo', 'aot', 'export', 'serve'} <= set(names), names; "
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('inference', 'torch')]; "
+        "assert not loaded, loaded"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
@@ -52,6 +54,7 @@ def test_one_printer(monkeypatch, capsys):
     def fails(exc):
         def command(argv, prog):
             raise exc
+
         return command
 
     assert run(fails(CliError("say --x\nmore detail")), [], "alpyka t") == 2

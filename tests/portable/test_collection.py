@@ -159,8 +159,12 @@ def test_from_dict_names_the_field_of_a_bad_value(queue):
         ({"n_valid": "3"}, TypeError, r"field 'n_valid' \(int32 scalar\) got strings"),
         ({"n_valid": None}, TypeError, r"field 'n_valid' \(int32 scalar\) got a non-numeric value None"),
         ({"pt": [1.0, [2.0], 3.0]}, ValueError, r"field 'pt' \(float32 column\): cannot make a numpy array"),
-        ({"cov": np.zeros((3, 3))}, ValueError, r"field 'cov' \(float32 matrix\[3x3\]\) has shape \(3, 3\), "
-                                                r"the layout needs \(3, 3, 3\)"),
+        (
+            {"cov": np.zeros((3, 3))},
+            ValueError,
+            r"field 'cov' \(float32 matrix\[3x3\]\) has shape \(3, 3\), "
+            r"the layout needs \(3, 3, 3\)",
+        ),
     ]
     for change, exc, text in cases:
         with pytest.raises(exc, match=text):
@@ -177,25 +181,37 @@ class Narrow(soa.Layout):
 
 
 def _narrow(**change):
-    data = {"i8": np.array([1, -2], np.int8), "u16": np.array([3, 4], np.uint16),
-            "f32": np.array([0.5, 1.5], np.float32), "flag": np.array([True, False]), "count": np.int32(2)}
+    data = {
+        "i8": np.array([1, -2], np.int8),
+        "u16": np.array([3, 4], np.uint16),
+        "f32": np.array([0.5, 1.5], np.float32),
+        "flag": np.array([True, False]),
+        "count": np.int32(2),
+    }
     data.update(change)
     return data
 
 
-@pytest.mark.parametrize("change, exc, text", [
-    ({"i8": [300, 1]}, ValueError, r"field 'i8' \(int8 column\): value 300 is out of range for int8 \[-128, 127\]"),
-    ({"i8": np.array([1, 300])}, ValueError, r"'i8'.*value 300 is out of range"),
-    ({"u16": [-1, 0]}, ValueError, r"field 'u16' \(uint16 column\): value -1 is out of range for uint16 \[0, 65535\]"),
-    ({"count": 2**40 + 7}, ValueError, r"field 'count' \(int32 scalar\): value 1099511627783 is out of range"),
-    ({"count": 2**70}, ValueError, r"field 'count' .*value 1180591620717411303424 is out of range"),
-    ({"i8": np.array([np.nan, 1.0])}, ValueError, r"field 'i8' .*value nan is not a finite number"),
-    ({"i8": [1.5, 2.0]}, ValueError, r"field 'i8' .*value 1.5 is not a whole number"),
-    ({"u16": np.array([70000.0, 1.0])}, ValueError, r"field 'u16' .*value 70000.0 is out of range"),
-    ({"f32": np.array([1 + 2j, 0])}, TypeError, r"field 'f32' \(float32 column\) got complex values"),
-    ({"f32": [1e300, 0.0]}, ValueError, r"field 'f32' .*value 1e\+300 overflows float32"),
-    ({"flag": [2, 0]}, ValueError, r"field 'flag' \(bool column\): value 2 is not a bool"),
-])
+@pytest.mark.parametrize(
+    "change, exc, text",
+    [
+        ({"i8": [300, 1]}, ValueError, r"field 'i8' \(int8 column\): value 300 is out of range for int8 \[-128, 127\]"),
+        ({"i8": np.array([1, 300])}, ValueError, r"'i8'.*value 300 is out of range"),
+        (
+            {"u16": [-1, 0]},
+            ValueError,
+            r"field 'u16' \(uint16 column\): value -1 is out of range for uint16 \[0, 65535\]",
+        ),
+        ({"count": 2**40 + 7}, ValueError, r"field 'count' \(int32 scalar\): value 1099511627783 is out of range"),
+        ({"count": 2**70}, ValueError, r"field 'count' .*value 1180591620717411303424 is out of range"),
+        ({"i8": np.array([np.nan, 1.0])}, ValueError, r"field 'i8' .*value nan is not a finite number"),
+        ({"i8": [1.5, 2.0]}, ValueError, r"field 'i8' .*value 1.5 is not a whole number"),
+        ({"u16": np.array([70000.0, 1.0])}, ValueError, r"field 'u16' .*value 70000.0 is out of range"),
+        ({"f32": np.array([1 + 2j, 0])}, TypeError, r"field 'f32' \(float32 column\) got complex values"),
+        ({"f32": [1e300, 0.0]}, ValueError, r"field 'f32' .*value 1e\+300 overflows float32"),
+        ({"flag": [2, 0]}, ValueError, r"field 'flag' \(bool column\): value 2 is not a bool"),
+    ],
+)
 def test_from_dict_refuses_values_that_do_not_fit(queue, change, exc, text):
     with pytest.raises(exc, match=text):
         pk.PortableCollection.from_dict(Narrow, _narrow(**change), queue)
@@ -204,8 +220,7 @@ def test_from_dict_refuses_values_that_do_not_fit(queue, change, exc, text):
 def test_from_dict_converts_values_that_fit(queue):
     rng = np.random.default_rng(3)
     f64 = rng.standard_normal(2)
-    data = _narrow(i8=np.array([-128, 127], np.int64), u16=[65535, 0], f32=f64, flag=[1, 0],
-                   count=np.float64(7.0))
+    data = _narrow(i8=np.array([-128, 127], np.int64), u16=[65535, 0], f32=f64, flag=[1, 0], count=np.float64(7.0))
     got = pk.PortableCollection.from_dict(Narrow, data, queue).to_dict(queue)
     np.testing.assert_array_equal(got["i8"], [-128, 127])
     np.testing.assert_array_equal(got["u16"], [65535, 0])
@@ -217,8 +232,9 @@ def test_from_dict_converts_values_that_fit(queue):
 
 
 def test_from_dict_casting_names(queue):
-    wrap = pk.PortableCollection.from_dict(Narrow, _narrow(i8=np.array([300, 1]), u16=np.array([-1, 1]),
-                                                           count=2**40 + 7), queue, casting="unsafe")
+    wrap = pk.PortableCollection.from_dict(
+        Narrow, _narrow(i8=np.array([300, 1]), u16=np.array([-1, 1]), count=2**40 + 7), queue, casting="unsafe"
+    )
     got = wrap.to_dict(queue)
     assert got["i8"][0] == 44 and got["u16"][0] == 65535 and got["count"] == 7  # numpy's astype, as asked
     with pytest.raises(TypeError, match=r"field 'f32' .*cannot cast float64 to float32 with casting='safe'"):

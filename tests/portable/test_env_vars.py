@@ -16,14 +16,17 @@ from portable.env import env_number
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("raw, kind, bounds, want", [
-    ("abc", float, {}, "a number"),
-    ("2.5", int, {}, "an integer"),
-    ("nan", float, {}, "a number"),
-    ("inf", float, {"minimum": 0}, "a number >= 0"),
-    ("-1", int, {"minimum": 0}, "an integer >= 0"),
-    ("0", float, {"above": 0}, "a number > 0"),
-])
+@pytest.mark.parametrize(
+    "raw, kind, bounds, want",
+    [
+        ("abc", float, {}, "a number"),
+        ("2.5", int, {}, "an integer"),
+        ("nan", float, {}, "a number"),
+        ("inf", float, {"minimum": 0}, "a number >= 0"),
+        ("-1", int, {"minimum": 0}, "an integer >= 0"),
+        ("0", float, {"above": 0}, "a number > 0"),
+    ],
+)
 def test_env_number_names_the_variable_its_value_and_what_it_takes(monkeypatch, raw, kind, bounds, want):
     monkeypatch.setenv("ALPYKA_SOMETHING", raw)
     with pytest.raises(pk.EnvVarError, match=rf"ALPYKA_SOMETHING='{raw}': expected {want}"):
@@ -52,8 +55,14 @@ def test_opencl_probe_timeout(monkeypatch):
 def test_threads_inline_us_at_import():
     """Read when the cpu_threads backend's cost model is imported: the import fails naming it."""
     env = {**os.environ, "ALPYKA_THREADS_INLINE_US": "abc"}
-    done = subprocess.run([sys.executable, "-c", "import backends._launch_cost"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", "import backends._launch_cost"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0
     assert "EnvVarError: environment variable ALPYKA_THREADS_INLINE_US='abc': expected a number >= 0" in done.stderr
 
@@ -82,8 +91,14 @@ def test_torch_threads(monkeypatch):
 def test_serve_shm_sweep_ticks_at_import():
     pytest.importorskip("pytriton", reason="alpyka serve needs PyTriton (pip install -e '.[serve]')")
     env = {**os.environ, "ALPYKA_SERVE_SHM_SWEEP_TICKS": "often"}
-    done = subprocess.run([sys.executable, "-c", "import inference.serving._child"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", "import inference.serving._child"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0
     assert "ALPYKA_SERVE_SHM_SWEEP_TICKS='often': expected an integer >= 1" in done.stderr
 

@@ -14,9 +14,30 @@ from portable import AlpykaError, AlpykaWarning
 
 PACKAGES = ("portable", "backends", "soa", "inference")
 # Optional dependencies: a module that fails to import for want of one of these is skipped.
-OPTIONAL = {"tritonclient", "pytriton", "uproot", "awkward", "dask", "distributed", "torch", "onnxruntime",
-            "onnx", "pyopencl", "cupy", "numba", "gevent", "geventhttpclient", "grpc", "h5py", "matplotlib",
-            "sklearn", "scipy", "psutil", "cuda", "nvidia"}
+OPTIONAL = {
+    "tritonclient",
+    "pytriton",
+    "uproot",
+    "awkward",
+    "dask",
+    "distributed",
+    "torch",
+    "onnxruntime",
+    "onnx",
+    "pyopencl",
+    "cupy",
+    "numba",
+    "gevent",
+    "geventhttpclient",
+    "grpc",
+    "h5py",
+    "matplotlib",
+    "sklearn",
+    "scipy",
+    "psutil",
+    "cuda",
+    "nvidia",
+}
 
 
 def _import(name: str, found: dict, missing: dict) -> None:
@@ -75,8 +96,7 @@ def test_modules_found():
 
 
 def test_every_exception_derives_from_alpyka_error():
-    offenders = sorted(name for name, cls in EXCEPTIONS.items()
-                       if not issubclass(cls, AlpykaError))
+    offenders = sorted(name for name, cls in EXCEPTIONS.items() if not issubclass(cls, AlpykaError))
     assert not offenders, f"not AlpykaError subclasses: {offenders}"
 
 
@@ -131,13 +151,18 @@ def test_every_error_and_warning_is_public():
     classes = {**EXCEPTIONS, **WARNINGS}
     # a class made inside a function (backends._gpu_launch's KernelDeviceMismatch) is caught by
     # its public bases
-    offenders = sorted(name for name, cls in classes.items()
-                       if _public_path(cls) is None and name not in INTERNAL and "<locals>" not in name)
+    offenders = sorted(
+        name
+        for name, cls in classes.items()
+        if _public_path(cls) is None and name not in INTERNAL and "<locals>" not in name
+    )
     assert not offenders, f"not importable from a public module: {offenders}"
 
 
 def test_every_module_was_checked():
     """Passes where every module of the four packages imported; else says which were not checked."""
     if MISSING:
-        pytest.skip("not checked (optional dependency missing): "
-                    + ", ".join(f"{name} ({why})" for name, why in sorted(MISSING.items())))
+        pytest.skip(
+            "not checked (optional dependency missing): "
+            + ", ".join(f"{name} ({why})" for name, why in sorted(MISSING.items()))
+        )

@@ -50,7 +50,7 @@ def _run_bounded(fn, seconds: float = DEADLOCK_S):
     def body():
         try:
             out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:
             out["error"] = exc
 
     t = threading.Thread(target=body, daemon=True, name="gc-safety")
@@ -220,7 +220,7 @@ def test_stress_threads_queues_and_cycles(device):
                 del holder
                 i += 1
             rounds[t] = i
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
 
     old = gc.get_threshold()

@@ -175,7 +175,7 @@ def test_another_thread_uses_the_queue_as_usual(queue, device):
         try:
             pk.memset(queue, flags, 7)  # not recorded: this thread does not capture
             queue.wait()
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:
             errors.append(exc)
 
     with pk.capture(queue) as graph:

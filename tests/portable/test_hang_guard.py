@@ -34,9 +34,11 @@ def test_a_hang_in_teardown_fails_fast_with_every_threads_stack(pytester):
     pytest.importorskip("pytest_timeout")
     opts = _project_timeout_options()
     opts["timeout"] = 3  # the project's settings, a shorter limit
-    pytester.makeini("[pytest]\n" + "".join(
-        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
-    pytester.makepyfile(test_hangs='''
+    pytester.makeini(
+        "[pytest]\n" + "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items())
+    )
+    pytester.makepyfile(
+        test_hangs="""
         import threading
         import pytest
 
@@ -55,7 +57,8 @@ def test_a_hang_in_teardown_fails_fast_with_every_threads_stack(pytester):
 
         def test_uses_stuck(stuck):
             assert True
-    ''')
+    """
+    )
     start = time.monotonic()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:alpyka", timeout=120)
     elapsed = time.monotonic() - start
@@ -85,16 +88,20 @@ def pytest_unconfigure(config):
 """
 
 
-@pytest.mark.parametrize("conftest, where", [(_HANG_IN_REPORT, "pytest_runtest_makereport"),
-                                             (_HANG_AT_EXIT, "atexit")], ids=["report", "exit"])
+@pytest.mark.parametrize(
+    "conftest, where",
+    [(_HANG_IN_REPORT, "pytest_runtest_makereport"), (_HANG_AT_EXIT, "atexit")],
+    ids=["report", "exit"],
+)
 def test_a_hang_outside_the_tests_fails_the_run_with_every_stack(pytester, monkeypatch, conftest, where):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "4")
     pytester.makeconftest(conftest)
     pytester.makepyfile(test_x="def test_fails():\n    assert 1 == 2\n")
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
-                                           "-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider", timeout=120
+    )
     elapsed = time.monotonic() - start
     assert result.ret == 1, (result.ret, result.stdout.str(), result.stderr.str())
     err = result.stderr.str()
@@ -112,15 +119,25 @@ def test_a_longer_timeout_option_lengthens_the_guard_too(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     monkeypatch.delenv("ALPYKA_HANG_TIMEOUT", raising=False)
     monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
-    pytester.makeconftest('''
+    pytester.makeconftest("""
         import alpyka_testing.hang_guard as guard
 
         def pytest_sessionstart(session):
             print("GUARD LIMIT", guard._limit[0])
-    ''')
+    """)
     pytester.makepyfile(test_x="def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p",
-                                           "no:cacheprovider", "--timeout", "700", "-s", timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "alpyka_testing.hang_guard",
+        "-p",
+        "no:alpyka",
+        "-p",
+        "no:cacheprovider",
+        "--timeout",
+        "700",
+        "-s",
+        timeout=120,
+    )
     assert result.ret == 0, result.stdout.str()
     assert "GUARD LIMIT 760.0" in result.stdout.str(), result.stdout.str()
 
@@ -130,16 +147,19 @@ def test_a_test_with_a_longer_timeout_of_its_own_is_not_cut_short(pytester, monk
     # the start and the collection must fit in the guard's limit: they took over 5 s with both
     # cores busy (two busy loops beside other work)
     monkeypatch.setenv("ALPYKA_HANG_TIMEOUT", "15")
-    pytester.makepyfile(test_x='''
+    pytester.makepyfile(
+        test_x="""
         import time
         import pytest
 
         @pytest.mark.timeout(60)
         def test_slow_but_declared():
             time.sleep(17)
-    ''')
-    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
-                                           "-p", "no:cacheprovider", timeout=120)
+    """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider", timeout=120
+    )
     assert result.ret == 0, (result.stdout.str(), result.stderr.str())
     assert "Timeout" not in result.stderr.str()
 
@@ -153,9 +173,11 @@ def test_a_hung_test_under_xdist_names_itself_with_every_threads_stack(pytester,
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the child imports alpyka_testing.hang_guard
     opts = _project_timeout_options()
     opts["timeout"] = 3
-    pytester.makeini("[pytest]\n" + "".join(
-        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
-    pytester.makepyfile(test_x='''
+    pytester.makeini(
+        "[pytest]\n" + "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items())
+    )
+    pytester.makepyfile(
+        test_x="""
         import threading
 
         def bystander():
@@ -168,21 +190,23 @@ def test_a_hung_test_under_xdist_names_itself_with_every_threads_stack(pytester,
 
         def test_fine():
             pass
-    ''')
+    """
+    )
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
-                                           "-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider", timeout=120
+    )
     elapsed = time.monotonic() - start
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == 1, out
     assert "Timeout (>3s) from pytest-timeout in worker gw" in out and "test_x.py::test_hangs" in out, out
     assert "what the test printed" in out, out
-    assert 'test_x.py", line 9 in test_hangs' in out and 'line 4 in bystander' in out, out  # every thread
+    assert 'test_x.py", line 9 in test_hangs' in out and "line 4 in bystander" in out, out  # every thread
     result.assert_outcomes(passed=1, failed=1)
     assert elapsed < 60, elapsed
 
 
-_BUILDS = '''
+_BUILDS = """
     import time
     import pytest
     from alpyka_testing.artifact_cache import cached_dir
@@ -197,12 +221,11 @@ _BUILDS = '''
     def test_uses_it(artifact):
         assert (artifact / "made").read_text() == "yes"
         time.sleep(1)  # the test's own time runs again, in full, after the build
-'''
+"""
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["plain", "xdist"])
-def test_an_artifacts_build_does_not_count_against_the_test_that_needs_it(pytester, monkeypatch, tmp_path,
-                                                                           workers):
+def test_an_artifacts_build_does_not_count_against_the_test_that_needs_it(pytester, monkeypatch, tmp_path, workers):
     """A slow fixture (an AOTInductor build) must not kill a worker: the build runs outside the
     test's time limit (a 3 s limit, a 6 s build, here)."""
     pytest.importorskip("pytest_timeout")
@@ -211,11 +234,13 @@ def test_an_artifacts_build_does_not_count_against_the_test_that_needs_it(pytest
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
     opts = {**_project_timeout_options(), "timeout": 3}
-    pytester.makeini("[pytest]\n" + "".join(
-        f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items()))
+    pytester.makeini(
+        "[pytest]\n" + "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in opts.items())
+    )
     pytester.makepyfile(test_x=_BUILDS.format(build_s=6))
-    result = pytester.runpytest_subprocess(*workers, "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
-                                           "-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess(
+        *workers, "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider", timeout=120
+    )
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == 0 and "Timeout" not in out, out
     result.assert_outcomes(passed=1)
@@ -227,8 +252,9 @@ def test_a_hung_build_still_fails_the_run_with_every_stack(pytester, monkeypatch
     pytester.makeconftest("import alpyka_testing.hang_guard as g\ng.BUILD_LIMIT_S = 4\n")
     pytester.makepyfile(test_x=_BUILDS.format(build_s=600))
     start = time.monotonic()
-    result = pytester.runpytest_subprocess("-p", "alpyka_testing.hang_guard", "-p", "no:alpyka",
-                                           "-p", "no:cacheprovider", timeout=120)
+    result = pytester.runpytest_subprocess(
+        "-p", "alpyka_testing.hang_guard", "-p", "no:alpyka", "-p", "no:cacheprovider", timeout=120
+    )
     out = result.stdout.str() + result.stderr.str()
     assert result.ret != 0 and "Timeout" in out and "in build" in out, out  # the build's stack
     assert time.monotonic() - start < 90

@@ -65,8 +65,7 @@ def test_a_damaged_cached_module_is_rewritten_with_one_warning(cache, damage):
     for src in sources:
         path = cache / f"{_cache.module_name(src, 'test')}.py"
         cache.mkdir(exist_ok=True)
-        bad = {"one byte changed": src.replace("41", "40"), "truncated": src[: len(src) // 2 + 10],
-               "empty": ""}[damage]
+        bad = {"one byte changed": src.replace("41", "40"), "truncated": src[: len(src) // 2 + 10], "empty": ""}[damage]
         path.write_text(bad)
         paths.append(path)
     mod, said = _load(sources[0])
@@ -184,8 +183,14 @@ def _run_kernels(tmp_path: Path, backend: str, env: dict, prefix: list[str] | No
     # the suite's HIP check (ALPYKA_CHECK_HIP, tests/conftest.py) keeps its toolchain in the cache
     # too and would add a warning of its own: these children test the kernel cache alone
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPYKA_CHECK_HIP": "0", **env}
-    done = subprocess.run([sys.executable, *(prefix or []), str(script), backend], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, *(prefix or []), str(script), backend],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     want = [f"scale {[3.0 * i for i in range(10)]}", f"shift {[i + 3.0 for i in range(10)]}"]
     assert done.stdout.splitlines() == want
@@ -198,9 +203,15 @@ def test_a_kernel_runs_where_no_cache_can_be_written(device, tmp_path):
     warning naming the variable to set (on opencl XDG_CACHE_HOME, where pyopencl keeps the
     argument setters of kernels: its caches are turned off)."""
     (tmp_path / "file").write_text("")
-    said = _run_kernels(tmp_path, device.backend_name,
-                        {"ALPYKA_CACHE_DIR": str(tmp_path / "file" / "alpyka"),
-                         "XDG_CACHE_HOME": str(tmp_path / "file" / "xdg"), "OCL_ICD_VENDORS": ""})
+    said = _run_kernels(
+        tmp_path,
+        device.backend_name,
+        {
+            "ALPYKA_CACHE_DIR": str(tmp_path / "file" / "alpyka"),
+            "XDG_CACHE_HOME": str(tmp_path / "file" / "xdg"),
+            "OCL_ICD_VENDORS": "",
+        },
+    )
     variable = "XDG_CACHE_HOME" if device.backend_name == "opencl" else "ALPYKA_CACHE_DIR"
     assert len(said) == 1 and f"set {variable} to a writable directory" in said[0], said
 
@@ -210,9 +221,11 @@ def test_a_kernel_runs_where_the_cache_disk_is_full(device, tmp_path):
     """Every file write fails (RLIMIT_FSIZE 0: the writes of a full disk): both kernels run, one
     warning, and no partial file is left in the cache."""
     wrapper = tmp_path / "full_disk.py"
-    wrapper.write_text("import resource, runpy, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-                       "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
-                       "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    wrapper.write_text(
+        "import resource, runpy, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
+        "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
     d = tmp_path / "alpyka"
     said = _run_kernels(tmp_path, device.backend_name, {"ALPYKA_CACHE_DIR": str(d)}, [str(wrapper)])
     assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0], said

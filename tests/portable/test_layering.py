@@ -33,7 +33,8 @@ def _module_name(path: Path) -> str:
 def _is_type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(path: Path, package: str) -> set[str]:
@@ -86,7 +87,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state:
                 found = dfs(m)
                 if found:
@@ -134,8 +135,12 @@ def test_layer_order() -> None:
     rank = {m: i for i, layer in enumerate(layers) for m in layer}
     graph = _graph("portable", recursive=True)
     assert set(rank) <= set(graph), f"no such modules: {set(rank) - set(graph)}"
-    wrong = [f"{a} (layer {rank[a]}) imports {b} (layer {rank[b]})"
-             for a in rank for b in graph[a] if b in rank and rank[b] > rank[a]]
+    wrong = [
+        f"{a} (layer {rank[a]}) imports {b} (layer {rank[b]})"
+        for a in rank
+        for b in graph[a]
+        if b in rank and rank[b] > rank[a]
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -146,8 +151,13 @@ def test_core_never_imports_torch() -> None:
         for f in sorted((ROOT / package).rglob("*.py")):
             tree = ast.parse(f.read_text())
             for node in ast.walk(tree):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 if any(n.split(".")[0] == "torch" for n in names):
                     offenders.append(str(f.relative_to(ROOT)))
     assert not offenders, f"torch imported by the core: {sorted(set(offenders))}"
@@ -156,7 +166,7 @@ def test_core_never_imports_torch() -> None:
 PACKAGES = ("soa", "portable", "backends", "inference")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cross_imports() -> dict[str, set[str]]:
     """``{module: modules of the other packages it imports}`` over the four packages."""
     out: dict[str, set[str]] = {}
@@ -229,24 +239,35 @@ def test_the_library_never_imports_the_demo() -> None:
 def _foreign_impl_reads(path: Path) -> list[int]:
     """Lines of ``path`` that read ``x._impl`` of an object other than ``self``."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    return sorted(n.lineno for n in ast.walk(tree)
-                  if isinstance(n, ast.Attribute) and n.attr == "_impl"
-                  and not (isinstance(n.value, ast.Name) and n.value.id == "self"))
+    return sorted(
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and n.attr == "_impl"
+        and not (isinstance(n.value, ast.Name) and n.value.id == "self")
+    )
 
 
 def test_backends_and_inference_never_reach_behind_a_queue_or_event() -> None:
     """A queue's or event's implementation is the core's: backends ask portable.spi.queue_impl,
     inference uses the public Queue/Event methods (enqueue_native, record_external)."""
-    offenders = [f"{_module_name(f)}:{line}" for package in ("backends", "inference")
-                 for f in sorted((ROOT / package).rglob("*.py")) for line in _foreign_impl_reads(f)]
+    offenders = [
+        f"{_module_name(f)}:{line}"
+        for package in ("backends", "inference")
+        for f in sorted((ROOT / package).rglob("*.py"))
+        for line in _foreign_impl_reads(f)
+    ]
     assert not offenders, f"reads of another object's _impl: {offenders}"
 
 
 def _names_a_test_support_module(node: ast.AST) -> bool:
     """A string that is the name of a module of alpyka_testing (``importlib.import_module(...)``,
     a pytest plugin's name, an entry point): prose that mentions the package is not one."""
-    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and re.fullmatch(r"alpyka_testing(\.\w+)*(:\w+)?", node.value) is not None)
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"alpyka_testing(\.\w+)*(:\w+)?", node.value) is not None
+    )
 
 
 def test_the_library_never_imports_the_test_support() -> None:
@@ -259,8 +280,9 @@ def test_the_library_never_imports_the_test_support() -> None:
     for package in (*PACKAGES, "alpyka_demo"):
         for f in sorted((ROOT / package).rglob("*.py")):
             scanned.add(_module_name(f))
-            if _imports(f, "alpyka_testing") or any(map(_names_a_test_support_module,
-                                                        ast.walk(ast.parse(f.read_text(), str(f))))):
+            if _imports(f, "alpyka_testing") or any(
+                map(_names_a_test_support_module, ast.walk(ast.parse(f.read_text(), str(f))))
+            ):
                 offenders.append(_module_name(f))
     assert "portable.testing.plugin" in scanned and "alpyka_demo.pipeline" in scanned, "the scan missed files"
     assert not offenders, f"the library imports the test suite's support package: {offenders}"
@@ -304,20 +326,33 @@ def _backend_name_uses(source: str) -> list[int]:
                 found.append(node.lineno)
         elif isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            consts = [c.value for side in sides for c in ast.walk(side)
-                      if isinstance(c, ast.Constant) and c.value in BUILTIN_BACKEND_NAMES]
+            consts = [
+                c.value
+                for side in sides
+                for c in ast.walk(side)
+                if isinstance(c, ast.Constant) and c.value in BUILTIN_BACKEND_NAMES
+            ]
             if consts and (set(consts) != {"cuda"} or "backend" in ast.unparse(node)):
                 found.append(node.lineno)
     return sorted(set(found))
 
 
 def test_the_scan_sees_decisions_by_backend_name() -> None:
-    decides = ['if dev.backend_name == "rocm": pass', 'x = name in ("cuda", "rocm")',
-               'ok = ("cpu_serial", "cpu_threads", "opencl")', 'if device.backend_name != "cuda": pass',
-               'p = {"cuda": 1, "rocm": 0}']
+    decides = [
+        'if dev.backend_name == "rocm": pass',
+        'x = name in ("cuda", "rocm")',
+        'ok = ("cpu_serial", "cpu_threads", "opencl")',
+        'if device.backend_name != "cuda": pass',
+        'p = {"cuda": 1, "rocm": 0}',
+    ]
     assert [bool(_backend_name_uses(s)) for s in decides] == [True] * len(decides)
-    allowed = ['if tdev.type == "cuda": pass', 'if caps.torch_device_type == "cuda": pass',
-               'pk.device("cpu_threads")', 'DEMO = "cpu_serial"', 'p = {"cuda": ("CUDAExecutionProvider",)}']
+    allowed = [
+        'if tdev.type == "cuda": pass',
+        'if caps.torch_device_type == "cuda": pass',
+        'pk.device("cpu_threads")',
+        'DEMO = "cpu_serial"',
+        'p = {"cuda": ("CUDAExecutionProvider",)}',
+    ]
     assert [bool(_backend_name_uses(s)) for s in allowed] == [False] * len(allowed)
 
 
@@ -332,6 +367,8 @@ def test_only_backends_know_backends_by_name() -> None:
             if rel not in NAMES_ALLOWED:
                 offenders += [f"{rel}:{line}" for line in _backend_name_uses(f.read_text())]
     assert scanned > 50, "the scan missed files"
-    assert not offenders, ("decided by a backend's name, not by the device's capabilities "
-                           "(device.capabilities: kind, host_addressable, c_dialect, torch_device_type, "
-                           f"warp_size, emulated): {offenders}")
+    assert not offenders, (
+        "decided by a backend's name, not by the device's capabilities "
+        "(device.capabilities: kind, host_addressable, c_dialect, torch_device_type, "
+        f"warp_size, emulated): {offenders}"
+    )

@@ -11,9 +11,7 @@ import portable as pk
 
 ROOT = Path(pk.__file__).resolve().parent.parent
 INSTALLED = any(ep.name == "alpyka" for ep in entry_points(group="pytest11"))
-needs_entry_point = pytest.mark.skipif(
-    not INSTALLED, reason="alpyka is not installed (no pytest11 entry point)"
-)
+needs_entry_point = pytest.mark.skipif(not INSTALLED, reason="alpyka is not installed (no pytest11 entry point)")
 
 TEST_FILE = """
 import pytest
@@ -197,15 +195,17 @@ def test_foreign_project_keeps_its_own_fixtures_and_parametrization(pytester):
     files = dict(FOREIGN_FILES, test_zz_no_runtime=NO_RUNTIME_FILE)
     res = _run(pytester, files=files, env={"ALPYKA_BACKENDS": "bogus"})
     res.assert_outcomes(passed=FOREIGN_PASSED + 1)
-    res.stdout.fnmatch_lines([  # in collection order
-        "*test_own_device_queue.py::test_queue PASSED*",
-        "*test_own_backend?sqlite? PASSED*",
-        "*test_hooked?h2? PASSED*",
-        "*test_marked?a? PASSED*",
-        "*test_marked_pairs?d-2? PASSED*",
-        "*TestClassMarked::test_it?e? PASSED*",
-        "*test_alpyka_runtime_not_loaded PASSED*",
-    ])
+    res.stdout.fnmatch_lines(
+        [  # in collection order
+            "*test_own_device_queue.py::test_queue PASSED*",
+            "*test_own_backend?sqlite? PASSED*",
+            "*test_hooked?h2? PASSED*",
+            "*test_marked?a? PASSED*",
+            "*test_marked_pairs?d-2? PASSED*",
+            "*TestClassMarked::test_it?e? PASSED*",
+            "*test_alpyka_runtime_not_loaded PASSED*",
+        ]
+    )
     assert "cpu_serial" not in res.stdout.str()
 
 
@@ -226,8 +226,14 @@ def test_project_using_the_fixtures_gets_the_matrix(pytester):
 
 @needs_entry_point
 def test_explicit_opt_in_without_autoload(pytester):
-    res = _run(pytester, "-p", "alpyka", "--backends=cpu_serial", files={"test_alpyka": ALPYKA_FILE},
-               env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    res = _run(
+        pytester,
+        "-p",
+        "alpyka",
+        "--backends=cpu_serial",
+        files={"test_alpyka": ALPYKA_FILE},
+        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
     res.assert_outcomes(passed=2)
 
 

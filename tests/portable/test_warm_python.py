@@ -30,8 +30,7 @@ def _both(argv, tmp_path, **env):
     full = {**os.environ, "WARM_TEST": "yes", "EXTRA": str(tmp_path / "extra"), **env}
     full["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "extra"), os.environ.get("PYTHONPATH", "")])
     warm = warm_python.run(argv, env=full, cwd=tmp_path, timeout=120)
-    cold = subprocess.run([sys.executable, *argv], env=full, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    cold = subprocess.run([sys.executable, *argv], env=full, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     return warm, cold
 
 
@@ -40,8 +39,9 @@ def test_a_warm_child_sees_what_a_cold_one_sees(tmp_path, mode):
     pytest.importorskip("torch")
     (tmp_path / "extra").mkdir()
     (tmp_path / "report.py").write_text(_REPORT)
-    argv = {"script": [str(tmp_path / "report.py"), "a", "b"], "-m": ["-m", "report", "a"],
-            "-c": ["-c", _REPORT, "x"]}[mode]
+    argv = {"script": [str(tmp_path / "report.py"), "a", "b"], "-m": ["-m", "report", "a"], "-c": ["-c", _REPORT, "x"]}[
+        mode
+    ]
     warm, cold = _both(argv, tmp_path)
     assert warm.returncode == cold.returncode == 0, (warm.stderr, cold.stderr)
     w, c = json.loads(warm.stdout), json.loads(cold.stdout)
@@ -54,7 +54,8 @@ def test_a_warm_child_sees_what_a_cold_one_sees(tmp_path, mode):
 
 def test_a_warm_child_ends_as_the_interpreter_ends(tmp_path):
     script = tmp_path / "ends.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import atexit, os, signal, sys, threading, time
         how = sys.argv[1]
         atexit.register(lambda: print("atexit ran", flush=True))
@@ -67,9 +68,14 @@ def test_a_warm_child_ends_as_the_interpreter_ends(tmp_path):
         elif how == "signal":
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
-    """))
-    for how, code, out, err in [("thread", 0, "thread done\natexit ran\n", ""), ("exit", 3, "atexit ran\n", ""),
-                                ("raise", 1, "atexit ran\n", "ValueError: boom"), ("signal", -15, "", "")]:
+    """)
+    )
+    for how, code, out, err in [
+        ("thread", 0, "thread done\natexit ran\n", ""),
+        ("exit", 3, "atexit ran\n", ""),
+        ("raise", 1, "atexit ran\n", "ValueError: boom"),
+        ("signal", -15, "", ""),
+    ]:
         done = warm_python.run([str(script), how], timeout=60)
         assert (done.returncode, done.stdout) == (code, out), (how, done)
         assert err in done.stderr and ("Traceback" in done.stderr) == (how == "raise"), (how, done.stderr)
@@ -148,8 +154,13 @@ def test_a_helper_that_dies_before_forking_leaves_the_runs_cold(monkeypatch):
     """A preload that crashes the helper (a broken torch build, say) costs the speed, not the run."""
     warm_python.stop()
     monkeypatch.setattr(warm_python, "_broken", None)
-    monkeypatch.setattr(warm_python, "_started_helper", lambda: subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0))
+    monkeypatch.setattr(
+        warm_python,
+        "_started_helper",
+        lambda: subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.exit(3)"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+        ),
+    )
     before = warm_python.starts.copy()
     probe = ["-c", "import sys; print('torch' in sys.modules)"]
     assert warm_python.run(probe, timeout=60).stdout == "False\n"
@@ -181,8 +192,14 @@ def test_a_killed_test_process_leaves_no_output_folder_after_the_next_start(tmp_
         if pid_file.exists() and pid_file.read_text():
             os.kill(int(pid_file.read_text()), signal.SIGKILL)  # its helper then ends (stdin closed)
     assert (tmp / left[0]).exists()
-    nxt = subprocess.run([sys.executable, "-c", runner, "-c", "print('next')"], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=150)
+    nxt = subprocess.run(
+        [sys.executable, "-c", runner, "-c", "print('next')"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert nxt.returncode == 0 and "next" in nxt.stdout, nxt.stderr
     assert [p.name for p in tmp.iterdir() if p.name.startswith("alpyka-warm-")] == []
 

@@ -92,15 +92,18 @@ def test_valid_workdiv_cpu(device):
     wd.check(device)
 
 
-@pytest.mark.parametrize("bad, why", [
-    (1.5, r"got 1.5 \(float\)"),
-    ("4", r"got '4' \(str\)"),
-    (True, r"got True \(bool\)"),
-    (None, r"got None \(NoneType\)"),
-    ((2, 2.0), r"got \(2, 2.0\) \(an entry is float\)"),
-    ((1, 1, 1, 1), r"got \(1, 1, 1, 1\) \(4 entries\)"),
-    (-3, r"got -3 \(entries must be integers >= 1\)"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (1.5, r"got 1.5 \(float\)"),
+        ("4", r"got '4' \(str\)"),
+        (True, r"got True \(bool\)"),
+        (None, r"got None \(NoneType\)"),
+        ((2, 2.0), r"got \(2, 2.0\) \(an entry is float\)"),
+        ((1, 1, 1, 1), r"got \(1, 1, 1, 1\) \(4 entries\)"),
+        (-3, r"got -3 \(entries must be integers >= 1\)"),
+    ],
+)
 def test_bad_extents_say_what_is_expected(bad, why):
     rule = r"must be a positive int or a tuple of 1 to 3 positive ints"
     for args, what in (((bad, 1, 1), "blocks"), ((1, bad, 1), "threads"), ((1, 1, bad), "elements")):
@@ -109,8 +112,11 @@ def test_bad_extents_say_what_is_expected(bad, why):
 
 
 def test_valid_workdiv_bad_arguments(device):
-    with pytest.raises(pk.WorkDivError, match=r"valid_workdiv n_elements must be a non-negative int or a "
-                                               r"tuple of 1 to 3 non-negative ints, got 1.5 \(float\)"):
+    with pytest.raises(
+        pk.WorkDivError,
+        match=r"valid_workdiv n_elements must be a non-negative int or a "
+        r"tuple of 1 to 3 non-negative ints, got 1.5 \(float\)",
+    ):
         pk.valid_workdiv(device, 1.5)
     with pytest.raises(pk.WorkDivError, match=r"n_elements .* got -1 \(entries must be integers >= 0\)"):
         pk.valid_workdiv(device, -1)
@@ -125,11 +131,14 @@ def test_valid_workdiv_bad_arguments(device):
 PRIME = 10007
 
 
-@pytest.mark.parametrize("dev, n, threads", [
-    (gpu_like(), 319_037, 1024),  # the H100 clustering run's digis: 312 blocks, not 319,037 of one thread
-    (gpu_like(), 1031, 1024),
-    (gpu_like(max_threads=256, dims=(1024, 1024, 1024)), PRIME, 256),
-])
+@pytest.mark.parametrize(
+    "dev, n, threads",
+    [
+        (gpu_like(), 319_037, 1024),  # the H100 clustering run's digis: 312 blocks, not 319,037 of one thread
+        (gpu_like(), 1031, 1024),
+        (gpu_like(max_threads=256, dims=(1024, 1024, 1024)), PRIME, 256),
+    ],
+)
 def test_valid_workdiv_covers_a_prime_n_with_full_blocks_and_a_partial_last_one(dev, n, threads):
     wd = pk.valid_workdiv(dev, n)
     assert wd.threads == (threads,) and wd.elements == (1,)
@@ -180,8 +189,15 @@ def test_a_kernel_over_a_prime_n_is_right(device, queue, elements):
 def _many_live_values_kernel(tmp_path, count=40):
     """A kernel whose ``count`` float64 values are all live at its last line (a real GPU needs
     over 64 registers a thread for it); written to a file, as kernels are compiled from source."""
-    lines = ["import portable as pk", "", "", "@pk.kernel", "def many_live_values(acc, out, x, n):",
-             "    for i in acc.uniform_elements(n):", "        v0 = x[i]"]
+    lines = [
+        "import portable as pk",
+        "",
+        "",
+        "@pk.kernel",
+        "def many_live_values(acc, out, x, n):",
+        "    for i in acc.uniform_elements(n):",
+        "        v0 = x[i]",
+    ]
     lines += [f"        v{k} = v{k - 1} * 0.5 + x[i] * {k}.0" for k in range(1, count)]
     lines.append("        out[i] = " + " + ".join(f"v{k}" for k in range(count)))
     path = tmp_path / "many_live_values_kernel.py"

@@ -68,8 +68,7 @@ def out_matrix(coll: pk.PortableCollection) -> np.ndarray:
     return np.stack([getattr(v, n) for n in coll.layout.field_names()], axis=1).copy()
 
 
-def metadata(hits: pk.PortableCollection, out: pk.PortableCollection, in_block: str = "x",
-             out_block: str = "y"):
+def metadata(hits: pk.PortableCollection, out: pk.PortableCollection, in_block: str = "x", out_block: str = "y"):
     from inference import ModelMetadata, SoAMetadata
 
     ins = SoAMetadata(hits).append_block(in_block, "a", "b", "c")
@@ -104,8 +103,11 @@ def double_process():
     procs: list[subprocess.Popen] = []
 
     def start(port: int, delay: float = 0.0) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, str(HERE / "kserve_double.py"), str(port),
-                                 "--delay", str(delay)], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "kserve_double.py"), str(port), "--delay", str(delay)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         line = proc.stdout.readline()  # "ready PORT"
         assert line.startswith("ready"), line

@@ -26,13 +26,13 @@ from tritonclient.grpc import service_pb2_grpc as stubs
 @dataclass
 class Behaviour:
     model: str = "double"
-    delay: float = 0.0           # seconds before each infer response
-    fail_first: int = 0          # the first N infer requests fail with UNAVAILABLE
-    wrong_dtype: bool = False    # metadata/config declare INT32 instead of FP32
+    delay: float = 0.0  # seconds before each infer response
+    fail_first: int = 0  # the first N infer requests fail with UNAVAILABLE
+    wrong_dtype: bool = False  # metadata/config declare INT32 instead of FP32
     max_batch_size: int = 8
-    loading: float = 0.0         # seconds after start during which the model is LOADING (not ready)
-    list_models: bool = True     # False: an empty repository index (as PyTriton's servers)
-    requests: int = 0            # infer requests received
+    loading: float = 0.0  # seconds after start during which the model is LOADING (not ready)
+    list_models: bool = True  # False: an empty repository index (as PyTriton's servers)
+    requests: int = 0  # infer requests received
     rows: list[int] = field(default_factory=list)  # batch size of each answered request
 
 
@@ -58,8 +58,13 @@ class DoubleServicer(stubs.GRPCInferenceServiceServicer):
     def RepositoryIndex(self, request, context):
         if not self.b.list_models:
             return pb.RepositoryIndexResponse()
-        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(
-            name=self.b.model, version="1", state="READY" if self._loaded() else "LOADING")])
+        return pb.RepositoryIndexResponse(
+            models=[
+                pb.RepositoryIndexResponse.ModelIndex(
+                    name=self.b.model, version="1", state="READY" if self._loaded() else "LOADING"
+                )
+            ]
+        )
 
     def _known(self, name, context) -> None:
         if name != self.b.model:
@@ -70,16 +75,22 @@ class DoubleServicer(stubs.GRPCInferenceServiceServicer):
         self._known(request.name, context)
         dt = "INT32" if self.b.wrong_dtype else "FP32"
         return pb.ModelMetadataResponse(
-            name=self.b.model, versions=["1"], platform="double",
+            name=self.b.model,
+            versions=["1"],
+            platform="double",
             inputs=[pb.ModelMetadataResponse.TensorMetadata(name="x", datatype=dt, shape=[-1, -1])],
-            outputs=[pb.ModelMetadataResponse.TensorMetadata(name="y", datatype=dt, shape=[-1, -1])])
+            outputs=[pb.ModelMetadataResponse.TensorMetadata(name="y", datatype=dt, shape=[-1, -1])],
+        )
 
     def ModelConfig(self, request, context):
         self._known(request.name, context)
         dt = mc.TYPE_INT32 if self.b.wrong_dtype else mc.TYPE_FP32
-        cfg = mc.ModelConfig(name=self.b.model, max_batch_size=self.b.max_batch_size,
-                             input=[mc.ModelInput(name="x", data_type=dt, dims=[-1])],
-                             output=[mc.ModelOutput(name="y", data_type=dt, dims=[-1])])
+        cfg = mc.ModelConfig(
+            name=self.b.model,
+            max_batch_size=self.b.max_batch_size,
+            input=[mc.ModelInput(name="x", data_type=dt, dims=[-1])],
+            output=[mc.ModelOutput(name="y", data_type=dt, dims=[-1])],
+        )
         return pb.ModelConfigResponse(config=cfg)
 
     def ModelStatistics(self, request, context):
@@ -99,13 +110,18 @@ class DoubleServicer(stubs.GRPCInferenceServiceServicer):
         shape = list(inp.shape)
         x = np.frombuffer(request.raw_input_contents[0], np.float32).reshape(shape)
         if shape and shape[0] > self.b.max_batch_size:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"batch {shape[0]} over max_batch_size {self.b.max_batch_size}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"batch {shape[0]} over max_batch_size {self.b.max_batch_size}"
+            )
         with self.lock:
             self.b.rows.append(shape[0])
         out = pb.ModelInferResponse.InferOutputTensor(name="y", datatype="FP32", shape=shape)
-        return pb.ModelInferResponse(model_name=self.b.model, id=request.id, outputs=[out],
-                                     raw_output_contents=[(2 * x).astype(np.float32).tobytes()])
+        return pb.ModelInferResponse(
+            model_name=self.b.model,
+            id=request.id,
+            outputs=[out],
+            raw_output_contents=[(2 * x).astype(np.float32).tobytes()],
+        )
 
 
 class DoubleServer:
@@ -125,7 +141,7 @@ class DoubleServer:
     def stop(self) -> None:
         self.server.stop(grace=None)
 
-    def __enter__(self) -> "DoubleServer":
+    def __enter__(self) -> DoubleServer:
         return self
 
     def __exit__(self, *exc) -> None:

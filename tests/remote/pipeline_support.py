@@ -77,8 +77,9 @@ def chain(q, tracks, scored):
     n = tracks.size
     feats = pk.PortableCollection(Features, n, q)
     pk.exec(q, pk.valid_workdiv(q.device, max(n, 1)), make_features, tracks.const_view(), feats.view(), n)
-    md = ModelMetadata(SoAMetadata(feats).append_block("x", "f0", "f1", "f2"),
-                       SoAMetadata(scored).append_block("y", "score"))
+    md = ModelMetadata(
+        SoAMetadata(feats).append_block("x", "f0", "f1", "f2"), SoAMetadata(scored).append_block("y", "score")
+    )
     MODEL.to(q).forward(md)
     pk.exec(q, pk.valid_workdiv(q.device, max(n, 1)), finish, tracks.const_view(), scored.view(), n)
 
@@ -92,8 +93,7 @@ def sum_rows(acc, tracks, out, n):
 @pipeline(inputs={"tracks": Tracks}, outputs={"pairs": Summary}, rows=lambda n: n // 2)
 def pairs(q, tracks, pairs):
     """Output rows as a function of the input rows."""
-    pk.exec(q, pk.valid_workdiv(q.device, max(pairs.size, 1)), sum_rows, tracks.const_view(), pairs.view(),
-            pairs.size)
+    pk.exec(q, pk.valid_workdiv(q.device, max(pairs.size, 1)), sum_rows, tracks.const_view(), pairs.view(), pairs.size)
 
 
 @pk.kernel
@@ -129,9 +129,11 @@ def not_a_pipeline(q, tracks, scored):
 def make_tracks(n: int, q: pk.Queue, seed: int = 0) -> pk.PortableCollection:
     """Tracks with random values (built on the host, copied to q's device)."""
     rng = np.random.default_rng(seed)
-    data = {"x": rng.standard_normal(n).astype(np.float32),
-            "p": rng.standard_normal((n, 3)).astype(np.float32),
-            "cov": rng.standard_normal((n, 2, 2)).astype(np.float32),
-            "charge": rng.integers(-1, 2, n).astype(np.int32),
-            "scale": np.float32(1.5)}
+    data = {
+        "x": rng.standard_normal(n).astype(np.float32),
+        "p": rng.standard_normal((n, 3)).astype(np.float32),
+        "cov": rng.standard_normal((n, 2, 2)).astype(np.float32),
+        "charge": rng.integers(-1, 2, n).astype(np.int32),
+        "scale": np.float32(1.5),
+    }
     return pk.PortableCollection.from_dict(Tracks, data, q)

@@ -3,8 +3,8 @@ timeouts, wrong metadata and retries to a second server."""
 
 from __future__ import annotations
 
-import signal
 import os
+import signal
 import time
 
 import numpy as np
@@ -12,8 +12,7 @@ import pytest
 
 import portable as pk
 from inference import ModelMetadata, SoAMetadata
-from inference.remote import (MetadataMismatch, ModelNotFound, RemoteModel, RemoteTimeout,
-                              ServerUnavailable)
+from inference.remote import MetadataMismatch, ModelNotFound, RemoteModel, RemoteTimeout, ServerUnavailable
 from inference.serving import free_port
 
 from .conftest import Preds, hits_matrix, make_hits, make_out, metadata, out_matrix
@@ -138,16 +137,26 @@ def test_wrong_metadata_names_the_block(double):
     good = double()
     with RemoteModel(good.url, "double", timeout=5) as model:
         # a partial name match is an error, never a silent mix of names and order
-        partial = ModelMetadata(SoAMetadata(hits).append_block("x", "a", "b").append_block("extra", "c"),
-                                SoAMetadata(out).append_block("y", "p", "q", "r"))
-        with pytest.raises(MetadataMismatch, match=r"input blocks \['x', 'extra'\] match the inputs of "
-                                                   r"model 'double' \['x'\] only in part \(\['extra'\] is not one\)"):
+        partial = ModelMetadata(
+            SoAMetadata(hits).append_block("x", "a", "b").append_block("extra", "c"),
+            SoAMetadata(out).append_block("y", "p", "q", "r"),
+        )
+        with pytest.raises(
+            MetadataMismatch,
+            match=r"input blocks \['x', 'extra'\] match the inputs of "
+            r"model 'double' \['x'\] only in part \(\['extra'\] is not one\)",
+        ):
             model.forward(partial)
         # no name matches and the counts differ: no order to map in either
-        two = ModelMetadata(SoAMetadata(hits).append_block("x", "a", "b", "c"),
-                            SoAMetadata(out).append_block("u", "p", "q").append_block("v", "r"))
-        with pytest.raises(MetadataMismatch, match=r"output blocks \['u', 'v'\] are not outputs of model "
-                                                   r"'double'; its outputs are \['y'\]"):
+        two = ModelMetadata(
+            SoAMetadata(hits).append_block("x", "a", "b", "c"),
+            SoAMetadata(out).append_block("u", "p", "q").append_block("v", "r"),
+        )
+        with pytest.raises(
+            MetadataMismatch,
+            match=r"output blocks \['u', 'v'\] are not outputs of model "
+            r"'double'; its outputs are \['y'\]",
+        ):
             model.forward(two)
     np.testing.assert_array_equal(out_matrix(out), np.full((8, 3), -7.0, np.float32))
     assert good.behaviour.requests == 0
@@ -168,8 +177,10 @@ def test_blocks_named_otherwise_map_in_order(double):
         assert list(result) == ["preds"]  # the future's outputs are named after the blocks
         np.testing.assert_array_equal(out_matrix(out2), 2 * hits_matrix(hits))
         # dtype/shape errors still name the block and the tensor it maps to
-        bad = ModelMetadata(SoAMetadata(hits).append_block("features", "a", "b", "c"),
-                            SoAMetadata(make_hits(8)).append_block("scores", "flag"))  # int32
+        bad = ModelMetadata(
+            SoAMetadata(hits).append_block("features", "a", "b", "c"),
+            SoAMetadata(make_hits(8)).append_block("scores", "flag"),
+        )  # int32
         with pytest.raises(MetadataMismatch, match="output block 'scores' has dtype int32, the model's output 'y'"):
             model.forward(bad)
 
@@ -199,8 +210,7 @@ def test_retries_on_the_same_server(double):
 def test_retries_go_to_the_second_server(double, mode):
     bad, good = double(fail_first=1000), double()
     hits, out = make_hits(8, seed=7), make_out(Preds, 8)
-    with RemoteModel(bad.url, "double", servers=[good.url], timeout=5, retries=1,
-                     retry_delay=0.01, mode=mode) as model:
+    with RemoteModel(bad.url, "double", servers=[good.url], timeout=5, retries=1, retry_delay=0.01, mode=mode) as model:
         model.forward_async(metadata(hits, out)).wait(10)
         assert model.url == good.url
         assert model.statistics().client.failovers == 1
@@ -215,8 +225,7 @@ def test_server_killed_mid_run(double, double_process):
     hits = make_hits(8, seed=8)
     q = pk.Queue(pk.host())
     lone = RemoteModel(f"127.0.0.1:{port}", "double", timeout=2, retries=1, retry_delay=0.01).to(q)
-    model = RemoteModel(f"127.0.0.1:{port}", "double", servers=[backup.url], timeout=2, retries=1,
-                        retry_delay=0.01)
+    model = RemoteModel(f"127.0.0.1:{port}", "double", servers=[backup.url], timeout=2, retries=1, retry_delay=0.01)
     try:
         first = make_out(Preds, 8)
         model.forward(metadata(hits, first))
@@ -287,8 +296,9 @@ def test_concurrent_requests_spread_over_two_servers(double, mode):
             outs = list(pool.map(lambda i: model.infer({"x": np.full((16, 3), i, np.float32)}), range(16)))
         got = (a.behaviour.requests - before[0], b.behaviour.requests - before[1])
     for i, out in enumerate(outs):
-        np.testing.assert_array_equal(out["output__0" if "output__0" in out else next(iter(out))],
-                                      np.full((16, 3), 2 * i, np.float32))
+        np.testing.assert_array_equal(
+            out["output__0" if "output__0" in out else next(iter(out))], np.full((16, 3), 2 * i, np.float32)
+        )
     assert sum(got) == 16 and min(got) >= 6, f"16 concurrent requests went {got[0]} / {got[1]}"
 
 

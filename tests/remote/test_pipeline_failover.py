@@ -52,14 +52,33 @@ def servers(tmp_path_factory):
     d = tmp_path_factory.mktemp("failover")
     torch.jit.script(Identity()).save(str(d / "identity.pt"))
     os.environ["ALPYKA_TEST_SLOW_S"] = str(SLOW_S)
-    a = serve({"slow": S.slow, "identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"],
-                                             "outputs": ["y:float32:3"]}}, device="cpu_serial")
+    a = serve(
+        {
+            "slow": S.slow,
+            "identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
+        },
+        device="cpu_serial",
+    )
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     try:
-        with serve_cli("remote.pipeline_support:slow", str(d / "identity.pt"), "--input", "x:float32:3",
-                       "--output", "y:float32:3", "--device", "cpu_threads", "--grpc-port", str(port),
-                       "--http-port", "0", env=env, cwd=str(d), check_exit=False) as (cli, lines, _url):
+        with serve_cli(
+            "remote.pipeline_support:slow",
+            str(d / "identity.pt"),
+            "--input",
+            "x:float32:3",
+            "--output",
+            "y:float32:3",
+            "--device",
+            "cpu_threads",
+            "--grpc-port",
+            str(port),
+            "--http-port",
+            "0",
+            env=env,
+            cwd=str(d),
+            check_exit=False,
+        ) as (cli, lines, _url):
             assert any("pipeline slow (remote.pipeline_support:slow)" in ln for ln in lines), lines
             yield a, f"127.0.0.1:{port}", cli  # the tests kill this one: no exit status to check
     finally:
@@ -93,8 +112,7 @@ def test_server_killed_during_a_run(servers):
     n_events = 12
     q = pk.Queue(pk.device("cpu_serial"))
     events = [(S.make_tracks(12, q, seed), pk.PortableCollection(S.Scored, 12, q)) for seed in range(n_events)]
-    remote = RemotePipeline([a.grpc_url, b_url], "slow", declaration=S.slow, mode="async", timeout=30,
-                            retries=1)
+    remote = RemotePipeline([a.grpc_url, b_url], "slow", declaration=S.slow, mode="async", timeout=30, retries=1)
     try:
         t0 = time.monotonic()
         futs = [remote.call_async(q, t, o) for t, o in events]

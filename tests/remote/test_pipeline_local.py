@@ -41,11 +41,19 @@ def test_config_derived_from_layouts():
     assert cfg["max_batch_size"] == 0
     assert all(isinstance(t, TensorDesc) and not t.batched for t in cfg["inputs"] + cfg["outputs"])
     triples = lambda ts: [(t.name, t.dtype, t.dims) for t in ts]  # noqa: E731
-    assert triples(cfg["inputs"]) == [("tracks__x", "float32", (-1,)), ("tracks__p", "float32", (-1, 3)),
-                             ("tracks__cov", "float32", (-1, 2, 2)), ("tracks__charge", "int32", (-1,)),
-                             ("tracks__scale", "float32", (1,))]
-    assert triples(cfg["outputs"]) == [("scored__score", "float32", (-1,)), ("scored__e", "float32", (-1, 2)),
-                              ("scored__tag", "int32", (-1,)), ("scored__total", "float32", (1,))]
+    assert triples(cfg["inputs"]) == [
+        ("tracks__x", "float32", (-1,)),
+        ("tracks__p", "float32", (-1, 3)),
+        ("tracks__cov", "float32", (-1, 2, 2)),
+        ("tracks__charge", "int32", (-1,)),
+        ("tracks__scale", "float32", (1,)),
+    ]
+    assert triples(cfg["outputs"]) == [
+        ("scored__score", "float32", (-1,)),
+        ("scored__e", "float32", (-1, 2)),
+        ("scored__tag", "int32", (-1,)),
+        ("scored__total", "float32", (1,)),
+    ]
     fixed = pipeline(inputs=S.Tracks, outputs={"s": S.Summary}, rows=6)(lambda q, t, s: None)
     assert derive_config(fixed)["outputs"] == [TensorDesc("s__s", np.float32, (6,))]
 
@@ -53,19 +61,29 @@ def test_config_derived_from_layouts():
 def test_serve_spec_of_a_pipeline(tmp_path):
     from inference.serving._spec import model_specs
 
-    specs = model_specs({"chain": S.chain, "pairs": "remote.pipeline_support:pairs"}, name=None,
-                        workdir=tmp_path, inputs=None, outputs=None, max_batch_size=64, instances=2)
+    specs = model_specs(
+        {"chain": S.chain, "pairs": "remote.pipeline_support:pairs"},
+        name=None,
+        workdir=tmp_path,
+        inputs=None,
+        outputs=None,
+        max_batch_size=64,
+        instances=2,
+    )
     assert [s.kind for s in specs] == ["pipeline", "pipeline"]
     assert specs[0].max_batch_size == 0 and not specs[0].dynamic_batching and specs[0].instances == 2
     assert [(t.name, t.dims) for t in specs[1].outputs] == [("pairs__s", (-1,))]
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(inputs=int, outputs=S.Summary), "must be a soa.Layout subclass"),
-    (dict(inputs=None, outputs=S.Summary), "needs inputs= and outputs="),
-    (dict(inputs=S.Tracks, outputs=S.Summary, rows="x"), "rows of output"),
-    (dict(inputs={"a__b": S.Tracks}, outputs=S.Summary), "without '__'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(inputs=int, outputs=S.Summary), "must be a soa.Layout subclass"),
+        (dict(inputs=None, outputs=S.Summary), "needs inputs= and outputs="),
+        (dict(inputs=S.Tracks, outputs=S.Summary, rows="x"), "rows of output"),
+        (dict(inputs={"a__b": S.Tracks}, outputs=S.Summary), "without '__'"),
+    ],
+)
 def test_bad_declarations(bad, message):
     with pytest.raises(PipelineError, match=message):
         pipeline(**bad)(lambda q, t, s: None)
@@ -139,8 +157,11 @@ def test_debug_poison_finds_unfilled_outputs():
     pipe = Pipeline(S.half_done.fn, S.Tracks, S.Scored, debug=True, name="half_done")
     tracks = S.make_tracks(6, q)
     pipe(q, tracks, pk.PortableCollection(S.Scored, 6, q))
-    with pytest.raises(Exception, match=r"did not fill output column\(s\) \['scored.e', 'scored.tag', "
-                                        r"'scored.total'\]") as info:
+    with pytest.raises(
+        Exception,
+        match=r"did not fill output column\(s\) \['scored.e', 'scored.tag', "
+        r"'scored.total'\]",
+    ) as info:
         q.wait()
     assert isinstance(info.value.__cause__, OutputsNotFilled)
 
@@ -180,12 +201,15 @@ def test_not_a_layout_slot_in_remote_check():
     cfg = derive_config(other)
     assert TensorSpec is TensorDesc  # the public name of the client's tensor descriptions
     info = ModelInfo("chain", cfg["inputs"], cfg["outputs"], 0)
-    with pytest.raises(MetadataMismatch, match=r"server's inputs do not match the declared layouts .*"
-                                               r"declared but not served as declared \['tracks__x'"):
+    with pytest.raises(
+        MetadataMismatch,
+        match=r"server's inputs do not match the declared layouts .*"
+        r"declared but not served as declared \['tracks__x'",
+    ):
         rp._check_server(info)
 
 
-_MYPIPE = '''
+_MYPIPE = """
 import numpy as np
 import portable as pk
 import soa
@@ -205,7 +229,7 @@ def twice(acc, out, inp, n):
 @pipeline(inputs=Numbers, outputs=Numbers)
 def double(q, inp, out):
     pk.exec(q, pk.valid_workdiv(q.device, max(inp.size, 1)), twice, out.view(), inp.const_view(), inp.size)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -219,6 +243,7 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path):
     import sys
 
     from inference import RemotePipeline
+
     from .triton_support import pytriton_reason, serve_cli
 
     if pytriton_reason() is not None:
@@ -231,8 +256,18 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root}
     refs = ("mypipe:double", str(elsewhere / "otherpipe.py") + ":triple")
-    with serve_cli(*refs, "--device", "cpu_serial", "--grpc-port", "0", "--http-port", "0", env=env, cwd=str(folder),
-                   python_flags=("-P",)) as (_, lines, url):
+    with serve_cli(
+        *refs,
+        "--device",
+        "cpu_serial",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        env=env,
+        cwd=str(folder),
+        python_flags=("-P",),
+    ) as (_, lines, url):
         for where, module, name, factor in ((folder, "mypipe", "double", 2), (elsewhere, "otherpipe", "triple", 3)):
             sys.path.insert(0, str(where))
             try:

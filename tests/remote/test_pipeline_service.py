@@ -43,9 +43,16 @@ def server(request):
 
     os.environ["ALPYKA_TEST_SLOW_S"] = str(SLOW_S)  # the server inherits it (pipeline `slow`)
     models = {f"chain_{b}": {"pipeline": S.chain, "device": b} for b in served_backends(request.config)}
-    models.update({"chain": S.chain, "pairs": S.pairs, "broken": S.broken, "half_done": S.half_done,
-                   "slow": S.slow, "identity": {"path": Identity(), "inputs": ["x:float32:3"],
-                                                "outputs": ["y:float32:3"]}})
+    models.update(
+        {
+            "chain": S.chain,
+            "pairs": S.pairs,
+            "broken": S.broken,
+            "half_done": S.half_done,
+            "slow": S.slow,
+            "identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
+        }
+    )
     handle = serve(models, device="cpu_serial")
     try:
         yield handle
@@ -125,8 +132,11 @@ def test_undeclared_client_and_rows_rule(server):
 
 def test_layout_mismatch_with_the_server(server):
     other = pipeline(inputs={"tracks": S.Summary}, outputs={"scored": S.Scored})(lambda q, t, s: None)
-    with pytest.raises(MetadataMismatch, match=r"pipeline 'chain': the server's inputs do not match the "
-                                               r"declared layouts \(tracks: Summary\)"):
+    with pytest.raises(
+        MetadataMismatch,
+        match=r"pipeline 'chain': the server's inputs do not match the "
+        r"declared layouts \(tracks: Summary\)",
+    ):
         other.remote(server.grpc_url, name="chain", timeout=30)
 
 
@@ -137,8 +147,11 @@ def test_server_exception_names_the_pipeline_and_leaves_outputs(server):
     before = out.to_dict(q)
     with S.broken.remote(server.grpc_url, timeout=30, retries=2) as remote:
         remote(q, tracks, out)
-        with pytest.raises(Exception, match=r"pipeline 'broken' failed on server 127.0.0.1:\d+: "
-                                            r"ValueError: broken pipeline refuses 8 rows") as info:
+        with pytest.raises(
+            Exception,
+            match=r"pipeline 'broken' failed on server 127.0.0.1:\d+: "
+            r"ValueError: broken pipeline refuses 8 rows",
+        ) as info:
             q.wait()
         assert isinstance(info.value.__cause__, PipelineError)
         assert remote.statistics().client.retries == 0  # the same failure everywhere: not retried
@@ -158,9 +171,12 @@ def test_unfilled_outputs_are_an_error(server):
     out = sentinel(S.Scored, 6, q)
     with S.half_done.remote(server.grpc_url, timeout=30) as remote:
         remote(q, S.make_tracks(6, q), out)
-        with pytest.raises(Exception, match=r"pipeline 'half_done' failed on server .*OutputsNotFilled: "
-                                            r"pipeline 'half_done' did not fill output column\(s\) "
-                                            r"\['scored.e', 'scored.tag', 'scored.total'\]"):
+        with pytest.raises(
+            Exception,
+            match=r"pipeline 'half_done' failed on server .*OutputsNotFilled: "
+            r"pipeline 'half_done' did not fill output column\(s\) "
+            r"\['scored.e', 'scored.tag', 'scored.total'\]",
+        ):
             q.wait()
     assert np.all(out.to_dict(q)["score"].view(np.uint8) == 0x11)
 

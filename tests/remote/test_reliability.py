@@ -117,8 +117,13 @@ def server(files):
 
     os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"] = "2"
     try:
-        handle = serve({"lin": str(files / "lin.pt"), "seq": str(files / "seq.pt2"),
-                        "identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}})
+        handle = serve(
+            {
+                "lin": str(files / "lin.pt"),
+                "seq": str(files / "seq.pt2"),
+                "identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
+            }
+        )
     finally:
         del os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"]
     try:
@@ -168,9 +173,25 @@ def test_serve_finds_the_input_shape_itself(server, files):
 
 @needs_triton
 def test_cli_says_in_one_line_what_to_declare(files):
-    r = subprocess.run([sys.executable, "-c", "import sys; from portable.cli._main import main; sys.exit(main())",
-                        "serve", str(files / "conv.pt"), "--name", "conv", "--grpc-port", "0",
-                        "--http-port", "0"], capture_output=True, text=True, env=ENV, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from portable.cli._main import main; sys.exit(main())",
+            "serve",
+            str(files / "conv.pt"),
+            "--name",
+            "conv",
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=180,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("alpyka serve: error: model 'conv': a trial run on zeros")
@@ -190,8 +211,9 @@ def test_the_metadata_of_a_local_model_works_remotely(server, files):
     remote_out = pk.PortableCollection(One, n, pk.host())
 
     def md(out):
-        return ModelMetadata(SoAMetadata(x).append_block("features", *Feats.field_names()),
-                             SoAMetadata(out).append_block("y", "v"))
+        return ModelMetadata(
+            SoAMetadata(x).append_block("features", *Feats.field_names()), SoAMetadata(out).append_block("y", "v")
+        )
 
     q = pk.Queue(pk.host())
     Model(str(files / "lin.pt")).to(q).forward(md(local_out))
@@ -207,8 +229,11 @@ def test_the_metadata_of_a_local_model_works_remotely(server, files):
 @needs_triton
 def test_model_not_found_lists_the_servers_models(server):
     t0 = time.monotonic()
-    with pytest.raises(ModelNotFound, match=r"no ready model 'nope' \(waited [0-9.]+ s for it to load\); "
-                                            r"it has \['identity', 'lin', 'seq'\]"):
+    with pytest.raises(
+        ModelNotFound,
+        match=r"no ready model 'nope' \(waited [0-9.]+ s for it to load\); "
+        r"it has \['identity', 'lin', 'seq'\]",
+    ):
         RemoteModel(server.grpc_url, "nope", timeout=10, ready_timeout=0.5)
     assert time.monotonic() - t0 < 5
     with pytest.raises(ModelNotFound, match=r"it has \['identity', 'lin', 'seq'\]"):
@@ -238,8 +263,11 @@ def test_a_loading_model_is_waited_for(double):
 def test_a_model_that_never_loads_is_a_clear_error(double):
     srv = double(loading=100.0)
     t0 = time.monotonic()
-    with pytest.raises(ModelNotReady, match=r"model 'double' on server 127\.0\.0\.1:\d+ never became ready "
-                                            r"within 0\.[5-9] s \(state LOADING\)"):
+    with pytest.raises(
+        ModelNotReady,
+        match=r"model 'double' on server 127\.0\.0\.1:\d+ never became ready "
+        r"within 0\.[5-9] s \(state LOADING\)",
+    ):
         RemoteModel(srv.url, "double", timeout=5, ready_timeout=0.6)
     assert time.monotonic() - t0 < 3
 
@@ -355,10 +383,8 @@ def test_sweep_removes_what_dead_processes_left(tmp_path):
     shm.mkdir()
     tmp.mkdir()
     dead, dead_server, me = _dead_pid(), _dead_pid(), os.getpid()
-    stale = [shm / f"alpyka-remote-{dead}-0-abc123", shm / f"alpyka_{dead}_3",
-             shm / f"pytrtion{dead_server}-ffff-1"]
-    kept = [shm / f"alpyka-remote-{me}-0-abc123", shm / f"pytrtion{dead}-not-ours",
-            shm / "something-else"]
+    stale = [shm / f"alpyka-remote-{dead}-0-abc123", shm / f"alpyka_{dead}_3", shm / f"pytrtion{dead_server}-ffff-1"]
+    kept = [shm / f"alpyka-remote-{me}-0-abc123", shm / f"pytrtion{dead}-not-ours", shm / "something-else"]
     for p in stale + kept:
         p.write_bytes(b"x")
     gone_dir = tmp / f"alpyka-serve-{dead}-abcd"
@@ -375,8 +401,11 @@ def test_sweep_removes_what_dead_processes_left(tmp_path):
 
 def _fake_server():
     calls = []
-    return calls, (lambda name, key, size: calls.append(("register", name))), \
-        (lambda name: calls.append(("unregister", name)))
+    return (
+        calls,
+        (lambda name, key, size: calls.append(("register", name))),
+        (lambda name: calls.append(("unregister", name))),
+    )
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
@@ -459,9 +488,11 @@ def test_a_server_unregisters_the_shared_memory_of_clients_that_are_gone(server)
             assert proc.stdout.readline().strip() == "(4, 3)"
         client = grpcclient.InferenceServerClient(url)
         auth = access_headers(handle.token, "grpc")  # the shared-memory endpoints need the token
-        mine = lambda: [n for n in client.get_system_shared_memory_status(as_json=True, headers=auth)  # noqa: E731
-                        .get("regions", {})
-                        if any(n.startswith(f"alpyka-remote-{p.pid}-") for p in procs)]
+
+        def mine() -> list[str]:
+            regions = client.get_system_shared_memory_status(as_json=True, headers=auth).get("regions", {})
+            return [n for n in regions if any(n.startswith(f"alpyka-remote-{p.pid}-") for p in procs)]
+
         assert len(mine()) >= 3, mine()
         for proc in procs:
             os.kill(proc.pid, signal.SIGKILL)

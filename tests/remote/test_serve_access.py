@@ -38,8 +38,16 @@ RESTRICTED_HTTP = [
     ("GET", "/v2/logging"),
     ("POST", "/v2/logging"),
 ]
-OPEN_HTTP = ["/v2/health/live", "/v2/health/ready", "/v2", "/v2/models/identity", "/v2/models/identity/ready",
-             "/v2/models/identity/config", "/v2/models/identity/stats", "/v2/models/stats"]
+OPEN_HTTP = [
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2",
+    "/v2/models/identity",
+    "/v2/models/identity/ready",
+    "/v2/models/identity/config",
+    "/v2/models/identity/stats",
+    "/v2/models/stats",
+]
 
 
 class Identity(torch.nn.Module):
@@ -53,8 +61,10 @@ def server(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("access")
     torch.jit.script(Identity()).save(str(d / "identity.pt"))
-    handle = serve({"identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"],
-                                 "outputs": ["y:float32:3"]}}, max_batch_size=8)
+    handle = serve(
+        {"identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}},
+        max_batch_size=8,
+    )
     try:
         yield handle
     finally:
@@ -67,8 +77,12 @@ def http_request(server, method: str, path: str, body: bytes = b"{}", headers: d
     host, port = server.http_url.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        conn.request(method, path, body=body if method != "GET" else None,
-                     headers={"Content-Type": "text/plain", **(headers or {})})
+        conn.request(
+            method,
+            path,
+            body=body if method != "GET" else None,
+            headers={"Content-Type": "text/plain", **(headers or {})},
+        )
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
@@ -77,13 +91,19 @@ def http_request(server, method: str, path: str, body: bytes = b"{}", headers: d
 
 def evil_load_body(marker) -> bytes:
     """A repository load of a Python-backend model whose code writes ``marker`` when loaded."""
-    code = (f"open({str(marker)!r}, 'w').write('ran')\n"
-            "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
-    config = {"backend": "python", "max_batch_size": 0,
-              "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1]}],
-              "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}]}
-    return json.dumps({"parameters": {"config": json.dumps(config),
-                                      "file:1/model.py": base64.b64encode(code.encode()).decode()}}).encode()
+    code = (
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+    )
+    config = {
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1]}],
+        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}],
+    }
+    return json.dumps(
+        {"parameters": {"config": json.dumps(config), "file:1/model.py": base64.b64encode(code.encode()).decode()}}
+    ).encode()
 
 
 def identity_works(url: str, protocol: str, **kw) -> RemoteModel:
@@ -123,9 +143,16 @@ def test_restricted_http_endpoints_need_the_token_in_its_header(server, method, 
 def test_a_preflight_for_the_token_header_is_not_allowed(server):
     """A page's request with the header needs the browser's CORS preflight first: Triton's
     answer allows no origin and no header, so the browser never sends the request."""
-    status, headers, _ = http_request(server, "OPTIONS", "/v2/repository/models/evil/load", headers={
-        "Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": HEADER})
+    status, headers, _ = http_request(
+        server,
+        "OPTIONS",
+        "/v2/repository/models/evil/load",
+        headers={
+            "Origin": "http://evil.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": HEADER,
+        },
+    )
     assert not any(h.startswith("access-control-allow") for h in headers), (status, headers)
 
 

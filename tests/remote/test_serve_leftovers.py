@@ -46,8 +46,10 @@ def test_a_killed_tritonserver_leaves_no_stub_folder(tmp_path):
     from inference.serving import serve
 
     torch.jit.script(Identity()).save(str(tmp_path / "identity.pt"))
-    handle = serve({"identity": {"path": str(tmp_path / "identity.pt"), "inputs": ["x:float32:3"],
-                                 "outputs": ["y:float32:3"]}}, max_batch_size=8)
+    handle = serve(
+        {"identity": {"path": str(tmp_path / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}},
+        max_batch_size=8,
+    )
     try:
         folders = _leftovers.stub_folders(handle.pid)
         assert folders and all(Path(f).is_dir() for f in folders)

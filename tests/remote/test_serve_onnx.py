@@ -65,8 +65,11 @@ def files(tmp_path_factory) -> dict[str, str]:
 def server(files):
     from inference.serving import serve
 
-    handle = serve({"mlp": files["mlp.onnx"], "heads": files["heads.onnx"], "mlp_pt2": files["mlp.pt2"]},
-                   max_batch_size=64, max_queue_delay_us=1000)
+    handle = serve(
+        {"mlp": files["mlp.onnx"], "heads": files["heads.onnx"], "mlp_pt2": files["mlp.pt2"]},
+        max_batch_size=64,
+        max_queue_delay_us=1000,
+    )
     try:
         yield handle
     finally:
@@ -147,8 +150,11 @@ def test_served_exported_program_matches_the_local_model(server, files):
 def test_a_fixed_batch_axis_is_refused_before_starting(files):
     from inference.serving import serve
 
-    with pytest.raises(ValueError, match=r"fixed.onnx: input x float32\[8,3\] has a fixed first axis of 8.*"
-                                         r"max_batch_size=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"fixed.onnx: input x float32\[8,3\] has a fixed first axis of 8.*"
+        r"max_batch_size=0",
+    ):
         serve(files["fixed.onnx"])
 
 

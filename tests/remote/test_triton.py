@@ -19,7 +19,6 @@ from .triton_support import pytriton_reason, serve_cli, settled
 torch = pytest.importorskip("torch")
 from inference._loading import jit_load  # noqa: E402 - needs torch
 
-
 pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
 
@@ -51,10 +50,14 @@ def models(tmp_path_factory):
 def server(models):
     from inference.serving import serve
 
-    handle = serve({
-        "identity": {"path": str(models / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
-        "mlp": {"path": str(models / "mlp.pt"), "inputs": ["x:float32:3"]},  # outputs probed
-    }, max_batch_size=64, max_queue_delay_us=2000)
+    handle = serve(
+        {
+            "identity": {"path": str(models / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
+            "mlp": {"path": str(models / "mlp.pt"), "inputs": ["x:float32:3"]},  # outputs probed
+        },
+        max_batch_size=64,
+        max_queue_delay_us=2000,
+    )
     try:
         yield handle
     finally:
@@ -125,6 +128,7 @@ def test_dynamic_batching_merges_concurrent_requests(server, models):
 @pytest.mark.parametrize("mode", ["async", "pseudo_async"])
 def test_async_overlap_from_many_clients(server, models, mode):
     """16 producer threads each keep their request in flight while producing the next event."""
+
     def producer(seed):
         hits, out = make_hits(16, seed=seed), make_out(Scores, 16)
         fut = model.forward_async(metadata(hits, out, out_block="output__0"))
@@ -156,9 +160,14 @@ def test_fallback_server_started_and_stopped(models):
     from inference.serving import free_port
 
     hits, out = make_hits(10, seed=3), make_out(Scores, 10)
-    model = RemoteModel(f"127.0.0.1:{free_port()}", "mlp", timeout=2, retries=0,
-                        fallback=str(models / "mlp.pt"),
-                        fallback_options={"inputs": ["x:float32:3"], "outputs": ["scores:float32:2"]})
+    model = RemoteModel(
+        f"127.0.0.1:{free_port()}",
+        "mlp",
+        timeout=2,
+        retries=0,
+        fallback=str(models / "mlp.pt"),
+        fallback_options={"inputs": ["x:float32:3"], "outputs": ["scores:float32:2"]},
+    )
     try:
         fb = model.fallback_server
         assert fb is not None and fb.is_running() and model.url == fb.grpc_url
@@ -172,8 +181,20 @@ def test_fallback_server_started_and_stopped(models):
 
 
 def test_serve_cli(models):
-    with serve_cli(str(models / "identity.pt"), "--name", "ident", "--grpc-port", "0", "--http-port", "0",
-                   "--input", "x:float32:3", "--max-batch-size", "8", "--no-dynamic-batching") as (_, _lines, url):
+    with serve_cli(
+        str(models / "identity.pt"),
+        "--name",
+        "ident",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--input",
+        "x:float32:3",
+        "--max-batch-size",
+        "8",
+        "--no-dynamic-batching",
+    ) as (_, _lines, url):
         with RemoteModel(url, "ident", timeout=20) as model:
             assert model.model_info.max_batch_size == 8 and not model.model_info.dynamic_batching
             x = np.arange(30, dtype=np.float32).reshape(10, 3)
@@ -181,8 +202,12 @@ def test_serve_cli(models):
 
 
 def test_cli_error_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "inference.serving", str(tmp_path / "missing.pt")],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    r = subprocess.run(
+        [sys.executable, "-m", "inference.serving", str(tmp_path / "missing.pt")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
 
 

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -18,7 +19,7 @@ def pytriton_reason() -> str | None:
     """None when PyTriton can run here, else why not."""
     try:
         import pytriton.triton  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"PyTriton cannot run here: {exc}"
     if not sys.platform.startswith("linux"):
         return "PyTriton's bundled tritonserver runs on Linux only"
@@ -38,16 +39,26 @@ def settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 3
 
 
 @contextlib.contextmanager
-def serve_cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None,
-              check_exit: bool = True, startup_s: float = 120,
-              python_flags: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
+def serve_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    check_exit: bool = True,
+    startup_s: float = 120,
+    python_flags: tuple[str, ...] = (),
+) -> Iterator[tuple[subprocess.Popen, list[str], str]]:
     """``python -m inference.serving ARGS`` as a user starts it: yields the process, its output up
     to the ``serving on`` line and its gRPC url; then stops it by its pid (SIGTERM, SIGKILL after
     30 s) and, with ``check_exit``, asserts it exited cleanly (0). ``python_flags``: e.g. ``("-P",)``
     to start it as the ``alpyka`` console script does, without the working directory on the path."""
-    proc = subprocess.Popen([sys.executable, *python_flags, "-m", "inference.serving", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=cwd,
-                            env=env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen(
+        [sys.executable, *python_flags, "-m", "inference.serving", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env=env if env is not None else {**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         lines: list[str] = []
         deadline = time.monotonic() + startup_s

@@ -26,8 +26,14 @@ def _pad(nbytes: int, align: int) -> int:
 #   p       3 x 256                offset 768
 #   cov     4 x 384                offset 1536
 #   n_valid 4 -> 128               offset 3072     total 3200
-HAND_33 = {"x": (0, 256), "y": (256, 384), "detid": (640, 128), "p": (768, 256), "cov": (1536, 384),
-           "n_valid": (3072, 128)}
+HAND_33 = {
+    "x": (0, 256),
+    "y": (256, 384),
+    "detid": (640, 128),
+    "p": (768, 256),
+    "cov": (1536, 384),
+    "n_valid": (3072, 128),
+}
 
 
 def test_offsets_by_hand_n33():
@@ -49,8 +55,12 @@ def test_byte_size_rule(n, align):
         s = soa.scalar(np.float64)
 
     expected_pitch = {
-        "a": _pad(4 * n, align), "b": _pad(8 * n, align), "c": _pad(n, align),
-        "v": _pad(4 * n, align), "m": _pad(4 * n, align), "s": _pad(8, align),
+        "a": _pad(4 * n, align),
+        "b": _pad(8 * n, align),
+        "c": _pad(n, align),
+        "v": _pad(4 * n, align),
+        "m": _pad(4 * n, align),
+        "s": _pad(8, align),
     }
     comps = {"a": 1, "b": 1, "c": 1, "v": 3, "m": 6, "s": 1}
     offset = 0
@@ -79,6 +89,7 @@ def test_describe_prints_offsets_and_padding():
 @pytest.mark.parametrize("dtype", [object, str, "U4", "S3", [("a", "f4")]])
 def test_bad_dtype_names_the_field(dtype):
     with pytest.raises(TypeError, match=r"Bad\.energy"):
+
         class Bad(soa.Layout):
             energy = soa.column(dtype)
 
@@ -91,16 +102,22 @@ def test_bad_sizes(n):
 
 def test_bad_layout_declarations():
     with pytest.raises(ValueError, match="power of two"):
+
         class A(soa.Layout, alignment=48):
             x = soa.column(np.float32)
+
     with pytest.raises(ValueError, match="multiple of the item size"):
+
         class B(soa.Layout, alignment=4):
             x = soa.column(np.float64)
+
     with pytest.raises(ValueError, match="positive integer"):
         soa.vector(np.float32, 0)
     with pytest.raises(TypeError, match="reserved"):
+
         class C(soa.Layout):
             size = soa.column(np.float32)
+
     with pytest.raises(KeyError, match=r"its fields are \['x', 'y'"):
         Hits.field("z")
 
@@ -166,5 +183,6 @@ def test_alignments_above_128_place_fields_blocks_and_buffers(device, queue, ali
 @pytest.mark.parametrize("bad", [0, -4096, 3000, 4095, 1.5e3, "4096"])
 def test_an_alignment_not_a_power_of_two_is_refused(bad):
     with pytest.raises(ValueError, match="power of two"):
+
         class L(soa.Layout, alignment=bad):
             x = soa.column(np.float32)

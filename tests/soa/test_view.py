@@ -29,10 +29,10 @@ def test_field_geometry_matches_layout():
     # writes land where the layout says: component (r, c) is column c*R + r
     v.cov[5, 1, 2] = 42
     col = 2 * 2 + 1
-    raw = mem[ps["cov"].offset + col * ps["cov"].pitch:].view(np.float32)
+    raw = mem[ps["cov"].offset + col * ps["cov"].pitch :].view(np.float32)
     assert raw[5] == 42
     v.mom[:, 2] = np.arange(n)
-    raw = mem[ps["mom"].offset + 2 * ps["mom"].pitch:].view(np.float64)
+    raw = mem[ps["mom"].offset + 2 * ps["mom"].pitch :].view(np.float64)
     np.testing.assert_array_equal(raw[:n], np.arange(n))
 
 

@@ -28,8 +28,18 @@ class SerialPlugin(Backend):
     def __init__(self) -> None:
         self.inner = pk.get_backend("cpu_serial")
         base = self.inner.devices()[0]
-        self._devices = [Device(NAME, 0, f"{base.name} (plugin)", "cpu", "host", base.limits,
-                                properties=dict(base.properties), capabilities=DeviceCapabilities.host())]
+        self._devices = [
+            Device(
+                NAME,
+                0,
+                f"{base.name} (plugin)",
+                "cpu",
+                "host",
+                base.limits,
+                properties=dict(base.properties),
+                capabilities=DeviceCapabilities.host(),
+            )
+        ]
 
     def devices(self) -> list[Device]:
         return self._devices
