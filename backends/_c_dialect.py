@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from portable.kernel.types import ScalarType
+from portable.compiler.types import ScalarType
 
 #: C spelling of each kernel scalar type (typedefs in every dialect's prologue)
 CTYPE = {

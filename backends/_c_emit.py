@@ -1,6 +1,6 @@
 """The C emitter of the device backends: kernel IR -> OpenCL C, CUDA C or HIP source.
 
-One walk over :mod:`portable.kernel.ir` serves the three dialects (:mod:`backends._c_dialect`
+One walk over :mod:`portable.compiler.ir` serves the three dialects (:mod:`backends._c_dialect`
 holds what differs). Real multi-thread blocks: shared arrays are ``__local`` / ``__shared__``
 arrays, ``sync_block_threads`` is a barrier, atomics are native where the device has them and a
 compare-and-swap loop otherwise; ``//``, ``%`` and ``/`` keep Python's semantics. Indices are
@@ -28,9 +28,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from portable.kernel import ValueCheck, deep_recursion, ir
-from portable.kernel.types import ArrayType, ScalarType
-from portable.kernel.visit import Visitor
+from portable.compiler import ValueCheck, deep_recursion, ir
+from portable.compiler.types import ArrayType, ScalarType
+from portable.compiler.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
@@ -69,7 +69,9 @@ class _Emitter(MessageEmitter, Visitor):
 
     visitor_name = "the C emitter"
 
-    def __init__(self, kernel: ir.Kernel, dialect: Dialect, unit_elements: bool = False, checks: bool = False) -> None:
+    def __init__(
+        self, kernel: ir.KernelDef, dialect: Dialect, unit_elements: bool = False, checks: bool = False
+    ) -> None:
         self.k, self.d = kernel, dialect
         self.unit_elements = unit_elements
         self.checks = checks  # shared accesses through ALPYKA_SH_* (the GPU emulator's checks)
@@ -624,7 +626,7 @@ def _plain(e: Any) -> bool:
     )
 
 
-def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
+def _uses(kernel: ir.KernelDef, node_type: type, which: Any = None) -> bool:
     """Whether ``kernel`` or one of its device functions holds a node of ``node_type`` (for which
     ``which(node)`` is true, when given)."""
     bodies = [kernel.body] + [fn.body for fn in kernel.functions.values()]
@@ -632,7 +634,7 @@ def _uses(kernel: ir.Kernel, node_type: type, which: Any = None) -> bool:
 
 
 @deep_recursion
-def emit(kernel: ir.Kernel, dialect: str, unit_elements: bool = False, checks: bool = False) -> CSource:
+def emit(kernel: ir.KernelDef, dialect: str, unit_elements: bool = False, checks: bool = False) -> CSource:
     """The C source of ``kernel`` in ``dialect`` ("opencl", "cuda" or "hip"); ``unit_elements``
     specialises it for work divisions with one element per thread (the GPU-style ones);
     ``checks`` (CUDA/HIP for the GPU emulator only) writes shared-memory accesses through the

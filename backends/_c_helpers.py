@@ -8,7 +8,7 @@ emitter asks :meth:`Helpers.need` for a name and gets the source once.
 
 from __future__ import annotations
 
-from portable.kernel.types import ScalarType
+from portable.compiler.types import ScalarType
 
 from ._c_dialect import CTYPE, Dialect
 
@@ -30,7 +30,7 @@ class Helpers:
 
     # ------------------------------------------------------------------ arithmetic
     # numpy's fixed-width rules, which the front-end's constant folding follows too
-    # (portable/kernel/_folding.py): nothing is left to C's undefined behaviour
+    # (portable/compiler/_folding.py): nothing is left to C's undefined behaviour
     def floordiv(self, t: ScalarType) -> str:
         """numpy's ``//``: floats as ``np.floor_divide`` (``x // 0.0`` is ``x / 0.0``: +-inf or
         nan); integers floor, ``x // 0`` is 0 and ``MIN // -1`` wraps to ``MIN``."""

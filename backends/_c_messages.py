@@ -1,5 +1,5 @@
 """``assert`` and ``print`` in the C emitter (OpenCL C, CUDA, HIP): the statements
-:class:`~portable.kernel.ir.Assert` and :class:`~portable.kernel.ir.Print` for
+:class:`~portable.compiler.ir.Assert` and :class:`~portable.compiler.ir.Print` for
 :class:`backends._c_emit._Emitter`.
 
 - **assert**: a false condition reports the assert's message through the kernel's error flag
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from portable.kernel import ir
+from portable.compiler import ir
 
 #: declares printf where the CUDA/HIP text is compiled for the CPU (the GPU emulator's C++
 #: compiler); NVRTC, hiprtc and HIP clang have their device printf

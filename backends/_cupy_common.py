@@ -29,11 +29,11 @@ from portable.spi import (
     DLPACK_ROCM,
     AllocatorStats,
     Backend,
-    Block,
     CachingAllocator,
     Device,
     DeviceCapabilities,
     DeviceLimits,
+    MemoryBlock,
     MemRef,
     queue_impl,
     run_deferred,
@@ -104,7 +104,7 @@ class CupyPoolAllocator:
             self._stats.cached_bytes = int(self.pool.free_bytes())
         return self._stats
 
-    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> MemoryBlock:
         run_deferred()  # blocks of collected buffers first (a safe point: no lock held)
         cp = self.cupy
         stream = getattr(queue_impl(queue), "stream", None)
@@ -126,9 +126,9 @@ class CupyPoolAllocator:
                 self._stats.hits += 1
             self._stats.live_bytes += size
             self._stats.live_blocks += 1
-        return Block(mem, int(mem.ptr), size, None, queue=queue, allocator=self)  # type: ignore[arg-type]
+        return MemoryBlock(mem, int(mem.ptr), size, None, queue=queue, allocator=self)  # type: ignore[arg-type]
 
-    def free(self, b: Block) -> None:
+    def free(self, b: MemoryBlock) -> None:
         with self._lock:
             self._stats.live_bytes -= b.nbytes
             self._stats.live_blocks -= 1

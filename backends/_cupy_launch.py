@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from portable.kernel import check_shared_needs
+from portable.compiler import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import make_packer
@@ -163,7 +163,7 @@ def _pinned_int32(cp: Any) -> np.ndarray:
 
 
 def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:
-    from portable.kernel import device_check_error
+    from portable.compiler import device_check_error
 
     def check() -> None:
         ident = int(host[0])

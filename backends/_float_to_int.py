@@ -14,7 +14,7 @@ Both emitters call a small helper per (float type, integer type) pair that these
 
 from __future__ import annotations
 
-from portable.kernel.types import ScalarType
+from portable.compiler.types import ScalarType
 
 from ._c_dialect import CTYPE
 

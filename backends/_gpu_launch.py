@@ -13,7 +13,7 @@ import numpy as np
 
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
-from portable.kernel import check_shared_needs, debug_enabled
+from portable.compiler import check_shared_needs, debug_enabled
 
 from ._c_emit import emit
 from ._c_source import CEmitError, CSource
@@ -74,7 +74,7 @@ _SCALAR_TYPES = frozenset({int, float, bool, *(np.dtype(c).type for c in "?bhilq
 
 
 def _mismatch_error() -> type:
-    from portable.kernel import KernelArgumentError
+    from portable.compiler import KernelArgumentError
 
     class KernelDeviceMismatch(DeviceMismatch, KernelArgumentError):
         """A kernel argument in memory the queue's device cannot use (both error kinds)."""
@@ -117,7 +117,7 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
     KernelSyntaxError naming the kernel's file and line. With ``ALPYKA_CHECK_CUDA=1`` every
     OpenCL build also compiles the kernel's CUDA dialect to PTX through NVRTC (CI's guard); with
     ``ALPYKA_CHECK_HIP=1`` every device build also compiles the kernel's HIP text for AMD GPUs."""
-    from portable.kernel import KernelSyntaxError
+    from portable.compiler import KernelSyntaxError
 
     kir = kernel.ir(key[2], ndim, key[3])
     try:

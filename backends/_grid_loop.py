@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from portable.kernel import ir
+from portable.compiler import ir
 
 
 @dataclass
@@ -36,7 +36,7 @@ class FlatGridLoop:
 _nodes = ir.nodes
 
 
-def _uses_block_identity(x: Any, k: ir.Kernel) -> bool:
+def _uses_block_identity(x: Any, k: ir.KernelDef) -> bool:
     for y in _nodes(x):
         if isinstance(y, ir.Index) and y.query == "block_idx":
             return True
@@ -113,7 +113,7 @@ def _direct_breaks(body: list[ir.Stmt]) -> bool:
     return False
 
 
-def flat_grid_loop(k: ir.Kernel) -> FlatGridLoop | None:
+def flat_grid_loop(k: ir.KernelDef) -> FlatGridLoop | None:
     """The kernel as prelude + one flat-able ``uniform_elements`` loop, or None (see module doc)."""
     if k.ndim != 1 or k.shared or k.private or k.uses_dynamic_shared or not k.body:
         return None

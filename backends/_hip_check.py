@@ -298,7 +298,7 @@ def _parts() -> tuple[str, str, str]:
 
 
 def _root() -> Path:
-    from portable.kernel import cache_dir
+    from portable.compiler import cache_dir
 
     return cache_dir() / "hip-toolchain"
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 import soa
-from portable.kernel import debug_enabled
+from portable.compiler import debug_enabled
 from portable.spi import (
     Backend,
     CachingAllocator,

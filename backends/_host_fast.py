@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from portable.kernel import debug_enabled
+from portable.compiler import debug_enabled
 from portable.spi import queue_impl, signature_key
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from portable import Buffer
-from portable.kernel import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
+from portable.compiler import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
 from portable.spi import c_strides, signature_key
 
 from . import _host_slices as host_slices

@@ -6,7 +6,7 @@ argument, a status code per call), and LLVM inlines none of the big ones (Philox
 ran at 45-90 ns a draw). numba's own ``inline="always"`` works on its IR and doubled the compile
 time of the suite's random-number kernels (one kernel 7 s -> 45 s), so this inliner works on the
 kernel's IR before the emitter sees it: :func:`inline_device_functions` gives a kernel whose body
-has no :class:`~portable.kernel.ir.DeviceCall` left, every call replaced by a copy of the
+has no :class:`~portable.compiler.ir.DeviceCall` left, every call replaced by a copy of the
 function's body with
 
 - its locals and scalar parameters renamed ``i<N>_<name>`` (``N`` one per inlined call),
@@ -35,8 +35,8 @@ import dataclasses
 import itertools
 from typing import Any
 
-from portable.kernel import ir
-from portable.kernel.types import BOOL, VoidType
+from portable.compiler import ir
+from portable.compiler.types import BOOL, VoidType
 
 from ._grid_loop import _defined_before_read
 
@@ -45,7 +45,7 @@ _READS = (ir.Load, ir.AtomicOp, ir.WarpOp, ir.BlockPredicate)
 _LOOPS = (ir.While, ir.ForRange, ir.StridedLoop)
 
 
-def inline_device_functions(kernel: ir.Kernel) -> ir.Kernel:
+def inline_device_functions(kernel: ir.KernelDef) -> ir.KernelDef:
     """``kernel`` with every device-function call inlined (a new Kernel; ``kernel`` is unchanged)."""
     if not kernel.functions or not any(isinstance(y, ir.DeviceCall) for y in ir.nodes(kernel.body)):
         return kernel
@@ -58,7 +58,7 @@ def inline_device_functions(kernel: ir.Kernel) -> ir.Kernel:
 
 
 class _Inliner:
-    def __init__(self, kernel: ir.Kernel) -> None:
+    def __init__(self, kernel: ir.KernelDef) -> None:
         self.functions = kernel.functions
         self.new_locals: dict[str, Any] = {}
         self.count = itertools.count()
@@ -281,7 +281,7 @@ class _Copy:
         return type(x)(**{f.name: self.node(getattr(x, f.name)) for f in fields})
 
 
-def kernel_body_in_block_loop(kernel: ir.Kernel) -> tuple[list[ir.Stmt], dict[str, Any]]:
+def kernel_body_in_block_loop(kernel: ir.KernelDef) -> tuple[list[ir.Stmt], dict[str, Any]]:
     """The kernel's body for the numba emitter to write inside its loop over blocks: a
     ``return`` (the thread ends) becomes a ``break`` out of a one-trip loop around the body; and
     the locals that adds (a flag when a return sits inside a loop)."""

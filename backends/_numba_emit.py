@@ -1,7 +1,7 @@
 """The numba emitter of the CPU backends: kernel IR to the Python source of a module of
 ``@njit(nogil=True, cache=True)`` functions (numba's index and data files beside the module, in
 ``__pycache__``; ``cache=False`` when the kernel cache cannot be written and the module lives in
-memory: see :mod:`portable.kernel._cache`).
+memory: see :mod:`portable.compiler._cache`).
 
 The module defines ``launch(block_lo, block_hi, gb0.., te0.., dynamic_shared_bytes, *params)``
 that runs blocks ``[block_lo, block_hi)`` (a block's linear index, fastest dimension last) one
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from portable.kernel import deep_recursion, ir
-from portable.kernel.types import ScalarType
-from portable.kernel.visit import Visitor
+from portable.compiler import deep_recursion, ir
+from portable.compiler.types import ScalarType
+from portable.compiler.visit import Visitor
 
 from ._float_to_int import numba_helper
 from ._grid_loop import FlatGridLoop, flat_grid_loop
@@ -40,7 +40,7 @@ import math
 import numpy as np
 from numba import njit
 from backends._numba_atomics import *  # atomic_<op> (relaxed), plain_<op>, fence
-from portable.kernel import KernelAssertionError, KernelIndexError, KernelValueError
+from portable.compiler import KernelAssertionError, KernelIndexError, KernelValueError
 
 _on_disk = "__file__" in globals()  # numba caches beside this file (none when alpyka loaded it in memory)
 _jit = njit(nogil=True, cache=_on_disk, error_model="numpy"{fastmath})
@@ -403,7 +403,7 @@ def _direct(body: list) -> list:
 
 
 class _ModuleEmitter:
-    def __init__(self, kernel: ir.Kernel, serial: bool = False) -> None:
+    def __init__(self, kernel: ir.KernelDef, serial: bool = False) -> None:
         self.kernel = kernel
         self.serial = serial  #: cpu_serial: blocks of one grid never run at the same time
         self.checkers: dict[str, str] = {}
@@ -531,7 +531,7 @@ class _ModuleEmitter:
         )
 
 
-def _used_names(k: ir.Kernel) -> set[str]:
+def _used_names(k: ir.KernelDef) -> set[str]:
     """Names of the kernel parameters and arrays that the kernel or its functions refer to."""
     used: set[str] = set()
 
@@ -555,7 +555,7 @@ def _used_names(k: ir.Kernel) -> set[str]:
 
 
 @deep_recursion
-def emit_numba(kernel: ir.Kernel, serial: bool = False) -> NumbaSource:
+def emit_numba(kernel: ir.KernelDef, serial: bool = False) -> NumbaSource:
     """The numba module source of ``kernel`` (see the module docstring) for cpu_serial
     (``serial``) or cpu_threads, its device functions inlined (:mod:`backends._inline`)."""
     return _ModuleEmitter(inline_device_functions(kernel), serial).source()

@@ -131,7 +131,7 @@ def _pip_icds() -> dict[str, str]:
 
 
 def _vendors_root() -> Path:
-    from portable.kernel import cache_dir
+    from portable.compiler import cache_dir
 
     return cache_dir() / "opencl-vendors"
 
@@ -243,7 +243,7 @@ _program_caches: dict[str, str | bool] = {}
 def program_cache() -> str | bool:
     """The ``cache_dir`` for pyopencl's builds: ``$ALPYKA_CACHE_DIR/opencl-programs`` when it can
     be written, else False (uncached builds, one warning naming ``ALPYKA_CACHE_DIR``)."""
-    from portable.kernel import cache_dir, warn_cache_unwritable
+    from portable.compiler import cache_dir, warn_cache_unwritable
 
     where = cache_dir() / "opencl-programs"
     got = _program_caches.get(str(where))
@@ -275,7 +275,7 @@ def _check_invoker_cache(cl: Any) -> None:
     except ImportError:
         return
     except OSError as exc:
-        from portable.kernel import warn_cache_unwritable
+        from portable.compiler import warn_cache_unwritable
 
         warn_cache_unwritable(where, exc, "XDG_CACHE_HOME")
         cl._PYOPENCL_NO_CACHE = True  # read by pyopencl at each build and when it makes the setters
@@ -297,7 +297,7 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
     except KeyError as exc:
         if exc.args != ("PYOPENCL_CACHE_FAILURE_FATAL",) or cache is False:
             raise
-        from portable.kernel import warn_cache_unwritable
+        from portable.compiler import warn_cache_unwritable
 
         cause: BaseException = exc
         while isinstance(cause, KeyError) and cause.__context__ is not None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from portable.kernel import check_shared_needs
+from portable.compiler import check_shared_needs
 from portable.spi import queue_impl
 
 from ._c_args import i64, make_packer
@@ -162,7 +162,7 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
 
 
 def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:
-    from portable.kernel import device_check_error
+    from portable.compiler import device_check_error
 
     def check() -> None:
         ident = int(host[0])

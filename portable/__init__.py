@@ -36,6 +36,16 @@ from ._registry import (
     unavailable_backends,
 )
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
+from .compiler import (
+    KernelArgumentError,
+    KernelAssertionError,
+    KernelCheckError,
+    KernelIndexError,
+    KernelSyntaxError,
+    KernelValueError,
+    device_function,
+    kernel,
+)
 from .data import (  # data I/O
     CorruptRootFile,
     NotARootFile,
@@ -48,16 +58,6 @@ from .data import (  # data I/O
     read_root,
     root_chunks,
     to_awkward,
-)
-from .kernel import (
-    KernelArgumentError,
-    KernelAssertionError,
-    KernelCheckError,
-    KernelIndexError,
-    KernelSyntaxError,
-    KernelValueError,
-    device_function,
-    kernel,
 )
 
 __version__ = "0.1.0"

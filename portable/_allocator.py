@@ -34,7 +34,7 @@ def record_marker(queue: Any) -> Any:
 
 
 @dataclass(eq=False)
-class Block:
+class MemoryBlock:
     """One allocation: the backend's handle, its address and its (binned) size."""
 
     handle: Any
@@ -94,7 +94,7 @@ class CachingAllocator:
         self.max_cached_bytes = max_cached_bytes
         self._oom = oom_errors
         self._lock = threading.Lock()
-        self._cache: dict[int, list[Block]] = {}
+        self._cache: dict[int, list[MemoryBlock]] = {}
         self._stats = AllocatorStats()
 
     @property
@@ -113,7 +113,7 @@ class CachingAllocator:
             return None, max(nbytes, 1)
         return k, size
 
-    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block:
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> MemoryBlock:
         """A block of at least ``nbytes`` whose address is a multiple of ``alignment``."""
         run_deferred()  # blocks of collected buffers first: a safe point, no lock held
         bin_, size = self.bin_for(nbytes)
@@ -139,16 +139,16 @@ class CachingAllocator:
                 self._stats.retries += 1
             handle, address = self._raw_alloc(size, alignment)
         with self._lock:
-            return self._hand_out(Block(handle, address, size, bin_, allocator=self), queue)
+            return self._hand_out(MemoryBlock(handle, address, size, bin_, allocator=self), queue)
 
-    def _hand_out(self, b: Block, queue: Any) -> Block:
+    def _hand_out(self, b: MemoryBlock, queue: Any) -> MemoryBlock:
         """Mark ``b`` live for ``queue``; the caller holds the lock."""
         b.queue, b.event, b.last_queue = queue, None, None
         self._stats.live_bytes += b.nbytes
         self._stats.live_blocks += 1
         return b
 
-    def free(self, b: Block) -> None:
+    def free(self, b: MemoryBlock) -> None:
         """Return ``b`` to the cache (or to the backend when it does not fit). Takes locks: never
         call it from a finalizer (:func:`portable._deferred.defer` it)."""
         event = None
@@ -175,7 +175,7 @@ class CachingAllocator:
         if not cache:
             self._raw_free(b.handle)
 
-    def _release(self, b: Block) -> None:
+    def _release(self, b: MemoryBlock) -> None:
         with self._lock:
             self._stats.live_bytes -= b.nbytes
             self._stats.live_blocks -= 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernel import device_function, kernel
+from .compiler import device_function, kernel
 
 
 @kernel

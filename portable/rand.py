@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernel import device_function
-from .kernel._library import RAND_STATE_WORDS, register
+from .compiler import device_function
+from .compiler._library import RAND_STATE_WORDS, register
 
 __all__ = ["normal", "philox4x32_10", "stream", "uniform"]
 

@@ -8,7 +8,7 @@ registered under the entry-point group ``alpyka.backends`` (name -> factory; alp
 makes declares its :class:`DeviceCapabilities` (execution model, host-addressable memory, C
 dialect, torch device type, warp size, emulated, DLPack device type): the rest of alpyka asks
 those, never the backend's name (docs/backends.md, "Writing a backend"). Backends import only
-this module, the public ``portable`` package (errors, ``Buffer``, ``portable.kernel``) and
+this module, the public ``portable`` package (errors, ``Buffer``, ``portable.compiler``) and
 ``soa``; tests/portable/test_layering.py checks it.
 
 What a backend provides:
@@ -19,7 +19,7 @@ What a backend provides:
 - :class:`EventImpl`: what ``Backend.create_event`` returns; ``pk.Event`` and queues of every
   backend call it (:class:`Waitable` is the part other backends' queues wait on);
 - :class:`Allocator`: what ``Backend.allocator`` returns (:class:`CachingAllocator` is one);
-  buffers hold :class:`Block` s of it, and ``copy``/``fill`` receive :class:`MemRef` s;
+  buffers hold :class:`MemoryBlock` s of it, and ``copy``/``fill`` receive :class:`MemRef` s;
 - optionally ``Backend.recorder(queue)`` -> :class:`Recorder`: what ``pk.capture`` hands each
   launch, copy and fill of a captured block (without it, graphs replay the normal calls).
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ._allocator import AllocatorStats, Block, CachingAllocator
+from ._allocator import AllocatorStats, CachingAllocator, MemoryBlock
 from ._backend import Backend, MemRef
 from ._buffer import c_strides
 from ._deferred import run_deferred
@@ -46,7 +46,7 @@ from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
 from ._queue import Queue
 from ._registry import pinned_host_allocator
 from ._workers import Worker, before_workers_stop, start_worker, stop_worker
-from .kernel._signature import signature_key
+from .compiler._signature import signature_key
 
 
 @runtime_checkable
@@ -170,14 +170,14 @@ def queue_impl(queue: Any) -> Any:
 class Allocator(Protocol):
     """What ``Backend.allocator(device, pinned)`` returns (:class:`CachingAllocator` is one).
 
-    ``allocate(nbytes, queue, alignment)`` returns a :class:`Block` whose ``allocator`` is this
+    ``allocate(nbytes, queue, alignment)`` returns a :class:`MemoryBlock` whose ``allocator`` is this
     allocator and whose memory may be used by work on ``queue`` at once (queue-ordered reuse);
     ``free(block)`` takes it back (work already enqueued on ``block.queue`` may still use it);
     ``release_cache()`` frees cached blocks and returns their bytes; ``stats`` counts."""
 
-    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> Block: ...
+    def allocate(self, nbytes: int, queue: Any = None, alignment: int = 1) -> MemoryBlock: ...
 
-    def free(self, b: Block) -> None: ...
+    def free(self, b: MemoryBlock) -> None: ...
 
     def release_cache(self) -> int: ...
 
@@ -189,7 +189,7 @@ __all__ = [
     "Allocator",
     "AllocatorStats",
     "Backend",
-    "Block",
+    "MemoryBlock",
     "CachingAllocator",
     "DLPACK_CPU",
     "DLPACK_CUDA",

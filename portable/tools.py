@@ -44,8 +44,8 @@ from ._buffer import Buffer, reinterpret
 from ._memory import memset
 from ._queue import Queue, exec
 from ._workdiv import WorkDiv
-from .kernel import device_function, kernel
-from .kernel._signature import check_byte_order
+from .compiler import device_function, kernel
+from .compiler._signature import check_byte_order
 
 __all__ = [
     "argsort",

@@ -244,7 +244,7 @@ def checks_on() -> bool:
 def _check_error(kernel: Compiled, report: str) -> Exception:
     """The KernelCheckError of a report ``check:<kind>:<C line>:<C line>:<text>`` (cuda_on_cpu.h):
     ``%1``/``%2`` in the text become the lines of the kernel's Python source."""
-    from portable.kernel import KernelCheckError
+    from portable.compiler import KernelCheckError
 
     _, kind, l1, l2, text = report.split(":", 4)
     src = kernel.src

@@ -213,7 +213,7 @@ class CppExecutor:
     def run(self, prepared: Any, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
         """Run the kernel over the launch's arguments; returns once it finished (stream thread)."""
         from backends.emulator import cuda_on_cpu
-        from portable.kernel import KernelCheckError
+        from portable.compiler import KernelCheckError
 
         for i, ctype in enumerate(prepared.params):
             if ctype.endswith("*"):

@@ -18,7 +18,7 @@ import pytest
 
 from backends import _opencl_devices as od
 from portable._errors import AlpykaWarning
-from portable.kernel import _cache
+from portable.compiler import _cache
 
 EVIL = "/tmp/not-alpyka/libevil.so"
 

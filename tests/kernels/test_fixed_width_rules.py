@@ -17,7 +17,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
-from portable.kernel import KernelSyntaxError
+from portable.compiler import KernelSyntaxError
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
@@ -278,7 +278,7 @@ def test_constants_that_do_not_fit_are_syntax_errors_at_their_line(device, queue
 def test_literals_in_range_keep_numbas_types():
     """An int literal is int64, or uint64 from 2**63 to 2**64 - 1 (numba's rule); literal
     arithmetic is exact before it is typed, as Python evaluates it."""
-    from portable.kernel._folding import ConstantError, literal_int, literal_type
+    from portable.compiler._folding import ConstantError, literal_int, literal_type
 
     assert literal_type(literal_int(ast.parse("2**63 - 1", mode="eval").body)).name == "int64"
     assert literal_type(literal_int(ast.parse("(1 << 64) - 1", mode="eval").body)).name == "uint64"

@@ -17,7 +17,7 @@ import pytest
 import portable as pk
 import soa
 from alpyka_testing.kernels import download, upload
-from portable.kernel import KernelIndexError, KernelSyntaxError
+from portable.compiler import KernelIndexError, KernelSyntaxError
 
 N = 32  # N * 4 bytes == the layout's alignment: no padding between the columns
 

@@ -1,5 +1,5 @@
 """Every walk over the kernel IR (the C and numba emitters, the IR dump) handles every node kind
-of portable/kernel/ir.py: a node added without teaching each of them fails here, not in a user's
+of portable/compiler/ir.py: a node added without teaching each of them fails here, not in a user's
 kernel. The node kinds are found by introspection of ir.py, not listed by hand."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from backends._c_dialect import DIALECTS
 from backends._c_emit import _Emitter
 from backends._c_source import CEmitError
 from backends._numba_emit import _FunctionEmitter
-from portable.kernel import _irdump, ir
-from portable.kernel.types import INDEX
-from portable.kernel.visit import Visitor, node_kinds, unhandled
+from portable.compiler import _irdump, ir
+from portable.compiler.types import INDEX
+from portable.compiler.visit import Visitor, node_kinds, unhandled
 
 WALKS = {"C emitter": _Emitter, "numba emitter": _FunctionEmitter, "IR dump": _irdump._Dump}
 
@@ -46,7 +46,7 @@ def test_every_walk_handles_every_node_kind(walk: type, node: type) -> None:
     assert issubclass(walk, Visitor)
     method = getattr(walk, f"visit_{node.__name__}", None)
     assert callable(method), (
-        f"{walk.visitor_name} has no visit_{node.__name__}: teach it the new node kind (see portable/kernel/visit.py)"
+        f"{walk.visitor_name} has no visit_{node.__name__}: teach it the new node kind (see portable/compiler/visit.py)"
     )
 
 
@@ -78,7 +78,7 @@ def test_dispatch_and_the_missing_method_error() -> None:
 
 
 def test_emitters_refuse_an_unknown_node_by_name() -> None:
-    k = ir.Kernel("k", 1, [], {}, [])
+    k = ir.KernelDef("k", 1, [], {}, [])
     with pytest.raises(CEmitError, match="cannot express _Unknown"):
         _Emitter(k, DIALECTS["cuda"]).expr(_Unknown())
     with pytest.raises(NotImplementedError, match="the numba emitter does not handle the IR node kind _Unknown"):

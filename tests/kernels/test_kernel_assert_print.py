@@ -18,7 +18,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
-from portable.kernel import KernelSyntaxError
+from portable.compiler import KernelSyntaxError
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD_LIMIT_S = 300

@@ -8,7 +8,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
-from portable.kernel import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
+from portable.compiler import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
 
 
 def _line(marker):

@@ -10,7 +10,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
-from portable.kernel import cache_dir
+from portable.compiler import cache_dir
 
 # the rocm stand-in runs this file too: smoke set: launches through hiprtc's options
 pytestmark = pytest.mark.hip_differs

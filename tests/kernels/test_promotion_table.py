@@ -11,7 +11,7 @@ import operator
 import numpy as np
 import pytest
 
-from portable.kernel.types import binary_result, scalar_type
+from portable.compiler.types import binary_result, scalar_type
 
 numba_types = pytest.importorskip("numba.core.types")
 from numba.core import errors  # noqa: E402

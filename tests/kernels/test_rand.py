@@ -5,7 +5,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
-from portable.kernel import KernelSyntaxError
+from portable.compiler import KernelSyntaxError
 
 
 def test_known_answer_vectors():

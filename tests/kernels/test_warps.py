@@ -7,7 +7,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
-from portable.kernel import KernelSyntaxError
+from portable.compiler import KernelSyntaxError
 
 # the rocm stand-in runs this file too: warps: HIP's wavefront intrinsics, 64 lanes
 pytestmark = pytest.mark.hip_differs

@@ -1,4 +1,4 @@
-"""The kernel cache (portable/kernel/_cache.py) trusts nothing on disk: a cached module that is not
+"""The kernel cache (portable/compiler/_cache.py) trusts nothing on disk: a cached module that is not
 the source it is named after is rewritten (one warning), a numba index or data file numba cannot
 load is dropped and the kernel compiled again, files follow the umask, a failed write leaves no
 partial file, and a cache that cannot be written compiles kernels in memory with one warning
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from portable._errors import AlpykaWarning
-from portable.kernel import _cache
+from portable.compiler import _cache
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -110,7 +110,7 @@ def test_cycle_finder_sees_a_circle() -> None:
 
 
 def test_portable_imports_run_one_way() -> None:
-    """The runtime core and the kernel compiler (portable/kernel) under it."""
+    """The runtime core and the kernel compiler (portable/compiler) under it."""
     graph = _graph("portable", recursive=True)
     assert graph["portable._queue"], "the import scanner found nothing: it is broken"
     cycle = _find_cycle(graph)

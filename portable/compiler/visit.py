@@ -1,7 +1,7 @@
 """The visitor base of every walk over the kernel IR (the emitters, the IR dump).
 
 A walk subclasses :class:`Visitor` and defines one ``visit_<NodeName>`` method per node kind of
-:mod:`portable.kernel.ir` (``visit_BinOp``, ``visit_StridedLoop``...); ``visit(node, *args)``
+:mod:`portable.compiler.ir` (``visit_BinOp``, ``visit_StridedLoop``...); ``visit(node, *args)``
 calls the method of the node's class with ``node`` and ``args``. The method found for a node
 class is cached per visitor class, so a dispatch costs one dict lookup. A node kind without a
 method raises :class:`NotImplementedError` naming the walk (``visitor_name``) and the kind,
@@ -50,7 +50,7 @@ class Visitor:
 
 
 def node_kinds() -> dict[str, list[type]]:
-    """The node classes of :mod:`portable.kernel.ir`: ``{"expr": [...], "stmt": [...]}``."""
+    """The node classes of :mod:`portable.compiler.ir`: ``{"expr": [...], "stmt": [...]}``."""
     out: dict[str, list[type]] = {"expr": [], "stmt": []}
     for obj in vars(ir).values():
         if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == ir.__name__):

@@ -155,7 +155,7 @@ class Kernel:
         #: FMA contraction and relaxed IEEE rules allowed (each backend's fast math); off: numpy's bits
         self.fast_math = fast_math
         self._parsed: ParsedFunction | None = None
-        self._ir: dict[tuple, ir.Kernel] = {}
+        self._ir: dict[tuple, ir.KernelDef] = {}
         #: launch plans filled by backends: {(backend name, ndim, signature key, debug): plan}
         self.plans: dict[tuple, Any] = {}
         self.lock = threading.Lock()
@@ -177,7 +177,7 @@ class Kernel:
     def check_args(self, args: tuple, device: Any) -> None:
         check_args(self.__name__, self.param_names, args, device)
 
-    def ir(self, key: tuple, ndim: int, debug: bool) -> ir.Kernel:
+    def ir(self, key: tuple, ndim: int, debug: bool) -> ir.KernelDef:
         """The typed IR for a launch signature (cached)."""
         k = (key, ndim, debug)
         got = self._ir.get(k)

@@ -1,5 +1,5 @@
 """Kernel arguments: what each Python argument is (its :class:`ArgSpec`), the signature key of a
-launch, and the flattened :class:`~portable.kernel.ir.Param` list the IR uses."""
+launch, and the flattened :class:`~portable.compiler.ir.Param` list the IR uses."""
 
 from __future__ import annotations
 

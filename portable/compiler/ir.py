@@ -1,13 +1,13 @@
 """The typed intermediate representation (IR) of a kernel: what every emitter consumes.
 
-The front-end (:mod:`portable.kernel._frontend`) turns a kernel's Python source plus a launch
-signature into one :class:`Kernel`; an emitter (numba Python for the CPU backends, OpenCL C,
+The front-end (:mod:`portable.compiler._frontend`) turns a kernel's Python source plus a launch
+signature into one :class:`KernelDef`; an emitter (numba Python for the CPU backends, OpenCL C,
 CUDA C) walks it. Nothing here is specific to one emitter. Types come from
-:mod:`portable.kernel.types`.
+:mod:`portable.compiler.types`.
 
 Conventions
 -----------
-- Every expression node has ``.type`` (a :class:`~portable.kernel.types.ScalarType`). Implicit
+- Every expression node has ``.type`` (a :class:`~portable.compiler.types.ScalarType`). Implicit
   conversions are explicit :class:`Cast` nodes: the operands of :class:`BinOp` and
   :class:`Compare` already have the operation's operand type, the value of :class:`Assign`,
   :class:`Store`, :class:`Return` and atomic operands already have the destination's type.
@@ -17,7 +17,7 @@ Conventions
   kernel parameters ``a<k>_...``, shared arrays ``sh_<name>``.
 - Work-division queries are the five primitives of :class:`Index`; everything else
   (``global_thread_idx``, ``grid_threads``, ``once_per_block``...) is built from them.
-- Dimension ``d`` counts from 0 = slowest-varying, as in alpaka; ``Kernel.ndim`` is 1-3.
+- Dimension ``d`` counts from 0 = slowest-varying, as in alpaka; ``KernelDef.ndim`` is 1-3.
   A C emitter maps dimension ``ndim-1`` to CUDA's ``x`` (OpenCL ``get_*_id(0)``).
 
 Node kinds
@@ -54,7 +54,7 @@ Expressions (fields; all have ``type``):
   old value (``type`` = the element type). ``operands`` = ``(value,)``, or ``(compare, value)`` for
   ``cas``. ``inc``: ``old >= value ? 0 : old + 1``; ``dec``: ``(old == 0 or old > value) ? value :
   old - 1`` (alpaka / CUDA wrap semantics). ``hierarchy`` in ``grid / block / threads``.
-- ``DeviceCall(function, args)``: call of ``Kernel.functions[function]``; ``args`` match its
+- ``DeviceCall(function, args)``: call of ``KernelDef.functions[function]``; ``args`` match its
   params one to one (an :class:`ArrayRef` for an array param, an expression for a scalar one).
 - ``WarpOp(op, args)``: ``op`` in :data:`WARP_OPS`, over the calling thread's warp (alpaka's
   ``warp::*``): ``size`` (int64), ``active_mask`` (uint64), ``all``/``any`` of a bool (bool),
@@ -66,7 +66,7 @@ Expressions (fields; all have ``type``):
   reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
 
 Arrays: ``ArrayRef(name, type, extents, pitch)``: ``name`` is a kernel/function array parameter
-or a shared array; ``type`` an :class:`~portable.kernel.types.ArrayType` (kind, dtype, const);
+or a shared array; ``type`` an :class:`~portable.compiler.types.ArrayType` (kind, dtype, const);
 ``extents`` the logical extent of each index (int64 expressions, used for range checks and for
 buffer addressing); ``pitch`` (vector and matrix kinds) the distance in elements between two
 component columns. An emitter needing the extents/pitch inside a device function passes them as
@@ -121,9 +121,9 @@ Functions and kernels:
 - ``Function(name, params, return_type, locals, body, uses_acc, source_name)``: a device function
   specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef`` (arrays).
 - ``SharedArray(name, dtype, shape)``: a static per-block array declared by the kernel.
-  ``Kernel.private`` lists per-thread arrays of the same form (kind ``private``: a random engine's
+  ``KernelDef.private`` lists per-thread arrays of the same form (kind ``private``: a random engine's
   state), declared once at the top of the kernel; each thread has its own.
-- ``Kernel(name, ndim, params, args, locals, body, shared, functions, uses_dynamic_shared,
+- ``KernelDef(name, ndim, params, args, locals, body, shared, functions, uses_dynamic_shared,
   debug, source_file, first_line)``: the entry point. The launch also provides the work
   division (whose extents the :class:`Index` nodes read) and, when ``uses_dynamic_shared``, the
   dynamic shared memory size in bytes (``DYNAMIC_SHARED_BYTES`` is the name of that int64 value
@@ -485,7 +485,7 @@ class Function:
 
 
 @dataclass(eq=False)
-class Kernel:
+class KernelDef:
     name: str
     ndim: int
     params: list[Param]

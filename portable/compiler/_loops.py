@@ -1,5 +1,5 @@
 """Front-end, loops: ``for`` over ``range`` and the alpaka loops (``acc.uniform_elements`` and
-friends) lowered to :class:`~portable.kernel.ir.ForRange` / :class:`~portable.kernel.ir.StridedLoop`."""
+friends) lowered to :class:`~portable.compiler.ir.ForRange` / :class:`~portable.compiler.ir.StridedLoop`."""
 
 from __future__ import annotations
 

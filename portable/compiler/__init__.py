@@ -1,7 +1,7 @@
 """The kernel language: ``@pk.kernel``, ``@pk.device_function`` and the compiler front-end.
 
-A kernel's Python source and a launch signature become a typed IR (:mod:`portable.kernel.ir`,
-types in :mod:`portable.kernel.types`) that each backend's emitter turns into machine code.
+A kernel's Python source and a launch signature become a typed IR (:mod:`portable.compiler.ir`,
+types in :mod:`portable.compiler.types`) that each backend's emitter turns into machine code.
 See docs/kernels.md for the language reference.
 """
 

@@ -1,5 +1,5 @@
 """Front-end, statements and functions: a kernel's Python source plus a launch signature to an
-:class:`~portable.kernel.ir.Kernel`."""
+:class:`~portable.compiler.ir.KernelDef`."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ class CompileContext:
     #: the kernel's Python arguments by parameter name (for argument errors)
     args: dict[str, ArgSpec] = field(default_factory=dict)
     #: ``(device function, argument values, ctx) -> (name, return type, IR arguments)``: the
-    #: layer above (portable.kernel._kernel) builds device functions; the front-end only calls it
+    #: layer above (portable.compiler._kernel) builds device functions; the front-end only calls it
     specialise: Callable[..., tuple] | None = None
     #: shared-size needs (see ir.SharedNeed): of the kernel's shared arrays, by (array, parameter);
     #: of each specialised device function's array parameters, by function name; the device
@@ -632,7 +632,7 @@ def view_binding(spec: ArgSpec, ctx: CompileContext, params: list[ir.Param], pre
 @deep_recursion
 def build_kernel(
     parsed: ParsedFunction, specs: list[ArgSpec], ndim: int, debug: bool, specialise: Callable[..., tuple] | None = None
-) -> ir.Kernel:
+) -> ir.KernelDef:
     """The IR of a kernel for one launch signature; ``specialise`` builds the device functions
     it calls (see :attr:`CompileContext.specialise`)."""
     if not parsed.params:
@@ -674,7 +674,7 @@ def build_kernel(
         return b
 
     b, body = run_builder(make, parsed.tree.body)
-    k = ir.Kernel(
+    k = ir.KernelDef(
         parsed.name,
         ndim,
         params,

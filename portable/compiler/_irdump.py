@@ -140,7 +140,7 @@ class _Dump(Visitor):
 
 def dump(node: Any, indent: int = 0) -> str:
     d = _Dump()
-    if isinstance(node, ir.Kernel):
+    if isinstance(node, ir.KernelDef):
         lines = [f"kernel {node.name} (ndim={node.ndim})"]
         lines += [f"  param {p.name}: {p.type} ({p.role}, arg {p.arg_index} {p.field})" for p in node.params]
         lines += [f"  shared {s.name}: {s.dtype}{list(s.shape)}" for s in node.shared]

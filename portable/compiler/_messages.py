@@ -1,5 +1,5 @@
 """``assert`` and ``print`` in kernels and device functions: the front-end's translation to
-:class:`~portable.kernel.ir.Assert` and :class:`~portable.kernel.ir.Print`, and ``ALPYKA_ASSERTS``
+:class:`~portable.compiler.ir.Assert` and :class:`~portable.compiler.ir.Print`, and ``ALPYKA_ASSERTS``
 (read once, when portable is imported: ``0`` compiles every assert out, as ``-DNDEBUG`` does)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _PRINT_HINT = 'print() in kernels prints numbers and string constants, e.g. prin
 
 
 class MessageBuilder:
-    """The ``assert`` statement and ``print(...)`` calls of :class:`~portable.kernel._frontend.FunctionBuilder`."""
+    """The ``assert`` statement and ``print(...)`` calls of :class:`~portable.compiler._frontend.FunctionBuilder`."""
 
     def st_Assert(self: Any, s: ast.Assert) -> list[ir.Stmt]:
         cond = to_bool(self.scalar(s.test, "a condition"))
