@@ -6,9 +6,9 @@ the benchmarks wrote, so that no figure is typed by hand.
 
 The documents are ``<results>/*.json`` and ``<results>/<machine folder>/*.json`` (e.g.
 ``nvidia-h100/``); each one names the machine it ran on (``machine``, ``device``) and when
-(``machine.time_utc``), and every table row says which. The README's rows are :data:`FIGURES`:
-which document, which keys, how to format them, the target. ``run_all.py`` calls :func:`write`
-after a suite run.
+(``machine.time_utc``), and every table row says which. The README's rows are :data:`FIGURES`
+(``benchmarks/_figures.py``): which document, which keys, how to format them, the target.
+``run_all.py`` calls :func:`write` after a suite run.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common
+from _figures import FIGURES, Figure
 
 RESULTS = common.DEFAULT_OUT
 README = common.REPO_ROOT / "README.md"
@@ -214,236 +215,6 @@ def render_summary(docs: Sequence[Document], results: Path = RESULTS) -> str:
 # ----------------------------------------------------------------------------- the README's table
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One README row: ``what`` was measured, the ``values`` (key paths into one document, first
-    key ``summary`` unless the figure lives elsewhere in it), formatted into ``measured`` (a
-    ``str.format`` template with one ``{:spec}`` per value), the ``target``; ``scale`` multiplies
-    every value (e.g. 1e3 for seconds shown as ms)."""
-
-    what: str
-    document: str  # relative to the results folder
-    measured: str
-    values: tuple[tuple[str, ...], ...]
-    target: str = ""
-    scale: float = 1.0
-
-
-def S(*keys: str) -> tuple[str, ...]:
-    """A path into a document's ``summary``."""
-    return ("summary", *keys)
-
-
-_STREAM, _ADDS = "streaming vs njit", "non-blocking adds us, n=1e+0{}"
-_PAIRED, _BY_HAND = "alpyka best / best peer (paired)", "alpyka best / its engine fed from SoA by hand (paired)"
-_BATCHES = (4, 16, 64, 256, 1024)
-_PIPE = "{} events/s (zero-copy)"
-_DEMO = "{:.0f} / {:.0f} / {:.0f}"
-
-#: the README's benchmark table, in order
-FIGURES: tuple[Figure, ...] = (
-    Figure(
-        "streaming SoA kernel, 16M float32: cpu_serial / cpu_threads vs a hand-written numba loop",
-        "kernels.json",
-        "{:.2f}x / {:.2f}x (numba prange {:.2f}x, Warp CPU {:.2f}x)",
-        tuple(S(_STREAM, c) for c in ("cpu_serial", "cpu_threads", "numba_prange", "warp_cpu")),
-        ">= 0.9x",
-    ),
-    Figure(
-        "compute-bound kernel: cpu_threads vs cpu_serial",
-        "kernels.json",
-        "{:.2f}x (numba prange vs njit {:.2f}x)",
-        (S("compute-bound speed-up", "cpu_threads/cpu_serial"), S("compute-bound speed-up", "prange/njit")),
-        ">= 1.7x",
-    ),
-    Figure(
-        "launch of a tiny kernel, blocking cpu_serial queue",
-        "kernels.json",
-        "{:.1f} us (direct numba call {:.2f} us, Warp CPU {:.1f} us, pyopencl on PoCL {:.1f} us)",
-        tuple(
-            S("launch us", c) for c in ("alpyka_cpu_serial_blocking", "numba_direct_call", "warp_cpu", "pyopencl_pocl")
-        ),
-        "< 5 us",
-    ),
-    Figure(
-        "axpy launch at n = 1e3 / 1e5: cpu_threads, cpu_serial, numba prange (blocking)",
-        "kernels.json",
-        "{:.1f} / {:.1f} us, {:.1f} / {:.1f} us, {:.1f} / {:.1f} us",
-        tuple(
-            S(f"launch us, n=1e+0{e}", c)
-            for c in ("alpyka_cpu_threads_blocking", "alpyka_cpu_serial_blocking", "numba_prange")
-            for e in (3, 5)
-        ),
-        "cpu_threads <= 2x prange, <= 1.2x cpu_serial",
-    ),
-    Figure(
-        "a non-blocking queue's launch + wait over a blocking launch, n = 1e2 / 1e3 / 1e4",
-        "kernels.json",
-        "cpu_serial {:+.1f} / {:+.1f} / {:+.1f} us, cpu_threads {:+.1f} / {:+.1f} / {:+.1f} us",
-        tuple(S(_ADDS.format(e), c) for c in ("cpu_serial", "cpu_threads") for e in (2, 3, 4)),
-        "<= 10 us",
-    ),
-    Figure(
-        "the demo pipeline (bench_pipeline), events/s on 2 streams: cpu_serial / cpu_threads / opencl",
-        "pipeline.json",
-        _DEMO + " (1 stream: " + _DEMO + ")",
-        tuple(S(_PIPE.format(b), f"{k} streams") for k in (2, 1) for b in ("cpu_serial", "cpu_threads", "opencl")),
-    ),
-    Figure(
-        "the demo's chunks on Dask (embedded LocalCluster) vs in process, cpu_serial",
-        "pipeline.json",
-        "1 worker {:.2f}x, 2 workers {:.2f}x ({:.1f} / {:.1f} ms Dask overhead per chunk)",
-        (
-            S("cpu_serial Dask / in process", "1 worker"),
-            S("cpu_serial Dask / in process", "2 workers"),
-            S("cpu_serial Dask overhead ms/chunk", "1 worker"),
-            S("cpu_serial Dask overhead ms/chunk", "2 workers"),
-        ),
-    ),
-    Figure(
-        "read + fill + kernel on uproot-HZZ.root vs uproot + awkward + numpy",
-        "data.json",
-        "{:.2f}x cpu_serial, {:.2f}x cpu_threads, {:.2f}x opencl (one memcpy per column, {:.0f} bytes converted)",
-        (
-            *(S(b, "alpyka / reference") for b in ("cpu_serial", "cpu_threads", "opencl")),
-            S("cpu_serial", "extra bytes copied (dtype conversions)"),
-        ),
-        ">= 0.9x",
-    ),
-    Figure(
-        "first launch from the disk cache, after numba's own start-up",
-        "kernels.json",
-        "{:.0f} ms (numba start-up {:.0f} ms)",
-        (S("start s", "warm_first_launch_after_numba_init_s"), S("start s", "numba_init_s")),
-        "< 50 ms",
-        1e3,
-    ),
-    Figure(
-        "OpenCL launch through alpyka vs raw pyopencl setting the same arguments",
-        "backends.json",
-        "{:.1f} us vs {:.1f} us",
-        (S("opencl launch", "alpyka_us"), S("opencl launch", "raw_us")),
-    ),
-    Figure(
-        "block -> tensor: gathering the columns over zero-copy, n = 1e2 / 1e7",
-        "inference.json",
-        "{:.1f}x / {:,.0f}x (zero-copy is flat in n, the gather linear)",
-        (S("block -> tensor, copy / zero-copy", "n=100"), S("block -> tensor, copy / zero-copy", "n=10000000")),
-        "no bytes copied",
-    ),
-    Figure(
-        "`Model.forward(metadata)` vs bare `model(tensor)`, batch 4096, outputs written",
-        "inference.json",
-        "{:+.1f}% (median of per-block ratios; {:+.1f}% of the summed times)",
-        (
-            S("forward overhead at batch 4096", "percent, median of per-block ratios"),
-            S("forward overhead at batch 4096", "percent"),
-        ),
-        "<= 5%",
-    ),
-    Figure(
-        "`SoAMetadata(...).append_block(...)` + `.tensor()` per block vs a raw `torch.as_strided`, n = 1e7",
-        "inference.json",
-        "{:.1f} us vs {:.1f} us",
-        tuple(
-            S("SoAMetadata + tensor per block (us) vs floor (raw as_strided)", "n=10000000", k)
-            for k in ("alpyka", "floor")
-        ),
-        "<= 10 us",
-    ),
-    Figure(
-        "a remote pipeline vs a remote model sending the same tensors, per request",
-        "service.json",
-        "{:+.1%} (nine separate column tensors: {:+.1%}, PyTriton's cost per tensor)",
-        (
-            S("pipeline vs model per-request overhead", "fraction"),
-            ("overhead", "pipeline, one tensor per column", "overhead_vs_model_median"),
-        ),
-        "<= 10%",
-    ),
-    Figure(
-        "ParticleNet-shaped model, batch 1024: JIT / AOTInductor / ONNX Runtime vs eager",
-        "models.json",
-        "{:.2f}x / {:.2f}x / {:.2f}x",
-        tuple(S("particlenet, batch 1024", f"{v} / eager") for v in ("jit", "aot", "onnx")),
-    ),
-    Figure(
-        "alpyka's best model route vs the best peer fed row-major tensors, batch 4 / 16 / 64 / 256 / 1024 "
-        "(paired, one engine instance, blocking cpu_serial queue)",
-        "models.json",
-        "ParticleNet {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f}, DeepMET {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f}",
-        tuple(S(f"{m}, batch {b}", _PAIRED) for m in ("particlenet", "deepmet") for b in _BATCHES),
-        ">= 1",
-    ),
-    Figure(
-        "the same against that engine fed from the same SoA collection by hand (`.contiguous()` per block)",
-        "models.json",
-        "ParticleNet {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f}, DeepMET {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f}",
-        tuple(S(f"{m}, batch {b}", _BY_HAND) for m in ("particlenet", "deepmet") for b in _BATCHES),
-        ">= 1",
-    ),
-    Figure(
-        "Triton (PyTriton, same host) vs local, 16 clients, async + dynamic batching",
-        "remote.json",
-        "{:.2f}x of local events/s (client and server share the cores)",
-        (S("remote async +dynbatch", "16 clients"),),
-    ),
-    Figure(
-        "pixel clustering (CMSSW's clusterizer; a union-find per module on the one-thread devices), M digis/s "
-        "and speed vs the strongest peer, a one-thread numba union-find",
-        "clustering.json",
-        "union-find {:.2f}; cpu_serial {:.2f} ({:.2f}x), cpu_threads {:.2f} ({:.2f}x), "
-        "opencl {:.2f} ({:.2f}x); CMSSW's propagation on cpu_serial {:.2f}x; numba flood fill {:.2f}x",
-        (
-            S("numba union-find (1 thread)", "M digis/s"),
-            *(S(b, k) for b in ("cpu_serial", "cpu_threads", "opencl") for k in ("M digis/s", "speed vs union-find")),
-            *(S(b, "speed vs union-find") for b in ("cpu_serial, propagation", "numba flood fill (1 thread)")),
-        ),
-        "cpu_serial >= 0.7x, cpu_threads > 1x",
-    ),
-    Figure(
-        "CMSSW's ClusterChargeCut (shared-memory atomics, block scan), 2000 modules, ~100k digis: speed vs its "
-        "numba njit twin, cpu_serial / cpu_threads / opencl (Intel)",
-        "charge_cut.json",
-        "{:.2f}x / {:.2f}x / {:.2f}x (best rounds: {:.2f}x / {:.2f}x / {:.2f}x)",
-        (
-            *(S(b, "speed vs numba") for b in ("cpu_serial", "cpu_threads", "opencl")),
-            *(S(b, "speed vs numba, best times") for b in ("cpu_serial", "cpu_threads", "opencl")),
-        ),
-        ">= 1x / 1.5x / 0.5x",
-    ),
-    Figure(
-        "pixel clustering on the GPU, M digis/s and speed vs a one-thread numba flood fill on the host",
-        "nvidia-h100/clustering.json",
-        "cuda {:.1f} ({:.1f}x); numba {:.2f}; cpu_serial {:.2f} ({:.2f}x), cpu_threads {:.2f} ({:.2f}x)",
-        (
-            S("cuda", "M digis/s"),
-            S("cuda", "speed vs numba"),
-            S("numba (1 thread)", "M digis/s"),
-            *(S(b, k) for b in ("cpu_serial", "cpu_threads") for k in ("M digis/s", "speed vs numba")),
-        ),
-    ),
-    Figure(
-        "cuda launch of a tiny kernel through alpyka vs a raw cupy launch",
-        "nvidia-h200/backends.json",
-        "{:.1f} us vs {:.1f} us ({:.2f}x)",
-        (S("cuda launch", "alpyka_us"), S("cuda launch", "raw_us"), S("cuda launch", "alpyka_over_raw")),
-    ),
-    Figure(
-        "cuda streaming kernel (1 element/thread) vs a device-to-device copy",
-        "nvidia-h100/backends.json",
-        "{:.0f} vs {:.0f} GB/s ({:.2f}x)",
-        tuple(S("cuda stream (1 elem/thread)", k) for k in ("kernel_GBps", "copy_GBps", "kernel_vs_copy")),
-    ),
-    Figure(
-        "cuda host <-> device copies, pinned / pageable host memory",
-        "nvidia-h100/backends.json",
-        "h2d {:.1f} / {:.1f} GB/s, d2h {:.1f} / {:.1f} GB/s",
-        tuple(S(f"cuda {h} copies", k) for k in ("h2d_GBps", "d2h_GBps") for h in ("pinned", "pageable")),
-    ),
-)
-
-
 def lookup(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
     """The value at ``path`` in ``doc``; None when a key is missing."""
     value: Any = doc
@@ -487,9 +258,26 @@ def render_figures(docs: Sequence[Document], missing: list[str] | None = None) -
         if d is None:
             missing.append(f"{f.document} (the whole row: {f.what})")
             continue
+        f, text = fill(f, d.doc, missing)
         where = f"[{d.machine}](benchmarks/results/{d.path}), {d.date}" + ("" if d.run == "full" else f", {d.run} run")
-        lines.append(f"| {f.what} | {measured(f, d.doc, missing)} | {f.target} | {where} |")
+        lines.append(f"| {f.what} | {text} | {f.target} | {where} |")
     return "\n".join(lines)
+
+
+def fill(figure: Figure, doc: Mapping[str, Any], missing: list[str]) -> tuple[Figure, str]:
+    """The row to show and its measured text: ``figure``, or the first of its ``or_else`` rows whose
+    values ``doc`` has all of (a document an older benchmark wrote); ``figure``'s gaps otherwise."""
+    first: list[str] = []
+    text = measured(figure, doc, first)
+    alternative = figure.or_else
+    while first and alternative is not None:
+        gaps: list[str] = []
+        alt_text = measured(alternative, doc, gaps)
+        if not gaps:
+            return alternative, alt_text
+        alternative = alternative.or_else
+    missing += first
+    return figure, text
 
 
 def replace_between_markers(text: str, table: str, what: str = "README.md") -> str:

@@ -106,3 +106,35 @@ def test_machine_labels_and_skipped_rows() -> None:
 def test_markers_are_required() -> None:
     with pytest.raises(ValueError, match="markers"):
         summary.replace_between_markers("no markers here", "| table |")
+
+
+def test_every_per_event_benchmark_has_a_readme_row() -> None:
+    """Issue 33: each per-event figure reaches the README with its peer (pk.tools, captured graphs,
+    the ClusterChargeCut kernel), read from its benchmark's document."""
+    text = summary.README.read_text(encoding="utf-8")
+    table = text[text.index(summary.BEGIN) : text.index(summary.END)]
+    for document in ("tools.json", "graph.json", "charge_cut.json", "clustering.json"):
+        assert f"(benchmarks/results/{document})" in table, document
+    assert {f.document for f in summary.FIGURES} >= {"tools.json", "graph.json", "charge_cut.json"}
+
+
+def _gpu_clustering() -> summary.Figure:
+    return next(f for f in summary.FIGURES if f.document == "nvidia-h100/clustering.json")
+
+
+def test_a_row_reads_the_keys_its_document_has() -> None:
+    """The GPU clustering row reads a run with the union-find peer, or an older run whose one numba
+    peer was a flood fill, and says which; a document with neither names the first row's keys."""
+    figure = _gpu_clustering()
+    entry = {"M digis/s": 2.0, "speed vs union-find": 1.5}
+    new = {"summary": {k: dict(entry) for k in ("cuda", "numba union-find (1 thread)", "cpu_serial", "cpu_threads")}}
+    missing: list[str] = []
+    row, text = summary.fill(figure, new, missing)
+    assert row is figure and "union-find 2.00" in text and missing == []
+    peers = ("cuda", "numba (1 thread)", "cpu_serial", "cpu_threads")
+    old = {"summary": {k: {"M digis/s": 2.0, "speed vs numba": 1.5} for k in peers}}
+    row, text = summary.fill(figure, old, missing)
+    assert row is figure.or_else and "flood fill 2.00" in text and "flood fill" in row.what and missing == []
+    row, text = summary.fill(figure, {"summary": {}}, missing)
+    assert row is figure and "—" in text
+    assert any("numba union-find (1 thread)" in m for m in missing)
