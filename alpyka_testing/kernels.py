@@ -3,9 +3,12 @@ once per signature)."""
 
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import portable as pk
 import soa
@@ -30,6 +33,29 @@ def upload(q, arr):
     buf = pk.Buffer(q.device, arr.shape, arr.dtype)
     pk.memcpy(q, buf, arr)
     return buf
+
+
+@functools.cache
+def host_queue():
+    """A cpu_serial queue for the checks made once, not once per backend: the front end's errors
+    (:func:`raised_by_the_front_end`) and the host-side argument checks of a call that launches
+    nothing yet."""
+    if "cpu_serial" not in pk.available_backends():
+        pytest.skip("cpu_serial is not available here")
+    return pk.Queue(pk.device("cpu_serial"))
+
+
+def raised_by_the_front_end(err) -> bool:
+    """Whether the error in ``err`` (``pytest.raises``' ExceptionInfo) came out of ``Kernel.ir``,
+    portable.compiler's typed IR for a signature key, with no frame of anything else inside it:
+    raised before any backend's code generation. Its inputs hold nothing of the backend (the key
+    names dtypes, dimensions and layouts, not devices; the IR is cached per kernel, shared by
+    every backend), so such an error is the same on every backend."""
+    frames = [("/".join(Path(e.path).parent.parts[-2:]), Path(e.path).name, e.name) for e in err.traceback]
+    if ("portable/compiler", "_kernel.py", "ir") not in frames:
+        return False
+    entry = frames.index(("portable/compiler", "_kernel.py", "ir"))
+    return all(folder == "portable/compiler" for folder, _, _ in frames[entry:])
 
 
 def download(q, buf):

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import Particles, copy_x, download, record_uniform, upload
+from alpyka_testing.kernels import (
+    Particles,
+    copy_x,
+    download,
+    host_queue,
+    raised_by_the_front_end,
+    record_uniform,
+    upload,
+)
 from portable.compiler import KernelArgumentError, KernelIndexError, KernelSyntaxError, KernelValueError
 
 
@@ -34,21 +42,36 @@ CASES = [
 
 
 @pytest.mark.parametrize("kern,marker,text", CASES, ids=[c[1] for c in CASES])
-def test_compile_errors_name_file_line_and_rule(device, queue, kern, marker, text):
-    out = upload(queue, np.zeros(4))
+def test_compile_errors_name_file_line_and_rule(kern, marker, text):
+    """Once, on cpu_serial: a front-end error is the same on every backend (the next test)."""
+    q = host_queue()
+    out = upload(q, np.zeros(4))
     with pytest.raises(KernelSyntaxError) as err:
-        pk.exec(queue, pk.make_workdiv(device, 1, 1), kern, out, 3)
+        pk.exec(q, pk.WorkDiv(1, 1, 1), kern, out, 3)
     msg = str(err.value)
     assert text in msg
     assert f"bad_kernels.py:{_line(marker)}:" in msg, msg
     assert err.value.lineno == _line(marker)
+    assert raised_by_the_front_end(err)
 
 
-def test_write_through_const_view_fails_at_compile_time(device, queue):
-    c = pk.PortableCollection(Particles, 8, queue)
+def test_a_compile_error_reaches_the_caller_on_every_backend(device, queue):
+    """Every backend's launch path asks the front end for the kernel's IR before it generates
+    anything, and passes its error on as it is (the cases above run once, on cpu_serial)."""
+    out = upload(queue, np.zeros(4))
     with pytest.raises(KernelSyntaxError) as err:
-        pk.exec(queue, pk.make_workdiv(device, 1, 1), bk.writes_const_view, c.view(), c.const_view(), 8)
+        pk.exec(queue, pk.make_workdiv(device, 1, 1), bk.uses_try, out, 3)
+    assert "try/except is not allowed" in str(err.value) and f"bad_kernels.py:{_line('try')}:" in str(err.value)
+    assert err.value.lineno == _line("try") and raised_by_the_front_end(err)
+
+
+def test_write_through_const_view_fails_at_compile_time():
+    q = host_queue()
+    c = pk.PortableCollection(Particles, 8, q)
+    with pytest.raises(KernelSyntaxError) as err:
+        pk.exec(q, pk.WorkDiv(1, 1, 1), bk.writes_const_view, c.view(), c.const_view(), 8)
     assert "const" in str(err.value) and f"bad_kernels.py:{_line('const')}:" in str(err.value)
+    assert raised_by_the_front_end(err)
 
 
 def test_argument_count_and_type(device, queue):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import download, upload
+from alpyka_testing.kernels import download, host_queue, raised_by_the_front_end, upload
 from portable.compiler import KernelSyntaxError
 
 
@@ -62,14 +62,19 @@ def test_two_names_and_continue(device, queue):
     assert download(queue, counts).tolist() == [n * (n - 1) // 2 - max(n - 1, 0) for n in sizes]
 
 
-def test_pairs_needs_two_or_three_names(queue):
+def test_pairs_needs_two_or_three_names():
+    """A front-end error: the same on every backend (tests/kernels/test_kernel_errors.py), checked
+    once, on cpu_serial."""
+
     @pk.kernel
     def one_name(acc, out, n):
         for p in acc.pairs(0, n):
             out[0] = p
 
-    with pytest.raises(KernelSyntaxError, match=r"\(a, b\) or \(k, a, b\)"):
+    queue = host_queue()
+    with pytest.raises(KernelSyntaxError, match=r"\(a, b\) or \(k, a, b\)") as err:
         pk.exec(queue, pk.WorkDiv(1, 1, 1), one_name, pk.Buffer(queue.device, 1, np.int64), 3)
+    assert raised_by_the_front_end(err)
 
 
 @pk.kernel

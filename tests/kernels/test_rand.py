@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import download, upload
+from alpyka_testing.kernels import download, host_queue, raised_by_the_front_end, upload
 from portable.compiler import KernelSyntaxError
 
 
@@ -105,7 +105,11 @@ def test_distributions_are_sane():
     assert abs(bits.mean() - 0.5) < 0.01
 
 
-def test_engine_errors_name_the_fix(queue):
+def test_engine_errors_name_the_fix():
+    """Front-end errors: the same on every backend (tests/kernels/test_kernel_errors.py), checked
+    once, on cpu_serial."""
+    queue = host_queue()
+
     @pk.kernel
     def not_an_engine(acc, out):
         out[0] = acc.rand_u32(out)
@@ -131,8 +135,9 @@ def test_engine_errors_name_the_fix(queue):
         (engine_as_value, "assign acc.rand_engine"),
         (int_dtype, "np.float32 or np.float64"),
     ]:
-        with pytest.raises(KernelSyntaxError, match=text):
+        with pytest.raises(KernelSyntaxError, match=text) as err:
             pk.exec(queue, pk.WorkDiv(1, 1, 1), k, out)
+        assert raised_by_the_front_end(err)
 
 
 # Known answers of the float64 uniform's recipe (docs: 27 bits of one draw, 26 of the next, on
