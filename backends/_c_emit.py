@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from portable.compiler import ValueCheck, deep_recursion, ir
+from portable.compiler import deep_recursion, ir
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
@@ -36,6 +36,7 @@ from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
 from ._c_messages import MessageEmitter
 from ._c_source import CEmitError, CSource
+from ._c_statements import StatementEmitter, ident
 from ._float_to_int import c_helper
 
 
@@ -46,26 +47,23 @@ class _Raw:
     text: str
 
 
-def _bare(expr: str) -> str:
-    """``expr`` without one pair of parentheses around all of it (for ``if (...)`` conditions)."""
-    if not (expr.startswith("(") and expr.endswith(")")):
-        return expr
-    depth = 0
-    for i, ch in enumerate(expr):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(expr) - 1:
-            return expr
-    return expr[1:-1]
+@dataclass(frozen=True)
+class _Implicit:
+    """A C parameter the emitter adds to the kernel and its device functions: its C type and
+    name, and its entry in :attr:`CSource.args` (None: the kernel declares it, no argument)."""
+
+    ctype: str
+    name: str
+    arg: tuple[str, Any] | None
+
+    @property
+    def decl(self) -> str:
+        return f"{self.ctype} {self.name}"
 
 
-def _ident(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
-
-
-class _Emitter(MessageEmitter, Visitor):
+class _Emitter(StatementEmitter, MessageEmitter, Visitor):
     """One kernel's C: ``expr`` renders an expression, ``stmt`` appends a statement's lines (one
-    ``visit_`` method per node kind of the IR)."""
+    ``visit_`` method per node kind of the IR; the statements' in :mod:`backends._c_statements`)."""
 
     visitor_name = "the C emitter"
 
@@ -129,7 +127,7 @@ class _Emitter(MessageEmitter, Visitor):
         if ref.type.kind == "dynamic_shared":
             q = "const " if ref.type.const else ""
             return f"(({self.d.space('dynamic_shared')}{q}{STORAGE[ref.type.dtype.name]}*)alpyka_dyn_shared)"
-        return _ident(ref.name)
+        return ident(ref.name)
 
     def flat_index(self, ref: ir.ArrayRef, idx: tuple[Any, ...]) -> str:
         t, e = ref.type, [i.text if isinstance(i, _Raw) else self.expr(i) for i in idx]
@@ -168,7 +166,7 @@ class _Emitter(MessageEmitter, Visitor):
         return self.const(e.value, e.type)
 
     def visit_Var(self, e: ir.Var) -> str:
-        return _ident(e.name)
+        return ident(e.name)
 
     def visit_Index(self, e: ir.Index) -> str:
         if e.query == "thread_elements":
@@ -324,172 +322,29 @@ class _Emitter(MessageEmitter, Visitor):
             else:
                 args.append(self.expr(a))
         args += self.implicit_args()
-        return f"df_{_ident(fn.name)}({', '.join(args)})"
+        return f"df_{ident(fn.name)}({', '.join(args)})"
+
+    def implicit(self) -> list[_Implicit]:
+        """The C parameters every function of the kernel takes after its own (see the module
+        docstring), in order."""
+        out = [_Implicit("i64", f"alpyka_te{d}", ("elements", d)) for d in range(self.k.ndim)]
+        if self.k.uses_dynamic_shared:
+            out.append(_Implicit("i64", "dynamic_shared_bytes", ("dyn_bytes", None)))
+            if self.d.is_opencl:
+                out.append(_Implicit("__local u8*", "alpyka_dyn_shared", ("dyn_local", None)))
+        if self.bpred:  # the kernel's own __local counter (declared in its body, not an argument)
+            out.append(_Implicit("__local volatile i32*", "alpyka_bpred", None))
+        if self.err:
+            out.append(_Implicit(f"{self.d.space('buffer')}i32*", "alpyka_err", ("err", None)))
+        return out
 
     def implicit_args(self) -> list[str]:
-        out = [f"alpyka_te{d}" for d in range(self.k.ndim)]
-        if self.k.uses_dynamic_shared:
-            out.append("dynamic_shared_bytes")
-            if self.d.is_opencl:
-                out.append("alpyka_dyn_shared")
-        if self.bpred:
-            out.append("alpyka_bpred")
-        if self.err:
-            out.append("alpyka_err")
-        return out
+        """The implicit arguments a call of a device function passes on."""
+        return [p.name for p in self.implicit()]
 
     def implicit_params(self) -> list[str]:
-        out = [f"i64 alpyka_te{d}" for d in range(self.k.ndim)]
-        if self.k.uses_dynamic_shared:
-            out.append("i64 dynamic_shared_bytes")
-            if self.d.is_opencl:
-                out.append("__local u8* alpyka_dyn_shared")
-        if self.bpred:
-            out.append("__local volatile i32* alpyka_bpred")
-        if self.err:
-            out.append(f"{self.d.space('buffer')}i32* alpyka_err")
-        return out
-
-    # ------------------------------------------------------------------ statements
-    def block(self, stmts: list[ir.Stmt]) -> None:
-        self.indent += 1
-        for s in stmts:
-            self.stmt(s)
-        self.indent -= 1
-
-    def tag(self, line: int) -> str:
-        return f"  // {self.base}:{line}" if line else ""
-
-    def stmt(self, s: ir.Stmt) -> None:
-        """Emit ``s``: its ``visit_`` method gets the ``// file.py:line`` tag and the line."""
-        line = getattr(s, "line", 0) or self.cur_line
-        self.cur_line = line
-        self.visit(s, self.tag(getattr(s, "line", 0)), line)
-
-    def visit_Assign(self, s: ir.Assign, tag: str, line: int) -> None:
-        self.out(f"{_ident(s.target.name)} = {self.expr(s.value)};{tag}", line)
-
-    def visit_Store(self, s: ir.Store, tag: str, line: int) -> None:
-        v = self.expr(s.value)
-        if s.array.type.dtype.is_bool:
-            v = f"(u8)({v})"
-        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, "check", None)))
-        self.out(f"{el} = {v};{tag}", line)
-
-    def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
-        self.out(f"(void){self.expr(s.value)};{tag}", line)
-
-    def visit_If(self, s: ir.If, tag: str, line: int) -> None:
-        self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
-        self.block(s.body)
-        if s.orelse:
-            self.out("} else {", line)
-            self.block(s.orelse)
-        self.out("}", line)
-
-    def visit_While(self, s: ir.While, tag: str, line: int) -> None:
-        self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
-        self.loops.append(None)
-        self.block(s.body)
-        self.loops.pop()
-        self.out("}", line)
-
-    def visit_Break(self, s: ir.Break, tag: str, line: int) -> None:
-        label = self.loops[-1] if self.loops else None
-        if label:
-            self.used_labels.add(label)
-        self.out(f"goto {label};{tag}" if label else f"break;{tag}", line)
-
-    def visit_Continue(self, s: ir.Continue, tag: str, line: int) -> None:
-        self.out(f"continue;{tag}", line)
-
-    def visit_Return(self, s: ir.Return, tag: str, line: int) -> None:
-        if s.value is not None:
-            self.out(f"return {self.expr(s.value)};{tag}", line)
-        else:
-            self.out(f"return{self.default_return()};{tag}", line)
-
-    def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, tag: str, line: int) -> None:
-        self.out(f"{self.d.barrier()}{tag}", line)
-
-    def visit_MemFence(self, s: ir.MemFence, tag: str, line: int) -> None:
-        self.out(f"{self.d.fence(s.scope)}{tag}", line)
-
-    def default_return(self) -> str:
-        fn = self.in_function
-        if fn is None or not isinstance(fn.return_type, ScalarType):
-            return ""
-        return f" ({self.ctype(fn.return_type)})0"
-
-    def visit_ForRange(self, s: ir.ForRange, tag: str, line: int) -> None:
-        n = self.fresh("r")
-        t = self.ctype(s.var.type)
-        step = s.step
-        self.out(
-            f"{{ const {t} {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
-            f"{n}_step = {self.expr(step)};{tag}",
-            line,
-        )
-        if isinstance(step, ir.Const):
-            cond = f"{n} < {n}_stop" if step.value > 0 else f"{n} > {n}_stop"
-        else:
-            cond = f"({n}_step > 0) ? ({n} < {n}_stop) : ({n} > {n}_stop)"
-        if s.check is not None:  # a step of 0: report a KernelValueError (index 0 of an empty range) and skip
-            self.messages.append(ValueCheck(s.check))
-            self.out(
-                f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }} else",
-                line,
-            )
-        self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
-        self.indent += 1
-        self.out(f"{_ident(s.var.name)} = {n};", line)
-        self.indent -= 1
-        self.loops.append(None)
-        self.block(s.body)
-        self.loops.pop()
-        self.out("} }", line)
-
-    def visit_StridedLoop(self, s: ir.StridedLoop, tag: str, line: int) -> None:
-        """An alpaka loop: a single grid-stride loop when the chunk is 1 (the common case, and
-        far faster on PoCL), the chunked double loop otherwise; ``break`` leaves both."""
-        n = self.fresh("s")
-        gb = f", {n}_gb = {self.expr(s.group_base)}" if s.local_var is not None and s.group_base is not None else ""
-        self.out(
-            f"{{ const i64 {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
-            f"{n}_stride = {self.expr(s.stride)}, {n}_chunk = {self.expr(s.chunk)}{gb};{tag}",
-            line,
-        )
-
-        def bind(it: str) -> None:
-            self.indent += 1
-            self.out(f"{_ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
-            if s.local_var is not None:
-                self.out(f"{_ident(s.local_var.name)} = ({self.ctype(s.local_var.type)})({it} - {n}_gb);", line)
-            self.indent -= 1
-
-        self.loops.append(f"{n}_end")
-        self.out(f"if ({n}_chunk == 1) {{", line)
-        self.indent += 1
-        self.out(f"for (i64 {n}_i = {n}_start; {n}_i < {n}_stop; {n}_i += {n}_stride) {{", line)
-        bind(f"{n}_i")
-        self.block(s.body)
-        self.out("}", line)
-        self.indent -= 1
-        self.out("} else {", line)
-        self.indent += 1
-        self.out(f"for (i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride) {{", line)
-        self.indent += 1
-        self.out(f"const i64 {n}_lim = ({n}_base + {n}_chunk < {n}_stop) ? {n}_base + {n}_chunk : {n}_stop;", line)
-        self.out(f"for (i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j) {{", line)
-        bind(f"{n}_j")
-        self.block(s.body)
-        self.out("}", line)
-        self.indent -= 1
-        self.out("}", line)
-        self.indent -= 1
-        self.out("}", line)
-        self.loops.pop()
-        self.out(f"{n}_end: ; }}" if f"{n}_end" in self.used_labels else "}", line)
+        """The implicit parameters of a device function."""
+        return [p.decl for p in self.implicit()]
 
     def checked(self, ref: ir.ArrayRef, idx: tuple[ir.Expr, ...], check: str | None) -> tuple[ir.Expr | str, ...]:
         """The indices of an access, each wrapped in a range check when ``check`` is set: an index
@@ -510,7 +365,7 @@ class _Emitter(MessageEmitter, Visitor):
             if name in skip:
                 continue
             init = "false" if t.is_bool else "0"
-            self.out(f"{self.ctype(t)} {_ident(name)} = {init};")
+            self.out(f"{self.ctype(t)} {ident(name)} = {init};")
 
     def function(self, fn: ir.Function) -> tuple[str, list[tuple[str, int]]]:
         saved = self.lines
@@ -519,16 +374,16 @@ class _Emitter(MessageEmitter, Visitor):
         names: set[str] = set()
         for p in fn.params:
             if isinstance(p, ir.ArrayRef):
-                params.append(self.pointer_decl(p.type, _ident(p.name)))
-                params += [f"i64 {_ident(p.name)}_e{d}" for d in range(len(p.extents))]
+                params.append(self.pointer_decl(p.type, ident(p.name)))
+                params += [f"i64 {ident(p.name)}_e{d}" for d in range(len(p.extents))]
                 if p.pitch is not None:
-                    params.append(f"i64 {_ident(p.name)}_pitch")
+                    params.append(f"i64 {ident(p.name)}_pitch")
             else:
-                params.append(f"{self.ctype(p.type)} {_ident(p.name)}")
+                params.append(f"{self.ctype(p.type)} {ident(p.name)}")
                 names.add(p.name)
         params += self.implicit_params()
         ret = "void" if not isinstance(fn.return_type, ScalarType) else self.ctype(fn.return_type)
-        proto = f"ALPYKA_FN {ret} df_{_ident(fn.name)}({', '.join(params)})"
+        proto = f"ALPYKA_FN {ret} df_{ident(fn.name)}({', '.join(params)})"
         self.declarations(fn.locals, names)
         for s in fn.body:
             self.stmt(s)
@@ -544,7 +399,7 @@ class _Emitter(MessageEmitter, Visitor):
         prologue: list[str] = []
         scalar_names: set[str] = set()
         for p in k.params:
-            name = _ident(p.name)
+            name = ident(p.name)
             if isinstance(p.type, ArrayType):
                 if self.d.is_opencl:
                     params += [f"__global u8* {name}_buf", f"i64 {name}_off"]
@@ -561,33 +416,26 @@ class _Emitter(MessageEmitter, Visitor):
                 else:
                     params.append(f"{self.ctype(p.type)} {name}")
             args.append(("param", p))
-        args += [("elements", d) for d in range(k.ndim)]
-        params += [f"i64 alpyka_te{d}" for d in range(k.ndim)]
-        if k.uses_dynamic_shared:
-            params.append("i64 dynamic_shared_bytes")
-            args.append(("dyn_bytes", None))
-            if self.d.is_opencl:
-                params.append("__local u8* alpyka_dyn_shared")
-                args.append(("dyn_local", None))
-        if self.err:
-            params.append(f"{self.d.space('buffer')}i32* alpyka_err")
-            args.append(("err", None))
+        for p in self.implicit():
+            if p.arg is not None:  # (alpyka_bpred: declared in the kernel's body)
+                params.append(p.decl)
+                args.append(p.arg)
         self.lines, self.indent = [], 1
         for line in prologue:
             self.out(line)
         for sh in k.shared:
             size = int(math.prod(sh.shape)) if sh.shape else 1
-            self.out(self.d.shared_decl(STORAGE[sh.dtype.name], _ident(sh.name), size))
+            self.out(self.d.shared_decl(STORAGE[sh.dtype.name], ident(sh.name), size))
         if k.uses_dynamic_shared and not self.d.is_opencl:
             self.out(self.d.dynamic_shared_base())
         if self.bpred:
             self.out(self.d.shared_decl("i32", "alpyka_bpred", 1))
         for pv in k.private:
-            self.out(f"{STORAGE[pv.dtype.name]} {_ident(pv.name)}[{int(math.prod(pv.shape))}];")
+            self.out(f"{STORAGE[pv.dtype.name]} {ident(pv.name)}[{int(math.prod(pv.shape))}];")
         self.declarations(k.locals, scalar_names)
         for s in k.body:
             self.stmt(s)
-        entry = f"alpyka_{_ident(k.name)}"
+        entry = f"alpyka_{ident(k.name)}"
         header = f"{self.d.kernel_qualifier()} {entry}({', '.join(params)})"
         return header, args
 

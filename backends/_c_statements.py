@@ -1,0 +1,191 @@
+"""The statements of the C emitter (OpenCL C, CUDA, HIP): one ``visit_`` method per statement
+kind of :mod:`portable.compiler.ir` for :class:`backends._c_emit._Emitter`, each appending its
+C lines with the ``// file.py:line`` tag of the kernel statement.
+
+Loops: ``range()`` is a C ``for`` over its start, stop and step evaluated once (a step known
+only at run time tests its sign each trip, and a step of 0 reports a KernelValueError through
+the error flag); an alpaka loop (``StridedLoop``) is one grid-stride loop when its chunk is 1
+and the chunked double loop otherwise, ``break`` leaving both through a label.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from portable.compiler import ValueCheck, ir
+from portable.compiler.types import ScalarType
+
+
+def ident(name: str) -> str:
+    """``name`` as a C identifier (IR names are safe already; anything else becomes ``_``)."""
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+def _bare(expr: str) -> str:
+    """``expr`` without one pair of parentheses around all of it (for ``if (...)`` conditions)."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return expr
+    depth = 0
+    for i, ch in enumerate(expr):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(expr) - 1:
+            return expr
+    return expr[1:-1]
+
+
+class StatementEmitter:
+    """The statement half of the C emitter (a mixin: ``out``, ``expr``, ``fresh``, ``ctype``,
+    ``element``, ``shared_access``, ``loops``... are the emitter's)."""
+
+    # (the emitter's state these methods use)
+    lines: list[tuple[str, int]]
+    indent: int
+    loops: list[str | None]
+    used_labels: set[str]
+    messages: list[Any]
+    cur_line: int
+    base: str
+    in_function: ir.Function | None
+    d: Any
+    h: Any
+
+    def block(self, stmts: list[ir.Stmt]) -> None:
+        self.indent += 1
+        for s in stmts:
+            self.stmt(s)
+        self.indent -= 1
+
+    def tag(self, line: int) -> str:
+        return f"  // {self.base}:{line}" if line else ""
+
+    def stmt(self, s: ir.Stmt) -> None:
+        """Emit ``s``: its ``visit_`` method gets the ``// file.py:line`` tag and the line."""
+        line = getattr(s, "line", 0) or self.cur_line
+        self.cur_line = line
+        self.visit(s, self.tag(getattr(s, "line", 0)), line)
+
+    def visit_Assign(self, s: ir.Assign, tag: str, line: int) -> None:
+        self.out(f"{ident(s.target.name)} = {self.expr(s.value)};{tag}", line)
+
+    def visit_Store(self, s: ir.Store, tag: str, line: int) -> None:
+        v = self.expr(s.value)
+        if s.array.type.dtype.is_bool:
+            v = f"(u8)({v})"
+        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, "check", None)))
+        self.out(f"{el} = {v};{tag}", line)
+
+    def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
+        self.out(f"(void){self.expr(s.value)};{tag}", line)
+
+    def visit_If(self, s: ir.If, tag: str, line: int) -> None:
+        self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.block(s.body)
+        if s.orelse:
+            self.out("} else {", line)
+            self.block(s.orelse)
+        self.out("}", line)
+
+    def visit_While(self, s: ir.While, tag: str, line: int) -> None:
+        self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.loops.append(None)
+        self.block(s.body)
+        self.loops.pop()
+        self.out("}", line)
+
+    def visit_Break(self, s: ir.Break, tag: str, line: int) -> None:
+        label = self.loops[-1] if self.loops else None
+        if label:
+            self.used_labels.add(label)
+        self.out(f"goto {label};{tag}" if label else f"break;{tag}", line)
+
+    def visit_Continue(self, s: ir.Continue, tag: str, line: int) -> None:
+        self.out(f"continue;{tag}", line)
+
+    def visit_Return(self, s: ir.Return, tag: str, line: int) -> None:
+        if s.value is not None:
+            self.out(f"return {self.expr(s.value)};{tag}", line)
+        else:
+            self.out(f"return{self.default_return()};{tag}", line)
+
+    def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, tag: str, line: int) -> None:
+        self.out(f"{self.d.barrier()}{tag}", line)
+
+    def visit_MemFence(self, s: ir.MemFence, tag: str, line: int) -> None:
+        self.out(f"{self.d.fence(s.scope)}{tag}", line)
+
+    def default_return(self) -> str:
+        fn = self.in_function
+        if fn is None or not isinstance(fn.return_type, ScalarType):
+            return ""
+        return f" ({self.ctype(fn.return_type)})0"
+
+    def visit_ForRange(self, s: ir.ForRange, tag: str, line: int) -> None:
+        n = self.fresh("r")
+        t = self.ctype(s.var.type)
+        step = s.step
+        self.out(
+            f"{{ const {t} {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+            f"{n}_step = {self.expr(step)};{tag}",
+            line,
+        )
+        if isinstance(step, ir.Const):
+            cond = f"{n} < {n}_stop" if step.value > 0 else f"{n} > {n}_stop"
+        else:
+            cond = f"({n}_step > 0) ? ({n} < {n}_stop) : ({n} > {n}_stop)"
+        if s.check is not None:  # a step of 0: report a KernelValueError (index 0 of an empty range) and skip
+            self.messages.append(ValueCheck(s.check))
+            self.out(
+                f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }} else",
+                line,
+            )
+        self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
+        self.indent += 1
+        self.out(f"{ident(s.var.name)} = {n};", line)
+        self.indent -= 1
+        self.loops.append(None)
+        self.block(s.body)
+        self.loops.pop()
+        self.out("} }", line)
+
+    def visit_StridedLoop(self, s: ir.StridedLoop, tag: str, line: int) -> None:
+        """An alpaka loop: a single grid-stride loop when the chunk is 1 (the common case, and
+        far faster on PoCL), the chunked double loop otherwise; ``break`` leaves both."""
+        n = self.fresh("s")
+        gb = f", {n}_gb = {self.expr(s.group_base)}" if s.local_var is not None and s.group_base is not None else ""
+        self.out(
+            f"{{ const i64 {n}_start = {self.expr(s.start)}, {n}_stop = {self.expr(s.stop)}, "
+            f"{n}_stride = {self.expr(s.stride)}, {n}_chunk = {self.expr(s.chunk)}{gb};{tag}",
+            line,
+        )
+
+        def bind(it: str) -> None:
+            self.indent += 1
+            self.out(f"{ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
+            if s.local_var is not None:
+                self.out(f"{ident(s.local_var.name)} = ({self.ctype(s.local_var.type)})({it} - {n}_gb);", line)
+            self.indent -= 1
+
+        self.loops.append(f"{n}_end")
+        self.out(f"if ({n}_chunk == 1) {{", line)
+        self.indent += 1
+        self.out(f"for (i64 {n}_i = {n}_start; {n}_i < {n}_stop; {n}_i += {n}_stride) {{", line)
+        bind(f"{n}_i")
+        self.block(s.body)
+        self.out("}", line)
+        self.indent -= 1
+        self.out("} else {", line)
+        self.indent += 1
+        self.out(f"for (i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride) {{", line)
+        self.indent += 1
+        self.out(f"const i64 {n}_lim = ({n}_base + {n}_chunk < {n}_stop) ? {n}_base + {n}_chunk : {n}_stop;", line)
+        self.out(f"for (i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j) {{", line)
+        bind(f"{n}_j")
+        self.block(s.body)
+        self.out("}", line)
+        self.indent -= 1
+        self.out("}", line)
+        self.indent -= 1
+        self.out("}", line)
+        self.loops.pop()
+        self.out(f"{n}_end: ; }}" if f"{n}_end" in self.used_labels else "}", line)
