@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import ir
+from portable.compiler.visit import Visitor
+
+#: the array kinds of one block's memory (what the IR's ArrayType says, never the array's name)
+SHARED_KINDS = frozenset({"shared", "dynamic_shared"})
 
 
 @dataclass
@@ -42,7 +46,7 @@ def _uses_block_identity(x: Any, k: ir.KernelDef) -> bool:
             return True
         if isinstance(y, ir.DeviceCall) and k.functions[y.function].uses_acc:
             return True
-        if isinstance(y, ir.ArrayRef) and (y.name.startswith("sh_") or y.name.startswith("dsh_")):
+        if isinstance(y, ir.ArrayRef) and y.type.kind in SHARED_KINDS:
             return True
     return False
 
@@ -67,41 +71,75 @@ def assigned_names(x: Any) -> set[str]:
     return out
 
 
-def _defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) -> set[str] | None:
+class _DefinedBeforeRead(Visitor):
+    """``visit(stmt, defined)``: the locals (of ``locs``) surely assigned after ``stmt`` when
+    every local it reads was assigned before (in ``defined``), else None; ``body(stmts,
+    defined)`` the same for a statement list."""
+
+    visitor_name = "the flat grid loop's analysis"
+
+    def __init__(self, locs: dict) -> None:
+        self.locs = locs
+
+    def body(self, stmts: list[ir.Stmt], defined: set[str]) -> set[str] | None:
+        for s in stmts:
+            got = self.visit(s, defined)
+            if got is None:
+                return None
+            defined = got
+        return defined
+
+    def missing(self, node: Any, *args: Any) -> None:
+        return None  # a statement kind not known here: be safe
+
+    def reading(self, x: Any, defined: set[str]) -> set[str] | None:
+        """``defined`` when ``x`` reads no local outside it, else None."""
+        return None if _reads(x, self.locs) - defined else defined
+
+    def visit_Assign(self, s: ir.Assign, defined: set[str]) -> set[str] | None:
+        return None if self.reading(s.value, defined) is None else defined | {s.target.name}
+
+    def operands(self, s: ir.Stmt, defined: set[str]) -> set[str] | None:
+        """A statement that only reads its operands."""
+        return self.reading([v for v in vars(s).values() if isinstance(v, (ir.Expr, tuple, list))], defined)
+
+    visit_Store = visit_ExprStmt = visit_Return = visit_Assert = visit_Print = operands
+
+    def visit_If(self, s: ir.If, defined: set[str]) -> set[str] | None:
+        if self.reading(s.cond, defined) is None:
+            return None
+        a, b = self.body(s.body, defined), self.body(s.orelse, defined)
+        return None if a is None or b is None else a & b
+
+    def visit_While(self, s: ir.While, defined: set[str]) -> set[str] | None:
+        if self.reading(s.cond, defined) is None or self.body(s.body, defined) is None:
+            return None
+        return defined
+
+    def visit_ForRange(self, s: ir.ForRange, defined: set[str]) -> set[str] | None:
+        return self.loop([s.start, s.stop, s.step], {s.var.name}, s.body, defined)
+
+    def visit_StridedLoop(self, s: ir.StridedLoop, defined: set[str]) -> set[str] | None:
+        own = {s.var.name} | ({s.local_var.name} if s.local_var is not None else set())
+        return self.loop([s.start, s.stop, s.stride, s.chunk], own, s.body, defined)
+
+    def loop(self, heads: list, own: set[str], body: list[ir.Stmt], defined: set[str]) -> set[str] | None:
+        """A loop whose ``heads`` are read before it and whose ``own`` variables its body sees."""
+        if self.reading(heads, defined) is None or self.body(body, defined | own) is None:
+            return None
+        return defined
+
+    def nothing(self, s: ir.Stmt, defined: set[str]) -> set[str]:
+        """A statement that reads no local."""
+        return defined
+
+    visit_Break = visit_Continue = visit_SyncBlockThreads = nothing
+
+
+def defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) -> set[str] | None:
     """The locals surely assigned after ``stmts`` when every local they read was assigned
     before (in ``defined`` or earlier in ``stmts``); None when some read may see an older value."""
-    defined = set(defined)
-    for s in stmts:
-        if isinstance(s, ir.Assign):
-            if _reads(s.value, locs) - defined:
-                return None
-            defined.add(s.target.name)
-        elif isinstance(s, (ir.Store, ir.ExprStmt, ir.Return, ir.Assert, ir.Print)):
-            if _reads([v for v in vars(s).values() if isinstance(v, (ir.Expr, tuple, list))], locs) - defined:
-                return None
-        elif isinstance(s, ir.If):
-            if _reads(s.cond, locs) - defined:
-                return None
-            a = _defined_before_read(s.body, defined, locs)
-            b = _defined_before_read(s.orelse, defined, locs)
-            if a is None or b is None:
-                return None
-            defined = a & b
-        elif isinstance(s, ir.While):
-            if _reads(s.cond, locs) - defined or _defined_before_read(s.body, defined, locs) is None:
-                return None
-        elif isinstance(s, (ir.ForRange, ir.StridedLoop)):
-            heads = [s.start, s.stop, s.step] if isinstance(s, ir.ForRange) else [s.start, s.stop, s.stride, s.chunk]
-            if _reads(heads, locs) - defined:
-                return None
-            inner = defined | {s.var.name} | ({s.local_var.name} if getattr(s, "local_var", None) else set())
-            if _defined_before_read(s.body, inner, locs) is None:
-                return None
-        elif isinstance(s, (ir.Break, ir.Continue, ir.SyncBlockThreads)):
-            pass
-        else:  # an unknown statement: be safe
-            return None
-    return defined
+    return _DefinedBeforeRead(locs).body(stmts, set(defined))
 
 
 def _direct_breaks(body: list[ir.Stmt]) -> bool:
@@ -130,7 +168,7 @@ def flat_grid_loop(k: ir.KernelDef) -> FlatGridLoop | None:
     # locals set once before the loop and never reassigned in it are the same for every thread
     body_assigned = assigned_names(loop.body)
     fixed = {s.target.name for s in prelude} - body_assigned
-    if _defined_before_read(loop.body, fixed | {loop.var.name}, k.locals) is None:
+    if defined_before_read(loop.body, fixed | {loop.var.name}, k.locals) is None:
         return None
     return FlatGridLoop(list(prelude), loop)
 
@@ -149,4 +187,4 @@ def non_negative(e: ir.Expr, known: set[str]) -> bool:
     return False
 
 
-__all__ = ["FlatGridLoop", "assigned_names", "flat_grid_loop", "non_negative"]
+__all__ = ["SHARED_KINDS", "FlatGridLoop", "assigned_names", "defined_before_read", "flat_grid_loop", "non_negative"]

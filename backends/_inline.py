@@ -38,7 +38,7 @@ from typing import Any
 from portable.compiler import ir
 from portable.compiler.types import BOOL, VoidType
 
-from ._grid_loop import _defined_before_read
+from ._grid_loop import defined_before_read
 
 #: node kinds whose value depends on memory (bound to a temporary when a later call could change it)
 _READS = (ir.Load, ir.AtomicOp, ir.WarpOp, ir.BlockPredicate)
@@ -226,7 +226,7 @@ class _Inliner:
         for name, t in locs.items():
             self._local(n, name, t, subst)
         params = {p.name for p in fn.params if not isinstance(p, ir.ArrayRef)}
-        if _defined_before_read(body, params, locs) is None:  # each call starts with zeroed locals
+        if defined_before_read(body, params, locs) is None:  # each call starts with zeroed locals
             pre += [ir.Assign(subst[name], ir.Const(0, t)) for name, t in locs.items()]
         result = None
         if want and not isinstance(fn.return_type, VoidType):

@@ -19,13 +19,17 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
+from portable.compiler.types import ArrayType
+
 _INT_RMW = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor", "exch": "xchg"}
 _ORDER = "monotonic"  #: relaxed, as alpaka's atomics on a GPU; fences stay explicit
 _OPS = ("add", "sub", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec")
+#: array kinds only one block's (one thread's) code reaches: shared, dynamic shared, private
+_ONE_BLOCKS = frozenset({"shared", "dynamic_shared", "private"})
 
 
-def numba_atomic(op: str, array: str, hierarchy: str, serial: bool) -> str:
-    """The name of the function that performs atomic ``op`` on ``array`` (an IR array name) with
+def numba_atomic(op: str, array: ArrayType, hierarchy: str, serial: bool) -> str:
+    """The name of the function that performs atomic ``op`` on ``array`` (an IR array's type) with
     ``hierarchy`` on a CPU backend (``serial``: cpu_serial; else cpu_threads).
 
     As alpaka's CPU accelerators (``AtomicNoOp`` where a block has one thread): a plain
@@ -35,8 +39,7 @@ def numba_atomic(op: str, array: str, hierarchy: str, serial: bool) -> str:
     relaxed atomic otherwise (blocks of cpu_threads run concurrently; kernels on two queues may
     share a buffer).
     """
-    local = array.startswith(("sh_", "dsh_", "pv_"))
-    if local or hierarchy == "threads" or (hierarchy == "block" and serial):
+    if array.kind in _ONE_BLOCKS or hierarchy == "threads" or (hierarchy == "block" and serial):
         return f"plain_{op}"
     return f"atomic_{op}"
 

@@ -230,7 +230,7 @@ class _FunctionEmitter(Visitor):
         idx = self.index(e.array, e.indices, e.check) if e.indices else ""
         if len(e.indices) == 1:
             idx += ","
-        fn = numba_atomic(e.op, e.array.name, e.hierarchy, self.m.serial)  # plain where nothing contends
+        fn = numba_atomic(e.op, e.array.type, e.hierarchy, self.m.serial)  # plain where nothing contends
         return f"{fn}({e.array.name}, ({idx}), {ops})"
 
     def visit_DeviceCall(self, e: ir.DeviceCall) -> str:
@@ -454,7 +454,7 @@ class _ModuleEmitter:
         params = [p for p in k.params if p.name in used]
         pnames = [p.name for p in params]
         funcs = [self.function(f) for f in k.functions.values()]
-        dyn = sorted({a for a in used if a.startswith("dsh_")})
+        dyn = _dynamic_shared(k)
         # fastmath only for @pk.kernel(fast_math=True): without it numba marks no float operation
         # ``contract`` and LLVM fuses none into an FMA (numpy's bits)
         header = HEADER.format(
@@ -484,9 +484,9 @@ class _ModuleEmitter:
             # 8-byte words (aligned for every type); each view has exactly the elements the C
             # backends give it (dynamic_shared_bytes // itemsize), so range checks agree
             lines.append("    _dsh = np.empty(dynamic_shared_bytes // 8 + 1, np.uint64)")
-            for name in dyn:
-                isz = np.dtype(name[4:]).itemsize
-                lines.append(f"    {name} = _dsh.view(np.{name[4:]})[:dynamic_shared_bytes // {isz}]")
+            for name, dtype in dyn:
+                isz = np.dtype(dtype).itemsize
+                lines.append(f"    {name} = _dsh.view(np.{dtype})[:dynamic_shared_bytes // {isz}]")
         lines.append("    for b in range(block_lo, block_hi):")
         rest = "b"
         for dd in reversed(range(nd)):
@@ -529,6 +529,12 @@ class _ModuleEmitter:
             + "\n".join(fe.lines)
             + "\n"
         )
+
+
+def _dynamic_shared(k: ir.KernelDef) -> list[tuple[str, str]]:
+    """``(name, dtype name)`` of each dynamic shared array the kernel uses (by its IR kind)."""
+    refs = (y for y in ir.nodes(k.body) if isinstance(y, ir.ArrayRef) and y.type.kind == "dynamic_shared")
+    return sorted({(y.name, y.type.dtype.name) for y in refs})
 
 
 def _used_names(k: ir.KernelDef) -> set[str]:

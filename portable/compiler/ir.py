@@ -14,7 +14,8 @@ Conventions
 - Every local variable is listed with its type in ``Function.locals`` (C declares them at the
   top of the function; Python scoping: one type per name for the whole function). Names are
   already safe identifiers: user locals are ``v_<name>``, front-end temporaries ``t<N>_...``,
-  kernel parameters ``a<k>_...``, shared arrays ``sh_<name>``.
+  kernel parameters ``a<k>_...``, shared arrays ``sh_<name>`` (names only: an emitter tells an
+  array's memory by its ``type.kind``, never by its name).
 - Work-division queries are the five primitives of :class:`Index`; everything else
   (``global_thread_idx``, ``grid_threads``, ``once_per_block``...) is built from them.
 - Dimension ``d`` counts from 0 = slowest-varying, as in alpaka; ``KernelDef.ndim`` is 1-3.
