@@ -1,58 +1,53 @@
-"""Every example runs as a newcomer would run it, and says OK (``python examples/<name>.py``, in a
-fork of the warm interpreter of alpyka_testing.warm_python: the same run, without each child
-importing torch anew)."""
+"""Every example runs as a newcomer would run it, and says OK: once as a script (``python
+examples/<name>.py [args]``, in a fork of the warm interpreter of alpyka_testing.warm_python: the
+script's ``__main__``, its argument parsing and default backend), and, where an example takes a
+backend, its ``main`` in this process on every backend of the matrix (the same code as the script
+but for the process start: the cuda/rocm rows on the GPU emulator tests/conftest.py installs)."""
 
+import functools
+import importlib
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+import portable as pk
 from alpyka_testing import warm_python
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
-
-#: runs an example in a child process whose cuda/rocm backend is the cupy stand-in that serves
-#: it in this test run (backends/emulator/fake_cupy_kernels.py; the child has no GPU either;
-#: the repository root is on its PYTHONPATH)
-_ON_STANDIN = """
-import runpy, sys
-from portable import _registry
-_registry.emulate([{backend!r}])
-try:
-    import torch  # noqa: F401
-except ImportError:
-    pass
-else:
-    import pytest
-    from alpyka_testing.backends import standin_torch
-    standin_torch.patch_torch(pytest.MonkeyPatch())
-sys.argv = [{path!r}, *{args!r}]
-runpy.run_path({path!r}, run_name="__main__")
-"""
+if importlib.util.find_spec("torch") is not None:
+    # the torch examples' layer, imported before tests/conftest.py's autouse fixture looks for it
+    # (it puts torch's CUDA device on the GPU emulator for the cuda/rocm rows)
+    import inference  # noqa: F401
 
 
-def run_example(name: str, *args: str, timeout: float = 300, backend: str | None = None) -> str:
-    """Run ``examples/name`` with ``args`` (``backend`` first when given) as a newcomer would."""
+def run_example(name: str, *args: str, timeout: float = 300) -> str:
+    """Run ``examples/name`` with ``args`` as a newcomer would (``python examples/name args``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
-    path = str(EXAMPLES / name)
-    if backend is not None:
-        args = (backend, *args)
-    argv = [path, *args]
-    if backend is not None and backend in _standin_backends():
-        argv = ["-c", _ON_STANDIN.format(backend=backend, path=path, args=list(args))]
-    res = warm_python.run(argv, timeout=timeout, env=env)  # as `python path *args`, from a warm interpreter
+    res = warm_python.run([str(EXAMPLES / name), *args], timeout=timeout, env=env)
     assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
 
-def _standin_backends() -> list[str]:
-    """The backends tests/conftest.py installed the cupy stand-in as in this test run."""
-    from backends.emulator.fake_cupy_kernels import served_here
+@functools.cache
+def example(name: str) -> ModuleType:
+    """``examples/name.py`` imported as a module (once per process), for its ``main``."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    return served_here()
+
+def main_output(capsys, name: str, *args) -> str:
+    """What ``examples/name``'s ``main(*args)`` prints, run in this process; it must not fail."""
+    capsys.readouterr()
+    assert example(name).main(*args) in (None, 0)
+    return capsys.readouterr().out
 
 
 def test_every_example_is_tested():
@@ -76,22 +71,38 @@ def test_soa_tour():
     assert "byte alignment=128" in out and "round trip OK" in out
 
 
-def test_minimal_kernel(backend):
-    assert "OK" in run_example("minimal_kernel.py", backend=backend)
+def test_minimal_kernel_runs_as_a_script():
+    out = run_example("minimal_kernel.py")  # no argument: the default backend
+    assert f"axpy on {pk.device(pk.default_backend())} " in out and "OK" in out
 
 
-def test_model_on_collection(backend):
+def test_minimal_kernel(backend, capsys):
+    assert "OK" in main_output(capsys, "minimal_kernel", backend)
+
+
+def test_model_on_collection_runs_as_a_script():
     pytest.importorskip("torch")
-    assert "kernel -> model -> kernel" in run_example("model_on_collection.py", backend=backend)
+    assert "kernel -> model -> kernel on cpu_serial" in run_example("model_on_collection.py", "cpu_serial")
+
+
+def test_model_on_collection(backend, capsys):
+    pytest.importorskip("torch")
+    assert "kernel -> model -> kernel" in main_output(capsys, "model_on_collection", backend)
+
+
+def test_per_candidate_model_runs_as_a_script():
+    pytest.importorskip("torch")
+    out = run_example("per_candidate_model.py")
+    assert "12800 candidates -> 200 events" in out and "OK" in out
 
 
 # one backend per memory path (host memory, the copy path, device memory): the path a model's
 # reads and writes take; the rows-in != rows-out forward is tested on every backend in
 # tests/inference/test_exported_models.py
 @pytest.mark.alpyka_backends("cpu_serial", "opencl", "cuda")
-def test_per_candidate_model(backend):
+def test_per_candidate_model(backend, capsys):
     pytest.importorskip("torch")
-    out = run_example("per_candidate_model.py", backend=backend)
+    out = main_output(capsys, "per_candidate_model", backend)
     assert "12800 candidates -> 200 events" in out and "OK" in out
     assert "input block: [200, 64, 4] strides [64, 1, 12800]" in out and "output block: [200, 2]" in out
 
@@ -114,12 +125,31 @@ def test_pipeline(demo_model_dir, monkeypatch):
     assert "GNN merging" in out and "distance-only baseline" in out
 
 
-def test_dimuon_mass(backend, tmp_path):
+def _dimuon_mass() -> ModuleType:
+    """examples/dimuon_mass.py as the data tests import it (one copy of its layouts and kernels)."""
     for extra in ("awkward", "uproot", "skhep_testdata"):
         pytest.importorskip(extra, reason="pip install -e '.[data]' scikit-hep-testdata==0.3.12")
-    out = run_example("dimuon_mass.py", "--out", str(tmp_path), backend=backend)
+    importlib.import_module("alpyka_testing.data")  # puts examples/ on sys.path
+    return importlib.import_module("dimuon_mass")
+
+
+def test_dimuon_mass_runs_as_a_script(tmp_path):
+    _dimuon_mass()
+    out = run_example("dimuon_mass.py", "cpu_serial", "--out", str(tmp_path))
     assert out.count("agree with numpy: OK") == 3
     assert (tmp_path / "dimuon_mass.png").exists() or "no plot" in out
+
+
+def test_dimuon_mass(backend, capsys, monkeypatch, tmp_path):
+    """The kernels and checks of main on every backend; the plot (host code, the same on every
+    backend) is the script run's."""
+    dm = _dimuon_mass()
+    plotted = []
+    monkeypatch.setattr(dm, "plot", lambda out, *masses: plotted.append(out))
+    monkeypatch.setattr(sys, "argv", ["dimuon_mass.py", backend, "--out", str(tmp_path)])
+    capsys.readouterr()
+    assert dm.main() == 0
+    assert capsys.readouterr().out.count("agree with numpy: OK") == 3 and plotted == [tmp_path]
 
 
 def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path):
@@ -151,11 +181,21 @@ def test_dimuon_mass_names_the_extra_when_its_data_packages_are_missing(tmp_path
     assert "missing: skhep_testdata" in res.stderr and 'pip install -e ".[test]"' in res.stderr, res.stderr
 
 
-def test_pixel_clustering_runs_as_a_script(backend):
-    out = run_example("pixel_clustering.py", "--modules", "12", "--clusters", "20", "--check", backend=backend)
+def test_pixel_clustering_runs_as_a_script():
+    out = run_example("pixel_clustering.py", "cpu_serial", "--modules", "12", "--clusters", "20", "--check")
+    assert "cpu_serial: " in out and "12 modules" in out and "matches the plain connected components" in out
+
+
+def test_pixel_clustering(backend, capsys):
+    out = main_output(capsys, "pixel_clustering", [backend, "--modules", "12", "--clusters", "20", "--check"])
     assert "matches the plain connected components" in out
 
 
-def test_cluster_charge_cut_runs_as_a_script(backend):
-    out = run_example("cluster_charge_cut.py", "--modules", "40", "--repeats", "2", backend=backend)
+def test_cluster_charge_cut_runs_as_a_script():
+    out = run_example("cluster_charge_cut.py", "cpu_serial", "--modules", "40", "--repeats", "2")
+    assert "matches the numpy reference: OK" in out and "40 modules" in out
+
+
+def test_cluster_charge_cut(backend, capsys):
+    out = main_output(capsys, "cluster_charge_cut", [backend, "--modules", "40", "--repeats", "2"])
     assert "matches the numpy reference: OK" in out and "40 modules" in out
