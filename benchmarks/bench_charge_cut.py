@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import _common as common
@@ -61,6 +62,28 @@ def numba_charge_cut(
             c = cluster[i]
             new_cluster[i] = new_id[c] if 0 <= c < n_clus else INVALID
         new_n_clusters[m] = kept
+
+
+def _cpu_ticks() -> tuple[float, int, int, float] | None:
+    """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    own = os.times()
+    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
+
+
+def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
+    """How many of the machine's ``cores`` other processes kept busy on average between two
+    :func:`_cpu_ticks` (all busy time less this process's): what a parallel runtime measured
+    then could not have."""
+    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
+        return None
+    wall = after[0] - before[0]
+    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
+    return max(0.0, (busy - (after[3] - before[3])) / wall)
 
 
 def _sizes(args) -> list[int]:
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 2 if args.smoke else 11 if args.quick else 41
     calls = 1 if args.smoke else 3  # short samples: on a shared machine some rounds stay undisturbed
     rows, summary, skipped = [], {}, {}
+    busy_elsewhere = None  # cores other processes kept busy while the ~100k-digi event was measured
     bar = common.progress(_sizes(args), desc="bench_charge_cut", disable=args.no_progress)
     for per_module in bar:
         event = cc.generate_event(n_modules, per_module, seed=7)
@@ -120,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix_str(label)
         fns, why = _contenders(event, want)
         skipped.update(why)
+        ticks = _cpu_ticks()
         timings, errors = common.interleaved(fns, rounds, calls=calls, warmup=2)
+        others = others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1)
         skipped.update(errors)
         base = timings[NUMBA]
         for name, t in timings.items():
@@ -135,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kept": int(want[1].sum()),
                     "speed_vs_numba": speed,
                     "speed_vs_numba_best": best,
+                    "cores_busy_elsewhere": others,
                     **t.as_dict("time"),
                 }
             )
@@ -147,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                     entry["speed vs numba, best times"] = best  # each side's fastest round: the least disturbed
                     entry["target"] = TARGETS.get(name)
                     entry["met"] = None if name not in TARGETS else bool(speed >= TARGETS[name])
+                    busy_elsewhere = others
+    summary["machine while measured"] = {"cores busy with other work": busy_elsewhere}
     rows += [{"contender": b, "status": "skipped", "reason": r} for b, r in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in summary if b in pk.backends())
     doc = common.result_document(

@@ -27,6 +27,9 @@ def test_bench_charge_cut_smoke(tmp_path):
     assert "numba njit (1 thread)" in timed and len(timed) >= 2, timed
     for row in doc["results"]:
         assert math.isfinite(row["time_median_ms"]) and row["time_median_ms"] > 0, row
+    machine = doc["summary"].pop("machine while measured")  # what other processes left to the parallel runtimes
+    busy = machine["cores busy with other work"]
+    assert busy is None or 0 <= busy <= doc["machine"]["cpu_count"] + 0.5, machine
     for name, entry in doc["summary"].items():
         if name != "numba njit (1 thread)":
             assert math.isfinite(entry["speed vs numba"]) and entry["speed vs numba"] > 0, (name, entry)
