@@ -28,6 +28,7 @@ from ._graph import record_launch
 from ._handoff import note_queue, noter
 from ._registry import get_backend
 from ._workdiv import WorkDiv
+from .caches import IdentityCache, LRUCache
 
 #: CPython's raw environment (bytes keys, read at every launch): ALPYKA_DEBUG's value object
 _environ = getattr(os.environ, "_data", None) if os.name == "posix" else None
@@ -36,7 +37,7 @@ if not isinstance(_environ, dict):
     _environ = os.environ
 #: fast launchers kept per kernel and work division (argument types beyond: the checked path)
 TYPES_PER_SITE = 4
-#: work divisions remembered per kernel and queue (then forgotten all at once)
+#: work divisions remembered per kernel and queue (the least recently used forgotten first)
 SITES_MAX = 64
 
 
@@ -59,7 +60,7 @@ def launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple) -> None:
     like an earlier one, by the guard of its fast launcher; see the module docstring).
     """
     try:
-        site = queue._sites[kernel][id(workdiv)]
+        site = queue._sites[kernel].peek(id(workdiv))  # (a read, not a use: see _remember)
     except (AttributeError, KeyError, TypeError):
         site = None
     if site is not None and site.workdiv is workdiv and not _capturing and site.debug is _environ.get(_DEBUG):
@@ -77,12 +78,9 @@ def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site:
     if not hasattr(kernel, "__alpyka_kernel__"):
         raise TypeError(f"{getattr(kernel, '__name__', kernel)!r} is not a kernel; decorate it with @pk.kernel")
     dev = queue.device
-    seen = _checked.get(id(workdiv))
-    if seen is None or seen[0] is not workdiv or seen[1] is not dev:  # checked once per device
+    if _checked.get(workdiv) is not dev:  # checked once per device
         workdiv.check(dev)
-        if len(_checked) > 1024:
-            _checked.clear()
-        _checked[id(workdiv)] = (workdiv, dev)  # holds the (immutable) WorkDiv: its id stays its own
+        _checked[workdiv] = dev
     if _capturing and record_launch(queue, workdiv, kernel, args):  # inside pk.capture (portable/_graph.py)
         return
     backend = get_backend(dev.backend_name)
@@ -105,10 +103,11 @@ def _remember(
         if sites is None:
             sites = queue._sites = {}
         per_kernel = sites.get(kernel)
-        if per_kernel is None or len(per_kernel) >= SITES_MAX:
-            per_kernel = sites[kernel] = {}
+        if per_kernel is None:
+            per_kernel = sites[kernel] = LRUCache(SITES_MAX)
         per_kernel[id(workdiv)] = _Site(workdiv, debug)  # holds the WorkDiv: its id stays its own
         return
+    queue._sites[kernel].get(id(workdiv))  # a checked launch marks its site used (the fast path only reads)
     site.checked += 1
     if len(site.fast) >= TYPES_PER_SITE:
         return
@@ -118,8 +117,8 @@ def _remember(
         site.fast += (fast,)
 
 
-#: id(work division) -> (work division, the device it last passed ``WorkDiv.check`` for)
-_checked: dict[int, tuple] = {}
+#: work division (by identity) -> the device it last passed ``WorkDiv.check`` for
+_checked = IdentityCache(1024)
 
 
 # ----------------------------------------------------------------------------- guards
@@ -127,7 +126,7 @@ _checked: dict[int, tuple] = {}
 _FLAGS_MASK = 0x1 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: generated guard makers, by the structure of their test (the objects are their parameters)
-_GUARD_MAKERS: dict[str, Callable[..., Callable[[tuple], bool]]] = {}
+_GUARD_MAKERS = LRUCache(4096)
 
 
 def _guard_terms(i: int, a: Any, key: tuple, objs: dict[str, Any]) -> list[str] | None:
@@ -200,7 +199,5 @@ def fast_guard(
     if make is None:
         ns: dict[str, Any] = {}
         exec(src, ns)
-        if len(_GUARD_MAKERS) >= 4096:
-            _GUARD_MAKERS.clear()
         make = _GUARD_MAKERS[src] = ns["make"]
     return make(**objs)
