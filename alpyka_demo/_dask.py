@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import portable as pk
 
 from . import _events as E
-from .pipeline import STEPS, Report, load_model, run_event
+from ._event import STEPS, Report, load_model, run_event
 
 #: events per Dask task: large enough that the ~3 ms per task stay small against ~2-3 ms per event
 EVENTS_PER_CHUNK = 25

@@ -20,60 +20,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import portable as pk
 
 from . import _events as E
+from ._dask import run_dask
+from ._event import STEPS, Report, load_model, run_event
 
-STEPS = ("produce", "model", "merge", "to_host")
-
-
-@dataclass
-class Report:
-    backend: str
-    events: int
-    streams: int
-    model: str
-    wall_s: float = 0.0
-    gnn: E.Score = field(default_factory=E.Score)
-    baseline: E.Score = field(default_factory=E.Score)
-    step_s: dict[str, float] = field(default_factory=lambda: {s: 0.0 for s in STEPS})
-    edges: int = 0
-    dropped_edges: int = 0
-    #: where the events came from; ``truth`` is False for a file (no fragment truth: not scored)
-    source: str = "generated"
-    truth: bool = True
-
-    @property
-    def events_per_s(self) -> float:
-        return self.events / self.wall_s if self.wall_s else 0.0
-
-    def table(self) -> str:
-        rows = [
-            ("backend", self.backend),
-            ("model", self.model),
-            ("events / streams", f"{self.events} / {self.streams}"),
-            ("events from", self.source),
-            ("throughput", f"{self.events_per_s:.1f} events/s ({self.wall_s:.2f} s)"),
-            ("GNN merging", f"efficiency {self.gnn.efficiency:.3f}, purity {self.gnn.purity:.3f}"),
-            ("distance-only baseline", f"efficiency {self.baseline.efficiency:.3f}, purity {self.baseline.purity:.3f}"),
-            ("candidate edges", f"{self.edges} ({self.dropped_edges} over capacity)"),
-        ]
-        if not self.truth:
-            rows[5:7] = [("GNN merging", "not scored (the file has no fragment truth)")]
-        total = sum(self.step_s.values()) or 1.0
-        for s in STEPS:
-            rows.append(
-                (
-                    f"  step {s}",
-                    f"{1e3 * self.step_s[s] / max(self.events, 1):.2f} ms/event ({100 * self.step_s[s] / total:.0f}%)",
-                )
-            )
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
+__all__ = ["STEPS", "Report", "command", "demo_backend", "load_model", "main", "run", "run_event"]
 
 #: The demo's default backend: the CPU backend that processed its events fastest, measured side by
 #: side (alternating runs of ``alpyka demo --events 1000 --no-progress``, 2 cores, torch intra-op
@@ -103,58 +58,6 @@ def demo_backend() -> str:
     if DEMO_BACKEND in pk.available_backends():
         return DEMO_BACKEND
     return pk.default_backend()
-
-
-def _stamp(queue: pk.Queue, stamps: list[float]) -> None:
-    """Enqueue a timestamp: host tasks run in queue order, so consecutive stamps bracket a step."""
-    queue.enqueue(lambda: stamps.append(time.perf_counter()))
-
-
-def run_event(
-    queue: pk.Queue, model: Any, seed: int, n_particles: int, timed: bool, produce: Any = None
-) -> tuple[Any, list[float]]:
-    """Enqueue one event; returns the host copy of its fragments/edges and the step stamps."""
-    stamps: list[float] = []
-
-    def stamp() -> None:
-        if timed:
-            _stamp(queue, stamps)
-
-    if hasattr(model, "run_event"):  # --remote-pipeline: fragments here, the rest on the server
-        return model.run_event(queue, seed, n_particles, stamp), stamps
-    ev = E.allocate(queue, n_particles)
-    stamp()
-    (produce or E.produce)(queue, ev, seed)  # the generator, or a file's events (_from_file)
-    stamp()
-    model.forward(E.model_metadata(ev), queue=queue)
-    stamp()
-    E.merge(queue, ev)
-    stamp()
-    frags = ev.frags.to_host(queue)
-    edges = ev.edges.to_host(queue)
-    stamp()
-    return (frags, edges), stamps
-
-
-def load_model(kind: str, remote: str | None, device: pk.Device) -> tuple[Any, str]:
-    """The edge classifier: a local Model (exported/aot/jit/eager) or a RemoteModel for ``remote``."""
-    from . import train
-
-    if remote:
-        from inference import RemoteModel
-
-        path = train.ensure_model("exported")
-        if remote == "auto":  # no server given: host the model on a local Triton (stopped at exit)
-            model = RemoteModel(None, "edge_gnn", fallback=str(path), fallback_options=train.SERVE_OPTIONS)
-            return model, f"remote (local Triton at {model.url}, auto-started)"
-        return RemoteModel(remote, "edge_gnn"), f"remote ({remote})"
-    from inference import Model
-
-    if kind == "eager":
-        model, _ = train.train(log=False)
-        return Model(model), "eager"
-    path = train.ensure_model(kind)
-    return Model(str(path)), f"{kind} ({path.name})"
 
 
 def run(
@@ -206,21 +109,11 @@ INTERRUPT_POLL_S = 0.25
 def _run_streams(
     device: pk.Device, model: Any, report: Report, n_particles: int, progress: bool, produce: Any = None
 ) -> Report:
-    global _streams_left_running
-    events, streams = report.events, report.streams
     lock = threading.Lock()
-    next_event = iter(range(events))
+    next_event = iter(range(report.events))
     errors: list[BaseException] = []
     stop = threading.Event()  # set by Ctrl-C or a failing stream: no stream starts another event
-
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=events, unit="ev", desc=f"{report.backend} x{streams}", file=sys.stderr)
-        except ImportError:
-            bar = None
+    bar = _progress_bar(report, progress)
 
     def stream_events() -> None:
         queue = pk.Queue(device)
@@ -232,18 +125,9 @@ def _run_streams(
                     return
                 (frags, edges), stamps = run_event(queue, model, seed, n_particles, timed=True, produce=produce)
                 queue.wait()
-                gnn = E.pair_scores(frags.truth, frags.label)
-                base = E.pair_scores(frags.truth, frags.baseline)
-                n_edges = int(edges.n_edges)
+                scores = _scores(frags, edges)
                 with lock:
-                    report.gnn.add(gnn)
-                    report.baseline.add(base)
-                    report.edges += min(n_edges, edges.size)
-                    report.dropped_edges += max(0, n_edges - edges.size)
-                    for s, (a, b) in zip(STEPS, zip(stamps, stamps[1:])):
-                        report.step_s[s] += b - a
-                    if bar is not None:
-                        bar.update(1)
+                    _count_event(report, scores, edges.size, stamps, bar)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             errors.append(exc)
             stop.set()
@@ -266,43 +150,16 @@ def _run_streams(
     # releases the lock the live thread holds), so later joins return at once and the
     # interpreter could end under a stream running PyTorch ("terminate called without an
     # active exception", rc 134).
-    ended = [threading.Event() for _ in range(streams)]
+    ended = [threading.Event() for _ in range(report.streams)]
     threads = [
         threading.Thread(target=stream_worker, args=(e,), name=f"stream-{s}", daemon=True) for s, e in enumerate(ended)
     ]
-    # Ctrl-C is deferred while the streams start: one landing inside Thread.start() would leave
-    # before the try below, with no stop set and a stream on its way into an event. A Python
-    # handler that only records the press does it, whichever thread the signal reached (a signal
-    # mask would not: a Ctrl-C goes to any thread that does not block it)
     presses = _sigint_presses
-    deferred: list[Any] = []
-    previous = _defer_sigint(deferred)
+    previous, deferred = _start_deferring_sigint(threads)
     try:
-        for t in threads:
-            t.start()
-    finally:
-        _restore_sigint(previous)
-    try:
-        if deferred:  # pressed meanwhile: handled now, by the handler it was meant for
-            _deliver_sigint(previous, deferred[0])
-        for e in ended:
-            # polled: a Ctrl-C whose KeyboardInterrupt was raised inside a finalizer that the
-            # collector ran on this thread is swallowed there ("Exception ignored in ..."); the
-            # CLI's handler counted it, so the demo still stops (see _exit_on_second_interrupt)
-            while not e.wait(INTERRUPT_POLL_S):
-                if _sigint_presses != presses:
-                    raise KeyboardInterrupt
+        _wait_streams(ended, presses, previous, deferred)
     except KeyboardInterrupt:
-        # stop at once: no new event starts; the one each stream has in flight (milliseconds of
-        # work) finishes, so no queue is left with work when the interpreter exits
-        stop.set()
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for e in ended:
-            e.wait(max(0.0, deadline - time.monotonic()))
-        if bar is not None:
-            bar.close()
-        if not all(e.is_set() for e in ended):
-            _streams_left_running = True  # main() leaves with os._exit: see there
+        _stop_streams(stop, ended, bar)
         raise
     report.wall_s = time.perf_counter() - t0
     if bar is not None:
@@ -310,6 +167,80 @@ def _run_streams(
     if errors:
         raise errors[0]
     return report
+
+
+def _progress_bar(report: Report, progress: bool) -> Any:
+    """A tqdm bar over the run's events on stderr (None without ``progress`` or without tqdm)."""
+    if not progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=report.events, unit="ev", desc=f"{report.backend} x{report.streams}", file=sys.stderr)
+
+
+def _scores(frags: Any, edges: Any) -> tuple[Any, Any, int]:
+    """One event's pair scores (the GNN's, the baseline's) and its edge count."""
+    return E.pair_scores(frags.truth, frags.label), E.pair_scores(frags.truth, frags.baseline), int(edges.n_edges)
+
+
+def _count_event(report: Report, scores: tuple[Any, Any, int], capacity: int, stamps: list, bar: Any) -> None:
+    """Add one event to ``report`` (the caller holds its lock): scores, edges kept and dropped
+    (beyond the edge collection's ``capacity``), each step's time; advance the bar."""
+    gnn, base, n_edges = scores
+    report.gnn.add(gnn)
+    report.baseline.add(base)
+    report.edges += min(n_edges, capacity)
+    report.dropped_edges += max(0, n_edges - capacity)
+    for s, (a, b) in zip(STEPS, zip(stamps, stamps[1:])):
+        report.step_s[s] += b - a
+    if bar is not None:
+        bar.update(1)
+
+
+def _start_deferring_sigint(threads: list[threading.Thread]) -> tuple[Any, list[Any]]:
+    """Start ``threads`` with Ctrl-C deferred: one landing inside Thread.start() would leave
+    before the streams' wait, with no stop set and a stream on its way into an event. A Python
+    handler that only records the press does it, whichever thread the signal reached (a signal
+    mask would not: a Ctrl-C goes to any thread that does not block it). Returns the handler
+    put back and the presses recorded meanwhile."""
+    deferred: list[Any] = []
+    previous = _defer_sigint(deferred)
+    try:
+        for t in threads:
+            t.start()
+    finally:
+        _restore_sigint(previous)
+    return previous, deferred
+
+
+def _wait_streams(ended: list[threading.Event], presses: int, previous: Any, deferred: list[Any]) -> None:
+    """Wait until every stream ended; KeyboardInterrupt on Ctrl-C (``presses``: the CLI's count
+    when the streams started)."""
+    if deferred:  # pressed while the streams started: handled now, by the handler it was meant for
+        _deliver_sigint(previous, deferred[0])
+    for e in ended:
+        # polled: a Ctrl-C whose KeyboardInterrupt was raised inside a finalizer that the
+        # collector ran on this thread is swallowed there ("Exception ignored in ..."); the
+        # CLI's handler counted it, so the demo still stops (see _exit_on_second_interrupt)
+        while not e.wait(INTERRUPT_POLL_S):
+            if _sigint_presses != presses:
+                raise KeyboardInterrupt
+
+
+def _stop_streams(stop: threading.Event, ended: list[threading.Event], bar: Any) -> None:
+    """After Ctrl-C: stop at once: no new event starts; the one each stream has in flight
+    (milliseconds of work) finishes, so no queue is left with work when the interpreter exits."""
+    global _streams_left_running
+    stop.set()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for e in ended:
+        e.wait(max(0.0, deadline - time.monotonic()))
+    if bar is not None:
+        bar.close()
+    if not all(e.is_set() for e in ended):
+        _streams_left_running = True  # main() leaves with os._exit: see there
 
 
 def _defer_sigint(presses: list[Any]) -> Any:
@@ -476,8 +407,6 @@ def _main(argv: list[str] | None) -> int:
     if args.workers is not None or args.scheduler:
         if args.workers is not None and args.workers < 1:
             parser.error("--workers must be at least 1")
-        from ._dask import run_dask
-
         report = run_dask(
             backend, args.events, args.particles, args.model, args.remote, args.input, args.workers or 2, args.scheduler
         )

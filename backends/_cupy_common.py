@@ -33,16 +33,18 @@ from portable.spi import (
     Device,
     DeviceCapabilities,
     DeviceLimits,
+    KernelHandle,
     MemoryBlock,
     MemRef,
     queue_impl,
     run_deferred,
 )
 
+from ._cupy_memref import MEMCPY_DEFAULT as _MEMCPY_DEFAULT
+from ._cupy_memref import address as _address
+from ._cupy_memref import pageable as _pageable
 from ._cupy_queue import CupyQueue, DeviceScope
 from ._gpu_queue import DeviceEvent
-
-_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault / hipMemcpyDefault: direction from the pointers (UVA)
 
 
 def import_cupy(backend: str, want_hip: bool) -> Any:
@@ -166,19 +168,8 @@ def _pinned_staging(cupy: Any, nbytes: int) -> np.ndarray:
     return np.frombuffer(mem, dtype=np.uint8, count=max(nbytes, 1))[:nbytes]
 
 
-def _pageable(ref: MemRef) -> bool:
-    """Host memory that is not page-locked: a numpy array, or a host Buffer made without pinned."""
-    return ref.device.is_host_memory and not getattr(ref.owner, "pinned", False)
-
-
 def _host_bytes(ref: MemRef) -> np.ndarray:
     return ref.handle[ref.offset : ref.offset + ref.nbytes]
-
-
-def _address(ref: MemRef) -> int:
-    if ref.device.is_host_memory:
-        return int(ref.handle.ctypes.data) + ref.offset
-    return int(ref.handle.ptr) + ref.offset
 
 
 # ---------------------------------------------------------------------- the backend
@@ -316,13 +307,13 @@ class CupyBackend(Backend):
         impl.submit(lambda: memset(d, value, n, stream.ptr), dst.owner, dst.handle)
 
     # ------------------------------------------------------------------ kernels
-    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from ._cupy_launch import launch  # the kernel emitter loads with the first launch
 
         self.launch = launch  # type: ignore[method-assign] - later launches call it directly
         launch(queue, workdiv, kernel, args)
 
-    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+    def launcher(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
         """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
         fast path; backends/_cupy_launch.py)."""
         from ._cupy_launch import launcher
@@ -335,15 +326,15 @@ class CupyBackend(Backend):
 
         return CupyRecorder(self, queue)
 
-    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: Any, args: tuple) -> int:
+    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: KernelHandle, args: tuple) -> int:
         """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
         ``workdiv`` with ``args`` uses, built and cached now)."""
         from portable import Queue
 
-        from ._cupy_launch import _make_plan
+        from ._cupy_launch import make_plan
         from ._gpu_launch import prepare_launch
 
-        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, _make_plan)[0]
+        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, make_plan)[0]
         return min(plan.max_threads, device.limits.max_threads_per_block)
 
 

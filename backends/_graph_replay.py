@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from portable.spi import MemRef, queue_impl
+from portable.spi import KernelHandle, MemRef, queue_impl
+
+from ._cupy_memref import MEMCPY_DEFAULT, address, pageable
 
 
 def _bytes(ref: MemRef) -> np.ndarray:
@@ -45,7 +47,7 @@ class HostRecorder:
         self.backend, self.queue = backend, queue
         self.ops: list[Callable[[], None]] = []
 
-    def launch(self, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from ._host_launch import compiled_plan
 
         be = self.backend
@@ -96,11 +98,11 @@ class OpenCLRecorder:
         self.backend, self.queue = backend, queue
         self.ops: list[tuple[bool, Callable[..., Any]]] = []
 
-    def launch(self, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from . import _opencl_launch as ocl
         from ._gpu_launch import prepare_launch
 
-        plan, values, _dyn, (_, local, glob) = prepare_launch(self.queue, workdiv, kernel, args, ocl._make_plan)
+        plan, values, _dyn, (_, local, glob) = prepare_launch(self.queue, workdiv, kernel, args, ocl.make_plan)
         if plan.err:  # a debug build's range check: a flag and a host function per launch
             self.ops.append((False, partial(ocl.launch, self.queue, workdiv, kernel, args)))
         else:
@@ -141,7 +143,7 @@ class OpenCLRecorder:
 
         def replay() -> None:
             cq = impl.cq
-            with impl._lock:
+            with impl.lock:
                 events = []  # a host transfer's event blocks when deleted: kept until the last completed
                 for native, op in ops:
                     events.append(op(cq) if native else op())
@@ -184,15 +186,15 @@ class CupyRecorder:
         self.checks: dict[int, Callable[[], None]] = {}
         self.flags: list = []  # the range checks' device flags and pinned host words
 
-    def launch(self, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from . import _cupy_launch as cul
         from ._gpu_launch import prepare_launch
 
         q, impl = self.queue, queue_impl(self.queue)
-        plan, values, dyn, (grid, block, _) = prepare_launch(q, workdiv, kernel, args, cul._make_plan)
+        plan, values, dyn, (grid, block, _) = prepare_launch(q, workdiv, kernel, args, cul.make_plan)
         if dyn:
             with impl.scope:
-                cul._opt_in_dynamic_shared(plan, dyn)
+                cul.opt_in_dynamic_shared(plan, dyn)
         if not plan.err:
             self.ops.append((True, partial(_cu_kernel, plan.function, grid, block, tuple(values), dyn)))
             return
@@ -202,32 +204,28 @@ class CupyRecorder:
         cp = impl.cupy
         with impl.scope, impl.stream:
             flag = cp.empty(1, dtype=cp.int32)
-        host = cul._pinned_int32(cp)
+        host = cul.pinned_int32(cp)
         fp, rt = int(flag.data.ptr), cp.cuda.runtime
         self.flags += [flag, host]
         self.ops.append((True, partial(_cu_call, rt.memsetAsync, (fp, 0, 4))))
         self.ops.append((True, partial(_cu_kernel, plan.function, grid, block, (*values, np.uint64(fp)), dyn)))
-        self.ops.append((True, partial(_cu_call, rt.memcpyAsync, (int(host.ctypes.data), fp, 4, cul._D2H))))
-        self.checks[len(self.ops) - 1] = cul._range_check(plan, host)
+        self.ops.append((True, partial(_cu_call, rt.memcpyAsync, (int(host.ctypes.data), fp, 4, cul.D2H))))
+        self.checks[len(self.ops) - 1] = cul.range_check(plan, host)
 
     def copy(self, dst: MemRef, src: MemRef) -> None:
-        from ._cupy_common import _MEMCPY_DEFAULT, _address, _pageable
-
-        if dst.device.is_host_memory and src.device.is_host_memory or _pageable(dst) or _pageable(src):
+        if dst.device.is_host_memory and src.device.is_host_memory or pageable(dst) or pageable(src):
             # host functions or a staged copy: not a graph node, the normal path in its place
             self.ops.append((False, partial(self.backend.copy, self.queue, dst, src)))
             return
         memcpy = queue_impl(self.queue).cupy.cuda.runtime.memcpyAsync
-        self.ops.append((True, partial(_cu_call, memcpy, (_address(dst), _address(src), src.nbytes, _MEMCPY_DEFAULT))))
+        self.ops.append((True, partial(_cu_call, memcpy, (address(dst), address(src), src.nbytes, MEMCPY_DEFAULT))))
 
     def fill(self, dst: MemRef, value: int) -> None:
-        from ._cupy_common import _address
-
         if dst.device.is_host_memory:
             self.ops.append((False, partial(self.backend.fill, self.queue, dst, value)))
             return
         memset = queue_impl(self.queue).cupy.cuda.runtime.memsetAsync
-        self.ops.append((True, partial(_cu_call, memset, (_address(dst), value, dst.nbytes))))
+        self.ops.append((True, partial(_cu_call, memset, (address(dst), value, dst.nbytes))))
 
     def _segment(self, impl: Any, natives: list) -> Callable[[], None]:
         """One run of native operations as a single replayable stream operation."""

@@ -385,7 +385,7 @@ class ModelVariants:
         package, session or module ``Model`` runs), so each comparison is of one loaded engine.
         Separately loaded instances of one ONNX model were measured 5-10% apart at batch 4 (the
         same calls, interleaved), more than what is compared."""
-        from inference._tensors import torch_device
+        from inference._torch_queue import torch_device
 
         dev = torch_device(self._queue.device)
         shared = []

@@ -31,7 +31,8 @@ from ._block import Block
 from ._loading import ModelFileError, load_state_dict
 from ._metadata import ModelMetadata, SoAMetadata
 from ._model import Model
-from ._pipeline import OutputsNotFilled, Pipeline, PipelineError, pipeline
+from ._pipeline import OutputsNotFilled, PipelineError
+from ._pipeline_api import Pipeline, pipeline
 from ._runtime import set_torch_threads, torch_threads
 
 __all__ = [
@@ -65,7 +66,7 @@ def __getattr__(name: str) -> Any:
     if name == "RemoteModel":  # imported lazily: tritonclient is optional
         return importlib.import_module("inference.remote").RemoteModel
     if name == "RemotePipeline":  # imported lazily: tritonclient is optional
-        return importlib.import_module("inference._pipeline._remote").RemotePipeline
+        return importlib.import_module("inference.remote").RemotePipeline
     if name == "serve":  # the function inference.serving.serve(models, ...) (PyTriton, lazily)
         serve = globals()["serve"] = importlib.import_module("inference.serving").serve
         return serve

@@ -32,6 +32,7 @@ import torch
 
 from portable.cli import run
 
+from ._loading import load_state_dict
 from .aot import _batch_axis_dynamic, _load_factory, _shape
 
 __all__ = ["export", "main"]
@@ -185,8 +186,6 @@ def command(argv: list[str], prog: str = "alpyka export") -> int:
         output = f"{args.module.rsplit(':', 1)[-1].split('.')[-1].lower()}.{fmt}"
     module = _load_factory(args.module)
     if args.weights:
-        from ._loading import load_state_dict
-
         module.load_state_dict(load_state_dict(args.weights))
     dtypes = _dtypes(args.dtype, len(args.input_shape))
     examples = tuple(_example(s, d) for s, d in zip(args.input_shape, dtypes))

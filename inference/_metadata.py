@@ -27,22 +27,23 @@ import numpy as np
 import torch
 
 import portable as pk
+from portable.caches import LRUCache
 
 from ._block import Block, make_block
-from ._gpu_streams import keep_for_stream, wait_for_streams
-from ._runtime import queue_stream
 from ._tensors import (
-    PATH_NAMES,
     Staging,
     block_numpy,
     block_tensor,
     enqueue_from_staging,
     enqueue_to_staging,
     flat_tensor,
-    memory_path,
     torch_dtype,
 )
+from ._torch_queue import PATH_NAMES, keep_for_stream, memory_path, queue_stream, wait_for_streams
 
+#: the prepared passes a ModelMetadata keeps (one per model; a metadata used by many models keeps
+#: those used last)
+PLANS_KEPT = 8
 #: collection -> {dtype: flat tensor over its buffer}, shared by every SoAMetadata of that
 #: collection (a producer builds metadata per event). The tensors reference the buffer's memory,
 #: never the collection, so an entry goes when its collection does (no lock on that path).
@@ -381,9 +382,9 @@ class ModelMetadata:
         for what, meta in (("inputs", inputs), ("outputs", outputs)):
             if not isinstance(meta, SoAMetadata):
                 raise TypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
-            if not meta._blocks:
+            if not meta.block_names:
                 raise ValueError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
-        for b in outputs._blocks.values():
+        for b in outputs.blocks:
             if b.kind == "scalar":
                 raise ValueError(
                     f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
@@ -398,13 +399,23 @@ class ModelMetadata:
             batch_size=None if batch_size is None else check_batch_size(batch_size, inputs, outputs),
             cast_outputs=bool(cast_outputs),
             input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype),
-            _plans={},
+            _plans=LRUCache(PLANS_KEPT),
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         if not name.startswith("_"):  # inputs, outputs, batch_size...: the prepared passes are stale
-            object.__setattr__(self, "_plans", {})
+            object.__setattr__(self, "_plans", LRUCache(PLANS_KEPT))
+
+    def plan(self, model: Any) -> Any:
+        """The pass ``model`` prepared on this metadata (an :class:`inference._plan.Plan`; None
+        when there is none, or an attribute was set since)."""
+        return self._plans.get(model)
+
+    def keep_plan(self, model: Any, plan: Any) -> None:
+        """Keep ``plan`` for ``model``'s next forward on this metadata (the latest few models'
+        plans: a metadata used by many models keeps the :data:`PLANS_KEPT` used last)."""
+        self._plans[model] = plan
 
     def __repr__(self) -> str:
         bs = f", batch_size={self.batch_size}" if self.batch_size else ""

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 import portable as pk
+from portable.caches import LRUCache
 
 from ._loading import (
     ModelFileError,
@@ -43,12 +44,14 @@ from ._loading import (
     refuse,
 )
 from ._metadata import ModelMetadata, check_batch_size
+from ._onnx import OnnxProgram
 from ._plan import Pass, PassSpec, Plan, Workspace, map_outputs, write  # noqa: F401 - map_outputs, write: re-exported
 from ._runtime import ensure_torch_threads
-from ._tensors import PATH_NAMES, memory_path, torch_device
+from ._torch_queue import PATH_NAMES, memory_path, run_on_queue_stream, torch_device
 
 _KINDS = ("exported", "aot", "onnx", "jit", "eager")
-#: pass specs a model keeps per device (one per block geometry and settings)
+#: pass specs a model keeps per device (one per block geometry and settings; sizes that change
+#: every event: the least recently used dropped first)
 _SPECS_PER_DEVICE = 64
 
 
@@ -76,7 +79,7 @@ class Model:
         self._lock = threading.Lock()
         self._deployed: dict[torch.device, Callable[..., Any]] = {}
         # device -> (deployed model, memory path, workspace, {geometry: PassSpec})
-        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str, Workspace, dict[Any, PassSpec]]] = {}
+        self._for_device: dict[pk.Device, tuple[Callable[..., Any], str, Workspace, LRUCache]] = {}
         self._access_ok: set[tuple[pk.Device, pk.Device, pk.Device]] = set()  # (queue, inputs, outputs) devices
         self._local = threading.local()
         self._default_queue: pk.Queue | None = None
@@ -102,8 +105,6 @@ class Model:
             elif fmt == "exported":
                 self.kind, self._exported = "exported", read_exported(path)
             elif fmt == "onnx":
-                from ._onnx import OnnxProgram
-
                 self.kind, self._onnx = "onnx", OnnxProgram(path)
             else:
                 raise refuse(path, fmt)
@@ -186,7 +187,7 @@ class Model:
         if queue is None:
             queue = getattr(self._local, "queue", None) or self._default_queue
         if batch_size is None and isinstance(metadata, ModelMetadata):  # the hot path: prepared before
-            plan = metadata._plans.get(self)
+            plan = metadata.plan(self)
             if plan is not None and plan.queue is queue and plan.current(metadata):
                 plan.launch()
                 return
@@ -215,7 +216,12 @@ class Model:
         )
         cached = self._for_device.get(dev)
         if cached is None:
-            cached = self._for_device[dev] = (self.module_for(dev), memory_path(dev), Workspace(), {})
+            cached = self._for_device[dev] = (
+                self.module_for(dev),
+                memory_path(dev),
+                Workspace(),
+                LRUCache(_SPECS_PER_DEVICE),
+            )
         fn, path, work, specs = cached
         # one spec per geometry: a Block is one cached object per geometry (inference._block), so the
         # key is the blocks' identities (no field hashed per event); the spec holds the blocks, so
@@ -228,16 +234,12 @@ class Model:
         if spec is None:
             if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
                 fn.check(in_blocks, out_blocks, metadata.input_dtype, metadata.cast_outputs)
-            if len(specs) >= _SPECS_PER_DEVICE:  # sizes that change every event: keep the latest
-                specs.clear()
             spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work, host=path == "host")
         if path == "host" and spec.host is not None:  # ONNX Runtime on the CPU: the geometry's binding
             launch = functools.partial(q.enqueue_native, spec.host_pass(ins, outs), ins.collection, outs.collection)
             return self._keep(metadata, Plan(q, metadata, launch), batch_size)
         run = Pass(spec, ins, outs)
-        if path == "cuda":  # in the queue's order, tracked by it (see inference/_gpu_streams.py)
-            from ._gpu_streams import run_on_queue_stream
-
+        if path == "cuda":  # in the queue's order, tracked by it (see inference/_torch_queue.py)
             launch = functools.partial(
                 run_on_queue_stream, q, run.bind().run, metadata.inputs.collection, metadata.outputs.collection
             )
@@ -252,10 +254,7 @@ class Model:
     def _keep(self, metadata: ModelMetadata, plan: Plan, batch_size: int | None) -> Plan:
         """Keep ``plan`` in the metadata for the next forward (not one for a per-call batch size)."""
         if batch_size is None:
-            plans = metadata._plans
-            if len(plans) >= 8:  # a metadata used by many models: keep the latest few
-                plans.clear()
-            plans[self] = plan
+            metadata.keep_plan(self, plan)
         return plan
 
     def __call__(self, metadata: ModelMetadata, queue: pk.Queue | None = None, **kw: Any) -> None:

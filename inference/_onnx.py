@@ -36,7 +36,10 @@ import numpy as np
 import torch
 
 from ._block import Block
+from ._gather import gather
 from ._loading import ModelFileError
+from ._runtime import torch_threads
+from ._tensors import torch_dtype
 
 #: ONNX tensor element types (as ORT spells them) -> numpy dtypes
 _ONNX_TYPES = {
@@ -118,8 +121,6 @@ def row_major(block: Block) -> bool:
 
 def session_options(ort: Any) -> Any:
     """One intra-op and one inter-op thread (alpyka's queues own the cores), sequential, quiet."""
-    from ._runtime import torch_threads
-
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(torch_threads()["intra_op"])
     opts.inter_op_num_threads = 1
@@ -603,13 +604,9 @@ def _copier(dst: np.ndarray, src: np.ndarray, gather_in: bool) -> tuple[Callable
     if dst.nbytes <= SMALL_COPY_BYTES:
         return np.copyto, dst, src
     if gather_in:
-        from ._gather import gather
-
         return (lambda d, s: gather(s, d)), torch.from_numpy(dst), torch.from_numpy(src)
     return torch.Tensor.copy_, torch.from_numpy(dst), torch.from_numpy(src)
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    from ._tensors import torch_dtype
-
     return torch_dtype(dtype)

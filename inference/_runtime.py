@@ -1,4 +1,4 @@
-"""Process-wide torch settings for inference, and running work on a queue's native stream.
+"""Process-wide torch settings for inference: the sizes of torch's own thread pools.
 
 PyTorch's own thread pools default to one thread each (CMSSW's ``PyTorchService``), so that
 alpyka's queues and kernels own the cores; ``set_torch_threads(n)`` (or the environment variable
@@ -8,16 +8,11 @@ created or deployed, not at import.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import torch
 
-import portable as pk
 from portable.env import env_number
-
-from ._tensors import memory_path, torch_device
 
 _lock = threading.Lock()
 _applied = False
@@ -71,28 +66,3 @@ def ensure_torch_threads() -> None:
 def torch_threads() -> dict[str, object]:
     """The thread counts torch uses now, and why the inter-op count differs from the request."""
     return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(), "note": _interop_note}
-
-
-def _native_stream_pointer(queue: pk.Queue) -> int:
-    handle = queue.native_handle
-    for attr in ("ptr", "handle", "cuda_stream"):
-        value = getattr(handle, attr, None)
-        if isinstance(value, int):
-            return value
-    if isinstance(handle, int):
-        return handle
-    raise TypeError(f"cannot find the native stream of {queue!r} (native handle {handle!r})")
-
-
-@contextlib.contextmanager
-def queue_stream(queue: pk.Queue | None) -> Iterator[None]:
-    """Make the queue's native stream torch's current stream (CUDA/ROCm) for the block; the
-    previous current stream (thread-local) and device are restored afterwards. A no-op on
-    queues whose work torch runs on the host."""
-    if queue is None or memory_path(queue.device) != "cuda":
-        yield
-        return
-    dev = torch_device(queue.device)
-    stream = torch.cuda.ExternalStream(_native_stream_pointer(queue), device=dev)
-    with torch.cuda.device(dev), torch.cuda.stream(stream):
-        yield

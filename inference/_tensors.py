@@ -1,6 +1,7 @@
 """Torch tensors over the memory of alpyka buffers, and the host staging of the copy path.
 
-Three ways a collection's memory reaches torch, chosen by the device (:func:`memory_path`):
+Three ways a collection's memory reaches torch, chosen by the device
+(:func:`inference._torch_queue.memory_path`):
 
 - ``"host"`` (devices whose ``capabilities.host_addressable``: cpu_serial, cpu_threads):
   ``torch.from_numpy`` over the buffer's bytes, then ``as_strided``: zero copies;
@@ -23,45 +24,7 @@ import torch
 import portable as pk
 
 from ._block import Block
-
-#: memory paths and what ``repr`` says about them
-PATH_NAMES = {
-    "host": "zero-copy (host memory)",
-    "cuda": "zero-copy (device memory)",
-    "copy": "copy path (memory not addressable from torch; staged through host memory)",
-}
-
-
-def memory_path(device: pk.Device) -> str:
-    """``"host"``, ``"cuda"`` or ``"copy"``: how torch reaches memory of ``device``, by what its
-    backend declares (``device.capabilities``): host memory, memory torch addresses as a CUDA
-    device (ROCm's too), or neither."""
-    if _forced_copy:
-        return "copy"
-    caps = device.capabilities
-    if caps.host_addressable:
-        return "host"
-    if caps.torch_device_type == "cuda":  # torch's device type, not a backend's name
-        return "cuda"
-    return "copy"
-
-
-_forced_copy = False
-
-
-def force_copy_path(on: bool) -> None:
-    """Route every device through the copy path (tests use it to exercise that path on CPUs)."""
-    global _forced_copy
-    _forced_copy = bool(on)
-
-
-def torch_device(device: pk.Device) -> torch.device:
-    """The torch device a model runs on for work of ``device`` (CPU for host and copy paths)."""
-    if memory_path(device) == "cuda":
-        ordinal = device.properties.get("ordinal", device.index) if device.properties else device.index
-        return torch.device(device.capabilities.torch_device_type, int(ordinal))
-    return torch.device("cpu")
-
+from ._torch_queue import dlpack_tensor, memory_path, torch_device
 
 _NP_TO_TORCH = {
     np.dtype(np.bool_): torch.bool,
@@ -135,8 +98,6 @@ def flat_tensor(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> torch.Tensor
             # cupy's current stream; the caller orders work on the queue's stream instead.
             return torch.as_tensor(arr, device=tdev)
         if arr is not None and hasattr(arr, "__dlpack__"):  # cupy on HIP: no CAI
-            from ._gpu_streams import dlpack_tensor
-
             return dlpack_tensor(arr)
         if buffer.ptr:
             return torch.as_tensor(_CudaArrayInterface(buffer.ptr, count, dtype, buffer), device=tdev)

@@ -18,8 +18,6 @@ it contains native code, so load only packages you built or trust.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import sys
 import time
@@ -29,7 +27,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from portable.cli import run
+from portable.cli import load_reference, run
+
+from ._loading import ModelFileError, detect_format, load_state_dict
 
 __all__ = ["compile", "load", "main"]
 
@@ -82,8 +82,6 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
     AOTInductor package, or one from which torch would unpickle anything (see
     :func:`inference._loading.check_pt2_pickles`), is refused by name (``FileNotFoundError``,
     ``ModelFileError``) before torch opens it."""
-    from ._loading import ModelFileError, detect_format
-
     fmt = detect_format(path)
     if fmt != "aot":
         raise ModelFileError(
@@ -91,7 +89,8 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
             "inference.Model(path), or compile one with inference.aot.compile"
         )
     try:
-        package = torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index)
+        # torch documents AOTInductor's API under torch._inductor (the name is torch's)
+        package = torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index)  # noqa: SLF001
     except RuntimeError as exc:
         raise ModelFileError(f"{os.fspath(path)}: AOTInductor package could not be loaded ({exc})") from None
     return PackageRunner(package)
@@ -143,32 +142,16 @@ def compile(
     with torch.no_grad():
         exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    return torch._inductor.aoti_compile_and_package(exported, package_path=path, inductor_configs=inductor_configs)
+    # torch documents AOTInductor's API under torch._inductor (the name is torch's)
+    compile_and_package = torch._inductor.aoti_compile_and_package  # noqa: SLF001
+    return compile_and_package(exported, package_path=path, inductor_configs=inductor_configs)
 
 
 # --------------------------------------------------------------------------- command line
 def _load_factory(spec: str) -> torch.nn.Module:
-    if ":" not in spec:
-        raise ValueError(
-            f"module spec {spec!r} must be 'package.module:callable' or 'file.py:callable' "
-            "(a class or a function returning an nn.Module)"
-        )
-    mod_name, attr = spec.rsplit(":", 1)
-    try:
-        if mod_name.endswith(".py"):  # a file path: path/to/models.py:make_mlp
-            if not os.path.isfile(mod_name):
-                raise ValueError(f"no such file {mod_name!r}")
-            file_spec = importlib.util.spec_from_file_location(f"_alpyka_aot_{abs(hash(mod_name))}", mod_name)
-            obj: Any = importlib.util.module_from_spec(file_spec)
-            file_spec.loader.exec_module(obj)
-        else:
-            obj = importlib.import_module(mod_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{mod_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    """The nn.Module ``spec`` (``package.module:callable`` or ``file.py:callable``) names: a
+    module object, or a class or function called with no arguments to make one."""
+    obj = load_reference(spec, "model factory")
     module = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
     if not isinstance(module, torch.nn.Module):
         raise ValueError(f"{spec} gave {type(module).__name__}, not an nn.Module")
@@ -212,8 +195,6 @@ def command(argv: list[str], prog: str = "alpyka aot") -> int:
     args = build_parser(prog).parse_args(argv)
     module = _load_factory(args.module)
     if args.weights:
-        from ._loading import load_state_dict
-
         module.load_state_dict(load_state_dict(args.weights))
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype):

@@ -31,7 +31,7 @@ import numpy as np
 
 
 class TorchOnStream:
-    """The stand-in for ``inference._runtime.queue_stream`` (module docstring)."""
+    """The stand-in for ``inference._torch_queue.queue_stream`` (module docstring)."""
 
     def __init__(self) -> None:
         self.streams: list[int] = []  # the native stream of each block entered, in order
@@ -42,17 +42,17 @@ class TorchOnStream:
         self.kept_for: list[tuple[Any, int]] = []  # (tensor, stream) of each record_stream
 
     def keep_for_stream(self, consumer: Any, tensors: Any) -> None:
-        """``inference._gpu_streams.keep_for_stream`` on the stand-in: recorded."""
+        """``inference._torch_queue.keep_for_stream`` on the stand-in: recorded."""
         self.kept_for.extend((t, consumer.cuda_stream) for t in tensors)
 
     @contextlib.contextmanager
     def __call__(self, queue: Any) -> Iterator[None]:
-        from inference._tensors import memory_path
+        from inference._torch_queue import memory_path
 
         if queue is None or memory_path(queue.device) != "cuda":
             yield
             return
-        impl = queue._impl
+        impl = queue.impl
         stream = impl.stream
         stream.synchronize()  # torch on the host reads what the stream's earlier work wrote
         self.streams.append(int(queue.native_handle))
@@ -139,19 +139,16 @@ def patch_torch(monkeypatch: Any) -> TorchOnStream:
     docstring) with ``monkeypatch``; returns the stream recorder."""
     import torch
 
-    import inference._metadata
-    import inference._model
-    import inference._runtime
-    import inference._tensors
+    from inference import _metadata, _model, _tensors, _torch_queue
 
     def torch_device(device: Any) -> Any:
         return torch.device("cpu")
 
     recorder = TorchOnStream()
-    monkeypatch.setattr(inference._tensors, "torch", _TorchOnTheHost(torch, recorder))
-    monkeypatch.setattr(inference._metadata, "torch", _TorchOnTheHost(torch, recorder))
-    monkeypatch.setattr(inference._metadata, "keep_for_stream", recorder.keep_for_stream, raising=False)
-    for module in (inference._tensors, inference._model, inference._runtime, inference._metadata):
+    monkeypatch.setattr(_tensors, "torch", _TorchOnTheHost(torch, recorder))
+    monkeypatch.setattr(_metadata, "torch", _TorchOnTheHost(torch, recorder))
+    monkeypatch.setattr(_metadata, "keep_for_stream", recorder.keep_for_stream, raising=False)
+    for module in (_tensors, _model, _torch_queue, _metadata):
         if hasattr(module, "torch_device"):
             monkeypatch.setattr(module, "torch_device", torch_device)
         if hasattr(module, "queue_stream"):

@@ -74,7 +74,7 @@ def _write_case(queue: pk.Queue, n: int, case: str, dry_run: bool) -> dict:
 
     from alpyka_testing.inference import Preds
     from inference import SoAMetadata
-    from inference._tensors import torch_device
+    from inference._torch_queue import torch_device
 
     out = pk.PortableCollection(Preds, n, queue)
     pk.memset(queue, out, 0)

@@ -1,5 +1,7 @@
-"""The ``@pipeline`` declaration: a function that enqueues kernels and models on a queue, with
-declared input and output SoA layouts, callable locally exactly as its body."""
+"""A pipeline's declaration: a function that enqueues kernels and models on a queue, with declared
+input and output SoA layouts and output rows. What both sides agree on: the server hosts a
+declaration, the client checks the server against one; the user's :class:`inference.Pipeline`
+(``@pipeline``, :mod:`inference._pipeline_api`) adds the local call and ``.remote``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import soa
-from portable import AlpykaError
+from portable import AlpykaError, cli
 
 #: marks a served pipeline's own failure in the error text Triton returns; the client reads it
 #: back (and does not retry it elsewhere: the same inputs fail the same way on every server)
@@ -71,13 +73,10 @@ def _slots(kind: str, decl: Any, params: list[str], fn_name: str) -> list[Slot]:
     return out
 
 
-class Pipeline:
-    """A chain of kernels and models over SoA collections, runnable locally or on a Triton server.
-
-    ``pipe(q, *inputs, *outputs)`` checks the collections against the declared layouts and output
-    rows, then runs the body, which enqueues its work on ``q`` (nothing waits). ``pipe.remote(url)``
-    returns a :class:`RemotePipeline` called the same way; :func:`inference.serve` hosts it.
-    """
+class PipelineDeclaration:
+    """A chain of kernels and models over SoA collections, as declared: the body ``fn``, its
+    input and output slots (name and layout) and the rows rule of each output. A server hosts
+    one (:func:`inference.serve`); :class:`inference.Pipeline` is the one users make."""
 
     def __init__(
         self,
@@ -125,7 +124,7 @@ class Pipeline:
         """``module:qualname``: how a server process imports this pipeline (a script run as
         ``__main__`` is named by its file path)."""
         mod = getattr(self.fn, "__module__", None) or "__main__"
-        own = getattr(sys.modules.get(mod), "__alpyka_pipeline_file__", None)
+        own = getattr(sys.modules.get(mod), cli.FILE_ATTR, None)
         if own:  # a file imported under a name of alpyka's own: name the file
             return f"{own}:{self.fn.__qualname__}"
         if mod == "__main__":
@@ -188,69 +187,16 @@ class Pipeline:
                 )
         return ins, outs
 
-    # ------------------------------------------------------------------ calls
-    def __call__(self, q: Any, *collections: Any) -> Any:
-        """Run locally: the body enqueues its work on ``q``. With ``debug=True`` the outputs are
-        poison-filled first and checked after the body (an error at ``q.wait()`` names columns
-        the body never wrote)."""
-        ins, outs = self.check_call(q, collections)
-        if self.debug:
-            from . import _wire
-
-            for c in outs:
-                _wire.poison(q, c)
-        result = self.fn(q, *ins, *outs)
-        if self.debug:
-            from . import _wire
-
-            q.enqueue_host(lambda: _wire.check_filled(self, outs))
-        return result
-
-    def remote(self, url_or_urls: str | Sequence[str], *, name: str | None = None, **options: Any) -> Any:
-        """A :class:`RemotePipeline` for this pipeline on the server(s) at ``url_or_urls``
-        (checked against these declarations); ``name``: its name there (default: this
-        pipeline's); ``options`` as for ``RemotePipeline``."""
-        from ._remote import RemotePipeline
-
-        return RemotePipeline(url_or_urls, name or self.name, declaration=self, **options)
-
     def __repr__(self) -> str:
         ins = ", ".join(s.describe() for s in self.inputs)
         outs = ", ".join(s.describe() for s in self.outputs)
         return f"<pipeline {self.name!r} ({ins}) -> ({outs})>"
 
 
-def pipeline(
-    fn: Callable[..., Any] | None = None,
-    *,
-    inputs: Any = None,
-    outputs: Any = None,
-    rows: Any = None,
-    name: str | None = None,
-    debug: bool = False,
-) -> Any:
-    """Declare ``fn(q, *inputs, *outputs)`` a pipeline over SoA collections.
-
-    ``inputs``/``outputs``: a layout each (named after the body's parameters), a sequence of
-    layouts, or ``{name: layout}`` in the order the body takes them. ``rows``: output rows, the
-    first input's by default; an int (fixed size), a callable of the input rows
-    (``rows=lambda n_frags: 2 * n_frags``), or ``{output: rule}``. ``name``: the name on a server
-    (default: the function's). ``debug``: poison-fill outputs and check the body wrote them.
-    """
-    if inputs is None or outputs is None:
-        raise PipelineError(
-            "@pipeline needs inputs= and outputs= layouts, e.g. @pipeline(inputs=Fragments, outputs=Labels)"
-        )
-
-    def wrap(f: Callable[..., Any]) -> Pipeline:
-        return Pipeline(f, inputs, outputs, rows=rows, name=name, debug=debug)
-
-    return wrap(fn) if fn is not None else wrap
-
-
-def as_pipeline(obj: Any, what: str = "serve") -> Pipeline:
-    """``obj`` if it is a :class:`Pipeline`, else a clear error saying how to make one."""
-    if isinstance(obj, Pipeline):
+def as_pipeline(obj: Any, what: str = "serve") -> PipelineDeclaration:
+    """``obj`` if it is a pipeline (a :class:`PipelineDeclaration`), else a clear error saying how
+    to make one."""
+    if isinstance(obj, PipelineDeclaration):
         return obj
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     if inspect.isfunction(obj) or inspect.ismethod(obj):

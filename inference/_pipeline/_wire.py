@@ -20,7 +20,7 @@ import numpy as np
 import portable as pk
 
 from .._tensor_desc import TensorDesc
-from ._declare import OutputsNotFilled, Pipeline, Slot
+from ._declare import OutputsNotFilled, PipelineDeclaration, Slot
 
 SEP = "__"
 #: the byte a poison fill writes: float32 0xA5A5A5A5 is -2.9e-16, int32 is -1515870811
@@ -44,7 +44,7 @@ def slot_decls(slot: Slot, rows: int | None = None) -> list[TensorDesc]:
     return [TensorDesc(tensor_name(slot.name, f.name), f.dtype, field_dims(f, n)) for f in slot.layout.fields]
 
 
-def derive_config(pipe: Pipeline) -> dict[str, Any]:
+def derive_config(pipe: PipelineDeclaration) -> dict[str, Any]:
     """The Triton model configuration of a pipeline, from its layouts alone:
     ``{"name", "inputs": [TensorDesc], "outputs": [...], "max_batch_size": 0}``."""
     ins = [d for s in pipe.inputs for d in slot_decls(s)]
@@ -163,7 +163,7 @@ def unfilled(slot: Slot, arrays: Mapping[str, np.ndarray]) -> list[str]:
     return left
 
 
-def raise_unfilled(pipe: Pipeline, names: Iterable[str]) -> None:
+def raise_unfilled(pipe: PipelineDeclaration, names: Iterable[str]) -> None:
     names = list(names)
     if names:
         raise OutputsNotFilled(
@@ -173,7 +173,7 @@ def raise_unfilled(pipe: Pipeline, names: Iterable[str]) -> None:
         )
 
 
-def check_filled(pipe: Pipeline, outs: Sequence[Any]) -> None:
+def check_filled(pipe: PipelineDeclaration, outs: Sequence[Any]) -> None:
     """Raise :class:`OutputsNotFilled` when a poisoned output column was never written."""
     left: list[str] = []
     for slot, coll in zip(pipe.outputs, outs):

@@ -20,6 +20,7 @@ from ._errors import (
     ServerUnavailable,
 )
 from ._future import RemoteFuture
+from ._pipeline import RemotePipeline
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics
 from ._tensors import TensorSpec
 from ._transport import ModelInfo
@@ -35,6 +36,7 @@ __all__ = [
     "RemoteError",
     "RemoteFuture",
     "RemoteModel",
+    "RemotePipeline",
     "RemoteStatistics",
     "RemoteTimeout",
     "ServerStatistics",

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..serving import serve
 from . import _batching
 from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
@@ -224,8 +225,6 @@ class RemoteModel(RequestsMixin):
         return float(self.timeout) if self.timeout is not None else 60.0
 
     def _start_fallback(self) -> None:
-        from ..serving import serve
-
         opts = {"device": "cpu", **self._fallback_options}
         self._fallback_server = serve({self.model_name: self._fallback_model}, **opts)
         url = self._fallback_server.grpc_url if self.protocol == "grpc" else self._fallback_server.http_url
@@ -250,6 +249,11 @@ class RemoteModel(RequestsMixin):
     def url(self) -> str:
         """The server in use now."""
         return self.server.url
+
+    @property
+    def urls(self) -> list[str]:
+        """Every server of the list, in failover order."""
+        return [srv.url for srv in self._servers]
 
     @property
     def model_info(self) -> ModelInfo:
@@ -405,7 +409,7 @@ class RemoteModel(RequestsMixin):
         """:meth:`infer` without waiting; ``future.result()`` returns the outputs."""
         arrays, specs = self._array_job(inputs, outputs)
         fut = RemoteFuture()
-        self._launch(arrays, specs, lambda res, err: fut._finish(res, err))
+        self._launch(arrays, specs, lambda res, err: fut.finish(res, err))
         return fut
 
     def _array_job(
@@ -524,7 +528,7 @@ class RemoteModel(RequestsMixin):
         """Begin an asynchronous job in the configured mode; errors go to ``fut``."""
         try:
             if self.mode == "sync":
-                fut._finish(self._forward_now(mds), None)
+                fut.finish(self._forward_now(mds), None)
                 return
             if self.mode == "pseudo_async" or self.protocol != "grpc":
                 inputs, specs, sizes = self._gather(mds, copy=True)
@@ -533,9 +537,9 @@ class RemoteModel(RequestsMixin):
                     try:
                         out = self._deliver(mds, self._run_sync(inputs, specs, sizes), sizes)
                     except BaseException as exc:  # noqa: BLE001 - handed to the future
-                        fut._finish(None, exc)
+                        fut.finish(None, exc)
                         return
-                    fut._finish(out, None)
+                    fut.finish(out, None)
 
                 self._executor().submit(work)
                 return
@@ -548,11 +552,11 @@ class RemoteModel(RequestsMixin):
                         out = self._deliver(mds, out, sizes)  # type: ignore[arg-type]
                     except BaseException as exc:  # noqa: BLE001
                         err = exc
-                fut._finish(out if err is None else None, err)
+                fut.finish(out if err is None else None, err)
 
             self._launch(inputs, specs, done)
         except BaseException as exc:  # noqa: BLE001 - a bad request fails its future
-            fut._finish(None, exc)
+            fut.finish(None, exc)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+import portable as pk
+
 from ._errors import RemoteTimeout
 
 
@@ -31,8 +33,11 @@ class RemoteFuture:
         self._event: Any = None
         self._event_generation = 0
 
-    # ------------------------------------------------------------------ completion (internal)
-    def _finish(self, outputs: dict[str, np.ndarray] | None, error: BaseException | None) -> None:
+    # ------------------------------------------------------------------ completion
+    def finish(self, outputs: dict[str, np.ndarray] | None, error: BaseException | None) -> None:
+        """Complete the request with its ``outputs``, or its ``error``: for the code that sent it
+        (``RemoteModel``, ``RemotePipeline``), not for a waiting caller. A second call changes
+        nothing."""
         with self._cv:
             if self._done:
                 return
@@ -83,8 +88,6 @@ class RemoteFuture:
         """A ``pk.Event`` of the host device that completes (or fails) with this request."""
         with self._cv:
             if self._event is None:
-                import portable as pk
-
                 ev = pk.Event(pk.host())
                 self._event_generation = ev.record_external()
                 self._event = ev

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ._errors import ModelNotFound, ModelNotReady, RemoteError, ServerUnavailable
+from ._errors import ModelNotFound, ModelNotReady, RemoteError, RemoteTimeout, ServerUnavailable
 from ._shm import ShmPool, is_local_url
+from ._statistics import _ClientCounters
 from ._transport import ModelInfo, Transport
 
 
@@ -28,8 +29,6 @@ class Server:
         self.down_until = 0.0
         self._count_lock = threading.Lock()  # not _lock: connect() holds that during network calls
         self.validated = False  # the client's own check of this server's model passed
-        from ._statistics import _ClientCounters
-
         self.counters = _ClientCounters()  # what the client sent here (per-server statistics)
 
     @property
@@ -143,8 +142,6 @@ def summarize(errors: list[tuple[str, BaseException]]) -> str:
 
 def final_error(errors: list[tuple[str, BaseException]], what: str) -> RemoteError:
     """The error raised once every attempt on every server failed."""
-    from ._errors import RemoteTimeout
-
     kinds = {type(e) for _, e in errors}
     text = f"{what} failed after {len(errors)} attempt(s): {summarize(errors)}"
     if kinds == {RemoteTimeout}:

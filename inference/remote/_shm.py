@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..serving._leftovers import _posixshmem, client_shm_key, sweep, unlink_shm
+from ._errors import InferenceFailed
 
 _ALIGN = 64
 
@@ -117,8 +118,6 @@ class ShmLease:
         dtype = self._out_dtypes[name]
         count = math.prod(shape)
         if count * dtype.itemsize > nbytes:
-            from ._errors import InferenceFailed
-
             raise InferenceFailed(
                 f"output {name!r} of shape {list(shape)} does not fit its shared-memory slot of {nbytes} bytes"
             )
@@ -129,10 +128,7 @@ class ShmLease:
         """Give the region back for reuse; after a failed request (a timeout included: the
         server may still be running it and write its outputs later) retire it instead."""
         if self._region is not None:
-            if failed:
-                self._pool._retire(self._region)
-            else:
-                self._pool._give_back(self._region)
+            self._pool.take_back(self._region, failed)
             self._region = None  # type: ignore[assignment]
 
 
@@ -183,6 +179,14 @@ class ShmPool:
             self._keys.remove(key)
         except ValueError:
             pass
+
+    def take_back(self, region: _Region, failed: bool) -> None:
+        """A lease's region returns: free for reuse, or retired (unregistered from the server and
+        unlinked) after a failed request, whose server may still write into it."""
+        if failed:
+            self._retire(region)
+        else:
+            self._give_back(region)
 
     def _give_back(self, region: _Region) -> None:
         with self._lock:

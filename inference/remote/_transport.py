@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._pipeline._declare import PIPELINE_ERROR_MARK
+from .._pipeline import PIPELINE_ERROR_MARK
 from .._tensor_desc import TensorDesc
+from ..serving._access import access_headers, access_token
 from ._errors import InferenceFailed, ModelNotFound, RemoteError, RemoteTimeout, ServerUnavailable
 from ._shm import ShmLease
 from ._tensors import numpy_dtype, triton_dtype
@@ -185,8 +186,6 @@ class Transport:
     def _access(self) -> dict[str, Any]:
         """``headers=`` with the server's access token, for its restricted endpoints (shared
         memory, model repository): the token given, else :func:`inference.serving.access_token`."""
-        from ..serving._access import access_headers, access_token
-
         if self._token is None:
             self._token = access_token(self.url) or ""
         headers = access_headers(self._token, self.protocol)

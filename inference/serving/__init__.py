@@ -42,6 +42,7 @@ import portable as pk
 from portable import AlpykaError
 
 from ._access import TOKEN_ENV, access_token, forget, remember
+from ._device import DeviceStringError, parse_device
 from ._leftovers import (
     SERVER_PID_FILE,
     group_alive,
@@ -56,6 +57,7 @@ from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
 __all__ = [
     "IO_EXTRA_FILE",
+    "DeviceStringError",
     "ModelSpec",
     "ServerHandle",
     "ServeError",
@@ -104,23 +106,17 @@ TORCH_DEVICES = ("cpu", "cuda")
 
 
 def server_devices(device: str) -> tuple[str, str]:
-    """``(torch device of plain models, alpyka device of pipelines)`` for serve's ``device``:
-    ``"cpu"``, ``"cuda[:N]"`` or a registered alpyka backend (``pk.backends()``: cpu_serial,
-    cpu_threads, opencl, cuda, rocm and plugins), optionally ``:N``; pipelines on ``"cpu"`` run
-    on the host's backend. Plain models of another backend run on the torch device its device
-    declares (``capabilities.torch_device_type``: ROCm's is torch's cuda), else on the CPU."""
-    name, _, index = str(device).partition(":")
-    known = pk.backends()
-    if name not in ("cpu", *known) or (index and not index.isdigit()):
-        raise ValueError(
-            f"device must be 'cpu', 'cuda[:N]' or an alpyka backend {known} (optionally ':N'), got {device!r}"
-        )
+    """``(torch device of plain models, alpyka device of pipelines)`` for serve's ``device``
+    (:func:`parse_device`); pipelines on ``"cpu"`` run on the host's backend. Plain models of
+    another backend run on the torch device its device declares
+    (``capabilities.torch_device_type``: ROCm's is torch's cuda), else on the CPU."""
+    name, index = parse_device(device)
     if name in TORCH_DEVICES:
         return device, device
-    torch_type = pk.device(name, int(index or 0)).capabilities.torch_device_type
+    torch_type = pk.device(name, index or 0).capabilities.torch_device_type
     if torch_type is None or torch_type == "cpu":
         return "cpu", device
-    return (f"{torch_type}:{index}" if index else torch_type), device
+    return (f"{torch_type}:{index}" if index is not None else torch_type), device
 
 
 class ServerHandle:
@@ -222,6 +218,10 @@ class ServerHandle:
             pass
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def adopt_workdir(self) -> None:
+        """From now on :meth:`stop` removes the work directory (one ``serve`` made for it)."""
+        self._own_workdir = True
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -339,7 +339,8 @@ def serve(
             if own:
                 shutil.rmtree(wd, ignore_errors=True)
             raise
-        handle._own_workdir = own
+        if own:
+            handle.adopt_workdir()
         return handle
     raise AssertionError("unreachable")
 

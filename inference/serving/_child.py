@@ -47,7 +47,12 @@ import numpy as np
 from portable import AlpykaError
 from portable.env import env_number
 
+from .. import aot
+from .._loading import detect_format, exported_module, jit_load
+from .._onnx import OnnxProgram
+from .._pipeline import derive_config
 from .._tensor_desc import TensorDesc
+from . import _pipelines
 from ._access import access_headers, restricted_endpoints
 from ._leftovers import (
     group_members,
@@ -107,8 +112,6 @@ class StartupError(AlpykaError, RuntimeError):
 def model_format(path: str) -> str:
     """``"jit"``, ``"aot"``, ``"exported"`` or ``"onnx"`` (by content, not by suffix)."""
     try:
-        from .._loading import detect_format
-
         return detect_format(path)
     except Exception:  # noqa: BLE001 - fall back on the suffix; loading reports the real error
         return "onnx" if path.endswith(".onnx") else "aot" if path.endswith(".pt2") else "jit"
@@ -122,19 +125,11 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
 
     fmt = model_format(path)
     if fmt == "onnx":
-        from .._onnx import OnnxProgram
-
         return OnnxProgram(path).runner(torch.device(device)).run_tensors
     if fmt == "aot":
-        from .. import aot
-
         return aot.load(path)
     if fmt == "exported":
-        from .._loading import exported_module
-
         return exported_module(torch.export.load(path), device)
-    from .._loading import jit_load
-
     module = jit_load(path, device)
     module.eval()
     return module
@@ -222,11 +217,8 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
 def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
     """Import the pipeline (once per server process: its models load once), check that its
     layouts still give the spec's tensors, warm it up, and return its inference callable."""
-    from .._pipeline import _server
-    from .._pipeline._wire import derive_config
-
     try:
-        pipe = _server.load_reference(spec.path)
+        pipe = _pipelines.load_reference(spec.path)
     except (ImportError, TypeError) as exc:
         raise StartupError(f"pipeline {spec.name!r}: {exc}") from exc
     derived = derive_config(pipe)
@@ -235,9 +227,9 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
             f"pipeline {spec.name!r}: {spec.path} imported in the server declares other "
             "layouts than the caller's (was the module changed?)"
         )
-    runner = _server.PipelineRunner(pipe, device)
+    runner = _pipelines.PipelineRunner(pipe, device)
     print(f"alpyka serve: pipeline {spec.name!r} on {runner.device}; {runner.warm_up()}", flush=True)
-    return _server.make_infer(runner)
+    return _pipelines.make_infer(runner)
 
 
 def _watch_parent(parent: int, stop: threading.Event, orphaned: threading.Event) -> None:
@@ -287,10 +279,11 @@ def _stop_resource_tracker() -> None:
     try:
         from multiprocessing import resource_tracker
 
-        tracker = resource_tracker._resource_tracker
+        # multiprocessing has no public way to stop its tracker: its own internals are the point
+        tracker = resource_tracker._resource_tracker  # noqa: SLF001 - multiprocessing's, no public API
         if getattr(tracker, "_pid", None) is None:
             return
-        t = threading.Thread(target=tracker._stop, daemon=True)
+        t = threading.Thread(target=tracker._stop, daemon=True)  # noqa: SLF001 - as above
         t.start()
         t.join(3.0)
     except Exception:  # noqa: BLE001 - not started, or another Python: it ends when we do

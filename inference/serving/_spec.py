@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -10,7 +11,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .._loading import detect_format, jit_load
+from .._onnx import OnnxProgram
+from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
 from .._tensor_desc import TensorDesc
+from ._pipelines import load_reference
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 IO_EXTRA_FILE = "alpyka_io.json"  # optional TorchScript extra file: {"inputs": [...], "outputs": [...]}
@@ -67,8 +72,6 @@ def _io_from_file(path: str) -> tuple[list[TensorDesc], list[TensorDesc]]:
         return _decls(d.get("inputs")), _decls(d.get("outputs"))
     if path.endswith(".pt"):
         try:
-            from .._loading import jit_load
-
             extra = {IO_EXTRA_FILE: ""}
             jit_load(path, "cpu", _extra_files=extra)
             if extra[IO_EXTRA_FILE]:
@@ -111,16 +114,12 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
     - AOTInductor packages do not say: declare them.
     """
     try:
-        from .._loading import detect_format
-
         fmt = detect_format(path)
     except Exception as exc:  # noqa: BLE001 - loading will report it
         return [], f"its format could not be read ({exc})"
     import torch
 
     if fmt == "jit":
-        from .._loading import jit_load
-
         module = jit_load(path, "cpu")
         try:
             args = [a.name for a in module.forward.schema.arguments][1:]
@@ -174,8 +173,6 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDesc], list
     them (:class:`inference._onnx.OnnxProgram`): names and dtypes as declared, dims per sample
     with symbolic extents -1; when the model batches, the first axis is the batch axis and must
     be symbolic (a clear error says how to fix a fixed one)."""
-    from .._onnx import OnnxProgram
-
     program = OnnxProgram(path)
     name = Path(path).name
 
@@ -204,8 +201,6 @@ def outputs_from_model(path: str, batching: bool) -> list[TensorDesc]:
     """Output declarations the model file itself holds (ONNX); ``[]`` otherwise (then found by a
     trial run in the server)."""
     try:
-        from .._loading import detect_format
-
         fmt = detect_format(path)
     except Exception:  # noqa: BLE001 - loading will report it
         return []
@@ -307,11 +302,7 @@ def is_reference(model: Any) -> bool:
 def _pipeline_of(model: Any) -> Any:
     """The pipeline ``model`` is (an object or a ``module:attribute`` reference), else None; a
     plain function is a clear error."""
-    import inspect
-
-    from .._pipeline import Pipeline, as_pipeline, load_reference
-
-    if isinstance(model, Pipeline):
+    if isinstance(model, PipelineDeclaration):
         return model
     if is_reference(model):
         return load_reference(model)
@@ -322,8 +313,6 @@ def _pipeline_of(model: Any) -> Any:
 
 def pipeline_spec(name: str, pipe: Any, settings: Mapping[str, Any]) -> ModelSpec:
     """A pipeline's spec: tensors derived from its layouts, no batching (see ``_pipeline._wire``)."""
-    from .._pipeline import derive_config
-
     cfg = derive_config(pipe)
     return ModelSpec(
         name,
@@ -340,9 +329,7 @@ def pipeline_spec(name: str, pipe: Any, settings: Mapping[str, Any]) -> ModelSpe
 
 
 def _default_name(model: Any, i: int) -> str:
-    from .._pipeline import Pipeline
-
-    if isinstance(model, Pipeline):
+    if isinstance(model, PipelineDeclaration):
         return model.name
     if is_reference(model):
         return str(model).rpartition(":")[2].rpartition(".")[2]

@@ -13,7 +13,9 @@ same way for every subcommand:
   of every error.
 
 A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -m`` runs print
-errors the same way.
+errors the same way. :func:`load_reference` imports what a ``module:attribute`` argument names
+(the ``alpyka`` command's own subcommands, ``alpyka aot``/``export``'s module factories,
+``alpyka serve``'s pipelines); its errors are a :class:`BadReference`.
 """
 
 from __future__ import annotations
@@ -23,26 +25,17 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .._errors import AlpykaError
+from ._messages import error_line
+from ._reference import FILE_ATTR, BadReference, load_reference
+
+__all__ = ["FILE_ATTR", "USER_ERRORS", "BadReference", "CliError", "error_line", "load_reference", "run"]
 
 #: the exceptions printed as one line (besides AlpykaError): what bad input raises
 USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError, OSError)
 
-#: optional packages a subcommand may need, and the extra of pyproject.toml that installs each
-_EXTRAS = {"torch": "torch", "tritonclient": "triton", "pytriton": "triton"}
-
 
 class CliError(AlpykaError, ValueError):
     """An error the user can fix on the command line; printed as one line."""
-
-
-def error_line(exc: BaseException) -> str:
-    """The one line :func:`run` prints for ``exc`` (without the ``prog: error:`` prefix)."""
-    if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:
-        return (
-            f"{exc.name} is not installed; install it with: pip install -e '.[{_EXTRAS[exc.name]}]' -c constraints.txt"
-        )
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import CliError, run
+from . import CliError, load_reference, run
 
 __all__ = ["CliError", "commands", "main"]
 
@@ -74,11 +74,7 @@ _BUILTIN: dict[str, Callable[[list[str], str], int]] = {"info": _cmd_info, "benc
 
 
 def _load(target: str) -> Callable[[list[str], str], int]:
-    module, _, attr = target.partition(":")
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
+    return load_reference(target, "command")  # type: ignore[no-any-return]
 
 
 def commands() -> dict[str, Callable[[], Callable[[list[str], str], int]]]:

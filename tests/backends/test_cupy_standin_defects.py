@@ -32,7 +32,7 @@ def fake(request, monkeypatch):
     monkeypatch.setitem(_registry._loaded, name, backend)
     monkeypatch.delitem(_registry._reasons, name, raising=False)
     for k in (_first, _big_shared):  # plans hold the RawKernel of an earlier test's stand-in
-        k.plans.clear()
+        backend.plans(k).clear()
     return backend
 
 
@@ -76,7 +76,7 @@ def test_2_dlpack_import_does_not_sync_with_cupys_current_stream(fake):
     """(2) On HIP tensors come through DLPack; torch.from_dlpack(arr) made cupy record an event
     on its current (null) stream for torch's stream to wait on."""
     torch = pytest.importorskip("torch")
-    from inference._gpu_streams import dlpack_tensor
+    from inference._torch_queue import dlpack_tensor
 
     dev = pk.device(fake.name)
     b = pk.Buffer(dev, 16, np.float32, queue=pk.Queue(dev, blocking=True))
@@ -215,7 +215,7 @@ def test_launch_arguments_match_the_kernel_signature(fake):
     pk.exec(q, pk.valid_workdiv(dev, 8), _first, a, a, 8)
     name, grid, block, shared, stream = fake.cupy.rt.launches[-1]
     assert stream == q._impl.stream.ptr and shared == 0
-    kern = next(iter(_first.plans.values())).function
+    kern = next(iter(fake.plans(_first).values())).function
     with pytest.raises(TypeError, match="cupy would pack int64"):
         kern._check_arg(4, "f32 a2", np.int64(1), 0)
 
@@ -223,7 +223,7 @@ def test_launch_arguments_match_the_kernel_signature(fake):
 def test_6_forward_on_the_cuda_path_is_ordered_and_tracked(fake):
     """(6) Work submitted through run_on_queue waits for host tasks, keeps its inputs alive
     until the stream passed it, and a blocking queue returns only once it finished."""
-    from inference._gpu_streams import run_on_queue
+    from inference._torch_queue import run_on_queue
 
     dev = pk.device(fake.name)
     q = pk.Queue(dev)
@@ -283,7 +283,7 @@ def test_8_modules_get_the_flags_cupy_compiles_with(fake):
     q = pk.Queue(dev, blocking=True)
     a = pk.Buffer(dev, 8, np.float32, queue=q)
     pk.exec(q, pk.valid_workdiv(dev, 8), _first, a, a, 8)
-    module = next(p for k, p in _first.plans.items() if k[0] == dev.memory_space).function.module
+    module = next(p for k, p in fake.plans(_first).items() if k[0] == dev.memory_space).function.module
     if fake.name == "cuda":
         assert module.options[-len(CUPY_NVRTC_APPENDED) :] == CUPY_NVRTC_APPENDED
 

@@ -126,6 +126,6 @@ def test_export_cli(tmp_path, capsys):
     assert main([f"{models}:make_mlp", "--input-shape", "16,3", "--pt2", "-o", str(tmp_path / "m.pt2")]) == 0
     assert Model(str(tmp_path / "m.pt2")).kind == "exported"
     assert main(["no_such_module_here:make", "--input-shape", "3", "--onnx"]) == 2
-    assert "cannot import 'no_such_module_here'" in capsys.readouterr().err
+    assert "the model factory module 'no_such_module_here' does not import" in capsys.readouterr().err
     assert main([f"{models}:make_mlp", "--input-shape", "16,3"]) == 2
     assert "--onnx or --pt2" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import torch
 import portable as pk
 from alpyka_testing.inference import MLP, Totals, features, skip_unless_onnx_runs_on
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._tensors import memory_path
+from inference._torch_queue import memory_path
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 

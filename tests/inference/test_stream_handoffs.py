@@ -30,7 +30,7 @@ from backends._cupy_common import CupyBackend
 from backends.emulator.fake_cupy import make_fake_cupy
 from backends.emulator.fake_cupy_kernels import enable_execution
 from inference import Model, ModelMetadata, SoAMetadata
-from inference._tensors import memory_path
+from inference._torch_queue import memory_path
 from portable import _registry
 
 N = 16

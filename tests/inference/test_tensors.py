@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import inference._tensors as tensors_mod
+import inference._torch_queue as torch_queue_mod
 from alpyka_testing.inference import Particles, Preds
 from inference import SoAMetadata
 
@@ -97,7 +97,7 @@ def test_write_outputs_validates_then_writes(queue, make_preds):
 @pytest.fixture
 def copy_path(monkeypatch):
     """Treat every device as one whose memory torch cannot address (the OpenCL route)."""
-    monkeypatch.setattr(tensors_mod, "_forced_copy", True)
+    monkeypatch.setattr(torch_queue_mod, "_forced_copy", True)
 
 
 @pytest.mark.alpyka_backends("cpu_serial", "cpu_threads")

@@ -237,7 +237,7 @@ def test_torch_reaches_memory_by_capabilities_not_by_name():
     """A device torch addresses as cuda whatever its backend's name; one named cuda that does
     not declare it goes through the copy path."""
     pytest.importorskip("torch")
-    from inference._tensors import memory_path, torch_device
+    from inference._torch_queue import memory_path, torch_device
 
     sycl = _device("sycl", pk.DeviceCapabilities("gpu", False, None, "cuda", 32, False, pk.spi.DLPACK_CUDA))
     assert memory_path(sycl) == "cuda" and str(torch_device(sycl)) == "cuda:0"

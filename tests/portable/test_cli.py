@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,56 @@ def test_a_registered_command_runs_through_the_printer(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "commands", lambda: {"info": lambda: command})
     assert _cli.main(["info", "a"]) == 2
     assert capsys.readouterr().err == "alpyka info: error: alpyka info got ['a']\n"
+
+
+# ------------------------------------------------------------------ module:attribute references
+def _module_file(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(body)
+    return path
+
+
+def test_ctrl_c_while_a_reference_imports_is_not_an_import_error(tmp_path):
+    """Ctrl-C (KeyboardInterrupt) and SystemExit raised while the named module imports reach the
+    caller as they are: the pipeline server's loader caught BaseException and turned Ctrl-C into
+    an import error."""
+    from portable.cli import load_reference
+
+    ctrl_c = _module_file(tmp_path, "alpyka_ref_ctrl_c", "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_reference(f"{ctrl_c}:x", "pipeline")
+    leaves = _module_file(tmp_path, "alpyka_ref_exits", "import sys\nsys.exit(3)\n")
+    with pytest.raises(SystemExit):
+        load_reference(f"{leaves}:x")
+    assert "alpyka_ref_ctrl_c" not in sys.modules and "alpyka_ref_exits" not in sys.modules
+
+
+def test_reference_errors_say_which_part_is_wrong(tmp_path, monkeypatch):
+    from portable import AlpykaError
+    from portable.cli import BadReference, load_reference
+
+    good = _module_file(tmp_path, "alpyka_ref_good", "VALUE = 7\nclass Box:\n    inner = 8\n")
+    assert load_reference(f"{good}:VALUE") == 7
+    monkeypatch.chdir(tmp_path)  # a module name is looked up from the working directory too
+    assert load_reference("alpyka_ref_good:Box.inner") == 8
+    broken = _module_file(tmp_path, "alpyka_ref_broken", "1 / 0\n")
+    cases = {
+        "no_colon_here": "is not a command reference; use package.module:attribute",
+        "alpyka_no_such_module_x:main": "the command module 'alpyka_no_such_module_x' does not import: "
+        "ModuleNotFoundError",
+        f"{broken}:x": "does not import: ZeroDivisionError: division by zero (run the file with python",
+        "alpyka_ref_good:missing": "has no attribute 'missing'; name one it defines",
+        f"{tmp_path / 'absent.py'}:x": "does not import: FileNotFoundError",
+    }
+    for ref, message in cases.items():
+        with pytest.raises(BadReference, match=re.escape(message)) as info:
+            load_reference(ref, "command")
+        assert isinstance(info.value, AlpykaError) and isinstance(info.value, ImportError)
+
+
+def test_a_command_that_does_not_import_prints_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(_cli.SOURCE_COMMANDS, "demo", "alpyka_no_such_module_y:command")
+    monkeypatch.setattr(_cli.importlib.metadata, "entry_points", lambda group: [])
+    assert _cli.main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "alpyka demo: error: the command module 'alpyka_no_such_module_y' does not import" in err

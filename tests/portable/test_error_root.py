@@ -83,7 +83,6 @@ WARNINGS = _classes(Warning)
 INTERNAL = {
     "backends._c_source.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
     "inference.serving._child.StartupError": "the server process reports it; serve() raises ServeError",
-    "inference._pipeline._server.ReferenceError_": "raised in the server process inside a StartupError",
     "portable.compiler._folding.ConstantError": "the front-end turns it into a KernelSyntaxError at the user's line",
     "backends._hip_check.Unavailable": "the HIP check warns once with its reason (AlpykaWarning) and runs unchecked",
 }

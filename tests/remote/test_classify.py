@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("tritonclient", reason="the triton extra: pip install 'alpyka[triton]'")
 from tritonclient.utils import InferenceServerException
 
-from inference._pipeline._declare import PIPELINE_ERROR_MARK
+from inference._pipeline import PIPELINE_ERROR_MARK
 from inference.remote._errors import InferenceFailed, ModelNotFound, RemoteTimeout, ServerUnavailable
 from inference.remote._transport import classify, is_retryable, status_code
 

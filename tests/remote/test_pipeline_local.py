@@ -139,7 +139,7 @@ def test_wire_round_trip_vector_matrix_scalar():
 def test_wire_refuses_a_tensor_of_another_dtype(field, dtype):
     """A request tensor of the wrong dtype is a clear error naming it, on the server's input
     path too, never a silent cast into the collection (numpy's assignment would convert it)."""
-    from inference._pipeline._server import PipelineRunner
+    from inference.serving._pipelines import PipelineRunner
 
     q = pk.Queue(pk.device("cpu_serial"))
     slot = S.chain.inputs[0]
@@ -177,6 +177,20 @@ def test_serve_refuses_what_is_not_a_pipeline():
         serve("no_such_pkg.mod:merge")
 
 
+def test_ctrl_c_while_a_pipeline_module_imports_reaches_the_caller(tmp_path):
+    """The server's loader let Ctrl-C through as an import error of the pipeline (it caught
+    BaseException); the one loader (portable.cli.load_reference) lets it through as it is."""
+    from inference.serving import serve
+    from inference.serving._pipelines import load_reference
+
+    module = tmp_path / "alpyka_pipe_ctrl_c.py"
+    module.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        load_reference(f"{module}:merge")
+    with pytest.raises(KeyboardInterrupt):
+        serve(f"{module}:merge")
+
+
 def test_cli_reports_a_module_that_does_not_import(capsys):
     from inference.serving.__main__ import main
 
@@ -191,8 +205,7 @@ class _Other(soa.Layout):
 
 def test_not_a_layout_slot_in_remote_check():
     """A declared pipeline and a server with other layouts: the clear mismatch message."""
-    from inference._pipeline._remote import RemotePipeline
-    from inference.remote import MetadataMismatch, TensorSpec
+    from inference.remote import MetadataMismatch, RemotePipeline, TensorSpec
     from inference.remote._transport import ModelInfo
 
     rp = RemotePipeline.__new__(RemotePipeline)
@@ -290,7 +303,7 @@ def test_pipeline_files_of_one_name_in_two_folders_and_dotted_file_names(tmp_pat
     name, the others under names of alpyka's own that their reference turns back into the path)."""
     import sys
 
-    from inference._pipeline._server import load_reference
+    from inference.serving._pipelines import load_reference
 
     monkeypatch.setattr(sys, "path", list(sys.path))  # what the loads add is taken back after
     before = set(sys.modules)
@@ -307,5 +320,5 @@ def test_pipeline_files_of_one_name_in_two_folders_and_dotted_file_names(tmp_pat
         assert load_reference(pipe.reference) is pipe, pipe.reference  # the server process's way in
         assert ref_path == "pipe" or ref_path == str(p)
     for name in set(sys.modules) - before:
-        if name == "pipe" or name.startswith("alpyka_pipeline_pipe"):
+        if name == "pipe" or name.startswith("alpyka_file_pipe"):
             del sys.modules[name]

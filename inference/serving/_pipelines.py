@@ -1,18 +1,12 @@
 """The server side of a pipeline: import it by reference, run each request on a server queue.
 
-Used by the server process (:mod:`inference.serving._child`). The pipeline's module is imported
+Used by the server process (:mod:`._child`) and by ``serve`` to check a reference. The pipeline's module is imported
 once per server process, so the models it creates at import (or lazily, once) are loaded once;
 each Triton model instance has its own queue on the server's device.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
-import os
-import re
-import sys
 import threading
 import time
 import traceback
@@ -22,105 +16,25 @@ from typing import Any
 import numpy as np
 
 import portable as pk
+from portable import cli
 
-from . import _wire
-from ._declare import PIPELINE_ERROR_MARK as ERROR_MARK
-from ._declare import Pipeline, as_pipeline
-
-
-class ReferenceError_(pk.AlpykaError, ImportError):
-    """A ``module:attribute`` reference that does not import (one line that says what to fix)."""
+from .._pipeline import PIPELINE_ERROR_MARK as ERROR_MARK
+from .._pipeline import PipelineDeclaration, _wire, as_pipeline
+from ._device import backend_of
 
 
-def load_reference(ref: str) -> Pipeline:
+def load_reference(ref: str) -> PipelineDeclaration:
     """The pipeline named by ``module:attribute`` or ``path/to/file.py:attribute``, imported as
-    ``python -m`` would: a module name is looked up from the working directory too, and a file
-    is imported under its own name with its folder on the path (so the server process, which
-    gets this process's path, imports it the same way)."""
-    module_name, sep, attr = ref.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise ReferenceError_(f"{ref!r} is not a pipeline reference; use package.module:attribute")
-    try:
-        if module_name.endswith(".py") or os.sep in module_name:
-            module = _import_file(os.path.abspath(module_name))
-        else:
-            _on_path(os.getcwd())
-            module = importlib.import_module(module_name)
-    except BaseException as exc:
-        reason = (str(exc).strip().splitlines() or [""])[0]
-        raise ReferenceError_(
-            f"the pipeline module {module_name!r} does not import: {type(exc).__name__}"
-            + (f": {reason}" if reason else "")
-        ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ReferenceError_(f"module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return as_pipeline(obj, f"serve {ref}")
-
-
-#: the attribute a pipeline file imported under a name of alpyka's own carries: its path, so that
-#: ``Pipeline.reference`` names the file (another process cannot import that name)
-FILE_ATTR = "__alpyka_pipeline_file__"
-
-
-def _import_file(path: str) -> Any:
-    """The module of the pipeline file ``path``: imported under its own name with its folder on the
-    path, as ``python -m`` would, where that name is free (or already this file); else (the name
-    taken by another module, a file name that is no module name) under a name of its own."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no file {path}")
-    folder, name = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
-    if name.isidentifier():
-        known = sys.modules.get(name)
-        if known is None or os.path.abspath(getattr(known, "__file__", "") or "") == path:
-            _on_path(folder)
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                module = None
-            if module is not None and os.path.abspath(getattr(module, "__file__", "") or "") == path:
-                return module
-    digest = hashlib.sha256(path.encode()).hexdigest()[:10]
-    unique = f"alpyka_pipeline_{re.sub(r'[^0-9A-Za-z_]', '_', name)}_{digest}"
-    module = sys.modules.get(unique)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(unique, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        setattr(module, FILE_ATTR, path)
-        sys.modules[unique] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[unique]
-            raise
-    return module
-
-
-def _on_path(folder: str) -> None:
-    """Put ``folder`` on ``sys.path`` (last resort: after what is there) unless it is there, as
-    ``python -m`` puts the working directory (an ``alpyka`` console script does not)."""
-    here = os.path.abspath(folder)
-    if not any(os.path.abspath(p or os.curdir) == here for p in sys.path):
-        sys.path.append(here)
-
-
-def backend_of(device: str) -> tuple[str, int]:
-    """The alpyka backend and device index a server's ``device`` names ("cpu": the host's
-    backend, ``pk.host()``'s)."""
-    name, _, index = device.partition(":")
-    if name == "cpu":
-        name = pk.host().backend_name
-    return name, int(index or 0)
+    ``python -m`` would (:func:`portable.cli.load_reference`; the server process, which gets this
+    process's path, imports it the same way)."""
+    return as_pipeline(cli.load_reference(ref, "pipeline"), f"serve {ref}")
 
 
 class PipelineRunner:
     """Runs requests of one pipeline on the server's device: one queue per Triton instance thread
     (a blocking queue: see :meth:`queue`)."""
 
-    def __init__(self, pipe: Pipeline, device: str, check_filled: bool = True) -> None:
+    def __init__(self, pipe: PipelineDeclaration, device: str, check_filled: bool = True) -> None:
         self.pipe = pipe
         backend, index = backend_of(device)
         devices = pk.devices(backend)

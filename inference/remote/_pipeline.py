@@ -1,7 +1,7 @@
 """``RemotePipeline``: a pipeline hosted by a Triton server, called like the local one.
 
 The transport (servers, balancing, retries, failover, shared memory, statistics) is
-:class:`inference.remote.RemoteModel`'s; this module maps collections to the pipeline's tensors
+:class:`RemoteModel`'s; this module (the client side of a pipeline) maps collections to the pipeline's tensors
 and back, and checks the server's configuration against the declared (or given) layouts.
 """
 
@@ -12,9 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from .._pipeline import PIPELINE_ERROR_MARK, PipelineDeclaration, PipelineError, Slot, _wire
 from .._tensor_desc import TensorDesc
-from . import _wire
-from ._declare import PIPELINE_ERROR_MARK, Pipeline, PipelineError, Slot
+from ._client import RemoteModel
+from ._errors import InferenceFailed, MetadataMismatch
+from ._future import RemoteFuture
+from ._transport import RequestInputs
 
 
 def _groups(tensors: Sequence[Any]) -> list[tuple[str, list[Any]]]:
@@ -57,14 +60,12 @@ class RemotePipeline:
         url_or_urls: str | Sequence[str],
         name: str,
         *,
-        declaration: Pipeline | None = None,
+        declaration: PipelineDeclaration | None = None,
         timeout: float | None = 10.0,
         retries: int = 1,
         mode: str = "async",
         **options: Any,
     ) -> None:
-        from ..remote import RemoteModel
-
         self.name = name
         self.declaration = declaration
         self._inputs: list[tuple[str, list[Any]]] = []
@@ -76,8 +77,6 @@ class RemotePipeline:
     # ------------------------------------------------------------------ configuration checks
     def _check_server(self, info: Any) -> None:
         """The server's configuration against the declaration (or kept to check calls against)."""
-        from ..remote import MetadataMismatch
-
         if info.batching:
             raise MetadataMismatch(
                 f"model {self.name!r} on the server batches (max_batch_size "
@@ -103,8 +102,6 @@ class RemotePipeline:
 
     def _slots(self, collections: Sequence[Any]) -> tuple[list[Slot], list[Slot]]:
         """Slots of the call's collections, checked against the server's tensors."""
-        from ..remote import MetadataMismatch
-
         if self.declaration is not None:
             return self.declaration.inputs, self.declaration.outputs
         if not self._inputs:
@@ -147,8 +144,6 @@ class RemotePipeline:
     def _request(
         self, in_slots: list[Slot], out_slots: list[Slot], ins: list[Any], outs: list[Any], copy: bool
     ) -> tuple[dict[str, np.ndarray], dict[str, tuple[tuple[int, ...], np.dtype]]]:
-        from ..remote._transport import RequestInputs
-
         arrays = RequestInputs()
         empty = []
         for s, c in zip(in_slots, ins):
@@ -166,8 +161,6 @@ class RemotePipeline:
 
     def _write(self, out_slots: list[Slot], outs: list[Any], result: dict[str, np.ndarray]) -> None:
         """Check every output tensor first, then write them all (a bad response writes nothing)."""
-        from ..remote import InferenceFailed
-
         result = dict(result)
         for s, c in zip(out_slots, outs):
             if c.size == 0:
@@ -217,8 +210,6 @@ class RemotePipeline:
         """Start the request in ``q``'s order (inputs copied then) and return a
         :class:`inference.remote.RemoteFuture` at once: ``fut.wait()``, or ``q.wait_for(fut.event)``
         so that later work sees the outputs."""
-        from ..remote import RemoteFuture
-
         in_slots, out_slots, ins, outs = self._prepare(q, collections)
         fut = RemoteFuture()
 
@@ -226,7 +217,7 @@ class RemotePipeline:
             try:  # a copy: the queue moves on, and a retry re-sends the inputs
                 arrays, specs = self._request(in_slots, out_slots, ins, outs, copy=True)
             except BaseException as exc:  # noqa: BLE001
-                fut._finish(None, exc)
+                fut.finish(None, exc)
                 return
 
             def done(result: Any, err: BaseException | None) -> None:
@@ -235,12 +226,12 @@ class RemotePipeline:
                         self._write(out_slots, outs, result)
                     except BaseException as exc:  # noqa: BLE001
                         err = exc
-                fut._finish(result if err is None else None, None if err is None else self._error(err))
+                fut.finish(result if err is None else None, None if err is None else self._error(err))
 
             try:
                 self._model.request_async(arrays, specs, done)
             except BaseException as exc:  # noqa: BLE001
-                fut._finish(None, self._error(exc))
+                fut.finish(None, self._error(exc))
 
         q.enqueue_host(start)
         return fut
@@ -273,4 +264,4 @@ class RemotePipeline:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<RemotePipeline {self.name!r} @ {self._model.url} ({len(self._model._servers)} server(s))>"
+        return f"<RemotePipeline {self.name!r} @ {self._model.url} ({len(self._model.urls)} server(s))>"
