@@ -170,3 +170,49 @@ def test_metadata_built_per_event_shares_one_spec_per_geometry_and_keeps_no_coll
         gc.enable()
     specs = model._for_device[q.device][3]
     assert sorted(spec.n for spec in specs.values()) == [64, 96]  # one per size, reused
+
+
+def test_a_geometry_in_use_keeps_its_spec_while_sizes_change_every_event():
+    """A producer whose events alternate a fixed geometry with sizes that change every event
+    (more than the model keeps per device): the fixed geometry's pass spec is kept (the least
+    recently used ones are dropped, not all of them at once) and results stay right."""
+    from inference._model import _SPECS_PER_DEVICE
+
+    module = MLP()
+    model = Model(module)
+    q = pk.Queue(pk.host(), blocking=True)
+
+    def forward(n: int, seed: int) -> None:
+        coll = pk.PortableCollection.from_dict(Particles, fill_particles(n, seed), q)
+        out = pk.PortableCollection(Preds, n, q)
+        meta = ModelMetadata(
+            SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(out).append_block("preds", "m", "n")
+        )
+        model.to(q).forward(meta)
+        np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(module, coll, q), rtol=1e-5, atol=1e-6)
+
+    forward(64, 0)
+    specs = model._for_device[q.device][3]
+    (hot,) = specs.values()
+    for event in range(_SPECS_PER_DEVICE + 8):
+        forward(100 + event, event)  # a new size each event: a new spec
+        forward(64, event)
+        assert hot in specs.values(), f"event {event}: the spec of the geometry in use was dropped"
+    assert len(specs) == _SPECS_PER_DEVICE
+
+
+def test_a_metadata_used_by_more_models_than_it_keeps_keeps_the_latest():
+    """One metadata run by more models than it keeps plans for: it keeps the plans of the
+    models used last (the least recently used dropped first), not only the newest one."""
+    from inference._metadata import PLANS_KEPT
+
+    q, coll, out, meta = _setup()
+    modules = [MLP() for _ in range(PLANS_KEPT + 1)]
+    models = [Model(m) for m in modules]
+    for model in models:
+        model.to(q).forward(meta)
+    assert [m in meta._plans for m in models] == [False] + [True] * PLANS_KEPT
+    models[1].forward(meta)  # used again: the oldest is now models[2]
+    models[0].forward(meta)
+    assert [m in meta._plans for m in models] == [True, True, False] + [True] * (PLANS_KEPT - 2)
+    np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(modules[0], coll, q), rtol=1e-5, atol=1e-6)
