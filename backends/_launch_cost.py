@@ -26,11 +26,16 @@ the pool is calibrated, and tests patch them here.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 from portable.env import env_number
 
 from ._thread_pool import _get_ident, _Job, _perf, _pool
+
+#: whether threads' CPU clocks resolve a chunk's time (not on a 15.6 ms tick): then a parallel
+#: launch is judged against its own threads' CPU time
+_CPU_CLOCK_FINE = time.get_clock_info("thread_time").resolution <= 1e-6
 
 #: at most this much measured work (seconds) per chunk of a parallel launch (Ctrl-C latency)
 CHUNK_MAX_S = 5e-3
@@ -184,7 +189,10 @@ def _parallel(fn: Any, lo: int, hi: int, call: tuple, key: tuple, units: int, es
     per = sum(job.busy) / (n * units)
     if est is None or per < est:
         est = _cost[key] = per
-    r = wall / (est * n * units)
+    # against what this launch's own data cost: its threads' CPU time (a kernel's work may depend
+    # on its data, e.g. digis per module, so the estimate of another launch of the grid misjudges)
+    cpu = sum(job.cpu) if _CPU_CLOCK_FINE else 0.0
+    r = wall / (cpu if cpu > 0 else est * n * units)
     old = _ratio.get(key)
     _ratio[key] = r if old is None else old + (r - old) * EMA
     return est

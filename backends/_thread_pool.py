@@ -43,6 +43,8 @@ from portable.spi import before_workers_stop
 CALIBRATE_WAIT_S = 0.05
 
 _perf = time.perf_counter
+#: this thread's CPU time (a thread preempted or waiting for a core does not advance it)
+_thread_cpu = time.thread_time
 _get_ident = _thread.get_ident
 _MAIN = threading.main_thread().ident
 _EXIT_MESSAGE = "cpu_threads: kernel launch given up: the program ended (atexit) without waiting for its queue"
@@ -78,6 +80,7 @@ class _Job:
         "cancel",
         "errors",
         "busy",
+        "cpu",
         "active",
     )
 
@@ -94,12 +97,13 @@ class _Job:
         self.cancel = False  # set on an error, Ctrl-C or exit: the chunks not started are skipped
         self.errors: list[BaseException] = []
         self.busy: list[float] = []  # seconds of kernel time, one entry per participating thread
+        self.cpu: list[float] = []  # CPU seconds each participating thread spent in run() (its chunks)
         self.active: set[int] = set()  # pool workers inside run() (never the caller)
 
     def run(self) -> None:
         """Take chunks and run them until none is left (the caller and workers alike)."""
         take, chunks, bounds, fn, call = self.take, self.chunks, self.bounds, self.fn, self.call
-        busy = 0.0
+        busy, cpu0 = 0.0, _thread_cpu()
         try:
             while True:
                 c = take()
@@ -120,6 +124,7 @@ class _Job:
                     _release(self.done)
         finally:
             self.busy.append(busy)
+            self.cpu.append(_thread_cpu() - cpu0)
 
 
 class _Pool:
