@@ -132,7 +132,8 @@ def _uncaptured_stderr(item: Any) -> Any:
     capture, which nobody sees once the process ends): a dup of the descriptor pytest saved."""
     try:
         capman = item.config.pluginmanager.getplugin("capturemanager")
-        fd = capman._global_capturing.err.targetfd_save  # pytest's FDCapture: the original fd 2
+        # pytest's FDCapture keeps the original fd 2 and offers no public way to reach it
+        fd = capman._global_capturing.err.targetfd_save  # noqa: SLF001 - pytest's own, no public API
         return os.fdopen(os.dup(fd), "w")
     except Exception:  # noqa: BLE001 - no capture (-s), no test, another pytest: fd 2 is the real one
         return sys.__stderr__

@@ -132,13 +132,13 @@ def onnx_unavailable(device) -> str | None:
     missing, or lacks the execution provider that the device's torch device needs (the CPU-only
     ``onnxruntime`` on a CUDA machine). The library decides, as ``Model(...).to(queue)`` would:
     its message names what to install (``pip install 'alpyka[onnx-gpu]'``)."""
-    import inference._model
+    from inference import _model  # its torch_device, as patch_torch may have replaced it
     from inference._loading import ModelFileError
     from inference._onnx import choose_provider, import_ort
 
     try:
         ort = import_ort()
-        choose_provider(inference._model.torch_device(device).type, ort.get_available_providers())
+        choose_provider(_model.torch_device(device).type, ort.get_available_providers())
     except (ImportError, ModelFileError) as exc:
         return str(exc)
     return None

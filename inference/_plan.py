@@ -8,7 +8,7 @@ a size seen before only binds memory. A :class:`Plan` is a pass prepared for
 one ``(model, ModelMetadata, queue)``: the blocks' tensors over the collections' memory, the
 device checks done, the output checks reduced to an exact ``(shape, dtype)`` comparison per block
 (anything else goes through the full check, which converts or raises as before). ``Model.forward``
-keeps plans in the metadata (``ModelMetadata._plans``) and reuses one while the metadata is
+keeps plans in the metadata (``ModelMetadata.plan``/``keep_plan``) and reuses one while the metadata is
 unchanged: same blocks in the same order (``SoAMetadata.ordered()``'s cached tuple is the token;
 ``append_block``/``change_order`` drop it) and no attribute of the ``ModelMetadata`` set since
 (its ``__setattr__`` drops the plans). A repeated forward then costs the call, the model and the
@@ -41,7 +41,10 @@ from ._metadata import ModelMetadata, SoAMetadata, array_places, check_output
 from ._tensors import torch_dtype
 
 #: autograd off for a pass: torch's own C++ guard when this torch has it (see the module doc)
-_InferenceMode: Callable[[bool], Any] = getattr(torch._C, "_InferenceMode", None) or torch.inference_mode
+_InferenceMode: Callable[[bool], Any] = (
+    getattr(torch._C, "_InferenceMode", None)  # noqa: SLF001 - torch's own guard, the point (module docstring)
+    or torch.inference_mode
+)
 
 
 class PassSpec:
@@ -116,7 +119,7 @@ class PassSpec:
         the binding."""
 
         def general() -> None:
-            Pass(self, ins, outs).bind()._whole(False)
+            Pass(self, ins, outs).bind().run_whole(False)
 
         return self.host.bind(ins.host_arrays(self.in_places), outs.host_arrays(self.out_places), general)
 
@@ -198,14 +201,16 @@ class Pass:
         # host memory only: on a GPU the writes of one pass may still be queued on its stream
         # when another queue's pass would reuse the tensors
         if not spec.prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
-            self._whole(False)
+            self.run_whole(False)
             return
         try:  # held until the outputs are written: a model's output may be a view of its input
-            self._whole(True)
+            self.run_whole(True)
         finally:
             lock.release()
 
-    def _whole(self, keep: bool) -> None:
+    def run_whole(self, keep: bool) -> None:
+        """The model on the whole bound collection in one call, its outputs checked and written;
+        ``keep``: the inputs are gathered into the workspace's buffers (the caller holds its lock)."""
         spec = self.spec
         with _InferenceMode(True):
             raw = self._run(self.args, None, keep) if spec.indirect else spec.fn(*self.args)
@@ -288,7 +293,7 @@ class Plan:
 
     def current(self, metadata: ModelMetadata) -> bool:
         """Whether the metadata's blocks are still the ones the plan was made from."""
-        return self.in_order is metadata.inputs._order and self.out_order is metadata.outputs._order
+        return self.in_order is metadata.inputs.ordered() and self.out_order is metadata.outputs.ordered()
 
 
 def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:

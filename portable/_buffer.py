@@ -71,7 +71,7 @@ def wait_on_host(last: LastQueue) -> None:
     queue = last.queue()
     if _capturing:  # no host reads inside pk.capture (portable/_graph.py)
         refuse_host_read(queue)
-    if queue is None or queue.is_idle() or _inside_own_task(queue._impl):
+    if queue is None or queue.is_idle() or _inside_own_task(queue.impl):
         return
     event = Event(queue.device)
     queue.record(event)
@@ -85,7 +85,7 @@ def order_stream(last: LastQueue, stream: int) -> None:
     queue = last.queue()
     if queue is None:
         return
-    hand_off = getattr(queue._impl, "hand_off", None)
+    hand_off = getattr(queue.impl, "hand_off", None)
     if hand_off is None:
         wait_on_host(last)
     else:
@@ -99,7 +99,7 @@ def cai_stream(last: LastQueue) -> int | None:
     queue = last.queue()
     if queue is None or queue.is_idle():
         return None
-    hand_off = getattr(queue._impl, "hand_off", None)
+    hand_off = getattr(queue.impl, "hand_off", None)
     if hand_off is None:
         wait_on_host(last)
         return None
@@ -146,6 +146,12 @@ class Buffer:
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
         self._finalizer = weakref.finalize(self, _on_collect, self._block)
         self._last = LastQueue()  # the queue interchange consumers are ordered after
+
+    @property
+    def last_queue(self) -> LastQueue:
+        """Which queue the work enqueued on this buffer so far ends on (portable/_handoff.py):
+        what the interchange protocols and ``wait_ready`` order their consumers after."""
+        return self._last
 
     @property
     def handle(self) -> Any:
@@ -255,8 +261,8 @@ def reinterpret(buf: Any, dtype: Any) -> Any:
 
 def _last_of_view(view: soa.View) -> LastQueue | None:
     owner = view.owner
-    return owner._last if isinstance(owner, Buffer) else None
+    return owner.last_queue if isinstance(owner, Buffer) else None
 
 
-register_holder(Buffer, lambda b: b._last)
+register_holder(Buffer, lambda b: b.last_queue)
 register_holder(soa.View, _last_of_view)

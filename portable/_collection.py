@@ -302,7 +302,7 @@ class PortableCollection:
         return f"<PortableCollection {blocks} on {self.device}, {self.nbytes} bytes>"
 
 
-register_holder(PortableCollection, lambda c: c.buffer._last)  # kernel arguments: note the last queue
+register_holder(PortableCollection, lambda c: c.buffer.last_queue)  # kernel arguments: note the last queue
 
 
 def _host_device() -> Device:

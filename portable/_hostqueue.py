@@ -36,12 +36,14 @@ class HostEvent:
         self._done: set[int] = set()
         self._errors: dict[int, BaseException] = {}
 
-    def _next_generation(self) -> int:
+    def next_generation(self) -> int:
+        """Count a new record: the generation that :meth:`complete` marks done."""
         with self._cv:
             self._recorded += 1
             return self._recorded
 
-    def _complete(self, generation: int, error: BaseException | None = None) -> None:
+    def complete(self, generation: int, error: BaseException | None = None) -> None:
+        """Mark ``generation`` done (with ``error``: the waits on it raise AsyncError from it)."""
         with self._cv:
             if error is not None:
                 self._errors[generation] = error
@@ -68,11 +70,8 @@ class HostEvent:
         return done
 
     # points completed by outside code (``pk.Event.record_external``)
-    def record_external(self) -> int:
-        return self._next_generation()
-
-    def complete_external(self, token: int, error: BaseException | None = None) -> None:
-        self._complete(token, error)
+    record_external = next_generation
+    complete_external = complete
 
     # the cross-backend protocol: any queue can wait for a state captured now
     snapshot = generation
@@ -119,6 +118,7 @@ class _HostQueueState:
 
     def __init__(self) -> None:
         self.cv = threading.Condition(threading.Lock())  # waiters sleep on it until ``done`` moves
+        self.sleepers = 0  # threads asleep on ``cv`` (counted under it): nobody asleep, no notify
         self.done = 0
         self.log = ErrorLog()  # ``log.seq``: the tasks submitted so far (numbered under its lock)
         self.pending: deque = deque()
@@ -154,7 +154,7 @@ class _HostQueueState:
         self.done = seq
         cv = self.cv
         with cv:  # under the lock: a waiter between its check and its sleep is not missed
-            if cv._waiters:  # type: ignore[attr-defined]  (nobody waits: no notify)
+            if self.sleepers:
                 cv.notify_all()
 
     def run_pending(self, _token: Any = None) -> None:
@@ -237,7 +237,7 @@ class HostQueue:
         self._submit(_call_keeping, (fn, keep), False)
 
     def record(self, event: HostEvent) -> None:
-        self._submit(event._complete, (event._next_generation(),), True)
+        self._submit(event.complete, (event.next_generation(),), True)
 
     def wait_for(self, waitable: Any) -> None:
         """Work enqueued after this waits for ``waitable`` (an event impl) as recorded now."""
@@ -282,7 +282,11 @@ class HostQueue:
                 continue
             with cv:  # the worker (or another waiter) runs them: sleep until it finished ours
                 if st.done < target and (run_lock.locked() or not pending):
-                    cv.wait(0.05)  # woken at each task's end; the timeout re-checks the turn
+                    st.sleepers += 1
+                    try:
+                        cv.wait(0.05)  # woken at each task's end; the timeout re-checks the turn
+                    finally:
+                        st.sleepers -= 1
         st.log.finish_wait(lo, target, "queue")
 
     def is_idle(self) -> bool:

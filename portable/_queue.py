@@ -31,6 +31,12 @@ class Event:
         self.device = _checked_device(device, "Event")
         self._impl = device.backend.create_event(device)
 
+    @property
+    def impl(self) -> Any:
+        """The backend's implementation of this event (a :class:`portable.spi.EventImpl`, what
+        ``Backend.create_event`` made): for the core and backends, not for users' code."""
+        return self._impl
+
     def wait(self) -> None:
         """Block until the work before the latest record has finished; raise its error if any."""
         run_deferred()  # a safe point: hand collected buffers back before blocking
@@ -76,6 +82,13 @@ class Queue:
         self.blocking = bool(blocking)
         self._impl = device.backend.create_queue(device, self.blocking)
 
+    @property
+    def impl(self) -> Any:
+        """The backend's implementation of this queue (a :class:`portable.spi.QueueImpl`, what
+        ``Backend.create_queue`` made; backends reach it through ``portable.spi.queue_impl``):
+        for the core and backends, not for users' code."""
+        return self._impl
+
     def enqueue(self, task: Any, *args: Any) -> None:
         """``q.enqueue(fn)`` runs a host function in queue order;
         ``q.enqueue(workdiv, kernel, *args)`` launches a kernel (like ``pk.exec``)."""
@@ -114,7 +127,7 @@ class Queue:
             raise ValueError(f"event of {event.device} cannot be recorded on a queue of {self.device}")
         if _capturing:
             refuse(self, "record()")
-        self._impl.record(event._impl)
+        self._impl.record(event.impl)
 
     def wait_for(self, event: Event) -> None:
         """Work enqueued after this call starts only once ``event`` (as recorded now) completed."""
@@ -122,7 +135,7 @@ class Queue:
             raise TypeError(f"wait_for() takes a pk.Event, got {type(event).__name__}")
         if _capturing:
             refuse(self, "wait_for()")
-        self._impl.wait_for(event._impl)
+        self._impl.wait_for(event.impl)
 
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error it raised that

@@ -34,7 +34,7 @@ def host_array_factory(memory: np.ndarray, const: bool = False, owner: Any = Non
     if owner is not None:
         # numpy collapses ndarray bases, so the owner rides on a ctypes view of the bytes
         base = (ctypes.c_uint8 * base.nbytes).from_buffer(base)
-        base._alpyka_owner = owner
+        base.alpyka_owner = owner  # an attribute of ours on the ctypes array: it holds the owner
 
     def make(offset: int, dtype: np.dtype, shape: tuple, strides: tuple) -> np.ndarray:
         arr = np.ndarray(shape, dtype=dtype, buffer=base, offset=offset, strides=strides)

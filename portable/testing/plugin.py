@@ -130,7 +130,9 @@ def _uses_plugin_backend(metafunc: Any) -> bool:
     while requesting it (``def backend(backend): ...``) still reaches ours."""
     defs = getattr(metafunc, "_arg2fixturedefs", None)
     if defs is None:
-        defs = metafunc.definition._fixtureinfo.name2fixturedefs
+        # pytest < 8 keeps them on the definition; pytest offers no public way to ask which
+        # fixture definitions a test resolves, reading its internals is the only one
+        defs = metafunc.definition._fixtureinfo.name2fixturedefs  # noqa: SLF001 - pytest's own, no public API
     for fixturedef in reversed(defs.get(_ARG) or ()):
         if _is_own(fixturedef):
             return True
