@@ -179,7 +179,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         if e.type.is_bool:
             return f"(({inner}) != 0)"
         if e.value.type.is_float and e.type.is_integer:  # saturating: backends/_float_to_int.py
-            return f"{self.h._add(*c_helper(e.value.type, e.type))}({inner})"
+            return f"{self.h.add(*c_helper(e.value.type, e.type))}({inner})"
         return f"(({self.ctype(e.type)})({inner}))"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
@@ -292,7 +292,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             raise self.fail(f"math.{f} needs float arguments here, got {at}")
         call = f"{self.d.math(f, at)}({', '.join(s)})"
         if e.type.is_integer:  # floor/ceil/trunc of a float: saturating (backends/_float_to_int.py)
-            return f"{self.h._add(*c_helper(at, e.type))}({call})"
+            return f"{self.h.add(*c_helper(at, e.type))}({call})"
         if e.type != at:
             return f"(({self.ctype(e.type)}){call})"
         return call

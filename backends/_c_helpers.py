@@ -23,7 +23,8 @@ class Helpers:
     def source(self) -> str:
         return "\n".join(self._src.values())
 
-    def _add(self, name: str, src: str) -> str:
+    def add(self, name: str, src: str) -> str:
+        """Include helper ``name`` (C source ``src``) once; its name, for the call."""
         if name not in self._src:
             self._src[name] = src
         return name
@@ -38,7 +39,7 @@ class Helpers:
         name = f"alpyka_floordiv_{c}"
         if t.is_float:
             m = self._mathname
-            return self._add(
+            return self.add(
                 name,
                 f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0) return a / b;
@@ -55,9 +56,9 @@ class Helpers:
 """,
             )
         if t.is_unsigned:
-            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
+            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
         u = "u" + c[1:]
-        return self._add(
+        return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0) return 0;
@@ -75,7 +76,7 @@ class Helpers:
         name = f"alpyka_mod_{c}"
         if t.is_float:
             m = self._mathname
-            return self._add(
+            return self.add(
                 name,
                 f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     {c} r = {m("fmod", t)}(a, b);
@@ -86,8 +87,8 @@ class Helpers:
 """,
             )
         if t.is_unsigned:
-            return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
-        return self._add(
+            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
+        return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
     if (b == 0 || b == -1) return 0;
@@ -110,7 +111,7 @@ class Helpers:
             else f"""
     if (e < 0) return base == 1 ? ({c})1 : (base == -1 ? ((e & 1) ? ({c})-1 : ({c})1) : ({c})0);"""
         )
-        return self._add(
+        return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
     {u} r = 1, b = ({u})base, k = ({u})e;
@@ -134,14 +135,14 @@ class Helpers:
             body = f"return k < {t.bits} ? a >> k : ({c})0;"
         else:  # ~((~a) >> k): a negative value shifts in ones without relying on C's choice
             body = f"return k < {t.bits} ? (a < 0 ? ~((~a) >> k) : a >> k) : (a < 0 ? ({c})-1 : ({c})0);"
-        return self._add(name, f"ALPYKA_FN {c} {name}({c} a, u64 k) {{ {body} }}\n")
+        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, u64 k) {{ {body} }}\n")
 
     def minmax(self, func: str, t: ScalarType) -> str:
         """Python's ``min``/``max`` of two values: the first one wins ties (and NaN compares)."""
         c = CTYPE[t.name]
         name = f"alpyka_{func}_{c}"
         cmp = "<" if func == "min" else ">"
-        return self._add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return (b {cmp} a) ? b : a; }}\n")
+        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return (b {cmp} a) ? b : a; }}\n")
 
     def iabs(self, t: ScalarType) -> str:
         c = CTYPE[t.name]
@@ -151,7 +152,7 @@ class Helpers:
         else:  # negated unsigned: abs(MIN) wraps to MIN as numpy's does (C's -MIN is undefined)
             u = "u" + c[1:]
             body = f"return a < 0 ? ({c})(({u})0 - ({u})a) : a;"
-        return self._add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
+        return self.add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
 
     def _mathname(self, func: str, t: ScalarType) -> str:
         return self.d.math(func, t)
@@ -164,7 +165,7 @@ class Helpers:
         else:
             report = "atomicCAS((int*)err, 0, id)"
         err = f"{d.space('buffer')}i32* err"
-        return self._add(
+        return self.add(
             "alpyka_chk",
             f"""ALPYKA_FN i64 alpyka_chk(i64 i, i64 n, i32 id, {err}) {{
     if (i >= 0 && i < n) return i;
@@ -183,7 +184,7 @@ class Helpers:
         time when a 1D kernel's barrier region asks for ``get_local_id(1)``."""
         first = " && ".join(f"get_local_id({d}) == 0" for d in range(ndim))
         count = f"alpyka_bpred_count_{ndim}d"
-        self._add(
+        self.add(
             count,
             f"""ALPYKA_FN i64 {count}(__local volatile i32* s, bool p) {{
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
@@ -200,7 +201,7 @@ class Helpers:
         name = f"alpyka_bpred_{op}_{ndim}d"
         size = " * ".join(f"get_local_size({d})" for d in range(ndim))
         test = f"== (i64)({size})" if op == "and" else "!= 0"
-        return self._add(
+        return self.add(
             name, f"ALPYKA_FN bool {name}(__local volatile i32* s, bool p) {{ return {count}(s, p) {test}; }}\n"
         )
 
@@ -208,7 +209,7 @@ class Helpers:
         """OpenCL: ``alpyka_warp_<op>(p)`` over the sub-group where the device has sub-group
         ballots and shuffles (the build defines ALPYKA_SUBGROUPS), else over a one-thread warp."""
         if op == "size":
-            return self._add(
+            return self.add(
                 "alpyka_warp_size",
                 """ALPYKA_FN i64 alpyka_warp_size(void) {
 #ifdef ALPYKA_SUBGROUPS
@@ -219,7 +220,7 @@ class Helpers:
 }
 """,
             )
-        self._add(
+        self.add(
             "alpyka_ballot",
             """ALPYKA_FN u64 alpyka_ballot(bool p) {
 #ifdef ALPYKA_SUBGROUPS
@@ -240,7 +241,7 @@ class Helpers:
         ret = "u64" if op in ("ballot", "active_mask") else "bool"
         arg = "void" if op == "active_mask" else "bool p"
         name = f"alpyka_warp_{op}"
-        return self._add(name, f"ALPYKA_FN {ret} {name}({arg}) {{ {body} }}\n")
+        return self.add(name, f"ALPYKA_FN {ret} {name}({arg}) {{ {body} }}\n")
 
     def warp_shuffle(self, op: str, t: ScalarType) -> str:
         """OpenCL: ``alpyka_<op>_<type>(v, k)`` with CUDA's rule (a source lane outside the
@@ -267,7 +268,7 @@ class Helpers:
         }[op]
         wide = c if t.bits >= 32 and not t.is_bool else "i32"
         back = f"({c})r" if not t.is_bool else "r != 0"
-        return self._add(
+        return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({c} v, i32 k) {{
 #ifdef ALPYKA_SUBGROUPS
@@ -294,7 +295,7 @@ class Helpers:
         ptr = f"{space}{c}* p"
         if op == "cas":
             word, cas = d.cas_word(t.bits, space)
-            return self._add(
+            return self.add(
                 name,
                 f"""ALPYKA_FN {c} {name}({ptr}, {c} compare, {c} value) {{
     {word} cmp = {d.bits_of(t, "compare")}, val = {d.bits_of(t, "value")};
@@ -304,12 +305,12 @@ class Helpers:
             )
         native = d.native_atomic(op, t, space)
         if native is not None:
-            return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ return ({c}){native}; }}\n")
+            return self.add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ return ({c}){native}; }}\n")
         if op == "sub" and t.is_integer:
             add = d.native_atomic("add", t, space)
             if add is not None:
                 body = f"v = ({c})(0 - v); return ({c}){add};"
-                return self._add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {body} }}\n")
+                return self.add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {body} }}\n")
         new = {
             "add": "cur + v",
             "sub": "cur - v",
@@ -326,7 +327,7 @@ class Helpers:
             raise NotImplementedError(f"atomic_{op} on {t}")
         word, cas = d.cas_word(t.bits, space)
         first = d.atomic_read(word, space)
-        return self._add(
+        return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
     volatile {space}{word}* wp = (volatile {space}{word}*)p;

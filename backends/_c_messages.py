@@ -66,7 +66,7 @@ class MessageEmitter:
                 parts.append(spec)
                 args.append(arg)
         fmt = " ".join(parts) + "\\n"
-        fn = "printf" if self.d.is_opencl else self.h._add("alpyka_printf", _PRINTF_PROLOGUE)
+        fn = "printf" if self.d.is_opencl else self.h.add("alpyka_printf", _PRINTF_PROLOGUE)
         self.out(f'{fn}("{fmt}"{"".join(", " + a for a in args)});{tag}', line)
 
     def print_format(self: Any, e: ir.Expr) -> tuple[str, str]:

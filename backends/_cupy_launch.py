@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 
 from portable.compiler import check_shared_needs
-from portable.spi import queue_impl
+from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import make_packer
 from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, float_options, format_build_error  # noqa: F401
-from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects
+from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, plans_of, prepare_launch, same_objects
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
-_D2H = 2  # cudaMemcpyDeviceToHost
+D2H = 2  # cudaMemcpyDeviceToHost
 
 
 class CupyPlan(DevicePlan):
@@ -58,7 +58,9 @@ def build_function(cupy: Any, src: Any, is_hip: bool) -> Any:
         raise KernelBuildError(format_build_error(src, compiler, log)) from None
 
 
-def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> CupyPlan:
+def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> CupyPlan:
+    """The plan of a launch key (``prepare_launch`` calls it once per key): the arguments
+    checked, the IR emitted as CUDA or HIP C and built by cupy on the queue's device."""
     dev, impl = queue.device, queue_impl(queue)
     kernel.check_args(args, dev)
     is_hip = dev.backend_name == "rocm"
@@ -78,7 +80,7 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
     return plan
 
 
-def _opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:
+def opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:
     """Raise the kernel's dynamic shared memory limit when the block needs more than the default
     48 KB in all (static + dynamic): CUDA refuses such a launch unless the kernel opted in."""
     if plan.static_shared + dyn > _DEFAULT_DYNAMIC_SHARED and dyn > plan.dyn_limit:
@@ -88,14 +90,14 @@ def _opt_in_dynamic_shared(plan: CupyPlan, dyn: int) -> None:
                 plan.dyn_limit = dyn
 
 
-def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
     """Enqueue ``kernel`` over ``workdiv`` on a CUDA/ROCm queue (its stream)."""
-    plan, values, dyn, (grid, block, _) = prepare_launch(queue, workdiv, kernel, args, _make_plan)
+    plan, values, dyn, (grid, block, _) = prepare_launch(queue, workdiv, kernel, args, make_plan)
     impl = queue_impl(queue)
     cp, stream, fn = impl.cupy, impl.stream, plan.function
     if dyn:
         with impl.scope:
-            _opt_in_dynamic_shared(plan, dyn)
+            opt_in_dynamic_shared(plan, dyn)
     if not plan.err:
 
         def run() -> None:
@@ -108,7 +110,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     # pinned host memory (a pageable copy would block until complete), read by a host task
     with impl.scope, stream:
         flag = cp.empty(1, dtype=cp.int32)
-    host = _pinned_int32(cp)
+    host = pinned_int32(cp)
     fp, hp, rt = int(flag.data.ptr), int(host.ctypes.data), cp.cuda.runtime
     values.append(np.uint64(fp))
 
@@ -116,13 +118,13 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
         rt.memsetAsync(fp, 0, 4, stream.ptr)
         with stream:
             fn(grid, block, tuple(values), shared_mem=dyn)
-        rt.memcpyAsync(hp, fp, 4, _D2H, stream.ptr)
+        rt.memcpyAsync(hp, fp, 4, D2H, stream.ptr)
 
     impl.submit(run_checked, args, flag, host)
-    impl.enqueue_host(_range_check(plan, host))
+    impl.enqueue_host(range_check(plan, host))
 
 
-def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tuple], None] | None:
+def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
     """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
     over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): plan, grid,
     block and dynamic shared size bound once, the native call (packed values) reused while the
@@ -130,7 +132,7 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
     object has the same value). None without a plan, or for a range-checked plan (ALPYKA_DEBUG:
     a flag and a host check per launch)."""
     dev = queue.device
-    plan = kernel.plans.get(launch_key(dev, workdiv, kernel, args))
+    plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
     if plan is None or plan.err:
         return None
     dyn = kernel.shared_bytes(workdiv, args)
@@ -138,7 +140,7 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
     impl = queue_impl(queue)
     if dyn:
         with impl.scope:
-            _opt_in_dynamic_shared(plan, dyn)
+            opt_in_dynamic_shared(plan, dyn)
     submit, stream, fn, pack = impl.submit, impl.stream, plan.function, plan.pack
     last: list = [None, None]  # the arguments of the previous launch and its native call
     same = same_objects(len(args))
@@ -157,12 +159,15 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
     return run
 
 
-def _pinned_int32(cp: Any) -> np.ndarray:
+def pinned_int32(cp: Any) -> np.ndarray:
+    """One int32 of page-locked host memory (a range check's flag copies into it)."""
     mem = cp.cuda.alloc_pinned_memory(4)
     return np.frombuffer(mem, dtype=np.int32, count=1)
 
 
-def _range_check(plan: CupyPlan, host: np.ndarray) -> Any:
+def range_check(plan: CupyPlan, host: np.ndarray) -> Any:
+    """The host check of a range-checked launch: raise the check's error when the device flag
+    copied into ``host`` is set."""
     from portable.compiler import device_check_error
 
     def check() -> None:

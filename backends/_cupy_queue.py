@@ -94,9 +94,9 @@ class _Task:
 def _run_task(task: _Task) -> None:
     q = task.queue
     try:
-        _run_host(task.marker, task.host, q._log)
+        _run_host(task.marker, task.host, q.log)
     finally:
-        q._release()
+        q.release_backlog()
         # an error's traceback (kept by the queue's log) holds this frame through the failing
         # frame's f_back: leave no reference to the queue in it, or a dropped queue would live
         # on until the next cyclic collection (and its worker never stop to warn of the error)
@@ -201,7 +201,7 @@ class CupyQueue(DeviceQueue):
         m.recorded = True
         return m
 
-    def _release(self) -> None:
+    def release_backlog(self) -> None:
         """On the worker, after a host function: submit the backlog up to the next host
         function (handed to the worker in turn) or to its end (the queue stops deferring)."""
         with self._lock:

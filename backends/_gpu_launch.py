@@ -14,6 +14,7 @@ import numpy as np
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.compiler import check_shared_needs, debug_enabled
+from portable.spi import KernelHandle, PlanCache
 
 from ._c_emit import emit
 from ._c_source import CEmitError, CSource
@@ -41,8 +42,14 @@ class DevicePlan:
         self.needs: list = []
 
 
-def launch_key(device: Any, workdiv: Any, kernel: Any, args: tuple) -> tuple:
-    """The key of a launch plan in ``kernel.plans``: backend and device, dimension, signature,
+def plans_of(device: Any, kernel: KernelHandle) -> PlanCache:
+    """The plans ``device``'s backend keeps for ``kernel`` (``Backend.plans``), keyed by
+    :func:`launch_key`."""
+    return kernel.slot(device.backend_name, PlanCache)
+
+
+def launch_key(device: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> tuple:
+    """The key of a launch plan in :func:`plans_of`: the device's memory, dimension, signature,
     debug, and whether every thread has one element (plans specialised for that)."""
     els = workdiv.elements
     return (device.memory_space, len(els), kernel.signature(args), debug_enabled(), els == _ONES[len(els)])
@@ -82,7 +89,7 @@ def _mismatch_error() -> type:
     return KernelDeviceMismatch
 
 
-def check_devices(kernel: Any, args: tuple, device: Any) -> None:
+def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
     """DeviceMismatch (also a KernelArgumentError) for a view or buffer of memory the queue's
     device cannot use."""
     names = None
@@ -112,7 +119,7 @@ def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> No
         )
 
 
-def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSource]:
+def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSource]:
     """The IR and the C source of ``kernel`` for a plan key; emitter limits become
     KernelSyntaxError naming the kernel's file and line. With ``ALPYKA_CHECK_CUDA=1`` every
     OpenCL build also compiles the kernel's CUDA dialect to PTX through NVRTC (CI's guard); with
@@ -146,7 +153,7 @@ def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSo
 
 
 def prepare_launch(
-    queue: Any, workdiv: Any, kernel: Any, args: tuple, make_plan: Callable[..., Any]
+    queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, make_plan: Callable[..., Any]
 ) -> tuple[Any, list, int, tuple]:
     """The checks and argument packing every device launch does first: device of each argument,
     the cached plan (built once per key by ``make_plan(queue, workdiv, kernel, args, key)``), the
@@ -156,12 +163,10 @@ def prepare_launch(
     dev = queue.device
     check_devices(kernel, args, dev)
     key = launch_key(dev, workdiv, kernel, args)
-    plan = kernel.plans.get(key)
+    plans = plans_of(dev, kernel)
+    plan = plans.get(key)
     if plan is None:
-        with kernel.lock:
-            plan = kernel.plans.get(key)
-            if plan is None:
-                plan = kernel.plans[key] = make_plan(queue, workdiv, kernel, args, key)
+        plan = plans.build(key, lambda: make_plan(queue, workdiv, kernel, args, key))
     if kernel.dynamic_shared_bytes is None:  # the checks depend on the work division alone: once each
         fit = plan.fits.get(id(workdiv))
         if fit is None or fit[0] is not workdiv or fit[1] is not dev:

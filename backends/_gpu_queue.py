@@ -75,8 +75,8 @@ class Snapshot:
 
     def wait(self) -> None:
         self.queue.sync_native(self.native)
-        self.queue._log.resolve(self.errors_upto)
-        err = self.queue._log.first_between(self.errors_after, self.errors_upto)
+        self.queue.log.resolve(self.errors_upto)
+        err = self.queue.log.first_between(self.errors_after, self.errors_upto)
         if err is not None:
             raise AsyncError(f"work before this event failed: {err!r}") from err
 
@@ -90,7 +90,7 @@ class Snapshot:
             return False  # no host function in range
         if not self.done():
             return True  # they may still fail
-        return self.queue._log.first_between(self.errors_after, self.errors_upto) is not None
+        return self.queue.log.first_between(self.errors_after, self.errors_upto) is not None
 
 
 class DeviceEvent:
@@ -101,7 +101,8 @@ class DeviceEvent:
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
 
-    def _set(self, snap: Snapshot) -> None:
+    def set_latest(self, snap: Snapshot) -> None:
+        """Make ``snap`` the state waits on this event wait for (``DeviceQueue.record``)."""
         with self._lock:
             self._latest = snap
 
@@ -171,6 +172,19 @@ class DeviceQueue:
         self._retained = Retained(self.event_done)
         track(self._retained, self)  # buried, never destroyed under pending work, when collected
         self._worker: Worker | None = None
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The queue's lock: held while work is enqueued on the native queue, so that what one
+        enqueue sets up (a ``cl.Kernel``'s arguments, a replayed graph's commands) is not
+        interleaved with another thread's (the launchers and recorders take it)."""
+        return self._lock
+
+    @property
+    def log(self) -> ErrorLog:
+        """The queue's :class:`ErrorLog` (which wait reports which asynchronous error): read by
+        snapshots of the queue that other queues wait for, and by the queue's worker tasks."""
+        return self._log
 
     # ------------------------------------------------------------------ native primitives
     def marker(self) -> Any:
@@ -283,7 +297,7 @@ class DeviceQueue:
             self._retained.retire(native)  # its objects stay referenced until it completed
             with self._log.lock:
                 snap = Snapshot(self, native, self._log.cleared, self._log.seq)
-            event._set(snap)
+            event.set_latest(snap)
         if self.blocking:
             self.finish()
 
@@ -297,7 +311,7 @@ class DeviceQueue:
                 # the native wait sees device work only: errors of the other queue's host
                 # functions become this queue's once its work has passed the wait
                 with self._lock:
-                    self._log.add_import(lambda: token.queue._log.first_between(token.errors_after, token.errors_upto))
+                    self._log.add_import(lambda: token.queue.log.first_between(token.errors_after, token.errors_upto))
             if self.blocking:
                 self.finish()
                 self._log.resolve(self._log.seq)

@@ -20,7 +20,9 @@ from portable.spi import (
     DeviceLimits,
     HostEvent,
     HostQueue,
+    KernelHandle,
     MemRef,
+    PlanCache,
     pinned_host_allocator,
     queue_impl,
     signature_key,
@@ -135,15 +137,14 @@ class HostBackend(Backend):
         queue.enqueue_host(lambda: _bytes(dst).fill(value))
 
     # kernels
-    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         """Compile (once per signature) and enqueue ``kernel`` over ``workdiv``; the task holds
         ``args`` (views, buffers: their owners) until the launch ran. On a blocking queue the
         blocks run right here, under the queue's lock."""
         # the hot path of every launch: one dict lookup for the compiled plan, then one call
         debug = _environ.get(b"ALPYKA_DEBUG") if _environ is not None else debug_enabled()
-        plan = kernel.plans.get(
+        plan = kernel.slot(self.name, PlanCache).get(
             (
-                self.name,
                 len(workdiv.blocks),
                 signature_key(args, kernel.__name__),
                 debug is not None and debug not in (b"", b"0", False),
@@ -168,7 +169,7 @@ class HostBackend(Backend):
         e = workdiv.elements
         impl.enqueue_call(self.run_blocks, plan, nblocks, call, args, e[0] if len(e) == 1 else math.prod(e))
 
-    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+    def launcher(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
         """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
         fast path; backends/_host_fast.py)."""
         from ._host_fast import host_launcher

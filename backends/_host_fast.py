@@ -7,16 +7,16 @@ import math
 from typing import Any
 
 from portable.compiler import debug_enabled
-from portable.spi import queue_impl, signature_key
+from portable.spi import KernelHandle, PlanCache, queue_impl, signature_key
 
 
-def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
     """``run(args)``: the launch of ``kernel`` over ``workdiv`` on ``queue`` that
     ``HostBackend.launch`` does for arguments of the types of ``args``, with the compiled plan,
     the queue's lock or task and the work division's tuples bound once (portable/_launch.py's
     fast path calls it after the guard of those types). None when no plan was compiled yet."""
-    key = (backend.name, len(workdiv.blocks), signature_key(args, kernel.__name__), debug_enabled())
-    plan = kernel.plans.get(key)
+    key = (len(workdiv.blocks), signature_key(args, kernel.__name__), debug_enabled())
+    plan = kernel.slot(backend.name, PlanCache).get(key)
     if plan is None:
         return None
     dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0

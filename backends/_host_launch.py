@@ -11,7 +11,7 @@ import numpy as np
 
 from portable import Buffer
 from portable.compiler import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
-from portable.spi import c_strides, signature_key
+from portable.spi import KernelHandle, PlanCache, c_strides, signature_key
 
 from . import _host_slices as host_slices
 
@@ -119,7 +119,7 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
     )
 
 
-def _not_host_error(kernel: Any) -> Callable[[tuple, int, Any], None]:
+def _not_host_error(kernel: KernelHandle) -> Callable[[tuple, int, Any], None]:
     def not_host(args: tuple, i: int, dev: Any) -> None:
         raise KernelArgumentError(
             f"kernel {kernel.__name__!r}: argument {kernel.param_names[i]!r} lives on {dev}, which the "
@@ -129,7 +129,7 @@ def _not_host_error(kernel: Any) -> Callable[[tuple, int, Any], None]:
     return not_host
 
 
-def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool) -> HostPlan:
+def make_plan(backend_name: str, kernel: KernelHandle, key: tuple, ndim: int, debug: bool) -> HostPlan:
     from ._numba_emit import emit_numba
 
     k_ir = kernel.ir(key, ndim, debug)
@@ -149,21 +149,18 @@ def make_plan(backend_name: str, kernel: Any, key: tuple, ndim: int, debug: bool
     )  # none: compiled in memory
 
 
-def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> HostPlan:
+def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> HostPlan:
     """The plan of a launch whose signature has none yet: check the arguments, then compile
-    (or load from the disk cache) under the kernel's lock."""
+    (or load from the disk cache) once, into the plans backend ``backend_name`` keeps for
+    ``kernel`` (``{(ndim, signature key, debug): plan}``)."""
     debug = debug_enabled()
     key = signature_key(args, kernel.__name__)
-    pkey = (backend_name, len(workdiv.blocks), key, debug)
+    ndim = len(workdiv.blocks)
     kernel.check_args(args, queue.device)
-    with kernel.lock:
-        # CPU blocks have one thread each (every work division): once per plan is enough
-        check_shared_needs(kernel.ir(key, len(workdiv.blocks), debug).shared_needs, workdiv, kernel.__name__)
-        plan = kernel.plans.get(pkey)
-        if plan is None:
-            plan = make_plan(backend_name, kernel, key, len(workdiv.blocks), debug)
-            kernel.plans[pkey] = plan
-    return plan
+    # CPU blocks have one thread each (every work division): once per plan is enough
+    check_shared_needs(kernel.ir(key, ndim, debug).shared_needs, workdiv, kernel.__name__)
+    plans = kernel.slot(backend_name, PlanCache)
+    return plans.build((ndim, key, debug), lambda: make_plan(backend_name, kernel, key, ndim, debug))
 
 
 __all__ = ["HostPlan", "buffer_array", "compiled_plan"]

@@ -278,7 +278,9 @@ def _check_invoker_cache(cl: Any) -> None:
         from portable.compiler import warn_cache_unwritable
 
         warn_cache_unwritable(where, exc, "XDG_CACHE_HOME")
-        cl._PYOPENCL_NO_CACHE = True  # read by pyopencl at each build and when it makes the setters
+        # pyopencl's own switch, which it has no public setter for: read at each build and when it
+        # makes the argument setters
+        cl._PYOPENCL_NO_CACHE = True
 
 
 def build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None = None) -> Any:

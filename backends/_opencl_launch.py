@@ -11,11 +11,11 @@ import numpy as np
 import pyopencl as cl
 
 from portable.compiler import check_shared_needs
-from portable.spi import queue_impl
+from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
-from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, prepare_launch, same_objects, same_value
+from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, plans_of, prepare_launch, same_objects, same_value
 from ._opencl_devices import build, build_log
 
 
@@ -84,7 +84,9 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
 
 
-def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -> OpenCLPlan:
+def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> OpenCLPlan:
+    """The plan of a launch key (``prepare_launch`` calls it once per key): the arguments
+    checked, the IR emitted as OpenCL C and built for the queue's device."""
     dev = queue.device
     kernel.check_args(args, dev)
     kir, src = emit_for(kernel, key, workdiv.dim, "opencl")
@@ -104,10 +106,10 @@ def _make_plan(queue: Any, workdiv: Any, kernel: Any, args: tuple, key: tuple) -
     return plan
 
 
-def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
     """Enqueue ``kernel`` over ``workdiv`` on an OpenCL queue."""
     dev = queue.device
-    plan, values, dyn, (_, local, glob) = prepare_launch(queue, workdiv, kernel, args, _make_plan)
+    plan, values, dyn, (_, local, glob) = prepare_launch(queue, workdiv, kernel, args, make_plan)
     impl = queue_impl(queue)
     check = None
     if plan.err:
@@ -115,7 +117,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
             dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
         )
         values.append(flag)
-    with impl._lock:
+    with impl.lock:
         with plan.lock:
             plan.set_args(values)
             ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)
@@ -129,7 +131,7 @@ def launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
         impl.enqueue_host(check)
 
 
-def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tuple], None] | None:
+def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
     """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
     over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): the plan,
     geometry and dynamic shared size bound once; the kernel's arguments are set again only
@@ -138,13 +140,13 @@ def launcher(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Callable[[tu
     the command is enqueued with ``enqueue_nd_range_kernel`` directly. None without a plan, or
     for a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     dev = queue.device
-    plan = kernel.plans.get(launch_key(dev, workdiv, kernel, args))
+    plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
     if plan is None or plan.err:
         return None
     dyn = kernel.shared_bytes(workdiv, args)
     _, local, glob = _fit(plan, workdiv, dyn, dev)
     impl = queue_impl(queue)
-    qlock, plock, after, cq, knl, pack = impl._lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
+    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
     enqueue = cl.enqueue_nd_range_kernel
     last: list = [None]  # the arguments this launcher set last
     same = same_objects(len(args))

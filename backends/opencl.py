@@ -24,6 +24,7 @@ from portable.spi import (
     Device,
     DeviceCapabilities,
     DeviceLimits,
+    KernelHandle,
     MemRef,
     queue_impl,
 )
@@ -151,7 +152,7 @@ class OpenCLBackend(Backend):
     def copy(self, queue: Any, dst: MemRef, src: MemRef) -> None:
         impl, n = queue_impl(queue), src.nbytes
         cq = impl.cq
-        with impl._lock:
+        with impl.lock:
             if dst.device.is_host_memory and src.device.is_host_memory:
                 impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
                 return
@@ -174,18 +175,18 @@ class OpenCLBackend(Backend):
         if dst.device.is_host_memory:
             impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return
-        with impl._lock:
+        with impl.lock:
             ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
             impl.after_enqueue(ev, dst.owner)
 
     # ------------------------------------------------------------------ kernels
-    def launch(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
+    def launch(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from ._opencl_launch import launch  # the kernel emitter loads with the first launch
 
         self.launch = launch  # type: ignore[method-assign] - later launches call it directly
         launch(queue, workdiv, kernel, args)
 
-    def launcher(self, queue: Any, workdiv: Any, kernel: Any, args: tuple) -> Any:
+    def launcher(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
         """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
         fast path; backends/_opencl_launch.py)."""
         from ._opencl_launch import launcher
@@ -198,15 +199,15 @@ class OpenCLBackend(Backend):
 
         return OpenCLRecorder(self, queue)
 
-    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: Any, args: tuple) -> int:
+    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: KernelHandle, args: tuple) -> int:
         """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
         ``workdiv`` with ``args`` uses, built and cached now)."""
         from portable import Queue
 
         from ._gpu_launch import prepare_launch
-        from ._opencl_launch import _make_plan
+        from ._opencl_launch import make_plan
 
-        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, _make_plan)[0]
+        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, make_plan)[0]
         return min(plan.max_threads, device.limits.max_threads_per_block)
 
 

@@ -38,7 +38,7 @@ from benchmarks._common import (
     save_figure,
     write_json,
 )
-from portable._backend import Backend
+from portable.spi import Backend
 
 
 @pk.kernel

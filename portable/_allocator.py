@@ -17,10 +17,13 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._deferred import run_deferred
 from ._queue import Event
+
+if TYPE_CHECKING:
+    from ._device import Device
 
 
 def record_marker(queue: Any) -> Any:
@@ -31,6 +34,19 @@ def record_marker(queue: Any) -> Any:
     ev = Event(queue.device)
     queue.record(ev)
     return ev
+
+
+@dataclass(frozen=True)
+class MemRef:
+    """``nbytes`` bytes at byte ``offset`` of a backend allocation ``handle`` on ``device``
+    (what a backend's ``copy``/``fill`` receive; ``portable.spi`` exports it); ``owner`` keeps
+    the allocation alive while enqueued work refers to it."""
+
+    device: Device
+    handle: Any
+    offset: int
+    nbytes: int
+    owner: Any = None
 
 
 @dataclass(eq=False)

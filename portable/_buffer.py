@@ -11,7 +11,7 @@ import numpy as np
 
 import soa
 
-from ._backend import MemRef
+from ._allocator import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
 from ._graph import active as _capturing

@@ -9,7 +9,7 @@ import numpy as np
 
 import soa
 
-from ._backend import MemRef
+from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import Device
 from ._errors import AlpykaError

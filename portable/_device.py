@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._registry import get_backend
-
-if TYPE_CHECKING:
-    from ._backend import Backend
 
 
 @dataclass(frozen=True)
@@ -106,7 +103,8 @@ class Device:
             )
 
     @property
-    def backend(self) -> Backend:
+    def backend(self) -> Any:
+        """The device's backend (a :class:`portable.spi.Backend`)."""
         return get_backend(self.backend_name)
 
     @property

@@ -204,6 +204,22 @@ class Graph:
         replay()
         note_queue(self.queue, self._keep)  # interchange consumers wait for the replayed work
 
+    def end_capture(self, recorder: Any, keep: tuple, raised: type | None) -> None:
+        """The end of ``pk.capture``'s block: the graph replays what ``recorder`` built
+        (``recorder.finish(keep)``, holding ``keep``), or, when the block raised (``raised``, the
+        exception's type) or building failed, ``launch()`` says why it holds nothing."""
+        if raised is not None:
+            self._why = (
+                f"the with block of pk.capture raised {raised.__name__}: its recording was discarded; capture again"
+            )
+            return
+        try:
+            self._replay = recorder.finish(keep)
+        except BaseException as err:
+            self._why = f"building the graph failed ({err!r}); capture again"
+            raise
+        self._keep = keep
+
     def __repr__(self) -> str:
         state = "ready" if self._replay is not None else "empty"
         return f"<Graph of {self.operations} operations on {self.queue}: {state}>"
@@ -247,20 +263,8 @@ class capture:
         self._cap = None
         _local.capture = None
         active.remove(cap)
-        graph = cap.graph
-        graph.operations = cap.count
-        if exc_type is not None:
-            graph._why = (
-                f"the with block of pk.capture raised {exc_type.__name__}: its recording was discarded; capture again"
-            )
-            return
-        keep = tuple(cap.keep.values())
-        try:
-            graph._replay = cap.recorder.finish(keep)
-        except BaseException as err:
-            graph._why = f"building the graph failed ({err!r}); capture again"
-            raise
-        graph._keep = keep
+        cap.graph.operations = cap.count
+        cap.graph.end_capture(cap.recorder, tuple(cap.keep.values()), exc_type)
 
 
 __all__ = [

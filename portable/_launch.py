@@ -60,7 +60,7 @@ def launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple) -> None:
     like an earlier one, by the guard of its fast launcher; see the module docstring).
     """
     try:
-        site = queue._sites[kernel].peek(id(workdiv))  # (a read, not a use: see _remember)
+        site = queue.launch_sites[kernel].peek(id(workdiv))  # (a read, not a use: see _remember)
     except (AttributeError, KeyError, TypeError):
         site = None
     if site is not None and site.workdiv is workdiv and not _capturing and site.debug is _environ.get(_DEBUG):
@@ -99,15 +99,13 @@ def _remember(
     if make is None or callable(getattr(kernel, "dynamic_shared_bytes", None)):  # (sized by each launch's values)
         return
     if site is None or site.workdiv is not workdiv or site.debug is not debug:
-        sites = queue.__dict__.get("_sites")
-        if sites is None:
-            sites = queue._sites = {}
+        sites = queue.launch_sites
         per_kernel = sites.get(kernel)
         if per_kernel is None:
             per_kernel = sites[kernel] = LRUCache(SITES_MAX)
         per_kernel[id(workdiv)] = _Site(workdiv, debug)  # holds the WorkDiv: its id stays its own
         return
-    queue._sites[kernel].get(id(workdiv))  # a checked launch marks its site used (the fast path only reads)
+    queue.launch_sites[kernel].get(id(workdiv))  # a checked launch marks its site used (the fast path only reads)
     site.checked += 1
     if len(site.fast) >= TYPES_PER_SITE:
         return

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import MemRef
+from ._allocator import MemRef
 from ._buffer import Buffer
 from ._errors import DeviceMismatch
 from ._graph import active as _capturing

@@ -81,6 +81,9 @@ class Queue:
         self.device = _checked_device(device, "Queue")
         self.blocking = bool(blocking)
         self._impl = device.backend.create_queue(device, self.blocking)
+        #: the fast path's record of this queue's launches: kernel -> work division -> site
+        #: (portable/_launch.py)
+        self.launch_sites: dict[Any, Any] = {}
 
     @property
     def impl(self) -> Any:

@@ -28,7 +28,6 @@ from .env import emulate as _emulate_env
 
 if TYPE_CHECKING:
     from ._allocator import CachingAllocator
-    from ._backend import Backend
     from ._device import Device
 
 #: the entry-point group backends register under (pyproject.toml registers alpyka's own five)
@@ -59,7 +58,9 @@ _DEFAULT_PREFERENCE = ("cpu_threads", "cpu_serial")
 _HOST_BACKEND = "cpu_serial"
 
 _lock = threading.RLock()
-_loaded: dict[str, Backend] = {}
+#: loaded backends (:class:`portable.spi.Backend` s: typed Any, since the backend interface sits
+#: above the core, which never imports it)
+_loaded: dict[str, Any] = {}
 _reasons: dict[str, str] = {}
 #: name -> factory (a callable returning a Backend, a module with ``load()``, or a
 #: ``"module:attr"`` / ``"module"`` string naming one): registered in this process by
@@ -162,7 +163,7 @@ def _resolve(target: Any) -> Any:
     return target
 
 
-def _import(name: str) -> Backend:
+def _import(name: str) -> Any:
     """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one."""
     if name in _emulated:
         return _resolve(EMULATOR_FACTORY)(name)
@@ -172,7 +173,7 @@ def _import(name: str) -> Backend:
     return backend
 
 
-def _load(name: str) -> Backend | None:
+def _load(name: str) -> Any:
     with _lock:
         if name in _loaded:
             return _loaded[name]
@@ -212,8 +213,9 @@ def unavailable_backends() -> dict[str, str]:
     return {n: _reasons[n] for n in names if n in _reasons}
 
 
-def get_backend(name: str) -> Backend:
-    """The loaded backend ``name``; a clear error for unknown or unavailable ones."""
+def get_backend(name: str) -> Any:
+    """The loaded backend ``name`` (a :class:`portable.spi.Backend`); a clear error for unknown or
+    unavailable ones."""
     loaded = _loaded.get(name)  # fast path: every kernel launch asks for its device's backend
     if loaded is not None:
         return loaded

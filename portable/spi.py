@@ -1,5 +1,5 @@
-"""The backend interface (service-provider interface): what a backend implements, and the pieces
-of the core that backends reuse.
+"""The backend interface (service-provider interface): the one module that declares what a
+backend implements, and that hands backends the pieces of the core they may reuse.
 
 A backend is a factory (a callable, or a module's ``load()``) returning a :class:`Backend`,
 registered under the entry-point group ``alpyka.backends`` (name -> factory; alpyka's own five in
@@ -11,7 +11,7 @@ those, never the backend's name (docs/backends.md, "Writing a backend"). Backend
 this module, the public ``portable`` package (errors, ``Buffer``, ``portable.compiler``) and
 ``soa``; tests/portable/test_layering.py checks it.
 
-What a backend provides:
+What a backend provides (declared here, nowhere else):
 
 - :class:`Backend` (the base class to derive from): devices, queues, events, memory, copies
   and kernel launches;
@@ -23,21 +23,30 @@ What a backend provides:
 - optionally ``Backend.recorder(queue)`` -> :class:`Recorder`: what ``pk.capture`` hands each
   launch, copy and fill of a captured block (without it, graphs replay the normal calls).
 
+What a backend is handed: a :class:`KernelHandle` (the kernel of a launch: its name, argument
+checks, typed IR and shared memory size, and a slot where the backend keeps its compiled plans
+for it, a :class:`PlanCache`), ``pk.Queue`` s, work divisions, :class:`Device` s and
+:class:`MemRef` s.
+
 What a backend may reuse: :class:`HostQueue` / :class:`HostEvent` (queues run by a host worker
 thread, alpaka's ``QueueCpu*``), :class:`ErrorLog` (which ``wait()`` reports which asynchronous
 error), the worker threads (:func:`start_worker`, :func:`stop_worker`, :func:`before_workers_stop`),
 :class:`CachingAllocator`, :func:`run_deferred` (the allocator's safe point),
 :func:`pinned_host_allocator`, :func:`signature_key` and :func:`c_strides`; a backend reaches
 the implementation behind a ``pk.Queue`` it is handed through :func:`queue_impl`.
+
+The core below this module never imports it (tests/portable/test_layering.py: no import circle
+runs through it, type-only imports included): it calls backends through the methods declared
+here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+import threading
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from ._allocator import AllocatorStats, CachingAllocator, MemoryBlock
-from ._backend import Backend, MemRef
+from ._allocator import AllocatorStats, CachingAllocator, MemoryBlock, MemRef
 from ._buffer import c_strides
 from ._deferred import run_deferred
 from ._device import DLPACK_CPU, DLPACK_CUDA, DLPACK_OPENCL, DLPACK_ROCM, Device, DeviceCapabilities, DeviceLimits
@@ -47,6 +56,166 @@ from ._queue import Queue
 from ._registry import pinned_host_allocator
 from ._workers import Worker, before_workers_stop, start_worker, stop_worker
 from .compiler._signature import signature_key
+
+if TYPE_CHECKING:
+    from soa import ArrayFactory
+
+    from ._workdiv import WorkDiv
+    from .compiler.ir import KernelDef
+
+_T = TypeVar("_T")
+
+
+# ----------------------------------------------------------------------------- kernels
+@runtime_checkable
+class KernelHandle(Protocol):
+    """What a backend may use of the kernel it is handed (``Backend.launch``, ``launcher``,
+    ``kernel_thread_limit``, ``Recorder.launch``): a ``@pk.kernel`` object, read through these
+    members only (tests/portable/test_spi.py checks backends/ and the test plugin backend).
+
+    - ``__name__``: the kernel's name, for messages;
+    - ``param_names``: its parameter names after ``acc`` (messages about one argument);
+    - ``fast_math``: whether the kernel allows FMA contraction and fast math (the IR says so too);
+    - ``dynamic_shared_bytes``: None when the kernel uses no dynamic shared memory, else what
+      :meth:`shared_bytes` evaluates (an int, or a function of the work division and arguments);
+    - ``signature(args)``: the signature key of a launch with ``args`` (:func:`signature_key`):
+      what the compiled code depends on, the part of a plan's key that comes from the arguments;
+    - ``check_args(args, device)``: KernelArgumentError for arguments the kernel cannot take on
+      ``device`` (count, kinds, dtypes, memory it cannot reach); done once per compiled plan;
+    - ``ir(key, ndim, debug)``: the typed IR (:class:`portable.compiler.ir.KernelDef`) for a
+      signature key, a dimension and the ``ALPYKA_DEBUG`` range checks; cached, thread-safe;
+    - ``shared_bytes(workdiv, args)``: the launch's dynamic shared memory per block in bytes;
+    - ``slot(owner, make)``: the object ``owner`` keeps with this kernel, made by ``make()`` on
+      the first ask (thread-safe: every caller gets the same one). The kernel never looks inside
+      and frees it with itself. A backend keeps its compiled plans there, in a :class:`PlanCache`
+      under its own name (:meth:`Backend.plans`).
+    """
+
+    __name__: str
+    fast_math: bool
+    dynamic_shared_bytes: int | Callable[..., int] | None
+
+    @property
+    def param_names(self) -> list[str]: ...
+
+    def signature(self, args: tuple) -> tuple: ...
+
+    def check_args(self, args: tuple, device: Device) -> None: ...
+
+    def ir(self, key: tuple, ndim: int, debug: bool) -> KernelDef: ...
+
+    def shared_bytes(self, workdiv: WorkDiv, args: tuple) -> int: ...
+
+    def slot(self, owner: Hashable, make: Callable[[], _T]) -> _T: ...
+
+
+class PlanCache(dict):
+    """The compiled plans one backend keeps for one kernel: ``{key: plan}``, the key of the
+    backend's choosing (dimension, signature, debug, device...). It lives in the kernel's slot
+    (``kernel.slot(backend.name, PlanCache)``, :meth:`Backend.plans`), so a dropped kernel frees
+    its plans. Reads are plain dict reads (a launch's hot path); :meth:`build` makes a missing
+    plan once, other threads asking for it meanwhile wait and get the same plan."""
+
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def build(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """The plan of ``key``: the cached one, or ``make()``'s, made once under the cache's lock."""
+        plan = self.get(key)
+        if plan is None:
+            with self.lock:
+                plan = self.get(key)
+                if plan is None:
+                    plan = self[key] = make()
+        return plan
+
+
+# ----------------------------------------------------------------------------- the backend
+class Backend:
+    """A backend: its devices, queues, events, memory and kernel launches (derive from it).
+
+    ``backends/<name>.py`` defines ``load() -> Backend`` and raises
+    :class:`~portable.BackendUnavailable` with the reason when it cannot run here. What
+    ``create_queue``/``create_event``/``allocator`` return is declared by :class:`QueueImpl`,
+    :class:`EventImpl` and :class:`Allocator`.
+
+    Optional methods, looked up where they are used:
+
+    - ``launcher(queue, workdiv, kernel, args) -> run | None``: a prepared launch for arguments
+      of the types of ``args`` (``run(args)``: the compiled plan and native call, nothing checked
+      again); portable/_launch.py's fast path calls it after a generated guard of those types;
+    - ``recorder(queue) -> Recorder``: what ``pk.capture(queue)`` records with;
+    - ``execution() -> str``: how launches run, one line for ``alpyka info``.
+    """
+
+    name: str = ""
+    #: "cpu" when kernels run on the host's cores, "gpu" for many-threads-per-block devices
+    kind: str = "cpu"
+
+    def devices(self) -> list[Device]:
+        """The devices this backend uses here, each declaring its :class:`DeviceCapabilities`."""
+        raise NotImplementedError
+
+    def excluded_devices(self) -> list[tuple[str, str]]:
+        """``(device, reason)`` for each device the backend found on the machine but does not use."""
+        return []
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the packages and drivers the backend relies on."""
+        return {}
+
+    # queues and events
+    def create_queue(self, device: Device, blocking: bool) -> QueueImpl:
+        """A new queue of ``device`` (see :class:`QueueImpl`)."""
+        raise NotImplementedError
+
+    def create_event(self, device: Device) -> EventImpl:
+        """A new event of ``device``, never recorded (see :class:`EventImpl`)."""
+        raise NotImplementedError
+
+    # memory
+    def allocator(self, device: Device, pinned: bool = False) -> Allocator:
+        """The allocator of ``device``'s memory (page-locked host memory when ``pinned``)."""
+        raise NotImplementedError
+
+    def pinned_allocator(self) -> Allocator | None:
+        """Page-locked host memory this backend offers to the host device, or None."""
+        return None
+
+    def array_factory(self, buffer: Any, const: bool) -> ArrayFactory | None:
+        """Arrays onto a :class:`~portable.Buffer` usable from Python (numpy, cupy), or None when
+        there are none. The arrays keep the buffer alive (its memory is not reused under them)."""
+        return None
+
+    def copy(self, queue: Queue, dst: MemRef, src: MemRef) -> None:
+        """Enqueue a copy of ``src.nbytes`` bytes; one side may be host memory."""
+        raise NotImplementedError
+
+    def fill(self, queue: Queue, dst: MemRef, value: int) -> None:
+        """Enqueue setting every byte of ``dst`` to ``value``."""
+        raise NotImplementedError
+
+    # kernels
+    def launch(self, queue: Queue, workdiv: WorkDiv, kernel: KernelHandle, args: tuple) -> None:
+        """Enqueue ``kernel`` over ``workdiv`` with ``args`` on ``queue`` (the work division was
+        checked against the device already; the arguments are the backend's to check, once per
+        compiled plan: ``kernel.check_args``)."""
+        raise NotImplementedError(f"backend {self.name} does not implement kernel launches")
+
+    def kernel_thread_limit(self, device: Device, workdiv: WorkDiv, kernel: KernelHandle, args: tuple) -> int:
+        """The most threads per block ``kernel`` can run with ``args`` on ``device`` in work
+        divisions like ``workdiv`` (alpaka's ``getFunctionAttributes(...).maxThreadsPerBlock``;
+        ``pk.valid_workdiv(..., kernel=, args=)`` asks it). This default answers the device's
+        limit; GPU backends compile the kernel and answer its own (registers lower it)."""
+        return device.limits.max_threads_per_block
+
+    def plans(self, kernel: KernelHandle) -> PlanCache:
+        """The compiled plans this backend keeps for ``kernel`` (in the kernel's slot under the
+        backend's name): what its launches fill, and what tests and tools inspect or clear."""
+        return kernel.slot(self.name, PlanCache)
 
 
 @runtime_checkable
@@ -146,7 +315,7 @@ class Recorder(Protocol):
       finishes it before returning. ``replay`` may be called any number of times.
     """
 
-    def launch(self, workdiv: Any, kernel: Any, args: tuple) -> None: ...
+    def launch(self, workdiv: WorkDiv, kernel: KernelHandle, args: tuple) -> None: ...
 
     def copy(self, dst: MemRef, src: MemRef) -> None: ...
 
@@ -189,7 +358,9 @@ __all__ = [
     "Allocator",
     "AllocatorStats",
     "Backend",
+    "KernelHandle",
     "MemoryBlock",
+    "PlanCache",
     "CachingAllocator",
     "DLPACK_CPU",
     "DLPACK_CUDA",

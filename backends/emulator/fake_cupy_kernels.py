@@ -36,9 +36,12 @@ import ctypes
 import os
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from portable.spi import KernelHandle
 
 PERSONALITIES = ("cuda", "rocm")
 #: the variable choosing how kernel bodies run: ``cpp`` (the CUDA/HIP text) or ``opencl`` (its twin)
@@ -60,7 +63,7 @@ def _record_twins() -> None:
 
     original = launch.emit_for
 
-    def emit_for_with_twin(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
+    def emit_for_with_twin(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
         checked = dialect in ("cuda", "hip") and executor_name() == "cpp" and _checks_on()
         if checked and not key[3]:  # the checks' "bounds": ALPYKA_DEBUG's range checks
             key = key[:3] + (True,) + key[4:]

@@ -1,5 +1,5 @@
 """``@pk.kernel`` and ``@pk.device_function``: kernel objects, their IR per launch signature and
-the per-(backend, signature) cache of launch plans that backends fill."""
+the slots where backends keep what they compiled for a kernel (``portable.spi.KernelHandle``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from .._errors import WorkDivError
 from . import ir
@@ -29,6 +29,7 @@ from ._values import AccVal, TupleVal, ViewVal
 from .types import INDEX, VOID, ScalarType
 
 _environ_data = getattr(os.environ, "_data", None)
+_T = TypeVar("_T")
 
 
 def debug_enabled() -> bool:
@@ -137,7 +138,10 @@ class DeviceFunction:
 
 class Kernel:
     """A kernel (``@pk.kernel``): launch it with ``pk.exec(q, workdiv, k, *args)`` or
-    ``q.enqueue(workdiv, k, *args)``. Compiled per backend and argument signature on first use."""
+    ``q.enqueue(workdiv, k, *args)``. Compiled per backend and argument signature on first use.
+
+    What backends use of it is declared by ``portable.spi.KernelHandle``; the plans they compile
+    are theirs, kept in this kernel's slots (:meth:`slot`), never read here."""
 
     __alpyka_kernel__ = True
 
@@ -156,9 +160,8 @@ class Kernel:
         self.fast_math = fast_math
         self._parsed: ParsedFunction | None = None
         self._ir: dict[tuple, ir.KernelDef] = {}
-        #: launch plans filled by backends: {(backend name, ndim, signature key, debug): plan}
-        self.plans: dict[tuple, Any] = {}
-        self.lock = threading.Lock()
+        self._ir_lock = threading.Lock()  # one build per IR key, whichever backend asks
+        self._slots: dict[Hashable, Any] = {}  # owner (a backend's name) -> what it keeps here
 
     @property
     def param_names(self) -> list[str]:
@@ -178,14 +181,26 @@ class Kernel:
         check_args(self.__name__, self.param_names, args, device)
 
     def ir(self, key: tuple, ndim: int, debug: bool) -> ir.KernelDef:
-        """The typed IR for a launch signature (cached)."""
+        """The typed IR for a launch signature (cached; built once, whichever thread asks)."""
         k = (key, ndim, debug)
         got = self._ir.get(k)
         if got is None:
-            specs = arg_specs(key, self.param_names)
-            got = build_kernel(self.parsed(), specs, ndim, debug, specialise_device_function)
-            got.fast_math = self.fast_math  # the emitters' and compilers' switch (part of every cache key)
-            self._ir[k] = got
+            with self._ir_lock:
+                got = self._ir.get(k)
+                if got is None:
+                    specs = arg_specs(key, self.param_names)
+                    got = build_kernel(self.parsed(), specs, ndim, debug, specialise_device_function)
+                    got.fast_math = self.fast_math  # the emitters' and compilers' switch (part of every cache key)
+                    self._ir[k] = got
+        return got
+
+    def slot(self, owner: Hashable, make: Callable[[], _T]) -> _T:
+        """What ``owner`` (a backend, by its name) keeps with this kernel: made by ``make()`` on
+        the first ask, the same object for every caller after (thread-safe), freed with the
+        kernel. The kernel never looks inside (``portable.spi.KernelHandle``)."""
+        got = self._slots.get(owner)
+        if got is None:
+            got = self._slots.setdefault(owner, make())
         return got
 
     def shared_bytes(self, workdiv: Any, args: tuple) -> int:
@@ -298,15 +313,11 @@ def _array_param(name: str, arr: ir.ArrayRef) -> ir.ArrayRef:
     return ir.ArrayRef(name, arr.type, ext, pitch)
 
 
-def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: CompileContext) -> tuple[str, Any, list]:
-    """Build (or reuse) the IR function of ``df`` for argument values ``vals``; return its name,
-    return type and the call's IR arguments."""
-    parsed = df.parsed()
-    if len(vals) != len(parsed.params):
-        raise TypeError(f"device function {df.__name__!r} takes {len(parsed.params)} argument(s), got {len(vals)}")
-    if any(f is df for f in ctx.stack):
-        raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
-    keys, call_args = [], []
+def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tuple], list[Any]]:
+    """What a specialisation of ``df`` depends on for each argument value (acc; a scalar's type;
+    an array's type; a view's layout and constness), and the call's IR arguments."""
+    keys: list[tuple] = []
+    call_args: list[Any] = []
     for v in vals:
         if isinstance(v, AccVal):
             keys.append(("acc",))
@@ -322,6 +333,18 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
         else:
             what = "a tuple" if isinstance(v, TupleVal) else type(v).__name__
             raise TypeError(f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views or numbers")
+    return keys, call_args
+
+
+def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: CompileContext) -> tuple[str, Any, list]:
+    """Build (or reuse) the IR function of ``df`` for argument values ``vals``; return its name,
+    return type and the call's IR arguments."""
+    parsed = df.parsed()
+    if len(vals) != len(parsed.params):
+        raise TypeError(f"device function {df.__name__!r} takes {len(parsed.params)} argument(s), got {len(vals)}")
+    if any(f is df for f in ctx.stack):
+        raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
+    keys, call_args = _specialisation_keys(df, vals)
     skey = (df, tuple(keys))
     if skey in ctx.specialisations:
         fname = ctx.specialisations[skey]

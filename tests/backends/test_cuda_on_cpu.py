@@ -137,7 +137,7 @@ def test_threads_of_a_block_that_never_synchronise_do_not_see_each_others_writes
 def test_the_source_that_runs_is_the_generated_cuda_text(device, queue, on_the_standin, tmp_path, monkeypatch):
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path))
     x = np.ones(BLOCK, np.float64)
-    block_sums.plans.clear()  # built anew, into this test's cache directory
+    device.backend.plans(block_sums).clear()  # built anew, into this test's cache directory
     assert _run(queue, device, block_sums, x, 1)[0] == BLOCK
     libs = list((tmp_path / "cuda_on_cpu").glob("alpyka_block_sums-*.so"))
     assert libs, "no library compiled from the kernel's CUDA/HIP source"

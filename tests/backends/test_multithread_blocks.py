@@ -142,7 +142,7 @@ def test_a_kernels_own_thread_limit_is_checked_on_every_launch_over_it(device, q
     pk.exec(queue, fits, block_sums, out, x, 16)
     from backends._gpu_launch import launch_key
 
-    plan = block_sums.plans[launch_key(device, fits, block_sums, (out, x, 16))]
+    plan = device.backend.plans(block_sums)[launch_key(device, fits, block_sums, (out, x, 16))]
     saved = plan.max_threads
     plan.max_threads = 32  # as if the kernel's registers allowed 32 threads per block here
     try:

@@ -33,7 +33,7 @@ def _arg(queue, values):
 
 
 def _fast_launchers(queue, wd):
-    site = queue._sites[scale_into][id(wd)]
+    site = queue.launch_sites[scale_into][id(wd)]
     assert site.workdiv is wd
     return site.fast
 
@@ -41,10 +41,7 @@ def _fast_launchers(queue, wd):
 def _checked_in_kernel(queue):
     """True where the plan reports checks through a device flag per launch (ALPYKA_DEBUG, the
     GPU emulator's checks): those launches stay on the checked path."""
-    dev = queue.device
-    return any(
-        getattr(p, "err", False) for k, p in scale_into.plans.items() if k[0] in (dev.memory_space, dev.backend_name)
-    )
+    return any(getattr(p, "err", False) for p in queue.device.backend.plans(scale_into).values())
 
 
 def test_repeated_launches_take_the_fast_path(queue):

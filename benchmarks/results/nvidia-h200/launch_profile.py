@@ -32,7 +32,7 @@ def main():
     wd, v = pk.WorkDiv(1, 1, 1), np.float32(1.5)
     pk.exec(q, wd, tiny, out, v)
     q.wait()
-    plan = next(p for k, p in tiny.plans.items() if k[0] == dev.memory_space)
+    plan = next(p for k, p in dev.backend.plans(tiny).items() if k[0] == dev.memory_space)
     impl, fn = q._impl, plan.function
     vals = tuple(plan.pack((out, v), wd, 0))
 
