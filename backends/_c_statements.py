@@ -159,30 +159,28 @@ class StatementEmitter:
             line,
         )
 
-        def bind(it: str) -> None:
+        def loop(head: str, it: str) -> None:
+            """``for (head) {`` the loop variables bound to ``it``, the body ``}``."""
+            self.out(f"for ({head}) {{", line)
             self.indent += 1
             self.out(f"{ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
             if s.local_var is not None:
                 self.out(f"{ident(s.local_var.name)} = ({self.ctype(s.local_var.type)})({it} - {n}_gb);", line)
             self.indent -= 1
+            self.block(s.body)
+            self.out("}", line)
 
         self.loops.append(f"{n}_end")
         self.out(f"if ({n}_chunk == 1) {{", line)
         self.indent += 1
-        self.out(f"for (i64 {n}_i = {n}_start; {n}_i < {n}_stop; {n}_i += {n}_stride) {{", line)
-        bind(f"{n}_i")
-        self.block(s.body)
-        self.out("}", line)
+        loop(f"i64 {n}_i = {n}_start; {n}_i < {n}_stop; {n}_i += {n}_stride", f"{n}_i")
         self.indent -= 1
         self.out("} else {", line)
         self.indent += 1
         self.out(f"for (i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride) {{", line)
         self.indent += 1
         self.out(f"const i64 {n}_lim = ({n}_base + {n}_chunk < {n}_stop) ? {n}_base + {n}_chunk : {n}_stop;", line)
-        self.out(f"for (i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j) {{", line)
-        bind(f"{n}_j")
-        self.block(s.body)
-        self.out("}", line)
+        loop(f"i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j", f"{n}_j")
         self.indent -= 1
         self.out("}", line)
         self.indent -= 1
