@@ -127,10 +127,10 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
 def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
     """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
     over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): plan, grid,
-    block and dynamic shared size bound once, the native call (packed values) reused while the
-    arguments are the very objects of the previous launch (buffers and views never move; the same scalar
-    object has the same value). None without a plan, or for a range-checked plan (ALPYKA_DEBUG:
-    a flag and a host check per launch)."""
+    block and dynamic shared size bound once, the packed values reused while the arguments are
+    the very objects of the previous launch (buffers and views never move; the same scalar
+    object has the same value), the call made by ``CupyQueue.submit_kernel``. None without a
+    plan, or for a range-checked plan (ALPYKA_DEBUG: a flag and a host check per launch)."""
     dev = queue.device
     plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
     if plan is None or plan.err:
@@ -141,20 +141,16 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     if dyn:
         with impl.scope:
             opt_in_dynamic_shared(plan, dyn)
-    submit, stream, fn, pack = impl.submit, impl.stream, plan.function, plan.pack
-    last: list = [None, None]  # the arguments of the previous launch and its native call
+    submit_kernel, fn, pack = impl.submit_kernel, plan.function, plan.pack
+    last: list = [(None, None)]  # (arguments, packed values) of the previous launch, replaced whole
     same = same_objects(len(args))
 
     def run(args: tuple) -> None:
-        if not same(args, last[0]):
+        prev_args, values = last[0]
+        if not same(args, prev_args):
             values = tuple(pack(args, workdiv, dyn))
-
-            def op() -> None:
-                with stream:
-                    fn(grid, block, values, shared_mem=dyn)
-
-            last[0], last[1] = args, op
-        submit(last[1], args)
+            last[0] = (args, values)
+        submit_kernel(fn, grid, block, values, dyn, args)
 
     return run
 

@@ -113,8 +113,10 @@ def _run_host(marker: Marker, host: _Host, log: Any) -> None:
 def _synchronize(native: Any) -> None:
     """``native.synchronize()`` (a cupy Event or Stream) after polling ``native.done``: a thread
     inside the runtime's wait runs no Python, Ctrl-C would wait for the kernel (see
-    :func:`~backends._gpu_queue.wait_polling`); the call then returns at once, raising any error."""
-    wait_polling(lambda: native.done)
+    :func:`~backends._gpu_queue.wait_polling`); the call then returns at once, raising any error.
+    No plain spin before the polls yield: on the GPU emulator the stream is a Python thread that
+    needs the GIL to finish the work (on a GPU a yield costs a syscall, less than a status query)."""
+    wait_polling(lambda: native.done, 0.0)
     native.synchronize()
 
 
@@ -131,6 +133,9 @@ class CupyQueue(DeviceQueue):
         self._ticket = 0  # host functions and deferred operations enqueued so far
         self._done = 0  # of those, how many ran (host functions) or were submitted
         self._get_device = self.cupy.cuda.runtime.getDevice  # this thread's current device
+        self._index = device.index
+        #: the device is current on every thread: the only one there is (no per-launch check)
+        self._only_device = self.cupy.cuda.runtime.getDeviceCount() == 1
         with self.scope:
             self.stream = self.cupy.cuda.Stream(non_blocking=True)
 
@@ -149,7 +154,7 @@ class CupyQueue(DeviceQueue):
                 self._ticket += 1
                 self._backlog.append(_Op(op, keep, self._log.next_seq()))
                 return
-            if self._get_device() == self.device.index:  # the launch path: no scope object when current
+            if self._only_device or self._get_device() == self._index:  # no scope object when current
                 op()
             else:
                 with self.scope:
@@ -158,6 +163,30 @@ class CupyQueue(DeviceQueue):
                 self.finish()
             elif keep and self._retained.keep(keep) >= _RETAIN_BATCH:
                 self.retire_batch()
+
+    def submit_kernel(self, fn: Any, grid: tuple, block: tuple, values: tuple, dyn: int, keep: tuple) -> None:
+        """:meth:`submit` of one kernel call, ``fn(grid, block, values, shared_mem=dyn)`` on the
+        stream (a cupy ``RawKernel``): the fast launchers' path, in one frame where nothing is
+        deferred and the queue's device is current (else through :meth:`submit`)."""
+        with self._lock:
+            if (self._backlog is None or self._draining) and (self._only_device or self._get_device() == self._index):
+                with self.stream:
+                    fn(grid, block, values, shared_mem=dyn)
+                if self.blocking:
+                    self.finish()
+                    return
+                pending = self._retained.pending  # Retained.keep, inline
+                pending.append(keep)
+                if len(pending) >= _RETAIN_BATCH:
+                    self.retire_batch()
+                return
+        stream = self.stream
+
+        def op() -> None:
+            with stream:
+                fn(grid, block, values, shared_mem=dyn)
+
+        self.submit(op, *keep)
 
     def submit_reported(self, op: Callable[[], None], *keep: Any) -> None:
         """:meth:`submit` for work whose errors belong to the queue, not to the caller (a model's

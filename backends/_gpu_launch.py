@@ -65,7 +65,8 @@ def same_objects(n: int) -> Callable[[tuple, Any], bool]:
     the last one did)."""
     same = _SAME.get(n)
     if same is None:
-        terms = " and ".join(f"_same(args[{i}], prev[{i}])" for i in range(n)) or "True"
+        # the identity test inline: a call to same_value only for a different object
+        terms = " and ".join(f"(args[{i}] is prev[{i}] or _same(args[{i}], prev[{i}]))" for i in range(n)) or "True"
         same = _SAME[n] = eval(f"lambda args, prev: prev is not None and {terms}", {"_same": same_value})
     return same
 

@@ -21,6 +21,7 @@ alpaka's semantics on top:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -35,28 +36,41 @@ from ._retention import Retained, track
 
 #: how many enqueued operations may hold objects before a marker is recorded to release them
 _RETAIN_BATCH = 32
-#: a wait for a native event polls it for about this long before it sleeps between polls
+#: a wait for a native event polls it for about this long before it yields the core between polls
 POLL_SPIN_S = 50e-6
+#: ... and for about this long in all before it sleeps between polls
+POLL_YIELD_S = 2e-3
 #: the longest sleep between two polls: a Ctrl-C waits at most about this long for the waiter
 POLL_MAX_S = 0.005
+#: ``os.sched_yield`` (it releases the GIL), where the OS has it
+_sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-def wait_polling(done: Callable[[], bool]) -> None:
+def wait_polling(done: Callable[[], bool], spin_s: float = POLL_SPIN_S) -> None:
     """Return once ``done()`` (a native event's or queue's status query) is true.
 
     Polled, never the runtime's blocking wait (``clWaitForEvents``, ``cudaEventSynchronize``): a
     thread inside it runs no Python, so the main thread could not raise the KeyboardInterrupt of
     a Ctrl-C until a long kernel ended, and a queue's worker waiting there when the interpreter
-    finalises would re-take the GIL from native code as the event completes. A short command is
-    seen by the first polls (no sleep); then the thread sleeps between polls, a quarter of the
-    time waited so far (a wait ends at most ~25% late) up to :data:`POLL_MAX_S`, so Ctrl-C is
-    raised within a few ms and at exit a worker is in ``time.sleep``. Callers then call the
+    finalises would re-take the GIL from native code as the event completes. Three phases, each
+    raising a Ctrl-C between polls: ``spin_s`` of plain polls (a short command is seen at once;
+    0 where completing it needs another Python thread of this process, which a spin holding the
+    GIL would starve: the GPU emulator's streams); then, up to :data:`POLL_YIELD_S`, polls with
+    ``sched_yield`` between them (it releases the GIL and lets a thread of this core run: a
+    command finishing under load is seen within microseconds, not a timer's ~60 us sleep); then
+    sleeps between polls, a quarter of the time waited so far (a wait ends at most ~25% late) up
+    to :data:`POLL_MAX_S`, so at exit a worker is in ``time.sleep``. Callers then call the
     runtime's own wait, which returns at once and raises the error of a failed command."""
     if done():
         return
     clock = time.perf_counter
     t0 = clock()
-    while clock() - t0 < POLL_SPIN_S:
+    while clock() - t0 < spin_s:
+        if done():
+            return
+    yield_core = _sched_yield
+    while clock() - t0 < POLL_YIELD_S:
+        yield_core()
         if done():
             return
     while not done():
@@ -323,11 +337,18 @@ class DeviceQueue:
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error among it."""
         check_not_own_worker(self._worker, f"{self.api} queue")
+        retained = self._retained
         with self._lock:
             lo, upto = self._log.wait_range()
-            if self._retained.pending:
-                self._retained.retire(self.marker())
-        self.finish()  # host functions are gates in the native queue: finish waits for them too
+            held, retained.pending = retained.pending, []  # no marker: the finish below covers them
+        try:
+            self.finish()  # host functions are gates in the native queue: finish waits for them too
+        except BaseException:  # (a Ctrl-C while polling): the work may still run, keep its objects
+            if held:
+                with self._lock:
+                    retained.pending[:0] = held
+            raise
+        del held  # their work finished
         self._prune()  # work other threads enqueued meanwhile keeps its objects
         self._log.resolve(upto)
         self._log.finish_wait(lo, upto, f"{self.api} queue")

@@ -137,8 +137,9 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     geometry and dynamic shared size bound once; the kernel's arguments are set again only
     when another launcher set them or an argument is not the very object of this launcher's
     last launch (then only the values that differ are set, scalars mostly: ``set_args``), and
-    the command is enqueued with ``enqueue_nd_range_kernel`` directly. None without a plan, or
-    for a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
+    the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
+    waited for by ``OpenCLQueue.wait_command``). None without a plan, or for a range-checked
+    plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     dev = queue.device
     plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
     if plan is None or plan.err:
@@ -147,7 +148,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     _, local, glob = _fit(plan, workdiv, dyn, dev)
     impl = queue_impl(queue)
     qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
-    enqueue = cl.enqueue_nd_range_kernel
+    enqueue, blocking, wait = cl.enqueue_nd_range_kernel, impl.blocking, impl.wait_command
     last: list = [None]  # the arguments this launcher set last
     same = same_objects(len(args))
 
@@ -158,7 +159,10 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
                     plan.set_args(pack(args, workdiv, dyn))
                     plan.setter, last[0] = last, args
                 ev = enqueue(cq, knl, glob, local)
-            after(ev, args)
+            if not blocking:
+                after(ev, args)
+                return
+        wait(ev)  # a blocking queue: this command waited for (no marker), outside the queue's lock
 
     return run
 

@@ -15,13 +15,16 @@ import pyopencl as cl
 from ._gpu_queue import DeviceQueue, Snapshot, wait_polling
 
 _COMPLETE = cl.command_execution_status.COMPLETE
+_STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
 
 
 def wait_event(ev: cl.Event) -> None:
     """Block until ``ev`` (flushed) completed, raising its error if it failed: polled, so that
-    Ctrl-C reaches a thread waiting for a long kernel (:func:`~backends._gpu_queue.wait_polling`)."""
-    wait_polling(lambda: ev.command_execution_status <= _COMPLETE)  # negative: failed, over too
-    if ev.command_execution_status < 0:
+    Ctrl-C reaches a thread waiting for a long kernel (:func:`~backends._gpu_queue.wait_polling`).
+    (``get_info`` directly: pyopencl's ``command_execution_status`` property adds a Python call.)"""
+    status = ev.get_info
+    wait_polling(lambda: status(_STATUS) <= _COMPLETE)  # negative: failed, over too
+    if status(_STATUS) < 0:
         ev.wait()  # the runtime's own error for the failed command
 
 
@@ -138,12 +141,23 @@ class OpenCLQueue(DeviceQueue):
 
     def after_enqueue(self, *objs: Any) -> None:
         """``objs[0]`` is the event of the command just enqueued; all of ``objs`` stay alive
-        until it finished."""
+        until it finished. A blocking queue waits for that event itself: the queue is in order,
+        so the command completed means the queue did (no marker, 2.5 us on Intel's runtime)."""
         if objs and isinstance(objs[0], cl.Event):
+            if self.blocking:
+                self.wait_command(objs[0])
+                return
             self._last = objs[0]
         if not self.blocking:
             self._flush_cq()  # so that polling an event (is_idle, pruning) sees progress
         super().after_enqueue(*objs)
+
+    def wait_command(self, ev: cl.Event) -> None:
+        """A blocking queue's wait for the command of ``ev``, the last one it enqueued: flushed,
+        then polled (:func:`wait_event`: its error is raised here)."""
+        self._last = ev
+        self._flush_cq()
+        wait_event(ev)
 
     def is_idle(self) -> bool:
         last = self._last
