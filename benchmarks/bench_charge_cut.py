@@ -8,15 +8,19 @@ clusters of 1-9 digis. Both sides write the same ids (checked) into outputs allo
 inputs are on the device before timing, its queue is blocking (launched from the calling thread, as
 the twin runs) and its clock stops at ``queue.wait()``. Interleaved in one
 process; ratios are numba's time over alpyka's, paired per round (> 1: alpyka is faster), and of each
-side's best round (on a shared machine the least disturbed; parallel runtimes suffer most). Targets
+side's best round (on a shared machine the least disturbed; parallel runtimes suffer most). The whole
+run is repeated (``--repeats``, 5 in a full run, 10 s apart) and the figures are medians over the
+repeats; each run records how many cores other processes kept busy meanwhile (``/proc/stat`` less
+this process's CPU time), what a parallel runtime measured then could not have. Targets
 (issue 33): cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores), opencl (Intel's CPU runtime) >= 0.5x.
 
-    python benchmarks/bench_charge_cut.py [--quick] [--smoke] [--out DIR]
+    python benchmarks/bench_charge_cut.py [--quick] [--smoke] [--repeats N] [--out DIR]
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,6 +39,10 @@ THRESHOLD = 4000
 #: issue 33's targets: numba's time over alpyka's
 TARGETS = {"cpu_serial": 1.0, "cpu_threads": 1.5, "opencl": 0.5}
 MAX_CLUSTERS, INVALID = cc.MAX_CLUSTERS, cc.INVALID_CLUSTER
+#: the event the targets are read at: 10 clusters a module (~100k digis)
+TARGET_PER_MODULE = 10
+#: seconds between two repeats of the whole run
+PAUSE_S = 10.0
 
 
 @njit(cache=True)
@@ -128,54 +136,99 @@ def _contenders(event, want) -> tuple[dict, dict]:
     return calls, skipped
 
 
+def _measure(per_module: int, n_modules: int, rounds: int, calls: int) -> tuple[dict, dict, dict]:
+    """One interleaved run of every contender on one event: ``(event facts, timings, why not)``."""
+    event = cc.generate_event(n_modules, per_module, seed=7)
+    want = cc.reference_charge_cut(*event, THRESHOLD)
+    n = len(event[1])
+    fns, skipped = _contenders(event, want)
+    ticks = _cpu_ticks()
+    timings, errors = common.interleaved(fns, rounds, calls=calls, warmup=2)
+    facts = {
+        "digis": n,
+        "modules": n_modules,
+        "clusters_per_module": per_module,
+        "clusters": int(event[3].sum()),
+        "kept": int(want[1].sum()),
+        "cores_busy_elsewhere": others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1),
+        "label": f"{round(n, -3) // 1000}k digis" if n >= 1000 else f"{n} digis",
+    }
+    return facts, timings, {**skipped, **errors}
+
+
+def _rows(facts: dict, timings: dict, repeat: int) -> list[dict]:
+    """One row per contender of one run: its times and its paired and best-round ratio to the twin."""
+    base = timings[NUMBA]
+    return [
+        {
+            "contender": name,
+            "repeat": repeat,
+            **{k: v for k, v in facts.items() if k != "label"},
+            "speed_vs_numba": None if name == NUMBA else common.paired_ratio(base, t),
+            "speed_vs_numba_best": None if name == NUMBA else common.ratio(base.min, t.min),
+            **t.as_dict("time"),
+        }
+        for name, t in timings.items()
+    ]
+
+
+def _summary(rows: list[dict]) -> dict:
+    """Per contender and event: the median over the repeats of each repeat's median time and
+    paired ratio, the best rounds' ratio, each repeat's ratio, and the target at ~100k digis."""
+    summary: dict = {}
+    events = sorted({r["digis"] for r in rows if "time_median_ms" in r})
+    for name in dict.fromkeys(r["contender"] for r in rows if "time_median_ms" in r):
+        entry = summary.setdefault(name, {})
+        for digis in events:
+            mine = [r for r in rows if r["contender"] == name and r["digis"] == digis and "time_median_ms" in r]
+            if not mine:
+                continue
+            label = f"{round(digis, -3) // 1000}k digis"
+            entry[f"ms, {label}"] = statistics.median(r["time_median_ms"] for r in mine)
+            if name == NUMBA:
+                continue
+            speeds = [r["speed_vs_numba"] for r in mine if r["speed_vs_numba"] is not None]
+            if not speeds:
+                continue
+            speed = statistics.median(speeds)
+            entry[f"speed vs numba, {label}"] = speed
+            if mine[0]["clusters_per_module"] == TARGET_PER_MODULE:
+                entry["speed vs numba"] = speed
+                entry["speed vs numba, each repeat"] = speeds
+                best = [r["speed_vs_numba_best"] for r in mine if r["speed_vs_numba_best"] is not None]
+                entry["speed vs numba, best times"] = max(best) if best else None  # the least disturbed round
+                entry["target"] = TARGETS.get(name)
+                entry["met"] = None if name not in TARGETS else bool(speed >= TARGETS[name])
+    busy = [r["cores_busy_elsewhere"] for r in rows if r["contender"] == NUMBA and r["digis"] in events]
+    busy = [b for b in busy if b is not None]
+    summary["machine while measured"] = {
+        "cores busy with other work": statistics.median(busy) if busy else None,
+        "repeats": max((r["repeat"] for r in rows if "repeat" in r), default=0) + 1,
+    }
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    parser = common.make_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="whole runs, PAUSE_S apart (default: 5 full, 1 quick/smoke)"
+    )
+    args = common.parse_args(parser, argv)
     n_modules = 20 if args.smoke else 2000
     rounds = 2 if args.smoke else 11 if args.quick else 41
     calls = 1 if args.smoke else 3  # short samples: on a shared machine some rounds stay undisturbed
-    rows, summary, skipped = [], {}, {}
-    busy_elsewhere = None  # cores other processes kept busy while the ~100k-digi event was measured
-    bar = common.progress(_sizes(args), desc="bench_charge_cut", disable=args.no_progress)
-    for per_module in bar:
-        event = cc.generate_event(n_modules, per_module, seed=7)
-        want = cc.reference_charge_cut(*event, THRESHOLD)
-        n = len(event[1])
-        label = f"{round(n, -3) // 1000}k digis" if n >= 1000 else f"{n} digis"
-        bar.set_postfix_str(label)
-        fns, why = _contenders(event, want)
+    repeats = args.repeats or (1 if args.quick else 5)
+    rows, skipped = [], {}
+    work = [(k, s) for k in range(repeats) for s in _sizes(args)]
+    bar = common.progress(work, total=len(work), desc="bench_charge_cut", disable=args.no_progress)
+    for k, per_module in bar:
+        if k and per_module == _sizes(args)[0]:
+            time.sleep(PAUSE_S)  # the next repeat meets other moments of a shared machine's load
+        facts, timings, why = _measure(per_module, n_modules, rounds, calls)
+        bar.set_postfix_str(f"repeat {k + 1}, {facts['label']}")
         skipped.update(why)
-        ticks = _cpu_ticks()
-        timings, errors = common.interleaved(fns, rounds, calls=calls, warmup=2)
-        others = others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1)
-        skipped.update(errors)
-        base = timings[NUMBA]
-        for name, t in timings.items():
-            speed = None if name == NUMBA else common.paired_ratio(base, t)
-            best = None if name == NUMBA else common.ratio(base.min, t.min)
-            rows.append(
-                {
-                    "contender": name,
-                    "digis": n,
-                    "modules": n_modules,
-                    "clusters": int(event[3].sum()),
-                    "kept": int(want[1].sum()),
-                    "speed_vs_numba": speed,
-                    "speed_vs_numba_best": best,
-                    "cores_busy_elsewhere": others,
-                    **t.as_dict("time"),
-                }
-            )
-            entry = summary.setdefault(name, {})
-            entry[f"ms, {label}"] = t.median * 1e3
-            if speed is not None:
-                entry[f"speed vs numba, {label}"] = speed
-                if per_module == 10:  # ~100k digis: the figure the targets are read at
-                    entry["speed vs numba"] = speed
-                    entry["speed vs numba, best times"] = best  # each side's fastest round: the least disturbed
-                    entry["target"] = TARGETS.get(name)
-                    entry["met"] = None if name not in TARGETS else bool(speed >= TARGETS[name])
-                    busy_elsewhere = others
-    summary["machine while measured"] = {"cores busy with other work": busy_elsewhere}
+        rows += _rows(facts, timings, k)
+    summary = _summary(rows)
     rows += [{"contender": b, "status": "skipped", "reason": r} for b, r in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in summary if b in pk.backends())
     doc = common.result_document(
@@ -189,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         load_average=[round(x, 2) for x in os.getloadavg()],
         opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
         work=f"{n_modules} modules, clusters of 1-9 digis, threshold {THRESHOLD}",
+        ratios="numba's time over alpyka's, paired per round; median over the repeats",
     )
     out = common.write_json(args.out, "charge_cut", doc)
     plot(rows, args.out)
@@ -201,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(rows: list[dict], out_dir: Path) -> None:
-    """Speed vs the numba twin per backend and event size."""
+    """Speed vs the numba twin per backend and event size: the median over the repeats (bars)
+    and each repeat (dots)."""
     plt = common.pyplot()
     ok = [r for r in rows if r.get("speed_vs_numba") is not None]
     sizes = sorted({r["digis"] for r in ok})
@@ -209,12 +264,17 @@ def plot(rows: list[dict], out_dir: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     width = 0.8 / max(len(sizes), 1)
     for k, size in enumerate(sizes):
-        vals = [next((r["speed_vs_numba"] for r in ok if r["contender"] == b and r["digis"] == size), 0) for b in names]
-        ax.bar([i + k * width for i in range(len(names))], vals, width, label=f"{size // 1000}k digis")
+        xs, meds = [], []
+        for i, b in enumerate(names):
+            each = [r["speed_vs_numba"] for r in ok if r["contender"] == b and r["digis"] == size]
+            xs.append(i + k * width)
+            meds.append(statistics.median(each) if each else 0)
+            ax.plot([i + k * width] * len(each), each, ".", color="0.2", ms=3)
+        ax.bar(xs, meds, width, label=f"{size // 1000}k digis", alpha=0.8)
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(names))], names, fontsize=8)
     ax.set_ylabel("speed vs numba njit (x)")
-    ax.set_title("ClusterChargeCut, 2000 modules", fontsize=9)
+    ax.set_title("ClusterChargeCut, 2000 modules (bars: median of repeats)", fontsize=9)
     if sizes:
         ax.legend(fontsize=7)
     common.save_figure(fig, out_dir, "charge_cut")
