@@ -25,6 +25,7 @@ copy path (host staging), which ``repr`` of the metadata and the model states.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ._block import Block
@@ -34,6 +35,8 @@ from ._model import Model
 from ._pipeline import OutputsNotFilled, PipelineError
 from ._pipeline_api import Pipeline, pipeline
 from ._runtime import set_torch_threads, torch_threads
+from .remote import RemoteModel, RemotePipeline  # tritonclient itself loads with the first connection
+from .serving import serve  # PyTriton itself loads in the server process
 
 __all__ = [
     "Block",
@@ -57,17 +60,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    import importlib
-
     if name == "aot":  # imported lazily: `python -m inference.aot` must not find it imported
         return importlib.import_module("inference.aot")
     if name == "export":  # export(module, example_inputs, "x.pt2" | "x.onnx"); lazily, as aot
         return importlib.import_module("inference._export").export
-    if name == "RemoteModel":  # imported lazily: tritonclient is optional
-        return importlib.import_module("inference.remote").RemoteModel
-    if name == "RemotePipeline":  # imported lazily: tritonclient is optional
-        return importlib.import_module("inference.remote").RemotePipeline
-    if name == "serve":  # the function inference.serving.serve(models, ...) (PyTriton, lazily)
-        serve = globals()["serve"] = importlib.import_module("inference.serving").serve
-        return serve
     raise AttributeError(f"module 'inference' has no attribute {name!r}")

@@ -86,6 +86,7 @@ def _kernels() -> tuple[Any, Any]:
     the row loop for a few columns, their offsets a tuple: numba compiles one per column count,
     whose inner loop LLVM unrolls (1.2-3.5x faster than a loop over an offsets array: 9.6 / 46 /
     631 us at 4.5k / 18k / 288k rows of 8 float32 columns)."""
+    # numba (about half a second to import) loads when the first gather kernel is made
     import numba
     from numba.core import cgutils, types
     from numba.extending import intrinsic

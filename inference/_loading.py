@@ -13,7 +13,7 @@ Nothing here unpickles arbitrary Python objects:
   objects, legacy ``.pt`` entries and example inputs the weights-only loader refuses: an archive
   holding any of them is refused before torch reads it (:func:`check_pt2_pickles`);
 - ONNX files are protobuf, read by ONNX Runtime (no pickle); external data only from files in
-  the model's folder (``inference._onnx.external_data_files``);
+  the model's folder (``inference._onnx_files.external_data_files``);
 - ``.pt2`` AOTInductor packages hold compiled native code, metadata and raw weights and are
   read by ``torch._inductor.aoti_load_package`` (checked as programs are: it loads the programs
   a package holds). Loading one runs its native code: load packages you built or trust, as with

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 import threading
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
@@ -57,9 +59,6 @@ _SPECS_PER_DEVICE = 64
 
 def _aot_package_device(path: str) -> str:
     """The device an AOTInductor package was compiled for (``"cpu"``, ``"cuda"``...)."""
-    import json
-    import zipfile
-
     with zipfile.ZipFile(path) as zf:
         for n in zf.namelist():
             if "/aotinductor/" in n and n.endswith("_metadata.json") and "wrapper" in n:

@@ -10,10 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from portable.caches import LRUCache
+
 from ..serving import serve
 from . import _batching
 from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
+from ._mapping import check_metadata, refuse_grouped_rows, signature
 from ._requests import OutputSpecs, RequestsMixin
 from ._servers import Server, final_error
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics, _ClientCounters
@@ -21,6 +24,8 @@ from ._tensors import check_block
 from ._transport import ModelInfo, RequestInputs, is_retryable
 
 _MODES = ("sync", "async", "pseudo_async")
+#: block mappings a client keeps (per model description and metadata signature)
+_CHECKED_KEPT = 64
 
 
 def split_urls(url: str | Sequence[str] | None) -> list[str]:
@@ -29,35 +34,6 @@ def split_urls(url: str | Sequence[str] | None) -> list[str]:
         return []
     parts = url.split(",") if isinstance(url, str) else list(url)
     return [p.strip() for p in parts if p and p.strip()]
-
-
-def _map_blocks(kind: str, blocks: list[str], tensors: list[str], model: str, subset: bool) -> dict[str, str]:
-    """``{block: tensor}``: by name when every block names a tensor (``subset``: output blocks
-    may leave tensors out), else in order when no block does and the counts match."""
-    named = [b for b in blocks if b in tensors]
-    if len(named) == len(blocks):
-        missing = [t for t in tensors if t not in blocks]
-        if missing and not subset:
-            raise MetadataMismatch(f"model {model!r} {kind}(s) {missing} have no block; the {kind} blocks are {blocks}")
-        return {b: b for b in blocks}
-    if named:
-        other = [b for b in blocks if b not in tensors]
-        raise MetadataMismatch(
-            f"{kind} blocks {blocks} match the {kind}s of model {model!r} {tensors} only in part "
-            f"({other} {'is' if len(other) == 1 else 'are'} not one): name every {kind} block after a "
-            f"model {kind}, or none of them (then the blocks map to the {kind}s in order)"
-        )
-    if len(blocks) == len(tensors):
-        return dict(zip(blocks, tensors))
-    which = (
-        f"{kind} block {blocks[0]!r} is not an {kind}"
-        if len(blocks) == 1
-        else f"{kind} blocks {blocks} are not {kind}s"
-    )
-    raise MetadataMismatch(
-        f"{which} of model {model!r}; its {kind}s are {tensors} "
-        f"(and {len(blocks)} block(s) cannot map in order to {len(tensors)} {kind}(s))"
-    )
 
 
 class RemoteModel(RequestsMixin):
@@ -151,7 +127,9 @@ class RemoteModel(RequestsMixin):
         self._fallback_server: Any = None
         self._queue: Any = None
         self._local = threading.local()
-        self._checked: dict[Any, dict[str, dict[str, str]]] = {}  # metadata signature -> block mapping
+        # (id(model description), metadata signature) -> (the description, its block mapping): the
+        # entry holds the description, so its id is not another's while kept
+        self._checked = LRUCache(_CHECKED_KEPT)
         self._shm_off: dict[str, str] = {}  # url -> why shared memory is not used there
         self._counters = _ClientCounters()
         self._validate = validate
@@ -308,45 +286,13 @@ class RemoteModel(RequestsMixin):
         When no block name is a tensor name and the counts match, the blocks map to the
         tensors in order, as a local :class:`inference.Model` takes them. A partial name match
         is an error, never a silent mix of the two."""
-        ins, outs = metadata.inputs, metadata.outputs
-        grouped = [b.name for b in ins.blocks + outs.blocks if b.rows_per_item != 1]
-        if grouped:  # requests carry whole rows, split and batched by row
-            raise MetadataMismatch(
-                f"blocks {grouped} group rows into items (rows_per_item): a RemoteModel sends "
-                "one row per item; run such blocks through a local inference.Model"
-            )
+        refuse_grouped_rows(metadata)
         info = self.model_info
-        key = (id(info), self._signature(metadata))
+        key = (id(info), signature(metadata))
         known = self._checked.get(key)
-        if known is not None:
-            return known
-        in_map = _map_blocks(
-            "input", list(ins.block_names), [t.name for t in info.inputs], self.model_name, subset=False
-        )
-        out_map = _map_blocks(
-            "output", list(outs.block_names), [t.name for t in info.outputs], self.model_name, subset=True
-        )
-        for block, tensor in in_map.items():
-            b = ins.block(block)
-            check_block(info.input(tensor), block, b.dtype, b.shape, "input")  # type: ignore[arg-type]
-        for block, tensor in out_map.items():
-            b = outs.block(block)
-            check_block(info.output(tensor), block, b.dtype, b.shape, "output")  # type: ignore[arg-type]
-        if not info.batching and ins.size != outs.size:
-            raise MetadataMismatch(
-                f"model {self.model_name!r} does not batch; inputs n={ins.size} "
-                f"and outputs n={outs.size} must be one request"
-            )
-        mapping = {"inputs": in_map, "outputs": out_map}
-        self._checked[key] = mapping
-        return mapping
-
-    @staticmethod
-    def _signature(metadata: Any) -> tuple:
-        sig = []
-        for meta in (metadata.inputs, metadata.outputs):
-            sig.append(tuple((n, str(meta.block(n).dtype), tuple(meta.block(n).shape[1:])) for n in meta.block_names))
-        return tuple(sig)
+        if known is None or known[0] is not info:
+            known = self._checked[key] = (info, check_metadata(metadata, info, self.model_name))
+        return known[1]
 
     def _limit(self, metadata: Any = None) -> int:
         """Rows per request: the smallest of server, client and metadata limits (0: no split)."""

@@ -151,7 +151,7 @@ class Transport:
         self._local = threading.local()  # HTTP clients are not thread-safe: one per thread
         self._clients: list[Any] = []
         self._lock = threading.Lock()
-        if protocol == "grpc":
+        if protocol == "grpc":  # tritonclient (optional: the triton extra) loads with the first server
             import tritonclient.grpc as grpcclient
 
             self._mod = grpcclient

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from portable import AlpykaError
 from portable.env import env_number
@@ -121,8 +122,6 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
     """A callable on torch tensors: TorchScript (.pt), an AOTInductor package or a
     torch.export program (.pt2), or an ONNX model (ONNX Runtime, loaded and run as
     ``Model("x.onnx")`` does: :class:`inference._onnx.OnnxProgram`)."""
-    import torch
-
     fmt = model_format(path)
     if fmt == "onnx":
         return OnnxProgram(path).runner(torch.device(device)).run_tensors
@@ -150,8 +149,6 @@ def _decl_text(spec: ModelSpec) -> str:
 def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> list[TensorDesc]:
     """Output declarations found by running the model once on zeros (two samples when it
     batches). A failure raises :class:`StartupError` saying what to declare."""
-    import torch
-
     batch = (2,) if spec.max_batch_size > 0 else ()
     shapes = [(*batch, *[max(d, 1) for d in t.dims]) for t in spec.inputs]
     try:
@@ -185,8 +182,6 @@ def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> li
 
 def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Callable[..., Any]:
     """The PyTriton inference callable: numpy in, the model on torch tensors, numpy out."""
-    import torch
-
     in_names = [t.name for t in spec.inputs]
     out_names = [t.name for t in spec.outputs]
     out_dtypes = [t.dtype for t in spec.outputs]
@@ -199,7 +194,7 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
             raise ValueError(f"model {spec.name!r} returned {len(outs)} outputs, {len(out_names)} declared")
         return {n: o.detach().cpu().numpy().astype(dt, copy=False) for n, o, dt in zip(out_names, outs, out_dtypes)}
 
-    if spec.max_batch_size > 0:
+    if spec.max_batch_size > 0:  # pytriton (optional: the triton extra) loads in main's try, which reports it
         from pytriton.decorators import batch
 
         @batch

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.export.graph_signature import InputKind
+
 from .._loading import detect_format, jit_load
 from .._onnx import OnnxProgram
 from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
@@ -117,8 +120,6 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
         fmt = detect_format(path)
     except Exception as exc:  # noqa: BLE001 - loading will report it
         return [], f"its format could not be read ({exc})"
-    import torch
-
     if fmt == "jit":
         module = jit_load(path, "cpu")
         try:
@@ -142,8 +143,6 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
-        from torch.export.graph_signature import InputKind
-
         ep = torch.export.load(path)
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         decls = []
@@ -349,8 +348,6 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
                 "AOTInductor (.pt2) and ONNX (.onnx) files"
             )
         return str(p.resolve())
-    import torch
-
     if isinstance(model, torch.jit.ScriptModule):
         scripted = model
     elif isinstance(model, torch.nn.Module):
