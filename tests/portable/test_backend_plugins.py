@@ -84,6 +84,8 @@ def test_a_registered_plugin_runs_kernels_on_its_declared_device(registry):
     pk.exec(q, pk.valid_workdiv(dev, n), _axpy, np.float32(2.0), x, y, n)
     q.wait()
     np.testing.assert_array_equal(np.asarray(y), 2.0 * np.arange(n, dtype=np.float32) + 1.0)
+    # the plugin kept what it learnt of the kernel in its own plans, through spi.KernelHandle only
+    assert list(dev.backend.plans(_axpy).values()) == [1]
     from portable.cli._info import info_text
 
     assert f"{PLUGIN:<12} available (alpyka_serial_plugin 1.0)" in info_text()
