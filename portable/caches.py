@@ -110,7 +110,7 @@ class IdentityCache(LRUCache):
         return entry is not None and entry[0] is obj
 
     def values(self) -> list[Any]:
-        return [entry[1] for entry in self._data.values()]
+        return [entry[1] for entry in list(self._data.values())]  # (a copy first: atomic)
 
 
 _MISSING = object()
