@@ -329,7 +329,7 @@ def queue_impl(queue: Any) -> Any:
     what a backend's ``copy``/``fill``/``launch`` receive); None for None (an allocation made
     for no queue)."""
     if isinstance(queue, Queue):
-        return queue._impl
+        return queue.impl
     if queue is None:
         return None
     raise TypeError(f"queue_impl needs a pk.Queue, got {type(queue).__name__}")
