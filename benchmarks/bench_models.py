@@ -96,6 +96,71 @@ def build_parser():
     return parser
 
 
+def _batch_sizes(args: Any, run_mode: str) -> tuple[int, ...]:
+    """The batch sizes to time: ``--batch-sizes``, else the mode's; each at least 2."""
+    if args.batch_sizes:
+        batches = tuple(int(b) for b in args.batch_sizes.split(","))
+    else:
+        batches = {"smoke": SMOKE_BATCHES, "quick": QUICK_BATCHES, "full": FULL_BATCHES}[run_mode]
+    if min(batches) < 2:
+        raise SystemExit("batch sizes must be >= 2 (the exported models have a dynamic batch axis from 2)")
+    return batches
+
+
+def _unprepared_rows(name: str, variants: Any) -> list[dict[str, Any]]:
+    """A "skipped" row for each variant of model ``name`` that could not be prepared, saying why."""
+    return [
+        {
+            "model": name,
+            "variant": v,
+            "label": LABELS[v],
+            "batch": None,
+            "status": "skipped",
+            "reason": variants.skipped.get(v, "not prepared"),
+        }
+        for v in VARIANTS
+        if v not in variants.runners
+    ]
+
+
+def _timed_rows(
+    name: str, batch: int, ready: list[str], variants: Any, timings: dict[str, Any], errors: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The rows of one batch: each ready variant's latency and throughput (or why it failed),
+    then the gather steps' own latency."""
+    rows: list[dict[str, Any]] = []
+    for v in ready:
+        row: dict[str, Any] = {"model": name, "variant": v, "label": LABELS[v], "batch": batch}
+        if v not in timings:
+            rows.append({**row, "status": "failed", "reason": errors.get(v, "not timed")})
+            continue
+        t = timings[v]
+        row.update(
+            status="ok",
+            **t.as_dict("latency"),
+            throughput_eps=batch / t.median,
+            max_abs_diff_vs_eager=variants.max_abs_diff.get(v),
+            agrees_with_eager=variants.agrees.get(v),
+        )
+        engine = engine_of(v)
+        if v.startswith("alpyka") and engine in timings:  # the same engine fed row-major tensors
+            row["throughput_vs_engine_paired"] = common.paired_ratio(timings[engine], t)
+        rows.append(row)
+    for g in (GATHER, GATHER_PC):
+        if g in timings:
+            rows.append(
+                {
+                    "model": name,
+                    "variant": g,
+                    "label": LABELS[g],
+                    "batch": batch,
+                    "status": "ok",
+                    **timings[g].as_dict("latency"),
+                }
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(build_parser(), argv)
     if args.threads < 1:
@@ -117,12 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in bench_models.MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {unknown}; choose from {sorted(bench_models.MODELS)}")
-    if args.batch_sizes:
-        batches = tuple(int(b) for b in args.batch_sizes.split(","))
-    else:
-        batches = {"smoke": SMOKE_BATCHES, "quick": QUICK_BATCHES, "full": FULL_BATCHES}[run_mode]
-    if min(batches) < 2:
-        raise SystemExit("batch sizes must be >= 2 (the exported models have a dynamic batch axis from 2)")
+    batches = _batch_sizes(args, run_mode)
     timing = {
         "smoke": dict(warmup=1, repeats=2, min_repeats=1, budget_s=0.5),
         "quick": dict(warmup=1, repeats=5, min_repeats=2, budget_s=1.0),
@@ -146,18 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         variants = ModelVariants(bm, threads=args.threads, aot_policy=aot_policy, blocking=args.queue == "blocking")
         prep[name] = {"prepare_s": time.perf_counter() - t0, **variants.describe()}
-        for v in VARIANTS:
-            if v not in variants.runners:
-                rows.append(
-                    {
-                        "model": name,
-                        "variant": v,
-                        "label": LABELS[v],
-                        "batch": None,
-                        "status": "skipped",
-                        "reason": variants.skipped.get(v, "not prepared"),
-                    }
-                )
+        rows += _unprepared_rows(name, variants)
         ready = [v for v in VARIANTS if v in variants.runners]
         bar = common.progress(batches, total=len(batches), desc=f"{name}", disable=args.no_progress)
         inputs_cache: dict[int, Any] = {}
@@ -191,35 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             timings, errors = common.interleaved(
                 fns, how["repeats"], warmup=how["warmup"] + 1, min_rounds=how["min_repeats"], budget_s=how["budget_s"]
             )
-            for v in ready:
-                row: dict[str, Any] = {"model": name, "variant": v, "label": LABELS[v], "batch": batch}
-                if v not in timings:
-                    rows.append({**row, "status": "failed", "reason": errors.get(v, "not timed")})
-                    continue
-                t = timings[v]
-                row.update(
-                    status="ok",
-                    **t.as_dict("latency"),
-                    throughput_eps=batch / t.median,
-                    max_abs_diff_vs_eager=variants.max_abs_diff.get(v),
-                    agrees_with_eager=variants.agrees.get(v),
-                )
-                engine = engine_of(v)
-                if v.startswith("alpyka") and engine in timings:  # the same engine fed row-major tensors
-                    row["throughput_vs_engine_paired"] = common.paired_ratio(timings[engine], t)
-                rows.append(row)
-            for g in (GATHER, GATHER_PC):
-                if g in timings:
-                    rows.append(
-                        {
-                            "model": name,
-                            "variant": g,
-                            "label": LABELS[g],
-                            "batch": batch,
-                            "status": "ok",
-                            **timings[g].as_dict("latency"),
-                        }
-                    )
+            rows += _timed_rows(name, batch, ready, variants, timings, errors)
             pairs[(name, batch)] = best_against_best(timings, by_hand_per_candidate=bool(bm.rows_per_event))
         inputs_cache.clear()
         keep.append(variants)  # released together at exit (see below)

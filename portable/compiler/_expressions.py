@@ -323,56 +323,76 @@ class ExprBuilder:
         base = self.value(node.value)
         name = node.attr
         if isinstance(base, AccVal):
-            if name in ACC_QUERIES:
-                return self.acc_query(name, node)
-            if name in ACC_MEMBERS:
-                return AccMember(name)
-            raise self.error(node, self.unknown_acc_member(name))
+            return self.acc_attribute(name, node)
         if isinstance(base, ViewVal):
-            if name == "size":
-                return base.size
-            if name not in base.fields:
-                raise self.error(node, f"{base.label} has no field {name!r}; its fields are {', '.join(base.fields)}")
-            arr = base.fields[name]
-            if arr.type.kind == "scalar_field":
-                return FieldAccess(arr, self.ctx.labels.get(arr.name, name))
-            return arr
+            return self.view_attribute(base, name, node)
         if isinstance(base, ir.ArrayRef) and name == "shape":
             return TupleVal(list(base.extents))
         if isinstance(base, ModuleVal) and base.name not in ("math", "numpy"):
-            obj = getattr(base.module, name, None)
-            if getattr(obj, "__alpyka_device_function__", False):
-                return DeviceFunctionVal(obj)
-            if isinstance(obj, type(math)):
-                return ModuleVal(obj.__name__, obj)
-            if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
-                return const(obj)
-            raise self.error(
-                node,
-                f"{base.name}.{name} is not available in kernels: from a module, kernels may use "
-                "its @pk.device_function functions, submodules and number constants",
-            )
+            return self.module_attribute(base, name, node)
         if isinstance(base, ModuleVal):
-            if name in _MATH_CONSTANTS:
-                return const(_MATH_CONSTANTS[name])
-            obj = getattr(base.module, name, None)
-            if obj in _NP_TYPES:
-                return DTypeVal(scalar_type(np.dtype(obj)))
-            fname = _NP_ALIASES.get(name, name) if base.name == "numpy" else name
-            if fname in ir.MATH_FUNCTIONS or (base.name == "math" and name == "gamma"):
-                return BuiltinVal("math." + ("tgamma" if name == "gamma" else fname))
-            raise self.error(
-                node, f"{base.name}.{name} is not available in kernels; math functions: {', '.join(ir.MATH_FUNCTIONS)}"
-            )
+            return self.math_attribute(base, name, node)
+        raise self.attribute_error(base, name, node)
+
+    def acc_attribute(self, name: str, node: ast.Attribute) -> Any:
+        """``acc.<name>``: a query (``acc.block_idx``...) or a member called later."""
+        if name in ACC_QUERIES:
+            return self.acc_query(name, node)
+        if name in ACC_MEMBERS:
+            return AccMember(name)
+        raise self.error(node, self.unknown_acc_member(name))
+
+    def view_attribute(self, base: ViewVal, name: str, node: ast.Attribute) -> Any:
+        """``view.<name>`` of a SoA view: its size, or a field (a scalar field is read bare)."""
+        if name == "size":
+            return base.size
+        if name not in base.fields:
+            raise self.error(node, f"{base.label} has no field {name!r}; its fields are {', '.join(base.fields)}")
+        arr = base.fields[name]
+        if arr.type.kind == "scalar_field":
+            return FieldAccess(arr, self.ctx.labels.get(arr.name, name))
+        return arr
+
+    def module_attribute(self, base: ModuleVal, name: str, node: ast.Attribute) -> Any:
+        """``module.<name>`` of a user's module: a device function, a submodule or a number."""
+        obj = getattr(base.module, name, None)
+        if getattr(obj, "__alpyka_device_function__", False):
+            return DeviceFunctionVal(obj)
+        if isinstance(obj, type(math)):
+            return ModuleVal(obj.__name__, obj)
+        if isinstance(obj, (bool, int, float, np.bool_, np.integer, np.floating)):
+            return const(obj)
+        raise self.error(
+            node,
+            f"{base.name}.{name} is not available in kernels: from a module, kernels may use "
+            "its @pk.device_function functions, submodules and number constants",
+        )
+
+    def math_attribute(self, base: ModuleVal, name: str, node: ast.Attribute) -> Any:
+        """``math.<name>`` / ``numpy.<name>``: a constant, a numpy scalar type or a math function."""
+        if name in _MATH_CONSTANTS:
+            return const(_MATH_CONSTANTS[name])
+        obj = getattr(base.module, name, None)
+        if obj in _NP_TYPES:
+            return DTypeVal(scalar_type(np.dtype(obj)))
+        fname = _NP_ALIASES.get(name, name) if base.name == "numpy" else name
+        if fname in ir.MATH_FUNCTIONS or (base.name == "math" and name == "gamma"):
+            return BuiltinVal("math." + ("tgamma" if name == "gamma" else fname))
+        raise self.error(
+            node, f"{base.name}.{name} is not available in kernels; math functions: {', '.join(ir.MATH_FUNCTIONS)}"
+        )
+
+    def attribute_error(self, base: Any, name: str, node: ast.Attribute) -> Exception:
+        """The error for an attribute of anything else (an argument misused names its kind)."""
         wrong = self.argument_misuse(node.value, "a SoA view", ast.unparse(node))
         if wrong is not None:
-            raise wrong
+            return wrong
         if isinstance(base, ir.ArrayRef):
-            raise self.error(
+            return self.error(
                 node,
                 f"{self.describe(base)} has no attribute {name!r} (arrays have .shape; fields belong to SoA views)",
             )
-        raise self.error(node, f"cannot take attribute {name!r} of {self.describe(base)}")
+        return self.error(node, f"cannot take attribute {name!r} of {self.describe(base)}")
 
     def ex_Subscript(self, node: ast.Subscript) -> Any:
         base = self.value(node.value)

@@ -7,15 +7,17 @@ order (see portable/_deferred.py) and makes import order matter.
 Between packages (DESIGN.md): ``soa`` <- ``portable`` <- ``backends``; backends see the core
 through its backend interface ``portable.spi`` and its public modules only; ``inference`` uses
 public ``portable`` and ``soa``; nothing in ``soa``, ``portable`` or ``backends`` imports
-``inference``. ``portable`` finds backends by name (its registry) and the ``alpyka`` command's
-subcommands through entry points, never by importing them. Neither the library nor the demo
-imports the test suite's support package ``alpyka_testing``.
+``inference`` or torch. ``portable`` finds backends by name (its registry) and the ``alpyka``
+command's subcommands through entry points, never by importing them. Neither the library nor the
+demo imports the test suite's support package ``alpyka_testing``. Those import rules are ruff's
+(banned imports in each package's ruff.toml, checked by tests/portable/test_import_bans.py); this
+file keeps what ruff cannot say: circles, the core's layers, modules named in strings, decisions by
+a backend's name.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from pathlib import Path
 
@@ -207,96 +209,8 @@ def test_layer_order() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_core_never_imports_torch() -> None:
-    """DESIGN: nothing in portable, soa or backends imports torch (inference does)."""
-    offenders = []
-    for package in ("portable", "soa", "backends"):
-        for f in sorted((ROOT / package).rglob("*.py")):
-            tree = ast.parse(f.read_text())
-            for node in ast.walk(tree):
-                names = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom)
-                    else []
-                )
-                if any(n.split(".")[0] == "torch" for n in names):
-                    offenders.append(str(f.relative_to(ROOT)))
-    assert not offenders, f"torch imported by the core: {sorted(set(offenders))}"
-
-
+#: the packages of the library
 PACKAGES = ("soa", "portable", "backends", "inference")
-
-
-@functools.cache
-def _cross_imports() -> dict[str, set[str]]:
-    """``{module: modules of the other packages it imports}`` over the four packages."""
-    out: dict[str, set[str]] = {}
-    for package in PACKAGES:
-        for f in sorted((ROOT / package).rglob("*.py")):
-            out[_module_name(f)] = {m for other in PACKAGES if other != package for m in _imports(f, other)}
-    return out
-
-
-def _is_public(module: str) -> bool:
-    return not any(part.startswith("_") for part in module.split("."))
-
-
-#: ``(importer, imported): reason`` for each import the rules below would refuse; keep it empty
-EXCEPTIONS: dict[tuple[str, str], str] = {}
-
-
-def _violations() -> list[str]:
-    wrong = []
-    for mod, imported in sorted(_cross_imports().items()):
-        package = mod.split(".")[0]
-        for dep in sorted(imported):
-            target = dep.split(".")[0]
-            if (mod, dep) in EXCEPTIONS:
-                continue
-            if target == "inference":
-                reason = "nothing below inference imports it"
-            elif package == "soa":
-                reason = "soa is the bottom layer"
-            elif package == "portable" and target == "backends":
-                reason = "portable finds backends through its registry, by name"
-            elif package == "backends" and target == "portable" and not _is_public(dep):
-                reason = "backends use portable.spi and public portable modules only"
-            elif package == "inference" and target == "backends":
-                reason = "inference uses public portable only"
-            elif package == "inference" and target == "portable" and (not _is_public(dep) or dep == "portable.spi"):
-                reason = "inference uses public portable only (not the backend interface)"
-            else:
-                continue
-            wrong.append(f"{mod} imports {dep}: {reason}")
-    return wrong
-
-
-def test_scanner_sees_cross_package_imports() -> None:
-    found = _cross_imports()
-    assert "portable.spi" in found["backends._host"], "the import scanner misses backends' imports"
-    assert "soa" in found["portable._collection"], "the import scanner misses portable's imports of soa"
-    assert any(d.startswith("portable") for d in found["inference._model"])
-
-
-def test_packages_import_downwards_only() -> None:
-    """soa <- portable <- backends; inference -> public portable and soa; nothing imports
-    inference from below; backends reach the core through portable.spi."""
-    wrong = _violations()
-    assert not wrong, "\n".join(wrong)
-    stale = [k for k in EXCEPTIONS if k[1] not in _cross_imports().get(k[0], set())]
-    assert not stale, f"exceptions that no longer occur: {stale}"
-
-
-def test_the_library_never_imports_the_demo() -> None:
-    """alpyka_demo is an application on top of the library, not a part of it."""
-    offenders = []
-    for package in PACKAGES:
-        for f in sorted((ROOT / package).rglob("*.py")):
-            if _imports(f, "alpyka_demo"):
-                offenders.append(_module_name(f))
-    assert not offenders, f"the library imports the demo application: {offenders}"
 
 
 def _foreign_impl_reads(path: Path) -> list[int]:
@@ -335,17 +249,16 @@ def _names_a_test_support_module(node: ast.AST) -> bool:
 
 def test_the_library_never_imports_the_test_support() -> None:
     """alpyka_testing is the test suite's support (the cupy stand-in, shared test kernels and
-    models): the library and the demo never import it, by an import statement or by name. That
-    includes the public pytest plugin portable/testing/plugin.py: the stand-in is this
-    repository's opt-in (tests/conftest.py), not the plugin's."""
+    models): the library and the demo never name it as a module to load (its import statements
+    are banned by ruff: tests/portable/test_import_bans.py). That includes the public pytest
+    plugin portable/testing/plugin.py: the stand-in is this repository's opt-in
+    (tests/conftest.py), not the plugin's."""
     offenders = []
     scanned = set()
     for package in (*PACKAGES, "alpyka_demo"):
         for f in sorted((ROOT / package).rglob("*.py")):
             scanned.add(_module_name(f))
-            if _imports(f, "alpyka_testing") or any(
-                map(_names_a_test_support_module, ast.walk(ast.parse(f.read_text(), str(f))))
-            ):
+            if any(map(_names_a_test_support_module, ast.walk(ast.parse(f.read_text(), str(f))))):
                 offenders.append(_module_name(f))
     assert "portable.testing.plugin" in scanned and "alpyka_demo.pipeline" in scanned, "the scan missed files"
     assert not offenders, f"the library imports the test suite's support package: {offenders}"
