@@ -336,29 +336,6 @@ def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tupl
     return keys, call_args
 
 
-def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tuple], list[Any]]:
-    """What a specialisation of ``df`` depends on for each argument value (acc; a scalar's type;
-    an array's type; a view's layout and constness), and the call's IR arguments."""
-    keys: list[tuple] = []
-    call_args: list[Any] = []
-    for v in vals:
-        if isinstance(v, AccVal):
-            keys.append(("acc",))
-        elif isinstance(v, ir.Expr):
-            keys.append(("scalar", v.type.name))
-            call_args.append(v)
-        elif isinstance(v, ir.ArrayRef):
-            keys.append(("array", v.type))
-            call_args.append(v)
-        elif isinstance(v, ViewVal):
-            keys.append(("view", v.layout, v.const))
-            call_args += list(v.fields.values()) + [v.size]
-        else:
-            what = "a tuple" if isinstance(v, TupleVal) else type(v).__name__
-            raise TypeError(f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views or numbers")
-    return keys, call_args
-
-
 def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: CompileContext) -> tuple[str, Any, list]:
     """Build (or reuse) the IR function of ``df`` for argument values ``vals``; return its name,
     return type and the call's IR arguments."""
