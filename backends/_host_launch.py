@@ -120,9 +120,13 @@ def _launch_source(params: list, nargs: int, kinds: list[str], ndim: int) -> str
 
 
 def _not_host_error(kernel: KernelHandle) -> Callable[[tuple, int, Any], None]:
+    """The plan's error for an argument in memory the CPU cannot use (it holds the kernel's
+    names, not the kernel: a plan never keeps its kernel alive)."""
+    name, params = kernel.__name__, list(kernel.param_names)
+
     def not_host(args: tuple, i: int, dev: Any) -> None:
         raise KernelArgumentError(
-            f"kernel {kernel.__name__!r}: argument {kernel.param_names[i]!r} lives on {dev}, which the "
+            f"kernel {name!r}: argument {params[i]!r} lives on {dev}, which the "
             "CPU backends cannot use; copy it to the host first"
         )
 
