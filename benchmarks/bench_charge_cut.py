@@ -1,5 +1,6 @@
 """CMSSW's cluster charge cut (examples/cluster_charge_cut.py) on each backend against its numba twin:
-a plain ``@njit`` loop over the modules doing the same work, one thread, as a numba user writes it.
+a plain ``@njit`` loop over the modules doing the same work, one thread, as a numba user writes it;
+a ``prange`` twin over the machine's cores shows what a parallel runtime got from them meanwhile.
 
 Per module: each digi's charge added to its cluster's (alpyka: ``atomic_add`` on shared memory,
 ``hierarchy="block"``), clusters below the threshold cut, the survivors renumbered (alpyka:
@@ -25,9 +26,14 @@ import sys
 import time
 from pathlib import Path
 
+# the prange twin's threads sleep when done (TBB's and OpenMP's spin a while, taking the cores
+# from the contender timed next); read when numba is first imported
+os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+
 import _common as common
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 import portable as pk
 
@@ -35,6 +41,8 @@ sys.path.insert(0, str(common.REPO_ROOT / "examples"))
 import cluster_charge_cut as cc
 
 NUMBA = "numba njit (1 thread)"
+#: the parallel twin: what any parallel runtime got from this machine's cores meanwhile
+PRANGE = "numba prange (every core)"
 THRESHOLD = 4000
 #: issue 33's targets: numba's time over alpyka's
 TARGETS = {"cpu_serial": 1.0, "cpu_threads": 1.5, "opencl": 0.5}
@@ -72,6 +80,36 @@ def numba_charge_cut(
         new_n_clusters[m] = kept
 
 
+@njit(parallel=True, cache=True)
+def numba_charge_cut_prange(
+    module_start, cluster, adc, n_clusters, threshold, new_cluster, new_n_clusters, chunks
+):  # pragma: no cover - compiled
+    """The same per module, the modules in ``chunks`` ranges over numba's threads (scratch arrays
+    once per range, as a numba user writes a parallel loop of small bodies)."""
+    n_modules = n_clusters.size
+    for k in prange(chunks):
+        charge = np.empty(MAX_CLUSTERS, np.int32)
+        new_id = np.empty(MAX_CLUSTERS, np.int32)
+        for m in range(n_modules * k // chunks, n_modules * (k + 1) // chunks):
+            n_clus = min(max(n_clusters[m], 0), MAX_CLUSTERS)
+            charge[:n_clus] = 0
+            for i in range(module_start[m], module_start[m + 1]):
+                c = cluster[i]
+                if 0 <= c < n_clus:
+                    charge[c] += adc[i]
+            kept = 0
+            for c in range(n_clus):
+                if charge[c] >= threshold:
+                    new_id[c] = kept
+                    kept += 1
+                else:
+                    new_id[c] = INVALID
+            for i in range(module_start[m], module_start[m + 1]):
+                c = cluster[i]
+                new_cluster[i] = new_id[c] if 0 <= c < n_clus else INVALID
+            new_n_clusters[m] = kept
+
+
 def _cpu_ticks() -> tuple[float, int, int, float] | None:
     """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
     try:
@@ -107,6 +145,12 @@ def _contenders(event, want) -> tuple[dict, dict]:
     if not (np.array_equal(out[0], want[0]) and np.array_equal(out[1], want[1])):
         raise AssertionError("the numba twin differs from the numpy reference")
     calls = {NUMBA: lambda: numba_charge_cut(*event, THRESHOLD, *out)}
+    par = (np.empty(n, np.int32), np.empty(n_modules, np.int32))
+    chunks = 4 * numba.get_num_threads()
+    numba_charge_cut_prange(*event, THRESHOLD, *par, chunks)
+    if not (np.array_equal(par[0], want[0]) and np.array_equal(par[1], want[1])):
+        raise AssertionError("the numba prange twin differs from the numpy reference")
+    calls[PRANGE] = lambda: numba_charge_cut_prange(*event, THRESHOLD, *par, chunks)
     skipped = {}
     for b in common.backends():  # every available one that $ALPYKA_BACKENDS leaves in
         try:
@@ -204,6 +248,7 @@ def _summary(rows: list[dict]) -> dict:
     summary["machine while measured"] = {
         "cores busy with other work": statistics.median(busy) if busy else None,
         "repeats": max((r["repeat"] for r in rows if "repeat" in r), default=0) + 1,
+        "prange threads": numba.get_num_threads(),
     }
     return summary
 
