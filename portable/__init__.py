@@ -10,7 +10,7 @@ from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakato
 from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
-from ._device import Device, DeviceCapabilities, DeviceLimits
+from ._device import Device, DeviceCapabilities, DeviceLimits, device, devices, host
 from ._errors import (
     AlpykaError,
     AlpykaWarning,
@@ -28,10 +28,7 @@ from ._registry import (
     available_backends,
     backends,
     default_backend,
-    device,
-    devices,
     get_backend,
-    host,
     register_backend,
     unavailable_backends,
 )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._deferred import run_deferred
 from ._queue import Event
+from ._registry import available_backends, get_backend
 
 if TYPE_CHECKING:
     from ._device import Device
@@ -208,3 +209,15 @@ class CachingAllocator:
         for b in blocks:
             self._raw_free(b.handle)
         return sum(b.nbytes for b in blocks)
+
+
+def pinned_host_allocator() -> CachingAllocator | None:
+    """Page-locked host memory (``pk.Buffer(pk.host(), ..., pinned=True)``): the allocator of the
+    first GPU backend available here that offers one (``Backend.pinned_allocator``), else None."""
+    for name in available_backends():
+        backend = get_backend(name)
+        if backend.kind == "gpu":
+            allocator = backend.pinned_allocator()
+            if allocator is not None:
+                return allocator
+    return None

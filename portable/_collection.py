@@ -11,12 +11,11 @@ import soa
 
 from ._allocator import MemRef
 from ._buffer import Buffer
-from ._device import Device
+from ._device import Device, host
 from ._errors import AlpykaError
 from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
-from ._registry import host
 
 _BUFFER_ALIGNMENT = 128
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._registry import get_backend
+from ._registry import HOST_BACKEND, get_backend
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,21 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<Device {self}>"
+
+
+def devices(backend: str) -> list[Device]:
+    """All devices of ``backend``."""
+    return list(get_backend(backend).devices())
+
+
+def device(backend: str, index: int = 0) -> Device:
+    """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``)."""
+    devs = devices(backend)
+    if not 0 <= index < len(devs):
+        raise IndexError(f"backend {backend!r} has {len(devs)} device(s); index {index} is out of range")
+    return devs[index]
+
+
+def host() -> Device:
+    """The host device: CPU memory that every backend can copy to and from."""
+    return device(HOST_BACKEND)

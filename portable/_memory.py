@@ -8,12 +8,12 @@ import numpy as np
 
 from ._allocator import MemRef
 from ._buffer import Buffer
+from ._device import host
 from ._errors import DeviceMismatch
 from ._graph import active as _capturing
 from ._graph import record_copy, record_fill
 from ._handoff import note_queue
 from ._queue import Queue
-from ._registry import host
 
 
 def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:

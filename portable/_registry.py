@@ -13,7 +13,7 @@ import importlib.metadata
 import os
 import threading
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._errors import BackendUnavailable
 from .env import EMULATED_BACKENDS
@@ -25,10 +25,6 @@ from .env import emulate as _emulate_env
 # refuses new shutdown hooks from then on, and concurrent.futures.thread registers one when first
 # imported, as numba 0.68 does through scipy: "RuntimeError: can't register atexit after
 # shutdown". So it is imported with alpyka, while the interpreter is whole (~5 ms).
-
-if TYPE_CHECKING:
-    from ._allocator import CachingAllocator
-    from ._device import Device
 
 #: the entry-point group backends register under (pyproject.toml registers alpyka's own five)
 GROUP = "alpyka.backends"
@@ -55,7 +51,7 @@ BACKEND_NAMES = tuple(BUILTIN_BACKENDS)
 _DEFAULT_PREFERENCE = ("cpu_threads", "cpu_serial")
 
 #: the backend of ``pk.host()``: host memory every backend copies to and from
-_HOST_BACKEND = "cpu_serial"
+HOST_BACKEND = "cpu_serial"
 
 _lock = threading.RLock()
 #: loaded backends (:class:`portable.spi.Backend` s: typed Any, since the backend interface sits
@@ -228,24 +224,6 @@ def get_backend(name: str) -> Any:
     return backend
 
 
-def devices(backend: str) -> list[Device]:
-    """All devices of ``backend``."""
-    return list(get_backend(backend).devices())
-
-
-def device(backend: str, index: int = 0) -> Device:
-    """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``)."""
-    devs = devices(backend)
-    if not 0 <= index < len(devs):
-        raise IndexError(f"backend {backend!r} has {len(devs)} device(s); index {index} is out of range")
-    return devs[index]
-
-
-def host() -> Device:
-    """The host device: CPU memory that every backend can copy to and from."""
-    return device(_HOST_BACKEND)
-
-
 def default_backend() -> str:
     """``ALPYKA_BACKEND`` if set, else the fastest CPU backend available (cpu_threads)."""
     env = os.environ.get("ALPYKA_BACKEND")
@@ -256,15 +234,3 @@ def default_backend() -> str:
         if _load(name) is not None:
             return name
     return available_backends()[0]
-
-
-def pinned_host_allocator() -> CachingAllocator | None:
-    """Page-locked host memory (``pk.Buffer(pk.host(), ..., pinned=True)``): the allocator of the
-    first GPU backend available here that offers one (``Backend.pinned_allocator``), else None."""
-    for name in backends():
-        backend = _load(name)
-        if backend is not None and backend.kind == "gpu":
-            allocator = backend.pinned_allocator()
-            if allocator is not None:
-                return allocator
-    return None

@@ -46,14 +46,13 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from ._allocator import AllocatorStats, CachingAllocator, MemoryBlock, MemRef
+from ._allocator import AllocatorStats, CachingAllocator, MemoryBlock, MemRef, pinned_host_allocator
 from ._buffer import c_strides
 from ._deferred import run_deferred
 from ._device import DLPACK_CPU, DLPACK_CUDA, DLPACK_OPENCL, DLPACK_ROCM, Device, DeviceCapabilities, DeviceLimits
 from ._errorlog import ErrorLog
 from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
 from ._queue import Queue
-from ._registry import pinned_host_allocator
 from ._workers import Worker, before_workers_stop, start_worker, stop_worker
 from .compiler._signature import signature_key
 

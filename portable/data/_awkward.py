@@ -31,10 +31,9 @@ import soa
 
 from .._buffer import Buffer
 from .._collection import PortableCollection, _convert, _field_desc
-from .._device import Device
+from .._device import Device, host
 from .._memory import memcpy
 from .._queue import Queue
-from .._registry import host
 
 #: what a field spec may be: one awkward field name, or one per component of a vector/matrix
 FieldSpec = "str | Sequence[str]"
