@@ -334,6 +334,11 @@ class DeviceQueue:
         # an event of another API or context: wait for it on the host, in queue order
         self.enqueue_host(lambda: waitable.wait_snapshot(token), always=True)
 
+    def in_own_task(self) -> bool:
+        """True on the thread running this queue's host functions (its worker)."""
+        worker = self._worker
+        return worker is not None and worker.ident == threading.get_ident()
+
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error among it."""
         check_not_own_worker(self._worker, f"{self.api} queue")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from typing import Any
 
@@ -56,13 +55,10 @@ def _on_collect(block: Any) -> None:
 # ---------------------------------------------------------------------- hand-off (portable/_handoff.py)
 def _inside_own_task(impl: Any) -> bool:
     """True on the thread running one of this queue implementation's host functions (its
-    worker; on the host queues also a waiter running its tasks)."""
-    me = threading.get_ident()
-    worker = getattr(impl, "_worker", None)
-    if worker is not None and worker.ident == me:
-        return True
-    state = getattr(impl, "_state", None)
-    return state is not None and getattr(state, "runner", 0) == me
+    ``in_own_task()``, which a queue with host functions of its own declares: portable.spi's
+    QueueImpl)."""
+    in_own_task = getattr(impl, "in_own_task", None)
+    return in_own_task is not None and in_own_task()
 
 
 def wait_on_host(last: LastQueue) -> None:

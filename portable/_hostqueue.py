@@ -246,6 +246,11 @@ class HostQueue:
         else:  # an event of another backend: block the worker (or caller) on it
             self._submit(waitable.wait_snapshot, (waitable.snapshot(),), False)
 
+    def in_own_task(self) -> bool:
+        """True on the thread running this queue's tasks now: its worker, or a waiter that runs them."""
+        me = _thread.get_ident()
+        return self._state.runner == me or (self._worker is not None and self._worker.ident == me)
+
     # --------------------------------------------------------------- completion
     def wait(self) -> None:
         """Block until every task enqueued so far has run; raise the first error among them
@@ -258,13 +263,12 @@ class HostQueue:
         if self.blocking:
             with self.lock:
                 return
-        st = self._state
-        me = _thread.get_ident()
-        if st.runner == me or (self._worker is not None and self._worker.ident == me):
+        if self.in_own_task():
             raise RuntimeError(
                 "wait() on a queue from inside one of its own tasks would wait for itself "
                 "forever; record an event instead, or wait outside the task"
             )
+        st, me = self._state, _thread.get_ident()
         lo, target = st.log.wait_range()  # (cleared, tasks submitted so far)
         run_lock, pending, cv = st.run_lock, st.pending, st.cv
         while st.done < target:

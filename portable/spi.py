@@ -277,6 +277,9 @@ class QueueImpl(Protocol):
       finished wait reported; a wait from one of the queue's own tasks raises RuntimeError
       (:func:`check_not_own_worker`);
     - ``is_idle()``: True when all work enqueued so far finished (never blocks);
+    - optionally ``in_own_task()``: True on a thread running this queue's host functions now
+      (the interchange protocols then wait for nothing: the work before has finished, and the
+      work after would wait for the task itself);
     - ``native_handle``: the backend's own queue object, for interoperation.
     """
 
