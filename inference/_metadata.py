@@ -169,7 +169,7 @@ class SoAMetadata:
         """Numpy views over the collection's host memory, one per ``(byte offset, dtype, shape,
         byte strides)`` (a block's: :func:`array_places`): what a prepared pass on the CPU reads
         and writes, no torch tensor made."""
-        make = getattr(self._view, "_make", None)  # the collection's view's maker, made once per collection
+        make = self._view.make_array  # the collection's view's maker, made once per collection
         if make is None:
             coll = self.collection
             make = _MAKERS.get(coll)

@@ -197,6 +197,7 @@ _RESERVED = {
     "device",
     "memory",
     "to_dict",
+    "make_array",
 }
 
 

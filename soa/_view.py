@@ -78,6 +78,13 @@ class View:
         object.__setattr__(self, "_make", make_array)
         object.__setattr__(self, "_arrays", {})
 
+    @property
+    def make_array(self) -> ArrayFactory | None:
+        """The view's array maker (its ``make_array`` argument: ``make(byte_offset, dtype, shape,
+        strides)`` gives an array onto the memory), None where the memory is not addressable
+        from Python."""
+        return self._make
+
     # ---------------------------------------------------------------- field access
     def __getattr__(self, name: str) -> Any:
         arrays = object.__getattribute__(self, "_arrays")
