@@ -194,5 +194,8 @@ def _parallel(fn: Any, lo: int, hi: int, call: tuple, key: tuple, units: int, es
     cpu = sum(job.cpu) if _CPU_CLOCK_FINE else 0.0
     r = wall / (cpu if cpu > 0 else est * n * units)
     old = _ratio.get(key)
-    _ratio[key] = r if old is None else old + (r - old) * EMA
+    # as the estimates: a fast parallel launch shows what the cores give (noise only adds time), so
+    # it counts at once (a size made inline while the cores were busy goes parallel on the first
+    # retry that finds them free); a slower one moves the ratio a part of the way
+    _ratio[key] = r if old is None or r < old else old + (r - old) * EMA
     return est

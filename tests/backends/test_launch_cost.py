@@ -67,3 +67,18 @@ def test_the_pool_reports_each_threads_cpu_time():
     tp._pool.run_job(job)
     assert len(job.cpu) == len(job.busy) >= 1
     assert sum(job.cpu) >= 0.0079  # 4 blocks of 2 ms of CPU each, whichever thread ran them
+
+
+@pytest.mark.skipif(not cost._CPU_CLOCK_FINE, reason="this OS's thread CPU clock ticks too coarsely")
+def test_a_size_made_inline_under_load_goes_parallel_on_the_first_fast_retry(monkeypatch):
+    """Parallel launches measured while other processes held the cores made the size inline (ratio
+    3); the next retry finds the cores free: the size runs in parallel from then on."""
+    key = (object(), 20)
+    _replay(monkeypatch, wall=0.55, busy=[0.5, 0.5], cpu=[0.5, 0.5])
+    cost._ratio[key] = 3.0
+    cost._parallel(lambda lo, hi: None, 0, 1000, (), key, 1, 1e-3, 1.0)
+    assert cost._ratio[key] == pytest.approx(0.55) and cost._ratio[key] < cost.PARALLEL_GAIN
+    _replay(monkeypatch, wall=2.0, busy=[1.0, 1.0], cpu=[0.5, 0.5])  # one slow launch: a part of the way
+    cost._ratio[key] = 0.55
+    cost._parallel(lambda lo, hi: None, 0, 1000, (), key, 1, 1e-3, 1.0)
+    assert cost._ratio[key] == pytest.approx(0.55 + (2.0 - 0.55) * cost.EMA)
