@@ -14,7 +14,6 @@ Laid out after the library and tests/ (CONTRIBUTING.md, "The support package"):
 - ``inference``: the layouts and small torch models of the inference tests;
 - ``data``: the event kernels of examples/dimuon_mass.py for the data tests;
 - ``bench``: running and importing the benchmark scripts (benchmarks/ is not a package);
-- ``warm_python``: child Python processes forked from a warm interpreter (torch already imported);
 - ``hang_guard``: the pytest plugin that fails a run hung outside any test;
 - ``artifact_cache``: slow test artifacts cached by content under $ALPYKA_CACHE_DIR.
 

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from alpyka_testing import warm_python
-
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -49,6 +47,7 @@ def selected(candidates: tuple[str, ...]) -> list[str]:
 
 
 def run_script(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """``python *args`` in the repository root; its output captured as text (a fork of the warm
-    interpreter: :mod:`alpyka_testing.warm_python`)."""
-    return warm_python.run(args, cwd=REPO, env=bench_env(), timeout=timeout)
+    """``python *args`` in the repository root; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=bench_env(), capture_output=True, text=True, timeout=timeout
+    )

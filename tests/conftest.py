@@ -244,11 +244,7 @@ def pytest_runtest_teardown(item, nextitem):
 def pytest_unconfigure(config):
     """The heap frozen once more: pytest's own clean-up collects five times to surface unraisable
     exceptions (about 1 s each over a whole worker's heap) and the interpreter once more at exit;
-    they now walk only what is new. The warm interpreter the child scripts fork from, where one
-    was started, ends here (alpyka_testing/warm_python.py)."""
-    warm = sys.modules.get("alpyka_testing.warm_python")
-    if warm is not None:
-        warm.stop()
+    they now walk only what is new."""
     _freeze_heap()
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
-from alpyka_testing import warm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -82,7 +82,9 @@ def test_the_pages_python_runs_as_written(page, tmp_path):
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("ALPYKA_BACKENDS", None)
-    done = warm_python.run([str(script)], env=env, cwd=tmp_path, timeout=PAGE_TIMEOUT_S)  # `python script`, warm
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=PAGE_TIMEOUT_S
+    )
     assert done.returncode == 0, f"{page.name} does not run as written:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
 
 

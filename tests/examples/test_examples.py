@@ -1,8 +1,8 @@
 """Every example runs as a newcomer would run it, and says OK: once as a script (``python
-examples/<name>.py [args]``, in a fork of the warm interpreter of alpyka_testing.warm_python: the
-script's ``__main__``, its argument parsing and default backend), and, where an example takes a
-backend, its ``main`` in this process on every backend of the matrix (the same code as the script
-but for the process start: the cuda/rocm rows on the GPU emulator tests/conftest.py installs)."""
+examples/<name>.py [args]``: the script's ``__main__``, its argument parsing and default
+backend), and, where an example takes a backend, its ``main`` in this process on every backend of
+the matrix (the same code as the script but for the process start: the cuda/rocm rows on the GPU
+emulator tests/conftest.py installs)."""
 
 import functools
 import importlib
@@ -16,7 +16,6 @@ from types import ModuleType
 import pytest
 
 import portable as pk
-from alpyka_testing import warm_python
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -29,7 +28,9 @@ if importlib.util.find_spec("torch") is not None:
 def run_example(name: str, *args: str, timeout: float = 300) -> str:
     """Run ``examples/name`` with ``args`` as a newcomer would (``python examples/name args``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
-    res = warm_python.run([str(EXAMPLES / name), *args], timeout=timeout, env=env)
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     assert res.returncode == 0, f"{name} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}"
     return res.stdout
 

@@ -121,7 +121,7 @@ ALL_PACKAGES = {
     "backends": "backends._host",
     "soa": "soa",
     "inference": "inference._model",
-    "alpyka_testing": "alpyka_testing.bench",
+    "alpyka_testing": "alpyka_testing.warp_cases",
     "alpyka_demo": "alpyka_demo.pipeline",
 }
 
@@ -256,12 +256,11 @@ def test_the_library_never_imports_the_test_support() -> None:
 
 def test_the_test_support_scan_sees_imports_and_module_names() -> None:
     """The scan finds what it looks for: tests/conftest.py imports alpyka_testing and names its
-    hang_guard plugin and the warm_python module it stops; a sentence about the package is not a
-    module name."""
+    hang_guard plugin; a sentence about the package is not a module name."""
     conftest = ROOT / "tests" / "conftest.py"
     assert "alpyka_testing.backends.standin_torch" in _imports(conftest, "alpyka_testing")
     named = [n.value for n in ast.walk(ast.parse(conftest.read_text())) if _names_a_test_support_module(n)]
-    assert sorted(named) == ["alpyka_testing.hang_guard", "alpyka_testing.warm_python"]
+    assert named == ["alpyka_testing.hang_guard"]
     prose = ast.parse("x = 'alpyka_testing is the suite support package'")
     assert not any(map(_names_a_test_support_module, ast.walk(prose)))
 
