@@ -113,10 +113,8 @@ def _run_host(marker: Marker, host: _Host, log: Any) -> None:
 def _synchronize(native: Any) -> None:
     """``native.synchronize()`` (a cupy Event or Stream) after polling ``native.done``: a thread
     inside the runtime's wait runs no Python, Ctrl-C would wait for the kernel (see
-    :func:`~backends._gpu_queue.wait_polling`); the call then returns at once, raising any error.
-    No plain spin before the polls yield: on the GPU emulator the stream is a Python thread that
-    needs the GIL to finish the work (on a GPU a yield costs a syscall, less than a status query)."""
-    wait_polling(lambda: native.done, 0.0)
+    :func:`~backends._gpu_queue.wait_polling`); the call then returns at once, raising any error."""
+    wait_polling(lambda: native.done)
     native.synchronize()
 
 

@@ -36,39 +36,33 @@ from ._retention import Retained, track
 
 #: how many enqueued operations may hold objects before a marker is recorded to release them
 _RETAIN_BATCH = 32
-#: a wait for a native event polls it for about this long before it yields the core between polls
-POLL_SPIN_S = 50e-6
-#: ... and for about this long in all before it sleeps between polls
+#: a wait for a native event polls it, yielding the core between polls, for about this long ...
 POLL_YIELD_S = 2e-3
-#: the longest sleep between two polls: a Ctrl-C waits at most about this long for the waiter
+#: ... then sleeps between polls, at most this long: a Ctrl-C waits at most about this long for the waiter
 POLL_MAX_S = 0.005
 #: ``os.sched_yield`` (it releases the GIL), where the OS has it
 _sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-def wait_polling(done: Callable[[], bool], spin_s: float = POLL_SPIN_S) -> None:
+def wait_polling(done: Callable[[], bool]) -> None:
     """Return once ``done()`` (a native event's or queue's status query) is true.
 
     Polled, never the runtime's blocking wait (``clWaitForEvents``, ``cudaEventSynchronize``): a
     thread inside it runs no Python, so the main thread could not raise the KeyboardInterrupt of
     a Ctrl-C until a long kernel ended, and a queue's worker waiting there when the interpreter
-    finalises would re-take the GIL from native code as the event completes. Three phases, each
-    raising a Ctrl-C between polls: ``spin_s`` of plain polls (a short command is seen at once;
-    0 where completing it needs another Python thread of this process, which a spin holding the
-    GIL would starve: the GPU emulator's streams); then, up to :data:`POLL_YIELD_S`, polls with
-    ``sched_yield`` between them (it releases the GIL and lets a thread of this core run: a
-    command finishing under load is seen within microseconds, not a timer's ~60 us sleep); then
-    sleeps between polls, a quarter of the time waited so far (a wait ends at most ~25% late) up
-    to :data:`POLL_MAX_S`, so at exit a worker is in ``time.sleep``. Callers then call the
-    runtime's own wait, which returns at once and raises the error of a failed command."""
+    finalises would re-take the GIL from native code as the event completes. Up to
+    :data:`POLL_YIELD_S` the polls have a ``sched_yield`` between them, never a plain spin: the
+    thread that completes the work may need this core (an OpenCL CPU runtime's worker placed on
+    it: a 50 us spin made a tiny blocking launch 9-11x ``clFinish``, yielding ~2x, with the two
+    threads on one core) or the GIL (the GPU emulator's stream threads), and a timer's sleep
+    lasts ~60 us. Then the thread sleeps between polls, a quarter of the time waited so far (a
+    wait ends at most ~25% late) up to :data:`POLL_MAX_S`, so at exit a worker is in
+    ``time.sleep``. A Ctrl-C is raised between polls. Callers then call the runtime's own
+    wait, which returns at once and raises the error of a failed command."""
     if done():
         return
-    clock = time.perf_counter
+    clock, yield_core = time.perf_counter, _sched_yield
     t0 = clock()
-    while clock() - t0 < spin_s:
-        if done():
-            return
-    yield_core = _sched_yield
     while clock() - t0 < POLL_YIELD_S:
         yield_core()
         if done():
