@@ -12,7 +12,10 @@ process; ratios are numba's time over alpyka's, paired per round (> 1: alpyka is
 side's best round (on a shared machine the least disturbed; parallel runtimes suffer most). The whole
 run is repeated (``--repeats``, 5 in a full run, 10 s apart) and the figures are medians over the
 repeats; each run records how many cores other processes kept busy meanwhile (``/proc/stat`` less
-this process's CPU time), what a parallel runtime measured then could not have. Targets
+this process's CPU time), what a parallel runtime measured then could not have. The host
+contenders are timed together, and OpenCL (and cuda/rocm) apart, each with the twin: Intel's
+OpenCL runtime keeps ~1.2 cores spinning for a ms after a kernel, which the contender timed next
+would lose. Targets
 (issue 33): cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores), opencl (Intel's CPU runtime) >= 0.5x.
 
     python benchmarks/bench_charge_cut.py [--quick] [--smoke] [--repeats N] [--out DIR]
@@ -51,6 +54,8 @@ MAX_CLUSTERS, INVALID = cc.MAX_CLUSTERS, cc.INVALID_CLUSTER
 TARGET_PER_MODULE = 10
 #: seconds between two repeats of the whole run
 PAUSE_S = 10.0
+#: backends whose runtime runs commands on threads of its own: timed apart from the host contenders
+OWN_THREADS = ("opencl", "cuda", "rocm")
 
 
 @njit(cache=True)
@@ -180,24 +185,40 @@ def _contenders(event, want) -> tuple[dict, dict]:
     return calls, skipped
 
 
-def _measure(per_module: int, n_modules: int, rounds: int, calls: int) -> tuple[dict, dict, dict]:
-    """One interleaved run of every contender on one event: ``(event facts, timings, why not)``."""
+def _groups(fns: dict) -> list[dict]:
+    """The contenders timed together, each group with the njit twin: the host ones (the twins,
+    cpu_serial, cpu_threads), and each runtime with threads of its own (:data:`OWN_THREADS`) apart,
+    whose threads keep spinning after a command (Intel's OpenCL: ~1.2 cores for the first ms) and
+    would take the cores from the contender timed next."""
+    apart = [name for name in fns if name in OWN_THREADS]
+    host = {name: fn for name, fn in fns.items() if name not in apart}
+    return [host] + [{NUMBA: fns[NUMBA], name: fns[name]} for name in apart]
+
+
+def _measure(per_module: int, n_modules: int, rounds: int, calls: int) -> tuple[list, dict]:
+    """Interleaved runs of every contender on one event, group by group (:func:`_groups`):
+    ``([(event facts, timings), ...], why not)``."""
     event = cc.generate_event(n_modules, per_module, seed=7)
     want = cc.reference_charge_cut(*event, THRESHOLD)
     n = len(event[1])
     fns, skipped = _contenders(event, want)
-    ticks = _cpu_ticks()
-    timings, errors = common.interleaved(fns, rounds, calls=calls, warmup=2)
-    facts = {
-        "digis": n,
-        "modules": n_modules,
-        "clusters_per_module": per_module,
-        "clusters": int(event[3].sum()),
-        "kept": int(want[1].sum()),
-        "cores_busy_elsewhere": others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1),
-        "label": f"{round(n, -3) // 1000}k digis" if n >= 1000 else f"{n} digis",
-    }
-    return facts, timings, {**skipped, **errors}
+    runs = []
+    for group in _groups(fns):
+        ticks = _cpu_ticks()
+        timings, errors = common.interleaved(group, rounds, calls=calls, warmup=2)
+        skipped.update(errors)
+        facts = {
+            "digis": n,
+            "modules": n_modules,
+            "clusters_per_module": per_module,
+            "clusters": int(event[3].sum()),
+            "kept": int(want[1].sum()),
+            "timed_with": sorted(group),
+            "cores_busy_elsewhere": others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1),
+            "label": f"{round(n, -3) // 1000}k digis" if n >= 1000 else f"{n} digis",
+        }
+        runs.append((facts, timings))
+    return runs, skipped
 
 
 def _rows(facts: dict, timings: dict, repeat: int) -> list[dict]:
@@ -269,10 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, per_module in bar:
         if k and per_module == _sizes(args)[0]:
             time.sleep(PAUSE_S)  # the next repeat meets other moments of a shared machine's load
-        facts, timings, why = _measure(per_module, n_modules, rounds, calls)
-        bar.set_postfix_str(f"repeat {k + 1}, {facts['label']}")
+        runs, why = _measure(per_module, n_modules, rounds, calls)
         skipped.update(why)
-        rows += _rows(facts, timings, k)
+        for facts, timings in runs:
+            rows += _rows(facts, timings, k)
+        bar.set_postfix_str(f"repeat {k + 1}, {runs[0][0]['label']}")
     summary = _summary(rows)
     rows += [{"contender": b, "status": "skipped", "reason": r} for b, r in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in summary if b in pk.backends())
