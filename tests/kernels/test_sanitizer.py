@@ -8,8 +8,8 @@ call itself succeeds, so this test reads the child's stderr. The run includes
 ``sanitizer_cases.py``, two deliberately wrong kernels (an out-of-bounds write, a shared-memory
 race), which must be reported: a pass that reports nothing proves nothing.
 
-It is marked ``slow`` (about 170 s of CPU, one core; test_tools.py's sorts and scans are four
-fifths of it) and ``.ci/run`` runs it: the ordinary suite does too, as nothing deselects ``slow``
+It is marked ``slow`` (about 135 s of CPU on one core, most of it test_tools.py's sorts and
+scans) and ``.ci/run`` runs it: the ordinary suite does too, as nothing deselects ``slow``
 by default. It stays one test: the suite is CPU-bound on two cores and this file starts among
 the first (tests/conftest.py hands out the files with a slow test first; it ended near 300 s of a
 600 s run), so splitting it over workers would add a child pytest's start to each part without
