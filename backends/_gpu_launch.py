@@ -13,6 +13,7 @@ import numpy as np
 
 import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
+from portable.caches import IdentityCache
 from portable.compiler import check_shared_needs, debug_enabled
 from portable.spi import KernelHandle, PlanCache
 
@@ -20,15 +21,15 @@ from ._c_emit import emit
 from ._c_source import CEmitError, CSource
 
 _ONES = {1: (1,), 2: (1, 1), 3: (1, 1, 1)}
-#: how many work divisions a plan remembers as checked (then it forgets them all and checks again)
+#: how many work divisions a plan remembers as checked (the least recently used forgotten first)
 _FITS_MAX = 256
 
 
 class DevicePlan:
     """A kernel built for one device and signature, ready to launch (the OpenCL and CUDA/HIP
     plans extend it with their native kernel). ``fits`` holds the work divisions already
-    checked against it, each with the device it was checked for and its native geometry (see
-    :func:`prepare_launch`)."""
+    checked against it (by identity), each with the device it was checked for and its native
+    geometry (see :func:`prepare_launch`)."""
 
     __slots__ = ("src", "pack", "max_threads", "static_shared", "name", "lock", "err", "fits", "needs")
 
@@ -37,7 +38,7 @@ class DevicePlan:
         self.max_threads, self.static_shared, self.name = max_threads, static_shared, name
         self.lock = threading.Lock()
         self.err = src.needs_error_flag
-        self.fits: dict[int, tuple] = {}
+        self.fits = IdentityCache(_FITS_MAX)
         #: the kernel's shared-size needs (ir.SharedNeed), checked for each work division
         self.needs: list = []
 
@@ -169,13 +170,10 @@ def prepare_launch(
     if plan is None:
         plan = plans.build(key, lambda: make_plan(queue, workdiv, kernel, args, key))
     if kernel.dynamic_shared_bytes is None:  # the checks depend on the work division alone: once each
-        fit = plan.fits.get(id(workdiv))
-        if fit is None or fit[0] is not workdiv or fit[1] is not dev:
-            fit = (workdiv, dev, _fit(plan, workdiv, 0, dev))
-            if len(plan.fits) >= _FITS_MAX:
-                plan.fits.clear()
-            plan.fits[id(workdiv)] = fit  # holds the (immutable) WorkDiv: its id stays its own
-        return plan, plan.pack(args, workdiv, 0), 0, fit[2]
+        fit = plan.fits.get(workdiv)
+        if fit is None or fit[0] is not dev:
+            fit = plan.fits[workdiv] = (dev, _fit(plan, workdiv, 0, dev))
+        return plan, plan.pack(args, workdiv, 0), 0, fit[1]
     dyn = kernel.shared_bytes(workdiv, args)
     geometry = _fit(plan, workdiv, dyn, dev)
     return plan, plan.pack(args, workdiv, dyn), dyn, geometry
