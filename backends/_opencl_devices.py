@@ -280,7 +280,7 @@ def _check_invoker_cache(cl: Any) -> None:
         warn_cache_unwritable(where, exc, "XDG_CACHE_HOME")
         # pyopencl's own switch, which it has no public setter for: read at each build and when it
         # makes the argument setters
-        cl._PYOPENCL_NO_CACHE = True
+        cl._PYOPENCL_NO_CACHE = True  # noqa: SLF001 - pyopencl's switch, no public setter
 
 
 def build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None = None) -> Any:

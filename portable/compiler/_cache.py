@@ -192,8 +192,8 @@ def guard_numba_caches(mod: ModuleType) -> None:
 def _drop_index(cache: Any) -> str:
     """Remove a numba function's index and data files; returns the index's path."""
     # numba's cache keeps its files' paths in its internals only (no public accessor)
-    cf = cache._cache_file
-    index = Path(cf._index_path)
+    cf = cache._cache_file  # noqa: SLF001 - numba's cache: its file paths have no public accessor
+    index = Path(cf._index_path)  # noqa: SLF001 - (as above)
     stem = index.name[: -len(".nbi")]
     for f in [index, *index.parent.glob(f"{stem}.*.nbc")]:
         with contextlib.suppress(OSError):
@@ -218,7 +218,7 @@ def _save_overload(cache: Any, save: Any, sig: Any, data: Any) -> None:
     try:
         save(sig, data)
     except OSError as exc:
-        warn_cache_unwritable(cache._cache_path, exc)  # (numba's internals: no public accessor)
+        warn_cache_unwritable(cache._cache_path, exc)  # noqa: SLF001 - numba's internals: no public accessor
         cache.disable()
     except Exception as exc:  # noqa: BLE001 - an index that became unreadable since it was loaded
         index = _drop_index(cache)
