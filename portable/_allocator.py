@@ -1,6 +1,7 @@
 """A caching allocator in the style of alpaka's / cub's: geometric bins, queue-ordered reuse.
 
-Freed blocks go back to a cache keyed by their size bin. A cached block remembers the queue it
+Freed blocks go back to a cache keyed by their size bin, the block freed last handed out first
+(warm memory; an event's freed collections come back to the next event). A cached block remembers the queue it
 was last used on and an event recorded there when it was freed: it is handed out again at once
 to the same queue (queue order makes that safe), or to any other queue once the event completed.
 When a fresh allocation fails, the cache is released and the allocation is retried once.
@@ -137,7 +138,8 @@ class CachingAllocator:
         with self._lock:
             if bin_ is not None:
                 blocks = self._cache.get(bin_, [])
-                for i, b in enumerate(blocks):
+                for i in range(len(blocks) - 1, -1, -1):  # the block freed last first: warm memory
+                    b = blocks[i]
                     if b.address % alignment:
                         continue
                     last = b.last_queue() if b.last_queue is not None else None

@@ -82,6 +82,24 @@ def test_reuse_is_gated_by_queue_and_event():
     assert third.handle == b.handle
 
 
+def test_the_block_freed_last_is_handed_out_first():
+    """Most recently freed first (a stack per bin: warm memory is reused first):
+    with older blocks of the bin cached, an event's freed block comes back to the next event."""
+    a, _, events = _fake()
+    q = object()
+    old = [a.allocate(1000, queue=q) for _ in range(3)]
+    for b in old:
+        a.free(b)
+    for e in events:
+        e.done = True
+    handles = []
+    for _ in range(4):
+        b = a.allocate(1000, queue=q)
+        handles.append(b.handle)
+        a.free(b)
+    assert len(set(handles)) == 1 and handles[0] == old[-1].handle, handles
+
+
 def test_a_cached_block_is_reused_only_at_an_alignment_it_has():
     asked = []
 
