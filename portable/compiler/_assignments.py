@@ -1,0 +1,179 @@
+"""Front-end, assignments: ``=``, annotated and augmented assignments to local names, tuples,
+array elements and scalar fields, and the kernel's ``acc.shared_array`` declarations."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from . import ir
+from ._expressions import cast
+from ._values import AccVal, DTypeVal, FieldAccess, TupleVal, ViewVal
+from .types import INDEX, ArrayType, variable_type
+
+
+class AssignBuilder:
+    """Mixin of the function builder: assignments. Needs ``error``, ``scope``, ``var`` defined by
+    the builder and the expressions of :class:`~portable.compiler._expressions.ExprBuilder`."""
+
+    def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
+            raise self.error(node, f"{name!r} cannot be reassigned")
+        if isinstance(v, FieldAccess):
+            v = self.as_scalar(v, node)
+        if isinstance(v, ir.Expr):
+            if name in self.scope:
+                raise self.error(
+                    node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned a number"
+                )
+            t = v.type
+            if name in self.var_types:
+                new = variable_type(self.var_types[name], t)
+                if new != self.var_types[name]:
+                    self.var_types[name] = new
+                    self.changed = True
+            else:
+                self.var_types[name] = t
+            target = self.var(name)
+            return [ir.Assign(target, cast(v, target.type), self.line(node))]
+        if isinstance(v, TupleVal):  # materialise the items, keep a compile-time tuple of locals
+            out, items = [], []
+            for k, it in enumerate(v.items):
+                if isinstance(it, TupleVal):
+                    raise self.error(node, "nested tuples cannot be assigned")
+                tname = f"{name}_{k}"
+                out += self.assign_name(tname, it, node)
+                items.append(self.var(tname))
+            self.scope[name] = TupleVal(items)
+            return out
+        if isinstance(v, (ir.ArrayRef, ViewVal)):
+            if name in self.var_types:
+                raise self.error(node, f"{name!r} holds a number and cannot become {self.describe(v)}")
+            self.scope[name] = v
+            return []
+        raise self.error(node, f"cannot assign {self.describe(v)} to a variable")
+
+    def store(self, target: ast.AST, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        if isinstance(target, ast.Name):
+            return self.assign_name(target.id, v, node)
+        if isinstance(target, ast.Tuple):
+            if not isinstance(v, TupleVal) or len(v.items) != len(target.elts):
+                raise self.error(node, f"cannot unpack {self.describe(v)} into {len(target.elts)} names")
+            tmp = []
+            for it in v.items:  # evaluate everything before assigning (a, b = b, a)
+                if isinstance(it, ir.Expr) and not isinstance(it, (ir.Const, ir.Index)):
+                    self.ntmp += 1
+                    tn = f"t{self.ntmp}_swap"
+                    self.locals[tn] = it.type
+                    tmp.append((ir.Assign(ir.Var(tn, it.type), it, self.line(node)), ir.Var(tn, it.type)))
+                else:
+                    tmp.append((None, it))
+            out = [a for a, _ in tmp if a is not None]
+            for t, (_, it) in zip(target.elts, tmp):
+                out += self.store(t, it, node)
+            return out
+        if isinstance(target, ast.Subscript):
+            arr = self.value(target.value)
+            if not isinstance(arr, ir.ArrayRef):
+                wrong = self.argument_misuse(target.value, "an array", ast.unparse(target))
+                if wrong is not None:
+                    raise wrong
+                raise self.error(node, f"cannot assign to an element of {self.describe(arr)}")
+            idx = tuple(self.index_list(target.slice))
+            return self.store_element(arr, idx, v, node)
+        if isinstance(target, ast.Attribute):
+            base = self.value(target.value)
+            if isinstance(base, ViewVal) and target.attr in base.fields:
+                arr = base.fields[target.attr]
+                if arr.type.kind != "scalar_field":
+                    label = self.ctx.labels.get(arr.name)
+                    raise self.error(node, f"assign elements of {label}: view.{target.attr}[i] = ...")
+                return self.store_element(arr, (), v, node)
+            if not isinstance(base, ViewVal):
+                wrong = self.argument_misuse(target.value, "a SoA view", ast.unparse(target))
+                if wrong is not None:
+                    raise wrong
+            raise self.error(node, f"cannot assign to attribute {target.attr!r} of {self.describe(base)}")
+        raise self.error(node, f"cannot assign to {type(target).__name__}")
+
+    def store_element(self, arr: ir.ArrayRef, idx: tuple, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        self.check_index_count(arr, idx, node)
+        self.check_writable(arr, node)
+        value = cast(self.as_scalar(v, node), arr.type.dtype)
+        return [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
+
+    def st_Assign(self, s: ast.Assign) -> list[ir.Stmt]:
+        if (
+            isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Attribute)
+            and s.value.func.attr == "shared_array"
+        ):
+            return self.shared_array(s)
+        if (
+            isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Attribute)
+            and s.value.func.attr == "rand_engine"
+            and isinstance(self.value(s.value.func.value), AccVal)
+        ):
+            return self.rand_engine(s)
+        v = self.value(s.value)
+        out = []
+        for t in s.targets:
+            out += self.store(t, v, s)
+        return out
+
+    def st_AnnAssign(self, s: ast.AnnAssign) -> list[ir.Stmt]:
+        if s.value is None:
+            return []
+        v = self.value(s.value)
+        ann = self.value(s.annotation)
+        if isinstance(ann, DTypeVal):
+            v = cast(self.as_scalar(v, s), ann.type)
+        return self.store(s.target, v, s)
+
+    def st_AugAssign(self, s: ast.AugAssign) -> list[ir.Stmt]:
+        fake = ast.BinOp(left=_as_load(s.target), op=s.op, right=s.value)
+        ast.copy_location(fake, s)
+        v = self.value(fake)
+        return self.store(s.target, v, s)
+
+    def shared_array(self, s: ast.Assign) -> list[ir.Stmt]:
+        call = s.value
+        if not self.is_kernel:
+            raise self.error(
+                s, "acc.shared_array() is allowed in the kernel body only; pass the array to device functions"
+            )
+        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+            raise self.error(s, "assign acc.shared_array(shape, dtype) to one name")
+        if not isinstance(self.value(call.func.value), AccVal):
+            raise self.error(s, "shared_array is a member of acc")
+        args = self.plain_args(call, 2, "acc.shared_array(shape, dtype)")
+        shp = self.value(args[0])
+        items = shp.items if isinstance(shp, TupleVal) else [shp]
+        constant = all(isinstance(x, ir.Const) and not x.type.is_float and int(x.value) > 0 for x in items)
+        if not constant or not 1 <= len(items) <= 3:
+            raise self.error(s, "acc.shared_array shape must be a positive constant int or a tuple of 1-3 of them")
+        dt = self.value(args[1])
+        if not isinstance(dt, DTypeVal):
+            raise self.error(s, "acc.shared_array dtype must be a numpy type such as np.float32")
+        name = s.targets[0].id
+        shape = tuple(int(x.value) for x in items)
+        sname = "sh_" + name
+        prev = self.ctx.shared.get(sname)
+        if prev is not None and (prev.shape != shape or prev.dtype != dt.type):
+            raise self.error(s, f"shared array {name!r} declared twice with different shapes")
+        self.ctx.shared[sname] = ir.SharedArray(sname, dt.type, shape)
+        self.ctx.labels[sname] = f"shared array {name!r}"
+        self.scope[name] = ir.ArrayRef(
+            sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape)
+        )
+        return []
+
+
+def _as_load(target: ast.AST) -> ast.AST:
+    node = ast.parse(ast.unparse(target), mode="eval").body
+    ast.copy_location(node, target)
+    for n in ast.walk(node):
+        n.lineno = target.lineno
+        n.col_offset = getattr(target, "col_offset", 0)
+    return node
