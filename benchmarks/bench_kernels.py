@@ -351,10 +351,14 @@ _PREWARM = (
 )
 
 
-def start_times(cache: str) -> tuple[float, float]:
+def start_times(cache: str, labels: tuple[str, ...] = ("plain", "prewarmed")) -> dict[str, tuple[float, float]]:
+    """{label: (import seconds, first launch seconds)} of a fresh process per label: ``plain``,
+    and ``prewarmed`` (numba initialised before the first launch)."""
     env = dict(os.environ, ALPYKA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
     res = {}
     for label, pre in (("plain", ""), ("prewarmed", _PREWARM)):
+        if label not in labels:
+            continue
         src = _START.format(root=str(ROOT), prewarm=pre)
         out = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, check=True)
         imp, first = map(float, out.stdout.split())
@@ -489,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # ---------------------------------------------------------------- first compile / warm start
     with tempfile.TemporaryDirectory() as cache:
-        cold = start_times(cache)  # first run compiles (the prewarmed run then already hits the cache)
+        cold = start_times(cache, ("plain",))  # compiles; a prewarmed run after it would hit the cache
         warms = [start_times(cache) for _ in range(1 if args.quick else 3)]
     warm = {
         label: tuple(statistics.median(wr[label][i] for wr in warms) for i in range(2))
