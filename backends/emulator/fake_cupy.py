@@ -48,6 +48,7 @@ import ctypes
 import re
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -99,95 +100,135 @@ def _parse_params(code: str, name: str) -> list[str]:
     raise CUDARuntimeError(f"CUDA_ERROR_NOT_FOUND: named symbol {name!r} not found")
 
 
-def _make_raw(rt: _Runtime) -> tuple[type, type]:
-    default_dyn = 48 * 1024
-    optin = 64 * 1024 if rt.is_hip else 232448
+#: dynamic shared memory a kernel may use unless raised (cudaFuncSetAttribute), on CUDA
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
 
-    class RawKernel:
-        def __init__(self, module: Any, name: str) -> None:
-            self.module, self.name = module, name
-            self.params = _parse_params(module.code, name)
-            # the kernel's own limit, estimated from its registers (thread_limit.py), as
-            # cudaFuncGetAttributes answers it on a GPU
-            self.max_threads_per_block = max_threads_per_block(module.code, rt.is_hip)
-            self._dyn = default_dyn if not rt.is_hip else optin
-            # compiled (and its OpenCL twin built) at load, as cupy does on first use
-            self.prepared = rt.executor.prepare(module.code, name, module.options) if rt.executor else None
 
-        @property
-        def max_dynamic_shared_size_bytes(self) -> int:
-            return self._dyn
+class _RawKernel:
+    """``cupy.RawKernel`` of one stand-in (its runtime ``_rt`` and opt-in limit of dynamic shared
+    memory ``_optin`` are set by :func:`_make_raw`): checks a launch as cupy and CUDA would and
+    queues the kernel's body on the current stream."""
 
-        @max_dynamic_shared_size_bytes.setter
-        def max_dynamic_shared_size_bytes(self, value: int) -> None:
-            if value > optin:
-                raise CUDARuntimeError(
-                    f"cudaErrorInvalidValue: {value} bytes of dynamic shared memory above the opt-in limit {optin}"
-                )
-            self._dyn = int(value)
+    _rt: _Runtime
+    _optin: int
 
-        def _check_arg(self, i: int, decl: str, value: Any, device: int) -> None:
-            ctype = decl.rsplit(None, 1)[0].replace("const ", "").strip()
-            if ctype.endswith("*"):
-                if not (isinstance(value, np.generic) and value.dtype.itemsize == 8 and value.dtype.kind in "ui"):
-                    raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is a pointer; got {value!r}")
-                kind, dev = rt.where(int(value))
-                if kind == "device" and dev != device:
-                    raise CUDARuntimeError(
-                        f"cudaErrorIllegalAddress: kernel {self.name} on device {device} given "
-                        f"memory of device {dev} (argument {i}: {decl})"
-                    )
-                return
-            want = _C_TYPES.get(ctype)
-            if want is None:
-                raise TypeError(f"kernel {self.name}: fake cupy does not know C type {ctype!r}")
-            if not isinstance(value, np.generic) or value.dtype != np.dtype(want):
-                got = value.dtype if isinstance(value, np.generic) else type(value).__name__
-                raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is {want}; cupy would pack {got}")
+    def __init__(self, module: Any, name: str) -> None:
+        rt = self._rt
+        self.module, self.name = module, name
+        self.params = _parse_params(module.code, name)
+        # the kernel's own limit, estimated from its registers (thread_limit.py), as
+        # cudaFuncGetAttributes answers it on a GPU
+        self.max_threads_per_block = max_threads_per_block(module.code, rt.is_hip)
+        self._dyn = _DEFAULT_DYNAMIC_SHARED if not rt.is_hip else self._optin
+        # compiled (and its OpenCL twin built) at load, as cupy does on first use
+        self.prepared = rt.executor.prepare(module.code, name, module.options) if rt.executor else None
 
-        def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, **kw: Any) -> None:
-            device = rt.device()
-            stream = rt.current_stream(device)
-            if stream is None:
-                raise CUDARuntimeError(
-                    f"fake cupy: kernel {self.name} launched on the legacy null stream of "
-                    f"device {device} (no current stream for it on this thread)"
-                )
-            if len(args) != len(self.params):
-                raise TypeError(f"kernel {self.name} takes {len(self.params)} arguments; got {len(args)}")
-            for i, (decl, value) in enumerate(zip(self.params, args)):
-                self._check_arg(i, decl, value, device)
-            if shared_mem > self._dyn:
-                raise CUDARuntimeError(
-                    f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
-                    f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)"
-                )
-            rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
-            runner, name, prepared = rt.kernel_runner, self.name, self.prepared
-            if prepared is not None:
-                executor = rt.executor
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return self._dyn
 
-                def execute() -> None:
-                    try:
-                        executor.run(prepared, tuple(grid), tuple(block), args, shared_mem)
-                    except BaseException as exc:  # a device fault: sticky, reported on sync
-                        rt.sticky = rt.sticky or exc
-                        raise
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        if value > self._optin:
+            raise CUDARuntimeError(
+                f"cudaErrorInvalidValue: {value} bytes of dynamic shared memory above the opt-in limit {self._optin}"
+            )
+        self._dyn = int(value)
 
-                stream.enqueue(execute)
-            elif runner is not None:
-                stream.enqueue(lambda: runner(name, args))
-            else:
-                stream.enqueue(_nothing)
+    def _check_arg(self, i: int, decl: str, value: Any, device: int) -> None:
+        ctype = decl.rsplit(None, 1)[0].replace("const ", "").strip()
+        if ctype.endswith("*"):
+            self._check_pointer(i, decl, value, device)
+            return
+        want = _C_TYPES.get(ctype)
+        if want is None:
+            raise TypeError(f"kernel {self.name}: fake cupy does not know C type {ctype!r}")
+        if not isinstance(value, np.generic) or value.dtype != np.dtype(want):
+            got = value.dtype if isinstance(value, np.generic) else type(value).__name__
+            raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is {want}; cupy would pack {got}")
 
-    class RawModule:
-        def __init__(self, code: str = "", options: tuple = (), **kw: Any) -> None:
-            self.code = code
-            # what cupy hands the compiler: NVRTC gets -ftz=true appended; hiprtc flushes by default
-            self.options = tuple(options) + (() if rt.is_hip else ("-ftz=true",))
+    def _check_pointer(self, i: int, decl: str, value: Any, device: int) -> None:
+        if not (isinstance(value, np.generic) and value.dtype.itemsize == 8 and value.dtype.kind in "ui"):
+            raise TypeError(f"kernel {self.name}: argument {i} ({decl}) is a pointer; got {value!r}")
+        kind, dev = self._rt.where(int(value))
+        if kind == "device" and dev != device:
+            raise CUDARuntimeError(
+                f"cudaErrorIllegalAddress: kernel {self.name} on device {device} given "
+                f"memory of device {dev} (argument {i}: {decl})"
+            )
 
-        def get_function(self, name: str) -> RawKernel:
-            return RawKernel(self, name)
+    def _check_launch(self, device: int, stream: Any, args: tuple, shared_mem: int) -> None:
+        if stream is None:
+            raise CUDARuntimeError(
+                f"fake cupy: kernel {self.name} launched on the legacy null stream of "
+                f"device {device} (no current stream for it on this thread)"
+            )
+        if len(args) != len(self.params):
+            raise TypeError(f"kernel {self.name} takes {len(self.params)} arguments; got {len(args)}")
+        for i, (decl, value) in enumerate(zip(self.params, args)):
+            self._check_arg(i, decl, value, device)
+        if shared_mem > self._dyn:
+            raise CUDARuntimeError(
+                f"cudaErrorInvalidValue: {shared_mem} bytes of dynamic shared memory; "
+                f"the kernel's limit is {self._dyn} (cudaFuncSetAttribute to raise it)"
+            )
+
+    def _body(self, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> Callable[[], Any]:
+        """What the stream runs: the compiled body (a failure is sticky, reported on sync), the
+        runtime's ``kernel_runner``, or nothing."""
+        rt, runner, name, prepared = self._rt, self._rt.kernel_runner, self.name, self.prepared
+        if prepared is not None:
+            executor = rt.executor
+
+            def execute() -> None:
+                try:
+                    executor.run(prepared, tuple(grid), tuple(block), args, shared_mem)
+                except BaseException as exc:  # a device fault: sticky, reported on sync
+                    rt.sticky = rt.sticky or exc
+                    raise
+
+            return execute
+        if runner is not None:
+            return lambda: runner(name, args)
+        return _nothing
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, **kw: Any) -> None:
+        rt = self._rt
+        device = rt.device()
+        stream = rt.current_stream(device)
+        self._check_launch(device, stream, args, shared_mem)
+        rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
+        stream.enqueue(self._body(grid, block, args, shared_mem))
+
+
+class _RawModule:
+    """``cupy.RawModule`` of one stand-in (its runtime ``_rt`` and kernel class ``_kernel`` are set
+    by :func:`_make_raw`): the code and the options cupy would hand the compiler."""
+
+    _rt: _Runtime
+    _kernel: type[_RawKernel]
+
+    def __init__(self, code: str = "", options: tuple = (), **kw: Any) -> None:
+        self.code = code
+        # what cupy hands the compiler: NVRTC gets -ftz=true appended; hiprtc flushes by default
+        self.options = tuple(options) + (() if self._rt.is_hip else ("-ftz=true",))
+
+    def get_function(self, name: str) -> _RawKernel:
+        return self._kernel(self, name)
+
+
+def _make_raw(rt: _Runtime) -> tuple[type[_RawKernel], type[_RawModule]]:
+    """The ``RawKernel`` and ``RawModule`` classes of the stand-in whose runtime is ``rt``."""
+
+    class RawKernel(_RawKernel):
+        __doc__ = _RawKernel.__doc__
+        _rt = rt
+        _optin = 64 * 1024 if rt.is_hip else 232448
+
+    class RawModule(_RawModule):
+        __doc__ = _RawModule.__doc__
+        _rt = rt
+        _kernel = RawKernel
 
     return RawKernel, RawModule
 

@@ -126,131 +126,154 @@ class _Runtime:
         return (found[2], found[3]) if found is not None else ("pageable", -1)
 
 
-def _make_stream_class(rt: _Runtime) -> type:
-    class Stream:
-        def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> None:
-            self.device_id = rt.device()
-            self.ex = _Exec(f"fake-stream-dev{self.device_id}")
-            _next_ptr[0] += 16
-            self.ptr = _next_ptr[0]
-            rt.streams[self.ptr] = self
-            self.captured: list | None = None  # the recording while capturing (begin_capture)
-            self.capture_error: str | None = None  # what invalidated the capture
-            weakref.finalize(self, self.ex.stop)  # cudaStreamDestroy: its thread ends after its work
+class _Stream:
+    """``cupy.cuda.Stream`` of one stand-in (its runtime ``_rt`` and graph class ``_graph`` are set
+    by :func:`_make_stream_class`): a thread running its work in order, or recording it while
+    capturing."""
 
-        def enqueue(self, fn: Callable[[], Any]) -> None:
-            """Run ``fn`` on the stream in order, or record it while capturing."""
-            if self.captured is not None:
-                self.captured.append(fn)
-            else:
-                self.ex.submit(fn)
+    _rt: _Runtime
+    _graph: type[_Graph]
 
-        def refuse_in_capture(self, what: str) -> None:
-            if self.captured is not None:
-                self.capture_error = self.capture_error or what
-                raise CUDARuntimeError(
-                    f"cudaErrorStreamCaptureUnsupported: {what} on a capturing stream (the capture is invalidated)"
-                )
+    def __init__(self, null: bool = False, non_blocking: bool = False, ptds: bool = False) -> None:
+        self.device_id = self._rt.device()
+        self.ex = _Exec(f"fake-stream-dev{self.device_id}")
+        _next_ptr[0] += 16
+        self.ptr = _next_ptr[0]
+        self._rt.streams[self.ptr] = self
+        self.captured: list | None = None  # the recording while capturing (begin_capture)
+        self.capture_error: str | None = None  # what invalidated the capture
+        weakref.finalize(self, self.ex.stop)  # cudaStreamDestroy: its thread ends after its work
 
-        def synchronize(self) -> None:
-            self.refuse_in_capture("cudaStreamSynchronize")
-            self.ex.drain()
-            rt.check_sticky()
+    def enqueue(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the stream in order, or record it while capturing."""
+        if self.captured is not None:
+            self.captured.append(fn)
+        else:
+            self.ex.submit(fn)
 
-        @property
-        def done(self) -> bool:
-            self.refuse_in_capture("cudaStreamQuery")
-            return self.ex.idle()
-
-        def wait_event(self, event: Any) -> None:  # events of other devices are allowed
-            self.refuse_in_capture("cudaStreamWaitEvent (not emulated in a capture)")
-            flag = event.flag
-            self.ex.submit(lambda: flag.wait() if flag is not None else None)
-
-        def begin_capture(self, mode: Any = None) -> None:
-            if rt.is_hip:
-                raise RuntimeError("This feature is not supported on HIP")
-            if self.captured is not None:
-                raise CUDARuntimeError("cudaErrorIllegalState: the stream is capturing already")
-            self.captured, self.capture_error = [], None
-
-        def end_capture(self) -> Any:
-            if self.captured is None:
-                raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
-            nodes, error = self.captured, self.capture_error
-            self.captured = self.capture_error = None
-            if error is not None:
-                raise CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: {error} during the capture")
-            return Graph.from_nodes(nodes, self.device_id)
-
-        def is_capturing(self) -> int:
-            return 0 if self.captured is None else (2 if self.capture_error else 1)
-
-        def launch_host_func(self, callback: Callable[[Any], None], arg: Any) -> None:
-            if rt.is_hip:
-                raise RuntimeError("This feature is not supported on HIP")
-
-            def on_stream() -> None:
-                done = threading.Event()
-                _callbacks.submit(lambda: (callback(arg), done.set()))
-                done.wait()  # the stream waits for the host function, as in CUDA
-
-            self.enqueue(on_stream)  # a host node when capturing (cupy supports it)
-
-        def record(self, event: Any = None) -> Any:
-            event = event or rt.module.cuda.Event()
-            event.record(self)
-            return event
-
-        def __enter__(self) -> Stream:
-            stacks = rt.tls.__dict__.setdefault("streams", {})
-            stacks.setdefault(self.device_id, []).append(self)
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            rt.tls.streams[self.device_id].pop()
-
-    class Graph:
-        """``cupy.cuda.graph.Graph``: made by ``Stream.end_capture`` only; ``launch(stream)``
-        runs the captured nodes in their order on ``stream`` (the current stream by default)."""
-
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            raise NotImplementedError(
-                "currently this class cannot be initiated by the user and must be created via stream capture"
+    def refuse_in_capture(self, what: str) -> None:
+        if self.captured is not None:
+            self.capture_error = self.capture_error or what
+            raise CUDARuntimeError(
+                f"cudaErrorStreamCaptureUnsupported: {what} on a capturing stream (the capture is invalidated)"
             )
 
-        @classmethod
-        def from_nodes(cls, nodes: list, device_id: int) -> Graph:
-            g = cls.__new__(cls)
-            g.nodes, g.device_id = tuple(nodes), device_id
-            return g
+    def synchronize(self) -> None:
+        self.refuse_in_capture("cudaStreamSynchronize")
+        self.ex.drain()
+        self._rt.check_sticky()
 
-        def _target(self, stream: Any) -> Any:
-            stream = stream if stream is not None else rt.current_stream(rt.device())
-            if stream is None:
-                raise CUDARuntimeError("fake cupy: a graph launched on the legacy null stream is not emulated")
-            if stream.device_id != self.device_id:
-                raise CUDARuntimeError(
-                    f"cudaErrorInvalidValue: graph of device {self.device_id} launched on a "
-                    f"stream of device {stream.device_id}"
-                )
-            return stream
+    @property
+    def done(self) -> bool:
+        self.refuse_in_capture("cudaStreamQuery")
+        return self.ex.idle()
 
-        def launch(self, stream: Any = None) -> None:
-            stream = self._target(stream)
-            if stream.captured is not None:
-                raise CUDARuntimeError("fake cupy: a graph launched into a capture (a child graph) is not emulated")
-            nodes = self.nodes
-            rt.graph_launches += 1
+    def wait_event(self, event: Any) -> None:  # events of other devices are allowed
+        self.refuse_in_capture("cudaStreamWaitEvent (not emulated in a capture)")
+        flag = event.flag
+        self.ex.submit(lambda: flag.wait() if flag is not None else None)
 
-            def run() -> None:
-                for node in nodes:
-                    node()
+    def begin_capture(self, mode: Any = None) -> None:
+        if self._rt.is_hip:
+            raise RuntimeError("This feature is not supported on HIP")
+        if self.captured is not None:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is capturing already")
+        self.captured, self.capture_error = [], None
 
-            stream.ex.submit(run)
+    def end_capture(self) -> Any:
+        if self.captured is None:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        nodes, error = self.captured, self.capture_error
+        self.captured = self.capture_error = None
+        if error is not None:
+            raise CUDARuntimeError(f"cudaErrorStreamCaptureInvalidated: {error} during the capture")
+        return self._graph.from_nodes(nodes, self.device_id)
 
-        def upload(self, stream: Any = None) -> None:
-            self._target(stream)
+    def is_capturing(self) -> int:
+        return 0 if self.captured is None else (2 if self.capture_error else 1)
+
+    def launch_host_func(self, callback: Callable[[Any], None], arg: Any) -> None:
+        if self._rt.is_hip:
+            raise RuntimeError("This feature is not supported on HIP")
+
+        def on_stream() -> None:
+            done = threading.Event()
+            _callbacks.submit(lambda: (callback(arg), done.set()))
+            done.wait()  # the stream waits for the host function, as in CUDA
+
+        self.enqueue(on_stream)  # a host node when capturing (cupy supports it)
+
+    def record(self, event: Any = None) -> Any:
+        event = event or self._rt.module.cuda.Event()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> _Stream:
+        stacks = self._rt.tls.__dict__.setdefault("streams", {})
+        stacks.setdefault(self.device_id, []).append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._rt.tls.streams[self.device_id].pop()
+
+
+class _Graph:
+    """``cupy.cuda.graph.Graph`` of one stand-in (its runtime ``_rt`` set by
+    :func:`_make_stream_class`): made by ``Stream.end_capture`` only; ``launch(stream)`` runs the
+    captured nodes in their order on ``stream`` (the current stream by default)."""
+
+    _rt: _Runtime
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        raise NotImplementedError(
+            "currently this class cannot be initiated by the user and must be created via stream capture"
+        )
+
+    @classmethod
+    def from_nodes(cls, nodes: list, device_id: int) -> _Graph:
+        g = cls.__new__(cls)
+        g.nodes, g.device_id = tuple(nodes), device_id
+        return g
+
+    def _target(self, stream: Any) -> Any:
+        stream = stream if stream is not None else self._rt.current_stream(self._rt.device())
+        if stream is None:
+            raise CUDARuntimeError("fake cupy: a graph launched on the legacy null stream is not emulated")
+        if stream.device_id != self.device_id:
+            raise CUDARuntimeError(
+                f"cudaErrorInvalidValue: graph of device {self.device_id} launched on a "
+                f"stream of device {stream.device_id}"
+            )
+        return stream
+
+    def launch(self, stream: Any = None) -> None:
+        stream = self._target(stream)
+        if stream.captured is not None:
+            raise CUDARuntimeError("fake cupy: a graph launched into a capture (a child graph) is not emulated")
+        nodes = self.nodes
+        self._rt.graph_launches += 1
+
+        def run() -> None:
+            for node in nodes:
+                node()
+
+        stream.ex.submit(run)
+
+    def upload(self, stream: Any = None) -> None:
+        self._target(stream)
+
+
+def _make_stream_class(rt: _Runtime) -> tuple[type[_Stream], type[_Graph]]:
+    """The ``Stream`` and ``Graph`` classes of the stand-in whose runtime is ``rt``."""
+
+    class Graph(_Graph):
+        __doc__ = _Graph.__doc__
+        _rt = rt
+
+    class Stream(_Stream):
+        __doc__ = _Stream.__doc__
+        _rt = rt
+        _graph = Graph
 
     return Stream, Graph
 
