@@ -406,125 +406,187 @@ def _record_folders(workdir: Path) -> None:
         pass
 
 
-def main(config_path: str) -> int:
-    cfg = json.loads(Path(config_path).read_text())
-    workdir = Path(cfg["workdir"])
+def _stop_events(parent_pid: int) -> tuple[threading.Event, threading.Event]:
+    """``(stop, orphaned)``: stop is set by SIGTERM/SIGINT or once the parent is gone (orphaned too)."""
     stop, orphaned = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=_watch_parent, args=(cfg["parent_pid"], stop, orphaned), daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent_pid, stop, orphaned), daemon=True).start()
+    return stop, orphaned
+
+
+def _prepare_process(cfg: dict) -> None:
+    """PyTriton's patches (short errors to clients, prompt readiness polls), torch's threads, and
+    the caller's ``sys.path`` (pipelines import as the caller did)."""
+    short_errors_to_clients()
+    prompt_readiness_polls()
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))
+    for entry in reversed(cfg.get("sys_path", [])):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+
+
+def _triton_config(cfg: dict) -> Any:
+    """Triton's configuration: every endpoint on 127.0.0.1, at the ports of ``cfg``."""
+    from pytriton.triton import TritonConfig  # optional (the triton extra): imported by _Startup.start
+
+    return TritonConfig(
+        grpc_address="127.0.0.1",
+        grpc_port=cfg["grpc_port"],
+        http_address="127.0.0.1",
+        http_port=cfg["http_port"],
+        metrics_address="127.0.0.1",
+        metrics_port=cfg["metrics_port"],
+        log_verbose=int(cfg.get("log_verbose", 0)),
+        exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
+    )
+
+
+def _bind(triton: Any, spec: ModelSpec, infer: Callable[..., Any]) -> None:
+    """Bind one model's inference callable to Triton (its batching, instances and tensors)."""
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor  # optional: see _triton_config
+
+    batcher = None
+    if spec.max_batch_size > 0 and spec.dynamic_batching:
+        batcher = DynamicBatcher(
+            max_queue_delay_microseconds=int(spec.max_queue_delay_us),
+            preferred_batch_size=spec.preferred_batch_sizes or None,
+        )
+    mconfig = ModelConfig(batching=spec.max_batch_size > 0, max_batch_size=max(spec.max_batch_size, 0), batcher=batcher)
+    triton.bind(
+        model_name=spec.name,
+        infer_func=[infer] * max(1, spec.instances),
+        inputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.inputs],
+        outputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.outputs],
+        config=mconfig,
+        strict=False,
+    )
+
+
+class _Startup:
+    """Loads the models, binds them to Triton and runs it, keeping what it is doing (``stage``,
+    for the one-line report of a failure) and the Triton it made (stopped however main ends)."""
+
+    def __init__(self, cfg: dict, workdir: Path) -> None:
+        self.cfg, self.workdir = cfg, workdir
+        self.stage = "starting the server"
+        self.triton: Any = None
+
+    def start(self) -> list[ModelSpec]:
+        """Start serving; the models' specs (outputs found by a trial run where not declared)."""
+        # pytriton is optional (the triton extra): imported here, inside main's report of failures
+        from pytriton.triton import Triton, TritonSecurityConfig
+
+        _prepare_process(self.cfg)
+        device = self.cfg["device"]
+        specs = [ModelSpec.from_json(s) for s in self.cfg["models"]]
+        bindings = [(spec, self._load(spec, device)) for spec in specs]
+        self.stage = "starting Triton"
+        tconfig = _triton_config(self.cfg)
+        security = TritonSecurityConfig(
+            access_token=self.cfg.get("token") or None, restricted_endpoints=restricted_endpoints()
+        )
+        self.triton = Triton(config=tconfig, workspace=str(self.workdir / "pytriton"), security_config=security)
+        for spec, infer in bindings:
+            _bind(self.triton, spec, infer)
+        self.triton.run()
+        return specs
+
+    def _load(self, spec: ModelSpec, device: str) -> Callable[..., Any]:
+        """One model's (or pipeline's) inference callable."""
+        if spec.kind == "pipeline":
+            self.stage = f"loading pipeline {spec.name!r} ({spec.path})"
+            return pipeline_infer(spec, spec.device or self.cfg.get("pipeline_device", "cpu"))
+        self.stage = f"loading model {spec.name!r} from {spec.path}"
+        model = load_model(spec.path, device)
+        if not spec.outputs:
+            self.stage = f"running model {spec.name!r} once to find its outputs"
+            spec.outputs = probe_outputs(model, spec, device)
+        return make_infer(model, spec, device)
+
+    def failure(self, exc: BaseException) -> str:
+        """The one line ``error.txt`` says for an unexpected failure: the stage and the error."""
+        reason = (str(exc).strip().splitlines() or [""])[0].strip()
+        return f"{self.stage} failed: {type(exc).__name__}" + (f": {reason}" if reason else "")
+
+
+def _announce_ready(cfg: dict, workdir: Path, specs: list[ModelSpec]) -> None:
+    """Record the stubs' model folders, then write ``ready.json`` (atomically) and say so."""
+    _record_folders(workdir)
+    ready = {"pid": os.getpid(), "models": [s.to_json() for s in specs]}
+    tmp = workdir / "ready.json.tmp"
+    tmp.write_text(json.dumps(ready))
+    tmp.rename(workdir / "ready.json")
+    print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})", flush=True)
+
+
+def _sweep_dead_clients(janitor: Any) -> None:
+    """Unregister the shared-memory regions of clients that died without unregistering."""
+    gone = unregister_dead_clients(janitor)
+    if gone:
+        print(
+            f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
+            f"that are gone: {', '.join(gone)}",
+            flush=True,
+        )
+
+
+def _serve(cfg: dict, workdir: Path, triton: Any, stop: threading.Event) -> int:
+    """Wait until told to stop (0) or Triton ends (3), doing the housekeeping every few ticks."""
+    janitor, ticks = None, 0
+    while not stop.wait(0.5):
+        if not triton.is_alive():
+            print("alpyka serve: Triton stopped unexpectedly", file=sys.stderr, flush=True)
+            return 3
+        ticks += 1
+        if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
+            _record_folders(workdir)  # a stub Triton restarted has a new folder
+            janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
+            if janitor is not None:
+                _sweep_dead_clients(janitor)
+    return 0
+
+
+def _shut_down(triton: Any, watchdog: subprocess.Popen | None, workdir: Path) -> None:
+    """Stop Triton, let its stubs exit, end the watchdog, and remove what Triton left behind."""
+    if triton is not None:
+        try:
+            triton.stop()
+        except BaseException:  # noqa: BLE001 - stopping anyway
+            traceback.print_exc()
+    _stop_resource_tracker()
+    _wait_group_drained({watchdog.pid} if watchdog is not None else set(), timeout=5.0)
+    if watchdog is not None:  # a normal end: no longer needed; reaped here, not left a zombie
+        watchdog.kill()
+        watchdog.wait()
+    _reap()
+    remove_server_shm(os.getpid())  # PyTriton's segments, named after this process
+    remove_triton_folders(recorded_triton_folders(workdir))  # what Triton did not remove
+
+
+def main(config_path: str) -> int:
+    cfg = json.loads(Path(config_path).read_text())
+    workdir = Path(cfg["workdir"])
+    stop, orphaned = _stop_events(cfg["parent_pid"])
     _become_subreaper()
     watchdog = start_group_watchdog()
-    triton = None
-    stage = "starting the server"
+    startup = _Startup(cfg, workdir)
     try:
         try:
-            import torch
-            from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-            from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
-
-            short_errors_to_clients()
-            prompt_readiness_polls()
-            if cfg.get("threads"):
-                torch.set_num_threads(int(cfg["threads"]))
-            device = cfg["device"]
-            for entry in reversed(cfg.get("sys_path", [])):  # import pipelines as the caller did
-                if entry not in sys.path:
-                    sys.path.insert(0, entry)
-            specs = [ModelSpec.from_json(s) for s in cfg["models"]]
-            bindings = []
-            for spec in specs:
-                if spec.kind == "pipeline":
-                    stage = f"loading pipeline {spec.name!r} ({spec.path})"
-                    bindings.append((spec, pipeline_infer(spec, spec.device or cfg.get("pipeline_device", "cpu"))))
-                    continue
-                stage = f"loading model {spec.name!r} from {spec.path}"
-                model = load_model(spec.path, device)
-                if not spec.outputs:
-                    stage = f"running model {spec.name!r} once to find its outputs"
-                    spec.outputs = probe_outputs(model, spec, device)
-                bindings.append((spec, make_infer(model, spec, device)))
-            stage = "starting Triton"
-            tconfig = TritonConfig(
-                grpc_address="127.0.0.1",
-                grpc_port=cfg["grpc_port"],
-                http_address="127.0.0.1",
-                http_port=cfg["http_port"],
-                metrics_address="127.0.0.1",
-                metrics_port=cfg["metrics_port"],
-                log_verbose=int(cfg.get("log_verbose", 0)),
-                exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
-            )
-            security = TritonSecurityConfig(
-                access_token=cfg.get("token") or None, restricted_endpoints=restricted_endpoints()
-            )
-            triton = Triton(config=tconfig, workspace=str(workdir / "pytriton"), security_config=security)
-            for spec, infer in bindings:
-                batcher = None
-                if spec.max_batch_size > 0 and spec.dynamic_batching:
-                    batcher = DynamicBatcher(
-                        max_queue_delay_microseconds=int(spec.max_queue_delay_us),
-                        preferred_batch_size=spec.preferred_batch_sizes or None,
-                    )
-                mconfig = ModelConfig(
-                    batching=spec.max_batch_size > 0, max_batch_size=max(spec.max_batch_size, 0), batcher=batcher
-                )
-                triton.bind(
-                    model_name=spec.name,
-                    infer_func=[infer] * max(1, spec.instances),
-                    inputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.inputs],
-                    outputs=[Tensor(name=t.name, dtype=t.dtype, shape=t.dims) for t in spec.outputs],
-                    config=mconfig,
-                    strict=False,
-                )
-            triton.run()
+            specs = startup.start()
         except StartupError as exc:  # already one line with the fix
             traceback.print_exc()
             _write_error(workdir, str(exc))
             return 2
         except BaseException as exc:  # noqa: BLE001 - reported to the parent: error.txt, log, exit code
             traceback.print_exc()
-            reason = (str(exc).strip().splitlines() or [""])[0].strip()
-            _write_error(workdir, f"{stage} failed: {type(exc).__name__}" + (f": {reason}" if reason else ""))
+            _write_error(workdir, startup.failure(exc))
             return 2
-        _record_folders(workdir)
-        ready = {"pid": os.getpid(), "models": [s.to_json() for s in specs]}
-        tmp = workdir / "ready.json.tmp"
-        tmp.write_text(json.dumps(ready))
-        tmp.rename(workdir / "ready.json")
-        print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})", flush=True)
-        janitor, ticks = None, 0
-        while not stop.wait(0.5):
-            if not triton.is_alive():
-                print("alpyka serve: Triton stopped unexpectedly", file=sys.stderr, flush=True)
-                return 3
-            ticks += 1
-            if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
-                _record_folders(workdir)  # a stub Triton restarted has a new folder
-                janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
-                if janitor is not None:
-                    gone = unregister_dead_clients(janitor)
-                    if gone:
-                        print(
-                            f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
-                            f"that are gone: {', '.join(gone)}",
-                            flush=True,
-                        )
-        return 0
+        _announce_ready(cfg, workdir, specs)
+        return _serve(cfg, workdir, startup.triton, stop)
     finally:
-        if triton is not None:
-            try:
-                triton.stop()
-            except BaseException:  # noqa: BLE001 - stopping anyway
-                traceback.print_exc()
-        _stop_resource_tracker()
-        _wait_group_drained({watchdog.pid} if watchdog is not None else set(), timeout=5.0)
-        if watchdog is not None:  # a normal end: no longer needed; reaped here, not left a zombie
-            watchdog.kill()
-            watchdog.wait()
-        _reap()
-        remove_server_shm(os.getpid())  # PyTriton's segments, named after this process
-        remove_triton_folders(recorded_triton_folders(workdir))  # what Triton did not remove
+        _shut_down(startup.triton, watchdog, workdir)
         if orphaned.is_set() and cfg.get("own_workdir"):
             shutil.rmtree(workdir, ignore_errors=True)  # the parent died and cannot remove it
 
