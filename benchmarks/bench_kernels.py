@@ -273,7 +273,7 @@ def _warp_kernels(wp):
     return warp_saxpy, warp_tiny
 
 
-def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray) -> dict:
+def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray, calls: int = 2000, rounds: int = 9) -> dict:
     try:
         import warp as wp
     except ImportError as exc:
@@ -295,14 +295,14 @@ def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray) -> dict:
         def launch_tiny():
             wp.launch(k_tiny, dim=1, inputs=[small, 1.5], device="cpu")
 
-        lt = per_call(launch_tiny, 2000)
+        lt = per_call(launch_tiny, calls, rounds)
         ok = np.allclose(wo.numpy(), 2.0 * x + y)
         return {"saxpy_s": t, "launch_s": lt, "correct": bool(ok)}
     except Exception as exc:  # a peer failing must not stop the benchmark
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def pyopencl_launch() -> dict:
+def pyopencl_launch(calls: int = 2000, rounds: int = 9) -> dict:
     try:
         import pyopencl as cl
     except ImportError as exc:
@@ -322,7 +322,7 @@ def pyopencl_launch() -> dict:
             knl(q, (1,), None, buf, v)
             q.finish()
 
-        return {"launch_s": per_call(launch, 2000), "device": ctx.devices[0].name}
+        return {"launch_s": per_call(launch, calls, rounds), "device": ctx.devices[0].name}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     n = 1 << 16 if args.smoke else 1 << 20 if args.quick else 1 << 24
     n_heavy = 1 << 12 if args.smoke else 1 << 16 if args.quick else 1 << 20
     reps = 3 if args.quick else 7
+    launches = (200, 3) if args.smoke else (2000, 9)  # a peer's tiny-kernel launches per sample, samples
     results: dict = {
         "n_stream": n,
         "n_compute": n_heavy,
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     stream_t = interleaved(fns, reps)
     stream = medians(stream_t)
     steps.update()
-    w = warp_peer(n, reps, x, y)
+    w = warp_peer(n, reps, x, y, *launches)
     if "saxpy_s" in w:
         stream["warp_cpu"] = w["saxpy_s"]
     results["stream_seconds"] = stream
@@ -464,13 +465,13 @@ def main(argv: list[str] | None = None) -> None:
             "alpyka_cpu_serial_blocking": lambda: pk.exec(q, wd1, tiny, small, v),
             "numba_direct_call": lambda: nb_tiny(small, v),
         },
-        15 if args.quick else 41,
-        2000,
+        3 if args.smoke else 15 if args.quick else 41,
+        launches[0],
     )
     launch = medians(launch_t)
     if "launch_s" in w:
         launch["warp_cpu"] = w["launch_s"]
-    ocl = pyopencl_launch()
+    ocl = pyopencl_launch(*launches)
     if "launch_s" in ocl:
         launch["pyopencl_pocl"] = ocl["launch_s"]
     results["launch_us"] = {k: t * 1e6 for k, t in launch.items()}
