@@ -73,6 +73,9 @@ class _Runtime:
         self.streams: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self.ranges: list[tuple[int, int, str, int]] = []  # sorted (base, end, kind, device)
         self.ranges_lock = threading.Lock()
+        # bases of freed memory, from finalizers (which must take no lock): dropped at the next
+        # register/span, under the lock (SimpleQueue.put is reentrant)
+        self.freed: _q.SimpleQueue[int] = _q.SimpleQueue()
         self.pageable_copies = 0
         self.dlpack_syncs: list[tuple[int, Any]] = []
         self.launches: list[tuple[str, tuple, tuple, int, int]] = []
@@ -104,10 +107,17 @@ class _Runtime:
 
     def register(self, base: int, size: int, kind: str, device: int) -> None:
         with self.ranges_lock:
+            self._drop_freed()
             bisect.insort(self.ranges, (base, base + size, kind, device))
 
     def unregister(self, base: int) -> None:
-        with self.ranges_lock:
+        """Forget the range at ``base`` (called by finalizers: takes no lock, see ``freed``)."""
+        self.freed.put(base)
+
+    def _drop_freed(self) -> None:
+        """Remove the ranges freed so far; the caller holds ``ranges_lock``."""
+        while not self.freed.empty():
+            base = self.freed.get_nowait()
             i = bisect.bisect_left(self.ranges, (base,))
             if i < len(self.ranges) and self.ranges[i][0] == base:
                 del self.ranges[i]
@@ -115,6 +125,7 @@ class _Runtime:
     def span(self, ptr: int) -> tuple[int, int, str, int] | None:
         """``(base, end, kind, device)`` of the registered range holding ``ptr``, or None."""
         with self.ranges_lock:
+            self._drop_freed()
             i = bisect.bisect_right(self.ranges, (ptr, float("inf"))) - 1
             if i >= 0 and self.ranges[i][0] <= ptr < self.ranges[i][1]:
                 return self.ranges[i]

@@ -340,3 +340,21 @@ def test_events_record_only_on_their_devices_streams(fake):
     if fake.name == "rocm":
         with pytest.raises(RuntimeError, match="not supported on HIP"):
             s1.launch_host_func(lambda _: None, None)
+
+
+def test_memory_collected_while_the_runtime_holds_its_lock_does_not_hang():
+    """A finalizer runs inside whatever the thread was doing (here: holding the range table's
+    lock, as a collection triggered inside ``span`` would): freeing memory must take no lock."""
+    cp = make_fake_cupy(n_devices=1, is_hip=False)
+    mem = cp.cuda.alloc_pinned_memory(256)
+    base = np.frombuffer(mem, np.uint8).ctypes.data
+    assert cp.rt.where(base) == ("pinned", -1)
+
+    def free_inside_the_lock() -> None:
+        nonlocal mem
+        with cp.rt.ranges_lock:
+            mem = None
+            gc.collect()
+
+    assert _returns_within(free_inside_the_lock), "a finalizer waited for the range table's lock"
+    assert cp.rt.where(base) == ("pageable", -1)  # the range is gone at the next look-up

@@ -277,35 +277,14 @@ def test_run_all_only_and_unknown(tmp_path: Path) -> None:
     bench_dir = tmp_path / "benches"
     bench_dir.mkdir()
     (bench_dir / "bench_good.py").write_text(textwrap.dedent(_GOOD.format(bench=str(BENCH))))
-    proc = _run(
-        [
-            "benchmarks/run_all.py",
-            "--smoke",
-            "--no-progress",
-            "--bench-dir",
-            str(bench_dir),
-            "--out",
-            str(tmp_path / "r"),
-            "--only",
-            "nope",
-        ],
-        timeout=60,
-    )
+
+    def run_only(name: str):
+        args = ["--bench-dir", str(bench_dir), "--out", str(tmp_path / "r"), "--only", name]
+        return _run(["benchmarks/run_all.py", "--smoke", "--no-progress", *args], timeout=60)
+
+    proc = run_only("nope")
     assert proc.returncode == 2 and "unknown benchmark" in proc.stderr and "good" in proc.stderr
-    proc = _run(
-        [
-            "benchmarks/run_all.py",
-            "--smoke",
-            "--no-progress",
-            "--bench-dir",
-            str(bench_dir),
-            "--out",
-            str(tmp_path / "r"),
-            "--only",
-            "good",
-        ],
-        timeout=60,
-    )
+    proc = run_only("good")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     good = json.loads((tmp_path / "r" / "good.json").read_text())
     assert good["smoke"] is True and good["quick"] is True
