@@ -8,7 +8,7 @@ run the model on it, read the outputs) this measures events/s for:
   without server-side dynamic batching, with and without system shared memory.
 
 The remote server is ``inference.serve`` (PyTriton) on 127.0.0.1 in a child process, stopped at
-the end. The SONIC model of REFERENCE.md predicts the remote time per event from quantities
+the end. The SONIC model (docs/remote.md; Krupa et al., CMS SONIC) predicts the remote time per event from quantities
 measured here at one client: t_SONIC = (1-p) t_CPU + t_GPU [1 + max(0, N_CPU/N_GPU - t_ideal/t_GPU)]
 + t_latency. Writes benchmarks/results/remote.json and remote.png. ``--quick`` for a short run.
 """
@@ -156,7 +156,7 @@ def remote_async_step(remote):
 
 
 def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_cpu: int, n_gpu: int = 1) -> float:
-    """Time per event (s) of the SONIC model (REFERENCE.md; Krupa et al., CMS SONIC)."""
+    """Time per event (s) of the SONIC model (docs/remote.md; Krupa et al., CMS SONIC)."""
     t_ideal = (1 - p) * t_cpu + t_gpu + t_latency
     return (1 - p) * t_cpu + t_gpu * (1 + max(0.0, n_cpu / n_gpu - t_ideal / t_gpu)) + t_latency
 

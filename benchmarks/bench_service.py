@@ -11,7 +11,7 @@ three routes, each client a thread with its own queue (cpu_serial):
 
 For 1..16 concurrent clients, against one server and two (least-outstanding balancing), it
 measures events/s and the tensor bytes per event on the wire (gRPC payload, no shared memory),
-and puts the SONIC model's prediction (REFERENCE.md) from parts measured at one client beside
+and puts the SONIC model's prediction (docs/remote.md) from parts measured at one client beside
 them. It also measures the per-request overhead of a pipeline over a plain model of the same
 size: ``gnn_only`` (a pipeline whose body is the GNN alone) vs the GNN served as a model, same
 tensors, sequential requests. Writes ``<out>/service.json`` and ``service.png``.
@@ -70,7 +70,7 @@ def gnn_vectors(q: pk.Queue, edges: pk.PortableCollection, scores: pk.PortableCo
 
 
 def sonic_events_per_s(k: int, t_cpu: float, p: float, t_gpu: float, t_latency: float, n_gpu: int) -> float:
-    """k clients / t_SONIC (REFERENCE.md; Krupa et al., CMS SONIC)."""
+    """k clients / t_SONIC (docs/remote.md; Krupa et al., CMS SONIC)."""
     from bench_remote import sonic_prediction
 
     return k / sonic_prediction(t_cpu, p, t_gpu, t_latency, k, n_gpu)

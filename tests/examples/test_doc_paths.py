@@ -1,8 +1,9 @@
 """Docs point at what exists: every repository path that README.md, CONTRIBUTING.md, docs/*.md or
-a comment of pyproject.toml names (``portable/spi.py``, ``backends/emulator/``, a glob such as
-``tests/kernels/test_*.py``), every test file named by its bare name (``test_layering.py``) and
-every relative link with its ``#anchor``, so a file moved or renamed, or a section retitled,
-cannot leave a stale pointer behind."""
+a comment of pyproject.toml or of a package's ruff.toml names (``portable/spi.py``,
+``backends/emulator/``, a glob such as ``tests/kernels/test_*.py``), every test file named by its
+bare name (``test_layering.py``) and every relative link with its ``#anchor``, so a file moved or
+renamed, or a section retitled, cannot leave a stale pointer behind; and nothing cites a file that
+is not in the repository."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "pyproject.toml"]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "pyproject.toml",
+    *sorted(ROOT.glob("*/ruff.toml")),
+]
+#: files that are not in the repository: the project stands alone, so nothing in it may point there
+OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bREFERENCE\.md\b|\.\./shared\b")
 
 #: the repository's top-level folders: a path that starts with one of them is a pointer into the tree
 TOP = (
@@ -118,6 +127,29 @@ def test_every_path_a_page_names_exists(page):
 @pytest.mark.parametrize("page", [p for p in _PAGES if p.suffix == ".md"], ids=lambda p: p.name)
 def test_every_relative_link_resolves(page):
     assert broken_links(page) == [], f"{page.name} links to files or sections that do not exist"
+
+
+def _tracked_text_files() -> list[Path]:
+    """The repository's own text files (sources, pages, configuration), by git when there is one."""
+    suffixes = {".py", ".md", ".toml", ".txt", ".cfg", ".h", ".sh", ""}
+    files = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in suffixes]
+    skip = {".git", ".alpyka_cache", "__pycache__", ".pytest_cache", "build", "dist"}
+    return [p for p in files if not skip & set(p.relative_to(ROOT).parts) and "egg-info" not in str(p)]
+
+
+def test_nothing_cites_files_outside_the_repository():
+    """The repository stands alone: no source, page or configuration cites a design file that is not
+    in it (what a reader needs is in CONTRIBUTING.md and docs/)."""
+    cites = []
+    for path in _tracked_text_files():
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        cites += [
+            f"{path.relative_to(ROOT)}:{i}" for i, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)
+        ]
+    assert cites == [], "cite CONTRIBUTING.md or docs/ instead"
 
 
 def test_the_check_sees_stale_pointers(tmp_path):

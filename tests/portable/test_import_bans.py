@@ -39,7 +39,7 @@ def _ruff_bans(package: str, source: str) -> list[str]:
     return reports
 
 
-#: (package, import, the banned module ruff names): each rule of DESIGN.md's layering
+#: (package, import, the banned module ruff names): each rule of the layering (CONTRIBUTING.md, "Architecture")
 BANNED = [
     ("soa", "import portable", "portable"),
     ("soa", "from backends import cpu_serial", "backends"),

@@ -4,7 +4,7 @@ Inside ``portable``, bottom up: errors and the registry; devices; work divisions
 queues and events; the allocator; buffers; memcpy/memset; collections. A circle hides the lock
 order (see portable/_deferred.py) and makes import order matter.
 
-Between packages (DESIGN.md): ``soa`` <- ``portable`` <- ``backends``; backends see the core
+Between packages (CONTRIBUTING.md, "Architecture"): ``soa`` <- ``portable`` <- ``backends``; backends see the core
 through its backend interface ``portable.spi`` and its public modules only; ``inference`` uses
 public ``portable`` and ``soa``; nothing in ``soa``, ``portable`` or ``backends`` imports
 ``inference`` or torch. ``portable`` finds backends by name (its registry) and the ``alpyka``
