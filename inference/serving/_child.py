@@ -23,7 +23,9 @@ this process and its group were killed too (:mod:`._leftovers`).
 
 Access: Triton's endpoints that change or read the server beyond serving (model repository:
 load/unload; shared-memory registration; trace; logging) need the access token of the run
-(``config.json``'s ``token``) in a request header (:mod:`._access`).
+(``config.json``'s ``token``) in a request header (:mod:`._access`); ``tritonserver`` gets it
+from its environment, not its command line, which is checked before the server says it is
+ready (:mod:`._private_args`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from .._loading import detect_format, exported_module, jit_load
 from .._onnx import OnnxProgram
 from .._pipeline import derive_config
 from .._tensor_desc import TensorDesc
-from . import _pipelines
+from . import _pipelines, _private_args
 from ._access import access_headers, restricted_endpoints
 from ._leftovers import (
     group_members,
@@ -484,13 +486,14 @@ class _Startup:
         bindings = [(spec, self._load(spec, device)) for spec in specs]
         self.stage = "starting Triton"
         tconfig = _triton_config(self.cfg)
+        _private_args.patch_pytriton_headers(self.cfg["token"])  # PyTriton holds only the placeholder
         security = TritonSecurityConfig(
-            access_token=self.cfg.get("token") or None, restricted_endpoints=restricted_endpoints()
+            access_token=_private_args.PLACEHOLDER, restricted_endpoints=restricted_endpoints()
         )
         self.triton = Triton(config=tconfig, workspace=str(self.workdir / "pytriton"), security_config=security)
         for spec, infer in bindings:
             _bind(self.triton, spec, infer)
-        self.triton.run()
+        _private_args.run_triton(self.triton, self.cfg["token"], self.cfg["preload"])
         return specs
 
     def _load(self, spec: ModelSpec, device: str) -> Callable[..., Any]:
@@ -575,7 +578,7 @@ def main(config_path: str) -> int:
     try:
         try:
             specs = startup.start()
-        except StartupError as exc:  # already one line with the fix
+        except (StartupError, _private_args.PrivateArgsError) as exc:  # already one line with the fix
             traceback.print_exc()
             _write_error(workdir, str(exc))
             return 2
