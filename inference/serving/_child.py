@@ -440,6 +440,7 @@ def _triton_config(cfg: dict) -> Any:
         http_port=cfg["http_port"],
         metrics_address="127.0.0.1",
         metrics_port=cfg["metrics_port"],
+        model_repository=_private_args.gated_repository(Path(cfg["workdir"]) / "pytriton"),
         log_verbose=int(cfg.get("log_verbose", 0)),
         exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
     )

@@ -13,12 +13,14 @@ removes the token and itself from the environment, so that Triton's Python-backe
 neither. PyTriton's own clients (loading the models, waiting for the server) get the real token
 through :func:`patch_pytriton_headers`.
 
-It fails closed: a placeholder left unreplaced (no token in the environment) ends
-``tritonserver`` before it parses its arguments; the mechanism is tried on this host before a
-server starts (:func:`build_preload`); and the server process checks the command line Triton
-really runs with before it says it is ready (:func:`command_line_problems`: the token absent,
-every endpoint of ``MUST_RESTRICT`` restricted over HTTP and gRPC, every listener on 127.0.0.1, the
-library loaded).
+It fails closed: with the placeholder but no token in its environment the library ends
+``tritonserver`` before ``main``; a ``tritonserver`` that did not run the library finds no model
+repository (its path carries :data:`GATE`, which only the library removes) and exits before it
+listens, so the public placeholder is never a usable token; the mechanism is tried on this host
+before a server starts (:func:`build_preload`); and the server process checks the command line
+Triton really runs with before it says it is ready (:func:`command_line_problems`: the token
+absent, every endpoint of ``MUST_RESTRICT`` restricted over HTTP and gRPC, every listener on
+127.0.0.1, the repository gated, the library loaded).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ from ._access import ACCESS_HEADER, MUST_RESTRICT
 
 #: what PyTriton is told the token is; it is all that ``tritonserver``'s command line shows
 PLACEHOLDER = "alpyka-token-in-environment"
+#: appended to Triton's model repository on its command line and removed by the library: a
+#: ``tritonserver`` the library did not run in finds no repository and exits before it listens,
+#: so the placeholder is never a token that anyone can use
+GATE = ".needs-alpyka-preload"
 #: the environment variable that carries the real token into ``tritonserver`` (only there)
 SECRET_ENV = "ALPYKA_TRITON_ACCESS_TOKEN"
 #: the caller's own ``LD_PRELOAD``, restored by the library for Triton's children
@@ -51,37 +57,44 @@ ADDRESS_OPTIONS = ("--http-address", "--grpc-address", "--metrics-address")
 
 SHIM_SOURCE = r"""
 /* alpyka: replaces the placeholder in tritonserver's arguments by the token from its environment
-   (inference/serving/_private_args.py), then removes the token and itself from the environment. */
+   and removes the gate from its model repository (inference/serving/_private_args.py), then
+   removes the token and itself from the environment. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* arg with its first `what` replaced by `by` (a new string), or arg itself */
+static char *alpyka_replace(char *arg, const char *what, const char *by) {
+    char *hit = strstr(arg, what);
+    if (hit == NULL) {
+        return arg;
+    }
+    size_t pre = (size_t)(hit - arg), wlen = strlen(what), blen = strlen(by), post = strlen(hit + wlen);
+    char *out = malloc(pre + blen + post + 1);
+    if (out == NULL) {
+        _exit(112);
+    }
+    memcpy(out, arg, pre);
+    memcpy(out + pre, by, blen);
+    memcpy(out + pre + blen, hit + wlen, post + 1);
+    return out;
+}
+
 static void alpyka_private_args(int argc, char **argv, char **envp) {
-    static const char placeholder[] = "@PLACEHOLDER@";
-    const size_t plen = sizeof(placeholder) - 1;
     const char *secret = getenv("@SECRET_ENV@");
     const char *rest = getenv("@PRELOAD_REST_ENV@");
     (void)envp;
     for (int i = 1; argv != NULL && i < argc; i++) {
-        char *hit = strstr(argv[i], placeholder);
-        if (hit == NULL) {
-            continue;
-        }
-        if (secret == NULL || secret[0] == '\0') {
-            static const char msg[] = "alpyka: no access token in the environment; not starting\n";
-            if (write(2, msg, sizeof(msg) - 1) < 0) {
+        if (strstr(argv[i], "@PLACEHOLDER@") != NULL) {
+            if (secret == NULL || secret[0] == '\0') {
+                static const char msg[] = "alpyka: no access token in the environment; not starting\n";
+                if (write(2, msg, sizeof(msg) - 1) < 0) {
+                }
+                _exit(111);
             }
-            _exit(111);
+            argv[i] = alpyka_replace(argv[i], "@PLACEHOLDER@", secret);
         }
-        size_t pre = (size_t)(hit - argv[i]), slen = strlen(secret), post = strlen(hit + plen);
-        char *arg = malloc(pre + slen + post + 1);
-        if (arg == NULL) {
-            _exit(112);
-        }
-        memcpy(arg, argv[i], pre);
-        memcpy(arg + pre, secret, slen);
-        memcpy(arg + pre + slen, hit + plen, post + 1);
-        argv[i] = arg;
+        argv[i] = alpyka_replace(argv[i], "@GATE@", "");
     }
     if (rest != NULL && rest[0] != '\0') {
         setenv("LD_PRELOAD", rest, 1);
@@ -107,6 +120,7 @@ def shim_source() -> str:
         SHIM_SOURCE.replace("@PLACEHOLDER@", PLACEHOLDER)
         .replace("@SECRET_ENV@", SECRET_ENV)
         .replace("@PRELOAD_REST_ENV@", PRELOAD_REST_ENV)
+        .replace("@GATE@", GATE)
     )
 
 
@@ -245,6 +259,11 @@ def run_triton(triton: Any, token: str, lib: str) -> None:
         )
 
 
+def gated_repository(workspace: str | os.PathLike) -> Path:
+    """The model repository to give PyTriton for its ``workspace``: its own, gated (:data:`GATE`)."""
+    return Path(workspace) / f"model-store{GATE}"
+
+
 def close_backend_shm(server_pid: int) -> None:
     """Make this user's ``/dev/shm/pytrtion<server_pid>-*`` (PyTriton's prefix for the Python
     backend's segments of the server process ``server_pid``) readable by this user only."""
@@ -306,6 +325,9 @@ def command_line_problems(
         values = _option_values(argv, option)
         if not values or any(v != "127.0.0.1" for v in values):
             problems.append(f"{option} is {values or 'not given (0.0.0.0)'}, not 127.0.0.1")
+    repository = _option_values(argv, "--model-repository")
+    if len(repository) != 1 or not repository[0].endswith(GATE):
+        problems.append(f"--model-repository is {repository}, not gated by {GATE}")
     if maps is not None and lib is not None and lib not in maps:
         problems.append(f"{Path(lib).name} is not loaded in tritonserver")
     return problems

@@ -17,6 +17,7 @@ import pytest
 from inference.serving import ServeError, TokenError, serve
 from inference.serving._access import MUST_RESTRICT, check_token, restricted_endpoints
 from inference.serving._private_args import (
+    GATE,
     PLACEHOLDER,
     build_preload,
     command_line_problems,
@@ -91,6 +92,8 @@ def test_alpyka_serve_says_one_line_for_a_short_token(tmp_path):
 
 GOOD_ARGV = [
     "/x/tritonserver",
+    "--model-repository",
+    f"/w/pytriton/model-store{GATE}",
     "--http-address",
     "127.0.0.1",
     "--grpc-address",
@@ -126,6 +129,8 @@ def _replaced(argv, old, new):
         (GOOD_ARGV + ["--http-address=0.0.0.0"], "--http-address"),
         (_without(GOOD_ARGV, "--grpc-address"), "--grpc-address is not given"),
         (_replaced(GOOD_ARGV, "127.0.0.1", "0.0.0.0"), "--metrics-address"),
+        (_replaced(GOOD_ARGV, GATE, ""), "not gated"),
+        (GOOD_ARGV + ["--model-repository", "/elsewhere"], "not gated"),
     ],
 )
 def test_a_command_line_that_exposes_anything_is_refused(argv, problem):
@@ -358,3 +363,37 @@ def test_another_local_user_finds_no_token_and_reaches_no_restricted_endpoint(se
         if name.startswith(f"pytrtion{server.pid}-"):
             assert os.stat(os.path.join("/dev/shm", name)).st_mode & 0o077 == 0, name
     identity_works(server.grpc_url, "grpc", shared_memory="system").close()  # the owner still can
+
+
+@needs_triton
+def test_a_tritonserver_without_the_library_never_listens(tmp_path):
+    """Were the library not run (LD_PRELOAD ignored), the placeholder would be a public token:
+    the gated repository makes such a tritonserver exit before it opens a port."""
+    import socket
+
+    from pytriton.utils.distribution import get_root_module_path
+
+    from inference.serving import free_port
+
+    (tmp_path / "model-store").mkdir()
+    binary = get_root_module_path() / "tritonserver" / "bin" / "tritonserver"
+    port = free_port()
+    guard = f"shared-memory,model-repository,trace,logging:triton-access-token={PLACEHOLDER}"
+    argv = [str(binary), f"--model-repository={tmp_path / 'model-store'}{GATE}", "--model-control-mode=explicit"]
+    argv += ["--http-address=127.0.0.1", f"--http-port={port}", "--allow-grpc=false", "--allow-metrics=false"]
+    argv += [f"--http-restricted-api={guard}"]
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    opened = False
+    try:
+        deadline = time.monotonic() + 120  # hang guard
+        while proc.poll() is None and not opened and time.monotonic() < deadline:
+            with socket.socket() as s:
+                opened = opened or s.connect_ex(("127.0.0.1", port)) == 0
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert proc.returncode not in (None, 0) and not opened, out[-2000:]
+    assert f"model-store{GATE}" in out
