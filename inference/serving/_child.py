@@ -23,9 +23,8 @@ this process and its group were killed too (:mod:`._leftovers`).
 
 Access: Triton's endpoints that change or read the server beyond serving (model repository:
 load/unload; shared-memory registration; trace; logging) need the access token of the run
-(``config.json``'s ``token``) in a request header (:mod:`._access`); ``tritonserver`` gets it
-from its environment, not its command line, which is checked before the server says it is
-ready (:mod:`._private_args`).
+(``config.json``'s ``token``) in a request header (:mod:`._access`), never on a command line
+(:mod:`._private_args`).
 """
 
 from __future__ import annotations
@@ -546,6 +545,7 @@ def _serve(cfg: dict, workdir: Path, triton: Any, stop: threading.Event) -> int:
         ticks += 1
         if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
             _record_folders(workdir)  # a stub Triton restarted has a new folder
+            _private_args.close_backend_shm(os.getpid())  # and a new segment, which Triton makes 0644
             janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
             if janitor is not None:
                 _sweep_dead_clients(janitor)

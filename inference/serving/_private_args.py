@@ -26,6 +26,7 @@ absent, every endpoint of ``MUST_RESTRICT`` restricted over HTTP and gRPC, every
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import stat
@@ -226,14 +227,19 @@ def patch_pytriton_headers(token: str) -> None:
 @contextlib.contextmanager
 def _preloaded(lib: str, token: str) -> Iterator[None]:
     """This process's environment preloads ``lib`` with ``token`` meanwhile (PyTriton copies it
-    for ``tritonserver`` when it starts it); restored after."""
+    for ``tritonserver`` when it starts it); restored after. PyTriton's debug message with that
+    environment is held back meanwhile (it would write the token to the server's log)."""
     keys = ("LD_PRELOAD", PRELOAD_REST_ENV, SECRET_ENV)
     saved = {k: os.environ.get(k) for k in keys}
     env = preload_environment(dict(os.environ), lib, token)
+    logger = logging.getLogger("pytriton.server.triton_server")
+    level = logger.level
+    logger.setLevel(max(level, logging.INFO))
     os.environ.update({k: env[k] for k in keys})
     try:
         yield
     finally:
+        logger.setLevel(level)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -28,6 +28,8 @@ from .test_serve_access import RESTRICTED_HTTP, evil_load_body, identity_works
 from .triton_support import pytriton_reason
 
 NOBODY = 65534
+#: the endpoints that must need the token (written out: a test of MUST_RESTRICT, not with it)
+DANGEROUS = {"model-repository", "shared-memory", "trace", "logging"}
 
 # ---------------------------------------------------------------- item 5: tokens are checked
 
@@ -134,6 +136,7 @@ def _replaced(argv, old, new):
     ],
 )
 def test_a_command_line_that_exposes_anything_is_refused(argv, problem):
+    assert DANGEROUS <= set(MUST_RESTRICT)
     assert command_line_problems(GOOD_ARGV, "the-secret-token-value") == []
     problems = command_line_problems(argv, "the-secret-token-value")
     assert any(problem in p for p in problems), problems
@@ -145,7 +148,7 @@ def test_the_restricted_endpoints_do_not_follow_pytriton_defaults(monkeypatch, d
     triton = pytest.importorskip("pytriton.triton")
     monkeypatch.setattr(triton, "DEFAULT_PROTECTED_ENDPOINTS", defaults)
     chosen = restricted_endpoints()
-    assert set(MUST_RESTRICT) <= set(chosen) and "statistics" not in chosen
+    assert DANGEROUS <= set(chosen) and "statistics" not in chosen
 
 
 def test_the_preload_replaces_the_placeholder_and_leaves_the_environment(tmp_path):
@@ -171,6 +174,28 @@ def test_the_preload_replaces_the_placeholder_and_leaves_the_environment(tmp_pat
     os.chmod(d, 0o755)
     with pytest.raises(Exception, match="not a directory private to this user"):
         build_preload(d)
+
+
+def test_the_token_is_in_the_environment_only_while_triton_starts_and_never_logged(caplog, monkeypatch):
+    """PyTriton copies this environment for tritonserver (and logs it at debug level): the token is
+    there only meanwhile, with the caller's own LD_PRELOAD kept for Triton's children, and
+    PyTriton's message with it is held back even when debug logging is on."""
+    import logging
+
+    from inference.serving import _private_args
+
+    monkeypatch.setenv("LD_PRELOAD", "/caller/own.so")
+    before = dict(os.environ)
+    caplog.set_level(logging.DEBUG)
+    log = logging.getLogger("pytriton.server.triton_server")
+    with _private_args._preloaded("/p/alpyka_private_args.so", "the-secret-token-value"):
+        assert os.environ["ALPYKA_TRITON_ACCESS_TOKEN"] == "the-secret-token-value"
+        assert os.environ["LD_PRELOAD"] == "/p/alpyka_private_args.so:/caller/own.so"
+        assert os.environ["ALPYKA_TRITON_PRELOAD_REST"] == "/caller/own.so"
+        log.debug("Environment: %s", dict(os.environ))
+    log.debug("after: %s", "visible")
+    assert dict(os.environ) == before
+    assert "the-secret-token-value" not in caplog.text and "after: visible" in caplog.text
 
 
 def test_serve_without_a_c_compiler_says_what_to_install(monkeypatch, tmp_path):
@@ -223,7 +248,7 @@ def test_tritonserver_runs_with_every_dangerous_endpoint_restricted(server):
     for option in ("--http-restricted-api", "--grpc-restricted-protocol"):
         value = argv[argv.index(option) + 1]
         apis, guard = value.split(":", 1)
-        assert set(MUST_RESTRICT) <= set(apis.split(",")), value
+        assert DANGEROUS <= set(apis.split(",")), value
         assert guard == f"triton-access-token={PLACEHOLDER}"
     for option in ("--http-address", "--grpc-address", "--metrics-address"):
         assert argv[argv.index(option) + 1] == "127.0.0.1"
