@@ -59,34 +59,93 @@ ADDRESS_OPTIONS = ("--http-address", "--grpc-address", "--metrics-address")
 SHIM_SOURCE = r"""
 /* alpyka: replaces the placeholder in tritonserver's arguments by the token from its environment
    and removes the gate from its model repository (inference/serving/_private_args.py), then
-   removes the token and itself from the environment. */
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
+   removes the token and itself from the environment. It reads and edits the argument and
+   environment arrays the loader passes (the ones main and the C library use), so it does not
+   depend on the C library being initialised before it. The C library's functions are declared
+   here and bound by the loader: building needs only the compiler (-nostdlib, no C headers). */
+typedef __SIZE_TYPE__ size_t;
+extern void *malloc(size_t size);
+extern long write(int fd, const void *buf, size_t n);
+extern void _exit(int status);
+#define NULL ((void *)0)
 
-/* arg with its first `what` replaced by `by` (a new string), or arg itself */
-static char *alpyka_replace(char *arg, const char *what, const char *by) {
-    char *hit = strstr(arg, what);
-    if (hit == NULL) {
-        return arg;
+static size_t alpyka_len(const char *s) {
+    size_t n = 0;
+    while (s[n] != '\0') {
+        n++;
     }
-    size_t pre = (size_t)(hit - arg), wlen = strlen(what), blen = strlen(by), post = strlen(hit + wlen);
-    char *out = malloc(pre + blen + post + 1);
+    return n;
+}
+
+/* where `what` starts in `s`, or NULL */
+static const char *alpyka_find(const char *s, const char *what) {
+    size_t w = alpyka_len(what);
+    for (; *s != '\0'; s++) {
+        size_t k = 0;
+        while (k < w && s[k] == what[k]) {
+            k++;
+        }
+        if (k == w) {
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* a new string: `a`, `b`, `c` one after the other */
+static char *alpyka_join(const char *a, size_t na, const char *b, const char *c) {
+    size_t nb = alpyka_len(b), nc = alpyka_len(c);
+    char *out = malloc(na + nb + nc + 1);
     if (out == NULL) {
         _exit(112);
     }
-    memcpy(out, arg, pre);
-    memcpy(out + pre, by, blen);
-    memcpy(out + pre + blen, hit + wlen, post + 1);
+    for (size_t i = 0; i < na; i++) {
+        out[i] = a[i];
+    }
+    for (size_t i = 0; i < nb; i++) {
+        out[na + i] = b[i];
+    }
+    for (size_t i = 0; i <= nc; i++) {
+        out[na + nb + i] = c[i];
+    }
     return out;
 }
 
+/* arg with its first `what` replaced by `by` (a new string), or arg itself */
+static char *alpyka_replace(char *arg, const char *what, const char *by) {
+    const char *hit = alpyka_find(arg, what);
+    if (hit == NULL) {
+        return arg;
+    }
+    return alpyka_join(arg, (size_t)(hit - arg), by, hit + alpyka_len(what));
+}
+
+/* the index of `name`=... in envp, or -1 */
+static long alpyka_env(char **envp, const char *name) {
+    size_t n = alpyka_len(name);
+    for (long i = 0; envp != NULL && envp[i] != NULL; i++) {
+        if (alpyka_find(envp[i], name) == envp[i] && envp[i][n] == '=') {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void alpyka_drop(char **envp, const char *name) {
+    long i;
+    while ((i = alpyka_env(envp, name)) >= 0) {
+        for (; envp[i] != NULL; i++) {
+            envp[i] = envp[i + 1];
+        }
+    }
+}
+
 static void alpyka_private_args(int argc, char **argv, char **envp) {
-    const char *secret = getenv("@SECRET_ENV@");
-    const char *rest = getenv("@PRELOAD_REST_ENV@");
-    (void)envp;
+    long s = alpyka_env(envp, "@SECRET_ENV@"), r = alpyka_env(envp, "@PRELOAD_REST_ENV@");
+    const char *secret = s >= 0 ? envp[s] + alpyka_len("@SECRET_ENV@") + 1 : NULL;
+    const char *rest = r >= 0 ? envp[r] + alpyka_len("@PRELOAD_REST_ENV@") + 1 : NULL;
     for (int i = 1; argv != NULL && i < argc; i++) {
-        if (strstr(argv[i], "@PLACEHOLDER@") != NULL) {
+        if (alpyka_find(argv[i], "@PLACEHOLDER@") != NULL) {
             if (secret == NULL || secret[0] == '\0') {
                 static const char msg[] = "alpyka: no access token in the environment; not starting\n";
                 if (write(2, msg, sizeof(msg) - 1) < 0) {
@@ -97,13 +156,14 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
         }
         argv[i] = alpyka_replace(argv[i], "@GATE@", "");
     }
-    if (rest != NULL && rest[0] != '\0') {
-        setenv("LD_PRELOAD", rest, 1);
+    long p = alpyka_env(envp, "LD_PRELOAD");
+    if (p >= 0 && rest != NULL && rest[0] != '\0') {
+        envp[p] = alpyka_join("LD_PRELOAD=", alpyka_len("LD_PRELOAD="), rest, "");
     } else {
-        unsetenv("LD_PRELOAD");
+        alpyka_drop(envp, "LD_PRELOAD");
     }
-    unsetenv("@PRELOAD_REST_ENV@");
-    unsetenv("@SECRET_ENV@");
+    alpyka_drop(envp, "@PRELOAD_REST_ENV@");
+    alpyka_drop(envp, "@SECRET_ENV@");
 }
 
 __attribute__((section(".init_array"), used)) static void (*alpyka_private_args_init)(int, char **, char **) =
@@ -157,7 +217,7 @@ def build_preload(directory: str | os.PathLike) -> Path:
         )
     src, lib = directory / "alpyka_private_args.c", directory / LIBRARY
     src.write_text(shim_source())
-    cmd = [*cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)]
+    cmd = [*cc, "-shared", "-fPIC", "-O2", "-nostdlib", "-o", str(lib), str(src)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -158,16 +158,23 @@ def test_the_preload_replaces_the_placeholder_and_leaves_the_environment(tmp_pat
     d = tmp_path / "private"
     d.mkdir(mode=0o700)
     lib = build_preload(d)
-    script = "import os,sys,time;print(sys.argv[1]);print(open('/proc/self/cmdline','rb').read().split(b'\\0')[5])"
-    env = dict(os.environ, LD_PRELOAD=str(lib), ALPYKA_TRITON_ACCESS_TOKEN="real-secret-token-1")
-    r = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script, f"k={PLACEHOLDER}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    script = (
+        "import os,sys;print(sys.argv[1]);print(open('/proc/self/cmdline','rb').read().split(b'\\0')[5]);"
+        "print(sorted(k for k in os.environ if 'ALPYKA_TRITON' in k), os.environ.get('LD_PRELOAD'))"
     )
-    assert r.stdout.split() == ["k=real-secret-token-1", f"b'k={PLACEHOLDER}'"], r.stderr
+    env = dict(os.environ, LD_PRELOAD=str(lib), ALPYKA_TRITON_ACCESS_TOKEN="real-secret-token-1")
+    for rest in ("", "libm.so.6"):  # the caller's own LD_PRELOAD, kept for the process's children
+        env.update(ALPYKA_TRITON_PRELOAD_REST=rest, LD_PRELOAD=f"{lib}:{rest}" if rest else str(lib))
+        r = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", script, f"k={PLACEHOLDER}{GATE}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = r.stdout.splitlines()
+        assert lines[:2] == ["k=real-secret-token-1", f"b'k={PLACEHOLDER}{GATE}'"], r.stderr
+        assert lines[2] == f"[] {rest or None}"
     env.pop("ALPYKA_TRITON_ACCESS_TOKEN")
     r = subprocess.run([sys.executable, "-I", "-S", "-c", script, f"k={PLACEHOLDER}"], env=env, timeout=120)
     assert r.returncode == 111  # fails closed: never runs with the public placeholder as its token
@@ -256,6 +263,20 @@ def test_tritonserver_runs_with_every_dangerous_endpoint_restricted(server):
     with open(f"/proc/{pid}/maps") as fh:
         assert "alpyka_private_args.so" in fh.read()  # the token came through the preload
     assert server.token not in server.log_path.read_text(errors="replace")
+    stubs = 0
+    for entry in os.listdir("/proc"):  # Triton's stubs inherit neither the token nor the library
+        try:
+            if not entry.isdigit() or os.getpgid(int(entry)) != server.pid:
+                continue
+            if not _argv(int(entry))[0].endswith("triton_python_backend_stub"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        stubs += 1
+        assert server.token.encode() not in env and b"LD_PRELOAD" not in env and b"ALPYKA_TRITON" not in env
+    assert stubs >= 1
 
 
 #: runs as root only until it has imported what it needs (root's home, with the interpreter and its
