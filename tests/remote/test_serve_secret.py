@@ -31,7 +31,7 @@ NOBODY = 65534
 #: the endpoints that must need the token (written out: a test of MUST_RESTRICT, not with it)
 DANGEROUS = {"model-repository", "shared-memory", "trace", "logging"}
 
-# ---------------------------------------------------------------- item 5: tokens are checked
+# ---------------------------------------------------------------- tokens are checked
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_alpyka_serve_says_one_line_for_a_short_token(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-# ----------------------------------------------- item 16: the restriction, whatever PyTriton does
+# ---------------------------------------------- the restriction, whatever PyTriton does
 
 GOOD_ARGV = [
     "/x/tritonserver",
@@ -215,7 +215,7 @@ def test_serve_without_a_c_compiler_says_what_to_install(monkeypatch, tmp_path):
         serve(str(tmp_path / "m.pt"), inputs=["x:float32:3"], workdir=tmp_path / "wd")
 
 
-# ---------------------------------------------------------------- item 1: another local user
+# ---------------------------------------------------------------- another local user
 
 needs_triton = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
@@ -290,9 +290,13 @@ _ATTACK = textwrap.dedent(
     args = json.loads(sys.argv[1])
     token = sys.stdin.readline().strip().encode()  # never on a command line
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{args['grpc_port']}")  # imports grpc's parts now
-    os.setgroups([])
-    os.setgid(args["uid"])
-    os.setuid(args["uid"])
+    try:
+        os.setgroups([])
+        os.setgid(args["uid"])
+        os.setuid(args["uid"])
+    except OSError as exc:
+        print(json.dumps({"cannot_switch": str(exc)}))
+        sys.exit(0)
     report = {"uid": os.getuid(), "cmdlines": 0, "environs": 0, "files": 0, "seen": [], "reached": []}
     texts = []
     for e in os.listdir("/proc"):
@@ -396,6 +400,8 @@ def test_another_local_user_finds_no_token_and_reaches_no_restricted_endpoint(se
     )
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
+    if "cannot_switch" in report:
+        pytest.skip(f"this root cannot switch to uid {NOBODY}: {report['cannot_switch']}")
     assert report["uid"] == NOBODY
     # it did read: every process's command line, Triton's included (with the placeholder only)
     assert report["cmdlines"] > 3 and "--http-restricted-api" in report.get("triton_cmdline", ""), report
