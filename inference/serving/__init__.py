@@ -18,7 +18,7 @@ watchdog in its process group kills Triton at once (see :mod:`._child`). Work di
 Access: inference, health, metadata, model config and statistics are open to any client of the
 port; loading/unloading models, shared-memory registration, trace and logging need the server's
 access token (:attr:`ServerHandle.token`) in a request header. alpyka's own clients find it
-(:func:`access_token`).
+(:func:`access_token`); no other local user can (it is on no command line: :mod:`._private_args`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import Any
 import portable as pk
 from portable import AlpykaError
 
-from ._access import TOKEN_ENV, access_token, forget, remember
+from ._access import TOKEN_ENV, TokenError, access_token, check_token, forget, remember
 from ._device import DeviceStringError, parse_device
 from ._leftovers import (
     SERVER_PID_FILE,
@@ -53,6 +54,7 @@ from ._leftovers import (
     sweep,
     write_access,
 )
+from ._private_args import PrivateArgsError, build_preload
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "ServerHandle",
     "ServeError",
     "TensorDecl",
+    "TokenError",
     "access_token",
     "free_port",
     "serve",
@@ -276,10 +279,19 @@ def serve(
     default) takes as many rows as fit in 32 MiB of a row's inputs and outputs (at least 1024,
     at most 1048576: a collection usually has thousands of rows, and each request costs a round
     trip). ``token``: the access token of the restricted endpoints (default:
-    ``$ALPYKA_SERVE_TOKEN``, else a random one); :attr:`ServerHandle.token`.
+    ``$ALPYKA_SERVE_TOKEN``, else a random one); :attr:`ServerHandle.token`; at least 16 letters,
+    digits or ``-._~``, else :class:`TokenError` at once. ``tritonserver`` gets it through its
+    environment, not its command line (which every local user can read): serving needs a C
+    compiler (``$CC``, cc, gcc or clang) to build the small library that does this
+    (:mod:`._private_args`).
     """
     torch_device, pipeline_device = server_devices(device)
-    token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+    if token:
+        token = check_token(token, "serve's token")
+    elif os.environ.get(TOKEN_ENV):
+        token = check_token(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
+    else:
+        token = secrets.token_urlsafe(32)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one (0 picks a free one)")
@@ -300,25 +312,40 @@ def serve(
             max_queue_delay_us=int(max_queue_delay_us),
             instances=int(instances),
         )
+        private = Path(tempfile.mkdtemp(prefix="private-", dir=wd))  # mode 0700
+        preload = str(build_preload(private))  # keeps the token off tritonserver's command line
+    except PrivateArgsError as exc:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+        raise ServeError(str(exc)) from exc
     except BaseException:
         if own:
             shutil.rmtree(wd, ignore_errors=True)
         raise
+    try:
+        return _start_retrying(
+            wd,
+            own,
+            specs,
+            grpc_port,
+            http_port,
+            metrics_port,
+            torch_device,
+            pipeline_device,
+            threads,
+            startup_timeout,
+            token,
+            preload,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)  # tritonserver has loaded it (or failed to start)
+
+
+def _start_retrying(wd: Path, own: bool, specs: list[ModelSpec], *args: Any) -> ServerHandle:
+    """:func:`_start` until it starts or fails otherwise than PyTriton's handshake (see below)."""
     for attempt in range(STARTS):
         try:
-            handle = _start(
-                wd,
-                own,
-                specs,
-                grpc_port,
-                http_port,
-                metrics_port,
-                torch_device,
-                pipeline_device,
-                threads,
-                startup_timeout,
-                token,
-            )
+            handle = _start(wd, own, specs, *args)
         except ServeError as exc:
             if attempt + 1 < STARTS and any(mark in str(exc) for mark in HANDSHAKE_FAILED):
                 for leftover in (
@@ -365,6 +392,7 @@ def _start(
     threads: int | None,
     startup_timeout: float,
     token: str,
+    preload: str,
 ) -> ServerHandle:
     """One start of the server process in ``wd``; returns once it is ready (the handle does not
     own ``wd`` yet) or raises :class:`ServeError` with its log's end."""
@@ -384,6 +412,7 @@ def _start(
         "metrics_port": ports[2],
         "models": [s.to_json() for s in specs],
         "token": token,
+        "preload": preload,
     }
     _write_private(wd / "config.json", json.dumps(config, indent=1))
     write_access(wd, [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"], token)

@@ -6,9 +6,11 @@ refused unless it carries the run's token in header ``triton-access-token`` (gRP
 ``triton-grpc-protocol-triton-access-token``). The rest (inference, health, metadata, model
 config, statistics) is open to any client of the loopback port. A web page cannot use the
 restricted endpoints: a custom header makes the browser ask first (a CORS preflight) and
-Triton's answer allows nothing; nor can it read the token.
+Triton's answer allows nothing; nor can it read the token. The token is not on ``tritonserver``'s
+command line, which every local user can read (:mod:`._private_args`).
 
-The token is random per server unless ``serve(token=...)`` or ``$ALPYKA_SERVE_TOKEN`` names one.
+The token is random per server unless ``serve(token=...)`` or ``$ALPYKA_SERVE_TOKEN`` names one
+(:func:`check_token`: at least 16 letters, digits or ``-._~``).
 :func:`access_token` finds it for a client: a server this process started, else one this user
 started on this host (``access.json`` in its work directory, mode 0600 in a 0700 directory),
 else ``$ALPYKA_SERVE_TOKEN``.
@@ -17,6 +19,9 @@ else ``$ALPYKA_SERVE_TOKEN``.
 from __future__ import annotations
 
 import os
+import re
+
+from portable import AlpykaError
 
 from ._leftovers import find_token, loopback_port
 
@@ -29,8 +34,35 @@ ACCESS_HEADER = "triton-access-token"
 #: the environment variable with an access token: serve uses it instead of a random one, and a
 #: client uses it for a server whose token it cannot find otherwise
 TOKEN_ENV = "ALPYKA_SERVE_TOKEN"
+#: the fewest characters a token may have (a random one has 43)
+MIN_TOKEN_LENGTH = 16
+#: what a token may be made of: letters, digits and ``-._~`` (no whitespace, nothing Triton's
+#: ``<endpoints>:<header>=<token>`` option or an HTTP header would read differently)
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
 #: ``{loopback port: token}`` of the servers this process started and has not stopped
 _tokens: dict[int, str] = {}
+
+
+class TokenError(AlpykaError, ValueError):
+    """An access token that serve refuses (the message says what a token must be)."""
+
+
+def check_token(token: str, source: str = "token") -> str:
+    """``token`` if it is at least :data:`MIN_TOKEN_LENGTH` letters, digits or ``-._~``; else
+    :class:`TokenError` naming ``source`` (where the token came from) and the fix."""
+    if len(token) >= MIN_TOKEN_LENGTH and _TOKEN_CHARS.fullmatch(token):
+        return token
+    bad = sorted({c for c in token if not _TOKEN_CHARS.fullmatch(c)})
+    why = (
+        f"it has {', '.join(repr(c) for c in bad[:5])}"
+        if bad
+        else f"it is {len(token)} character{'s' if len(token) != 1 else ''} long, fewer than {MIN_TOKEN_LENGTH}"
+    )
+    raise TokenError(
+        f"the serve access token ({source}) is refused: {why}; use at least {MIN_TOKEN_LENGTH} letters, digits, "
+        "'-', '_', '.' or '~' (e.g. the output of: python -c \"import secrets; print(secrets.token_urlsafe(32))\"), "
+        f"or leave {TOKEN_ENV} unset for a random one"
+    )
 
 
 def restricted_endpoints() -> list[str]:

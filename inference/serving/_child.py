@@ -23,7 +23,8 @@ this process and its group were killed too (:mod:`._leftovers`).
 
 Access: Triton's endpoints that change or read the server beyond serving (model repository:
 load/unload; shared-memory registration; trace; logging) need the access token of the run
-(``config.json``'s ``token``) in a request header (:mod:`._access`).
+(``config.json``'s ``token``) in a request header (:mod:`._access`), never on a command line
+(:mod:`._private_args`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from .._loading import detect_format, exported_module, jit_load
 from .._onnx import OnnxProgram
 from .._pipeline import derive_config
 from .._tensor_desc import TensorDesc
-from . import _pipelines
+from . import _pipelines, _private_args
 from ._access import access_headers, restricted_endpoints
 from ._leftovers import (
     group_members,
@@ -438,6 +439,7 @@ def _triton_config(cfg: dict) -> Any:
         http_port=cfg["http_port"],
         metrics_address="127.0.0.1",
         metrics_port=cfg["metrics_port"],
+        model_repository=_private_args.gated_repository(Path(cfg["workdir"]) / "pytriton"),
         log_verbose=int(cfg.get("log_verbose", 0)),
         exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
     )
@@ -484,13 +486,14 @@ class _Startup:
         bindings = [(spec, self._load(spec, device)) for spec in specs]
         self.stage = "starting Triton"
         tconfig = _triton_config(self.cfg)
+        _private_args.patch_pytriton_headers(self.cfg["token"])  # PyTriton holds only the placeholder
         security = TritonSecurityConfig(
-            access_token=self.cfg.get("token") or None, restricted_endpoints=restricted_endpoints()
+            access_token=_private_args.PLACEHOLDER, restricted_endpoints=restricted_endpoints()
         )
         self.triton = Triton(config=tconfig, workspace=str(self.workdir / "pytriton"), security_config=security)
         for spec, infer in bindings:
             _bind(self.triton, spec, infer)
-        self.triton.run()
+        _private_args.run_triton(self.triton, self.cfg["token"], self.cfg["preload"])
         return specs
 
     def _load(self, spec: ModelSpec, device: str) -> Callable[..., Any]:
@@ -542,6 +545,7 @@ def _serve(cfg: dict, workdir: Path, triton: Any, stop: threading.Event) -> int:
         ticks += 1
         if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
             _record_folders(workdir)  # a stub Triton restarted has a new folder
+            _private_args.close_backend_shm(os.getpid())  # and a new segment, which Triton makes 0644
             janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
             if janitor is not None:
                 _sweep_dead_clients(janitor)
@@ -575,7 +579,7 @@ def main(config_path: str) -> int:
     try:
         try:
             specs = startup.start()
-        except StartupError as exc:  # already one line with the fix
+        except (StartupError, _private_args.PrivateArgsError) as exc:  # already one line with the fix
             traceback.print_exc()
             _write_error(workdir, str(exc))
             return 2

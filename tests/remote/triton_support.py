@@ -23,6 +23,10 @@ def pytriton_reason() -> str | None:
         return f"PyTriton cannot run here: {exc}"
     if not sys.platform.startswith("linux"):
         return "PyTriton's bundled tritonserver runs on Linux only"
+    from inference.serving._private_args import c_compiler
+
+    if c_compiler() is None:  # serve builds the library that keeps the token off Triton's command line
+        return "no C compiler (cc, gcc, clang or $CC), which serve needs"
     return None
 
 
