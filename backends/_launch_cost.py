@@ -150,8 +150,9 @@ def _own_pace(
     launches; None: none) on this launch's own blocks: block ``lo - 1`` took ``took`` seconds,
     more than ``est`` says, so a second piece sized from it (at most an eighth of the blocks
     left) runs, timed by this thread's CPU clock (a preemption, which made the first block look
-    slow on a busy machine, does not count there). Returns the next block to run and the pace to size this launch with: ``est``
-    when the piece confirms it, else the measured pace (never stored: see the module doc)."""
+    slow on a busy machine, does not count there). Returns the next block to run and the pace
+    to size this launch with: ``est`` when the piece confirms it, else the measured pace (never
+    stored: see the module doc)."""
     per = took / units
     if lo >= hi:
         return lo, per
