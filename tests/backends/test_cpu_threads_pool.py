@@ -307,7 +307,7 @@ class _Proc:
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
             threading.Thread(target=lambda st=stream, sk=sink: sk.extend(iter(st.readline, "")), daemon=True).start()
 
-    def wait_for_line(self, line: str, timeout: float = 120) -> None:
+    def wait_for_line(self, line: str, timeout: float = 180) -> None:  # imports, compiling: a busy machine
         deadline = time.monotonic() + timeout
         while line not in (x.strip() for x in self.out):
             if self.p.poll() is not None or time.monotonic() > deadline:
