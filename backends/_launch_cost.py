@@ -18,6 +18,17 @@ runs inline on the calling thread or in chunks on the thread pool (backends/_thr
   apart once the kernel was measured, unless its blocks are longer). A size whose parallel
   launches do not beat the inline time by :data:`PARALLEL_GAIN` runs inline (re-tried now and
   then).
+* **This launch's own pace** (the main thread, where Ctrl-C lands): a kernel's cost may depend
+  on its arguments (a loop count), so an estimate from earlier launches can be far too low, and
+  chunks sized from it would run for minutes. Before it trusts the estimate, the main thread
+  runs one block of the launch, timed (:func:`_own_pace`): a block no slower than the estimate
+  says (within :data:`PILOT_TRUST` and :data:`PILOT_SLACK_S`) confirms it; a slower one, seen
+  again on a second piece timed by the thread's CPU clock (a preemption does not count),
+  sizes this launch's chunks from the measured pace instead (the estimate kept for
+  later launches is not raised by it). That costs one more call of the compiled code (~1-2 us)
+  per measured launch on the main thread, as cpu_serial's first slice does
+  (backends/_host_slices.py); a launch whose later blocks are far slower than its first ones is
+  still sized from those.
 
 The module's globals are read at each launch: :data:`INLINE_S` (and ``_UNTIMED_S``) change when
 the pool is calibrated, and tests patch them here.
@@ -31,7 +42,9 @@ from typing import Any
 
 from portable.env import env_number
 
-from ._thread_pool import _get_ident, _Job, _perf, _pool
+from . import _thread_pool
+from ._host_slices import run_blocks
+from ._thread_pool import _get_ident, _Job, _perf, _pool, _thread_cpu
 
 #: whether threads' CPU clocks resolve a chunk's time (not on a 15.6 ms tick): then a parallel
 #: launch is judged against its own threads' CPU time
@@ -45,7 +58,9 @@ CHUNK_MIN_S = 1e-3
 #: chunks per thread of a parallel launch (so a core busy elsewhere does not hold it up), unless
 #: CHUNK_MAX_S needs more; never more than MAX_CHUNKS_PER_WORKER
 CHUNKS_PER_WORKER = 4
-MAX_CHUNKS_PER_WORKER = 256
+#: bounds the chunk list only: CHUNK_MAX_S decides the count (more chunks than this per thread
+#: means over a minute of work, whose chunks then grow past CHUNK_MAX_S)
+MAX_CHUNKS_PER_WORKER = 8192
 #: grids predicted to cost less than this (seconds) run inline: INLINE_FACTOR times the cost of
 #: handing work to a worker, measured when the pool starts (ALPYKA_THREADS_INLINE_US overrides)
 INLINE_S = 60e-6
@@ -57,6 +72,12 @@ INLINE_MIN_S, INLINE_MAX_S = 20e-6, 1e-3
 #: blocks are not probed: their first launch is parallel)
 PROBE_SHIFT = 5
 PROBE_S = 50e-6
+#: the main thread's first block of a launch confirms the estimate when it took at most
+#: PILOT_TRUST times what the estimate says, plus PILOT_SLACK_S (a call's own cost, a short
+#: preemption); a slower block is confirmed by a second piece of about PILOT_CONFIRM_S
+PILOT_TRUST = 4.0
+PILOT_SLACK_S = 20e-6
+PILOT_CONFIRM_S = 1e-3
 #: weight of the newest measurement in a kernel's running estimates
 EMA = 0.25
 #: a size whose parallel launches took more than this fraction of the inline time it would
@@ -122,6 +143,30 @@ def _probe(fn: Any, limit: int, call: tuple, key: tuple, units: int) -> tuple[in
     return lo, est
 
 
+def _own_pace(
+    fn: Any, lo: int, hi: int, call: tuple, units: int, est: float | None, took: float
+) -> tuple[int, float | None]:
+    """The main thread's check of the estimate ``est`` (seconds per element from earlier
+    launches; None: none) on this launch's own blocks: block ``lo - 1`` took ``took`` seconds,
+    more than ``est`` says, so a second piece sized from it (at most an eighth of the blocks
+    left) runs, timed by this thread's CPU clock (a preemption, which made the first block look
+    slow on a busy machine, does not count there). Returns the next block to run and the pace
+    to size this launch with: ``est`` when the piece confirms it, else the measured pace (never
+    stored: see the module doc)."""
+    per = took / units
+    if lo >= hi:
+        return lo, per
+    n = max(1, min((hi - lo) >> 3, int(PILOT_CONFIRM_S / (per * units))))  # most blocks left to the chunks
+    clock = _thread_cpu if _CPU_CLOCK_FINE else _perf
+    t0 = clock()
+    fn(lo, lo + n, *call)
+    took = clock() - t0
+    if took <= PILOT_TRUST * (est or 0.0) * n * units + PILOT_SLACK_S:
+        return lo + n, est
+    per = took / (n * units)
+    return lo + n, per if est is None or per > est else est
+
+
 def _note(plan: Any, total: int, est: float) -> None:
     """Keep ``plan.inline_upto`` (the hot path's test) at the edge of the grids measured far
     below the inline threshold, as launches of the plan are measured."""
@@ -139,21 +184,35 @@ def _run_measured(plan: Any, nblocks: int, call: tuple, units: int) -> None:
     if pool.abandoned or pool.exiting:
         pool.before_launch()
     fn = plan.fn
-    if nblocks <= 1 or pool.cores <= 1 or _get_ident() in pool.threads:
-        fn(0, nblocks, *call)
+    me = _get_ident()
+    if nblocks <= 1 or pool.cores <= 1 or me in pool.threads:
+        run_blocks(fn, nblocks, call)  # in slices on the main thread (Ctrl-C)
         return
     total = nblocks * units
     key = (fn, total.bit_length())
     est = _cost.get(key)
-    lo = 0
+    lo, pace = 0, est
     if est is None and nblocks >> (PROBE_SHIFT + 1):  # never measured at this size: probe
         lo, est = _probe(fn, nblocks >> PROBE_SHIFT, call, key, units)
+        pace = est  # measured on this launch's own blocks
+    elif me == _thread_pool.main_ident():  # Ctrl-C lands here: check the estimate on a block
+        t0 = _perf()
+        fn(0, 1, *call)
+        took = _perf() - t0
+        lo = 1
+        if took > PILOT_TRUST * (est or 0.0) * units + PILOT_SLACK_S:
+            lo, pace = _own_pace(fn, 1, nblocks, call, units, est, took)
+            if lo >= nblocks:
+                return
     n = nblocks - lo
-    if est is not None:
-        work = est * n * units
-        ratio = _ratio.get(key)
+    if pace is not None:
+        work = pace * n * units
+        ratio = _ratio.get(key) if pace is est else None  # (measured on launches of another pace)
         if work < INLINE_S or (ratio is not None and ratio > PARALLEL_GAIN and _tick() % RETRY):
-            _note(plan, total, _timed(fn, lo, nblocks, call, key, units, est))
+            if pace is est:
+                _note(plan, total, _timed(fn, lo, nblocks, call, key, units, est))
+            else:  # slower than the estimate but short: the estimate is kept
+                fn(lo, nblocks, *call)
             return
     else:
         work = 0.0  # a few blocks of unknown cost: one chunk per thread

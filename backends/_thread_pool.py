@@ -50,6 +50,11 @@ _MAIN = threading.main_thread().ident
 _EXIT_MESSAGE = "cpu_threads: kernel launch given up: the program ended (atexit) without waiting for its queue"
 
 
+def main_ident() -> int:
+    """The main thread's ident (the one Ctrl-C reaches; after a fork, the forking thread)."""
+    return _MAIN
+
+
 def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))

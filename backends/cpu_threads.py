@@ -19,8 +19,9 @@ from typing import Any
 
 from . import _launch_cost
 from ._host import HostBackend
+from ._host_slices import FIRST, run_sliced
 from ._launch_cost import _run_measured, _tick
-from ._thread_pool import _pool
+from ._thread_pool import _get_ident, _pool, main_ident
 
 #: the hot path's test reads the pool's list of interrupted launches (one list for good)
 _abandoned = _pool.abandoned
@@ -72,7 +73,10 @@ class CpuThreads(HostBackend):
         block; a non-blocking queue's worker runs this): inline when small, otherwise in chunks
         on the pool and the calling thread (see the module doc)."""
         if nblocks * units <= plan.inline_upto and _tick() & 31 and not _abandoned:
-            plan.fn(0, nblocks, *call)
+            if nblocks > FIRST and _get_ident() == main_ident():  # a wait() on the main thread
+                run_sliced(plan.fn, nblocks, call)  # Ctrl-C lands between slices
+            else:
+                plan.fn(0, nblocks, *call)
             return
         _run_measured(plan, nblocks, call, units)
 

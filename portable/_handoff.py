@@ -45,24 +45,28 @@ class LastQueue:
         return ref() if ref is not None else None
 
 
-#: type -> how to reach the ``LastQueue`` of an object of that type (None: it holds no buffer)
+#: the registered holder types -> how to reach the ``LastQueue`` of an object of that type
+_REGISTERED: dict[type, Callable[[Any], Any]] = {}
+#: every type seen -> its getter (the nearest registered type in its MRO), or None: it holds no
+#: buffer (a cache: emptied by each registration)
 _HOLDERS: dict[type, Callable[[Any], Any] | None] = {}
 _UNKNOWN = object()
 
 
 def register_holder(cls: type, last_queue_of: Callable[[Any], Any]) -> None:
     """Objects of ``cls`` (and its subclasses) hold a buffer: ``last_queue_of(obj)`` gives its
-    :class:`LastQueue` (or None)."""
-    _HOLDERS[cls] = last_queue_of
-    for t in [t for t, get in _HOLDERS.items() if get is None and issubclass(t, cls)]:
-        del _HOLDERS[t]  # a type cached as "no buffer" before its base registered
+    :class:`LastQueue` (or None). A type uses the getter of the nearest registered type in its
+    MRO, a subclass's before its base's, whatever the order they registered in."""
+    _REGISTERED[cls] = last_queue_of
+    # types looked up before (cached as no buffer, or with a farther base's getter) look again
+    _HOLDERS.clear()
 
 
 def _lookup(t: type) -> Callable[[Any], Any] | None:
     found = None
-    for base, get in list(_HOLDERS.items()):
-        if get is not None and issubclass(t, base):
-            found = get
+    for base in t.__mro__:
+        found = _REGISTERED.get(base)
+        if found is not None:
             break
     _HOLDERS[t] = found
     return found

@@ -307,7 +307,7 @@ class _Proc:
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
             threading.Thread(target=lambda st=stream, sk=sink: sk.extend(iter(st.readline, "")), daemon=True).start()
 
-    def wait_for_line(self, line: str, timeout: float = 120) -> None:
+    def wait_for_line(self, line: str, timeout: float = 180) -> None:  # imports, compiling: a busy machine
         deadline = time.monotonic() + timeout
         while line not in (x.strip() for x in self.out):
             if self.p.poll() is not None or time.monotonic() > deadline:
@@ -349,6 +349,80 @@ def test_ctrl_c_stops_a_long_kernel(tmp_path, mode):
     # nothing waits for the chunks still running (~0.1 s idle; headroom for busy cores: the
     # interpreter's own end took 1-3 s there). It joined the queue's worker for 10 s before.
     assert took < 8, f"took {took:.1f} s to stop"
+
+
+WARMED_WITH_A_SHORT_LOOP = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import portable as pk
+
+    @pk.kernel
+    def spin(acc, out, iters):
+        for b in acc.uniform_elements(out.shape[0]):
+            s = 0.0
+            for k in range(iters):
+                s = s * 0.999999 + 1.0
+            out[b] = s
+
+    dev = pk.device("cpu_threads")
+    q = pk.Queue(dev, blocking=sys.argv[1] == "blocking")
+    out = pk.Buffer(dev, (16384,), np.float64)
+    wd = pk.valid_workdiv(dev, 16384)
+    for _ in range(3):  # the kernel's cost at this grid, measured with a loop of 10
+        pk.exec(q, wd, spin, out, 10)
+        q.wait()
+    print("launching", flush=True)
+    try:
+        pk.exec(q, wd, spin, out, 2**26)  # ~0.1 s a block: half an hour of work on 2 cores
+        q.wait()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        raise
+""")
+
+
+@pytest.mark.parametrize("mode", ["blocking", "wait"])
+def test_ctrl_c_stops_a_launch_much_slower_than_the_earlier_ones(tmp_path, mode):
+    """The cost measured on earlier launches (a loop of 10) says this grid takes ~0.1 ms; with
+    a loop of 2**26 each block takes ~0.1 s. The main thread (a blocking launch, or a ``wait()``
+    that runs the queue's task) sizes the chunks from this launch's own first blocks, so Ctrl-C
+    lands within a block or two. Before, chunks sized from the old estimate (half the grid each)
+    were not stopped in 52 s; here the child is killed after 60 s."""
+    p = _Proc(tmp_path, WARMED_WITH_A_SHORT_LOOP, mode)
+    p.wait_for_line("launching")
+    time.sleep(1.5)  # past the first blocks: the chunks run
+    p.p.send_signal(signal.SIGINT)
+    rc, out, err, took = p.finish(timeout=60)
+    assert rc == -signal.SIGINT and "interrupted" in out, (rc, out, err[-3000:])
+    # a block or two (~0.1 s each idle, several times that on busy cores) and the interpreter's end
+    assert took < 20, f"took {took:.1f} s to stop"
+
+
+def test_chunks_of_a_slow_launch_are_each_at_most_chunk_max_s():
+    """16,384 blocks of 0.1 s: one block a chunk (the chunk count is not capped below what
+    CHUNK_MAX_S needs; it was 256 a thread, 32 blocks a chunk here)."""
+    bounds = cost._chunk_bounds(0, 16384, 16384 * 0.1, 2)
+    assert max(b - a for a, b in zip(bounds, bounds[1:])) == 1
+
+
+def test_a_slow_first_block_is_confirmed_before_it_sizes_the_launch(monkeypatch):
+    """:func:`_own_pace`: after a first block far slower than the estimate, a second piece sized
+    from it either confirms the slow pace (this launch is sized from it) or shows a preemption
+    (the estimate stands)."""
+    clock = [0.0]
+    ran = []
+
+    def slow(lo, hi):  # 0.1 s a block on a fake clock
+        ran.append((lo, hi))
+        clock[0] += 0.1 * (hi - lo)
+
+    monkeypatch.setattr(cost, "_perf", lambda: clock[0])
+    monkeypatch.setattr(cost, "_thread_cpu", lambda: clock[0])
+    lo, pace = cost._own_pace(slow, 1, 16384, (), 1, 1e-9, 0.1)  # block 0 took 0.1 s
+    assert pace == pytest.approx(0.1) and lo == 2 and ran == [(1, 2)]
+    ran.clear()
+    lo, pace = cost._own_pace(lambda a, b: ran.append((a, b)), 1, 16384, (), 1, 1e-9, 1e-4)  # a preemption
+    assert pace == 1e-9 and ran == [(1, lo)] and lo == 1 + int(cost.PILOT_CONFIRM_S / 1e-4)
 
 
 LATE_THREAD = textwrap.dedent("""

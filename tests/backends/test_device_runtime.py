@@ -130,7 +130,7 @@ def test_nonblocking_enqueue_host_does_not_block_the_caller(device):
     q = pk.Queue(device)
     gate = threading.Event()
     done = []
-    q.enqueue(lambda: (gate.wait(10), done.append(1)))
+    q.enqueue(lambda: (gate.wait(60), done.append(1)))
     assert done == [] and not q.is_idle()
     gate.set()  # had the enqueue blocked, we would never get here before the timeout
     q.wait()
@@ -174,14 +174,14 @@ def test_event_rerecord_waits_for_the_latest_record_before_the_wait(device):
     ev = pk.Event(device)
     assert ev.is_complete()  # never recorded
     gate1, gate2 = threading.Event(), threading.Event()
-    q.enqueue(lambda: gate1.wait(10))
+    q.enqueue(lambda: gate1.wait(60))
     q.record(ev)
     assert not ev.is_complete()
     gate1.set()
     ev.wait()
     assert ev.is_complete()
     other = pk.Queue(device)
-    other.enqueue(lambda: gate2.wait(10))
+    other.enqueue(lambda: gate2.wait(60))
     other.record(ev)  # re-record on another queue: now pending again
     assert not ev.is_complete()
     gate2.set()
@@ -199,7 +199,7 @@ def test_async_copy_ordering_across_two_queues_with_events(device):
         buf = pk.Buffer(device, n, np.int32, queue=qa)
         pk.memset(qa, buf, 0)
         gate = threading.Event()
-        qa.enqueue(lambda: gate.wait(10))  # holds A back
+        qa.enqueue(lambda: gate.wait(60))  # holds A back
         pk.memcpy(qa, buf, data)
         ev = pk.Event(device)
         qa.record(ev)
@@ -222,7 +222,7 @@ def test_cross_backend_events(device):
     buf = pk.Buffer(device, n, np.float32, queue=dq)
     host = pk.Buffer(pk.host(), n, np.float32)
     gate = threading.Event()
-    dq.enqueue(lambda: gate.wait(10))
+    dq.enqueue(lambda: gate.wait(60))
     pk.memcpy(dq, buf, np.full(n, 3, np.float32))
     pk.memcpy(dq, host, buf)
     dev_ev = pk.Event(device)
@@ -236,7 +236,7 @@ def test_cross_backend_events(device):
     # and the other way round
     host_ev = pk.Event(pk.host())
     gate2 = threading.Event()
-    hq.enqueue(lambda: gate2.wait(10))
+    hq.enqueue(lambda: gate2.wait(60))
     hq.enqueue(lambda: host.array.fill(5))
     hq.record(host_ev)
     dq.wait_for(host_ev)
@@ -254,7 +254,7 @@ def test_host_memory_of_an_async_copy_stays_alive(device):
     n = 1 << 20
     buf = pk.Buffer(device, n, np.float32, queue=q)
     gate = threading.Event()
-    q.enqueue(lambda: gate.wait(10))
+    q.enqueue(lambda: gate.wait(60))
     pk.memcpy(q, buf, np.full(n, 2, np.float32))  # the temporary is only referenced by the queue
     for _ in range(8):  # churn the host allocator while the copy is pending
         pk.Buffer(pk.host(), n, np.float32).array.fill(9)

@@ -80,8 +80,10 @@ def test_ctrl_c_stops_the_demo(backend, demo_model_dir):
     err = demo.stderr()
     assert rc == 130, (rc, err[-2000:])
     # the events in flight end in ms and the heap is frozen for the interpreter's end: ~0.4 s idle
-    # (1.2-4.5 s before, the collections at shutdown); headroom for busy cores
-    assert took < 5, f"took {took:.1f} s to exit"
+    # (1.2-4.5 s before, the collections at shutdown: the next test checks the freeze itself);
+    # this bound only says the demo stopped, with headroom for a loaded 2-core machine (x9 at a
+    # load of 18)
+    assert took < 15, f"took {took:.1f} s to exit"
     assert "Traceback" not in err, err[-3000:]
     lines = [ln.strip() for ln in re.split(r"[\r\n]", err) if ln.strip()]
     assert lines[-1] == "alpyka: interrupted" and err.count("interrupted") == 1, lines[-5:]

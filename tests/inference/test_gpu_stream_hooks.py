@@ -94,7 +94,7 @@ def test_6_forward_keeps_its_collections_alive_while_the_stream_reads_them(stand
     model = Model(MLP()).to(q)
     q.wait()
     gate = threading.Event()
-    torch_stream.device_work = lambda: gate.wait(10)  # torch's kernels still on the GPU
+    torch_stream.device_work = lambda: gate.wait(60)  # torch's kernels still on the GPU
     model.forward(meta)
     refs = [weakref.ref(coll), weakref.ref(out)]
     del coll, out, meta

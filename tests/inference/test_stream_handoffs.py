@@ -157,7 +157,7 @@ def standin(request, monkeypatch) -> tuple[CupyBackend, TorchOnStream]:
 def _held_stream(q: pk.Queue) -> threading.Event:
     """Hold the queue's stream (a long kernel still running) until the returned gate is set."""
     gate = threading.Event()
-    q._impl.stream.ex.submit(lambda: gate.wait(30))
+    q._impl.stream.ex.submit(lambda: gate.wait(60))
     return gate
 
 

@@ -231,3 +231,62 @@ def test_range_checks_report_through_a_replayed_graph(queue, device):
     assert "write_past" in str(info.value.__cause__) or "write_past" in str(info.value)
     pk.memset(queue, out, 0)
     queue.wait()
+
+
+def test_a_replay_is_the_buffers_last_queue_for_host_reads(queue, device):
+    """``graph.launch()`` notes its queue on the graph's buffers: a host read (``np.asarray``)
+    after it waits for the replayed work, even when another queue used the buffer since the
+    capture (the capture noted the graph's queue; the other queue's work made itself the last)."""
+    if not device.capabilities.host_addressable:
+        pytest.skip("np.asarray of device memory is a copy that the queue orders itself")
+    x, total, copy, flags = _setup(queue, device)
+    graph = _record_chain(queue, device, x, total, copy, flags)
+    other = pk.Queue(device)
+    pk.memset(other, flags, 0)  # the buffer's last queue is now `other` (done at once)
+    other.wait()
+    gate = threading.Event()
+    queue.enqueue_host(lambda: gate.wait(60))  # the replay waits behind this until the gate opens
+    graph.launch()
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(np.asarray(flags).copy()))
+    reader.start()
+    reader.join(0.5)  # a read that does not wait for the replay is done by now
+    gate.set()
+    reader.join(60)
+    assert not reader.is_alive()
+    assert (seen[0].view(np.uint8) == 1).all(), "the host read did not wait for the replayed memset"
+
+
+def test_one_capture_per_queue_at_a_time(queue, device):
+    """A second thread's pk.capture of a queue that another thread captures is refused (the two
+    recordings would interleave); the first capture is unaffected, and the queue can be captured
+    again once it ended."""
+    x, total, copy, flags = _setup(queue, device)
+    inside, release = threading.Event(), threading.Event()
+    errors: list = []
+
+    def first() -> None:
+        try:
+            with pk.capture(queue) as graph:
+                pk.memset(queue, flags, 3)
+                inside.set()
+                release.wait(60)
+            errors.append(graph.operations)
+        except Exception as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(60)
+    try:
+        with pytest.raises(_graph.CaptureError, match="another thread is capturing this queue"):
+            with pk.capture(queue):
+                pk.memset(queue, flags, 4)
+    finally:
+        release.set()
+        t.join(60)
+    assert errors == [1], errors
+    with pk.capture(queue) as again:
+        pk.memset(queue, flags, 5)
+    again.launch()
+    assert (_host(queue, flags, np.uint8) == 5).all()

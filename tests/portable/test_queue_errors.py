@@ -54,7 +54,7 @@ def test_error_across_queues_on_a_blocking_waiter(device):
 def test_every_concurrent_waiter_sees_the_error(device):
     q = pk.Queue(device)
     release = threading.Event()
-    q.enqueue_host(lambda: release.wait(10))
+    q.enqueue_host(lambda: release.wait(60))
     q.enqueue_host(_fail)
     seen: list[str] = []
     started = threading.Barrier(3)

@@ -39,7 +39,7 @@ def test_nonblocking_returns_before_work(device):
     q = pk.Queue(device)
     gate = threading.Event()
     done = []
-    q.enqueue(lambda: (gate.wait(5), done.append(1)))
+    q.enqueue(lambda: (gate.wait(60), done.append(1)))
     assert not q.is_idle() and done == []
     gate.set()
     q.wait()
@@ -71,13 +71,13 @@ def test_event_rerecord_semantics(device):
     ev = pk.Event(device)
     assert ev.is_complete()  # never recorded: complete
     gate1, gate2 = threading.Event(), threading.Event()
-    q.enqueue(lambda: gate1.wait(5))
+    q.enqueue(lambda: gate1.wait(60))
     q.record(ev)
     other = pk.Queue(device)
     seen = []
     other.wait_for(ev)  # captures the first record
     other.enqueue(lambda: seen.append("after first record"))
-    q.enqueue(lambda: gate2.wait(5))
+    q.enqueue(lambda: gate2.wait(60))
     q.record(ev)  # re-record: later waits wait for this one
     gate1.set()
     other.wait()
@@ -96,7 +96,7 @@ def test_wait_for_captures_record_even_when_a_later_record_completes_first(devic
     q1, q2, q3 = pk.Queue(device), pk.Queue(device), pk.Queue(device)
     ev = pk.Event(device)
     gate, log = threading.Event(), []
-    q1.enqueue(lambda: (gate.wait(5), log.append("q1 work")))
+    q1.enqueue(lambda: (gate.wait(60), log.append("q1 work")))
     q1.record(ev)  # first record: after q1's slow task
     q3.wait_for(ev)  # captures the first record
     seen = []

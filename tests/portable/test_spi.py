@@ -45,7 +45,7 @@ def test_enqueue_native_runs_in_queue_order(queue):
     order = []
     gate = threading.Event()
     keep = np.zeros(4)
-    queue.enqueue_host(lambda: (gate.wait(5), order.append("host")))
+    queue.enqueue_host(lambda: (gate.wait(60), order.append("host")))
     queue.enqueue_native(lambda: order.append("native"), keep)
     gate.set()
     queue.wait()

@@ -131,7 +131,8 @@ def test_server_killed_during_a_run(servers):
     assert stats.client.events == n_events
     assert per[a.grpc_url].requests + per[b_url].requests == n_events, per  # none lost, none twice
     assert per[a.grpc_url].failures > 0 and stats.client.failovers > 0
-    assert wall < n_events * SLOW_S + 10
+    # not the 30 s timeout of the killed server's requests (headroom: a busy machine)
+    assert wall < n_events * SLOW_S + 25
 
 
 def test_last_server_killed_is_a_clear_error(servers):
@@ -148,7 +149,7 @@ def test_last_server_killed_is_a_clear_error(servers):
         t0 = time.monotonic()
         with pytest.raises(Exception, match=r"pipeline 'slow': .*unreachable") as info:
             q.wait()
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 25  # not the 30 s timeout (headroom: a busy machine)
         assert isinstance(info.value.__cause__, ServerUnavailable)
     finally:
         remote.close()

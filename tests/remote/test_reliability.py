@@ -234,8 +234,8 @@ def test_model_not_found_lists_the_servers_models(server):
         match=r"no ready model 'nope' \(waited [0-9.]+ s for it to load\); "
         r"it has \['identity', 'lin', 'seq'\]",
     ):
-        RemoteModel(server.grpc_url, "nope", timeout=10, ready_timeout=0.5)
-    assert time.monotonic() - t0 < 5
+        RemoteModel(server.grpc_url, "nope", timeout=60, ready_timeout=0.5)
+    assert time.monotonic() - t0 < 30  # the 0.5 s ready wait, not the 60 s timeout (headroom: a busy machine)
     with pytest.raises(ModelNotFound, match=r"it has \['identity', 'lin', 'seq'\]"):
         RemoteModel(server.http_url, "nope", protocol="http", timeout=10, ready_timeout=0.3)
 
@@ -244,8 +244,8 @@ def test_model_not_found_at_once_when_the_server_lists_its_models(double):
     srv = double()
     t0 = time.monotonic()
     with pytest.raises(ModelNotFound, match=r"no ready model 'gnn'; it has \['double'\]"):
-        RemoteModel(srv.url, "gnn", timeout=10)  # the index lists the server's models: no wait
-    assert time.monotonic() - t0 < 2
+        RemoteModel(srv.url, "gnn", timeout=60)  # the index lists the server's models: no wait
+    assert time.monotonic() - t0 < 30  # a wait would take the 60 s (headroom: a busy machine)
 
 
 # ------------------------------------------------------------------ 4. a loading model is waited for
@@ -253,10 +253,10 @@ def test_a_loading_model_is_waited_for(double):
     srv = double(loading=1.0)
     hits = make_hits(6, seed=1)
     t0 = time.monotonic()
-    with RemoteModel(srv.url, "double", timeout=5, retries=0) as model:
+    with RemoteModel(srv.url, "double", timeout=60, retries=0) as model:
         waited = time.monotonic() - t0
         out = model.infer({"x": hits_matrix(hits)})["y"]
-    assert 0.8 < waited < 4.5
+    assert 0.8 < waited < 30  # the 1 s load, not the 60 s timeout (headroom: a busy machine)
     np.testing.assert_array_equal(out, 2 * hits_matrix(hits))
 
 
@@ -268,8 +268,8 @@ def test_a_model_that_never_loads_is_a_clear_error(double):
         match=r"model 'double' on server 127\.0\.0\.1:\d+ never became ready "
         r"within 0\.[5-9] s \(state LOADING\)",
     ):
-        RemoteModel(srv.url, "double", timeout=5, ready_timeout=0.6)
-    assert time.monotonic() - t0 < 3
+        RemoteModel(srv.url, "double", timeout=60, ready_timeout=0.6)
+    assert time.monotonic() - t0 < 30  # the 0.6 s ready wait, not the 60 s timeout
 
 
 def test_unlisted_loading_model_is_waited_for_then_found(double):
@@ -290,8 +290,8 @@ def test_dead_server_fails_fast_with_connection_refused():
     dead = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(ServerUnavailable, match="connection refused"):
-        RemoteModel(dead, "double", timeout=30, retries=2, retry_delay=0.01)
-    assert time.monotonic() - t0 < 3  # far below the 30 s timeout
+        RemoteModel(dead, "double", timeout=60, retries=2, retry_delay=0.01)
+    assert time.monotonic() - t0 < 30  # far below the 60 s timeout (headroom: a busy machine)
 
 
 @needs_triton
@@ -311,7 +311,7 @@ def test_killed_server_process_takes_triton_with_it(files):
         t0 = time.monotonic()
         with pytest.raises(ServerUnavailable):
             fut.result(30)
-        assert time.monotonic() - t0 < 5  # not the 60 s timeout
+        assert time.monotonic() - t0 < 30  # not the 60 s timeout (headroom: a busy machine)
         deadline = time.monotonic() + 10
         while group_alive(handle.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -319,7 +319,7 @@ def test_killed_server_process_takes_triton_with_it(files):
         t0 = time.monotonic()
         with pytest.raises(ServerUnavailable, match="connection refused"):
             RemoteModel(handle.grpc_url, "lin", timeout=60, retries=1, retry_delay=0.01)
-        assert time.monotonic() - t0 < 3
+        assert time.monotonic() - t0 < 30  # not the 60 s timeout
         model.close()
     finally:
         handle.stop()
