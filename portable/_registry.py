@@ -16,7 +16,7 @@ import types
 from typing import Any
 
 from ._errors import BackendUnavailable
-from .env import EMULATED_BACKENDS
+from .env import EMULATED_BACKENDS, check_at_import
 from .env import emulate as _emulate_env
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
@@ -67,6 +67,7 @@ _programmatic: dict[str, Any] = {}
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
 _emulated: list[str] = _emulate_env()
+check_at_import()  # the emulator's ALPYKA_EMULATE_THREADS/_SEED: a bad value fails the import, not a launch
 
 
 def _entry_points() -> dict[str, Any]:

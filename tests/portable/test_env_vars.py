@@ -119,3 +119,40 @@ def test_test_support_variables(monkeypatch):
         cuda_on_cpu.seed()
     monkeypatch.setenv("ALPYKA_EMULATE_SEED", "-1")
     assert cuda_on_cpu.seed() == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    "name, raw, want",
+    [
+        ("ALPYKA_EMULATE_THREADS", "abc", "expected an integer >= 1"),
+        ("ALPYKA_EMULATE_THREADS", "0", "expected an integer >= 1"),
+        ("ALPYKA_EMULATE_SEED", "1.5", "expected an integer"),
+    ],
+)
+def test_emulator_threads_and_seed_at_import(name, raw, want):
+    """Read when portable is imported (they surfaced only as cudaErrorLaunchFailure at the first
+    emulated launch): the import fails naming the variable."""
+    env = {**os.environ, name: raw}
+    done = subprocess.run(
+        [sys.executable, "-c", "import portable"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert f"EnvVarError: environment variable {name}={raw!r}: {want}" in done.stderr, done.stderr
+
+
+def test_env_flag_is_the_one_boolean_parser(monkeypatch):
+    """ALPYKA_DEBUG, ALPYKA_ASSERTS and ALPYKA_EMULATE_CHECKS take the same spellings."""
+    from portable.compiler import debug_enabled
+    from portable.env import debug_flag, emulate_checks, env_flag
+
+    for raw, value in [("1", True), ("On", True), (" true ", True), ("YES", True), ("0", False), ("off", False)]:
+        assert env_flag("ALPYKA_X", not value, raw) is value
+        assert debug_flag(raw) is value and debug_flag(raw.encode()) is value
+        monkeypatch.setenv("ALPYKA_DEBUG", raw)
+        monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", raw)
+        assert debug_enabled() is value and emulate_checks() is value
+    for raw in ("false", "no", "", None):
+        assert debug_flag(raw) is False
+    for raw in ("2", "maybe", "debug"):
+        with pytest.raises(pk.EnvVarError, match=f"ALPYKA_DEBUG={raw!r}: expected 1"):
+            debug_flag(raw)
