@@ -63,6 +63,9 @@ _reasons: dict[str, str] = {}
 #: :func:`register_backend`, or found under :data:`GROUP` (None until first asked)
 _factories: dict[str, Any] | None = None
 _programmatic: dict[str, Any] = {}
+#: plugins found under :data:`GROUP` and not used, ``{"NAME (from DIST)": reason}``: a built-in's
+#: name taken by another distribution, a name a second distribution registers too
+_refused: dict[str, str] = {}
 
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
@@ -72,13 +75,29 @@ check_at_import()  # the emulator's ALPYKA_EMULATE_THREADS/_SEED: a bad value fa
 
 def _entry_points() -> dict[str, Any]:
     """``{name: entry point}`` of :data:`GROUP` in the installed metadata. A built-in's name is
-    taken from alpyka's own distribution only (another package cannot replace cuda)."""
+    taken from alpyka's own distribution only (another package cannot replace cuda), and a name
+    from the first distribution that registers it; each plugin left out is in :data:`_refused`
+    with the reason (``pk.unavailable_backends()``, ``alpyka info``)."""
     found: dict[str, Any] = {}
+    _refused.clear()
     for ep in importlib.metadata.entry_points(group=GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None)
+        label = f"{ep.name} (from {dist or 'an unnamed distribution'})"
         if ep.name in BUILTIN_BACKENDS and dist not in (None, "alpyka"):
+            _refused[label] = (
+                f"distribution {dist!r} registers a backend named {ep.name!r} under {GROUP}, the name of "
+                f"alpyka's own {ep.name} backend, which it cannot replace; it is not loaded (the plugin's "
+                f"package must register it under another name)"
+            )
             continue
-        found.setdefault(ep.name, ep)
+        if ep.name in found:
+            first = getattr(getattr(found[ep.name], "dist", None), "name", None)
+            _refused[label] = (
+                f"distribution {dist!r} registers a backend named {ep.name!r} under {GROUP}, as {first!r} "
+                f"does already; only the first is loaded (uninstall one, or rename its entry point)"
+            )
+            continue
+        found[ep.name] = ep
     return found
 
 
@@ -161,13 +180,40 @@ def _resolve(target: Any) -> Any:
 
 
 def _import(name: str) -> Any:
-    """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one."""
+    """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one.
+    A plugin's backend is checked here: what its ``devices()`` returns must be its devices."""
     if name in _emulated:
         return _resolve(EMULATOR_FACTORY)(name)
     backend = _resolve(_discover()[name])()
     if not callable(getattr(backend, "devices", None)) or not callable(getattr(backend, "launch", None)):
         raise BackendUnavailable(f"its factory returned a {type(backend).__name__}, not a portable.spi.Backend")
+    if name not in BUILTIN_BACKENDS or name in _programmatic:  # (the built-ins are alpyka's own)
+        _check_devices(name, backend.devices())
     return backend
+
+
+def _check_devices(name: str, devices: Any) -> None:
+    """BackendUnavailable naming what is wrong unless ``devices`` (a plugin's ``devices()``) is
+    a non-empty list or tuple of :class:`~portable.Device` s of backend ``name``, each at its
+    ``index``, with its kind, memory space, limits and capabilities of the declared types."""
+    from ._device import Device, DeviceCapabilities, DeviceLimits
+
+    if not isinstance(devices, (list, tuple)) or not devices:
+        what = "an empty list" if isinstance(devices, (list, tuple)) else f"a {type(devices).__name__}"
+        raise BackendUnavailable(f"its devices() returned {what}, not a list of its portable.Device s")
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, Device):
+            why = f"a {type(dev).__name__} ({dev!r:.60})"
+        elif dev.backend_name != name or dev.index != i:
+            why = f"a device of backend {dev.backend_name!r} with index {dev.index!r}, not {name!r} index {i}"
+        elif dev.kind not in ("cpu", "gpu") or not isinstance(dev.memory_space, str) or not dev.memory_space:
+            why = f"a device of kind {dev.kind!r} (cpu or gpu) and memory space {dev.memory_space!r} (a name)"
+        elif not isinstance(dev.limits, DeviceLimits) or not isinstance(dev.capabilities, DeviceCapabilities):
+            why = f"a device with limits of type {type(dev.limits).__name__}, "
+            why += f"capabilities of type {type(dev.capabilities).__name__}"
+        else:
+            continue
+        raise BackendUnavailable(f"its devices() returned {why} at position {i}, not one of its portable.Device s")
 
 
 def _load(name: str) -> Any:
@@ -187,6 +233,12 @@ def _load(name: str) -> Any:
         except Exception as exc:  # noqa: BLE001 - a driver or runtime failure: unavailable, with the reason
             _reasons[name] = f"backend {name!r} failed to load: {type(exc).__name__}: {exc}"
             return None
+        except SystemExit as exc:  # a plugin's import or factory must not end the caller's process
+            _reasons[name] = (
+                f"backend {name!r} called sys.exit({exc.code!r}) while it loaded; it is left out (the "
+                f"plugin's package must raise an exception instead)"
+            )
+            return None
         _loaded[name] = backend
         return backend
 
@@ -203,11 +255,15 @@ def available_backends() -> list[str]:
 
 
 def unavailable_backends() -> dict[str, str]:
-    """``{name: reason}`` for every backend that cannot be used here."""
+    """``{name: reason}`` for every backend that cannot be used here; a plugin left out because
+    its name is taken (a built-in's, or another distribution's) under ``"NAME (from DIST)"``."""
     names = backends()
     for n in names:
         _load(n)
-    return {n: _reasons[n] for n in names if n in _reasons}
+    out = {n: _reasons[n] for n in names if n in _reasons}
+    with _lock:
+        out.update(_refused)  # plugins left out by name: "NAME (from DIST)"
+    return out
 
 
 def get_backend(name: str) -> Any:
