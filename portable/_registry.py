@@ -66,6 +66,8 @@ _programmatic: dict[str, Any] = {}
 #: plugins found under :data:`GROUP` and not used, ``{"NAME (from DIST)": reason}``: a built-in's
 #: name taken by another distribution, a name a second distribution registers too
 _refused: dict[str, str] = {}
+#: the check of a plugin's ``devices()`` (:func:`check_devices_with`; a no-op until it is set)
+_device_check: Any = lambda name, devices: None  # noqa: E731
 
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
@@ -188,32 +190,16 @@ def _import(name: str) -> Any:
     if not callable(getattr(backend, "devices", None)) or not callable(getattr(backend, "launch", None)):
         raise BackendUnavailable(f"its factory returned a {type(backend).__name__}, not a portable.spi.Backend")
     if name not in BUILTIN_BACKENDS or name in _programmatic:  # (the built-ins are alpyka's own)
-        _check_devices(name, backend.devices())
+        _device_check(name, backend.devices())
     return backend
 
 
-def _check_devices(name: str, devices: Any) -> None:
-    """BackendUnavailable naming what is wrong unless ``devices`` (a plugin's ``devices()``) is
-    a non-empty list or tuple of :class:`~portable.Device` s of backend ``name``, each at its
-    ``index``, with its kind, memory space, limits and capabilities of the declared types."""
-    from ._device import Device, DeviceCapabilities, DeviceLimits
-
-    if not isinstance(devices, (list, tuple)) or not devices:
-        what = "an empty list" if isinstance(devices, (list, tuple)) else f"a {type(devices).__name__}"
-        raise BackendUnavailable(f"its devices() returned {what}, not a list of its portable.Device s")
-    for i, dev in enumerate(devices):
-        if not isinstance(dev, Device):
-            why = f"a {type(dev).__name__} ({dev!r:.60})"
-        elif dev.backend_name != name or dev.index != i:
-            why = f"a device of backend {dev.backend_name!r} with index {dev.index!r}, not {name!r} index {i}"
-        elif dev.kind not in ("cpu", "gpu") or not isinstance(dev.memory_space, str) or not dev.memory_space:
-            why = f"a device of kind {dev.kind!r} (cpu or gpu) and memory space {dev.memory_space!r} (a name)"
-        elif not isinstance(dev.limits, DeviceLimits) or not isinstance(dev.capabilities, DeviceCapabilities):
-            why = f"a device with limits of type {type(dev.limits).__name__}, "
-            why += f"capabilities of type {type(dev.capabilities).__name__}"
-        else:
-            continue
-        raise BackendUnavailable(f"its devices() returned {why} at position {i}, not one of its portable.Device s")
+def check_devices_with(check: Any) -> None:
+    """Set the check of a plugin's ``devices()`` (``check(name, devices)``, raising
+    BackendUnavailable): :mod:`portable._device`, the layer above that defines devices, sets it
+    when it is imported (portable imports it before any backend can load)."""
+    global _device_check
+    _device_check = check
 
 
 def _load(name: str) -> Any:
