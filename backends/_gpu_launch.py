@@ -15,6 +15,7 @@ import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.caches import IdentityCache
 from portable.compiler import check_shared_needs, debug_enabled
+from portable.env import env_flag
 from portable.spi import KernelHandle, PlanCache
 
 from ._c_emit import emit
@@ -168,7 +169,9 @@ def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple
     kir = kernel.ir(key[2], ndim, key[3])
     try:
         src = emit(kir, dialect, unit_elements=key[4])
-        if dialect == "opencl" and os.environ.get("ALPYKA_CHECK_CUDA", "") not in ("", "0"):
+        if dialect == "opencl" and env_flag(
+            "ALPYKA_CHECK_CUDA", False, meaning=" (every OpenCL kernel also through NVRTC)"
+        ):
             # CI: every kernel the OpenCL run builds must also compile as CUDA C (NVRTC, no GPU)
             from ._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_compile
 
@@ -178,7 +181,7 @@ def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple
                 os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
                 float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED,
             )
-        if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "0"):
+        if env_flag("ALPYKA_CHECK_HIP", False, meaning=" (every device kernel's HIP text also compiled for AMD GPUs)"):
             # CI's rocm check: the kernel's HIP text compiled for gfx90a and gfx942 (backends._hip_check)
             from ._hip_check import check_source
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import portable as pk
@@ -156,3 +157,48 @@ def test_env_flag_is_the_one_boolean_parser(monkeypatch):
     for raw in ("2", "maybe", "debug"):
         with pytest.raises(pk.EnvVarError, match=f"ALPYKA_DEBUG={raw!r}: expected 1"):
             debug_flag(raw)
+
+
+@pk.kernel
+def _fill_for_the_guards(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = 1.5
+
+
+@pytest.mark.alpyka_backends("opencl")
+def test_ci_guards_read_off_as_off(device, queue, monkeypatch):
+    """ALPYKA_CHECK_CUDA and ALPYKA_CHECK_HIP take env_flag's spellings: ``off`` turned them on
+    (any value but ``0`` did); the kernel here is built with both off and neither guard runs."""
+    from backends import _c_build, _hip_check
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a guard ran although its variable says off")
+
+    monkeypatch.setattr(_c_build, "nvrtc_compile", refuse)
+    monkeypatch.setattr(_hip_check, "check_source", refuse)
+    monkeypatch.setenv("ALPYKA_CHECK_CUDA", "off")
+    monkeypatch.setenv("ALPYKA_CHECK_HIP", "False")
+    out = pk.Buffer(device, (8,), np.float64)
+    pk.exec(queue, pk.make_workdiv(device, 1, 8), _fill_for_the_guards, out, 8)
+    host = np.zeros(8)
+    pk.memcpy(queue, host, out)
+    queue.wait()
+    np.testing.assert_array_equal(host, np.full(8, 1.5))
+
+
+def test_traceback_takes_the_boolean_spellings(monkeypatch, capsys):
+    """ALPYKA_TRACEBACK=0 (or off/false/no) keeps the one-line error (any non-empty value showed
+    the traceback); 1/on/true/yes shows it, and so does a value alpyka cannot read."""
+    from portable.cli import CliError, run
+
+    def command(argv, prog):
+        raise CliError("the one line")
+
+    for raw in ("0", "off", "false", "no", ""):
+        monkeypatch.setenv("ALPYKA_TRACEBACK", raw)
+        assert run(command, [], "alpyka") == 2
+        assert "alpyka: error: the one line" in capsys.readouterr().err
+    for raw in ("1", "on", "yes", "maybe"):
+        monkeypatch.setenv("ALPYKA_TRACEBACK", raw)
+        with pytest.raises(CliError, match="the one line"):
+            run(command, [], "alpyka")
