@@ -15,6 +15,7 @@ import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.caches import IdentityCache
 from portable.compiler import check_shared_needs, debug_enabled
+from portable.env import env_flag
 from portable.spi import KernelHandle, PlanCache
 
 from ._c_emit import emit
@@ -110,6 +111,43 @@ def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
 _MISMATCH = _mismatch_error()
 
 
+#: CUDA's cap on a block's static ``__shared__`` memory on every GPU (ptxas refuses more); a block
+#: may use more only as dynamic shared memory, which the launcher opts in to up to the device's
+#: ``sharedMemPerBlockOptin``
+CUDA_STATIC_SHARED = 48 * 1024
+
+
+def checked_static_shared(kir: Any, device: Any, dialect: str) -> int:
+    """The bytes of the kernel's static shared arrays (``acc.shared_array``), checked before the
+    device compiler sees them: WorkDivError naming the arrays, the limit and what to do when they
+    exceed what one block may declare (CUDA: 48 KiB of ``__shared__``; HIP: the device's LDS per
+    block, 64 KiB; OpenCL: the device's ``CL_DEVICE_LOCAL_MEM_SIZE``). A 2 GiB array is refused
+    here too, instead of reaching the compiler or linker."""
+    sizes = [(s.name, int(math.prod(s.shape)) * s.dtype.dtype.itemsize) for s in kir.shared]
+    static = sum(n for _, n in sizes)
+    block_limit = device.limits.shared_memory_per_block
+    if dialect == "cuda":
+        limit = min(CUDA_STATIC_SHARED, block_limit)
+        rule = f"CUDA caps a block's static __shared__ memory at {limit} bytes ({limit // 1024} KiB)"
+        optin = device.properties.get("shared_memory_per_block_optin") or block_limit
+        fix = (
+            f"declare what is above it as dynamic shared memory (acc.dynamic_shared_array with "
+            f"@pk.kernel(dynamic_shared_bytes=...)), which {device} gives a block up to {optin} bytes of"
+        )
+    else:
+        limit = block_limit
+        what = "LDS per block" if dialect == "hip" else "local memory per work-group (CL_DEVICE_LOCAL_MEM_SIZE)"
+        rule = f"{device} has {limit} bytes of {what}"
+        fix = "make the arrays smaller (fewer elements per block, or a smaller dtype)"
+    if static <= limit:
+        return static
+    arrays = ", ".join(f"shared array {n.removeprefix('sh_')!r}: {b} bytes" for n, b in sizes)
+    raise WorkDivError(
+        f"kernel {kir.name!r} ({kir.source_file}:{kir.first_line}) declares {static} bytes of static "
+        f"shared memory ({arrays}); {rule}: {fix}"
+    )
+
+
 def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> None:
     """WorkDivError when a block needs more shared memory than the device can give one block
     (the opt-in limit where the device has one: CUDA's sharedMemPerBlockOptin)."""
@@ -131,7 +169,9 @@ def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple
     kir = kernel.ir(key[2], ndim, key[3])
     try:
         src = emit(kir, dialect, unit_elements=key[4])
-        if dialect == "opencl" and os.environ.get("ALPYKA_CHECK_CUDA", "") not in ("", "0"):
+        if dialect == "opencl" and env_flag(
+            "ALPYKA_CHECK_CUDA", False, meaning=" (every OpenCL kernel also through NVRTC)"
+        ):
             # CI: every kernel the OpenCL run builds must also compile as CUDA C (NVRTC, no GPU)
             from ._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_compile
 
@@ -141,7 +181,7 @@ def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple
                 os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
                 float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED,
             )
-        if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "0"):
+        if env_flag("ALPYKA_CHECK_HIP", False, meaning=" (every device kernel's HIP text also compiled for AMD GPUs)"):
             # CI's rocm check: the kernel's HIP text compiled for gfx90a and gfx942 (backends._hip_check)
             from ._hip_check import check_source
 

@@ -12,6 +12,7 @@ import numpy as np
 
 import soa
 from portable.compiler import debug_enabled
+from portable.env import debug_flag
 from portable.spi import (
     Backend,
     CachingAllocator,
@@ -142,14 +143,8 @@ class HostBackend(Backend):
         ``args`` (views, buffers: their owners) until the launch ran. On a blocking queue the
         blocks run right here, under the queue's lock."""
         # the hot path of every launch: one dict lookup for the compiled plan, then one call
-        debug = _environ.get(b"ALPYKA_DEBUG") if _environ is not None else debug_enabled()
-        plan = kernel.slot(self.name, PlanCache).get(
-            (
-                len(workdiv.blocks),
-                signature_key(args, kernel.__name__),
-                debug is not None and debug not in (b"", b"0", False),
-            )
-        )
+        debug = debug_flag(_environ.get(b"ALPYKA_DEBUG")) if _environ is not None else debug_enabled()
+        plan = kernel.slot(self.name, PlanCache).get((len(workdiv.blocks), signature_key(args, kernel.__name__), debug))
         if plan is None:
             plan = compiled_plan(self.name, queue, workdiv, kernel, args)
         dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0

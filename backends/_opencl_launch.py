@@ -3,7 +3,6 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,17 @@ from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
-from ._gpu_launch import DevicePlan, _fit, emit_for, launch_key, plans_of, prepare_launch, same_objects, same_value
+from ._gpu_launch import (
+    DevicePlan,
+    _fit,
+    checked_static_shared,
+    emit_for,
+    launch_key,
+    plans_of,
+    prepare_launch,
+    same_objects,
+    same_value,
+)
 from ._opencl_devices import build, build_log
 
 
@@ -89,13 +98,14 @@ def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: 
     checked, the IR emitted as OpenCL C and built for the queue's device."""
     dev = queue.device
     kernel.check_args(args, dev)
+    # the static shared arrays against the device's local memory, before any compiler sees them
+    static_shared = checked_static_shared(kernel.ir(key[2], workdiv.dim, key[3]), dev, "opencl")
     kir, src = emit_for(kernel, key, workdiv.dim, "opencl")
     check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)  # before the device compiler sees it
     native = dev.native
     program = build_program(native.context, native.device, src)
     knl = cl.Kernel(program, src.entry)
     max_threads = int(knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, native.device))
-    static_shared = sum(int(math.prod(s.shape)) * s.dtype.dtype.itemsize for s in kir.shared)
 
     def array_values(mem: Any, offset: int) -> tuple:
         return (mem, i64(offset))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._registry import HOST_BACKEND, get_backend
+from ._errors import BackendUnavailable
+from ._registry import HOST_BACKEND, check_devices_with, get_backend
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,28 @@ def device(backend: str, index: int = 0) -> Device:
 def host() -> Device:
     """The host device: CPU memory that every backend can copy to and from."""
     return device(HOST_BACKEND)
+
+
+def check_plugin_devices(name: str, devices: Any) -> None:
+    """BackendUnavailable naming what is wrong unless ``devices`` (a plugin's ``devices()``) is
+    a non-empty list or tuple of :class:`~portable.Device` s of backend ``name``, each at its
+    ``index``, with its kind, memory space, limits and capabilities of the declared types."""
+    if not isinstance(devices, (list, tuple)) or not devices:
+        what = "an empty list" if isinstance(devices, (list, tuple)) else f"a {type(devices).__name__}"
+        raise BackendUnavailable(f"its devices() returned {what}, not a list of its portable.Device s")
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, Device):
+            why = f"a {type(dev).__name__} ({dev!r:.60})"
+        elif dev.backend_name != name or dev.index != i:
+            why = f"a device of backend {dev.backend_name!r} with index {dev.index!r}, not {name!r} index {i}"
+        elif dev.kind not in ("cpu", "gpu") or not isinstance(dev.memory_space, str) or not dev.memory_space:
+            why = f"a device of kind {dev.kind!r} (cpu or gpu) and memory space {dev.memory_space!r} (a name)"
+        elif not isinstance(dev.limits, DeviceLimits) or not isinstance(dev.capabilities, DeviceCapabilities):
+            why = f"a device with limits of type {type(dev.limits).__name__}, "
+            why += f"capabilities of type {type(dev.capabilities).__name__}"
+        else:
+            continue
+        raise BackendUnavailable(f"its devices() returned {why} at position {i}, not one of its portable.Device s")
+
+
+check_devices_with(check_plugin_devices)

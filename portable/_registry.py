@@ -16,7 +16,7 @@ import types
 from typing import Any
 
 from ._errors import BackendUnavailable
-from .env import EMULATED_BACKENDS
+from .env import EMULATED_BACKENDS, check_at_import
 from .env import emulate as _emulate_env
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
@@ -63,21 +63,43 @@ _reasons: dict[str, str] = {}
 #: :func:`register_backend`, or found under :data:`GROUP` (None until first asked)
 _factories: dict[str, Any] | None = None
 _programmatic: dict[str, Any] = {}
+#: plugins found under :data:`GROUP` and not used, ``{"NAME (from DIST)": reason}``: a built-in's
+#: name taken by another distribution, a name a second distribution registers too
+_refused: dict[str, str] = {}
+#: the check of a plugin's ``devices()`` (:func:`check_devices_with`; a no-op until it is set)
+_device_check: Any = lambda name, devices: None  # noqa: E731
 
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
 _emulated: list[str] = _emulate_env()
+check_at_import()  # the emulator's ALPYKA_EMULATE_THREADS/_SEED: a bad value fails the import, not a launch
 
 
 def _entry_points() -> dict[str, Any]:
     """``{name: entry point}`` of :data:`GROUP` in the installed metadata. A built-in's name is
-    taken from alpyka's own distribution only (another package cannot replace cuda)."""
+    taken from alpyka's own distribution only (another package cannot replace cuda), and a name
+    from the first distribution that registers it; each plugin left out is in :data:`_refused`
+    with the reason (``pk.unavailable_backends()``, ``alpyka info``)."""
     found: dict[str, Any] = {}
+    _refused.clear()
     for ep in importlib.metadata.entry_points(group=GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None)
+        label = f"{ep.name} (from {dist or 'an unnamed distribution'})"
         if ep.name in BUILTIN_BACKENDS and dist not in (None, "alpyka"):
+            _refused[label] = (
+                f"distribution {dist!r} registers a backend named {ep.name!r} under {GROUP}, the name of "
+                f"alpyka's own {ep.name} backend, which it cannot replace; it is not loaded (the plugin's "
+                f"package must register it under another name)"
+            )
             continue
-        found.setdefault(ep.name, ep)
+        if ep.name in found:
+            first = getattr(getattr(found[ep.name], "dist", None), "name", None)
+            _refused[label] = (
+                f"distribution {dist!r} registers a backend named {ep.name!r} under {GROUP}, as {first!r} "
+                f"does already; only the first is loaded (uninstall one, or rename its entry point)"
+            )
+            continue
+        found[ep.name] = ep
     return found
 
 
@@ -160,13 +182,24 @@ def _resolve(target: Any) -> Any:
 
 
 def _import(name: str) -> Any:
-    """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one."""
+    """Load backend ``name``: its registered factory, or the GPU emulator's for an emulated one.
+    A plugin's backend is checked here: what its ``devices()`` returns must be its devices."""
     if name in _emulated:
         return _resolve(EMULATOR_FACTORY)(name)
     backend = _resolve(_discover()[name])()
     if not callable(getattr(backend, "devices", None)) or not callable(getattr(backend, "launch", None)):
         raise BackendUnavailable(f"its factory returned a {type(backend).__name__}, not a portable.spi.Backend")
+    if name not in BUILTIN_BACKENDS or name in _programmatic:  # (the built-ins are alpyka's own)
+        _device_check(name, backend.devices())
     return backend
+
+
+def check_devices_with(check: Any) -> None:
+    """Set the check of a plugin's ``devices()`` (``check(name, devices)``, raising
+    BackendUnavailable): :mod:`portable._device`, the layer above that defines devices, sets it
+    when it is imported (portable imports it before any backend can load)."""
+    global _device_check
+    _device_check = check
 
 
 def _load(name: str) -> Any:
@@ -186,6 +219,12 @@ def _load(name: str) -> Any:
         except Exception as exc:  # noqa: BLE001 - a driver or runtime failure: unavailable, with the reason
             _reasons[name] = f"backend {name!r} failed to load: {type(exc).__name__}: {exc}"
             return None
+        except SystemExit as exc:  # a plugin's import or factory must not end the caller's process
+            _reasons[name] = (
+                f"backend {name!r} called sys.exit({exc.code!r}) while it loaded; it is left out (the "
+                f"plugin's package must raise an exception instead)"
+            )
+            return None
         _loaded[name] = backend
         return backend
 
@@ -202,11 +241,15 @@ def available_backends() -> list[str]:
 
 
 def unavailable_backends() -> dict[str, str]:
-    """``{name: reason}`` for every backend that cannot be used here."""
+    """``{name: reason}`` for every backend that cannot be used here; a plugin left out because
+    its name is taken (a built-in's, or another distribution's) under ``"NAME (from DIST)"``."""
     names = backends()
     for n in names:
         _load(n)
-    return {n: _reasons[n] for n in names if n in _reasons}
+    out = {n: _reasons[n] for n in names if n in _reasons}
+    with _lock:
+        out.update(_refused)  # plugins left out by name: "NAME (from DIST)"
+    return out
 
 
 def get_backend(name: str) -> Any:

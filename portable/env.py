@@ -1,7 +1,8 @@
 """Values read from ``ALPYKA_*`` environment variables: one parser for the core, the backends
 and inference, whose error names the variable, its value and what it takes (not Python's bare
-"could not convert string to float"); the GPU emulator's two switches (``ALPYKA_EMULATE``,
-``ALPYKA_EMULATE_CHECKS``) are read here too."""
+"could not convert string to float"); one parser for the boolean switches (:func:`env_flag`:
+``ALPYKA_DEBUG``, ``ALPYKA_ASSERTS``, ``ALPYKA_EMULATE_CHECKS``); the GPU emulator's variables
+(``ALPYKA_EMULATE``, ``_CHECKS``, ``_THREADS``, ``_SEED``) are read here too."""
 
 from __future__ import annotations
 
@@ -65,19 +66,71 @@ def emulate() -> list[str]:
     return parse_emulate(os.environ.get("ALPYKA_EMULATE"))
 
 
+#: the spellings of a boolean switch's two values (any case, blanks around ignored)
+FLAG_ON = ("1", "on", "true", "yes")
+FLAG_OFF = ("0", "off", "false", "no")
+
+
+def env_flag(name: str, default: bool, raw: str | bytes | None = None, *, meaning: str = "") -> bool:
+    """A boolean ``ALPYKA_*`` switch: ``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``
+    (any case), ``default`` when unset or empty. ``raw`` is the value when the caller read it
+    already (bytes from CPython's raw environment too), else ``os.environ[name]``. EnvVarError
+    naming the variable for another value; ``meaning`` says what 1 and 0 do there."""
+    if raw is None:
+        raw = os.environ.get(name)
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "surrogateescape")
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    if value in FLAG_ON:
+        return True
+    if value in FLAG_OFF:
+        return False
+    raise EnvVarError(
+        f"environment variable {name}={raw!r}: expected 1 (on, also on/true/yes) or 0 (off, also "
+        f"off/false/no){meaning}; set it to one of those or unset it"
+    )
+
+
+#: ``ALPYKA_DEBUG``'s raw values seen so far -> on/off (read at every launch: one dict lookup)
+_DEBUG_SEEN: dict[Any, bool] = {None: False, b"": False, "": False, b"0": False, "0": False, b"1": True, "1": True}
+
+
+def debug_flag(raw: str | bytes | None) -> bool:
+    """Whether an ``ALPYKA_DEBUG`` value (str or bytes, None when unset) asks for the range checks
+    inside kernels (:func:`env_flag`'s spellings; default off). EnvVarError for another value."""
+    flag = _DEBUG_SEEN.get(raw)
+    if flag is None:
+        flag = env_flag("ALPYKA_DEBUG", False, raw if raw is not None else "", meaning=" (range checks in kernels)")
+        if len(_DEBUG_SEEN) < 64:
+            _DEBUG_SEEN[raw] = flag
+    return flag
+
+
 def emulate_checks() -> bool:
     """Whether the GPU emulator checks launches for what a GPU leaves wrong or undefined:
     ``ALPYKA_EMULATE_CHECKS`` (default on; ``0``, ``off``, ``false`` or ``no`` turns them off).
     EnvVarError for a value that is neither."""
-    raw = os.environ.get("ALPYKA_EMULATE_CHECKS")
-    if raw is None or not raw.strip():
-        return True
-    value = raw.strip().lower()
-    if value in ("1", "on", "true", "yes"):
-        return True
-    if value in ("0", "off", "false", "no"):
-        return False
-    raise EnvVarError(
-        f"environment variable ALPYKA_EMULATE_CHECKS={raw!r}: expected 1 (checks on, the default) "
-        f"or 0 (off: faster, nothing checked); set it to one of those or unset it"
-    )
+    return env_flag("ALPYKA_EMULATE_CHECKS", True, meaning=" (the GPU emulator's checks; 0 is faster, nothing checked)")
+
+
+def emulate_threads() -> int:
+    """The OS threads the GPU emulator runs a grid's blocks on: ``ALPYKA_EMULATE_THREADS`` (an
+    integer >= 1; default: the cores this process may use). EnvVarError for another value."""
+    default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return env_number("ALPYKA_EMULATE_THREADS", default, int, minimum=1)
+
+
+def emulate_seed() -> int:
+    """The seed of the order in which the GPU emulator runs a block's threads between barriers:
+    ``ALPYKA_EMULATE_SEED`` (an integer, default 1; kept modulo 2**64). EnvVarError for another value."""
+    return env_number("ALPYKA_EMULATE_SEED", 1, int) & (2**64 - 1)
+
+
+def check_at_import() -> None:
+    """Read the variables whose bad value would otherwise surface only deep inside a launch (the
+    GPU emulator's threads and seed, read by its runtime at every launch), so that a bad value is
+    an EnvVarError when portable is imported."""
+    emulate_threads()
+    emulate_seed()

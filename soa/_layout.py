@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import keyword
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -11,6 +13,31 @@ import numpy as np
 from ._fields import Field
 
 DEFAULT_ALIGNMENT = 128
+
+#: what the kernel compilers append to a field's parameter name (``a0_p`` -> ``a0_p_pitch`` for a
+#: vector's pitch, ``_e0``.. for a device function's extents, ``_buf``/``_off`` on OpenCL): a field
+#: named like another field plus one of these would give two parameters one name (a build error)
+_GENERATED_SUFFIX = re.compile(r"_(pitch|buf|off|e[0-9]+)$")
+
+
+def check_field_name(layout: str, name: Any) -> None:
+    """Refuse a field name that kernels and the generated C, OpenCL C, CUDA and HIP cannot carry:
+    it must be an ASCII Python identifier, not a keyword (a kernel reaches a field as
+    ``view.name``, and every emitter names the field's parameter after it)."""
+    if isinstance(name, str) and name.isascii() and name.isidentifier() and not keyword.iskeyword(name):
+        return
+    if not isinstance(name, str) or not name:
+        why = "empty" if name == "" else f"a {type(name).__name__}, not a string"
+    elif not name.isascii():
+        why = "not ASCII (the C, OpenCL and CUDA compilers do not all take other letters)"
+    elif keyword.iskeyword(name):
+        why = f"a Python keyword (a kernel could not write view.{name})"
+    else:
+        why = "not a Python identifier (letters, digits and _, not starting with a digit)"
+    fix = re.sub(r"[^0-9A-Za-z_]", "_", name) if isinstance(name, str) and name else "x"
+    if not fix.isidentifier() or keyword.iskeyword(fix) or fix.startswith("_"):
+        fix = "f_" + fix.lstrip("_")
+    raise TypeError(f"{layout}: field name {name!r} is {why}; rename the field, e.g. to {fix!r}")
 
 
 def round_up(value: int, alignment: int) -> int:
@@ -87,6 +114,7 @@ class Layout:
         own = [v for v in vars(cls).values() if isinstance(v, Field)]
         names = {f.name for f in inherited}
         for f in own:
+            check_field_name(cls.__name__, f.name)
             if f.name in names:
                 raise TypeError(f"{cls.__name__}: field {f.name!r} is declared twice")
             if f.name.startswith("_") or f.name in _RESERVED:
@@ -94,6 +122,15 @@ class Layout:
             f.validate(cls.__name__)
             names.add(f.name)
         cls.fields = tuple(inherited + own)
+        for f in cls.fields:
+            m = _GENERATED_SUFFIX.search(f.name)
+            if m and f.name[: m.start()] in names:
+                what = {"pitch": "pitch", "buf": "OpenCL buffer", "off": "OpenCL offset"}.get(m.group(1), "extent")
+                raise TypeError(
+                    f"{cls.__name__}: field name {f.name!r} is field {f.name[: m.start()]!r} followed by "
+                    f"{m.group()!r}, the name kernels give that field's {what} parameter (two parameters "
+                    f"of one name); rename it, e.g. to {f.name[: m.start()] + m.group()[1:]!r}"
+                )
         for f in cls.fields:
             if cls.alignment % f.itemsize:
                 raise ValueError(

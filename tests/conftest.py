@@ -71,7 +71,9 @@ def _enable_hip_check() -> str:
     GPU. Returns the report header's line (the reason where it is not done)."""
     import os
 
-    if os.environ.get("ALPYKA_CHECK_HIP", "") not in ("", "1"):
+    from portable.env import env_flag
+
+    if os.environ.get("ALPYKA_CHECK_HIP", "").strip() and not env_flag("ALPYKA_CHECK_HIP", True):
         return f"HIP check: off (ALPYKA_CHECK_HIP={os.environ['ALPYKA_CHECK_HIP']})"
     from backends import _hip_check
 

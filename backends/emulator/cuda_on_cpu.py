@@ -218,19 +218,17 @@ def build(src: Any, name: str) -> Compiled:
 
 # ---------------------------------------------------------------------- run
 def _threads() -> int:
-    raw = os.environ.get("ALPYKA_EMULATE_THREADS")
-    if raw:
-        from portable.env import env_number
+    """The OS threads a grid runs on: ``ALPYKA_EMULATE_THREADS`` (checked when portable is imported)."""
+    from portable.env import emulate_threads
 
-        return env_number("ALPYKA_EMULATE_THREADS", 1, int, minimum=1)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return emulate_threads()
 
 
 def seed() -> int:
-    """The schedule's seed: ``ALPYKA_EMULATE_SEED`` (default 1)."""
-    from portable.env import env_number
+    """The schedule's seed: ``ALPYKA_EMULATE_SEED`` (default 1; checked when portable is imported)."""
+    from portable.env import emulate_seed
 
-    return env_number("ALPYKA_EMULATE_SEED", 1, int) & (2**64 - 1)
+    return emulate_seed()
 
 
 def checks_on() -> bool:

@@ -20,11 +20,11 @@ errors the same way. :func:`load_reference` imports what a ``module:attribute`` 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 
-from .._errors import AlpykaError
+from .._errors import AlpykaError, EnvVarError
+from ..env import env_flag
 from ._messages import error_line
 from ._reference import FILE_ATTR, BadReference, load_reference
 
@@ -45,7 +45,17 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
     try:
         return command(args, prog)
     except Exception as exc:
-        if os.environ.get("ALPYKA_TRACEBACK") or not isinstance(exc, USER_ERRORS):
+        if _traceback_wanted() or not isinstance(exc, USER_ERRORS):
             raise
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _traceback_wanted() -> bool:
+    """``ALPYKA_TRACEBACK`` (:func:`portable.env.env_flag`'s spellings, default off): show the
+    traceback of an error the user can fix; a value alpyka cannot read shows it too (this runs
+    while an error is reported: it must not raise another)."""
+    try:
+        return env_flag("ALPYKA_TRACEBACK", False)
+    except EnvVarError:
+        return True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import platform
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._registry import _load, backends, unavailable_backends
 
@@ -21,22 +21,35 @@ def info_text() -> str:
 
     lines = [f"alpyka {__version__} on Python {platform.python_version()} ({platform.machine()})", ""]
     reasons = unavailable_backends()
-    for name in backends():  # the built-ins, then plugins registered under alpyka.backends
+    names = backends()
+    for name in names:  # the built-ins, then plugins registered under alpyka.backends
         backend = _load(name)
         if backend is None:
             lines.append(f"  {name:<12} unavailable: {reasons[name]}")
             continue
-        versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
-        how = f", {EMULATED}" if any(d.capabilities.emulated for d in backend.devices()) else ""
-        lines.append(f"  {name:<12} available{how} ({versions})")
-        execution = getattr(backend, "execution", None)
-        if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)
-            lines.append(f"    execution: {execution()}")
-        for dev in backend.devices():
-            lines.append(f"    [{dev.index}] {dev.name} ({_describe(dev)})")
-        for what, why in backend.excluded_devices():
-            lines.append(f"    not used: {what}: {why}")
+        try:
+            lines += _report(name, backend)
+        except Exception as exc:  # noqa: BLE001 - a plugin's report that fails is shown, not raised
+            lines.append(f"  {name:<12} available, but its report failed: {type(exc).__name__}: {exc}")
+    for label, why in reasons.items():  # plugins left out because their name is taken
+        if label not in names:
+            lines.append(f"  {label} unavailable: {why}")
     return "\n".join(lines)
+
+
+def _report(name: str, backend: Any) -> list[str]:
+    """The lines of an available backend: versions, execution, devices, devices not used."""
+    versions = ", ".join(f"{k} {v}" for k, v in backend.versions().items())
+    how = f", {EMULATED}" if any(d.capabilities.emulated for d in backend.devices()) else ""
+    lines = [f"  {name:<12} available{how} ({versions})"]
+    execution = getattr(backend, "execution", None)
+    if callable(execution):  # how kernels run there (CPU backends: the threading mechanism)
+        lines.append(f"    execution: {execution()}")
+    for dev in backend.devices():
+        lines.append(f"    [{dev.index}] {dev.name} ({_describe(dev)})")
+    for what, why in backend.excluded_devices():
+        lines.append(f"    not used: {what}: {why}")
+    return lines
 
 
 def _describe(dev: Device) -> str:

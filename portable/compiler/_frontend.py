@@ -106,6 +106,7 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
             filename,
             first,
         )
+    _check_ascii_names(fdef, filename, first - 1, what)
     closure = {}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -114,6 +115,30 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
             except ValueError:
                 pass
     return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure, [x.arg for x in a.args])
+
+
+def _check_ascii_names(fdef: ast.FunctionDef, filename: str, offset: int, what: str) -> None:
+    """KernelSyntaxError at the line of the first non-ASCII name (a local, a parameter, the
+    function's own): the generated C, OpenCL C, CUDA and HIP name variables after them, and NVRTC
+    refuses non-ASCII identifiers ("unrecognized token"), so no backend takes them."""
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.arg):
+            name = node.arg
+        elif isinstance(node, ast.FunctionDef):
+            name = node.name
+        else:
+            continue
+        if not name.isascii():
+            line = offset + getattr(node, "lineno", 1)
+            raise KernelSyntaxError(
+                f"{filename}:{line}: {what} {fdef.name!r}: the name {name!r} is not ASCII; the code generated "
+                f"for the device names its variables after the kernel's, and the CUDA compiler (NVRTC) takes "
+                f"ASCII identifiers only: rename it",
+                filename,
+                line,
+            )
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from .._errors import WorkDivError
+from ..env import debug_flag
 from . import ir
 from ._errors import KernelArgumentError, KernelSyntaxError
 from ._frontend import (
@@ -33,11 +34,12 @@ _T = TypeVar("_T")
 
 
 def debug_enabled() -> bool:
-    """True when ``ALPYKA_DEBUG`` asks for range checks inside kernels (read at every launch)."""
+    """True when ``ALPYKA_DEBUG`` asks for range checks inside kernels (read at every launch:
+    ``1``/``on``/``true``/``yes`` on, unset or ``0``/``off``/``false``/``no`` off; EnvVarError for
+    another value, :func:`portable.env.debug_flag`)."""
     if isinstance(_environ_data, dict):  # CPython's raw environ: ~20x cheaper than os.environ.get
-        v = _environ_data.get(b"ALPYKA_DEBUG")
-        return v is not None and v not in (b"", b"0")
-    return os.environ.get("ALPYKA_DEBUG", "") not in ("", "0")
+        return debug_flag(_environ_data.get(b"ALPYKA_DEBUG"))
+    return debug_flag(os.environ.get("ALPYKA_DEBUG"))
 
 
 def _module_name(obj: Any) -> str:

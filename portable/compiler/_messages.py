@@ -5,10 +5,9 @@
 from __future__ import annotations
 
 import ast
-import os
 from typing import Any
 
-from .._errors import EnvVarError
+from ..env import env_flag
 from . import ir
 from ._errors import AssertCheck
 from ._expressions import to_bool
@@ -19,16 +18,7 @@ ENV_ASSERTS = "ALPYKA_ASSERTS"
 
 def _read_asserts() -> bool:
     """``ALPYKA_ASSERTS``: on unless ``0``/``off``/``false``/``no``; EnvVarError for another value."""
-    raw = os.environ.get(ENV_ASSERTS)
-    value = (raw or "").strip().lower()
-    if value in ("", "1", "on", "true", "yes"):
-        return True
-    if value in ("0", "off", "false", "no"):
-        return False
-    raise EnvVarError(
-        f"environment variable {ENV_ASSERTS}={raw!r}: expected 1 (asserts in kernels checked, the "
-        f"default) or 0 (compiled out); set it to one of those or unset it"
-    )
+    return env_flag(ENV_ASSERTS, True, meaning=" (asserts in kernels checked, the default; 0 compiles them out)")
 
 
 _ASSERTS = _read_asserts()
@@ -79,6 +69,12 @@ class MessageBuilder:
                 raise self.error(arg, f"print(*...) is not allowed in kernels; {_PRINT_HINT}")
             v = self.value(arg)
             if isinstance(v, str):
+                if "\x00" in v:  # C's printf ends a string at a NUL: the rest would vanish on every backend
+                    raise self.error(
+                        arg,
+                        "print() in kernels cannot print a NUL character ('\\x00' or '\\0') in a string: "
+                        "the device's printf would cut the string there; remove it or print a number",
+                    )
                 items.append(v)
                 continue
             if isinstance(v, FieldAccess):

@@ -72,6 +72,12 @@ def assert_message_not_constant(acc, out, n):
         assert i < n, n  # LINE:assert-message
 
 
+@pk.kernel
+def prints_a_nul(acc, out, n):
+    for i in acc.uniform_elements(n):
+        print("before\x00after", i)  # LINE:print-nul
+
+
 def _line(marker):
     lines = inspect.getsource(sys.modules[__name__]).splitlines()
     return next(k + 1 for k, text in enumerate(lines) if text.rstrip().endswith(f"# LINE:{marker}"))
@@ -158,8 +164,9 @@ def test_assert_failing_before_a_barrier_fails_the_launch_without_a_hang(device,
             "assert-message",
             "the message of an assert in a kernel must be a string constant",
         ),
+        (prints_a_nul, "print-nul", "print() in kernels cannot print a NUL character"),
     ],
-    ids=["print-array", "assert-message"],
+    ids=["print-array", "assert-message", "print-nul"],
 )
 def test_what_cannot_be_printed_or_asserted_is_a_syntax_error_at_its_line(device, queue, kern, marker, text):
     out = upload(queue, np.zeros(4))

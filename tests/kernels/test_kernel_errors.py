@@ -177,3 +177,35 @@ def test_range_step_of_zero_at_run_time_is_a_kernel_error(queue):
         out = upload(queue, np.zeros(4))
         pk.exec(queue, pk.WorkDiv(1, 1, 1), bk.range_step_at_run_time, out, start, stop, step)
         assert download(queue, out)[0] == trips, (start, stop, step)
+
+
+@pk.kernel
+def writes_past_end_for_the_debug_switch(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out.x[i + 1] = 1.0
+
+
+@pytest.mark.parametrize(
+    "raw, on",
+    [("off", False), ("false", False), ("No", False), (" 0 ", False), ("on", True), ("TRUE", True), ("yes", True)],
+)
+def test_debug_takes_the_boolean_spellings_of_alpyka_asserts(device, queue, monkeypatch, raw, on):
+    """``ALPYKA_DEBUG=off|false|no`` turns the range checks off (they turned them on: any value
+    but ``0`` did), ``on|true|yes`` on; another value is an EnvVarError naming it. The write one
+    past the end lands in the column's padding (10 float32 in 128 bytes): harmless unchecked;
+    the GPU emulator's own checks are off to see ALPYKA_DEBUG's alone (its range checks are
+    compiled in with them, so the kernel is this test's own: no plan compiled with them on)."""
+    monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "0")
+    monkeypatch.setenv("ALPYKA_DEBUG", raw)
+    c = pk.PortableCollection(Particles, 10, queue)
+    pk.exec(queue, pk.make_workdiv(device, 2, 5), writes_past_end_for_the_debug_switch, c.view(), 10)
+    if on:
+        with pytest.raises(pk.AsyncError) as err:
+            queue.wait()
+        assert isinstance(err.value.__cause__, KernelIndexError), repr(err.value.__cause__)
+    else:
+        queue.wait()
+    monkeypatch.setenv("ALPYKA_DEBUG", "maybe")
+    with pytest.raises(pk.EnvVarError, match="ALPYKA_DEBUG='maybe': expected 1"):
+        pk.exec(queue, pk.make_workdiv(device, 2, 5), writes_past_end_for_the_debug_switch, c.view(), 5)
+    queue.wait()

@@ -204,8 +204,12 @@ def test_another_distribution_cannot_take_a_builtin_name(monkeypatch):
     found = [entry_point("cuda", "evil-plugin"), entry_point("opencl", "alpyka"), entry_point("aa_plugin", "good")]
     monkeypatch.setattr(_registry.importlib.metadata, "entry_points", lambda group=None: found)
     monkeypatch.setattr(_registry, "_factories", None)
+    monkeypatch.setattr(_registry, "_refused", {})
     factories = _registry._discover()
     assert factories["cuda"] == _registry.BUILTIN_BACKENDS["cuda"]
+    assert (
+        "the name of alpyka's own cuda backend" in _registry._refused["cuda (from evil-plugin)"]
+    )  # not dropped silently
     assert factories["opencl"] is found[1] and factories["aa_plugin"] is found[2]
     assert list(factories)[-1] == "aa_plugin"
 

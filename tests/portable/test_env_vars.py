@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import portable as pk
@@ -119,3 +120,85 @@ def test_test_support_variables(monkeypatch):
         cuda_on_cpu.seed()
     monkeypatch.setenv("ALPYKA_EMULATE_SEED", "-1")
     assert cuda_on_cpu.seed() == 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    "name, raw, want",
+    [
+        ("ALPYKA_EMULATE_THREADS", "abc", "expected an integer >= 1"),
+        ("ALPYKA_EMULATE_THREADS", "0", "expected an integer >= 1"),
+        ("ALPYKA_EMULATE_SEED", "1.5", "expected an integer"),
+    ],
+)
+def test_emulator_threads_and_seed_at_import(name, raw, want):
+    """Read when portable is imported (they surfaced only as cudaErrorLaunchFailure at the first
+    emulated launch): the import fails naming the variable."""
+    env = {**os.environ, name: raw}
+    done = subprocess.run(
+        [sys.executable, "-c", "import portable"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert f"EnvVarError: environment variable {name}={raw!r}: {want}" in done.stderr, done.stderr
+
+
+def test_env_flag_is_the_one_boolean_parser(monkeypatch):
+    """ALPYKA_DEBUG, ALPYKA_ASSERTS and ALPYKA_EMULATE_CHECKS take the same spellings."""
+    from portable.compiler import debug_enabled
+    from portable.env import debug_flag, emulate_checks, env_flag
+
+    for raw, value in [("1", True), ("On", True), (" true ", True), ("YES", True), ("0", False), ("off", False)]:
+        assert env_flag("ALPYKA_X", not value, raw) is value
+        assert debug_flag(raw) is value and debug_flag(raw.encode()) is value
+        monkeypatch.setenv("ALPYKA_DEBUG", raw)
+        monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", raw)
+        assert debug_enabled() is value and emulate_checks() is value
+    for raw in ("false", "no", "", None):
+        assert debug_flag(raw) is False
+    for raw in ("2", "maybe", "debug"):
+        with pytest.raises(pk.EnvVarError, match=f"ALPYKA_DEBUG={raw!r}: expected 1"):
+            debug_flag(raw)
+
+
+@pk.kernel
+def _fill_for_the_guards(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = 1.5
+
+
+@pytest.mark.alpyka_backends("opencl")
+def test_ci_guards_read_off_as_off(device, queue, monkeypatch):
+    """ALPYKA_CHECK_CUDA and ALPYKA_CHECK_HIP take env_flag's spellings: ``off`` turned them on
+    (any value but ``0`` did); the kernel here is built with both off and neither guard runs."""
+    from backends import _c_build, _hip_check
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a guard ran although its variable says off")
+
+    monkeypatch.setattr(_c_build, "nvrtc_compile", refuse)
+    monkeypatch.setattr(_hip_check, "check_source", refuse)
+    monkeypatch.setenv("ALPYKA_CHECK_CUDA", "off")
+    monkeypatch.setenv("ALPYKA_CHECK_HIP", "False")
+    out = pk.Buffer(device, (8,), np.float64)
+    pk.exec(queue, pk.make_workdiv(device, 1, 8), _fill_for_the_guards, out, 8)
+    host = np.zeros(8)
+    pk.memcpy(queue, host, out)
+    queue.wait()
+    np.testing.assert_array_equal(host, np.full(8, 1.5))
+
+
+def test_traceback_takes_the_boolean_spellings(monkeypatch, capsys):
+    """ALPYKA_TRACEBACK=0 (or off/false/no) keeps the one-line error (any non-empty value showed
+    the traceback); 1/on/true/yes shows it, and so does a value alpyka cannot read."""
+    from portable.cli import CliError, run
+
+    def command(argv, prog):
+        raise CliError("the one line")
+
+    for raw in ("0", "off", "false", "no", ""):
+        monkeypatch.setenv("ALPYKA_TRACEBACK", raw)
+        assert run(command, [], "alpyka") == 2
+        assert "alpyka: error: the one line" in capsys.readouterr().err
+    for raw in ("1", "on", "yes", "maybe"):
+        monkeypatch.setenv("ALPYKA_TRACEBACK", raw)
+        with pytest.raises(CliError, match="the one line"):
+            run(command, [], "alpyka")
