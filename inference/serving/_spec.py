@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
-from .._loading import detect_format, jit_load
+from .._loading import detect_format, jit_load, read_exported
 from .._onnx import OnnxProgram
 from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
 from .._tensor_desc import TensorDesc
@@ -143,7 +143,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
-        ep = torch.export.load(path)
+        ep = read_exported(path)
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         decls = []
         for i, spec in enumerate(s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT):
