@@ -301,9 +301,19 @@ def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     return obj
 
 
+def read_checked(path: str | os.PathLike) -> bytes:
+    """A model file's bytes, read once; a zip archive is refused unless torch's zip reader and
+    Python's zipfile read it alike (:func:`_open_archive`). Give torch these bytes, not the path."""
+    data = read_file(path)
+    if data[:2] == b"PK":
+        with _open_archive(Path(path), data):
+            pass
+    return data
+
+
 def read_torchscript(path: str | os.PathLike) -> bytes:
-    """The bytes of a TorchScript archive, checked by loading it once on the CPU."""
-    data = Path(path).read_bytes()
+    """The bytes of a TorchScript archive (:func:`read_checked`), checked by loading it once on the CPU."""
+    data = read_checked(path)
     try:
         jit_load(data, "cpu")
     except RuntimeError as exc:
