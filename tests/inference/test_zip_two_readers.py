@@ -232,9 +232,12 @@ def test_torch_written_and_python_written_archives_still_load(tmp_path, exported
     assert isinstance(read_exported(exported_files["mlp.pt2"]), torch.export.ExportedProgram)
     x = torch.randn(4, 3)
     assert aot.load(aot_package)(x).shape == (4, 2)
-    script = tmp_path / "mlp.pt"
+    script = tmp_path / "modèle à 1.pt"  # torch names the archive's root folder after the file (UTF-8)
     torch.jit.save(torch.jit.script(torch.nn.Linear(3, 2)), script)
     assert Model(str(script)).kind == "jit"
+    program = tmp_path / "modèle à 1.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(3, 2), (x,)), program)
+    assert Model(str(program)).kind == "exported"
     for compression in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):  # the configs are read inflated
         rewritten = tmp_path / f"rewritten{compression}.pt2"
         rewritten.write_bytes(_standard(_entries(exported_files["mlp.pt2"]), compression))
