@@ -20,22 +20,34 @@ Nothing here unpickles arbitrary Python objects:
   any shared library;
 - a ``torch.save`` file is read only with ``torch.load(weights_only=True)``: a state dict is
   accepted by :func:`load_state_dict`; a pickled ``nn.Module`` is refused as a Model source.
+
+Every zip archive (``.pt2``, TorchScript, ``torch.save``) is read only when its layout leaves
+torch's zip reader and Python's ``zipfile`` no room to see different entries
+(``inference._zip_layout``: no prefix, no trailing bytes, the directory and zip64 records where
+the end record and the locator say, no gaps, no duplicate names); loaders read a file once and
+give torch the bytes they checked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import mmap
 import os
 import pickle
+import struct
 import warnings
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from portable import AlpykaError
+
+from ._zip_layout import Entry, ZipLayoutError, read_entry, read_layout
 
 
 class ModelFileError(AlpykaError, ValueError):
@@ -50,25 +62,64 @@ _PICKLED_MODULE_HINT = (
 )
 
 
-def _names(path: Path) -> list[str]:
+_AS_WRITTEN = (
+    "load the file exactly as torch wrote it (inference.export, inference.aot.compile, "
+    "torch.export.save, torch.jit.save): nothing put in front of it, appended to it or edited in it"
+)
+
+
+class _Archive:
+    """A zip archive whose layout both zip readers read alike (:func:`_open_archive`)."""
+
+    def __init__(self, buf: Any, entries: list[Entry]) -> None:
+        self._buf, self._by_name = buf, {e.name: e for e in entries}
+        self.names = [e.name for e in entries]
+
+    def read(self, name: str) -> bytes:
+        return read_entry(self._buf, self._by_name[name])
+
+
+def _zipfile_agrees(buf: Any, entries: list[Entry]) -> None:
+    """Python's zipfile sees the entries :func:`read_layout` read, at the same places."""
+    fp = io.BytesIO(buf) if isinstance(buf, bytes) else buf
+    with zipfile.ZipFile(fp) as zf:
+        theirs = [(i.filename, i.header_offset, i.compress_size, i.file_size) for i in zf.infolist()]
+    if theirs != [(e.name, e.header, e.compressed, e.size) for e in entries]:
+        raise ZipLayoutError("Python's zipfile reads other entries from it than torch's reader would")
+
+
+def _checked_entries(path: Path, buf: Any) -> list[Entry]:
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            bad = zf.testzip()
-    except zipfile.BadZipFile as exc:
+        entries = read_layout(buf)
+        for e in entries:
+            read_entry(buf, e, keep=False)
+        _zipfile_agrees(buf, entries)
+    except ZipLayoutError as exc:
+        if exc.damaged:
+            raise ModelFileError(f"{path}: {exc}; the file is truncated or corrupt") from None
         raise ModelFileError(
-            f"{path}: not a complete zip archive ({exc}); the file is truncated or "
-            "not a TorchScript/.pt2/torch.save file"
+            f"{path}: {exc}. torch's zip reader and Python's zipfile could read different "
+            f"entries from such an archive, so it is refused before torch opens it: {_AS_WRITTEN}"
         ) from None
-    except (EOFError, OSError) as exc:
-        raise ModelFileError(
-            f"{path}: cannot be read as a zip archive ({exc}); the file is truncated or damaged"
-        ) from None
-    if bad is not None:
-        raise ModelFileError(
-            f"{path}: archive member {bad!r} is damaged (CRC mismatch); the file is truncated or corrupt"
-        )
-    return names
+    except (zipfile.BadZipFile, struct.error, EOFError) as exc:
+        raise ModelFileError(f"{path}: not a complete zip archive ({exc}); the file is truncated or damaged") from None
+    return entries
+
+
+@contextlib.contextmanager
+def _open_archive(path: Path, data: bytes | None = None) -> Iterator[_Archive]:
+    """The zip archive at ``path`` (or its bytes ``data``, read once by the caller), refused with a
+    :class:`ModelFileError` unless torch's zip reader and Python's zipfile would read the same
+    entries from it (``inference._zip_layout``); every entry's CRC is checked."""
+    with contextlib.ExitStack() as stack:
+        buf: Any = data
+        if buf is None:
+            try:
+                fh = stack.enter_context(open(path, "rb"))
+                buf = stack.enter_context(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+            except (OSError, ValueError) as exc:
+                raise ModelFileError(f"{path}: cannot be read as a zip archive ({exc})") from None
+        yield _Archive(buf, _checked_entries(path, buf))
 
 
 def _looks_like_onnx(p: Path, head: bytes) -> bool:
@@ -76,17 +127,22 @@ def _looks_like_onnx(p: Path, head: bytes) -> bool:
     return p.suffix.lower() == ".onnx" or head[:1] == b"\x08"
 
 
-def detect_format(path: str | os.PathLike) -> str:
+def detect_format(path: str | os.PathLike, data: bytes | None = None) -> str:
     """``"jit"``, ``"aot"``, ``"exported"`` (torch.export.save), ``"onnx"``, ``"torch.save"`` or
-    ``"pickle"``, by content; raises :class:`ModelFileError` for missing, empty, truncated or
-    unknown files."""
+    ``"pickle"``, by content (``data``: the file's bytes, read once by a caller that hands those
+    same bytes to torch); raises :class:`ModelFileError` for missing, empty, truncated or unknown
+    files, for zip archives torch's reader and Python's zipfile could read differently and for
+    ``.pt2`` archives from which torch would unpickle anything (:func:`check_pt2_pickles`)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"model file {str(p)!r} does not exist")
     if p.is_dir():
         raise ModelFileError(f"{p} is a directory; give a .pt2, .onnx or TorchScript file")
-    with open(p, "rb") as fh:
-        head = fh.read(4)
+    if data is None:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    else:
+        head = data[:4]
     if not head:
         raise ModelFileError(f"{p} is empty")
     if head[:1] == b"\x80":  # a pickle stream (the legacy torch.save format)
@@ -98,12 +154,17 @@ def detect_format(path: str | os.PathLike) -> str:
             f"{p} is neither a zip archive (.pt2, TorchScript, torch.save), an ONNX model nor a "
             f"pickle (starts with {head!r}); is it a TensorFlow file?"
         )
-    names = _names(p)
+    with _open_archive(p, data) as archive:
+        return _zip_format(p, archive)
+
+
+def _zip_format(p: Path, archive: _Archive) -> str:
+    names = archive.names
     if any("/aotinductor/" in n or n.startswith("aotinductor/") for n in names):
-        check_pt2_pickles(p, names)
+        check_pt2_pickles(p, archive)
         return "aot"
     if any(n.endswith("/archive_format") for n in names) or any("/models/" in n and n.endswith(".json") for n in names):
-        check_pt2_pickles(p, names)
+        check_pt2_pickles(p, archive)
         return "exported"
     if any("/code/" in n for n in names) and any(n.endswith("constants.pkl") for n in names):
         return "jit"
@@ -164,7 +225,7 @@ def _fits(rel: str, fmt: str) -> bool:
     return rel.startswith(head) and rel.endswith(tail) and len(rel) > len(head) + len(tail)
 
 
-def _check_payload_config(path: Path, zf: zipfile.ZipFile, entry: str, constants: bool, tensor_prefix: str) -> None:
+def _check_payload_config(path: Path, zf: _Archive, entry: str, constants: bool, tensor_prefix: str) -> None:
     """Refuse a weights/constants config with an entry torch unpickles: ``use_pickle`` set (any
     true value, as torch tests it), or a constant that is not a raw tensor (custom objects)."""
     try:
@@ -182,7 +243,7 @@ def _check_payload_config(path: Path, zf: zipfile.ZipFile, entry: str, constants
             raise _pickled(path, entry, f"makes constant {fqn!r} a pickled object ({name!r}, not a raw tensor)")
 
 
-def _check_sample_inputs(path: Path, zf: zipfile.ZipFile, entry: str) -> None:
+def _check_sample_inputs(path: Path, zf: _Archive, entry: str) -> None:
     """The example inputs (a torch.save of tensors that torch.export.save always writes) must load
     with the weights-only loader, torch's first try; where it fails torch unpickles them fully."""
     data = zf.read(entry)
@@ -195,7 +256,7 @@ def _check_sample_inputs(path: Path, zf: zipfile.ZipFile, entry: str) -> None:
         raise _pickled(path, entry, f"holds example inputs that are not plain tensors ({text[:200]})") from None
 
 
-def check_pt2_pickles(path: str | os.PathLike, names: list[str]) -> None:
+def check_pt2_pickles(path: str | os.PathLike, archive: _Archive) -> None:
     """Refuse (:class:`ModelFileError`, naming the entry) a ``.pt2`` archive from which
     ``torch.export.load`` or ``aoti_load_package`` would unpickle anything with
     ``weights_only=False``: weights or constants marked ``use_pickle`` in a payload config,
@@ -204,7 +265,7 @@ def check_pt2_pickles(path: str | os.PathLike, names: list[str]) -> None:
     (torch's zip reader looks names up ignoring case): two entries differing only so are refused."""
     p, lay = Path(path), _pt2_layout()
     seen: dict[str, str] = {}
-    for name in names:
+    for name in archive.names:
         rel = name.replace("\\", "/").split("/", 1)[-1].lower()
         if rel in seen:
             raise ModelFileError(
@@ -214,14 +275,13 @@ def check_pt2_pickles(path: str | os.PathLike, names: list[str]) -> None:
         seen[rel] = name
     head, tail = lay["models"].lower().split("{}")
     samples = {lay["sample_inputs"].lower().format(r[len(head) : -len(tail)]) for r in seen if _fits(r, lay["models"])}
-    with zipfile.ZipFile(p) as zf:
-        for rel, name in seen.items():
-            if rel in samples:
-                _check_sample_inputs(p, zf, name)
-            elif rel.endswith(_PICKLE_SUFFIXES):
-                raise _pickled(p, name, "is a pickle (a legacy torch.export layout)")
-            elif _fits(rel, lay["weights_config"]) or _fits(rel, lay["constants_config"]):
-                _check_payload_config(p, zf, name, _fits(rel, lay["constants_config"]), lay["tensor_constant"])
+    for rel, name in seen.items():
+        if rel in samples:
+            _check_sample_inputs(p, archive, name)
+        elif rel.endswith(_PICKLE_SUFFIXES):
+            raise _pickled(p, name, "is a pickle (a legacy torch.export layout)")
+        elif _fits(rel, lay["weights_config"]) or _fits(rel, lay["constants_config"]):
+            _check_payload_config(p, archive, name, _fits(rel, lay["constants_config"]), lay["tensor_constant"])
 
 
 def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, torch.Tensor]:
@@ -241,9 +301,19 @@ def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     return obj
 
 
+def read_checked(path: str | os.PathLike) -> bytes:
+    """A model file's bytes, read once; a zip archive is refused unless torch's zip reader and
+    Python's zipfile read it alike (:func:`_open_archive`). Give torch these bytes, not the path."""
+    data = read_file(path)
+    if data[:2] == b"PK":
+        with _open_archive(Path(path), data):
+            pass
+    return data
+
+
 def read_torchscript(path: str | os.PathLike) -> bytes:
-    """The bytes of a TorchScript archive, checked by loading it once on the CPU."""
-    data = Path(path).read_bytes()
+    """The bytes of a TorchScript archive (:func:`read_checked`), checked by loading it once on the CPU."""
+    data = read_checked(path)
     try:
         jit_load(data, "cpu")
     except RuntimeError as exc:
@@ -285,17 +355,27 @@ def jit_save_bytes(module: Any) -> bytes:
     return buf.getvalue()
 
 
+def read_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a model file, read once: what alpyka checks is what torch is given."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"model file {os.fspath(path)!r} does not exist") from None
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot be read ({exc})") from None
+
+
 def read_exported(path: str | os.PathLike) -> Any:
-    """The ``torch.export`` program saved at ``path`` (``torch.export.load``), checked on load;
-    an archive from which torch would unpickle anything is refused first (:func:`check_pt2_pickles`)."""
+    """The ``torch.export`` program saved at ``path`` (``torch.export.load``), checked on load:
+    the file is read once, and an archive that torch's zip reader could read otherwise than the
+    scan, or from which torch would unpickle anything, is refused before torch is given those
+    same bytes (:func:`check_pt2_pickles`)."""
+    data = read_file(path)
+    fmt = detect_format(path, data)
+    if fmt != "exported":
+        raise ModelFileError(f"{path}: not a torch.export program (it is {fmt!r}); load it with inference.Model")
     try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()  # (detect_format checked the CRCs)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise ModelFileError(f"{path}: not a readable zip archive ({exc}); the file is truncated or damaged") from None
-    check_pt2_pickles(path, names)
-    try:
-        return torch.export.load(os.fspath(path))
+        return torch.export.load(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged archive
         raise ModelFileError(
             f"{path}: torch.export program could not be loaded ({type(exc).__name__}: "

@@ -71,6 +71,13 @@ def _external_file(path: str, folder: str, tensor: Any) -> str:
             f"{path}: tensor {tensor.name!r} has external data without a location; the file is "
             "damaged: re-export the model"
         )
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in where):
+        raise ModelFileError(
+            f"{what}, a name with a NUL or another control character, which no file name in the "
+            "model's folder has; refused: the file is damaged or crafted: re-save it with a plain "
+            "file name, e.g. onnx.save_model(model, 'model.onnx', save_as_external_data=True, "
+            "location='model.onnx.data')"
+        )
     if os.path.isabs(where) or ntpath.isabs(where) or ".." in re.split(r"[\\/]", where):
         raise ModelFileError(
             f"{what}, outside the model's folder; refused (a model reads its external data "

@@ -18,6 +18,7 @@ it contains native code, so load only packages you built or trust.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -29,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from portable.cli import load_reference, run
 
-from ._loading import ModelFileError, detect_format, load_state_dict
+from ._loading import ModelFileError, detect_format, load_state_dict, read_file
 
 __all__ = ["compile", "load", "main"]
 
@@ -79,10 +80,12 @@ class PackageRunner:
 def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
     """The AOTInductor package at ``path`` as a callable taking positional tensors (runs its native
     code: load only packages you built or trust). A missing file, one that is not an
-    AOTInductor package, or one from which torch would unpickle anything (see
-    :func:`inference._loading.check_pt2_pickles`), is refused by name (``FileNotFoundError``,
-    ``ModelFileError``) before torch opens it."""
-    fmt = detect_format(path)
+    AOTInductor package, one that torch's zip reader could read otherwise than alpyka's scan, or
+    one from which torch would unpickle anything (see :func:`inference._loading.check_pt2_pickles`),
+    is refused by name (``FileNotFoundError``, ``ModelFileError``) before torch opens it; the file
+    is read once and torch is given the bytes that were checked."""
+    data = read_file(path)  # read once: torch is given the bytes that were checked
+    fmt = detect_format(path, data)
     if fmt != "aot":
         raise ModelFileError(
             f"{os.fspath(path)} is not an AOTInductor package (it is {fmt!r}); load it with "
@@ -90,7 +93,7 @@ def load(path: str | os.PathLike, device_index: int = -1) -> PackageRunner:
         )
     try:
         # torch documents AOTInductor's API under torch._inductor (the name is torch's)
-        package = torch._inductor.aoti_load_package(os.fspath(path), device_index=device_index)  # noqa: SLF001
+        package = torch._inductor.aoti_load_package(io.BytesIO(data), device_index=device_index)  # noqa: SLF001
     except RuntimeError as exc:
         raise ModelFileError(f"{os.fspath(path)}: AOTInductor package could not be loaded ({exc})") from None
     return PackageRunner(package)

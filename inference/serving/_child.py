@@ -50,7 +50,7 @@ from portable import AlpykaError
 from portable.env import env_number
 
 from .. import aot
-from .._loading import detect_format, exported_module, jit_load
+from .._loading import detect_format, exported_module, jit_load, read_checked, read_exported
 from .._onnx import OnnxProgram
 from .._pipeline import derive_config
 from .._tensor_desc import TensorDesc
@@ -129,8 +129,8 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
     if fmt == "aot":
         return aot.load(path)
     if fmt == "exported":
-        return exported_module(torch.export.load(path), device)
-    module = jit_load(path, device)
+        return exported_module(read_exported(path), device)  # checked again: the bytes torch is given
+    module = jit_load(read_checked(path), device)  # a zip torch could read otherwise is refused
     module.eval()
     return module
 

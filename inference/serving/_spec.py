@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
-from .._loading import detect_format, jit_load
+from .._loading import detect_format, jit_load, read_checked, read_exported
 from .._onnx import OnnxProgram
 from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
 from .._tensor_desc import TensorDesc
@@ -76,7 +76,7 @@ def _io_from_file(path: str) -> tuple[list[TensorDesc], list[TensorDesc]]:
     if path.endswith(".pt"):
         try:
             extra = {IO_EXTRA_FILE: ""}
-            jit_load(path, "cpu", _extra_files=extra)
+            jit_load(read_checked(path), "cpu", _extra_files=extra)
             if extra[IO_EXTRA_FILE]:
                 d = json.loads(extra[IO_EXTRA_FILE])
                 return _decls(d.get("inputs")), _decls(d.get("outputs"))
@@ -121,7 +121,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
     except Exception as exc:  # noqa: BLE001 - loading will report it
         return [], f"its format could not be read ({exc})"
     if fmt == "jit":
-        module = jit_load(path, "cpu")
+        module = jit_load(read_checked(path), "cpu")
         try:
             args = [a.name for a in module.forward.schema.arguments][1:]
         except Exception:  # noqa: BLE001
@@ -143,7 +143,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
-        ep = torch.export.load(path)
+        ep = read_exported(path)
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         decls = []
         for i, spec in enumerate(s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT):

@@ -62,10 +62,16 @@ def _pickled_weight(marker):
     return change, "model_weights_config.json", "use_pickle"
 
 
-def _pickled_constant(marker):
-    """A constant stored as a pickled object (torch.export's "opaque object" constants)."""
+def _pickled_constant(marker, use_pickle=True):
+    """A constant stored as a pickled object (torch.export's "opaque object" constants, which
+    torch unpickles by their name whether or not ``use_pickle`` is set; without it torch first
+    maps the file as a tensor, so it gets a weight's tensor metadata and a float32-sized length)."""
 
     def change(entries):
+        weights = json.loads(dict(entries)[f"{_root(entries)}/data/weights/model_weights_config.json"])
+        meta = None if use_pickle else next(iter(weights["config"].values()))["tensor_meta"]
+        payload = pickle.dumps(_Payload(marker))
+        payload += b"." * (-len(payload) % 4)  # unpickling stops at the first STOP opcode
         out = []
         for name, data in entries:
             if name.endswith("/data/constants/model_constants_config.json"):
@@ -73,15 +79,15 @@ def _pickled_constant(marker):
                 config["config"]["evil"] = {
                     "path_name": "opaque_obj_0",
                     "is_param": False,
-                    "use_pickle": True,
-                    "tensor_meta": None,
+                    "use_pickle": use_pickle,
+                    "tensor_meta": meta,
                 }
                 data = json.dumps(config).encode()
-                out.append((f"{_root(entries)}/data/constants/opaque_obj_0", pickle.dumps(_Payload(marker))))
+                out.append((f"{_root(entries)}/data/constants/opaque_obj_0", payload))
             out.append((name, data))
         return out
 
-    return change, "model_constants_config.json", "use_pickle"
+    return change, "model_constants_config.json", "use_pickle" if use_pickle else "a pickled object"
 
 
 def _pickled_sample_inputs(marker, upper=False):
@@ -118,6 +124,7 @@ def _in_aot_package(marker):
 CASES = {
     "weight": _pickled_weight,
     "constant": _pickled_constant,
+    "constant_without_use_pickle": lambda m: _pickled_constant(m, use_pickle=False),
     "sample_inputs": _pickled_sample_inputs,
     "sample_inputs_upper_case": lambda m: _pickled_sample_inputs(m, upper=True),
     "aot_package": _in_aot_package,
@@ -286,6 +293,8 @@ def test_serve_reads_onnx_external_data_from_the_models_folder(two_versions):
         ("/etc/hostname", "outside the model's folder"),
         ("sub/../../v1/model.onnx.data", "outside the model's folder"),
         ("missing.data", "missing from the model's folder"),
+        ("model.onnx.data\x00.bak", "a name with a NUL or another control character"),
+        ("model.onnx\n.data", "a name with a NUL or another control character"),
     ],
 )
 def test_onnx_external_data_outside_the_folder_is_refused(tmp_path, two_versions, location, why):
