@@ -4,8 +4,10 @@ Started by :func:`inference.serving.serve` as ``python -m inference.serving._chi
 ``LD_LIBRARY_PATH`` starting with the interpreter's LIBDIR (PyTriton's Python-backend stub must
 load this interpreter's libpython). It writes ``ready.json`` once Triton is up, stops on
 SIGTERM/SIGINT, and stops by itself when its parent process dies (then it also removes the
-work directory its parent can no longer remove). A startup failure is written, as one line that
-says what to fix, to ``error.txt`` (the traceback goes to the log).
+work directory its parent can no longer remove): gracefully once serving, at once while still
+starting (its main thread may be stuck in a slow model load or a Triton that does not come up).
+A startup failure is written, as one line that says what to fix, to ``error.txt`` (the
+traceback goes to the log).
 
 Lifetime of Triton: PyTriton starts ``tritonserver`` (and Triton starts its Python-backend
 stubs) in this process's process group. A small watchdog process, also in the group, waits for
@@ -64,7 +66,7 @@ from ._leftovers import (
     stub_folders,
     unregister_dead_clients,
 )
-from ._spec import ModelSpec, declare_hint
+from ._spec import ModelSpec, declare_hint, read_program
 
 ERROR_FILE = "error.txt"
 
@@ -128,7 +130,7 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
     if fmt == "aot":
         return aot.load(path)
     if fmt == "exported":
-        return exported_module(torch.export.load(path), device)
+        return exported_module(read_program(path), device)
     module = jit_load(path, device)
     module.eval()
     return module
@@ -227,11 +229,34 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
     return _pipelines.make_infer(runner)
 
 
-def _watch_parent(parent: int, stop: threading.Event, orphaned: threading.Event) -> None:
-    while not stop.wait(0.5):
-        if os.getppid() != parent:
-            orphaned.set()
-            stop.set()
+def _watch_parent(
+    parent: int, stop: threading.Event, orphaned: threading.Event, serving: threading.Event, abandon: Callable[[], None]
+) -> None:
+    """Once the parent is gone: stop serving (a graceful stop), or, while still starting, abandon."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    orphaned.set()
+    stop.set()
+    if not serving.is_set():
+        abandon()
+
+
+def _abandon_startup(workdir: Path, own_workdir: bool) -> None:
+    """The process that started this server died while it was starting (a model or pipeline that
+    loads slowly, a Triton that does not come up): nobody waits for this server, and the main
+    thread may be stuck anywhere (a model's import, a Triton readiness wait). End this process at
+    once, from this thread: first PyTriton's shared memory and the work directory the parent can
+    no longer remove, then ``os._exit``; the group watchdog then SIGKILLs Triton and its stubs and
+    removes their model folders (see the module's docstring)."""
+    print(
+        "alpyka serve: the process that started this server ended while it was starting; ending too",
+        file=sys.stderr,
+        flush=True,
+    )
+    remove_server_shm(os.getpid())
+    if own_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    os._exit(4)
 
 
 def start_group_watchdog() -> subprocess.Popen | None:
@@ -406,13 +431,21 @@ def _record_folders(workdir: Path) -> None:
         pass
 
 
-def _stop_events(parent_pid: int) -> tuple[threading.Event, threading.Event]:
-    """``(stop, orphaned)``: stop is set by SIGTERM/SIGINT or once the parent is gone (orphaned too)."""
-    stop, orphaned = threading.Event(), threading.Event()
+def _stop_events(cfg: dict, workdir: Path) -> tuple[threading.Event, threading.Event, threading.Event]:
+    """``(stop, orphaned, serving)``: stop is set by SIGTERM/SIGINT or once the parent is gone
+    (orphaned too); main sets serving once started: before that, the parent's death ends this
+    process at once (:func:`_abandon_startup`)."""
+    stop, orphaned, serving = threading.Event(), threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=_watch_parent, args=(parent_pid, stop, orphaned), daemon=True).start()
-    return stop, orphaned
+
+    def abandon() -> None:
+        _abandon_startup(workdir, bool(cfg.get("own_workdir")))
+
+    threading.Thread(
+        target=_watch_parent, args=(cfg["parent_pid"], stop, orphaned, serving, abandon), daemon=True
+    ).start()
+    return stop, orphaned, serving
 
 
 def _prepare_process(cfg: dict) -> None:
@@ -428,14 +461,18 @@ def _prepare_process(cfg: dict) -> None:
 
 
 def _triton_config(cfg: dict) -> Any:
-    """Triton's configuration: every endpoint on 127.0.0.1, at the ports of ``cfg``."""
+    """Triton's configuration: every endpoint on 127.0.0.1, at the ports of ``cfg``; no HTTP
+    endpoint unless ``cfg`` names its port (Triton's JSON parser can be made to allocate any size:
+    docs/remote.md, "Requests that could exhaust memory")."""
     from pytriton.triton import TritonConfig  # optional (the triton extra): imported by _Startup.start
 
+    http = cfg.get("http_port")
     return TritonConfig(
         grpc_address="127.0.0.1",
         grpc_port=cfg["grpc_port"],
+        allow_http=http is not None,
         http_address="127.0.0.1",
-        http_port=cfg["http_port"],
+        http_port=http,
         metrics_address="127.0.0.1",
         metrics_port=cfg["metrics_port"],
         log_verbose=int(cfg.get("log_verbose", 0)),
@@ -518,7 +555,8 @@ def _announce_ready(cfg: dict, workdir: Path, specs: list[ModelSpec]) -> None:
     tmp = workdir / "ready.json.tmp"
     tmp.write_text(json.dumps(ready))
     tmp.rename(workdir / "ready.json")
-    print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})", flush=True)
+    http = f"HTTP 127.0.0.1:{cfg['http_port']}" if cfg.get("http_port") is not None else "no HTTP"
+    print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, {http})", flush=True)
 
 
 def _sweep_dead_clients(janitor: Any) -> None:
@@ -568,7 +606,7 @@ def _shut_down(triton: Any, watchdog: subprocess.Popen | None, workdir: Path) ->
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
-    stop, orphaned = _stop_events(cfg["parent_pid"])
+    stop, orphaned, serving = _stop_events(cfg, workdir)
     _become_subreaper()
     watchdog = start_group_watchdog()
     startup = _Startup(cfg, workdir)
@@ -583,6 +621,7 @@ def main(config_path: str) -> int:
             traceback.print_exc()
             _write_error(workdir, startup.failure(exc))
             return 2
+        serving.set()
         _announce_ready(cfg, workdir, specs)
         return _serve(cfg, workdir, startup.triton, stop)
     finally:

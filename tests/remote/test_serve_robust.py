@@ -1,0 +1,249 @@
+"""What no request and no caller may do to a server ``serve`` started: a request that declares a
+huge tensor, a caller killed while the server starts; and what ``alpyka serve`` says when its
+server ends or its model cannot be read (issue 38 items 4, 7, 9)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .triton_support import pytriton_reason
+
+torch = pytest.importorskip("torch")
+
+needs_triton = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
+
+#: ~100 bytes declaring 2**40 x 3 float32 (12 TiB) with three values: Triton's JSON parser
+#: allocates the declared size before it counts the values
+HUGE = json.dumps({"inputs": [{"name": "x", "shape": [2**40, 3], "datatype": "FP32", "data": [1, 2, 3]}]})
+
+
+class Identity(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+def group_pids(leader: int) -> list[int]:
+    """The processes of the process group ``leader`` leads."""
+    pids = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                if os.getpgid(int(e)) == leader:
+                    pids.append(int(e))
+            except OSError:
+                pass
+    return pids
+
+
+def listening_ports(pids: list[int]) -> set[int]:
+    """The TCP ports the processes ``pids`` listen on (from /proc: their sockets' inodes)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if f[3] == "0A" and f[9] in inodes:  # LISTEN
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def post(port: int, body: str, content_type: str) -> str:
+    """POST ``body`` as an inference request; what came back (a status, or the error)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        conn.request("POST", "/v2/models/identity/infer", body, {"Content-Type": content_type})
+        resp = conn.getresponse()
+        return f"{resp.status} {resp.read()[:200]!r}"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+
+
+def identity_answers(url: str) -> None:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        inp = grpcclient.InferInput("x", [2, 3], "FP32")
+        inp.set_data_from_numpy(x)
+        out = client.infer("identity", [inp], client_timeout=30)
+        np.testing.assert_array_equal(out.as_numpy("y"), x)
+    finally:
+        client.close()
+
+
+@needs_triton
+def test_no_request_to_any_port_of_a_default_server_takes_it_down(tmp_path):
+    """A default server exposes no port that parses a JSON tensor: the request that made Triton
+    allocate 12 TiB and die is sent to every port its processes listen on (as a web page's simple
+    request, text/plain, and as JSON), and by gRPC with the values in the request's typed
+    contents; the server still answers."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    from inference.serving import ServeError, serve
+
+    torch.jit.script(Identity()).save(str(tmp_path / "identity.pt"))
+    with serve(
+        {"identity": {"path": str(tmp_path / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}},
+        max_batch_size=8,
+    ) as server:
+        ports = listening_ports(group_pids(server.pid))
+        assert server.grpc_port in ports, ports
+        answers = {}
+        for port in sorted(ports):
+            for content_type in ("text/plain", "application/json"):
+                answers[port, content_type] = post(port, HUGE, content_type)
+                assert server.is_running(), f"port {port} ({content_type}): {answers[port, content_type]}"
+        request = service_pb2.ModelInferRequest(model_name="identity")
+        tensor = request.inputs.add(name="x", datatype="FP32", shape=[2**40, 3])
+        tensor.contents.fp32_contents.extend([1.0, 2.0, 3.0])
+        channel = grpc.insecure_channel(server.grpc_url)
+        try:
+            try:  # refused, or (Triton 2.x reads the batch size modulo 2**32) answered as a batch of 0
+                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+            except grpc.RpcError as refused:
+                assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+        finally:
+            channel.close()
+        time.sleep(1.0)  # a crash takes a moment to end Triton
+        assert server.is_running(), (answers, server.log_tail())
+        identity_answers(server.grpc_url)
+        assert server.http_port is None
+        with pytest.raises(ServeError, match="serves no HTTP: start it with http_port=0"):
+            _ = server.http_url
+
+
+#: a pipeline whose warm-up on zeros (in the server process only: the caller only imports it)
+#: never ends: a startup that hangs in a model load
+HANGING_PIPELINE = textwrap.dedent("""
+    import time
+
+    import numpy as np
+
+    import soa
+    from inference import pipeline
+
+
+    class Rows(soa.Layout):
+        v = soa.column(np.float32)
+
+
+    @pipeline(inputs=Rows, outputs=Rows)
+    def stuck(q, rows, out):
+        time.sleep(600)
+""")
+
+
+def server_child(caller: int) -> int | None:
+    """The pid of the server process ``caller`` started, or None yet."""
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{e}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == caller and b"inference.serving._child" in argv:
+            return int(e)
+    return None
+
+
+def group_member(leader: int, suffix: bytes) -> int | None:
+    """A process of group ``leader`` whose program name ends with ``suffix``, or None."""
+    for pid in group_pids(leader):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read().split(b"\0")[0].endswith(suffix):
+                    return pid
+        except OSError:
+            pass
+    return None
+
+
+@needs_triton
+@pytest.mark.parametrize("hang", ["slow_model_load", "stuck_triton"])
+def test_a_caller_killed_while_its_server_starts_leaves_nothing_running(tmp_path, hang):
+    """The caller of ``alpyka serve`` is killed (SIGKILL) while its server is still starting: in a
+    pipeline's load that never ends, or with Triton started but stuck (stopped by SIGSTOP before it
+    is ready). The server process, Triton and their work directory are gone within seconds (they
+    lived on for 100 s+, until the startup timed out, or forever)."""
+    if hang == "slow_model_load":
+        (tmp_path / "hang.py").write_text(HANGING_PIPELINE)
+        what = [f"{tmp_path / 'hang.py'}:stuck"]
+    else:
+        torch.jit.script(Identity()).save(str(tmp_path / "identity.pt"))
+        what = [str(tmp_path / "identity.pt"), "--input", "x:float32:3"]
+    out = open(tmp_path / "caller.out", "w+")
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "inference.serving", *what, "--grpc-port", "0"],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    child = None
+    try:
+        deadline = time.monotonic() + 120  # hang guard: a loaded machine starts Python slowly
+        while child is None and caller.poll() is None and time.monotonic() < deadline:
+            child = server_child(caller.pid)
+            time.sleep(0.02)
+        assert child is not None, Path(out.name).read_text()
+        workdir = Path(Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[-2].decode()).parent
+        if hang == "slow_model_load":
+            time.sleep(4.0)  # well into its imports or its pipeline's load
+        else:
+            triton = None
+            while triton is None and time.monotonic() < deadline:
+                triton = group_member(child, b"tritonserver")
+                time.sleep(0.01)
+            assert triton is not None, Path(out.name).read_text()
+            os.kill(triton, signal.SIGSTOP)  # Triton stuck: it never becomes ready
+        assert "serving on" not in Path(out.name).read_text()  # still starting
+        os.kill(caller.pid, signal.SIGKILL)
+        caller.wait(30)
+        t0 = time.monotonic()
+        while (group_pids(child) or workdir.exists()) and time.monotonic() - t0 < 20:
+            time.sleep(0.1)
+        left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in group_pids(child)}
+        assert not left, f"alive {time.monotonic() - t0:.1f} s after the caller was killed: {left}"
+        assert not workdir.exists()
+        print(f"{hang}: gone {time.monotonic() - t0:.2f} s after the caller was killed")
+    finally:
+        if caller.poll() is None:
+            os.kill(caller.pid, signal.SIGKILL)
+            caller.wait(30)
+        if child is not None:
+            for pid in group_pids(child):  # what a failed check left: the server's group, by pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        out.close()
