@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +45,7 @@ from portable import AlpykaError
 from ._access import TOKEN_ENV, access_token, forget, remember
 from ._device import DeviceStringError, parse_device
 from ._leftovers import (
+    SERVER_DIR_PREFIX,
     SERVER_PID_FILE,
     group_alive,
     recorded_triton_folders,
@@ -169,6 +171,19 @@ class ServerHandle:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def keep_log(self) -> Path | None:
+        """Copy the server's log out of its work directory (which :meth:`stop` removes) into a new
+        file ``<tmp>/alpyka-serve-<pid>-XXXX.log``, readable by this user only (the sweep of
+        leftovers leaves it); its path, or None when there is no log to copy."""
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return None
+        fd, name = tempfile.mkstemp(prefix=f"{SERVER_DIR_PREFIX}{self.pid}-", suffix=".log")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return Path(name)
 
     def is_running(self) -> bool:
         return not self._stopped and self.process.poll() is None

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from portable.cli import run
 
-from . import serve
+from . import ServerHandle, serve
 
 
 def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
@@ -117,11 +117,24 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
     try:
         while not stop.wait(0.5):
             if not server.is_running():
-                print(f"{prog}: error: the server process ended; see its log", file=sys.stderr)
+                _report_end(server, prog)
                 return 1
     finally:
         server.stop()
     return 0
+
+
+def _report_end(server: ServerHandle, prog: str) -> None:
+    """The server process ended by itself: say so with the end of its log, and where the whole
+    log was kept (its work directory, log included, goes with the server)."""
+    kept = server.keep_log()
+    where = f"kept as {kept}" if kept is not None else "gone"
+    print(
+        f"{prog}: error: the server process (pid {server.pid}) ended with exit code {server.process.returncode}; "
+        f"its log ({where}) ends with:\n{server.log_tail(20)}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -159,7 +159,8 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
     - TorchScript: one input whose features are the ``in_features`` of the first layer with
       parameters, when it is a ``Linear`` (dtype: its weight's);
     - a ``torch.export`` program: its user inputs' dtypes and shapes (symbolic extents -> -1;
-      the first axis is the batch axis when the model batches);
+      the first axis is the batch axis when the model batches); a program that cannot be loaded
+      raises :class:`ModelFileError` (one line: :func:`read_program`);
     - an ONNX model: its declared inputs (see :func:`onnx_declarations`);
     - AOTInductor packages do not say: declare them.
     """

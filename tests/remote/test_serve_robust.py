@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -247,3 +248,123 @@ def test_a_caller_killed_while_its_server_starts_leaves_nothing_running(tmp_path
                 except OSError:
                     pass
         out.close()
+
+
+def _damaged_program(src: Path, dst: Path) -> Path:
+    """``src``'s torch.export archive with its graph's nodes replaced by a string: valid JSON,
+    not a program (torch logs its deserializer's traceback, then raises "check the warnings")."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zi, zipfile.ZipFile(dst, "w") as zo:
+        for name in zi.namelist():
+            data = zi.read(name)
+            if name.endswith("models/model.json"):
+                program = json.loads(data)
+                program["graph_module"]["graph"]["nodes"] = "not nodes"
+                data = json.dumps(program).encode()
+            zo.writestr(name, data)
+    return dst
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["inputs_read_from_the_file", "inputs_declared"])
+def test_alpyka_serve_of_a_damaged_program_prints_one_line(tmp_path, declared):
+    """A ``.pt2`` whose program JSON is damaged: read for its inputs in ``alpyka serve`` itself, or
+    loaded only in the server process (inputs declared). One line naming the file, exit status 2,
+    no traceback (torch logged the deserializer's whole traceback, and a RuntimeError's followed)."""
+    if declared and pytriton_reason() is not None:
+        pytest.skip(str(pytriton_reason()))
+    good = tmp_path / "good.pt2"
+    torch.export.save(
+        torch.export.export(
+            Identity(), (torch.zeros(4, 3),), dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1)}}
+        ),
+        str(good),
+    )
+    bad = _damaged_program(good, tmp_path / "bad.pt2")
+    args = [str(bad), "--grpc-port", "0"] + (["--input", "x:float32:3", "--output", "y:float32:3"] if declared else [])
+    env = {k: v for k, v in os.environ.items() if k != "ALPYKA_TRACEBACK"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-m", "inference.serving", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("alpyka serve: error: ") and str(bad) in lines[0], lines[0]
+    assert "SerializeError" in lines[0] or "deserializ" in lines[0], lines[0]
+
+
+def _start_cli(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """``alpyka serve identity.pt ARGS`` (``python -m inference.serving``), its output to a file;
+    returns the process and its ``serving on`` line (stopped by the caller, by its pid)."""
+    torch.jit.script(Identity()).save(str(tmp_path / "identity.pt"))
+    out = tmp_path / "cli.out"
+    with open(out, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inference.serving", str(tmp_path / "identity.pt"), "--name", "identity"]
+            + ["--input", "x:float32:3", "--output", "y:float32:3", *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    deadline = time.monotonic() + 120  # hang guard
+    while proc.poll() is None and time.monotonic() < deadline:
+        lines = [ln for ln in out.read_text().splitlines() if ln.startswith("serving on")]
+        if lines:
+            return proc, lines[0]
+        time.sleep(0.1)
+    _stop(proc)
+    raise AssertionError(out.read_text())
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+@needs_triton
+def test_alpyka_serve_grpc_port_0_takes_only_free_ports_and_names_them(tmp_path):
+    """``--grpc-port 0`` is all it takes for free ports: the server's processes listen on exactly
+    the ports the ``serving on`` line names (HTTP took port 8000 unless ``--http-port 0`` too)."""
+    proc, line = _start_cli(tmp_path, "--grpc-port", "0")
+    try:
+        ports = {int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", line)}
+        assert "no HTTP" in line and "metrics 127.0.0.1:" in line, line
+        assert len(ports) == 2 and 8000 not in ports and 8001 not in ports, line
+        pid = int(line.split("(pid ")[1].split(")")[0])
+        assert listening_ports(group_pids(pid)) == ports, line
+        identity_answers(line.split("gRPC ")[1].split(",")[0])
+    finally:
+        _stop(proc)
+    assert proc.returncode == 0
+
+
+@needs_triton
+def test_alpyka_serve_keeps_the_log_of_a_server_that_ended(tmp_path):
+    """Triton killed under ``alpyka serve``: the error names where the server's log was kept
+    (its work directory goes with the server) and shows its end (it said "see its log" of a log
+    it had just removed)."""
+    proc, line = _start_cli(tmp_path, "--grpc-port", "0")
+    kept = None
+    try:
+        pid = int(line.split("(pid ")[1].split(")")[0])
+        triton = group_member(pid, b"tritonserver")
+        assert triton is not None
+        os.kill(triton, signal.SIGKILL)
+        proc.wait(120)  # hang guard
+        text = (tmp_path / "cli.out").read_text()
+        assert proc.returncode == 1, text
+        assert f"the server process (pid {pid}) ended with exit code 3" in text, text
+        kept = Path(text.split("(kept as ")[1].split(")")[0])
+        log = kept.read_text()
+        assert "Triton stopped unexpectedly" in log and "Triton stopped unexpectedly" in text.split("ends with:")[1]
+        assert kept.stat().st_mode & 0o077 == 0  # the log is this user's only
+    finally:
+        _stop(proc)
+        if kept is not None:
+            kept.unlink(missing_ok=True)
