@@ -236,6 +236,7 @@ def test_a_caller_killed_while_its_server_starts_leaves_nothing_running(tmp_path
         left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in group_pids(child)}
         assert not left, f"alive {time.monotonic() - t0:.1f} s after the caller was killed: {left}"
         assert not workdir.exists()
+        assert not [p for p in os.listdir("/dev/shm") if p.startswith(f"pytrtion{child}-")]
         print(f"{hang}: gone {time.monotonic() - t0:.2f} s after the caller was killed")
     finally:
         if caller.poll() is None:
