@@ -10,8 +10,9 @@ A startup failure is written, as one line that says what to fix, to ``error.txt`
 traceback goes to the log).
 
 Lifetime of Triton: PyTriton starts ``tritonserver`` (and Triton starts its Python-backend
-stubs) in this process's process group. A small watchdog process, also in the group, waits for
-this process to end and then SIGKILLs the whole group: if this process is killed, Triton must
+stubs) in this process's process group. A small watchdog process (:mod:`._lifetime`, as is the
+watch of the parent), also in the group, waits for this process to end and then SIGKILLs the
+whole group: if this process is killed, Triton must
 not live on (PyTriton's own parent-death signal makes Triton shut down gracefully, which waits
 for in-flight requests that this dead process would never answer, so clients would hang until
 their timeouts). On a normal stop Triton has already ended and the watchdog kills only itself.
@@ -34,7 +35,6 @@ import gc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -66,46 +66,10 @@ from ._leftovers import (
     stub_folders,
     unregister_dead_clients,
 )
+from ._lifetime import become_subreaper, start_group_watchdog, stop_events
 from ._spec import ModelSpec, declare_hint, read_program
 
 ERROR_FILE = "error.txt"
-
-# Polls its parent (this process); once the parent is gone, SIGKILLs the rest of the process
-# group (Triton, its stubs) and removes the model folders Triton made for its stubs (Triton
-# removes them itself only when it shuts down normally).
-_WATCHDOG = """
-import os, shutil, signal, sys, time
-parent = int(sys.argv[1])
-while os.getppid() == parent:
-    time.sleep(0.1)
-me, group, folders = os.getpid(), os.getpgid(0), set()
-try:
-    entries = os.listdir("/proc")
-except OSError:  # no /proc: the whole group at once, this process included
-    os.killpg(group, signal.SIGKILL)
-for _ in range(3):
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == me:
-            continue
-        try:
-            if os.getpgid(int(e)) != group:
-                continue
-            with open("/proc/%s/cmdline" % e, "rb") as fh:
-                argv = fh.read().split(b"\\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
-            folder = os.path.dirname(os.path.dirname(os.fsdecode(argv[1])))
-            if os.path.basename(folder).startswith("folder"):
-                folders.add(folder)
-        try:
-            os.kill(int(e), signal.SIGKILL)
-        except OSError:
-            pass
-    time.sleep(0.05)
-for folder in folders:
-    shutil.rmtree(folder, ignore_errors=True)
-"""
 
 
 class StartupError(AlpykaError, RuntimeError):
@@ -227,59 +191,6 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
     runner = _pipelines.PipelineRunner(pipe, device)
     print(f"alpyka serve: pipeline {spec.name!r} on {runner.device}; {runner.warm_up()}", flush=True)
     return _pipelines.make_infer(runner)
-
-
-def _watch_parent(
-    parent: int, stop: threading.Event, orphaned: threading.Event, serving: threading.Event, abandon: Callable[[], None]
-) -> None:
-    """Once the parent is gone: stop serving (a graceful stop), or, while still starting, abandon."""
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    orphaned.set()
-    stop.set()
-    if not serving.is_set():
-        abandon()
-
-
-def _abandon_startup(workdir: Path, own_workdir: bool) -> None:
-    """The process that started this server died while it was starting (a model or pipeline that
-    loads slowly, a Triton that does not come up): nobody waits for this server, and the main
-    thread may be stuck anywhere (a model's import, a Triton readiness wait). End this process at
-    once, from this thread: first PyTriton's shared memory and the work directory the parent can
-    no longer remove, then ``os._exit``; the group watchdog then SIGKILLs Triton and its stubs and
-    removes their model folders (see the module's docstring)."""
-    print(
-        "alpyka serve: the process that started this server ended while it was starting; ending too",
-        file=sys.stderr,
-        flush=True,
-    )
-    remove_server_shm(os.getpid())
-    if own_workdir:
-        shutil.rmtree(workdir, ignore_errors=True)
-    os._exit(4)
-
-
-def start_group_watchdog() -> subprocess.Popen | None:
-    """The watchdog that SIGKILLs this process group once this process is gone (see the
-    module's docstring). Only where this process leads its own group (as ``serve`` starts it)."""
-    if os.getpgid(0) != os.getpid():
-        return None  # not our own group: killing it would kill unrelated processes
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL, close_fds=True
-    )
-
-
-def _become_subreaper() -> None:
-    """Adopt orphaned descendants (Triton's stubs and their helpers once Triton is gone), so that
-    they are reaped here rather than left as zombies under an init that does not reap (some
-    containers)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001 - not Linux: orphans go to init as usual
-        pass
 
 
 def _reap() -> None:
@@ -429,23 +340,6 @@ def _record_folders(workdir: Path) -> None:
         record_triton_folders(workdir, stub_folders(os.getpid()))
     except OSError:  # the work directory is gone (the parent removed it): nothing to record into
         pass
-
-
-def _stop_events(cfg: dict, workdir: Path) -> tuple[threading.Event, threading.Event, threading.Event]:
-    """``(stop, orphaned, serving)``: stop is set by SIGTERM/SIGINT or once the parent is gone
-    (orphaned too); main sets serving once started: before that, the parent's death ends this
-    process at once (:func:`_abandon_startup`)."""
-    stop, orphaned, serving = threading.Event(), threading.Event(), threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-
-    def abandon() -> None:
-        _abandon_startup(workdir, bool(cfg.get("own_workdir")))
-
-    threading.Thread(
-        target=_watch_parent, args=(cfg["parent_pid"], stop, orphaned, serving, abandon), daemon=True
-    ).start()
-    return stop, orphaned, serving
 
 
 def _prepare_process(cfg: dict) -> None:
@@ -606,8 +500,8 @@ def _shut_down(triton: Any, watchdog: subprocess.Popen | None, workdir: Path) ->
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
-    stop, orphaned, serving = _stop_events(cfg, workdir)
-    _become_subreaper()
+    stop, orphaned, serving = stop_events(cfg, workdir)
+    become_subreaper()
     watchdog = start_group_watchdog()
     startup = _Startup(cfg, workdir)
     try:
