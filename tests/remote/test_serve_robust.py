@@ -102,8 +102,8 @@ def identity_answers(url: str) -> None:
 def test_no_request_to_any_port_of_a_default_server_takes_it_down(tmp_path):
     """A default server exposes no port that parses a JSON tensor: the request that made Triton
     allocate 12 TiB and die is sent to every port its processes listen on (as a web page's simple
-    request, text/plain, and as JSON), and by gRPC with the values in the request's typed
-    contents; the server still answers."""
+    request, text/plain, and as JSON), and by gRPC declaring that and overflowing shapes with the
+    values as typed contents and as raw bytes; the server still answers."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -121,15 +121,21 @@ def test_no_request_to_any_port_of_a_default_server_takes_it_down(tmp_path):
             for content_type in ("text/plain", "application/json"):
                 answers[port, content_type] = post(port, HUGE, content_type)
                 assert server.is_running(), f"port {port} ({content_type}): {answers[port, content_type]}"
-        request = service_pb2.ModelInferRequest(model_name="identity")
-        tensor = request.inputs.add(name="x", datatype="FP32", shape=[2**40, 3])
-        tensor.contents.fp32_contents.extend([1.0, 2.0, 3.0])
         channel = grpc.insecure_channel(server.grpc_url)
         try:
-            try:  # refused, or (Triton 2.x reads the batch size modulo 2**32) answered as a batch of 0
-                service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
-            except grpc.RpcError as refused:
-                assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+            for shape in ([2**40, 3], [2**62, 3], [2**32 + 1, 3]):
+                for raw in (False, True):  # the values as typed contents, or as raw bytes
+                    request = service_pb2.ModelInferRequest(model_name="identity")
+                    tensor = request.inputs.add(name="x", datatype="FP32", shape=shape)
+                    if raw:
+                        request.raw_input_contents.append(np.ones(3, np.float32).tobytes())
+                    else:
+                        tensor.contents.fp32_contents.extend([1.0, 2.0, 3.0])
+                    try:  # refused, or (Triton reads the batch size modulo 2**32) answered as 0 or 1 rows
+                        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+                    except grpc.RpcError as refused:
+                        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused
+                    assert server.is_running(), (shape, raw)
         finally:
             channel.close()
         time.sleep(1.0)  # a crash takes a moment to end Triton
