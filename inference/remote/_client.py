@@ -203,7 +203,7 @@ class RemoteModel(RequestsMixin):
         return float(self.timeout) if self.timeout is not None else 60.0
 
     def _start_fallback(self) -> None:
-        opts = {"device": "cpu", **self._fallback_options}
+        opts = {"device": "cpu", **({"http_port": 0} if self.protocol == "http" else {}), **self._fallback_options}
         self._fallback_server = serve({self.model_name: self._fallback_model}, **opts)
         url = self._fallback_server.grpc_url if self.protocol == "grpc" else self._fallback_server.http_url
         self._servers.append(Server(url, self.protocol, self.timeout, self.model_name, self.model_version))

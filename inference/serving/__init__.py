@@ -45,6 +45,7 @@ from portable import AlpykaError
 from ._access import TOKEN_ENV, TokenError, access_token, check_token, forget, remember
 from ._device import DeviceStringError, parse_device
 from ._leftovers import (
+    SERVER_DIR_PREFIX,
     SERVER_PID_FILE,
     group_alive,
     recorded_triton_folders,
@@ -130,7 +131,7 @@ class ServerHandle:
         proc: subprocess.Popen,
         workdir: Path,
         grpc_port: int,
-        http_port: int,
+        http_port: int | None,
         metrics_port: int,
         models: list[ModelSpec],
         own_workdir: bool,
@@ -155,6 +156,12 @@ class ServerHandle:
 
     @property
     def http_url(self) -> str:
+        """The HTTP endpoint; a :class:`ServeError` when the server serves none (see :func:`serve`)."""
+        if self.http_port is None:
+            raise ServeError(
+                f"the server (pid {self.pid}) serves no HTTP: start it with http_port=0 (a free port) "
+                "or a port number (alpyka serve --http-port P), or use gRPC (grpc_url)"
+            )
         return f"127.0.0.1:{self.http_port}"
 
     @property
@@ -166,6 +173,19 @@ class ServerHandle:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def keep_log(self) -> Path | None:
+        """Copy the server's log out of its work directory (which :meth:`stop` removes) into a new
+        file ``<tmp>/alpyka-serve-<pid>-XXXX.log``, readable by this user only (the sweep of
+        leftovers leaves it); its path, or None when there is no log to copy."""
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return None
+        fd, name = tempfile.mkstemp(prefix=f"{SERVER_DIR_PREFIX}{self.pid}-", suffix=".log")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return Path(name)
 
     def is_running(self) -> bool:
         return not self._stopped and self.process.poll() is None
@@ -214,7 +234,7 @@ class ServerHandle:
             pass
         remove_server_shm(self.pid)  # PyTriton's segments, if the server process could not
         remove_triton_folders(recorded_triton_folders(self.workdir))  # likewise Triton's stub folders
-        forget([self.grpc_port, self.http_port], self.token)
+        forget([p for p in (self.grpc_port, self.http_port) if p is not None], self.token)
         try:
             atexit.unregister(self.stop)
         except Exception:  # noqa: BLE001
@@ -235,7 +255,8 @@ class ServerHandle:
     def __repr__(self) -> str:
         state = "running" if self.is_running() else "stopped"
         names = ", ".join(m.name for m in self.models)
-        return f"<ServerHandle pid={self.pid} gRPC {self.grpc_url} HTTP {self.http_url} [{names}] {state}>"
+        http = f"HTTP 127.0.0.1:{self.http_port}" if self.http_port is not None else "no HTTP"
+        return f"<ServerHandle pid={self.pid} gRPC {self.grpc_url} {http} [{names}] {state}>"
 
 
 def serve(
@@ -271,19 +292,22 @@ def serve(
     (TorchScript: ``input__0`` with the ``in_features`` of its first layer when that is a Linear;
     a torch.export program: its input specs; an ONNX model: its declared inputs and outputs, names
     included), else one ``input__0`` float32 [-1]; outputs not
-    declared are found by running the model once (a failure says what to declare). Ports: None or 0 picks a free
-    loopback port. ``device``: ``"cpu"``, ``"cuda"``/``"cuda:N"`` or an alpyka backend (pipelines
-    run there; plain models on the matching torch device). Dynamic batching merges
-    concurrent requests up to ``max_batch_size`` (``preferred_batch_sizes``,
-    ``max_queue_delay_us``); ``max_batch_size=0`` serves a model that does not batch; None (the
-    default) takes as many rows as fit in 32 MiB of a row's inputs and outputs (at least 1024,
-    at most 1048576: a collection usually has thousands of rows, and each request costs a round
-    trip). ``token``: the access token of the restricted endpoints (default:
-    ``$ALPYKA_SERVE_TOKEN``, else a random one); :attr:`ServerHandle.token`; at least 16 letters,
-    digits or ``-._~``, else :class:`TokenError` at once. ``tritonserver`` gets it through its
-    environment, not its command line (which every local user can read): serving needs a C
-    compiler (``$CC``, cc, gcc or clang) to build the small library that does this
-    (:mod:`._private_args`).
+    declared are found by running the model once (a failure says what to declare). Ports: None
+    or 0 picks a free loopback port; ``http_port=None`` (the default) serves no HTTP at all:
+    Triton's JSON parser allocates a request's declared shape before it counts the values, so
+    one small request could take the server down (docs/remote.md, "Requests that could exhaust
+    memory"); give ``http_port`` (0: a free port) for a client that needs HTTP. ``device``:
+    ``"cpu"``, ``"cuda"``/``"cuda:N"`` or an alpyka backend (pipelines run there; plain models
+    on the matching torch device). Dynamic batching merges concurrent requests up to
+    ``max_batch_size`` (``preferred_batch_sizes``, ``max_queue_delay_us``); ``max_batch_size=0``
+    serves a model that does not batch; None (the default) takes as many rows as fit in 32 MiB
+    of a row's inputs and outputs (at least 1024, at most 1048576: a collection usually has
+    thousands of rows, and each request costs a round trip). ``token``: the access token of the
+    restricted endpoints (default: ``$ALPYKA_SERVE_TOKEN``, else a random one);
+    :attr:`ServerHandle.token`; at least 16 letters, digits or ``-._~``, else
+    :class:`TokenError` at once. ``tritonserver`` gets it through its environment, not its
+    command line (which every local user can read): serving needs a C compiler (``$CC``, cc,
+    gcc or clang) to build the small library that does this (:mod:`._private_args`).
     """
     torch_device, pipeline_device = server_devices(device)
     if token:
@@ -396,9 +420,7 @@ def _start(
 ) -> ServerHandle:
     """One start of the server process in ``wd``; returns once it is ready (the handle does not
     own ``wd`` yet) or raises :class:`ServeError` with its log's end."""
-    ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
-    while len(set(ports)) < 3:
-        ports = [p or free_port() for p in (grpc_port, http_port, metrics_port)]
+    ports = _choose_ports(grpc_port, http_port, metrics_port)
     config = {
         "workdir": str(wd),
         "own_workdir": own,
@@ -415,7 +437,8 @@ def _start(
         "preload": preload,
     }
     _write_private(wd / "config.json", json.dumps(config, indent=1))
-    write_access(wd, [f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"], token)
+    served = [p for p in ports[:2] if p is not None]
+    write_access(wd, [f"127.0.0.1:{p}" for p in served], token)
     with open(wd / "server.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "inference.serving._child", str(wd / "config.json")],
@@ -451,11 +474,21 @@ def _start(
                 raise ServeError(f"{first}\nthe server process {why}; its log ends with:\n{tail}")
             time.sleep(0.1)
         handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
-        remember(ports[:2], token)
+        remember(served, token)
     except BaseException:
         handle.stop()  # an error or Ctrl-C while starting: leave no server behind
         raise
     return handle
+
+
+def _choose_ports(grpc: int | None, http: int | None, metrics: int | None) -> list[Any]:
+    """``[gRPC, HTTP, metrics]``: a port given stays, None or 0 becomes a free one, except HTTP,
+    which None leaves off (None); three different ports."""
+    while True:
+        ports = [grpc or free_port(), None if http is None else http or free_port(), metrics or free_port()]
+        chosen = [p for p in ports if p is not None]
+        if len(set(chosen)) == len(chosen):
+            return ports
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from portable.cli import run
 
-from . import serve
+from . import ServerHandle, serve
 
 
 def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
@@ -30,7 +30,13 @@ def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
     )
     p.add_argument("--name", help="model name on the server (one model; default: the file's stem)")
     p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: a free one; default 8001)")
-    p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: a free one; default 8000)")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="serve HTTP too, on this port (0: a free one); default: no HTTP, only gRPC (see docs/remote.md: "
+        "Triton's JSON parser can be made to allocate any size)",
+    )
     p.add_argument("--metrics-port", type=int, default=0, help="metrics port (0: a free one)")
     p.add_argument(
         "--device",
@@ -102,15 +108,33 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
         )
         what = f"pipeline {m.name} ({m.path})" if m.kind == "pipeline" else f"model {m.name}"
         print(f"{what}: {ins} -> {outs} (max_batch_size {m.max_batch_size}{note})")
-    print(f"serving on gRPC {server.grpc_url}, HTTP {server.http_url} (pid {server.pid}); Ctrl-C stops", flush=True)
+    http = f"HTTP {server.http_url}" if server.http_port is not None else "no HTTP (--http-port P serves it)"
+    print(
+        f"serving on gRPC {server.grpc_url}, {http}, metrics 127.0.0.1:{server.metrics_port} (pid {server.pid}); "
+        "Ctrl-C stops",
+        flush=True,
+    )
     try:
         while not stop.wait(0.5):
             if not server.is_running():
-                print(f"{prog}: error: the server process ended; see its log", file=sys.stderr)
+                _report_end(server, prog)
                 return 1
     finally:
         server.stop()
     return 0
+
+
+def _report_end(server: ServerHandle, prog: str) -> None:
+    """The server process ended by itself: say so with the end of its log, and where the whole
+    log was kept (its work directory, log included, goes with the server)."""
+    kept = server.keep_log()
+    where = f"kept as {kept}" if kept is not None else "gone"
+    print(
+        f"{prog}: error: the server process (pid {server.pid}) ended with exit code {server.process.returncode}; "
+        f"its log ({where}) ends with:\n{server.log_tail(20)}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,12 +4,15 @@ Started by :func:`inference.serving.serve` as ``python -m inference.serving._chi
 ``LD_LIBRARY_PATH`` starting with the interpreter's LIBDIR (PyTriton's Python-backend stub must
 load this interpreter's libpython). It writes ``ready.json`` once Triton is up, stops on
 SIGTERM/SIGINT, and stops by itself when its parent process dies (then it also removes the
-work directory its parent can no longer remove). A startup failure is written, as one line that
-says what to fix, to ``error.txt`` (the traceback goes to the log).
+work directory its parent can no longer remove): gracefully once serving, at once while still
+starting (its main thread may be stuck in a slow model load or a Triton that does not come up).
+A startup failure is written, as one line that says what to fix, to ``error.txt`` (the
+traceback goes to the log).
 
 Lifetime of Triton: PyTriton starts ``tritonserver`` (and Triton starts its Python-backend
-stubs) in this process's process group. A small watchdog process, also in the group, waits for
-this process to end and then SIGKILLs the whole group: if this process is killed, Triton must
+stubs) in this process's process group. A small watchdog process (:mod:`._lifetime`, as is the
+watch of the parent), also in the group, waits for this process to end and then SIGKILLs the
+whole group: if this process is killed, Triton must
 not live on (PyTriton's own parent-death signal makes Triton shut down gracefully, which waits
 for in-flight requests that this dead process would never answer, so clients would hang until
 their timeouts). On a normal stop Triton has already ended and the watchdog kills only itself.
@@ -33,7 +36,6 @@ import gc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -50,7 +52,7 @@ from portable import AlpykaError
 from portable.env import env_number
 
 from .. import aot
-from .._loading import detect_format, exported_module, jit_load, read_checked, read_exported
+from .._loading import detect_format, exported_module, jit_load, read_checked
 from .._onnx import OnnxProgram
 from .._pipeline import derive_config
 from .._tensor_desc import TensorDesc
@@ -65,46 +67,10 @@ from ._leftovers import (
     stub_folders,
     unregister_dead_clients,
 )
-from ._spec import ModelSpec, declare_hint
+from ._lifetime import become_subreaper, start_group_watchdog, stop_events
+from ._spec import ModelSpec, declare_hint, read_program
 
 ERROR_FILE = "error.txt"
-
-# Polls its parent (this process); once the parent is gone, SIGKILLs the rest of the process
-# group (Triton, its stubs) and removes the model folders Triton made for its stubs (Triton
-# removes them itself only when it shuts down normally).
-_WATCHDOG = """
-import os, shutil, signal, sys, time
-parent = int(sys.argv[1])
-while os.getppid() == parent:
-    time.sleep(0.1)
-me, group, folders = os.getpid(), os.getpgid(0), set()
-try:
-    entries = os.listdir("/proc")
-except OSError:  # no /proc: the whole group at once, this process included
-    os.killpg(group, signal.SIGKILL)
-for _ in range(3):
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == me:
-            continue
-        try:
-            if os.getpgid(int(e)) != group:
-                continue
-            with open("/proc/%s/cmdline" % e, "rb") as fh:
-                argv = fh.read().split(b"\\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
-            folder = os.path.dirname(os.path.dirname(os.fsdecode(argv[1])))
-            if os.path.basename(folder).startswith("folder"):
-                folders.add(folder)
-        try:
-            os.kill(int(e), signal.SIGKILL)
-        except OSError:
-            pass
-    time.sleep(0.05)
-for folder in folders:
-    shutil.rmtree(folder, ignore_errors=True)
-"""
 
 
 class StartupError(AlpykaError, RuntimeError):
@@ -129,7 +95,7 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
     if fmt == "aot":
         return aot.load(path)
     if fmt == "exported":
-        return exported_module(read_exported(path), device)  # checked again: the bytes torch is given
+        return exported_module(read_program(path), device)  # checked; the bytes checked are the bytes torch is given
     module = jit_load(read_checked(path), device)  # a zip torch could read otherwise is refused
     module.eval()
     return module
@@ -226,36 +192,6 @@ def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
     runner = _pipelines.PipelineRunner(pipe, device)
     print(f"alpyka serve: pipeline {spec.name!r} on {runner.device}; {runner.warm_up()}", flush=True)
     return _pipelines.make_infer(runner)
-
-
-def _watch_parent(parent: int, stop: threading.Event, orphaned: threading.Event) -> None:
-    while not stop.wait(0.5):
-        if os.getppid() != parent:
-            orphaned.set()
-            stop.set()
-
-
-def start_group_watchdog() -> subprocess.Popen | None:
-    """The watchdog that SIGKILLs this process group once this process is gone (see the
-    module's docstring). Only where this process leads its own group (as ``serve`` starts it)."""
-    if os.getpgid(0) != os.getpid():
-        return None  # not our own group: killing it would kill unrelated processes
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(os.getpid())], stdin=subprocess.DEVNULL, close_fds=True
-    )
-
-
-def _become_subreaper() -> None:
-    """Adopt orphaned descendants (Triton's stubs and their helpers once Triton is gone), so that
-    they are reaped here rather than left as zombies under an init that does not reap (some
-    containers)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001 - not Linux: orphans go to init as usual
-        pass
 
 
 def _reap() -> None:
@@ -407,15 +343,6 @@ def _record_folders(workdir: Path) -> None:
         pass
 
 
-def _stop_events(parent_pid: int) -> tuple[threading.Event, threading.Event]:
-    """``(stop, orphaned)``: stop is set by SIGTERM/SIGINT or once the parent is gone (orphaned too)."""
-    stop, orphaned = threading.Event(), threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    threading.Thread(target=_watch_parent, args=(parent_pid, stop, orphaned), daemon=True).start()
-    return stop, orphaned
-
-
 def _prepare_process(cfg: dict) -> None:
     """PyTriton's patches (short errors to clients, prompt readiness polls), torch's threads, and
     the caller's ``sys.path`` (pipelines import as the caller did)."""
@@ -429,14 +356,18 @@ def _prepare_process(cfg: dict) -> None:
 
 
 def _triton_config(cfg: dict) -> Any:
-    """Triton's configuration: every endpoint on 127.0.0.1, at the ports of ``cfg``."""
+    """Triton's configuration: every endpoint on 127.0.0.1, at the ports of ``cfg``; no HTTP
+    endpoint unless ``cfg`` names its port (Triton's JSON parser can be made to allocate any size:
+    docs/remote.md, "Requests that could exhaust memory")."""
     from pytriton.triton import TritonConfig  # optional (the triton extra): imported by _Startup.start
 
+    http = cfg.get("http_port")
     return TritonConfig(
         grpc_address="127.0.0.1",
         grpc_port=cfg["grpc_port"],
+        allow_http=http is not None,
         http_address="127.0.0.1",
-        http_port=cfg["http_port"],
+        http_port=http,
         metrics_address="127.0.0.1",
         metrics_port=cfg["metrics_port"],
         model_repository=_private_args.gated_repository(Path(cfg["workdir"]) / "pytriton"),
@@ -521,7 +452,8 @@ def _announce_ready(cfg: dict, workdir: Path, specs: list[ModelSpec]) -> None:
     tmp = workdir / "ready.json.tmp"
     tmp.write_text(json.dumps(ready))
     tmp.rename(workdir / "ready.json")
-    print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, HTTP 127.0.0.1:{cfg['http_port']})", flush=True)
+    http = f"HTTP 127.0.0.1:{cfg['http_port']}" if cfg.get("http_port") is not None else "no HTTP"
+    print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, {http})", flush=True)
 
 
 def _sweep_dead_clients(janitor: Any) -> None:
@@ -572,8 +504,8 @@ def _shut_down(triton: Any, watchdog: subprocess.Popen | None, workdir: Path) ->
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     workdir = Path(cfg["workdir"])
-    stop, orphaned = _stop_events(cfg["parent_pid"])
-    _become_subreaper()
+    stop, orphaned, serving = stop_events(cfg, workdir)
+    become_subreaper()
     watchdog = start_group_watchdog()
     startup = _Startup(cfg, workdir)
     try:
@@ -587,6 +519,7 @@ def main(config_path: str) -> int:
             traceback.print_exc()
             _write_error(workdir, startup.failure(exc))
             return 2
+        serving.set()
         _announce_ready(cfg, workdir, specs)
         return _serve(cfg, workdir, startup.triton, stop)
     finally:

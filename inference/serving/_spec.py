@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
-from .._loading import detect_format, jit_load, read_checked, read_exported
+from .._loading import ModelFileError, detect_format, jit_load, read_checked, read_exported
 from .._onnx import OnnxProgram
 from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
 from .._tensor_desc import TensorDesc
@@ -101,6 +102,52 @@ def declare_hint(spec: ModelSpec) -> str:
     )
 
 
+class _Held(logging.Handler):
+    """Keeps the records of one logger instead of printing them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def read_program(path: str) -> Any:
+    """The ``torch.export`` program of ``path`` (:func:`inference._loading.read_exported`: the
+    archive checked first), loaded without torch's log of a damaged archive: ``torch.export.load``
+    logs the whole traceback of the deserializer's error as a warning and then raises something
+    vaguer ("check the warnings above"). A damaged file raises one :class:`ModelFileError` line
+    naming the file and the deserializer's error; a program that loads gets its warnings logged
+    as usual."""
+    logger = logging.getLogger("torch.export")  # torch gives it its own stderr handler
+    held, propagate, handlers = _Held(), logger.propagate, list(logger.handlers)
+    for h in handlers:
+        logger.removeHandler(h)
+    logger.addHandler(held)
+    logger.propagate = False
+    try:
+        program = read_exported(path)
+    except ModelFileError:
+        causes = [r.exc_info[1] for r in held.records if r.exc_info and r.exc_info[1] is not None]
+        if not causes:
+            raise
+        cause = causes[0]
+        first = (str(cause).strip().splitlines() or [""])[0].strip()
+        raise ModelFileError(
+            f"{path}: torch.export program could not be loaded ({type(cause).__name__}: {first}); the file is "
+            "damaged or written by an incompatible torch"
+        ) from None
+    finally:
+        logger.removeHandler(held)
+        for h in handlers:
+            logger.addHandler(h)
+        logger.propagate = propagate
+    for record in held.records:
+        logger.handle(record)
+    return program
+
+
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -112,7 +159,8 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
     - TorchScript: one input whose features are the ``in_features`` of the first layer with
       parameters, when it is a ``Linear`` (dtype: its weight's);
     - a ``torch.export`` program: its user inputs' dtypes and shapes (symbolic extents -> -1;
-      the first axis is the batch axis when the model batches);
+      the first axis is the batch axis when the model batches); a program that cannot be loaded
+      raises :class:`ModelFileError` (one line: :func:`read_program`);
     - an ONNX model: its declared inputs (see :func:`onnx_declarations`);
     - AOTInductor packages do not say: declare them.
     """
@@ -143,7 +191,7 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
-        ep = read_exported(path)
+        ep = read_program(path)  # the archive checked first; a damaged one: ModelFileError, one line
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         decls = []
         for i, spec in enumerate(s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT):

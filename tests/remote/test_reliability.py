@@ -122,7 +122,8 @@ def server(files):
                 "lin": str(files / "lin.pt"),
                 "seq": str(files / "seq.pt2"),
                 "identity": {"path": Identity(), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]},
-            }
+            },
+            http_port=0,  # HTTP is off unless asked for: ModelNotFound is checked on both protocols
         )
     finally:
         del os.environ["ALPYKA_SERVE_SHM_SWEEP_TICKS"]

@@ -69,6 +69,7 @@ def server(files):
         {"mlp": files["mlp.onnx"], "heads": files["heads.onnx"], "mlp_pt2": files["mlp.pt2"]},
         max_batch_size=64,
         max_queue_delay_us=1000,
+        http_port=0,  # HTTP is off unless asked for: the round trip runs on both protocols
     )
     try:
         yield handle

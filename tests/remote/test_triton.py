@@ -57,6 +57,7 @@ def server(models):
         },
         max_batch_size=64,
         max_queue_delay_us=2000,
+        http_port=0,  # HTTP is off unless asked for: the round trips run on both protocols
     )
     try:
         yield handle
