@@ -6,9 +6,10 @@ Nothing on disk is trusted (docs/runtime.md, "The kernel cache"):
 - The directory is used only when it is private to this user along its whole path
   (:mod:`._trust`); else one warning and every kernel is compiled in memory.
 - A cached module's file is used only when its bytes are the source alpyka generated in this
-  process (else it is rewritten, with one warning), and it is never imported: the verified source
-  is compiled in memory (so a planted ``__pycache__/*.pyc`` is never read) with ``__file__``
-  pointing at the file, for numba's cache.
+  process (else it is rewritten, with one warning), and it is never imported (a planted
+  ``__pycache__/*.pyc`` is never read): alpyka runs the verified source compiled by itself, kept
+  as ``<module>.code`` with a tag (below) over its path, the source's digest and the bytes, with
+  ``__file__`` pointing at the ``.py`` for numba's cache.
 - numba's index and data files (pickles) are read by numba only after their tags (HMAC under the
   cache's per-user secret, recorded when numba wrote them, beside them in ``<stem>.tags``) say
   they are the bytes written there; else they are removed and the kernel compiled again (one
@@ -26,17 +27,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import linecache
+import marshal
 import os
 import secrets
 import sys
 import threading
 import warnings
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 from portable._errors import AlpykaWarning
@@ -63,8 +66,6 @@ def _version() -> str:
 def module_name(source: str, tag: str) -> str:
     """``alpyka_<tag>_<hash>``: the hash covers the generated source, the emitter tag and alpyka's
     version (the source embeds the kernel, its signature and every constant it captured)."""
-    import hashlib
-
     h = hashlib.sha256(f"{tag}\0{_version()}\0{source}".encode()).hexdigest()[:24]
     return f"alpyka_{tag}_{h}"
 
@@ -228,9 +229,9 @@ def _ready(root: Path) -> bool:
 def _import(name: str, source: str, path: Path | None) -> ModuleType:
     """Run ``source`` as the module ``name``. With ``path`` (the verified file holding ``source``)
     the module's ``__file__`` is that file, for numba's cache and tracebacks, but the code run is
-    compiled here from ``source``: Python's import, which would take a ``__pycache__/*.pyc`` whose
-    header matches the file, is never used. Without ``path`` there is no ``__file__`` (the
-    generated header then turns numba's disk cache off)."""
+    ``source`` compiled by alpyka (:func:`_code`): Python's import, which would take a
+    ``__pycache__/*.pyc`` whose header matches the file, is never used. Without ``path`` there is
+    no ``__file__`` (the generated header then turns numba's disk cache off)."""
     filename = str(path) if path is not None else f"<alpyka in memory: {name}>"
     spec = importlib.machinery.ModuleSpec(name, None, origin=filename)
     spec.has_location = path is not None
@@ -239,11 +240,35 @@ def _import(name: str, source: str, path: Path | None) -> ModuleType:
     try:
         if path is None:
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), mod.__dict__)
+            code = compile(source, filename, "exec")
+        else:
+            code = _code(source, path)
+        exec(code, mod.__dict__)
     except BaseException:
         del sys.modules[name]
         raise
     return mod
+
+
+def _code(source: str, path: Path) -> CodeType:
+    """``source`` compiled as the file ``path``: from ``<module>.code`` beside it (the marshalled
+    code, tagged over its path, this Python's bytecode magic, the source's digest and the bytes)
+    when the tag matches, else compiled and that file (re)written; compiling a module costs a few
+    ms, reading it back a tenth of one."""
+    cpath = path.with_suffix(".code")
+    key = _trust.user_key(path.parent)
+    head = importlib.util.MAGIC_NUMBER + hashlib.sha256(source.encode()).digest()
+    raw = _trust.read_private_file(cpath)
+    if raw is not None and _trust.tagged(key, str(cpath), head + raw[32:], raw[:32]):
+        with contextlib.suppress(ValueError, EOFError, TypeError):
+            code = marshal.loads(raw[32:])
+            if isinstance(code, CodeType):
+                return code
+    code = compile(source, str(path), "exec")
+    data = marshal.dumps(code)
+    with contextlib.suppress(OSError):  # the next process compiles it again
+        write_atomic(cpath, _trust.tag(key, str(cpath), head + data) + data)
+    return code
 
 
 # ---------------------------------------------------------------------- numba's files

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import importlib.util
+import marshal
 import os
 import pickle
 import py_compile
@@ -186,6 +187,34 @@ def test_a_planted_pyc_is_never_imported(cache):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the pyc's header matches the good file
     mod, said = _load(src)
     assert mod.VALUE == "alpyka made this" and said == []
+
+
+@pytest.mark.parametrize("damage", ["planted code", "bytes appended", "tag of another file"])
+def test_compiled_code_whose_tag_does_not_match_is_not_run(cache, damage):
+    """alpyka keeps each module's compiled code (``<module>.code``, marshalled, tagged): the code
+    run is that file's only with its own tag, else the source is compiled again and the file
+    rewritten."""
+    src = _source("VALUE = 'alpyka made this'\n")
+    name = _cache.module_name(src, "test")
+    mod, _ = _load(src)
+    code = cache / f"{name}.code"
+    good = code.read_bytes()
+    assert mod.VALUE == "alpyka made this" and good[32:] == marshal.dumps(compile(src, mod.__file__, "exec"))
+    evil = marshal.dumps(compile(src.replace("alpyka made this", "planted by other"), mod.__file__, "exec"))
+    other, _ = _load(_source("VALUE = 1\n"))
+    code.write_bytes(
+        {
+            "planted code": good[:32] + evil,
+            "bytes appended": good + b"\0" * 8,
+            "tag of another file": Path(other.__file__).with_suffix(".code").read_bytes(),
+        }[damage]
+    )
+    del sys.modules[name]
+    mod, said = _load(src)
+    assert mod.VALUE == "alpyka made this" and said == []
+    assert code.read_bytes() == good, "the code file was not rewritten"
+    del sys.modules[name]
+    assert _load(src)[0].VALUE == "alpyka made this"
 
 
 class _Planted:
