@@ -8,15 +8,19 @@ The attacker is another local user who can write into a shared or misconfigured 
 A directory is *private* when it is a real directory (not a link) of this user that no one else
 may write, and no directory above it lets anyone else replace it: each one belongs to this user or
 root and is writable by no one else unless it is sticky (``/tmp``), and every link on the way
-belongs to this user or root. In a private directory only this user's own processes can change a
-file; the *tag* (an HMAC-SHA256 under a 32-byte secret kept 0600 in the cache directory, over the
-file's name and bytes) then says the bytes are the ones alpyka made there, not a file copied in,
-swapped with another, truncated, or with bytes appended.
+belongs to this user or root. A group write bit counts as someone else's unless the group is this
+user's private group (primary, named as the user, no other member: what a umask of 002 assumes).
+
+In a private directory only this user's own processes can change a file; the *tag* (an
+HMAC-SHA256 under a 32-byte secret kept 0600 in the cache directory, over the file's name and
+bytes) then says the bytes are the ones alpyka made there, not a file copied in, swapped with
+another, truncated, or with bytes appended.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import os
@@ -45,6 +49,27 @@ def private_dir(path: Path | str) -> bool:
     return stat.S_ISDIR(st.st_mode) and mine(st)
 
 
+@functools.lru_cache(maxsize=8)
+def _group_of_me_alone(gid: int) -> bool:
+    """Whether ``gid`` is this user's private group (the convention of a umask of 002: the user's
+    primary group, named as the user, with no other member), so its write bit lets no one else in."""
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.geteuid())
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    """Whether someone other than this user (or root) may write: world-writable, or group-writable
+    by a group that is not this user's private group."""
+    return bool(st.st_mode & 0o002) or bool(st.st_mode & 0o020 and not _group_of_me_alone(st.st_gid))
+
+
 def _above_problem(path: Path) -> str | None:
     """Why someone else could replace ``path`` through a directory above it (None: no one can)."""
     me = os.geteuid()
@@ -52,7 +77,7 @@ def _above_problem(path: Path) -> str | None:
         st = os.stat(parent)
         if st.st_uid not in (0, me):
             return f"{parent} above it belongs to another user (uid {st.st_uid})"
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        if _writable_by_others(st) and not st.st_mode & stat.S_ISVTX:
             return f"{parent} above it is writable by others (mode {stat.S_IMODE(st.st_mode):o}, not sticky)"
     return None
 
@@ -75,7 +100,7 @@ def path_problem(path: Path | str) -> str | None:
         return f"{real} is not a directory"
     if st.st_uid != me:
         return f"{real} belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o022:
+    if _writable_by_others(st):
         return f"{real} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     try:
         return _above_problem(real)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from portable._errors import AlpykaWarning
-from portable.compiler import _cache
+from portable.compiler import _cache, _trust
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,11 +245,22 @@ def test_a_planted_numba_index_is_never_unpickled(cache, tmp_path):
     assert len(said) == 1 and "not the bytes alpyka wrote" in said[0] and str(index) in said[0], said
 
 
+def _another_group() -> int:
+    """A group this process may give a directory to that is not the user's private group."""
+    if os.geteuid() == 0:
+        return 65534  # nogroup
+    mine = [g for g in os.getgroups() if not _trust._group_of_me_alone(g)]
+    if not mine:
+        pytest.skip("this user belongs to no group but their private one: no group to share the cache with")
+    return mine[0]
+
+
 def _not_private(tmp_path: Path, cache: Path, how: str) -> None:
     if how == "writable by others":
         cache.chmod(0o777)
     elif how == "writable by the group":
         cache.chmod(0o770)
+        os.chown(cache, -1, _another_group())
     elif how == "another user's":
         os.chown(cache, 65534, 65534)
     else:  # a directory above it: anyone may rename the cache and put theirs in its place
@@ -279,6 +290,19 @@ def test_a_cache_that_is_not_private_is_not_used(tmp_path, cache, how):
         assert said == []
     finally:
         tmp_path.chmod(0o700)
+
+
+def test_a_cache_writable_by_the_users_private_group_is_private(cache):
+    """A umask of 002 makes directories group-writable for a group that holds this user alone
+    (the user's private group): that lets no one else in, so the cache is used."""
+    gid = os.getegid()
+    if not _trust._group_of_me_alone(gid):
+        pytest.skip(f"group {gid} is not this user's private group (named as the user, no other member)")
+    cache.mkdir(mode=0o700)
+    os.chown(cache, -1, gid)
+    cache.chmod(0o770)
+    mod, said = _load(_source("VALUE = 3\n"))
+    assert mod.VALUE == 3 and said == [] and Path(mod.__file__).parent == cache
 
 
 # ---------------------------------------------------------------------- a kernel, end to end
