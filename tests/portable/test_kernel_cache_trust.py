@@ -292,6 +292,25 @@ def test_a_cache_that_is_not_private_is_not_used(tmp_path, cache, how):
         tmp_path.chmod(0o700)
 
 
+def test_a_numba_cache_dir_that_is_not_private_is_not_used(tmp_path, cache, monkeypatch):
+    """NUMBA_CACHE_DIR puts numba's index and data files (pickles) elsewhere: there too only in a
+    private directory; else numba's disk cache is off for the kernel (one warning)."""
+    from numba.core import config
+
+    shared = tmp_path / "numba-shared"
+    shared.mkdir(mode=0o700)
+    shared.chmod(0o777)
+    monkeypatch.setattr(config, "CACHE_DIR", str(shared))
+    src = _source(_NUMBA.format("x + 9"))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        mod = _cache.load_generated_module(src, "test")
+        assert mod.f(1) == 10
+    said = _cache_warnings(record)
+    assert len(said) == 1 and "NUMBA_CACHE_DIR" in said[0] and "not private" in said[0], said
+    assert [p for p in shared.rglob("*") if not p.is_dir()] == []
+
+
 def test_a_cache_writable_by_the_users_private_group_is_private(cache):
     """A umask of 002 makes directories group-writable for a group that holds this user alone
     (the user's private group): that lets no one else in, so the cache is used."""
