@@ -292,11 +292,18 @@ def guard_numba_caches(mod: ModuleType) -> None:
             key = cache_key(root) if root is not None else None
         if problems[where] is not None or key is None:
             if problems[where] is not None:
-                warn_cache_not_private(where, problems[where] or "", "NUMBA_CACHE_DIR")
+                moved = os.environ.get("NUMBA_CACHE_DIR") or _numba_cache_dir()
+                warn_cache_not_private(where, problems[where] or "", "NUMBA_CACHE_DIR" if moved else ENV_CACHE_DIR)
             cache.disable()
             continue
         cache.load_overload = functools.partial(_load_overload, cache, key, cache.load_overload)
         cache.save_overload = functools.partial(_save_overload, cache, key, cache.save_overload)
+
+
+def _numba_cache_dir() -> str:
+    from numba.core import config
+
+    return str(getattr(config, "CACHE_DIR", "") or "")
 
 
 def _index(cache: Any) -> Path:

@@ -405,3 +405,25 @@ def test_a_kernel_runs_where_the_cache_disk_is_full(device, tmp_path):
     said = _run_kernels(tmp_path, device.backend_name, {"ALPYKA_CACHE_DIR": str(d)}, [str(wrapper)])
     assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0], said
     assert [p for p in d.rglob("*") if not p.is_dir()] == []
+
+
+def test_test_artifacts_are_not_taken_from_a_cache_that_is_not_private(cache, monkeypatch):
+    """The suite's artifacts (alpyka_testing/artifact_cache.py: AOTInductor libraries, torch
+    files) are loaded as code: from a cache others can write, never; built privately instead."""
+    from alpyka_testing import artifact_cache
+
+    monkeypatch.setattr(artifact_cache, "_private_builds", {}, raising=False)
+    planted = cache / "test-artifacts" / "model-k"
+    planted.mkdir(parents=True)
+    (planted / "f").write_text("planted")
+    cache.chmod(0o777)
+    built = []
+
+    def build(d):
+        built.append(d)
+        (d / "f").write_text("built")
+
+    got = artifact_cache.cached_dir("model", "k", build)
+    assert (got / "f").read_text() == "built" and cache not in got.parents
+    assert artifact_cache.cached_dir("model", "k", build) == got and len(built) == 1  # once per process
+    assert (planted / "f").read_text() == "planted"
