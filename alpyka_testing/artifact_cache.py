@@ -7,16 +7,23 @@ The key hashes everything an artifact is made from: the source files given (the 
 definition, the code that builds it), the versions of the packages given, Python's version, the
 platform and, for compiled code, the CPU's instruction-set flags. A change to any of them makes a
 new key, so a stale artifact is never used; old keys are left for the user to delete.
+
+The artifacts are loaded as code (an AOTInductor package is a shared library, a torch file holds
+pickles): the cache is used only where ``$ALPYKA_CACHE_DIR`` is private to this user along its
+path (``portable.compiler.trust``); elsewhere each process builds them in a private temporary
+directory (removed at exit).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
 import platform
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
@@ -72,9 +79,10 @@ def cached_dir(name: str, key: str, build: Callable[[Path], None]) -> Path:
     not end the worker of the test that needed the artifact first."""
     root = cache_root()
     final = root / f"{name}-{key}"
+    if not _private(root):
+        return _built_privately(name, key, build)
     if final.is_dir():
         return final
-    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{name}-{key}.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -89,6 +97,35 @@ def cached_dir(name: str, key: str, build: Callable[[Path], None]) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+_private_builds: dict[tuple[str, str], Path] = {}
+
+
+def _private(root: Path) -> bool:
+    from portable.compiler import trust
+
+    try:
+        trust.make_private_dirs(root)
+    except OSError:
+        return False
+    return trust.path_problem(root) is None
+
+
+def _built_privately(name: str, key: str, build: Callable[[Path], None]) -> Path:
+    """The artifact built once per process in a private temporary directory (removed at exit)."""
+    got = _private_builds.get((name, key))
+    if got is None:
+        got = Path(tempfile.mkdtemp(prefix=f"alpyka-{name}-"))
+        atexit.register(shutil.rmtree, got, True)
+        try:
+            with _build_time():
+                build(got)
+        except BaseException:
+            shutil.rmtree(got, ignore_errors=True)
+            raise
+        _private_builds[(name, key)] = got
+    return got
 
 
 def _build_time() -> Any:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from portable import AlpykaError, KernelBuildError
+from portable.compiler import trust
 
 from ._c_build import float_options, format_build_error
 from ._c_source import CSource
@@ -222,17 +223,9 @@ def _mark(tc: _Toolchain, digest: str) -> None:
 
 
 # ---------------------------------------------------------------------- trust
-def _mine(st: os.stat_result) -> bool:
-    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
-def _private(path: Path) -> bool:
-    """A real directory (not a link) of this user that no one else may write."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and _mine(st)
+# one check of "this user's, writable by no one else" for every cache: portable.compiler.trust
+_mine = trust.mine
+_private = trust.private_dir
 
 
 def _sha(path: Path) -> str:
@@ -311,10 +304,10 @@ def _setup() -> _Toolchain:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise Unavailable(f"cannot make {root}: {exc.strerror}; set ALPYKA_CACHE_DIR") from None
-    if not _private(root):
+    problem = trust.path_problem(root)
+    if problem is not None:
         raise Unavailable(
-            f"{root} is not a private directory of this user (another user's, writable by others, "
-            "or a link): remove it or set ALPYKA_CACHE_DIR"
+            f"{root} is not a private directory of this user ({problem}): remove it or set ALPYKA_CACHE_DIR"
         )
     home = root / key
     with open(root / "lock", "a") as lock:

@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import site
-import stat
 import sys
 import tempfile
 import time
@@ -131,20 +130,25 @@ def _pip_icds() -> dict[str, str]:
 
 
 def _vendors_root() -> Path:
-    from portable.compiler import cache_dir
+    """``$ALPYKA_CACHE_DIR/opencl-vendors``; OSError when the cache directory is not private to
+    this user along its path (the ICD loader would load the libraries an entry there names)."""
+    from portable.compiler import cache_dir, trust
 
-    return cache_dir() / "opencl-vendors"
+    root = cache_dir()
+    trust.make_private_dirs(root)
+    problem = trust.path_problem(root)
+    if problem is not None:
+        raise OSError(f"{root} is not private to this user ({problem})")
+    return root / "opencl-vendors"
 
 
 def _private_dir(path: Path) -> bool:
     """Whether ``path`` is a real directory (not a link) of this user that no one else may write:
     only then can what is in it be trusted (a predictable name in a shared ``/tmp`` may have been
-    made by anyone)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    made by anyone). The one check every cache shares: :mod:`portable.compiler.trust`."""
+    from portable.compiler import trust
+
+    return trust.private_dir(path)
 
 
 def _tmp_root() -> Path:
@@ -224,10 +228,10 @@ def register_runtimes() -> str | None:
     for name, lib in pip.items():
         files.setdefault(name, lib)
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    for private in (False, True):
+    for in_tmp in (False, True):
         try:
-            root = _tmp_root() if private else _vendors_root()
-            target = _write_vendors(root, digest, files, private)
+            root = _tmp_root() if in_tmp else _vendors_root()
+            target = _write_vendors(root, digest, files, True)
         except OSError:
             continue
         os.environ[ENV_VENDORS] = str(target)
@@ -242,14 +246,17 @@ _program_caches: dict[str, str | bool] = {}
 
 def program_cache() -> str | bool:
     """The ``cache_dir`` for pyopencl's builds: ``$ALPYKA_CACHE_DIR/opencl-programs`` when it can
-    be written, else False (uncached builds, one warning naming ``ALPYKA_CACHE_DIR``)."""
-    from portable.compiler import cache_dir, warn_cache_unwritable
+    be written and the cache directory is private to this user along its path, else False
+    (uncached builds, one warning naming ``ALPYKA_CACHE_DIR``)."""
+    from portable.compiler import cache_dir, private_cache, trust, warn_cache_unwritable
 
     where = cache_dir() / "opencl-programs"
     got = _program_caches.get(str(where))
+    if got is None and private_cache() is None:  # pyopencl unpickles what it finds there
+        got = _program_caches[str(where)] = False
     if got is None:
         try:
-            where.mkdir(parents=True, exist_ok=True)
+            trust.make_private_dirs(where)
             tempfile.TemporaryFile(dir=where).close()  # pyopencl would wait a minute on its lock
             got = str(where)
         except OSError as exc:

@@ -5,8 +5,17 @@ types in :mod:`portable.compiler.types`) that each backend's emitter turns into 
 See docs/kernels.md for the language reference.
 """
 
+from . import _trust as trust
 from . import ir, types
-from ._cache import cache_dir, load_generated_module, warn_cache_unwritable
+from ._cache import (
+    cache_dir,
+    load_generated_module,
+    private_cache,
+    warn_cache_not_private,
+    warn_cache_once,
+    warn_cache_unwritable,
+    write_atomic,
+)
 from ._depth import deep_recursion
 from ._errors import (
     KernelArgumentError,
@@ -41,6 +50,11 @@ __all__ = [
     "ir",
     "kernel",
     "load_generated_module",
+    "private_cache",
+    "trust",
     "types",
+    "warn_cache_not_private",
+    "warn_cache_once",
     "warn_cache_unwritable",
+    "write_atomic",
 ]

@@ -4,6 +4,8 @@ missing barrier gives a wrong result), and one clear reason where no C++ compile
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,123 @@ def test_a_compile_error_shows_the_kernel_line(tmp_path, monkeypatch):
     )
     with pytest.raises(KernelBuildError, match=r"(?s)kernel line\(s\): k.py:7.*>>\s+2 \|     undefined_thing"):
         cuda_on_cpu.build(src, "alpyka_bad")
+
+
+# ---------------------------------------------------------------------- the library cache
+# Each run is a fresh process: the dynamic loader hands a process the library it already loaded
+# from a path, so what a process finds on disk is only seen by the next one.
+_ADD = """\
+import sys, warnings
+warnings.simplefilter("always")
+import numpy as np
+from backends._c_source import CSource
+from backends.emulator import cuda_on_cpu
+
+for k in map(int, sys.argv[1:]):
+    text = 'extern "C" __global__ void alpyka_add(int* p) { atomicAdd(p, %d); }\\n' % k
+    src = CSource(text=text, entry="alpyka_add", dialect="cuda", args=[], line_map={}, source_file="k.py",
+                  kernel_name="add")
+    out = np.zeros(1, np.int32)
+    cuda_on_cpu.run(cuda_on_cpu.build(src, "alpyka_add"), (1,), (4,), (np.uint64(out.ctypes.data),), 0)
+    print(int(out[0]))
+"""
+
+
+def _needs_compiler():
+    if cuda_on_cpu.compiler_problem() is not None:
+        pytest.skip(cuda_on_cpu.compiler_problem())
+
+
+def _add(tmp_path, cache, *ks, prefix=()):
+    """Run alpyka_add(k) for each k in a fresh process: (the sums, the AlpykaWarning lines)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "add.py"
+    script.write_text(_ADD)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "ALPYKA_CACHE_DIR": str(cache), "ALPYKA_CHECK_HIP": "0"}
+    done = subprocess.run(
+        [*prefix, sys.executable, str(script), *map(str, ks)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"rc {done.returncode}: {done.stderr[-3000:]}"
+    return [int(x) for x in done.stdout.split()], [ln for ln in done.stderr.splitlines() if "AlpykaWarning" in ln]
+
+
+def _libs(cache):
+    return sorted((cache / "cuda_on_cpu").glob("alpyka_add-*.so"), key=lambda p: p.stat().st_mtime_ns)
+
+
+@pytest.mark.parametrize("damage", ["swapped", "truncated", "bytes appended", "not tagged"])
+def test_a_cached_library_that_is_not_the_one_built_is_built_again(tmp_path, damage):
+    """A swapped library gave a wrong sum silently, a truncated one killed the interpreter
+    (SIGBUS): a library is loaded only with its own tag."""
+    _needs_compiler()
+    cache = tmp_path / "cache"
+    assert _add(tmp_path, cache, 1, 2) == ([4, 8], [])
+    one, two = _libs(cache)
+    if damage == "swapped":
+        a, b = one.read_bytes(), two.read_bytes()
+        one.write_bytes(b)
+        two.write_bytes(a)
+    elif damage == "truncated":
+        one.write_bytes(one.read_bytes()[: one.stat().st_size // 2])
+    elif damage == "bytes appended":
+        one.write_bytes(one.read_bytes() + b"\0" * 40)
+    else:  # the library alone, as a compiler leaves it
+        one.write_bytes(one.read_bytes()[: -(len(cuda_on_cpu._TAG_MARK) + 32)])
+    sums, said = _add(tmp_path, cache, 1)
+    assert sums == [4]
+    assert len(said) == 1 and one.name in said[0] and "built again" in said[0], said
+    assert _add(tmp_path, cache, 1) == ([4], [])  # the rebuilt library is tagged: loaded
+
+
+@pytest.mark.parametrize("how", ["writable by others", "another user's"])
+def test_a_library_in_a_cache_that_is_not_private_is_not_loaded(tmp_path, how):
+    _needs_compiler()
+    if how == "another user's" and os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    cache = tmp_path / "cache"
+    assert _add(tmp_path, cache, 1, 2) == ([4, 8], [])
+    one, two = _libs(cache)
+    one.write_bytes(two.read_bytes())  # planted: tagged, but for another kernel
+    if how == "writable by others":
+        (cache / "cuda_on_cpu").chmod(0o777)
+    else:
+        os.chown(cache, 65534, 65534)
+    before = sorted(p.name for p in (cache / "cuda_on_cpu").iterdir())
+    sums, said = _add(tmp_path, cache, 1, 3)
+    assert sums == [4, 12]
+    assert len(said) == 1 and "not private to this user" in said[0], said
+    assert sorted(p.name for p in (cache / "cuda_on_cpu").iterdir()) == before, "wrote into a shared cache"
+
+
+@pytest.mark.parametrize("how", ["not a directory", "full"])
+def test_a_cache_that_cannot_be_written_builds_in_a_private_temporary_directory(tmp_path, how):
+    """Read-only or full: the emulator raised OSError / KernelBuildError (ld: no space left); it
+    builds in a private temporary directory instead, with one warning naming ALPYKA_CACHE_DIR."""
+    _needs_compiler()
+    prefix: tuple[str, ...] = ()
+    if how == "not a directory":
+        (tmp_path / "file").write_text("")
+        cache = tmp_path / "file" / "cache"
+    else:  # a 64 KiB file system: room for the directories and the secret, not for a library
+        import shutil
+        import subprocess
+
+        cache = tmp_path / "cache"
+        cache.mkdir(mode=0o700)
+        mount = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size=64k,mode=0700 tmpfs "{cache}" && exec "$@"', "-"]
+        if shutil.which("unshare") is None or subprocess.run([*mount, "true"], capture_output=True).returncode:
+            pytest.skip("a small file system for the cache needs unshare -m and mount (root, CAP_SYS_ADMIN)")
+        prefix = tuple(mount)
+    sums, said = _add(tmp_path, cache, 1, 2, prefix=prefix)
+    assert sums == [4, 8]
+    assert len(said) == 1 and "ALPYKA_CACHE_DIR" in said[0] and "cannot be written" in said[0], said

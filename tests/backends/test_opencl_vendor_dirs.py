@@ -2,7 +2,7 @@
 directory that names the OpenCL libraries to load (a predictable directory in the temporary
 directory is used only when it is this user's and no one else can write it; an entry is checked
 against the files it must hold), and pyopencl's cache of built programs (in ALPYKA_CACHE_DIR;
-one that cannot be written builds uncached, with one warning)."""
+one that cannot be written or is not private builds uncached, with one warning)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,17 @@ def test_a_failed_write_leaves_no_partial_vendors_directory(tmp_path, monkeypatc
     assert [p for p in left if p.name not in ("opencl-vendors", f"alpyka-opencl-vendors-{os.geteuid()}")] == []
 
 
+def test_a_vendors_directory_in_a_cache_that_is_not_private_is_not_used(tmp_path, monkeypatch, runtimes):
+    """The ICD loader loads the libraries an entry names: a cache directory others can write is
+    not used (the private temporary directory is)."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    cache.chmod(0o777)
+    where = _register(monkeypatch)
+    assert where.parent == tmp_path / "tmp" / f"alpyka-opencl-vendors-{os.geteuid()}"
+    assert list(cache.iterdir()) == [] and _files(where) == {"vendor-cpu.icd": runtimes}
+
+
 # ---------------------------------------------------------------------- pyopencl's program cache
 _SOURCE = "__kernel void twice(__global int* x) {{ int i = get_global_id(0); x[i] = 2 * x[i] + {}; }}\n"
 
@@ -200,3 +211,17 @@ def test_a_program_cache_that_fails_while_writing_builds_uncached_with_one_warni
         assert _run_program(device, program, cl)[1] == 2 + int(source.split("+ ")[1].split(";")[0])
         assert len(said) == (k == 1) and all("ALPYKA_CACHE_DIR" in w and "No space" in w for w in said), said
     assert [p for p in fresh_program_cache.iterdir() if p.name != "lock"] == []  # no partial entry
+
+
+@pytest.mark.alpyka_backends("opencl")
+def test_a_program_cache_that_is_not_private_is_not_used(device, tmp_path, monkeypatch, fresh_program_cache):
+    """pyopencl unpickles what it finds in its cache: a cache directory others can write is not
+    used (one warning naming ALPYKA_CACHE_DIR), and nothing is written there."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    cache.chmod(0o777)
+    for k in (1, 2):
+        cl, program, said = _build(device, _SOURCE.format(k))
+        assert _run_program(device, program, cl) == [2 * i + k for i in range(8)]
+        assert len(said) == (k == 1) and all("not private" in w and "ALPYKA_CACHE_DIR" in w for w in said), said
+    assert not fresh_program_cache.exists()
