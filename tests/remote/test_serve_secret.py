@@ -233,6 +233,7 @@ def server(tmp_path_factory):
     handle = serve(
         {"identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}},
         max_batch_size=8,
+        http_port=0,  # HTTP too: the most exposed server (the default one serves gRPC only)
     )
     try:
         yield handle
