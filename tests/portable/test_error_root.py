@@ -85,6 +85,7 @@ INTERNAL = {
     "inference.serving._child.StartupError": "the server process reports it; serve() raises ServeError",
     "portable.compiler._folding.ConstantError": "the front-end turns it into a KernelSyntaxError at the user's line",
     "backends._hip_check.Unavailable": "the HIP check warns once with its reason (AlpykaWarning) and runs unchecked",
+    "inference._zip_layout.ZipLayoutError": "inference._loading turns it into a ModelFileError naming the file",
 }
 
 
@@ -165,3 +166,30 @@ def test_every_module_was_checked():
             "not checked (optional dependency missing): "
             + ", ".join(f"{name} ({why})" for name, why in sorted(MISSING.items()))
         )
+
+
+def _errors_section() -> str:
+    """docs/runtime.md's "Errors" section: the table of every error class a user can meet."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "runtime.md").read_text()
+    return text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_docs_table_names_every_public_error_and_warning():
+    """docs/runtime.md's table says when each error is raised: a class added without a row (or a
+    row left for a class that is gone) fails here."""
+    import builtins
+    import re
+
+    section = _errors_section()
+    classes = {**EXCEPTIONS, **WARNINGS}
+    public = {cls.__name__ for name, cls in classes.items() if name not in INTERNAL and "<locals>" not in name}
+    missing = sorted(n for n in public if not re.search(rf"\b{n}\b", section))
+    assert not missing, f"docs/runtime.md, 'Errors', names no row for: {missing}"
+    kinds = "Error|Warning|Unavailable|Mismatch|Large|Found|Filled|Timeout|Ready|File"
+    named = set(re.findall(rf"`(?:[\w.]+\.)?([A-Z]\w*(?:{kinds}))`", section))
+    gone = sorted(named - public - {"AlpykaError", "AlpykaWarning", "KeyboardInterrupt"} - set(dir(builtins)))
+    if MISSING:
+        return  # a module not imported here may define what the table names
+    assert not gone, f"docs/runtime.md, 'Errors', names classes that do not exist: {gone}"
