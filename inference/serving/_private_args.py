@@ -145,6 +145,8 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
     const char *secret = s >= 0 ? envp[s] + alpyka_len("@SECRET_ENV@") + 1 : NULL;
     const char *rest = r >= 0 ? envp[r] + alpyka_len("@PRELOAD_REST_ENV@") + 1 : NULL;
     for (int i = 1; argv != NULL && i < argc; i++) {
+        /* the gate first: the token may contain it, and must reach main whole */
+        argv[i] = alpyka_replace(argv[i], "@GATE@", "");
         if (alpyka_find(argv[i], "@PLACEHOLDER@") != NULL) {
             if (secret == NULL || secret[0] == '\0') {
                 static const char msg[] = "alpyka: no access token in the environment; not starting\n";
@@ -154,7 +156,6 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
             }
             argv[i] = alpyka_replace(argv[i], "@PLACEHOLDER@", secret);
         }
-        argv[i] = alpyka_replace(argv[i], "@GATE@", "");
     }
     long p = alpyka_env(envp, "LD_PRELOAD");
     if (p >= 0 && rest != NULL && rest[0] != '\0') {
