@@ -204,11 +204,49 @@ def _private_dir(directory: Path) -> None:
         raise PrivateArgsError(f"{directory} is not a directory private to this user (mode 0700)")
 
 
+def private_workdir(workdir: str | os.PathLike) -> Path:
+    """``workdir`` (made mode 0700 if missing) as an absolute path without links, if no other user
+    can change it: a directory of this user that only this user may enter, each directory above it
+    root's or this user's and writable by no one else unless sticky (as ``/tmp``). Anyone who could
+    rename it or an entry in it could put their own library, ``tritonserver`` or ``config.json``
+    there, run as this user and read the token. Else :class:`PrivateArgsError` naming the fix."""
+    path = Path(workdir)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = Path(os.path.realpath(path))
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PrivateArgsError(
+            f"the server's work directory {path} is not private to this user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}): another user could put code there that the server runs, or read "
+            f"its files; use a directory of your own with mode 0700 (chmod 700 {path}), or leave workdir unset"
+        )
+    for above in path.parents:
+        st = os.lstat(above)
+        others_write = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+        if st.st_uid not in (0, os.geteuid()) or others_write:
+            raise PrivateArgsError(
+                f"the server's work directory {path} is inside {above} (owner uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}), which another user can change: they could swap the work "
+                "directory for their own and run code as this user; use a work directory below directories "
+                "only you or root can write, or leave workdir unset"
+            )
+    return path
+
+
 def build_preload(directory: str | os.PathLike) -> Path:
     """Build the library into ``directory`` (which must be private to this user: mode 0700), try it
     on this host's loader, and return its path. Raises :class:`PrivateArgsError` naming the fix."""
     directory = Path(directory)
     _private_dir(directory)
+    odd = sorted({c for c in str(directory) if c == ":" or c.isspace()})
+    if not directory.is_absolute() or odd:
+        # LD_PRELOAD splits at ':' and whitespace, and resolves a relative path where tritonserver
+        # runs: the loader would preload other files (a planted /tmp/<prefix>) instead of the library
+        raise PrivateArgsError(
+            f"the server's work directory {directory.parent} cannot carry the preloaded library: "
+            f"{'its path has ' + ', '.join(map(repr, odd)) if odd else 'its path is relative'}, and LD_PRELOAD "
+            "splits a path at ':' and whitespace; use a work directory whose absolute path has neither"
+        )
     cc = c_compiler()
     if cc is None:
         raise PrivateArgsError(

@@ -18,9 +18,12 @@ from inference.serving import ServeError, TokenError, serve
 from inference.serving._access import MUST_RESTRICT, check_token, restricted_endpoints
 from inference.serving._private_args import (
     GATE,
+    LIBRARY,
     PLACEHOLDER,
+    PrivateArgsError,
     build_preload,
     command_line_problems,
+    private_workdir,
     tritonserver_pid,
 )
 
@@ -201,6 +204,66 @@ def test_a_token_that_contains_the_gate_reaches_main_whole(tmp_path):
         timeout=120,
     )
     assert r.stdout.splitlines() == [f"k={token}", "/repo"], r.stderr
+
+
+def _planted_library(path, marker) -> None:
+    """A library at ``path`` that, when loaded, writes ``marker`` (what another user could plant)."""
+    from inference.serving._private_args import c_compiler
+
+    src = path.with_name("planted.c")
+    src.write_text(
+        "extern int creat(const char *path, unsigned mode);\n"
+        f'__attribute__((constructor)) static void planted(void) {{ creat("{marker}", 0600); }}\n'
+    )
+    subprocess.run([*c_compiler(), "-shared", "-fPIC", "-o", str(path), str(src)], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("odd", [" ", ":"])
+def test_a_library_path_that_ld_preload_would_split_is_refused(tmp_path, odd):
+    """LD_PRELOAD splits at ':' and spaces: under a work directory 'x y', the loader preloaded
+    '.../x' (which another user may have planted, in a shared /tmp) and ran it as this user."""
+    pytest.importorskip("pytriton.triton")
+    marker = tmp_path / "planted-ran"
+    _planted_library(tmp_path / "x", marker)
+    d = tmp_path / f"x{odd}y" / "private"
+    d.mkdir(mode=0o700, parents=True)
+    with pytest.raises(PrivateArgsError) as info:
+        build_preload(d)
+    assert not marker.exists()  # the planted library never ran
+    assert "LD_PRELOAD splits" in str(info.value)
+    assert not (d / LIBRARY).exists()  # refused before anything was built or run
+
+
+@pytest.mark.parametrize("case", ["everyone-writes", "group-reads", "other-owner", "open-parent", "link-to-open"])
+def test_a_work_directory_another_user_can_change_is_refused(tmp_path, case):
+    """Another user who can rename an entry of the work directory swapped the preloaded library
+    (and tritonserver, and config.json) for their own: it ran as the serving user with the token
+    in its environment. serve refuses such a directory before it writes anything there."""
+    wd = tmp_path / "wd"
+    if case == "open-parent":
+        (tmp_path / "open").mkdir()
+        os.chmod(tmp_path / "open", 0o777)  # no sticky bit: anyone renames what is in it
+        wd = tmp_path / "open" / "wd"
+        wd.mkdir(mode=0o700)
+    elif case == "link-to-open":
+        (tmp_path / "target").mkdir()
+        os.chmod(tmp_path / "target", 0o777)
+        wd.symlink_to(tmp_path / "target")
+    else:
+        wd.mkdir(mode={"everyone-writes": 0o777, "group-reads": 0o750, "other-owner": 0o700}[case])
+        os.chmod(wd, {"everyone-writes": 0o777, "group-reads": 0o750, "other-owner": 0o700}[case])
+    if case == "other-owner":
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another user (nobody) needs root; CI runs as root")
+        os.chown(wd, NOBODY, -1)
+    with pytest.raises(ServeError, match="another user"):
+        serve(str(tmp_path / "never-read.pt"), inputs=["x:float32:3"], workdir=wd)
+    assert not [p for p in wd.iterdir()]  # nothing written there
+
+
+def test_a_new_work_directory_is_made_private(tmp_path):
+    wd = private_workdir(tmp_path / "new" / "wd")
+    assert wd.is_absolute() and os.stat(wd).st_mode & 0o777 == 0o700
 
 
 def test_the_token_is_in_the_environment_only_while_triton_starts_and_never_logged(caplog, monkeypatch):
