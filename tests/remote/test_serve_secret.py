@@ -316,6 +316,7 @@ def server(tmp_path_factory):
     handle = serve(
         {"identity": {"path": str(d / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}},
         max_batch_size=8,
+        http_port=0,  # HTTP is off unless asked for: the other user tries its restricted endpoints too
     )
     try:
         yield handle
