@@ -10,8 +10,9 @@ host's C compiler into a directory only this user can enter) replaces the placeh
 ``main`` runs, by the real token that it reads from ``tritonserver``'s environment — readable by
 this user only (``/proc/<pid>/environ`` is mode 0400 and needs ptrace access). The library then
 removes the token and itself from the environment, so that Triton's Python-backend stubs inherit
-neither. PyTriton's own clients (loading the models, waiting for the server) get the real token
-through :func:`patch_pytriton_headers`.
+neither. Its ``fchmod`` keeps the owner's bits only (Boost widens Triton's shared memory to 0644).
+PyTriton's own clients (loading the models, waiting for the server) get the real token through
+:func:`patch_pytriton_headers`.
 
 It fails closed: with the placeholder but no token in its environment the library ends
 ``tritonserver`` before ``main``; a ``tritonserver`` that did not run the library finds no model
@@ -67,6 +68,8 @@ typedef __SIZE_TYPE__ size_t;
 extern void *malloc(size_t size);
 extern long write(int fd, const void *buf, size_t n);
 extern void _exit(int status);
+extern void *dlsym(void *handle, const char *name);
+#define ALPYKA_RTLD_NEXT ((void *)-1L) /* glibc's and musl's RTLD_NEXT */
 #define NULL ((void *)0)
 
 static size_t alpyka_len(const char *s) {
@@ -165,6 +168,23 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
     }
     alpyka_drop(envp, "@PRELOAD_REST_ENV@");
     alpyka_drop(envp, "@SECRET_ENV@");
+}
+
+/* tritonserver's fchmod: Boost widens each Python-backend shared-memory segment it makes to
+   0644 (whatever the umask), and another user who opens one then keeps reading the requests'
+   tensors through it after any later chmod; nothing this server makes is for other users. */
+int fchmod(int fd, unsigned int mode) {
+    static int (*next)(int, unsigned int);
+    if (next == NULL) {
+        next = (int (*)(int, unsigned int))dlsym(ALPYKA_RTLD_NEXT, "fchmod");
+        if (next == NULL) {
+            static const char msg[] = "alpyka: fchmod not found; not starting\n";
+            if (write(2, msg, sizeof(msg) - 1) < 0) {
+            }
+            _exit(113);
+        }
+    }
+    return next(fd, mode & ~077U);
 }
 
 __attribute__((section(".init_array"), used)) static void (*alpyka_private_args_init)(int, char **, char **) =
@@ -350,8 +370,9 @@ def run_triton(triton: Any, token: str, lib: str) -> None:
     """``triton.run()`` (PyTriton's ``Triton``, made with :data:`PLACEHOLDER` as its token) with
     ``tritonserver`` preloading ``lib``; then check the command line it runs with
     (:func:`running_problems`): :class:`PrivateArgsError` if anything is wrong. The process's
-    umask becomes 077 first, and Triton's Python-backend shared memory (the requests' tensors;
-    Boost makes it mode 0644 whatever the umask) mode 0600 once the models are loaded."""
+    umask becomes 077 first; Triton's Python-backend shared memory (the requests' tensors; Boost
+    makes it mode 0644 whatever the umask) is kept 0600 by the library's ``fchmod``, and checked
+    again once the models are loaded."""
     os.umask(0o077)  # what this server makes (Triton's shared memory too) only this user can read
     with _preloaded(lib, token):
         triton.run()

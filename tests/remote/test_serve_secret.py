@@ -501,6 +501,86 @@ def test_another_local_user_finds_no_token_and_reaches_no_restricted_endpoint(se
     identity_works(server.grpc_url, "grpc", shared_memory="system").close()  # the owner still can
 
 
+def test_the_preloaded_process_makes_nothing_readable_by_others(tmp_path):
+    """Boost fchmods each Python-backend segment tritonserver makes to 0644 whatever the umask: the
+    library's fchmod keeps the owner's bits only, so no segment is ever open to other users."""
+    pytest.importorskip("pytriton.triton")
+    d = tmp_path / "private"
+    d.mkdir(mode=0o700)
+    lib = build_preload(d)
+    f = tmp_path / "segment"
+    f.touch()
+    env = dict(os.environ, LD_PRELOAD=str(lib), ALPYKA_TRITON_ACCESS_TOKEN="real-secret-token-1")
+    script = f"import os; fd = os.open({str(f)!r}, os.O_RDONLY); os.fchmod(fd, 0o644); print(os.fchmod(fd, 0o755))"
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stderr
+    assert os.stat(f).st_mode & 0o777 == 0o700
+
+
+_SHM_WATCH = textwrap.dedent(
+    r"""
+    import json, os, select, sys, time
+    try:
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+    except OSError as exc:
+        print(json.dumps({"cannot_switch": str(exc)}))
+        sys.exit(0)
+    seen, opened = set(), []
+    deadline = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < deadline and not select.select([sys.stdin], [], [], 0)[0]:  # until stdin closes
+        for name in os.listdir("/dev/shm"):
+            if name.startswith("pytrtion") and name not in seen:
+                seen.add(name)
+                try:
+                    os.close(os.open("/dev/shm/" + name, os.O_RDONLY))
+                    opened.append(name)
+                except OSError:
+                    pass
+        time.sleep(0.001)
+    print(json.dumps({"seen": sorted(seen), "opened": opened}))
+    """
+)
+
+
+@needs_triton
+@pytest.mark.skipif(os.name != "posix" or not os.path.isdir("/dev/shm"), reason="needs Linux /dev/shm")
+def test_another_user_opens_no_segment_while_the_server_starts(tmp_path):
+    """Making the segments 0600 once the models are loaded came too late: user nobody, watching
+    /dev/shm while the server started, opened them at 0644 and kept reading the requests'
+    tensors through its descriptors."""
+    if os.geteuid() != 0:
+        pytest.skip("switching to another uid (nobody) needs root; CI runs as root")
+    torch = pytest.importorskip("torch")
+
+    class Identity(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    torch.jit.script(Identity()).save(str(tmp_path / "m.pt"))
+    watch = subprocess.Popen(
+        [sys.executable, "-c", _SHM_WATCH, "300"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
+    )
+    try:
+        time.sleep(0.5)  # it watches before the server starts
+        model = {"path": str(tmp_path / "m.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}
+        handle = serve({"identity": model}, max_batch_size=8)
+        try:
+            identity_works(handle.grpc_url, "grpc").close()
+        finally:
+            out = watch.communicate(timeout=120)[0]  # closes its stdin: it stops; hang guard
+            handle.stop()
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    if "cannot_switch" in report:
+        pytest.skip(f"this root cannot switch to uid {NOBODY}: {report['cannot_switch']}")
+    mine = f"pytrtion{handle.pid}-"  # (other servers on this host are not this test's)
+    report = {k: [n for n in v if n.startswith(mine)] for k, v in report.items()}
+    assert report["seen"], "the server made no Python-backend segment: nothing was watched"
+    assert report["opened"] == [], report
+
+
 @needs_triton
 def test_a_tritonserver_without_the_library_never_listens(tmp_path):
     """Were the library not run (LD_PRELOAD ignored), the placeholder would be a public token:
