@@ -55,7 +55,7 @@ from ._leftovers import (
     sweep,
     write_access,
 )
-from ._private_args import PrivateArgsError, build_preload
+from ._private_args import PrivateArgsError, build_preload, private_workdir
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 
 __all__ = [
@@ -322,8 +322,8 @@ def serve(
     own = workdir is None
     sweep()  # what killed servers and clients left behind
     wd = server_workdir() if own else Path(workdir)  # type: ignore[arg-type]
-    wd.mkdir(parents=True, exist_ok=True)
     try:
+        wd = private_workdir(wd)  # no other user may swap what the server runs from it
         specs = model_specs(
             models,
             name=name,

@@ -10,8 +10,9 @@ host's C compiler into a directory only this user can enter) replaces the placeh
 ``main`` runs, by the real token that it reads from ``tritonserver``'s environment — readable by
 this user only (``/proc/<pid>/environ`` is mode 0400 and needs ptrace access). The library then
 removes the token and itself from the environment, so that Triton's Python-backend stubs inherit
-neither. PyTriton's own clients (loading the models, waiting for the server) get the real token
-through :func:`patch_pytriton_headers`.
+neither. Its ``fchmod`` keeps the owner's bits only (Boost widens Triton's shared memory to 0644).
+PyTriton's own clients (loading the models, waiting for the server) get the real token through
+:func:`patch_pytriton_headers`.
 
 It fails closed: with the placeholder but no token in its environment the library ends
 ``tritonserver`` before ``main``; a ``tritonserver`` that did not run the library finds no model
@@ -67,6 +68,8 @@ typedef __SIZE_TYPE__ size_t;
 extern void *malloc(size_t size);
 extern long write(int fd, const void *buf, size_t n);
 extern void _exit(int status);
+extern void *dlsym(void *handle, const char *name);
+#define ALPYKA_RTLD_NEXT ((void *)-1L) /* glibc's and musl's RTLD_NEXT */
 #define NULL ((void *)0)
 
 static size_t alpyka_len(const char *s) {
@@ -145,6 +148,8 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
     const char *secret = s >= 0 ? envp[s] + alpyka_len("@SECRET_ENV@") + 1 : NULL;
     const char *rest = r >= 0 ? envp[r] + alpyka_len("@PRELOAD_REST_ENV@") + 1 : NULL;
     for (int i = 1; argv != NULL && i < argc; i++) {
+        /* the gate first: the token may contain it, and must reach main whole */
+        argv[i] = alpyka_replace(argv[i], "@GATE@", "");
         if (alpyka_find(argv[i], "@PLACEHOLDER@") != NULL) {
             if (secret == NULL || secret[0] == '\0') {
                 static const char msg[] = "alpyka: no access token in the environment; not starting\n";
@@ -154,7 +159,6 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
             }
             argv[i] = alpyka_replace(argv[i], "@PLACEHOLDER@", secret);
         }
-        argv[i] = alpyka_replace(argv[i], "@GATE@", "");
     }
     long p = alpyka_env(envp, "LD_PRELOAD");
     if (p >= 0 && rest != NULL && rest[0] != '\0') {
@@ -164,6 +168,23 @@ static void alpyka_private_args(int argc, char **argv, char **envp) {
     }
     alpyka_drop(envp, "@PRELOAD_REST_ENV@");
     alpyka_drop(envp, "@SECRET_ENV@");
+}
+
+/* tritonserver's fchmod: Boost widens each Python-backend shared-memory segment it makes to
+   0644 (whatever the umask), and another user who opens one then keeps reading the requests'
+   tensors through it after any later chmod; nothing this server makes is for other users. */
+int fchmod(int fd, unsigned int mode) {
+    static int (*next)(int, unsigned int);
+    if (next == NULL) {
+        next = (int (*)(int, unsigned int))dlsym(ALPYKA_RTLD_NEXT, "fchmod");
+        if (next == NULL) {
+            static const char msg[] = "alpyka: fchmod not found; not starting\n";
+            if (write(2, msg, sizeof(msg) - 1) < 0) {
+            }
+            _exit(113);
+        }
+    }
+    return next(fd, mode & ~077U);
 }
 
 __attribute__((section(".init_array"), used)) static void (*alpyka_private_args_init)(int, char **, char **) =
@@ -203,11 +224,49 @@ def _private_dir(directory: Path) -> None:
         raise PrivateArgsError(f"{directory} is not a directory private to this user (mode 0700)")
 
 
+def private_workdir(workdir: str | os.PathLike) -> Path:
+    """``workdir`` (made mode 0700 if missing) as an absolute path without links, if no other user
+    can change it: a directory of this user that only this user may enter, each directory above it
+    root's or this user's and writable by no one else unless sticky (as ``/tmp``). Anyone who could
+    rename it or an entry in it could put their own library, ``tritonserver`` or ``config.json``
+    there, run as this user and read the token. Else :class:`PrivateArgsError` naming the fix."""
+    path = Path(workdir)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = Path(os.path.realpath(path))
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PrivateArgsError(
+            f"the server's work directory {path} is not private to this user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}): another user could put code there that the server runs, or read "
+            f"its files; use a directory of your own with mode 0700 (chmod 700 {path}), or leave workdir unset"
+        )
+    for above in path.parents:
+        st = os.lstat(above)
+        others_write = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+        if st.st_uid not in (0, os.geteuid()) or others_write:
+            raise PrivateArgsError(
+                f"the server's work directory {path} is inside {above} (owner uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}), which another user can change: they could swap the work "
+                "directory for their own and run code as this user; use a work directory below directories "
+                "only you or root can write, or leave workdir unset"
+            )
+    return path
+
+
 def build_preload(directory: str | os.PathLike) -> Path:
     """Build the library into ``directory`` (which must be private to this user: mode 0700), try it
     on this host's loader, and return its path. Raises :class:`PrivateArgsError` naming the fix."""
     directory = Path(directory)
     _private_dir(directory)
+    odd = sorted({c for c in str(directory) if c == ":" or c.isspace()})
+    if not directory.is_absolute() or odd:
+        # LD_PRELOAD splits at ':' and whitespace, and resolves a relative path where tritonserver
+        # runs: the loader would preload other files (a planted /tmp/<prefix>) instead of the library
+        raise PrivateArgsError(
+            f"the server's work directory {directory.parent} cannot carry the preloaded library: "
+            f"{'its path has ' + ', '.join(map(repr, odd)) if odd else 'its path is relative'}, and LD_PRELOAD "
+            "splits a path at ':' and whitespace; use a work directory whose absolute path has neither"
+        )
     cc = c_compiler()
     if cc is None:
         raise PrivateArgsError(
@@ -311,8 +370,9 @@ def run_triton(triton: Any, token: str, lib: str) -> None:
     """``triton.run()`` (PyTriton's ``Triton``, made with :data:`PLACEHOLDER` as its token) with
     ``tritonserver`` preloading ``lib``; then check the command line it runs with
     (:func:`running_problems`): :class:`PrivateArgsError` if anything is wrong. The process's
-    umask becomes 077 first, and Triton's Python-backend shared memory (the requests' tensors;
-    Boost makes it mode 0644 whatever the umask) mode 0600 once the models are loaded."""
+    umask becomes 077 first; Triton's Python-backend shared memory (the requests' tensors; Boost
+    makes it mode 0644 whatever the umask) is kept 0600 by the library's ``fchmod``, and checked
+    again once the models are loaded."""
     os.umask(0o077)  # what this server makes (Triton's shared memory too) only this user can read
     with _preloaded(lib, token):
         triton.run()

@@ -183,6 +183,26 @@ def test_the_preload_replaces_the_placeholder_and_leaves_the_environment(tmp_pat
         build_preload(d)
 
 
+def test_a_token_that_contains_the_gate_reaches_main_whole(tmp_path):
+    """The token may contain the repository's gate suffix ('.' and '-' are token characters): it
+    reached main without it (a shorter token than the one the clients send)."""
+    pytest.importorskip("pytriton.triton")
+    d = tmp_path / "private"
+    d.mkdir(mode=0o700)
+    lib = build_preload(d)
+    token = f"real-secret{GATE}-tail"
+    env = dict(os.environ, LD_PRELOAD=str(lib), ALPYKA_TRITON_ACCESS_TOKEN=token, ALPYKA_TRITON_PRELOAD_REST="")
+    script = "import sys;print(sys.argv[1]);print(sys.argv[2])"
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, f"k={PLACEHOLDER}", f"/repo{GATE}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.stdout.splitlines() == [f"k={token}", "/repo"], r.stderr
+
+
 def test_the_token_is_in_the_environment_only_while_triton_starts_and_never_logged(caplog, monkeypatch):
     """PyTriton copies this environment for tritonserver (and logs it at debug level): the token is
     there only meanwhile, with the caller's own LD_PRELOAD kept for Triton's children, and
