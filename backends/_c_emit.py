@@ -219,19 +219,26 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
 
     def visit_WarpOp(self, e: ir.WarpOp) -> str:
         args = [self.expr(a) for a in e.args]
+        if e.op == "ballot_mask":
+            native = self.d.warp_vote("ballot", args[1], args[0])
+            return native if native is not None else f"({self.h.warp_vote('ballot')}({args[1]}) & (u64)({args[0]}))"
+        if e.op == "shfl_mask":
+            return self.warp_shuffle("shfl", e.type, args[1], args[2], args[0])
         if e.op in ("size", "active_mask", "all", "any", "ballot"):
             p = args[0] if args else ""
             native = self.d.warp_vote(e.op, p)
             return native if native is not None else f"{self.h.warp_vote(e.op)}({p})"
-        v, k = args
-        t = e.type
+        return self.warp_shuffle(e.op, e.type, args[0], args[1])
+
+    def warp_shuffle(self, op: str, t: ScalarType, v: str, k: str, mask: str | None = None) -> str:
+        """A shuffle of ``v`` (type ``t``) by ``k``, over ``mask``'s lanes (None: the warp's)."""
         if self.d.is_opencl:
-            return f"{self.h.warp_shuffle(e.op, t)}({v}, {k})"
+            return f"{self.h.warp_shuffle(op, t)}({v}, {k})"  # the sub-group's lanes that run it
         if t.is_bool:
-            return f"({self.d.warp_shuffle(e.op, f'(i32)({v})', k)} != 0)"
+            return f"({self.d.warp_shuffle(op, f'(i32)({v})', k, mask)} != 0)"
         if t.bits < 32:  # the intrinsics take 32- and 64-bit values
-            return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, f'(i32)({v})', k)})"
-        return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, v, k)})"
+            return f"(({self.ctype(t)}){self.d.warp_shuffle(op, f'(i32)({v})', k, mask)})"
+        return f"(({self.ctype(t)}){self.d.warp_shuffle(op, v, k, mask)})"
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         if _wrapping(e):  # a chain of them: one cast to the signed type, not one per operator

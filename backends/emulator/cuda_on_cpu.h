@@ -13,10 +13,12 @@
 // - Atomics are the compiler's __atomic builtins (blocks really run concurrently), with CUDA's
 //   overload set and CUDA's wrap rules for atomicInc/atomicDec.
 // - Warps are ALPYKA_WARP_SIZE consecutive threads of a block (32; 64 for HIP sources). A warp
-//   operation (__shfl*, __ballot*, __all*, __any*, __activemask) is a rendezvous of the warp's
-//   live lanes: each lane's fiber waits until every lane of its warp that has not exited arrives,
-//   then all get their results. Lanes meeting different operations, or a lane at a block barrier
-//   while the others wait at a warp operation, fail the launch (a hang or garbage on a GPU).
+//   operation (__shfl*, __ballot*, __all*, __any*, __activemask, __syncwarp) is a rendezvous of
+//   the lanes its member mask names (every lane for HIP's intrinsics and __activemask): each
+//   lane's fiber waits until every named lane that has not exited arrives, then all get their
+//   results; exited lanes are left out (CUDA's "all non-exited threads named in mask", alpaka's
+//   "active threads"). Named lanes stuck at different operations, or a lane at a block barrier
+//   while the others wait for it at a warp operation, fail the launch (a hang or garbage on a GPU).
 // - Checks (the launch's `checks` flag, ALPYKA_EMULATE_CHECKS): what a GPU leaves wrong or
 //   undefined fails the launch with a report "check:<kind>:<C line>:<C line>:<text>" that
 //   cuda_on_cpu.py turns into a KernelCheckError at the kernel's Python line. Barriers and warp
@@ -25,13 +27,14 @@
 //   a shadow entry per element (a hash table per OS thread, by address) holds whether this block
 //   wrote it and which threads wrote, read or updated it atomically since the last barrier.
 //   "barrier": threads at different barriers, or some finished while others wait at one;
-//   "warp": lanes at different warp operations (or call sites), a launched lane that finished
-//   before the others' warp operation, a shuffle from an absent or finished lane; "race": two
+//   "warp": named lanes at different warp operations (or call sites, or masks), a calling lane its
+//   mask does not name, a shuffle from an absent, finished or unnamed lane; "race": two
 //   threads touch one shared element between two barriers, one writing, not both atomically;
 //   "uninitialized": a read (or atomic) of shared memory this block never wrote.
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
+#define ALPYKA_CUDA_ON_CPU 1  // the generated text's HIP warp macros pass their member masks here
 
 #include <pthread.h>
 #include <stdint.h>
@@ -164,7 +167,7 @@ namespace alpyka_host {
 
 struct Launch;
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE, ABORTED };
-enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SHFL, W_UP, W_DOWN, W_XOR };
+enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR };
 
 struct Fiber {
     void* sp;  // saved stack pointer (x86-64) while switched out
@@ -178,6 +181,7 @@ struct Fiber {
     int wop;                  // at a warp operation: which, its value's bits and its lane/delta/mask
     int site;                 // the C line of the barrier or warp operation it waits at
     unsigned long long wval, wres;
+    unsigned long long wmask;  // the lanes its warp operation names (the warp's lanes: bit k, lane k)
     long long warg;
 };
 
@@ -348,87 +352,128 @@ static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
     return out;
 }
 
-// A warp operation's results, for every warp whose live lanes all wait at one: true when any
-// warp was released (its lanes are runnable again), false otherwise or after a failure.
-#if defined(__HIP_PLATFORM_AMD__)
-static const bool EXITED_LANES_INACTIVE = true;  // a wavefront's finished lanes are inactive, not awaited
-#else
-static const bool EXITED_LANES_INACTIVE = false;  // *_sync over the launched lanes: each must arrive
-#endif
+// A warp operation is a rendezvous of the lanes its member mask names (CUDA's *_sync rule: "all
+// non-exited threads named in mask must execute the same intrinsic with the same mask"): lanes
+// named in the mask that finished the kernel are not awaited (alpaka's warp functions act on the
+// active threads: a lane that returned is inactive, on CUDA as on HIP), lanes outside the mask are
+// not part of it (they may be anywhere). HIP's intrinsics and __activemask() name every lane.
+// release_warps releases every group whose named lanes all wait at one operation (one call site
+// under the checks, one mask) or finished: true when any was released. Lanes waiting on a lane
+// that stands elsewhere stay; stuck_warp reports them once nothing can run.
+static unsigned long long warp_lanes(int base, int n) {  // the lanes the launch gave the warp at base
+    int k = n - base < ALPYKA_WARP_SIZE ? n - base : ALPYKA_WARP_SIZE;
+    return k >= 64 ? ~0ull : (1ull << k) - 1ull;
+}
+
+static bool same_warp_op(Launch* L, const Fiber& a, const Fiber& b) {
+    return a.wop == b.wop && a.wmask == b.wmask && (!L->checks || a.site == b.site);
+}
+
+static bool own_bit_missing(Launch* L, Fiber* fibers, int base, int i) {
+    if ((fibers[i].wmask >> (i - base)) & 1ull) return false;
+    char text[256];
+    snprintf(text, sizeof text, "lane %d calls the warp operation of %%1 with a member mask (0x%llx) that does not "
+             "name it: undefined on a GPU; every calling lane must be in the mask (acc.warp_active_mask() gives the "
+             "live lanes)", i - base, fibers[i].wmask);
+    L->check("warp", fibers[i].site, 0, text);
+    return true;
+}
+
+// The results of the group of lanes ``group`` (all AT_WARP at one operation), false after a report.
+static bool warp_results(Launch* L, Fiber* fibers, int n, int base, unsigned long long group) {
+    const int ws = ALPYKA_WARP_SIZE;
+    char text[320];
+    unsigned long long pred = 0;
+    for (int k = 0; k < ws; ++k)
+        if (((group >> k) & 1ull) && fibers[base + k].wval) pred |= 1ull << k;
+    for (int k = 0; k < ws; ++k) {
+        if (!((group >> k) & 1ull)) continue;
+        Fiber& f = fibers[base + k];
+        long long lane = k, src = -1;
+        unsigned long long res = f.wval;
+        switch (f.wop) {
+            case W_MASK: res = group; break;
+            case W_ALL: res = pred == group; break;
+            case W_ANY: res = pred != 0; break;
+            case W_BALLOT: res = pred; break;
+            case W_SYNC: res = 0; break;
+            case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
+            case W_UP: src = lane - f.warg; break;
+            case W_DOWN: src = lane + f.warg; break;
+            case W_XOR: src = lane ^ f.warg; break;
+        }
+        if (f.wop >= W_SHFL && src >= 0 && src < ws) {
+            bool absent = base + src >= n, member = !absent && ((group >> src) & 1ull);
+            if (L->checks && !member) {
+                if (absent)
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane the block's "
+                             "partial last warp does not have (%d lanes): its value is undefined on a GPU; shuffle "
+                             "only from lanes below the warp's lane count", lane, src, n - base);
+                else if (fibers[base + src].state == DONE)
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that is not "
+                             "there (it finished the kernel): its value is undefined on a GPU", lane, src);
+                else
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that does not "
+                             "take part in it (outside its member mask): its value is undefined on a GPU", lane, src);
+                L->check("warp", f.site, 0, text);
+                return false;
+            }
+            if (member) res = fibers[base + src].wval;
+        }  // else the lane's own value (CUDA's rule out of range)
+        f.wres = res;
+    }
+    return true;
+}
 
 static bool release_warps(Launch* L, Fiber* fibers, int n) {
     const int ws = ALPYKA_WARP_SIZE;
     bool released = false;
-    char text[256];
     for (int base = 0; base < n; base += ws) {
         int end = base + ws < n ? base + ws : n;
-        bool waiting = false, ready = true;
-        int op = -1, site = 0, first = -1, done = -1;
-        unsigned long long live = 0, pred = 0;
+        unsigned long long launched = warp_lanes(base, n), handled = 0;
         for (int i = base; i < end; ++i) {
-            if (fibers[i].state == AT_WARP) {
-                waiting = true;
-                live |= 1ull << (i - base);
-                if (fibers[i].wval) pred |= 1ull << (i - base);
-                if (op < 0) op = fibers[i].wop, site = fibers[i].site, first = i;
-                if (op != fibers[i].wop || (L->checks && site != fibers[i].site)) {
-                    snprintf(text, sizeof text, "lanes %d and %d of a warp stand at different warp operations "
-                             "(%%1 and %%2): divergent warp code, which hangs or gives garbage on a GPU; every "
-                             "lane of the warp must reach the same operation", first - base, i - base);
-                    L->check("warp", site, fibers[i].site, text);
-                    return false;
-                }
-            } else if (fibers[i].state == DONE) {
-                done = i;
-            } else {
-                ready = false;
+            if (fibers[i].state != AT_WARP || ((handled >> (i - base)) & 1ull)) continue;
+            if (L->checks && own_bit_missing(L, fibers, base, i)) return false;
+            unsigned long long named = (fibers[i].wmask | (1ull << (i - base))) & launched, group = 0;
+            bool ready = true;
+            for (int k = 0; k < end - base && ready; ++k) {
+                if (!((named >> k) & 1ull)) continue;
+                const Fiber& g = fibers[base + k];
+                if (g.state == AT_WARP && same_warp_op(L, fibers[i], g))
+                    group |= 1ull << k;
+                else if (g.state != DONE)
+                    ready = false;  // still running, at a barrier, or at another warp operation
             }
+            handled |= group;
+            if (!ready) continue;
+            if (!warp_results(L, fibers, n, base, group)) return false;
+            for (int k = 0; k < end - base; ++k)
+                if ((group >> k) & 1ull) fibers[base + k].state = RUNNABLE;
+            released = true;
         }
-        if (!waiting || !ready) continue;
-        if (L->checks && done >= 0 && op != W_MASK && !EXITED_LANES_INACTIVE) {
-            snprintf(text, sizeof text, "lane %d of a warp finished the kernel while its other lanes wait at "
-                     "the warp operation of %%1: every launched lane of the warp must reach it (it hangs or "
-                     "reads undefined values on a GPU)", done - base);
-            L->check("warp", site, 0, text);
-            return false;
-        }
-        for (int i = base; i < end; ++i) {
-            Fiber& f = fibers[i];
-            if (f.state != AT_WARP) continue;
-            long long lane = i - base, src = -1;
-            unsigned long long res = f.wval;
-            switch (f.wop) {
-                case W_MASK: res = live; break;
-                case W_ALL: res = pred == live; break;
-                case W_ANY: res = pred != 0; break;
-                case W_BALLOT: res = pred; break;
-                case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
-                case W_UP: src = lane - f.warg; break;
-                case W_DOWN: src = lane + f.warg; break;
-                case W_XOR: src = lane ^ f.warg; break;
-            }
-            if (f.wop >= W_SHFL && src >= 0 && src < ws) {
-                bool absent = base + src >= n;
-                if (L->checks && (absent || fibers[base + src].state != AT_WARP)) {
-                    if (absent)
-                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane the "
-                                 "block's partial last warp does not have (%d lanes): its value is undefined on a "
-                                 "GPU; shuffle only from lanes below the warp's lane count", lane, src, n - base);
-                    else
-                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that "
-                                 "is not there (it finished the kernel): its value is undefined on a GPU", lane, src);
-                    L->check("warp", f.site, 0, text);
-                    return false;
-                }
-                if (!absent && fibers[base + src].state == AT_WARP) res = fibers[base + src].wval;
-            }  // else the lane's own value (CUDA's rule out of range)
-            f.wres = res;
-        }
-        for (int i = base; i < end; ++i)
-            if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
-        released = true;
     }
     return released;
+}
+
+// Nothing can run and ``i`` waits at a warp operation: report what it waits on.
+static void stuck_warp(Launch* L, Fiber* fibers, int n, int i) {
+    char text[320];
+    int base = i / ALPYKA_WARP_SIZE * ALPYKA_WARP_SIZE, end = base + ALPYKA_WARP_SIZE < n ? base + ALPYKA_WARP_SIZE : n;
+    unsigned long long named = fibers[i].wmask | (1ull << (i - base));
+    for (int j = base; j < end; ++j) {
+        if (!((named >> (j - base)) & 1ull) || fibers[j].state == DONE || j == i) continue;
+        if (fibers[j].state == AT_WARP && !same_warp_op(L, fibers[i], fibers[j])) {
+            snprintf(text, sizeof text, "lanes %d and %d of a warp stand at different warp operations (%%1 and %%2%s): "
+                     "divergent warp code, which hangs or gives garbage on a GPU; every lane named in the operation's "
+                     "mask must reach the same operation", i - base, j - base,
+                     fibers[i].wmask != fibers[j].wmask ? ", with different member masks" : "");
+            L->check("warp", fibers[i].site, fibers[j].site, text);
+            return;
+        }
+    }
+    L->check("warp", fibers[i].site, 0,
+             "a warp operation (%1) that not every live lane of the warp reached (some lanes wait at a "
+             "block barrier): divergent warp code, which hangs on a GPU");
 }
 
 // The barrier checks, once every thread of the block waits at a barrier or finished: all at one
@@ -509,9 +554,7 @@ static void run_block(Worker* w, unsigned long long b) {
             if (fibers[i].state == AT_WARP) at_warp = i;
         }
         if (at_warp >= 0) {
-            L->check("warp", fibers[at_warp].site, 0,
-                     "a warp operation (%1) that not every live lane of the warp reached (some lanes wait at a "
-                     "block barrier): divergent warp code, which hangs on a GPU");
+            stuck_warp(L, fibers, n, at_warp);
             return;
         }
         if (waiting == 0) break;
@@ -694,7 +737,7 @@ static void* work(void* arg) {
     return nullptr;
 }
 
-static unsigned long long warp_op(int op, unsigned long long value, long long arg, int line) {
+static unsigned long long warp_op(int op, unsigned long long value, long long arg, unsigned long long mask, int line) {
     Worker* w = worker;
     if (w->current == nullptr) {
         w->launch->fail("cuda_on_cpu: a warp operation in a kernel launched without fibers");
@@ -704,6 +747,7 @@ static unsigned long long warp_op(int op, unsigned long long value, long long ar
     f->wop = op;
     f->wval = value;
     f->warg = arg;
+    f->wmask = ALPYKA_WARP_SIZE >= 64 ? mask : mask & ((1ull << ALPYKA_WARP_SIZE) - 1ull);
     f->site = line;
     f->state = AT_WARP;
     to_scheduler(f);
@@ -789,27 +833,39 @@ template <class T> static inline T alpyka_wvalue(unsigned long long b) {
     memcpy(&v, &b, sizeof v);
     return v;
 }
-#define ALPYKA_WARP(op, v, arg) alpyka_host::warp_op(alpyka_host::op, (v), (arg), line)
+#define ALPYKA_ALL_LANES (~0ull)  // HIP's intrinsics and __activemask(): every lane of the warp
+#define ALPYKA_WARP(op, v, arg, m) alpyka_host::warp_op(alpyka_host::op, (v), (arg), (m), line)
 #define ALPYKA_LL(x) static_cast<long long>(x)
-static inline unsigned int alpyka_activemask(int line) { return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0)); }
-static inline int alpyka_all(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
-static inline int alpyka_any(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
-static inline unsigned long long alpyka_ballot(int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0); }
-template <class T> static inline T alpyka_shfl(int op, T v, long long arg, int line) {
-    return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, line));
+#define ALPYKA_M(m) static_cast<unsigned long long>(m)
+static inline unsigned int alpyka_activemask(int line) {
+    return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0, ALPYKA_ALL_LANES));
+}
+static inline int alpyka_all(unsigned long long m, int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0, m)); }
+static inline int alpyka_any(unsigned long long m, int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0, m)); }
+static inline unsigned long long alpyka_ballot(unsigned long long m, int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0, m); }
+static inline void alpyka_syncwarp(unsigned long long m, int line) { ALPYKA_WARP(W_SYNC, 0, 0, m); }
+template <class T> static inline T alpyka_shfl(int op, unsigned long long m, T v, long long arg, int line) {
+    return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, m, line));
 }
 #define __activemask() alpyka_activemask(__LINE__)
-#define __all_sync(m, p) alpyka_all((p), __LINE__)
-#define __any_sync(m, p) alpyka_any((p), __LINE__)
-#define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot((p), __LINE__))
-#define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __shfl_up_sync(m, v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_down_sync(m, v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_xor_sync(m, v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __all(p) alpyka_all((p), __LINE__)
-#define __any(p) alpyka_any((p), __LINE__)
-#define __ballot(p) alpyka_ballot((p), __LINE__)
-#define __shfl(v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __shfl_up(v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_down(v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_xor(v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __syncwarp(m) alpyka_syncwarp(ALPYKA_M(m), __LINE__)
+#define __all_sync(m, p) alpyka_all(ALPYKA_M(m), (p), __LINE__)
+#define __any_sync(m, p) alpyka_any(ALPYKA_M(m), (p), __LINE__)
+#define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot(ALPYKA_M(m), (p), __LINE__))
+#define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up_sync(m, v, d) \
+    alpyka_shfl(alpyka_host::W_UP, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down_sync(m, v, d) \
+    alpyka_shfl(alpyka_host::W_DOWN, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor_sync(m, v, k) \
+    alpyka_shfl(alpyka_host::W_XOR, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __all(p) alpyka_all(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __any(p) alpyka_any(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __ballot(p) alpyka_ballot(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __shfl(v, k) alpyka_shfl(alpyka_host::W_SHFL, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up(v, d) \
+    alpyka_shfl(alpyka_host::W_UP, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down(v, d) \
+    alpyka_shfl(alpyka_host::W_DOWN, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor(v, k) \
+    alpyka_shfl(alpyka_host::W_XOR, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)

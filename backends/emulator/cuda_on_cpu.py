@@ -47,7 +47,7 @@ FLAGS = (
     "-ffp-contract=off",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask")  # need fibers
+_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp")  # need fibers
 _ERR_LEN = 512
 
 _lock = threading.Lock()

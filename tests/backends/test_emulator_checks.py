@@ -68,6 +68,61 @@ def shfl_after_a_lane_left(acc, out, z):
 
 
 @pk.kernel
+def warp_op_at_two_sites(acc, out, z):
+    t = acc.thread_idx
+    if t % 2 == 0:
+        v = acc.warp_ballot(t > 4)  # CHECK (a call site of its own per branch: HIP's lanes never meet)
+    else:
+        v = acc.warp_ballot(t > 4)  # CHECK
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def different_warp_ops(acc, out, z):
+    t = acc.thread_idx
+    v = 0
+    if t < 8:
+        v = 1 if acc.warp_any(t > 4) else 0  # CHECK
+    else:
+        v = 1 if acc.warp_all(t > 4) else 0  # CHECK
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def warp_op_while_lanes_at_a_barrier(acc, out, z):
+    t = acc.thread_idx
+    v = 0
+    if t % 32 < 16:
+        v = 1 if acc.warp_any(t > 4) else 0  # CHECK
+    acc.sync_block_threads()  # CHECK
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def shfl_from_a_returned_lane(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size >= 16:
+        return
+    out[acc.block_idx * N + t] = acc.warp_shfl(t, 20)  # CHECK (lane 20 returned)
+
+
+@pk.kernel
+def mask_without_the_caller(acc, out, z):
+    t = acc.thread_idx
+    v = acc.warp_ballot_mask(np.uint64(1), t > 4)  # CHECK (only lane 0 is named; every lane calls)
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def shfl_outside_the_mask(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size < 16:
+        out[acc.block_idx * N + t] = acc.warp_shfl_mask(np.uint64(0xFFFF), t, 20)  # CHECK (lane 20: not named)
+
+
+@pk.kernel
 def write_write_race(acc, out, z):
     sh = acc.shared_array(N, np.int64)
     t = acc.thread_idx
@@ -164,6 +219,22 @@ def shfl_converged(acc, out, z):
 
 
 @pk.kernel
+def warp_op_at_one_site(acc, out, z):
+    t = acc.thread_idx
+    v = acc.warp_ballot(t > 4)
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def shfl_among_the_lanes_left(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size >= 16:
+        return
+    out[acc.block_idx * N + t] = acc.warp_shfl(t, 10)  # alpaka's rule: lanes that returned are left out
+
+
+@pk.kernel
 def one_writer(acc, out, z):
     sh = acc.shared_array(N, np.int64)
     t = acc.thread_idx
@@ -236,6 +307,19 @@ def _within_the_warp(warp_size: int) -> np.ndarray:
     return np.where(lane + 16 < lanes, t + 16, t)
 
 
+def _ballot_above_4(warp_size: int) -> np.ndarray:
+    """What warp_op_at_one_site gives in a block of N: the warp's ballot of t > 4 (an int64's bits)."""
+    t = np.arange(N)
+    bits = [sum(1 << (k - w) for k in range(w, min(w + warp_size, N)) if k > 4) for w in t - t % warp_size]
+    return np.array([b - (1 << 64) if b >= 1 << 63 else b for b in bits], np.int64)
+
+
+def _lanes_left(warp_size: int) -> np.ndarray:
+    """What shfl_among_the_lanes_left gives: lanes below 16 read lane 10 of their warp."""
+    t = np.arange(N)
+    return np.where(t % warp_size < 16, t - t % warp_size + 10, t)
+
+
 def _converged() -> np.ndarray:
     """What shfl_converged gives: every lane swaps with its pair each step, keeping t % 4 + 1 of them."""
     v = np.arange(N)
@@ -251,6 +335,12 @@ CASES = {
     "skipped_barrier": (skipped_barrier, "barrier", N, 1, uniform_barrier, np.arange(N)),
     "shfl_absent_lane": (shfl_from_absent_lane, "warp", 48, 1, shfl_within_the_warp, _within_the_warp),
     "shfl_lane_left": (shfl_after_a_lane_left, "warp", N, 1, shfl_converged, _converged()),
+    "warp_two_sites": (warp_op_at_two_sites, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "warp_ops_differ": (different_warp_ops, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "warp_vs_barrier": (warp_op_while_lanes_at_a_barrier, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
+    "shfl_returned_lane": (shfl_from_a_returned_lane, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
+    "mask_without_caller": (mask_without_the_caller, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "shfl_outside_mask": (shfl_outside_the_mask, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
     "write_write": (write_write_race, "race", N, 1, one_writer, np.full(N, 7)),
     "write_read": (write_read_race, "race", N, 1, write_barrier_read, (np.arange(N) + 1) % N),
     "warp_synchronous": (warp_synchronous_sum, "race", N, 1, block_synchronous_sum, np.full(N, sum(range(32)))),
