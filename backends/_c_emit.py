@@ -203,9 +203,12 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
 
     def shared_access(self, ref: ir.ArrayRef, macro: str, text: str) -> str:
         """``text`` (an element, or its address for atomics) wrapped in the shared-access macro
-        ``ALPYKA_SH_<macro>`` when emitting for the emulator's checks (:data:`SHARED_ACCESS`)."""
+        ``ALPYKA_SH_<macro>`` when emitting for the emulator's checks (:data:`SHARED_ACCESS`);
+        global memory's in ``ALPYKA_GL_<macro>``."""
         if self.checks and ref.type.kind in ("shared", "dynamic_shared"):
             return f"ALPYKA_SH_{macro}({text})"
+        if self.checks and ref.type.kind in _GLOBAL_KINDS:
+            return f"ALPYKA_GL_{macro}({text})"
         return text
 
     def visit_Load(self, e: ir.Load) -> str:
@@ -447,15 +450,25 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         return header, args
 
 
-#: the shared-memory access macros of a source emitted with ``checks``: a load, a store's target
-#: and an atomic's address; plain accesses unless defined first (the emulator's cuda_on_cpu.h)
+#: the shared- and global-memory access macros of a source emitted with ``checks``: a load, a
+#: store's target and an atomic's address; plain accesses unless defined first (the emulator's
+#: cuda_on_cpu.h)
 SHARED_ACCESS = """\
 #ifndef ALPYKA_SH_LD
 #define ALPYKA_SH_LD(x) (x)
 #define ALPYKA_SH_ST(x) (x)
 #define ALPYKA_SH_AT(p) (p)
+#define ALPYKA_SH_STV(x, v) ((x) = (v))
+#endif
+#ifndef ALPYKA_GL_LD
+#define ALPYKA_GL_LD(x) (x)
+#define ALPYKA_GL_ST(x) (x)
+#define ALPYKA_GL_AT(p) (p)
 #endif
 """
+
+#: the array kinds in global (device) memory
+_GLOBAL_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer")
 
 #: precedence groups of the operators a chain may be written without parentheses in
 _GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}

@@ -72,8 +72,11 @@ class StatementEmitter:
         v = self.expr(s.value)
         if s.array.type.dtype.is_bool:
             v = f"(u8)({v})"
-        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, "check", None)))
-        self.out(f"{el} = {v};{tag}", line)
+        el = self.element(s.array, s.indices, getattr(s, "check", None))
+        if self.checks and s.array.type.kind in ("shared", "dynamic_shared"):  # the checks see the value too
+            self.out(f"ALPYKA_SH_STV({el}, {v});{tag}", line)
+            return
+        self.out(f"{self.shared_access(s.array, 'ST', el)} = {v};{tag}", line)
 
     def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
         self.out(f"(void){self.expr(s.value)};{tag}", line)

@@ -202,6 +202,7 @@ struct Worker {  // one OS thread's view of the block it runs
     unsigned epoch;          // barriers this block passed
     struct Shadow* table;    // shared-memory shadow: open addressing by element address
     size_t cap, used;
+    long long mem_hint;      // the row of Launch::mem the last global access hit
 };
 static thread_local Worker* worker = nullptr;
 
@@ -215,6 +216,8 @@ struct Launch {
     unsigned long long next_block;  // claimed with __atomic_fetch_add
     int failed;                     // set once, with __atomic_exchange_n
     int checks;                     // the checks of the header comment are on
+    const unsigned long long* mem;  // tracked device memory: n_mem rows (base, end, shadow address) by base
+    long long n_mem;
     char* error;
     int error_len;
 
@@ -667,11 +670,24 @@ template <class T> static T* sh_read(T* p, int line) {
     return p;
 }
 
-template <class T> static T* sh_write(T* p, int line) {
+// Two threads storing the same bits: the order cannot change the element, but it is still a data
+// race (undefined in CUDA's memory model; racecheck grades it a hazard of its own).
+static void same_value_race(int line, int other_line, int t, int other) {
+    char text[400];
+    snprintf(text, sizeof text, "thread %d writes the same value to a shared memory element at %%1 that thread %d "
+             "wrote at %%2 with no barrier between: every thread storing one value gives that value whatever the "
+             "order, but the stores still race (undefined under CUDA's memory model, racecheck's write-write "
+             "hazard); let one thread store it (if acc.thread_idx == 0) before a barrier", t, other);
+    check_failed("race", line, other_line, text);
+}
+
+template <class T> static T* sh_write(T* p, int line, const T* value = nullptr) {
     Shadow* e = shadow(p);
     if (e == nullptr) return p;
     int t = worker->tid;
-    if (e->wr >= 0 && e->wr != t) {
+    if (e->wr >= 0 && e->wr != t && value != nullptr && memcmp(p, value, sizeof(T)) == 0) {
+        same_value_race(line, e->wr_line, t, e->wr);
+    } else if (e->wr >= 0 && e->wr != t) {
         race(line, e->wr_line, t, "writes", e->wr, "wrote");
     } else if (e->at >= 0 && (e->at2 >= 0 || e->at != t)) {
         race(line, e->at_line, t, "writes (a plain store)", e->at != t ? e->at : e->at2, "updated atomically");
@@ -683,6 +699,11 @@ template <class T> static T* sh_write(T* p, int line) {
         e->init = true;
     }
     return p;
+}
+
+template <class T, class V> static void sh_store(T* p, V v, int line) {  // p = v, the checks seeing v
+    T value = static_cast<T>(v);
+    *sh_write(p, line, &value) = value;
 }
 
 template <class T> static T* sh_atomic(T* p, int line) {
@@ -703,6 +724,77 @@ template <class T> static T* sh_atomic(T* p, int line) {
     } else if (e->at != t) {
         e->at2 = t;
     }
+    return p;
+}
+
+// ---------------------------------------------------------------------- global memory shadow
+// Device allocations the stand-in tracks (fake_cupy_runtime.py's memory_table): a shadow byte per
+// byte, 1 once written (a copy, a memset, a kernel's store); a fresh allocation's bytes are the
+// poison 0xA5. A read (or atomic) of a byte never written whose value is still the poison is
+// "uninitialized"; a byte that changed behind the emulator's back (a host library writing through
+// the pointer) counts as written.
+static const unsigned char POISON = 0xA5;
+
+static unsigned char* gl_shadow(const void* p, size_t n) {  // the shadow of [p, p + n), or nullptr
+    Worker* w = worker;
+    if (w == nullptr || w->launch->n_mem <= 0) return nullptr;
+    const Launch* L = w->launch;
+    const unsigned long long* m = L->mem;
+    unsigned long long a = reinterpret_cast<uintptr_t>(p);
+    long long i = w->mem_hint;
+    if (!(i >= 0 && i < L->n_mem && m[3 * i] <= a && a < m[3 * i + 1])) {
+        long long lo = 0, hi = L->n_mem - 1;
+        i = -1;
+        while (lo <= hi) {
+            long long mid = lo + (hi - lo) / 2;
+            if (m[3 * mid] <= a) i = mid, lo = mid + 1;
+            else hi = mid - 1;
+        }
+        if (i < 0 || a >= m[3 * i + 1]) return nullptr;
+        w->mem_hint = i;
+    }
+    if (a + n > m[3 * i + 1]) return nullptr;
+    return reinterpret_cast<unsigned char*>(static_cast<uintptr_t>(m[3 * i + 2])) + (a - m[3 * i]);
+}
+
+// Whether [p, p + n) holds a byte never written that still holds the poison (bytes changed behind
+// the emulator's back are marked written).
+static bool gl_unwritten(const void* p, size_t n, unsigned char* s) {
+    bool unwritten = false, poisoned = true;
+    for (size_t k = 0; k < n; ++k) {
+        if (__atomic_load_n(s + k, __ATOMIC_RELAXED)) continue;
+        unwritten = true;
+        poisoned = poisoned && static_cast<const unsigned char*>(p)[k] == POISON;
+    }
+    if (unwritten && !poisoned)
+        for (size_t k = 0; k < n; ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
+    return unwritten && poisoned;
+}
+
+static void gl_uninitialized(int line, const char* what) {
+    char text[320];
+    snprintf(text, sizeof text, "%s of device memory at %%1 that nothing wrote since it was allocated: a fresh "
+             "buffer holds garbage on a GPU (never zero; the emulator fills it with 0xA5 bytes); write it first "
+             "(pk.memset, pk.memcpy or a kernel's store)", what);
+    check_failed("uninitialized", line, 0, text);
+}
+
+template <class T> static T* gl_read(T* p, int line) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s != nullptr && gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "a read");
+    return p;
+}
+
+template <class T> static T* gl_write(T* p, int line) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s != nullptr)
+        for (size_t k = 0; k < sizeof(T); ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
+    return p;
+}
+
+template <class T> static T* gl_atomic(T* p, int line) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s != nullptr && gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "an atomic update");
     return p;
 }
 
@@ -780,6 +872,10 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     L.dyn_shared = dyn_shared;
     L.fibers = fibers != 0;
     L.checks = checks;
+    if (checks) {  // dims[6], dims[7]: the table of tracked device memory (cuda_on_cpu.py's run)
+        L.mem = reinterpret_cast<const unsigned long long*>(static_cast<uintptr_t>(dims[6]));
+        L.n_mem = dims[7];
+    }
     L.seed = seed;
     L.error = error;
     L.error_len = error_len;
@@ -821,6 +917,10 @@ static inline int alpyka_syncthreads_or(int p, int line) { return alpyka_host::b
 #define ALPYKA_SH_LD(x) (*alpyka_host::sh_read(&(x), __LINE__))
 #define ALPYKA_SH_ST(x) (*alpyka_host::sh_write(&(x), __LINE__))
 #define ALPYKA_SH_AT(p) (alpyka_host::sh_atomic((p), __LINE__))
+#define ALPYKA_SH_STV(x, v) alpyka_host::sh_store(&(x), (v), __LINE__)
+#define ALPYKA_GL_LD(x) (*alpyka_host::gl_read(&(x), __LINE__))
+#define ALPYKA_GL_ST(x) (*alpyka_host::gl_write(&(x), __LINE__))
+#define ALPYKA_GL_AT(p) (alpyka_host::gl_atomic((p), __LINE__))
 
 // ---------------------------------------------------------------------- warps (CUDA, then HIP)
 template <class T> static inline unsigned long long alpyka_wbits(T v) {

@@ -5,6 +5,7 @@ array type with cupy's ``get()``, ``data.ptr``, CUDA array interface and DLPack 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
 from typing import Any
@@ -19,7 +20,9 @@ class _Chunk:
         self.size = n
         self.raw = np.zeros(n + 512, np.uint8)
         self.base = self.raw.ctypes.data + (-self.raw.ctypes.data) % 512
-        rt.register(self.base, n, "device", device)
+        # under the emulator's checks: a shadow byte per byte, poisoned at each malloc (see there)
+        tracked = rt.memory_checks is not None and rt.memory_checks()
+        rt.register(self.base, n, "device", device, np.zeros(n, np.uint8) if tracked else None)
         weakref.finalize(self, rt.unregister, self.base)
 
 
@@ -58,6 +61,14 @@ class _DevicePool:
             else:
                 chunk = _Chunk(self.rt, n, self.device)
                 self.total += n
+        # a fresh allocation holds garbage on a GPU (the pool's reused blocks what their last user
+        # left): poisoned and unwritten for the checks, in the stream's order (the block's last
+        # user may still run on it)
+        poison = functools.partial(self.rt.poison, chunk.base, chunk.size)
+        if stream is not None:
+            stream.ex.submit(poison)
+        else:
+            poison()
         return MemoryPointer(PooledMemory(chunk, arena, self.device), 0)
 
     def free_all_blocks(self) -> None:

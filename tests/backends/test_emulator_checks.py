@@ -434,3 +434,128 @@ def test_the_switch_turns_the_checks_off(backend, checked, setting):
             "checked",
             "barrier",
         ], done.stdout
+
+
+# ----------------------------------------------------------------------------- more access orders
+# Each race rule of the shadow (cuda_on_cpu.h's sh_read/sh_write/sh_atomic) seen alone: thread 0
+# makes the first access, a warp operation (a point where the emulator switches threads), thread 1
+# makes the same access, another warp operation, then thread 0, which made the first access
+# itself, makes the last: only the rule that remembers a second thread (rd2, at2) can catch it.
+@pk.device_function
+def _switch(acc, t):
+    """A warp operation the compiler keeps: every lane waits there for the others."""
+    return acc.warp_any(t % 2 == 0)
+
+
+@pk.kernel
+def two_atomics_then_a_read(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    if t == 0:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s1 = _switch(acc, t)
+    if t == 1:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        out[0] = sh[0]  # CHECK (thread 1 updated it too)
+
+
+@pk.kernel
+def two_atomics_then_a_write(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    if t == 0:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s1 = _switch(acc, t)
+    if t == 1:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        sh[0] = 7  # CHECK
+    out[t] = t
+
+
+@pk.kernel
+def two_reads_then_an_atomic(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    v = sh[0] if t == 0 else 0
+    s1 = _switch(acc, t)
+    if t == 1:
+        v = sh[0]
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")  # CHECK
+    out[t] = v
+
+
+@pk.kernel
+def two_reads_then_a_write(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    v = sh[0] if t == 0 else 0
+    s1 = _switch(acc, t)
+    if t == 1:
+        v = sh[0]
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        sh[0] = 5  # CHECK
+    out[t] = v
+
+
+@pk.kernel
+def an_atomic_on_unwritten_shared(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    acc.atomic_add(sh, 0, 1, hierarchy="threads")  # CHECK
+    acc.sync_block_threads()
+    out[acc.thread_idx] = sh[0]
+
+
+@pk.kernel
+def own_accesses_only(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = 0
+    acc.atomic_add(sh, t, 1, hierarchy="threads")
+    v = sh[t]
+    if acc.warp_any(t % 2 == 0):  # true in every warp
+        sh[t] = v + 1
+    acc.sync_block_threads()
+    out[t] = sh[t]
+
+
+ORDERS = {
+    "two_atomics_then_a_read": (two_atomics_then_a_read, "race"),
+    "two_atomics_then_a_write": (two_atomics_then_a_write, "race"),
+    "two_reads_then_an_atomic": (two_reads_then_an_atomic, "race"),
+    "two_reads_then_a_write": (two_reads_then_a_write, "race"),
+    "an_atomic_on_unwritten_shared": (an_atomic_on_unwritten_shared, "uninitialized"),
+}
+
+
+@emulated
+@pytest.mark.parametrize("case", list(ORDERS))
+@pytest.mark.parametrize("seed", ["1", "7"])
+def test_each_rule_of_the_shadow_catches_its_order(device, queue, checked, monkeypatch, case, seed):
+    wrong, kind = ORDERS[case]
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", seed)  # the order of the first accesses does not matter
+    with pytest.raises(pk.AsyncError) as info:
+        _launch(queue, device, wrong, N, 1)
+    err = info.value.__cause__
+    assert isinstance(err, pk.KernelCheckError) and err.kind == kind, repr(err)
+    assert any(f"{os.path.basename(__file__)}:{line}" in str(err) for line in _check_lines(wrong)), str(err)
+    got = _launch(queue, device, own_accesses_only, N, 1)  # a thread's own accesses never race
+    np.testing.assert_array_equal(got, np.full(N, 2))
