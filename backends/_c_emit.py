@@ -36,7 +36,7 @@ from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
 from ._c_messages import MessageEmitter
 from ._c_source import CEmitError, CSource
-from ._c_statements import StatementEmitter, ident
+from ._c_statements import GLOBAL_KINDS, StatementEmitter, ident
 from ._float_to_int import c_helper
 
 
@@ -207,7 +207,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         global memory's in ``ALPYKA_GL_<macro>``."""
         if self.checks and ref.type.kind in ("shared", "dynamic_shared"):
             return f"ALPYKA_SH_{macro}({text})"
-        if self.checks and ref.type.kind in _GLOBAL_KINDS:
+        if self.checks and ref.type.kind in GLOBAL_KINDS:
             return f"ALPYKA_GL_{macro}({text})"
         return text
 
@@ -464,11 +464,10 @@ SHARED_ACCESS = """\
 #define ALPYKA_GL_LD(x) (x)
 #define ALPYKA_GL_ST(x) (x)
 #define ALPYKA_GL_AT(p) (p)
+#define ALPYKA_GL_STV(x, v) ((x) = (v))
 #endif
 """
 
-#: the array kinds in global (device) memory
-_GLOBAL_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer")
 
 #: precedence groups of the operators a chain may be written without parentheses in
 _GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}

@@ -29,8 +29,11 @@
 //   "barrier": threads at different barriers, or some finished while others wait at one;
 //   "warp": named lanes at different warp operations (or call sites, or masks), a calling lane its
 //   mask does not name, a shuffle from an absent, finished or unnamed lane; "race": two
-//   threads touch one shared element between two barriers, one writing, not both atomically;
-//   "uninitialized": a read (or atomic) of shared memory this block never wrote.
+//   threads touch one shared element between two barriers, one writing, not both atomically (the
+//   same in device memory, plus two plain stores to one element from two blocks; every thread
+//   storing one value is said to be that); "uninitialized": a read (or atomic) of shared memory
+//   this block never wrote, or of device memory nothing wrote since its allocation (the global
+//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below).
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
@@ -203,6 +206,7 @@ struct Worker {  // one OS thread's view of the block it runs
     struct Shadow* table;    // shared-memory shadow: open addressing by element address
     size_t cap, used;
     long long mem_hint;      // the row of Launch::mem the last global access hit
+    long long block;         // the block it runs (linear index)
 };
 static thread_local Worker* worker = nullptr;
 
@@ -218,6 +222,7 @@ struct Launch {
     int checks;                     // the checks of the header comment are on
     const unsigned long long* mem;  // tracked device memory: n_mem rows (base, end, shadow address) by base
     long long n_mem;
+    struct Races* races;            // the launch's race shadow of that memory (nullptr: none)
     char* error;
     int error_len;
 
@@ -515,6 +520,7 @@ static void run_block(Worker* w, unsigned long long b) {
     blockDim = L->block;
     gridDim = L->grid;
     ++w->gen;  // the shadow entries of earlier blocks are stale: this block's shared memory is unwritten
+    w->block = static_cast<long long>(b);
     w->epoch = 0;
     if (L->dyn_shared > 0) memset(alpyka_dyn_shared, 0xA5, static_cast<size_t>(L->dyn_shared));
     int n = w->n;
@@ -641,11 +647,13 @@ static void check_failed(const char* kind, int line, int line2, const char* text
     }
 }
 
-static void race(int line, int other_line, int t, const char* what, int other, const char* other_what) {
-    char text[320];
-    snprintf(text, sizeof text, "thread %d %s a shared memory element at %%1 that thread %d %s at %%2 with no "
+static void race(int line, int other_line, int t, const char* what, int other, const char* other_what,
+                 const char* where = "a shared memory element") {
+    char text[400];
+    snprintf(text, sizeof text, "thread %d %s %s at %%1 that thread %d %s at %%2 with no "
              "barrier between (a data race: the result depends on the order the GPU runs them); put "
-             "acc.sync_block_threads() between the two, or make both accesses atomic", t, what, other, other_what);
+             "acc.sync_block_threads() between the two, or make both accesses atomic", t, what, where, other,
+             other_what);
     check_failed("race", line, other_line, text);
 }
 
@@ -672,12 +680,12 @@ template <class T> static T* sh_read(T* p, int line) {
 
 // Two threads storing the same bits: the order cannot change the element, but it is still a data
 // race (undefined in CUDA's memory model; racecheck grades it a hazard of its own).
-static void same_value_race(int line, int other_line, int t, int other) {
-    char text[400];
-    snprintf(text, sizeof text, "thread %d writes the same value to a shared memory element at %%1 that thread %d "
+static void same_value_race(int line, int other_line, int t, int other, const char* where = "a shared memory element") {
+    char text[420];
+    snprintf(text, sizeof text, "thread %d writes the same value to %s at %%1 that thread %d "
              "wrote at %%2 with no barrier between: every thread storing one value gives that value whatever the "
              "order, but the stores still race (undefined under CUDA's memory model, racecheck's write-write "
-             "hazard); let one thread store it (if acc.thread_idx == 0) before a barrier", t, other);
+             "hazard); let one thread store it (if acc.thread_idx == 0) before a barrier", t, where, other);
     check_failed("race", line, other_line, text);
 }
 
@@ -779,22 +787,142 @@ static void gl_uninitialized(int line, const char* what) {
     check_failed("uninitialized", line, 0, text);
 }
 
+// Races in tracked device memory: per element (by address) the last plain writer, the readers and
+// the atomic updaters, each with its block and barrier phase, in a table of the launch shared by
+// its OS threads (one lock). Within a block the shared-memory rules apply; between blocks two
+// plain stores to one element race (a lost update, or an order nothing fixes). A plain read of
+// another block's store is not reported (a fence and an atomic flag may order them), nor stores
+// after another block's atomics (the last block of a threadfence reduction resets the counter).
+struct RaceEntry {
+    uintptr_t addr;  // 0: free
+    long long wb, rb, ab;  // the block of the last plain store / plain load / atomic, -1: none
+    unsigned we, re, ae;   // their barrier phases
+    int wt, rt, rt2, at, at2;  // their threads (rt2, at2: a second thread of the same block and phase)
+    int wl, rl, al;        // their lines
+};
+struct Races {
+    pthread_mutex_t lock;
+    RaceEntry* table;
+    size_t cap, used;
+    bool full;  // the table reached its limit: addresses not seen so far go unchecked
+};
+static const size_t RACE_LIMIT = size_t(1) << 22;  // entries (64 bytes each)
+static const char* const GLOBAL_ELEMENT = "a device memory element";
+
+static RaceEntry* race_slot(RaceEntry* table, size_t cap, uintptr_t addr) {
+    size_t i = static_cast<size_t>(mix(addr)) & (cap - 1);
+    while (table[i].addr != 0 && table[i].addr != addr) i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+static RaceEntry* race_entry(Races* R, uintptr_t addr) {  // under R->lock; nullptr: unchecked
+    if ((R->used + 1) * 2 > R->cap) {
+        size_t cap = R->cap ? R->cap * 2 : 1 << 12;
+        RaceEntry* table = cap <= RACE_LIMIT ? static_cast<RaceEntry*>(calloc(cap, sizeof(RaceEntry))) : nullptr;
+        if (table == nullptr) {
+            R->full = true;
+        } else {
+            for (size_t i = 0; i < R->cap; ++i)
+                if (R->table[i].addr != 0) *race_slot(table, cap, R->table[i].addr) = R->table[i];
+            free(R->table);
+            R->table = table;
+            R->cap = cap;
+        }
+    }
+    RaceEntry* e = race_slot(R->table, R->cap, addr);
+    if (e->addr == 0) {
+        if (R->full && (R->used + 1) * 2 > R->cap) return nullptr;
+        e->addr = addr;
+        e->wb = e->rb = e->ab = -1;
+        ++R->used;
+    }
+    return e;
+}
+
+enum { G_READ, G_WRITE, G_ATOMIC };
+
+// The access of the running thread to ``p`` (``value``: a store's new bits); false after a report.
+static bool gl_race(const void* p, size_t n, int kind, int line, const void* value) {
+    Worker* w = worker;
+    Races* R = w->launch->races;
+    if (R == nullptr) return true;
+    long long b = w->block;
+    int t = w->tid;
+    unsigned ep = w->epoch;
+    pthread_mutex_lock(&R->lock);
+    RaceEntry* e = race_entry(R, reinterpret_cast<uintptr_t>(p));
+    if (e == nullptr) {
+        pthread_mutex_unlock(&R->lock);
+        return true;
+    }
+    bool w_here = e->wb == b && e->we == ep, r_here = e->rb == b && e->re == ep, a_here = e->ab == b && e->ae == ep;
+    bool w_other = w_here && e->wt != t, r_other = r_here && (e->rt != t || e->rt2 >= 0);
+    bool a_other = a_here && (e->at != t || e->at2 >= 0);
+    int other_r = e->rt != t ? e->rt : e->rt2, other_a = e->at != t ? e->at : e->at2;
+    RaceEntry seen = *e;
+    int verdict = 0;  // 1 race in the block, 2 a plain store of another block, 3 the same value
+    if (kind == G_READ) {
+        verdict = w_other || a_other;
+        if (!r_here) e->rb = b, e->re = ep, e->rt = t, e->rt2 = -1, e->rl = line;
+        else if (e->rt != t) e->rt2 = t;
+    } else if (kind == G_WRITE) {
+        bool w_block = e->wb >= 0 && e->wb != b;
+        verdict = w_other || w_block ? 2 : (r_other || a_other);
+        if ((w_other || w_block) && value != nullptr && memcmp(p, value, n) == 0) verdict = 3;
+        e->wb = b, e->we = ep, e->wt = t, e->wl = line;
+    } else {
+        verdict = w_other || r_other;
+        if (!a_here) e->ab = b, e->ae = ep, e->at = t, e->at2 = -1, e->al = line;
+        else if (e->at != t) e->at2 = t;
+    }
+    pthread_mutex_unlock(&R->lock);
+    if (verdict == 0) return true;
+    const char* what = kind == G_READ ? "reads" : kind == G_WRITE ? "writes" : "updates atomically";
+    if (verdict == 3) {
+        same_value_race(line, seen.wl, t, seen.wt, GLOBAL_ELEMENT);
+    } else if (verdict == 2 && seen.wb != b) {
+        char text[420];
+        snprintf(text, sizeof text, "thread %d of block %lld writes a device memory element at %%1 that thread %d of "
+                 "block %lld wrote at %%2 in the same launch: blocks run in no set order (a data race: a lost "
+                 "update or the last writer wins by chance); let one block own each element, or use an atomic "
+                 "(acc.atomic_add, acc.atomic_exch)", t, b, seen.wt, seen.wb);
+        check_failed("race", line, seen.wl, text);
+    } else if (w_other || (verdict == 2 && seen.wb == b)) {
+        race(line, seen.wl, t, what, seen.wt, "wrote", GLOBAL_ELEMENT);
+    } else if (kind != G_ATOMIC && a_other) {
+        race(line, seen.al, t, what, other_a, "updated atomically", GLOBAL_ELEMENT);
+    } else {
+        race(line, seen.rl, t, what, other_r, "read", GLOBAL_ELEMENT);
+    }
+    return false;
+}
+
 template <class T> static T* gl_read(T* p, int line) {
     unsigned char* s = gl_shadow(p, sizeof(T));
-    if (s != nullptr && gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "a read");
+    if (s == nullptr) return p;
+    if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "a read");
+    else gl_race(p, sizeof(T), G_READ, line, nullptr);
     return p;
 }
 
-template <class T> static T* gl_write(T* p, int line) {
+template <class T> static T* gl_write(T* p, int line, const T* value = nullptr) {
     unsigned char* s = gl_shadow(p, sizeof(T));
-    if (s != nullptr)
-        for (size_t k = 0; k < sizeof(T); ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
+    if (s == nullptr) return p;
+    if (!gl_race(p, sizeof(T), G_WRITE, line, value)) return p;
+    for (size_t k = 0; k < sizeof(T); ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
     return p;
+}
+
+template <class T, class V> static void gl_store(T* p, V v, int line) {  // p = v, the checks seeing v
+    T value = static_cast<T>(v);
+    *gl_write(p, line, &value) = value;
 }
 
 template <class T> static T* gl_atomic(T* p, int line) {
     unsigned char* s = gl_shadow(p, sizeof(T));
-    if (s != nullptr && gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "an atomic update");
+    if (s == nullptr) return p;
+    if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "an atomic update");
+    else gl_race(p, sizeof(T), G_ATOMIC, line, nullptr);
     return p;
 }
 
@@ -883,6 +1011,12 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
         L.fail("cuda_on_cpu: more dynamic shared memory than ALPYKA_DYN_SHARED_MAX");
         return 1;
     }
+    Races races;
+    memset(&races, 0, sizeof races);
+    if (L.n_mem > 0) {
+        pthread_mutex_init(&races.lock, nullptr);
+        L.races = &races;
+    }
     unsigned long long blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
     unsigned long long n = blocks < static_cast<unsigned long long>(threads > 0 ? threads : 1)
                                ? blocks : static_cast<unsigned long long>(threads > 0 ? threads : 1);
@@ -896,6 +1030,10 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     pthread_attr_destroy(&attr);
     work(&L);
     for (unsigned long long i = 0; i < started; ++i) pthread_join(pool[i], nullptr);
+    if (L.races != nullptr) {
+        pthread_mutex_destroy(&races.lock);
+        free(races.table);
+    }
     return L.failed ? 1 : 0;
 }
 
@@ -921,6 +1059,7 @@ static inline int alpyka_syncthreads_or(int p, int line) { return alpyka_host::b
 #define ALPYKA_GL_LD(x) (*alpyka_host::gl_read(&(x), __LINE__))
 #define ALPYKA_GL_ST(x) (*alpyka_host::gl_write(&(x), __LINE__))
 #define ALPYKA_GL_AT(p) (alpyka_host::gl_atomic((p), __LINE__))
+#define ALPYKA_GL_STV(x, v) alpyka_host::gl_store(&(x), (v), __LINE__)
 
 // ---------------------------------------------------------------------- warps (CUDA, then HIP)
 template <class T> static inline unsigned long long alpyka_wbits(T v) {

@@ -4,7 +4,9 @@ allocation fails with KernelCheckError "uninitialized" at the kernel's Python li
 the memory came to be unwritten (never written, written only in part, copied from unwritten
 memory, a pool block reused by a new buffer); what writes it (pk.memset, a copy from the host, a
 kernel's store, a host library through the pointer) makes it readable. Every thread of a block
-writing the same value to one shared element is a race reported as such."""
+writing the same value to one shared element is a race reported as such. Races in device memory:
+between the threads of a block as in shared memory, and two blocks storing to one element (a lost
+update); elements each thread owns pass."""
 
 from __future__ import annotations
 
@@ -187,3 +189,83 @@ def test_every_thread_writing_one_value_is_a_race_said_as_such(queue, checked):
     assert "the result depends on the order" in differ and "same value" not in differ, differ
     pk.exec(queue, pk.make_workdiv(queue.device, 1, N), one_thread_resets, out, N)
     assert (_result(queue, out) == N).all()
+
+
+# ----------------------------------------------------------------------------- races in device memory
+@pk.kernel
+def count_with_plain_adds(acc, out, n):
+    out[0] += 1  # CHECK (every thread: a lost update)
+
+
+@pk.kernel
+def count_with_atomics(acc, out, n):
+    acc.atomic_add(out, 0, 1)
+
+
+@pk.kernel
+def neighbour_without_a_barrier(acc, out, buf):
+    t = acc.thread_idx
+    buf[t] = t  # CHECK (either access is the race's first)
+    out[t] = buf[(t + 1) % acc.block_threads]  # CHECK
+
+
+@pk.kernel
+def neighbour_after_a_barrier(acc, out, buf):
+    t = acc.thread_idx
+    buf[t] = t
+    acc.sync_block_threads()
+    out[t] = buf[(t + 1) % acc.block_threads]
+
+
+@pk.kernel
+def every_thread_sets_the_flag(acc, out, n):
+    out[0] = 1  # CHECK
+
+
+@pk.kernel
+def each_thread_its_own_elements(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = out[i] * 2 + 1
+
+
+@pytest.mark.parametrize("blocks, threads", [(1, N), (N, 1), (4, 16)])
+def test_a_lost_update_in_device_memory_is_a_race(queue, checked, blocks, threads):
+    out = pk.Buffer(queue.device, 1, np.int64, queue=queue)
+    pk.memset(queue, out, 0)
+    with pytest.raises(pk.AsyncError) as info:
+        pk.exec(queue, pk.WorkDiv(blocks, threads, 1), count_with_plain_adds, out, 1)
+        queue.wait()
+    err = info.value.__cause__
+    assert isinstance(err, pk.KernelCheckError) and err.kind == "race", repr(err)
+    assert any(w in str(err) for w in _lines(count_with_plain_adds)) and "device memory" in str(err), str(err)
+    if blocks > 1 and threads == 1:
+        assert "blocks run in no set order" in str(err), str(err)
+    pk.memset(queue, out, 0)
+    pk.exec(queue, pk.WorkDiv(blocks, threads, 1), count_with_atomics, out, 1)
+    assert _result(queue, out, 1)[0] == blocks * threads
+
+
+def test_a_neighbours_element_in_device_memory_needs_a_barrier(queue, checked):
+    out, buf = _buffers(queue)
+    pk.memset(queue, buf, 0)  # initialised: what is left is the order of the two accesses
+    with pytest.raises(pk.AsyncError) as info:
+        pk.exec(queue, pk.WorkDiv(1, N, 1), neighbour_without_a_barrier, out, buf)
+        queue.wait()
+    err = info.value.__cause__
+    assert err.kind == "race" and any(w in str(err) for w in _lines(neighbour_without_a_barrier)), str(err)
+    pk.exec(queue, pk.WorkDiv(1, N, 1), neighbour_after_a_barrier, out, buf)
+    np.testing.assert_array_equal(_result(queue, out), (np.arange(N) + 1) % N)
+
+
+def test_one_value_stored_by_every_thread_in_device_memory(queue, checked):
+    out = pk.Buffer(queue.device, 1, np.int64, queue=queue)
+    pk.memset(queue, out, 0)
+    text = _fails(queue, "race", every_thread_sets_the_flag, out, 1)
+    assert "writes the same value" in text, text
+
+
+def test_elements_owned_by_one_thread_each_do_not_race(queue, checked):
+    out = pk.Buffer(queue.device, 1000, np.int64, queue=queue)
+    pk.memcpy(queue, out, np.arange(1000, dtype=np.int64))
+    pk.exec(queue, pk.WorkDiv(3, 32, 1), each_thread_its_own_elements, out, 1000)
+    np.testing.assert_array_equal(_result(queue, out, 1000), np.arange(1000) * 2 + 1)
