@@ -52,6 +52,7 @@ class _DevicePool:
         stream = self.rt.current_stream(self.device)
         sp = stream.ptr if stream is not None else 0
         self.mallocs.append(sp)
+        reused = True
         with self.lock:
             arena = self.free.setdefault(sp, [])
             for i, c in enumerate(arena):
@@ -61,14 +62,15 @@ class _DevicePool:
             else:
                 chunk = _Chunk(self.rt, n, self.device)
                 self.total += n
+                reused = False
         # a fresh allocation holds garbage on a GPU (the pool's reused blocks what their last user
-        # left): poisoned and unwritten for the checks, in the stream's order (the block's last
-        # user may still run on it)
+        # left): poisoned and unwritten for the checks; a reused block in its stream's order (its
+        # last user may still run on it), not while the stream captures (work then only records)
         poison = functools.partial(self.rt.poison, chunk.base, chunk.size)
-        if stream is not None:
-            stream.ex.submit(poison)
-        else:
+        if not reused or stream is None:
             poison()
+        elif stream.captured is None:
+            stream.ex.submit(poison)
         return MemoryPointer(PooledMemory(chunk, arena, self.device), 0)
 
     def free_all_blocks(self) -> None:
