@@ -41,6 +41,11 @@ typedef float f32; typedef double f64;
 #define ALPYKA_NAN_F32 NAN
 #define ALPYKA_INF_F64 ((f64)INFINITY)
 #define ALPYKA_NAN_F64 ((f64)NAN)
+#ifdef ALPYKA_SUBGROUP_SIZE
+#define ALPYKA_KERNEL __attribute__((intel_reqd_sub_group_size(ALPYKA_SUBGROUP_SIZE))) __kernel
+#else
+#define ALPYKA_KERNEL __kernel
+#endif
 """
 
 _CUDA_PROLOGUE = """\
@@ -94,6 +99,13 @@ _HIP_WARPS = """\
 #define ALPYKA_SHFL_UP(v, k) __shfl_up(v, (unsigned int)(k))
 #define ALPYKA_SHFL_DOWN(v, k) __shfl_down(v, (unsigned int)(k))
 #define ALPYKA_SHFL_XOR(v, k) __shfl_xor(v, k)
+#if defined(ALPYKA_CUDA_ON_CPU) /* the GPU emulator: it checks the member mask */
+#define ALPYKA_BALLOT_MASK(m, p) ((u64)alpyka_ballot((u64)(m), p, __LINE__))
+#define ALPYKA_SHFL_MASK(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, (u64)(m), v, (long long)(int)(k), __LINE__)
+#else /* a wavefront votes over the lanes it runs: the mask only masks */
+#define ALPYKA_BALLOT_MASK(m, p) (ALPYKA_BALLOT(p) & (u64)(m))
+#define ALPYKA_SHFL_MASK(m, v, k) ALPYKA_SHFL(v, k)
+#endif
 #else
 #define ALPYKA_ACTIVE_MASK() ((u64)__activemask())
 #define ALPYKA_BALLOT(p) ((u64)__ballot_sync(ALPYKA_LANES, p))
@@ -103,8 +115,16 @@ _HIP_WARPS = """\
 #define ALPYKA_SHFL_UP(v, k) __shfl_up_sync(ALPYKA_LANES, v, (unsigned int)(k))
 #define ALPYKA_SHFL_DOWN(v, k) __shfl_down_sync(ALPYKA_LANES, v, (unsigned int)(k))
 #define ALPYKA_SHFL_XOR(v, k) __shfl_xor_sync(ALPYKA_LANES, v, k)
+#define ALPYKA_BALLOT_MASK(m, p) ((u64)__ballot_sync((unsigned int)(m), p))
+#define ALPYKA_SHFL_MASK(m, v, k) __shfl_sync((unsigned int)(m), v, k)
 #endif
 """
+
+
+def _member_mask(mask: str | None) -> str:
+    """The member mask of a CUDA ``*_sync`` call: the kernel's explicit one, else the warp's launched lanes."""
+    return "ALPYKA_LANES" if mask is None else f"(unsigned int)({mask})"
+
 
 _MATH_1 = (
     "sqrt",
@@ -160,7 +180,9 @@ class Dialect:
         return _CUDA_PROLOGUE + _WARP_LANES + (_HIP_WARPS if self.name == "hip" else "")
 
     def kernel_qualifier(self) -> str:
-        return "__kernel void" if self.is_opencl else 'extern "C" __global__ void'
+        # OpenCL: ALPYKA_KERNEL, __kernel with the sub-group size the device reports where the build
+        # pins one (ALPYKA_SUBGROUP_SIZE, backends/_opencl_launch.py)
+        return "ALPYKA_KERNEL void" if self.is_opencl else 'extern "C" __global__ void'
 
     def space(self, kind: str) -> str:
         """Address-space qualifier of a pointer to an array of ``kind``."""
@@ -224,7 +246,7 @@ class Dialect:
         return f"(__syncthreads_{op}({p}) != 0)"
 
     # ------------------------------------------------------------------ warps
-    def warp_vote(self, op: str, p: str) -> str | None:
+    def warp_vote(self, op: str, p: str, mask: str | None = None) -> str | None:
         """Warp size, active mask, all/any/ballot on CUDA (``*_sync`` over the warp's launched
         lanes; ``__activemask()`` only for the active mask itself) and HIP (its wavefront
         intrinsics, through the prologue's macros); None on OpenCL (helpers over sub-groups)."""
@@ -233,22 +255,22 @@ class Dialect:
         if op == "size":
             return "((i64)warpSize)"
         if self.name == "hip":
-            return f"ALPYKA_{op.upper()}({p})"
+            return f"ALPYKA_BALLOT_MASK({mask}, {p})" if mask else f"ALPYKA_{op.upper()}({p})"
         if op == "active_mask":
             return "((u64)__activemask())"
         if op == "ballot":
-            return f"((u64)__ballot_sync(ALPYKA_LANES, {p}))"
+            return f"((u64)__ballot_sync({_member_mask(mask)}, {p}))"
         return f"(__{op}_sync(ALPYKA_LANES, {p}) != 0)"
 
-    def warp_shuffle(self, op: str, v: str, k: str) -> str | None:
+    def warp_shuffle(self, op: str, v: str, k: str, mask: str | None = None) -> str | None:
         """``__shfl*_sync`` over the launched lanes (CUDA) / ``__shfl*`` (HIP) of a 32- or 64-bit
         value; None on OpenCL."""
         if self.is_opencl:
             return None
         if self.name == "hip":
-            return f"ALPYKA_{op.upper()}({v}, {k})"
+            return f"ALPYKA_SHFL_MASK({mask}, {v}, {k})" if mask else f"ALPYKA_{op.upper()}({v}, {k})"
         kk = f"(unsigned int)({k})" if op in ("shfl_up", "shfl_down") else k
-        return f"__{op}_sync(ALPYKA_LANES, {v}, {kk})"
+        return f"__{op}_sync({_member_mask(mask)}, {v}, {kk})"
 
     # ------------------------------------------------------------------ math
     def math(self, func: str, t: ScalarType) -> str:

@@ -36,7 +36,7 @@ from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
 from ._c_messages import MessageEmitter
 from ._c_source import CEmitError, CSource
-from ._c_statements import StatementEmitter, ident
+from ._c_statements import GLOBAL_KINDS, StatementEmitter, ident
 from ._float_to_int import c_helper
 
 
@@ -203,9 +203,12 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
 
     def shared_access(self, ref: ir.ArrayRef, macro: str, text: str) -> str:
         """``text`` (an element, or its address for atomics) wrapped in the shared-access macro
-        ``ALPYKA_SH_<macro>`` when emitting for the emulator's checks (:data:`SHARED_ACCESS`)."""
+        ``ALPYKA_SH_<macro>`` when emitting for the emulator's checks (:data:`SHARED_ACCESS`);
+        global memory's in ``ALPYKA_GL_<macro>``."""
         if self.checks and ref.type.kind in ("shared", "dynamic_shared"):
             return f"ALPYKA_SH_{macro}({text})"
+        if self.checks and ref.type.kind in GLOBAL_KINDS:
+            return f"ALPYKA_GL_{macro}({text})"
         return text
 
     def visit_Load(self, e: ir.Load) -> str:
@@ -219,19 +222,26 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
 
     def visit_WarpOp(self, e: ir.WarpOp) -> str:
         args = [self.expr(a) for a in e.args]
+        if e.op == "ballot_mask":
+            native = self.d.warp_vote("ballot", args[1], args[0])
+            return native if native is not None else f"({self.h.warp_vote('ballot')}({args[1]}) & (u64)({args[0]}))"
+        if e.op == "shfl_mask":
+            return self.warp_shuffle("shfl", e.type, args[1], args[2], args[0])
         if e.op in ("size", "active_mask", "all", "any", "ballot"):
             p = args[0] if args else ""
             native = self.d.warp_vote(e.op, p)
             return native if native is not None else f"{self.h.warp_vote(e.op)}({p})"
-        v, k = args
-        t = e.type
+        return self.warp_shuffle(e.op, e.type, args[0], args[1])
+
+    def warp_shuffle(self, op: str, t: ScalarType, v: str, k: str, mask: str | None = None) -> str:
+        """A shuffle of ``v`` (type ``t``) by ``k``, over ``mask``'s lanes (None: the warp's)."""
         if self.d.is_opencl:
-            return f"{self.h.warp_shuffle(e.op, t)}({v}, {k})"
+            return f"{self.h.warp_shuffle(op, t)}({v}, {k})"  # the sub-group's lanes that run it
         if t.is_bool:
-            return f"({self.d.warp_shuffle(e.op, f'(i32)({v})', k)} != 0)"
+            return f"({self.d.warp_shuffle(op, f'(i32)({v})', k, mask)} != 0)"
         if t.bits < 32:  # the intrinsics take 32- and 64-bit values
-            return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, f'(i32)({v})', k)})"
-        return f"(({self.ctype(t)}){self.d.warp_shuffle(e.op, v, k)})"
+            return f"(({self.ctype(t)}){self.d.warp_shuffle(op, f'(i32)({v})', k, mask)})"
+        return f"(({self.ctype(t)}){self.d.warp_shuffle(op, v, k, mask)})"
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         if _wrapping(e):  # a chain of them: one cast to the signed type, not one per operator
@@ -440,15 +450,24 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         return header, args
 
 
-#: the shared-memory access macros of a source emitted with ``checks``: a load, a store's target
-#: and an atomic's address; plain accesses unless defined first (the emulator's cuda_on_cpu.h)
+#: the shared- and global-memory access macros of a source emitted with ``checks``: a load, a
+#: store's target and an atomic's address; plain accesses unless defined first (the emulator's
+#: cuda_on_cpu.h)
 SHARED_ACCESS = """\
 #ifndef ALPYKA_SH_LD
 #define ALPYKA_SH_LD(x) (x)
 #define ALPYKA_SH_ST(x) (x)
 #define ALPYKA_SH_AT(p) (p)
+#define ALPYKA_SH_STV(x, v) ((x) = (v))
+#endif
+#ifndef ALPYKA_GL_LD
+#define ALPYKA_GL_LD(x) (x)
+#define ALPYKA_GL_ST(x) (x)
+#define ALPYKA_GL_AT(p) (p)
+#define ALPYKA_GL_STV(x, v) ((x) = (v))
 #endif
 """
+
 
 #: precedence groups of the operators a chain may be written without parentheses in
 _GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}

@@ -15,6 +15,9 @@ from typing import Any
 from portable.compiler import ValueCheck, ir
 from portable.compiler.types import ScalarType
 
+#: the array kinds in global (device) memory
+GLOBAL_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer")
+
 
 def ident(name: str) -> str:
     """``name`` as a C identifier (IR names are safe already; anything else becomes ``_``)."""
@@ -72,8 +75,14 @@ class StatementEmitter:
         v = self.expr(s.value)
         if s.array.type.dtype.is_bool:
             v = f"(u8)({v})"
-        el = self.shared_access(s.array, "ST", self.element(s.array, s.indices, getattr(s, "check", None)))
-        self.out(f"{el} = {v};{tag}", line)
+        el = self.element(s.array, s.indices, getattr(s, "check", None))
+        if self.checks and s.array.type.kind in ("shared", "dynamic_shared"):  # the checks see the value too
+            self.out(f"ALPYKA_SH_STV({el}, {v});{tag}", line)
+            return
+        if self.checks and s.array.type.kind in GLOBAL_KINDS:
+            self.out(f"ALPYKA_GL_STV({el}, {v});{tag}", line)
+            return
+        self.out(f"{self.shared_access(s.array, 'ST', el)} = {v};{tag}", line)
 
     def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
         self.out(f"(void){self.expr(s.value)};{tag}", line)

@@ -247,6 +247,10 @@ class _FunctionEmitter(Visitor):
             return "np.uint64(1)"
         if e.op == "ballot":
             return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
+        if e.op == "ballot_mask":  # the lane's bit where the mask names it
+            return f"(np.uint64(1 if {self.ex(e.args[1])} else 0) & np.uint64({self.ex(e.args[0])}))"
+        if e.op == "shfl_mask":
+            return self.ex(e.args[1])
         return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
 
     def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:  # one thread per block: a barrier of one

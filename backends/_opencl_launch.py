@@ -64,10 +64,43 @@ class OpenCLPlan(DevicePlan):
 SUBGROUP_EXTENSIONS = ("cl_khr_subgroup_shuffle", "cl_khr_subgroup_shuffle_relative", "cl_khr_subgroup_ballot")
 
 
+#: the sub-group size every kernel requires where the device lets a kernel require one
+#: (``cl_intel_required_subgroup_size``): Intel's CPU runtime otherwise picks 8, 16 or more per kernel
+#: and machine, so the warp size ``DeviceCapabilities`` reports would not be what a kernel sees
+PINNED_SUBGROUP_SIZE = 16
+
+
+def _vendor_warp_size(device: Any) -> int:
+    for attr in ("warp_size_nv", "wavefront_width_amd"):
+        try:
+            return int(getattr(device, attr))
+        except Exception:  # noqa: BLE001 - the vendor attribute is absent on this device
+            continue
+    return 0
+
+
+def _extensions(device: Any) -> set[str]:
+    return set(str(getattr(device, "extensions", "")).split())
+
+
 def uses_subgroups(device: Any) -> bool:
-    """Whether kernels on ``device`` run their warps as the device's sub-groups (else one work-item)."""
-    ext = set(str(getattr(device, "extensions", "")).split())
-    return all(e in ext for e in SUBGROUP_EXTENSIONS)
+    """Whether kernels on ``device`` run their warps as the device's sub-groups (else one
+    work-item): it has sub-group shuffles and ballots, and a known sub-group size (one alpyka
+    requires, or the vendor's warp/wavefront width)."""
+    ext = _extensions(device)
+    known = "cl_intel_required_subgroup_size" in ext or _vendor_warp_size(device) > 0
+    return known and all(e in ext for e in SUBGROUP_EXTENSIONS)
+
+
+def subgroup_size(device: Any) -> int:
+    """The warp size kernels see on ``device`` (``acc.warp_size``), which the device reports as
+    ``limits.warp_size`` and ``capabilities.warp_size``: :data:`PINNED_SUBGROUP_SIZE` where the
+    kernels require it, the vendor's width where sub-groups are used without it, else 1."""
+    if not uses_subgroups(device):
+        return 1
+    if "cl_intel_required_subgroup_size" in _extensions(device):
+        return PINNED_SUBGROUP_SIZE
+    return _vendor_warp_size(device)
 
 
 def correctly_rounded_divide_sqrt(device: Any) -> bool:
@@ -84,6 +117,8 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
+    if options and "cl_intel_required_subgroup_size" in _extensions(device):
+        options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
     options += float_options("opencl", src.fast_math)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")

@@ -50,12 +50,10 @@ class OpenCLNative:
 
 
 def _warp_size(d: Any) -> int:
-    for attr in ("warp_size_nv", "wavefront_width_amd"):
-        try:
-            return int(getattr(d, attr))
-        except Exception:  # noqa: BLE001 - the vendor attribute is absent on this device
-            continue
-    return 1
+    """What ``acc.warp_size`` gives in a kernel on ``d`` (its sub-group size, else 1)."""
+    from ._opencl_launch import subgroup_size
+
+    return subgroup_size(d)
 
 
 def _limits(d: Any) -> DeviceLimits:

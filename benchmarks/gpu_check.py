@@ -8,7 +8,8 @@ error, a ``reason`` where not passed, and its figures):
 
 - ``warps``: ballots, votes, a broadcast shuffle and ``pk.tools.block_sum`` right after loops of
   uneven trip counts, blocks of 48/96/100/1000/1024 threads, exact against a host model
-  (alpyka_testing/warp_cases.py);
+  (alpyka_testing/warp_cases.py), then alpaka's own warp tests (activemask, all, any, ballot, shfl:
+  part of the warp returns first) and the explicit-mask forms (alpyka_testing/alpaka_warp_cases.py);
 - ``handoffs``: the stream hand-offs at the torch and DLPack boundaries (functions of
   benchmarks/gpu_checks/, see :func:`check_handoffs`; "not present" when that package is absent);
 - ``philox``: Philox normals and raw words at 1024 threads per block against the same kernel on
@@ -80,19 +81,24 @@ class Context:
 
 # ----------------------------------------------------------------------------- in-process checks
 def check_warps(ctx: Context) -> dict:
-    from alpyka_testing import warp_cases
+    from alpyka_testing import alpaka_warp_cases, warp_cases
 
     sizes = (48, 100) if ctx.dry else WARP_BLOCKS
     rounds = 1 if ctx.dry else 3  # a GPU schedules lanes differently from run to run
     runs = [warp_cases.run(ctx.queue, t, blocks=2 if ctx.dry else 6, seed=32 + r) for t in sizes for r in range(rounds)]
     bad = [r for r in runs if not r["passed"]]
+    alpaka = [alpaka_warp_cases.run(ctx.queue, name) for name in alpaka_warp_cases.CASES for _ in range(rounds)]
+    got, want = alpaka_warp_cases.run_masked_halves(ctx.queue)
+    alpaka.append({"case": "masked_halves", "fails": int((got != want).any(axis=1).sum())})
+    bad += [r for r in alpaka if r["fails"]]
     return {
         "status": "failed" if bad else "passed",
         "block_sizes": list(sizes),
         "rounds": rounds,
         "warp": runs[0]["warp"],
+        "alpaka_cases": [r["case"] for r in alpaka],
         "failures": bad,
-        **({"reason": f"{len(bad)} of {len(runs)} launches differ from the host model"} if bad else {}),
+        **({"reason": f"{len(bad)} of {len(runs) + len(alpaka)} runs differ from the expected answers"} if bad else {}),
     }
 
 

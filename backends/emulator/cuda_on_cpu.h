@@ -13,10 +13,12 @@
 // - Atomics are the compiler's __atomic builtins (blocks really run concurrently), with CUDA's
 //   overload set and CUDA's wrap rules for atomicInc/atomicDec.
 // - Warps are ALPYKA_WARP_SIZE consecutive threads of a block (32; 64 for HIP sources). A warp
-//   operation (__shfl*, __ballot*, __all*, __any*, __activemask) is a rendezvous of the warp's
-//   live lanes: each lane's fiber waits until every lane of its warp that has not exited arrives,
-//   then all get their results. Lanes meeting different operations, or a lane at a block barrier
-//   while the others wait at a warp operation, fail the launch (a hang or garbage on a GPU).
+//   operation (__shfl*, __ballot*, __all*, __any*, __activemask, __syncwarp) is a rendezvous of
+//   the lanes its member mask names (every lane for HIP's intrinsics and __activemask): each
+//   lane's fiber waits until every named lane that has not exited arrives, then all get their
+//   results; exited lanes are left out (CUDA's "all non-exited threads named in mask", alpaka's
+//   "active threads"). Named lanes stuck at different operations, or a lane at a block barrier
+//   while the others wait for it at a warp operation, fail the launch (a hang or garbage on a GPU).
 // - Checks (the launch's `checks` flag, ALPYKA_EMULATE_CHECKS): what a GPU leaves wrong or
 //   undefined fails the launch with a report "check:<kind>:<C line>:<C line>:<text>" that
 //   cuda_on_cpu.py turns into a KernelCheckError at the kernel's Python line. Barriers and warp
@@ -25,13 +27,17 @@
 //   a shadow entry per element (a hash table per OS thread, by address) holds whether this block
 //   wrote it and which threads wrote, read or updated it atomically since the last barrier.
 //   "barrier": threads at different barriers, or some finished while others wait at one;
-//   "warp": lanes at different warp operations (or call sites), a launched lane that finished
-//   before the others' warp operation, a shuffle from an absent or finished lane; "race": two
-//   threads touch one shared element between two barriers, one writing, not both atomically;
-//   "uninitialized": a read (or atomic) of shared memory this block never wrote.
+//   "warp": named lanes at different warp operations (or call sites, or masks), a calling lane its
+//   mask does not name, a shuffle from an absent, finished or unnamed lane; "race": two
+//   threads touch one shared element between two barriers, one writing, not both atomically (the
+//   same in device memory, plus two plain stores to one element from two blocks; every thread
+//   storing one value is said to be that); "uninitialized": a read (or atomic) of shared memory
+//   this block never wrote, or of device memory nothing wrote since its allocation (the global
+//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below).
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
+#define ALPYKA_CUDA_ON_CPU 1  // the generated text's HIP warp macros pass their member masks here
 
 #include <pthread.h>
 #include <stdint.h>
@@ -164,7 +170,7 @@ namespace alpyka_host {
 
 struct Launch;
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE, ABORTED };
-enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SHFL, W_UP, W_DOWN, W_XOR };
+enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR };
 
 struct Fiber {
     void* sp;  // saved stack pointer (x86-64) while switched out
@@ -178,6 +184,7 @@ struct Fiber {
     int wop;                  // at a warp operation: which, its value's bits and its lane/delta/mask
     int site;                 // the C line of the barrier or warp operation it waits at
     unsigned long long wval, wres;
+    unsigned long long wmask;  // the lanes its warp operation names (the warp's lanes: bit k, lane k)
     long long warg;
 };
 
@@ -198,6 +205,8 @@ struct Worker {  // one OS thread's view of the block it runs
     unsigned epoch;          // barriers this block passed
     struct Shadow* table;    // shared-memory shadow: open addressing by element address
     size_t cap, used;
+    long long mem_hint;      // the row of Launch::mem the last global access hit
+    long long block;         // the block it runs (linear index)
 };
 static thread_local Worker* worker = nullptr;
 
@@ -211,6 +220,9 @@ struct Launch {
     unsigned long long next_block;  // claimed with __atomic_fetch_add
     int failed;                     // set once, with __atomic_exchange_n
     int checks;                     // the checks of the header comment are on
+    const unsigned long long* mem;  // tracked device memory: n_mem rows (base, end, shadow address) by base
+    long long n_mem;
+    struct Races* races;            // the launch's race shadow of that memory (nullptr: none)
     char* error;
     int error_len;
 
@@ -348,87 +360,128 @@ static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
     return out;
 }
 
-// A warp operation's results, for every warp whose live lanes all wait at one: true when any
-// warp was released (its lanes are runnable again), false otherwise or after a failure.
-#if defined(__HIP_PLATFORM_AMD__)
-static const bool EXITED_LANES_INACTIVE = true;  // a wavefront's finished lanes are inactive, not awaited
-#else
-static const bool EXITED_LANES_INACTIVE = false;  // *_sync over the launched lanes: each must arrive
-#endif
+// A warp operation is a rendezvous of the lanes its member mask names (CUDA's *_sync rule: "all
+// non-exited threads named in mask must execute the same intrinsic with the same mask"): lanes
+// named in the mask that finished the kernel are not awaited (alpaka's warp functions act on the
+// active threads: a lane that returned is inactive, on CUDA as on HIP), lanes outside the mask are
+// not part of it (they may be anywhere). HIP's intrinsics and __activemask() name every lane.
+// release_warps releases every group whose named lanes all wait at one operation (one call site
+// under the checks, one mask) or finished: true when any was released. Lanes waiting on a lane
+// that stands elsewhere stay; stuck_warp reports them once nothing can run.
+static unsigned long long warp_lanes(int base, int n) {  // the lanes the launch gave the warp at base
+    int k = n - base < ALPYKA_WARP_SIZE ? n - base : ALPYKA_WARP_SIZE;
+    return k >= 64 ? ~0ull : (1ull << k) - 1ull;
+}
+
+static bool same_warp_op(Launch* L, const Fiber& a, const Fiber& b) {
+    return a.wop == b.wop && a.wmask == b.wmask && (!L->checks || a.site == b.site);
+}
+
+static bool own_bit_missing(Launch* L, Fiber* fibers, int base, int i) {
+    if ((fibers[i].wmask >> (i - base)) & 1ull) return false;
+    char text[256];
+    snprintf(text, sizeof text, "lane %d calls the warp operation of %%1 with a member mask (0x%llx) that does not "
+             "name it: undefined on a GPU; every calling lane must be in the mask (acc.warp_active_mask() gives the "
+             "live lanes)", i - base, fibers[i].wmask);
+    L->check("warp", fibers[i].site, 0, text);
+    return true;
+}
+
+// The results of the group of lanes ``group`` (all AT_WARP at one operation), false after a report.
+static bool warp_results(Launch* L, Fiber* fibers, int n, int base, unsigned long long group) {
+    const int ws = ALPYKA_WARP_SIZE;
+    char text[320];
+    unsigned long long pred = 0;
+    for (int k = 0; k < ws; ++k)
+        if (((group >> k) & 1ull) && fibers[base + k].wval) pred |= 1ull << k;
+    for (int k = 0; k < ws; ++k) {
+        if (!((group >> k) & 1ull)) continue;
+        Fiber& f = fibers[base + k];
+        long long lane = k, src = -1;
+        unsigned long long res = f.wval;
+        switch (f.wop) {
+            case W_MASK: res = group; break;
+            case W_ALL: res = pred == group; break;
+            case W_ANY: res = pred != 0; break;
+            case W_BALLOT: res = pred; break;
+            case W_SYNC: res = 0; break;
+            case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
+            case W_UP: src = lane - f.warg; break;
+            case W_DOWN: src = lane + f.warg; break;
+            case W_XOR: src = lane ^ f.warg; break;
+        }
+        if (f.wop >= W_SHFL && src >= 0 && src < ws) {
+            bool absent = base + src >= n, member = !absent && ((group >> src) & 1ull);
+            if (L->checks && !member) {
+                if (absent)
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane the block's "
+                             "partial last warp does not have (%d lanes): its value is undefined on a GPU; shuffle "
+                             "only from lanes below the warp's lane count", lane, src, n - base);
+                else if (fibers[base + src].state == DONE)
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that is not "
+                             "there (it finished the kernel): its value is undefined on a GPU", lane, src);
+                else
+                    snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that does not "
+                             "take part in it (outside its member mask): its value is undefined on a GPU", lane, src);
+                L->check("warp", f.site, 0, text);
+                return false;
+            }
+            if (member) res = fibers[base + src].wval;
+        }  // else the lane's own value (CUDA's rule out of range)
+        f.wres = res;
+    }
+    return true;
+}
 
 static bool release_warps(Launch* L, Fiber* fibers, int n) {
     const int ws = ALPYKA_WARP_SIZE;
     bool released = false;
-    char text[256];
     for (int base = 0; base < n; base += ws) {
         int end = base + ws < n ? base + ws : n;
-        bool waiting = false, ready = true;
-        int op = -1, site = 0, first = -1, done = -1;
-        unsigned long long live = 0, pred = 0;
+        unsigned long long launched = warp_lanes(base, n), handled = 0;
         for (int i = base; i < end; ++i) {
-            if (fibers[i].state == AT_WARP) {
-                waiting = true;
-                live |= 1ull << (i - base);
-                if (fibers[i].wval) pred |= 1ull << (i - base);
-                if (op < 0) op = fibers[i].wop, site = fibers[i].site, first = i;
-                if (op != fibers[i].wop || (L->checks && site != fibers[i].site)) {
-                    snprintf(text, sizeof text, "lanes %d and %d of a warp stand at different warp operations "
-                             "(%%1 and %%2): divergent warp code, which hangs or gives garbage on a GPU; every "
-                             "lane of the warp must reach the same operation", first - base, i - base);
-                    L->check("warp", site, fibers[i].site, text);
-                    return false;
-                }
-            } else if (fibers[i].state == DONE) {
-                done = i;
-            } else {
-                ready = false;
+            if (fibers[i].state != AT_WARP || ((handled >> (i - base)) & 1ull)) continue;
+            if (L->checks && own_bit_missing(L, fibers, base, i)) return false;
+            unsigned long long named = (fibers[i].wmask | (1ull << (i - base))) & launched, group = 0;
+            bool ready = true;
+            for (int k = 0; k < end - base && ready; ++k) {
+                if (!((named >> k) & 1ull)) continue;
+                const Fiber& g = fibers[base + k];
+                if (g.state == AT_WARP && same_warp_op(L, fibers[i], g))
+                    group |= 1ull << k;
+                else if (g.state != DONE)
+                    ready = false;  // still running, at a barrier, or at another warp operation
             }
+            handled |= group;
+            if (!ready) continue;
+            if (!warp_results(L, fibers, n, base, group)) return false;
+            for (int k = 0; k < end - base; ++k)
+                if ((group >> k) & 1ull) fibers[base + k].state = RUNNABLE;
+            released = true;
         }
-        if (!waiting || !ready) continue;
-        if (L->checks && done >= 0 && op != W_MASK && !EXITED_LANES_INACTIVE) {
-            snprintf(text, sizeof text, "lane %d of a warp finished the kernel while its other lanes wait at "
-                     "the warp operation of %%1: every launched lane of the warp must reach it (it hangs or "
-                     "reads undefined values on a GPU)", done - base);
-            L->check("warp", site, 0, text);
-            return false;
-        }
-        for (int i = base; i < end; ++i) {
-            Fiber& f = fibers[i];
-            if (f.state != AT_WARP) continue;
-            long long lane = i - base, src = -1;
-            unsigned long long res = f.wval;
-            switch (f.wop) {
-                case W_MASK: res = live; break;
-                case W_ALL: res = pred == live; break;
-                case W_ANY: res = pred != 0; break;
-                case W_BALLOT: res = pred; break;
-                case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
-                case W_UP: src = lane - f.warg; break;
-                case W_DOWN: src = lane + f.warg; break;
-                case W_XOR: src = lane ^ f.warg; break;
-            }
-            if (f.wop >= W_SHFL && src >= 0 && src < ws) {
-                bool absent = base + src >= n;
-                if (L->checks && (absent || fibers[base + src].state != AT_WARP)) {
-                    if (absent)
-                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane the "
-                                 "block's partial last warp does not have (%d lanes): its value is undefined on a "
-                                 "GPU; shuffle only from lanes below the warp's lane count", lane, src, n - base);
-                    else
-                        snprintf(text, sizeof text, "lane %lld reads lane %lld in the shuffle of %%1, a lane that "
-                                 "is not there (it finished the kernel): its value is undefined on a GPU", lane, src);
-                    L->check("warp", f.site, 0, text);
-                    return false;
-                }
-                if (!absent && fibers[base + src].state == AT_WARP) res = fibers[base + src].wval;
-            }  // else the lane's own value (CUDA's rule out of range)
-            f.wres = res;
-        }
-        for (int i = base; i < end; ++i)
-            if (fibers[i].state == AT_WARP) fibers[i].state = RUNNABLE;
-        released = true;
     }
     return released;
+}
+
+// Nothing can run and ``i`` waits at a warp operation: report what it waits on.
+static void stuck_warp(Launch* L, Fiber* fibers, int n, int i) {
+    char text[320];
+    int base = i / ALPYKA_WARP_SIZE * ALPYKA_WARP_SIZE, end = base + ALPYKA_WARP_SIZE < n ? base + ALPYKA_WARP_SIZE : n;
+    unsigned long long named = fibers[i].wmask | (1ull << (i - base));
+    for (int j = base; j < end; ++j) {
+        if (!((named >> (j - base)) & 1ull) || fibers[j].state == DONE || j == i) continue;
+        if (fibers[j].state == AT_WARP && !same_warp_op(L, fibers[i], fibers[j])) {
+            snprintf(text, sizeof text, "lanes %d and %d of a warp stand at different warp operations (%%1 and %%2%s): "
+                     "divergent warp code, which hangs or gives garbage on a GPU; every lane named in the operation's "
+                     "mask must reach the same operation", i - base, j - base,
+                     fibers[i].wmask != fibers[j].wmask ? ", with different member masks" : "");
+            L->check("warp", fibers[i].site, fibers[j].site, text);
+            return;
+        }
+    }
+    L->check("warp", fibers[i].site, 0,
+             "a warp operation (%1) that not every live lane of the warp reached (some lanes wait at a "
+             "block barrier): divergent warp code, which hangs on a GPU");
 }
 
 // The barrier checks, once every thread of the block waits at a barrier or finished: all at one
@@ -467,6 +520,7 @@ static void run_block(Worker* w, unsigned long long b) {
     blockDim = L->block;
     gridDim = L->grid;
     ++w->gen;  // the shadow entries of earlier blocks are stale: this block's shared memory is unwritten
+    w->block = static_cast<long long>(b);
     w->epoch = 0;
     if (L->dyn_shared > 0) memset(alpyka_dyn_shared, 0xA5, static_cast<size_t>(L->dyn_shared));
     int n = w->n;
@@ -509,9 +563,7 @@ static void run_block(Worker* w, unsigned long long b) {
             if (fibers[i].state == AT_WARP) at_warp = i;
         }
         if (at_warp >= 0) {
-            L->check("warp", fibers[at_warp].site, 0,
-                     "a warp operation (%1) that not every live lane of the warp reached (some lanes wait at a "
-                     "block barrier): divergent warp code, which hangs on a GPU");
+            stuck_warp(L, fibers, n, at_warp);
             return;
         }
         if (waiting == 0) break;
@@ -595,11 +647,13 @@ static void check_failed(const char* kind, int line, int line2, const char* text
     }
 }
 
-static void race(int line, int other_line, int t, const char* what, int other, const char* other_what) {
-    char text[320];
-    snprintf(text, sizeof text, "thread %d %s a shared memory element at %%1 that thread %d %s at %%2 with no "
+static void race(int line, int other_line, int t, const char* what, int other, const char* other_what,
+                 const char* where = "a shared memory element") {
+    char text[400];
+    snprintf(text, sizeof text, "thread %d %s %s at %%1 that thread %d %s at %%2 with no "
              "barrier between (a data race: the result depends on the order the GPU runs them); put "
-             "acc.sync_block_threads() between the two, or make both accesses atomic", t, what, other, other_what);
+             "acc.sync_block_threads() between the two, or make both accesses atomic", t, what, where, other,
+             other_what);
     check_failed("race", line, other_line, text);
 }
 
@@ -624,11 +678,24 @@ template <class T> static T* sh_read(T* p, int line) {
     return p;
 }
 
-template <class T> static T* sh_write(T* p, int line) {
+// Two threads storing the same bits: the order cannot change the element, but it is still a data
+// race (undefined in CUDA's memory model; racecheck grades it a hazard of its own).
+static void same_value_race(int line, int other_line, int t, int other, const char* where = "a shared memory element") {
+    char text[420];
+    snprintf(text, sizeof text, "thread %d writes the same value to %s at %%1 that thread %d "
+             "wrote at %%2 with no barrier between: every thread storing one value gives that value whatever the "
+             "order, but the stores still race (undefined under CUDA's memory model, racecheck's write-write "
+             "hazard); let one thread store it (if acc.thread_idx == 0) before a barrier", t, where, other);
+    check_failed("race", line, other_line, text);
+}
+
+template <class T> static T* sh_write(T* p, int line, const T* value = nullptr) {
     Shadow* e = shadow(p);
     if (e == nullptr) return p;
     int t = worker->tid;
-    if (e->wr >= 0 && e->wr != t) {
+    if (e->wr >= 0 && e->wr != t && value != nullptr && memcmp(p, value, sizeof(T)) == 0) {
+        same_value_race(line, e->wr_line, t, e->wr);
+    } else if (e->wr >= 0 && e->wr != t) {
         race(line, e->wr_line, t, "writes", e->wr, "wrote");
     } else if (e->at >= 0 && (e->at2 >= 0 || e->at != t)) {
         race(line, e->at_line, t, "writes (a plain store)", e->at != t ? e->at : e->at2, "updated atomically");
@@ -640,6 +707,11 @@ template <class T> static T* sh_write(T* p, int line) {
         e->init = true;
     }
     return p;
+}
+
+template <class T, class V> static void sh_store(T* p, V v, int line) {  // p = v, the checks seeing v
+    T value = static_cast<T>(v);
+    *sh_write(p, line, &value) = value;
 }
 
 template <class T> static T* sh_atomic(T* p, int line) {
@@ -660,6 +732,197 @@ template <class T> static T* sh_atomic(T* p, int line) {
     } else if (e->at != t) {
         e->at2 = t;
     }
+    return p;
+}
+
+// ---------------------------------------------------------------------- global memory shadow
+// Device allocations the stand-in tracks (fake_cupy_runtime.py's memory_table): a shadow byte per
+// byte, 1 once written (a copy, a memset, a kernel's store); a fresh allocation's bytes are the
+// poison 0xA5. A read (or atomic) of a byte never written whose value is still the poison is
+// "uninitialized"; a byte that changed behind the emulator's back (a host library writing through
+// the pointer) counts as written.
+static const unsigned char POISON = 0xA5;
+
+static unsigned char* gl_shadow(const void* p, size_t n) {  // the shadow of [p, p + n), or nullptr
+    Worker* w = worker;
+    if (w == nullptr || w->launch->n_mem <= 0) return nullptr;
+    const Launch* L = w->launch;
+    const unsigned long long* m = L->mem;
+    unsigned long long a = reinterpret_cast<uintptr_t>(p);
+    long long i = w->mem_hint;
+    if (!(i >= 0 && i < L->n_mem && m[3 * i] <= a && a < m[3 * i + 1])) {
+        long long lo = 0, hi = L->n_mem - 1;
+        i = -1;
+        while (lo <= hi) {
+            long long mid = lo + (hi - lo) / 2;
+            if (m[3 * mid] <= a) i = mid, lo = mid + 1;
+            else hi = mid - 1;
+        }
+        if (i < 0 || a >= m[3 * i + 1]) return nullptr;
+        w->mem_hint = i;
+    }
+    if (a + n > m[3 * i + 1]) return nullptr;
+    return reinterpret_cast<unsigned char*>(static_cast<uintptr_t>(m[3 * i + 2])) + (a - m[3 * i]);
+}
+
+// Whether [p, p + n) holds a byte never written that still holds the poison (bytes changed behind
+// the emulator's back are marked written).
+static bool gl_unwritten(const void* p, size_t n, unsigned char* s) {
+    bool unwritten = false, poisoned = true;
+    for (size_t k = 0; k < n; ++k) {
+        if (__atomic_load_n(s + k, __ATOMIC_RELAXED)) continue;
+        unwritten = true;
+        poisoned = poisoned && static_cast<const unsigned char*>(p)[k] == POISON;
+    }
+    if (unwritten && !poisoned)
+        for (size_t k = 0; k < n; ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
+    return unwritten && poisoned;
+}
+
+static void gl_uninitialized(int line, const char* what) {
+    char text[320];
+    snprintf(text, sizeof text, "%s of device memory at %%1 that nothing wrote since it was allocated: a fresh "
+             "buffer holds garbage on a GPU (never zero; the emulator fills it with 0xA5 bytes); write it first "
+             "(pk.memset, pk.memcpy or a kernel's store)", what);
+    check_failed("uninitialized", line, 0, text);
+}
+
+// Races in tracked device memory: per element (by address) the last plain writer, the readers and
+// the atomic updaters, each with its block and barrier phase, in a table of the launch shared by
+// its OS threads (one lock). Within a block the shared-memory rules apply; between blocks two
+// plain stores to one element race (a lost update, or an order nothing fixes). A plain read of
+// another block's store is not reported (a fence and an atomic flag may order them), nor stores
+// after another block's atomics (the last block of a threadfence reduction resets the counter).
+struct RaceEntry {
+    uintptr_t addr;  // 0: free
+    long long wb, rb, ab;  // the block of the last plain store / plain load / atomic, -1: none
+    unsigned we, re, ae;   // their barrier phases
+    int wt, rt, rt2, at, at2;  // their threads (rt2, at2: a second thread of the same block and phase)
+    int wl, rl, al;        // their lines
+};
+struct Races {
+    pthread_mutex_t lock;
+    RaceEntry* table;
+    size_t cap, used;
+    bool full;  // the table reached its limit: addresses not seen so far go unchecked
+};
+static const size_t RACE_LIMIT = size_t(1) << 22;  // entries (64 bytes each)
+static const char* const GLOBAL_ELEMENT = "a device memory element";
+
+static RaceEntry* race_slot(RaceEntry* table, size_t cap, uintptr_t addr) {
+    size_t i = static_cast<size_t>(mix(addr)) & (cap - 1);
+    while (table[i].addr != 0 && table[i].addr != addr) i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+static RaceEntry* race_entry(Races* R, uintptr_t addr) {  // under R->lock; nullptr: unchecked
+    if ((R->used + 1) * 2 > R->cap) {
+        size_t cap = R->cap ? R->cap * 2 : 1 << 12;
+        RaceEntry* table = cap <= RACE_LIMIT ? static_cast<RaceEntry*>(calloc(cap, sizeof(RaceEntry))) : nullptr;
+        if (table == nullptr) {
+            R->full = true;
+        } else {
+            for (size_t i = 0; i < R->cap; ++i)
+                if (R->table[i].addr != 0) *race_slot(table, cap, R->table[i].addr) = R->table[i];
+            free(R->table);
+            R->table = table;
+            R->cap = cap;
+        }
+    }
+    RaceEntry* e = race_slot(R->table, R->cap, addr);
+    if (e->addr == 0) {
+        if (R->full && (R->used + 1) * 2 > R->cap) return nullptr;
+        e->addr = addr;
+        e->wb = e->rb = e->ab = -1;
+        ++R->used;
+    }
+    return e;
+}
+
+enum { G_READ, G_WRITE, G_ATOMIC };
+
+// The access of the running thread to ``p`` (``value``: a store's new bits); false after a report.
+static bool gl_race(const void* p, size_t n, int kind, int line, const void* value) {
+    Worker* w = worker;
+    Races* R = w->launch->races;
+    if (R == nullptr) return true;
+    long long b = w->block;
+    int t = w->tid;
+    unsigned ep = w->epoch;
+    pthread_mutex_lock(&R->lock);
+    RaceEntry* e = race_entry(R, reinterpret_cast<uintptr_t>(p));
+    if (e == nullptr) {
+        pthread_mutex_unlock(&R->lock);
+        return true;
+    }
+    bool w_here = e->wb == b && e->we == ep, r_here = e->rb == b && e->re == ep, a_here = e->ab == b && e->ae == ep;
+    bool w_other = w_here && e->wt != t, r_other = r_here && (e->rt != t || e->rt2 >= 0);
+    bool a_other = a_here && (e->at != t || e->at2 >= 0);
+    int other_r = e->rt != t ? e->rt : e->rt2, other_a = e->at != t ? e->at : e->at2;
+    RaceEntry seen = *e;
+    int verdict = 0;  // 1 race in the block, 2 a plain store of another block, 3 the same value
+    if (kind == G_READ) {
+        verdict = w_other || a_other;
+        if (!r_here) e->rb = b, e->re = ep, e->rt = t, e->rt2 = -1, e->rl = line;
+        else if (e->rt != t) e->rt2 = t;
+    } else if (kind == G_WRITE) {
+        bool w_block = e->wb >= 0 && e->wb != b;
+        verdict = w_other || w_block ? 2 : (r_other || a_other);
+        if ((w_other || w_block) && value != nullptr && memcmp(p, value, n) == 0) verdict = 3;
+        e->wb = b, e->we = ep, e->wt = t, e->wl = line;
+    } else {
+        verdict = w_other || r_other;
+        if (!a_here) e->ab = b, e->ae = ep, e->at = t, e->at2 = -1, e->al = line;
+        else if (e->at != t) e->at2 = t;
+    }
+    pthread_mutex_unlock(&R->lock);
+    if (verdict == 0) return true;
+    const char* what = kind == G_READ ? "reads" : kind == G_WRITE ? "writes" : "updates atomically";
+    if (verdict == 3) {
+        same_value_race(line, seen.wl, t, seen.wt, GLOBAL_ELEMENT);
+    } else if (verdict == 2 && seen.wb != b) {
+        char text[420];
+        snprintf(text, sizeof text, "thread %d of block %lld writes a device memory element at %%1 that thread %d of "
+                 "block %lld wrote at %%2 in the same launch: blocks run in no set order (a data race: a lost "
+                 "update or the last writer wins by chance); let one block own each element, or use an atomic "
+                 "(acc.atomic_add, acc.atomic_exch)", t, b, seen.wt, seen.wb);
+        check_failed("race", line, seen.wl, text);
+    } else if (w_other || (verdict == 2 && seen.wb == b)) {
+        race(line, seen.wl, t, what, seen.wt, "wrote", GLOBAL_ELEMENT);
+    } else if (kind != G_ATOMIC && a_other) {
+        race(line, seen.al, t, what, other_a, "updated atomically", GLOBAL_ELEMENT);
+    } else {
+        race(line, seen.rl, t, what, other_r, "read", GLOBAL_ELEMENT);
+    }
+    return false;
+}
+
+template <class T> static T* gl_read(T* p, int line) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s == nullptr) return p;
+    if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "a read");
+    else gl_race(p, sizeof(T), G_READ, line, nullptr);
+    return p;
+}
+
+template <class T> static T* gl_write(T* p, int line, const T* value = nullptr) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s == nullptr) return p;
+    if (!gl_race(p, sizeof(T), G_WRITE, line, value)) return p;
+    for (size_t k = 0; k < sizeof(T); ++k) __atomic_store_n(s + k, static_cast<unsigned char>(1), __ATOMIC_RELAXED);
+    return p;
+}
+
+template <class T, class V> static void gl_store(T* p, V v, int line) {  // p = v, the checks seeing v
+    T value = static_cast<T>(v);
+    *gl_write(p, line, &value) = value;
+}
+
+template <class T> static T* gl_atomic(T* p, int line) {
+    unsigned char* s = gl_shadow(p, sizeof(T));
+    if (s == nullptr) return p;
+    if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "an atomic update");
+    else gl_race(p, sizeof(T), G_ATOMIC, line, nullptr);
     return p;
 }
 
@@ -694,7 +957,7 @@ static void* work(void* arg) {
     return nullptr;
 }
 
-static unsigned long long warp_op(int op, unsigned long long value, long long arg, int line) {
+static unsigned long long warp_op(int op, unsigned long long value, long long arg, unsigned long long mask, int line) {
     Worker* w = worker;
     if (w->current == nullptr) {
         w->launch->fail("cuda_on_cpu: a warp operation in a kernel launched without fibers");
@@ -704,6 +967,7 @@ static unsigned long long warp_op(int op, unsigned long long value, long long ar
     f->wop = op;
     f->wval = value;
     f->warg = arg;
+    f->wmask = ALPYKA_WARP_SIZE >= 64 ? mask : mask & ((1ull << ALPYKA_WARP_SIZE) - 1ull);
     f->site = line;
     f->state = AT_WARP;
     to_scheduler(f);
@@ -736,12 +1000,22 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     L.dyn_shared = dyn_shared;
     L.fibers = fibers != 0;
     L.checks = checks;
+    if (checks) {  // dims[6], dims[7]: the table of tracked device memory (cuda_on_cpu.py's run)
+        L.mem = reinterpret_cast<const unsigned long long*>(static_cast<uintptr_t>(dims[6]));
+        L.n_mem = dims[7];
+    }
     L.seed = seed;
     L.error = error;
     L.error_len = error_len;
     if (dyn_shared > ALPYKA_DYN_SHARED_MAX) {
         L.fail("cuda_on_cpu: more dynamic shared memory than ALPYKA_DYN_SHARED_MAX");
         return 1;
+    }
+    Races races;
+    memset(&races, 0, sizeof races);
+    if (L.n_mem > 0) {
+        pthread_mutex_init(&races.lock, nullptr);
+        L.races = &races;
     }
     unsigned long long blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
     unsigned long long n = blocks < static_cast<unsigned long long>(threads > 0 ? threads : 1)
@@ -756,6 +1030,10 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     pthread_attr_destroy(&attr);
     work(&L);
     for (unsigned long long i = 0; i < started; ++i) pthread_join(pool[i], nullptr);
+    if (L.races != nullptr) {
+        pthread_mutex_destroy(&races.lock);
+        free(races.table);
+    }
     return L.failed ? 1 : 0;
 }
 
@@ -777,6 +1055,11 @@ static inline int alpyka_syncthreads_or(int p, int line) { return alpyka_host::b
 #define ALPYKA_SH_LD(x) (*alpyka_host::sh_read(&(x), __LINE__))
 #define ALPYKA_SH_ST(x) (*alpyka_host::sh_write(&(x), __LINE__))
 #define ALPYKA_SH_AT(p) (alpyka_host::sh_atomic((p), __LINE__))
+#define ALPYKA_SH_STV(x, v) alpyka_host::sh_store(&(x), (v), __LINE__)
+#define ALPYKA_GL_LD(x) (*alpyka_host::gl_read(&(x), __LINE__))
+#define ALPYKA_GL_ST(x) (*alpyka_host::gl_write(&(x), __LINE__))
+#define ALPYKA_GL_AT(p) (alpyka_host::gl_atomic((p), __LINE__))
+#define ALPYKA_GL_STV(x, v) alpyka_host::gl_store(&(x), (v), __LINE__)
 
 // ---------------------------------------------------------------------- warps (CUDA, then HIP)
 template <class T> static inline unsigned long long alpyka_wbits(T v) {
@@ -789,27 +1072,39 @@ template <class T> static inline T alpyka_wvalue(unsigned long long b) {
     memcpy(&v, &b, sizeof v);
     return v;
 }
-#define ALPYKA_WARP(op, v, arg) alpyka_host::warp_op(alpyka_host::op, (v), (arg), line)
+#define ALPYKA_ALL_LANES (~0ull)  // HIP's intrinsics and __activemask(): every lane of the warp
+#define ALPYKA_WARP(op, v, arg, m) alpyka_host::warp_op(alpyka_host::op, (v), (arg), (m), line)
 #define ALPYKA_LL(x) static_cast<long long>(x)
-static inline unsigned int alpyka_activemask(int line) { return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0)); }
-static inline int alpyka_all(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0)); }
-static inline int alpyka_any(int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0)); }
-static inline unsigned long long alpyka_ballot(int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0); }
-template <class T> static inline T alpyka_shfl(int op, T v, long long arg, int line) {
-    return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, line));
+#define ALPYKA_M(m) static_cast<unsigned long long>(m)
+static inline unsigned int alpyka_activemask(int line) {
+    return static_cast<unsigned int>(ALPYKA_WARP(W_MASK, 1, 0, ALPYKA_ALL_LANES));
+}
+static inline int alpyka_all(unsigned long long m, int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ALL, p != 0, 0, m)); }
+static inline int alpyka_any(unsigned long long m, int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0, m)); }
+static inline unsigned long long alpyka_ballot(unsigned long long m, int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0, m); }
+static inline void alpyka_syncwarp(unsigned long long m, int line) { ALPYKA_WARP(W_SYNC, 0, 0, m); }
+template <class T> static inline T alpyka_shfl(int op, unsigned long long m, T v, long long arg, int line) {
+    return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, m, line));
 }
 #define __activemask() alpyka_activemask(__LINE__)
-#define __all_sync(m, p) alpyka_all((p), __LINE__)
-#define __any_sync(m, p) alpyka_any((p), __LINE__)
-#define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot((p), __LINE__))
-#define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __shfl_up_sync(m, v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_down_sync(m, v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_xor_sync(m, v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __all(p) alpyka_all((p), __LINE__)
-#define __any(p) alpyka_any((p), __LINE__)
-#define __ballot(p) alpyka_ballot((p), __LINE__)
-#define __shfl(v, k) alpyka_shfl(alpyka_host::W_SHFL, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
-#define __shfl_up(v, d) alpyka_shfl(alpyka_host::W_UP, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_down(v, d) alpyka_shfl(alpyka_host::W_DOWN, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
-#define __shfl_xor(v, k) alpyka_shfl(alpyka_host::W_XOR, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __syncwarp(m) alpyka_syncwarp(ALPYKA_M(m), __LINE__)
+#define __all_sync(m, p) alpyka_all(ALPYKA_M(m), (p), __LINE__)
+#define __any_sync(m, p) alpyka_any(ALPYKA_M(m), (p), __LINE__)
+#define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot(ALPYKA_M(m), (p), __LINE__))
+#define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up_sync(m, v, d) \
+    alpyka_shfl(alpyka_host::W_UP, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down_sync(m, v, d) \
+    alpyka_shfl(alpyka_host::W_DOWN, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor_sync(m, v, k) \
+    alpyka_shfl(alpyka_host::W_XOR, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __all(p) alpyka_all(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __any(p) alpyka_any(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __ballot(p) alpyka_ballot(ALPYKA_ALL_LANES, (p), __LINE__)
+#define __shfl(v, k) alpyka_shfl(alpyka_host::W_SHFL, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
+#define __shfl_up(v, d) \
+    alpyka_shfl(alpyka_host::W_UP, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_down(v, d) \
+    alpyka_shfl(alpyka_host::W_DOWN, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)
+#define __shfl_xor(v, k) \
+    alpyka_shfl(alpyka_host::W_XOR, ALPYKA_ALL_LANES, (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)

@@ -54,7 +54,7 @@ FLAGS = (
     "-ffp-contract=off",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask")  # need fibers
+_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp")  # need fibers
 _ERR_LEN = 512
 
 _lock = threading.Lock()
@@ -347,10 +347,11 @@ def _check_error(kernel: Compiled, report: str) -> Exception:
     )
 
 
-def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
+def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int, memory: Any = None) -> None:
     """Run ``kernel`` over ``grid`` x ``block`` (CUDA's order: x first) with the packed ``args``;
     returns once every block finished. A check's report is a KernelCheckError naming the kernel's
-    Python line; RuntimeError with the runtime's message on a refusal."""
+    Python line; RuntimeError with the runtime's message on a refusal. ``memory``: the tracked
+    device memory of the checks (``(rows, shadows)`` of the stand-in's ``memory_table``), or None."""
     if len(args) != len(kernel.params):
         raise TypeError(f"kernel {kernel.name} takes {len(kernel.params)} arguments; got {len(args)}")
     slots = np.zeros(max(len(args), 1), np.uint64)  # each argument in an 8-byte slot, little-endian
@@ -362,7 +363,9 @@ def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: in
     ptrs = (ctypes.c_void_p * len(slots))(*[base + 8 * i for i in range(len(slots))])
     g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
     b = tuple(int(x) for x in block) + (1,) * (3 - len(block))
-    dims = (ctypes.c_longlong * 6)(*g, *b)
+    rows = memory[0] if memory is not None else None  # (base, end, shadow) rows, kept alive below
+    table = (rows.ctypes.data, len(rows)) if rows is not None else (0, 0)
+    dims = (ctypes.c_longlong * 8)(*g, *b, *table)  # the grid, the block, then the memory table
     err = ctypes.create_string_buffer(_ERR_LEN)
     if kernel.launch(
         ptrs, dims, int(shared_mem), int(kernel.fibers), seed(), _threads(), int(checks_on()), err, _ERR_LEN

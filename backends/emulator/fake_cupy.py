@@ -287,13 +287,13 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
         pageable = "pageable" in (rt.where(dst)[0], rt.where(src)[0])
         if pageable:
             s.refuse_in_capture("cudaMemcpyAsync with pageable host memory")
-        s.enqueue(lambda: ctypes.memmove(dst, src, n))
+        s.enqueue(lambda: (ctypes.memmove(dst, src, n), rt.mark_written(dst, n, src)))
         if pageable:
             rt.pageable_copies += 1
             s.synchronize()  # CUDA: a copy to/from pageable memory returns once complete
 
     def memset_async(ptr: int, value: int, n: int, stream_ptr: int) -> None:
-        stream_of(stream_ptr).enqueue(lambda: ctypes.memset(ptr, value, n))
+        stream_of(stream_ptr).enqueue(lambda: (ctypes.memset(ptr, value, n), rt.mark_written(ptr, n)))
 
     def stream_is_capturing(stream_ptr: int) -> int:
         return stream_of(stream_ptr).is_capturing()
@@ -313,7 +313,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
 
     def zeros(shape: Any, dtype: Any = np.float64) -> np.ndarray:
         a = empty(shape, dtype)
-        ctypes.memset(a.ctypes.data, 0, a.nbytes)
+        rt.zero_now(a.ctypes.data, a.nbytes)
         return a
 
     runtime = types.SimpleNamespace(

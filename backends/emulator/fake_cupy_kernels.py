@@ -221,8 +221,9 @@ class CppExecutor:
         for i, ctype in enumerate(prepared.params):
             if ctype.endswith("*"):
                 _device_span(self.rt, int(args[i]), prepared.name, f"argument {i} ({ctype})")
+        memory = self.rt.memory_table() if cuda_on_cpu.checks_on() else None
         try:
-            cuda_on_cpu.run(prepared, grid, block, args, shared_mem)
+            cuda_on_cpu.run(prepared, grid, block, args, shared_mem, memory)
         except KernelCheckError as exc:
             if not _report_on_flag(prepared.src, args, exc):
                 raise  # no error flag: a sticky device fault
@@ -321,6 +322,8 @@ def enable_execution(cupy: Any) -> Any:
     _record_twins()
     executor = OpenCLTwinExecutor if executor_name() == "opencl" else CppExecutor
     cupy.rt.executor = executor(cupy.rt)
+    # device memory tracked (poisoned, its writes recorded) where the checks see it: cuda_on_cpu
+    cupy.rt.memory_checks = _checks_on if executor is CppExecutor else None
     return cupy
 
 

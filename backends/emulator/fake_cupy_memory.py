@@ -5,6 +5,7 @@ array type with cupy's ``get()``, ``data.ptr``, CUDA array interface and DLPack 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
 from typing import Any
@@ -19,7 +20,9 @@ class _Chunk:
         self.size = n
         self.raw = np.zeros(n + 512, np.uint8)
         self.base = self.raw.ctypes.data + (-self.raw.ctypes.data) % 512
-        rt.register(self.base, n, "device", device)
+        # under the emulator's checks: a shadow byte per byte, poisoned at each malloc (see there)
+        tracked = rt.memory_checks is not None and rt.memory_checks()
+        rt.register(self.base, n, "device", device, np.zeros(n, np.uint8) if tracked else None)
         weakref.finalize(self, rt.unregister, self.base)
 
 
@@ -49,6 +52,7 @@ class _DevicePool:
         stream = self.rt.current_stream(self.device)
         sp = stream.ptr if stream is not None else 0
         self.mallocs.append(sp)
+        reused = True
         with self.lock:
             arena = self.free.setdefault(sp, [])
             for i, c in enumerate(arena):
@@ -58,6 +62,15 @@ class _DevicePool:
             else:
                 chunk = _Chunk(self.rt, n, self.device)
                 self.total += n
+                reused = False
+        # a fresh allocation holds garbage on a GPU (the pool's reused blocks what their last user
+        # left): poisoned and unwritten for the checks; a reused block in its stream's order (its
+        # last user may still run on it), not while the stream captures (work then only records)
+        poison = functools.partial(self.rt.poison, chunk.base, chunk.size)
+        if not reused or stream is None:
+            poison()
+        elif stream.captured is None:
+            stream.ex.submit(poison)
         return MemoryPointer(PooledMemory(chunk, arena, self.device), 0)
 
     def free_all_blocks(self) -> None:

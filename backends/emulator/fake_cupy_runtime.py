@@ -6,11 +6,14 @@ is emulated how strictly)."""
 from __future__ import annotations
 
 import bisect
+import ctypes
 import queue as _q
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from portable import AlpykaError
 
@@ -86,6 +89,12 @@ class _Runtime:
         # on the stream's thread; None: bodies do not run
         self.executor: Any = None
         self.sticky: BaseException | None = None  # a failed kernel: every later sync reports it
+        # device memory the checks track (memory_checks() true when an allocation is made): per
+        # allocation base, one byte per byte, 1 once written (a copy, a memset, a kernel's store)
+        self.memory_checks: Callable[[], bool] | None = None
+        self.shadows: dict[int, np.ndarray] = {}
+        self.ranges_version = 0
+        self._table: tuple[int, np.ndarray, list] | None = None
 
     def check_sticky(self) -> None:
         """Raise the error of a failed kernel, as CUDA does on every later synchronisation."""
@@ -105,10 +114,13 @@ class _Runtime:
         stack = stacks.get(device) if stacks else None
         return stack[-1] if stack else None
 
-    def register(self, base: int, size: int, kind: str, device: int) -> None:
+    def register(self, base: int, size: int, kind: str, device: int, shadow: np.ndarray | None = None) -> None:
         with self.ranges_lock:
             self._drop_freed()
             bisect.insort(self.ranges, (base, base + size, kind, device))
+            if shadow is not None:
+                self.shadows[base] = shadow
+                self.ranges_version += 1
 
     def unregister(self, base: int) -> None:
         """Forget the range at ``base`` (called by finalizers: takes no lock, see ``freed``)."""
@@ -121,6 +133,66 @@ class _Runtime:
             i = bisect.bisect_left(self.ranges, (base,))
             if i < len(self.ranges) and self.ranges[i][0] == base:
                 del self.ranges[i]
+            if self.shadows.pop(base, None) is not None:
+                self.ranges_version += 1
+
+    # ------------------------------------------------------------------ initialisation shadow
+    def memory_table(self) -> tuple[np.ndarray, list] | None:
+        """The tracked device memory for a checked launch: a uint64 array of rows (base, end,
+        address of its shadow) sorted by base, and the shadows it points into (keep them alive
+        while the kernel runs); None when nothing is tracked."""
+        with self.ranges_lock:
+            self._drop_freed()
+            if not self.shadows:
+                return None
+            if self._table is None or self._table[0] != self.ranges_version:
+                bases = sorted(self.shadows)
+                shadows = [self.shadows[b] for b in bases]
+                rows = np.array([(b, b + s.size, s.ctypes.data) for b, s in zip(bases, shadows)], np.uint64)
+                self._table = (self.ranges_version, rows, shadows)
+            return self._table[1], self._table[2]
+
+    def shadow_at(self, ptr: int, n: int) -> np.ndarray | None:
+        """The shadow bytes of ``[ptr, ptr + n)`` where that range is tracked device memory."""
+        with self.ranges_lock:
+            self._drop_freed()
+            i = bisect.bisect_right(self.ranges, (ptr, float("inf"))) - 1
+            if i < 0 or not self.ranges[i][0] <= ptr < self.ranges[i][1]:
+                return None
+            base = self.ranges[i][0]
+            shadow = self.shadows.get(base)
+        if shadow is None:
+            return None
+        return shadow[ptr - base : ptr - base + n]
+
+    def poison(self, base: int, size: int) -> None:
+        """A fresh allocation: its bytes a poison pattern (0xA5, as fresh shared memory) and its
+        shadow unwritten, as initcheck sees memory a kernel reads before anything wrote it."""
+        shadow = self.shadow_at(base, size)
+        if shadow is not None:
+            ctypes.memset(base, 0xA5, size)
+            shadow[:] = 0
+
+    def zero_now(self, ptr: int, n: int) -> None:
+        """``cupy.zeros``' fill of a fresh allocation: after its poisoning (queued on the current
+        stream), then written."""
+        stream = self.current_stream(self.device())
+        if stream is not None:
+            stream.ex.drain()
+        ctypes.memset(ptr, 0, n)
+        self.mark_written(ptr, n)
+
+    def mark_written(self, dst: int, n: int, src: int | None = None) -> None:
+        """After a copy or memset of ``n`` bytes at ``dst``: written, or as initialised as the
+        source's bytes where ``src`` is tracked device memory (a copy of garbage stays garbage)."""
+        shadow = self.shadow_at(dst, n)
+        if shadow is None:
+            return
+        from_shadow = self.shadow_at(src, n) if src is not None else None
+        if from_shadow is not None and from_shadow.size == shadow.size:
+            shadow[:] = from_shadow
+        else:
+            shadow[:] = 1
 
     def span(self, ptr: int) -> tuple[int, int, str, int] | None:
         """``(base, end, kind, device)`` of the registered range holding ``ptr``, or None."""

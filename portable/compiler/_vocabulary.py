@@ -64,11 +64,28 @@ class VocabularyBuilder:
         if op in ("all", "any", "ballot"):
             (p,) = self.plain_args(node, 1, f"acc.warp_{op}(predicate)")
             return ir.WarpOp(op, [to_bool(self.scalar(p))], UINT64 if op == "ballot" else BOOL)
+        if op in ("ballot_mask", "shfl_mask"):
+            return self.masked_warp_op(op, node)
         what = {"shfl": "lane", "shfl_up": "delta", "shfl_down": "delta", "shfl_xor": "mask"}[op]
         v, k = (self.scalar(a) for a in self.plain_args(node, 2, f"acc.warp_{op}(value, {what})"))
         if k.type.is_float or k.type.is_bool:
             raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
         return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
+
+    def masked_warp_op(self, op: str, node: ast.Call) -> ir.Expr:
+        """``acc.warp_ballot_mask(mask, p)``, ``acc.warp_shfl_mask(mask, v, lane)``: the lanes
+        ``mask`` names take part (CUDA's ``*_sync`` member mask; CMSSW's ``ballot_mask``/``shfl_mask``)."""
+        sig = "(mask, predicate)" if op == "ballot_mask" else "(mask, value, lane)"
+        args = [self.scalar(a) for a in self.plain_args(node, 2 if op == "ballot_mask" else 3, f"acc.warp_{op}{sig}")]
+        if args[0].type.is_float or args[0].type.is_bool:
+            raise self.error(node, f"acc.warp_{op}{sig}: the mask must be an integer (a uint64), got {args[0].type}")
+        mask = cast(args[0], UINT64)
+        if op == "ballot_mask":
+            return ir.WarpOp(op, [mask, to_bool(args[1])], UINT64)
+        v, k = args[1], args[2]
+        if k.type.is_float or k.type.is_bool:
+            raise self.error(node, f"acc.warp_{op}{sig}: the lane must be an integer, got {k.type}")
+        return ir.WarpOp(op, [mask, v, cast(k, INT32)], v.type)
 
     def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
         eng = self.value(node)

@@ -61,7 +61,8 @@ Expressions (fields; all have ``type``):
   ``warp::*``): ``size`` (int64), ``active_mask`` (uint64), ``all``/``any`` of a bool (bool),
   ``ballot`` of a bool (uint64, bit k for lane k), ``shfl(v, lane)``, ``shfl_up(v, delta)``,
   ``shfl_down(v, delta)``, ``shfl_xor(v, mask)`` (``type`` = ``v``'s; the lane/delta/mask operand is
-  int32). A shuffle whose source lane is outside the warp returns the caller's own ``v``. Backends
+  int32); ``ballot_mask(mask, p)``, ``shfl_mask(mask, v, lane)`` over the lanes the uint64 ``mask``
+  names (CUDA's member mask). A shuffle whose source lane is outside the warp returns the caller's own ``v``. Backends
   with one-thread warps (the CPU ones) return ``v``, ``p``, 1 or ``p`` as a bit.
 - ``BlockPredicate(op, value)``: a barrier of the whole block (as ``SyncBlockThreads``) that also
   reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
@@ -145,7 +146,19 @@ INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thr
 ATOMIC_OPS = ("add", "sub", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec")
 ATOMIC_HIERARCHIES = ("grid", "block", "threads")
 #: warp-level operations (alpaka's warp::getSize/activemask/all/any/ballot/shfl/shflUp/shflDown/shflXor)
-WARP_OPS = ("size", "active_mask", "all", "any", "ballot", "shfl", "shfl_up", "shfl_down", "shfl_xor")
+WARP_OPS = (
+    "size",
+    "active_mask",
+    "all",
+    "any",
+    "ballot",
+    "shfl",
+    "shfl_up",
+    "shfl_down",
+    "shfl_xor",
+    "ballot_mask",  # alpaka's ballot(acc, mask, p) and shfl(acc, mask, v, lane): explicit member masks
+    "shfl_mask",
+)
 #: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
 BLOCK_PREDICATES = ("count", "and", "or")
 #: memory fence scopes (alpaka's memory_scope::Block|Grid|Device)

@@ -68,6 +68,61 @@ def shfl_after_a_lane_left(acc, out, z):
 
 
 @pk.kernel
+def warp_op_at_two_sites(acc, out, z):
+    t = acc.thread_idx
+    if t % 2 == 0:
+        v = acc.warp_ballot(t > 4)  # CHECK (a call site of its own per branch: HIP's lanes never meet)
+    else:
+        v = acc.warp_ballot(t > 4)  # CHECK
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def different_warp_ops(acc, out, z):
+    t = acc.thread_idx
+    v = 0
+    if t < 8:
+        v = 1 if acc.warp_any(t > 4) else 0  # CHECK
+    else:
+        v = 1 if acc.warp_all(t > 4) else 0  # CHECK
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def warp_op_while_lanes_at_a_barrier(acc, out, z):
+    t = acc.thread_idx
+    v = 0
+    if t % 32 < 16:
+        v = 1 if acc.warp_any(t > 4) else 0  # CHECK
+    acc.sync_block_threads()  # CHECK
+    out[acc.block_idx * N + t] = v
+
+
+@pk.kernel
+def shfl_from_a_returned_lane(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size >= 16:
+        return
+    out[acc.block_idx * N + t] = acc.warp_shfl(t, 20)  # CHECK (lane 20 returned)
+
+
+@pk.kernel
+def mask_without_the_caller(acc, out, z):
+    t = acc.thread_idx
+    v = acc.warp_ballot_mask(np.uint64(1), t > 4)  # CHECK (only lane 0 is named; every lane calls)
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def shfl_outside_the_mask(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size < 16:
+        out[acc.block_idx * N + t] = acc.warp_shfl_mask(np.uint64(0xFFFF), t, 20)  # CHECK (lane 20: not named)
+
+
+@pk.kernel
 def write_write_race(acc, out, z):
     sh = acc.shared_array(N, np.int64)
     t = acc.thread_idx
@@ -164,6 +219,22 @@ def shfl_converged(acc, out, z):
 
 
 @pk.kernel
+def warp_op_at_one_site(acc, out, z):
+    t = acc.thread_idx
+    v = acc.warp_ballot(t > 4)
+    out[acc.block_idx * N + t] = np.int64(v)
+
+
+@pk.kernel
+def shfl_among_the_lanes_left(acc, out, z):
+    t = acc.thread_idx
+    out[acc.block_idx * N + t] = t
+    if t % acc.warp_size >= 16:
+        return
+    out[acc.block_idx * N + t] = acc.warp_shfl(t, 10)  # alpaka's rule: lanes that returned are left out
+
+
+@pk.kernel
 def one_writer(acc, out, z):
     sh = acc.shared_array(N, np.int64)
     t = acc.thread_idx
@@ -236,6 +307,19 @@ def _within_the_warp(warp_size: int) -> np.ndarray:
     return np.where(lane + 16 < lanes, t + 16, t)
 
 
+def _ballot_above_4(warp_size: int) -> np.ndarray:
+    """What warp_op_at_one_site gives in a block of N: the warp's ballot of t > 4 (an int64's bits)."""
+    t = np.arange(N)
+    bits = [sum(1 << (k - w) for k in range(w, min(w + warp_size, N)) if k > 4) for w in t - t % warp_size]
+    return np.array([b - (1 << 64) if b >= 1 << 63 else b for b in bits], np.int64)
+
+
+def _lanes_left(warp_size: int) -> np.ndarray:
+    """What shfl_among_the_lanes_left gives: lanes below 16 read lane 10 of their warp."""
+    t = np.arange(N)
+    return np.where(t % warp_size < 16, t - t % warp_size + 10, t)
+
+
 def _converged() -> np.ndarray:
     """What shfl_converged gives: every lane swaps with its pair each step, keeping t % 4 + 1 of them."""
     v = np.arange(N)
@@ -251,6 +335,12 @@ CASES = {
     "skipped_barrier": (skipped_barrier, "barrier", N, 1, uniform_barrier, np.arange(N)),
     "shfl_absent_lane": (shfl_from_absent_lane, "warp", 48, 1, shfl_within_the_warp, _within_the_warp),
     "shfl_lane_left": (shfl_after_a_lane_left, "warp", N, 1, shfl_converged, _converged()),
+    "warp_two_sites": (warp_op_at_two_sites, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "warp_ops_differ": (different_warp_ops, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "warp_vs_barrier": (warp_op_while_lanes_at_a_barrier, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
+    "shfl_returned_lane": (shfl_from_a_returned_lane, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
+    "mask_without_caller": (mask_without_the_caller, "warp", N, 1, warp_op_at_one_site, _ballot_above_4),
+    "shfl_outside_mask": (shfl_outside_the_mask, "warp", N, 1, shfl_among_the_lanes_left, _lanes_left),
     "write_write": (write_write_race, "race", N, 1, one_writer, np.full(N, 7)),
     "write_read": (write_read_race, "race", N, 1, write_barrier_read, (np.arange(N) + 1) % N),
     "warp_synchronous": (warp_synchronous_sum, "race", N, 1, block_synchronous_sum, np.full(N, sum(range(32)))),
@@ -344,3 +434,128 @@ def test_the_switch_turns_the_checks_off(backend, checked, setting):
             "checked",
             "barrier",
         ], done.stdout
+
+
+# ----------------------------------------------------------------------------- more access orders
+# Each race rule of the shadow (cuda_on_cpu.h's sh_read/sh_write/sh_atomic) seen alone: thread 0
+# makes the first access, a warp operation (a point where the emulator switches threads), thread 1
+# makes the same access, another warp operation, then thread 0, which made the first access
+# itself, makes the last: only the rule that remembers a second thread (rd2, at2) can catch it.
+@pk.device_function
+def _switch(acc, t):
+    """A warp operation the compiler keeps: every lane waits there for the others."""
+    return acc.warp_any(t % 2 == 0)
+
+
+@pk.kernel
+def two_atomics_then_a_read(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    if t == 0:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s1 = _switch(acc, t)
+    if t == 1:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        out[0] = sh[0]  # CHECK (thread 1 updated it too)
+
+
+@pk.kernel
+def two_atomics_then_a_write(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    if t == 0:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s1 = _switch(acc, t)
+    if t == 1:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        sh[0] = 7  # CHECK
+    out[t] = t
+
+
+@pk.kernel
+def two_reads_then_an_atomic(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    v = sh[0] if t == 0 else 0
+    s1 = _switch(acc, t)
+    if t == 1:
+        v = sh[0]
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        acc.atomic_add(sh, 0, 1, hierarchy="threads")  # CHECK
+    out[t] = v
+
+
+@pk.kernel
+def two_reads_then_a_write(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    t = acc.thread_idx
+    if t == 0:
+        sh[0] = 0
+    acc.sync_block_threads()
+    v = sh[0] if t == 0 else 0
+    s1 = _switch(acc, t)
+    if t == 1:
+        v = sh[0]
+    s2 = _switch(acc, t)
+    if t == 0 and s1 and s2:
+        sh[0] = 5  # CHECK
+    out[t] = v
+
+
+@pk.kernel
+def an_atomic_on_unwritten_shared(acc, out, z):
+    sh = acc.shared_array(1, np.int64)
+    acc.atomic_add(sh, 0, 1, hierarchy="threads")  # CHECK
+    acc.sync_block_threads()
+    out[acc.thread_idx] = sh[0]
+
+
+@pk.kernel
+def own_accesses_only(acc, out, z):
+    sh = acc.shared_array(N, np.int64)
+    t = acc.thread_idx
+    sh[t] = 0
+    acc.atomic_add(sh, t, 1, hierarchy="threads")
+    v = sh[t]
+    if acc.warp_any(t % 2 == 0):  # true in every warp
+        sh[t] = v + 1
+    acc.sync_block_threads()
+    out[t] = sh[t]
+
+
+ORDERS = {
+    "two_atomics_then_a_read": (two_atomics_then_a_read, "race"),
+    "two_atomics_then_a_write": (two_atomics_then_a_write, "race"),
+    "two_reads_then_an_atomic": (two_reads_then_an_atomic, "race"),
+    "two_reads_then_a_write": (two_reads_then_a_write, "race"),
+    "an_atomic_on_unwritten_shared": (an_atomic_on_unwritten_shared, "uninitialized"),
+}
+
+
+@emulated
+@pytest.mark.parametrize("case", list(ORDERS))
+@pytest.mark.parametrize("seed", ["1", "7"])
+def test_each_rule_of_the_shadow_catches_its_order(device, queue, checked, monkeypatch, case, seed):
+    wrong, kind = ORDERS[case]
+    monkeypatch.setenv("ALPYKA_EMULATE_SEED", seed)  # the order of the first accesses does not matter
+    with pytest.raises(pk.AsyncError) as info:
+        _launch(queue, device, wrong, N, 1)
+    err = info.value.__cause__
+    assert isinstance(err, pk.KernelCheckError) and err.kind == kind, repr(err)
+    assert any(f"{os.path.basename(__file__)}:{line}" in str(err) for line in _check_lines(wrong)), str(err)
+    got = _launch(queue, device, own_accesses_only, N, 1)  # a thread's own accesses never race
+    np.testing.assert_array_equal(got, np.full(N, 2))

@@ -86,6 +86,8 @@ def test_warp_size_per_backend(backend, device, queue):
         assert ws == device.limits.warp_size  # 32 on NVIDIA, the wavefront (64 on CDNA) on AMD
     else:
         assert ws >= 1 and ws & (ws - 1) == 0  # OpenCL: the sub-group size, else 1
+    # what the device reports is what a kernel sees (Intel's CPU OpenCL said 1, gave 16: issue 39)
+    assert device.limits.warp_size == ws and device.capabilities.warp_size == ws
 
 
 @pytest.mark.parametrize("d", [1, 3])
