@@ -34,7 +34,7 @@ from portable.compiler.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
-from ._c_messages import MessageEmitter
+from ._c_messages import MessageEmitter, barrier_functions
 from ._c_source import CEmitError, CSource
 from ._c_statements import StatementEmitter, ident
 from ._float_to_int import c_helper
@@ -85,6 +85,8 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
         # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
         self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
+        # OpenCL kernel code with a barrier: a failed assert lets its thread reach the barriers
+        self.barrier_functions = barrier_functions(kernel) if dialect.is_opencl else None
         # the error flag: range checks (ALPYKA_DEBUG), range() steps known only at run time, asserts
         self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None) or _uses(kernel, ir.Assert)
 
