@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import deep_recursion, ir
+from portable.compiler.operations import OPERATORS
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
@@ -245,21 +246,15 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             # signed overflow wraps (numpy's rule) instead of being C's undefined behaviour
             u = "u" + self.ctype(t)[1:]
             return f"(({self.ctype(t)})(({u}){a} {e.op} ({u}){b}))"
-        if e.op in ("<<", ">>"):
-            return f"{self.h.shift(e.op, t)}({a}, {b})"
-        if e.op in ("+", "-", "*", "&", "|", "^"):
+        op = OPERATORS.get(e.op)
+        if op is None:
+            raise self.fail(f"operator {e.op} is not supported by the C emitter")
+        if op.c_helper is None:  # C's operator (its fixed-width rule is C's)
             return f"({a} {e.op} {b})"
-        if e.op == "/":
-            return f"({a} / {b})"
-        if e.op == "//":
-            return f"{self.h.floordiv(t)}({a}, {b})"
-        if e.op == "%":
-            return f"{self.h.mod(t)}({a}, {b})"
-        if e.op == "**":
-            if t.is_float:
-                return f"{self.d.math('pow', t)}({a}, {b})"
-            return f"{self.h.ipow(t)}({a}, {b})"
-        raise self.fail(f"operator {e.op} is not supported by the C emitter")
+        if op.c_helper == "ipow" and t.is_float:
+            return f"{self.d.math('pow', t)}({a}, {b})"
+        helper = getattr(self.h, op.c_helper)  # the helper that gives numpy's rule (operations.py)
+        return f"{helper(e.op, t) if op.c_helper == 'shift' else helper(t)}({a}, {b})"
 
     def wrapping_chain(self, e: ir.BinOp) -> str:
         """``(u)a op (u)b op (u)c...`` of a left-deep chain of wrapping ``+ -`` or ``*`` in the
