@@ -15,7 +15,7 @@ from alpyka_testing.fuzz import binop, call, cast, col, const, select
 from alpyka_testing.kernels import download, upload
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
-#: CI's seeds (about 10 s of CPU per seed on a numba backend, mostly numba's compile)
+#: CI's seeds (about 21 s of CPU for both on a numba backend, mostly numba's compile)
 SEEDS = [(1, 40), (2, 40)]
 SEEDS += [(1000 + k, 200) for k in range(int(os.environ.get("ALPYKA_FUZZ_SEEDS", "0") or 0))]
 
