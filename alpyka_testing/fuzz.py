@@ -78,12 +78,14 @@ def const(value: object, tname: str | None = None) -> Node:
 
 
 def _lit(v: object) -> str:
+    """``v`` as source; a negative one in parentheses (``-1 ** k`` is ``-(1 ** k)`` in Python)."""
     if isinstance(v, float):
         if math.isnan(v):
             return "math.nan"
         if math.isinf(v):
-            return "math.inf" if v > 0 else "-math.inf"
-    return repr(v)
+            return "math.inf" if v > 0 else "(-math.inf)"
+    text = repr(v)
+    return f"({text})" if text.startswith("-") else text
 
 
 def binop(op: str, a: Node, b: Node) -> Node:
@@ -357,7 +359,9 @@ class Generator:
     def function(self, depth: int) -> Node:
         name = self.pick(["min", "max", "abs", "floor", "trunc", "sqrt", "copysign", "fmod"])
         a = self.with_column(self.tree(depth - 1))
-        if name in ("min", "max", "copysign", "fmod"):
+        if name == "copysign":  # a sign from a column: the sign bit of a computed NaN is no rule
+            return call(name, a, self.leaf(column=True))
+        if name in ("min", "max", "fmod"):
             return call(name, a, self.tree(depth - 1))
         if name in ("floor", "trunc", "sqrt") and not a.type.is_float:
             a = cast(self.pick(FLOATS), a)

@@ -116,6 +116,22 @@ def test_zero_minus_an_integer_zero_is_plus_zero(device):
     assert not np.signbit(got[0]) and got[0] == 0.0
 
 
+def test_floor_division_by_a_constant_negative_zero(device):
+    """``x // -0.0`` is ``x / -0.0``: -inf for a positive x, saturating to 0 in a uint64 and to -128
+    in an int8. PoCL's compiler gave +inf from the helper's ``a / b`` for a constant -0.0 divisor
+    (``np.uint64(~b_uint8 // np.float32(-0.0))`` at b = 1 was 2**64 - 1, seed 1 of the fuzzer)."""
+    u8, u64, f64 = col("uint8", 1), col("uint64"), col("float64")
+    exprs = [
+        cast("uint64", binop("//", fuzz.unop("~", u8), const(-0.0, "float32"))),
+        cast("int8", binop("//", u64, cast("float64", const(-0.0)))),
+        binop("//", f64, const(-0.0, "float64")),
+        binop("//", f64, const(0.0, "float64")),
+    ]
+    data = _data(4, b_uint8=[1, 255, 0, 7], a_uint64=[2**64 - 1, 0, 5, 1], a_float64=[3.0, -0.0, math.nan, -math.inf])
+    _check(device, exprs[:2], data, [[0, 0, 0, 0], [-128, 0, -128, -128]])
+    _check(device, exprs[2:], data)  # -inf, nan, nan, inf and inf, nan, nan, -inf: numpy's
+
+
 def test_minimized_expressions_of_later_seeds(device):
     """What the first fuzz runs found on the numba backends beside the classes above (each a
     minimized case): numba computed ``-x`` of an int8 in 64 bits (``-(-x)`` at -128 gave 128)."""
