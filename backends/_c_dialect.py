@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from portable.compiler.operations import MATH
 from portable.compiler.types import ScalarType
 
 #: C spelling of each kernel scalar type (typedefs in every dialect's prologue)
@@ -124,39 +125,6 @@ _HIP_WARPS = """\
 def _member_mask(mask: str | None) -> str:
     """The member mask of a CUDA ``*_sync`` call: the kernel's explicit one, else the warp's launched lanes."""
     return "ALPYKA_LANES" if mask is None else f"(unsigned int)({mask})"
-
-
-_MATH_1 = (
-    "sqrt",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log10",
-    "log1p",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "sinh",
-    "cosh",
-    "tanh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "fabs",
-    "floor",
-    "ceil",
-    "trunc",
-    "erf",
-    "erfc",
-    "lgamma",
-    "tgamma",
-)
-_MATH_2 = ("atan2", "pow", "hypot", "copysign", "fmod")
 
 
 @dataclass(frozen=True)
@@ -274,12 +242,14 @@ class Dialect:
 
     # ------------------------------------------------------------------ math
     def math(self, func: str, t: ScalarType) -> str:
-        """C name of ``math.<func>`` on arguments of type ``t`` (float32 or float64)."""
-        if func in _MATH_1 or func in _MATH_2:
-            if self.is_opencl or t.name == "float64":
-                return func
-            return func + "f"
-        raise KeyError(func)
+        """C name of ``math.<func>`` on arguments of type ``t`` (float32 or float64), as
+        :mod:`portable.compiler.operations` declares it."""
+        name = MATH[func].c
+        if name is None:
+            raise KeyError(func)
+        if self.is_opencl or t.name == "float64":
+            return name
+        return name + "f"
 
     # ------------------------------------------------------------------ atomics
     def native_atomic(self, op: str, t: ScalarType, space: str) -> str | None:

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import deep_recursion, ir
+from portable.compiler.operations import OPERATORS
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
-from ._c_messages import MessageEmitter
+from ._c_messages import MessageEmitter, barrier_functions
 from ._c_source import CEmitError, CSource
 from ._c_statements import GLOBAL_KINDS, StatementEmitter, ident
 from ._float_to_int import c_helper
@@ -85,6 +86,8 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
         # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
         self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
+        # OpenCL kernel code with a barrier: a failed assert lets its thread reach the barriers
+        self.barrier_functions = barrier_functions(kernel) if dialect.is_opencl else None
         # the error flag: range checks (ALPYKA_DEBUG), range() steps known only at run time, asserts
         self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None) or _uses(kernel, ir.Assert)
 
@@ -253,21 +256,15 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             # signed overflow wraps (numpy's rule) instead of being C's undefined behaviour
             u = "u" + self.ctype(t)[1:]
             return f"(({self.ctype(t)})(({u}){a} {e.op} ({u}){b}))"
-        if e.op in ("<<", ">>"):
-            return f"{self.h.shift(e.op, t)}({a}, {b})"
-        if e.op in ("+", "-", "*", "&", "|", "^"):
+        op = OPERATORS.get(e.op)
+        if op is None:
+            raise self.fail(f"operator {e.op} is not supported by the C emitter")
+        if op.c_helper is None:  # C's operator (its fixed-width rule is C's)
             return f"({a} {e.op} {b})"
-        if e.op == "/":
-            return f"({a} / {b})"
-        if e.op == "//":
-            return f"{self.h.floordiv(t)}({a}, {b})"
-        if e.op == "%":
-            return f"{self.h.mod(t)}({a}, {b})"
-        if e.op == "**":
-            if t.is_float:
-                return f"{self.d.math('pow', t)}({a}, {b})"
-            return f"{self.h.ipow(t)}({a}, {b})"
-        raise self.fail(f"operator {e.op} is not supported by the C emitter")
+        if op.c_helper == "ipow" and t.is_float:
+            return f"{self.d.math('pow', t)}({a}, {b})"
+        helper = getattr(self.h, op.c_helper)  # the helper that gives numpy's rule (operations.py)
+        return f"{helper(e.op, t) if op.c_helper == 'shift' else helper(t)}({a}, {b})"
 
     def wrapping_chain(self, e: ir.BinOp) -> str:
         """``(u)a op (u)b op (u)c...`` of a left-deep chain of wrapping ``+ -`` or ``*`` in the

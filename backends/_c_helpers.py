@@ -39,10 +39,13 @@ class Helpers:
         name = f"alpyka_floordiv_{c}"
         if t.is_float:
             m = self._mathname
+            k, cs = "F32" if t.bits == 32 else "F64", m("copysign", t)
+            # x // +-0.0 is x / +-0.0 (inf of the signs' product, nan for 0 or nan), spelled
+            # without the division: PoCL's compiler gave +inf for a positive x // a constant -0.0
             return self.add(
                 name,
                 f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0) return a / b;
+    if (b == 0) return (a == 0 || a != a) ? ALPYKA_NAN_{k} : {cs}(ALPYKA_INF_{k}, a) * {cs}(({c})1, b);
     {c} mod = {m("fmod", t)}(a, b);
     {c} div = (a - mod) / b;
     if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}

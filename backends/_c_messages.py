@@ -48,6 +48,34 @@ def c_string(text: str) -> str:
     return "".join(out)
 
 
+_BARRIERS = (ir.SyncBlockThreads, ir.BlockPredicate, ir.WarpOp)
+
+
+def barrier_functions(kernel: ir.KernelDef) -> set[str] | None:
+    """The device functions of ``kernel`` that meet a barrier or warp operation (directly or
+    through a call), or None when the kernel meets none at all."""
+    direct = {name: any(isinstance(x, _BARRIERS) for x in ir.nodes(fn.body)) for name, fn in kernel.functions.items()}
+    calls = {
+        name: {x.function for x in ir.nodes(fn.body) if isinstance(x, ir.DeviceCall)}
+        for name, fn in kernel.functions.items()
+    }
+    found = {name for name, yes in direct.items() if yes}
+    grew = True
+    while grew:
+        more = {name for name, callees in calls.items() if callees & found} - found
+        found |= more
+        grew = bool(more)
+    return found if meets_barrier(kernel.body, found) else None
+
+
+def meets_barrier(stmt: ir.Stmt | list[ir.Stmt], functions: set[str]) -> bool:
+    """Whether ``stmt`` (or a list of them) holds a barrier, a warp operation or a call of a
+    function in ``functions``."""
+    return any(
+        isinstance(x, _BARRIERS) or (isinstance(x, ir.DeviceCall) and x.function in functions) for x in ir.nodes(stmt)
+    )
+
+
 class MessageEmitter:
     """``visit_Assert`` and ``visit_Print`` of the C emitter (a mixin of ``_Emitter``)."""
 
@@ -55,6 +83,33 @@ class MessageEmitter:
         self.messages.append(s.message)  # an AssertCheck: the host raises KernelAssertionError
         report = f"(void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err)"  # 0 is outside [0, 0)
         self.out(f"if (!({self.expr(s.cond)})) {{ {report}; return{self.default_return()}; }}{tag}", line)
+
+    def assert_goes_on(self: Any) -> bool:
+        """Whether a failed assert here lets its thread go on (see :meth:`assert_then`): kernel
+        code (not a device function's) of an OpenCL kernel with a barrier or sub-group operation."""
+        return self.in_function is None and self.barrier_functions is not None
+
+    def assert_then(self: Any, s: ir.Assert, rest: list[ir.Stmt]) -> int:
+        """An assert of OpenCL kernel code with barriers, and the statements after it up to the
+        first that meets a barrier: ``if (!cond) { report; } else { those statements }``; how many
+        of ``rest`` it emitted. OpenCL C has every work-item of a group reach each barrier, and
+        PoCL's compiler relies on it even for a ``return`` never taken: a thread's early return
+        inside a loop that only some threads enter dropped the statement after a passing assert.
+        A failed assert still raises KernelAssertionError at the next wait; its thread skips what
+        follows up to the next barrier, and reaches that barrier."""
+        line = getattr(s, "line", 0) or self.cur_line
+        self.cur_line = line
+        tag = self.tag(getattr(s, "line", 0))
+        self.messages.append(s.message)
+        report = f"(void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err)"
+        n = next((k for k, x in enumerate(rest) if meets_barrier(x, self.barrier_functions)), len(rest))
+        if n == 0:
+            self.out(f"if (!({self.expr(s.cond)})) {{ {report}; }}{tag}", line)
+            return 0
+        self.out(f"if (!({self.expr(s.cond)})) {{ {report}; }} else {{{tag}", line)
+        self.block(rest[:n])
+        self.out("}", line)
+        return n
 
     def visit_Print(self: Any, s: ir.Print, tag: str, line: int) -> None:
         parts, args = [], []

@@ -52,11 +52,19 @@ class StatementEmitter:
     in_function: ir.Function | None
     d: Any
     h: Any
+    assert_goes_on: Any
+    assert_then: Any
 
     def block(self, stmts: list[ir.Stmt]) -> None:
         self.indent += 1
-        for s in stmts:
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if isinstance(s, ir.Assert) and self.assert_goes_on():  # its next statements in an else
+                i += 1 + self.assert_then(s, stmts[i + 1 :])
+                continue
             self.stmt(s)
+            i += 1
         self.indent -= 1
 
     def tag(self, line: int) -> str:

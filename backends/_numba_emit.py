@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
+from portable.compiler.operations import MATH, NUMBA_HELPERS, OPERATORS
 from portable.compiler.types import ScalarType
 from portable.compiler.visit import Visitor
 
@@ -47,75 +48,17 @@ _jit = njit(nogil=True, cache=_on_disk, error_model="numpy"{fastmath})
 _jit_inline = njit(nogil=True, cache=_on_disk, error_model="numpy", inline="always"{fastmath})  # into launch
 '''
 
-_MATH = {
-    "sqrt": "math.sqrt",
-    "exp": "math.exp",
-    "exp2": "np.exp2",
-    "expm1": "math.expm1",
-    "log": "math.log",
-    "log2": "math.log2",
-    "log10": "math.log10",
-    "log1p": "math.log1p",
-    "sin": "math.sin",
-    "cos": "math.cos",
-    "tan": "math.tan",
-    "asin": "math.asin",
-    "acos": "math.acos",
-    "atan": "math.atan",
-    "atan2": "math.atan2",
-    "sinh": "math.sinh",
-    "cosh": "math.cosh",
-    "tanh": "math.tanh",
-    "asinh": "math.asinh",
-    "acosh": "math.acosh",
-    "atanh": "math.atanh",
-    "pow": "math.pow",
-    "hypot": "math.hypot",
-    "floor": "math.floor",
-    "ceil": "math.ceil",
-    "trunc": "math.trunc",
-    "copysign": "math.copysign",
-    "fmod": "np.fmod",
-    "erf": "math.erf",
-    "erfc": "math.erfc",
-    "lgamma": "math.lgamma",
-    "tgamma": "math.gamma",
-    "isnan": "math.isnan",
-    "isinf": "math.isinf",
-    "isfinite": "math.isfinite",
-    "min": "min",
-    "max": "max",
-    "abs": "abs",
-}
+_MATH = {name: f.numba for name, f in MATH.items()}  #: numba spelling of each math function
 
 
-# numpy's fixed-width rules where numba's operators differ (the C helpers and the front-end's
-# folding follow the same rules): a shift by a count outside [0, 64) gives 0 (>> of a negative
-# value: -1), where numba's counts wrap modulo 64; MIN // -1 wraps to MIN, where numba gives 0;
-# an integer ** a negative exponent gives the integral part of the real result (0 ** -n is 0), and
-# a large exponent wraps as repeated multiplication does (numba's ** goes wrong past 2**62)
-_POW_LOOP = "    while e:\n        if e & 1:\n            r *= a\n        e >>= 1\n        a *= a\n    return r\n"
-_ARITH_HELPERS = {
-    "_shl": "def _shl(a, k):\n    if k < 0 or k >= 64:\n        return a ^ a\n    return a << k\n",
-    "_shr_s": "def _shr_s(a, k):\n    if k < 0 or k >= 64:\n        return a >> 63\n    return a >> k\n",
-    "_shr_u": "def _shr_u(a, k):\n    if k < 0 or k >= 64:\n        return a ^ a\n    return a >> k\n",
-    "_floordiv_s": "def _floordiv_s(a, b):\n    if b == -1:\n        return -a\n    return a // b\n",
-    "_ipow_s": (
-        "def _ipow_s(a, e):\n    if e < 0:\n        if a == 1 or a == -1:\n"
-        "            return a if e & 1 else a * a\n        return a ^ a\n"
-        "    r = np.int64(1)\n" + _POW_LOOP
-    ),
-    "_ipow_u": "def _ipow_u(a, e):\n    r = np.uint64(1)\n" + _POW_LOOP,
-}
-#: (operator, unsigned result) -> the helper that computes it
+# numpy's fixed-width rules where numba's operators differ (declared with each operator in
+# portable/compiler/operations.py, as the C helpers and the front-end's folding are):
+#: (operator, unsigned result) -> the helper of NUMBA_HELPERS that computes it
 _ARITH_HELPER = {
-    ("<<", False): "_shl",
-    ("<<", True): "_shl",
-    (">>", False): "_shr_s",
-    (">>", True): "_shr_u",
-    ("//", False): "_floordiv_s",
-    ("**", False): "_ipow_s",
-    ("**", True): "_ipow_u",
+    (op.symbol, unsigned): helper
+    for op in OPERATORS.values()
+    for unsigned, helper in ((False, op.numba_signed), (True, op.numba_unsigned))
+    if helper is not None
 }
 
 
@@ -188,14 +131,19 @@ class _FunctionEmitter(Visitor):
         return f"np.{e.type.name}({inner})"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
-        return f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
+        r = f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
+        if e.type.is_integer and e.type.bits < 64:  # numba widens -x/~x of a narrow integer to 64 bits
+            r = f"np.{e.type.name}{r}"
+        return r
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
+        if _wrapping(e):  # a chain of them: one cast back to the signed type, not one per operator
+            return f"np.{e.type.name}({self.wrapping_chain(e)})"
         a, b, t = self.ex(e.left), self.ex(e.right), e.type
         if _same_group(e, e.left):  # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most
             a = a[1:-1]
         helper = _ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
-        if helper is not None:  # numpy's fixed-width rule where numba's differs (see _ARITH_HELPERS)
+        if helper is not None:  # numpy's fixed-width rule where numba's differs (see NUMBA_HELPERS)
             if e.right.type.is_bool:
                 b = f"np.int64({b})"
             r = f"{self.m.helper(helper)}({a}, {b})"
@@ -204,6 +152,23 @@ class _FunctionEmitter(Visitor):
         if e.op in ("**", "<<", ">>") and e.type.name not in ("int64", "float64"):
             r = f"np.{e.type.name}({r})"
         return r
+
+    def wrapping_chain(self, e: ir.BinOp) -> str:
+        """``np.uint64(a) op np.uint64(b) op ...`` of a left-deep chain of signed ``+ -`` or ``*``:
+        numba marks signed arithmetic ``nsw`` (no signed wrap), so LLVM may fold ``(x + 1) > x``
+        to True or drop a zero-divisor check (SIGFPE); unsigned arithmetic wraps, and the cast
+        back gives numpy's bits (the C emitter computes through the unsigned twin too)."""
+        left = e.left
+        if _wrapping(left) and left.type == e.type and _PLAIN_GROUP[left.op] == _PLAIN_GROUP[e.op]:
+            head = self.wrapping_chain(left)
+        else:
+            head = self._unsigned(left)
+        return f"{head} {e.op} {self._unsigned(e.right)}"
+
+    def _unsigned(self, x: object) -> str:
+        if isinstance(x, ir.Const) and x.type.is_integer:
+            return f"np.uint64({int(x.value) % 2**64})"
+        return f"np.uint64({self.ex(x)})"
 
     def visit_Compare(self, e: ir.Compare) -> str:
         return f"({self.ex(e.left)} {e.op} {self.ex(e.right)})"
@@ -393,7 +358,12 @@ def _same_group(e: ir.BinOp, left: object) -> bool:
     """Whether ``left``, the left operand of ``e``, is a plain operation of ``e``'s precedence
     group, so that ``(l0 op1 l1) op2 r`` may be written ``l0 op1 l1 op2 r`` (left-associative)."""
     g = _PLAIN_GROUP.get(e.op)
-    return g is not None and isinstance(left, ir.BinOp) and _PLAIN_GROUP.get(left.op) == g
+    return g is not None and isinstance(left, ir.BinOp) and _PLAIN_GROUP.get(left.op) == g and not _wrapping(left)
+
+
+def _wrapping(e: object) -> bool:
+    """A signed integer ``+ - *`` (computed in uint64, see :meth:`_FunctionEmitter.wrapping_chain`)."""
+    return isinstance(e, ir.BinOp) and e.op in ("+", "-", "*") and e.type.is_integer and not e.type.is_unsigned
 
 
 def _direct(body: list) -> list:
@@ -422,7 +392,7 @@ class _ModuleEmitter:
         """The name of the arithmetic helper ``name``, its definition added to the module once."""
         if name not in self.helpers:
             self.helpers.add(name)
-            self.parts.append("@_jit\n" + _ARITH_HELPERS[name])
+            self.parts.append("@_jit\n" + NUMBA_HELPERS[name])
         return name
 
     def float_to_int(self, src: ScalarType, dst: ScalarType) -> str:

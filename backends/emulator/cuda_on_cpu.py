@@ -41,7 +41,10 @@ import numpy as np
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
 #: ``-ffp-contract=off``: numpy's float bits, as the GPU backends' defaults give them (no FMA
-#: contraction, which GCC allows by default and makes on targets with FMA in their base ISA)
+#: contraction, which GCC allows by default and makes on targets with FMA in their base ISA);
+#: ``-frounding-math``: signed zeros kept, as numpy's: GCC 12 folds ``0.0 - (double)i`` into
+#: ``-(double)i`` even at -O0 (-0.0 for i = 0), which only a non-default rounding mode stops
+#: (``-fsigned-zeros``, the default, and ``-fno-fast-math`` do not)
 FLAGS = (
     "-std=c++17",
     "-O1",
@@ -52,6 +55,7 @@ FLAGS = (
     "-fvisibility=hidden",
     "-w",
     "-ffp-contract=off",
+    "-frounding-math",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
 _BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp")  # need fibers

@@ -13,11 +13,12 @@ from ._errors import KernelSyntaxError
 from ._expressions import ACC_LOOPS, ACC_PREDICATES, ACC_QUERIES, ACC_RAND, ACC_WARP, binop, cast, compare, to_bool
 from ._folding import explicit_int, literal_int
 from ._values import AccMember, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal, TupleVal, ViewVal
+from .operations import math_names
 from .types import BOOL, FLOAT64, INDEX, INT64, ArrayType, ScalarType, unify
 
-_BOOL_RESULT = ("isnan", "isinf", "isfinite")
-_INT_RESULT = ("floor", "ceil", "trunc")
-_TWO_ARGS = ("atan2", "pow", "hypot", "copysign", "fmod")
+_BOOL_RESULT = math_names(result="bool")
+_INT_RESULT = math_names(result="int64")
+_TWO_ARGS = math_names(arity=2)
 
 
 class CallBuilder:

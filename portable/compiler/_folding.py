@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import AlpykaError
+from .operations import OPERATORS, int_range, wrap
 from .types import INT64, UINT64, ScalarType
 
 #: how far an intermediate of a literal expression may grow before it cannot come back to 64 bits
@@ -50,21 +51,6 @@ _FIT_HINT = "kernel integers are 64-bit (an int literal is int64, or uint64 from
 class ConstantError(AlpykaError, ValueError):
     """A constant that does not fit its type, or a literal expression Python refuses; the
     front-end reports it as a ``KernelSyntaxError`` at the line that holds it."""
-
-
-def int_range(t: ScalarType) -> tuple[int, int]:
-    """The smallest and largest value of the integer (or bool) type ``t``."""
-    if t.is_bool:
-        return 0, 1
-    if t.is_unsigned:
-        return 0, 2**t.bits - 1
-    return -(2 ** (t.bits - 1)), 2 ** (t.bits - 1) - 1
-
-
-def wrap(value: int, t: ScalarType) -> int:
-    """``value`` reduced modulo ``2**bits`` into the range of the integer type ``t`` (numpy's astype)."""
-    lo, _ = int_range(t)
-    return (value - lo) % 2**t.bits + lo
 
 
 # ----------------------------------------------------------------------------- Python int literals
@@ -160,61 +146,14 @@ def _ufunc(name: str, t: ScalarType, a: Any, b: Any) -> float:
         return float(getattr(np, name)(typ(a), typ(b)))
 
 
-_FLOAT_UFUNCS = {
-    "+": "add",
-    "-": "subtract",
-    "*": "multiply",
-    "/": "true_divide",
-    "//": "floor_divide",
-    "%": "remainder",
-    "**": "power",
-}
-
-
-def int_power(base: int, e: int, t: ScalarType) -> int:
-    """``base ** e`` in the integer type ``t`` (wrapping); a negative ``e`` gives the integral
-    part of the real result: 1 for base 1, +-1 for base -1, else 0 (0 ** -n included)."""
-    if e < 0:
-        if base == 1:
-            return 1
-        if base == -1 and not t.is_unsigned:
-            return -1 if e % 2 else 1
-        return 0
-    return wrap(pow(base, e, 2**t.bits), t)
-
-
-def shift(op: str, a: int, count: int, t: ScalarType) -> int:
-    """``a << count`` / ``a >> count`` in the 64-bit type ``t`` (numpy's rule for a count outside
-    ``[0, bits)``: 0, or -1 for ``>>`` of a negative value)."""
-    if not 0 <= count < t.bits:
-        return -1 if op == ">>" and a < 0 else 0
-    return wrap(a << count, t) if op == "<<" else a >> count
-
-
 def fold_binop(op: str, a: Any, b: Any, t: ScalarType) -> Any:
-    """``a <op> b`` for constants already converted to the operand type; ``t`` is the result type."""
+    """``a <op> b`` for constants already converted to the operand type; ``t`` is the result type
+    (the rule declared with the operator in :mod:`portable.compiler.operations`)."""
     if t.is_float:
-        return _ufunc(_FLOAT_UFUNCS[op], t, a, b)
+        return _ufunc(OPERATORS[op].ufunc, t, a, b)  # type: ignore[arg-type]
     if t.is_bool:
         return bool({"&": operator.and_, "|": operator.or_, "^": operator.xor}[op](a, b))
-    a, b = int(a), int(b)
-    if op in ("<<", ">>"):
-        return shift(op, a, b, t)
-    if op == "**":
-        return int_power(a, b, t)
-    if op in ("//", "%"):
-        if b == 0:
-            return 0
-        return wrap(a // b if op == "//" else a % b, t)
-    ops = {
-        "+": operator.add,
-        "-": operator.sub,
-        "*": operator.mul,
-        "&": operator.and_,
-        "|": operator.or_,
-        "^": operator.xor,
-    }
-    return wrap(ops[op](a, b), t)
+    return OPERATORS[op].fold(int(a), int(b), t)
 
 
 def fold_unary(op: str, a: Any, t: ScalarType) -> Any:

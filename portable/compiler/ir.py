@@ -138,6 +138,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .operations import MATH
 from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
 
 #: primitive work-division queries (per dimension)
@@ -163,48 +164,9 @@ WARP_OPS = (
 BLOCK_PREDICATES = ("count", "and", "or")
 #: memory fence scopes (alpaka's memory_scope::Block|Grid|Device)
 FENCE_SCOPES = ("block", "grid", "device")
-#: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``)
-MATH_FUNCTIONS = (
-    "sqrt",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log10",
-    "log1p",
-    "sin",
-    "cos",
-    "tan",
-    "asin",
-    "acos",
-    "atan",
-    "atan2",
-    "sinh",
-    "cosh",
-    "tanh",
-    "asinh",
-    "acosh",
-    "atanh",
-    "pow",
-    "hypot",
-    "fabs",
-    "floor",
-    "ceil",
-    "trunc",
-    "copysign",
-    "fmod",
-    "erf",
-    "erfc",
-    "lgamma",
-    "tgamma",
-    "isnan",
-    "isinf",
-    "isfinite",
-    "min",
-    "max",
-    "abs",
-)
+#: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``): declared in
+#: :mod:`portable.compiler.operations`
+MATH_FUNCTIONS = tuple(MATH)
 #: name of the dynamic shared memory size (bytes) inside a kernel that uses it
 DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
 
