@@ -114,6 +114,16 @@ class _Waiter:
 _waiters = threading.local()
 
 
+def _forget_waiters() -> None:
+    """In a forked child: the waiter threads were not copied, so the next wait starts its own."""
+    global _waiters
+    _waiters = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_waiters)
+
+
 def wait_event_handed(ev: cl.Event) -> None:
     """:func:`wait_event` for a runtime that runs a command in the thread that waits for it
     (Intel's CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits

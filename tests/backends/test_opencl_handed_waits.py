@@ -90,3 +90,25 @@ def test_a_failed_user_event_raises_the_runtimes_error_through_a_handed_wait():
     threading.Timer(0.1, user.set_status, (-1,)).start()
     with pytest.raises(cl.Error):
         wait_event_handed(user)
+
+
+def test_a_forked_child_gets_a_waiter_of_its_own():
+    """A child forked after a handed wait has no copy of the waiter thread: its waits start one
+    (before, the child's wait went to a queue no thread read, and hung)."""
+    import os
+
+    import pyopencl as cl
+
+    import backends._opencl_queue as oq
+
+    if not hasattr(os, "fork"):
+        pytest.skip("os.fork is POSIX only")
+    pending = cl.UserEvent(pk.device("opencl").native.context)
+    threading.Timer(0.1, pending.set_status, (cl.command_execution_status.COMPLETE,)).start()
+    oq.wait_event_handed(pending)  # this thread now has a waiter
+    assert getattr(oq._waiters, "waiter", None) is not None
+    pid = os.fork()
+    if pid == 0:  # the child checks Python's side only (OpenCL runtimes are not fork-safe)
+        os._exit(0 if getattr(oq._waiters, "waiter", None) is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, "the child kept the parent's waiter, whose thread it has not"
