@@ -10,6 +10,7 @@ import glob
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,12 @@ _native_wait = _find_cl_wait()
 #: how long the thread that waits sleeps at most between looks at a Ctrl-C (it is woken at once
 #: when the command completes; a signal interrupts the sleep on POSIX anyway)
 HANDED_SLICE_S = 0.1
+#: a handed wait first polls this long, yielding the core between polls: about what a blocking tiny
+#: launch takes where the runtime's workers have a core (then no hand-over is needed)
+HANDED_POLL_S = 30e-6
+_yield_core = getattr(os, "sched_yield", lambda: None)
+#: an idle waiter looks this often whether the thread it waits for still runs (and ends if not)
+WAITER_IDLE_S = 5.0
 
 
 class _Waiter:
@@ -98,11 +105,20 @@ class _Waiter:
     def __init__(self) -> None:
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
         self.busy = False  # set and cleared by the owner thread only
-        threading.Thread(target=self._run, name="alpyka-opencl-waiter", daemon=True).start()
+        owner = threading.current_thread()
+        threading.Thread(target=self._run, args=(owner,), name="alpyka-opencl-waiter", daemon=True).start()
 
-    def _run(self) -> None:
+    def _run(self, owner: threading.Thread) -> None:
         get = self.requests.get
-        while (item := get()) is not None:  # None: retired, after the wait it is in
+        while True:
+            try:
+                item = get(timeout=WAITER_IDLE_S)
+            except queue.Empty:
+                if owner.is_alive():
+                    continue
+                return  # the thread it waited for has ended: no one will hand it a wait
+            if item is None:  # retired, after the wait it was in
+                return
             ev, done = item
             try:
                 _native_wait(ev)
@@ -128,11 +144,15 @@ def wait_event_handed(ev: cl.Event) -> None:
     """:func:`wait_event` for a runtime that runs a command in the thread that waits for it
     (Intel's CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits
     for a worker thread of the runtime, which other processes on the cores delay by whole time
-    slices). A waiter thread of the calling thread waits with the runtime's own wait; the caller
+    slices). First polled for :data:`HANDED_POLL_S` (enough where the runtime's workers have a
+    core); then a waiter thread of the calling thread waits with the runtime's own wait; the caller
     sleeps on a lock the waiter releases, woken at once, and a Ctrl-C still reaches it (a lock's
     timed acquire is interrupted by signals; at most :data:`HANDED_SLICE_S` either way). A wait
     interrupted leaves its waiter to finish alone: the next wait gets a fresh one."""
     status = ev.get_info
+    clock, t0 = time.perf_counter, time.perf_counter()
+    while status(_STATUS) > _COMPLETE and clock() - t0 < HANDED_POLL_S:
+        _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
     if status(_STATUS) > _COMPLETE:
         waiter = getattr(_waiters, "waiter", None)
         if waiter is None or waiter.busy:

@@ -112,3 +112,27 @@ def test_a_forked_child_gets_a_waiter_of_its_own():
         os._exit(0 if getattr(oq._waiters, "waiter", None) is None else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0, "the child kept the parent's waiter, whose thread it has not"
+
+
+def test_the_waiter_of_a_thread_that_ended_ends_too(monkeypatch):
+    """A program that waits from short-lived threads does not collect idle waiter threads."""
+    import pyopencl as cl
+
+    import backends._opencl_queue as oq
+
+    monkeypatch.setattr(oq, "WAITER_IDLE_S", 0.1)
+    ctx = pk.device("opencl").native.context
+    before = len(_waiters())
+
+    def wait_once() -> None:
+        ev = cl.UserEvent(ctx)
+        threading.Timer(0.1, ev.set_status, (cl.command_execution_status.COMPLETE,)).start()
+        oq.wait_event_handed(ev)
+
+    t = threading.Thread(target=wait_once)
+    t.start()
+    t.join(60)
+    deadline = time.monotonic() + 30  # a hang guard on a busy machine
+    while len(_waiters()) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_waiters()) <= before, "the waiter outlived the thread it waited for"
