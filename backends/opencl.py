@@ -1,7 +1,8 @@
 """opencl: OpenCL devices through pyopencl, each one probed before use (_opencl_devices).
 
 Every OpenCL device runs alpaka's GPU model (``kind="gpu"``: many threads per block), a CPU
-device included (its hardware is ``device.properties["type"]``): work-groups are alpaka blocks,
+device included (its hardware is ``device.capabilities.hardware``, OpenCL's device type: on a
+``"cpu"`` one ``pk.make_workdiv`` gives CPU-shaped blocks): work-groups are alpaka blocks,
 work-items are threads, ``__local`` memory is shared memory and barriers are real. Memory is
 ``cl.Buffer`` objects (not addressable from Python: copy to a host buffer to read it); each
 device has its own memory space ``"opencl:<i>"``.
@@ -91,7 +92,14 @@ class OpenCLBackend(Backend):
                     limits,
                     native=OpenCLNative(plat, d, ctx),
                     capabilities=DeviceCapabilities(
-                        "gpu", False, "opencl", None, limits.warp_size, False, DLPACK_OPENCL
+                        "gpu",
+                        False,
+                        "opencl",
+                        None,
+                        limits.warp_size,
+                        False,
+                        DLPACK_OPENCL,
+                        hardware=cand.hardware,  # CL_DEVICE_TYPE: "cpu" gets CPU-shaped work divisions
                     ),
                     properties={
                         "platform": plat.name.strip(),

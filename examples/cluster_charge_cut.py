@@ -36,8 +36,9 @@ import portable as pk
 MAX_CLUSTERS = 1024
 #: the most threads of a block (the prefix scan's workspace holds one element per thread)
 MAX_BLOCK_THREADS = 256
-#: threads of a block on a GPU; digis a thread takes per step on a CPU
-GPU_THREADS, CPU_ELEMENTS = 128, 256
+#: CMSSW's ``make_workdiv(n_modules, 256)``: 256 threads of a block on a GPU, 256 digis a thread
+#: takes per step on a CPU (the library picks the shape per device)
+ELEMENTS = 256
 #: the id of a digi whose cluster was cut or that had none (CMSSW's invalidClusterId)
 INVALID_CLUSTER = -9999
 
@@ -78,11 +79,9 @@ def cluster_charge_cut(acc, module_start, cluster, adc, n_clusters, threshold, n
 
 @functools.lru_cache(maxsize=64)  # one per event size: a WorkDiv costs a few us to build
 def workdiv(device: pk.Device, n_modules: int) -> pk.WorkDiv:
-    """One block per module: on CPUs (the CPU backends, OpenCL on a CPU) one thread taking up to
-    ``CPU_ELEMENTS`` digis a step, as alpaka's CPU accelerators; on GPUs ``GPU_THREADS`` threads."""
-    if device.kind == "cpu" or device.properties.get("type") == "cpu":
-        return pk.WorkDiv(n_modules, 1, CPU_ELEMENTS)
-    return pk.WorkDiv(n_modules, GPU_THREADS, 1)
+    """One block per module, as CMSSW writes it: ``pk.make_workdiv`` gives CPUs (the CPU backends,
+    OpenCL on a CPU) one thread taking ``ELEMENTS`` digis a step and GPUs ``ELEMENTS`` threads."""
+    return pk.make_workdiv(device, n_modules, ELEMENTS)
 
 
 def charge_cut(

@@ -203,7 +203,7 @@ def algorithm_for(device: pk.Device) -> str:
     union-find per module where a block is one thread (the CPU backends) or the hardware is a
     CPU (OpenCL on a CPU), where propagation's rounds over the module are pure cost; CMSSW's
     propagation on GPUs, where a module's digis are the threads of its block."""
-    one_thread = device.limits.max_threads_per_block == 1 or device.properties.get("type") == "cpu"
+    one_thread = device.capabilities.cpu_shaped
     return "union_find" if one_thread else "propagation"
 
 

@@ -42,7 +42,12 @@ class DeviceCapabilities:
     - ``warp_size``: threads that run in lock step (1 on CPUs, 32 on NVIDIA, 64 on most AMD);
     - ``emulated``: the device runs on the CPU's GPU emulator (``ALPYKA_EMULATE``), not its hardware;
     - ``dlpack_device_type``: DLPack's device type of the memory (:data:`DLPACK_CPU`,
-      :data:`DLPACK_CUDA`, :data:`DLPACK_OPENCL`, :data:`DLPACK_ROCM`), None where none fits.
+      :data:`DLPACK_CUDA`, :data:`DLPACK_OPENCL`, :data:`DLPACK_ROCM`), None where none fits;
+    - ``hardware``: what executes the kernels, ``"cpu"``, ``"gpu"`` or ``"accelerator"`` (OpenCL's
+      device type); None means the hardware ``kind`` names. A ``kind="gpu"`` device on
+      ``hardware="cpu"`` (OpenCL on a CPU) runs a block's threads one after another between
+      barriers, so :func:`~portable.make_workdiv` and :func:`~portable.valid_workdiv` give it
+      CPU-shaped work divisions (one thread per block, the work in elements).
     """
 
     kind: str
@@ -52,12 +57,23 @@ class DeviceCapabilities:
     warp_size: int = 1
     emulated: bool = False
     dlpack_device_type: int | None = None
+    hardware: str | None = None
 
     def __post_init__(self) -> None:
+        if self.hardware is None:
+            object.__setattr__(self, "hardware", self.kind)
         if self.kind not in ("cpu", "gpu"):
             raise ValueError(f"DeviceCapabilities.kind is 'cpu' or 'gpu', not {self.kind!r}")
         if self.warp_size < 1:
             raise ValueError(f"DeviceCapabilities.warp_size must be at least 1, got {self.warp_size}")
+        if not isinstance(self.hardware, str) or not self.hardware:
+            raise ValueError(f"DeviceCapabilities.hardware is a name such as 'cpu' or 'gpu', not {self.hardware!r}")
+
+    @property
+    def cpu_shaped(self) -> bool:
+        """Whether work divisions should be CPU-shaped here (one thread per block, the work in
+        elements): a CPU backend's device, or a GPU-model device whose hardware is a CPU."""
+        return self.kind == "cpu" or self.hardware == "cpu"
 
     @classmethod
     def host(cls, warp_size: int = 1) -> DeviceCapabilities:

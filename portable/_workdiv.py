@@ -121,10 +121,12 @@ class WorkDiv:
 
 def make_workdiv(device: Device, blocks: Any, elements: Any) -> WorkDiv:
     """CMSSW's ``make_workdiv``: on GPUs ``(blocks, elements as threads, 1)``, on CPUs
-    ``(blocks, 1, elements)``."""
-    if device.kind == "gpu":
-        return WorkDiv(blocks, elements, 1)
-    return WorkDiv(blocks, 1, elements)
+    ``(blocks, 1, elements)``. A GPU-model device whose hardware is a CPU (OpenCL on a CPU:
+    ``device.capabilities.hardware == "cpu"``) gets the CPU shape: its runtime runs a block's
+    threads one after another between barriers, so one thread taking the elements is faster."""
+    if device.capabilities.cpu_shaped:
+        return WorkDiv(blocks, 1, elements)
+    return WorkDiv(blocks, elements, 1)
 
 
 def valid_workdiv(

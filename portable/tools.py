@@ -293,7 +293,7 @@ def _give(queue: Queue, key: tuple, ws: tuple[Buffer, ...]) -> None:
 def _one_thread(device: Any) -> bool:
     """Whether ``device`` runs pk.tools' one-thread kernels (portable/_tools_serial.py): its
     blocks are one thread (the CPU backends) or its hardware is a CPU (OpenCL on a CPU)."""
-    return device.kind == "cpu" or device.properties.get("type") == "cpu"
+    return device.capabilities.cpu_shaped
 
 
 #: the work division of the one-thread kernels

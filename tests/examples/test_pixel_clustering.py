@@ -96,14 +96,20 @@ def test_both_algorithms_give_identical_ids(queue, data):
 def test_the_device_declares_which_algorithm_it_runs(device):
     """One-thread blocks (the CPU backends) or CPU hardware (OpenCL on a CPU): the union-find;
     a GPU's multi-thread blocks: CMSSW's propagation. Asked of the device, not the backend's name."""
-    one_thread = device.limits.max_threads_per_block == 1 or device.properties.get("type") == "cpu"
+    one_thread = device.kind == "cpu" or device.properties.get("type") == "cpu"
     assert pc.algorithm_for(device) == ("union_find" if one_thread else "propagation")
     if device.backend_name in ("cpu_serial", "cpu_threads"):
         assert pc.algorithm_for(device) == "union_find"
     gpu = dataclasses.replace(
-        device, limits=dataclasses.replace(device.limits, max_threads_per_block=1024), properties={"type": "gpu"}
+        device,
+        kind="gpu",
+        limits=dataclasses.replace(device.limits, max_threads_per_block=1024),
+        properties={"type": "gpu"},
+        capabilities=pk.DeviceCapabilities("gpu", False, hardware="gpu"),
     )
     assert pc.algorithm_for(gpu) == "propagation"
+    on_cpu = dataclasses.replace(gpu, capabilities=pk.DeviceCapabilities("gpu", False, hardware="cpu"))
+    assert pc.algorithm_for(on_cpu) == "union_find"  # OpenCL on a CPU, as the device declares it
 
 
 def test_an_unknown_algorithm_is_refused(queue):

@@ -34,12 +34,34 @@ def test_workdiv_forms():
 
 def test_make_workdiv_cmssw_semantics(device):
     wd = pk.make_workdiv(device, 10, 256)
-    if device.kind == "gpu":
+    if device.kind == "gpu" and device.capabilities.hardware != "cpu":
         assert (wd.blocks, wd.threads, wd.elements) == ((10,), (256,), (1,))
-    else:
+    else:  # CPU backends, and OpenCL on a CPU (its runtime loops over a block's threads)
         assert (wd.blocks, wd.threads, wd.elements) == ((10,), (1,), (256,))
     g = pk.make_workdiv(gpu_like(), 10, 256)
     assert g.threads == (256,)
+
+
+def test_a_gpu_model_device_on_cpu_hardware_gets_cpu_shaped_blocks():
+    """OpenCL on a CPU (kind "gpu", hardware "cpu") gets CMSSW's CPU shape: a GPU-shaped block of
+    256 work-items made ClusterChargeCut 3.5x (Intel) to 10x (PoCL) slower there."""
+    lim = DeviceLimits(8192, (8192, 8192, 8192), (2**31 - 1,) * 3)
+    on_cpu = pk.DeviceCapabilities("gpu", False, "opencl", hardware="cpu")
+    dev = pk.Device("opencl", 0, "a CPU", "gpu", "opencl:0", lim, capabilities=on_cpu)
+    assert dev.capabilities.cpu_shaped and not pk.DeviceCapabilities("gpu", False).cpu_shaped
+    wd = pk.make_workdiv(dev, 10, 256)
+    assert (wd.blocks, wd.threads, wd.elements) == ((10,), (1,), (256,))
+    assert pk.DeviceCapabilities("gpu", False).hardware == "gpu"  # the default: what kind names
+    assert pk.DeviceCapabilities.host().hardware == "cpu"
+    with pytest.raises(ValueError, match="hardware"):
+        pk.DeviceCapabilities("gpu", False, hardware="")
+
+
+@pytest.mark.alpyka_backends("opencl")
+def test_opencl_declares_the_cl_device_type_as_its_hardware(device):
+    assert device.capabilities.hardware == device.properties["type"]  # CL_DEVICE_TYPE
+    if device.properties["type"] == "cpu":
+        assert pk.make_workdiv(device, 3, 256).threads == (1,)
 
 
 def test_cpu_refuses_threads_per_block():

@@ -1,0 +1,138 @@
+"""OpenCL waits on a runtime that runs a command in the thread waiting for it (issue 41 item 2).
+
+Intel's CPU runtime (TBB) runs a tiny kernel inside ``clWaitForEvents``; polled, the command
+waited for a worker thread of the runtime, which other processes on the cores delayed: a blocking
+tiny launch took 12x raw pyopencl + ``finish`` at load 10 (4.6x its best round). Its queues hand
+each wait to a waiter thread that waits natively (3.4x), while the caller sleeps where a Ctrl-C
+still reaches it. Other runtimes (PoCL: polled 1.2x raw) keep the polled wait.
+"""
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import portable as pk
+from portable.spi import queue_impl
+
+pytestmark = pytest.mark.alpyka_backends("opencl")
+
+
+@pk.kernel
+def add_one(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] += 1.0
+
+
+def _waiters() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "alpyka-opencl-waiter"]
+
+
+def test_intels_cpu_runtime_waits_in_a_waiter_thread_and_others_poll():
+    from backends._opencl_queue import runs_commands_in_waits, wait_event, wait_event_handed
+
+    for dev in pk.devices("opencl"):
+        q = pk.Queue(dev, blocking=True)
+        out = pk.Buffer(dev, 4, np.float32, queue=q)
+        pk.memset(q, out, 0)
+        for _ in range(3):
+            pk.exec(q, pk.WorkDiv(1, 1, 4), add_one, out, 4)
+        host = np.empty(4, np.float32)
+        pk.memcpy(q, host, out)
+        np.testing.assert_array_equal(host, 3)
+        handed = dev.properties["platform"].startswith("Intel") and dev.properties["type"] == "cpu"
+        assert runs_commands_in_waits(dev) == handed
+        assert queue_impl(q).wait_native_event is (wait_event_handed if handed else wait_event)
+    if not any(runs_commands_in_waits(d) for d in pk.devices("opencl")):
+        pytest.skip("Intel's CPU OpenCL runtime is not installed: every runtime here polls")
+    assert len(_waiters()) == 1  # one for this thread, reused by every wait
+
+
+def test_a_ctrl_c_reaches_a_handed_wait_and_the_next_wait_gets_a_fresh_waiter():
+    """A user event no one completes stands for a long kernel: SIGINT raises KeyboardInterrupt
+    in the waiting thread at once; the waiter still in the native wait ends once the event
+    completes, and the next wait is not queued behind it."""
+    import pyopencl as cl
+
+    from backends._opencl_queue import wait_event_handed
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a SIGINT's KeyboardInterrupt is raised in the main thread only; this test runs in another")
+    ctx = pk.device("opencl").native.context
+    user = cl.UserEvent(ctx)
+    timer = threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    before = len(_waiters())
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        wait_event_handed(user)
+    took = time.monotonic() - t0
+    assert took < 10, f"the KeyboardInterrupt came {took:.1f} s after the wait began (0.3 s expected)"
+    second = cl.UserEvent(ctx)
+    threading.Timer(0.2, second.set_status, (cl.command_execution_status.COMPLETE,)).start()
+    wait_event_handed(second)  # a fresh waiter: the first one is still inside its native wait
+    assert second.command_execution_status == cl.command_execution_status.COMPLETE
+    user.set_status(cl.command_execution_status.COMPLETE)  # the first waiter ends (retired)
+    deadline = time.monotonic() + 30  # a hang guard on a busy machine
+    while len(_waiters()) > max(before, 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_waiters()) <= max(before, 1), "the waiter of the interrupted wait did not end"
+
+
+def test_a_failed_user_event_raises_the_runtimes_error_through_a_handed_wait():
+    import pyopencl as cl
+
+    from backends._opencl_queue import wait_event_handed
+
+    user = cl.UserEvent(pk.device("opencl").native.context)
+    threading.Timer(0.1, user.set_status, (-1,)).start()
+    with pytest.raises(cl.Error):
+        wait_event_handed(user)
+
+
+def test_a_forked_child_gets_a_waiter_of_its_own():
+    """A child forked after a handed wait has no copy of the waiter thread: its waits start one
+    (before, the child's wait went to a queue no thread read, and hung)."""
+    import os
+
+    import pyopencl as cl
+
+    import backends._opencl_queue as oq
+
+    if not hasattr(os, "fork"):
+        pytest.skip("os.fork is POSIX only")
+    pending = cl.UserEvent(pk.device("opencl").native.context)
+    threading.Timer(0.1, pending.set_status, (cl.command_execution_status.COMPLETE,)).start()
+    oq.wait_event_handed(pending)  # this thread now has a waiter
+    assert getattr(oq._waiters, "waiter", None) is not None
+    pid = os.fork()
+    if pid == 0:  # the child checks Python's side only (OpenCL runtimes are not fork-safe)
+        os._exit(0 if getattr(oq._waiters, "waiter", None) is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, "the child kept the parent's waiter, whose thread it has not"
+
+
+def test_the_waiter_of_a_thread_that_ended_ends_too(monkeypatch):
+    """A program that waits from short-lived threads does not collect idle waiter threads."""
+    import pyopencl as cl
+
+    import backends._opencl_queue as oq
+
+    monkeypatch.setattr(oq, "WAITER_IDLE_S", 0.1)
+    ctx = pk.device("opencl").native.context
+    before = len(_waiters())
+
+    def wait_once() -> None:
+        ev = cl.UserEvent(ctx)
+        threading.Timer(0.1, ev.set_status, (cl.command_execution_status.COMPLETE,)).start()
+        oq.wait_event_handed(ev)
+
+    t = threading.Thread(target=wait_once)
+    t.start()
+    t.join(60)
+    deadline = time.monotonic() + 30  # a hang guard on a busy machine
+    while len(_waiters()) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_waiters()) <= before, "the waiter outlived the thread it waited for"
