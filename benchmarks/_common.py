@@ -129,6 +129,19 @@ def mode(args: argparse.Namespace) -> str:
     return "smoke" if getattr(args, "smoke", False) else ("quick" if args.quick else "full")
 
 
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """``--seconds`` (per point) and ``--clients`` (the client counts) of the serving benchmarks."""
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per point")
+    parser.add_argument("--clients", type=int, nargs="*", default=None)
+
+
+def load_plan(
+    args: argparse.Namespace, clients: Mapping[str, list[int]], seconds: Mapping[str, float]
+) -> tuple[list[int], float]:
+    """The client counts and seconds per point: the command line's, else this mode's default."""
+    return args.clients or clients[mode(args)], args.seconds or seconds[mode(args)]
+
+
 # ----------------------------------------------------------------------------- timing
 
 
@@ -458,6 +471,15 @@ def progress(iterable: Iterable[T], total: int | None = None, desc: str = "", di
     except ImportError:
         return _PlainProgress(iterable)
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def print_summary(summary: Mapping[str, Any], width: int, skipped: Mapping[str, str] | None = None) -> None:
+    """One line per summary entry that is a dict (``name  key: value  ...``), then the skipped."""
+    for name, v in summary.items():
+        if isinstance(v, dict):
+            print(f"{name:<{width}} " + "  ".join(f"{k}: {format_number(val)}" for k, val in v.items()))
+    for what, why in (skipped or {}).items():
+        print(f"skipped {what}: {why}")
 
 
 def format_number(value: Any) -> str:

@@ -164,11 +164,13 @@ def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_c
 def main(argv: list[str] | None = None) -> int:
     ap = common.make_parser(__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=256, help="rows per event")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds per point")
-    ap.add_argument("--clients", type=int, nargs="*", default=None)
+    common.add_load_options(ap)
     args = common.parse_args(ap, argv)
-    clients = args.clients or ([1, 4] if args.smoke else [1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
-    seconds = args.seconds or (0.3 if args.smoke else 0.6 if args.quick else 2.0)
+    clients, seconds = common.load_plan(
+        args,
+        {"smoke": [1, 4], "quick": [1, 4, 16], "full": [1, 2, 4, 8, 16]},
+        {"smoke": 0.3, "quick": 0.6, "full": 2.0},
+    )
     from tqdm import tqdm
 
     from inference import Model

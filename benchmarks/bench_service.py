@@ -121,11 +121,13 @@ def per_event(fn: Callable[[], Any], n: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = common.make_parser(__doc__.splitlines()[0])
     ap.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds per point")
-    ap.add_argument("--clients", type=int, nargs="*", default=None)
+    common.add_load_options(ap)
     args = common.parse_args(ap, argv)
-    clients = args.clients or ([1, 2] if args.smoke else [1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
-    seconds = args.seconds or (0.2 if args.smoke else 1.0 if args.quick else 2.0)
+    clients, seconds = common.load_plan(
+        args,
+        {"smoke": [1, 2], "quick": [1, 4, 16], "full": [1, 2, 4, 8, 16]},
+        {"smoke": 0.2, "quick": 1.0, "full": 2.0},
+    )
     n_seq = 5 if args.smoke else 40 if args.quick else 150
 
     import torch
