@@ -28,6 +28,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -271,6 +272,46 @@ def interleaved(
         if budget_s is not None and r + 1 >= min_rounds and spent >= budget_s * len(names):
             break
     return {k: t for k, t in timings.items() if k in live}, errors
+
+
+def closed_loop(n: int, seconds: float, make_step: Callable[[int], Callable[[], int]]) -> float:
+    """Events per second of ``n`` client threads for ``seconds``: thread ``i`` makes its step
+    (``make_step(i)``, before the clock starts) and calls it, each call returning the events it
+    did, until the time is up; a client's error is raised here."""
+    counts = [0] * n
+    errors: list[BaseException] = []
+    start, stop = threading.Barrier(n + 1), threading.Event()
+
+    def loop(i: int) -> None:
+        try:
+            step = make_step(i)
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+            return
+        start.wait()
+        try:
+            while not stop.is_set():
+                counts[i] += step()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        raise errors[0] from None
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(120)
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts) / elapsed
 
 
 def paired_ratio(numerator: Timing, denominator: Timing) -> float | None:
