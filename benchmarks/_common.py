@@ -28,6 +28,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,6 +128,19 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
 def mode(args: argparse.Namespace) -> str:
     """``"smoke"``, ``"quick"`` or ``"full"``."""
     return "smoke" if getattr(args, "smoke", False) else ("quick" if args.quick else "full")
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """``--seconds`` (per point) and ``--clients`` (the client counts) of the serving benchmarks."""
+    parser.add_argument("--seconds", type=float, default=None, help="seconds per point")
+    parser.add_argument("--clients", type=int, nargs="*", default=None)
+
+
+def load_plan(
+    args: argparse.Namespace, clients: Mapping[str, list[int]], seconds: Mapping[str, float]
+) -> tuple[list[int], float]:
+    """The client counts and seconds per point: the command line's, else this mode's default."""
+    return args.clients or clients[mode(args)], args.seconds or seconds[mode(args)]
 
 
 # ----------------------------------------------------------------------------- timing
@@ -258,6 +272,46 @@ def interleaved(
         if budget_s is not None and r + 1 >= min_rounds and spent >= budget_s * len(names):
             break
     return {k: t for k, t in timings.items() if k in live}, errors
+
+
+def closed_loop(n: int, seconds: float, make_step: Callable[[int], Callable[[], int]]) -> float:
+    """Events per second of ``n`` client threads for ``seconds``: thread ``i`` makes its step
+    (``make_step(i)``, before the clock starts) and calls it, each call returning the events it
+    did, until the time is up; a client's error is raised here."""
+    counts = [0] * n
+    errors: list[BaseException] = []
+    start, stop = threading.Barrier(n + 1), threading.Event()
+
+    def loop(i: int) -> None:
+        try:
+            step = make_step(i)
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+            return
+        start.wait()
+        try:
+            while not stop.is_set():
+                counts[i] += step()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        raise errors[0] from None
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(120)
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts) / elapsed
 
 
 def paired_ratio(numerator: Timing, denominator: Timing) -> float | None:
@@ -458,6 +512,15 @@ def progress(iterable: Iterable[T], total: int | None = None, desc: str = "", di
     except ImportError:
         return _PlainProgress(iterable)
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def print_summary(summary: Mapping[str, Any], width: int, skipped: Mapping[str, str] | None = None) -> None:
+    """One line per summary entry that is a dict (``name  key: value  ...``), then the skipped."""
+    for name, v in summary.items():
+        if isinstance(v, dict):
+            print(f"{name:<{width}} " + "  ".join(f"{k}: {format_number(val)}" for k, val in v.items()))
+    for what, why in (skipped or {}).items():
+        print(f"skipped {what}: {why}")
 
 
 def format_number(value: Any) -> str:

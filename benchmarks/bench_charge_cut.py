@@ -313,10 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = common.write_json(args.out, "charge_cut", doc)
     plot(rows, args.out)
-    for name, v in summary.items():
-        print(f"{name:<22} " + "  ".join(f"{k}: {common.format_number(val)}" for k, val in v.items()))
-    for b, why in skipped.items():
-        print(f"skipped {b}: {why}")
+    common.print_summary(summary, 22, skipped)
     print(f"wrote {out}")
     return 0
 

@@ -215,11 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = common.write_json(args.out, "clustering", doc)
     plot(rows, args.out)
-    for name, v in summary.items():
-        if isinstance(v, dict):
-            print(f"{name:<28} " + "  ".join(f"{k}: {common.format_number(val)}" for k, val in v.items()))
-    for b, why in skipped.items():
-        print(f"skipped {b}: {why}")
+    common.print_summary(summary, 28, skipped)
     print(f"wrote {out}")
     return 0
 

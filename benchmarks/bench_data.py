@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out = common.write_json(args.out, "data", doc)
     plot(rows, args.out)
-    for b, v in summary.items():
-        print(f"{b:<12} " + "  ".join(f"{k}: {common.format_number(x)}" for k, x in v.items()))
+    common.print_summary(summary, 12)
     print(f"read only (uproot, 5 branches): {n_events / t_read.median:.0f} events/s")
     print(f"wrote {out}")
     return 0

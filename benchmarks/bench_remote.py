@@ -16,7 +16,6 @@ measured here at one client: t_SONIC = (1-p) t_CPU + t_GPU [1 + max(0, N_CPU/N_G
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -77,34 +76,7 @@ class Client:
 
 def run_clients(n_clients: int, seconds: float, make_step, rows: int) -> float:
     """events/s of ``n_clients`` threads, each looping ``step(client)`` for ``seconds``."""
-    clients = [Client(rows, 1000 + i) for i in range(n_clients)]
-    steps = [make_step(c) for c in clients]
-    counts = [0] * n_clients
-    start = threading.Barrier(n_clients + 1)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop(i: int) -> None:
-        start.wait()
-        try:
-            while not stop.is_set():
-                counts[i] += steps[i]()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(n_clients)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return sum(counts) / elapsed
+    return common.closed_loop(n_clients, seconds, lambda i: make_step(Client(rows, 1000 + i)))
 
 
 def local_step(model):
@@ -164,11 +136,13 @@ def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_c
 def main(argv: list[str] | None = None) -> int:
     ap = common.make_parser(__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=256, help="rows per event")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds per point")
-    ap.add_argument("--clients", type=int, nargs="*", default=None)
+    common.add_load_options(ap)
     args = common.parse_args(ap, argv)
-    clients = args.clients or ([1, 4] if args.smoke else [1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
-    seconds = args.seconds or (0.3 if args.smoke else 0.6 if args.quick else 2.0)
+    clients, seconds = common.load_plan(
+        args,
+        {"smoke": [1, 4], "quick": [1, 4, 16], "full": [1, 2, 4, 8, 16]},
+        {"smoke": 0.3, "quick": 0.6, "full": 2.0},
+    )
     from tqdm import tqdm
 
     from inference import Model

@@ -19,10 +19,10 @@ tensors, sequential requests. Writes ``<out>/service.json`` and ``service.png``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -78,32 +78,19 @@ def sonic_events_per_s(k: int, t_cpu: float, p: float, t_gpu: float, t_latency: 
 
 def run_clients(n: int, seconds: float, event: Callable[[pk.Queue, int], None]) -> float:
     """events/s of ``n`` client threads, each running ``event(queue, seed)`` and waiting."""
-    counts, errors = [0] * n, []
-    start, stop = threading.Barrier(n + 1), threading.Event()
 
-    def loop(i: int) -> None:
+    def make_step(i: int) -> Callable[[], int]:
         q = pk.Queue(pk.device("cpu_serial"))
-        start.wait()
-        try:
-            while not stop.is_set():
-                event(q, 1000 * i + counts[i])
-                q.wait()
-                counts[i] += 1
-        except BaseException as exc:
-            errors.append(exc)
+        seeds = itertools.count(1000 * i)
 
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(120)
-    if errors:
-        raise errors[0]
-    return sum(counts) / (time.perf_counter() - t0)
+        def step() -> int:
+            event(q, next(seeds))
+            q.wait()
+            return 1
+
+        return step
+
+    return common.closed_loop(n, seconds, make_step)
 
 
 def per_event(fn: Callable[[], Any], n: int) -> float:
@@ -121,11 +108,13 @@ def per_event(fn: Callable[[], Any], n: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = common.make_parser(__doc__.splitlines()[0])
     ap.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
-    ap.add_argument("--seconds", type=float, default=None, help="seconds per point")
-    ap.add_argument("--clients", type=int, nargs="*", default=None)
+    common.add_load_options(ap)
     args = common.parse_args(ap, argv)
-    clients = args.clients or ([1, 2] if args.smoke else [1, 4, 16] if args.quick else [1, 2, 4, 8, 16])
-    seconds = args.seconds or (0.2 if args.smoke else 1.0 if args.quick else 2.0)
+    clients, seconds = common.load_plan(
+        args,
+        {"smoke": [1, 2], "quick": [1, 4, 16], "full": [1, 2, 4, 8, 16]},
+        {"smoke": 0.2, "quick": 1.0, "full": 2.0},
+    )
     n_seq = 5 if args.smoke else 40 if args.quick else 150
 
     import torch

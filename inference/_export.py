@@ -33,7 +33,7 @@ import torch
 from portable.cli import run
 
 from ._loading import load_state_dict
-from .aot import _batch_axis_dynamic, _load_factory, _shape
+from .aot import _batch_axis_dynamic, _load_factory, add_input_shape
 
 __all__ = ["export", "main"]
 
@@ -139,13 +139,7 @@ def build_parser(prog: str = "alpyka export") -> argparse.ArgumentParser:
     kind.add_argument("--onnx", action="store_const", const="onnx", dest="fmt", help="write an ONNX model")
     kind.add_argument("--pt2", action="store_const", const="pt2", dest="fmt", help="write a torch.export program")
     p.add_argument("-o", "--output", default=None, help="file to write (default: the attribute's name + suffix)")
-    p.add_argument(
-        "--input-shape",
-        type=_shape,
-        action="append",
-        required=True,
-        help="shape of one example input, batch axis first (repeat for several inputs)",
-    )
+    add_input_shape(p)
     p.add_argument(
         "--dtype", action="append", default=None, help="dtype of the example inputs (default float32; repeat per input)"
     )

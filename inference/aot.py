@@ -171,6 +171,17 @@ def _shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def add_input_shape(p: argparse.ArgumentParser) -> None:
+    """The ``--input-shape`` option of ``alpyka aot`` and ``alpyka export`` (a list of shapes)."""
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        action="append",
+        required=True,
+        help="shape of one example input, batch axis first (repeat for several inputs)",
+    )
+
+
 def build_parser(prog: str = "python -m inference.aot") -> argparse.ArgumentParser:
     """The argument parser of the ``aot`` command (``alpyka aot`` reuses it)."""
     p = argparse.ArgumentParser(prog=prog, description="Compile a PyTorch module into an AOTInductor .pt2 package.")
@@ -179,13 +190,7 @@ def build_parser(prog: str = "python -m inference.aot") -> argparse.ArgumentPars
         help="'package.module:callable' or 'file.py:callable' giving the nn.Module (a class or a factory function)",
     )
     p.add_argument("-o", "--output", required=True, help="package path (ends in .pt2)")
-    p.add_argument(
-        "--input-shape",
-        type=_shape,
-        action="append",
-        required=True,
-        help="shape of one example input, batch axis first (repeat for several inputs)",
-    )
+    add_input_shape(p)
     p.add_argument("--dtype", default="float32", help="dtype of the example inputs (default float32)")
     p.add_argument("--weights", help="state dict to load first (read with weights_only=True)")
     p.add_argument("--device", default="cpu", help="device to compile for: cpu, cuda, cuda:1 (default cpu)")

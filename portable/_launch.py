@@ -30,7 +30,10 @@ from ._registry import get_backend
 from ._workdiv import WorkDiv
 from .caches import IdentityCache, LRUCache
 
-#: CPython's raw environment (bytes keys, read at every launch): ALPYKA_DEBUG's value object
+#: CPython's raw environment (bytes keys, read at every launch): ALPYKA_DEBUG's value object.
+#: Measured (timeit, interleaved, loaded 2-core machine): the read takes 0.05 us, os.environ.get
+#: 2.8-3.1 us, on a warm cpu_serial launch of 7.1-8.2 us, so ~40% of the launch; os.environ.get
+#: also makes a new str per call where the guard below compares identities.
 _environ = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _DEBUG = b"ALPYKA_DEBUG" if isinstance(_environ, dict) else "ALPYKA_DEBUG"
 if not isinstance(_environ, dict):

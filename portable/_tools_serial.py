@@ -52,6 +52,21 @@ def counting_sort(acc, keys, offsets, content, n, nbins):
 
 
 @device_function
+def sortable_key(bits, kind, nbits):
+    """A key's ``nbits`` bits as a uint64 in the order of its value (``kind`` 0 unsigned, 1 signed,
+    2 float): unsigned as they are, signed with the sign bit flipped, floats with the sign bit
+    flipped (positive) or every bit flipped (negative). Both radix sorts of ``pk.tools`` use it."""
+    top = np.uint64(1) << np.uint64(nbits - 1)
+    every = (top << np.uint64(1)) - np.uint64(1) if nbits < 64 else ~np.uint64(0)
+    u = np.uint64(bits) & every
+    if kind == 1:
+        u ^= top
+    elif kind == 2:
+        u = (u ^ every) if (u & top) != 0 else (u ^ top)
+    return u
+
+
+@device_function
 def _byte_pass(src_keys, src_idx, dst_keys, dst_idx, hist, p, n):
     """One stable LSD pass on byte ``p``: ``hist[p * 256 + d]`` holds digit ``d``'s first slot."""
     shift = np.uint64(8 * p)
@@ -71,16 +86,10 @@ def radix_serial(acc, bits, keys_a, keys_b, idx, idx_b, hist, out, n, kind, nbit
     the same in every key are skipped; with ``gather`` the sorted keys go to ``out`` too."""
     if acc.once_per_grid():
         nbytes = nbits // 8
-        top = np.uint64(1) << np.uint64(nbits - 1)
-        every = (top << np.uint64(1)) - np.uint64(1) if nbits < 64 else ~np.uint64(0)
         for j in range(nbytes * 256):
             hist[j] = 0
         for i in range(n):
-            u = np.uint64(bits[i]) & every
-            if kind == 1:
-                u ^= top
-            elif kind == 2:
-                u = (u ^ every) if (u & top) != 0 else (u ^ top)
+            u = sortable_key(bits[i], kind, nbits)
             keys_a[i] = u
             idx[i] = i
             for p in range(nbytes):

@@ -43,6 +43,7 @@ from . import _tools_serial as _serial
 from ._buffer import Buffer, reinterpret
 from ._memory import memset
 from ._queue import Queue, exec
+from ._tools_serial import sortable_key
 from ._workdiv import WorkDiv
 from .compiler import device_function, kernel
 from .compiler._signature import check_byte_order
@@ -184,17 +185,9 @@ def _fill_keys(acc, keys, offsets, content, n, nbins):
 
 @kernel
 def _sortable(acc, bits, out, idx, n, kind, nbits):
-    """Keys as uint64 in the order of their values: unsigned as they are, signed with the sign
-    bit flipped, floats with the sign bit flipped (positive) or every bit flipped (negative)."""
-    top = np.uint64(1) << np.uint64(nbits - 1)
-    every = (top << np.uint64(1)) - np.uint64(1) if nbits < 64 else ~np.uint64(0)
+    """Keys as uint64 in the order of their values (``_tools_serial.sortable_key``)."""
     for i in acc.uniform_elements(n):
-        u = np.uint64(bits[i]) & every
-        if kind == 1:
-            u ^= top
-        elif kind == 2:
-            u = (u ^ every) if (u & top) != 0 else (u ^ top)
-        out[i] = u
+        out[i] = sortable_key(bits[i], kind, nbits)
         idx[i] = i
 
 

@@ -26,23 +26,13 @@ from typing import Any
 import numpy as np
 
 import portable as pk
+from alpyka_testing import stream_cases
 
 #: per-thread length of the dependent multiply-add chain of the long kernel (GPU: ~0.1 s)
 GPU_REPS, DRY_REPS = 20_000_000, 1_000
 GPU_N, DRY_N = 1 << 20, 64
 #: torch.cuda._sleep cycles (~2 GHz clocks: ~0.1 s)
 SLEEP_CYCLES = 200_000_000
-
-
-@pk.kernel
-def slow_fill(acc, out, sink, reps, n):
-    """``out[i] = 2 i + 1`` after a long dependent chain per element (stored, so kept)."""
-    for i in acc.uniform_elements(n):
-        v = 1.0
-        for _ in range(reps):
-            v = v * 1.0000001 + 1e-9
-        sink[i] = v
-        out[i] = 2.0 * i + 1.0
 
 
 @contextlib.contextmanager
@@ -123,7 +113,7 @@ def from_dlpack_after_long_kernel(queue: pk.Queue, dry_run: bool) -> dict:
     import torch
 
     n, reps = (DRY_N, DRY_REPS) if dry_run else (GPU_N, GPU_REPS)
-    want = (2.0 * np.arange(n) + 1.0).astype(np.float32)
+    want = stream_cases.expected(n)
     parts = {}
     for how in ("dlpack", "cuda_array_interface"):
         if how == "cuda_array_interface" and (dry_run or queue.device.backend_name != "cuda"):
@@ -133,7 +123,7 @@ def from_dlpack_after_long_kernel(queue: pk.Queue, dry_run: bool) -> dict:
         pk.memset(queue, out, 0)
         queue.wait()
         t0 = time.perf_counter()
-        pk.exec(queue, pk.valid_workdiv(queue.device, n), slow_fill, out, sink, np.int64(reps), np.int64(n))
+        stream_cases.launch_slow_fill(queue, out, sink, reps, n)
         if how == "dlpack":
             t = torch.from_dlpack(out)  # torch passes its current stream
             handed_s = time.perf_counter() - t0

@@ -17,7 +17,7 @@ from . import _batching
 from ._errors import MetadataMismatch, ModelNotReady, RemoteError
 from ._future import RemoteFuture
 from ._mapping import check_metadata, refuse_grouped_rows, signature
-from ._requests import OutputSpecs, RequestsMixin
+from ._requests import CONNECT_BACKOFF, REQUEST_BACKOFF, OutputSpecs, RequestsMixin
 from ._servers import Server, final_error
 from ._statistics import ClientStatistics, RemoteStatistics, ServerStatistics, _ClientCounters
 from ._tensors import check_block
@@ -187,7 +187,7 @@ class RemoteModel(RequestsMixin):
                         errors.append((srv.url, e))
             if not active:
                 break
-            pause = min(self.retry_delay * (2**round_), 0.5) if self.retry_delay > 0 else 0.05
+            pause = CONNECT_BACKOFF.delay(self.retry_delay, round_)
             if all(i in waiting for i in active):
                 pause = min(max(pause, 0.05), max(deadline - now, 0.0))
             time.sleep(pause)
@@ -252,8 +252,9 @@ class RemoteModel(RequestsMixin):
         return [(self._current + k) % n for k in range(n)]
 
     def _backoff(self, attempt: int) -> None:
-        if self.retry_delay > 0:
-            time.sleep(min(self.retry_delay * (2**attempt), 2.0))
+        pause = REQUEST_BACKOFF.delay(self.retry_delay, attempt)
+        if pause > 0:
+            time.sleep(pause)
 
     # ------------------------------------------------------------------------ queue
     def to(self, queue: Any) -> RemoteModel:

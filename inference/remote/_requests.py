@@ -7,6 +7,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,25 @@ from ._transport import is_retryable
 OutputSpecs = dict[str, tuple[tuple[int, ...], np.dtype]]
 #: how long a server that went away is tried last by the balancing (seconds)
 DOWN_S = 2.0
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A retry policy's pauses: ``first * 2**attempt`` seconds, at most ``cap``; ``idle`` when
+    ``first`` is 0 (no doubling asked for)."""
+
+    cap: float
+    idle: float = 0.0
+
+    def delay(self, first: float, attempt: int) -> float:
+        """The pause before retry ``attempt + 1`` (``attempt`` counts from 0)."""
+        return min(first * (2**attempt), self.cap) if first > 0 else self.idle
+
+
+#: between rounds of ``connect``'s readiness checks (it also waits for servers still loading)
+CONNECT_BACKOFF = Backoff(cap=0.5, idle=0.05)
+#: between attempts of one request on a server (``retries``)
+REQUEST_BACKOFF = Backoff(cap=2.0)
 Done = Callable[["dict[str, np.ndarray] | None", "BaseException | None"], None]
 
 

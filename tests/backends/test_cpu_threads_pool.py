@@ -292,6 +292,12 @@ LONG_KERNEL = textwrap.dedent("""
 """)
 
 
+def _drain(stream, sink: list[str]) -> None:
+    """Read ``stream`` into ``sink`` line by line to its end, then close it (no ResourceWarning)."""
+    with stream:
+        sink.extend(iter(stream.readline, ""))
+
+
 class _Proc:
     """A Python subprocess whose stdout and stderr are read by threads as they come."""
 
@@ -305,7 +311,7 @@ class _Proc:
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
-            threading.Thread(target=lambda st=stream, sk=sink: sk.extend(iter(st.readline, "")), daemon=True).start()
+            threading.Thread(target=_drain, args=(stream, sink), daemon=True).start()
 
     def wait_for_line(self, line: str, timeout: float = 180) -> None:  # imports, compiling: a busy machine
         deadline = time.monotonic() + timeout

@@ -66,31 +66,29 @@ def test_devices_and_limits(fake):
     assert isinstance(q.native_handle, int) and q.native_handle == q._impl.stream.ptr
 
 
-RUNTIME_SCENARIOS = [
-    rt.test_roundtrip_copies_and_fill,
-    rt.test_collection_roundtrip_and_views,
-    rt.test_host_tasks_keep_fifo_order_with_device_work,
-    rt.test_host_tasks_from_several_threads,
-    rt.test_nonblocking_enqueue_host_does_not_block_the_caller,
-    rt.test_blocking_queue_finishes_each_enqueue,
-    rt.test_async_error_surfaces_at_wait_and_on_later_events,
-    rt.test_event_rerecord_waits_for_the_latest_record_before_the_wait,
-    rt.test_async_copy_ordering_across_two_queues_with_events,
-    rt.test_cross_backend_events,
-    rt.test_host_memory_of_an_async_copy_stays_alive,
-    rt.test_memory_of_another_device_is_refused,
-]
+@pytest.fixture
+def backend(fake):
+    """The emulated cupy backend under test: the plugin's ``device`` and ``queue`` fixtures (device
+    0 and a queue drained after the test) then give the runtime tests below their arguments."""
+    return fake.name
 
 
-@pytest.mark.parametrize("scenario", RUNTIME_SCENARIOS, ids=[f.__name__[5:] for f in RUNTIME_SCENARIOS])
-def test_runtime_scenarios_on_emulated_cupy(fake, scenario):
-    dev = pk.device(fake.name)
-    q = pk.Queue(dev)
-    if "queue" in scenario.__code__.co_varnames[: scenario.__code__.co_argcount]:
-        scenario(dev, q)
-    else:
-        scenario(dev)
-    q.wait()
+# test_device_runtime.py's GPU tests, collected here too: their ``device``/``queue`` fixtures
+# resolve through ``backend`` above, once per emulated personality (cuda, rocm)
+test_roundtrip_copies_and_fill = rt.test_roundtrip_copies_and_fill
+test_collection_roundtrip_and_views = rt.test_collection_roundtrip_and_views
+test_host_tasks_keep_fifo_order_with_device_work = rt.test_host_tasks_keep_fifo_order_with_device_work
+test_host_tasks_from_several_threads = rt.test_host_tasks_from_several_threads
+test_nonblocking_enqueue_host_does_not_block_the_caller = rt.test_nonblocking_enqueue_host_does_not_block_the_caller
+test_blocking_queue_finishes_each_enqueue = rt.test_blocking_queue_finishes_each_enqueue
+test_async_error_surfaces_at_wait_and_on_later_events = rt.test_async_error_surfaces_at_wait_and_on_later_events
+test_event_rerecord_waits_for_the_latest_record_before_the_wait = (
+    rt.test_event_rerecord_waits_for_the_latest_record_before_the_wait
+)
+test_async_copy_ordering_across_two_queues_with_events = rt.test_async_copy_ordering_across_two_queues_with_events
+test_cross_backend_events = rt.test_cross_backend_events
+test_host_memory_of_an_async_copy_stays_alive = rt.test_host_memory_of_an_async_copy_stays_alive
+test_memory_of_another_device_is_refused = rt.test_memory_of_another_device_is_refused
 
 
 def test_allocations_follow_the_queue_stream_and_alignment(fake):

@@ -26,6 +26,7 @@ import torch
 import portable as pk
 from alpyka_testing.backends.standin_torch import TorchOnStream, patch_torch
 from alpyka_testing.inference import MLP, Preds, features
+from alpyka_testing.stream_cases import expected, launch_slow_fill
 from backends._cupy_common import CupyBackend
 from backends.emulator.fake_cupy import make_fake_cupy
 from backends.emulator.fake_cupy_kernels import enable_execution
@@ -38,17 +39,6 @@ REPS = 3_000_000  # per element: a dependent chain of multiply-adds, tens of ms 
 
 
 @pk.kernel
-def slow_fill(acc, out, sink, reps, n):
-    """``out[i] = 2 i + 1`` after a long dependent loop per element (kept: it is stored)."""
-    for i in acc.uniform_elements(n):
-        v = 1.0
-        for _ in range(reps):
-            v = v * 1.0000001 + 1e-9
-        sink[i] = v
-        out[i] = 2.0 * i + 1.0
-
-
-@pk.kernel
 def slow_fill_preds(acc, preds, reps, n):
     for i in acc.uniform_elements(n):
         v = 1.0
@@ -56,10 +46,6 @@ def slow_fill_preds(acc, preds, reps, n):
             v = v * 1.0000001 + 1e-9
         preds.extra[i] = v
         preds.m[i] = 2.0 * i + 1.0
-
-
-def _expected(n: int = N) -> np.ndarray:
-    return (2.0 * np.arange(n) + 1.0).astype(np.float32)
 
 
 def _addressable(queue: pk.Queue) -> None:
@@ -75,7 +61,7 @@ def _zeroed(queue: pk.Queue, shape, dtype=np.float32) -> pk.Buffer:
 
 
 def _slow_fill(queue: pk.Queue, out: pk.Buffer, sink: pk.Buffer) -> None:
-    pk.exec(queue, pk.valid_workdiv(queue.device, N), slow_fill, out, sink, np.int64(REPS), np.int64(N))
+    launch_slow_fill(queue, out, sink, REPS, N)
 
 
 def test_from_dlpack_right_after_a_long_kernel_sees_its_results(queue):
@@ -83,7 +69,7 @@ def test_from_dlpack_right_after_a_long_kernel_sees_its_results(queue):
     out, sink = _zeroed(queue, (N,)), _zeroed(queue, (N,), np.float64)
     _slow_fill(queue, out, sink)
     got = torch.from_dlpack(out).numpy().copy()  # the consumer reads at once
-    np.testing.assert_array_equal(got, _expected())
+    np.testing.assert_array_equal(got, expected(N))
     assert np.isfinite(torch.from_dlpack(sink).numpy()).all()
 
 
@@ -92,7 +78,7 @@ def test_numpy_of_a_host_buffer_right_after_a_long_kernel_sees_its_results(queue
         pytest.skip(f"buffers of {queue.device} are device memory: np.asarray refuses them")
     out, sink = _zeroed(queue, (N,)), _zeroed(queue, (N,), np.float64)
     _slow_fill(queue, out, sink)
-    np.testing.assert_array_equal(np.asarray(out).copy(), _expected())
+    np.testing.assert_array_equal(np.asarray(out).copy(), expected(N))
 
 
 def test_a_host_function_of_the_queue_reads_the_buffer_without_waiting_for_itself(queue):
@@ -106,8 +92,8 @@ def test_a_host_function_of_the_queue_reads_the_buffer_without_waiting_for_itsel
     waiter = threading.Thread(target=lambda: (queue.wait(), done.set()), daemon=True)
     waiter.start()
     assert done.wait(60), "a host function reading its own queue's buffer waited for itself"
-    np.testing.assert_array_equal(seen[0][0], _expected())
-    np.testing.assert_array_equal(seen[0][1], _expected())
+    np.testing.assert_array_equal(seen[0][0], expected(N))
+    np.testing.assert_array_equal(seen[0][1], expected(N))
 
 
 def test_soa_metadata_numpy_right_after_a_long_kernel_sees_its_results(queue):
@@ -118,7 +104,7 @@ def test_soa_metadata_numpy_right_after_a_long_kernel_sees_its_results(queue):
     meta = SoAMetadata(coll).append_block("m", "m")
     pk.exec(queue, pk.valid_workdiv(queue.device, N), slow_fill_preds, coll.view(), np.int64(REPS), np.int64(N))
     got = np.array(meta.numpy("m"))
-    np.testing.assert_array_equal(got.reshape(-1), _expected())
+    np.testing.assert_array_equal(got.reshape(-1), expected(N))
 
 
 def test_model_outputs_handed_out_right_after_forward_wait_for_the_pass(queue, make_particles):

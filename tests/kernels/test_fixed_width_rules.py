@@ -17,6 +17,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
+from alpyka_testing.numpy_compare import assert_kernel_matches_numpy, for_float_dtypes, same_values
 from portable.compiler import KernelSyntaxError
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -106,25 +107,20 @@ def test_integer_operators_match_numpy_at_run_time(device, queue, dtype, values)
 FLOATS = [0.0, -0.0, 7.0, -7.0, 0.5, -2.5, 3.0, 1e-300, math.inf, -math.inf, math.nan]
 
 
-def _same_floats(got, want):
-    nan = np.isnan(want)
-    return (nan & np.isnan(got)) | (~nan & (got == want) & (np.signbit(got) == np.signbit(want)))
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@for_float_dtypes()
 def test_float_floor_division_and_modulo_match_numpy(device, queue, dtype):
     """``7.0 // 0.0`` is inf, ``7.0 // -0.0`` -inf, ``0.0 // 0.0`` nan, ``x % 0.0`` nan, and the
     signs of zeros and infinities are numpy's on every backend."""
     a, b = _pairs(FLOATS, FLOATS, dtype)
-    n = a.size
-    out = upload(queue, np.zeros((n, 2), dtype))
-    pk.exec(queue, pk.make_workdiv(device, 2, 64), float_ops, out, upload(queue, a), upload(queue, b), n)
-    got = download(queue, out)
-    with np.errstate(all="ignore"):
-        want = np.stack([np.floor_divide(a, b), np.remainder(a, b)], axis=1)
-    ok = _same_floats(got, want)
-    bad = [("//%"[c], float(a[r]), float(b[r]), float(got[r, c]), float(want[r, c])) for r, c in zip(*np.nonzero(~ok))]
-    assert not bad, f"(op, a, b, got, numpy) {bad[:12]}"
+    assert_kernel_matches_numpy(
+        queue,
+        float_ops,
+        lambda a, b: np.stack([np.floor_divide(a, b), np.remainder(a, b)], axis=1),
+        a,
+        b,
+        out_first=True,
+        workdiv=pk.make_workdiv(device, 2, 64),
+    )
 
 
 # ----------------------------------------------------------------------------- constant folding
@@ -224,7 +220,7 @@ def test_folded_constants_match_numpy(device, queue, tmp_path):
     for exprs, buf, dtype in ((INT_EXPRS, oi, np.int64), (UINT_EXPRS, ou, np.uint64), (FLOAT_EXPRS, of, np.float64)):
         got = download(queue, buf)
         want = np.array([np.array(_host(e)).astype(dtype) for e in exprs])
-        ok = _same_floats(got, want) if dtype is np.float64 else got == want
+        ok = same_values(got, want) if dtype is np.float64 else got == want
         bad = [(e, got[k], want[k]) for k, e in enumerate(exprs) if not ok[k]]
         assert not bad, f"(expression, kernel, numpy) {bad}"
 

@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.kernels import download, upload
+from alpyka_testing.numpy_compare import assert_kernel_matches_numpy, for_float_dtypes
 
 N = 100_000
-FLOATS = [np.float32, np.float64]
-BITS = {np.float32: np.int32, np.float64: np.int64}
 
 
 def diff_of_products(acc, a, b, c, d, out, n):
@@ -54,64 +52,64 @@ def _muons(rng, n, dtype):
     return np.column_stack([e, p]).astype(dtype)
 
 
-def _case(name, dtype, rng):
-    """The inputs of kernel ``name`` and numpy's answer for them, in ``dtype``."""
+def _dimuon_mass(mu1, mu2):
+    e, px, py, pz = (mu1[:, k] + mu2[:, k] for k in range(4))
+    m2 = e * e - px * px - py * py - pz * pz
+    return np.where(m2 > 0, np.sqrt(m2), m2.dtype.type(0))
+
+
+#: numpy's answer per kernel
+NUMPY = {
+    "diff_of_products": lambda a, b, c, d: a * b - c * d,
+    "mul_add": lambda x, y, z: x * y + z,
+    "hypot_ratio": lambda x, y, z: np.sqrt(x * x + y * y) / z,
+    "dimuon_mass": _dimuon_mass,
+}
+
+
+def _inputs(name, dtype, rng):
+    """The inputs of kernel ``name`` in ``dtype``."""
     if name == "dimuon_mass":
-        mu1, mu2 = _muons(rng, N, dtype), _muons(rng, N, dtype)
-        e, px, py, pz = (mu1[:, k] + mu2[:, k] for k in range(4))
-        m2 = e * e - px * px - py * py - pz * pz
-        with np.errstate(invalid="ignore"):
-            want = np.where(m2 > 0, np.sqrt(m2), dtype(0))
-        return [mu1, mu2], want
-    xs = [(rng.standard_normal(N) * 10.0).astype(dtype) for _ in range(4 if name == "diff_of_products" else 3)]
-    if name == "diff_of_products":
-        return xs, xs[0] * xs[1] - xs[2] * xs[3]
-    if name == "hypot_ratio":
-        return xs, np.sqrt(xs[0] * xs[0] + xs[1] * xs[1]) / xs[2]
-    return xs, xs[0] * xs[1] + xs[2]
+        return [_muons(rng, N, dtype), _muons(rng, N, dtype)]
+    return [(rng.standard_normal(N) * 10.0).astype(dtype) for _ in range(4 if name == "diff_of_products" else 3)]
 
 
-def _run(queue, device, knl, inputs, dtype):
-    out = upload(queue, np.zeros(N, dtype))
-    pk.exec(queue, pk.make_workdiv(device, (N + 127) // 128, 128), knl, *[upload(queue, x) for x in inputs], out, N)
-    return download(queue, out)
+def _scale(name, inputs):
+    """The size of the terms (products of inputs; energies for the masses): fast math's error
+    is a few roundings of it, whatever the result's size after cancellation."""
+    top = float(np.abs(inputs[0]).max())
+    return top * top if name in ("diff_of_products", "mul_add") else top
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=["float32", "float64"])
+def _check(queue, knl, name, dtype, seed, op="exact"):
+    """Bit for bit numpy's answer (``op="exact"``; contraction would differ in about a quarter
+    of the results), or within fast math's tolerance of it."""
+    inputs = _inputs(name, dtype, np.random.default_rng(seed))
+    workdiv = pk.make_workdiv(queue.device, (N + 127) // 128, 128)
+    scale = _scale(name, inputs) if op == "fast_math" else None
+    assert_kernel_matches_numpy(queue, knl, NUMPY[name], *inputs, op=op, scale=scale, workdiv=workdiv)
+
+
+@for_float_dtypes()
 @pytest.mark.parametrize("name", list(EXACT))
-def test_default_gives_numpys_bits(device, queue, name, dtype):
-    """Bit for bit numpy's answer (contraction would differ in about a quarter of the results)."""
-    inputs, want = _case(name, dtype, np.random.default_rng(7))
-    got = _run(queue, device, EXACT[name], inputs, dtype)
-    assert got.dtype == want.dtype
-    differ = int((got.view(BITS[dtype]) != want.view(BITS[dtype])).sum())
-    assert differ == 0, f"{differ} of {N} results differ from numpy's bits (largest {np.abs(got - want).max()})"
+def test_default_gives_numpys_bits(queue, name, dtype):
+    _check(queue, EXACT[name], name, dtype, 7)
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=["float32", "float64"])
+@for_float_dtypes()
 @pytest.mark.parametrize("name", list(FAST))
-def test_fast_math_runs_and_stays_close(device, queue, name, dtype):
+def test_fast_math_runs_and_stays_close(queue, name, dtype):
     """fast_math=True may fuse and reorder (on the CPU it may still give numpy's bits): close."""
-    inputs, want = _case(name, dtype, np.random.default_rng(7))
-    _assert_close(_run(queue, device, FAST[name], inputs, dtype), want, name, inputs, dtype)
+    _check(queue, FAST[name], name, dtype, 7, op="fast_math")
 
 
-def _assert_close(got, want, name, inputs, dtype):
-    """Within a few roundings of the terms' size (products of inputs; energies for the masses)."""
-    scale = np.abs(inputs[0]).max() * (np.abs(inputs[0]).max() if name in ("diff_of_products", "mul_add") else 1.0)
-    rtol = 1e-4 if dtype == np.float32 else 1e-10
-    assert np.allclose(got, want, rtol=rtol, atol=rtol * scale)
-
-
-@pytest.mark.parametrize("dtype", FLOATS, ids=["float32", "float64"])
-def test_fast_and_default_builds_stay_apart(device, queue, dtype):
+@for_float_dtypes()
+def test_fast_and_default_builds_stay_apart(queue, dtype):
     """Two new kernels of one function, the fast one built first: the default one is not handed
     the fast build by any cache (in memory, numba's, pyopencl's, cupy's, the emulator's)."""
     fast, exact = pk.kernel(fast_math=True)(diff_of_products), pk.kernel(diff_of_products)
-    inputs, want = _case("diff_of_products", dtype, np.random.default_rng(3))
-    _assert_close(_run(queue, device, fast, inputs, dtype), want, "diff_of_products", inputs, dtype)
-    got = _run(queue, device, exact, inputs, dtype)
-    assert np.array_equal(got.view(BITS[dtype]), want.view(BITS[dtype]))
+    _check(queue, fast, "diff_of_products", dtype, 3, op="fast_math")
+    _check(queue, exact, "diff_of_products", dtype, 3)
 
 
 def test_fast_math_is_a_flag_of_the_kernel():
@@ -125,55 +123,11 @@ def test_fast_math_is_a_flag_of_the_kernel():
 
 
 @pytest.mark.alpyka_backends("opencl")
-@pytest.mark.parametrize("dtype", FLOATS, ids=["float32", "float64"])
+@for_float_dtypes()
 def test_every_opencl_runtime_gives_numpys_bits(device, dtype):
     """Each OpenCL runtime here (Intel's and PoCL compile with their own compilers, both
     contracting unless told not to), not only the backend's default device."""
     for dev in pk.devices("opencl"):
         q = pk.Queue(dev)
         for name, knl in EXACT.items():
-            inputs, want = _case(name, dtype, np.random.default_rng(11))
-            got = _run(q, dev, knl, inputs, dtype)
-            differ = int((got.view(BITS[dtype]) != want.view(BITS[dtype])).sum())
-            assert differ == 0, f"{dev}: {name}: {differ} of {N} results differ from numpy's bits"
-
-
-def _hip_assembly(src, arch, options):
-    """AMDGPU assembly of a HIP-dialect source, compiled as backends/_hip_check.py compiles it."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    from backends import _hip_check
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.hip"
-        path.write_text("#include <hip/hip_runtime.h>\n" + src.text)  # what hiprtc puts first
-        cmd = _hip_check.toolchain().command(arch, options) + ["-S", str(path), "-o", str(path.with_suffix(".s"))]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return path.with_suffix(".s").read_text()
-
-
-def test_hip_code_for_amd_gpus_fuses_no_fma_unless_fast_math():
-    """The rocm backend's options (what cupy.RawModule hands hiprtc) reach clang: ``x*y + z`` is
-    a multiply and an add rounded apart (``v_mac_f32``/``v_mul``+``v_add``) for gfx90a by
-    default, where clang's own default for HIP fuses it (``v_fmac_f32``); ``fast_math=True``
-    fuses it. Needs the HIP toolchain of backends/_hip_check.py (no AMD GPU)."""
-    from backends import _hip_check
-    from backends._c_emit import emit
-    from backends._cupy_launch import compile_options
-
-    reason = _hip_check.unavailable()
-    if reason is not None:
-        pytest.skip(f"no HIP toolchain: {reason}")
-    args = tuple(pk.Buffer(pk.host(), 16, np.float32) for _ in range(4)) + (16,)
-    fused = {}
-    for fast in (False, True):
-        knl = pk.kernel(fast_math=fast)(mul_add)
-        src = emit(knl.ir(knl.signature(args), 1, False), "hip")
-        asm = _hip_assembly(src, "gfx90a", compile_options(True, fast))
-        ops = {ln.split()[0] for ln in asm.splitlines() if ln.strip().startswith("v_") and "f32" in ln.split()[0]}
-        fused[fast] = {op for op in ops if "fma" in op}
-        assert ops, asm
-    assert not fused[False] and fused[True], fused
+            _check(q, knl, name, dtype, 11)

@@ -128,8 +128,10 @@ def run_watched(cmd: list[str], env: dict, stall_s: float, total_s: float) -> su
     if why is not None:
         p.kill()
     p.wait()
-    for t in readers:
+    for t, stream in zip(readers, (p.stdout, p.stderr)):
         t.join(10)
+        if not t.is_alive():  # at the pipe's end: closed here (no ResourceWarning)
+            stream.close()
     stdout, stderr = b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace")
     if why is not None:
         pytest.fail(f"the Oclgrind run {why}:\n{stdout[-3000:]}\n{stderr[-2000:]}")

@@ -1,45 +1,40 @@
-"""The layering rules that ruff checks: banned imports (TID251), declared per package in
-soa/, portable/, backends/, inference/ and alpyka_demo/ ruff.toml (each extends pyproject.toml).
+"""The layering rules as import-linter contracts ([tool.importlinter] in pyproject.toml: the
+layers soa <- portable <- backends | inference <- alpyka_demo, portable's private modules, no torch
+below inference, no alpyka_testing in the library), checked on grimp's graph of every import.
 
-Each rule is checked on a probe file handed to ruff as if it sat in the package
-(``--stdin-filename``): what a package must not import is reported, what it may import is not,
-every private module of portable is banned where only the public API is allowed, and the tree
-keeps the bans. What ruff cannot say (import circles, module names in strings, decisions by a
-backend's name) is tests/portable/test_layering.py's.
+The tree keeps the contracts, and each rule refuses what it should: probe modules placed in a
+copy of the packages import what a package must not (each is named in the broken contracts) and
+what it may (none is). What no linter says (import circles inside portable's layers, module
+names in strings, decisions by a built-in backend's name) is tests/portable/test_layering.py's.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+pytest.importorskip("importlinter", reason="import-linter (the test extra) is not installed")
+
 ROOT = Path(__file__).resolve().parents[2]
-#: the packages whose ruff.toml bans imports
+#: the packages the contracts cover
 PACKAGES = ("soa", "portable", "backends", "inference", "alpyka_demo")
 
 
-def _ruff_bans(package: str, source: str) -> list[str]:
-    """ruff's TID251 reports for ``source`` placed in ``package`` (one line each), with the
-    project's configuration as it applies there."""
-    probe = f"{package}/_ban_probe.py"
-    done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--output-format", "concise"]
-        + ["--stdin-filename", probe, "-"],
-        input=source,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
+    """``lint-imports`` on the packages found from ``cwd`` (its pyproject.toml), no cache written."""
+    env = {**os.environ, "COLUMNS": "250", "PYTHONPATH": os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")])}
+    code = (
+        "import sys; from importlinter.cli import lint_imports_command as main; sys.argv[1:] = ['--no-cache']; main()"
     )
-    reports = [line for line in done.stdout.splitlines() if line.startswith(probe) and "TID251" in line]
-    assert done.returncode == (1 if reports else 0), done.stdout + done.stderr
-    return reports
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-#: (package, import, the banned module ruff names): each rule of the layering (CONTRIBUTING.md, "Architecture")
+#: (package, import, the module it must not import): each rule of the layering (CONTRIBUTING.md, "Architecture")
 BANNED = [
     ("soa", "import portable", "portable"),
     ("soa", "from backends import cpu_serial", "backends"),
@@ -65,12 +60,6 @@ BANNED = [
 ]
 
 
-@pytest.mark.parametrize(("package", "source", "module"), BANNED, ids=[f"{p}:{s}" for p, s, _ in BANNED])
-def test_ruff_bans_what_a_package_must_not_import(package: str, source: str, module: str) -> None:
-    reports = _ruff_bans(package, source + "\n")
-    assert len(reports) == 1 and f"`{module}` is banned" in reports[0], reports
-
-
 #: (package, import): what each package may use, which the bans must leave alone
 ALLOWED = [
     ("portable", "import soa"),
@@ -91,45 +80,35 @@ ALLOWED = [
 ]
 
 
-@pytest.mark.parametrize(("package", "source"), ALLOWED, ids=[f"{p}:{s}" for p, s in ALLOWED])
-def test_ruff_allows_what_a_package_may_import(package: str, source: str) -> None:
-    assert _ruff_bans(package, source + "\n") == []
-
-
-def _private_modules() -> list[str]:
-    """Every private module of portable (a part of its name starts with ``_``), by its
-    shortest private prefix: ``portable._buffer``, ``portable.compiler._kernel``."""
-    found = set()
-    for f in (ROOT / "portable").rglob("*.py"):
-        parts = list(f.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        private = [i for i, part in enumerate(parts) if part.startswith("_")]
-        if private:
-            found.add(".".join(parts[: private[0] + 1]))
-    return sorted(found)
-
-
-@pytest.mark.parametrize("package", ["backends", "inference"])
-def test_every_private_module_of_portable_is_banned(package: str) -> None:
-    """backends see the core through portable.spi and its public modules, inference through its
-    public API: ruff names no module pattern, so each ruff.toml lists portable's private modules,
-    and a new one must be added there."""
-    modules = _private_modules()
-    assert "portable._buffer" in modules and "portable.compiler._kernel" in modules, modules
-    reports = _ruff_bans(package, "".join(f"import {m}\n" for m in modules))
-    unbanned = [m for line, m in enumerate(modules, 1) if not any(f":{line}:" in r for r in reports)]
-    assert not unbanned, f"add these to {package}/ruff.toml's banned-api: {unbanned}"
-
-
-def test_the_packages_keep_the_bans() -> None:
-    """The tree itself: no package imports what its ruff.toml bans (what .ci/run's ruff check
-    reports too, here for a run of the tests alone)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--output-format", "concise", *PACKAGES],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+def test_the_packages_keep_the_contracts() -> None:
+    done = _lint_imports(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout, done.stdout
+
+
+def test_each_contract_refuses_what_a_package_must_not_import(tmp_path: Path) -> None:
+    """One run over a copy of the packages with a probe module per rule: every banned probe is
+    named with the module it must not import, no allowed probe is named."""
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    probes = {}
+    for i, (package, source, module) in enumerate(BANNED):
+        probes[f"{package}._banned_probe_{i}"] = (source, module)
+        (tmp_path / package / f"_banned_probe_{i}.py").write_text(source + "\n")
+    for i, (package, source) in enumerate(ALLOWED):
+        probes[f"{package}._allowed_probe_{i}"] = (source, None)
+        (tmp_path / package / f"_allowed_probe_{i}.py").write_text(source + "\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    missed = [
+        (name, source)
+        for name, (source, module) in probes.items()
+        if module is not None and not any(f"{name} -> {module}" in line for line in lines)
+    ]
+    assert not missed, f"not refused: {missed}\n{done.stdout}"
+    wrongly = [
+        (name, source) for name, (source, module) in probes.items() if module is None and f"{name} " in done.stdout
+    ]
+    assert not wrongly, f"refused though allowed: {wrongly}\n{done.stdout}"

@@ -9,10 +9,10 @@ through its backend interface ``portable.spi`` and its public modules only; ``in
 public ``portable`` and ``soa``; nothing in ``soa``, ``portable`` or ``backends`` imports
 ``inference`` or torch. ``portable`` finds backends by name (its registry) and the ``alpyka``
 command's subcommands through entry points, never by importing them. Neither the library nor the
-demo imports the test suite's support package ``alpyka_testing``. Those import rules are ruff's
-(banned imports in each package's ruff.toml, checked by tests/portable/test_import_bans.py); this
-file keeps what ruff cannot say: circles, the core's layers, modules named in strings, decisions by
-a backend's name.
+demo imports the test suite's support package ``alpyka_testing``. Those import rules are
+import-linter's contracts (pyproject.toml's [tool.importlinter], checked by
+tests/portable/test_import_bans.py); this file keeps what no linter says: circles, the core's
+layers, modules named in strings, decisions by a backend's name.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def _names_a_test_support_module(node: ast.AST) -> bool:
 def test_the_library_never_imports_the_test_support() -> None:
     """alpyka_testing is the test suite's support (the cupy stand-in, shared test kernels and
     models): the library and the demo never name it as a module to load (its import statements
-    are banned by ruff: tests/portable/test_import_bans.py). That includes the public pytest
+    are refused by an import-linter contract: tests/portable/test_import_bans.py). That includes the public pytest
     plugin portable/testing/plugin.py: the stand-in is this repository's opt-in
     (tests/conftest.py), not the plugin's."""
     offenders = []

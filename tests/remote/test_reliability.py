@@ -525,3 +525,23 @@ def test_the_server_process_polls_for_readiness_every_50_ms(monkeypatch):
     utils.time.sleep(0.01)
     assert slept == [_child.POLL_S, 0.01]
     assert utils.time.time is time.time and utils.time.monotonic is time.monotonic
+
+
+def test_connect_and_requests_back_off_by_one_policy(monkeypatch):
+    """Issue 42 item 6: one backoff object, two caps: connect's rounds at most 0.5 s (0.05 s when
+    ``retry_delay`` is 0: it still waits for servers that load), a request's retries at most 2 s
+    (no pause when ``retry_delay`` is 0)."""
+    from inference.remote import _client, _requests
+
+    connect, request = _requests.CONNECT_BACKOFF, _requests.REQUEST_BACKOFF
+    assert [connect.delay(0.05, a) for a in range(6)] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.5, 0.5])
+    assert [request.delay(0.05, a) for a in range(8)] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    assert (connect.delay(0.0, 3), request.delay(0.0, 3)) == (0.05, 0.0)
+    slept = []
+    monkeypatch.setattr(_client.time, "sleep", slept.append)
+    model = SimpleNamespace(retry_delay=0.5)
+    for attempt in (0, 1, 2, 5):
+        _client.RemoteModel._backoff(model, attempt)
+    model.retry_delay = 0.0
+    _client.RemoteModel._backoff(model, 3)
+    assert slept == [0.5, 1.0, 2.0, 2.0]
