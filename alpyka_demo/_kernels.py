@@ -103,11 +103,13 @@ def merge_step(acc, frags, edges, capacity, threshold):
             continue
         a = edges.src[e]
         b = edges.dst[e]
+        # labels are read atomically (atomic_or with 0 returns the value): other threads of the
+        # launch lower them with atomic_min, and a plain read beside those is a data race on a GPU
         if edges.score[e] > threshold:
-            m = min(frags.label[a], frags.label[b])
+            m = min(acc.atomic_or(frags.label, a, 0), acc.atomic_or(frags.label, b, 0))
             acc.atomic_min(frags.label, a, m)
             acc.atomic_min(frags.label, b, m)
         if edges.dr[e] < BASELINE_DR:
-            m = min(frags.baseline[a], frags.baseline[b])
+            m = min(acc.atomic_or(frags.baseline, a, 0), acc.atomic_or(frags.baseline, b, 0))
             acc.atomic_min(frags.baseline, a, m)
             acc.atomic_min(frags.baseline, b, m)
