@@ -18,20 +18,10 @@ import numpy as np
 import pytest
 
 import portable as pk
-from backends.emulator import fake_cupy_kernels
 
 pytestmark = [pytest.mark.hip_differs, pytest.mark.alpyka_backends("cuda", "rocm")]
 
 N = 64
-
-
-@pytest.fixture
-def checked(backend, monkeypatch):
-    if backend not in fake_cupy_kernels.served_here():
-        pytest.skip(f"{backend} is not emulated here (the checks are the emulator's)")
-    if fake_cupy_kernels.executor_name() != "cpp":
-        pytest.skip("the emulator runs OpenCL twins in this run (ALPYKA_EMULATE_EXEC=opencl)")
-    monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "1")
 
 
 @pk.kernel
