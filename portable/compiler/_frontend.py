@@ -168,7 +168,8 @@ class CompileContext:
     param_owner: dict[str, tuple] = field(default_factory=dict)
 
 
-def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
+def assigned_names(fdef: ast.FunctionDef) -> set[str]:
+    """The names a function's source assigns anywhere (its locals, in Python's scoping)."""
     out = set()
     for node in ast.walk(fdef):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -194,7 +195,7 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
         self.is_kernel = is_kernel
         self.scope = dict(bindings)
         self.var_types = var_types
-        self.assigned = _assigned_names(parsed.tree) - set(bindings)
+        self.assigned = assigned_names(parsed.tree) - set(bindings)
         self.locals: dict[str, ScalarType] = {}
         self.changed = False
         self.prologue = prologue
@@ -493,7 +494,7 @@ def build_kernel(
         ps = params_of(spec)
         params += ps
         per_arg.append(ps)
-    assigned = _assigned_names(parsed.tree)
+    assigned = assigned_names(parsed.tree)
 
     def make(var_types: dict) -> FunctionBuilder:
         bindings: dict[str, Any] = {parsed.params[0]: AccVal()}

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from portable.compiler import ir
-from portable.compiler.visit import Visitor
+from . import ir
+from .visit import Visitor
 
 #: the array kinds of one block's memory (what the IR's ArrayType says, never the array's name)
 SHARED_KINDS = frozenset({"shared", "dynamic_shared"})

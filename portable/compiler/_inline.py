@@ -35,10 +35,9 @@ import dataclasses
 import itertools
 from typing import Any
 
-from portable.compiler import ir
-from portable.compiler.types import BOOL, VoidType
-
+from . import ir
 from ._grid_loop import defined_before_read
+from .types import BOOL, VoidType
 
 #: node kinds whose value depends on memory (bound to a temporary when a later call could change it)
 _READS = (ir.Load, ir.AtomicOp, ir.WarpOp, ir.BlockPredicate)

@@ -20,13 +20,14 @@ from ._frontend import (
     CompileContext,
     FunctionBuilder,
     ParsedFunction,
-    _assigned_names,
+    assigned_names,
     build_kernel,
     parse_function,
     run_builder,
 )
 from ._signature import arg_specs, check_args, signature_key
 from ._values import AccVal, TupleVal, ViewVal
+from ._verify import verify, verify_enabled
 from .types import INDEX, VOID, ScalarType
 
 _T = TypeVar("_T")
@@ -191,6 +192,8 @@ class Kernel:
                     specs = arg_specs(key, self.param_names)
                     got = build_kernel(self.parsed(), specs, ndim, debug, specialise_device_function)
                     got.fast_math = self.fast_math  # the emitters' and compilers' switch (part of every cache key)
+                    if verify_enabled():  # the test suite's check of the front end (ALPYKA_VERIFY_IR)
+                        verify(got, after="the front end")
                     self._ir[k] = got
         return got
 
@@ -358,7 +361,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
             own[(k, f"parameter {pname!r} of device function {df.__name__!r}")] = df.min_shared[pname]
     assigned_scalars: list[tuple[str, ir.Var]] = []
     params: list[Any] = []
-    assigned = _assigned_names(parsed.tree)
+    assigned = assigned_names(parsed.tree)
     uses_acc = False
 
     def make(var_types: dict) -> FunctionBuilder:

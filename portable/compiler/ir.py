@@ -138,8 +138,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .operations import MATH
-from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
+from .operations import MATH, OPERATORS
+from .types import BOOL, COMPARE_OPS, INDEX, ArrayType, ScalarType, VoidType
 
 #: primitive work-division queries (per dimension)
 INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements")
@@ -169,6 +169,32 @@ FENCE_SCOPES = ("block", "grid", "device")
 MATH_FUNCTIONS = tuple(MATH)
 #: name of the dynamic shared memory size (bytes) inside a kernel that uses it
 DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
+#: operators of UnaryOp, BinOp (each declared in :mod:`portable.compiler.operations`), Compare, BoolOp
+UNARY_OPS = ("-", "~", "not")
+BINARY_OPS = tuple(OPERATORS)
+BOOL_OPS = ("and", "or")
+#: every operation of the IR is one of a closed set: ``(node kind, field) -> the values it may
+#: take`` (``verify`` checks each node against it; the other ``str`` fields are names and messages)
+OPERATION_SETS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Index", "query"): INDEX_QUERIES,
+    ("UnaryOp", "op"): UNARY_OPS,
+    ("BinOp", "op"): BINARY_OPS,
+    ("Compare", "op"): COMPARE_OPS,
+    ("BoolOp", "op"): BOOL_OPS,
+    ("MathCall", "func"): MATH_FUNCTIONS,
+    ("AtomicOp", "op"): ATOMIC_OPS,
+    ("AtomicOp", "hierarchy"): ATOMIC_HIERARCHIES,
+    ("WarpOp", "op"): WARP_OPS,
+    ("BlockPredicate", "op"): BLOCK_PREDICATES,
+    ("MemFence", "scope"): FENCE_SCOPES,
+    ("StridedLoop", "kind"): (
+        "uniform_elements",
+        "uniform_groups",
+        "uniform_group_elements",
+        "independent_groups",
+        "independent_group_elements",
+    ),
+}
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -354,13 +380,7 @@ class ForRange(Stmt):
     check: str | None = None
 
 
-STRIDED_LOOP_KINDS = (
-    "uniform_elements",
-    "uniform_groups",
-    "uniform_group_elements",
-    "independent_groups",
-    "independent_group_elements",
-)
+STRIDED_LOOP_KINDS = OPERATION_SETS[("StridedLoop", "kind")]
 
 
 @dataclass(eq=False)

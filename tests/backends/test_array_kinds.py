@@ -11,9 +11,9 @@ import dataclasses
 import numpy as np
 
 import portable as pk
-from backends._grid_loop import flat_grid_loop
 from backends._numba_emit import emit_numba
 from portable.compiler import ir
+from portable.compiler.passes import flat_grid_loop
 
 
 @pk.kernel

@@ -1,5 +1,5 @@
 """The CPU backends run a 1D kernel that is one ``uniform_elements`` loop as one flat element
-loop (backends/_grid_loop.py): which kernels qualify, and that results stay those of alpaka's
+loop (portable/compiler/_grid_loop.py, a compiler pass): which kernels qualify, and that results stay those of alpaka's
 per-thread semantics on every backend, for single- and multi-wave grids and uneven sizes."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.kernels import download, upload
-from backends._grid_loop import flat_grid_loop
+from portable.compiler.passes import flat_grid_loop
 
 CASES = [(1, 1), (3, 1), (4, 5), (7, 3), (16, 2), (64, 1)]  # (blocks, elements)
 SIZES = [1, 10, 37, 257]

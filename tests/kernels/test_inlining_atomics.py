@@ -1,4 +1,4 @@
-"""Device functions inlined on the numba backends (backends/_inline.py) and atomics at their cost
+"""Device functions inlined on the numba backends (portable/compiler/_inline.py) and atomics at their cost
 (backends/_numba_atomics.py): the same results on every backend, plain operations where nothing
 can contend on the CPU backends, exact counts where something can."""
 
