@@ -507,7 +507,8 @@ def emit(kernel: ir.KernelDef, dialect: str, unit_elements: bool = False, checks
 
     Raises :class:`CEmitError` (with the kernel's line) for constructs C cannot express.
     """
-    em = _Emitter(kernel, DIALECTS[dialect], unit_elements, checks and dialect != "opencl")
+    d = DIALECTS[dialect]
+    em = _Emitter(kernel, d, unit_elements, checks and d.emulator_checks)
     functions = [em.function(fn) for fn in kernel.functions.values()]
     header, args = em.kernel()
     kernel_body = em.lines
@@ -524,8 +525,8 @@ def emit(kernel: ir.KernelDef, dialect: str, unit_elements: bool = False, checks
     unit = ", one element per thread" if unit_elements else ""
     fast = ", fast_math" if kernel.fast_math else ""  # also keeps the text-keyed build caches apart
     put(f"// alpyka kernel {kernel.name} from {src}:{kernel.first_line} ({dialect}{unit}{fast})")
-    if dialect == "opencl" and not kernel.fast_math:
-        put("#pragma OPENCL FP_CONTRACT OFF")  # numpy's bits: a*b - c*d not fused (CUDA/HIP: build options)
+    if not kernel.fast_math and d.no_contraction:
+        put(d.no_contraction)  # numpy's bits: a*b - c*d not fused
     put(em.d.prologue(warps=_uses(kernel, ir.WarpOp)).rstrip("\n"))
     if em.checks:
         put(SHARED_ACCESS.rstrip("\n"))
