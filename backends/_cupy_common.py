@@ -19,6 +19,7 @@ from __future__ import annotations
 import platform as _platform
 import threading
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,10 @@ from portable.spi import (
     DLPACK_CUDA,
     DLPACK_ROCM,
     AllocatorStats,
-    Backend,
     CachingAllocator,
     Device,
     DeviceCapabilities,
     DeviceLimits,
-    KernelHandle,
     MemoryBlock,
     MemRef,
     queue_impl,
@@ -44,6 +43,7 @@ from ._cupy_memref import MEMCPY_DEFAULT as _MEMCPY_DEFAULT
 from ._cupy_memref import address as _address
 from ._cupy_memref import pageable as _pageable
 from ._cupy_queue import CupyQueue, DeviceScope
+from ._device_backend import DeviceBackend
 from ._gpu_queue import DeviceEvent
 
 
@@ -182,10 +182,8 @@ def gpu_capabilities(hip: bool, warp_size: int) -> DeviceCapabilities:
 
 
 # ---------------------------------------------------------------------- the backend
-class CupyBackend(Backend):
+class CupyBackend(DeviceBackend):
     """The cuda and rocm backends (see the module docstring)."""
-
-    kind = "gpu"
 
     def __init__(self, name: str, cupy: Any) -> None:
         self.name = name
@@ -307,35 +305,15 @@ class CupyBackend(Backend):
         impl.submit(lambda: memset(d, value, n, stream.ptr), dst.owner, dst.handle)
 
     # ------------------------------------------------------------------ kernels
-    def launch(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
-        from ._cupy_launch import launch  # the kernel emitter loads with the first launch
+    def launch_module(self) -> ModuleType:
+        from . import _cupy_launch
 
-        self.launch = launch  # type: ignore[method-assign] - later launches call it directly
-        launch(queue, workdiv, kernel, args)
+        return _cupy_launch
 
-    def launcher(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
-        """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
-        fast path; backends/_cupy_launch.py)."""
-        from ._cupy_launch import launcher
-
-        return launcher(queue, workdiv, kernel, args)
-
-    def recorder(self, queue: Any) -> Any:
-        """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""
+    def recorder_class(self) -> type:
         from ._graph_replay import CupyRecorder
 
-        return CupyRecorder(self, queue)
-
-    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: KernelHandle, args: tuple) -> int:
-        """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
-        ``workdiv`` with ``args`` uses, built and cached now)."""
-        from portable import Queue
-
-        from ._cupy_launch import make_plan
-        from ._gpu_launch import prepare_launch
-
-        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, make_plan)[0]
-        return min(plan.max_threads, device.limits.max_threads_per_block)
+        return CupyRecorder
 
 
 def load_backend(name: str, want_hip: bool) -> CupyBackend:

@@ -9,21 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from portable.compiler import check_shared_needs
 from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import make_packer
 from ._c_build import CUPY_NVRTC_APPENDED, KernelBuildError, float_options, format_build_error  # noqa: F401
-from ._gpu_launch import (
-    DevicePlan,
-    _fit,
-    checked_static_shared,
-    emit_for,
-    launch_key,
-    plans_of,
-    prepare_launch,
-    same_objects,
-)
+from ._gpu_launch import DevicePlan, build_source, prepare_launch, prepared_plan, range_check, same_objects
 
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cudaFuncAttributeMaxDynamicSharedMemorySize)
 D2H = 2  # cudaMemcpyDeviceToHost
@@ -70,13 +60,8 @@ def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: 
     """The plan of a launch key (``prepare_launch`` calls it once per key): the arguments
     checked, the IR emitted as CUDA or HIP C and built by cupy on the queue's device."""
     dev, impl = queue.device, queue_impl(queue)
-    kernel.check_args(args, dev)
     is_hip = dev.backend_name == "rocm"
-    dialect = "hip" if is_hip else "cuda"
-    # the static shared arrays against the block's limit, before any compiler (CI's HIP check too) sees them
-    static_shared = checked_static_shared(kernel.ir(key[2], workdiv.dim, key[3]), dev, dialect)
-    kir, src = emit_for(kernel, key, workdiv.dim, dialect)
-    check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)  # before the device compiler sees it
+    static_shared, kir, src = build_source(queue, workdiv, kernel, args, key, "hip" if is_hip else "cuda")
     with impl.scope:
         fn = build_function(impl.cupy, src, is_hip)
         max_threads = int(fn.max_threads_per_block)
@@ -141,12 +126,10 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     the very objects of the previous launch (buffers and views never move; the same scalar
     object has the same value), the call made by ``CupyQueue.submit_kernel``. None without a
     plan, or for a range-checked plan (ALPYKA_DEBUG: a flag and a host check per launch)."""
-    dev = queue.device
-    plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
-    if plan is None or plan.err:
+    prepared = prepared_plan(queue, workdiv, kernel, args)
+    if prepared is None:
         return None
-    dyn = kernel.shared_bytes(workdiv, args)
-    grid, block, _ = _fit(plan, workdiv, dyn, dev)
+    plan, dyn, (grid, block, _) = prepared
     impl = queue_impl(queue)
     if dyn:
         with impl.scope:
@@ -169,16 +152,3 @@ def pinned_int32(cp: Any) -> np.ndarray:
     """One int32 of page-locked host memory (a range check's flag copies into it)."""
     mem = cp.cuda.alloc_pinned_memory(4)
     return np.frombuffer(mem, dtype=np.int32, count=1)
-
-
-def range_check(plan: CupyPlan, host: np.ndarray) -> Any:
-    """The host check of a range-checked launch: raise the check's error when the device flag
-    copied into ``host`` is set."""
-    from portable.compiler import device_check_error
-
-    def check() -> None:
-        ident = int(host[0])
-        if ident:
-            raise device_check_error(plan.src.check_messages[ident - 1])
-
-    return check

@@ -4,7 +4,6 @@ memory checks and the IR -> C step with errors that name the kernel's file and l
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +14,6 @@ import soa
 from portable import Buffer, DeviceMismatch, WorkDivError
 from portable.caches import IdentityCache
 from portable.compiler import check_shared_needs, debug_enabled
-from portable.env import env_flag
 from portable.spi import KernelHandle, PlanCache
 
 from ._c_emit import emit
@@ -160,38 +158,37 @@ def check_shared_memory(name: str, static: int, dynamic: int, device: Any) -> No
 
 
 def emit_for(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple[Any, CSource]:
-    """The IR and the C source of ``kernel`` for a plan key; emitter limits become
-    KernelSyntaxError naming the kernel's file and line. With ``ALPYKA_CHECK_CUDA=1`` every
-    OpenCL build also compiles the kernel's CUDA dialect to PTX through NVRTC (CI's guard); with
-    ``ALPYKA_CHECK_HIP=1`` every device build also compiles the kernel's HIP text for AMD GPUs."""
+    """The IR and the C source of ``kernel`` for a plan key (the launchers' one IR -> C step,
+    where the test suite's compile checks hook in: alpyka_testing/compile_checks.py)."""
+    kir = kernel.ir(key[2], ndim, key[3])
+    return kir, emit_checked(kernel, kir, dialect, key[4])
+
+
+def emit_checked(kernel: KernelHandle, kir: Any, dialect: str, unit_elements: bool) -> CSource:
+    """``kir`` emitted in ``dialect``; emitter limits become KernelSyntaxError naming the kernel's
+    file and line."""
     from portable.compiler import KernelSyntaxError
 
-    kir = kernel.ir(key[2], ndim, key[3])
     try:
-        src = emit(kir, dialect, unit_elements=key[4])
-        if dialect == "opencl" and env_flag(
-            "ALPYKA_CHECK_CUDA", False, meaning=" (every OpenCL kernel also through NVRTC)"
-        ):
-            # CI: every kernel the OpenCL run builds must also compile as CUDA C (NVRTC, no GPU)
-            from ._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_compile
-
-            # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
-            nvrtc_compile(
-                emit(kir, "cuda", unit_elements=key[4]),
-                os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
-                float_options("cuda", kir.fast_math) + CUPY_NVRTC_APPENDED,
-            )
-        if env_flag("ALPYKA_CHECK_HIP", False, meaning=" (every device kernel's HIP text also compiled for AMD GPUs)"):
-            # CI's rocm check: the kernel's HIP text compiled for gfx90a and gfx942 (backends._hip_check)
-            from ._hip_check import check_source
-
-            check_source(src if dialect == "hip" else emit(kir, "hip", unit_elements=key[4]))
-        return kir, src
+        return emit(kir, dialect, unit_elements=unit_elements)
     except CEmitError as exc:
         f, line = kir.source_file, exc.line or kir.first_line
         raise KernelSyntaxError(
             f"{f}:{line}: in kernel {kernel.__name__!r}: {exc} (not supported by the {dialect} backend)", f, line
         ) from None
+
+
+def build_source(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple, dialect: str) -> tuple:
+    """What every device plan starts with (``make_plan``): the arguments checked, the static
+    shared arrays against the block's limit, the IR emitted in ``dialect`` and the device
+    functions' shared-size needs checked, all before the device compiler (or CI's HIP check)
+    sees the source. Returns ``(static shared bytes, IR, CSource)``."""
+    dev = queue.device
+    kernel.check_args(args, dev)
+    static_shared = checked_static_shared(kernel.ir(key[2], workdiv.dim, key[3]), dev, dialect)
+    kir, src = emit_for(kernel, key, workdiv.dim, dialect)
+    check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)
+    return static_shared, kir, src
 
 
 def prepare_launch(
@@ -212,14 +209,40 @@ def prepare_launch(
     if kernel.dynamic_shared_bytes is None:  # the checks depend on the work division alone: once each
         fit = plan.fits.get(workdiv)
         if fit is None or fit[0] is not dev:
-            fit = plan.fits[workdiv] = (dev, _fit(plan, workdiv, 0, dev))
+            fit = plan.fits[workdiv] = (dev, fit_workdiv(plan, workdiv, 0, dev))
         return plan, plan.pack(args, workdiv, 0), 0, fit[1]
     dyn = kernel.shared_bytes(workdiv, args)
-    geometry = _fit(plan, workdiv, dyn, dev)
+    geometry = fit_workdiv(plan, workdiv, dyn, dev)
     return plan, plan.pack(args, workdiv, dyn), dyn, geometry
 
 
-def _fit(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
+def prepared_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> tuple | None:
+    """What every fast launcher (``launcher``) starts with: ``(plan, dynamic shared bytes,
+    geometry)`` of a launch like this one, the work division checked against the plan; None
+    without a plan for these arguments' types, or for a range-checked plan (ALPYKA_DEBUG: a
+    flag and a host check per launch)."""
+    dev = queue.device
+    plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
+    if plan is None or plan.err:
+        return None
+    dyn = kernel.shared_bytes(workdiv, args)
+    return plan, dyn, fit_workdiv(plan, workdiv, dyn, dev)
+
+
+def range_check(plan: DevicePlan, host: np.ndarray) -> Callable[[], None]:
+    """The host check of a range-checked launch: raise the check's error when the device flag
+    copied into ``host`` is set."""
+    from portable.compiler import device_check_error
+
+    def check() -> None:
+        ident = int(host[0])
+        if ident:
+            raise device_check_error(plan.src.check_messages[ident - 1])
+
+    return check
+
+
+def fit_workdiv(plan: DevicePlan, workdiv: Any, dyn: int, dev: Any) -> tuple:
     """Check that ``workdiv`` (with ``dyn`` bytes of dynamic shared memory) fits ``plan`` on
     ``dev``. Returns its geometry (see :func:`prepare_launch`)."""
     threads = math.prod(workdiv.threads)

@@ -188,7 +188,7 @@ class CupyRecorder:
 
     def launch(self, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from . import _cupy_launch as cul
-        from ._gpu_launch import prepare_launch
+        from ._gpu_launch import prepare_launch, range_check
 
         q, impl = self.queue, queue_impl(self.queue)
         plan, values, dyn, (grid, block, _) = prepare_launch(q, workdiv, kernel, args, cul.make_plan)
@@ -210,7 +210,7 @@ class CupyRecorder:
         self.ops.append((True, partial(_cu_call, rt.memsetAsync, (fp, 0, 4))))
         self.ops.append((True, partial(_cu_kernel, plan.function, grid, block, (*values, np.uint64(fp)), dyn)))
         self.ops.append((True, partial(_cu_call, rt.memcpyAsync, (int(host.ctypes.data), fp, 4, cul.D2H))))
-        self.checks[len(self.ops) - 1] = cul.range_check(plan, host)
+        self.checks[len(self.ops) - 1] = range_check(plan, host)
 
     def copy(self, dst: MemRef, src: MemRef) -> None:
         if dst.device.is_host_memory and src.device.is_host_memory or pageable(dst) or pageable(src):

@@ -9,19 +9,16 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from portable.compiler import check_shared_needs
 from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
 from ._gpu_launch import (
     DevicePlan,
-    _fit,
-    checked_static_shared,
-    emit_for,
-    launch_key,
-    plans_of,
+    build_source,
     prepare_launch,
+    prepared_plan,
+    range_check,
     same_objects,
     same_value,
 )
@@ -132,11 +129,7 @@ def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: 
     """The plan of a launch key (``prepare_launch`` calls it once per key): the arguments
     checked, the IR emitted as OpenCL C and built for the queue's device."""
     dev = queue.device
-    kernel.check_args(args, dev)
-    # the static shared arrays against the device's local memory, before any compiler sees them
-    static_shared = checked_static_shared(kernel.ir(key[2], workdiv.dim, key[3]), dev, "opencl")
-    kir, src = emit_for(kernel, key, workdiv.dim, "opencl")
-    check_shared_needs(kir.shared_needs, workdiv, kernel.__name__)  # before the device compiler sees it
+    static_shared, kir, src = build_source(queue, workdiv, kernel, args, key, "opencl")
     native = dev.native
     program = build_program(native.context, native.device, src)
     knl = cl.Kernel(program, src.entry)
@@ -171,7 +164,7 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
             host = np.zeros(1, np.int32)
             copy_ev = cl.enqueue_copy(impl.cq, host, flag, is_blocking=False)
             impl.after_enqueue(copy_ev, host, flag)
-            check = _range_check(plan, host)
+            check = range_check(plan, host)
     if check is not None:
         impl.enqueue_host(check)
 
@@ -185,12 +178,10 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
     waited for by ``OpenCLQueue.wait_command``). None without a plan, or for a range-checked
     plan (ALPYKA_DEBUG: a flag buffer per launch)."""
-    dev = queue.device
-    plan = plans_of(dev, kernel).get(launch_key(dev, workdiv, kernel, args))
-    if plan is None or plan.err:
+    prepared = prepared_plan(queue, workdiv, kernel, args)
+    if prepared is None:
         return None
-    dyn = kernel.shared_bytes(workdiv, args)
-    _, local, glob = _fit(plan, workdiv, dyn, dev)
+    plan, dyn, (_, local, glob) = prepared
     impl = queue_impl(queue)
     qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
     enqueue, blocking, wait = cl.enqueue_nd_range_kernel, impl.blocking, impl.wait_command
@@ -210,14 +201,3 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         wait(ev)  # a blocking queue: this command waited for (no marker), outside the queue's lock
 
     return run
-
-
-def _range_check(plan: OpenCLPlan, host: np.ndarray) -> Any:
-    from portable.compiler import device_check_error
-
-    def check() -> None:
-        ident = int(host[0])
-        if ident:
-            raise device_check_error(plan.src.check_messages[ident - 1])
-
-    return check

@@ -13,6 +13,7 @@ from __future__ import annotations
 import platform as _platform
 import warnings
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -20,17 +21,16 @@ import numpy as np
 from portable import BackendUnavailable
 from portable.spi import (
     DLPACK_OPENCL,
-    Backend,
     CachingAllocator,
     Device,
     DeviceCapabilities,
     DeviceLimits,
-    KernelHandle,
     MemRef,
     queue_impl,
 )
 
 from . import _opencl_devices
+from ._device_backend import DeviceBackend
 
 try:
     import pyopencl as cl
@@ -69,11 +69,10 @@ def _limits(d: Any) -> DeviceLimits:
     )
 
 
-class OpenCLBackend(Backend):
+class OpenCLBackend(DeviceBackend):
     """The opencl backend (see the module docstring)."""
 
     name = "opencl"
-    kind = "gpu"
 
     def __init__(self, used: list[_opencl_devices.Candidate], rejected: list[_opencl_devices.Candidate]) -> None:
         self._devices: list[Device] = []
@@ -186,35 +185,15 @@ class OpenCLBackend(Backend):
             impl.after_enqueue(ev, dst.owner)
 
     # ------------------------------------------------------------------ kernels
-    def launch(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
-        from ._opencl_launch import launch  # the kernel emitter loads with the first launch
+    def launch_module(self) -> ModuleType:
+        from . import _opencl_launch
 
-        self.launch = launch  # type: ignore[method-assign] - later launches call it directly
-        launch(queue, workdiv, kernel, args)
+        return _opencl_launch
 
-    def launcher(self, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Any:
-        """The prepared launch for arguments of the types of ``args`` (portable/_launch.py's
-        fast path; backends/_opencl_launch.py)."""
-        from ._opencl_launch import launcher
-
-        return launcher(queue, workdiv, kernel, args)
-
-    def recorder(self, queue: Any) -> Any:
-        """What ``pk.capture(queue)`` records with (backends/_graph_replay.py)."""
+    def recorder_class(self) -> type:
         from ._graph_replay import OpenCLRecorder
 
-        return OpenCLRecorder(self, queue)
-
-    def kernel_thread_limit(self, device: Device, workdiv: Any, kernel: KernelHandle, args: tuple) -> int:
-        """The kernel's own thread limit, asked of the compiled kernel (the plan a launch like
-        ``workdiv`` with ``args`` uses, built and cached now)."""
-        from portable import Queue
-
-        from ._gpu_launch import prepare_launch
-        from ._opencl_launch import make_plan
-
-        plan = prepare_launch(Queue(device, blocking=True), workdiv, kernel, args, make_plan)[0]
-        return min(plan.max_threads, device.limits.max_threads_per_block)
+        return OpenCLRecorder
 
 
 def _host_bytes(ref: MemRef) -> np.ndarray:
