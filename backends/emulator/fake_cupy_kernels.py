@@ -17,8 +17,8 @@ How a kernel runs (honest first, then fast):
   PTX with the options cupy would hand NVRTC (``-ftz=true`` appended on CUDA), so the code a GPU
   would run is checked by NVIDIA's compiler too. hiprtc is not available without ROCm: the HIP
   text (CUDA's source with HIP's atomics) is compiled by NVRTC as the nearest check.
-- **sources.** :func:`_record_twins` wraps ``backends._cupy_launch.emit_for`` so that each source
-  the launcher builds is known by its exact text (for build errors that show the kernel's line);
+- **sources.** :func:`_record_twins` wraps ``backends._gpu_launch.emit_for`` so that each source
+  the cuda/rocm launcher builds is known by its exact text (for build errors that show the kernel's line);
   a source alpyka's emitter did not produce fails to load (``CUDA_ERROR_INVALID_SOURCE``).
 - **memory and order.** Stand-in device memory is host memory; each pointer argument is checked
   to be device memory of the launching device before the kernel runs. The kernel runs on the
@@ -58,7 +58,7 @@ def _record_twins() -> None:
     global _wrapped
     if _wrapped:
         return
-    import backends._cupy_launch as launch
+    import backends._gpu_launch as launch
     from backends._c_emit import emit
 
     original = launch.emit_for

@@ -1,0 +1,54 @@
+"""The suite's compile checks of every kernel a device backend builds, hooked into the launchers'
+one IR -> C step (``backends._gpu_launch.emit_for``) by tests/conftest.py, never by the library:
+
+- ``ALPYKA_CHECK_CUDA=1``: each kernel an OpenCL launch builds is also emitted as CUDA C and
+  compiled to PTX by NVRTC, with the options cupy's ``RawModule`` gives it (no GPU needed);
+- ``ALPYKA_CHECK_HIP=1``: each kernel a device launch builds (OpenCL, CUDA or ROCm, emulated or
+  not) also has its HIP text compiled for gfx90a and gfx942 (``backends/_hip_check.py``).
+
+A dialect mistake thus fails the suite on a machine without that GPU, at the kernel's line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from portable.env import env_flag
+
+CUDA_MEANING = " (every OpenCL kernel also through NVRTC)"
+HIP_MEANING = " (every device kernel's HIP text also compiled for AMD GPUs)"
+
+
+def check(kernel: Any, kir: Any, src: Any, unit_elements: bool) -> None:
+    """The checks the environment asks for, of the source ``src`` a launch built from ``kir``."""
+    from backends import _c_build, _gpu_launch, _hip_check
+
+    if src.dialect == "opencl" and env_flag("ALPYKA_CHECK_CUDA", False, meaning=CUDA_MEANING):
+        # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
+        _c_build.nvrtc_compile(
+            _gpu_launch.emit_checked(kernel, kir, "cuda", unit_elements),
+            os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
+            _c_build.float_options("cuda", kir.fast_math) + _c_build.CUPY_NVRTC_APPENDED,
+        )
+    if env_flag("ALPYKA_CHECK_HIP", False, meaning=HIP_MEANING):
+        hip = src if src.dialect == "hip" else _gpu_launch.emit_checked(kernel, kir, "hip", unit_elements)
+        _hip_check.check_source(hip)
+
+
+def install() -> None:
+    """Wrap ``backends._gpu_launch.emit_for`` (once) so that every device build runs :func:`check`
+    after emitting its source; the checks read their variables at each build."""
+    from backends import _gpu_launch
+
+    if getattr(_gpu_launch.emit_for, "compile_checks", False):
+        return
+    plain = _gpu_launch.emit_for
+
+    def emit_for(kernel: Any, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
+        kir, src = plain(kernel, key, ndim, dialect)
+        check(kernel, kir, src, key[4])
+        return kir, src
+
+    emit_for.compile_checks = True  # type: ignore[attr-defined]
+    _gpu_launch.emit_for = emit_for
