@@ -14,11 +14,16 @@ from backends._c_dialect import DIALECTS
 from backends._c_emit import _Emitter
 from backends._c_source import CEmitError
 from backends._numba_emit import _FunctionEmitter
-from portable.compiler import _irdump, ir
+from portable.compiler import _irdump, _verify, ir
 from portable.compiler.types import INDEX
 from portable.compiler.visit import Visitor, node_kinds, unhandled
 
-WALKS = {"C emitter": _Emitter, "numba emitter": _FunctionEmitter, "IR dump": _irdump._Dump}
+WALKS = {
+    "C emitter": _Emitter,
+    "numba emitter": _FunctionEmitter,
+    "IR dump": _irdump._Dump,
+    "IR verifier": _verify._Check,
+}
 
 
 def _kinds(base: type) -> list[type]:
