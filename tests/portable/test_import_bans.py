@@ -1,6 +1,7 @@
 """The layering rules as import-linter contracts ([tool.importlinter] in pyproject.toml: the
 layers soa <- portable <- backends | inference <- alpyka_demo, portable's private modules, no torch
-below inference, no alpyka_testing in the library), checked on grimp's graph of every import.
+below inference, compiler passes free of backends and the runtime, no alpyka_testing in the
+library), checked on grimp's graph of every import.
 
 The tree keeps the contracts, and each rule refuses what it should: probe modules placed in a
 copy of the packages import what a package must not (each is named in the broken contracts) and
@@ -49,6 +50,7 @@ BANNED = [
     ("backends", "from inference._model import Model", "inference"),
     ("backends", "from portable._buffer import Buffer", "portable._buffer"),
     ("backends", "from portable.compiler._kernel import Kernel", "portable.compiler._kernel"),
+    ("backends", "from portable.compiler._inline import inline_device_functions", "portable.compiler._inline"),
     ("backends", "from portable import _queue", "portable._queue"),
     ("backends", "import alpyka_testing", "alpyka_testing"),
     ("inference", "from backends.opencl import OpenCLBackend", "backends"),
@@ -69,6 +71,7 @@ ALLOWED = [
     ("backends", "from portable.spi import Backend, queue_impl"),
     ("backends", "from portable.compiler import ir"),
     ("backends", "from portable.compiler.types import ScalarType"),
+    ("backends", "from portable.compiler.passes import CPU_PIPELINE"),
     ("backends", "from ._host import HostQueue"),
     ("backends", "import soa"),
     ("inference", "import portable as pk"),
