@@ -21,6 +21,7 @@ from typing import Any
 from .._errors import AlpykaError
 from ..env import env_flag
 from . import ir
+from ._depth import deep_recursion
 from .types import BOOL, INDEX, ScalarType, VoidType
 from .visit import Visitor
 
@@ -37,6 +38,7 @@ def verify_enabled() -> bool:
     return env_flag(ENV_VERIFY, False, meaning=" (the kernel IR verified after every compiler pass)")
 
 
+@deep_recursion
 def verify(kernel: ir.KernelDef, after: str = "") -> None:
     """IRVerifyError listing every broken convention of ``kernel``'s IR (see the module
     docstring); ``after`` names the step that made it (for the message)."""
