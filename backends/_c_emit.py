@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import OPERATORS
+from portable.compiler.operations import MATH, OPERATORS, UNARY
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
@@ -186,13 +186,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         return f"(({self.ctype(e.type)})({inner}))"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
-        op = {"-": "-", "~": "~", "not": "!"}[e.op]
-        if e.op == "-" and e.type.is_integer and not e.type.is_unsigned and e.type.bits >= 32:
-            u = "u" + self.ctype(e.type)[1:]  # -MIN wraps to MIN (numpy) instead of being undefined
-            return f"(({self.ctype(e.type)})(({u})0 - ({u}){self.expr(e.operand)}))"
-        if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
-            return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
-        return f"({op}{self.expr(e.operand)})"
+        return UNARY[e.op].c_text(self.expr(e.operand), e.type)  # declared in operations.py
 
     def visit_Compare(self, e: ir.Compare) -> str:
         return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
@@ -261,10 +255,9 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             raise self.fail(f"operator {e.op} is not supported by the C emitter")
         if op.c_helper is None:  # C's operator (its fixed-width rule is C's)
             return f"({a} {e.op} {b})"
-        if op.c_helper == "ipow" and t.is_float:
-            return f"{self.d.math('pow', t)}({a}, {b})"
-        helper = getattr(self.h, op.c_helper)  # the helper that gives numpy's rule (operations.py)
-        return f"{helper(e.op, t) if op.c_helper == 'shift' else helper(t)}({a}, {b})"
+        if op.c_float is not None and t.is_float:
+            return f"{self.d.math(op.c_float, t)}({a}, {b})"
+        return f"{self.h.declared(op.c_helper, t)}({a}, {b})"  # numpy's rule (operations.py)
 
     def wrapping_chain(self, e: ir.BinOp) -> str:
         """``(u)a op (u)b op (u)c...`` of a left-deep chain of wrapping ``+ -`` or ``*`` in the
@@ -284,7 +277,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
         if f in ("min", "max"):
-            fn = self.h.minmax(f, e.type)
+            fn = self.h.declared(MATH[f].c_helper, e.type)
             acc = s[0]
             for x in s[1:]:
                 acc = f"{fn}({acc}, {x})"
@@ -292,7 +285,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         if f == "abs":
             if e.type.is_float:
                 return f"{self.d.math('fabs', e.type)}({s[0]})"
-            return f"{self.h.iabs(e.type)}({s[0]})"
+            return f"{self.h.declared(MATH['abs'].c_helper, e.type)}({s[0]})"
         if f in ("isnan", "isinf", "isfinite"):
             return f"({f}({s[0]}) != 0)"
         if not at.is_float:

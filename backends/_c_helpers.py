@@ -1,13 +1,15 @@
 """Helper functions the C emitter adds to a kernel's source on demand.
 
-Python semantics that C lacks (floor division and modulo with negative operands, integer
-``**``, ``min``/``max`` with Python's tie rule) and atomics without a native instruction on the
-target (a compare-and-swap loop on the value's bits). Each helper is keyed by its C name; the
-emitter asks :meth:`Helpers.need` for a name and gets the source once.
+The helpers an operation declares (:mod:`portable.compiler.operations`: numpy's ``//``, ``%``,
+``**`` and shifts, Python's ``min``/``max``, ``abs``), range checks, OpenCL's block predicates and
+sub-group votes and shuffles, and atomics without a native instruction on the target (a
+compare-and-swap loop on the value's bits). Each helper is keyed by its C name; the emitter asks
+for one and gets its source included once.
 """
 
 from __future__ import annotations
 
+from portable.compiler.operations import CHelper
 from portable.compiler.types import ScalarType
 
 from ._c_dialect import CTYPE, Dialect
@@ -29,136 +31,10 @@ class Helpers:
             self._src[name] = src
         return name
 
-    # ------------------------------------------------------------------ arithmetic
-    # numpy's fixed-width rules, which the front-end's constant folding follows too
-    # (portable/compiler/_folding.py): nothing is left to C's undefined behaviour
-    def floordiv(self, t: ScalarType) -> str:
-        """numpy's ``//``: floats as ``np.floor_divide`` (``x // 0.0`` is ``x / 0.0``: +-inf or
-        nan); integers floor, ``x // 0`` is 0 and ``MIN // -1`` wraps to ``MIN``."""
-        c = CTYPE[t.name]
-        name = f"alpyka_floordiv_{c}"
-        if t.is_float:
-            m = self._mathname
-            k, cs = "F32" if t.bits == 32 else "F64", m("copysign", t)
-            # x // +-0.0 is x / +-0.0 (inf of the signs' product, nan for 0 or nan), spelled
-            # without the division: PoCL's compiler gave +inf for a positive x // a constant -0.0
-            return self.add(
-                name,
-                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0) return (a == 0 || a != a) ? ALPYKA_NAN_{k} : {cs}(ALPYKA_INF_{k}, a) * {cs}(({c})1, b);
-    {c} mod = {m("fmod", t)}(a, b);
-    {c} div = (a - mod) / b;
-    if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}
-    if (div != 0) {{
-        {c} fl = {m("floor", t)}(div);
-        if (div - fl > ({c})0.5) fl += 1;
-        return fl;
-    }}
-    return {m("copysign", t)}(({c})0, a / b);
-}}
-""",
-            )
-        if t.is_unsigned:
-            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
-        u = "u" + c[1:]
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0) return 0;
-    if (b == -1) return ({c})(({u})0 - ({u})a);
-    {c} q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
-    return q;
-}}
-""",
-        )
-
-    def mod(self, t: ScalarType) -> str:
-        """numpy's ``%``: the sign of the divisor; ``x % 0`` is 0 for integers, nan for floats."""
-        c = CTYPE[t.name]
-        name = f"alpyka_mod_{c}"
-        if t.is_float:
-            m = self._mathname
-            return self.add(
-                name,
-                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    {c} r = {m("fmod", t)}(a, b);
-    if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}
-    else {{ r = {m("copysign", t)}(({c})0, b); }}
-    return r;
-}}
-""",
-            )
-        if t.is_unsigned:
-            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0 || b == -1) return 0;
-    {c} r = a % b;
-    if (r != 0 && ((r < 0) != (b < 0))) r += b;
-    return r;
-}}
-""",
-        )
-
-    def ipow(self, t: ScalarType) -> str:
-        """Integer ``**``, wrapping (computed unsigned); a negative exponent gives the integral
-        part of the real result: 1 for base 1, +-1 for base -1, else 0."""
-        c = CTYPE[t.name]
-        u = c if t.is_unsigned else "u" + c[1:]
-        name = f"alpyka_ipow_{c}"
-        neg = (
-            ""
-            if t.is_unsigned
-            else f"""
-    if (e < 0) return base == 1 ? ({c})1 : (base == -1 ? ((e & 1) ? ({c})-1 : ({c})1) : ({c})0);"""
-        )
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
-    {u} r = 1, b = ({u})base, k = ({u})e;
-    while (k) {{ if (k & 1) r *= b; k >>= 1; b *= b; }}
-    return ({c})r;
-}}
-""",
-        )
-
-    def shift(self, op: str, t: ScalarType) -> str:
-        """``a << k`` / ``a >> k`` with numpy's rule for a count outside ``[0, bits)``: 0, or -1
-        for ``>>`` of a negative value (C leaves such shifts undefined). The count arrives as
-        an unsigned 64-bit value, so a negative one is out of range too."""
-        c = CTYPE[t.name]
-        u = c if t.is_unsigned else "u" + c[1:]
-        kind = "shl" if op == "<<" else "shr"
-        name = f"alpyka_{kind}_{c}"
-        if op == "<<":
-            body = f"return k < {t.bits} ? ({c})(({u})a << k) : ({c})0;"
-        elif t.is_unsigned:
-            body = f"return k < {t.bits} ? a >> k : ({c})0;"
-        else:  # ~((~a) >> k): a negative value shifts in ones without relying on C's choice
-            body = f"return k < {t.bits} ? (a < 0 ? ~((~a) >> k) : a >> k) : (a < 0 ? ({c})-1 : ({c})0);"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, u64 k) {{ {body} }}\n")
-
-    def minmax(self, func: str, t: ScalarType) -> str:
-        """Python's ``min``/``max`` of two values: the first one wins ties (and NaN compares)."""
-        c = CTYPE[t.name]
-        name = f"alpyka_{func}_{c}"
-        cmp = "<" if func == "min" else ">"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return (b {cmp} a) ? b : a; }}\n")
-
-    def iabs(self, t: ScalarType) -> str:
-        c = CTYPE[t.name]
-        name = f"alpyka_abs_{c}"
-        if t.is_unsigned or t.is_bool:
-            body = "return a;"
-        else:  # negated unsigned: abs(MIN) wraps to MIN as numpy's does (C's -MIN is undefined)
-            u = "u" + c[1:]
-            body = f"return a < 0 ? ({c})(({u})0 - ({u})a) : a;"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
-
-    def _mathname(self, func: str, t: ScalarType) -> str:
-        return self.d.math(func, t)
+    def declared(self, helper: CHelper, t: ScalarType) -> str:
+        """Include the helper an operation declares for type ``t``
+        (:mod:`portable.compiler.operations`: numpy's integer rules, Python's ``min``/``max``); its name."""
+        return self.add(*helper(t, self.d.math))
 
     def range_check(self) -> str:
         """``alpyka_chk(i, n, id, err)``: ``i`` when ``0 <= i < n``, else report ``id`` and give 0."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import MATH, NUMBA_HELPERS, OPERATORS
+from portable.compiler.operations import MATH, NUMBA_HELPERS, OPERATORS, UNARY
 from portable.compiler.types import ScalarType
 from portable.compiler.visit import Visitor
 
@@ -131,10 +131,7 @@ class _FunctionEmitter(Visitor):
         return f"np.{e.type.name}({inner})"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
-        r = f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
-        if e.type.is_integer and e.type.bits < 64:  # numba widens -x/~x of a narrow integer to 64 bits
-            r = f"np.{e.type.name}{r}"
-        return r
+        return UNARY[e.op].numba_text(self.ex(e.operand), e.type)  # declared in operations.py
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         if _wrapping(e):  # a chain of them: one cast back to the signed type, not one per operator
