@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import MATH, OPERATORS, UNARY
+from portable.compiler.operations import INTRINSICS, MATH, OPERATORS, UNARY
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
@@ -276,6 +276,8 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         f, args = e.func, e.args
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
+        if f in INTRINSICS:  # the bit intrinsics, declared in operations.py
+            return INTRINSICS[f].c_text(self.d.name, s[0], at, self.h.declared)
         if f in ("min", "max"):
             fn = self.h.declared(MATH[f].c_helper, e.type)
             acc = s[0]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import MATH, NUMBA_HELPERS, OPERATORS, UNARY
+from portable.compiler.operations import INTRINSICS, MATH, NUMBA_HELPERS, OPERATORS, UNARY
 from portable.compiler.types import ScalarType
 from portable.compiler.visit import Visitor
 
@@ -177,6 +177,8 @@ class _FunctionEmitter(Visitor):
         return f"({self.ex(e.if_true)} if {self.ex(e.cond)} else {self.ex(e.if_false)})"
 
     def visit_MathCall(self, e: ir.MathCall) -> str:
+        if e.func in INTRINSICS:  # the bit intrinsics, declared in operations.py
+            return INTRINSICS[e.func].numba_text(self.ex(e.args[0]), e.args[0].type, self.m.helper)
         if e.func in ("floor", "ceil", "trunc") and e.type.is_integer:  # of a float: saturating
             return f"{self.m.float_to_int(e.args[0].type, e.type)}(np.{e.func}({self.ex(e.args[0])}))"
         r = f"{_MATH[e.func]}({', '.join(self.ex(a) for a in e.args)})"

@@ -86,6 +86,21 @@ static inline unsigned int __float_as_uint(float v) { return alpyka_bits<unsigne
 static inline double __longlong_as_double(long long v) { return alpyka_bits<double>(v); }
 static inline long long __double_as_longlong(double v) { return alpyka_bits<long long>(v); }
 
+// ---------------------------------------------------------------------- bit intrinsics (CUDA's, HIP's)
+// the compiler's builtins, with CUDA's results for 0 (__clz: the width; __ffs: 0)
+static inline int __popc(unsigned int v) { return __builtin_popcount(v); }
+static inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+static inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned int)v); }
+static inline int __clzll(long long v) { return v == 0 ? 64 : __builtin_clzll((unsigned long long)v); }
+static inline int __ffs(int v) { return __builtin_ffs(v); }
+static inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+static inline unsigned long long __brevll(unsigned long long v) {
+    unsigned long long r = 0;
+    for (int i = 0; i < 64; ++i, v >>= 1) r = (r << 1) | (v & 1ull);
+    return r;
+}
+static inline unsigned int __brev(unsigned int v) { return (unsigned int)(__brevll(v) >> 32); }
+
 // ---------------------------------------------------------------------- math (the C library's)
 extern "C" {
 #define ALPYKA_MATH1(g) double g(double) noexcept; float g##f(float) noexcept;

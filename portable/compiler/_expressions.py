@@ -25,7 +25,7 @@ from ._values import (
     TupleVal,
     ViewVal,
 )
-from .operations import UNARY
+from .operations import INTRINSICS, UNARY
 from .types import (
     BOOL,
     FLOAT32,
@@ -78,12 +78,14 @@ ACC_LOOPS = (
 ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
+ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py
 ACC_CALLS = (
     ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES
     + ACC_RAND
+    + ACC_INTRINSICS
 )
 ACC_MEMBERS = ACC_QUERIES + ACC_LOOPS + ACC_CALLS
 
@@ -472,6 +474,7 @@ __all__ = [
     "to_bool",
     "imin",
     "ACC_MEMBERS",
+    "ACC_INTRINSICS",
     "ACC_QUERIES",
     "ACC_LOOPS",
     "ALLOWED_HINT",

@@ -11,6 +11,7 @@ from . import ir
 from ._expressions import ACC_MEMBERS, cast, to_bool
 from ._library import RAND_STATE_WORDS, library_function
 from ._values import DTypeVal
+from .operations import INTRINSICS
 from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
 
 #: alpaka and CUDA names whose snake_case is not the acc member (alpaka::getIdx<Grid, Threads>...)
@@ -86,6 +87,20 @@ class VocabularyBuilder:
         if k.type.is_float or k.type.is_bool:
             raise self.error(node, f"acc.warp_{op}{sig}: the lane must be an integer, got {k.type}")
         return ir.WarpOp(op, [mask, v, cast(k, INT32)], v.type)
+
+    def bit_intrinsic(self, name: str, node: ast.Call) -> ir.Expr:
+        """``acc.popcount(x)``, ``clz``, ``ffs``, ``brev``: a ``MathCall`` of the intrinsic declared
+        in :mod:`portable.compiler.operations` (folded when ``x`` is a constant)."""
+        (a,) = self.plain_args(node, 1, f"acc.{name}(x)")
+        x = self.scalar(a)
+        f = INTRINSICS[name]
+        try:
+            t = f.result(x.type)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        if isinstance(x, ir.Const):
+            return ir.Const(f.fold_value(int(x.value), x.type), t)
+        return ir.MathCall(name, [x], t)
 
     def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
         eng = self.value(node)

@@ -41,7 +41,8 @@ Expressions (fields; all have ``type``):
 - ``Select(cond, if_true, if_false)``: ``if_true if cond else if_false`` (both of ``type``), lazy.
 - ``MathCall(func, args)``: ``func`` in :data:`MATH_FUNCTIONS`; the args are cast to the
   computation type (float32 or float64; for ``min``/``max``/``abs`` any numeric type);
-  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool.
+  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool. Or
+  ``func`` in :data:`BIT_INTRINSICS` (``acc.popcount(x)``...) of a 32- or 64-bit integer.
 - ``Load(array, indices, check)``: element of an :class:`ArrayRef`; indices are int64 expressions,
   as many as ``array.type.ndim`` (none for a scalar field). ``check`` (also on ``Store`` and
   ``AtomicOp``) is None, or under ``ALPYKA_DEBUG=1`` the message to raise (CPU) / report (GPU)
@@ -138,7 +139,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .operations import MATH
+from .operations import INTRINSICS, MATH
 from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
 
 #: primitive work-division queries (per dimension)
@@ -167,6 +168,8 @@ FENCE_SCOPES = ("block", "grid", "device")
 #: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``): declared in
 #: :mod:`portable.compiler.operations`
 MATH_FUNCTIONS = tuple(MATH)
+#: the bit intrinsics (``acc.popcount``...), declared there too: a ``MathCall`` of one of these
+BIT_INTRINSICS = tuple(INTRINSICS)
 #: name of the dynamic shared memory size (bytes) inside a kernel that uses it
 DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
 

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .types import BOOL, INT64, ScalarType
+from ._bit_helpers import NUMBA_BIT_HELPERS, opencl_brev, opencl_ffs
+from .types import BOOL, INT32, INT64, UINT32, UINT64, ScalarType
 
 
 # ----------------------------------------------------------------------------- integer rules
@@ -412,6 +413,99 @@ add_math("abs", "abs", result="same", c=False, c_helper=_c_iabs)
 del _name
 
 
+# ----------------------------------------------------------------------------- bit intrinsics
+@dataclass(frozen=True)
+class Intrinsic:
+    """A bit intrinsic ``acc.<name>(x)`` of a 32- or 64-bit integer (signed or unsigned: its bits
+    are what count; a narrower type or a bool is refused, a float too). ``fold``: its value on
+    the bits of ``x`` (an int in ``[0, 2**bits)``) and ``bits``; ``same_type``: the result has
+    ``x``'s type (the bits reinterpreted), else it is an int32; ``numba``: the helper of
+    :data:`NUMBA_HELPERS` called with the bits zero-extended to a uint64 (and ``bits`` where it
+    takes two arguments); ``cuda``: CUDA's and HIP's functions for 32 and 64 bits, with the C type
+    they take; ``opencl``: OpenCL C's built-in (overloaded), or ``opencl_helper`` where it has none."""
+
+    name: str
+    fold: Callable[[int, int], int]
+    same_type: bool
+    numba: str
+    numba_bits: bool
+    cuda: tuple[str, str]
+    cuda_arg: str
+    opencl: str | None = None
+    opencl_helper: CHelper | None = None
+
+    def result(self, t: ScalarType) -> ScalarType:
+        """The type rule (TypeError for an argument it refuses, with the fix)."""
+        if t.is_integer and t.bits in (32, 64):
+            return t if self.same_type else INT32
+        what = f"acc.{self.name}(x) takes a 32- or 64-bit integer, got {t}"
+        if not t.is_integer:
+            raise TypeError(what)
+        keep = f"np.uint32(np.uint{t.bits}(x))" if not t.is_unsigned else "np.uint32(x)"
+        raise TypeError(
+            f"{what}: convert it first, e.g. acc.{self.name}({keep}) (the {t.bits} bits of x zero-extended; "
+            "np.uint32(x) of a negative value sign-extends)"
+        )
+
+    def fold_value(self, x: int, t: ScalarType) -> int:
+        """The constant ``acc.<name>(x)`` for ``x`` of type ``t``."""
+        r = self.fold(x % 2**t.bits, t.bits)
+        return wrap(r, t) if self.same_type else r
+
+    def numba_text(self, x: str, t: ScalarType, helper: Callable[[str], str]) -> str:
+        """Its numba source on the rendered ``x`` (``helper(name)`` adds a helper to the module)."""
+        v = f"np.uint64(np.uint32({x}))" if t.bits == 32 else f"np.uint64({x})"
+        call = f"{helper(self.numba)}({v}, {t.bits})" if self.numba_bits else f"{helper(self.numba)}({v})"
+        return f"np.{t.name}({call})" if self.same_type else call
+
+    def c_text(self, dialect: str, x: str, t: ScalarType, helper: Callable[[CHelper, ScalarType], str]) -> str:
+        """Its C source in ``dialect`` on the rendered ``x`` (``helper`` includes a declared helper)."""
+        out = c_type(t) if self.same_type else "i32"
+        u = UINT32 if t.bits == 32 else UINT64
+        if dialect != "opencl":
+            arg = c_type(u if self.cuda_arg == "u" else (INT32 if t.bits == 32 else INT64))
+            return f"(({out}){self.cuda[t.bits == 64]}(({arg})({x})))"
+        fn = self.opencl if self.opencl is not None else helper(self.opencl_helper, u)  # type: ignore[arg-type]
+        return f"(({out}){fn}(({c_type(u)})({x})))"
+
+
+INTRINSICS: dict[str, Intrinsic] = {}
+
+
+def add_intrinsic(name: str, fold: Callable[[int, int], int], numba: str, cuda: tuple[str, str], **kw: Any) -> None:
+    """Declare the bit intrinsic ``acc.<name>`` (see :class:`Intrinsic`)."""
+    INTRINSICS[name] = Intrinsic(name, fold, kw.pop("same_type", False), numba, kw.pop("numba_bits", False), cuda, **kw)
+
+
+# alpaka's popcount and ffs (alpaka/intrinsic/), CUDA's clz (bits for 0) and brev
+add_intrinsic(
+    "popcount", lambda v, bits: bin(v).count("1"), "_popcount", ("__popc", "__popcll"), cuda_arg="u", opencl="popcount"
+)
+add_intrinsic(
+    "clz",
+    lambda v, bits: bits - v.bit_length(),
+    "_clz",
+    ("__clz", "__clzll"),
+    cuda_arg="i",
+    opencl="clz",
+    numba_bits=True,
+)
+add_intrinsic(
+    "ffs", lambda v, bits: (v & -v).bit_length(), "_ffs", ("__ffs", "__ffsll"), cuda_arg="i", opencl_helper=opencl_ffs
+)
+add_intrinsic(
+    "brev",
+    lambda v, bits: int(format(v, f"0{bits}b")[::-1], 2),
+    "_brev",
+    ("__brev", "__brevll"),
+    cuda_arg="u",
+    opencl_helper=opencl_brev,
+    same_type=True,
+    numba_bits=True,
+)
+NUMBA_HELPERS.update(NUMBA_BIT_HELPERS)
+
+
 def math_names(result: str | None = None, arity: int | None = None) -> tuple[str, ...]:
     """The declared math functions (in declaration order) of a ``result`` rule and ``arity``."""
     return tuple(
@@ -420,4 +514,5 @@ def math_names(result: str | None = None, arity: int | None = None) -> tuple[str
 
 
 __all__ = ["MATH", "NUMBA_HELPERS", "OPERATORS", "UNARY", "MathFunction", "Operator", "UnaryOperator"]
+__all__ += ["INTRINSICS", "Intrinsic", "add_intrinsic"]
 __all__ += ["add_math", "add_operator", "add_unary", "c_type", "int_power", "int_range", "math_names", "shift", "wrap"]
