@@ -224,6 +224,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             return native if native is not None else f"({self.h.warp_vote('ballot')}({args[1]}) & (u64)({args[0]}))"
         if e.op == "shfl_mask":
             return self.warp_shuffle("shfl", e.type, args[1], args[2], args[0])
+        if e.op in ("match_any", "match_all"):
+            return f"{self.h.warp_match(e.op, e.args[0].type)}({args[0]})"
+        if e.op == "shfl_width":  # shfl from the lane of the caller's segment of width lanes
+            return self.warp_shuffle("shfl", e.type, args[0], f"{self.h.segment_lane()}({args[1]}, {args[2]})")
         if e.op in ("size", "active_mask", "all", "any", "ballot"):
             p = args[0] if args else ""
             native = self.d.warp_vote(e.op, p)

@@ -162,6 +162,62 @@ class Helpers:
 """,
         )
 
+    def segment_lane(self) -> str:
+        """``alpyka_segment_lane(k, width)``: the source lane of alpaka's ``shfl(v, k, width)``,
+        lane ``k % w`` of the caller's segment of ``w`` lanes (``w``: ``width``, or the warp's
+        size where that is smaller), as CUDA's ``width`` argument picks it."""
+        if self.d.is_opencl:
+            lane, size = "get_sub_group_local_id()", "get_max_sub_group_size()"
+        else:
+            lane = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % (u32)warpSize"
+            size = "(u32)warpSize"
+        body = f"""    u32 size = {size}, w = (u32)width < size ? (u32)width : size;
+    return (i32)(({lane} & ~(w - 1u)) | ((u32)k & (w - 1u)));"""
+        if self.d.is_opencl:
+            body = f"#ifdef ALPYKA_SUBGROUPS\n{body}\n#else\n    return 0;\n#endif"
+        return self.add("alpyka_segment_lane", f"ALPYKA_FN i32 alpyka_segment_lane(i32 k, i32 width) {{\n{body}\n}}\n")
+
+    def warp_match(self, op: str, t: ScalarType) -> str:
+        """``alpyka_match_<any|all>_<type>(v)``: CUDA's ``__match_any_sync`` (the lanes whose ``v``
+        has the caller's bits) and ``__match_all_sync`` (those lanes when they are all the warp's
+        active lanes, else 0) over the lanes that take part, as uint64 masks. CUDA: its
+        ``__match_any_sync``; HIP and OpenCL (no such instruction on every target): the lowest
+        undecided lane broadcasts its value and the lanes holding it ballot, until none is left."""
+        c = CTYPE[t.name]
+        word = "u32" if t.bits == 32 else "u64"
+        bits = self.d.bits_of(t, "v") if t.is_float else f"({word})v"
+        name = f"alpyka_match_{op[6:]}_{c}"
+        any_name = f"alpyka_match_any_{c}"
+        active: str | None = None
+        if self.d.is_opencl:
+            self.warp_vote("ballot")  # includes alpyka_ballot, the sub-group's ballot
+            active = "alpyka_ballot(true)"
+            shuffle = "sub_group_shuffle(b, (uint)popcount((todo & (0 - todo)) - 1))"
+        else:
+            shuffle = "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)"
+        if self.d.name == "cuda":
+            any_body = f"    {word} b = {bits};\n    return (u64)__match_any_sync(ALPYKA_LANES, b);"
+            active = "(u64)__ballot_sync(ALPYKA_LANES, 1)"
+        else:
+            vote = "alpyka_ballot" if self.d.is_opencl else "ALPYKA_BALLOT"
+            active = active or "ALPYKA_BALLOT(1)"
+            any_body = f"""    {word} b = {bits};
+    u64 todo = {active}, same = 0;
+    while (todo != 0) {{  /* the same on every lane: built from ballots */
+        {word} lead = {shuffle};
+        u64 m = {vote}(b == lead);
+        if (b == lead) same = m;
+        todo &= ~m;
+    }}
+    return same;"""
+            if self.d.is_opencl:
+                any_body = f"#ifdef ALPYKA_SUBGROUPS\n{any_body}\n#else\n    return (u64)1;\n#endif"
+        self.add(any_name, f"ALPYKA_FN u64 {any_name}({c} v) {{\n{any_body}\n}}\n")
+        if op == "match_any":
+            return any_name
+        body = f"u64 a = {active}; return {any_name}(v) == a ? a : (u64)0;"
+        return self.add(name, f"ALPYKA_FN u64 {name}({c} v) {{ {body} }}\n")
+
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, t: ScalarType, kind: str) -> str:
         """The helper ``name(ptr, operands...)`` returning the old value of atomic ``op``."""

@@ -207,7 +207,7 @@ class _FunctionEmitter(Visitor):
     def visit_WarpOp(self, e: ir.WarpOp) -> str:  # one-thread warps: the thread is lane 0 of a warp of 1
         if e.op == "size":
             return "1"
-        if e.op == "active_mask":
+        if e.op in ("active_mask", "match_any", "match_all"):  # the lane itself, which agrees with itself
             return "np.uint64(1)"
         if e.op == "ballot":
             return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
@@ -215,7 +215,7 @@ class _FunctionEmitter(Visitor):
             return f"(np.uint64(1 if {self.ex(e.args[1])} else 0) & np.uint64({self.ex(e.args[0])}))"
         if e.op == "shfl_mask":
             return self.ex(e.args[1])
-        return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
+        return self.ex(e.args[0])  # all/any of p: p; every shuffle (shfl_width too): the thread's own value
 
     def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:  # one thread per block: a barrier of one
         p = self.ex(e.value)

@@ -75,7 +75,7 @@ ACC_LOOPS = (
     "independent_group_elements",
     "pairs",
 )
-ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
+ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op not in ("size", "shfl_width"))
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py

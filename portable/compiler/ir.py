@@ -63,8 +63,12 @@ Expressions (fields; all have ``type``):
   ``ballot`` of a bool (uint64, bit k for lane k), ``shfl(v, lane)``, ``shfl_up(v, delta)``,
   ``shfl_down(v, delta)``, ``shfl_xor(v, mask)`` (``type`` = ``v``'s; the lane/delta/mask operand is
   int32); ``ballot_mask(mask, p)``, ``shfl_mask(mask, v, lane)`` over the lanes the uint64 ``mask``
-  names (CUDA's member mask). A shuffle whose source lane is outside the warp returns the caller's own ``v``. Backends
-  with one-thread warps (the CPU ones) return ``v``, ``p``, 1 or ``p`` as a bit.
+  names (CUDA's member mask). A shuffle whose source lane is outside the warp returns the caller's own ``v``.
+  ``match_any(v)`` (uint64: the active lanes whose ``v`` has the caller's bits), ``match_all(v)``
+  (uint64: the active lanes when all hold the same bits, else 0), ``v`` a 32- or 64-bit value;
+  ``shfl_width(v, lane, width)``: ``shfl`` within segments of ``width`` lanes (a constant power of
+  two below 64; the warp size where that is smaller). Backends with one-thread warps (the CPU
+  ones) return ``v``, ``p``, 1 or ``p`` as a bit.
 - ``BlockPredicate(op, value)``: a barrier of the whole block (as ``SyncBlockThreads``) that also
   reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
 
@@ -160,6 +164,9 @@ WARP_OPS = (
     "shfl_xor",
     "ballot_mask",  # alpaka's ballot(acc, mask, p) and shfl(acc, mask, v, lane): explicit member masks
     "shfl_mask",
+    "match_any",  # CUDA's __match_any_sync / __match_all_sync over the active lanes
+    "match_all",
+    "shfl_width",  # alpaka's shfl(acc, v, lane, width): acc.warp_shfl(v, lane, width=w)
 )
 #: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
 BLOCK_PREDICATES = ("count", "and", "or")
