@@ -1,5 +1,6 @@
 """alpaka's own warp unit tests (test/unit/warp: activemask, all, any, ballot, shfl), written for
-alpyka: shared by tests/kernels/test_warps_alpaka.py (every backend, the emulated cuda and rocm
+alpyka, and in their style the warp functions alpaka's tests leave out (CUDA's match_any/match_all,
+shfl's width argument): shared by tests/kernels/test_warps_alpaka.py (every backend, the emulated cuda and rocm
 included) and benchmarks/gpu_check.py (a real GPU).
 
 As in alpaka, a block is one warp (``warp_size`` threads, two blocks) and part of the warp returns
@@ -138,6 +139,107 @@ def shfl_multiple(acc, fails):
             acc.atomic_add(fails, 0, 1)
 
 
+@pk.device_function
+def _lanes_where(ws, lane, modulus):
+    """The lanes k < ws with k % modulus == lane % modulus."""
+    m = np.uint64(0)
+    for k in range(ws):
+        if k % modulus == lane % modulus:
+            m |= _bit(k)
+    return m
+
+
+@pk.kernel
+def match_any_single(acc, fails):
+    if acc.warp_size != 1 or acc.warp_match_any(42) != 1 or acc.warp_match_any(np.float32(-0.5)) != 1:
+        acc.atomic_add(fails, 0, 1)
+
+
+@pk.kernel
+def match_any_multiple(acc, fails):
+    """``warp_match_any`` (CUDA's __match_any_sync) over the whole warp, then over the half that stays."""
+    ws = acc.warp_size
+    lane = acc.thread_idx
+    if ws <= 1 or acc.block_threads != ws:
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_any(lane % 3) != _lanes_where(ws, lane, 3):
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_any(np.float64(lane % 2) * 0.5) != _lanes_where(ws, lane, 2):
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_any(np.uint64(lane % 4) << np.uint64(40)) != _lanes_where(ws, lane, 4):  # high bits count
+        acc.atomic_add(fails, 0, 1)
+    if lane >= ws // 2:  # half the warp returns: the others match among themselves
+        return
+    half = _low_bits(ws // 2)
+    if acc.warp_match_any(np.int8(lane % 3)) != _lanes_where(ws, lane, 3) & half:
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_any(np.float32(7.0)) != half:
+        acc.atomic_add(fails, 0, 1)
+
+
+@pk.kernel
+def match_all_single(acc, fails):
+    if acc.warp_size != 1 or acc.warp_match_all(42) != 1 or acc.warp_match_all(acc.thread_idx) != 1:
+        acc.atomic_add(fails, 0, 1)
+
+
+@pk.kernel
+def match_all_multiple(acc, fails):
+    """``warp_match_all``: the active lanes when they all hold the same bits, else 0."""
+    ws = acc.warp_size
+    lane = acc.thread_idx
+    if ws <= 1 or acc.block_threads != ws:
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_all(np.int64(7)) != _low_bits(ws) or acc.warp_match_all(lane) != 0:
+        acc.atomic_add(fails, 0, 1)
+    if lane % 3 != 0:  # two lanes in three return
+        return
+    active = _lanes_where(ws, 0, 3)
+    if acc.warp_match_all(np.float32(lane % 3)) != active:  # every active lane holds 0.0
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_match_all(lane == 0) != (active if ws <= 3 else 0):  # lane 0 differs from lane 3
+        acc.atomic_add(fails, 0, 1)
+
+
+@pk.device_function
+def _segment_source(ws, lane, k, width):
+    """The lane alpaka's shfl(value, k, width) reads: lane k % w of the caller's segment of w lanes."""
+    w = width if width < ws else ws
+    return (lane & ~(w - 1)) | (k & (w - 1))
+
+
+@pk.kernel
+def shfl_width_single(acc, fails):
+    if acc.warp_size != 1 or acc.warp_shfl(42, 3, width=4) != 42 or acc.warp_shfl(np.float32(1.5), 0, width=1) != 1.5:
+        acc.atomic_add(fails, 0, 1)
+
+
+@pk.kernel
+def shfl_width_multiple(acc, fails):
+    """alpaka's shfl with a width: lanes in segments of ``width``; a width above the warp is the warp."""
+    ws = acc.warp_size
+    lane = acc.thread_idx
+    if ws <= 1 or acc.block_threads != ws:
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_shfl(lane, 1, width=2) != _segment_source(ws, lane, 1, 2):
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_shfl(lane, 5, width=4) != _segment_source(ws, lane, 5, 4):  # 5 % 4: lane 1 of the four
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_shfl(lane, -1, width=8) != _segment_source(ws, lane, -1, 8):  # the segment's last lane
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_shfl(np.float64(lane) * 0.25, 3, width=32) != np.float64(_segment_source(ws, lane, 3, 32)) * 0.25:
+        acc.atomic_add(fails, 0, 1)
+    if acc.warp_shfl(lane, 2, width=64) != 2 or acc.warp_shfl(lane, 0, width=1) != lane:
+        acc.atomic_add(fails, 0, 1)
+    if lane >= ws // 2:  # half the warp returns: the rest shuffles within its segments
+        return
+    for idx in range(ws // 2):
+        if acc.warp_shfl(lane, idx, width=4) != _segment_source(ws, lane, idx, 4):
+            acc.atomic_add(fails, 0, 1)
+        if acc.warp_shfl(np.int16(lane), idx, width=2) != _segment_source(ws, lane, idx, 2):
+            acc.atomic_add(fails, 0, 1)
+
+
 #: name -> (the kernel on warps of several lanes, the kernel on warps of one lane)
 CASES = {
     "activemask": (activemask_multiple, activemask_single),
@@ -145,6 +247,9 @@ CASES = {
     "any": (any_multiple, any_single),
     "ballot": (ballot_multiple, ballot_single),
     "shfl": (shfl_multiple, shfl_single),
+    "match_any": (match_any_multiple, match_any_single),
+    "match_all": (match_all_multiple, match_all_single),
+    "shfl_width": (shfl_width_multiple, shfl_width_single),
 }
 
 

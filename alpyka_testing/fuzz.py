@@ -3,8 +3,9 @@ float type, run on a backend's device and compared bit for bit with numpy (the o
 
 Each expression is a tree of column reads (two per scalar type), typed constants, Python int and
 float literals, arithmetic, bitwise and shift operators, comparisons feeding ``x if c else y``,
-unary ``-``/``~``, ``abs``, ``min``/``max``, casts (``np.<type>(x)``) and the exactly rounded math
-functions (``sqrt``, ``floor``, ``trunc``, ``copysign``, ``fmod``). Its types are the kernel
+unary ``-``/``~``, ``abs``, ``min``/``max``, casts (``np.<type>(x)``), the exactly rounded math
+functions (``sqrt``, ``floor``, ``trunc``, ``copysign``, ``fmod``) and the bit intrinsics
+(``acc.popcount``, ``acc.clz``, ``acc.ffs``, ``acc.brev`` of 32- and 64-bit integers). Its types are the kernel
 language's (:mod:`portable.compiler.types`: numba's promotion); its values are numpy's fixed-width
 rules as docs/kernels.md states them (wrapping integers, ``x // 0 == 0``, shift counts outside
 ``[0, 64)``, saturating float to integer conversion). Transcendentals and float ``**`` are left
@@ -39,6 +40,8 @@ COLUMNS = 2  #: columns read per type: ``a_<type>`` and ``b_<type>``
 _ARITH = ("+", "-", "*", "//", "%", "/", "**")
 _BITS = ("&", "|", "^", "<<", ">>")
 _CMP = ("<", "<=", ">", ">=", "==", "!=")
+_INTRINSICS = ("popcount", "clz", "ffs", "brev")
+_WORDS = ("int32", "uint32", "int64", "uint64")  #: the types the bit intrinsics take
 
 
 def T(name: str) -> ScalarType:
@@ -108,6 +111,8 @@ def call(name: str, *args: Node) -> Node:
         t = args[0].type
     elif name in ("floor", "trunc"):
         t = INT64
+    elif name in _INTRINSICS:
+        t = args[0].type if name == "brev" else T("int32")
     else:
         t = args[0].type if len(args) == 1 else _unify(args[0].type, args[1].type)
         t = t if t.is_float else FLOAT64
@@ -133,7 +138,7 @@ def text(n: Node) -> str:
     if n.kind == "cast":
         return f"np.{n.type.name}({a[0]})"
     if n.kind == "call":
-        fn = n.op if n.op in ("min", "max", "abs") else f"math.{n.op}"
+        fn = n.op if n.op in ("min", "max", "abs") else f"acc.{n.op}" if n.op in _INTRINSICS else f"math.{n.op}"
         return f"{fn}({', '.join(a)})"
     return f"({a[2]} if {a[0]} {n.op} {a[1]} else {a[3]})"
 
@@ -221,8 +226,31 @@ def _bin(n: Node, x: np.ndarray, y: np.ndarray, ta: ScalarType, tb: ScalarType) 
     return convert(_int_binop(n.op, a, b, ot), t)
 
 
+def _bits(v: np.ndarray, t: ScalarType) -> np.ndarray:
+    """The bits of ``v`` (of the 32- or 64-bit type ``t``), most significant first: (rows, bits)."""
+    big = v.astype(t.dtype.newbyteorder(">"))
+    return np.unpackbits(big.view(np.uint8)).reshape(len(v), t.bits)
+
+
+def _intrinsic(name: str, v: np.ndarray, t: ScalarType) -> np.ndarray:
+    """numpy's bits of ``acc.<name>(v)``: population count, leading zeros (the width for 0), 1 + the
+    lowest set bit's position (0 for 0), or the bits reversed."""
+    b = _bits(v, t)
+    if name == "brev":
+        return np.packbits(b[:, ::-1], axis=1).reshape(-1).view(t.dtype.newbyteorder(">")).astype(t.dtype)
+    nonzero = b.any(axis=1)
+    out = {
+        "popcount": b.sum(axis=1),
+        "clz": np.where(nonzero, b.argmax(axis=1), t.bits),
+        "ffs": np.where(nonzero, b[:, ::-1].argmax(axis=1) + 1, 0),
+    }[name]
+    return out.astype(np.int32)
+
+
 def _call(n: Node, vals: list[np.ndarray], types: list[ScalarType]) -> np.ndarray:
     t = n.type
+    if n.op in _INTRINSICS:
+        return _intrinsic(n.op, vals[0], types[0])
     if n.op in ("min", "max"):
         a, b = convert(vals[0], t), convert(vals[1], t)
         return np.where(b < a, b, a) if n.op == "min" else np.where(b > a, b, a)
@@ -357,8 +385,10 @@ class Generator:
         return binop(op, a, b)
 
     def function(self, depth: int) -> Node:
-        name = self.pick(["min", "max", "abs", "floor", "trunc", "sqrt", "copysign", "fmod"])
+        name = self.pick(["min", "max", "abs", "floor", "trunc", "sqrt", "copysign", "fmod", *_INTRINSICS])
         a = self.with_column(self.tree(depth - 1))
+        if name in _INTRINSICS:
+            return call(name, a if a.type.name in _WORDS else cast(self.pick(_WORDS), a))
         if name == "copysign":  # a sign from a column: the sign bit of a computed NaN is no rule
             return call(name, a, self.leaf(column=True))
         if name in ("min", "max", "fmod"):

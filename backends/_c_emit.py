@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import OPERATORS
+from portable.compiler.operations import INTRINSICS, MATH, OPERATORS, UNARY
 from portable.compiler.types import ArrayType, ScalarType
 from portable.compiler.visit import Visitor
 
@@ -186,13 +186,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         return f"(({self.ctype(e.type)})({inner}))"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
-        op = {"-": "-", "~": "~", "not": "!"}[e.op]
-        if e.op == "-" and e.type.is_integer and not e.type.is_unsigned and e.type.bits >= 32:
-            u = "u" + self.ctype(e.type)[1:]  # -MIN wraps to MIN (numpy) instead of being undefined
-            return f"(({self.ctype(e.type)})(({u})0 - ({u}){self.expr(e.operand)}))"
-        if e.type.is_integer and e.type.bits < 64:  # C promotes narrow operands to int
-            return f"(({self.ctype(e.type)})({op}{self.expr(e.operand)}))"
-        return f"({op}{self.expr(e.operand)})"
+        return UNARY[e.op].c_text(self.expr(e.operand), e.type)  # declared in operations.py
 
     def visit_Compare(self, e: ir.Compare) -> str:
         return f"({self.expr(e.left)} {e.op} {self.expr(e.right)})"
@@ -230,6 +224,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             return native if native is not None else f"({self.h.warp_vote('ballot')}({args[1]}) & (u64)({args[0]}))"
         if e.op == "shfl_mask":
             return self.warp_shuffle("shfl", e.type, args[1], args[2], args[0])
+        if e.op in ("match_any", "match_all"):
+            return f"{self.h.warp_match(e.op, e.args[0].type)}({args[0]})"
+        if e.op == "shfl_width":  # shfl from the lane of the caller's segment of width lanes
+            return self.warp_shuffle("shfl", e.type, args[0], f"{self.h.segment_lane()}({args[1]}, {args[2]})")
         if e.op in ("size", "active_mask", "all", "any", "ballot"):
             p = args[0] if args else ""
             native = self.d.warp_vote(e.op, p)
@@ -261,10 +259,9 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             raise self.fail(f"operator {e.op} is not supported by the C emitter")
         if op.c_helper is None:  # C's operator (its fixed-width rule is C's)
             return f"({a} {e.op} {b})"
-        if op.c_helper == "ipow" and t.is_float:
-            return f"{self.d.math('pow', t)}({a}, {b})"
-        helper = getattr(self.h, op.c_helper)  # the helper that gives numpy's rule (operations.py)
-        return f"{helper(e.op, t) if op.c_helper == 'shift' else helper(t)}({a}, {b})"
+        if op.c_float is not None and t.is_float:
+            return f"{self.d.math(op.c_float, t)}({a}, {b})"
+        return f"{self.h.declared(op.c_helper, t)}({a}, {b})"  # numpy's rule (operations.py)
 
     def wrapping_chain(self, e: ir.BinOp) -> str:
         """``(u)a op (u)b op (u)c...`` of a left-deep chain of wrapping ``+ -`` or ``*`` in the
@@ -283,8 +280,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         f, args = e.func, e.args
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
+        if f in INTRINSICS:  # the bit intrinsics, declared in operations.py
+            return INTRINSICS[f].c_text(self.d.name, s[0], at, self.h.declared)
         if f in ("min", "max"):
-            fn = self.h.minmax(f, e.type)
+            fn = self.h.declared(MATH[f].c_helper, e.type)
             acc = s[0]
             for x in s[1:]:
                 acc = f"{fn}({acc}, {x})"
@@ -292,7 +291,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         if f == "abs":
             if e.type.is_float:
                 return f"{self.d.math('fabs', e.type)}({s[0]})"
-            return f"{self.h.iabs(e.type)}({s[0]})"
+            return f"{self.h.declared(MATH['abs'].c_helper, e.type)}({s[0]})"
         if f in ("isnan", "isinf", "isfinite"):
             return f"({f}({s[0]}) != 0)"
         if not at.is_float:

@@ -1,13 +1,15 @@
 """Helper functions the C emitter adds to a kernel's source on demand.
 
-Python semantics that C lacks (floor division and modulo with negative operands, integer
-``**``, ``min``/``max`` with Python's tie rule) and atomics without a native instruction on the
-target (a compare-and-swap loop on the value's bits). Each helper is keyed by its C name; the
-emitter asks :meth:`Helpers.need` for a name and gets the source once.
+The helpers an operation declares (:mod:`portable.compiler.operations`: numpy's ``//``, ``%``,
+``**`` and shifts, Python's ``min``/``max``, ``abs``), range checks, OpenCL's block predicates and
+sub-group votes and shuffles, and atomics without a native instruction on the target (a
+compare-and-swap loop on the value's bits). Each helper is keyed by its C name; the emitter asks
+for one and gets its source included once.
 """
 
 from __future__ import annotations
 
+from portable.compiler.operations import CHelper
 from portable.compiler.types import ScalarType
 
 from ._c_dialect import CTYPE, Dialect
@@ -29,136 +31,10 @@ class Helpers:
             self._src[name] = src
         return name
 
-    # ------------------------------------------------------------------ arithmetic
-    # numpy's fixed-width rules, which the front-end's constant folding follows too
-    # (portable/compiler/_folding.py): nothing is left to C's undefined behaviour
-    def floordiv(self, t: ScalarType) -> str:
-        """numpy's ``//``: floats as ``np.floor_divide`` (``x // 0.0`` is ``x / 0.0``: +-inf or
-        nan); integers floor, ``x // 0`` is 0 and ``MIN // -1`` wraps to ``MIN``."""
-        c = CTYPE[t.name]
-        name = f"alpyka_floordiv_{c}"
-        if t.is_float:
-            m = self._mathname
-            k, cs = "F32" if t.bits == 32 else "F64", m("copysign", t)
-            # x // +-0.0 is x / +-0.0 (inf of the signs' product, nan for 0 or nan), spelled
-            # without the division: PoCL's compiler gave +inf for a positive x // a constant -0.0
-            return self.add(
-                name,
-                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0) return (a == 0 || a != a) ? ALPYKA_NAN_{k} : {cs}(ALPYKA_INF_{k}, a) * {cs}(({c})1, b);
-    {c} mod = {m("fmod", t)}(a, b);
-    {c} div = (a - mod) / b;
-    if (mod != 0) {{ if ((b < 0) != (mod < 0)) {{ div -= 1; }} }}
-    if (div != 0) {{
-        {c} fl = {m("floor", t)}(div);
-        if (div - fl > ({c})0.5) fl += 1;
-        return fl;
-    }}
-    return {m("copysign", t)}(({c})0, a / b);
-}}
-""",
-            )
-        if t.is_unsigned:
-            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a / b; }}\n")
-        u = "u" + c[1:]
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0) return 0;
-    if (b == -1) return ({c})(({u})0 - ({u})a);
-    {c} q = a / b;
-    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
-    return q;
-}}
-""",
-        )
-
-    def mod(self, t: ScalarType) -> str:
-        """numpy's ``%``: the sign of the divisor; ``x % 0`` is 0 for integers, nan for floats."""
-        c = CTYPE[t.name]
-        name = f"alpyka_mod_{c}"
-        if t.is_float:
-            m = self._mathname
-            return self.add(
-                name,
-                f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    {c} r = {m("fmod", t)}(a, b);
-    if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}
-    else {{ r = {m("copysign", t)}(({c})0, b); }}
-    return r;
-}}
-""",
-            )
-        if t.is_unsigned:
-            return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return b == 0 ? ({c})0 : a % b; }}\n")
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} a, {c} b) {{
-    if (b == 0 || b == -1) return 0;
-    {c} r = a % b;
-    if (r != 0 && ((r < 0) != (b < 0))) r += b;
-    return r;
-}}
-""",
-        )
-
-    def ipow(self, t: ScalarType) -> str:
-        """Integer ``**``, wrapping (computed unsigned); a negative exponent gives the integral
-        part of the real result: 1 for base 1, +-1 for base -1, else 0."""
-        c = CTYPE[t.name]
-        u = c if t.is_unsigned else "u" + c[1:]
-        name = f"alpyka_ipow_{c}"
-        neg = (
-            ""
-            if t.is_unsigned
-            else f"""
-    if (e < 0) return base == 1 ? ({c})1 : (base == -1 ? ((e & 1) ? ({c})-1 : ({c})1) : ({c})0);"""
-        )
-        return self.add(
-            name,
-            f"""ALPYKA_FN {c} {name}({c} base, {c} e) {{{neg}
-    {u} r = 1, b = ({u})base, k = ({u})e;
-    while (k) {{ if (k & 1) r *= b; k >>= 1; b *= b; }}
-    return ({c})r;
-}}
-""",
-        )
-
-    def shift(self, op: str, t: ScalarType) -> str:
-        """``a << k`` / ``a >> k`` with numpy's rule for a count outside ``[0, bits)``: 0, or -1
-        for ``>>`` of a negative value (C leaves such shifts undefined). The count arrives as
-        an unsigned 64-bit value, so a negative one is out of range too."""
-        c = CTYPE[t.name]
-        u = c if t.is_unsigned else "u" + c[1:]
-        kind = "shl" if op == "<<" else "shr"
-        name = f"alpyka_{kind}_{c}"
-        if op == "<<":
-            body = f"return k < {t.bits} ? ({c})(({u})a << k) : ({c})0;"
-        elif t.is_unsigned:
-            body = f"return k < {t.bits} ? a >> k : ({c})0;"
-        else:  # ~((~a) >> k): a negative value shifts in ones without relying on C's choice
-            body = f"return k < {t.bits} ? (a < 0 ? ~((~a) >> k) : a >> k) : (a < 0 ? ({c})-1 : ({c})0);"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, u64 k) {{ {body} }}\n")
-
-    def minmax(self, func: str, t: ScalarType) -> str:
-        """Python's ``min``/``max`` of two values: the first one wins ties (and NaN compares)."""
-        c = CTYPE[t.name]
-        name = f"alpyka_{func}_{c}"
-        cmp = "<" if func == "min" else ">"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a, {c} b) {{ return (b {cmp} a) ? b : a; }}\n")
-
-    def iabs(self, t: ScalarType) -> str:
-        c = CTYPE[t.name]
-        name = f"alpyka_abs_{c}"
-        if t.is_unsigned or t.is_bool:
-            body = "return a;"
-        else:  # negated unsigned: abs(MIN) wraps to MIN as numpy's does (C's -MIN is undefined)
-            u = "u" + c[1:]
-            body = f"return a < 0 ? ({c})(({u})0 - ({u})a) : a;"
-        return self.add(name, f"ALPYKA_FN {c} {name}({c} a) {{ {body} }}\n")
-
-    def _mathname(self, func: str, t: ScalarType) -> str:
-        return self.d.math(func, t)
+    def declared(self, helper: CHelper, t: ScalarType) -> str:
+        """Include the helper an operation declares for type ``t``
+        (:mod:`portable.compiler.operations`: numpy's integer rules, Python's ``min``/``max``); its name."""
+        return self.add(*helper(t, self.d.math))
 
     def range_check(self) -> str:
         """``alpyka_chk(i, n, id, err)``: ``i`` when ``0 <= i < n``, else report ``id`` and give 0."""
@@ -285,6 +161,62 @@ class Helpers:
 }}
 """,
         )
+
+    def segment_lane(self) -> str:
+        """``alpyka_segment_lane(k, width)``: the source lane of alpaka's ``shfl(v, k, width)``,
+        lane ``k % w`` of the caller's segment of ``w`` lanes (``w``: ``width``, or the warp's
+        size where that is smaller), as CUDA's ``width`` argument picks it."""
+        if self.d.is_opencl:
+            lane, size = "get_sub_group_local_id()", "get_max_sub_group_size()"
+        else:
+            lane = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % (u32)warpSize"
+            size = "(u32)warpSize"
+        body = f"""    u32 size = {size}, w = (u32)width < size ? (u32)width : size;
+    return (i32)(({lane} & ~(w - 1u)) | ((u32)k & (w - 1u)));"""
+        if self.d.is_opencl:
+            body = f"#ifdef ALPYKA_SUBGROUPS\n{body}\n#else\n    return 0;\n#endif"
+        return self.add("alpyka_segment_lane", f"ALPYKA_FN i32 alpyka_segment_lane(i32 k, i32 width) {{\n{body}\n}}\n")
+
+    def warp_match(self, op: str, t: ScalarType) -> str:
+        """``alpyka_match_<any|all>_<type>(v)``: CUDA's ``__match_any_sync`` (the lanes whose ``v``
+        has the caller's bits) and ``__match_all_sync`` (those lanes when they are all the warp's
+        active lanes, else 0) over the lanes that take part, as uint64 masks. CUDA: its
+        ``__match_any_sync``; HIP and OpenCL (no such instruction on every target): the lowest
+        undecided lane broadcasts its value and the lanes holding it ballot, until none is left."""
+        c = CTYPE[t.name]
+        word = "u32" if t.bits == 32 else "u64"
+        bits = self.d.bits_of(t, "v") if t.is_float else f"({word})v"
+        name = f"alpyka_match_{op[6:]}_{c}"
+        any_name = f"alpyka_match_any_{c}"
+        active: str | None = None
+        if self.d.is_opencl:
+            self.warp_vote("ballot")  # includes alpyka_ballot, the sub-group's ballot
+            active = "alpyka_ballot(true)"
+            shuffle = "sub_group_shuffle(b, (uint)popcount((todo & (0 - todo)) - 1))"
+        else:
+            shuffle = "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)"
+        if self.d.name == "cuda":
+            any_body = f"    {word} b = {bits};\n    return (u64)__match_any_sync(ALPYKA_LANES, b);"
+            active = "(u64)__ballot_sync(ALPYKA_LANES, 1)"
+        else:
+            vote = "alpyka_ballot" if self.d.is_opencl else "ALPYKA_BALLOT"
+            active = active or "ALPYKA_BALLOT(1)"
+            any_body = f"""    {word} b = {bits};
+    u64 todo = {active}, same = 0;
+    while (todo != 0) {{  /* the same on every lane: built from ballots */
+        {word} lead = {shuffle};
+        u64 m = {vote}(b == lead);
+        if (b == lead) same = m;
+        todo &= ~m;
+    }}
+    return same;"""
+            if self.d.is_opencl:
+                any_body = f"#ifdef ALPYKA_SUBGROUPS\n{any_body}\n#else\n    return (u64)1;\n#endif"
+        self.add(any_name, f"ALPYKA_FN u64 {any_name}({c} v) {{\n{any_body}\n}}\n")
+        if op == "match_any":
+            return any_name
+        body = f"u64 a = {active}; return {any_name}(v) == a ? a : (u64)0;"
+        return self.add(name, f"ALPYKA_FN u64 {name}({c} v) {{ {body} }}\n")
 
     # ------------------------------------------------------------------ atomics
     def atomic(self, op: str, t: ScalarType, kind: str) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler.operations import MATH, NUMBA_HELPERS, OPERATORS
+from portable.compiler.operations import INTRINSICS, MATH, NUMBA_HELPERS, OPERATORS, UNARY
 from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, kernel_body_in_block_loop
 from portable.compiler.types import ScalarType
 from portable.compiler.visit import Visitor
@@ -131,10 +131,7 @@ class _FunctionEmitter(Visitor):
         return f"np.{e.type.name}({inner})"
 
     def visit_UnaryOp(self, e: ir.UnaryOp) -> str:
-        r = f"({'not ' if e.op == 'not' else e.op}{self.ex(e.operand)})"
-        if e.type.is_integer and e.type.bits < 64:  # numba widens -x/~x of a narrow integer to 64 bits
-            r = f"np.{e.type.name}{r}"
-        return r
+        return UNARY[e.op].numba_text(self.ex(e.operand), e.type)  # declared in operations.py
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
         if _wrapping(e):  # a chain of them: one cast back to the signed type, not one per operator
@@ -180,6 +177,8 @@ class _FunctionEmitter(Visitor):
         return f"({self.ex(e.if_true)} if {self.ex(e.cond)} else {self.ex(e.if_false)})"
 
     def visit_MathCall(self, e: ir.MathCall) -> str:
+        if e.func in INTRINSICS:  # the bit intrinsics, declared in operations.py
+            return INTRINSICS[e.func].numba_text(self.ex(e.args[0]), e.args[0].type, self.m.helper)
         if e.func in ("floor", "ceil", "trunc") and e.type.is_integer:  # of a float: saturating
             return f"{self.m.float_to_int(e.args[0].type, e.type)}(np.{e.func}({self.ex(e.args[0])}))"
         r = f"{_MATH[e.func]}({', '.join(self.ex(a) for a in e.args)})"
@@ -208,7 +207,7 @@ class _FunctionEmitter(Visitor):
     def visit_WarpOp(self, e: ir.WarpOp) -> str:  # one-thread warps: the thread is lane 0 of a warp of 1
         if e.op == "size":
             return "1"
-        if e.op == "active_mask":
+        if e.op in ("active_mask", "match_any", "match_all"):  # the lane itself, which agrees with itself
             return "np.uint64(1)"
         if e.op == "ballot":
             return f"np.uint64(1 if {self.ex(e.args[0])} else 0)"
@@ -216,7 +215,7 @@ class _FunctionEmitter(Visitor):
             return f"(np.uint64(1 if {self.ex(e.args[1])} else 0) & np.uint64({self.ex(e.args[0])}))"
         if e.op == "shfl_mask":
             return self.ex(e.args[1])
-        return self.ex(e.args[0])  # all/any of p: p; every shuffle: the thread's own value
+        return self.ex(e.args[0])  # all/any of p: p; every shuffle (shfl_width too): the thread's own value
 
     def visit_BlockPredicate(self, e: ir.BlockPredicate) -> str:  # one thread per block: a barrier of one
         p = self.ex(e.value)

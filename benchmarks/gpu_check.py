@@ -9,7 +9,8 @@ error, a ``reason`` where not passed, and its figures):
 - ``warps``: ballots, votes, a broadcast shuffle and ``pk.tools.block_sum`` right after loops of
   uneven trip counts, blocks of 48/96/100/1000/1024 threads, exact against a host model
   (alpyka_testing/warp_cases.py), then alpaka's own warp tests (activemask, all, any, ballot, shfl:
-  part of the warp returns first) and the explicit-mask forms (alpyka_testing/alpaka_warp_cases.py);
+  part of the warp returns first), in their style match_any, match_all and shfl with a width, and
+  the explicit-mask forms (alpyka_testing/alpaka_warp_cases.py);
 - ``handoffs``: the stream hand-offs at the torch and DLPack boundaries (functions of
   benchmarks/gpu_checks/, see :func:`check_handoffs`; "not present" when that package is absent);
 - ``philox``: Philox normals and raw words at 1024 threads per block against the same kernel on

@@ -13,7 +13,7 @@
 // - Atomics are the compiler's __atomic builtins (blocks really run concurrently), with CUDA's
 //   overload set and CUDA's wrap rules for atomicInc/atomicDec.
 // - Warps are ALPYKA_WARP_SIZE consecutive threads of a block (32; 64 for HIP sources). A warp
-//   operation (__shfl*, __ballot*, __all*, __any*, __activemask, __syncwarp) is a rendezvous of
+//   operation (__shfl*, __ballot*, __all*, __any*, __match_any_sync, __activemask, __syncwarp) is a rendezvous of
 //   the lanes its member mask names (every lane for HIP's intrinsics and __activemask): each
 //   lane's fiber waits until every named lane that has not exited arrives, then all get their
 //   results; exited lanes are left out (CUDA's "all non-exited threads named in mask", alpaka's
@@ -85,6 +85,21 @@ static inline int __float_as_int(float v) { return alpyka_bits<int>(v); }
 static inline unsigned int __float_as_uint(float v) { return alpyka_bits<unsigned int>(v); }
 static inline double __longlong_as_double(long long v) { return alpyka_bits<double>(v); }
 static inline long long __double_as_longlong(double v) { return alpyka_bits<long long>(v); }
+
+// ---------------------------------------------------------------------- bit intrinsics (CUDA's, HIP's)
+// the compiler's builtins, with CUDA's results for 0 (__clz: the width; __ffs: 0)
+static inline int __popc(unsigned int v) { return __builtin_popcount(v); }
+static inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+static inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz((unsigned int)v); }
+static inline int __clzll(long long v) { return v == 0 ? 64 : __builtin_clzll((unsigned long long)v); }
+static inline int __ffs(int v) { return __builtin_ffs(v); }
+static inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+static inline unsigned long long __brevll(unsigned long long v) {
+    unsigned long long r = 0;
+    for (int i = 0; i < 64; ++i, v >>= 1) r = (r << 1) | (v & 1ull);
+    return r;
+}
+static inline unsigned int __brev(unsigned int v) { return (unsigned int)(__brevll(v) >> 32); }
 
 // ---------------------------------------------------------------------- math (the C library's)
 extern "C" {
@@ -170,7 +185,7 @@ namespace alpyka_host {
 
 struct Launch;
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE, ABORTED };
-enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SYNC, W_SHFL, W_UP, W_DOWN, W_XOR };
+enum WarpOp { W_MASK, W_ALL, W_ANY, W_BALLOT, W_SYNC, W_MATCH, W_SHFL, W_UP, W_DOWN, W_XOR };
 
 struct Fiber {
     void* sp;  // saved stack pointer (x86-64) while switched out
@@ -405,6 +420,11 @@ static bool warp_results(Launch* L, Fiber* fibers, int n, int base, unsigned lon
             case W_ANY: res = pred != 0; break;
             case W_BALLOT: res = pred; break;
             case W_SYNC: res = 0; break;
+            case W_MATCH:  // __match_any_sync: the lanes whose value has this lane's bits
+                res = 0;
+                for (int j = 0; j < ws; ++j)
+                    if (((group >> j) & 1ull) && fibers[base + j].wval == f.wval) res |= 1ull << j;
+                break;
             case W_SHFL: src = ((f.warg % ws) + ws) % ws; break;
             case W_UP: src = lane - f.warg; break;
             case W_DOWN: src = lane + f.warg; break;
@@ -1083,6 +1103,9 @@ static inline int alpyka_all(unsigned long long m, int p, int line) { return sta
 static inline int alpyka_any(unsigned long long m, int p, int line) { return static_cast<int>(ALPYKA_WARP(W_ANY, p != 0, 0, m)); }
 static inline unsigned long long alpyka_ballot(unsigned long long m, int p, int line) { return ALPYKA_WARP(W_BALLOT, p != 0, 0, m); }
 static inline void alpyka_syncwarp(unsigned long long m, int line) { ALPYKA_WARP(W_SYNC, 0, 0, m); }
+template <class T> static inline unsigned long long alpyka_match_any(unsigned long long m, T v, int line) {
+    return ALPYKA_WARP(W_MATCH, alpyka_wbits(v), 0, m);
+}
 template <class T> static inline T alpyka_shfl(int op, unsigned long long m, T v, long long arg, int line) {
     return alpyka_wvalue<T>(alpyka_host::warp_op(op, alpyka_wbits(v), arg, m, line));
 }
@@ -1091,6 +1114,7 @@ template <class T> static inline T alpyka_shfl(int op, unsigned long long m, T v
 #define __all_sync(m, p) alpyka_all(ALPYKA_M(m), (p), __LINE__)
 #define __any_sync(m, p) alpyka_any(ALPYKA_M(m), (p), __LINE__)
 #define __ballot_sync(m, p) static_cast<unsigned int>(alpyka_ballot(ALPYKA_M(m), (p), __LINE__))
+#define __match_any_sync(m, v) static_cast<unsigned int>(alpyka_match_any(ALPYKA_M(m), (v), __LINE__))
 #define __shfl_sync(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<int>(k)), __LINE__)
 #define __shfl_up_sync(m, v, d) \
     alpyka_shfl(alpyka_host::W_UP, ALPYKA_M(m), (v), ALPYKA_LL(static_cast<unsigned int>(d)), __LINE__)

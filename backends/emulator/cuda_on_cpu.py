@@ -58,7 +58,7 @@ FLAGS = (
     "-frounding-math",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp")  # need fibers
+_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp", "__match")  # fibers
 _ERR_LEN = 512
 
 _lock = threading.Lock()

@@ -10,7 +10,18 @@ from typing import Any
 
 from . import ir
 from ._errors import KernelSyntaxError
-from ._expressions import ACC_LOOPS, ACC_PREDICATES, ACC_QUERIES, ACC_RAND, ACC_WARP, binop, cast, compare, to_bool
+from ._expressions import (
+    ACC_INTRINSICS,
+    ACC_LOOPS,
+    ACC_PREDICATES,
+    ACC_QUERIES,
+    ACC_RAND,
+    ACC_WARP,
+    binop,
+    cast,
+    compare,
+    to_bool,
+)
 from ._folding import explicit_int, literal_int
 from ._values import AccMember, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal, TupleVal, ViewVal
 from .operations import math_names
@@ -181,6 +192,8 @@ class CallBuilder:
             )
         if name in ACC_RAND:
             return self.rand_draw(name, node)
+        if name in ACC_INTRINSICS:
+            return self.bit_intrinsic(name, node)
         raise self.error(node, f"acc.{name}() is a statement, not a value")
 
     def atomic(self, op: str, node: ast.Call) -> ir.Expr:

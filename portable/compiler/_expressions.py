@@ -25,6 +25,7 @@ from ._values import (
     TupleVal,
     ViewVal,
 )
+from .operations import INTRINSICS, UNARY
 from .types import (
     BOOL,
     FLOAT32,
@@ -34,7 +35,6 @@ from .types import (
     literal_type,
     operand_type,
     scalar_type,
-    unary_result,
     unify,
 )
 
@@ -52,6 +52,7 @@ _BINOPS = {
     ast.LShift: "<<",
     ast.RShift: ">>",
 }
+_UNARY_OPS = {ast.UAdd: "+", ast.USub: "-", ast.Invert: "~", ast.Not: "not"}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 #: acc index queries; derived ones are built from ir.INDEX_QUERIES
@@ -74,15 +75,17 @@ ACC_LOOPS = (
     "independent_group_elements",
     "pairs",
 )
-ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
+ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op not in ("size", "shfl_width"))
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
+ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py
 ACC_CALLS = (
     ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES
     + ACC_RAND
+    + ACC_INTRINSICS
 )
 ACC_MEMBERS = ACC_QUERIES + ACC_LOOPS + ACC_CALLS
 
@@ -427,19 +430,17 @@ class ExprBuilder:
         if lit is not None:
             return ir.Const(lit, int_literal_type(lit, ast.unparse(node)))
         a = self.scalar(node.operand)
-        if isinstance(node.op, ast.UAdd):
+        u = UNARY[_UNARY_OPS[type(node.op)]]  # its rules: portable/compiler/operations.py
+        if u.identity:
             return a
-        op = {ast.USub: "-", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
-        if op == "not":
-            return ir.UnaryOp("not", to_bool(a), BOOL)
         try:
-            t = unary_result(op, a.type)
+            t = u.result(a.type)
         except TypeError as exc:
             raise self.error(node, str(exc)) from None
-        a = cast(a, t)
-        if isinstance(a, ir.Const):
-            return ir.Const(fold_unary(op, a.value, t), t)
-        return ir.UnaryOp(op, a, t)
+        a = to_bool(a) if t.is_bool else cast(a, t)
+        if isinstance(a, ir.Const) and u.fold is not None:
+            return ir.Const(fold_unary(u.symbol, a.value, t), t)
+        return ir.UnaryOp(u.symbol, a, t)
 
     def ex_BoolOp(self, node: ast.BoolOp) -> ir.Expr:
         op = "and" if isinstance(node.op, ast.And) else "or"
@@ -473,6 +474,7 @@ __all__ = [
     "to_bool",
     "imin",
     "ACC_MEMBERS",
+    "ACC_INTRINSICS",
     "ACC_QUERIES",
     "ACC_LOOPS",
     "ALLOWED_HINT",

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import AlpykaError
-from .operations import OPERATORS, int_range, wrap
+from .operations import OPERATORS, UNARY, int_range, wrap
 from .types import INT64, UINT64, ScalarType
 
 #: how far an intermediate of a literal expression may grow before it cannot come back to 64 bits
@@ -157,10 +157,9 @@ def fold_binop(op: str, a: Any, b: Any, t: ScalarType) -> Any:
 
 
 def fold_unary(op: str, a: Any, t: ScalarType) -> Any:
-    """``-a`` / ``~a`` of a constant already converted to ``t`` (integers wrap)."""
-    if t.is_float:
-        return float(-t.dtype.type(a))
-    return wrap(-int(a) if op == "-" else ~int(a), t)
+    """``-a`` / ``~a`` of a constant already converted to ``t`` (integers wrap; the rule declared
+    with the operator in :mod:`portable.compiler.operations`)."""
+    return UNARY[op].fold(a, t)  # type: ignore[misc]
 
 
 __all__ = [

@@ -11,6 +11,7 @@ from . import ir
 from ._expressions import ACC_MEMBERS, cast, to_bool
 from ._library import RAND_STATE_WORDS, library_function
 from ._values import DTypeVal
+from .operations import INTRINSICS
 from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
 
 #: alpaka and CUDA names whose snake_case is not the acc member (alpaka::getIdx<Grid, Threads>...)
@@ -66,11 +67,50 @@ class VocabularyBuilder:
             return ir.WarpOp(op, [to_bool(self.scalar(p))], UINT64 if op == "ballot" else BOOL)
         if op in ("ballot_mask", "shfl_mask"):
             return self.masked_warp_op(op, node)
+        if op in ("match_any", "match_all"):
+            (a,) = self.plain_args(node, 1, f"acc.warp_{op}(value)")
+            v = self.scalar(a)
+            if v.type.bits < 32:  # bools and narrow integers: their value, widened (equal stays equal)
+                v = cast(v, INT32)
+            return ir.WarpOp(op, [v], UINT64)
+        width = self.shuffle_width(node) if op == "shfl" else None
         what = {"shfl": "lane", "shfl_up": "delta", "shfl_down": "delta", "shfl_xor": "mask"}[op]
-        v, k = (self.scalar(a) for a in self.plain_args(node, 2, f"acc.warp_{op}(value, {what})"))
+        if node.keywords and width is None and op != "shfl":
+            raise self.error(node, f"acc.warp_{op}(value, {what}) takes no keywords")
+        v, k = (self.scalar(a) for a in self.positional(node, 2, f"acc.warp_{op}(value, {what})"))
         if k.type.is_float or k.type.is_bool:
             raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
+        if width is not None and width < 64:  # 64 or more: the whole warp (no warp is wider)
+            return ir.WarpOp("shfl_width", [v, cast(k, INT32), ir.Const(width, INT32)], v.type)
         return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
+
+    def positional(self, node: ast.Call, n: int, what: str) -> list[ast.AST]:
+        """The ``n`` positional arguments of a call whose keywords were read already."""
+        if len(node.args) != n or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.error(node, f"{what} takes {n} positional argument(s)")
+        return list(node.args)
+
+    def shuffle_width(self, node: ast.Call) -> int | None:
+        """The ``width=`` of ``acc.warp_shfl(value, lane, width=w)`` (alpaka's width: lanes in
+        segments of ``w``), a constant power of two; None without it."""
+        width = None
+        for kw in node.keywords:
+            w = self.value(kw.value) if kw.arg == "width" else None
+            if kw.arg != "width":
+                raise self.error(node, f"acc.warp_shfl(value, lane, width=w) takes no keyword {kw.arg!r}")
+            if (
+                not isinstance(w, ir.Const)
+                or not w.type.is_integer
+                or int(w.value) < 1
+                or int(w.value) & (int(w.value) - 1)
+            ):
+                raise self.error(
+                    node,
+                    "acc.warp_shfl(value, lane, width=w): the width must be a constant power of two (1, 2, 4 ... 64), "
+                    f"got {ast.unparse(kw.value)}",
+                )
+            width = int(w.value)
+        return width
 
     def masked_warp_op(self, op: str, node: ast.Call) -> ir.Expr:
         """``acc.warp_ballot_mask(mask, p)``, ``acc.warp_shfl_mask(mask, v, lane)``: the lanes
@@ -86,6 +126,20 @@ class VocabularyBuilder:
         if k.type.is_float or k.type.is_bool:
             raise self.error(node, f"acc.warp_{op}{sig}: the lane must be an integer, got {k.type}")
         return ir.WarpOp(op, [mask, v, cast(k, INT32)], v.type)
+
+    def bit_intrinsic(self, name: str, node: ast.Call) -> ir.Expr:
+        """``acc.popcount(x)``, ``clz``, ``ffs``, ``brev``: a ``MathCall`` of the intrinsic declared
+        in :mod:`portable.compiler.operations` (folded when ``x`` is a constant)."""
+        (a,) = self.plain_args(node, 1, f"acc.{name}(x)")
+        x = self.scalar(a)
+        f = INTRINSICS[name]
+        try:
+            t = f.result(x.type)
+        except TypeError as exc:
+            raise self.error(node, str(exc)) from None
+        if isinstance(x, ir.Const):
+            return ir.Const(f.fold_value(int(x.value), x.type), t)
+        return ir.MathCall(name, [x], t)
 
     def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
         eng = self.value(node)

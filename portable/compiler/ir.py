@@ -41,7 +41,8 @@ Expressions (fields; all have ``type``):
 - ``Select(cond, if_true, if_false)``: ``if_true if cond else if_false`` (both of ``type``), lazy.
 - ``MathCall(func, args)``: ``func`` in :data:`MATH_FUNCTIONS`; the args are cast to the
   computation type (float32 or float64; for ``min``/``max``/``abs`` any numeric type);
-  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool.
+  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool. Or
+  ``func`` in :data:`BIT_INTRINSICS` (``acc.popcount(x)``...) of a 32- or 64-bit integer.
 - ``Load(array, indices, check)``: element of an :class:`ArrayRef`; indices are int64 expressions,
   as many as ``array.type.ndim`` (none for a scalar field). ``check`` (also on ``Store`` and
   ``AtomicOp``) is None, or under ``ALPYKA_DEBUG=1`` the message to raise (CPU) / report (GPU)
@@ -62,8 +63,12 @@ Expressions (fields; all have ``type``):
   ``ballot`` of a bool (uint64, bit k for lane k), ``shfl(v, lane)``, ``shfl_up(v, delta)``,
   ``shfl_down(v, delta)``, ``shfl_xor(v, mask)`` (``type`` = ``v``'s; the lane/delta/mask operand is
   int32); ``ballot_mask(mask, p)``, ``shfl_mask(mask, v, lane)`` over the lanes the uint64 ``mask``
-  names (CUDA's member mask). A shuffle whose source lane is outside the warp returns the caller's own ``v``. Backends
-  with one-thread warps (the CPU ones) return ``v``, ``p``, 1 or ``p`` as a bit.
+  names (CUDA's member mask). A shuffle whose source lane is outside the warp returns the caller's own ``v``.
+  ``match_any(v)`` (uint64: the active lanes whose ``v`` has the caller's bits), ``match_all(v)``
+  (uint64: the active lanes when all hold the same bits, else 0), ``v`` a 32- or 64-bit value;
+  ``shfl_width(v, lane, width)``: ``shfl`` within segments of ``width`` lanes (a constant power of
+  two below 64; the warp size where that is smaller). Backends with one-thread warps (the CPU
+  ones) return ``v``, ``p``, 1 or ``p`` as a bit.
 - ``BlockPredicate(op, value)``: a barrier of the whole block (as ``SyncBlockThreads``) that also
   reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
 
@@ -138,7 +143,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .operations import MATH, OPERATORS
+from .operations import INTRINSICS, MATH, OPERATORS, UNARY
 from .types import BOOL, COMPARE_OPS, INDEX, ArrayType, ScalarType, VoidType
 
 #: primitive work-division queries (per dimension)
@@ -159,6 +164,9 @@ WARP_OPS = (
     "shfl_xor",
     "ballot_mask",  # alpaka's ballot(acc, mask, p) and shfl(acc, mask, v, lane): explicit member masks
     "shfl_mask",
+    "match_any",  # CUDA's __match_any_sync / __match_all_sync over the active lanes
+    "match_all",
+    "shfl_width",  # alpaka's shfl(acc, v, lane, width): acc.warp_shfl(v, lane, width=w)
 )
 #: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
 BLOCK_PREDICATES = ("count", "and", "or")
@@ -167,10 +175,12 @@ FENCE_SCOPES = ("block", "grid", "device")
 #: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``): declared in
 #: :mod:`portable.compiler.operations`
 MATH_FUNCTIONS = tuple(MATH)
+#: the bit intrinsics (``acc.popcount``...), declared there too: a ``MathCall`` of one of these
+BIT_INTRINSICS = tuple(INTRINSICS)
 #: name of the dynamic shared memory size (bytes) inside a kernel that uses it
 DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
 #: operators of UnaryOp, BinOp (each declared in :mod:`portable.compiler.operations`), Compare, BoolOp
-UNARY_OPS = ("-", "~", "not")
+UNARY_OPS = tuple(UNARY)
 BINARY_OPS = tuple(OPERATORS)
 BOOL_OPS = ("and", "or")
 #: every operation of the IR is one of a closed set: ``(node kind, field) -> the values it may
@@ -181,7 +191,7 @@ OPERATION_SETS: dict[tuple[str, str], tuple[str, ...]] = {
     ("BinOp", "op"): BINARY_OPS,
     ("Compare", "op"): COMPARE_OPS,
     ("BoolOp", "op"): BOOL_OPS,
-    ("MathCall", "func"): MATH_FUNCTIONS,
+    ("MathCall", "func"): MATH_FUNCTIONS + BIT_INTRINSICS,
     ("AtomicOp", "op"): ATOMIC_OPS,
     ("AtomicOp", "hierarchy"): ATOMIC_HIERARCHIES,
     ("WarpOp", "op"): WARP_OPS,

@@ -9,7 +9,8 @@ The promotion rules are numba's (measured against numba 0.68's typing context):
   ``int16``, ``uint8``, ``uint16`` gives ``float32``, with wider integers ``float64``;
 - ``/`` of two integers gives ``float64``; ``float32 ** integer`` stays ``float32``;
 - bitwise ``& | ^`` of two bools stay ``bool``; shifts take the left operand's signedness;
-- unary ``-`` and ``~`` of an integer keep its type; of a bool give ``int64``;
+- unary ``-`` and ``~`` of an integer keep its type; of a bool give ``int64`` (declared in
+  :mod:`.operations`);
 - Python literals: ``int`` is ``int64`` (``uint64`` from ``2**63`` to ``2**64 - 1``; wider is an
   error, see :mod:`._folding`), ``float`` is ``float64``, ``bool`` is ``bool``;
 - a local variable assigned values of several types gets their unification (the same rule).
@@ -198,18 +199,6 @@ def operand_type(op: str, a: ScalarType, b: ScalarType) -> ScalarType:
     if op in COMPARE_OPS:
         return a if a == b else unify(a, b)
     return binary_result(op, a, b)
-
-
-def unary_result(op: str, a: ScalarType) -> ScalarType:
-    if op == "not":
-        return BOOL
-    if op == "~" and a.is_float:
-        raise TypeError(f"operator ~ needs an integer operand, got {a}")
-    if a.is_float:
-        return a
-    if a.is_bool:
-        return INT64
-    return a  # numba: ``-x`` and ``~x`` of an integer keep its type (``-np.uint8(3)`` is 253)
 
 
 def literal_type(value: object) -> ScalarType:

@@ -42,6 +42,21 @@ def block_votes(acc, out, flags, n):
             out[b] = c
 
 
+@pk.kernel
+def bit_ops(acc, counts, rev, x, y, n):
+    for i in acc.uniform_elements(n):
+        counts[i] = acc.popcount(x[i]) + acc.clz(x[i]) + acc.ffs(x[i]) + acc.popcount(y[i]) + acc.clz(y[i])
+        rev[i] = np.int64(acc.brev(x[i])) + np.int64(acc.brev(y[i])) + acc.ffs(y[i])
+
+
+@pk.kernel
+def warp_matches(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        s = x[i]
+        m = acc.warp_match_any(s) ^ acc.warp_match_all(np.float32(s)) ^ acc.warp_match_any(np.int32(s))
+        out[i] = np.int64(m) + acc.warp_shfl(s, 3, width=8) + np.int64(acc.warp_shfl(np.float64(s), 1, width=2))
+
+
 def _h(shape, dtype):
     return pk.Buffer(pk.host(), shape, dtype)
 
@@ -61,6 +76,10 @@ CASES = {
     "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
     # __syncthreads_count/and/or: ockl's block reductions, linked from the device libraries
     "block_votes": lambda: _hip(block_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
+    # __popc/__popcll, __clz/__clzll, __ffs/__ffsll, __brev/__brevll
+    # match_any/match_all as ballots and shuffles (HIP has no __match_any_sync everywhere), widths
+    "warp_matches": lambda: _hip(warp_matches, (_h(8, np.int64), _h(8, np.int64), 8)),
+    "bit_ops": lambda: _hip(bit_ops, (_h(8, np.int32), _h(8, np.int64), _h(8, np.int32), _h(8, np.uint64), 8)),
 }
 
 

@@ -43,6 +43,21 @@ def soa_kernel(acc, out, v, scale):
         acc.atomic_add(out.n, 1)
 
 
+@pk.kernel
+def bit_ops(acc, counts, rev, x, n):
+    for i in acc.uniform_elements(n):
+        counts[i, 0] = acc.popcount(x[i]) + acc.clz(x[i]) + acc.ffs(x[i])
+        rev[i] = acc.brev(x[i])
+
+
+@pk.kernel
+def warp_matches(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        s = x[i]
+        m = acc.warp_match_any(s) ^ acc.warp_match_all(np.float32(s)) ^ acc.warp_match_any(np.float64(s))
+        out[i] = np.int64(m) + acc.warp_shfl(s, 3, width=8) + acc.warp_shfl(np.float64(s), 1, width=2)
+
+
 def _h(shape, dtype):
     return pk.Buffer(pk.host(), shape, dtype)
 
@@ -63,6 +78,9 @@ def _cases():
         (mt.math_all, (_h((8, 9), f64), _h(8, f32), _h(8, f32), 8), 1),
         (mt.math_all, (_h((8, 9), f64), _h(8, f64), _h(8, f64), 8), 1),
         (mt.weighted_block_sums, (_h(1, f64), pk.PortableCollection(mt.WP, 8, pk.host()).const_view(), 8), 1),
+        (bit_ops, (_h((8, 1), np.int32), _h(8, np.int32), _h(8, np.int32), 8), 1),  # __popc, __clz...
+        (bit_ops, (_h((8, 1), np.int32), _h(8, np.uint64), _h(8, np.uint64), 8), 1),  # __popcll, __clzll...
+        (warp_matches, (_h(8, np.float64), _h(8, np.int64), 8), 1),  # __match_any_sync, shfl within widths
     ]
 
 

@@ -13,7 +13,7 @@ from backends._c_dialect import DIALECTS
 from portable.compiler import ir, operations
 from portable.compiler._calls import _BOOL_RESULT, _INT_RESULT, _TWO_ARGS
 from portable.compiler._folding import fold_binop
-from portable.compiler.types import FLOAT32, FLOAT64, INT64, UINT64
+from portable.compiler.types import BOOL, FLOAT32, FLOAT64, INT32, INT64, UINT8, UINT32, UINT64
 
 
 def test_the_vocabulary_is_derived_from_the_declarations():
@@ -57,3 +57,54 @@ def test_each_operators_folding_is_numpys_rule(op, t):
     for x, y, w in zip(cols[(t.name, 0)].tolist(), cols[(t.name, 1)].tolist(), want.tolist()):
         assert fold_binop(op, x, y, t) == w, (x, op, y)
     assert fold_binop(op, 7, 2, INT64) == eval(f"7 {op} 2")
+
+
+@pytest.mark.parametrize("t", [INT64, UINT64, INT32, UINT8, FLOAT32, FLOAT64], ids=str)
+@pytest.mark.parametrize("op", ["-", "~"])
+def test_each_unary_operators_type_rule_and_folding_are_numpys(op, t):
+    """The type rule and folding declared with ``-`` and ``~`` give numpy's result type and bits
+    (``-MIN`` wraps to ``MIN``, ``-np.uint8(3)`` is 253); ``~`` refuses a float as numba does."""
+    u = operations.UNARY[op]
+    if op == "~" and t.is_float:
+        with pytest.raises(TypeError, match="integer operand"):
+            u.result(t)
+        return
+    assert u.result(t) == t
+    if t.is_float:
+        values = [0.0, -0.0, 1.5, -math.inf, math.nan]
+    else:
+        lo, hi = operations.int_range(t)
+        values = [lo, lo + 1, -1 if lo else 0, 0, 1, 3, hi]
+    with np.errstate(all="ignore"):
+        for v in values:
+            want = (-t.dtype.type(v)) if op == "-" else (~t.dtype.type(v))
+            got = u.fold(v, t)
+            assert np.array(got, t.dtype).tobytes() == np.array(want, t.dtype).tobytes(), (op, t, v)
+
+
+def test_unary_operators_are_spelled_from_their_declarations():
+    """``-`` of a signed 32/64-bit value is negated in the unsigned twin in C, a narrow result is
+    converted back to its type in both emitters, ``+`` is the operand itself, ``not`` never folds."""
+    neg, inv, not_ = operations.UNARY["-"], operations.UNARY["~"], operations.UNARY["not"]
+    assert neg.c_text("x", INT64) == "((i64)((u64)0 - (u64)x))"
+    assert neg.c_text("x", INT32) == "((i32)((u32)0 - (u32)x))"
+    assert neg.c_text("x", UINT8) == "((u8)(-x))" and neg.c_text("x", FLOAT32) == "(-x)"
+    assert inv.c_text("x", UINT64) == "(~x)" and not_.c_text("p", BOOL) == "(!p)"
+    assert neg.numba_text("x", INT32) == "np.int32(-x)" and not_.numba_text("p", BOOL) == "(not p)"
+    assert operations.UNARY["+"].identity and not_.fold is None
+    assert operations.UNARY["-"].result(BOOL) == INT64 and not_.result(FLOAT64) == BOOL
+
+
+@pytest.mark.parametrize("t", [INT32, INT64, UINT32, UINT64], ids=str)
+def test_each_c_helper_is_one_declaration_named_by_its_type(t):
+    """Every C helper an operator or math function declares is named after its type and defines
+    that name, in every dialect (the float forms call the dialect's math names)."""
+    helpers = [op.c_helper for op in operations.OPERATORS.values() if op.c_helper is not None]
+    helpers += [f.c_helper for f in operations.MATH.values() if f.c_helper is not None]
+    for helper in helpers:
+        for dialect in DIALECTS.values():
+            for tt in (t, FLOAT32, FLOAT64):
+                if helper in (operations.OPERATORS["<<"].c_helper, operations.OPERATORS[">>"].c_helper) and tt.is_float:
+                    continue
+                name, src = helper(tt, dialect.math)
+                assert name.endswith("_" + operations.c_type(tt)) and f" {name}(" in src
