@@ -167,6 +167,8 @@ class CallBuilder:
             )
         if name == "dynamic_shared_array":
             return self.dynamic_shared(node)
+        if name == "bit_cast":
+            return self.bit_cast(node)
         if name in ACC_WARP:
             return self.warp_op(name[5:], node)
         if name in ACC_PREDICATES:

@@ -78,7 +78,8 @@ ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_CALLS = (
-    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
+    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array")
+    + ("sync_block_threads", "mem_fence", "bit_cast")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES
@@ -323,6 +324,10 @@ class ExprBuilder:
             return self.view_attribute(base, name, node)
         if isinstance(base, ir.ArrayRef) and name == "shape":
             return TupleVal(list(base.extents))
+        if isinstance(base, ir.ArrayRef) and name == "dtype":
+            return DTypeVal(base.type.dtype)
+        if isinstance(base, DTypeVal) and name in ("kind", "itemsize"):
+            return base.type.dtype.kind if name == "kind" else const(base.type.dtype.itemsize)
         if isinstance(base, ModuleVal) and base.name not in ("math", "numpy"):
             return self.module_attribute(base, name, node)
         if isinstance(base, ModuleVal):
@@ -446,6 +451,9 @@ class ExprBuilder:
         return ir.BoolOp(op, [to_bool(self.scalar(v)) for v in node.values])
 
     def ex_Compare(self, node: ast.Compare) -> ir.Expr:
+        known = self.type_test(node)  # a.dtype == np.float32: known when compiled
+        if known is not None:
+            return const(known)
         parts = []
         left = self.scalar(node.left)
         for op_node, right_node in zip(node.ops, node.comparators):

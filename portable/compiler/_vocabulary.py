@@ -56,6 +56,37 @@ class VocabularyBuilder:
             hint = f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
         return f"acc has no member {name!r}{hint} (acc members are: {', '.join(ACC_MEMBERS)})"
 
+    # --------------------------------------------------------------- compile-time type tests
+    def type_test(self, node: ast.AST) -> bool | None:
+        """The value of a test of argument types (``a.dtype == np.float32``, ``a.dtype.kind == "f"``,
+        ``a.dtype.itemsize == 8``, joined by ``and``/``or``/``not``), known when the function is
+        specialised; None for any other expression. An ``if`` on one compiles only the branch
+        taken (C++'s ``if constexpr``)."""
+        if isinstance(node, ast.BoolOp):
+            parts = [self.type_test(v) for v in node.values]
+            if any(p is None for p in parts):
+                return None
+            return all(parts) if isinstance(node.op, ast.And) else any(parts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = self.type_test(node.operand)
+            return None if inner is None else not inner
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+            return None
+        sides = (node.left, node.comparators[0])
+        if not any(isinstance(n, ast.Attribute) and n.attr == "dtype" for side in sides for n in ast.walk(side)):
+            return None
+        a, b = (self.value(n) for n in sides)
+        a, b = (x.type.name if isinstance(x, DTypeVal) else x.value if isinstance(x, ir.Const) else x for x in (a, b))
+        if not (isinstance(a, (str, int)) and isinstance(b, (str, int))) or type(a) is not type(b):
+            raise self.error(
+                node, "compare a dtype with a numpy type, its .kind with a string, its .itemsize with an int"
+            )
+        if isinstance(node.ops[0], ast.Eq):
+            return a == b
+        if isinstance(node.ops[0], ast.NotEq):
+            return a != b
+        raise self.error(node, "a dtype test compares with == or !=")
+
     # --------------------------------------------------------------- expressions
     def warp_op(self, op: str, node: ast.Call) -> ir.Expr:
         if op == "active_mask":
@@ -71,6 +102,27 @@ class VocabularyBuilder:
         if k.type.is_float or k.type.is_bool:
             raise self.error(node, f"acc.warp_{op}(value, {what}): the {what} must be an integer, got {k.type}")
         return ir.WarpOp(op, [v, cast(k, INT32)], v.type)
+
+    def bit_cast(self, node: ast.Call) -> ir.Expr:
+        """``acc.bit_cast(value, dtype)``: ``value``'s bits as a scalar of ``dtype`` of the same size
+        (C++20's ``std::bit_cast``, CUDA's ``__float_as_uint``; numpy's ``.view(dtype)``)."""
+        v, d = self.plain_args(node, 2, "acc.bit_cast(value, dtype)")
+        x = self.scalar(v)
+        dt = self.value(d)
+        if not isinstance(dt, DTypeVal) or dt.type.is_bool:
+            raise self.error(node, "acc.bit_cast(value, dtype): dtype must be a numpy type such as np.uint32")
+        t = dt.type
+        if x.type.is_bool or x.type.bits != t.bits:
+            raise self.error(
+                node,
+                f"acc.bit_cast(value, dtype): value and dtype must have the same size, got {x.type} and {t} "
+                f"(convert the value first, e.g. np.float32(x))",
+            )
+        if x.type == t:
+            return x
+        if not (x.type.is_float or t.is_float):  # integers of one width: the same bits, wrapped
+            return cast(x, t)
+        return ir.MathCall("bit_cast", [x], t)
 
     def masked_warp_op(self, op: str, node: ast.Call) -> ir.Expr:
         """``acc.warp_ballot_mask(mask, p)``, ``acc.warp_shfl_mask(mask, v, lane)``: the lanes
