@@ -78,7 +78,7 @@ ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_CALLS = (
-    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array")
+    ("once_per_grid", "once_per_block", "shared_array", "shared_scalar", "dynamic_shared_array")
     + ("sync_block_threads", "mem_fence", "bit_cast")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
@@ -174,7 +174,7 @@ class ExprBuilder:
 
     def as_scalar(self, v: Any, node: ast.AST, what: str = "a number") -> ir.Expr:
         if isinstance(v, FieldAccess):
-            return self.load(v.array, (), node)
+            return self.load(v.array, v.index, node)
         if isinstance(v, ir.Expr):
             return v
         raise self.error(node, f"expected {what} here, got {self.describe(v)}")
@@ -408,7 +408,7 @@ class ExprBuilder:
             idx = tuple(self.index_list(node.slice))
             return self.load(base, idx, node)
         if isinstance(base, FieldAccess):
-            raise self.error(node, f"{base.label} is a scalar field: use it without an index")
+            raise self.error(node, f"{base.label} is a scalar: use it without an index")
         wrong = self.argument_misuse(node.value, "an array", ast.unparse(node))
         if wrong is not None:
             raise wrong
