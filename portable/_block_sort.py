@@ -93,7 +93,9 @@ def block_radix_sort_range(acc, keys, ind, ind2, first, last, ws):
     t = acc.thread_idx
     nt = acc.block_threads
     n = max(last - first, 0)
-    bits = 8 if len(ws) >= 257 * nt else 4  # radix_sort_workspace(nt, 8)
+    # 8 bits a pass where ws holds radix_sort_workspace(nt, 8) and each thread has keys enough to
+    # pay for 256 counters a pass (measured: 4 bits were faster below about 100 keys a thread)
+    bits = 8 if len(ws) >= 257 * nt and n >= 128 * nt else 4
     radix = 1 << bits
     mask = np.uint64(radix - 1)
     cells = radix * nt

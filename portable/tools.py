@@ -18,7 +18,8 @@ synchronise):
   ``block_radix_sort_range(acc, keys, ind, ind2, first, last, ws)``: the stable order of
   ``keys[0:size]`` (of ``keys[first:last]``) into ``ind`` (local indices), ``ind2`` a workspace of
   the same extent, ``ws`` a shared workspace of at least ``radix_sort_workspace(block_threads, 4)``
-  elements (8 bits a pass with ``radix_sort_workspace(block_threads)``); ``block_rank_sort(acc,
+  elements (8 bits a pass with ``radix_sort_workspace(block_threads)`` and 128 keys a thread or
+  more); ``block_rank_sort(acc,
   keys, ind, size)`` and ``block_rank_sort_range`` sort small ranges with no workspace
   (portable/_block_sort.py).
 

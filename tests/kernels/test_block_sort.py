@@ -12,6 +12,8 @@ from alpyka_testing.numpy_compare import for_all_dtypes
 
 #: the radix sort's shared workspace of a launch of up to 256 threads (8 bits a pass below 17)
 WS = pk.tools.radix_sort_workspace(256, 4)
+#: the workspace of 8 bits a pass, up to 16 threads (16 KiB: every device's shared memory holds it)
+WS_8 = pk.tools.radix_sort_workspace(16, 8)
 
 
 @pk.kernel
@@ -91,6 +93,27 @@ def test_radix_and_rank_sort_match_numpys_stable_argsort(queue, dtype):
             want = np.argsort(keys[a:b], kind="stable")
             assert np.array_equal(radix[a:b], want), (nt, e, radix[a:b][:16], want[:16])
             assert np.array_equal(rank[a:b], want), (nt, e, rank[a:b][:16], want[:16])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int16])
+def test_radix_sort_of_many_keys_a_thread(queue, dtype):
+    """128 keys a thread and more: 8 bits a pass (4 below), with its 257 counters a thread."""
+
+    @pk.kernel
+    def radix_8_bits(acc, keys, offsets, ind, ind2):
+        ws = acc.shared_array(WS_8, np.int32)
+        for e in acc.independent_groups(len(offsets) - 1):
+            pk.tools.block_radix_sort_range(acc, keys, ind, ind2, offsets[e], offsets[e + 1], ws)
+
+    rng = np.random.default_rng(8)
+    for nt in [1, 16] if queue.device.limits.max_threads_per_block >= 16 else [1]:
+        sizes = [128 * nt + 1, 128 * nt - 1]
+        offsets = _events(sizes)
+        keys = _keys(dtype, int(offsets[-1]), rng)
+        got = _sorted_by_events(queue, radix_8_bits, keys, offsets, nt, "ind2")
+        for e in range(len(sizes)):
+            a, b = offsets[e], offsets[e + 1]
+            assert np.array_equal(got[a:b], np.argsort(keys[a:b], kind="stable")), (nt, e)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
