@@ -10,7 +10,7 @@ and its slot in the track collection (``itrk``). One block per event, as CMSSW:
 1. ``idv[itrk[i]] = iv[i]``: each track's vertex, in the track collection's order;
 2. each vertex's pt^2 sum: the tracks add theirs with atomics (into shared float64 sums: the
    n float32 pt^2 of one vertex add up exactly in float64 while n times the largest is below 2**28
-   times the smallest (100 tracks of 0.5 to 850 GeV; these events: at most 40 of 0.5 to 50 GeV),
+   times the smallest (100 tracks of 0.5 to 800 GeV; these events: at most 40 of 0.5 to 50 GeV),
    so then any order of the additions gives the same float32
    ``ptv2``, where CMSSW's float atomics may differ in the last bits from run to run); barrier;
 3. ``sort_ind``: the vertices in increasing ``ptv2`` (local indices; the last is the leading
