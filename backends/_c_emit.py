@@ -294,6 +294,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             return f"{self.h.declared(MATH['abs'].c_helper, e.type)}({s[0]})"
         if f in ("isnan", "isinf", "isfinite"):
             return f"({f}({s[0]}) != 0)"
+        if f == "bit_cast":  # acc.bit_cast between a float and an integer of its size
+            if at.is_float:
+                return f"(({self.ctype(e.type)}){self.d.bits_of(at, s[0])})"
+            return self.d.from_bits(e.type, f"(({'u32' if at.bits == 32 else 'u64'})({s[0]}))")
         if not at.is_float:
             raise self.fail(f"math.{f} needs float arguments here, got {at}")
         call = f"{self.d.math(f, at)}({', '.join(s)})"

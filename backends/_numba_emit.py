@@ -179,6 +179,8 @@ class _FunctionEmitter(Visitor):
     def visit_MathCall(self, e: ir.MathCall) -> str:
         if e.func in INTRINSICS:  # the bit intrinsics, declared in operations.py
             return INTRINSICS[e.func].numba_text(self.ex(e.args[0]), e.args[0].type, self.m.helper)
+        if e.func == "bit_cast":  # acc.bit_cast: numba views numpy scalars
+            return f"np.{e.args[0].type.name}({self.ex(e.args[0])}).view(np.{e.type.name})"
         if e.func in ("floor", "ceil", "trunc") and e.type.is_integer:  # of a float: saturating
             return f"{self.m.float_to_int(e.args[0].type, e.type)}(np.{e.func}({self.ex(e.args[0])}))"
         r = f"{_MATH[e.func]}({', '.join(self.ex(a) for a in e.args)})"

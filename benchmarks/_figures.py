@@ -36,6 +36,7 @@ _PIPE = "{} events/s (zero-copy)"
 _TOOLS_ON = _CUT_ON = ("cpu_serial", "cpu_threads", "opencl")
 _TOOLS = ("prefix_scan vs np.cumsum", "argsort vs np.argsort", "one_to_many vs numpy")
 _GRAPH = "graph speedup (one by one / graph)"
+_SORT = "speed vs numba twin"
 _LAUNCHES = (
     "opencl blocking launch",
     "cuda launch, emulated (CPU cost)",
@@ -280,6 +281,19 @@ FIGURES: tuple[Figure, ...] = (
                 *(S(b, "speed vs numba, best times") for b in _CUT_ON),
             ),
             ">= 1x / 1.5x / 0.5x",
+        ),
+    ),
+    Figure(
+        "the pixel vertex finder's sortByPt2 (pt^2 sums by atomics, then `pk.tools.block_radix_sort` in the "
+        "kernel), 1000 events of 8 / 40 / 200 vertices: speed vs its numba twin (stable argsort per event); "
+        "cpu_serial / cpu_threads / opencl, and the rank sort on cpu_serial",
+        "sort_by_pt2.json",
+        "{:.2f}x / {:.2f}x / {:.2f}x; {:.2f}x / {:.2f}x / {:.2f}x; {:.2f}x / {:.2f}x / {:.2f}x; rank sort "
+        "{:.2f}x / {:.2f}x / {:.2f}x; numpy per event {:.2f}x / {:.2f}x / {:.2f}x",
+        (
+            *(S(f"{b}, {v} vertices", _SORT) for v in (8, 40, 200) for b in _CUT_ON),
+            *(S(f"cpu_serial, rank sort, {v} vertices", _SORT) for v in (8, 40, 200)),
+            *(S(f"numpy per event, {v} vertices", _SORT) for v in (8, 40, 200)),
         ),
     ),
     Figure(

@@ -14,6 +14,14 @@ synchronise):
   steps of a one-to-many association (CMSSW's ``OneToManyAssoc`` / ``HistoContainer``): count
   every key, scan ``offsets`` (``nbins + 1`` entries) inclusively, fill every ``(key, value)``;
   afterwards ``content[offsets[b]:offsets[b + 1]]`` holds the values of key ``b``.
+- ``block_radix_sort(acc, keys, ind, ind2, size, ws)`` (CMSSW's ``radixSort``) and
+  ``block_radix_sort_range(acc, keys, ind, ind2, first, last, ws)``: the stable order of
+  ``keys[0:size]`` (of ``keys[first:last]``) into ``ind`` (local indices), ``ind2`` a workspace of
+  the same extent, ``ws`` a shared workspace of at least ``radix_sort_workspace(block_threads, 4)``
+  elements (8 bits a pass with ``radix_sort_workspace(block_threads)`` and 128 keys a thread or
+  more); ``block_rank_sort(acc,
+  keys, ind, size)`` and ``block_rank_sort_range`` sort small ranges with no workspace
+  (portable/_block_sort.py).
 
 On the host (enqueued on a queue, asynchronous like every launch):
 
@@ -40,6 +48,13 @@ from typing import Any
 import numpy as np
 
 from . import _tools_serial as _serial
+from ._block_sort import (
+    block_radix_sort,
+    block_radix_sort_range,
+    block_rank_sort,
+    block_rank_sort_range,
+    radix_sort_workspace,
+)
 from ._buffer import Buffer, reinterpret
 from ._memory import memset
 from ._queue import Queue, exec
@@ -54,10 +69,15 @@ __all__ = [
     "assoc_fill",
     "block_prefix_scan",
     "block_prefix_scan_range",
+    "block_radix_sort",
+    "block_radix_sort_range",
+    "block_rank_sort",
+    "block_rank_sort_range",
     "block_sum",
     "one_to_many",
     "prefix_scan",
     "radix_sort",
+    "radix_sort_workspace",
 ]
 
 

@@ -17,15 +17,16 @@ class AssignBuilder:
     the builder and the expressions of :class:`~portable.compiler._expressions.ExprBuilder`."""
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
+        held = self.scope.get(name)
+        if isinstance(held, FieldAccess) and held.index:  # found = 0 on acc.shared_scalar: a shared write
+            return self.store_element(held.array, held.index, v, node)
         if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
             raise self.error(node, f"{name!r} cannot be reassigned")
         if isinstance(v, FieldAccess):
             v = self.as_scalar(v, node)
         if isinstance(v, ir.Expr):
             if name in self.scope:
-                raise self.error(
-                    node, f"{name!r} names {self.describe(self.scope[name])} and cannot be assigned a number"
-                )
+                raise self.error(node, self.not_a_number(name, held))
             t = v.type
             if name in self.var_types:
                 new = variable_type(self.var_types[name], t)
@@ -52,6 +53,17 @@ class AssignBuilder:
             self.scope[name] = v
             return []
         raise self.error(node, f"cannot assign {self.describe(v)} to a variable")
+
+    def not_a_number(self, name: str, held: Any) -> str:
+        """The message for ``name = <number>`` where ``name`` holds an array or a view."""
+        msg = f"{name!r} names {self.describe(held)} and cannot be assigned a number"
+        if isinstance(held, ir.ArrayRef) and all(isinstance(e, ir.Const) and e.value == 1 for e in held.extents):
+            zeros = ", ".join("0" for _ in held.extents)
+            msg += (
+                f"; write its element: {name}[{zeros}] = ... (or declare {name} = acc.shared_scalar(dtype), "
+                f"a shared variable assigned by name)"
+            )
+        return msg
 
     def store(self, target: ast.AST, v: Any, node: ast.AST) -> list[ir.Stmt]:
         if isinstance(target, ast.Name):
@@ -106,7 +118,7 @@ class AssignBuilder:
         if (
             isinstance(s.value, ast.Call)
             and isinstance(s.value.func, ast.Attribute)
-            and s.value.func.attr == "shared_array"
+            and s.value.func.attr in ("shared_array", "shared_scalar")
         ):
             return self.shared_array(s)
         if (
@@ -139,15 +151,20 @@ class AssignBuilder:
 
     def shared_array(self, s: ast.Assign) -> list[ir.Stmt]:
         call = s.value
+        what = call.func.attr
+        form = "acc.shared_array(shape, dtype)" if what == "shared_array" else "acc.shared_scalar(dtype)"
         if not self.is_kernel:
-            raise self.error(
-                s, "acc.shared_array() is allowed in the kernel body only; pass the array to device functions"
-            )
+            pass_it = "the array" if what == "shared_array" else "its value, or a shared_array(1, dtype)"
+            raise self.error(s, f"acc.{what}() is allowed in the kernel body only; pass {pass_it} to device functions")
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
-            raise self.error(s, "assign acc.shared_array(shape, dtype) to one name")
+            raise self.error(s, f"assign {form} to one name")
         if not isinstance(self.value(call.func.value), AccVal):
-            raise self.error(s, "shared_array is a member of acc")
-        args = self.plain_args(call, 2, "acc.shared_array(shape, dtype)")
+            raise self.error(s, f"{what} is a member of acc")
+        if what == "shared_scalar":
+            (dt,) = self.plain_args(call, 1, form)
+            args = [ast.copy_location(ast.Constant(1), call), dt]
+        else:
+            args = self.plain_args(call, 2, form)
         shp = self.value(args[0])
         items = shp.items if isinstance(shp, TupleVal) else [shp]
         constant = all(isinstance(x, ir.Const) and not x.type.is_float and int(x.value) > 0 for x in items)
@@ -155,7 +172,7 @@ class AssignBuilder:
             raise self.error(s, "acc.shared_array shape must be a positive constant int or a tuple of 1-3 of them")
         dt = self.value(args[1])
         if not isinstance(dt, DTypeVal):
-            raise self.error(s, "acc.shared_array dtype must be a numpy type such as np.float32")
+            raise self.error(s, f"{form}: dtype must be a numpy type such as np.float32")
         name = s.targets[0].id
         shape = tuple(int(x.value) for x in items)
         sname = "sh_" + name
@@ -163,10 +180,11 @@ class AssignBuilder:
         if prev is not None and (prev.shape != shape or prev.dtype != dt.type):
             raise self.error(s, f"shared array {name!r} declared twice with different shapes")
         self.ctx.shared[sname] = ir.SharedArray(sname, dt.type, shape)
-        self.ctx.labels[sname] = f"shared array {name!r}"
-        self.scope[name] = ir.ArrayRef(
-            sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape)
-        )
+        label = f"shared array {name!r}" if what == "shared_array" else f"shared scalar {name!r}"
+        self.ctx.labels[sname] = label
+        arr = ir.ArrayRef(sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape))
+        zero = (ir.Const(0, INDEX),)
+        self.scope[name] = arr if what == "shared_array" else FieldAccess(arr, label, zero)
         return []
 
 

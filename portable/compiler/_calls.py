@@ -170,14 +170,14 @@ class CallBuilder:
             return parts[0] if len(parts) == 1 else ir.BoolOp("and", parts)
         if name.startswith("atomic_"):
             return self.atomic(name[7:], node)
-        if name == "shared_array":
-            raise self.error(
-                node,
-                "assign acc.shared_array(shape, dtype) to a name at the top level of the kernel "
-                "(s = acc.shared_array(32, np.float32))",
-            )
+        if name in ("shared_array", "shared_scalar"):
+            form = "shared_array(shape, dtype)" if name == "shared_array" else "shared_scalar(dtype)"
+            example = "acc.shared_array(32, np.float32)" if name == "shared_array" else "acc.shared_scalar(np.int32)"
+            raise self.error(node, f"assign acc.{form} to a name at the top level of the kernel (s = {example})")
         if name == "dynamic_shared_array":
             return self.dynamic_shared(node)
+        if name == "bit_cast":
+            return self.bit_cast(node)
         if name in ACC_WARP:
             return self.warp_op(name[5:], node)
         if name in ACC_PREDICATES:
@@ -209,7 +209,7 @@ class CallBuilder:
             raise self.error(node, f"acc.atomic_{op}(array, index, value) needs arguments")
         target = self.value(node.args[0])
         if isinstance(target, FieldAccess):
-            arr, rest, idx = target.array, node.args[1:], ()
+            arr, rest, idx = target.array, node.args[1:], target.index
         elif isinstance(target, ir.ArrayRef):
             arr = target
             if len(node.args) < 2:

@@ -80,7 +80,8 @@ ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py
 ACC_CALLS = (
-    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
+    ("once_per_grid", "once_per_block", "shared_array", "shared_scalar", "dynamic_shared_array")
+    + ("sync_block_threads", "mem_fence", "bit_cast")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES
@@ -176,7 +177,7 @@ class ExprBuilder:
 
     def as_scalar(self, v: Any, node: ast.AST, what: str = "a number") -> ir.Expr:
         if isinstance(v, FieldAccess):
-            return self.load(v.array, (), node)
+            return self.load(v.array, v.index, node)
         if isinstance(v, ir.Expr):
             return v
         raise self.error(node, f"expected {what} here, got {self.describe(v)}")
@@ -326,6 +327,10 @@ class ExprBuilder:
             return self.view_attribute(base, name, node)
         if isinstance(base, ir.ArrayRef) and name == "shape":
             return TupleVal(list(base.extents))
+        if isinstance(base, ir.ArrayRef) and name == "dtype":
+            return DTypeVal(base.type.dtype)
+        if isinstance(base, DTypeVal) and name in ("kind", "itemsize"):
+            return base.type.dtype.kind if name == "kind" else const(base.type.dtype.itemsize)
         if isinstance(base, ModuleVal) and base.name not in ("math", "numpy"):
             return self.module_attribute(base, name, node)
         if isinstance(base, ModuleVal):
@@ -406,7 +411,7 @@ class ExprBuilder:
             idx = tuple(self.index_list(node.slice))
             return self.load(base, idx, node)
         if isinstance(base, FieldAccess):
-            raise self.error(node, f"{base.label} is a scalar field: use it without an index")
+            raise self.error(node, f"{base.label} is a scalar: use it without an index")
         wrong = self.argument_misuse(node.value, "an array", ast.unparse(node))
         if wrong is not None:
             raise wrong
@@ -447,6 +452,9 @@ class ExprBuilder:
         return ir.BoolOp(op, [to_bool(self.scalar(v)) for v in node.values])
 
     def ex_Compare(self, node: ast.Compare) -> ir.Expr:
+        known = self.type_test(node)  # a.dtype == np.float32: known when compiled
+        if known is not None:
+            return const(known)
         parts = []
         left = self.scalar(node.left)
         for op_node, right_node in zip(node.ops, node.comparators):

@@ -338,6 +338,9 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
         raise self.error(s, f"this expression has no effect ({self.describe(v)})")
 
     def st_If(self, s: ast.If) -> list[ir.Stmt]:
+        known = self.type_test(s.test)  # if a.dtype.kind == "f": only the branch taken is compiled
+        if known is not None:
+            return self.block(s.body if known else s.orelse)
         c = to_bool(self.scalar(s.test))
         return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
 

@@ -86,10 +86,13 @@ class DeviceFunctionVal:
 
 @dataclass
 class FieldAccess:
-    """``view.<scalar field>``: readable as a value, writable, usable as an atomic target."""
+    """``view.<scalar field>``, or a name bound to ``acc.shared_scalar(dtype)`` (the element
+    ``index`` of a one-element shared array): readable as a value, writable, usable as an atomic
+    target."""
 
     array: ir.ArrayRef
     label: str
+    index: tuple = ()
 
 
 @dataclass

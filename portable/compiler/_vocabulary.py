@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from typing import Any
 
 from . import ir
 from ._expressions import ACC_MEMBERS, cast, to_bool
@@ -18,7 +19,7 @@ from .types import BOOL, FLOAT64, INDEX, INT32, UINT32, UINT64, ArrayType
 _ALPAKA_NAMES = {
     "getIdx": ("global_thread_idx", "thread_idx", "block_idx"),
     "getWorkDiv": ("grid_blocks", "block_threads", "thread_elements"),
-    "declareSharedVar": ("shared_array",),
+    "declareSharedVar": ("shared_scalar", "shared_array"),
     "getDynSharedMem": ("dynamic_shared_array",),
     "blockDim": ("block_threads",),
     "gridDim": ("grid_blocks",),
@@ -26,6 +27,33 @@ _ALPAKA_NAMES = {
     "__syncthreads": ("sync_block_threads",),
     "threadfence": ("mem_fence",),
     "__threadfence": ("mem_fence",),
+    "syncBlockThreadsPredicate": ("sync_block_threads_count", "sync_block_threads_and", "sync_block_threads_or"),
+    "activemask": ("warp_active_mask",),
+    "__activemask": ("warp_active_mask",),
+    "shfl": ("warp_shfl",),
+    "shflUp": ("warp_shfl_up",),
+    "shflDown": ("warp_shfl_down",),
+    "shflXor": ("warp_shfl_xor",),
+    "ballot": ("warp_ballot",),
+    "__float_as_uint": ("bit_cast",),
+    "__float_as_int": ("bit_cast",),
+    "__int_as_float": ("bit_cast",),
+    "__double_as_longlong": ("bit_cast",),
+    "bit_cast": ("bit_cast",),
+    # CMSSW's alpakatools (HeterogeneousCore/AlpakaInterface/interface/workdivision.h), old and new
+    "elements_with_stride": ("uniform_elements",),
+    "elements_with_stride_nd": ("uniform_elements_nd",),
+    "blocks_with_stride": ("uniform_groups",),
+    "elements_in_block": ("uniform_group_elements",),
+    "for_each_element_in_grid_strided": ("uniform_elements",),
+    "for_each_element_in_block_strided": ("independent_group_elements",),
+    "independent_group": ("independent_groups",),
+    "uniform_elements_along": ("uniform_elements",),
+    "independent_groups_along": ("independent_groups",),
+    "independent_group_elements_along": ("independent_group_elements",),
+    "uniform_groups_along": ("uniform_groups",),
+    "uniform_group_elements_along": ("uniform_group_elements",),
+    "requires_single_thread_per_block": ("block_threads",),
 }
 
 
@@ -38,7 +66,12 @@ def acc_member_suggestions(name: str) -> list[str]:
     """The acc members a misspelt or alpaka-style (camelCase) ``name`` most likely means."""
     if name in _ALPAKA_NAMES:
         return list(_ALPAKA_NAMES[name])
+    along = re.fullmatch(r"(\w+)_(x|y|z)", name)  # CMSSW's uniform_elements_x: a dim= argument here
+    if along and along.group(1) in ACC_MEMBERS:
+        return [along.group(1)]
     snake = snake_case(name)
+    if snake != name and snake in _ALPAKA_NAMES:
+        return list(_ALPAKA_NAMES[snake])
     if snake in ACC_MEMBERS:
         return [snake]
     return difflib.get_close_matches(snake, ACC_MEMBERS, n=3, cutoff=0.6)
@@ -55,7 +88,51 @@ class VocabularyBuilder:
         hint = ""
         if close:
             hint = f"; did you mean {close[0] if len(close) == 1 else ', '.join(close[:-1]) + ' or ' + close[-1]}?"
+            if name.endswith(("_along", "_x", "_y", "_z")):
+                hint += " (in 2D/3D kernels the 1D loops take dim=d)"
         return f"acc has no member {name!r}{hint} (acc members are: {', '.join(ACC_MEMBERS)})"
+
+    def module_attribute(self, base: Any, name: str, node: ast.Attribute) -> Any:
+        """``module.<name>``; CMSSW's free functions of the acc (``cms::alpakatools::uniform_elements(acc,
+        n)``, ``once_per_block(acc)``) written on a module name the acc member they are here."""
+        if not hasattr(base.module, name):
+            member = name if name in ACC_MEMBERS else _ALPAKA_NAMES.get(name, (None,))[0]
+            if member is not None:
+                raise self.error(
+                    node, f"{base.name}.{name} is no kernel function: CMSSW's {name}(acc, ...) is acc.{member}(...)"
+                )
+        return super().module_attribute(base, name, node)  # type: ignore[misc]
+
+    # --------------------------------------------------------------- compile-time type tests
+    def type_test(self, node: ast.AST) -> bool | None:
+        """The value of a test of argument types (``a.dtype == np.float32``, ``a.dtype.kind == "f"``,
+        ``a.dtype.itemsize == 8``, joined by ``and``/``or``/``not``), known when the function is
+        specialised; None for any other expression. An ``if`` on one compiles only the branch
+        taken (C++'s ``if constexpr``)."""
+        if isinstance(node, ast.BoolOp):
+            parts = [self.type_test(v) for v in node.values]
+            if any(p is None for p in parts):
+                return None
+            return all(parts) if isinstance(node.op, ast.And) else any(parts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = self.type_test(node.operand)
+            return None if inner is None else not inner
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+            return None
+        sides = (node.left, node.comparators[0])
+        if not any(isinstance(n, ast.Attribute) and n.attr == "dtype" for side in sides for n in ast.walk(side)):
+            return None
+        a, b = (self.value(n) for n in sides)
+        a, b = (x.type.name if isinstance(x, DTypeVal) else x.value if isinstance(x, ir.Const) else x for x in (a, b))
+        if not (isinstance(a, (str, int)) and isinstance(b, (str, int))) or type(a) is not type(b):
+            raise self.error(
+                node, "compare a dtype with a numpy type, its .kind with a string, its .itemsize with an int"
+            )
+        if isinstance(node.ops[0], ast.Eq):
+            return a == b
+        if isinstance(node.ops[0], ast.NotEq):
+            return a != b
+        raise self.error(node, "a dtype test compares with == or !=")
 
     # --------------------------------------------------------------- expressions
     def warp_op(self, op: str, node: ast.Call) -> ir.Expr:
@@ -111,6 +188,26 @@ class VocabularyBuilder:
                 )
             width = int(w.value)
         return width
+    def bit_cast(self, node: ast.Call) -> ir.Expr:
+        """``acc.bit_cast(value, dtype)``: ``value``'s bits as a scalar of ``dtype`` of the same size
+        (C++20's ``std::bit_cast``, CUDA's ``__float_as_uint``; numpy's ``.view(dtype)``)."""
+        v, d = self.plain_args(node, 2, "acc.bit_cast(value, dtype)")
+        x = self.scalar(v)
+        dt = self.value(d)
+        if not isinstance(dt, DTypeVal) or dt.type.is_bool:
+            raise self.error(node, "acc.bit_cast(value, dtype): dtype must be a numpy type such as np.uint32")
+        t = dt.type
+        if x.type.is_bool or x.type.bits != t.bits:
+            raise self.error(
+                node,
+                f"acc.bit_cast(value, dtype): value and dtype must have the same size, got {x.type} and {t} "
+                f"(convert the value first, e.g. np.float32(x))",
+            )
+        if x.type == t:
+            return x
+        if not (x.type.is_float or t.is_float):  # integers of one width: the same bits, wrapped
+            return cast(x, t)
+        return ir.MathCall("bit_cast", [x], t)
 
     def masked_warp_op(self, op: str, node: ast.Call) -> ir.Expr:
         """``acc.warp_ballot_mask(mask, p)``, ``acc.warp_shfl_mask(mask, v, lane)``: the lanes

@@ -41,8 +41,10 @@ Expressions (fields; all have ``type``):
 - ``Select(cond, if_true, if_false)``: ``if_true if cond else if_false`` (both of ``type``), lazy.
 - ``MathCall(func, args)``: ``func`` in :data:`MATH_FUNCTIONS`; the args are cast to the
   computation type (float32 or float64; for ``min``/``max``/``abs`` any numeric type);
-  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool. Or
-  ``func`` in :data:`BIT_INTRINSICS` (``acc.popcount(x)``...) of a 32- or 64-bit integer.
+  ``floor``/``ceil``/``trunc`` return int64 (Python's int result), ``isnan``... return bool;
+  ``bit_cast`` (``acc.bit_cast``): its one argument's bits as ``type``, a float and an integer of
+  the same size. Or ``func`` in :data:`BIT_INTRINSICS` (``acc.popcount(x)``...) of a 32- or
+  64-bit integer.
 - ``Load(array, indices, check)``: element of an :class:`ArrayRef`; indices are int64 expressions,
   as many as ``array.type.ndim`` (none for a scalar field). ``check`` (also on ``Store`` and
   ``AtomicOp``) is None, or under ``ALPYKA_DEBUG=1`` the message to raise (CPU) / report (GPU)
@@ -191,7 +193,7 @@ OPERATION_SETS: dict[tuple[str, str], tuple[str, ...]] = {
     ("BinOp", "op"): BINARY_OPS,
     ("Compare", "op"): COMPARE_OPS,
     ("BoolOp", "op"): BOOL_OPS,
-    ("MathCall", "func"): MATH_FUNCTIONS + BIT_INTRINSICS,
+    ("MathCall", "func"): MATH_FUNCTIONS + BIT_INTRINSICS + ("bit_cast",),
     ("AtomicOp", "op"): ATOMIC_OPS,
     ("AtomicOp", "hierarchy"): ATOMIC_HIERARCHIES,
     ("WarpOp", "op"): WARP_OPS,

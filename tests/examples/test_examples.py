@@ -63,6 +63,7 @@ def test_every_example_is_tested():
         "per_candidate_model.py",
         "pixel_clustering.py",
         "cluster_charge_cut.py",
+        "sort_by_pt2.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -200,3 +201,14 @@ def test_cluster_charge_cut_runs_as_a_script():
 def test_cluster_charge_cut(backend, capsys):
     out = main_output(capsys, "cluster_charge_cut", [backend, "--modules", "40", "--repeats", "2"])
     assert "matches the numpy reference: OK" in out and "40 modules" in out
+
+
+def test_sort_by_pt2_runs_as_a_script():
+    out = run_example("sort_by_pt2.py", "cpu_serial", "--events", "20", "--repeats", "2")
+    assert "equal numpy's: OK" in out and "20 events" in out
+
+
+@pytest.mark.parametrize("sort", ["radix", "rank"])
+def test_sort_by_pt2(backend, capsys, sort):
+    out = main_output(capsys, "sort_by_pt2", [backend, "--events", "20", "--repeats", "1", "--sort", sort])
+    assert "equal numpy's: OK" in out and f"{sort} sort" in out
