@@ -36,12 +36,20 @@ def check(kernel: Any, kir: Any, src: Any, unit_elements: bool) -> None:
         _hip_check.check_source(hip)
 
 
+def wrappers(fn: Any) -> list[Any]:
+    """``fn`` and the functions it wraps (``__wrapped__``), outermost first."""
+    out = [fn]
+    while hasattr(out[-1], "__wrapped__"):
+        out.append(out[-1].__wrapped__)
+    return out
+
+
 def install() -> None:
     """Wrap ``backends._gpu_launch.emit_for`` (once) so that every device build runs :func:`check`
     after emitting its source; the checks read their variables at each build."""
     from backends import _gpu_launch
 
-    if getattr(_gpu_launch.emit_for, "compile_checks", False):
+    if any(getattr(f, "compile_checks", False) for f in wrappers(_gpu_launch.emit_for)):
         return
     plain = _gpu_launch.emit_for
 
@@ -51,4 +59,5 @@ def install() -> None:
         return kir, src
 
     emit_for.compile_checks = True  # type: ignore[attr-defined]
+    emit_for.__wrapped__ = plain  # type: ignore[attr-defined]
     _gpu_launch.emit_for = emit_for

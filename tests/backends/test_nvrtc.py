@@ -310,3 +310,17 @@ def test_ptx_fuses_no_fma_unless_fast_math(dtype, hip):
             assert any(op.startswith("fma.") or ".rn" not in op for op in arith), ops
         else:
             assert not [op for op in arith if op.startswith("fma.") or ".rn" not in op], ops
+
+
+def test_the_compile_checks_are_the_suites_hook_not_the_launch_paths():
+    """ALPYKA_CHECK_CUDA / ALPYKA_CHECK_HIP are read by the suite's hook (tests/conftest.py installs
+    alpyka_testing/compile_checks.py around the launchers' IR -> C step), never by the library."""
+    import inspect
+
+    import backends._gpu_launch as launch
+    from alpyka_testing.compile_checks import wrappers
+
+    chain = wrappers(launch.emit_for)  # the emulator's source recorder may wrap it too
+    assert any(getattr(f, "compile_checks", False) for f in chain), "tests/conftest.py did not install the checks"
+    assert chain[-1].__module__ == launch.__name__
+    assert "ALPYKA_CHECK" not in inspect.getsource(launch)
