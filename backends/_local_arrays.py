@@ -9,6 +9,12 @@ out element by element) needs no memory at all: :func:`scalarize_local_arrays` r
 its elements by a local variable (``<array>_<flat index>``), its declaration by assignments of
 zero, and drops it from ``KernelDef.private``. The C backends need no such pass: their compilers
 keep such arrays in registers themselves.
+
+Loops over an array's elements (``for c in range(3): t += m[r, c] * v[c]``, ``pk.linalg``'s
+loops over a size passed as a constant) index it with a loop variable: :func:`unroll_for_local_arrays`
+first unrolls each ``range()`` of at most :data:`UNROLL_TRIPS` constant trips whose variable
+indexes a per-thread array (innermost first, the variable replaced by each constant and the
+integer arithmetic of the indices folded), so that such arrays become scalars too.
 """
 
 from __future__ import annotations
@@ -18,6 +24,12 @@ import math
 from typing import Any
 
 from portable.compiler import ir
+from portable.compiler._folding import fold_binop, fold_cast
+
+#: the most trips of a ``range()`` loop :func:`unroll_for_local_arrays` unrolls
+UNROLL_TRIPS = 16
+#: the most IR nodes an unrolled loop may have (its body's times its trips)
+UNROLL_NODES = 6000
 
 
 def scalarize_local_arrays(kernel: ir.KernelDef) -> ir.KernelDef:
@@ -98,4 +110,105 @@ class _Scalarize:
         return type(x)(**{f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x)})
 
 
-__all__ = ["scalarize_local_arrays"]
+def unroll_for_local_arrays(kernel: ir.KernelDef) -> ir.KernelDef:
+    """``kernel`` with the short constant ``range()`` loops whose variable indexes one of its
+    per-thread arrays unrolled (see the module docstring; a new KernelDef)."""
+    if not kernel.private:
+        return kernel
+    names = {a.name for a in kernel.private}
+    return dataclasses.replace(kernel, body=_unroll(kernel.body, names))
+
+
+def _unroll(stmts: list[ir.Stmt], names: set[str]) -> list[ir.Stmt]:
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        if isinstance(s, ir.If):
+            s = dataclasses.replace(s, body=_unroll(s.body, names), orelse=_unroll(s.orelse, names))
+        elif isinstance(s, (ir.While, ir.ForRange, ir.StridedLoop)):
+            s = dataclasses.replace(s, body=_unroll(s.body, names))
+        trips = _trips(s, names) if isinstance(s, ir.ForRange) else None
+        if trips is None:
+            out.append(s)
+            continue
+        for k in trips:
+            value = ir.Const(k, s.var.type)
+            out.append(ir.Assign(s.var, value, s.line))  # the variable after the loop, as Python leaves it
+            out += _Fold({s.var.name: value}).node(s.body)
+    return out
+
+
+def _trips(s: ir.ForRange, names: set[str]) -> range | None:
+    """The values of ``s``'s variable when the loop is worth unrolling and may be, else None."""
+    bounds = (s.start, s.stop, s.step)
+    if not all(isinstance(b, ir.Const) and not isinstance(b.value, float) for b in bounds) or s.step.value == 0:
+        return None
+    trips = range(int(s.start.value), int(s.stop.value), int(s.step.value))
+    if not 0 < len(trips) <= UNROLL_TRIPS:
+        return None
+    var = s.var.name
+    if _leaves(s.body) or any(_target(y) == var for y in ir.nodes(s.body)):
+        return None
+    indexes = any(
+        isinstance(y, (ir.Load, ir.Store))
+        and y.array.name in names
+        and any(isinstance(v, ir.Var) and v.name == var for v in ir.nodes(list(y.indices)))
+        for y in ir.nodes(s.body)
+    )
+    if not indexes or sum(1 for _ in ir.nodes(s.body)) * len(trips) > UNROLL_NODES:
+        return None
+    return trips
+
+
+def _target(y: Any) -> str | None:
+    if isinstance(y, ir.Assign):
+        return y.target.name
+    if isinstance(y, (ir.ForRange, ir.StridedLoop)):
+        return y.var.name
+    return None
+
+
+def _leaves(body: list[ir.Stmt]) -> bool:
+    """Whether ``body`` has a ``break`` or ``continue`` of its own loop (not of a loop inside it)."""
+    for s in body:
+        if isinstance(s, (ir.Break, ir.Continue)):
+            return True
+        if isinstance(s, ir.If) and (_leaves(s.body) or _leaves(s.orelse)):
+            return True
+    return False
+
+
+class _Fold:
+    """A copy of IR with variables replaced by constants (``values``) and the integer arithmetic
+    of constants folded as every backend computes it (:mod:`portable.compiler._folding`)."""
+
+    def __init__(self, values: dict[str, ir.Const]) -> None:
+        self.values = values
+
+    def node(self, x: Any) -> Any:
+        if isinstance(x, ir.Var):
+            return self.values.get(x.name, x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.node(y) for y in x)
+        if not isinstance(x, (ir.Expr, ir.Stmt)):
+            return x
+        y = type(x)(**{f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return _folded(y)
+
+
+def _folded(e: Any) -> Any:
+    """``e`` as a constant when it is integer arithmetic of constants, else ``e``."""
+    if isinstance(e, ir.Cast) and isinstance(e.value, ir.Const) and e.type.is_integer and e.value.type.is_integer:
+        return ir.Const(fold_cast(e.value.value, e.type), e.type)
+    if (
+        isinstance(e, ir.BinOp)
+        and e.op in ("+", "-", "*", "//", "%")
+        and e.type.is_integer
+        and isinstance(e.left, ir.Const)
+        and isinstance(e.right, ir.Const)
+        and e.left.type == e.right.type == e.type
+    ):
+        return ir.Const(fold_binop(e.op, e.left.value, e.right.value, e.type), e.type)
+    return e
+
+
+__all__ = ["UNROLL_TRIPS", "scalarize_local_arrays", "unroll_for_local_arrays"]

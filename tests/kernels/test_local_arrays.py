@@ -153,3 +153,21 @@ BAD = {
 def test_bad_declarations_are_refused(case, tmp_path):
     body, match = BAD[case]
     _refused(f"def k(acc, out, n):\n    {body}\n", tmp_path, match)
+
+
+@pytest.mark.alpyka_backends("cuda", "rocm")
+@pytest.mark.parametrize("case", ["kernel", "device function"])
+def test_out_of_range_index_is_the_emulators_bounds_check(device, queue, backend, monkeypatch, case):
+    from backends.emulator import fake_cupy_kernels
+
+    if backend not in fake_cupy_kernels.served_here() or fake_cupy_kernels.executor_name() != "cpp":
+        pytest.skip(f"{backend} is not emulated as C++ here (the checks are the emulator's)")
+    monkeypatch.delenv("ALPYKA_DEBUG", raising=False)
+    monkeypatch.setenv("ALPYKA_EMULATE_CHECKS", "1")
+    kernel, where = (la.out_of_range, la.out_of_range) if case == "kernel" else (la.out_of_range_in_function, la.poke)
+    out = upload(queue, np.zeros(4, np.float32 if case == "kernel" else np.float64))
+    pk.exec(queue, pk.make_workdiv(device, 1, 4), kernel, out, 4, 7)
+    err = _index_error(queue)
+    assert isinstance(err, pk.KernelCheckError) and err.kind == "bounds", repr(err)
+    assert f"kernel {kernel.__name__!r}" in str(err), str(err)
+    assert f"{os.path.basename(la.__file__)}:{_check_line(where)}" in str(err), str(err)
