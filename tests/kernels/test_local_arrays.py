@@ -171,3 +171,27 @@ def test_out_of_range_index_is_the_emulators_bounds_check(device, queue, backend
     assert isinstance(err, pk.KernelCheckError) and err.kind == "bounds", repr(err)
     assert f"kernel {kernel.__name__!r}" in str(err), str(err)
     assert f"{os.path.basename(la.__file__)}:{_check_line(where)}" in str(err), str(err)
+
+
+@pytest.mark.parametrize("name", ["constant_indices", "through_functions", "roundtrip_2d"])
+def test_cuda_keeps_small_local_arrays_in_registers(name):
+    """NVRTC's PTX of kernels whose local arrays have constant indices (directly, or once its
+    constant loops are unrolled) has no thread-local memory (no ``.local``, no spills)."""
+    from backends._c_build import CUPY_NVRTC_APPENDED, nvrtc_available, nvrtc_compile
+    from backends._c_emit import emit
+
+    if nvrtc_available() is not None:
+        pytest.skip(f"NVRTC: {nvrtc_available()}")
+
+    def h(shape, dtype):
+        return pk.Buffer(pk.host(), shape, dtype)
+
+    f64 = np.float64
+    kernel, args = {
+        "constant_indices": (la.constant_indices, (h((8, 5), f64), h(8, f64), 8)),
+        "through_functions": (la.through_functions, (h((8, 6), f64), h(8, f64), 8)),
+        "roundtrip_2d": (la.roundtrips(f64)[1], (h((8, 12), f64), h((8, 12), f64), 8)),
+    }[name]
+    src = emit(kernel.ir(kernel.signature(args), 1, False), "cuda", unit_elements=True)
+    ptx = nvrtc_compile(src, "compute_90", CUPY_NVRTC_APPENDED)
+    assert f".entry {src.entry}" in ptx and ".local" not in ptx
