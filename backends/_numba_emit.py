@@ -484,6 +484,8 @@ class _ModuleEmitter:
         ``[first + lo*e, first + hi*e)`` of each wave, in increasing order."""
         k, s = self.kernel, flat.loop
         fe = _FunctionEmitter(self, k.ndim)
+        for a in k.private:  # per-thread arrays: one buffer per call, zeroed for each element
+            fe.emit(f"{a.name} = np.empty({a.shape!r}, np.{'bool_' if a.dtype.is_bool else a.dtype.name})", 1)
         fe.declare(k.locals, 1)
         for st in flat.prelude:
             fe.stmt(st, 1)

@@ -195,3 +195,76 @@ def test_cuda_keeps_small_local_arrays_in_registers(name):
     src = emit(kernel.ir(kernel.signature(args), 1, False), "cuda", unit_elements=True)
     ptx = nvrtc_compile(src, "compute_90", CUPY_NVRTC_APPENDED)
     assert f".entry {src.entry}" in ptx and ".local" not in ptx
+
+
+# ----------------------------------------------------------------------------- the numba emitter's forms
+def _numba_launch(kernel, *args) -> str:
+    from backends._numba_emit import emit_numba
+
+    return emit_numba(kernel.ir(kernel.signature(args), 1, False), True).source.split("def launch")[1]
+
+
+@pk.kernel
+def declared_before_the_loop(acc, out, n):
+    """One array for all the thread's elements: what one element leaves, the next one sees."""
+    a = acc.local_array(4, np.int64)
+    for i in acc.uniform_elements(n):
+        a[i % 4] += 1
+        out[i] = a[i % 4]
+
+
+def test_numba_keeps_constant_index_arrays_in_scalars():
+    """Constant indices (also once a loop of constant trips is unrolled, and through inlined
+    device functions): no buffer at all; run-time indices: one buffer per launch call, zeroed
+    where declared, in the flat element loop."""
+    f64 = np.float64
+    for kernel, args in [
+        (la.constant_indices, (np.zeros((8, 5)), np.zeros(8), 8)),
+        (la.through_functions, (np.zeros((8, 6)), np.zeros(8), 8)),
+        (la.roundtrips(f64)[0], (np.zeros((8, 5)), np.zeros((8, 5)), 8)),
+    ]:
+        src = _numba_launch(kernel, *args)
+        assert "np.empty" not in src and "lv_" in src, (kernel.__name__, src)
+    src = _numba_launch(la.roundtrips(f64)[1], np.zeros((8, 12)), np.zeros((8, 12)), 8)  # g // C: run-time
+    assert src.count("np.empty((3, 4), np.float64)") == 1 and "lv_a[:, :] = 0" in src and "for b in" not in src
+
+
+@pk.kernel
+def declared_in_a_branch(acc, out, n, first):
+    """Declared only where ``i >= first``: an element below it sees what an earlier one left."""
+    for i in acc.uniform_elements(n):
+        if i >= first:
+            a = acc.local_array(4, np.int64)
+        a[i % 4] += 1
+        out[i] = a[i % 4]
+
+
+def test_the_flat_element_loop_needs_each_array_declared_in_its_body():
+    from backends._grid_loop import flat_grid_loop
+
+    k = declared_in_a_branch
+    assert flat_grid_loop(k.ir(k.signature((np.zeros(4, np.int64), 4, 0)), 1, False)) is None
+    k = la.roundtrips(np.float64)[1]
+    assert flat_grid_loop(k.ir(k.signature((np.zeros((8, 12)), np.zeros((8, 12)), 8)), 1, False)) is not None
+
+
+def test_an_array_declared_before_the_loop_is_per_thread(device, queue):
+    """Not the flat element loop: the array lives across the thread's elements."""
+    from backends._grid_loop import flat_grid_loop
+
+    k = declared_before_the_loop
+    assert flat_grid_loop(k.ir(k.signature((np.zeros(4, np.int64), 4)), 1, False)) is None
+    n = 24
+    out = upload(queue, np.zeros(n, np.int64))
+    wd = pk.WorkDiv(2, 1, 6) if device.backend_name.startswith("cpu") else pk.WorkDiv(2, 2, 3)
+    pk.exec(queue, wd, k, out, n)
+    got = download(queue, out)
+    per_thread = wd.elements[0]
+    want = np.zeros(n, np.int64)
+    for t in range(wd.blocks[0] * wd.threads[0]):  # thread t's elements: uniform_elements' order
+        counts = np.zeros(4, np.int64)
+        for i in range(n):
+            if (i // per_thread) % (wd.blocks[0] * wd.threads[0]) == t:
+                counts[i % 4] += 1
+                want[i] = counts[i % 4]
+    np.testing.assert_array_equal(got, want)
