@@ -5,6 +5,7 @@ tests/kernels/test_local_arrays.py and the CUDA/HIP compile tests."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -14,6 +15,8 @@ import portable as pk
 N1 = 5
 R, C = 3, 4
 D0, D1, D2 = 2, 3, 2
+#: the symmetric positive definite matrix of the Cholesky kernel (its diagonal grows with x)
+SPD = ((4.0, 2.0, 1.0), (2.0, 5.0, 3.0), (1.0, 3.0, 6.0))
 
 
 @functools.cache
@@ -197,3 +200,60 @@ def constant_indices(acc, out, xs, n):
         out[i, 2] = 1.0 if flags[1] else 0.0
         out[i, 3] = 1.0 if flags[0] else 0.0
         out[i, 4] = small[0]
+
+
+@pk.device_function
+def cholesky(acc, a, low, n):
+    """``low``: the lower Cholesky factor of the ``n`` x ``n`` matrix ``a`` (triangular loops: the
+    inner bounds depend on the outer variable)."""
+    for j in range(n):
+        d = a[j, j]
+        for k in range(j):
+            d -= low[j, k] * low[j, k]
+        low[j, j] = math.sqrt(d)
+        for i in range(j + 1, n):
+            s = a[i, j]
+            for k in range(j):
+                s -= low[i, k] * low[j, k]
+            low[i, j] = s / low[j, j]
+
+
+@pk.kernel
+def cholesky_3x3(acc, out, xs, n):
+    """The Cholesky factor of ``[[4+x, 2, 1], [2, 5+x, 3], [1, 3, 6+x]]`` per element, row-major."""
+    for i in acc.uniform_elements(n):
+        a = acc.local_array((3, 3), np.float64)
+        low = acc.local_array((3, 3), np.float64)
+        x = xs[i]
+        a[0, 0] = 4.0 + x
+        a[0, 1] = 2.0
+        a[0, 2] = 1.0
+        a[1, 0] = 2.0
+        a[1, 1] = 5.0 + x
+        a[1, 2] = 3.0
+        a[2, 0] = 1.0
+        a[2, 1] = 3.0
+        a[2, 2] = 6.0 + x
+        cholesky(acc, a, low, 3)
+        for f in range(9):
+            out[i, f] = low[f // 3, f % 3]
+
+
+def cholesky_reference(xs: np.ndarray) -> np.ndarray:
+    """What :data:`cholesky_3x3` writes, by the same operations in the same order (Python floats)."""
+    out = np.zeros((len(xs), 9))
+    for e, x in enumerate(xs):
+        a = [[float(x) + SPD[r][c] if r == c else SPD[r][c] for c in range(3)] for r in range(3)]
+        low = [[0.0] * 3 for _ in range(3)]
+        for j in range(3):
+            d = a[j][j]
+            for k in range(j):
+                d -= low[j][k] * low[j][k]
+            low[j][j] = math.sqrt(d)
+            for i in range(j + 1, 3):
+                s = a[i][j]
+                for k in range(j):
+                    s -= low[i][k] * low[j][k]
+                low[i][j] = s / low[j][j]
+        out[e] = np.array(low).reshape(9)
+    return out

@@ -28,8 +28,10 @@ from portable.compiler._folding import fold_binop, fold_cast
 
 #: the most trips of a ``range()`` loop :func:`unroll_for_local_arrays` unrolls
 UNROLL_TRIPS = 16
-#: the most IR nodes an unrolled loop may have (its body's times its trips)
+#: the most IR nodes one unrolled loop may have (its body's times its trips), and the most the
+#: unrolling may add to one kernel (numba's compile time grows with the code)
 UNROLL_NODES = 6000
+UNROLL_BUDGET = 30000
 
 
 def scalarize_local_arrays(kernel: ir.KernelDef) -> ir.KernelDef:
@@ -116,25 +118,37 @@ def unroll_for_local_arrays(kernel: ir.KernelDef) -> ir.KernelDef:
     if not kernel.private:
         return kernel
     names = {a.name for a in kernel.private}
-    return dataclasses.replace(kernel, body=_unroll(kernel.body, names))
+    return dataclasses.replace(kernel, body=_Unroller(names).stmts(kernel.body))
 
 
-def _unroll(stmts: list[ir.Stmt], names: set[str]) -> list[ir.Stmt]:
-    out: list[ir.Stmt] = []
-    for s in stmts:
-        if isinstance(s, ir.If):
-            s = dataclasses.replace(s, body=_unroll(s.body, names), orelse=_unroll(s.orelse, names))
-        elif isinstance(s, (ir.While, ir.ForRange, ir.StridedLoop)):
-            s = dataclasses.replace(s, body=_unroll(s.body, names))
-        trips = _trips(s, names) if isinstance(s, ir.ForRange) else None
-        if trips is None:
-            out.append(s)
-            continue
-        for k in trips:
-            value = ir.Const(k, s.var.type)
-            out.append(ir.Assign(s.var, value, s.line))  # the variable after the loop, as Python leaves it
-            out += _Fold({s.var.name: value}).node(s.body)
-    return out
+class _Unroller:
+    """Unrolls loops innermost first; the copies of an unrolled body are looked at again, where
+    an inner loop's bounds may have become constants (``for j in range(i)``)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.budget = UNROLL_BUDGET
+
+    def stmts(self, stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            if isinstance(s, ir.If):
+                s = dataclasses.replace(s, body=self.stmts(s.body), orelse=self.stmts(s.orelse))
+            elif isinstance(s, (ir.While, ir.ForRange, ir.StridedLoop)):
+                s = dataclasses.replace(s, body=self.stmts(s.body))
+            trips = _trips(s, self.names) if isinstance(s, ir.ForRange) else None
+            cost = sum(1 for _ in ir.nodes(s.body)) * len(trips) if trips is not None else 0
+            if trips is None or cost > self.budget:
+                out.append(s)
+                continue
+            self.budget -= cost
+            copies: list[ir.Stmt] = []
+            for k in trips:
+                value = ir.Const(k, s.var.type)
+                copies.append(ir.Assign(s.var, value, s.line))  # the variable after the loop, as Python leaves it
+                copies += _Fold({s.var.name: value}).node(s.body)
+            out += self.stmts(copies)
+        return out
 
 
 def _trips(s: ir.ForRange, names: set[str]) -> range | None:
@@ -143,7 +157,9 @@ def _trips(s: ir.ForRange, names: set[str]) -> range | None:
     if not all(isinstance(b, ir.Const) and not isinstance(b.value, float) for b in bounds) or s.step.value == 0:
         return None
     trips = range(int(s.start.value), int(s.stop.value), int(s.step.value))
-    if not 0 < len(trips) <= UNROLL_TRIPS:
+    if not trips:
+        return trips  # no trip: the loop goes (its body may index an array by its variable)
+    if len(trips) > UNROLL_TRIPS:
         return None
     var = s.var.name
     if _leaves(s.body) or any(_target(y) == var for y in ir.nodes(s.body)):
@@ -211,4 +227,4 @@ def _folded(e: Any) -> Any:
     return e
 
 
-__all__ = ["UNROLL_TRIPS", "scalarize_local_arrays", "unroll_for_local_arrays"]
+__all__ = ["UNROLL_BUDGET", "UNROLL_TRIPS", "scalarize_local_arrays", "unroll_for_local_arrays"]

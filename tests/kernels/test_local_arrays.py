@@ -268,3 +268,16 @@ def test_an_array_declared_before_the_loop_is_per_thread(device, queue):
                 counts[i % 4] += 1
                 want[i] = counts[i % 4]
     np.testing.assert_array_equal(got, want)
+
+
+def test_triangular_loops_through_a_device_function(device, queue):
+    """A Cholesky factor: loops whose bounds depend on outer variables, a matrix passed in and
+    another out; the same bits as the same operations in Python. The numba emitter unrolls it all
+    (inner bounds become constants once the outer loop is unrolled) and keeps both in scalars."""
+    n = 17
+    xs = np.linspace(0.0, 4.0, n)
+    out = upload(queue, np.zeros((n, 9)))
+    pk.exec(queue, pk.make_workdiv(device, 2, 4), la.cholesky_3x3, out, upload(queue, xs), n)
+    np.testing.assert_array_equal(download(queue, out), la.cholesky_reference(xs))
+    if device.backend_name == "cpu_serial":
+        assert "np.empty" not in _numba_launch(la.cholesky_3x3, np.zeros((4, 9)), np.zeros(4), 4)
