@@ -198,7 +198,8 @@ class AssignBuilder:
                 "acc.local_array(shape, dtype): dtype must be a numpy type such as np.float64, "
                 f"got {self.describe(dt)}",
             )
-        if name in self.var_types or (name in self.scope and not self.is_local_array(self.scope[name])):
+        bound = self.scope.get(name)
+        if name in self.var_types or (bound is not None and getattr(bound, "name", None) not in self.local_arrays):
             what = "a number" if name in self.var_types else self.describe(self.scope[name])
             raise self.error(s, f"{name!r} holds {what} and cannot become a local array; use another name")
         aname = f"{getattr(self, 'local_prefix', '')}lv_{name}"
@@ -225,10 +226,6 @@ class AssignBuilder:
         ref = ir.ArrayRef(aname, ArrayType(dt.type, "private", len(shape)), tuple(ir.Const(d, INDEX) for d in shape))
         self.scope[name] = ref
         return [ir.DeclareLocal(ref, self.line(s))]
-
-    @staticmethod
-    def is_local_array(v: Any) -> bool:
-        return isinstance(v, ir.ArrayRef) and v.type.kind == "private" and "lv_" in v.name
 
     def local_shape(self, node: ast.AST, s: ast.AST) -> tuple[int, ...]:
         """The shape of ``acc.local_array``: a positive compile-time int or a tuple of 1-3 of them."""
