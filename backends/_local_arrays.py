@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from portable.compiler import ir
-from portable.compiler._folding import fold_binop, fold_cast
+from portable.compiler.operations import OPERATORS, wrap
 
 #: the most trips of a ``range()`` loop :func:`unroll_for_local_arrays` unrolls
 UNROLL_TRIPS = 16
@@ -195,7 +195,7 @@ def _leaves(body: list[ir.Stmt]) -> bool:
 
 class _Fold:
     """A copy of IR with variables replaced by constants (``values``) and the integer arithmetic
-    of constants folded as every backend computes it (:mod:`portable.compiler._folding`)."""
+    of constants folded as every backend computes it (numpy's fixed-width rules)."""
 
     def __init__(self, values: dict[str, ir.Const]) -> None:
         self.values = values
@@ -214,7 +214,7 @@ class _Fold:
 def _folded(e: Any) -> Any:
     """``e`` as a constant when it is integer arithmetic of constants, else ``e``."""
     if isinstance(e, ir.Cast) and isinstance(e.value, ir.Const) and e.type.is_integer and e.value.type.is_integer:
-        return ir.Const(fold_cast(e.value.value, e.type), e.type)
+        return ir.Const(wrap(int(e.value.value), e.type), e.type)
     if (
         isinstance(e, ir.BinOp)
         and e.op in ("+", "-", "*", "//", "%")
@@ -223,7 +223,7 @@ def _folded(e: Any) -> Any:
         and isinstance(e.right, ir.Const)
         and e.left.type == e.right.type == e.type
     ):
-        return ir.Const(fold_binop(e.op, e.left.value, e.right.value, e.type), e.type)
+        return ir.Const(OPERATORS[e.op].fold(int(e.left.value), int(e.right.value), e.type), e.type)
     return e
 
 
