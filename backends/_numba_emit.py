@@ -301,6 +301,9 @@ class _FunctionEmitter(Visitor):
     def visit_Return(self, s: ir.Return, d: int) -> None:
         self.emit("return" + (f" {self.ex(s.value)}" if s.value is not None else ""), d)
 
+    def visit_DeclareLocal(self, s: ir.DeclareLocal, d: int) -> None:  # the launch's buffer, zeroed
+        self.emit(f"{s.array.name}[{', '.join(':' * len(s.array.extents))}] = 0", d)
+
     def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, d: int) -> None:
         self.emit("pass  # sync_block_threads: one thread per block on CPU backends", d)
 
@@ -455,7 +458,7 @@ class _ModuleEmitter:
             + "):"
         ]
         for s in k.shared + k.private:  # private: one thread per block, blocks one after another
-            lines.append(f"    {s.name} = np.empty({s.shape!r}, np.{s.dtype.name})")
+            lines.append(f"    {s.name} = np.empty({s.shape!r}, np.{'bool_' if s.dtype.is_bool else s.dtype.name})")
         if dyn:
             # 8-byte words (aligned for every type); each view has exactly the elements the C
             # backends give it (dynamic_shared_bytes // itemsize), so range checks agree
@@ -482,6 +485,8 @@ class _ModuleEmitter:
         ``[first + lo*e, first + hi*e)`` of each wave, in increasing order."""
         k, s = self.kernel, flat.loop
         fe = _FunctionEmitter(self, k.ndim)
+        for a in k.private:  # per-thread arrays: one buffer per call, zeroed for each element
+            fe.emit(f"{a.name} = np.empty({a.shape!r}, np.{'bool_' if a.dtype.is_bool else a.dtype.name})", 1)
         fe.declare(k.locals, 1)
         for st in flat.prelude:
             fe.stmt(st, 1)

@@ -80,7 +80,7 @@ ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py
 ACC_CALLS = (
-    ("once_per_grid", "once_per_block", "shared_array", "shared_scalar", "dynamic_shared_array")
+    ("once_per_grid", "once_per_block", "shared_array", "shared_scalar", "local_array", "dynamic_shared_array")
     + ("sync_block_threads", "mem_fence", "bit_cast")
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP

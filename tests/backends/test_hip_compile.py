@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
 from backends._c_build import KernelBuildError
@@ -80,6 +81,13 @@ CASES = {
     # match_any/match_all as ballots and shuffles (HIP has no __match_any_sync everywhere), widths
     "warp_matches": lambda: _hip(warp_matches, (_h(8, np.int64), _h(8, np.int64), 8)),
     "bit_ops": lambda: _hip(bit_ops, (_h(8, np.int32), _h(8, np.int64), _h(8, np.int32), _h(8, np.uint64), 8)),
+    # per-thread arrays (acc.local_array), in and out of device functions, range-checked
+    "local_arrays-range-checked": lambda: _hip(
+        local_arrays.through_functions, (_h((8, 6), np.float64), _h(8, np.float64), 8), debug=True
+    ),
+    "local_arrays-3d-bool": lambda: _hip(
+        local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8)
+    ),
 }
 
 

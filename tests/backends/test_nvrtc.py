@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
     CUPY_NVRTC_APPENDED,
@@ -81,6 +82,9 @@ def _cases():
         (bit_ops, (_h((8, 1), np.int32), _h(8, np.int32), _h(8, np.int32), 8), 1),  # __popc, __clz...
         (bit_ops, (_h((8, 1), np.int32), _h(8, np.uint64), _h(8, np.uint64), 8), 1),  # __popcll, __clzll...
         (warp_matches, (_h(8, np.float64), _h(8, np.int64), 8), 1),  # __match_any_sync, shfl within widths
+        (local_arrays.through_functions, (_h((8, 6), f64), _h(8, f64), 8), 1),
+        (local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8), 1),
+        (local_arrays.constant_indices, (_h((8, 5), f64), _h(8, f64), 8), 1),
     ]
 
 
