@@ -281,7 +281,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
         if f in INTRINSICS:  # the bit intrinsics, declared in operations.py
-            return INTRINSICS[f].c_text(self.d.name, s[0], at, self.h.declared)
+            return INTRINSICS[f].c_text(self.d.is_opencl, s[0], at, self.h.declared)
         if f in ("min", "max"):
             fn = self.h.declared(MATH[f].c_helper, e.type)
             acc = s[0]

@@ -545,6 +545,7 @@ def _used_names(k: ir.KernelDef) -> set[str]:
 def emit_numba(kernel: ir.KernelDef, serial: bool = False) -> NumbaSource:
     """The numba module source of ``kernel`` (see the module docstring) for cpu_serial
     (``serial``) or cpu_threads, after the compiler passes of
-    :data:`portable.compiler.passes.CPU_PIPELINE` (device functions inlined, the flat grid loop found)."""
+    :data:`portable.compiler.passes.CPU_PIPELINE` (device functions inlined, per-thread arrays
+    indexed by constants made scalars, the flat grid loop found)."""
     state = CPU_PIPELINE.run(kernel)
     return _ModuleEmitter(state.kernel, serial, state.flat_grid_loop).source()

@@ -170,7 +170,7 @@ def next_u32(e):
         used = np.uint32(0)
     e[10] = np.uint32(used + _ONE)
     # word 6 + used, by constant indices only: the CPU backends then keep the whole engine in
-    # scalars (backends/_local_arrays.py) and a GPU in registers (a run-time index of a local
+    # scalars (portable/compiler/_local_arrays.py) and a GPU in registers (a run-time index of a local
     # array puts it in slow thread-local memory)
     r = e[9]
     if used == 0:

@@ -1,9 +1,10 @@
-"""Per-thread arrays for the numba emitter: those indexed only by constants become scalar locals.
+"""Per-thread arrays for the numba emitter: those indexed only by constants become scalar locals
+(two compiler passes of :data:`portable.compiler.passes.CPU_PIPELINE`).
 
 numba has no stack arrays on the CPU: the emitter gives each per-thread array (``acc.local_array``,
 a random engine's state) one numpy buffer per ``launch`` call, refilled where the kernel declares
 it, so every element access is a load or store through memory that LLVM cannot keep in
-registers. After :mod:`backends._inline` has put every device function into the kernel, an array
+registers. After :mod:`portable.compiler._inline` has put every device function into the kernel, an array
 whose every access has constant indices within its extents (a 3-vector, a small matrix written
 out element by element) needs no memory at all: :func:`scalarize_local_arrays` replaces each of
 its elements by a local variable (``<array>_<flat index>``), its declaration by assignments of

@@ -247,6 +247,9 @@ class _Check(Visitor):
         self.visit(s.target)
         self.expr(s.value, s.target.type, f"value assigned to {s.target.name!r}")
 
+    def visit_DeclareLocal(self, s: ir.DeclareLocal) -> None:
+        self.array(s.array)
+
     def visit_Store(self, s: ir.Store) -> None:
         self.indices(s, s.array, s.indices)
         dtype = s.array.type.dtype if isinstance(s.array, ir.ArrayRef) else None

@@ -188,6 +188,7 @@ class VocabularyBuilder:
                 )
             width = int(w.value)
         return width
+
     def bit_cast(self, node: ast.Call) -> ir.Expr:
         """``acc.bit_cast(value, dtype)``: ``value``'s bits as a scalar of ``dtype`` of the same size
         (C++20's ``std::bit_cast``, CUDA's ``__float_as_uint``; numpy's ``.view(dtype)``)."""

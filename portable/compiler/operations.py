@@ -458,11 +458,12 @@ class Intrinsic:
         call = f"{helper(self.numba)}({v}, {t.bits})" if self.numba_bits else f"{helper(self.numba)}({v})"
         return f"np.{t.name}({call})" if self.same_type else call
 
-    def c_text(self, dialect: str, x: str, t: ScalarType, helper: Callable[[CHelper, ScalarType], str]) -> str:
-        """Its C source in ``dialect`` on the rendered ``x`` (``helper`` includes a declared helper)."""
+    def c_text(self, opencl: bool, x: str, t: ScalarType, helper: Callable[[CHelper, ScalarType], str]) -> str:
+        """Its C source on the rendered ``x``, in OpenCL C or else CUDA/HIP (``helper`` includes a
+        declared helper)."""
         out = c_type(t) if self.same_type else "i32"
         u = UINT32 if t.bits == 32 else UINT64
-        if dialect != "opencl":
+        if not opencl:
             arg = c_type(u if self.cuda_arg == "u" else (INT32 if t.bits == 32 else INT64))
             return f"(({out}){self.cuda[t.bits == 64]}(({arg})({x})))"
         fn = self.opencl if self.opencl is not None else helper(self.opencl_helper, u)  # type: ignore[arg-type]

@@ -8,6 +8,9 @@ every pipeline; the passes come after it:
 
 - :class:`InlineDeviceFunctions` (``inline_device_functions``): every device-function call
   replaced by a copy of the function's body (:mod:`portable.compiler._inline`);
+- :class:`UnrollForLocalArrays` (``unroll_for_local_arrays``) and :class:`ScalarizeLocalArrays`
+  (``scalarize_local_arrays``): short constant loops over per-thread arrays unrolled, then the
+  arrays indexed only by constants made scalar locals (:mod:`portable.compiler._local_arrays`);
 - :class:`FindFlatGridLoop` (``find_flat_grid_loop``): whether the kernel's blocks can run as one
   flat element loop on a CPU (:mod:`portable.compiler._grid_loop`).
 
@@ -27,6 +30,7 @@ from typing import ClassVar
 from . import ir
 from ._grid_loop import FlatGridLoop, flat_grid_loop
 from ._inline import inline_device_functions, kernel_body_in_block_loop
+from ._local_arrays import scalarize_local_arrays, unroll_for_local_arrays
 from ._verify import IRVerifyError, verify, verify_enabled
 
 
@@ -57,6 +61,24 @@ class InlineDeviceFunctions(CompilerPass):
 
     def run(self, state: CompileState) -> None:
         state.kernel = inline_device_functions(state.kernel)
+
+
+class UnrollForLocalArrays(CompilerPass):
+    """Each ``range()`` of a few constant trips whose variable indexes a per-thread array, unrolled."""
+
+    name = "unroll_for_local_arrays"
+
+    def run(self, state: CompileState) -> None:
+        state.kernel = unroll_for_local_arrays(state.kernel)
+
+
+class ScalarizeLocalArrays(CompilerPass):
+    """Per-thread arrays indexed only by constants replaced by one scalar local per element."""
+
+    name = "scalarize_local_arrays"
+
+    def run(self, state: CompileState) -> None:
+        state.kernel = scalarize_local_arrays(state.kernel)
 
 
 class FindFlatGridLoop(CompilerPass):
@@ -95,7 +117,9 @@ class PassManager:
 
 
 #: the numba emitter's passes (the cpu_serial and cpu_threads backends)
-CPU_PIPELINE = PassManager("cpu", [InlineDeviceFunctions(), FindFlatGridLoop()])
+CPU_PIPELINE = PassManager(
+    "cpu", [InlineDeviceFunctions(), UnrollForLocalArrays(), ScalarizeLocalArrays(), FindFlatGridLoop()]
+)
 
 __all__ = [
     "CPU_PIPELINE",
@@ -106,6 +130,8 @@ __all__ = [
     "IRVerifyError",
     "InlineDeviceFunctions",
     "PassManager",
+    "ScalarizeLocalArrays",
+    "UnrollForLocalArrays",
     "flat_grid_loop",
     "inline_device_functions",
     "kernel_body_in_block_loop",

@@ -240,7 +240,7 @@ def declared_in_a_branch(acc, out, n, first):
 
 
 def test_the_flat_element_loop_needs_each_array_declared_in_its_body():
-    from backends._grid_loop import flat_grid_loop
+    from portable.compiler.passes import flat_grid_loop
 
     k = declared_in_a_branch
     assert flat_grid_loop(k.ir(k.signature((np.zeros(4, np.int64), 4, 0)), 1, False)) is None
@@ -250,7 +250,7 @@ def test_the_flat_element_loop_needs_each_array_declared_in_its_body():
 
 def test_an_array_declared_before_the_loop_is_per_thread(device, queue):
     """Not the flat element loop: the array lives across the thread's elements."""
-    from backends._grid_loop import flat_grid_loop
+    from portable.compiler.passes import flat_grid_loop
 
     k = declared_before_the_loop
     assert flat_grid_loop(k.ir(k.signature((np.zeros(4, np.int64), 4)), 1, False)) is None

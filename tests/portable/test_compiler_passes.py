@@ -136,7 +136,12 @@ def _calls_a_device_function(acc, out, n):
 def test_the_cpu_pipeline_inlines_and_finds_the_flat_loop():
     out = np.zeros(4, np.float32)
     kir = _calls_a_device_function.ir(_calls_a_device_function.signature((out, 4)), 1, False)
-    assert CPU_PIPELINE.pass_names == ["inline_device_functions", "find_flat_grid_loop"]
+    assert CPU_PIPELINE.pass_names == [
+        "inline_device_functions",
+        "unroll_for_local_arrays",
+        "scalarize_local_arrays",
+        "find_flat_grid_loop",
+    ]
     state = CPU_PIPELINE.run(kir)
     assert kir.functions and not state.kernel.functions, "inlined into a new kernel, the old one unchanged"
     assert state.flat_grid_loop is not None
