@@ -110,7 +110,8 @@ class ArrayType:
     - ``scalar_field``: one element, indexed with no index (``a[]``).
     - ``buffer``: ``ndim`` 1-3, C-contiguous: ``a[i, j]`` = element ``i * extent1 + j``.
     - ``shared`` / ``dynamic_shared``: per-block memory, C-contiguous like a buffer.
-    - ``private``: per-thread memory (a random engine's state), C-contiguous like a buffer.
+    - ``private``: per-thread memory (``acc.local_array``, a random engine's state), C-contiguous
+      like a buffer.
 
     ``component_shape`` is ``(R,)`` for vectors, ``(R, C)`` for matrices, else ``()``.
     ``ndim`` is the number of logical indices.
