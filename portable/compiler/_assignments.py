@@ -116,8 +116,7 @@ class AssignBuilder:
             and isinstance(self.value(s.value.func.value), AccVal)
         ):
             return self.rand_engine(s)
-        v = self.value(s.value)
-        out = []
+        out, v = self.results(self.value(s.value), s)  # a, b = f(...): the call, then the stores
         for t in s.targets:
             out += self.store(t, v, s)
         return out
@@ -128,8 +127,9 @@ class AssignBuilder:
         v = self.value(s.value)
         ann = self.value(s.annotation)
         if isinstance(ann, DTypeVal):
-            v = cast(self.as_scalar(v, s), ann.type)
-        return self.store(s.target, v, s)
+            return self.store(s.target, cast(self.as_scalar(v, s), ann.type), s)
+        pre, v = self.results(v, s)
+        return pre + self.store(s.target, v, s)
 
     def st_AugAssign(self, s: ast.AugAssign) -> list[ir.Stmt]:
         fake = ast.BinOp(left=_as_load(s.target), op=s.op, right=s.value)

@@ -26,7 +26,7 @@ from ._frontend import (
     run_builder,
 )
 from ._signature import arg_specs, check_args, signature_key
-from ._values import AccVal, TupleVal, ViewVal
+from ._values import AccVal, DeviceFunctionVal, TupleVal, ViewVal
 from .types import INDEX, VOID, ScalarType
 
 _T = TypeVar("_T")
@@ -103,7 +103,8 @@ def _import_by_reference(what: str, module: str, qualname: str) -> Any:
 
 class DeviceFunction:
     """A helper a kernel may call (``@pk.device_function``). It takes ``acc``, arrays, views and
-    scalars, and returns one scalar or nothing. Compiled with the kernel that calls it.
+    scalars, and returns one scalar, several (``return a, b``, unpacked by the caller) or
+    nothing. Compiled with the kernel that calls it.
 
     ``min_shared`` maps array parameters to the least number of elements a shared array passed
     there must have, as a function of the block's threads (``{"ws": lambda block_threads:
@@ -313,6 +314,18 @@ def _array_param(name: str, arr: ir.ArrayRef) -> ir.ArrayRef:
     return ir.ArrayRef(name, arr.type, ext, pitch)
 
 
+#: what a value that a device function cannot take is, in its message
+_WHAT = {
+    "BuiltinVal": "a builtin or math function (wrap it in a @pk.device_function)",
+    "ModuleVal": "a module",
+    "DTypeVal": "a numpy type",
+    "MultiCall": "several values",
+    "LoopVal": "an acc loop",
+    "RangeVal": "a range",
+    "AccMember": "an acc member",
+}
+
+
 def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tuple], list[Any]]:
     """What a specialisation of ``df`` depends on for each argument value (acc; a scalar's type;
     an array's type; a view's layout and constness), and the call's IR arguments."""
@@ -330,9 +343,14 @@ def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tupl
         elif isinstance(v, ViewVal):
             keys.append(("view", v.layout, v.const))
             call_args += list(v.fields.values()) + [v.size]
+        elif isinstance(v, DeviceFunctionVal):  # specialised per function passed (a C++ lambda's type)
+            keys.append(("function", v.function))
         else:
-            what = "a tuple" if isinstance(v, TupleVal) else type(v).__name__
-            raise TypeError(f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views or numbers")
+            what = "a tuple" if isinstance(v, TupleVal) else _WHAT.get(type(v).__name__, type(v).__name__)
+            raise TypeError(
+                f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views, numbers "
+                "or @pk.device_function functions"
+            )
     return keys, call_args
 
 
@@ -371,6 +389,8 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
             if isinstance(v, AccVal):
                 bindings[pname] = v
                 uses_acc = True
+            elif isinstance(v, DeviceFunctionVal):  # no C parameter: its calls name the function
+                bindings[pname] = v
             elif isinstance(v, ir.Expr):
                 pv = ir.Var(pn, v.type)
                 params.append(pv)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing import device_calls as calls
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
 from backends._c_build import KernelBuildError
@@ -61,6 +62,10 @@ CASES = {
     "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
     # __syncthreads_count/and/or: ockl's block reductions, linked from the device libraries
     "block_votes": lambda: _hip(block_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
+    # several values returned through out-pointers, an assert inside such a function
+    "several_values-range-checked": lambda: _hip(
+        calls.several_values, (_h((8, 10), np.float64), _h(1, np.int64), _h(8, np.int64), 8), debug=True
+    ),
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing import device_calls as results
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
     CUPY_NVRTC_APPENDED,
@@ -63,6 +64,8 @@ def _cases():
         (mt.math_all, (_h((8, 9), f64), _h(8, f32), _h(8, f32), 8), 1),
         (mt.math_all, (_h((8, 9), f64), _h(8, f64), _h(8, f64), 8), 1),
         (mt.weighted_block_sums, (_h(1, f64), pk.PortableCollection(mt.WP, 8, pk.host()).const_view(), 8), 1),
+        (results.several_values, (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8), 1),
+        (results.rotate_points, (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8), 1),
     ]
 
 
