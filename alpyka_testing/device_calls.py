@@ -98,3 +98,71 @@ def divide_all(acc, out, x, d, n):
     for i in acc.uniform_elements(n):
         q, r = floor_divmod(x[i], d)
         out[i] = q * 10 + r
+
+
+# ----------------------------------------------------------------------------- functions as arguments
+@pk.device_function
+def add_to(acc, j, out, i):
+    out[i] += j
+
+
+@pk.device_function
+def count_to(acc, j, out, i):
+    out[i] += 1
+
+
+@pk.device_function
+def walk(acc, lo, hi, fn, out, i):
+    """``fn(acc, j, out, i)`` for ``j`` in ``[lo, hi)``: specialised per ``fn`` passed."""
+    for j in range(lo, hi):
+        fn(acc, j, out, i)
+
+
+@pk.device_function
+def walk_twice(acc, hi, fn, *args):
+    """``*args`` passed on as they are, through a second level."""
+    walk(acc, 0, hi, fn, *args)
+    walk(acc, hi, 2 * hi, fn, *args)
+
+
+@pk.kernel
+def sums_and_counts(acc, sums, counts, x, n):
+    for i in acc.uniform_elements(n):
+        walk(acc, 0, x[i], add_to, sums, i)
+        walk_twice(acc, x[i], count_to, counts, i)
+
+
+def walker_kernel(fn):
+    """A kernel of the same source and name for every ``fn``: only the function it passes differs."""
+
+    @pk.kernel
+    def apply_walk(acc, out, n):
+        for i in acc.uniform_elements(n):
+            walk(acc, 0, i, fn, out, i)
+
+    return apply_walk
+
+
+def scaled_visitor(k):
+    """Device functions of the same name and source, ``k`` baked in."""
+
+    @pk.device_function
+    def visit(acc, j, out, i):
+        out[i] += j * k
+
+    return visit
+
+
+# ----------------------------------------------------------------------------- for_each_in_bins
+@pk.device_function
+def close_pair(acc, j, i, z, zmax, out):
+    """CMSSW's vertex finder's lambda: count the neighbours j of i within zmax (i itself left out)."""
+    if j != i and abs(z[j] - z[i]) <= zmax:
+        out[i] += 1
+
+
+@pk.kernel
+def count_neighbours(acc, out, offsets, content, izt, z, zmax, window, n):
+    hist = (offsets, content)
+    for i in acc.uniform_elements(n):
+        pk.tools.for_each_in_bins(acc, hist, izt[i], window, close_pair, i, z, zmax, out)

@@ -17,7 +17,7 @@ class AssignBuilder:
     the builder and the expressions of :class:`~portable.compiler._expressions.ExprBuilder`."""
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
-        if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
+        if name in self.scope and not isinstance(v, (ir.Expr, FieldAccess)) and not _same_numbers(self.scope[name], v):
             raise self.error(node, f"{name!r} cannot be reassigned")
         if isinstance(v, FieldAccess):
             v = self.as_scalar(v, node)
@@ -41,6 +41,9 @@ class AssignBuilder:
             for k, it in enumerate(v.items):
                 if isinstance(it, TupleVal):
                     raise self.error(node, "nested tuples cannot be assigned")
+                if not isinstance(it, (ir.Expr, FieldAccess)):  # an array, a view...: kept as it is
+                    items.append(it)
+                    continue
                 tname = f"{name}_{k}"
                 out += self.assign_name(tname, it, node)
                 items.append(self.var(tname))
@@ -168,6 +171,18 @@ class AssignBuilder:
             sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape)
         )
         return []
+
+
+def _same_numbers(old: Any, new: Any) -> bool:
+    """Whether ``new`` may replace the tuple ``old`` of a name: both tuples of as many numbers
+    (``t = f(...)`` again: its variables ``t_0``, ``t_1``... are assigned again)."""
+    return (
+        isinstance(old, TupleVal)
+        and isinstance(new, TupleVal)
+        and len(old.items) == len(new.items)
+        and all(isinstance(x, ir.Var) for x in old.items)
+        and all(isinstance(x, (ir.Expr, FieldAccess)) for x in new.items)
+    )
 
 
 def _as_load(target: ast.AST) -> ast.AST:

@@ -278,7 +278,15 @@ class CallBuilder:
     def device_call(self, df: Any, node: ast.Call) -> ir.Expr:
         if node.keywords:
             raise self.error(node, f"device function {df.__name__!r} takes positional arguments only")
-        vals = [self.value(a) for a in node.args]
+        vals = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):  # f(acc, j, *args): the items of a tuple, one argument each
+                t = self.value(a.value)
+                if not isinstance(t, TupleVal):
+                    raise self.error(node, f"*{ast.unparse(a.value)} must be a tuple, got {self.describe(t)}")
+                vals += t.items
+            else:
+                vals.append(self.value(a))
         vals = [self.as_scalar(v, node) if isinstance(v, (FieldAccess, MultiCall)) else v for v in vals]
         try:
             assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"

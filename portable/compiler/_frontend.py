@@ -41,6 +41,8 @@ class ParsedFunction:
     globals: dict
     closure: dict
     params: list[str]
+    #: the name of a device function's ``*args`` parameter (None: it has none)
+    vararg: str | None = None
 
 
 def _source_block(fn: Any) -> str | None:
@@ -99,10 +101,11 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
     if not isinstance(fdef, ast.FunctionDef):
         raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must be a def function")
     a = fdef.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+    if (a.vararg and what == "kernel") or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+        extra = "" if what == "kernel" else " (a device function may end them with *args)"
         raise KernelSyntaxError(
             f"{filename}:{first}: {what} {fn.__name__!r} must take plain positional "
-            "parameters (no defaults, *args, **kwargs or keyword-only)",
+            f"parameters (no defaults, *args, **kwargs or keyword-only){extra}",
             filename,
             first,
         )
@@ -114,7 +117,16 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
                 closure[name] = cell.cell_contents
             except ValueError:
                 pass
-    return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure, [x.arg for x in a.args])
+    return ParsedFunction(
+        fn.__name__,
+        fdef,
+        filename,
+        first - 1,
+        fn.__globals__,
+        closure,
+        [x.arg for x in a.args],
+        a.vararg.arg if a.vararg else None,
+    )
 
 
 def _check_ascii_names(fdef: ast.FunctionDef, filename: str, offset: int, what: str) -> None:

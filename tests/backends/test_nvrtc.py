@@ -51,7 +51,7 @@ def _h(shape, dtype):
 def _cases():
     """(kernel, example args, ndim): the backend tests' kernels (alpyka_testing/backends/blocks.py)
     and one of SoA views, typed by host stand-ins."""
-    f64, f32, i64 = np.float64, np.float32, np.int64
+    f64, f32, i64, i32 = np.float64, np.float32, np.int64, np.int32
     track = pk.PortableCollection(Track, 8, pk.host())
     return [
         (mt.block_sums, (_h(4, f64), _h(8, f64), 8), 1),
@@ -66,6 +66,8 @@ def _cases():
         (mt.weighted_block_sums, (_h(1, f64), pk.PortableCollection(mt.WP, 8, pk.host()).const_view(), 8), 1),
         (results.several_values, (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8), 1),
         (results.rotate_points, (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8), 1),
+        (results.sums_and_counts, (_h(8, i64), _h(8, i64), _h(8, i64), 8), 1),
+        (results.count_neighbours, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
     ]
 
 
