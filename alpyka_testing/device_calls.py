@@ -166,3 +166,48 @@ def count_neighbours(acc, out, offsets, content, izt, z, zmax, window, n):
     hist = (offsets, content)
     for i in acc.uniform_elements(n):
         pk.tools.for_each_in_bins(acc, hist, izt[i], window, close_pair, i, z, zmax, out)
+
+
+# ----------------------------------------------------------------------------- nested defs ([&] lambdas)
+@pk.kernel
+def neighbours_by_lambda(acc, out, offsets, content, izt, z, zmax, window, n):
+    """count_neighbours with CMSSW's lambda as a nested def reading the kernel's locals."""
+    hist = (offsets, content)
+    for i in acc.uniform_elements(n):
+        zi = z[i]
+
+        def close(acc, j):
+            if j != i and abs(z[j] - zi) <= zmax:  # noqa: B023 (called before i and zi change)
+                out[i] += 1  # noqa: B023
+
+        pk.tools.for_each_in_bins(acc, hist, izt[i], window, close)
+
+
+@pk.device_function
+def weighted_walk(acc, x, w, out, i):
+    """A nested def in a device function, capturing a parameter and a local, called directly
+    and passed on."""
+    scale = w * 2
+
+    def add(acc, j):
+        out[i] += x[j] * scale
+
+    add(acc, 0)
+    walk_args(acc, 0, 2 * i, add_pair, add)
+
+
+@pk.device_function
+def walk_args(acc, lo, hi, fn, *args):
+    for j in range(lo, hi):
+        fn(acc, j, *args)
+
+
+@pk.device_function
+def add_pair(acc, j, fn):
+    fn(acc, j)
+
+
+@pk.kernel
+def nested_in_a_function(acc, out, x, w, n):
+    for i in acc.uniform_elements(n):
+        weighted_walk(acc, x, w, out, i)

@@ -18,6 +18,7 @@ import numpy as np
 from . import ir
 from ._assignments import AssignBuilder
 from ._calls import CallBuilder
+from ._closures import ClosureBuilder, LocalFunction, bound_names
 from ._depth import deep_recursion
 from ._errors import KernelSyntaxError
 from ._expressions import ALLOWED_HINT, ExprBuilder, cast, const, to_bool
@@ -178,17 +179,18 @@ class CompileContext:
     shared_needs: dict[tuple, Any] = field(default_factory=dict)
     param_needs: dict[str, dict] = field(default_factory=dict)
     param_owner: dict[str, tuple] = field(default_factory=dict)
+    #: the defs nested in the kernel's functions, by id of their ``def`` node (see _closures)
+    local_functions: dict[int, Any] = field(default_factory=dict)
 
 
 def _assigned_names(fdef: ast.FunctionDef) -> set[str]:
-    out = set()
-    for node in ast.walk(fdef):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            out.add(node.id)
-    return out
+    """The names ``fdef`` binds (not those of a def nested in it, which binds its own)."""
+    return bound_names(fdef)
 
 
-class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuilder, CallBuilder, ExprBuilder):
+class FunctionBuilder(
+    AssignBuilder, ClosureBuilder, MessageBuilder, LoopBuilder, VocabularyBuilder, CallBuilder, ExprBuilder
+):
     """Translates one function body; rerun until the local variables' types are stable."""
 
     def __init__(
@@ -232,7 +234,8 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
 
     def lookup(self, name: str, node: ast.AST) -> Any:
         if name in self.scope:
-            return self.scope[name]
+            v = self.scope[name]
+            return self.bind_local(v, node) if isinstance(v, LocalFunction) else v
         if name in self.var_types:
             return self.var(name)
         if name in self.assigned:
@@ -484,7 +487,6 @@ _FORBIDDEN_STMTS = (
     ast.Global,
     ast.Nonlocal,
     ast.ClassDef,
-    ast.FunctionDef,
     ast.AsyncFunctionDef,
     ast.Delete,
 ) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())

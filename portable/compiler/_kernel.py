@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from .._errors import WorkDivError
 from ..env import debug_flag
 from . import ir
+from ._closures import BoundLocal
 from ._errors import KernelArgumentError, KernelSyntaxError
 from ._frontend import (
     CompileContext,
@@ -345,7 +346,10 @@ def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tupl
             call_args.extend([*v.fields.values(), v.size])
             return ("view", v.layout, v.const)
         if isinstance(v, DeviceFunctionVal):  # specialised per function passed (a C++ lambda's type)
-            return ("function", v.function)
+            fn = v.function
+            if isinstance(fn, BoundLocal):  # a nested def: its captured values are arguments too
+                return ("function", fn.template, key(TupleVal(fn.captures)))
+            return ("function", fn)
         if isinstance(v, TupleVal):  # (offsets, content), *args: each item as an argument of its own
             return ("tuple", tuple(key(it) for it in v.items))
         what = _WHAT.get(type(v).__name__, type(v).__name__)
@@ -364,9 +368,11 @@ def _parameters(df: Any, parsed: ParsedFunction, vals: list[Any]) -> tuple[list[
     if parsed.vararg is not None:
         if len(vals) < len(names):
             raise TypeError(f"device function {df.__name__!r} takes at least {len(names)} argument(s), got {len(vals)}")
-        return [*names, parsed.vararg], [*vals[: len(names)], TupleVal(list(vals[len(names) :]))]
-    if len(vals) != len(names):
+        names, vals = [*names, parsed.vararg], [*vals[: len(names)], TupleVal(list(vals[len(names) :]))]
+    elif len(vals) != len(names):
         raise TypeError(f"device function {df.__name__!r} takes {len(names)} argument(s), got {len(vals)}")
+    if isinstance(df, BoundLocal):  # a nested def: what it captured comes after its own parameters
+        names, vals = [*names, *df.template.captured], [*vals, *df.captures]
     return names, vals
 
 
@@ -375,10 +381,11 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
     return type and the call's IR arguments."""
     parsed = df.parsed()
     names, vals = _parameters(df, parsed, vals)
-    if any(f is df for f in ctx.stack):
+    ident = df.template if isinstance(df, BoundLocal) else df  # one nested def, whatever it captured
+    if any(f is ident for f in ctx.stack):
         raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
     keys, call_args = _specialisation_keys(df, vals)
-    skey = (df, tuple(keys))
+    skey = (ident, tuple(keys))
     if skey in ctx.specialisations:
         fname = ctx.specialisations[skey]
         _apply_needs(fname, vals, ctx)
@@ -402,6 +409,10 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
             uses_acc = True
             return v
         if isinstance(v, DeviceFunctionVal):  # no C parameter: its calls name the function
+            fn = v.function
+            if isinstance(fn, BoundLocal):  # what a nested def captured: parameters of this function
+                got = bind(f"{pn}_c", f"what {fn.__name__!r} captures", TupleVal(fn.captures), k)
+                return DeviceFunctionVal(BoundLocal(fn.template, got.items))
             return v
         if isinstance(v, TupleVal):
             return TupleVal([bind(f"{pn}_{j}", f"{pname}[{j}]", it, k) for j, it in enumerate(v.items)])
@@ -440,7 +451,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
         b.prologue = [ir.Assign(b.var(n), pv) for n, pv in assigned_scalars]
         return b
 
-    ctx.stack.append(df)
+    ctx.stack.append(ident)
     try:
         b, body = run_builder(make, parsed.tree.body)
     finally:

@@ -66,6 +66,11 @@ CASES = {
     "several_values-range-checked": lambda: _hip(
         calls.several_values, (_h((8, 10), np.float64), _h(1, np.int64), _h(8, np.int64), 8), debug=True
     ),
+    # a nested def reading the kernel's locals, passed to pk.tools.for_each_in_bins
+    "neighbours_by_lambda": lambda: _hip(
+        calls.neighbours_by_lambda,
+        (_h(8, np.int32), _h(5, np.int32), _h(8, np.int32), _h(8, np.int32), _h(8, np.float32), np.float32(1), 1, 8),
+    ),
     # a device function passed to a device function (pk.tools.for_each_in_bins)
     "count_neighbours": lambda: _hip(
         calls.count_neighbours,

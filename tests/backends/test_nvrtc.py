@@ -68,6 +68,8 @@ def _cases():
         (results.rotate_points, (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8), 1),
         (results.sums_and_counts, (_h(8, i64), _h(8, i64), _h(8, i64), 8), 1),
         (results.count_neighbours, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
+        (results.neighbours_by_lambda, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
+        (results.nested_in_a_function, (_h(8, f64), _h(16, f64), 1.5, 8), 1),
     ]
 
 
