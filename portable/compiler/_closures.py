@@ -89,6 +89,9 @@ class ClosureBuilder:
     """Mixin of the function builder: ``def`` statements. Needs ``error``, ``scope``, ``lookup``,
     ``ctx``, ``p`` (the enclosing function's ParsedFunction) and ``assigned``."""
 
+    #: the nested defs whose captures are being looked up (a def that reads itself: recursion)
+    binding_locals: list[LocalFunction]
+
     def st_FunctionDef(self, s: ast.FunctionDef) -> list:
         if s.decorator_list:
             raise self.error(s, f"a def inside a kernel takes no decorator: {s.name!r} is a device function already")
@@ -120,7 +123,7 @@ class ClosureBuilder:
 
     def bind_local(self, template: LocalFunction, node: ast.AST) -> DeviceFunctionVal:
         """The nested def with the current values of what it captures."""
-        binding = self.__dict__.setdefault("_binding", [])
+        binding = self.binding_locals
         if template in binding:  # g reads g (or h, which reads g): a call of itself
             raise self.error(node, f"{template.__name__!r} calls itself: recursion is not allowed in kernels")
         binding.append(template)

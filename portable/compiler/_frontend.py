@@ -216,6 +216,7 @@ class FunctionBuilder(
         self.loops: list[str] = []
         self.ntmp = 0
         self.first_return: int | None = None  # the line of the first return (for messages)
+        self.binding_locals: list[LocalFunction] = []
 
     # --------------------------------------------------------------- errors
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
