@@ -211,3 +211,23 @@ def add_pair(acc, j, fn):
 def nested_in_a_function(acc, out, x, w, n):
     for i in acc.uniform_elements(n):
         weighted_walk(acc, x, w, out, i)
+
+
+# ----------------------------------------------------------------------------- with per-thread arrays
+@pk.device_function
+def cramer2(acc, m, v):
+    """The solution of the 2x2 system ``m x = v`` (per-thread arrays in), by Cramer's rule: two values."""
+    det = m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
+    return (v[0] * m[1, 1] - m[0, 1] * v[1]) / det, (m[0, 0] * v[1] - v[0] * m[1, 0]) / det
+
+
+@pk.kernel
+def solve_systems(acc, out, a, b, n):
+    for i in acc.uniform_elements(n):
+        m = acc.local_array((2, 2), np.float64)
+        v = acc.local_array(2, np.float64)
+        for r in range(2):
+            v[r] = b[i, r]
+            for c in range(2):
+                m[r, c] = a[i, r, c]
+        out[i, 0], out[i, 1] = cramer2(acc, m, v)

@@ -9,7 +9,8 @@ loop tells two threads apart. That holds when the loop body
 
 - never reads ``block_idx`` (directly, or through a device function taking ``acc``),
 - never ``return``s and has no ``break`` of the loop itself (both end one thread only),
-- uses no shared memory (per block), and
+- uses no shared memory (per block), declares each per-thread array it uses (``acc.local_array``)
+  directly in its body (zeroed for each element), and
 - reads no local variable that an earlier iteration may have left behind (a value carried from
   one element to the next would leak from one thread into the next).
 
@@ -138,7 +139,7 @@ class _DefinedBeforeRead(Visitor):
         """A statement that reads no local."""
         return defined
 
-    visit_Break = visit_Continue = visit_SyncBlockThreads = nothing
+    visit_Break = visit_Continue = visit_SyncBlockThreads = visit_DeclareLocal = nothing
 
 
 def defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) -> set[str] | None:
@@ -156,12 +157,23 @@ def _direct_breaks(body: list[ir.Stmt]) -> bool:
     return False
 
 
+def _declared_per_element(private: list[ir.SharedArray], body: list[ir.Stmt]) -> bool:
+    """Whether every per-thread array is an ``acc.local_array`` declared (zeroed) by a statement
+    of the loop's body itself, not nested: each element then starts with a zeroed array, and
+    nothing one element leaves in it reaches the next (a random engine's state, set up before
+    the loop, would)."""
+    declared = {s.array.name for s in body if isinstance(s, ir.DeclareLocal)}
+    return all(a.name in declared for a in private)
+
+
 def flat_grid_loop(k: ir.KernelDef) -> FlatGridLoop | None:
     """The kernel as prelude + one flat-able ``uniform_elements`` loop, or None (see module doc)."""
-    if k.ndim != 1 or k.shared or k.private or k.uses_dynamic_shared or not k.body:
+    if k.ndim != 1 or k.shared or k.uses_dynamic_shared or not k.body:
         return None
     *prelude, loop = k.body
     if not isinstance(loop, ir.StridedLoop) or loop.kind != "uniform_elements" or loop.local_var is not None:
+        return None
+    if k.private and not _declared_per_element(k.private, loop.body):
         return None
     for s in prelude:
         if not isinstance(s, ir.Assign) or _uses_block_identity(s, k) or _has_side_effects(s):

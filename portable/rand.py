@@ -169,7 +169,17 @@ def next_u32(e):
             e[1] = np.uint32((np.uint64(e[1]) + _ONE) & _LO)
         used = np.uint32(0)
     e[10] = np.uint32(used + _ONE)
-    return e[6 + used]
+    # word 6 + used, by constant indices only: the CPU backends then keep the whole engine in
+    # scalars (backends/_local_arrays.py) and a GPU in registers (a run-time index of a local
+    # array puts it in slow thread-local memory)
+    r = e[9]
+    if used == 0:
+        r = e[6]
+    elif used == 1:
+        r = e[7]
+    elif used == 2:
+        r = e[8]
+    return r
 
 
 @device_function

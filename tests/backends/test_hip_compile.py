@@ -11,6 +11,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing import device_calls as calls
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
 from backends._c_build import KernelBuildError
@@ -75,6 +76,13 @@ CASES = {
     "count_neighbours": lambda: _hip(
         calls.count_neighbours,
         (_h(8, np.int32), _h(5, np.int32), _h(8, np.int32), _h(8, np.int32), _h(8, np.float32), np.float32(1), 1, 8),
+    ),
+    # per-thread arrays (acc.local_array), in and out of device functions, range-checked
+    "local_arrays-range-checked": lambda: _hip(
+        local_arrays.through_functions, (_h((8, 6), np.float64), _h(8, np.float64), 8), debug=True
+    ),
+    "local_arrays-3d-bool": lambda: _hip(
+        local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8)
     ),
 }
 

@@ -10,6 +10,7 @@ import pytest
 import portable as pk
 import soa
 from alpyka_testing import device_calls as results
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
     CUPY_NVRTC_APPENDED,
@@ -70,6 +71,9 @@ def _cases():
         (results.count_neighbours, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
         (results.neighbours_by_lambda, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
         (results.nested_in_a_function, (_h(8, f64), _h(16, f64), 1.5, 8), 1),
+        (local_arrays.through_functions, (_h((8, 6), f64), _h(8, f64), 8), 1),
+        (local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8), 1),
+        (local_arrays.constant_indices, (_h((8, 5), f64), _h(8, f64), 8), 1),
     ]
 
 

@@ -184,3 +184,20 @@ def test_errors_name_the_rule_and_the_fix(kern, text):
     with pytest.raises(KernelSyntaxError, match=text) as err:
         kern.ir(kern.signature((out,)), 1, False)
     assert "test_device_function_results.py:" in str(err.value)
+
+
+def test_several_values_from_per_thread_arrays(device, queue):
+    """A small solve on per-thread arrays (acc.local_array) returning both unknowns: numpy's bits."""
+    from alpyka_testing.device_calls import solve_systems
+
+    rng = np.random.default_rng(9)
+    n = 50
+    a = rng.standard_normal((n, 2, 2)) + 3 * np.eye(2)
+    b = rng.standard_normal((n, 2))
+    out = upload(queue, np.zeros((n, 2)))
+    pk.exec(queue, pk.make_workdiv(device, 2, 8), solve_systems, out, upload(queue, a), upload(queue, b), n)
+    det = a[:, 0, 0] * a[:, 1, 1] - a[:, 0, 1] * a[:, 1, 0]
+    want = np.stack(
+        [(b[:, 0] * a[:, 1, 1] - a[:, 0, 1] * b[:, 1]) / det, (a[:, 0, 0] * b[:, 1] - b[:, 0] * a[:, 1, 0]) / det], 1
+    )
+    np.testing.assert_array_equal(download(queue, out), want)
