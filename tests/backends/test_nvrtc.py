@@ -303,3 +303,21 @@ def test_ptx_fuses_no_fma_unless_fast_math(dtype, hip):
             assert any(op.startswith("fma.") or ".rn" not in op for op in arith), ops
         else:
             assert not [op for op in arith if op.startswith("fma.") or ".rn" not in op], ops
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ["several_values", "rotate_points", "count_neighbours", "neighbours_by_lambda"])
+def test_out_pointers_and_passed_functions_leave_no_call_or_local_memory(name):
+    """Several return values go through out-pointers to the caller's locals, and a function passed
+    to a device function is a specialisation of its own: once NVRTC inlines them, the PTX keeps
+    every value in registers (no local memory, no call)."""
+    f32, i32, i64, f64 = np.float32, np.int32, np.int64, np.float64
+    args = {
+        "several_values": (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8),
+        "rotate_points": (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8),
+        "count_neighbours": (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8),
+        "neighbours_by_lambda": (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8),
+    }[name]
+    kernel = getattr(results, name)
+    ptx = nvrtc_compile(emit(kernel.ir(kernel.signature(args), 1, False), "cuda"), ARCH, CUPY_NVRTC_APPENDED)
+    assert ".local" not in ptx and "call" not in ptx.replace(".callseq", ""), ptx
