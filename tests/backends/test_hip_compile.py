@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing import device_calls as calls
 from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
@@ -81,6 +82,20 @@ CASES = {
     # match_any/match_all as ballots and shuffles (HIP has no __match_any_sync everywhere), widths
     "warp_matches": lambda: _hip(warp_matches, (_h(8, np.int64), _h(8, np.int64), 8)),
     "bit_ops": lambda: _hip(bit_ops, (_h(8, np.int32), _h(8, np.int64), _h(8, np.int32), _h(8, np.uint64), 8)),
+    # several values returned through out-pointers, an assert inside such a function
+    "several_values-range-checked": lambda: _hip(
+        calls.several_values, (_h((8, 10), np.float64), _h(1, np.int64), _h(8, np.int64), 8), debug=True
+    ),
+    # a nested def reading the kernel's locals, passed to pk.tools.for_each_in_bins
+    "neighbours_by_lambda": lambda: _hip(
+        calls.neighbours_by_lambda,
+        (_h(8, np.int32), _h(5, np.int32), _h(8, np.int32), _h(8, np.int32), _h(8, np.float32), np.float32(1), 1, 8),
+    ),
+    # a device function passed to a device function (pk.tools.for_each_in_bins)
+    "count_neighbours": lambda: _hip(
+        calls.count_neighbours,
+        (_h(8, np.int32), _h(5, np.int32), _h(8, np.int32), _h(8, np.int32), _h(8, np.float32), np.float32(1), 1, 8),
+    ),
     # per-thread arrays (acc.local_array), in and out of device functions, range-checked
     "local_arrays-range-checked": lambda: _hip(
         local_arrays.through_functions, (_h((8, 6), np.float64), _h(8, np.float64), 8), debug=True

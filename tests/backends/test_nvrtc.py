@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing import device_calls as results
 from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
@@ -66,7 +67,7 @@ def _h(shape, dtype):
 def _cases():
     """(kernel, example args, ndim): the backend tests' kernels (alpyka_testing/backends/blocks.py)
     and one of SoA views, typed by host stand-ins."""
-    f64, f32, i64 = np.float64, np.float32, np.int64
+    f64, f32, i64, i32 = np.float64, np.float32, np.int64, np.int32
     track = pk.PortableCollection(Track, 8, pk.host())
     return [
         (mt.block_sums, (_h(4, f64), _h(8, f64), 8), 1),
@@ -82,6 +83,12 @@ def _cases():
         (bit_ops, (_h((8, 1), np.int32), _h(8, np.int32), _h(8, np.int32), 8), 1),  # __popc, __clz...
         (bit_ops, (_h((8, 1), np.int32), _h(8, np.uint64), _h(8, np.uint64), 8), 1),  # __popcll, __clzll...
         (warp_matches, (_h(8, np.float64), _h(8, np.int64), 8), 1),  # __match_any_sync, shfl within widths
+        (results.several_values, (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8), 1),
+        (results.rotate_points, (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8), 1),
+        (results.sums_and_counts, (_h(8, i64), _h(8, i64), _h(8, i64), 8), 1),
+        (results.count_neighbours, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
+        (results.neighbours_by_lambda, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
+        (results.nested_in_a_function, (_h(8, f64), _h(16, f64), 1.5, 8), 1),
         (local_arrays.through_functions, (_h((8, 6), f64), _h(8, f64), 8), 1),
         (local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8), 1),
         (local_arrays.constant_indices, (_h((8, 5), f64), _h(8, f64), 8), 1),
@@ -328,3 +335,21 @@ def test_the_compile_checks_are_the_suites_hook_not_the_launch_paths():
     assert any(getattr(f, "compile_checks", False) for f in chain), "tests/conftest.py did not install the checks"
     assert chain[-1].__module__ == launch.__name__
     assert "ALPYKA_CHECK" not in inspect.getsource(launch)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ["several_values", "rotate_points", "count_neighbours", "neighbours_by_lambda"])
+def test_out_pointers_and_passed_functions_leave_no_call_or_local_memory(name):
+    """Several return values go through out-pointers to the caller's locals, and a function passed
+    to a device function is a specialisation of its own: once NVRTC inlines them, the PTX keeps
+    every value in registers (no local memory, no call)."""
+    f32, i32, i64, f64 = np.float32, np.int32, np.int64, np.float64
+    args = {
+        "several_values": (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8),
+        "rotate_points": (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8),
+        "count_neighbours": (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8),
+        "neighbours_by_lambda": (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8),
+    }[name]
+    kernel = getattr(results, name)
+    ptx = nvrtc_compile(emit(kernel.ir(kernel.signature(args), 1, False), "cuda"), ARCH, CUPY_NVRTC_APPENDED)
+    assert ".local" not in ptx and "call" not in ptx.replace(".callseq", ""), ptx
