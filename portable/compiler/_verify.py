@@ -22,7 +22,7 @@ from .._errors import AlpykaError
 from ..env import env_flag
 from . import ir
 from ._depth import deep_recursion
-from .types import BOOL, INDEX, ScalarType, VoidType
+from .types import BOOL, INDEX, ScalarType, TupleType, VoidType
 from .visit import Visitor
 
 ENV_VERIFY = "ALPYKA_VERIFY_IR"
@@ -111,8 +111,10 @@ class _Check(Visitor):
         if not isinstance(e, ir.Expr):
             self.problems.append(f"{self.where}: {type(e).__name__} where an expression belongs ({what})")
             return
-        if not isinstance(e.type, (ScalarType, VoidType)):
+        if not isinstance(e.type, (ScalarType, VoidType, TupleType)):
             self.bad(e, f"type {e.type!r} is not a scalar type")
+        elif isinstance(e.type, TupleType) and not isinstance(e, (ir.Pack, ir.DeviceCall)):
+            self.bad(e, f"a {type(e).__name__} of the several values {e.type}: only a Pack or a call has them")
         self.visit(e)
         if want is not None and e.type != want:
             self.bad(e, f"the {what} has type {e.type}, not {want}: a Cast is missing")
@@ -230,6 +232,12 @@ class _Check(Visitor):
         if e.type != fn.return_type:
             self.bad(e, f"a call of type {e.type} to {e.function!r} returning {fn.return_type}")
 
+    def visit_Pack(self, e: ir.Pack) -> None:
+        if len(e.items) != len(e.type.items):
+            self.bad(e, f"{len(e.items)} value(s) packed as {e.type}")
+        for item, t in zip(e.items, e.type.items):
+            self.expr(item, t, "packed value")
+
     def visit_WarpOp(self, e: ir.WarpOp) -> None:
         self.operation(e, "op")
         for a in e.args:
@@ -254,6 +262,17 @@ class _Check(Visitor):
         self.indices(s, s.array, s.indices)
         dtype = s.array.type.dtype if isinstance(s.array, ir.ArrayRef) else None
         self.expr(s.value, dtype, "stored value")
+
+    def visit_CallAssign(self, s: ir.CallAssign) -> None:
+        self.expr(s.call, what="call of several values")
+        t = s.call.type
+        if not isinstance(t, TupleType) or len(t.items) != len(s.targets):
+            self.bad(s, f"{len(s.targets)} target(s) for a call returning {t}")
+            return
+        for v, item in zip(s.targets, t.items):
+            self.visit(v)
+            if v.type != item:
+                self.bad(s, f"target {v.name!r} of type {v.type} for a value of type {item}: a Cast is missing")
 
     def visit_ExprStmt(self, s: ir.ExprStmt) -> None:
         self.expr(s.value, what="expression statement")
