@@ -40,7 +40,7 @@ SIGMA_RPHI, SIGMA_Z = 10e-4, 20e-4
 #: material per layer crossed at normal incidence, in radiation lengths
 X_OVER_X0 = 0.02
 #: the 15 packed entries of CMSSW's track covariance: (row, column) of the 5x5 matrix
-PACKED = ((0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (2, 3), (2, 4), (3, 3), (3, 4), (4, 4))
+PACKED = tuple((r, c) for r in range(5) for c in range(r, 5))
 
 
 # ----------------------------------------------------------------------------- generator
