@@ -374,6 +374,12 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             init = "false" if t.is_bool else "0"
             self.out(f"{self.ctype(t)} {ident(name)} = {init};")
 
+    def private_arrays(self, arrays: list[ir.SharedArray]) -> None:
+        """The per-thread arrays of a function or the kernel (OpenCL's private memory, CUDA's and
+        HIP's registers or local memory), flat and C-contiguous."""
+        for pv in arrays:
+            self.out(f"{STORAGE[pv.dtype.name]} {ident(pv.name)}[{int(math.prod(pv.shape))}];")
+
     def function(self, fn: ir.Function) -> tuple[str, list[tuple[str, int]]]:
         saved = self.lines
         self.lines, self.in_function, self.indent = [], fn, 1
@@ -391,6 +397,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         params += self.implicit_params()
         ret = "void" if not isinstance(fn.return_type, ScalarType) else self.ctype(fn.return_type)
         proto = f"ALPYKA_FN {ret} df_{ident(fn.name)}({', '.join(params)})"
+        self.private_arrays(fn.private)
         self.declarations(fn.locals, names)
         for s in fn.body:
             self.stmt(s)
@@ -437,8 +444,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             self.out(self.d.dynamic_shared_base())
         if self.bpred:
             self.out(self.d.shared_decl("i32", "alpyka_bpred", 1))
-        for pv in k.private:
-            self.out(f"{STORAGE[pv.dtype.name]} {ident(pv.name)}[{int(math.prod(pv.shape))}];")
+        self.private_arrays(k.private)
         self.declarations(k.locals, scalar_names)
         for s in k.body:
             self.stmt(s)

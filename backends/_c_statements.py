@@ -125,6 +125,15 @@ class StatementEmitter:
         else:
             self.out(f"return{self.default_return()};{tag}", line)
 
+    def visit_DeclareLocal(self, s: ir.DeclareLocal, tag: str, line: int) -> None:
+        """``acc.local_array``: the array (declared at the function's top) zeroed here; the C
+        compilers drop the stores a later write makes dead."""
+        n, name = self.fresh("z"), ident(s.array.name)
+        size = 1
+        for e in s.array.extents:
+            size *= int(e.value)
+        self.out(f"for (int {n} = 0; {n} < {size}; ++{n}) {name}[{n}] = 0;{tag}", line)
+
     def visit_SyncBlockThreads(self, s: ir.SyncBlockThreads, tag: str, line: int) -> None:
         self.out(f"{self.d.barrier()}{tag}", line)
 

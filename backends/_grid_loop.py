@@ -133,7 +133,7 @@ class _DefinedBeforeRead(Visitor):
         """A statement that reads no local."""
         return defined
 
-    visit_Break = visit_Continue = visit_SyncBlockThreads = nothing
+    visit_Break = visit_Continue = visit_SyncBlockThreads = visit_DeclareLocal = nothing
 
 
 def defined_before_read(stmts: list[ir.Stmt], defined: set[str], locs: dict) -> set[str] | None:

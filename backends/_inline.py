@@ -53,8 +53,10 @@ def inline_device_functions(kernel: ir.KernelDef) -> ir.KernelDef:
     body = inl.stmts(kernel.body)
     # every call is inlined: the functions are emitted no more
     # the inlined locals are left out of ``locals`` (which the emitter declares, zeroed): each is
-    # assigned before it is read, so numba's SSA pass has one definition fewer of each to merge
-    return dataclasses.replace(kernel, body=body, functions={})
+    # assigned before it is read, so numba's SSA pass has one definition fewer of each to merge;
+    # the functions' per-thread arrays become the kernel's (one per function: never two live at once)
+    private = list(kernel.private) + [a for fn in kernel.functions.values() for a in fn.private]
+    return dataclasses.replace(kernel, body=body, functions={}, private=private)
 
 
 class _Inliner:

@@ -1,15 +1,22 @@
 """Front-end, assignments: ``=``, annotated and augmented assignments to local names, tuples,
-array elements and scalar fields, and the kernel's ``acc.shared_array`` declarations."""
+array elements and scalar fields, the kernel's ``acc.shared_array`` declarations and the
+per-thread ``acc.local_array`` ones."""
 
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from . import ir
 from ._expressions import cast
 from ._values import AccVal, DTypeVal, FieldAccess, TupleVal, ViewVal
 from .types import INDEX, ArrayType, variable_type
+
+#: the most bytes of per-thread arrays (``acc.local_array``) a kernel and the device functions it
+#: calls may declare together: they live in registers or the GPU's thread-local memory (a GPU
+#: spills big ones to slow memory, and the GPU emulator gives each thread a 256 KiB stack)
+LOCAL_ARRAY_BYTES = 16 * 1024
 
 
 class AssignBuilder:
@@ -112,6 +119,13 @@ class AssignBuilder:
         if (
             isinstance(s.value, ast.Call)
             and isinstance(s.value.func, ast.Attribute)
+            and s.value.func.attr == "local_array"
+            and isinstance(self.value(s.value.func.value), AccVal)
+        ):
+            return self.local_array(s)
+        if (
+            isinstance(s.value, ast.Call)
+            and isinstance(s.value.func, ast.Attribute)
             and s.value.func.attr == "rand_engine"
             and isinstance(self.value(s.value.func.value), AccVal)
         ):
@@ -168,6 +182,75 @@ class AssignBuilder:
             sname, ArrayType(dt.type, "shared", len(shape)), tuple(ir.Const(d, INDEX) for d in shape)
         )
         return []
+
+    def local_array(self, s: ast.Assign) -> list[ir.Stmt]:
+        """``name = acc.local_array(shape, dtype)``: a per-thread array of compile-time ``shape``,
+        every element zero where the statement runs."""
+        if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+            raise self.error(s, "assign acc.local_array(shape, dtype) to one name (m = acc.local_array(3, np.float64))")
+        name = s.targets[0].id
+        args = self.plain_args(s.value, 2, "acc.local_array(shape, dtype)")
+        shape = self.local_shape(args[0], s)
+        dt = self.value(args[1])
+        if not isinstance(dt, DTypeVal):
+            raise self.error(
+                s,
+                "acc.local_array(shape, dtype): dtype must be a numpy type such as np.float64, "
+                f"got {self.describe(dt)}",
+            )
+        if name in self.var_types or (name in self.scope and not self.is_local_array(self.scope[name])):
+            what = "a number" if name in self.var_types else self.describe(self.scope[name])
+            raise self.error(s, f"{name!r} holds {what} and cannot become a local array; use another name")
+        aname = f"{getattr(self, 'local_prefix', '')}lv_{name}"
+        arr = ir.SharedArray(aname, dt.type, shape)
+        prev = self.local_arrays.get(aname)
+        if prev is not None and (prev.shape != shape or prev.dtype != dt.type):
+            raise self.error(
+                s,
+                f"local array {name!r} is declared twice with different shapes or types "
+                f"({prev.dtype}{list(prev.shape)} and {dt.type}{list(shape)}); use another name",
+            )
+        self.local_arrays[aname] = arr
+        self.ctx.local_bytes[aname] = math.prod(shape) * dt.type.dtype.itemsize
+        total = sum(self.ctx.local_bytes.values())
+        if total > LOCAL_ARRAY_BYTES:
+            raise self.error(
+                s,
+                f"acc.local_array{tuple(shape) if len(shape) > 1 else shape}: the per-thread arrays of this kernel "
+                f"and its device functions take {total} bytes, more than the {LOCAL_ARRAY_BYTES} a thread may "
+                "have (they live in registers or the GPU's thread-local memory); keep per-thread arrays small, "
+                "and put big per-thread data in a buffer argument indexed by the thread's element",
+            )
+        self.ctx.labels[aname] = f"local array {name!r}"
+        ref = ir.ArrayRef(aname, ArrayType(dt.type, "private", len(shape)), tuple(ir.Const(d, INDEX) for d in shape))
+        self.scope[name] = ref
+        return [ir.DeclareLocal(ref, self.line(s))]
+
+    @staticmethod
+    def is_local_array(v: Any) -> bool:
+        return isinstance(v, ir.ArrayRef) and v.type.kind == "private" and "lv_" in v.name
+
+    def local_shape(self, node: ast.AST, s: ast.AST) -> tuple[int, ...]:
+        """The shape of ``acc.local_array``: a positive compile-time int or a tuple of 1-3 of them."""
+        shp = self.value(node)
+        items = shp.items if isinstance(shp, TupleVal) else [shp]
+        fix = (
+            "the shape of a per-thread array is fixed when the kernel compiles: write an int literal or a "
+            "module-level int constant (or a tuple of 1-3 of them), e.g. acc.local_array((3, 3), np.float64); "
+            "for a size known only at run time, declare the largest size you need and pass the count separately"
+        )
+        if not 1 <= len(items) <= 3:
+            raise self.error(s, f"acc.local_array: {len(items)} dimensions; {fix}")
+        for x in items:
+            if not isinstance(x, ir.Const) or not x.type.is_integer:
+                if isinstance(x, ir.Const):
+                    got = f"a {x.type} number ({x.value!r})"
+                else:
+                    got = f"a run-time {x.type} value" if isinstance(x, ir.Expr) else self.describe(x)
+                raise self.error(s, f"acc.local_array: the shape has {got}; {fix}")
+            if int(x.value) <= 0:
+                raise self.error(s, f"acc.local_array: extent {int(x.value)} is not positive; {fix}")
+        return tuple(int(x.value) for x in items)
 
 
 def _as_load(target: ast.AST) -> ast.AST:

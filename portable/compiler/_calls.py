@@ -165,6 +165,12 @@ class CallBuilder:
                 "assign acc.shared_array(shape, dtype) to a name at the top level of the kernel "
                 "(s = acc.shared_array(32, np.float32))",
             )
+        if name == "local_array":
+            raise self.error(
+                node,
+                "assign acc.local_array(shape, dtype) to a name on a line of its own "
+                "(m = acc.local_array((3, 3), np.float64)), then use or pass m",
+            )
         if name == "dynamic_shared_array":
             return self.dynamic_shared(node)
         if name in ACC_WARP:
@@ -212,6 +218,13 @@ class CallBuilder:
             raise self.error(node, f"acc.atomic_{op}{form}: got {len(node.args)} argument(s)")
         self.check_index_count(arr, idx, node)
         self.check_writable(arr, node)
+        if arr.type.kind == "private":
+            label = self.ctx.labels.get(arr.name, arr.name)
+            raise self.error(
+                node,
+                f"acc.atomic_{op} on {label}: a per-thread array belongs to one thread, which updates it "
+                "with plain statements (a[i] += v); GPUs have no atomics on thread-local memory",
+            )
         t = arr.type.dtype
         if t.is_bool or (t.is_float and op in ("and", "or", "xor", "inc", "dec")):
             raise self.error(node, f"acc.atomic_{op} is not defined for {t} elements")

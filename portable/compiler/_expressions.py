@@ -78,7 +78,15 @@ ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op != "size")
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_CALLS = (
-    ("once_per_grid", "once_per_block", "shared_array", "dynamic_shared_array", "sync_block_threads", "mem_fence")
+    (
+        "once_per_grid",
+        "once_per_block",
+        "shared_array",
+        "local_array",
+        "dynamic_shared_array",
+        "sync_block_threads",
+        "mem_fence",
+    )
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES

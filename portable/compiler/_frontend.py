@@ -152,6 +152,8 @@ class CompileContext:
     specialisations: dict[tuple, str] = field(default_factory=dict)
     shared: dict[str, ir.SharedArray] = field(default_factory=dict)
     private: dict[str, ir.SharedArray] = field(default_factory=dict)
+    #: bytes of each per-thread array (``acc.local_array``) of the kernel and its device functions
+    local_bytes: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     uses_dynamic_shared: bool = False
     stack: list[Any] = field(default_factory=list)
@@ -201,6 +203,10 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
         self.return_type = return_type
         self.loops: list[str] = []
         self.ntmp = 0
+        #: this function's per-thread arrays (``acc.local_array``) by IR name; their names start
+        #: with ``local_prefix`` (a device function's IR name: unique once functions are inlined)
+        self.local_arrays: dict[str, ir.SharedArray] = {}
+        self.local_prefix = ""
 
     # --------------------------------------------------------------- errors
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
@@ -531,7 +537,7 @@ def build_kernel(
         parsed.filename,
         parsed.line_offset + 1,
         per_arg,
-        list(ctx.private.values()),
+        list(ctx.private.values()) + list(b.local_arrays.values()),
         list(ctx.shared_needs.values()),
     )
     return k

@@ -137,6 +137,9 @@ class _Dump(Visitor):
     def visit_Print(self, s: ir.Print, out: list[str], pad: str) -> None:
         out.append(f"{pad}print(" + ", ".join(repr(x) if isinstance(x, str) else self.e(x) for x in s.items) + ")")
 
+    def visit_DeclareLocal(self, s: ir.DeclareLocal, out: list[str], pad: str) -> None:
+        out.append(f"{pad}{s.array.name} = zeros({[int(e.value) for e in s.array.extents]}, {s.array.type.dtype})")
+
 
 def dump(node: Any, indent: int = 0) -> str:
     d = _Dump()
@@ -153,6 +156,7 @@ def dump(node: Any, indent: int = 0) -> str:
     if isinstance(node, ir.Function):
         ps = ", ".join(f"{p.name}: {p.type}" for p in node.params)
         lines = [f"function {node.name}({ps}) -> {node.return_type}"]
+        lines += [f"  private {s.name}: {s.dtype}{list(s.shape)}" for s in node.private]
         lines += [f"  local {n}: {t}" for n, t in node.locals.items()]
         return "\n".join(lines + d.stmts(node.body, "  "))
     if isinstance(node, list):

@@ -396,6 +396,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
                 params.append(size)
                 bindings[pname] = ViewVal(v.layout, v.const, fields, size, f"view parameter {pname!r}")
         b = FunctionBuilder(parsed, ctx, False, bindings, var_types, [])
+        b.local_prefix = f"{fname}_"
         b.prologue = [ir.Assign(b.var(n), pv) for n, pv in assigned_scalars]
         return b
 
@@ -412,7 +413,9 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
             parsed.filename,
             parsed.line_offset + 1,
         )
-    ctx.functions[fname] = ir.Function(fname, list(params), ret, b.locals, body, uses_acc, df.__name__)
+    ctx.functions[fname] = ir.Function(
+        fname, list(params), ret, b.locals, body, uses_acc, df.__name__, list(b.local_arrays.values())
+    )
     _apply_needs(fname, vals, ctx)
     return fname, ret, call_args
 

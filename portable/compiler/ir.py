@@ -112,6 +112,9 @@ Statements:
   goes on). Absent under ``ALPYKA_ASSERTS=0`` (the front-end drops it).
 - ``Print(items)``: ``print(...)``: ``items`` are string constants (``str``) and scalar
   expressions, printed separated by spaces with a newline (numba's print, C's ``printf``).
+- ``DeclareLocal(array)``: ``acc.local_array(shape, dtype)``: the per-thread array ``array``
+  (kind ``private``, constant extents; listed in ``KernelDef.private`` or ``Function.private``)
+  starts here with every element zero (each time the statement runs, as a new array would).
 
 Functions and kernels:
 
@@ -120,11 +123,12 @@ Functions and kernels:
   ``"size"`` = a view's element count, ``"pitch"`` = a vector/matrix field's component pitch in
   elements, ``"extent"`` = extent ``field`` (an int as a string) of a buffer). ``arg_index`` is the
   Python argument it comes from; ``field`` the view field name for view-derived params.
-- ``Function(name, params, return_type, locals, body, uses_acc, source_name)``: a device function
-  specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef`` (arrays).
+- ``Function(name, params, return_type, locals, body, uses_acc, source_name, private)``: a device
+  function specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef``
+  (arrays); ``private`` its own per-thread arrays (``acc.local_array``), declared at its top.
 - ``SharedArray(name, dtype, shape)``: a static per-block array declared by the kernel.
   ``KernelDef.private`` lists per-thread arrays of the same form (kind ``private``: a random engine's
-  state), declared once at the top of the kernel; each thread has its own.
+  state, ``acc.local_array``), declared once at the top of the kernel; each thread has its own.
 - ``KernelDef(name, ndim, params, args, locals, body, shared, functions, uses_dynamic_shared,
   debug, source_file, first_line)``: the entry point. The launch also provides the work
   division (whose extents the :class:`Index` nodes read) and, when ``uses_dynamic_shared``, the
@@ -418,6 +422,12 @@ class Print(Stmt):
     line: int = 0
 
 
+@dataclass(eq=False)
+class DeclareLocal(Stmt):
+    array: ArrayRef
+    line: int = 0
+
+
 # ----------------------------------------------------------------------------- functions
 @dataclass(eq=False)
 class Param:
@@ -458,6 +468,8 @@ class Function:
     body: list[Stmt]
     uses_acc: bool = False
     source_name: str = ""
+    #: per-thread arrays of the function (``acc.local_array``), declared at its top
+    private: list[SharedArray] = field(default_factory=list)
 
 
 @dataclass(eq=False)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
 from backends._c_build import KernelBuildError
@@ -61,6 +62,13 @@ CASES = {
     "warp_votes-one-element": lambda: _hip(warp_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
     # __syncthreads_count/and/or: ockl's block reductions, linked from the device libraries
     "block_votes": lambda: _hip(block_votes, (_h(8, np.int64), _h(8, np.int64), 8), unit=True),
+    # per-thread arrays (acc.local_array), in and out of device functions, range-checked
+    "local_arrays-range-checked": lambda: _hip(
+        local_arrays.through_functions, (_h((8, 6), np.float64), _h(8, np.float64), 8), debug=True
+    ),
+    "local_arrays-3d-bool": lambda: _hip(
+        local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8)
+    ),
 }
 
 

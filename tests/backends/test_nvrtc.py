@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
     CUPY_NVRTC_APPENDED,
@@ -63,6 +64,9 @@ def _cases():
         (mt.math_all, (_h((8, 9), f64), _h(8, f32), _h(8, f32), 8), 1),
         (mt.math_all, (_h((8, 9), f64), _h(8, f64), _h(8, f64), 8), 1),
         (mt.weighted_block_sums, (_h(1, f64), pk.PortableCollection(mt.WP, 8, pk.host()).const_view(), 8), 1),
+        (local_arrays.through_functions, (_h((8, 6), f64), _h(8, f64), 8), 1),
+        (local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8), 1),
+        (local_arrays.constant_indices, (_h((8, 5), f64), _h(8, f64), 8), 1),
     ]
 
 
