@@ -30,14 +30,14 @@ from typing import Any
 
 from portable.compiler import deep_recursion, ir
 from portable.compiler.operations import OPERATORS
-from portable.compiler.types import ArrayType, ScalarType
+from portable.compiler.types import ArrayType, ScalarType, TupleType
 from portable.compiler.visit import Visitor
 
 from ._c_dialect import CTYPE, DIALECTS, STORAGE, Dialect
 from ._c_helpers import Helpers
 from ._c_messages import MessageEmitter, barrier_functions
 from ._c_source import CEmitError, CSource
-from ._c_statements import GLOBAL_KINDS, StatementEmitter, ident
+from ._c_statements import GLOBAL_KINDS, OUT_POINTER, StatementEmitter, ident
 from ._float_to_int import c_helper
 
 
@@ -315,6 +315,14 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         return f"{fn}({at}, {ops})"
 
     def visit_DeviceCall(self, e: ir.DeviceCall) -> str:
+        return self.call(e, [])
+
+    def visit_Pack(self, e: ir.Pack) -> str:
+        raise self.fail("several values are returned by a return statement only (the front-end gives nothing else)")
+
+    def call(self, e: ir.DeviceCall, outs: list[str]) -> str:
+        """The C call of ``e``: its arguments (an array's base, extents and pitch), ``outs`` (the
+        addresses a function returning several values writes them to), the implicit arguments."""
         fn = self.k.functions[e.function]
         args: list[str] = []
         for p, a in zip(fn.params, e.args):
@@ -328,7 +336,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
                     args.append(self.expr(a.pitch) if a.pitch is not None else "((i64)0)")
             else:
                 args.append(self.expr(a))
-        args += self.implicit_args()
+        args += outs + self.implicit_args()
         return f"df_{ident(fn.name)}({', '.join(args)})"
 
     def implicit(self) -> list[_Implicit]:
@@ -394,6 +402,8 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             else:
                 params.append(f"{self.ctype(p.type)} {ident(p.name)}")
                 names.add(p.name)
+        if isinstance(fn.return_type, TupleType):  # several values: an out-pointer each
+            params += [f"{self.ctype(t)}* {OUT_POINTER}{k}" for k, t in enumerate(fn.return_type.items)]
         params += self.implicit_params()
         ret = "void" if not isinstance(fn.return_type, ScalarType) else self.ctype(fn.return_type)
         proto = f"ALPYKA_FN {ret} df_{ident(fn.name)}({', '.join(params)})"

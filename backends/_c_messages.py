@@ -82,7 +82,7 @@ class MessageEmitter:
     def visit_Assert(self: Any, s: ir.Assert, tag: str, line: int) -> None:
         self.messages.append(s.message)  # an AssertCheck: the host raises KernelAssertionError
         report = f"(void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err)"  # 0 is outside [0, 0)
-        self.out(f"if (!({self.expr(s.cond)})) {{ {report}; return{self.default_return()}; }}{tag}", line)
+        self.out(f"if (!({self.expr(s.cond)})) {{ {report}; {self.bare_return()} }}{tag}", line)
 
     def assert_goes_on(self: Any) -> bool:
         """Whether a failed assert here lets its thread go on (see :meth:`assert_then`): kernel

@@ -13,8 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from portable.compiler import ValueCheck, ir
-from portable.compiler.types import ScalarType
+from portable.compiler.types import ScalarType, TupleType
 
+#: the out-pointer parameters (``alpyka_r0``, ``alpyka_r1``...) through which a device function
+#: returning several values gives them: its caller passes the addresses of its own locals
+OUT_POINTER = "alpyka_r"
 #: the array kinds in global (device) memory
 GLOBAL_KINDS = ("column", "vector", "matrix", "scalar_field", "buffer")
 
@@ -95,6 +98,11 @@ class StatementEmitter:
     def visit_ExprStmt(self, s: ir.ExprStmt, tag: str, line: int) -> None:
         self.out(f"(void){self.expr(s.value)};{tag}", line)
 
+    def visit_CallAssign(self, s: ir.CallAssign, tag: str, line: int) -> None:
+        """A function returning several values writes them through out-pointers to the targets."""
+        outs = [f"&{ident(t.name)}" for t in s.targets]
+        self.out(f"{self.call(s.call, outs)};{tag}", line)
+
     def visit_If(self, s: ir.If, tag: str, line: int) -> None:
         self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
         self.block(s.body)
@@ -120,7 +128,12 @@ class StatementEmitter:
         self.out(f"continue;{tag}", line)
 
     def visit_Return(self, s: ir.Return, tag: str, line: int) -> None:
-        if s.value is not None:
+        if isinstance(s.value, ir.Pack):  # several values: through the out-pointers, in order
+            values = [self.expr(v) for v in s.value.items]
+            for k, v in enumerate(values):
+                self.out(f"*{OUT_POINTER}{k} = {v};{tag}", line)
+            self.out(f"return;{tag}", line)
+        elif s.value is not None:
             self.out(f"return {self.expr(s.value)};{tag}", line)
         else:
             self.out(f"return{self.default_return()};{tag}", line)
@@ -139,6 +152,15 @@ class StatementEmitter:
 
     def visit_MemFence(self, s: ir.MemFence, tag: str, line: int) -> None:
         self.out(f"{self.d.fence(s.scope)}{tag}", line)
+
+    def bare_return(self) -> str:
+        """A return that ends the function being emitted with zero values (``return;`` in a
+        kernel or a void function; a function returning several values zeroes each first)."""
+        fn = self.in_function
+        if fn is not None and isinstance(fn.return_type, TupleType):
+            zeros = " ".join(f"*{OUT_POINTER}{k} = ({self.ctype(t)})0;" for k, t in enumerate(fn.return_type.items))
+            return f"{zeros} return;"
+        return f"return{self.default_return()};"
 
     def default_return(self) -> str:
         fn = self.in_function

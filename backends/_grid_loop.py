@@ -64,6 +64,8 @@ def assigned_names(x: Any) -> set[str]:
     for y in _nodes(x):
         if isinstance(y, ir.Assign):
             out.add(y.target.name)
+        elif isinstance(y, ir.CallAssign):
+            out.update(t.name for t in y.targets)
         elif isinstance(y, (ir.ForRange, ir.StridedLoop)):
             out.add(y.var.name)
             if isinstance(y, ir.StridedLoop) and y.local_var is not None:
@@ -98,6 +100,9 @@ class _DefinedBeforeRead(Visitor):
 
     def visit_Assign(self, s: ir.Assign, defined: set[str]) -> set[str] | None:
         return None if self.reading(s.value, defined) is None else defined | {s.target.name}
+
+    def visit_CallAssign(self, s: ir.CallAssign, defined: set[str]) -> set[str] | None:
+        return None if self.reading(s.call, defined) is None else defined | {t.name for t in s.targets}
 
     def operands(self, s: ir.Stmt, defined: set[str]) -> set[str] | None:
         """A statement that only reads its operands."""

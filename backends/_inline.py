@@ -15,7 +15,8 @@ function's body with
 - its array parameters replaced by the caller's arrays (shared, private, kernel arrays: the
   emitter sees what it addresses), their ``<name>_e<d>`` / ``<name>_pitch`` variables by the
   caller's extents and pitch,
-- ``return value`` as an assignment of the call's result variable (and, where a return is not
+- ``return value`` as an assignment of the call's result variable (``return a, b``: of the
+  CallAssign's targets, one each; and, where a return is not
   the body's last statement, a ``break`` out of a one-trip ``while True`` around the body, with
   a flag that carries it out of the function's own loops),
 - its locals set to zero first where the function may read one before assigning it (each call
@@ -92,6 +93,9 @@ class _Inliner:
         pre: list[ir.Stmt] = []
         if isinstance(s, ir.ExprStmt) and isinstance(s.value, ir.DeviceCall):
             self.call(s.value, pre, want=False)
+            return pre
+        if isinstance(s, ir.CallAssign):  # several values: the returns assign the targets
+            self.call(s.call, pre, want=True, into=s.targets)
             return pre
         if isinstance(s, ir.Assign):
             return pre + [ir.Assign(s.target, self.lift(s.value, pre), s.line)]
@@ -204,9 +208,10 @@ class _Inliner:
         return body
 
     # ------------------------------------------------------------------ calls
-    def call(self, c: ir.DeviceCall, pre: list[ir.Stmt], want: bool) -> Any:
+    def call(self, c: ir.DeviceCall, pre: list[ir.Stmt], want: bool, into: list[ir.Var] | None = None) -> Any:
         """Append the inlined body of call ``c`` to ``pre``; return its result variable (None for
-        a void function or when not ``want``ed)."""
+        a void function or when not ``want``ed). ``into``: the variables a function returning
+        several values assigns (a CallAssign's targets, fresh temporaries its body never reads)."""
         fn = self.functions[c.function]
         body, locs = self.function_body(fn)
         args = self.lift_all(list(c.args), pre) if any(self.has_call(a) for a in c.args) else list(c.args)
@@ -230,8 +235,10 @@ class _Inliner:
         params = {p.name for p in fn.params if not isinstance(p, ir.ArrayRef)}
         if defined_before_read(body, params, locs) is None:  # each call starts with zeroed locals
             pre += [ir.Assign(subst[name], ir.Const(0, t)) for name, t in locs.items()]
-        result = None
-        if want and not isinstance(fn.return_type, VoidType):
+        result: Any = None
+        if into is not None:
+            result = list(into)
+        elif want and not isinstance(fn.return_type, VoidType):
             result = self._local(n, "ret", fn.return_type, subst)
         copied = _Copy(subst, arrays).stmts(body)
         pre += returns_as_breaks(copied, result, lambda: self._local(n, "done", BOOL, {}))
@@ -305,9 +312,7 @@ def returns_as_breaks(body: list[ir.Stmt], result: ir.Var | None, new_flag: Any)
     if not rets:
         return body
     if len(rets) == 1 and body and body[-1] is rets[0]:
-        last = rets[0]
-        tail = [ir.Assign(result, last.value, last.line)] if result is not None and last.value is not None else []
-        return body[:-1] + tail
+        return body[:-1] + _result(result, rets[0])
     flag = (
         new_flag()
         if any(
@@ -320,8 +325,7 @@ def returns_as_breaks(body: list[ir.Stmt], result: ir.Var | None, new_flag: Any)
         out: list[ir.Stmt] = []
         for s in stmts:
             if isinstance(s, ir.Return):
-                if result is not None and s.value is not None:
-                    out.append(ir.Assign(result, s.value, s.line))
+                out += _result(result, s)
                 if depth:
                     out.append(ir.Assign(flag, ir.Const(True, BOOL), s.line))
                 out.append(ir.Break(s.line))
@@ -340,9 +344,23 @@ def returns_as_breaks(body: list[ir.Stmt], result: ir.Var | None, new_flag: Any)
     if not (inner and isinstance(inner[-1], ir.Break)):
         inner.append(ir.Break())
     head = [ir.Assign(flag, ir.Const(False, BOOL))] if flag is not None else []
-    if result is not None:  # assigned before every break, but not as any analysis sees it
-        head.append(ir.Assign(result, ir.Const(0, result.type)))
+    # the result is assigned before every break, but not as any analysis sees it
+    head += [ir.Assign(r, ir.Const(0, r.type)) for r in _as_list(result)]
     return head + [ir.While(ir.Const(True, BOOL), inner)]
+
+
+def _as_list(result: ir.Var | list[ir.Var] | None) -> list[ir.Var]:
+    return [] if result is None else result if isinstance(result, list) else [result]
+
+
+def _result(result: ir.Var | list[ir.Var] | None, ret: ir.Return) -> list[ir.Stmt]:
+    """The assignments that stand for ``ret`` (``result = value``; for several values, each
+    target its item of the Pack, in order)."""
+    if result is None or ret.value is None:
+        return []
+    if isinstance(ret.value, ir.Pack):
+        return [ir.Assign(r, v, ret.line) for r, v in zip(result, ret.value.items)]
+    return [ir.Assign(result, ret.value, ret.line)]
 
 
 __all__ = ["inline_device_functions", "kernel_body_in_block_loop", "returns_as_breaks"]

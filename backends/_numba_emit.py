@@ -206,6 +206,9 @@ class _FunctionEmitter(Visitor):
             args = self.m.ctx_args() + args
         return f"{e.function}({', '.join(args)})"
 
+    def visit_Pack(self, e: ir.Pack) -> str:  # return a, b of a function not inlined
+        return f"({', '.join(self.ex(x) for x in e.items)},)"
+
     def visit_WarpOp(self, e: ir.WarpOp) -> str:  # one-thread warps: the thread is lane 0 of a warp of 1
         if e.op == "size":
             return "1"
@@ -260,6 +263,9 @@ class _FunctionEmitter(Visitor):
 
     def visit_ExprStmt(self, s: ir.ExprStmt, d: int) -> None:
         self.emit(self.ex(s.value), d)
+
+    def visit_CallAssign(self, s: ir.CallAssign, d: int) -> None:  # (inlined before the emitter sees it)
+        self.emit(f"{', '.join(t.name for t in s.targets)}, = {self.ex(s.call)}", d)
 
     def visit_If(self, s: ir.If, d: int) -> None:
         self.emit(f"if {self.ex(s.cond)}:", d)

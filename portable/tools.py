@@ -14,6 +14,10 @@ synchronise):
   steps of a one-to-many association (CMSSW's ``OneToManyAssoc`` / ``HistoContainer``): count
   every key, scan ``offsets`` (``nbins + 1`` entries) inclusively, fill every ``(key, value)``;
   afterwards ``content[offsets[b]:offsets[b + 1]]`` holds the values of key ``b``.
+- ``for_each_in_bins(acc, hist, value, n, fn, *args)``: CMSSW's ``forEachInBins``: with ``hist``
+  the tuple ``(offsets, content)`` of such an association, ``fn(acc, j, *args)`` for every entry
+  ``j`` of the bins ``value - n`` to ``value + n`` (``value`` a bin, the window clamped to the
+  histogram's bins), in content order.
 
 On the host (enqueued on a queue, asynchronous like every launch):
 
@@ -55,6 +59,7 @@ __all__ = [
     "block_prefix_scan",
     "block_prefix_scan_range",
     "block_sum",
+    "for_each_in_bins",
     "one_to_many",
     "prefix_scan",
     "radix_sort",
@@ -135,6 +140,18 @@ def assoc_count(acc, offsets, key):
 def assoc_fill(acc, offsets, content, key, value):
     w = acc.atomic_sub(offsets, key, 1)
     content[w - 1] = value
+
+
+@device_function
+def for_each_in_bins(acc, hist, value, n, fn, *args):
+    offsets, content = hist
+    last = offsets.shape[0] - 2  # the last bin: offsets has one entry more than there are bins
+    b = int(value)
+    first_bin = max(b - n, 0)
+    last_bin = min(b + n, last)
+    if first_bin <= last_bin:
+        for k in range(offsets[first_bin], offsets[last_bin + 1]):
+            fn(acc, content[k], *args)
 
 
 # ----------------------------------------------------------------------------- kernels of the host calls

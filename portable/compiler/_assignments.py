@@ -24,7 +24,7 @@ class AssignBuilder:
     the builder and the expressions of :class:`~portable.compiler._expressions.ExprBuilder`."""
 
     def assign_name(self, name: str, v: Any, node: ast.AST) -> list[ir.Stmt]:
-        if name in self.scope and not (isinstance(v, (ir.Expr, FieldAccess))):
+        if name in self.scope and not isinstance(v, (ir.Expr, FieldAccess)) and not _same_numbers(self.scope[name], v):
             raise self.error(node, f"{name!r} cannot be reassigned")
         if isinstance(v, FieldAccess):
             v = self.as_scalar(v, node)
@@ -48,6 +48,9 @@ class AssignBuilder:
             for k, it in enumerate(v.items):
                 if isinstance(it, TupleVal):
                     raise self.error(node, "nested tuples cannot be assigned")
+                if not isinstance(it, (ir.Expr, FieldAccess)):  # an array, a view...: kept as it is
+                    items.append(it)
+                    continue
                 tname = f"{name}_{k}"
                 out += self.assign_name(tname, it, node)
                 items.append(self.var(tname))
@@ -130,8 +133,7 @@ class AssignBuilder:
             and isinstance(self.value(s.value.func.value), AccVal)
         ):
             return self.rand_engine(s)
-        v = self.value(s.value)
-        out = []
+        out, v = self.results(self.value(s.value), s)  # a, b = f(...): the call, then the stores
         for t in s.targets:
             out += self.store(t, v, s)
         return out
@@ -142,8 +144,9 @@ class AssignBuilder:
         v = self.value(s.value)
         ann = self.value(s.annotation)
         if isinstance(ann, DTypeVal):
-            v = cast(self.as_scalar(v, s), ann.type)
-        return self.store(s.target, v, s)
+            return self.store(s.target, cast(self.as_scalar(v, s), ann.type), s)
+        pre, v = self.results(v, s)
+        return pre + self.store(s.target, v, s)
 
     def st_AugAssign(self, s: ast.AugAssign) -> list[ir.Stmt]:
         fake = ast.BinOp(left=_as_load(s.target), op=s.op, right=s.value)
@@ -251,6 +254,18 @@ class AssignBuilder:
             if int(x.value) <= 0:
                 raise self.error(s, f"acc.local_array: extent {int(x.value)} is not positive; {fix}")
         return tuple(int(x.value) for x in items)
+
+
+def _same_numbers(old: Any, new: Any) -> bool:
+    """Whether ``new`` may replace the tuple ``old`` of a name: both tuples of as many numbers
+    (``t = f(...)`` again: its variables ``t_0``, ``t_1``... are assigned again)."""
+    return (
+        isinstance(old, TupleVal)
+        and isinstance(new, TupleVal)
+        and len(old.items) == len(new.items)
+        and all(isinstance(x, ir.Var) for x in old.items)
+        and all(isinstance(x, (ir.Expr, FieldAccess)) for x in new.items)
+    )
 
 
 def _as_load(target: ast.AST) -> ast.AST:

@@ -12,9 +12,19 @@ from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import ACC_LOOPS, ACC_PREDICATES, ACC_QUERIES, ACC_RAND, ACC_WARP, binop, cast, compare, to_bool
 from ._folding import explicit_int, literal_int
-from ._values import AccMember, BuiltinVal, DeviceFunctionVal, DTypeVal, FieldAccess, LoopVal, TupleVal, ViewVal
+from ._values import (
+    AccMember,
+    BuiltinVal,
+    DeviceFunctionVal,
+    DTypeVal,
+    FieldAccess,
+    LoopVal,
+    MultiCall,
+    TupleVal,
+    ViewVal,
+)
 from .operations import math_names
-from .types import BOOL, FLOAT64, INDEX, INT64, ArrayType, ScalarType, unify
+from .types import BOOL, FLOAT64, INDEX, INT64, ArrayType, ScalarType, TupleType, unify
 
 _BOOL_RESULT = math_names(result="bool")
 _INT_RESULT = math_names(result="int64")
@@ -47,6 +57,12 @@ class CallBuilder:
             return self.builtin_call(callee.name, node)
         if isinstance(callee, DeviceFunctionVal):
             return self.device_call(callee.function, node)
+        if isinstance(f, ast.Name) and not self.is_kernel and f.id in self.p.params:
+            raise self.error(
+                node,
+                f"parameter {f.id!r} is called, but the caller passed {self.describe(callee)} there; "
+                "pass a @pk.device_function (or a def nested in the caller)",
+            )
         raise self.error(node, f"cannot call {self.describe(callee)}")
 
     def explicit_cast(self, arg: ast.AST, t: ScalarType) -> ir.Expr:
@@ -275,8 +291,16 @@ class CallBuilder:
     def device_call(self, df: Any, node: ast.Call) -> ir.Expr:
         if node.keywords:
             raise self.error(node, f"device function {df.__name__!r} takes positional arguments only")
-        vals = [self.value(a) for a in node.args]
-        vals = [self.as_scalar(v, node) if isinstance(v, FieldAccess) else v for v in vals]
+        vals = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):  # f(acc, j, *args): the items of a tuple, one argument each
+                t = self.value(a.value)
+                if not isinstance(t, TupleVal):
+                    raise self.error(node, f"*{ast.unparse(a.value)} must be a tuple, got {self.describe(t)}")
+                vals += t.items
+            else:
+                vals.append(self.value(a))
+        vals = [self.as_scalar(v, node) if isinstance(v, (FieldAccess, MultiCall)) else v for v in vals]
         try:
             assert self.ctx.specialise is not None, "build_kernel was given no device-function builder"
             fname, ret, args = self.ctx.specialise(df, vals, self.ctx)
@@ -284,4 +308,5 @@ class CallBuilder:
             raise
         except TypeError as exc:
             raise self.error(node, str(exc)) from None
-        return ir.DeviceCall(fname, args, ret)
+        call = ir.DeviceCall(fname, args, ret)
+        return MultiCall(call, df.__name__) if isinstance(ret, TupleType) else call

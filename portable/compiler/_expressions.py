@@ -22,6 +22,7 @@ from ._values import (
     FieldAccess,
     LoopVal,
     ModuleVal,
+    MultiCall,
     TupleVal,
     ViewVal,
 )
@@ -193,6 +194,12 @@ class ExprBuilder:
             return f"a view ({v.label}); index one of its fields, e.g. view.x[i]"
         if isinstance(v, TupleVal):
             return f"a tuple of {len(v.items)}"
+        if isinstance(v, MultiCall):
+            names = ", ".join("abcdefgh"[k] if k < 8 else f"v{k}" for k in range(len(v.call.type.items)))
+            return (
+                f"the {len(v.call.type.items)} values {v.call.type} that device function {v.name!r} returns; "
+                f"unpack them first ({names} = {v.name}(...)) and use each"
+            )
         if isinstance(v, AccVal):
             return "acc"
         if isinstance(v, LoopVal):

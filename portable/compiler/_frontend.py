@@ -25,9 +25,9 @@ from ._folding import ConstantError
 from ._loops import LoopBuilder
 from ._messages import MessageBuilder
 from ._signature import ArgSpec, params_of
-from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, ModuleVal, ViewVal
+from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, ModuleVal, MultiCall, TupleVal, ViewVal
 from ._vocabulary import VocabularyBuilder
-from .types import INDEX, VOID, ScalarType, scalar_type, variable_type
+from .types import INDEX, VOID, ScalarType, TupleType, scalar_type, variable_type
 
 
 @dataclass
@@ -41,6 +41,8 @@ class ParsedFunction:
     globals: dict
     closure: dict
     params: list[str]
+    #: the name of a device function's ``*args`` parameter (None: it has none)
+    vararg: str | None = None
 
 
 def _source_block(fn: Any) -> str | None:
@@ -99,10 +101,11 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
     if not isinstance(fdef, ast.FunctionDef):
         raise KernelSyntaxError(f"{filename}:{first}: {what} {fn.__name__!r} must be a def function")
     a = fdef.args
-    if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+    if (a.vararg and what == "kernel") or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+        extra = "" if what == "kernel" else " (a device function may end them with *args)"
         raise KernelSyntaxError(
             f"{filename}:{first}: {what} {fn.__name__!r} must take plain positional "
-            "parameters (no defaults, *args, **kwargs or keyword-only)",
+            f"parameters (no defaults, *args, **kwargs or keyword-only){extra}",
             filename,
             first,
         )
@@ -114,7 +117,16 @@ def parse_function(fn: Any, what: str) -> ParsedFunction:
                 closure[name] = cell.cell_contents
             except ValueError:
                 pass
-    return ParsedFunction(fn.__name__, fdef, filename, first - 1, fn.__globals__, closure, [x.arg for x in a.args])
+    return ParsedFunction(
+        fn.__name__,
+        fdef,
+        filename,
+        first - 1,
+        fn.__globals__,
+        closure,
+        [x.arg for x in a.args],
+        a.vararg.arg if a.vararg else None,
+    )
 
 
 def _check_ascii_names(fdef: ast.FunctionDef, filename: str, offset: int, what: str) -> None:
@@ -207,6 +219,7 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
         #: with ``local_prefix`` (a device function's IR name: unique once functions are inlined)
         self.local_arrays: dict[str, ir.SharedArray] = {}
         self.local_prefix = ""
+        self.first_return: int | None = None  # the line of the first return (for messages)
 
     # --------------------------------------------------------------- errors
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
@@ -337,6 +350,8 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
             if on_acc and f.attr == "mem_fence":
                 return self.mem_fence(s)
         v = self.value(s.value)
+        if isinstance(v, MultiCall):  # f(...) whose values are not used
+            return self.results(v, s)[0]
         if isinstance(v, ir.Expr):
             keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate)
             return ir.ExprStmt(v, self.line(s)) if isinstance(v, keep) else None
@@ -382,12 +397,25 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
         if s.value is None:
             self.note_return(VOID, s)
             return ir.Return(None, self.line(s))
-        v = self.scalar(s.value, "a number (device functions return one scalar)")
+        pre, v = self.results(self.value(s.value), s)
+        if isinstance(v, TupleVal):  # return a, b: several values
+            what = "a number (each value a device function returns is a number)"
+            items = [self.as_scalar(it, s, what) for it in v.items]
+            if not items:
+                raise self.error(s, "a device function returns one value or more: 'return ()' gives none")
+            t = self.note_return(TupleType(tuple(it.type for it in items)), s)
+            pack = ir.Pack([cast(it, want) for it, want in zip(items, t.items)], t)
+            return pre + [ir.Return(pack, self.line(s))]
+        v = self.as_scalar(v, s, "a number or several (return a, b)")
         t = self.note_return(v.type, s)
         return [ir.Return(cast(v, t), self.line(s))]
 
     def note_return(self, t: Any, s: ast.AST) -> Any:
+        """The function's return type so far with ``t`` (a return at ``s``) unified in: VOID, a
+        scalar type, or a TupleType unified position by position."""
         cur = self.var_types.get("<return>")
+        if self.first_return is None:
+            self.first_return = self.line(s)
         if cur is None:
             self.var_types["<return>"] = t
             return t
@@ -395,11 +423,36 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
             raise self.error(s, "a device function must return a value on every return or on none")
         if t is VOID:
             return t
-        new = variable_type(cur, t)
+        if isinstance(cur, TupleType) != isinstance(t, TupleType) or (
+            isinstance(t, TupleType) and len(t.items) != len(cur.items)
+        ):
+            raise self.error(
+                s,
+                f"this return gives {_count(t)}, the return at line {self.first_return} {_count(cur)}: every "
+                "return of a device function gives the same number of values",
+            )
+        if isinstance(t, TupleType):
+            new: Any = TupleType(tuple(variable_type(a, b) for a, b in zip(cur.items, t.items)))
+        else:
+            new = variable_type(cur, t)
         if new != cur:
             self.var_types["<return>"] = new
             self.changed = True
         return new
+
+    def results(self, v: Any, node: ast.AST) -> tuple[list[ir.Stmt], Any]:
+        """``v`` made usable as a compile-time tuple: a call returning several values becomes a
+        CallAssign into fresh temporaries (the statements) and the TupleVal of those; anything
+        else is returned as it is, with no statements."""
+        if not isinstance(v, MultiCall):
+            return [], v
+        temps = []
+        for k, t in enumerate(v.call.type.items):
+            self.ntmp += 1
+            name = f"t{self.ntmp}_r{k}"
+            self.locals[name] = t
+            temps.append(ir.Var(name, t))
+        return [ir.CallAssign(temps, v.call, self.line(node))], TupleVal(list(temps))
 
     # --------------------------------------------------------------- debug range checks
     def check_message(self, arr: ir.ArrayRef, idx: tuple, node: ast.AST) -> str | None:
@@ -407,6 +460,11 @@ class FunctionBuilder(AssignBuilder, MessageBuilder, LoopBuilder, VocabularyBuil
             return None
         label = self.ctx.labels.get(arr.name, arr.name)
         return f"kernel {self.ctx.kernel_name!r} ({self.p.filename}:{self.line(node)}): index out of range for {label}"
+
+
+def _count(t: Any) -> str:
+    """``one value`` / ``2 values``: what a return of type ``t`` gives."""
+    return f"{len(t.items)} values" if isinstance(t, TupleType) else "one value"
 
 
 _FORBIDDEN_EXPRS = (

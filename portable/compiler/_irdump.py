@@ -68,6 +68,9 @@ class _Dump(Visitor):
     def visit_DeviceCall(self, x: ir.DeviceCall) -> str:
         return f"{x.function}({self.join(x.args)})"
 
+    def visit_Pack(self, x: ir.Pack) -> str:
+        return f"({self.join(x.items)})"
+
     def visit_WarpOp(self, x: ir.WarpOp) -> str:
         return f"warp_{x.op}({self.join(x.args)})"
 
@@ -92,6 +95,9 @@ class _Dump(Visitor):
 
     def visit_ExprStmt(self, s: ir.ExprStmt, out: list[str], pad: str) -> None:
         out.append(f"{pad}{self.e(s.value)}")
+
+    def visit_CallAssign(self, s: ir.CallAssign, out: list[str], pad: str) -> None:
+        out.append(f"{pad}{', '.join(t.name for t in s.targets)} = {self.e(s.call)}")
 
     def visit_If(self, s: ir.If, out: list[str], pad: str) -> None:
         out.append(f"{pad}if {self.e(s.cond)}:")

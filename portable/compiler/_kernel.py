@@ -26,7 +26,7 @@ from ._frontend import (
     run_builder,
 )
 from ._signature import arg_specs, check_args, signature_key
-from ._values import AccVal, TupleVal, ViewVal
+from ._values import AccVal, DeviceFunctionVal, TupleVal, ViewVal
 from .types import INDEX, VOID, ScalarType
 
 _T = TypeVar("_T")
@@ -103,7 +103,8 @@ def _import_by_reference(what: str, module: str, qualname: str) -> Any:
 
 class DeviceFunction:
     """A helper a kernel may call (``@pk.device_function``). It takes ``acc``, arrays, views and
-    scalars, and returns one scalar or nothing. Compiled with the kernel that calls it.
+    scalars, and returns one scalar, several (``return a, b``, unpacked by the caller) or
+    nothing. Compiled with the kernel that calls it.
 
     ``min_shared`` maps array parameters to the least number of elements a shared array passed
     there must have, as a function of the block's threads (``{"ws": lambda block_threads:
@@ -313,35 +314,67 @@ def _array_param(name: str, arr: ir.ArrayRef) -> ir.ArrayRef:
     return ir.ArrayRef(name, arr.type, ext, pitch)
 
 
+#: what a value that a device function cannot take is, in its message
+_WHAT = {
+    "BuiltinVal": "a builtin or math function (wrap it in a @pk.device_function)",
+    "ModuleVal": "a module",
+    "DTypeVal": "a numpy type",
+    "MultiCall": "several values",
+    "LoopVal": "an acc loop",
+    "RangeVal": "a range",
+    "AccMember": "an acc member",
+}
+
+
 def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tuple], list[Any]]:
     """What a specialisation of ``df`` depends on for each argument value (acc; a scalar's type;
-    an array's type; a view's layout and constness), and the call's IR arguments."""
-    keys: list[tuple] = []
+    an array's type; a view's layout and constness; the device function passed; a tuple's
+    items'), and the call's IR arguments."""
     call_args: list[Any] = []
-    for v in vals:
+
+    def key(v: Any) -> tuple:
         if isinstance(v, AccVal):
-            keys.append(("acc",))
-        elif isinstance(v, ir.Expr):
-            keys.append(("scalar", v.type.name))
+            return ("acc",)
+        if isinstance(v, ir.Expr):
             call_args.append(v)
-        elif isinstance(v, ir.ArrayRef):
-            keys.append(("array", v.type))
+            return ("scalar", v.type.name)
+        if isinstance(v, ir.ArrayRef):
             call_args.append(v)
-        elif isinstance(v, ViewVal):
-            keys.append(("view", v.layout, v.const))
-            call_args += list(v.fields.values()) + [v.size]
-        else:
-            what = "a tuple" if isinstance(v, TupleVal) else type(v).__name__
-            raise TypeError(f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views or numbers")
-    return keys, call_args
+            return ("array", v.type)
+        if isinstance(v, ViewVal):
+            call_args.extend([*v.fields.values(), v.size])
+            return ("view", v.layout, v.const)
+        if isinstance(v, DeviceFunctionVal):  # specialised per function passed (a C++ lambda's type)
+            return ("function", v.function)
+        if isinstance(v, TupleVal):  # (offsets, content), *args: each item as an argument of its own
+            return ("tuple", tuple(key(it) for it in v.items))
+        what = _WHAT.get(type(v).__name__, type(v).__name__)
+        raise TypeError(
+            f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views, numbers, "
+            "tuples of those or @pk.device_function functions"
+        )
+
+    return [key(v) for v in vals], call_args
+
+
+def _parameters(df: Any, parsed: ParsedFunction, vals: list[Any]) -> tuple[list[str], list[Any]]:
+    """The parameter names of ``df`` and the value of each for a call with ``vals``: a ``*args``
+    parameter gets the tuple of the arguments after the named ones."""
+    names = list(parsed.params)
+    if parsed.vararg is not None:
+        if len(vals) < len(names):
+            raise TypeError(f"device function {df.__name__!r} takes at least {len(names)} argument(s), got {len(vals)}")
+        return [*names, parsed.vararg], [*vals[: len(names)], TupleVal(list(vals[len(names) :]))]
+    if len(vals) != len(names):
+        raise TypeError(f"device function {df.__name__!r} takes {len(names)} argument(s), got {len(vals)}")
+    return names, vals
 
 
 def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: CompileContext) -> tuple[str, Any, list]:
     """Build (or reuse) the IR function of ``df`` for argument values ``vals``; return its name,
     return type and the call's IR arguments."""
     parsed = df.parsed()
-    if len(vals) != len(parsed.params):
-        raise TypeError(f"device function {df.__name__!r} takes {len(parsed.params)} argument(s), got {len(vals)}")
+    names, vals = _parameters(df, parsed, vals)
     if any(f is df for f in ctx.stack):
         raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
     keys, call_args = _specialisation_keys(df, vals)
@@ -361,40 +394,48 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
     assigned = _assigned_names(parsed.tree)
     uses_acc = False
 
-    def make(var_types: dict) -> FunctionBuilder:
+    def bind(pn: str, pname: str, v: Any, k: int) -> Any:
+        """The value parameter ``pname`` (C names ``pn...``) stands for in the body; its IR
+        parameters appended to ``params``."""
         nonlocal uses_acc
+        if isinstance(v, AccVal):
+            uses_acc = True
+            return v
+        if isinstance(v, DeviceFunctionVal):  # no C parameter: its calls name the function
+            return v
+        if isinstance(v, TupleVal):
+            return TupleVal([bind(f"{pn}_{j}", f"{pname}[{j}]", it, k) for j, it in enumerate(v.items)])
+        if isinstance(v, ir.Expr):
+            pv = ir.Var(pn, v.type)
+            params.append(pv)
+            return pv
+        if isinstance(v, ir.ArrayRef):
+            a = _array_param(pn, v)
+            params.append(a)
+            ctx.param_owner[pn] = (fname, k)
+            ctx.labels[pn] = f"array parameter {pname!r} of device function {df.__name__!r}"
+            return a
+        fields = {}
+        for fld, arr in v.fields.items():
+            a = _array_param(f"{pn}_{fld}", arr)
+            params.append(a)
+            fields[fld] = a
+            ctx.labels[a.name] = f"field {fld!r} of view parameter {pname!r} of device function {df.__name__!r}"
+        size = ir.Var(f"{pn}_size", INDEX)
+        params.append(size)
+        return ViewVal(v.layout, v.const, fields, size, f"view parameter {pname!r}")
+
+    def make(var_types: dict) -> FunctionBuilder:
         bindings: dict[str, Any] = {}
         params.clear()
         assigned_scalars.clear()
-        for k, (pname, v) in enumerate(zip(parsed.params, vals)):
-            pn = f"{fname}_p{k}"
-            if isinstance(v, AccVal):
-                bindings[pname] = v
-                uses_acc = True
-            elif isinstance(v, ir.Expr):
-                pv = ir.Var(pn, v.type)
-                params.append(pv)
-                if pname in assigned:
-                    var_types.setdefault(pname, v.type)
-                    assigned_scalars.append((pname, pv))
-                else:
-                    bindings[pname] = pv
-            elif isinstance(v, ir.ArrayRef):
-                a = _array_param(pn, v)
-                params.append(a)
-                bindings[pname] = a
-                ctx.param_owner[pn] = (fname, k)
-                ctx.labels[pn] = f"array parameter {pname!r} of device function {df.__name__!r}"
+        for k, (pname, v) in enumerate(zip(names, vals)):
+            bound = bind(f"{fname}_p{k}", pname, v, k)
+            if isinstance(bound, ir.Var) and pname in assigned:  # a scalar parameter assigned: a local
+                var_types.setdefault(pname, bound.type)
+                assigned_scalars.append((pname, bound))
             else:
-                fields = {}
-                for fld, arr in v.fields.items():
-                    a = _array_param(f"{pn}_{fld}", arr)
-                    params.append(a)
-                    fields[fld] = a
-                    ctx.labels[a.name] = f"field {fld!r} of view parameter {pname!r} of device function {df.__name__!r}"
-                size = ir.Var(f"{pn}_size", INDEX)
-                params.append(size)
-                bindings[pname] = ViewVal(v.layout, v.const, fields, size, f"view parameter {pname!r}")
+                bindings[pname] = bound
         b = FunctionBuilder(parsed, ctx, False, bindings, var_types, [])
         b.local_prefix = f"{fname}_"
         b.prologue = [ir.Assign(b.var(n), pv) for n, pv in assigned_scalars]

@@ -85,6 +85,15 @@ class DeviceFunctionVal:
 
 
 @dataclass
+class MultiCall:
+    """A call of a device function that returns several values: assigned (``a, b = f(...)``,
+    ``t = f(...)``), returned or called as a statement, never used as one number."""
+
+    call: ir.DeviceCall
+    name: str  # the device function's Python name (for messages)
+
+
+@dataclass
 class FieldAccess:
     """``view.<scalar field>``: readable as a value, writable, usable as an atomic target."""
 

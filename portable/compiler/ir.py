@@ -57,6 +57,10 @@ Expressions (fields; all have ``type``):
   old - 1`` (alpaka / CUDA wrap semantics). ``hierarchy`` in ``grid / block / threads``.
 - ``DeviceCall(function, args)``: call of ``KernelDef.functions[function]``; ``args`` match its
   params one to one (an :class:`ArrayRef` for an array param, an expression for a scalar one).
+  A call of a function returning several values (``type`` a :class:`~portable.compiler.types.TupleType`)
+  appears only as the ``call`` of a :class:`CallAssign`, never inside an expression.
+- ``Pack(items)``: the values ``return a, b`` gives (``type`` a ``TupleType``, each item already
+  of its position's type); only as the ``value`` of a ``Return``.
 - ``WarpOp(op, args)``: ``op`` in :data:`WARP_OPS`, over the calling thread's warp (alpaka's
   ``warp::*``): ``size`` (int64), ``active_mask`` (uint64), ``all``/``any`` of a bool (bool),
   ``ballot`` of a bool (uint64, bit k for lane k), ``shfl(v, lane)``, ``shfl_up(v, delta)``,
@@ -80,6 +84,9 @@ Statements:
 - ``Assign(target, value)``: ``target`` a local :class:`Var`.
 - ``Store(array, indices, value, check)``: ``array[indices] = value``.
 - ``ExprStmt(value)``: evaluate for side effects (atomics, device calls).
+- ``CallAssign(targets, call)``: ``targets = call`` for a ``DeviceCall`` whose function returns
+  several values: target ``k`` (a local :class:`Var` of position ``k``'s type) gets value ``k``.
+  The front-end gives fresh temporaries as targets, never a variable the call's arguments read.
 - ``If(cond, body, orelse)``, ``While(cond, body)``.
 - ``ForRange(var, start, stop, step, body)``: Python ``range``; ``step`` may be negative
   (``var`` walks down while ``var > stop``); a step not known when compiling carries ``check``,
@@ -101,7 +108,8 @@ Statements:
   acc.uniform_elements(n)`` ends every chunk), so an emitter using two nested loops must carry
   the break out of the inner loop.
 - ``Break()``, ``Continue()``: of the innermost ``While``/``ForRange``/``StridedLoop``.
-- ``Return(value)``: ``value`` None in kernels (the thread stops) and void functions.
+- ``Return(value)``: ``value`` None in kernels (the thread stops) and void functions; a
+  :class:`Pack` in a function returning several values.
 - ``SyncBlockThreads()``: barrier of all threads of a block (a no-op with one thread per block).
 - ``MemFence(scope)``: orders the calling thread's memory accesses as seen by the other threads of
   ``scope`` in :data:`FENCE_SCOPES` (alpaka's ``mem_fence``); no barrier.
@@ -125,7 +133,9 @@ Functions and kernels:
   Python argument it comes from; ``field`` the view field name for view-derived params.
 - ``Function(name, params, return_type, locals, body, uses_acc, source_name, private)``: a device
   function specialised for one signature; ``params`` are ``Var`` (scalars) and ``ArrayRef``
-  (arrays); ``private`` its own per-thread arrays (``acc.local_array``), declared at its top.
+  (arrays); ``return_type`` a ScalarType, VOID or a TupleType (several values: C emitters pass them
+  back through out-pointers, the numba inliner assigns them to the call's targets); ``private``
+  its own per-thread arrays (``acc.local_array``), declared at its top.
 - ``SharedArray(name, dtype, shape)``: a static per-block array declared by the kernel.
   ``KernelDef.private`` lists per-thread arrays of the same form (kind ``private``: a random engine's
   state, ``acc.local_array``), declared once at the top of the kernel; each thread has its own.
@@ -143,7 +153,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .operations import MATH
-from .types import BOOL, INDEX, ArrayType, ScalarType, VoidType
+from .types import BOOL, INDEX, ArrayType, ScalarType, TupleType, VoidType
 
 #: primitive work-division queries (per dimension)
 INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements")
@@ -289,6 +299,12 @@ class DeviceCall(Expr):
 
 
 @dataclass(eq=False)
+class Pack(Expr):
+    items: list[Expr]
+    type: TupleType
+
+
+@dataclass(eq=False)
 class WarpOp(Expr):
     op: str
     args: list[Expr]
@@ -328,6 +344,13 @@ class Store(Stmt):
 @dataclass(eq=False)
 class ExprStmt(Stmt):
     value: Expr
+    line: int = 0
+
+
+@dataclass(eq=False)
+class CallAssign(Stmt):
+    targets: list[Var]
+    call: DeviceCall
     line: int = 0
 
 
@@ -463,7 +486,7 @@ class SharedNeed:
 class Function:
     name: str
     params: list[Var | ArrayRef]
-    return_type: ScalarType | VoidType
+    return_type: ScalarType | VoidType | TupleType
     locals: dict[str, ScalarType]
     body: list[Stmt]
     uses_acc: bool = False

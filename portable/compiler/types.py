@@ -85,6 +85,23 @@ class VoidType:
 VOID = VoidType()
 
 
+@dataclass(frozen=True)
+class TupleType:
+    """The type of a device function that returns several values (``return a, b``): one scalar
+    type per position, each unified over the function's returns as a scalar return's is."""
+
+    items: tuple[ScalarType, ...]
+
+    @property
+    def name(self) -> str:
+        return "(" + ", ".join(t.name for t in self.items) + ")"
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+
 def scalar_type(dtype: object) -> ScalarType:
     """The kernel type of a numpy dtype (or anything ``np.dtype`` accepts)."""
     dt = np.dtype(dtype)  # type: ignore[call-overload]

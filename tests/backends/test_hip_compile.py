@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing import device_calls as calls
 from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
@@ -68,6 +69,15 @@ CASES = {
     ),
     "local_arrays-3d-bool": lambda: _hip(
         local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8)
+    ),
+    # several values returned through out-pointers, an assert inside such a function
+    "several_values-range-checked": lambda: _hip(
+        calls.several_values, (_h((8, 10), np.float64), _h(1, np.int64), _h(8, np.int64), 8), debug=True
+    ),
+    # a device function passed to a device function (pk.tools.for_each_in_bins)
+    "count_neighbours": lambda: _hip(
+        calls.count_neighbours,
+        (_h(8, np.int32), _h(5, np.int32), _h(8, np.int32), _h(8, np.int32), _h(8, np.float32), np.float32(1), 1, 8),
     ),
 }
 

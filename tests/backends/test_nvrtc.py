@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing import device_calls as results
 from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends._c_build import (
@@ -51,7 +52,7 @@ def _h(shape, dtype):
 def _cases():
     """(kernel, example args, ndim): the backend tests' kernels (alpyka_testing/backends/blocks.py)
     and one of SoA views, typed by host stand-ins."""
-    f64, f32, i64 = np.float64, np.float32, np.int64
+    f64, f32, i64, i32 = np.float64, np.float32, np.int64, np.int32
     track = pk.PortableCollection(Track, 8, pk.host())
     return [
         (mt.block_sums, (_h(4, f64), _h(8, f64), 8), 1),
@@ -67,6 +68,10 @@ def _cases():
         (local_arrays.through_functions, (_h((8, 6), f64), _h(8, f64), 8), 1),
         (local_arrays.roundtrips(np.bool_)[2], (_h((8, 12), np.bool_), _h((8, 12), np.bool_), 8), 1),
         (local_arrays.constant_indices, (_h((8, 5), f64), _h(8, f64), 8), 1),
+        (results.several_values, (_h((8, 10), f64), _h(1, i64), _h(8, i64), 8), 1),
+        (results.rotate_points, (_h(8, f32), _h(8, f32), f32(0.5), f32(0.5), 8), 1),
+        (results.sums_and_counts, (_h(8, i64), _h(8, i64), _h(8, i64), 8), 1),
+        (results.count_neighbours, (_h(8, i32), _h(5, i32), _h(8, i32), _h(8, i32), _h(8, f32), f32(1), 1, 8), 1),
     ]
 
 
