@@ -83,35 +83,39 @@ def mult_scatt(acc, length, b_field, radius, slope):
 
 
 @pk.device_function
-def rotation_cos(acc, slope):
-    """The cosine c of the rotation taking the line y = slope * x onto y = 0 (CMSSW's
-    ``rotationMatrix``: ``[[c, s], [-s, c]]`` with ``s = slope * c``)."""
-    return 1.0 / math.sqrt(1.0 + slope * slope)
+def rotation(acc, slope):
+    """The cosine and sine of the rotation taking the line y = slope * x onto y = 0 (CMSSW's
+    ``rotationMatrix``: ``[[c, s], [-s, c]]``), returned together."""
+    c = 1.0 / math.sqrt(1.0 + slope * slope)
+    return c, slope * c
 
 
 @pk.device_function
 def middle_hit(acc, hits, n):
-    """CMSSW's middle hit: 1 for 3 hits, else of the two central hits the one farther from the
-    midpoint of the first and last."""
+    """x and y of CMSSW's middle hit: hit 1 of 3, else of the two central hits the one farther
+    from the midpoint of the first and last. (Chosen by value, not by a run-time index: a
+    per-thread array indexed only by constants stays in registers on a GPU.)"""
     if n == 3:
-        return 1
+        return hits[0, 1], hits[1, 1]
     mx = 0.5 * (hits[0, n - 1] + hits[0, 0])
     my = 0.5 * (hits[1, n - 1] + hits[1, 0])
     h = n // 2
     d1 = (hits[0, h] - mx) * (hits[0, h] - mx) + (hits[1, h] - my) * (hits[1, h] - my)
     d2 = (hits[0, h - 1] - mx) * (hits[0, h - 1] - mx) + (hits[1, h - 1] - my) * (hits[1, h - 1] - my)
-    return h if d1 < d2 else h - 1
+    if d1 < d2:
+        return hits[0, h], hits[1, h]
+    return hits[0, h - 1], hits[1, h - 1]
 
 
 @pk.device_function
 def fast_fit(acc, hits, ff, n):
     """CMSSW's ``fastFit``: ``ff`` = the centre X0, Y0, the radius and tan(theta) of the pre-fit
     helix."""
-    mid = middle_hit(acc, hits, n)
-    ax = hits[0, mid] - hits[0, 0]
-    ay = hits[1, mid] - hits[1, 0]
-    bx = hits[0, n - 1] - hits[0, mid]
-    by = hits[1, n - 1] - hits[1, mid]
+    mid_x, mid_y = middle_hit(acc, hits, n)
+    ax = mid_x - hits[0, 0]
+    ay = mid_y - hits[1, 0]
+    bx = hits[0, n - 1] - mid_x
+    by = hits[1, n - 1] - mid_y
     cx = hits[0, 0] - hits[0, n - 1]
     cy = hits[1, 0] - hits[1, n - 1]
     a2 = ax * ax + ay * ay
@@ -138,14 +142,11 @@ def prepare_broken_line_data(acc, hits, ff, b_field, radii, s_tr, s_tot, z_sz, v
     x0 = ff[0]
     y0 = ff[1]
     radius = ff[2]
-    mid = middle_hit(acc, hits, n)
-    cross = (hits[0, mid] - hits[0, 0]) * (hits[1, n - 1] - hits[1, mid]) - (hits[1, mid] - hits[1, 0]) * (
-        hits[0, n - 1] - hits[0, mid]
-    )
+    mid_x, mid_y = middle_hit(acc, hits, n)
+    cross = (mid_x - hits[0, 0]) * (hits[1, n - 1] - mid_y) - (mid_y - hits[1, 0]) * (hits[0, n - 1] - mid_x)
     q = -1.0 if cross > 0 else 1.0
     slope = -q / ff[3]
-    c = rotation_cos(acc, slope)
-    s = slope * c
+    c, s = rotation(acc, slope)
     norm0 = math.sqrt(x0 * x0 + y0 * y0)
     ex = -radius * x0 / norm0
     ey = -radius * y0 / norm0
@@ -219,8 +220,7 @@ def solve_offsets(acc, cm, inv, w, z, u, rhs, m, n):
 def line_fit(acc, ge, q, slope, radius, b_field, radii, s_tot, z_sz, vb, w, cm, inv, u, rhs, par, cov, jac, tmp, n):
     """CMSSW's ``lineFit``: ``par`` = (cot(theta), zip), ``cov`` its 2 x 2 covariance; returns
     the chi2."""
-    c = rotation_cos(acc, slope)
-    s = slope * c
+    c, s = rotation(acc, slope)
     for i in range(n):
         inv_norm = 1.0 / math.sqrt(radii[0, i] * radii[0, i] + radii[1, i] * radii[1, i])
         g0 = -s * (radii[1, i] * inv_norm)  # row 1 of rotation @ d(s, z)/d(x, y, z)
@@ -327,9 +327,7 @@ def circle_fit(
     for i in range(n):
         vb[i] *= proj  # the kink angles are projected
         z_sz[i] = math.sqrt(radii[0, i] * radii[0, i] + radii[1, i] * radii[1, i]) - radius
-        sl = -radii[0, i] / radii[1, i]
-        k0 = rotation_cos(acc, sl)
-        k1 = sl * k0  # row 1 of the rotation: (-k1, k0)
+        k0, k1 = rotation(acc, -radii[0, i] / radii[1, i])  # its row 1: (-k1, k0)
         w[i] = 1.0 / (k1 * k1 * ge[0, i] - 2.0 * k1 * k0 * ge[1, i] + k0 * k0 * ge[2, i])
     matrix_c_u(acc, cm, w, s_tr, vb, n)
     circle_border(acc, cm, s_tr, vb, n)
