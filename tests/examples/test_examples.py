@@ -63,6 +63,8 @@ def test_every_example_is_tested():
         "per_candidate_model.py",
         "pixel_clustering.py",
         "cluster_charge_cut.py",
+        "broken_line_fit.py",
+        "broken_line_reference.py",
     }
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -200,3 +202,17 @@ def test_cluster_charge_cut_runs_as_a_script():
 def test_cluster_charge_cut(backend, capsys):
     out = main_output(capsys, "cluster_charge_cut", [backend, "--modules", "40", "--repeats", "2"])
     assert "matches the numpy reference: OK" in out and "40 modules" in out
+
+
+def test_broken_line_fit_runs_as_a_script():
+    out = run_example("broken_line_fit.py", "cpu_serial", "--tracks", "300", "--repeats", "1", timeout=900)
+    assert "Broken Line fit of 300 tracks" in out and "OK" in out
+
+
+def test_broken_line_fit(backend, capsys):
+    assert "OK" in main_output(capsys, "broken_line_fit", [backend, "--tracks", "300", "--repeats", "1"])
+
+
+def test_broken_line_reference_runs_as_a_script():
+    out = run_example("broken_line_reference.py", "--tracks", "3000")
+    assert out.count("hits: phi") == 3, out
