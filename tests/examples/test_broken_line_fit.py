@@ -14,6 +14,10 @@ import pytest
 import portable as pk
 from alpyka_testing.bench import load
 
+#: numba compiles the three fit kernels (every pk.linalg call inlined) in about 30 s of CPU: minutes
+#: of wall time on a loaded 2-core machine, past the suite's default 240 s per test
+pytestmark = pytest.mark.timeout(900)
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: how far the port and the twin may be from the reference (which inverts by LAPACK): the state
 #: in units of its fitted error, the covariance of sqrt(c_ii c_jj), pt, eta and chi2 relative. The

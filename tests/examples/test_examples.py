@@ -204,11 +204,13 @@ def test_cluster_charge_cut(backend, capsys):
     assert "matches the numpy reference: OK" in out and "40 modules" in out
 
 
+@pytest.mark.timeout(900)  # numba compiles the three fit kernels: minutes on a loaded 2-core machine
 def test_broken_line_fit_runs_as_a_script():
     out = run_example("broken_line_fit.py", "cpu_serial", "--tracks", "300", "--repeats", "1", timeout=900)
     assert "Broken Line fit of 300 tracks" in out and "OK" in out
 
 
+@pytest.mark.timeout(900)
 def test_broken_line_fit(backend, capsys):
     assert "OK" in main_output(capsys, "broken_line_fit", [backend, "--tracks", "300", "--repeats", "1"])
 

@@ -15,6 +15,10 @@ import portable as pk
 from alpyka_testing.kernels import download, upload
 from portable.compiler._kernel import DeviceFunction
 
+#: the test kernels inline every pk.linalg function: numba compiles each in ~10 s of CPU (minutes
+#: of wall time on a loaded 2-core machine, past the suite's default 240 s per test)
+pytestmark = pytest.mark.timeout(900)
+
 MAXN = 6
 OPS = (
     "matmul",
