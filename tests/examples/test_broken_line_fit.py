@@ -103,3 +103,25 @@ def test_numba_twin_matches_the_reference():
     twin.numba_broken_line(generated["n_hits"], generated["hits"], generated["hits_ge"], ref.B_FIELD,
                            *(got[k] for k in ("state", "covariance", "pt", "eta", "chi2", "charge")))  # fmt: skip
     _check(got, want)
+
+
+@pytest.mark.parametrize("n_hits", [3, 4, 5])
+def test_ptx_keeps_the_per_thread_arrays_out_of_local_memory(n_hits):
+    """NVRTC's PTX of each fit kernel has no local memory in the kernel itself: its per-thread
+    arrays are indexed by constants after unrolling, so they live in registers (a run-time index,
+    ``hits[0, mid]``, made a 120-byte local depot in the 5-hit kernel). libdevice's slow path of
+    sin/cos, a function of its own, keeps its 40 bytes."""
+    from backends._c_build import CUPY_NVRTC_APPENDED, float_options, nvrtc_available, nvrtc_compile
+    from backends._c_emit import emit
+
+    if nvrtc_available() is not None:
+        pytest.skip(f"NVRTC: {nvrtc_available()}")
+    h = pk.host()
+    args = (pk.PortableCollection(bl.Hits, 8, h).const_view(), pk.PortableCollection(bl.Tracks, 8, h).view(),
+            pk.Buffer(h, 7, np.int32), pk.Buffer(h, 8, np.int32), ref.B_FIELD)  # fmt: skip
+    kernel = bl.bl_fit_kernel(n_hits)
+    src = emit(kernel.ir(kernel.signature(args), 1, False), "cuda")
+    ptx = nvrtc_compile(src, "compute_90", CUPY_NVRTC_APPENDED + float_options("cuda", False))
+    entry = ptx[ptx.index(".entry") :]
+    entry = entry[: entry.index("\n}\n")]
+    assert ".local" not in entry and "ld.local" not in entry, "a per-thread array went to local memory"
