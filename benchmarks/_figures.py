@@ -34,6 +34,7 @@ _PAIRED, _BY_HAND = "alpyka best / best peer (paired)", "alpyka best / its engin
 _BATCHES = (4, 16, 64, 256, 1024)
 _PIPE = "{} events/s (zero-copy)"
 _TOOLS_ON = _CUT_ON = ("cpu_serial", "cpu_threads", "opencl")
+_FIT_ON = ("cpu_serial", "cpu_threads")
 _TOOLS = ("prefix_scan vs np.cumsum", "argsort vs np.argsort", "one_to_many vs numpy")
 _GRAPH = "graph speedup (one by one / graph)"
 _SORT = "speed vs numba twin"
@@ -295,6 +296,18 @@ FIGURES: tuple[Figure, ...] = (
             *(S(f"cpu_serial, rank sort, {v} vertices", _SORT) for v in (8, 40, 200)),
             *(S(f"numpy per event, {v} vertices", _SORT) for v in (8, 40, 200)),
         ),
+    ),
+    Figure(
+        "CMSSW's Broken Line fit (per-thread arrays, pk.linalg), 100k generated tracks of 3-5 hits: speed vs its "
+        "numba njit twin, cpu_serial / cpu_threads (paired rounds)",
+        "broken_line.json",
+        "{:.2f}x / {:.2f}x (best rounds: {:.2f}x / {:.2f}x; twin {:.2f} us a track)",
+        (
+            *(S(b, "speed vs numba") for b in _FIT_ON),
+            *(S(b, "speed vs numba, best times") for b in _FIT_ON),
+            S("numba njit (1 thread)", "us per track"),
+        ),
+        ">= 1x (cpu_serial)",
     ),
     Figure(
         "pixel clustering on the GPU, M digis/s and speed vs a one-thread numba union-find on the host",

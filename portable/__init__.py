@@ -6,7 +6,7 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
     q = pk.Queue(dev)
 """
 
-from . import rand, tools  # pk.rand: random numbers; pk.tools: CMSSW's alpakatools
+from . import linalg, rand, tools  # pk.linalg: per-thread matrices; pk.rand: random numbers; pk.tools: alpakatools
 from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection
@@ -107,6 +107,7 @@ __all__ = [
     "event_workdiv",
     "pair_offsets",
     "distributed",
+    "linalg",
     "rand",
     "tools",
     "CollectionTooLarge",
