@@ -10,6 +10,7 @@ value (assigning one inside makes it the nested function's own local, as in Pyth
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,20 +103,15 @@ class ClosureBuilder:
             raise self.error(s, f"{s.name!r} is defined twice (or names something else already)")
         template = self.ctx.local_functions.get(id(s))
         if template is None:
-            from ._frontend import ParsedFunction
-
             encl = self.p
             enclosing = set(encl.params) | ({encl.vararg} if encl.vararg else set()) | bound_names(encl.tree)
             captured = [n for n in free_names(s) if n in enclosing or n in self.scope]
-            parsed = ParsedFunction(
-                s.name,
-                s,
-                encl.filename,
-                encl.line_offset,
-                encl.globals,
-                encl.closure,
-                [x.arg for x in a.args],
-                a.vararg.arg if a.vararg else None,
+            parsed = dataclasses.replace(  # a ParsedFunction of the enclosing one's file and globals
+                encl,
+                name=s.name,
+                tree=s,
+                params=[x.arg for x in a.args],
+                vararg=a.vararg.arg if a.vararg else None,
             )
             template = self.ctx.local_functions[id(s)] = LocalFunction(parsed, captured)
         self.scope[s.name] = template
