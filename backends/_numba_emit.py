@@ -330,9 +330,9 @@ class _FunctionEmitter(Visitor):
         self.emit(f"_stride{n} = {self.ex(s.stride)}", d)
         if chunk != "1":
             # a stride of one chunk (one block) makes the thread's indices contiguous: one trip
-            # over all of them, not a trip (and a min) per chunk
+            # over all of them, not a trip (and a min) per chunk (a start >= 0: stop - start fits int64)
             self.emit(f"_chunk{n} = {chunk}", d)
-            self.emit(f"if _stride{n} == _chunk{n}:", d)
+            self.emit(f"if _stride{n} == _chunk{n} and {base} >= 0:", d)
             self.emit(f"_chunk{n} = _stride{n} = {stop} - {base}", d + 1)
             chunk = f"_chunk{n}"
         self.emit(f"while {base} < {stop}:", d)
