@@ -327,14 +327,24 @@ class _FunctionEmitter(Visitor):
         self.nflag += 1
         n = self.nflag
         stop, base, flag = f"_stop{n}", f"_base{n}", f"_brk{n}"
-        has_break = any(isinstance(x, ir.Break) for x in _direct(s.body))
         self.emit(f"{stop} = {self.ex(s.stop)}", d)
+        if s.kind in _CONTIGUOUS:
+            self.contiguous_loop(s, d, stop, base)
+            return
+        has_break = any(isinstance(x, ir.Break) for x in _direct(s.body))
         chunk = self.ex(s.chunk)
         if has_break:
             self.emit(f"{flag} = False", d)
         # a while loop: range() with a step costs a division per thread to count its trips
         self.emit(f"{base} = {self.ex(s.start)}", d)
         self.emit(f"_stride{n} = {self.ex(s.stride)}", d)
+        if chunk != "1":
+            # a stride of one chunk (one block) makes the thread's indices contiguous: one trip
+            # over all of them, not a trip (and a min) per chunk (a start >= 0: stop - start fits int64)
+            self.emit(f"_chunk{n} = {chunk}", d)
+            self.emit(f"if _stride{n} == _chunk{n} and {base} >= 0:", d)
+            self.emit(f"_chunk{n} = _stride{n} = {stop} - {base}", d + 1)
+            chunk = f"_chunk{n}"
         self.emit(f"while {base} < {stop}:", d)
         if chunk == "1":
             self.emit(f"{s.var.name} = {base}", d + 1)
@@ -355,6 +365,18 @@ class _FunctionEmitter(Visitor):
             self.emit(f"if {flag}:", d + 1)
             self.emit("break", d + 2)
 
+    def contiguous_loop(self, s: ir.StridedLoop, d: int, stop: str, base: str) -> None:
+        """A loop of a kind whose stride is one chunk here (a block of one thread, so ``block_threads
+        * thread_elements == thread_elements``): the thread's indices ``[start, stop)`` are
+        contiguous, one ``range`` numba compiles as a plain loop."""
+        self.emit(f"{base} = {self.ex(s.start)}", d)
+        self.emit(f"for {s.var.name} in range({base}, {stop}):", d)
+        self.loops.append(("range", None))
+        if s.local_var is not None:
+            self.emit(f"{s.local_var.name} = {s.var.name} - {self.ex(s.group_base)}", d + 1)
+        self.block(s.body, d + 1)
+        self.loops.pop()
+
     def declare(self, local_types: dict[str, ScalarType], depth: int) -> None:
         for name, t in local_types.items():
             self.emit(f"{name} = {_const(0, t)}", depth)
@@ -362,6 +384,10 @@ class _FunctionEmitter(Visitor):
 
 #: operators that numba's source writes as a plain ``(a op b)``, by precedence group
 _PLAIN_GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
+
+
+# the loop kinds striding by block_threads * thread_elements with chunks of thread_elements
+_CONTIGUOUS = ("uniform_group_elements", "independent_group_elements")
 
 
 def _same_group(e: ir.BinOp, left: object) -> bool:

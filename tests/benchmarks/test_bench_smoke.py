@@ -137,6 +137,7 @@ _SCRIPTS = [
     ("bench_backends", "backends", (), 180),
     ("bench_clustering", "clustering", (), 240),
     ("bench_inference", "inference", ("torch",), 180),
+    ("bench_loops", "loops", (), 180),
     ("bench_pipeline", "pipeline", ("torch",), 480),
     ("bench_remote", "remote", ("torch", "pytriton"), 300),
     ("bench_tools", "tools", (), 180),
@@ -146,6 +147,7 @@ _SCRIPTS = [
 _MEASURES = {
     "bench_backends": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
     "bench_clustering": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
+    "bench_loops": ("cpu_serial", "cpu_threads"),
     "bench_pipeline": ("cpu_serial", "cpu_threads", "opencl"),
     "bench_tools": ("cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"),
 }
