@@ -58,7 +58,9 @@ FLAGS = (
     "-frounding-math",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp")  # need fibers
+#: what runs a block's threads as fibers: barriers, warp operations, and the hooks of a checked
+#: text (its threads switch at memory accesses and loop iterations)
+_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp", "ALPYKA_LOOP")
 _ERR_LEN = 512
 
 _lock = threading.Lock()
@@ -344,11 +346,12 @@ def _check_error(kernel: Compiled, report: str) -> Exception:
     first = line(l1) or (src.line_map and min(src.line_map.values())) or 0
     text = text.replace("%1", f"line {line(l1) or '?'}").replace("%2", f"line {line(l2) or '?'}")
     name = src.kernel_name if src is not None and src.kernel_name else kernel.name
-    return KernelCheckError(
-        f"kernel {name!r} ({where}:{first}): {kind}: {text} (found by the GPU emulator's checks, "
-        "ALPYKA_EMULATE_CHECKS=0 turns them off)",
-        kind,
+    found = (
+        "found by the GPU emulator, whose threads take turns in loops that wait"
+        if kind == "deadlock"
+        else "found by the GPU emulator's checks, ALPYKA_EMULATE_CHECKS=0 turns them off"
     )
+    return KernelCheckError(f"kernel {name!r} ({where}:{first}): {kind}: {text} ({found})", kind)
 
 
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int, memory: Any = None) -> None:
