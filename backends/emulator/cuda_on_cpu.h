@@ -3,10 +3,15 @@
 // cuda_on_cpu.py; force-included before the kernel's source with -include).
 //
 // - A grid's blocks run on one OS thread per core, claimed in order from a shared counter.
-// - A block's threads run one after another on that OS thread. Where the kernel synchronises
-//   (__syncthreads and its predicates), each thread is a fiber: a stack of its own and a small
-//   context switch; between two barriers the block's threads run in a seeded random order, so
-//   a kernel that misses a barrier reads what another thread has not written yet.
+// - A block's threads run on that OS thread as fibers (a stack each and a small context switch)
+//   where the kernel synchronises or the emitter wrote its hooks (the emulator's texts always
+//   have them: ALPYKA_LOOP at each loop iteration, ALPYKA_GL_*/ALPYKA_SH_* at memory accesses);
+//   they switch at barriers, warp operations and a seeded sample of the hooks, in a seeded random
+//   order, so a kernel that misses a barrier reads what another thread has not written yet and
+//   a lost update shows. A thread spinning on memory nothing changes yields each iteration;
+//   stalled blocks get more blocks started beside them, and a wait nothing can end is reported
+//   as "deadlock" (see "schedules and spins" below). A text without hooks and barriers runs
+//   its threads one after another.
 // - __shared__ variables are thread_local: a block owns its OS thread while it runs. The
 //   dynamic shared array (alpyka's emitter always names it alpyka_dyn_shared) is a thread_local
 //   array of ALPYKA_DYN_SHARED_MAX bytes, filled with a poison byte before each block.
@@ -33,7 +38,9 @@
 //   same in device memory, plus two plain stores to one element from two blocks; every thread
 //   storing one value is said to be that); "uninitialized": a read (or atomic) of shared memory
 //   this block never wrote, or of device memory nothing wrote since its allocation (the global
-//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below).
+//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below); a plain
+//   read of another block's store that no grid fence of that block followed is a "race" too
+//   (another block sees a block's stores after its __threadfence or at the kernel's end).
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
@@ -217,6 +224,7 @@ struct Worker {  // one OS thread's view of the block it runs
     long long block;         // the block it runs (linear index)
     unsigned long long rng;  // the block's switching draws (seeded by the launch's seed and the block)
     bool stalled;            // every live thread of its block spins or waits (see stalled_round)
+    bool alone;              // one thread of the block was runnable at the round's start: no draws
     long long all_since;     // when it first saw every running block stalled (ns), 0: not so
 };
 static thread_local Worker* worker = nullptr;
@@ -382,11 +390,15 @@ static void shuffle(int* order, int n, unsigned long long key) {  // Fisher-Yate
 static const int SPIN_MIN = 64;                           // iterations in a row before a thread counts as spinning
 static const long long DEADLOCK_NS = 1000000000ll;        // every block stalled this long: a deadlock
 static const int POOL_MAX = 256;                          // OS threads a launch may run blocks on
-static const unsigned SWITCH_LOAD = 31, SWITCH_STORE = 7, SWITCH_LOOP = 7;  // 1 in (mask + 1)
+static const unsigned SWITCH_LOAD = 63, SWITCH_STORE = 15, SWITCH_LOOP = 15;  // 1 in (mask + 1)
 
-static inline bool draw(Worker* w, unsigned mask) {
-    w->rng = mix(w->rng);
-    return (w->rng & mask) == 0;
+static inline bool draw(Worker* w, unsigned mask) {  // xorshift64 (a few instructions per access)
+    unsigned long long x = w->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    w->rng = x;
+    return (x >> 40 & mask) == 0;
 }
 
 static inline void yield_fiber(Worker* w) {  // the running thread lets the block's others run
@@ -398,7 +410,7 @@ static inline void yield_fiber(Worker* w) {  // the running thread lets the bloc
 // A memory access of the running thread (before it happens): maybe switch to another thread.
 static inline void access_hook(unsigned mask) {
     Worker* w = worker;
-    if (w != nullptr && w->current != nullptr && draw(w, mask)) yield_fiber(w);
+    if (w != nullptr && w->current != nullptr && !w->alone && draw(w, mask)) yield_fiber(w);
 }
 
 // A read of [p, p + n) (a load, or the old value of an atomic) goes into the iteration's hash.
@@ -408,7 +420,7 @@ static inline void note_read(const void* p, size_t n, int line) {
     Fiber* f = w->current;
     unsigned long long v = 0;
     memcpy(&v, p, n < sizeof v ? n : sizeof v);
-    f->sig = mix(f->sig ^ mix(reinterpret_cast<uintptr_t>(p) ^ mix(v)));
+    f->sig = (f->sig ^ (reinterpret_cast<uintptr_t>(p) + v * 0x9E3779B97F4A7C15ull)) * 0x100000001B3ull;
     ++f->reads;
     f->read_line = line;
 }
@@ -430,7 +442,7 @@ static void loop_hook(int line) {
     f->reads = 0;
     f->wrote = false;
     f->loop_line = line;
-    if (spinning || draw(w, SWITCH_LOOP)) yield_fiber(w);
+    if (spinning || (!w->alone && draw(w, SWITCH_LOOP))) yield_fiber(w);
 }
 
 static void grid_fence() {
@@ -728,9 +740,12 @@ static void run_block(Worker* w, unsigned long long b) {
         fibers[i].state = RUNNABLE;
         start_fiber(&fibers[i]);
     }
-    w->rng = mix(key ^ 0x5bd1e995ull);
+    w->rng = mix(key ^ 0x5bd1e995ull) | 1ull;  // (xorshift's state is never 0)
     for (unsigned long long round = 0;; ++round) {
         shuffle(order, n, mix(key + round));
+        int ready = 0;
+        for (int i = 0; i < n && ready < 2; ++i) ready += fibers[i].state == RUNNABLE;
+        w->alone = ready < 2;
         for (int k = 0; k < n; ++k) {
             if (fibers[order[k]].state != RUNNABLE) continue;
             w->tid = order[k];

@@ -14,9 +14,10 @@ system's C++ compiler against cuda_on_cpu.h and run on the CPU with a GPU's bloc
   built in a private temporary directory and loaded from there (one warning naming
   ``ALPYKA_CACHE_DIR``).
 - **Launch.** The arguments are packed as cupy packs them (each in its C type), the grid runs on
-  ``ALPYKA_EMULATE_THREADS`` OS threads (default: the cores), and the order in which a block's
-  threads run between barriers comes from ``ALPYKA_EMULATE_SEED`` (default 1): a missing
-  barrier gives a wrong result, and the same seed gives the same schedule.
+  ``ALPYKA_EMULATE_THREADS`` OS threads (default: the cores; more where blocks wait for each
+  other), and the block's schedule (the order its threads run in and where they switch: barriers,
+  sampled memory accesses and loop iterations) comes from ``ALPYKA_EMULATE_SEED`` (default 1): a
+  missing barrier gives a wrong result, and the same seed gives the same schedule.
 - **Errors.** A compile error is a :class:`~backends._c_build.KernelBuildError` showing the
   generated source and the kernel's line; the runtime's own refusals are raised by ``run``.
   Memory outside an allocation is not checked here (range-checked builds report it, as on a GPU).
