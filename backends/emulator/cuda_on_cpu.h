@@ -260,7 +260,7 @@ struct Launch {
     }
     // a check's report (see the header comment); %1 and %2 in text stand for the lines' Python lines
     void check(const char* kind, int line, int line2, const char* text) {
-        char buf[512];
+        char buf[1024];
         snprintf(buf, sizeof buf, "check:%s:%d:%d:%s", kind, line, line2, text);
         fail(buf);
     }
@@ -1110,12 +1110,13 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
     if (verdict == 3) {
         same_value_race(line, seen.wl, t, seen.wt, GLOBAL_ELEMENT);
     } else if (verdict == 4) {
-        char text[460];
+        char text[620];
         snprintf(text, sizeof text, "thread %d of block %lld reads a device memory element at %%1 that thread %d of "
-                 "block %lld wrote at %%2 with no grid fence after it: another block sees a block's plain stores only "
-                 "after its acc.mem_fence(\"grid\") (or at the kernel's end), so this read may see the old value on a "
-                 "GPU (a data race); put acc.mem_fence(\"grid\") between the store and the atomic that tells other "
-                 "blocks it is done", t, b, seen.wt, seen.wb);
+                 "block %lld wrote at %%2 with no grid fence after it: blocks run in no set order, and another block "
+                 "sees a block's plain stores only after its acc.mem_fence(\"grid\") or at the kernel's end, so the "
+                 "read may see the old value on a GPU (a data race; a lost update where blocks add to it); update a "
+                 "shared total with an atomic (acc.atomic_add), hand a result over with acc.mem_fence(\"grid\") "
+                 "between its store and the atomic that tells the other block", t, b, seen.wt, seen.wb);
         check_failed("race", line, seen.wl, text);
     } else if (verdict == 2 && seen.wb != b) {
         char text[420];

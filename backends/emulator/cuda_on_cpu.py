@@ -62,7 +62,7 @@ _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)
 #: what runs a block's threads as fibers: barriers, warp operations, and the hooks of a checked
 #: text (its threads switch at memory accesses and loop iterations)
 _BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp", "ALPYKA_LOOP")
-_ERR_LEN = 512
+_ERR_LEN = 1024
 
 _lock = threading.Lock()
 _compiler: tuple[str, str] | None = None  # (path, version line)
