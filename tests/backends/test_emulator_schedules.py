@@ -90,12 +90,15 @@ def test_with_the_checks_on_the_lost_update_is_a_race(queue, checked):
 @pk.kernel
 def lane_waits_for_its_neighbour(acc, flag, out):
     t = acc.thread_idx
-    if t == 0:
-        while acc.atomic_or(flag, 0, 0) == 0:  # lane 1 of the same warp sets it
+    if t == 0:  # a ping-pong with lane 1 of the same warp: each waits for the other in turn
+        while acc.atomic_or(flag, 0, 0) != 1:
             pass
-        out[0] = 7
+        acc.atomic_exch(flag, 0, 2)
     elif t == 1:
         acc.atomic_exch(flag, 0, 1)
+        while acc.atomic_or(flag, 0, 0) != 2:
+            pass
+        out[0] = 7
 
 
 @pk.kernel
