@@ -482,6 +482,9 @@ SHARED_ACCESS = """\
 #define ALPYKA_GL_AT(p) (p)
 #define ALPYKA_GL_STV(x, v) ((x) = (v))
 #endif
+#ifndef ALPYKA_LOOP
+#define ALPYKA_LOOP()
+#endif
 """
 
 

@@ -111,8 +111,17 @@ class StatementEmitter:
             self.block(s.orelse)
         self.out("}", line)
 
+    def loop_hook(self, line: int) -> None:
+        """The emulator's hook at the start of each loop iteration (its thread switches and spin
+        detection, cuda_on_cpu.h's ``ALPYKA_LOOP``), when emitting for its checks."""
+        if self.checks:
+            self.indent += 1
+            self.out("ALPYKA_LOOP();", line)
+            self.indent -= 1
+
     def visit_While(self, s: ir.While, tag: str, line: int) -> None:
         self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.loop_hook(line)
         self.loops.append(None)
         self.block(s.body)
         self.loops.pop()
@@ -188,6 +197,7 @@ class StatementEmitter:
                 line,
             )
         self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
+        self.loop_hook(line)
         self.indent += 1
         self.out(f"{ident(s.var.name)} = {n};", line)
         self.indent -= 1
@@ -210,6 +220,7 @@ class StatementEmitter:
         def loop(head: str, it: str) -> None:
             """``for (head) {`` the loop variables bound to ``it``, the body ``}``."""
             self.out(f"for ({head}) {{", line)
+            self.loop_hook(line)
             self.indent += 1
             self.out(f"{ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
             if s.local_var is not None:

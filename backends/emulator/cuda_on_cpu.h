@@ -3,10 +3,15 @@
 // cuda_on_cpu.py; force-included before the kernel's source with -include).
 //
 // - A grid's blocks run on one OS thread per core, claimed in order from a shared counter.
-// - A block's threads run one after another on that OS thread. Where the kernel synchronises
-//   (__syncthreads and its predicates), each thread is a fiber: a stack of its own and a small
-//   context switch; between two barriers the block's threads run in a seeded random order, so
-//   a kernel that misses a barrier reads what another thread has not written yet.
+// - A block's threads run on that OS thread as fibers (a stack each and a small context switch)
+//   where the kernel synchronises or the emitter wrote its hooks (the emulator's texts always
+//   have them: ALPYKA_LOOP at each loop iteration, ALPYKA_GL_*/ALPYKA_SH_* at memory accesses);
+//   they switch at barriers, warp operations and a seeded sample of the hooks, in a seeded random
+//   order, so a kernel that misses a barrier reads what another thread has not written yet and
+//   a lost update shows. A thread spinning on memory nothing changes yields each iteration;
+//   stalled blocks get more blocks started beside them, and a wait nothing can end is reported
+//   as "deadlock" (see "schedules and spins" below). A text without hooks and barriers runs
+//   its threads one after another.
 // - __shared__ variables are thread_local: a block owns its OS thread while it runs. The
 //   dynamic shared array (alpyka's emitter always names it alpyka_dyn_shared) is a thread_local
 //   array of ALPYKA_DYN_SHARED_MAX bytes, filled with a poison byte before each block.
@@ -33,18 +38,22 @@
 //   same in device memory, plus two plain stores to one element from two blocks; every thread
 //   storing one value is said to be that); "uninitialized": a read (or atomic) of shared memory
 //   this block never wrote, or of device memory nothing wrote since its allocation (the global
-//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below).
+//   accesses go through ALPYKA_GL_LD/ST/STV/AT; see the device-memory sections below); a plain
+//   read of another block's store that no grid fence of that block followed is a "race" too
+//   (another block sees a block's stores after its __threadfence or at the kernel's end).
 // - Only C headers are included and the math functions are declared here: a kernel compiles in
 //   about 0.2 s (the C++ standard headers would triple that).
 #pragma once
 #define ALPYKA_CUDA_ON_CPU 1  // the generated text's HIP warp macros pass their member masks here
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #if !defined(__x86_64__)
@@ -176,9 +185,10 @@ static inline float atomicAdd(float* p, float v) { return alpyka_cas_bits(p, [v]
 static inline double atomicAdd(double* p, double v) { return alpyka_cas_bits(p, [v](double c) { return c + v; }); }
 static inline float atomicExch(float* p, float v) { return alpyka_cas_bits(p, [v](float) { return v; }); }
 
+namespace alpyka_host { static void grid_fence(); }  // publishes the block's stores to other blocks
 static inline void __threadfence_block() { __atomic_thread_fence(ALPYKA_SEQ); }
-static inline void __threadfence() { __atomic_thread_fence(ALPYKA_SEQ); }
-static inline void __threadfence_system() { __atomic_thread_fence(ALPYKA_SEQ); }
+static inline void __threadfence() { alpyka_host::grid_fence(); }
+static inline void __threadfence_system() { alpyka_host::grid_fence(); }
 
 // ---------------------------------------------------------------------- fibers
 namespace alpyka_host {
@@ -201,6 +211,11 @@ struct Fiber {
     unsigned long long wval, wres;
     unsigned long long wmask;  // the lanes its warp operation names (the warp's lanes: bit k, lane k)
     long long warg;
+    // spin detection (loop_hook): this loop iteration's reads (a hash of addresses and values),
+    // the last iteration's, whether it changed memory, and how many iterations in a row spun
+    unsigned long long sig, prev_sig;
+    int reads, spin, loop_line, read_line;
+    bool wrote;
 };
 
 struct Worker {  // one OS thread's view of the block it runs
@@ -222,6 +237,10 @@ struct Worker {  // one OS thread's view of the block it runs
     size_t cap, used;
     long long mem_hint;      // the row of Launch::mem the last global access hit
     long long block;         // the block it runs (linear index)
+    unsigned long long rng;  // the block's switching draws (seeded by the launch's seed and the block)
+    bool stalled;            // every live thread of its block spins or waits (see stalled_round)
+    bool alone;              // one thread of the block was runnable at the round's start: no draws
+    long long all_since;     // when it first saw every running block stalled (ns), 0: not so
 };
 static thread_local Worker* worker = nullptr;
 
@@ -238,6 +257,13 @@ struct Launch {
     const unsigned long long* mem;  // tracked device memory: n_mem rows (base, end, shadow address) by base
     long long n_mem;
     struct Races* races;            // the launch's race shadow of that memory (nullptr: none)
+    unsigned* fences;               // per block, its grid fences so far (nullptr: not modelled)
+    unsigned long long n_fences;
+    unsigned long long blocks;
+    int active, stalled;            // the OS threads running blocks / those whose block is stalled
+    pthread_mutex_t pool_lock;      // guards pool and started (spawn)
+    pthread_t* pool;
+    int started;
     char* error;
     int error_len;
 
@@ -249,7 +275,7 @@ struct Launch {
     }
     // a check's report (see the header comment); %1 and %2 in text stand for the lines' Python lines
     void check(const char* kind, int line, int line2, const char* text) {
-        char buf[512];
+        char buf[1024];
         snprintf(buf, sizeof buf, "check:%s:%d:%d:%s", kind, line, line2, text);
         fail(buf);
     }
@@ -364,6 +390,177 @@ static void shuffle(int* order, int n, unsigned long long key) {  // Fisher-Yate
         order[i - 1] = order[j];
         order[j] = t;
     }
+}
+
+// ---------------------------------------------------------------------- schedules and spins
+// The emitter's hooks (emit(checks=True)) let a block's threads switch where a GPU's may: at a
+// sampled subset of global and shared memory accesses and loop iterations (drawn from the
+// launch's seed and the block, so one seed gives one schedule per block), and at every iteration
+// of a loop that spins: one whose reads (addresses and values) are those of its last iteration
+// and that changed no memory. A lane waiting for another lane's flag therefore lets that lane
+// run (legal since Volta's independent thread scheduling). A block whose live threads all spin
+// or wait is stalled: once every running block is, another block is started beside them on a
+// new OS thread (blocks that wait for each other are co-resident on a GPU), and when none is
+// left to start and nothing changed for DEADLOCK_NS the launch fails with "deadlock".
+static const int SPIN_MIN = 64;                           // iterations in a row before a thread counts as spinning
+static const long long DEADLOCK_NS = 1000000000ll;        // every block stalled this long: a deadlock
+static const int POOL_MAX = 256;                          // OS threads a launch may run blocks on
+static const unsigned SWITCH_LOAD = 63, SWITCH_STORE = 15, SWITCH_LOOP = 15;  // 1 in (mask + 1)
+
+static inline bool draw(Worker* w, unsigned mask) {  // xorshift64 (a few instructions per access)
+    unsigned long long x = w->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    w->rng = x;
+    return (x >> 40 & mask) == 0;
+}
+
+static inline void yield_fiber(Worker* w) {  // the running thread lets the block's others run
+    Fiber* f = w->current;
+    f->state = RUNNABLE;
+    to_scheduler(f);
+}
+
+// A memory access of the running thread (before it happens): maybe switch to another thread.
+static inline void access_hook(unsigned mask) {
+    Worker* w = worker;
+    if (w != nullptr && w->current != nullptr && !w->alone && draw(w, mask)) yield_fiber(w);
+}
+
+// A read of [p, p + n) (a load, or the old value of an atomic) goes into the iteration's hash.
+static inline void note_read(const void* p, size_t n, int line) {
+    Worker* w = worker;
+    if (w == nullptr || w->current == nullptr) return;
+    Fiber* f = w->current;
+    unsigned long long v = 0;
+    memcpy(&v, p, n < sizeof v ? n : sizeof v);
+    f->sig = (f->sig ^ (reinterpret_cast<uintptr_t>(p) + v * 0x9E3779B97F4A7C15ull)) * 0x100000001B3ull;
+    ++f->reads;
+    f->read_line = line;
+}
+
+static inline void note_write(bool changed) {
+    Worker* w = worker;
+    if (changed && w != nullptr && w->current != nullptr) w->current->wrote = true;
+}
+
+// The start of a loop iteration (the loop's line): spinning or not, and maybe switch.
+static void loop_hook(int line) {
+    Worker* w = worker;
+    if (w == nullptr || w->current == nullptr) return;
+    Fiber* f = w->current;
+    bool spinning = f->reads > 0 && !f->wrote && f->sig == f->prev_sig && f->loop_line == line;
+    f->spin = spinning ? f->spin + 1 : 0;
+    f->prev_sig = f->sig;
+    f->sig = 0;
+    f->reads = 0;
+    f->wrote = false;
+    f->loop_line = line;
+    if (spinning || (!w->alone && draw(w, SWITCH_LOOP))) yield_fiber(w);
+}
+
+static void grid_fence() {
+    __atomic_thread_fence(ALPYKA_SEQ);
+    Worker* w = worker;
+    if (w == nullptr) return;
+    Launch* L = w->launch;
+    if (L->fences != nullptr && static_cast<unsigned long long>(w->block) < L->n_fences)
+        __atomic_add_fetch(&L->fences[w->block], 1u, __ATOMIC_SEQ_CST);
+}
+
+static long long now_ns() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
+static void* work(void* arg);
+
+// Start one more OS thread on the launch's blocks, if a block is left and the pool has room.
+static bool spawn(Launch* L) {
+    if (__atomic_load_n(&L->next_block, __ATOMIC_SEQ_CST) >= L->blocks) return false;
+    bool ok = false;
+    pthread_mutex_lock(&L->pool_lock);
+    if (L->started < POOL_MAX - 1) {
+        __atomic_add_fetch(&L->active, 1, __ATOMIC_SEQ_CST);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8u << 20);
+        ok = pthread_create(&L->pool[L->started], &attr, work, L) == 0;
+        pthread_attr_destroy(&attr);
+        if (ok) __atomic_add_fetch(&L->started, 1, __ATOMIC_SEQ_CST);
+        else __atomic_sub_fetch(&L->active, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&L->pool_lock);
+    return ok;
+}
+
+static void unstall(Worker* w) {
+    if (!w->stalled) return;
+    w->stalled = false;
+    w->all_since = 0;
+    __atomic_sub_fetch(&w->launch->stalled, 1, __ATOMIC_SEQ_CST);
+}
+
+static void report_deadlock(Worker* w, Fiber* fibers, int n) {
+    int spinner = -1, other = -1, spinners = 0;
+    for (int i = 0; i < n; ++i) {
+        if (fibers[i].state == RUNNABLE) {
+            ++spinners;
+            if (spinner < 0) spinner = i;
+            else if (other < 0 && fibers[i].loop_line != fibers[spinner].loop_line) other = i;
+        } else if ((fibers[i].state == AT_BARRIER || fibers[i].state == AT_WARP) &&
+                   (other < 0 || fibers[other].state == RUNNABLE)) {
+            other = i;
+        }
+    }
+    const Fiber& f = fibers[spinner];
+    char where[160];
+    int line2 = f.read_line;
+    if (other >= 0) {
+        const Fiber& o = fibers[other];
+        line2 = o.state == RUNNABLE ? o.loop_line : o.site;
+        snprintf(where, sizeof where, "; thread %d waits %s %%2", other,
+                 o.state == AT_BARRIER ? "at the barrier of" : o.state == AT_WARP ? "at the warp operation of"
+                                                                                  : "spinning in the loop of");
+    } else {
+        snprintf(where, sizeof where, ", its last read at %%2");
+    }
+    char text[500];
+    snprintf(text, sizeof text, "no thread of the launch can go on: thread %d of block %lld spins in the loop of %%1 "
+             "on values nothing changes any more (%d of the block's live threads spin%s); this hangs on a GPU. A "
+             "thread waited for must be able to run and store the value: not wait itself (at a barrier, in a spin), "
+             "its block running (blocks that wait for each other must fit on the GPU at once), and a store of "
+             "another block followed by acc.mem_fence(\"grid\")", spinner, w->block, spinners, where);
+    w->launch->check("deadlock", f.loop_line, line2, text);
+}
+
+// A round of the block where every runnable thread spun: start another block or, when every
+// running block has been stalled for DEADLOCK_NS with none left to start, report a deadlock.
+// False after the report.
+static bool stalled_round(Worker* w, Fiber* fibers, int n) {
+    Launch* L = w->launch;
+    if (!w->stalled) {
+        w->stalled = true;
+        w->all_since = 0;
+        __atomic_add_fetch(&L->stalled, 1, __ATOMIC_SEQ_CST);
+    }
+    struct timespec nap = {0, 20000};
+    if (__atomic_load_n(&L->stalled, __ATOMIC_SEQ_CST) < __atomic_load_n(&L->active, __ATOMIC_SEQ_CST) || spawn(L)) {
+        w->all_since = 0;
+        nanosleep(&nap, nullptr);
+        return true;
+    }
+    long long now = now_ns();
+    if (w->all_since == 0) {
+        w->all_since = now;
+    } else if (now - w->all_since > DEADLOCK_NS) {
+        report_deadlock(w, fibers, n);
+        return false;
+    }
+    nanosleep(&nap, nullptr);
+    return true;
 }
 
 static alpyka_uint3 unflatten(unsigned long long i, alpyka_uint3 extent) {
@@ -558,12 +755,17 @@ static void run_block(Worker* w, unsigned long long b) {
     }
     Fiber* fibers = w->fibers;
     for (int i = 0; i < n; ++i) {
+        memset(&fibers[i].sig, 0, sizeof(Fiber) - offsetof(Fiber, sig));
         fibers[i].tid = unflatten(static_cast<unsigned long long>(i), L->block);
         fibers[i].state = RUNNABLE;
         start_fiber(&fibers[i]);
     }
-    for (unsigned long long phase = 0;; ++phase) {
-        shuffle(order, n, mix(key + phase));
+    w->rng = mix(key ^ 0x5bd1e995ull) | 1ull;  // (xorshift's state is never 0)
+    for (unsigned long long round = 0;; ++round) {
+        shuffle(order, n, mix(key + round));
+        int ready = 0;
+        for (int i = 0; i < n && ready < 2; ++i) ready += fibers[i].state == RUNNABLE;
+        w->alone = ready < 2;
         for (int k = 0; k < n; ++k) {
             if (fibers[order[k]].state != RUNNABLE) continue;
             w->tid = order[k];
@@ -571,29 +773,40 @@ static void run_block(Worker* w, unsigned long long b) {
             if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) break;
         }
         w->current = nullptr;
-        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
-        if (release_warps(L, fibers, n)) continue;
-        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) return;
-        int waiting = 0, count = 0, at_warp = -1;
+        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) break;
+        bool released = release_warps(L, fibers, n);
+        if (__atomic_load_n(&L->failed, __ATOMIC_RELAXED)) break;
+        int runnable = 0, spinning = 0, waiting = 0, count = 0, at_warp = -1;
         for (int i = 0; i < n; ++i) {
-            if (fibers[i].state == AT_BARRIER) {
+            if (fibers[i].state == RUNNABLE) {
+                ++runnable;
+                spinning += fibers[i].spin >= SPIN_MIN;
+            } else if (fibers[i].state == AT_BARRIER) {
                 ++waiting;
                 count += fibers[i].pred != 0;
+            } else if (fibers[i].state == AT_WARP) {
+                at_warp = i;
             }
-            if (fibers[i].state == AT_WARP) at_warp = i;
         }
+        if (runnable > 0 && spinning == runnable && !released) {  // threads that yielded while spinning
+            if (!stalled_round(w, fibers, n)) break;
+            continue;
+        }
+        unstall(w);
+        if (runnable > 0 || released) continue;  // threads that yielded, or lanes a warp operation released
         if (at_warp >= 0) {
             stuck_warp(L, fibers, n, at_warp);
-            return;
+            break;
         }
         if (waiting == 0) break;
-        if (L->checks && !check_barrier(L, fibers, n)) return;
+        if (L->checks && !check_barrier(L, fibers, n)) break;
         w->reduced_count = count;
         w->reduced_waiting = waiting;
         ++w->epoch;
         for (int i = 0; i < n; ++i)
             if (fibers[i].state == AT_BARRIER) fibers[i].state = RUNNABLE;
     }
+    unstall(w);
 }
 
 // ---------------------------------------------------------------------- shared memory shadow
@@ -678,6 +891,8 @@ static void race(int line, int other_line, int t, const char* what, int other, c
 }
 
 template <class T> static T* sh_read(T* p, int line) {
+    access_hook(SWITCH_LOAD);
+    note_read(p, sizeof(T), line);
     Shadow* e = shadow(p);
     if (e == nullptr) return p;
     int t = worker->tid;
@@ -710,6 +925,8 @@ static void same_value_race(int line, int other_line, int t, int other, const ch
 }
 
 template <class T> static T* sh_write(T* p, int line, const T* value = nullptr) {
+    access_hook(SWITCH_STORE);
+    note_write(value == nullptr || memcmp(p, value, sizeof(T)) != 0);
     Shadow* e = shadow(p);
     if (e == nullptr) return p;
     int t = worker->tid;
@@ -735,6 +952,8 @@ template <class T, class V> static void sh_store(T* p, V v, int line) {  // p = 
 }
 
 template <class T> static T* sh_atomic(T* p, int line) {
+    access_hook(SWITCH_STORE);
+    note_read(p, sizeof(T), line);
     Shadow* e = shadow(p);
     if (e == nullptr) return p;
     int t = worker->tid;
@@ -810,15 +1029,19 @@ static void gl_uninitialized(int line, const char* what) {
 // Races in tracked device memory: per element (by address) the last plain writer, the readers and
 // the atomic updaters, each with its block and barrier phase, in a table of the launch shared by
 // its OS threads (one lock). Within a block the shared-memory rules apply; between blocks two
-// plain stores to one element race (a lost update, or an order nothing fixes). A plain read of
-// another block's store is not reported (a fence and an atomic flag may order them), nor stores
-// after another block's atomics (the last block of a threadfence reduction resets the counter).
+// plain stores to one element race (a lost update, or an order nothing fixes), and a plain read of
+// another block's store races unless a grid fence of the storing block followed the store (the
+// memory model the emulator keeps: another block sees a block's stores after its
+// acc.mem_fence("grid") or at the kernel's end; a fence and an atomic flag order the last block of
+// a threadfence reduction). Stores after another block's atomics are not reported (that last block
+// resets the counter).
 struct RaceEntry {
     uintptr_t addr;  // 0: free
     long long wb, rb, ab;  // the block of the last plain store / plain load / atomic, -1: none
     unsigned we, re, ae;   // their barrier phases
     int wt, rt, rt2, at, at2;  // their threads (rt2, at2: a second thread of the same block and phase)
     int wl, rl, al;        // their lines
+    unsigned wf;           // the storing block's grid fences at the store (Launch::fences)
 };
 struct Races {
     pthread_mutex_t lock;
@@ -880,9 +1103,13 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
     bool a_other = a_here && (e->at != t || e->at2 >= 0);
     int other_r = e->rt != t ? e->rt : e->rt2, other_a = e->at != t ? e->at : e->at2;
     RaceEntry seen = *e;
-    int verdict = 0;  // 1 race in the block, 2 a plain store of another block, 3 the same value
+    // a plain store of another block that no grid fence of that block followed yet
+    const Launch* L = w->launch;
+    bool unfenced = e->wb >= 0 && e->wb != b && L->fences != nullptr && static_cast<unsigned long long>(e->wb) < L->n_fences
+                    && __atomic_load_n(&L->fences[e->wb], __ATOMIC_SEQ_CST) == e->wf;
+    int verdict = 0;  // 1 race in the block, 2 a plain store of another block, 3 the same value, 4 unfenced
     if (kind == G_READ) {
-        verdict = w_other || a_other;
+        verdict = w_other || a_other ? 1 : unfenced ? 4 : 0;
         if (!r_here) e->rb = b, e->re = ep, e->rt = t, e->rt2 = -1, e->rl = line;
         else if (e->rt != t) e->rt2 = t;
     } else if (kind == G_WRITE) {
@@ -890,6 +1117,8 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
         verdict = w_other || w_block ? 2 : (r_other || a_other);
         if ((w_other || w_block) && value != nullptr && memcmp(p, value, n) == 0) verdict = 3;
         e->wb = b, e->we = ep, e->wt = t, e->wl = line;
+        e->wf = L->fences != nullptr && static_cast<unsigned long long>(b) < L->n_fences
+                    ? __atomic_load_n(&L->fences[b], __ATOMIC_SEQ_CST) : 0;
     } else {
         verdict = w_other || r_other;
         if (!a_here) e->ab = b, e->ae = ep, e->at = t, e->at2 = -1, e->al = line;
@@ -900,6 +1129,15 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
     const char* what = kind == G_READ ? "reads" : kind == G_WRITE ? "writes" : "updates atomically";
     if (verdict == 3) {
         same_value_race(line, seen.wl, t, seen.wt, GLOBAL_ELEMENT);
+    } else if (verdict == 4) {
+        char text[620];
+        snprintf(text, sizeof text, "thread %d of block %lld reads a device memory element at %%1 that thread %d of "
+                 "block %lld wrote at %%2 with no grid fence after it: blocks run in no set order, and another block "
+                 "sees a block's plain stores only after its acc.mem_fence(\"grid\") or at the kernel's end, so the "
+                 "read may see the old value on a GPU (a data race; a lost update where blocks add to it); update a "
+                 "shared total with an atomic (acc.atomic_add), hand a result over with acc.mem_fence(\"grid\") "
+                 "between its store and the atomic that tells the other block", t, b, seen.wt, seen.wb);
+        check_failed("race", line, seen.wl, text);
     } else if (verdict == 2 && seen.wb != b) {
         char text[420];
         snprintf(text, sizeof text, "thread %d of block %lld writes a device memory element at %%1 that thread %d of "
@@ -918,6 +1156,8 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
 }
 
 template <class T> static T* gl_read(T* p, int line) {
+    access_hook(SWITCH_LOAD);
+    note_read(p, sizeof(T), line);
     unsigned char* s = gl_shadow(p, sizeof(T));
     if (s == nullptr) return p;
     if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "a read");
@@ -926,6 +1166,8 @@ template <class T> static T* gl_read(T* p, int line) {
 }
 
 template <class T> static T* gl_write(T* p, int line, const T* value = nullptr) {
+    access_hook(SWITCH_STORE);
+    note_write(value == nullptr || memcmp(p, value, sizeof(T)) != 0);
     unsigned char* s = gl_shadow(p, sizeof(T));
     if (s == nullptr) return p;
     if (!gl_race(p, sizeof(T), G_WRITE, line, value)) return p;
@@ -939,6 +1181,8 @@ template <class T, class V> static void gl_store(T* p, V v, int line) {  // p = 
 }
 
 template <class T> static T* gl_atomic(T* p, int line) {
+    access_hook(SWITCH_STORE);
+    note_read(p, sizeof(T), line);
     unsigned char* s = gl_shadow(p, sizeof(T));
     if (s == nullptr) return p;
     if (gl_unwritten(p, sizeof(T), s)) gl_uninitialized(line, "an atomic update");
@@ -970,6 +1214,7 @@ static void* work(void* arg) {
         run_block(&w, b);
     }
     worker = nullptr;
+    __atomic_sub_fetch(&L->active, 1, __ATOMIC_SEQ_CST);
     if (stacks != nullptr) munmap(stacks - sysconf(_SC_PAGESIZE), stack_bytes);
     free(w.fibers);
     free(w.order);
@@ -1037,23 +1282,26 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
         pthread_mutex_init(&races.lock, nullptr);
         L.races = &races;
     }
-    unsigned long long blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
-    unsigned long long n = blocks < static_cast<unsigned long long>(threads > 0 ? threads : 1)
-                               ? blocks : static_cast<unsigned long long>(threads > 0 ? threads : 1);
-    pthread_t pool[256];
-    unsigned long long started = 0;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 8u << 20);  // the kernel's own frames in no-fiber mode
-    for (unsigned long long i = 1; i < n && i < 256; ++i)
-        if (pthread_create(&pool[started], &attr, work, &L) == 0) ++started;
-    pthread_attr_destroy(&attr);
+    L.blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
+    if (L.races != nullptr && L.blocks <= (1ull << 24)) {  // which blocks published their stores (grid fences)
+        L.fences = static_cast<unsigned*>(calloc(L.blocks, sizeof(unsigned)));
+        L.n_fences = L.fences != nullptr ? L.blocks : 0;
+    }
+    unsigned long long n = L.blocks < static_cast<unsigned long long>(threads > 0 ? threads : 1)
+                               ? L.blocks : static_cast<unsigned long long>(threads > 0 ? threads : 1);
+    pthread_t pool[POOL_MAX];
+    L.pool = pool;
+    pthread_mutex_init(&L.pool_lock, nullptr);
+    L.active = 1;  // this thread; spawn counts the others
+    for (unsigned long long i = 1; i < n && i < POOL_MAX; ++i) spawn(&L);
     work(&L);
-    for (unsigned long long i = 0; i < started; ++i) pthread_join(pool[i], nullptr);
+    for (int i = 0; i < __atomic_load_n(&L.started, __ATOMIC_SEQ_CST); ++i) pthread_join(pool[i], nullptr);
+    pthread_mutex_destroy(&L.pool_lock);
     if (L.races != nullptr) {
         pthread_mutex_destroy(&races.lock);
         free(races.table);
     }
+    free(L.fences);
     return L.failed ? 1 : 0;
 }
 
@@ -1080,6 +1328,7 @@ static inline int alpyka_syncthreads_or(int p, int line) { return alpyka_host::b
 #define ALPYKA_GL_ST(x) (*alpyka_host::gl_write(&(x), __LINE__))
 #define ALPYKA_GL_AT(p) (alpyka_host::gl_atomic((p), __LINE__))
 #define ALPYKA_GL_STV(x, v) alpyka_host::gl_store(&(x), (v), __LINE__)
+#define ALPYKA_LOOP() alpyka_host::loop_hook(__LINE__)  // each loop iteration's start: spins and switches
 
 // ---------------------------------------------------------------------- warps (CUDA, then HIP)
 template <class T> static inline unsigned long long alpyka_wbits(T v) {

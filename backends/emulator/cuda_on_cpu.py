@@ -14,9 +14,10 @@ system's C++ compiler against cuda_on_cpu.h and run on the CPU with a GPU's bloc
   built in a private temporary directory and loaded from there (one warning naming
   ``ALPYKA_CACHE_DIR``).
 - **Launch.** The arguments are packed as cupy packs them (each in its C type), the grid runs on
-  ``ALPYKA_EMULATE_THREADS`` OS threads (default: the cores), and the order in which a block's
-  threads run between barriers comes from ``ALPYKA_EMULATE_SEED`` (default 1): a missing
-  barrier gives a wrong result, and the same seed gives the same schedule.
+  ``ALPYKA_EMULATE_THREADS`` OS threads (default: the cores; more where blocks wait for each
+  other), and the block's schedule (the order its threads run in and where they switch: barriers,
+  sampled memory accesses and loop iterations) comes from ``ALPYKA_EMULATE_SEED`` (default 1): a
+  missing barrier gives a wrong result, and the same seed gives the same schedule.
 - **Errors.** A compile error is a :class:`~backends._c_build.KernelBuildError` showing the
   generated source and the kernel's line; the runtime's own refusals are raised by ``run``.
   Memory outside an allocation is not checked here (range-checked builds report it, as on a GPU).
@@ -58,8 +59,13 @@ FLAGS = (
     "-frounding-math",
 )
 _SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)')
-_BARRIERS = ("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp", "__match")  # fibers
-_ERR_LEN = 512
+#: what runs a block's threads as fibers: barriers, warp operations, and the hooks of a checked
+#: text (its threads switch at memory accesses and loop iterations)
+_BARRIERS = (
+    *("__syncthreads", "__shfl", "__ballot", "__all", "__any", "__activemask", "__syncwarp", "__match"),
+    "ALPYKA_LOOP",
+)
+_ERR_LEN = 1024
 
 _lock = threading.Lock()
 _compiler: tuple[str, str] | None = None  # (path, version line)
@@ -344,11 +350,12 @@ def _check_error(kernel: Compiled, report: str) -> Exception:
     first = line(l1) or (src.line_map and min(src.line_map.values())) or 0
     text = text.replace("%1", f"line {line(l1) or '?'}").replace("%2", f"line {line(l2) or '?'}")
     name = src.kernel_name if src is not None and src.kernel_name else kernel.name
-    return KernelCheckError(
-        f"kernel {name!r} ({where}:{first}): {kind}: {text} (found by the GPU emulator's checks, "
-        "ALPYKA_EMULATE_CHECKS=0 turns them off)",
-        kind,
+    found = (
+        "found by the GPU emulator, whose threads take turns in loops that wait"
+        if kind == "deadlock"
+        else "found by the GPU emulator's checks, ALPYKA_EMULATE_CHECKS=0 turns them off"
     )
+    return KernelCheckError(f"kernel {name!r} ({where}:{first}): {kind}: {text} ({found})", kind)
 
 
 def run(kernel: Compiled, grid: tuple, block: tuple, args: tuple, shared_mem: int, memory: Any = None) -> None:

@@ -64,11 +64,12 @@ def _record_twins() -> None:
     original = launch.emit_for
 
     def emit_for_with_twin(kernel: KernelHandle, key: tuple, ndim: int, dialect: str) -> tuple[Any, Any]:
-        checked = dialect in ("cuda", "hip") and executor_name() == "cpp" and _checks_on()
-        if checked and not key[3]:  # the checks' "bounds": ALPYKA_DEBUG's range checks
+        hooked = dialect in ("cuda", "hip") and executor_name() == "cpp"
+        if hooked and _checks_on() and not key[3]:  # the checks' "bounds": ALPYKA_DEBUG's range checks
             key = key[:3] + (True,) + key[4:]
         kir, src = original(kernel, key, ndim, dialect)
-        if checked:  # shared memory accesses through the checking macros of cuda_on_cpu.h
+        if hooked:  # memory accesses and loop iterations through the hooks of cuda_on_cpu.h: its
+            # checks, and its threads' switches (with the checks off too: real schedules, spins)
             src = emit(kir, dialect, unit_elements=key[4], checks=True)
         if dialect in ("cuda", "hip"):
             twin = emit(kir, "opencl", unit_elements=key[4]) if executor_name() == "opencl" else None
