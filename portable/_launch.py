@@ -27,6 +27,8 @@ from ._graph import active as _capturing
 from ._graph import record_launch
 from ._handoff import note_queue, noter
 from ._registry import get_backend
+from ._streamcheck import active as _stream_active
+from ._streamcheck import note_launch
 from ._workdiv import WorkDiv
 from .caches import IdentityCache, LRUCache
 
@@ -88,6 +90,11 @@ def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site:
         return
     backend = get_backend(dev.backend_name)
     debug = _environ.get(_DEBUG)
+    if _stream_active(queue):  # the "stream" check (portable/_streamcheck.py): no fast launchers then
+        note_launch(queue, workdiv, kernel, args)
+        backend.launch(queue, workdiv, kernel, args)
+        note_queue(queue, args)
+        return
     backend.launch(queue, workdiv, kernel, args)
     note_queue(queue, args)  # interchange consumers of these buffers wait for this queue
     _remember(queue, workdiv, kernel, args, backend, debug, site)

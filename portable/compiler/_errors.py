@@ -26,7 +26,7 @@ class KernelArgumentError(AlpykaError, TypeError):
 
 
 #: the kinds of :class:`KernelCheckError`: what a GPU would leave wrong or undefined
-CHECK_KINDS = ("barrier", "warp", "race", "uninitialized", "bounds")
+CHECK_KINDS = ("barrier", "warp", "race", "uninitialized", "bounds", "stream")
 
 
 class KernelCheckError(AlpykaError):
