@@ -131,19 +131,22 @@ def note_queue_done(queue: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- accesses
+_Buffer: Any = None  # portable._buffer.Buffer (imported at the first use: it imports this module's users)
+
+
 def root_buffer(obj: Any) -> Any:
     """The Buffer owning the memory behind ``obj`` (a Buffer, a view, a collection), or None."""
-    from ._buffer import Buffer
+    global _Buffer
+    if _Buffer is None:
+        from ._buffer import Buffer
 
-    if isinstance(obj, Buffer):
-        return obj.__dict__.get("_base", obj)
-    owner = getattr(obj, "owner", None)  # soa.View
-    if isinstance(owner, Buffer):
-        return owner.__dict__.get("_base", owner)
-    buf = getattr(obj, "buffer", None)  # PortableCollection
-    if isinstance(buf, Buffer):
-        return buf.__dict__.get("_base", buf)
-    return None
+        _Buffer = Buffer
+    if not isinstance(obj, _Buffer):
+        owner = getattr(obj, "owner", None)  # soa.View
+        obj = owner if owner is not None else getattr(obj, "buffer", None)  # PortableCollection
+        if not isinstance(obj, _Buffer):
+            return None
+    return obj.__dict__.get("_base", obj)
 
 
 def _site() -> str:
@@ -151,7 +154,7 @@ def _site() -> str:
     frame = inspect.currentframe()
     while frame is not None:
         name = frame.f_code.co_filename
-        if not any(name.startswith(d) for d in _OWN_DIRS):
+        if not name.startswith(_OWN_DIRS):
             return f"{os.path.basename(name)}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
@@ -214,12 +217,14 @@ def note_copy(queue: Any, dst: Any, src: Any, what: str) -> None:
     note_uses(queue, uses, what)
 
 
-def note_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
-    """A kernel launch on ``queue``: its buffer arguments, written where its IR stores to them."""
-    try:
-        written = _written_args(kernel, args, workdiv)
-    except (AlpykaError, TypeError, ValueError):  # bad arguments: the launch reports them
-        return
+def note_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple, written: frozenset[int] | None = None) -> None:
+    """A kernel launch on ``queue``: its buffer arguments, written where its IR stores to them
+    (``written``: those argument indices, known already)."""
+    if written is None:
+        try:
+            written = written_args(kernel, args, workdiv)
+        except (AlpykaError, TypeError, ValueError):  # bad arguments: the launch reports them
+            return
     uses = []
     for k, a in enumerate(args):
         buf = root_buffer(a)
@@ -229,7 +234,21 @@ def note_launch(queue: Any, workdiv: Any, kernel: Any, args: tuple) -> None:
     note_uses(queue, uses, f"kernel {kernel.__name__!r}")
 
 
-def _written_args(kernel: Any, args: tuple, workdiv: Any) -> frozenset[int]:
+def checked_run(queue: Any, workdiv: Any, kernel: Any, args: tuple, run: Any) -> Any:
+    """A fast launcher's ``run`` for launches like ``args`` that checks each launch first while
+    the check is on (the fast path keeps its speed with the check: the written arguments of
+    these argument types are known once)."""
+    written = written_args(kernel, args, workdiv)
+
+    def run_checked(a: tuple) -> None:
+        if active(queue):
+            note_launch(queue, workdiv, kernel, a, written)
+        run(a)
+
+    return run_checked
+
+
+def written_args(kernel: Any, args: tuple, workdiv: Any) -> frozenset[int]:
     """The indices of the arguments whose memory the kernel stores to or updates atomically."""
     from .compiler._kernel import debug_enabled
 
