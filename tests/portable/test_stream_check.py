@@ -150,3 +150,22 @@ def test_on_by_default_on_the_emulated_gpus(device, monkeypatch):
     with pytest.raises(pk.KernelCheckError, match="stream"):
         pk.exec(q2, wd, plus_one, c, a, np.int64(N))
     q1.wait()
+
+
+def test_caught_on_the_warm_fast_path_too(device, two_queues):
+    q1, q2 = two_queues
+    a, c = _bufs(device)
+    wd = pk.valid_workdiv(device, N)
+    ev = pk.Event(device)
+    for _ in range(4):  # warm: the later launches go through the queue's fast launchers
+        pk.exec(q1, wd, fill, a, np.int64(N))
+        q1.record(ev)
+        q2.wait_for(ev)
+        pk.exec(q2, wd, plus_one, c, a, np.int64(N))
+        q2.record(ev)
+        q1.wait_for(ev)
+    pk.exec(q1, wd, fill, a, np.int64(N))
+    with pytest.raises(pk.KernelCheckError, match="stream"):
+        pk.exec(q2, wd, plus_one, c, a, np.int64(N))
+    q1.wait()
+    q2.wait()
