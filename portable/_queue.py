@@ -7,6 +7,7 @@ from typing import Any
 
 from ._deferred import run_deferred
 from ._device import Device
+from ._errors import AsyncError
 from ._graph import active as _capturing
 from ._graph import refuse
 from ._handoff import note_queue
@@ -164,9 +165,12 @@ class Queue:
         run_deferred()  # a safe point: hand collected buffers back before blocking
         try:
             self._impl.wait()
-        finally:
-            if "_sc" in self.__dict__:  # the "stream" check's bookkeeping
+        except AsyncError:  # the work finished, with an error (a wait from its own task did not)
+            if "_sc" in self.__dict__:
                 note_queue_done(self)
+            raise
+        if "_sc" in self.__dict__:  # the "stream" check's bookkeeping
+            note_queue_done(self)
 
     def is_idle(self) -> bool:
         idle = self._impl.is_idle()
