@@ -27,6 +27,8 @@ from ._graph import active as _capturing
 from ._graph import record_launch
 from ._handoff import note_queue, noter
 from ._registry import get_backend
+from ._streamcheck import active as _stream_active
+from ._streamcheck import checked_run, note_launch
 from ._workdiv import WorkDiv
 from .caches import IdentityCache, LRUCache
 
@@ -88,6 +90,8 @@ def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site:
         return
     backend = get_backend(dev.backend_name)
     debug = _environ.get(_DEBUG)
+    if _stream_active(queue):  # the "stream" check (portable/_streamcheck.py)
+        note_launch(queue, workdiv, kernel, args)
     backend.launch(queue, workdiv, kernel, args)
     note_queue(queue, args)  # interchange consumers of these buffers wait for this queue
     _remember(queue, workdiv, kernel, args, backend, debug, site)
@@ -113,6 +117,8 @@ def _remember(
     if len(site.fast) >= TYPES_PER_SITE:
         return
     run = make(queue, workdiv, kernel, args)
+    if run is not None and _stream_active(queue):  # its fast launcher checks each launch too
+        run = checked_run(queue, workdiv, kernel, args, run)
     fast = fast_guard(args, kernel.signature(args), run, noter(queue, args)) if run is not None else None
     if fast is not None:
         site.fast += (fast,)

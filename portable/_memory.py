@@ -14,6 +14,8 @@ from ._graph import active as _capturing
 from ._graph import record_copy, record_fill
 from ._handoff import note_queue
 from ._queue import Queue
+from ._streamcheck import active as _stream_active
+from ._streamcheck import note_copy
 
 
 def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
@@ -75,6 +77,8 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     if d.nbytes:
         if _capturing and record_copy(queue, d, s):  # inside pk.capture (portable/_graph.py)
             return
+        if _stream_active(queue):  # the "stream" check (portable/_streamcheck.py)
+            note_copy(queue, d, s, "pk.memcpy")
         queue.device.backend.copy(queue, d, s)
         note_queue(queue, (d.owner, s.owner))  # interchange consumers wait for this queue
 
@@ -90,5 +94,7 @@ def memset(queue: Queue, dst: Any, value: int) -> None:
     if d.nbytes:
         if _capturing and record_fill(queue, d, int(value)):  # inside pk.capture (portable/_graph.py)
             return
+        if _stream_active(queue):
+            note_copy(queue, d, None, "pk.memset")
         queue.device.backend.fill(queue, d, int(value))
         note_queue(queue, (d.owner,))

@@ -7,10 +7,13 @@ from typing import Any
 
 from ._deferred import run_deferred
 from ._device import Device
+from ._errors import AsyncError
 from ._graph import active as _capturing
 from ._graph import refuse
 from ._handoff import note_queue
 from ._launch import launch
+from ._streamcheck import active as _stream_active
+from ._streamcheck import note_event_done, note_queue_done, note_record, note_wait_for
 from ._workdiv import WorkDiv
 
 
@@ -40,10 +43,17 @@ class Event:
     def wait(self) -> None:
         """Block until the work before the latest record has finished; raise its error if any."""
         run_deferred()  # a safe point: hand collected buffers back before blocking
-        self._impl.wait()
+        try:
+            self._impl.wait()
+        finally:
+            if "_sc_clock" in self.__dict__:  # the "stream" check's bookkeeping
+                note_event_done(self)
 
     def is_complete(self) -> bool:
-        return self._impl.is_complete()
+        done = self._impl.is_complete()
+        if done and "_sc_clock" in self.__dict__:
+            note_event_done(self)
+        return done
 
     def record_external(self) -> Any:
         """Record a point that outside code completes (a network request, another runtime):
@@ -131,6 +141,10 @@ class Queue:
         if _capturing:
             refuse(self, "record()")
         self._impl.record(event.impl)
+        if _stream_active(self):  # the "stream" check (portable/_streamcheck.py)
+            note_record(self, event)
+        else:
+            event.__dict__.pop("_sc_clock", None)
 
     def wait_for(self, event: Event) -> None:
         """Work enqueued after this call starts only once ``event`` (as recorded now) completed."""
@@ -139,6 +153,8 @@ class Queue:
         if _capturing:
             refuse(self, "wait_for()")
         self._impl.wait_for(event.impl)
+        if "_sc_clock" in event.__dict__:
+            note_wait_for(self, event)
 
     def wait(self) -> None:
         """Block until all work enqueued so far finished; raise the first error it raised that
@@ -147,10 +163,20 @@ class Queue:
         if _capturing:
             refuse(self, "wait()")
         run_deferred()  # a safe point: hand collected buffers back before blocking
-        self._impl.wait()
+        try:
+            self._impl.wait()
+        except AsyncError:  # the work finished, with an error (a wait from its own task did not)
+            if "_sc" in self.__dict__:
+                note_queue_done(self)
+            raise
+        if "_sc" in self.__dict__:  # the "stream" check's bookkeeping
+            note_queue_done(self)
 
     def is_idle(self) -> bool:
-        return self._impl.is_idle()
+        idle = self._impl.is_idle()
+        if idle and "_sc" in self.__dict__:
+            note_queue_done(self)
+        return idle
 
     @property
     def native_handle(self) -> Any:

@@ -26,14 +26,16 @@ class KernelArgumentError(AlpykaError, TypeError):
 
 
 #: the kinds of :class:`KernelCheckError`: what a GPU would leave wrong or undefined
-CHECK_KINDS = ("barrier", "warp", "race", "uninitialized", "bounds", "deadlock")
+CHECK_KINDS = ("barrier", "warp", "race", "uninitialized", "bounds", "deadlock", "stream")
 
 
 class KernelCheckError(AlpykaError):
     """A launch that would be wrong or undefined on a GPU, found by a check (the GPU emulator's,
     ``ALPYKA_EMULATE=cuda``/``rocm`` with ``ALPYKA_EMULATE_CHECKS`` on, or ``ALPYKA_DEBUG``'s range
     checks). ``kind`` is one of :data:`CHECK_KINDS`; the message names the kernel and the line of
-    its Python source. Reported at the next ``wait()`` as the ``__cause__`` of a ``pk.AsyncError``."""
+    its Python source. Reported at the next ``wait()`` as the ``__cause__`` of a ``pk.AsyncError``;
+    the ``"stream"`` kind (two queues using a buffer with no event between, portable/_streamcheck.py)
+    is raised by the enqueueing call itself."""
 
     kind = ""
 
