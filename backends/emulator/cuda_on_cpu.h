@@ -48,6 +48,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -1035,6 +1036,17 @@ static void gl_uninitialized(int line, const char* what) {
 // acc.mem_fence("grid") or at the kernel's end; a fence and an atomic flag order the last block of
 // a threadfence reduction). Stores after another block's atomics are not reported (that last block
 // resets the counter).
+//
+// Where the entries live: each tracked allocation is cut into spans of RACE_SPAN bytes; a span's
+// entries are one array in address order, made when the launch first touches the span, whose
+// element size is that first access's size (slot = offset in the span / size), with a lock of its
+// own. A kernel streaming through a buffer so walks its entries in order, and blocks on different
+// spans do not wait for each other (one hash table and one lock for all made every access a
+// cache miss and a contended lock: 25x a launch without the table). An address off its span's
+// slots (a span read with two element sizes, a misaligned access) has its entry in a hash table of
+// the launch (one lock). Either way one address has one entry for the whole launch. At most
+// RACE_SPAN_BYTES of span entries and RACE_LIMIT hash entries per launch; addresses past that go
+// unchecked.
 struct RaceEntry {
     uintptr_t addr;  // 0: free
     long long wb, rb, ab;  // the block of the last plain store / plain load / atomic, -1: none
@@ -1043,19 +1055,43 @@ struct RaceEntry {
     int wl, rl, al;        // their lines
     unsigned wf;           // the storing block's grid fences at the store (Launch::fences)
 };
+// a lock held for a few loads and stores (an uncontended pthread mutex cost 15% of a checked
+// launch); a waiter yields its core, as the holder may be descheduled on a busy machine
+static inline void race_lock(int* lock) {
+    while (__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(lock, __ATOMIC_RELAXED)) sched_yield();
+}
+static inline void race_unlock(int* lock) { __atomic_store_n(lock, 0, __ATOMIC_RELEASE); }
+
+struct RaceSpan {
+    int lock;
+    unsigned shift;  // log2 of the element size of its slots
+    RaceEntry* slots;
+};
 struct Races {
-    pthread_mutex_t lock;
+    int lock;  // the hash table's
     RaceEntry* table;
     size_t cap, used;
-    bool full;  // the table reached its limit: addresses not seen so far go unchecked
+    bool full;  // the hash table reached its limit: addresses not seen so far go unchecked
+    RaceSpan*** spans;  // per row of Launch::mem, its spans (each made on first touch), or nullptr
+    long long n_rows;
+    size_t span_bytes;  // entry bytes of the spans made (RACE_SPAN_BYTES at most)
+    bool spans_full;    // a span was refused (the budget): no more are made
 };
-static const size_t RACE_LIMIT = size_t(1) << 22;  // entries (64 bytes each)
+static const size_t RACE_LIMIT = size_t(1) << 22;  // hash entries (64 bytes each)
+static const size_t RACE_SPAN = 4096;  // bytes of device memory per span
+static const size_t RACE_SPAN_BYTES = size_t(256) << 20;  // span entries per launch, in bytes
 static const char* const GLOBAL_ELEMENT = "a device memory element";
 
 static RaceEntry* race_slot(RaceEntry* table, size_t cap, uintptr_t addr) {
     size_t i = static_cast<size_t>(mix(addr)) & (cap - 1);
     while (table[i].addr != 0 && table[i].addr != addr) i = (i + 1) & (cap - 1);
     return &table[i];
+}
+
+static void race_fresh(RaceEntry* e, uintptr_t addr) {  // an entry's first access
+    e->addr = addr;
+    e->wb = e->rb = e->ab = -1;
 }
 
 static RaceEntry* race_entry(Races* R, uintptr_t addr) {  // under R->lock; nullptr: unchecked
@@ -1075,11 +1111,94 @@ static RaceEntry* race_entry(Races* R, uintptr_t addr) {  // under R->lock; null
     RaceEntry* e = race_slot(R->table, R->cap, addr);
     if (e->addr == 0) {
         if (R->full && (R->used + 1) * 2 > R->cap) return nullptr;
-        e->addr = addr;
-        e->wb = e->rb = e->ab = -1;
+        race_fresh(e, addr);
         ++R->used;
     }
     return e;
+}
+
+// The span of row ``row`` holding ``addr``, made for ``n``-byte elements if it is new; nullptr
+// past the entry budget (or without memory).
+static RaceSpan* race_span(Races* R, long long row, const unsigned long long* m, uintptr_t addr, size_t n) {
+    size_t k = (addr - m[3 * row]) / RACE_SPAN;
+    RaceSpan** spans = __atomic_load_n(&R->spans[row], __ATOMIC_ACQUIRE);
+    if (spans == nullptr) {
+        size_t count = (m[3 * row + 1] - m[3 * row] + RACE_SPAN - 1) / RACE_SPAN;
+        RaceSpan** made = static_cast<RaceSpan**>(calloc(count, sizeof(RaceSpan*)));
+        if (made == nullptr) return nullptr;
+        if (!__atomic_compare_exchange_n(&R->spans[row], &spans, made, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            free(made);  // another OS thread made them first: ``spans`` holds its array
+        else
+            spans = made;
+    }
+    RaceSpan* span = __atomic_load_n(&spans[k], __ATOMIC_ACQUIRE);
+    if (span != nullptr) return span;
+    if (__atomic_load_n(&R->spans_full, __ATOMIC_RELAXED)) return nullptr;
+    unsigned shift = 0;  // slots of the largest power of two (16 at most) that divides the size
+    while (shift < 4 && n % (size_t(2) << shift) == 0) ++shift;
+    size_t bytes = (RACE_SPAN >> shift) * sizeof(RaceEntry);
+    if (__atomic_add_fetch(&R->span_bytes, bytes, __ATOMIC_RELAXED) > RACE_SPAN_BYTES) {
+        __atomic_store_n(&R->spans_full, true, __ATOMIC_RELAXED);  // from now on the hash table only
+        __atomic_sub_fetch(&R->span_bytes, bytes, __ATOMIC_RELAXED);
+        return nullptr;
+    }
+    RaceSpan* made = static_cast<RaceSpan*>(malloc(sizeof(RaceSpan)));
+    RaceEntry* slots = static_cast<RaceEntry*>(calloc(RACE_SPAN >> shift, sizeof(RaceEntry)));
+    if (made == nullptr || slots == nullptr) {
+        free(made);
+        free(slots);
+        __atomic_sub_fetch(&R->span_bytes, bytes, __ATOMIC_RELAXED);
+        return nullptr;
+    }
+    made->lock = 0;
+    made->shift = shift;
+    made->slots = slots;
+    if (__atomic_compare_exchange_n(&spans[k], &span, made, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return made;
+    // another OS thread made it first: ``span`` is that one
+    free(slots);
+    free(made);
+    __atomic_sub_fetch(&R->span_bytes, bytes, __ATOMIC_RELAXED);
+    return span;
+}
+
+// The entry of ``addr`` (an ``n``-byte access in row ``row`` of the tracked memory ``m``) with
+// ``*held`` locked, or nullptr (unchecked, nothing locked).
+static RaceEntry* race_find(Races* R, long long row, const unsigned long long* m, uintptr_t addr, size_t n,
+                            int** held) {
+    RaceSpan* span = R->spans != nullptr ? race_span(R, row, m, addr, n) : nullptr;
+    if (span != nullptr) {
+        size_t off = (addr - m[3 * row]) % RACE_SPAN;
+        if ((off & ((size_t(1) << span->shift) - 1)) == 0) {
+            race_lock(&span->lock);
+            RaceEntry* e = &span->slots[off >> span->shift];
+            if (e->addr == 0) race_fresh(e, addr);
+            *held = &span->lock;
+            return e;
+        }
+    }
+    race_lock(&R->lock);
+    RaceEntry* e = race_entry(R, addr);
+    if (e == nullptr) {
+        race_unlock(&R->lock);
+        return nullptr;
+    }
+    *held = &R->lock;
+    return e;
+}
+
+static void races_free(Races* R, const unsigned long long* m) {  // ``m``: the launch's tracked memory
+    for (long long i = 0; R->spans != nullptr && i < R->n_rows; ++i) {
+        if (R->spans[i] == nullptr) continue;
+        size_t count = (m[3 * i + 1] - m[3 * i] + RACE_SPAN - 1) / RACE_SPAN;
+        for (size_t k = 0; k < count; ++k) {
+            if (R->spans[i][k] == nullptr) continue;
+            free(R->spans[i][k]->slots);
+            free(R->spans[i][k]);
+        }
+        free(R->spans[i]);
+    }
+    free(R->spans);
+    free(R->table);
 }
 
 enum { G_READ, G_WRITE, G_ATOMIC };
@@ -1092,12 +1211,9 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
     long long b = w->block;
     int t = w->tid;
     unsigned ep = w->epoch;
-    pthread_mutex_lock(&R->lock);
-    RaceEntry* e = race_entry(R, reinterpret_cast<uintptr_t>(p));
-    if (e == nullptr) {
-        pthread_mutex_unlock(&R->lock);
-        return true;
-    }
+    int* held = nullptr;
+    RaceEntry* e = race_find(R, w->mem_hint, w->launch->mem, reinterpret_cast<uintptr_t>(p), n, &held);
+    if (e == nullptr) return true;
     bool w_here = e->wb == b && e->we == ep, r_here = e->rb == b && e->re == ep, a_here = e->ab == b && e->ae == ep;
     bool w_other = w_here && e->wt != t, r_other = r_here && (e->rt != t || e->rt2 >= 0);
     bool a_other = a_here && (e->at != t || e->at2 >= 0);
@@ -1124,7 +1240,7 @@ static bool gl_race(const void* p, size_t n, int kind, int line, const void* val
         if (!a_here) e->ab = b, e->ae = ep, e->at = t, e->at2 = -1, e->al = line;
         else if (e->at != t) e->at2 = t;
     }
-    pthread_mutex_unlock(&R->lock);
+    race_unlock(held);
     if (verdict == 0) return true;
     const char* what = kind == G_READ ? "reads" : kind == G_WRITE ? "writes" : "updates atomically";
     if (verdict == 3) {
@@ -1279,7 +1395,8 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     Races races;
     memset(&races, 0, sizeof races);
     if (L.n_mem > 0) {
-        pthread_mutex_init(&races.lock, nullptr);
+        races.spans = static_cast<RaceSpan***>(calloc(static_cast<size_t>(L.n_mem), sizeof(RaceSpan**)));
+        races.n_rows = races.spans != nullptr ? L.n_mem : 0;
         L.races = &races;
     }
     L.blocks = 1ull * L.grid.x * L.grid.y * L.grid.z;
@@ -1298,8 +1415,7 @@ static int run(void (*body)(void**), void** args, const long long* dims, long lo
     for (int i = 0; i < __atomic_load_n(&L.started, __ATOMIC_SEQ_CST); ++i) pthread_join(pool[i], nullptr);
     pthread_mutex_destroy(&L.pool_lock);
     if (L.races != nullptr) {
-        pthread_mutex_destroy(&races.lock);
-        free(races.table);
+        races_free(&races, L.mem);
     }
     free(L.fences);
     return L.failed ? 1 : 0;

@@ -259,3 +259,26 @@ def test_elements_owned_by_one_thread_each_do_not_race(queue, checked):
     pk.memcpy(queue, out, np.arange(1000, dtype=np.int64))
     pk.exec(queue, pk.WorkDiv(3, 32, 1), each_thread_its_own_elements, out, 1000)
     np.testing.assert_array_equal(_result(queue, out, 1000), np.arange(1000) * 2 + 1)
+
+
+@pk.kernel
+def count_at_with_plain_adds(acc, out, k):
+    out[k] += 1  # CHECK (every thread: a lost update)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int64])
+def test_race_entries_of_narrow_and_wide_elements_across_spans(queue, checked, dtype):
+    """The race table keeps an entry per element in 4096-byte spans of each buffer, slotted by
+    the element size: neighbouring bytes owned by different threads do not race, and a lost
+    update far into the buffer (a later span) is still found."""
+    n = 9000  # three spans even of bytes
+    host = (np.arange(n) % 100).astype(dtype)
+    out = pk.Buffer(queue.device, n, dtype, queue=queue)
+    pk.memcpy(queue, out, host)
+    pk.exec(queue, pk.WorkDiv(3, 32, 1), each_thread_its_own_elements, out, n)
+    np.testing.assert_array_equal(_result(queue, out, n), (host * 2 + 1).astype(dtype))
+    with pytest.raises(pk.AsyncError) as info:
+        pk.exec(queue, pk.WorkDiv(4, 16, 1), count_at_with_plain_adds, out, n - 3)
+        queue.wait()
+    err = info.value.__cause__
+    assert isinstance(err, pk.KernelCheckError) and err.kind == "race", repr(err)

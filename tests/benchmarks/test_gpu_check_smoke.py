@@ -40,6 +40,9 @@ def _fake_sanitizer(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow  # every check, the clustering benchmark's smoke run and a sanitizer run: ~20 s
+# a hang guard past the script's own 400 s, which fails with its output: at a load of 18 on 2
+# cores the run passed the ini's 240 s and pytest-timeout took the whole worker down
+@pytest.mark.timeout(460)
 def test_dry_run_runs_every_check_and_writes_its_document(tmp_path: Path) -> None:
     selected(("cuda",))
     sanitizer = _fake_sanitizer(tmp_path)

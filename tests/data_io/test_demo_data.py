@@ -43,9 +43,10 @@ def test_demo_file_events_match_the_file(model_env):
     src.produce(q, ev, 5)
     frags = ev.frags.to_host(q)
     q.wait()
-    t = uproot.open(HZZ)["events"].arrays(
-        ["Jet_Px", "Jet_Py", "Jet_E", "Muon_E", "Electron_E", "Photon_E"], entry_start=5, entry_stop=6
-    )
+    with uproot.open(HZZ) as f:
+        t = f["events"].arrays(
+            ["Jet_Px", "Jet_Py", "Jet_E", "Muon_E", "Electron_E", "Photon_E"], entry_start=5, entry_stop=6
+        )
     jets = len(t.Jet_Px[0])
     n = sum(len(t[f"{p}_E"][0]) for p in ("Jet", "Muon", "Electron", "Photon"))
     np.testing.assert_allclose(frags.energy[:jets], ak.to_numpy(t.Jet_E[0]), rtol=1e-6)

@@ -1,5 +1,7 @@
 """pk.read_root on the CMS samples of scikit-hep-testdata 0.3.12 (HZZ, Zmumu) and a written RNTuple."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,13 @@ skhep = pytest.importorskip("skhep_testdata", reason="pip install scikit-hep-tes
 
 HZZ = skhep.data_path("uproot-HZZ.root")
 ZMUMU = skhep.data_path("uproot-Zmumu.root")
+
+
+def _arrays(path, *args, **kwargs):
+    """uproot's arrays of ``path``'s tree ``events``, the file closed after (warnings are errors:
+    a file left open is a ResourceWarning where the garbage collector finds it)."""
+    with uproot.open(path) as f:
+        return f["events"].arrays(*args, **kwargs)
 
 
 class Muons(soa.Layout):
@@ -41,7 +50,7 @@ def host_of(coll, offsets, queue):
 def test_hzz_muons(queue):
     coll, offsets = pk.read_root(HZZ, "events", Muons, queue, branches=MUON_BRANCHES)
     h, off = host_of(coll, offsets, queue)
-    ref = uproot.open(HZZ)["events"].arrays(["Muon_Px", "Muon_Pz", "Muon_E", "Muon_Charge"])
+    ref = _arrays(HZZ, ["Muon_Px", "Muon_Pz", "Muon_E", "Muon_Charge"])
     assert len(off) == 2421 + 1 and off[-1] == coll.size == ak.sum(ak.num(ref.Muon_Px))
     np.testing.assert_array_equal(off, np.concatenate([[0], np.cumsum(ak.num(ref.Muon_Px))]))
     np.testing.assert_array_equal(h.p[:, 0], ak.flatten(ref.Muon_Px).to_numpy())
@@ -54,7 +63,7 @@ def test_zmumu_flat(queue):
         ZMUMU, "events", Dimuon, queue, branches={"px1": "px1", "E1": "E1", "Q1": "Q1"}, entry_start=100, entry_stop=300
     )
     h, off = host_of(coll, offsets, queue)
-    ref = uproot.open(ZMUMU)["events"].arrays(["px1", "Q1"], entry_start=100, entry_stop=300, library="np")
+    ref = _arrays(ZMUMU, ["px1", "Q1"], entry_start=100, entry_stop=300, library="np")
     assert coll.size == 200 and off.tolist() == list(range(201))
     np.testing.assert_array_equal(h.px1, ref["px1"])
     np.testing.assert_array_equal(h.Q1, ref["Q1"])
@@ -165,7 +174,7 @@ def test_entry_bounds_follow_uproot(start, stop, want):
     got = (chunks[0].entry_start, chunks[-1].entry_stop) if chunks else (want[0], want[0])
     assert got == want
     assert sum(c.entry_stop - c.entry_start for c in chunks) == want[1] - want[0]
-    arrays = uproot.open(HZZ)["events"].arrays(["Muon_E"], entry_start=start, entry_stop=stop)
+    arrays = _arrays(HZZ, ["Muon_E"], entry_start=start, entry_stop=stop)
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
     coll, off = pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES, entry_start=start, entry_stop=stop)
     assert len(off) - 1 == len(arrays) == want[1] - want[0]
@@ -182,12 +191,13 @@ def test_entry_bounds_must_be_integers(bad):
 
 # ---------------------------------------------------------------------- damaged files
 def _damaged(tmp_path, how):
-    data = bytearray(open(HZZ, "rb").read())
+    data = bytearray(Path(HZZ).read_bytes())
     if how == "truncated":
         data = data[: len(data) // 2]
     else:  # overwrite the header of Muon_E's first basket (this file's baskets are not
         # compressed: damage inside their numbers cannot be told from data, ROOT has no checksums)
-        seek = int(uproot.open(HZZ)["events"]["Muon_E"].member("fBasketSeek")[0])
+        with uproot.open(HZZ) as f:
+            seek = int(f["events"]["Muon_E"].member("fBasketSeek")[0])
         data[seek : seek + 64] = b"\xff" * 64
     path = tmp_path / f"{how}.root"
     path.write_bytes(bytes(data))
@@ -212,7 +222,8 @@ def test_split_branches_with_dots(tmp_path, queue):
     jets = ak.zip({"PT": ak.Array([[40.0, 25.5], [], [31.0]]), "Eta": ak.Array([[0.5, -1.0], [], [2.0]])})
     with uproot.recreate(path) as f:
         f["Delphes"] = {"Jet": jets}
-    assert "Jet.PT" in uproot.open(path)["Delphes"].keys()
+    with uproot.open(path) as f:
+        assert "Jet.PT" in f["Delphes"].keys()
 
     class Jets(soa.Layout):
         pt = soa.column(np.float32)

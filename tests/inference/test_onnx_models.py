@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def test_corrupt_onnx(tmp_path, exported_files):
     (tmp_path / "junk.onnx").write_bytes(b"\x08\x07\x12\x07pytorch")
     with pytest.raises(ModelFileError, match="ONNX Runtime cannot load it.*truncated, damaged or not an ONNX"):
         Model(str(tmp_path / "junk.onnx"))
-    data = open(exported_files["mlp.onnx"], "rb").read()
+    data = Path(exported_files["mlp.onnx"]).read_bytes()
     (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 2])
     with pytest.raises(ModelFileError, match="cut.onnx: ONNX Runtime cannot load it"):
         Model(str(tmp_path / "cut.onnx"))

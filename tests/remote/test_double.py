@@ -17,6 +17,10 @@ from inference.serving import free_port
 
 from .conftest import Preds, hits_matrix, make_hits, make_out, metadata, out_matrix
 
+# the doubles serve small batch limits on purpose (a forward split over requests is what these tests
+# exercise); the advice alpyka gives users then is asserted by test_rectangular_batching_splits_...
+pytestmark = pytest.mark.filterwarnings("ignore::inference.remote.BatchSplitWarning")
+
 
 @pytest.mark.parametrize("mode", ["sync", "async", "pseudo_async"])
 def test_round_trip_into_soa(double, mode):

@@ -19,7 +19,12 @@ from .triton_support import pytriton_reason, serve_cli
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
 
-pytestmark = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
+pytestmark = [
+    pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason())),
+    # forwards over the served max_batch_size of 64 on purpose (the split is what they exercise):
+    # alpyka's advice to users then (a BatchSplitWarning) is asserted in tests/remote/test_double.py
+    pytest.mark.filterwarnings("ignore::inference.remote.BatchSplitWarning"),
+]
 
 
 class MLP(torch.nn.Module):
