@@ -53,6 +53,11 @@ typedef float f32; typedef double f64;
 #else
 #define ALPYKA_KERNEL __kernel
 #endif
+#ifdef ALPYKA_SEQUENTIAL_LOOPS
+#define ALPYKA_NO_VECTORIZE _Pragma("clang loop vectorize(disable)")
+#else
+#define ALPYKA_NO_VECTORIZE
+#endif
 """
 
 _CUDA_PROLOGUE = """\
@@ -144,6 +149,9 @@ class Dialect:
     is_opencl: ClassVar[bool] = False
     #: the source line that turns FMA contraction off (where build options do not: CUDA, HIP)
     no_contraction: ClassVar[str] = ""
+    #: what a loop of the kernel's code starts with (OpenCL: ``ALPYKA_NO_VECTORIZE``, a loop-vectorizer
+    #: veto where the build defines ``ALPYKA_SEQUENTIAL_LOOPS``, backends/_opencl_launch.py)
+    loop_hint: ClassVar[str] = ""
     #: whether the GPU emulator runs this dialect (its shared-memory access checks apply)
     emulator_checks: ClassVar[bool] = False
 
@@ -226,6 +234,7 @@ class OpenCL(Dialect):
     name = "opencl"
     is_opencl = True
     no_contraction = "#pragma OPENCL FP_CONTRACT OFF"
+    loop_hint = "ALPYKA_NO_VECTORIZE "
 
     def prologue(self, warps: bool = False) -> str:
         return _OPENCL_PROLOGUE

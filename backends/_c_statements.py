@@ -120,7 +120,7 @@ class StatementEmitter:
             self.indent -= 1
 
     def visit_While(self, s: ir.While, tag: str, line: int) -> None:
-        self.out(f"while ({_bare(self.expr(s.cond))}) {{{tag}", line)
+        self.out(f"{self.d.loop_hint}while ({_bare(self.expr(s.cond))}) {{{tag}", line)
         self.loop_hook(line)
         self.loops.append(None)
         self.block(s.body)
@@ -196,7 +196,7 @@ class StatementEmitter:
                 f"if ({n}_step == 0) {{ (void){self.h.range_check()}(0, 0, {len(self.messages)}, alpyka_err); }} else",
                 line,
             )
-        self.out(f"for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
+        self.out(f"{self.d.loop_hint}for ({t} {n} = {n}_start; {cond}; {n} += {n}_step) {{", line)
         self.loop_hook(line)
         self.indent += 1
         self.out(f"{ident(s.var.name)} = {n};", line)
@@ -219,7 +219,7 @@ class StatementEmitter:
 
         def loop(head: str, it: str) -> None:
             """``for (head) {`` the loop variables bound to ``it``, the body ``}``."""
-            self.out(f"for ({head}) {{", line)
+            self.out(f"{self.d.loop_hint}for ({head}) {{", line)
             self.loop_hook(line)
             self.indent += 1
             self.out(f"{ident(s.var.name)} = ({self.ctype(s.var.type)}){it};", line)
@@ -236,7 +236,8 @@ class StatementEmitter:
         self.indent -= 1
         self.out("} else {", line)
         self.indent += 1
-        self.out(f"for (i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride) {{", line)
+        head = f"i64 {n}_base = {n}_start; {n}_base < {n}_stop; {n}_base += {n}_stride"
+        self.out(f"{self.d.loop_hint}for ({head}) {{", line)
         self.indent += 1
         self.out(f"const i64 {n}_lim = ({n}_base + {n}_chunk < {n}_stop) ? {n}_base + {n}_chunk : {n}_stop;", line)
         loop(f"i64 {n}_j = {n}_base; {n}_j < {n}_lim; ++{n}_j", f"{n}_j")

@@ -108,17 +108,29 @@ def correctly_rounded_divide_sqrt(device: Any) -> bool:
         return False
 
 
+def vectorizes_reductions(device: Any) -> bool:
+    """Whether ``device``'s compiler vectorizes a float reduction loop (``s = s + x[p]``) without
+    fast math, adding in another order: Intel's OpenCL runtimes (their platform's vendor)."""
+    try:
+        return "intel" in device.platform.vendor.lower()
+    except (cl.Error, AttributeError):  # a runtime that does not answer: the loops as they are
+        return False
+
+
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
     Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
-    that offer it."""
+    that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
+    reorder a float reduction."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     if options and "cl_intel_required_subgroup_size" in _extensions(device):
         options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
     options += float_options("opencl", src.fast_math)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
+    if not src.fast_math and vectorizes_reductions(device):
+        options.append("-DALPYKA_SEQUENTIAL_LOOPS")
     try:
         return build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:

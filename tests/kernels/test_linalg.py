@@ -230,27 +230,13 @@ def _run(queue, kernel, workdiv):
     return [download(queue, o) for o in outs]
 
 
-def _intel_opencl(queue) -> bool:
-    return queue.device.backend_name == "opencl" and "intel" in str(queue.device).lower()
-
-
-#: Intel's OpenCL CPU runtime's optimiser changes the last bit of some 5x5 and 6x6 products and
-#: factorisations of private and local arrays (not FMA, not one reordering; built with
-#: -cl-opt-disable it gives the host's bits; PoCL gives them): a defect of the opencl backend there
-INTEL_OPENCL_BITS = "Intel's OpenCL CPU runtime optimises 5x5/6x6 loops on private/local arrays to other bits"
-
-
-def test_same_bits_as_the_host_in_shared_arrays(queue, request):
-    if _intel_opencl(queue):
-        request.applymarker(pytest.mark.xfail(reason=INTEL_OPENCL_BITS, strict=True))
+def test_same_bits_as_the_host_in_shared_arrays(queue):
     got = _run(queue, linalg_in_shared, pk.make_workdiv(queue.device, len(CASES[0]), 1))
     for name, g, want in zip(("m1", "m3", "x", "z", "scalar"), got, HOST_RESULTS):
         assert np.array_equal(g.view(np.int64), want.view(np.int64)), name
 
 
-def test_same_bits_as_the_host_in_local_arrays(queue, request):
-    if _intel_opencl(queue):
-        request.applymarker(pytest.mark.xfail(reason=INTEL_OPENCL_BITS, strict=True))
+def test_same_bits_as_the_host_in_local_arrays(queue):
     cases = len(CASES[0])
     got = _run(queue, linalg_in_local, pk.make_workdiv(queue.device, -(-cases // 32), 32))
     for name, g, want in zip(("m1", "m3", "x", "z", "scalar"), got, HOST_RESULTS):
