@@ -7,7 +7,7 @@ Writes benchmarks/results/kernels.json and kernels.png. Sections: a streaming So
 (memory-bound; alpyka with a few big blocks and with ``valid_workdiv``'s one-element blocks), a
 compute-bound kernel, the launch overhead of a tiny kernel, the launch cost against n (axpy,
 1e2..1e7 elements: cpu_serial and cpu_threads on blocking and non-blocking queues, opencl, numba
-njit and prange, Warp CPU; :func:`launch_vs_n`), per-event kernels (Philox draws vs numpy, a
+njit and prange, Warp CPU; :mod:`_launch_vs_n`), per-event kernels (Philox draws vs numpy, a
 shared-atomics kernel vs numba njit: :mod:`_per_event_kernels`) and the first compile / warm
 start from the disk cache (fresh subprocesses). The contenders of a section run on the same arrays, are
 timed the same way and interleaved round-robin (other load hits them alike); figures are medians
@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +32,22 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when imported as benchmarks.bench_kernels
 import _common as common
 import _per_event_kernels as per_event
+from _kernel_peers import (
+    interleaved,
+    medians,
+    nb_heavy,
+    nb_heavy_prange,
+    nb_saxpy,
+    nb_saxpy_prange,
+    nb_tiny,
+    pyopencl_launch,
+    warp_peer,
+)
+from _launch_vs_n import LAUNCH_SIZES, launch_vs_n
 
 ROOT = common.REPO_ROOT
 
 import numba  # noqa: E402
-from numba import njit, prange  # noqa: E402
 
 import portable as pk  # noqa: E402
 import soa  # noqa: E402
@@ -67,264 +77,6 @@ def compute_heavy(acc, out, inp, n):
 def tiny(acc, out, v):
     if acc.once_per_grid():
         out[0] = v
-
-
-@njit(nogil=True, cache=True)
-def nb_saxpy(out, x, y, a):
-    for i in range(x.shape[0]):
-        out[i] = a * x[i] + y[i]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def nb_saxpy_prange(out, x, y, a):
-    for i in prange(x.shape[0]):
-        out[i] = a * x[i] + y[i]
-
-
-def _heavy_body(v):
-    for _ in range(12):
-        v = math.sin(v) * np.float32(0.9) + math.cos(v) * np.float32(0.3) + math.sqrt(abs(v) + np.float32(1))
-    return v
-
-
-nb_heavy_body = njit(inline="always")(_heavy_body)
-
-
-@njit(nogil=True, cache=True)
-def nb_heavy(out, x):
-    for i in range(x.shape[0]):
-        out[i] = nb_heavy_body(x[i])
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def nb_heavy_prange(out, x):
-    for i in prange(x.shape[0]):
-        out[i] = nb_heavy_body(x[i])
-
-
-@njit(nogil=True, cache=True)
-def nb_tiny(out, v):
-    out[0] = v
-
-
-@pk.kernel
-def axpy(acc, out, x, y, a, n):
-    for i in acc.uniform_elements(n):
-        out[i] = a * x[i] + y[i]
-
-
-# ----------------------------------------------------------------------------- launch cost vs n
-#: sizes of the launch-cost section (issue 14: per-event kernels are 1e3..1e5 elements)
-LAUNCH_SIZES = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000)
-
-
-def _warp_axpy(n: int, x: np.ndarray, y: np.ndarray, a: np.float32):
-    """``launch + synchronize`` of a Warp CPU axpy over ``n`` elements, or (None, reason)."""
-    try:
-        import warp as wp
-
-        wp.config.quiet = True
-        wp.init()
-        k_saxpy, _ = _warp_kernels(wp)
-        wx, wy = wp.array(x, dtype=wp.float32, device="cpu"), wp.array(y, dtype=wp.float32, device="cpu")
-        wo = wp.zeros(n, dtype=wp.float32, device="cpu")
-        fa = float(a)
-
-        def run():
-            wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, fa], device="cpu")
-            wp.synchronize_device("cpu")
-
-        run()
-        if not np.allclose(wo.numpy(), a * x + y):
-            return None, None, "warp: wrong result"
-        return run, wo.numpy, None
-    except Exception as exc:  # a peer failing must not stop the benchmark
-        return None, None, f"warp: {type(exc).__name__}: {exc}"
-
-
-def launch_vs_n(sizes: tuple[int, ...], reps: int, budget_s: float) -> dict:
-    """Per-launch time of an axpy over float32 arrays (``pk.valid_workdiv``) against n:
-    alpyka cpu_serial / cpu_threads on a blocking queue (``exec``) and a non-blocking one
-    (``exec`` + ``wait``, and 50 pipelined launches + one ``wait``, per launch), alpyka opencl
-    (blocking), numba ``njit`` and ``prange`` called directly, Warp CPU (``launch`` +
-    ``synchronize``). Contenders of one size run on the same arrays, interleaved; each sample
-    is about ``budget_s`` long."""
-    rng = np.random.default_rng(1)
-    a = np.float32(2)
-    out: dict = {"sizes": list(sizes), "us": {}, "min_us": {}, "errors": {}}
-    pipe = 50
-    queues = {}
-    for be in common.backends(("cpu_serial", "cpu_threads", "opencl")):
-        dev = pk.device(be)
-        queues[be] = (dev, pk.Queue(dev, blocking=True), pk.Queue(dev))
-    for n in sizes:
-        x = rng.standard_normal(n).astype(np.float32)
-        y = rng.standard_normal(n).astype(np.float32)
-        o = np.zeros(n, np.float32)
-        ref = a * x + y
-        fns: dict = {}
-        checks: dict = {}
-        for be, (dev, qb, qn) in queues.items():
-            wd = pk.valid_workdiv(dev, n)
-            if be == "opencl":
-                bufs = [pk.Buffer(dev, (n,), np.float32) for _ in range(3)]
-                pk.memcpy(qb, bufs[1], x)
-                pk.memcpy(qb, bufs[2], y)
-                fns["alpyka_opencl_blocking"] = lambda qb=qb, wd=wd, b=bufs: pk.exec(
-                    qb, wd, axpy, b[0], b[1], b[2], a, n
-                )
-
-                def got(b=bufs, qb=qb):
-                    h = np.zeros(n, np.float32)
-                    pk.memcpy(qb, h, b[0])
-                    return h
-
-                checks["alpyka_opencl_blocking"] = got
-                continue
-            fns[f"alpyka_{be}_blocking"] = lambda qb=qb, wd=wd: pk.exec(qb, wd, axpy, o, x, y, a, n)
-
-            def nonblocking(qn=qn, wd=wd):
-                pk.exec(qn, wd, axpy, o, x, y, a, n)
-                qn.wait()
-
-            def pipelined(qn=qn, wd=wd):
-                for _ in range(pipe):
-                    pk.exec(qn, wd, axpy, o, x, y, a, n)
-                qn.wait()
-
-            fns[f"alpyka_{be}_nonblocking"] = nonblocking
-            fns[f"alpyka_{be}_pipelined{pipe}"] = pipelined
-        fns["numba_njit"] = lambda: nb_saxpy(o, x, y, a)
-        fns["numba_prange"] = lambda: nb_saxpy_prange(o, x, y, a)
-        warp_run, warp_got, why = _warp_axpy(n, x, y, a)
-        if warp_run is not None:
-            fns["warp_cpu"] = warp_run
-            checks["warp_cpu"] = warp_got
-        else:
-            out["errors"]["warp_cpu"] = why
-        for name, fn in fns.items():  # each one computes the right thing
-            o[:] = 0
-            fn()
-            res = checks[name]() if name in checks else o
-            assert np.allclose(res, ref), (name, n)
-        t0 = time.perf_counter()
-        for fn in fns.values():
-            fn()
-        one = (time.perf_counter() - t0) / len(fns)  # a rough call time, for the calls per sample
-        calls = max(1, int(budget_s / max(one, 1e-7)))
-        per = {k: (pipe if "pipelined" in k else 1) for k in fns}
-        t = interleaved(fns, reps, calls)
-        for k, v in t.items():
-            out["us"].setdefault(k, {})[str(n)] = v["median"] / per[k] * 1e6
-            out["min_us"].setdefault(k, {})[str(n)] = v["min"] / per[k] * 1e6
-    # the non-blocking queue's extra cost over a blocking launch (medians, same run)
-    out["nonblocking_added_us"] = {
-        be: {
-            str(n): out["us"][f"alpyka_{be}_nonblocking"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
-            for n in sizes
-        }
-        for be in ("cpu_serial", "cpu_threads")
-        if f"alpyka_{be}_nonblocking" in out["us"]
-    }
-    out["pipelined_added_us"] = {
-        be: {
-            str(n): out["us"][f"alpyka_{be}_pipelined{pipe}"][str(n)] - out["us"][f"alpyka_{be}_blocking"][str(n)]
-            for n in sizes
-        }
-        for be in ("cpu_serial", "cpu_threads")
-        if f"alpyka_{be}_pipelined{pipe}" in out["us"]
-    }
-    return out
-
-
-def interleaved(fns: dict, reps: int, calls: int = 1) -> dict[str, dict[str, float]]:
-    """Time every function of ``fns`` ``reps`` times, round-robin (``common.interleaved``), after
-    one warm-up call each (compilation, caches, first touch of the pages); ``calls`` calls per
-    sample. Gives {name: {"median": s, "min": s}} per call; a contender that raises fails the run."""
-    timings, errors = common.interleaved(fns, reps, calls=calls)
-    if errors:
-        raise RuntimeError(f"benchmark contenders failed: {errors}")
-    return {k: {"median": t.median, "min": t.min} for k, t in timings.items()}
-
-
-def per_call(fn, calls: int, rounds: int = 9) -> float:
-    """Median time of one call of ``fn`` (``rounds`` rounds of ``calls`` calls)."""
-    return interleaved({"f": fn}, rounds, calls)["f"]["median"]
-
-
-def medians(timings: dict) -> dict[str, float]:
-    return {k: v["median"] for k, v in timings.items()}
-
-
-# ----------------------------------------------------------------------------- peers
-def _warp_kernels(wp):
-    @wp.kernel
-    def warp_saxpy(
-        out: wp.array(dtype=wp.float32), x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32), a: wp.float32
-    ):
-        i = wp.tid()
-        out[i] = a * x[i] + y[i]
-
-    @wp.kernel
-    def warp_tiny(out: wp.array(dtype=wp.float32), v: wp.float32):
-        if wp.tid() == 0:
-            out[0] = v
-
-    return warp_saxpy, warp_tiny
-
-
-def warp_peer(n: int, reps: int, x: np.ndarray, y: np.ndarray, calls: int = 2000, rounds: int = 9) -> dict:
-    try:
-        import warp as wp
-    except ImportError as exc:
-        return {"error": f"warp unavailable: {exc}"}
-    try:
-        wp.config.quiet = True
-        wp.init()
-        k_saxpy, k_tiny = _warp_kernels(wp)
-        wx, wy = wp.array(x, dtype=wp.float32, device="cpu"), wp.array(y, dtype=wp.float32, device="cpu")
-        wo = wp.zeros(n, dtype=wp.float32, device="cpu")
-
-        def run():
-            wp.launch(k_saxpy, dim=n, inputs=[wo, wx, wy, 2.0], device="cpu")
-            wp.synchronize_device("cpu")
-
-        t = interleaved({"run": run}, reps)["run"]["median"]
-        small = wp.zeros(1, dtype=wp.float32, device="cpu")
-
-        def launch_tiny():
-            wp.launch(k_tiny, dim=1, inputs=[small, 1.5], device="cpu")
-
-        lt = per_call(launch_tiny, calls, rounds)
-        ok = np.allclose(wo.numpy(), 2.0 * x + y)
-        return {"saxpy_s": t, "launch_s": lt, "correct": bool(ok)}
-    except Exception as exc:  # a peer failing must not stop the benchmark
-        return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def pyopencl_launch(calls: int = 2000, rounds: int = 9) -> dict:
-    try:
-        import pyopencl as cl
-    except ImportError as exc:
-        return {"error": f"pyopencl unavailable: {exc}"}
-    try:
-        plat = [p for p in cl.get_platforms() if p.get_devices()]
-        ctx = cl.Context([plat[0].get_devices()[0]])
-        q = cl.CommandQueue(ctx)
-        prg = cl.Program(
-            ctx, "__kernel void tiny(__global float* o, float v) { if (get_global_id(0) == 0) o[0] = v; }"
-        ).build()
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
-        knl = prg.tiny
-        v = np.float32(1.5)
-
-        def launch():
-            knl(q, (1,), None, buf, v)
-            q.finish()
-
-        return {"launch_s": per_call(launch, calls, rounds), "device": ctx.devices[0].name}
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 # ----------------------------------------------------------------------------- cold/warm start
