@@ -41,6 +41,16 @@ from typing import Any
 import numpy as np
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
+#: the runtime's text: the force-included header and the cuda_on_cpu_*.h parts it includes (each
+#: library's cache key covers them all)
+HEADERS = (HEADER, *sorted(HEADER.parent.glob("cuda_on_cpu_*.h")))
+
+
+def _runtime_text() -> str:
+    """The text of every header of the runtime, the part's name before each."""
+    return "".join(f"// {path.name}\n{path.read_text()}" for path in HEADERS)
+
+
 #: ``-ffp-contract=off``: numpy's float bits, as the GPU backends' defaults give them (no FMA
 #: contraction, which GCC allows by default and makes on targets with FMA in their base ISA);
 #: ``-frounding-math``: signed zeros kept, as numpy's: GCC 12 folds ``0.0 - (double)i`` into
@@ -192,7 +202,7 @@ def build(src: Any, name: str) -> Compiled:
     unit = code + _trampoline(name, params)
     hip = ("-D__HIP_PLATFORM_AMD__",) if warp_size(code) == 64 else ()  # the HIP text's own warp intrinsics
     flags = FLAGS + (f"-DALPYKA_WARP_SIZE={warp_size(code)}",) + hip
-    key = hashlib.sha256("\0".join([HEADER.read_text(), unit, version, *flags]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([_runtime_text(), unit, version, *flags]).encode()).hexdigest()[:32]
     lib_name = f"{name}-{key}.so"
     cache = _library_cache()
     so = _load_cached(cache[0] / lib_name, cache[1]) if cache is not None else None

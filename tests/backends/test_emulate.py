@@ -152,11 +152,23 @@ def test_emulate_later_in_a_process_takes_what_has_not_been_loaded(monkeypatch):
 
 
 def test_the_emulators_header_ships_with_alpyka():
-    """An installed alpyka (not this checkout) has cuda_on_cpu.h beside cuda_on_cpu.py: the
-    emulator force-includes it into every kernel it compiles."""
+    """An installed alpyka (not this checkout) has cuda_on_cpu.h and the cuda_on_cpu_*.h parts it
+    includes beside cuda_on_cpu.py: the emulator force-includes it into every kernel it compiles."""
+    import fnmatch
+    import re
+
     import tomllib
+
+    from backends.emulator import cuda_on_cpu
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert any(p == "backends*" for p in data["packages"]["find"]["include"])
-    assert "cuda_on_cpu.h" in data["package-data"]["backends.emulator"]
-    assert (ROOT / "backends" / "emulator" / "cuda_on_cpu.h").is_file()
+    shipped = data["package-data"]["backends.emulator"]
+    header = ROOT / "backends" / "emulator" / "cuda_on_cpu.h"
+    parts = re.findall(r'^#include "([^"]+)"', header.read_text(), re.M)
+    assert parts, "cuda_on_cpu.h includes its parts"
+    for name in ["cuda_on_cpu.h", *parts]:
+        assert (header.parent / name).is_file()
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in shipped), name
+    # the kernel cache's key covers every part: an edit to any of them rebuilds the kernels
+    assert {path.name for path in cuda_on_cpu.HEADERS} == {"cuda_on_cpu.h", *parts}
