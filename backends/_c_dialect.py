@@ -94,8 +94,9 @@ class Dialect:
     def shared_decl(self, ctype: str, name: str, size: int) -> str:
         raise NotImplementedError
 
-    def dynamic_shared_param(self) -> str | None:
-        """The kernel parameter that carries dynamic shared memory (OpenCL) or None (CUDA)."""
+    def dynamic_shared_param(self) -> tuple[str, str] | None:
+        """The C type and name of the kernel parameter that carries dynamic shared memory, which
+        device functions take too (OpenCL), or None (CUDA: :meth:`dynamic_shared_base`)."""
         return None
 
     def dynamic_shared_base(self) -> str:
@@ -159,11 +160,12 @@ class Dialect:
     def match_loop(self) -> tuple[str, str, str]:
         """A match by votes: the active lanes' mask, the lowest undecided lane's value of ``b``
         (from ``todo``) and the ballot's function."""
-        return "ALPYKA_BALLOT(1)", "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)", "ALPYKA_BALLOT"
+        raise NotImplementedError
 
     def bit_intrinsic(self, intrinsic: Intrinsic, x: str, t: ScalarType, helper: Callable[..., str]) -> str:
-        """Bit intrinsic ``intrinsic`` (popcount, clz...) on the rendered ``x`` of type ``t``."""
-        return intrinsic.cuda_text(x, t)
+        """Bit intrinsic ``intrinsic`` (popcount, clz...) on the rendered ``x`` of type ``t``
+        (``helper`` includes a helper function the dialect needs)."""
+        raise NotImplementedError
 
     def native_atomic(self, op: str, t: ScalarType, space: str) -> str | None:
         raise NotImplementedError
@@ -224,8 +226,8 @@ class OpenCL(Dialect):
     def shared_decl(self, ctype: str, name: str, size: int) -> str:
         return f"__local {ctype} {name}[{max(size, 1)}];"
 
-    def dynamic_shared_param(self) -> str | None:
-        return "__local u8* alpyka_dyn_shared"
+    def dynamic_shared_param(self) -> tuple[str, str] | None:
+        return "__local u8*", "alpyka_dyn_shared"
 
     def array_param(self, name: str, const: bool, storage: str) -> tuple[list[str], str] | None:
         q = "const " if const else ""
@@ -378,6 +380,12 @@ class Cuda(Dialect):
 
     def native_match_any(self, bits: str) -> tuple[str, str] | None:
         return f"(u64)__match_any_sync(ALPYKA_LANES, {bits})", "(u64)__ballot_sync(ALPYKA_LANES, 1)"
+
+    def match_loop(self) -> tuple[str, str, str]:
+        return "ALPYKA_BALLOT(1)", "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)", "ALPYKA_BALLOT"
+
+    def bit_intrinsic(self, intrinsic: Intrinsic, x: str, t: ScalarType, helper: Callable[..., str]) -> str:
+        return intrinsic.cuda_text(x, t)
 
     # ------------------------------------------------------------------ work-item queries
     def index(self, query: str, dim: int, ndim: int) -> str:

@@ -350,8 +350,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
             out.append(_Implicit("i64", "dynamic_shared_bytes", ("dyn_bytes", None)))
             param = self.d.dynamic_shared_param()
             if param is not None:  # a kernel parameter, passed on to device functions
-                ctype, _, name = param.rpartition(" ")
-                out.append(_Implicit(ctype, name, ("dyn_local", None)))
+                out.append(_Implicit(*param, ("dyn_local", None)))
         if self.bpred:  # the kernel's own __local counter (declared in its body, not an argument)
             out.append(_Implicit("__local volatile i32*", "alpyka_bpred", None))
         if self.err:
