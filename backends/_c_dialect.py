@@ -14,10 +14,13 @@ a dialect's name: what differs is a method of the dialect's class.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-from portable.compiler.operations import MATH
+from portable.compiler.operations import MATH, Intrinsic
 from portable.compiler.types import ScalarType
+
+from ._c_prologues import CUDA_PROLOGUE, HIP_WARPS, OPENCL_PROLOGUE, WARP_LANES
 
 #: C spelling of each kernel scalar type (typedefs in every dialect's prologue)
 CTYPE = {
@@ -36,101 +39,10 @@ CTYPE = {
 #: how a value of each type is stored in memory and passed as a kernel argument (no C bool there)
 STORAGE = {**CTYPE, "bool": "u8"}
 
-_OPENCL_PROLOGUE = """\
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
-#pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable
-typedef char i8; typedef short i16; typedef int i32; typedef long i64;
-typedef uchar u8; typedef ushort u16; typedef uint u32; typedef ulong u64;
-typedef float f32; typedef double f64;
-#define ALPYKA_FN static inline
-#define ALPYKA_INF_F32 INFINITY
-#define ALPYKA_NAN_F32 NAN
-#define ALPYKA_INF_F64 ((f64)INFINITY)
-#define ALPYKA_NAN_F64 ((f64)NAN)
-#ifdef ALPYKA_SUBGROUP_SIZE
-#define ALPYKA_KERNEL __attribute__((intel_reqd_sub_group_size(ALPYKA_SUBGROUP_SIZE))) __kernel
-#else
-#define ALPYKA_KERNEL __kernel
-#endif
-#ifdef ALPYKA_SEQUENTIAL_LOOPS
-#define ALPYKA_NO_VECTORIZE _Pragma("clang loop vectorize(disable)")
-#else
-#define ALPYKA_NO_VECTORIZE
-#endif
-"""
-
-_CUDA_PROLOGUE = """\
-typedef signed char i8; typedef short i16; typedef int i32; typedef long long i64;
-typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32;
-typedef unsigned long long u64; typedef float f32; typedef double f64;
-#define ALPYKA_FN static __device__ __forceinline__
-#define ALPYKA_INF_F32 __int_as_float(0x7f800000)
-#define ALPYKA_NAN_F32 __int_as_float(0x7fffffff)
-#define ALPYKA_INF_F64 __longlong_as_double(0x7ff0000000000000LL)
-#define ALPYKA_NAN_F64 __longlong_as_double(0x7fffffffffffffffLL)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 600
-static __device__ __forceinline__ f64 alpyka_atomic_add_f64(f64* p, f64 v) {  /* no native f64 add below sm_60 */
-    unsigned long long* w = (unsigned long long*)p;
-    unsigned long long old = *w, seen;
-    do {
-        seen = old;
-        old = atomicCAS(w, seen, (unsigned long long)__double_as_longlong(__longlong_as_double((long long)seen) + v));
-    } while (old != seen);
-    return __longlong_as_double((long long)old);
-}
-#else
-#define alpyka_atomic_add_f64(p, v) atomicAdd(p, v)
-#endif
-"""
-
-# The member mask of every CUDA *_sync warp operation: the lanes the launch gave this thread's
-# warp (all of them, or the block's partial last warp's), never __activemask(), which only reports
-# the lanes that happen to run together (after a divergent loop a subset: the others' values are
-# undefined). u64 as HIP's 64-lane wavefront needs; the CUDA calls take its low 32 bits.
-_WARP_LANES = """\
-ALPYKA_FN u64 alpyka_warp_lanes(void) {  /* the launched lanes of this thread's warp */
-    u32 w = (u32)warpSize;
-    u32 t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    u32 left = blockDim.x * blockDim.y * blockDim.z - t / w * w;
-    return left >= w ? (~0ull >> (64u - w)) : ((1ull << left) - 1ull);
-}
-#define ALPYKA_LANES ((unsigned int)alpyka_warp_lanes())
-"""
-
-# HIP's wavefront intrinsics where hiprtc (or the stand-in's HIP personality) compiles the text
-# (no member mask: a wavefront runs its active lanes in lockstep and reconverges after a branch);
-# CUDA's *_sync ones over the launched lanes where NVRTC checks the same HIP text
-_HIP_WARPS = """\
-#if defined(__HIP__) || defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
-#define ALPYKA_ACTIVE_MASK() ((u64)__ballot(1))
-#define ALPYKA_BALLOT(p) ((u64)__ballot(p))
-#define ALPYKA_ALL(p) (__all(p) != 0)
-#define ALPYKA_ANY(p) (__any(p) != 0)
-#define ALPYKA_SHFL(v, k) __shfl(v, k)
-#define ALPYKA_SHFL_UP(v, k) __shfl_up(v, (unsigned int)(k))
-#define ALPYKA_SHFL_DOWN(v, k) __shfl_down(v, (unsigned int)(k))
-#define ALPYKA_SHFL_XOR(v, k) __shfl_xor(v, k)
-#if defined(ALPYKA_CUDA_ON_CPU) /* the GPU emulator: it checks the member mask */
-#define ALPYKA_BALLOT_MASK(m, p) ((u64)alpyka_ballot((u64)(m), p, __LINE__))
-#define ALPYKA_SHFL_MASK(m, v, k) alpyka_shfl(alpyka_host::W_SHFL, (u64)(m), v, (long long)(int)(k), __LINE__)
-#else /* a wavefront votes over the lanes it runs: the mask only masks */
-#define ALPYKA_BALLOT_MASK(m, p) (ALPYKA_BALLOT(p) & (u64)(m))
-#define ALPYKA_SHFL_MASK(m, v, k) ALPYKA_SHFL(v, k)
-#endif
-#else
-#define ALPYKA_ACTIVE_MASK() ((u64)__activemask())
-#define ALPYKA_BALLOT(p) ((u64)__ballot_sync(ALPYKA_LANES, p))
-#define ALPYKA_ALL(p) (__all_sync(ALPYKA_LANES, p) != 0)
-#define ALPYKA_ANY(p) (__any_sync(ALPYKA_LANES, p) != 0)
-#define ALPYKA_SHFL(v, k) __shfl_sync(ALPYKA_LANES, v, k)
-#define ALPYKA_SHFL_UP(v, k) __shfl_up_sync(ALPYKA_LANES, v, (unsigned int)(k))
-#define ALPYKA_SHFL_DOWN(v, k) __shfl_down_sync(ALPYKA_LANES, v, (unsigned int)(k))
-#define ALPYKA_SHFL_XOR(v, k) __shfl_xor_sync(ALPYKA_LANES, v, k)
-#define ALPYKA_BALLOT_MASK(m, p) ((u64)__ballot_sync((unsigned int)(m), p))
-#define ALPYKA_SHFL_MASK(m, v, k) __shfl_sync((unsigned int)(m), v, k)
-#endif
-"""
+#: CUDA's cap on a block's static ``__shared__`` memory on every GPU (ptxas refuses more); a block
+#: may use more only as dynamic shared memory, which the launcher opts in to up to the device's
+#: ``sharedMemPerBlockOptin``
+CUDA_STATIC_SHARED = 48 * 1024
 
 
 def _member_mask(mask: str | None) -> str:
@@ -145,8 +57,19 @@ class Dialect:
     __slots__ = ()
     #: the dialect's name: "opencl", "cuda" or "hip" (``CSource.dialect``, compiler options)
     name: ClassVar[str]
-    #: OpenCL C (kernel arguments for dynamic shared memory and the error flag, sub-group warps)
-    is_opencl: ClassVar[bool] = False
+    #: whether block predicates (``acc.syncthreads_count``...) count in a ``__local`` int the kernel
+    #: declares and passes to its device functions (OpenCL: no block-wide vote built-in)
+    block_predicate_counter: ClassVar[bool] = False
+    #: whether a thread whose assert failed must still reach the block's barriers (OpenCL: a
+    #: barrier that some work-items of the group skip is undefined)
+    failed_thread_reaches_barriers: ClassVar[bool] = False
+    #: whether warp operations are helper functions of the kernel over sub-group built-ins
+    #: (OpenCL), not the prologue's intrinsic macros
+    warps_by_helpers: ClassVar[bool] = False
+    #: whether ``print`` calls the dialect's own ``printf`` (OpenCL), not the ``alpyka_printf`` helper
+    builtin_printf: ClassVar[bool] = False
+    #: printf's length modifier and the C type of a 64-bit integer argument
+    printf_int64: ClassVar[tuple[str, str]] = ("ll", "long long")
     #: the source line that turns FMA contraction off (where build options do not: CUDA, HIP)
     no_contraction: ClassVar[str] = ""
     #: what a loop of the kernel's code starts with (OpenCL: ``ALPYKA_NO_VECTORIZE``, a loop-vectorizer
@@ -171,12 +94,35 @@ class Dialect:
     def shared_decl(self, ctype: str, name: str, size: int) -> str:
         raise NotImplementedError
 
-    def dynamic_shared_param(self) -> str | None:
-        """The kernel parameter that carries dynamic shared memory (OpenCL) or None (CUDA)."""
+    def dynamic_shared_param(self) -> tuple[str, str] | None:
+        """The C type and name of the kernel parameter that carries dynamic shared memory, which
+        device functions take too (OpenCL), or None (CUDA: :meth:`dynamic_shared_base`)."""
         return None
 
     def dynamic_shared_base(self) -> str:
+        """The kernel body's line that names the dynamic shared memory ("" where a parameter does)."""
         return ""
+
+    def array_param(self, name: str, const: bool, storage: str) -> tuple[list[str], str] | None:
+        """The kernel parameters of array argument ``name`` and the body's line that makes its
+        pointer, where an array arrives as a buffer and a byte offset (OpenCL); None where it
+        arrives as a pointer."""
+        return None
+
+    # ------------------------------------------------------------------ errors, launch limits
+    def report_error(self, err: str, code: str) -> str:
+        """The statement that stores ``code`` in the error flag ``err`` unless one is there."""
+        raise NotImplementedError
+
+    def static_shared_limit(self, device: Any) -> tuple[int, str, str]:
+        """The bytes of static shared arrays one block may declare on ``device``, the rule that
+        sets it and what a kernel above it does instead (a block's local memory, by default)."""
+        limit = device.limits.shared_memory_per_block
+        rule = f"{device} has {limit} bytes of {self.shared_memory_name}"
+        return limit, rule, "make the arrays smaller (fewer elements per block, or a smaller dtype)"
+
+    #: what the device's shared memory per block is called in a static shared limit's error
+    shared_memory_name: ClassVar[str] = "shared memory per block"
 
     # ------------------------------------------------------------------ each dialect's own
     def index(self, query: str, dim: int, ndim: int) -> str:
@@ -196,6 +142,29 @@ class Dialect:
         raise NotImplementedError
 
     def warp_shuffle(self, op: str, v: str, k: str, mask: str | None = None) -> str | None:
+        raise NotImplementedError
+
+    def lane_and_warp_size(self) -> tuple[str, str]:
+        """The u32 expressions of the caller's lane in its warp and the warp's size."""
+        raise NotImplementedError
+
+    def warps_only(self, body: str, fallback: str) -> str:
+        """A helper's ``body`` where the build has warps, else ``fallback`` (a one-lane warp)."""
+        return body
+
+    def native_match_any(self, bits: str) -> tuple[str, str] | None:
+        """CUDA's ``__match_any_sync`` on ``bits`` and the active lanes' mask, or None where the
+        lanes vote in a loop (:meth:`match_loop`)."""
+        return None
+
+    def match_loop(self) -> tuple[str, str, str]:
+        """A match by votes: the active lanes' mask, the lowest undecided lane's value of ``b``
+        (from ``todo``) and the ballot's function."""
+        raise NotImplementedError
+
+    def bit_intrinsic(self, intrinsic: Intrinsic, x: str, t: ScalarType, helper: Callable[..., str]) -> str:
+        """Bit intrinsic ``intrinsic`` (popcount, clz...) on the rendered ``x`` of type ``t``
+        (``helper`` includes a helper function the dialect needs)."""
         raise NotImplementedError
 
     def native_atomic(self, op: str, t: ScalarType, space: str) -> str | None:
@@ -232,12 +201,17 @@ class OpenCL(Dialect):
 
     __slots__ = ()
     name = "opencl"
-    is_opencl = True
+    block_predicate_counter = True
+    failed_thread_reaches_barriers = True
+    warps_by_helpers = True
+    builtin_printf = True
+    printf_int64 = ("l", "long")  # OpenCL's long is 64 bits
+    shared_memory_name = "local memory per work-group (CL_DEVICE_LOCAL_MEM_SIZE)"
     no_contraction = "#pragma OPENCL FP_CONTRACT OFF"
     loop_hint = "ALPYKA_NO_VECTORIZE "
 
     def prologue(self, warps: bool = False) -> str:
-        return _OPENCL_PROLOGUE
+        return OPENCL_PROLOGUE
 
     def kernel_qualifier(self) -> str:
         # ALPYKA_KERNEL: __kernel with the sub-group size the device reports where the build pins
@@ -252,8 +226,28 @@ class OpenCL(Dialect):
     def shared_decl(self, ctype: str, name: str, size: int) -> str:
         return f"__local {ctype} {name}[{max(size, 1)}];"
 
-    def dynamic_shared_param(self) -> str | None:
-        return "__local u8* alpyka_dyn_shared"
+    def dynamic_shared_param(self) -> tuple[str, str] | None:
+        return "__local u8*", "alpyka_dyn_shared"
+
+    def array_param(self, name: str, const: bool, storage: str) -> tuple[list[str], str] | None:
+        q = "const " if const else ""
+        ptr = f"__global {q}{storage}*"
+        return [f"__global u8* {name}_buf", f"i64 {name}_off"], f"{ptr} {name} = ({ptr})({name}_buf + {name}_off);"
+
+    def report_error(self, err: str, code: str) -> str:
+        return f"atomic_cmpxchg((volatile __global i32*){err}, 0, {code})"
+
+    def lane_and_warp_size(self) -> tuple[str, str]:
+        return "get_sub_group_local_id()", "get_max_sub_group_size()"
+
+    def warps_only(self, body: str, fallback: str) -> str:
+        return f"#ifdef ALPYKA_SUBGROUPS\n{body}\n#else\n    {fallback}\n#endif"
+
+    def match_loop(self) -> tuple[str, str, str]:
+        return "alpyka_ballot(true)", "sub_group_shuffle(b, (uint)popcount((todo & (0 - todo)) - 1))", "alpyka_ballot"
+
+    def bit_intrinsic(self, intrinsic: Intrinsic, x: str, t: ScalarType, helper: Callable[..., str]) -> str:
+        return intrinsic.opencl_text(x, t, helper)
 
     def index(self, query: str, dim: int, ndim: int) -> str:
         axis = ndim - 1 - dim  # alpaka's fastest dimension is OpenCL's 0 and CUDA's x
@@ -354,7 +348,7 @@ class Cuda(Dialect):
     emulator_checks = True
 
     def prologue(self, warps: bool = False) -> str:
-        return _CUDA_PROLOGUE + _WARP_LANES if warps else _CUDA_PROLOGUE
+        return CUDA_PROLOGUE + WARP_LANES if warps else CUDA_PROLOGUE
 
     def kernel_qualifier(self) -> str:
         return 'extern "C" __global__ void'
@@ -364,6 +358,34 @@ class Cuda(Dialect):
 
     def dynamic_shared_base(self) -> str:
         return "extern __shared__ __align__(16) u8 alpyka_dyn_shared[];"
+
+    def report_error(self, err: str, code: str) -> str:
+        return f"atomicCAS((int*){err}, 0, {code})"
+
+    def static_shared_limit(self, device: Any) -> tuple[int, str, str]:
+        """CUDA_STATIC_SHARED of ``__shared__`` (ptxas's cap), or less where the device has less;
+        what is above goes to dynamic shared memory, up to the device's opt-in limit."""
+        block_limit = device.limits.shared_memory_per_block
+        limit = min(CUDA_STATIC_SHARED, block_limit)
+        rule = f"CUDA caps a block's static __shared__ memory at {limit} bytes ({limit // 1024} KiB)"
+        optin = device.properties.get("shared_memory_per_block_optin") or block_limit
+        fix = (
+            f"declare what is above it as dynamic shared memory (acc.dynamic_shared_array with "
+            f"@pk.kernel(dynamic_shared_bytes=...)), which {device} gives a block up to {optin} bytes of"
+        )
+        return limit, rule, fix
+
+    def lane_and_warp_size(self) -> tuple[str, str]:
+        return "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % (u32)warpSize", "(u32)warpSize"
+
+    def native_match_any(self, bits: str) -> tuple[str, str] | None:
+        return f"(u64)__match_any_sync(ALPYKA_LANES, {bits})", "(u64)__ballot_sync(ALPYKA_LANES, 1)"
+
+    def match_loop(self) -> tuple[str, str, str]:
+        return "ALPYKA_BALLOT(1)", "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)", "ALPYKA_BALLOT"
+
+    def bit_intrinsic(self, intrinsic: Intrinsic, x: str, t: ScalarType, helper: Callable[..., str]) -> str:
+        return intrinsic.cuda_text(x, t)
 
     # ------------------------------------------------------------------ work-item queries
     def index(self, query: str, dim: int, ndim: int) -> str:
@@ -494,9 +516,18 @@ class Hip(Cuda):
 
     __slots__ = ()
     name = "hip"
+    shared_memory_name = "LDS per block"
+
+    def static_shared_limit(self, device: Any) -> tuple[int, str, str]:
+        """The device's LDS per block (no static cap of its own)."""
+        return Dialect.static_shared_limit(self, device)
+
+    def native_match_any(self, bits: str) -> tuple[str, str] | None:
+        """None: no such instruction on every AMD target (the lanes vote in a loop)."""
+        return None
 
     def prologue(self, warps: bool = False) -> str:
-        return super().prologue(warps) + (_HIP_WARPS if warps else "")
+        return super().prologue(warps) + (HIP_WARPS if warps else "")
 
     def warp_vote(self, op: str, p: str, mask: str | None = None) -> str | None:
         """Warp size, and HIP's wavefront intrinsics through the prologue's macros."""

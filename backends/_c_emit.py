@@ -84,10 +84,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         self.cur_line = 0
         self.in_function: ir.Function | None = None
         self.base = os.path.basename(kernel.source_file) if kernel.source_file else "<kernel>"
-        # OpenCL's block predicates count in a __local int of the kernel, passed to device functions
-        self.bpred = dialect.is_opencl and _uses(kernel, ir.BlockPredicate)
-        # OpenCL kernel code with a barrier: a failed assert lets its thread reach the barriers
-        self.barrier_functions = barrier_functions(kernel) if dialect.is_opencl else None
+        # block predicates that count in a __local int of the kernel, passed to device functions
+        self.bpred = dialect.block_predicate_counter and _uses(kernel, ir.BlockPredicate)
+        # kernel code with a barrier where a failed assert must let its thread reach the barriers
+        self.barrier_functions = barrier_functions(kernel) if dialect.failed_thread_reaches_barriers else None
         # the error flag: range checks (ALPYKA_DEBUG), range() steps known only at run time, asserts
         self.err = kernel.debug or _uses(kernel, ir.ForRange, lambda s: s.check is not None) or _uses(kernel, ir.Assert)
 
@@ -236,7 +236,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
 
     def warp_shuffle(self, op: str, t: ScalarType, v: str, k: str, mask: str | None = None) -> str:
         """A shuffle of ``v`` (type ``t``) by ``k``, over ``mask``'s lanes (None: the warp's)."""
-        if self.d.is_opencl:
+        if self.d.warps_by_helpers:
             return f"{self.h.warp_shuffle(op, t)}({v}, {k})"  # the sub-group's lanes that run it
         if t.is_bool:
             return f"({self.d.warp_shuffle(op, f'(i32)({v})', k, mask)} != 0)"
@@ -281,7 +281,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         at = args[0].type if args else e.type
         s = [self.expr(a) for a in args]
         if f in INTRINSICS:  # the bit intrinsics, declared in operations.py
-            return INTRINSICS[f].c_text(self.d.is_opencl, s[0], at, self.h.declared)
+            return self.d.bit_intrinsic(INTRINSICS[f], s[0], at, self.h.declared)
         if f in ("min", "max"):
             fn = self.h.declared(MATH[f].c_helper, e.type)
             acc = s[0]
@@ -348,8 +348,9 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         out = [_Implicit("i64", f"alpyka_te{d}", ("elements", d)) for d in range(self.k.ndim)]
         if self.k.uses_dynamic_shared:
             out.append(_Implicit("i64", "dynamic_shared_bytes", ("dyn_bytes", None)))
-            if self.d.is_opencl:
-                out.append(_Implicit("__local u8*", "alpyka_dyn_shared", ("dyn_local", None)))
+            param = self.d.dynamic_shared_param()
+            if param is not None:  # a kernel parameter, passed on to device functions
+                out.append(_Implicit(*param, ("dyn_local", None)))
         if self.bpred:  # the kernel's own __local counter (declared in its body, not an argument)
             out.append(_Implicit("__local volatile i32*", "alpyka_bpred", None))
         if self.err:
@@ -428,11 +429,10 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         for p in k.params:
             name = ident(p.name)
             if isinstance(p.type, ArrayType):
-                if self.d.is_opencl:
-                    params += [f"__global u8* {name}_buf", f"i64 {name}_off"]
-                    q = "const " if p.type.const else ""
-                    st = STORAGE[p.type.dtype.name]
-                    prologue.append(f"__global {q}{st}* {name} = (__global {q}{st}*)({name}_buf + {name}_off);")
+                buffer = self.d.array_param(name, p.type.const, STORAGE[p.type.dtype.name])
+                if buffer is not None:
+                    params += buffer[0]
+                    prologue.append(buffer[1])
                 else:
                     params.append(self.pointer_decl(p.type, name))
             else:
@@ -453,7 +453,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         for sh in k.shared:
             size = int(math.prod(sh.shape)) if sh.shape else 1
             self.out(self.d.shared_decl(STORAGE[sh.dtype.name], ident(sh.name), size))
-        if k.uses_dynamic_shared and not self.d.is_opencl:
+        if k.uses_dynamic_shared and self.d.dynamic_shared_base():
             self.out(self.d.dynamic_shared_base())
         if self.bpred:
             self.out(self.d.shared_decl("i32", "alpyka_bpred", 1))

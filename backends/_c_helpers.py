@@ -39,10 +39,7 @@ class Helpers:
     def range_check(self) -> str:
         """``alpyka_chk(i, n, id, err)``: ``i`` when ``0 <= i < n``, else report ``id`` and give 0."""
         d = self.d
-        if d.is_opencl:
-            report = "atomic_cmpxchg((volatile __global i32*)err, 0, id)"
-        else:
-            report = "atomicCAS((int*)err, 0, id)"
+        report = d.report_error("err", "id")
         err = f"{d.space('buffer')}i32* err"
         return self.add(
             "alpyka_chk",
@@ -166,15 +163,10 @@ class Helpers:
         """``alpyka_segment_lane(k, width)``: the source lane of alpaka's ``shfl(v, k, width)``,
         lane ``k % w`` of the caller's segment of ``w`` lanes (``w``: ``width``, or the warp's
         size where that is smaller), as CUDA's ``width`` argument picks it."""
-        if self.d.is_opencl:
-            lane, size = "get_sub_group_local_id()", "get_max_sub_group_size()"
-        else:
-            lane = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % (u32)warpSize"
-            size = "(u32)warpSize"
+        lane, size = self.d.lane_and_warp_size()
         body = f"""    u32 size = {size}, w = (u32)width < size ? (u32)width : size;
     return (i32)(({lane} & ~(w - 1u)) | ((u32)k & (w - 1u)));"""
-        if self.d.is_opencl:
-            body = f"#ifdef ALPYKA_SUBGROUPS\n{body}\n#else\n    return 0;\n#endif"
+        body = self.d.warps_only(body, "return 0;")
         return self.add("alpyka_segment_lane", f"ALPYKA_FN i32 alpyka_segment_lane(i32 k, i32 width) {{\n{body}\n}}\n")
 
     def warp_match(self, op: str, t: ScalarType) -> str:
@@ -188,19 +180,14 @@ class Helpers:
         bits = self.d.bits_of(t, "v") if t.is_float else f"({word})v"
         name = f"alpyka_match_{op[6:]}_{c}"
         any_name = f"alpyka_match_any_{c}"
-        active: str | None = None
-        if self.d.is_opencl:
+        if self.d.warps_by_helpers:
             self.warp_vote("ballot")  # includes alpyka_ballot, the sub-group's ballot
-            active = "alpyka_ballot(true)"
-            shuffle = "sub_group_shuffle(b, (uint)popcount((todo & (0 - todo)) - 1))"
+        native = self.d.native_match_any("b")
+        if native is not None:
+            any_body = f"    {word} b = {bits};\n    return {native[0]};"
+            active = native[1]
         else:
-            shuffle = "ALPYKA_SHFL(b, (int)__ffsll((long long)todo) - 1)"
-        if self.d.name == "cuda":
-            any_body = f"    {word} b = {bits};\n    return (u64)__match_any_sync(ALPYKA_LANES, b);"
-            active = "(u64)__ballot_sync(ALPYKA_LANES, 1)"
-        else:
-            vote = "alpyka_ballot" if self.d.is_opencl else "ALPYKA_BALLOT"
-            active = active or "ALPYKA_BALLOT(1)"
+            active, shuffle, vote = self.d.match_loop()
             any_body = f"""    {word} b = {bits};
     u64 todo = {active}, same = 0;
     while (todo != 0) {{  /* the same on every lane: built from ballots */
@@ -210,8 +197,7 @@ class Helpers:
         todo &= ~m;
     }}
     return same;"""
-            if self.d.is_opencl:
-                any_body = f"#ifdef ALPYKA_SUBGROUPS\n{any_body}\n#else\n    return (u64)1;\n#endif"
+            any_body = self.d.warps_only(any_body, "return (u64)1;")
         self.add(any_name, f"ALPYKA_FN u64 {any_name}({c} v) {{\n{any_body}\n}}\n")
         if op == "match_any":
             return any_name

@@ -121,7 +121,7 @@ class MessageEmitter:
                 parts.append(spec)
                 args.append(arg)
         fmt = " ".join(parts) + "\\n"
-        fn = "printf" if self.d.is_opencl else self.h.add("alpyka_printf", _PRINTF_PROLOGUE)
+        fn = "printf" if self.d.builtin_printf else self.h.add("alpyka_printf", _PRINTF_PROLOGUE)
         self.out(f'{fn}("{fmt}"{"".join(", " + a for a in args)});{tag}', line)
 
     def print_format(self: Any, e: ir.Expr) -> tuple[str, str]:
@@ -132,7 +132,7 @@ class MessageEmitter:
         if t.is_float:  # a float32 is promoted to double as printf's variadic argument
             return "%g", v
         if t.bits == 64:
-            long = "l" if self.d.is_opencl else "ll"  # OpenCL's long is 64 bits
-            ctype = ("unsigned " if t.is_unsigned else "") + ("long" if self.d.is_opencl else "long long")
+            long, c64 = self.d.printf_int64
+            ctype = ("unsigned " if t.is_unsigned else "") + c64
             return f"%{long}{'u' if t.is_unsigned else 'd'}", f"(({ctype})({v}))"
         return ("%u", f"((unsigned int)({v}))") if t.is_unsigned else ("%d", f"((int)({v}))")

@@ -16,6 +16,7 @@ from portable.caches import IdentityCache
 from portable.compiler import check_shared_needs, debug_enabled
 from portable.spi import KernelHandle, PlanCache
 
+from ._c_dialect import DIALECTS
 from ._c_emit import emit
 from ._c_source import CEmitError, CSource
 
@@ -109,12 +110,6 @@ def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
 _MISMATCH = _mismatch_error()
 
 
-#: CUDA's cap on a block's static ``__shared__`` memory on every GPU (ptxas refuses more); a block
-#: may use more only as dynamic shared memory, which the launcher opts in to up to the device's
-#: ``sharedMemPerBlockOptin``
-CUDA_STATIC_SHARED = 48 * 1024
-
-
 def checked_static_shared(kir: Any, device: Any, dialect: str) -> int:
     """The bytes of the kernel's static shared arrays (``acc.shared_array``), checked before the
     device compiler sees them: WorkDivError naming the arrays, the limit and what to do when they
@@ -123,20 +118,7 @@ def checked_static_shared(kir: Any, device: Any, dialect: str) -> int:
     here too, instead of reaching the compiler or linker."""
     sizes = [(s.name, int(math.prod(s.shape)) * s.dtype.dtype.itemsize) for s in kir.shared]
     static = sum(n for _, n in sizes)
-    block_limit = device.limits.shared_memory_per_block
-    if dialect == "cuda":
-        limit = min(CUDA_STATIC_SHARED, block_limit)
-        rule = f"CUDA caps a block's static __shared__ memory at {limit} bytes ({limit // 1024} KiB)"
-        optin = device.properties.get("shared_memory_per_block_optin") or block_limit
-        fix = (
-            f"declare what is above it as dynamic shared memory (acc.dynamic_shared_array with "
-            f"@pk.kernel(dynamic_shared_bytes=...)), which {device} gives a block up to {optin} bytes of"
-        )
-    else:
-        limit = block_limit
-        what = "LDS per block" if dialect == "hip" else "local memory per work-group (CL_DEVICE_LOCAL_MEM_SIZE)"
-        rule = f"{device} has {limit} bytes of {what}"
-        fix = "make the arrays smaller (fewer elements per block, or a smaller dtype)"
+    limit, rule, fix = DIALECTS[dialect].static_shared_limit(device)
     if static <= limit:
         return static
     arrays = ", ".join(f"shared array {n.removeprefix('sh_')!r}: {b} bytes" for n, b in sizes)

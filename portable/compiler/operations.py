@@ -458,16 +458,20 @@ class Intrinsic:
         call = f"{helper(self.numba)}({v}, {t.bits})" if self.numba_bits else f"{helper(self.numba)}({v})"
         return f"np.{t.name}({call})" if self.same_type else call
 
-    def c_text(self, opencl: bool, x: str, t: ScalarType, helper: Callable[[CHelper, ScalarType], str]) -> str:
-        """Its C source on the rendered ``x``, in OpenCL C or else CUDA/HIP (``helper`` includes a
-        declared helper)."""
-        out = c_type(t) if self.same_type else "i32"
+    def cuda_text(self, x: str, t: ScalarType) -> str:
+        """Its CUDA/HIP source on the rendered ``x``: the intrinsic for ``t``'s width."""
+        arg = (UINT32 if t.bits == 32 else UINT64) if self.cuda_arg == "u" else (INT32 if t.bits == 32 else INT64)
+        return f"(({self._c_result(t)}){self.cuda[t.bits == 64]}(({c_type(arg)})({x})))"
+
+    def opencl_text(self, x: str, t: ScalarType, helper: Callable[[CHelper, ScalarType], str]) -> str:
+        """Its OpenCL C source on the rendered ``x``: the overloaded built-in, or the declared
+        helper where OpenCL has none (``helper`` includes it)."""
         u = UINT32 if t.bits == 32 else UINT64
-        if not opencl:
-            arg = c_type(u if self.cuda_arg == "u" else (INT32 if t.bits == 32 else INT64))
-            return f"(({out}){self.cuda[t.bits == 64]}(({arg})({x})))"
         fn = self.opencl if self.opencl is not None else helper(self.opencl_helper, u)  # type: ignore[arg-type]
-        return f"(({out}){fn}(({c_type(u)})({x})))"
+        return f"(({self._c_result(t)}){fn}(({c_type(u)})({x})))"
+
+    def _c_result(self, t: ScalarType) -> str:
+        return c_type(t) if self.same_type else "i32"
 
 
 INTRINSICS: dict[str, Intrinsic] = {}

@@ -9,7 +9,7 @@ import pytest
 
 from alpyka_testing import fuzz
 from backends import _numba_emit
-from backends._c_dialect import DIALECTS
+from backends._c_dialect import DIALECTS, Cuda
 from portable.compiler import ir, operations
 from portable.compiler._calls import _BOOL_RESULT, _INT_RESULT, _TWO_ARGS
 from portable.compiler._folding import fold_binop
@@ -35,7 +35,7 @@ def test_every_math_function_is_spelled_for_every_target(name):
                 dialect.math(name, FLOAT64)
             continue
         assert dialect.math(name, FLOAT64) == f.c
-        assert dialect.math(name, FLOAT32) == (f.c if dialect.is_opencl else f.c + "f")
+        assert dialect.math(name, FLOAT32) == (f.c + "f" if isinstance(dialect, Cuda) else f.c)
 
 
 EDGES = {
