@@ -32,6 +32,7 @@ from ._registry import (
     register_backend,
     unavailable_backends,
 )
+from ._streamcheck import use_check_error as _use_check_error
 from ._workdiv import WorkDiv, make_workdiv, valid_workdiv
 from .compiler import (
     KernelArgumentError,
@@ -58,6 +59,8 @@ from .data import (  # data I/O
 )
 
 __version__ = "0.1.0"
+
+_use_check_error(KernelCheckError)  # the stream check's error, from the compiler the core does not import
 
 __all__ = [
     "AllocatorStats",

@@ -17,6 +17,7 @@ from ._graph import active as _capturing
 from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
 from ._queue import Event, Queue
+from ._streamcheck import register_buffer_type
 
 DEFAULT_ALIGNMENT = 128
 
@@ -262,3 +263,6 @@ def _last_of_view(view: soa.View) -> LastQueue | None:
 
 register_holder(Buffer, lambda b: b.last_queue)
 register_holder(soa.View, _last_of_view)
+
+
+register_buffer_type(Buffer)  # the stream check finds a view's or a collection's Buffer

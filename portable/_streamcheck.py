@@ -24,7 +24,6 @@ from typing import Any
 
 from ._errors import AlpykaError
 from ._registry import emulated
-from .compiler._errors import KernelCheckError
 from .env import debug_flag, emulate_checks
 
 _environ = getattr(os.environ, "_data", None) if os.name == "posix" else None
@@ -131,16 +130,30 @@ def note_queue_done(queue: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- accesses
-_Buffer: Any = None  # portable._buffer.Buffer (imported at the first use: it imports this module's users)
+#: portable.compiler's KernelCheckError, handed over by ``portable/__init__.py`` (the core does not
+#: import the compiler); an AlpykaError until then
+_CheckError: Any = None
+
+
+def use_check_error(cls: type) -> None:
+    """Called once by ``portable``: the error class (kind ``"stream"``) a conflict raises."""
+    global _CheckError
+    _CheckError = cls
+
+
+_Buffer: Any = None  # portable._buffer.Buffer, which registers itself (it imports this module's users)
+
+
+def register_buffer_type(cls: type) -> None:
+    """Called once by ``portable._buffer``: the class :func:`root_buffer` looks for."""
+    global _Buffer
+    _Buffer = cls
 
 
 def root_buffer(obj: Any) -> Any:
     """The Buffer owning the memory behind ``obj`` (a Buffer, a view, a collection), or None."""
-    global _Buffer
-    if _Buffer is None:
-        from ._buffer import Buffer
-
-        _Buffer = Buffer
+    if _Buffer is None:  # portable._buffer not imported yet: no buffer exists
+        return None
     if not isinstance(obj, _Buffer):
         owner = getattr(obj, "owner", None)  # soa.View
         obj = owner if owner is not None else getattr(obj, "buffer", None)  # PortableCollection
@@ -181,7 +194,8 @@ def note_uses(queue: Any, uses: list[tuple[Any, int, int, bool]], what: str) -> 
                     continue
                 if st.clock.get(acc.queue, 0) >= acc.step:
                     continue
-                raise KernelCheckError(_message(buf, st, write, what, site, acc), "stream")
+                message = _message(buf, st, write, what, site, acc)
+                raise _CheckError(message, "stream") if _CheckError is not None else AlpykaError(message)
         st.step += 1
         for buf, lo, hi, write in uses:
             kept = [
@@ -250,44 +264,4 @@ def checked_run(queue: Any, workdiv: Any, kernel: Any, args: tuple, run: Any) ->
 
 def written_args(kernel: Any, args: tuple, workdiv: Any) -> frozenset[int]:
     """The indices of the arguments whose memory the kernel stores to or updates atomically."""
-    from .compiler._kernel import debug_enabled
-
-    key = kernel.signature(args)
-    cache = kernel.slot("streamcheck", dict)
-    k = (key, workdiv.dim)
-    got = cache.get(k)
-    if got is None:
-        got = cache[k] = written_params(kernel.ir(key, workdiv.dim, debug_enabled()))
-    return got
-
-
-def written_params(kdef: Any) -> frozenset[int]:
-    """The argument indices of ``kdef`` (an ir.KernelDef) with a parameter stored to."""
-    from .compiler import ir
-
-    funcs = kdef.functions
-    written: dict[str, set[int]] = {name: set() for name in funcs}
-
-    def stored(body: Any) -> set[str]:
-        names = set()
-        for n in ir.nodes(body):
-            if isinstance(n, (ir.Store, ir.AtomicOp)):
-                names.add(n.array.name)
-            elif isinstance(n, ir.DeviceCall):
-                idx = written.get(n.function)
-                for i, a in enumerate(n.args):
-                    if isinstance(a, ir.ArrayRef) and (idx is None or i in idx):
-                        names.add(a.name)
-        return names
-
-    changed = True
-    while changed:  # device functions calling device functions: to a fixed point
-        changed = False
-        for name, f in funcs.items():
-            names = stored(f.body)
-            idx = {i for i, p in enumerate(f.params) if isinstance(p, ir.ArrayRef) and p.name in names}
-            if not idx <= written[name]:
-                written[name] |= idx
-                changed = True
-    names = stored(kdef.body)
-    return frozenset(k for k, params in enumerate(kdef.args) if any(p.name in names for p in params))
+    return kernel.written_args(args, workdiv.dim)

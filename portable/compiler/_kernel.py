@@ -29,6 +29,7 @@ from ._frontend import (
 from ._signature import arg_specs, check_args, signature_key
 from ._values import AccVal, DeviceFunctionVal, TupleVal, ViewVal
 from ._verify import verify, verify_enabled
+from ._written import written_params
 from .types import INDEX, VOID, ScalarType
 
 _T = TypeVar("_T")
@@ -165,6 +166,7 @@ class Kernel:
         self._ir: dict[tuple, ir.KernelDef] = {}
         self._ir_lock = threading.Lock()  # one build per IR key, whichever backend asks
         self._slots: dict[Hashable, Any] = {}  # owner (a backend's name) -> what it keeps here
+        self._written: dict[tuple, frozenset[int]] = {}  # (signature, ndim) -> written_args
 
     @property
     def param_names(self) -> list[str]:
@@ -197,6 +199,15 @@ class Kernel:
                     if verify_enabled():  # the test suite's check of the front end (ALPYKA_VERIFY_IR)
                         verify(got, after="the front end")
                     self._ir[k] = got
+        return got
+
+    def written_args(self, args: tuple, ndim: int) -> frozenset[int]:
+        """The indices of the arguments whose memory a launch with ``args`` stores to or updates
+        atomically (cached per signature)."""
+        k = (self.signature(args), ndim)
+        got = self._written.get(k)
+        if got is None:
+            got = self._written[k] = written_params(self.ir(k[0], ndim, debug_enabled()))
         return got
 
     def slot(self, owner: Hashable, make: Callable[[], _T]) -> _T:
