@@ -89,8 +89,17 @@ def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
     )
     out: list[tuple[float, str]] = []
     err: list[str] = []
-    threading.Thread(target=lambda: out.extend((time.monotonic(), ln.strip()) for ln in p.stdout), daemon=True).start()
-    threading.Thread(target=lambda: err.extend(p.stderr), daemon=True).start()
+
+    def read_out() -> None:
+        with p.stdout:  # closed at its end: no ResourceWarning for the pipe
+            out.extend((time.monotonic(), ln.strip()) for ln in p.stdout)
+
+    def read_err() -> None:
+        with p.stderr:
+            err.extend(p.stderr)
+
+    threading.Thread(target=read_out, daemon=True).start()
+    threading.Thread(target=read_err, daemon=True).start()
 
     def said(line: str) -> float | None:
         return next((t for t, ln in list(out) if ln == line), None)

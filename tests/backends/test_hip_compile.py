@@ -5,6 +5,7 @@ line (directly and through a launch), the cache of compiled sources, the toolcha
 import os
 import shutil
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -211,7 +212,8 @@ def test_a_launch_fails_on_a_hip_only_mistake(toolchain, queue, monkeypatch):
         pk.exec(queue, pk.valid_workdiv(dev, 64), scale_into, out, x, 64)
     msg = str(info.value)
     assert "HIP clang (gfx" in msg and "static assertion failed" in msg
-    first = next(n for n, text in enumerate(open(__file__), 1) if text.startswith("def scale_into("))
+    lines = Path(__file__).read_text().splitlines()
+    first = next(n for n, text in enumerate(lines, 1) if text.startswith("def scale_into("))
     assert where and first < where[0] <= first + 2  # a line of scale_into's body
     assert f"kernel line(s): {__file__}:{where[0]}" in msg
 

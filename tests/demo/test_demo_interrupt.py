@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRESS = re.compile(r"\|\s*(\d+)/100000\b")
 
 
+def _drain(stream, sink: list[bytes]) -> None:
+    """Read ``stream`` into ``sink`` chunk by chunk to its end, then close it (no ResourceWarning)."""
+    with stream:
+        sink.extend(iter(lambda: stream.read1(4096), b""))
+
+
 class Demo:
     """``python -m portable.cli._main demo --events 100000`` (the `alpyka` script's entry point)."""
 
@@ -38,9 +44,7 @@ class Demo:
         self.out: list[bytes] = []
         self.err: list[bytes] = []
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
-            threading.Thread(
-                target=lambda st=stream, sk=sink: sk.extend(iter(lambda: st.read1(4096), b"")), daemon=True
-            ).start()
+            threading.Thread(target=_drain, args=(stream, sink), daemon=True).start()
 
     def stderr(self) -> str:
         return b"".join(self.err).decode(errors="replace")
