@@ -280,13 +280,13 @@ def test_aot_runner_leaves_keyword_packages_to_their_own_call():
     assert runner._run is None and runner(a, a) == "package's own call"
 
 
-def test_kernel_model_kernel_on_one_queue_without_waiting(device, make_particles, make_preds):
+def test_kernel_model_kernel_on_one_queue_without_waiting(device, queue, make_particles, make_preds):
     """producer -> model -> consumer, all enqueued on one non-blocking queue, one wait at the end."""
     q = pk.Queue(device)  # non-blocking
     n = 500
     coll, _ = make_particles(n, seed=0)
     out = make_preds(n)
-    q.wait()
+    queue.wait()  # the fixtures filled coll and out on their queue (the stream check caught q.wait() here)
     rng = np.random.default_rng(23)
     x = rng.standard_normal((n, 3)).astype(np.float32)
     host_in = pk.PortableCollection.from_dict(
