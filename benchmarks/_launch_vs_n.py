@@ -23,7 +23,7 @@ def axpy(acc, out, x, y, a, n):
 
 
 # ----------------------------------------------------------------------------- launch cost vs n
-#: sizes of the launch-cost section (issue 14: per-event kernels are 1e3..1e5 elements)
+#: sizes of the launch-cost section (per-event kernels are 1e3..1e5 elements)
 LAUNCH_SIZES = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 

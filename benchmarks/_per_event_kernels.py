@@ -1,6 +1,6 @@
-"""Per-event kernel figures for bench_kernels (issue 33, items 1-2): Philox uniforms drawn in a
-cpu_serial kernel against numpy's ``Generator(Philox).random(float32)``, and a user kernel that
-sums charges per cluster with shared-memory atomics against its numba njit twin. Each pair runs
+"""Per-event kernel figures for bench_kernels (device functions inlined, atomics at their cost):
+Philox uniforms drawn in a cpu_serial kernel against numpy's ``Generator(Philox).random(float32)``,
+and a user kernel that sums charges per cluster with shared-memory atomics against its numba njit twin. Each pair runs
 on the same sizes, interleaved round-robin in one process.
 
     PYTHONPATH=. python benchmarks/_per_event_kernels.py [--quick]   # the figures alone, as JSON

@@ -8,7 +8,7 @@ before timing; its timed call is the whole fit (grouping the tracks by hit count
 ``pk.tools.one_to_many``, then one launch per count) on a blocking queue, its clock stopped at
 ``queue.wait()``. Interleaved in one process; ratios are the twin's time over alpyka's, paired per
 round (> 1: alpyka is faster). Runtimes with threads of their own (OpenCL, cuda, rocm) are timed
-apart from the host contenders, each with the twin. Target (issue 40): cpu_serial >= 1.0x at
+apart from the host contenders, each with the twin. Target: cpu_serial >= 1.0x at
 100,000 tracks.
 
     python benchmarks/bench_broken_line.py [--quick] [--smoke] [--tracks N] [--out DIR]

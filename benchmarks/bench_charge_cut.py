@@ -16,7 +16,7 @@ this process's CPU time), what a parallel runtime measured then could not have. 
 contenders are timed together, and OpenCL (and cuda/rocm) apart, each with the twin: Intel's
 OpenCL runtime keeps ~1.2 cores spinning for a ms after a kernel, which the contender timed next
 would lose. Targets
-(issue 33): cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores), opencl (Intel's CPU runtime) >= 0.5x.
+(numba's time over alpyka's): cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores), opencl (Intel's CPU runtime) >= 0.5x.
 
     python benchmarks/bench_charge_cut.py [--quick] [--smoke] [--repeats N] [--out DIR]
 """
@@ -47,7 +47,7 @@ NUMBA = "numba njit (1 thread)"
 #: the parallel twin: what any parallel runtime got from this machine's cores meanwhile
 PRANGE = "numba prange (every core)"
 THRESHOLD = 4000
-#: issue 33's targets: numba's time over alpyka's
+#: the targets: numba's time over alpyka's
 TARGETS = {"cpu_serial": 1.0, "cpu_threads": 1.5, "opencl": 0.5}
 MAX_CLUSTERS, INVALID = cc.MAX_CLUSTERS, cc.INVALID_CLUSTER
 #: the event the targets are read at: 10 clusters a module (~100k digis)

@@ -8,7 +8,7 @@
 3. the kernel -> model -> kernel step: alpyka (one queue, zero copies) against the naive route
    (SoA -> numpy copy -> torch.tensor -> model -> copy back) and against ONNX Runtime fed numpy
    arrays, same model and data;
-4. per-event inference at small batch (issue 33): a 16-64-64-2 MLP as an ONNX model on a blocking
+4. per-event inference at small batch: a 16-64-64-2 MLP as an ONNX model on a blocking
    cpu_serial queue, ``Model.forward`` on metadata made once (reused) and on a new ``ModelMetadata``
    per event (over a pool of 4 collection pairs, so the memory changes every event), against bare
    ONNX Runtime ``session.run`` on a numpy array made beforehand, at batch 4, 16, 64; also the

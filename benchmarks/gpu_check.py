@@ -1,4 +1,4 @@
-"""A prepared check for a lent GPU (issue 32, item 9): what only a GPU can show, in one command.
+"""A prepared check for a lent GPU: what only a GPU can show, in one command.
 
     PYTHONPATH=. timeout -k 10 480 python benchmarks/gpu_check.py          # on the GPU: <= 8 minutes
     python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check          # on a CPU: the emulator
@@ -104,9 +104,9 @@ def check_warps(ctx: Context) -> dict:
 
 
 def check_handoffs(ctx: Context) -> dict:
-    """The stream hand-off checks of benchmarks/gpu_checks/ (written with issue 32's item 4): the
-    package's ``CHECKS``, a ``{name: function(queue, dry_run) -> dict}`` whose dicts carry a
-    boolean ``passed``; "not present" while the package is absent."""
+    """The stream hand-off checks of benchmarks/gpu_checks/ (memory handed to torch and DLPack is
+    ordered after the queue): the package's ``CHECKS``, a ``{name: function(queue, dry_run) -> dict}``
+    whose dicts carry a boolean ``passed``; "not present" while the package is absent."""
     try:
         import gpu_checks  # benchmarks/gpu_checks/, on sys.path with this script
     except ImportError as exc:

@@ -1,4 +1,4 @@
-"""The stream hand-offs at the torch and DLPack boundaries on a real GPU (issue 32 item 4), for
+"""The stream hand-offs at the torch and DLPack boundaries on a real GPU, for
 benchmarks/gpu_check.py: each check is ``fn(queue, dry_run) -> dict`` with a boolean ``passed``.
 
 - :func:`write_outputs_after_sleep`: a tensor made on torch's current stream behind
