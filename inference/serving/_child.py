@@ -69,6 +69,7 @@ from ._leftovers import (
 )
 from ._lifetime import become_subreaper, start_group_watchdog, stop_events
 from ._spec import ModelSpec, declare_hint, read_program
+from ._triton_exit import early_exit_line, exit_code, server_log
 
 ERROR_FILE = "error.txt"
 
@@ -268,18 +269,31 @@ class _ClientErrorText:
 
 
 class _PromptPolls:
-    """The ``time`` module for PyTriton's readiness waits, with sleeps of at most 50 ms."""
+    """The ``time`` module for PyTriton's readiness waits, with sleeps of at most 50 ms that end
+    the wait (:class:`StartupError`) once the ``tritonserver`` being started has exited."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     @staticmethod
     def sleep(seconds: float) -> None:
+        check_triton_running()
         time.sleep(min(seconds, POLL_S))
 
 
 #: how often this process asks Triton whether it and its models are ready, while starting
 POLL_S = 0.05
+#: the PyTriton ``Triton`` being started (its readiness waits check on it), else None
+_starting: list[Any] = [None]
+
+
+def check_triton_running() -> None:
+    """A :class:`StartupError` with tritonserver's exit code, last error and the fix, when the
+    ``tritonserver`` being started has exited (PyTriton would wait its whole startup timeout)."""
+    triton = _starting[0]
+    code = exit_code(triton) if triton is not None else None
+    if code is not None:
+        raise StartupError(early_exit_line(code, server_log(triton)))
 
 
 def prompt_readiness_polls() -> bool:
@@ -424,7 +438,11 @@ class _Startup:
         self.triton = Triton(config=tconfig, workspace=str(self.workdir / "pytriton"), security_config=security)
         for spec, infer in bindings:
             _bind(self.triton, spec, infer)
-        _private_args.run_triton(self.triton, self.cfg["token"], self.cfg["preload"])
+        _starting[0] = self.triton
+        try:
+            _private_args.run_triton(self.triton, self.cfg["token"], self.cfg["preload"])
+        finally:
+            _starting[0] = None
         return specs
 
     def _load(self, spec: ModelSpec, device: str) -> Callable[..., Any]:
