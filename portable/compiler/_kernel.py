@@ -17,16 +17,9 @@ from ..env import debug_flag
 from . import ir
 from ._closures import BoundLocal
 from ._errors import KernelArgumentError, KernelSyntaxError
-from ._frontend import (
-    CompileContext,
-    FunctionBuilder,
-    ParsedFunction,
-    assigned_names,
-    build_kernel,
-    parse_function,
-    run_builder,
-)
+from ._frontend import CompileContext, FunctionBuilder, assigned_names, build_kernel, run_builder
 from ._signature import arg_specs, check_args, signature_key
+from ._source import ParsedFunction, parse_function
 from ._values import AccVal, DeviceFunctionVal, TupleVal, ViewVal
 from ._verify import verify, verify_enabled
 from ._written import written_params
