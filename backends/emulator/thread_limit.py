@@ -6,7 +6,13 @@ block's threads share the multiprocessor's 65,536 32-bit registers, so a kernel 
 registers per thread runs at most ``65536 // r`` threads per block (in warps of 32). The CPU has
 no register allocator to ask, so the emulator *estimates* ``r``: 16 registers of bookkeeping
 (indices, addresses, loop state) plus one per 32-bit and two per 64-bit scalar (or pointer) the
-kernel's functions declare, at most 255 (CUDA's per-thread maximum; the rest spills). It counts
+kernel's functions declare, at most 255 (CUDA's per-thread maximum; the rest spills). A per-thread
+array (``acc.local_array``, ``T name[N]``) counts as NVRTC places it: where no subscript of it
+reads memory or depends on data (constant indices, or loops over constant ranges, which NVRTC
+unrolls) it is kept in registers, all ``N`` elements counted as ``N`` such scalars (64 float64:
+128 registers; NVRTC's cubin said 142 in all, a limit of 448 threads); any other array lives in
+the thread's local memory (NVRTC's stack frame), which takes no registers: one value, its
+address. It counts
 declarations, not live ranges, so it is larger than what NVRTC's allocator gives for a long
 kernel of short-lived values, and only a kernel with many values (a few dozen doubles) gets a
 limit below 1024. That is enough for a register-heavy kernel's limit to show on a CPU: work
@@ -35,10 +41,19 @@ _WIDE = ("i64", "u64", "f64", "double")
 # a declaration starts a statement (after ; { } or a line start) or a for loop's init
 _TYPES = "|".join(_NARROW + _WIDE)
 _DECL = re.compile(
-    r"(?:^|[;{}]|\bfor\s*\()\s*(?:const\s+)?(" + _TYPES + r")\b\s*(\*?)\s*([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)?[=;,]",
+    r"(?:^|[;{}]|\bfor\s*\()\s*(?:const\s+)?(" + _TYPES + r")\b\s*(\*?)\s*([A-Za-z_]\w*)\s*(?:\[([^\]]*)\]\s*)?[=;,]",
     re.MULTILINE,
 )
 _TOKEN = re.compile(r"[A-Za-z_]\w*|[^\sA-Za-z_]")
+_NAME = re.compile(r"\b[A-Za-z_]\w*")
+# an assignment (``x = e``, ``x += e``; not ``==``, ``<=``) with the text up to its ``;``
+_ASSIGN = re.compile(r"(?=\b([A-Za-z_]\w*)\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)([^;]*))")
+# a for loop's variable and its condition
+_FOR = re.compile(r"\bfor\s*\(\s*(?:[A-Za-z_]\w*\s+)?([A-Za-z_]\w*)\s*=[^;]*;([^;]*);")
+_KERNEL_PARAMS = re.compile(r"__global__\s+void\s+\w+\s*\(([^)]*)\)")
+_MEMORY_READ = re.compile(r"\b[A-Za-z_]\w*\s*\[")
+#: what makes a value differ between threads or launches besides the kernel's parameters
+_GPU_INDICES = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
 
 
 def estimated_registers(code: str) -> int:
@@ -62,12 +77,52 @@ def estimated_registers(code: str) -> int:
 
 def _declarations(code: str) -> list[tuple[str, int, int]]:
     """``(name, registers, offset)`` of each scalar or pointer a statement of ``code`` declares."""
-    found = []
+    found, varying = [], None
     for m in _DECL.finditer(code):
         width = 2 if m.group(1) in _WIDE or m.group(2) else 1
         for name, at in _declarators(code, m.start(3)):
-            found.append((name, width, at))
+            elements = 1
+            if at == m.start(3) and m.group(4) is not None and m.group(4).strip().isdigit():
+                varying = _data_dependent(code) if varying is None else varying
+                elements = _elements_in_registers(code, name, int(m.group(4)), varying)
+            found.append((name, width * elements, at))
     return found
+
+
+def _elements_in_registers(code: str, name: str, extent: int, varying: set[str]) -> int:
+    """How many values the array ``name`` of ``extent`` elements puts in registers: all of them
+    where no subscript reads memory or names a ``varying`` value (its indices are then known
+    once NVRTC unrolls its loops), else 1 (it lives in local memory)."""
+    for m in re.finditer(rf"\b{re.escape(name)}\[([^\]]*)\]", code):
+        subscript = m.group(1)
+        if "[" in subscript or any(n in varying for n in _NAME.findall(subscript) if not n.startswith("alpyka_")):
+            return 1
+    return max(extent, 1)
+
+
+def _data_dependent(code: str) -> set[str]:
+    """The names of ``code`` whose values depend on data: the kernel's parameters, the GPU's
+    indices, values read from memory, and whatever is computed from them (loop variables from
+    their bounds too). The emitter's helpers (``alpyka_*``) do not count."""
+    varying = set(_GPU_INDICES)
+    for m in _KERNEL_PARAMS.finditer(code):
+        varying |= {p.split()[-1].lstrip("*") for p in m.group(1).split(",") if p.split()}
+    uses: dict[str, set[str]] = {}
+    for m in _ASSIGN.finditer(code):
+        name, value = m.groups()
+        if _MEMORY_READ.search(value):
+            varying.add(name)
+        uses.setdefault(name, set()).update(_NAME.findall(value))
+    for m in _FOR.finditer(code):
+        uses.setdefault(m.group(1), set()).update(_NAME.findall(m.group(2)))
+    grown = True
+    while grown:
+        grown = False
+        for name, used in uses.items():
+            if name not in varying and not used.isdisjoint(varying):
+                varying.add(name)
+                grown = True
+    return varying
 
 
 def _declarators(code: str, at: int) -> list[tuple[str, int]]:
