@@ -57,6 +57,7 @@ from ._leftovers import (
 )
 from ._private_args import PrivateArgsError, build_preload, private_workdir
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
+from ._triton_exit import last_error
 
 __all__ = [
     "IO_EXTRA_FILE",
@@ -467,10 +468,8 @@ def _start(
                 tail = handle.log_tail()
                 handle.stop()
                 if not first:  # no diagnosis from the server process: the log's last error line
-                    errs = [
-                        ln.strip() for ln in tail.splitlines() if ln[:1] == "E" and ln[1:5].isdigit() or "Error" in ln
-                    ]
-                    first = f"the Triton server process {why}" + (f": {errs[-1]}" if errs else " (its log is below)")
+                    error = last_error(tail)
+                    first = f"the Triton server process {why}" + (f": {error}" if error else " (its log is below)")
                 raise ServeError(f"{first}\nthe server process {why}; its log ends with:\n{tail}")
             time.sleep(0.1)
         handle.models = [ModelSpec.from_json(m) for m in json.loads(ready.read_text())["models"]]
