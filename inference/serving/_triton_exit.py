@@ -2,7 +2,7 @@
 that says so (its exit code, its log's last error and the fix).
 
 PyTriton waits up to 120 s for Triton to answer, even when ``tritonserver`` has already exited (a
-port taken, a library missing, a model it refuses): the server process asks :func:`exit_code`
+port taken, a library missing, an option it refuses): the server process asks :func:`exit_code`
 between its readiness polls and ends the start at once with :func:`early_exit_line`. PyTriton
 offers no public way to ask: this reads its ``Triton``'s server object (``nvidia-pytriton`` 0.7)
 and says "unknown" where it differs.
@@ -22,10 +22,6 @@ FIXES = (
         ("error while loading shared libraries", "cannot open shared object", "undefined symbol"),
         "a library tritonserver needs is missing: reinstall nvidia-pytriton (the triton extra) in this "
         "environment, or add the library's folder to LD_LIBRARY_PATH",
-    ),
-    (
-        ("failed to load", "model_config", "Invalid argument", "Internal:"),
-        "Triton refused a model: correct the model or its declared inputs, outputs and batching",
     ),
 )
 
