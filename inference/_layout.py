@@ -9,8 +9,10 @@ row-major, or whichever of the two ``"auto"`` measured faster for the geometry.
   results bit for bit (torch may take another kernel, with another summation order, for a
   transposed input: the 3-64-64-2 MLP differs in the last bits at n = 7 and not at n = 100..65536).
   Where they differ the pass keeps ``"zero_copy"``; where they agree the next ``2 * TRIALS``
-  passes alternate between the two, timed where they run, and the faster is kept (zero-copy
-  unless gathering is at least ``MARGIN`` faster). The choice is made once per model, device and
+  passes alternate between the two, timed where they run (in the thread's CPU time where torch
+  runs on the calling thread alone, so other processes on the core do not decide; else in wall
+  time, a GPU's stream synchronised), and the faster is kept (zero-copy unless gathering is at
+  least ``MARGIN`` faster by the best pass of each). The choice is made once per model, device and
   geometry and kept for the process, so the results of a process never change with it.
 
 AOTInductor packages and ONNX Runtime read row-major tensors whatever is asked: their inputs are

@@ -288,8 +288,8 @@ class Pass:
     def _trial(self, inputs: Sequence[torch.Tensor], body: Callable[[bool | None], None]) -> None:
         """One pass of ``"auto"``'s trial (inference._layout): ``body(gathers)`` is the pass. The
         first compares the model's results on both layouts (on the first mini-batch) and runs
-        zero-copy; the next ones alternate, timed where they run (a GPU's stream synchronised
-        around them), until the spec decided."""
+        zero-copy; the next ones alternate, timed where they run (:func:`_trial_clock`), until
+        the spec decided."""
         spec, trial = self.spec, self.spec.trial
         step = trial.claim() if trial is not None else None
         if step is None:  # decided meanwhile, or another thread checking
@@ -304,12 +304,10 @@ class Pass:
                 spec.decide(trial.checked(identical))
             body(False)
             return
-        gathers = step == "gather"
-        _synchronize(inputs)
-        start = time.perf_counter()
-        body(gathers)
-        _synchronize(inputs)
-        spec.decide(trial.timed(step, time.perf_counter() - start))
+        clock = _trial_clock(inputs)
+        start = clock()
+        body(step == "gather")
+        spec.decide(trial.timed(step, clock() - start))
 
     def _same_bits(self, inputs: Sequence[torch.Tensor]) -> bool:
         """Whether the model gives the same bits on these inputs gathered and in place (the first
@@ -372,10 +370,21 @@ def _geometry(spec: PassSpec) -> tuple[Any, ...]:
     return (blocks, spec.batch_size, spec.cast, spec.input_dtype)
 
 
-def _synchronize(tensors: Sequence[torch.Tensor]) -> None:
-    """Wait for torch's current stream on the inputs' GPU (a trial times the work, not its enqueueing)."""
+def _trial_clock(tensors: Sequence[torch.Tensor]) -> Callable[[], float]:
+    """What a trial pass is timed with: the calling thread's CPU time where torch runs the model
+    on it alone (host tensors, one intra-op thread: alpyka's default), immune to other processes
+    taking the core; else wall time, on a GPU after its current stream finished (the work, not
+    its enqueueing)."""
     if tensors and tensors[0].is_cuda:
-        torch.cuda.current_stream(tensors[0].device).synchronize()
+        stream = torch.cuda.current_stream(tensors[0].device)
+
+        def synchronized() -> float:
+            stream.synchronize()
+            return time.perf_counter()
+
+        synchronized()
+        return synchronized
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
 class Workspace:
