@@ -230,17 +230,13 @@ class Pass:
             return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep, gathers), memo=memo)
         return spec.fn(*self._prepare(batch, keep, gathers))
 
-    def run(self) -> None:
-        """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work."""
+    def run(self, gathers: bool | None = None) -> None:
+        """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work;
+        ``gathers``: the inputs gathered or not (None: as the spec says)."""
         spec = self.spec
-        if spec.trial is not None:  # "auto" still measuring this geometry (inference._layout)
-            self._trial(self.inputs, self._run_bound)
+        if spec.trial is not None and gathers is None:  # "auto" still measuring (inference._layout)
+            self._trial(self.inputs, self.run)
             return
-        self._run_bound(None)
-
-    def _run_bound(self, gathers: bool | None) -> None:
-        """:meth:`run` with the inputs gathered or not (``gathers``; None: as the spec says)."""
-        spec = self.spec
         bs = spec.batch_size
         if bs is not None and bs < spec.n:
             self._execute(self.inputs, self.outputs, gathers)
@@ -293,7 +289,7 @@ class Pass:
         spec, trial = self.spec, self.spec.trial
         step = trial.claim() if trial is not None else None
         if step is None:  # decided meanwhile, or another thread checking
-            body(None)
+            body(spec.gathers)
             return
         if step == "check":
             try:
