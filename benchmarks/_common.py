@@ -228,6 +228,7 @@ def interleaved(
     warmup: int = 1,
     min_rounds: int = 1,
     budget_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[dict[str, Timing], dict[str, str]]:
     """Time every function of ``fns`` round-robin, each round in a new order (a seeded shuffle),
     so that load from other processes hits all of them alike, and so does what a call leaves
@@ -236,14 +237,16 @@ def interleaved(
     (AOTInductor after ONNX Runtime, measured). ``warmup`` untimed calls each, then up to
     ``rounds`` rounds of ``calls`` calls per function (a sample is the time per call); with
     ``budget_s`` stop once that much time per function was spent and ``min_rounds`` were done.
-    A function that raises is dropped from the rotation: ``({name: Timing}, {name: error})``."""
+    A function that raises is dropped from the rotation: ``({name: Timing}, {name: error})``.
+    ``clock``: what a round is timed with (``time.thread_time``: the calling thread's CPU time,
+    for work that runs on it alone, immune to other processes taking the core)."""
     if rounds < 1 or min_rounds < 1 or calls < 1:
         raise ValueError(f"rounds, min_rounds and calls must be >= 1, got {rounds}, {min_rounds}, {calls}")
     errors: dict[str, str] = {}
     live = dict(fns)
 
     def call(name: str, fn: Callable[[], Any], times: int) -> float | None:
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             for _ in range(times):
                 fn()
@@ -251,7 +254,7 @@ def interleaved(
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
             live.pop(name, None)
             return None
-        return time.perf_counter() - t0
+        return clock() - t0
 
     for _ in range(warmup):
         for name, fn in list(live.items()):
@@ -326,6 +329,28 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator == 0:
         return None
     return numerator / denominator
+
+
+def cpu_ticks() -> tuple[float, int, int, float] | None:
+    """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    own = os.times()
+    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
+
+
+def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
+    """How many of the machine's ``cores`` other processes kept busy on average between two
+    :func:`cpu_ticks` (all busy time less this process's): what a parallel runtime measured
+    then could not have."""
+    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
+        return None
+    wall = after[0] - before[0]
+    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
+    return max(0.0, (busy - (after[3] - before[3])) / wall)
 
 
 # ----------------------------------------------------------------------------- metadata

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._layout import row_major as _row_major
+
 #: elements per event one chunk of the torch fallback reads (see :func:`gather`)
 GATHER_SPAN = 256
 #: events per tile of the compiled gather
@@ -169,15 +171,6 @@ def _geometry(
     size = max(torch.empty(0, dtype=src).element_size(), torch.empty(0, dtype=dst).element_size())
     # tiles of a cache line of each row (tile_columns) x TILE_EVENTS events
     return _TILES, _PROTOS[src], span, offsets, _NO_ORDER, _PROTOS[dst], n, max(1, 64 // size), TILE_EVENTS
-
-
-def _row_major(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    expected = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def gather(t: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

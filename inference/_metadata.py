@@ -13,7 +13,7 @@ Stable contract (used by ``inference.remote``)::
     meta.numpy("features")                         # zero-copy view on host memory, a host copy otherwise
     meta.write_outputs({"preds": arr})             # validates every output first, then writes
     meta.collection, meta.size                     # the collection, the batch size n
-    ModelMetadata(inputs, outputs, batch_size=None)  # .inputs .outputs .batch_size
+    ModelMetadata(inputs, outputs, batch_size=None, layout="zero_copy")  # .inputs .outputs .batch_size .layout
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import portable as pk
 from portable.caches import LRUCache
 
 from ._block import Block, make_block
+from ._layout import check_layout
 from ._tensors import (
     Staging,
     block_numpy,
@@ -367,7 +368,10 @@ class ModelMetadata:
     ``batch_size``: run the model on mini-batches of that many elements (a multiple of every
     block's ``alignment / itemsize``, so each mini-batch starts aligned); ``cast_outputs``:
     convert model outputs to the output blocks' dtypes instead of refusing them;
-    ``input_dtype``: convert inputs to this dtype before the model (a copy).
+    ``input_dtype``: convert inputs to this dtype before the model (a copy); ``layout``: how the
+    model reads the input blocks, ``"zero_copy"`` (in place, the default), ``"gather"`` (copied
+    into row-major tensors first) or ``"auto"`` (whichever measured faster for the geometry, once;
+    :mod:`inference._layout`).
     """
 
     def __init__(
@@ -378,6 +382,7 @@ class ModelMetadata:
         batch_size: int | None = None,
         cast_outputs: bool = False,
         input_dtype: Any = None,
+        layout: str = "zero_copy",
     ) -> None:
         for what, meta in (("inputs", inputs), ("outputs", outputs)):
             if not isinstance(meta, SoAMetadata):
@@ -399,10 +404,13 @@ class ModelMetadata:
             batch_size=None if batch_size is None else check_batch_size(batch_size, inputs, outputs),
             cast_outputs=bool(cast_outputs),
             input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype),
+            layout=check_layout(layout),
             _plans=LRUCache(PLANS_KEPT),
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name == "layout":
+            value = check_layout(value)
         object.__setattr__(self, name, value)
         if not name.startswith("_"):  # inputs, outputs, batch_size...: the prepared passes are stale
             object.__setattr__(self, "_plans", LRUCache(PLANS_KEPT))
@@ -419,7 +427,8 @@ class ModelMetadata:
 
     def __repr__(self) -> str:
         bs = f", batch_size={self.batch_size}" if self.batch_size else ""
-        return f"<ModelMetadata inputs={self.inputs.block_names} outputs={self.outputs.block_names}{bs}>"
+        layout = f", layout={self.layout!r}" if self.layout != "zero_copy" else ""
+        return f"<ModelMetadata inputs={self.inputs.block_names} outputs={self.outputs.block_names}{bs}{layout}>"
 
 
 def _as_torch_dtype(dtype: Any) -> torch.dtype:

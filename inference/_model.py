@@ -228,7 +228,14 @@ class Model:
         # (after the block cache was cleared) get a spec of their own: the same pass.
         ins, outs = metadata.inputs, metadata.outputs
         in_blocks, out_blocks = ins.ordered()[1], outs.ordered()[1]
-        key = (tuple(map(id, in_blocks)), tuple(map(id, out_blocks)), bs, metadata.cast_outputs, metadata.input_dtype)
+        key = (
+            tuple(map(id, in_blocks)),
+            tuple(map(id, out_blocks)),
+            bs,
+            metadata.cast_outputs,
+            metadata.input_dtype,
+            metadata.layout,
+        )
         spec = specs.get(key)
         if spec is None:
             if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
@@ -236,7 +243,7 @@ class Model:
             spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work, host=path == "host")
         if path == "host" and spec.host is not None:  # ONNX Runtime on the CPU: the geometry's binding
             launch = functools.partial(q.enqueue_native, spec.host_pass(ins, outs), ins.collection, outs.collection)
-            return self._keep(metadata, Plan(q, metadata, launch), batch_size)
+            return self._keep(metadata, Plan(q, metadata, launch, spec), batch_size)
         run = Pass(spec, ins, outs)
         if path == "cuda":  # in the queue's order, tracked by it (see inference/_torch_queue.py)
             launch = functools.partial(
@@ -248,7 +255,20 @@ class Model:
             )
         else:
             launch = functools.partial(_launch_staged, q, run)
-        return self._keep(metadata, Plan(q, metadata, launch), batch_size)
+        return self._keep(metadata, Plan(q, metadata, launch, spec), batch_size)
+
+    def input_layout(self, metadata: ModelMetadata, queue: pk.Queue | None = None) -> str:
+        """How this model reads the inputs of ``metadata`` on ``queue`` (default: the bound one):
+        ``"zero_copy"`` (the columns in place), ``"gather"`` (copied into row-major tensors first)
+        or ``"measuring"`` (``layout="auto"`` still timing both on this geometry). Prepares the
+        pass when no forward did yet (nothing runs)."""
+        if queue is None:
+            queue = getattr(self._local, "queue", None) or self._default_queue
+        plan = metadata.plan(self) if isinstance(metadata, ModelMetadata) else None
+        if plan is None or plan.queue is not queue or not plan.current(metadata):
+            plan = self._prepare(metadata, queue, None)
+        spec = plan.spec
+        return "measuring" if spec.trial is not None else spec.layout
 
     def _keep(self, metadata: ModelMetadata, plan: Plan, batch_size: int | None) -> Plan:
         """Keep ``plan`` in the metadata for the next forward (not one for a per-call batch size)."""

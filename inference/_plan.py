@@ -31,12 +31,14 @@ enters, without its Python wrapper: 1.2-2.2 vs 2.7 us per pass on a 2-core machi
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ._gather import gather
+from ._layout import DECISIONS_KEPT, LayoutTrial, row_major, same_bits
 from ._metadata import ModelMetadata, SoAMetadata, array_places, check_output
 from ._tensors import torch_dtype
 
@@ -71,6 +73,10 @@ class PassSpec:
         "host",
         "in_places",
         "out_places",
+        "layout",
+        "gathers",
+        "trial",
+        "decided",
     )
 
     def __init__(
@@ -91,16 +97,29 @@ class PassSpec:
         self.n = next((b.size for b in in_blocks if b.kind != "scalar"), metadata.inputs.size)
         self.cast = metadata.cast_outputs
         self.input_dtype = metadata.input_dtype
-        # AOTInductor kernels are compiled for the example inputs' (contiguous) strides; ONNX
-        # Runtime reads dense row-major tensors: a no-op for row-major blocks, a gather otherwise
-        self.prepare = self.input_dtype is not None or kind in ("aot", "onnx")
-        self.indirect = self.prepare or kind == "onnx"  # not simply fn(*tensors)
         # the exact output geometry the fast check accepts (a scalar output block: the full check refuses it)
         self.checks: tuple[tuple[torch.Size, torch.dtype], ...] | None = None
         if all(b.kind != "scalar" for b in self.out_blocks):
             self.checks = tuple((torch.Size(b.shape), torch_dtype(b.dtype)) for b in self.out_blocks)
         # what whole-collection passes keep between forwards: the model's, on this device
         self.work = Workspace() if work is None else work
+        # how the model reads the inputs (inference._layout): AOTInductor kernels are compiled
+        # for the example inputs' (contiguous) strides and ONNX Runtime reads dense row-major
+        # tensors, so both always gather (a no-op for row-major blocks); "auto" measures both
+        # where a block is not row-major, through ``trial``, and keeps the choice in the workspace
+        self.trial: LayoutTrial | None = None
+        self.decided: tuple[Any, ...] | None = None  # the geometry "auto" decides for
+        layout = metadata.layout
+        if kind in ("aot", "onnx"):
+            layout = "gather"
+        elif not any(b.kind != "scalar" and not row_major(b.shape, b.strides) for b in in_blocks):
+            layout = "zero_copy"  # nothing to gather
+        elif layout == "auto":
+            self.decided = _geometry(self)
+            layout = self.work.layouts.get(self.decided)
+            if layout is None:
+                self.trial, layout = LayoutTrial(), "zero_copy"
+        self.set_layout(layout)
         # ONNX Runtime on host memory (``host``), one whole-collection pass: the binding every
         # metadata of this geometry shares (inference._onnx.HostBinding; None: the general pass)
         # and where its blocks lie in a collection
@@ -112,6 +131,23 @@ class PassSpec:
             self.host = host(in_blocks, self.out_blocks) if host is not None else None
             if self.host is not None:
                 self.in_places, self.out_places = array_places(in_blocks), array_places(self.out_blocks)
+
+    def set_layout(self, layout: str) -> None:
+        """Read the inputs in ``layout`` (``"zero_copy"`` or ``"gather"``) from the next pass on."""
+        self.gathers = layout == "gather"
+        self.prepare = self.input_dtype is not None or self.gathers
+        self.indirect = self.prepare or self.kind == "onnx"  # not simply fn(*tensors)
+        self.layout = layout
+
+    def decide(self, layout: str | None) -> None:
+        """End ``"auto"``'s trial with ``layout`` (None: not decided yet)."""
+        if layout is None:
+            return
+        layouts = self.work.layouts
+        if self.decided in layouts or len(layouts) < DECISIONS_KEPT:  # beyond: the spec's own choice
+            layout = layouts.setdefault(self.decided, layout)  # another spec's of this geometry first
+        self.set_layout(layout)
+        self.trial = None
 
     def host_pass(self, ins: SoAMetadata, outs: SoAMetadata) -> Callable[[], None]:
         """The pass over these collections through :attr:`host` (host memory only): gathers,
@@ -154,16 +190,17 @@ class Pass:
             self.fast = tuple((outputs[n], shape, dtype) for n, (shape, dtype) in zip(spec.names, spec.checks))
         return self
 
-    def _prepare(self, tensors: Sequence[torch.Tensor], keep: bool = False) -> Sequence[torch.Tensor]:
+    def _prepare(
+        self, tensors: Sequence[torch.Tensor], keep: bool = False, gathers: bool | None = None
+    ) -> Sequence[torch.Tensor]:
         """The tensors the model is called on: converted to ``input_dtype``, and dense row-major
-        for AOTInductor and ONNX Runtime. ``keep``: gather host tensors into the workspace's
-        buffers (the caller holds its lock)."""
+        where the inputs are gathered (``gathers``; None: as the spec says). ``keep``: gather
+        host tensors into the workspace's buffers (the caller holds its lock)."""
         spec = self.spec
-        if not spec.prepare:
-            return tensors
+        gathers = spec.gathers if gathers is None else gathers
         dtype = spec.input_dtype
-        if spec.kind not in ("aot", "onnx"):
-            return [t.to(dtype) for t in tensors]
+        if not gathers:
+            return tensors if dtype is None else [t.to(dtype) for t in tensors]
         if not keep:
             return [gather(t if dtype is None else t.to(dtype)) for t in tensors]
         buffers = spec.work.buffers
@@ -181,39 +218,51 @@ class Pass:
             out.append(gather(t, buf))
         return out
 
-    def _run(self, batch: Sequence[torch.Tensor], rows: int | None, keep: bool = False) -> Any:
+    def _run(
+        self, batch: Sequence[torch.Tensor], rows: int | None, keep: bool = False, gathers: bool | None = None
+    ) -> Any:
         """The model on ``batch``; ``rows``: the items of its outputs' batch axis (ONNX Runtime's
         bound outputs; None: the output blocks' own: a whole-collection pass may give fewer or more
         items than it reads, per-candidate inputs to per-event outputs)."""
         spec = self.spec
         if spec.kind == "onnx":
-            return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep), memo=spec.work.memo if keep else None)
-        return spec.fn(*self._prepare(batch, keep))
+            memo = spec.work.memo if keep else None
+            return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep, gathers), memo=memo)
+        return spec.fn(*self._prepare(batch, keep, gathers))
 
-    def run(self) -> None:
-        """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work."""
+    def run(self, gathers: bool | None = None) -> None:
+        """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work;
+        ``gathers``: the inputs gathered or not (None: as the spec says)."""
         spec = self.spec
+        if spec.trial is not None and gathers is None:  # "auto" still measuring (inference._layout)
+            self._trial(self.inputs, self.run)
+            return
         bs = spec.batch_size
         if bs is not None and bs < spec.n:
-            self.execute(self.inputs, self.outputs)
+            self._execute(self.inputs, self.outputs, gathers)
             return
+        prepare = spec.prepare if gathers is None else (gathers or spec.input_dtype is not None)
         lock = spec.work.lock
         # host memory only: on a GPU the writes of one pass may still be queued on its stream
         # when another queue's pass would reuse the tensors
-        if not spec.prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
-            self.run_whole(False)
+        if not prepare or self.args[0].device.type != "cpu" or not lock.acquire(blocking=False):
+            self.run_whole(False, gathers)
             return
         try:  # held until the outputs are written: a model's output may be a view of its input
-            self.run_whole(True)
+            self.run_whole(True, gathers)
         finally:
             lock.release()
 
-    def run_whole(self, keep: bool) -> None:
+    def run_whole(self, keep: bool, gathers: bool | None = None) -> None:
         """The model on the whole bound collection in one call, its outputs checked and written;
-        ``keep``: the inputs are gathered into the workspace's buffers (the caller holds its lock)."""
+        ``keep``: the inputs are gathered into the workspace's buffers (the caller holds its lock);
+        ``gathers``: whether they are gathered at all (None: as the spec says)."""
         spec = self.spec
         with _InferenceMode(True):
-            raw = self._run(self.args, None, keep) if spec.indirect else spec.fn(*self.args)
+            if gathers is None and not spec.indirect:
+                raw = spec.fn(*self.args)
+            else:
+                raw = self._run(self.args, None, keep, gathers)
             fast = self.fast
             if fast is not None:
                 if len(fast) == 1 and type(raw) is torch.Tensor:  # one block, one tensor: the usual case
@@ -232,6 +281,45 @@ class Pass:
                         return
             self._finish(raw)
 
+    def _trial(self, inputs: Sequence[torch.Tensor], body: Callable[[bool | None], None]) -> None:
+        """One pass of ``"auto"``'s trial (inference._layout): ``body(gathers)`` is the pass. The
+        first compares the model's results on both layouts (on the first mini-batch) and runs
+        zero-copy; the next ones alternate, timed where they run (:func:`_trial_clock`), until
+        the spec decided."""
+        spec, trial = self.spec, self.spec.trial
+        step = trial.claim() if trial is not None else None
+        if step is None:  # decided meanwhile, or another thread checking
+            body(spec.gathers)
+            return
+        if step == "check":
+            try:
+                identical = self._same_bits(inputs)
+            except Exception:  # noqa: BLE001 - zero-copy kept; its pass below raises the model's error, if any
+                spec.decide("zero_copy")
+            else:
+                spec.decide(trial.checked(identical))
+            body(False)
+            return
+        clock = _trial_clock(inputs)
+        start = clock()
+        body(step == "gather")
+        spec.decide(trial.timed(step, clock() - start))
+
+    def _same_bits(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """Whether the model gives the same bits on these inputs gathered and in place (the first
+        mini-batch only where the pass runs in mini-batches); nothing is written."""
+        spec = self.spec
+        bs = spec.batch_size
+        if bs is not None and bs < spec.n:
+            inputs = [t[:bs] for t in inputs]
+            rows = bs
+        else:
+            rows = None
+        with _InferenceMode(True):
+            in_place = self._run(inputs, rows, False, False)
+            gathered = self._run(inputs, rows, False, True)
+            return same_bits(in_place, gathered)
+
     def _finish(self, raw: Any, outputs: Mapping[str, torch.Tensor] | None = None) -> None:
         """The full check of a whole-collection result (reshape, cast or a clear error), then the
         writes into ``outputs`` (default: the bound blocks' tensors)."""
@@ -244,16 +332,25 @@ class Pass:
 
     def execute(self, inputs: Sequence[torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
         """The pass over given tensors (the copy path's staged ones, or mini-batches)."""
+        if self.spec.trial is not None:
+            self._trial(inputs, lambda gathers: self._execute(inputs, outputs, gathers))
+            return
+        self._execute(inputs, outputs, None)
+
+    def _execute(
+        self, inputs: Sequence[torch.Tensor], outputs: Mapping[str, torch.Tensor], gathers: bool | None
+    ) -> None:
         spec = self.spec
         n, bs, names, out_blocks, cast = spec.n, spec.batch_size, spec.names, spec.out_blocks, spec.cast
         with _InferenceMode(True):
             if bs is None or bs >= n:  # the whole collection in one call
-                self._finish(self._run(inputs, None), outputs)
+                self._finish(self._run(inputs, None, False, gathers), outputs)
                 return
             results = []
             for start in range(0, n, bs):
                 stop = min(start + bs, n)
-                mapped = map_outputs(self._run([t[start:stop] for t in inputs], stop - start), names)
+                batch = self._run([t[start:stop] for t in inputs], stop - start, False, gathers)
+                mapped = map_outputs(batch, names)
                 results += [
                     (b.name, start, stop, check_output(b, mapped[b.name], cast=cast, rows=stop - start))
                     for b in out_blocks
@@ -262,19 +359,45 @@ class Pass:
                 write(outputs[name][start:stop], value)
 
 
+def _geometry(spec: PassSpec) -> tuple[Any, ...]:
+    """What ``"auto"``'s choice for a pass spec depends on besides the model and device: the
+    blocks' dtypes, shapes and strides and the pass settings."""
+    blocks = tuple((b.kind, b.dtype.str, b.shape, b.strides) for b in spec.in_blocks + spec.out_blocks)
+    return (blocks, spec.batch_size, spec.cast, spec.input_dtype)
+
+
+def _trial_clock(tensors: Sequence[torch.Tensor]) -> Callable[[], float]:
+    """What a trial pass is timed with: the calling thread's CPU time where torch runs the model
+    on it alone (host tensors, one intra-op thread: alpyka's default), immune to other processes
+    taking the core; else wall time, on a GPU after its current stream finished (the work, not
+    its enqueueing)."""
+    if tensors and tensors[0].is_cuda:
+        stream = torch.cuda.current_stream(tensors[0].device)
+
+        def synchronized() -> float:
+            stream.synchronize()
+            return time.perf_counter()
+
+        synchronized()
+        return synchronized
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 class Workspace:
     """What a model's whole-collection passes on one device keep between forwards, one pass at a
     time (``lock``; a pass that finds it taken uses fresh tensors): the row-major buffers inputs
     are gathered into (host memory, as large as the last inputs) and the runner's memo (ONNX
-    Runtime: the I/O binding and output tensors). Kept by the model, so a producer that builds
-    new metadata for every event reuses them."""
+    Runtime: the I/O binding and output tensors); and the layouts ``"auto"`` chose per geometry.
+    Kept by the model, so a producer that builds new metadata for every event reuses them."""
 
-    __slots__ = ("lock", "buffers", "memo")
+    __slots__ = ("lock", "buffers", "memo", "layouts")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.buffers: list[torch.Tensor | None] = []
         self.memo: dict[str, Any] = {}
+        # geometry -> the layout "auto" chose for it (inference._layout), kept for the process
+        self.layouts: dict[tuple[Any, ...], str] = {}
 
 
 class Plan:
@@ -283,13 +406,14 @@ class Plan:
     ``in_order``/``out_order`` are the metadata's ``ordered()`` tuples it was made from (identity
     tokens: the plan is reused only while both are still the metadata's)."""
 
-    __slots__ = ("queue", "in_order", "out_order", "launch")
+    __slots__ = ("queue", "in_order", "out_order", "launch", "spec")
 
-    def __init__(self, queue: Any, metadata: ModelMetadata, launch: Callable[[], None]) -> None:
+    def __init__(self, queue: Any, metadata: ModelMetadata, launch: Callable[[], None], spec: PassSpec) -> None:
         self.queue = queue
         self.in_order = metadata.inputs.ordered()
         self.out_order = metadata.outputs.ordered()
         self.launch = launch
+        self.spec = spec
 
     def current(self, metadata: ModelMetadata) -> bool:
         """Whether the metadata's blocks are still the ones the plan was made from."""
