@@ -19,8 +19,8 @@ minimized (:func:`minimize`: the smallest sub-expression and one input row that 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
-import itertools
 import math
 import tempfile
 import warnings
@@ -399,7 +399,6 @@ class Generator:
 
 
 # ----------------------------------------------------------------------------- running
-_COUNTER = itertools.count()
 _DIR = Path(tempfile.mkdtemp(prefix="alpyka_fuzz_"))
 
 
@@ -419,8 +418,11 @@ def build_kernel(exprs: list[Node]):
     for t in outs:
         for slot, j in enumerate(by_type[t]):
             lines.append(f"        o_{t}[i, {slot}] = {text(exprs[j])}")
-    path = _DIR / f"alpyka_fuzz_{next(_COUNTER)}.py"
-    path.write_text("\n".join(lines) + "\n")
+    source = "\n".join(lines) + "\n"
+    # named by its content: the same expressions on another backend of this process (cpu_threads
+    # after cpu_serial) give the same generated code, whose compiled module is then reused
+    path = _DIR / f"alpyka_fuzz_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
+    path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -208,7 +208,7 @@ def build(src: Any, name: str) -> Compiled:
     so = _load_cached(cache[0] / lib_name, cache[1]) if cache is not None else None
     if so is None:
         command = [path_cxx, *flags, "-include", str(HEADER), "-x", "c++"]
-        so, lib, log = _build_library(command, unit, name, lib_name, cache)
+        so, lib, log = _build_once(command, unit, name, lib_name, cache)
         if so is None:
             raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)", log))
     else:
@@ -291,6 +291,22 @@ def _compile_in(where: Path, command: list[str], unit: str, name: str) -> tuple[
     out = where / "kernel.so"
     done = subprocess.run([*command, str(cu), "-o", str(out)], capture_output=True, text=True, timeout=600)
     return (out, "") if done.returncode == 0 else (None, done.stderr)
+
+
+def _build_once(
+    command: list[str], unit: str, name: str, lib_name: str, cache: tuple[Path, bytes] | None
+) -> tuple[ctypes.CDLL | None, Path, str]:
+    """:func:`_build_library`, one process at a time per library (a lock file beside it in the
+    cache): a process that finds another building it waits, then loads what that one cached."""
+    from portable.compiler import build_lock
+
+    if cache is None:
+        return _build_library(command, unit, name, lib_name, cache)
+    with build_lock(cache[0] / f"{lib_name}.lock"):
+        so = _load_cached(cache[0] / lib_name, cache[1])
+        if so is not None:
+            return so, cache[0] / lib_name, ""
+        return _build_library(command, unit, name, lib_name, cache)
 
 
 def _build_library(

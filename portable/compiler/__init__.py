@@ -8,6 +8,7 @@ See docs/kernels.md for the language reference.
 from . import _trust as trust
 from . import ir, types
 from ._cache import (
+    build_lock,
     cache_dir,
     load_generated_module,
     private_cache,
@@ -42,6 +43,7 @@ __all__ = [
     "ValueCheck",
     "cache_dir",
     "check_shared_needs",
+    "build_lock",
     "debug_enabled",
     "deep_recursion",
     "device_check_error",

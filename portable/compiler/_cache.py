@@ -298,6 +298,7 @@ def guard_numba_caches(mod: ModuleType) -> None:
             continue
         cache.load_overload = functools.partial(_load_overload, cache, key, cache.load_overload)
         cache.save_overload = functools.partial(_save_overload, cache, key, cache.save_overload)
+        obj.compile = functools.partial(_compile_once, _index(cache), obj.compile)
 
 
 def _numba_cache_dir() -> str:
@@ -331,6 +332,48 @@ def _locked(index: Path, exclusive: bool):
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def build_lock(path: Path):
+    """Hold the lock file ``path`` (made 0600 where missing) against other processes while one
+    builds what they would build too (a compiled kernel for the cache): the others wait, then
+    find it cached. Where the file cannot be opened (a cache that cannot be written) it locks
+    nothing. Two threads of one process that take it wait for each other too."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+#: the compile locks this process holds (changed under numba's compiler lock only)
+_compiling: set[Path] = set()
+
+
+def _compile_once(index: Path, compile_: Any, sig: Any) -> Any:
+    """numba's ``compile`` of one cached function, one process at a time across processes (a lock
+    file beside its index, ``<stem>.lock``): a process that finds another compiling it waits, then
+    loads what that one saved instead of compiling it again (the processes of a test run, or of a
+    user's pool, that start with the same kernels). numba's own compiler lock is taken first, so a
+    thread waits here only while no other thread of its process is compiling; a function the
+    process is already compiling (a nested compile of the same function) takes no second lock."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        if index in _compiling:
+            return compile_(sig)
+        _compiling.add(index)
+        try:
+            with build_lock(index.with_name(index.name[: -len(".nbi")] + ".lock")):
+                return compile_(sig)
+        finally:
+            _compiling.discard(index)
 
 
 def _verified(index: Path, key: bytes) -> bool:

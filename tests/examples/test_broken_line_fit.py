@@ -1,6 +1,14 @@
 """The port of CMSSW's Broken Line fit (examples/broken_line_fit.py) on every backend against the
 numpy reference of examples/broken_line_reference.py, the reference and its generator against
-the generated truth (pulls), and the benchmark's numba twin against the reference."""
+the generated truth (pulls), and the example as a newcomer runs it (its ``main`` on every backend,
+then as a script).
+
+The example's runs live here, not in test_examples.py, so that they find the three fit kernels
+this file's first test compiled on each backend (in this process, and numba's disk cache for the
+script's process) instead of compiling them again in another worker: about 80 s of CPU on
+cpu_serial alone. The benchmark's numba twin is checked against the same reference, at the same
+tolerance, by benchmarks/bench_broken_line.py before it times anything (its smoke run,
+tests/benchmarks/test_bench_broken_line_smoke.py, fails on a difference)."""
 
 from __future__ import annotations
 
@@ -12,7 +20,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.bench import load
+from alpyka_testing.bench import run_script
 
 #: numba compiles the three fit kernels (every pk.linalg call inlined) in about 30 s of CPU: minutes
 #: of wall time on a loaded 2-core machine, past the suite's default 240 s per test
@@ -94,15 +102,19 @@ def test_reference_pulls():
             assert abs(mean) < 0.1 and 0.8 < rms < 1.4, (n, name, mean, rms)
 
 
-def test_numba_twin_matches_the_reference():
-    twin = load("_broken_line_twin")
-    generated, want = _tracks(3000, 4)
-    t = len(generated["n_hits"])
-    got = {"state": np.zeros((t, 5)), "covariance": np.zeros((t, 15)), "pt": np.zeros(t), "eta": np.zeros(t),
-           "chi2": np.zeros(t), "charge": np.zeros(t, np.int8)}  # fmt: skip
-    twin.numba_broken_line(generated["n_hits"], generated["hits"], generated["hits_ge"], ref.B_FIELD,
-                           *(got[k] for k in ("state", "covariance", "pt", "eta", "chi2", "charge")))  # fmt: skip
-    _check(got, want)
+def test_main_on_every_backend(backend, capsys):
+    """The example's ``main`` (argument parsing, upload, fit, check, timing) in this process."""
+    capsys.readouterr()
+    assert bl.main([backend, "--tracks", "300", "--repeats", "1"]) in (None, 0)
+    assert "OK" in capsys.readouterr().out
+
+
+def test_runs_as_a_script():
+    """``python examples/broken_line_fit.py cpu_serial ...``: its ``__main__`` and default output
+    (numba's disk cache holds the kernels the tests above compiled)."""
+    r = run_script(["examples/broken_line_fit.py", "cpu_serial", "--tracks", "300", "--repeats", "1"], timeout=840)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "Broken Line fit of 300 tracks" in r.stdout and "OK" in r.stdout
 
 
 @pytest.mark.parametrize("n_hits", [3, 4, 5])
