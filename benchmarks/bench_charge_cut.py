@@ -115,26 +115,7 @@ def numba_charge_cut_prange(
             new_n_clusters[m] = kept
 
 
-def _cpu_ticks() -> tuple[float, int, int, float] | None:
-    """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    own = os.times()
-    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
-
-
-def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
-    """How many of the machine's ``cores`` other processes kept busy on average between two
-    :func:`_cpu_ticks` (all busy time less this process's): what a parallel runtime measured
-    then could not have."""
-    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
-        return None
-    wall = after[0] - before[0]
-    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
-    return max(0.0, (busy - (after[3] - before[3])) / wall)
+_cpu_ticks, others_cores = common.cpu_ticks, common.others_cores  # the cores other processes kept busy
 
 
 def _sizes(args) -> list[int]:
