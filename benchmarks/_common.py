@@ -331,6 +331,9 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
+# ----------------------------------------------------------------------------- load
+
+
 def cpu_ticks() -> tuple[float, int, int, float] | None:
     """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
     try:
@@ -342,15 +345,24 @@ def cpu_ticks() -> tuple[float, int, int, float] | None:
     return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
 
 
-def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
-    """How many of the machine's ``cores`` other processes kept busy on average between two
-    :func:`cpu_ticks` (all busy time less this process's): what a parallel runtime measured
-    then could not have."""
+def others_cores(before: tuple | None, after: tuple | None, cores: int | None = None) -> float | None:
+    """How many of the machine's ``cores`` (all of them by default) other processes kept busy on
+    average between two :func:`cpu_ticks` (all busy time less this process's): what a parallel
+    runtime measured then could not have."""
+    cores = cores or os.cpu_count() or 1
     if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
         return None
     wall = after[0] - before[0]
     busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
     return max(0.0, (busy - (after[3] - before[3])) / wall)
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded (None where the system has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 # ----------------------------------------------------------------------------- metadata

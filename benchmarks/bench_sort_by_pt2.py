@@ -9,13 +9,15 @@ sort and, on cpu_serial and the first backend whose blocks have threads, the ran
 block sort pays. Every contender's ``sort_ind`` and ``ptv2`` are checked equal to numpy's.
 alpyka's inputs are on the device before timing and its clock stops when the results are
 (sort_events + queue.wait); numba's and numpy's when they return. Measured side by side,
-interleaved, in one run; speeds are paired ratios against the numba twin.
+interleaved, in one run; speeds are paired ratios against the numba twin (and best-of ratios),
+each size with the load and the cores other processes kept busy.
 
     python benchmarks/bench_sort_by_pt2.py [--quick] [--smoke] [--out DIR]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 contenders[name] = _alpyka(b, host, want, sort)
             except Exception as exc:  # a backend that cannot run must not lose the others
                 skipped[f"{name} ({vertices} vertices)"] = f"{type(exc).__name__}: {exc}"[:300]
+        ticks = common.cpu_ticks()
         timings, errors = common.interleaved(contenders, rounds, warmup=1)
+        busy = common.others_cores(ticks, common.cpu_ticks())
         skipped.update({f"{k} ({vertices} vertices)": v for k, v in errors.items()})
         peer = timings[NUMBA]
         for name, t in timings.items():
@@ -122,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                     "events": n_events,
                     "tracks": int(host[2].size),
                     "events_per_s": rate,
+                    "cores_busy_elsewhere": busy,
+                    "load_average": common.load_average(),
                     **t.as_dict("time"),
                 }
             )
             summary[f"{name}, {vertices} vertices"] = {
                 "k events/s": rate / 1e3,
                 "speed vs numba twin": common.paired_ratio(peer, t),
+                "best-of speed": common.ratio(peer.min, t.min),
             }
     rows += [{"contender": what, "status": "skipped", "reason": why} for what, why in skipped.items()]
     devices = ", ".join(str(pk.device(b)) for b in dict.fromkeys(b for _, b, _ in _runs(args.smoke)))
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         summary,
         mode=common.mode(args),
         work=f"{n_events} events of {', '.join(map(str, sizes))} vertices on average, 2-40 tracks a vertex",
+        load_average=common.load_average(),
+        cores=os.cpu_count(),
     )
     out = common.write_json(args.out, "sort_by_pt2", doc)
     plot(rows, args.out)

@@ -11,6 +11,9 @@ every pipeline; the passes come after it:
 - :class:`UnrollForLocalArrays` (``unroll_for_local_arrays``) and :class:`ScalarizeLocalArrays`
   (``scalarize_local_arrays``): short constant loops over per-thread arrays unrolled, then the
   arrays indexed only by constants made scalar locals (:mod:`portable.compiler._local_arrays`);
+- :class:`FuseGroupLoops` (``fuse_group_loops``): a ``uniform_groups`` loop whose body is one
+  ``uniform_group_elements`` loop over its group made the one ``uniform_elements`` loop that
+  walks the same indices (:mod:`portable.compiler._group_loops`);
 - :class:`FindFlatGridLoop` (``find_flat_grid_loop``): whether the kernel's blocks can run as one
   flat element loop on a CPU (:mod:`portable.compiler._grid_loop`).
 
@@ -29,6 +32,7 @@ from typing import ClassVar
 
 from . import ir
 from ._grid_loop import FlatGridLoop, flat_grid_loop
+from ._group_loops import fuse_group_loops
 from ._inline import inline_device_functions, kernel_body_in_block_loop
 from ._local_arrays import scalarize_local_arrays, unroll_for_local_arrays
 from ._verify import IRVerifyError, verify, verify_enabled
@@ -81,6 +85,15 @@ class ScalarizeLocalArrays(CompilerPass):
         state.kernel = scalarize_local_arrays(state.kernel)
 
 
+class FuseGroupLoops(CompilerPass):
+    """Each group loop that is one element loop (no per-group work) made that element loop."""
+
+    name = "fuse_group_loops"
+
+    def run(self, state: CompileState) -> None:
+        state.kernel = fuse_group_loops(state.kernel)
+
+
 class FindFlatGridLoop(CompilerPass):
     """``state.flat_grid_loop``: the kernel's one flat-able ``uniform_elements`` loop, or None."""
 
@@ -118,7 +131,8 @@ class PassManager:
 
 #: the numba emitter's passes (the cpu_serial and cpu_threads backends)
 CPU_PIPELINE = PassManager(
-    "cpu", [InlineDeviceFunctions(), UnrollForLocalArrays(), ScalarizeLocalArrays(), FindFlatGridLoop()]
+    "cpu",
+    [InlineDeviceFunctions(), UnrollForLocalArrays(), ScalarizeLocalArrays(), FuseGroupLoops(), FindFlatGridLoop()],
 )
 
 __all__ = [
@@ -127,12 +141,14 @@ __all__ = [
     "CompilerPass",
     "FindFlatGridLoop",
     "FlatGridLoop",
+    "FuseGroupLoops",
     "IRVerifyError",
     "InlineDeviceFunctions",
     "PassManager",
     "ScalarizeLocalArrays",
     "UnrollForLocalArrays",
     "flat_grid_loop",
+    "fuse_group_loops",
     "inline_device_functions",
     "kernel_body_in_block_loop",
     "verify",

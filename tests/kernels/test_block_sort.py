@@ -9,6 +9,7 @@ import pytest
 import portable as pk
 from alpyka_testing.kernels import download, host_queue, raised_by_the_front_end, upload
 from alpyka_testing.numpy_compare import for_all_dtypes
+from portable._block_sort import SMALL_SORT
 
 #: the radix sort's shared workspace of a launch of up to 256 threads (8 bits a pass below 17)
 WS = pk.tools.radix_sort_workspace(256, 4)
@@ -80,10 +81,11 @@ def _sorted_by_events(queue, kernel, keys, offsets, nt, *work):
 
 @for_all_dtypes()
 def test_radix_and_rank_sort_match_numpys_stable_argsort(queue, dtype):
-    """Every dtype, every block size, events of 0, 1, block size -1/+0/+1 and a large one."""
+    """Every dtype, every block size, events of 0, 1, block size -1/+0/+1, a large one and either
+    side of the most keys a block of one thread sorts by insertion (SMALL_SORT)."""
     rng = np.random.default_rng(np.dtype(dtype).itemsize)
     for nt in _threads(queue):
-        sizes = [0, 1, 2, max(nt - 1, 0), nt, nt + 1, 1000, 0, 3]
+        sizes = [0, 1, 2, max(nt - 1, 0), nt, nt + 1, 1000, 0, 3, SMALL_SORT, SMALL_SORT + 1, 40]
         offsets = _events(sizes)
         keys = _keys(dtype, int(offsets[-1]), rng)
         radix = _sorted_by_events(queue, radix_events, keys, offsets, nt, "ind2")

@@ -140,6 +140,7 @@ def test_the_cpu_pipeline_inlines_and_finds_the_flat_loop():
         "inline_device_functions",
         "unroll_for_local_arrays",
         "scalarize_local_arrays",
+        "fuse_group_loops",
         "find_flat_grid_loop",
     ]
     state = CPU_PIPELINE.run(kir)
