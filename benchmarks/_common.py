@@ -328,6 +328,29 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
+def cpu_ticks() -> tuple[float, int, int, float] | None:
+    """``(wall s, all jiffies, idle jiffies, CPU s of this process and its waited-for children)``
+    now (/proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    t = os.times()
+    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], t.user + t.system + t.children_user + t.children_system
+
+
+def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
+    """How many of the machine's ``cores`` other processes kept busy on average between two
+    :func:`cpu_ticks` (all busy time less this process's and its children's): what a parallel
+    runtime measured then could not have."""
+    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
+        return None
+    wall = after[0] - before[0]
+    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
+    return max(0.0, (busy - (after[3] - before[3])) / wall)
+
+
 # ----------------------------------------------------------------------------- metadata
 
 
