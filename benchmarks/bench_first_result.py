@@ -43,7 +43,7 @@ TARGETS = {"cold": 1.1, "warm": 1.0}
 #: the alpyka program: the time from its first statement to the result on the host, as JSON
 ALPYKA = """\
 import time
-_t0 = time.perf_counter()
+_t0, _c0 = time.perf_counter(), time.process_time()
 import json
 import sys
 import numpy as np
@@ -67,14 +67,15 @@ pk.memcpy(q, by, y)
 pk.exec(q, pk.valid_workdiv(dev, n), saxpy, bo, bx, by, np.float32(2), n)
 pk.memcpy(q, res, bo)
 q.wait()
-_t1 = time.perf_counter()
-print(json.dumps({"s": _t1 - _t0, "import_s": _t_import - _t0, "ok": bool((res == 2 * x + y).all())}))
+_t1, _c1 = time.perf_counter(), time.process_time()
+ok = bool((res == 2 * x + y).all())
+print(json.dumps({"s": _t1 - _t0, "cpu_s": _c1 - _c0, "import_s": _t_import - _t0, "ok": ok}))
 """
 
 #: numba's twin: the same loop as one ``njit(cache=True)`` function
 NUMBA_TWIN = """\
 import time
-_t0 = time.perf_counter()
+_t0, _c0 = time.perf_counter(), time.process_time()
 import json
 import sys
 import numpy as np
@@ -91,8 +92,9 @@ def saxpy(out, x, y, a, n):
 n = int(sys.argv[2])
 x, y, res = np.arange(n, dtype=np.float32), np.ones(n, np.float32), np.empty(n, np.float32)
 saxpy(res, x, y, np.float32(2), n)
-_t1 = time.perf_counter()
-print(json.dumps({"s": _t1 - _t0, "import_s": _t_import - _t0, "ok": bool((res == 2 * x + y).all())}))
+_t1, _c1 = time.perf_counter(), time.process_time()
+ok = bool((res == 2 * x + y).all())
+print(json.dumps({"s": _t1 - _t0, "cpu_s": _c1 - _c0, "import_s": _t_import - _t0, "ok": ok}))
 """
 
 
@@ -140,7 +142,7 @@ def _run(program: Path, backend: str, n: int, env: dict[str, str]) -> dict:
     if not got["ok"]:
         raise RuntimeError(f"{program.name} {backend} computed a wrong result")
     busy = common.others_cores(before, common.cpu_ticks(), os.cpu_count() or 1)
-    return {"s": got["s"], "import_s": got["import_s"], "wall_s": wall, "cores_busy_elsewhere": busy}
+    return {k: got[k] for k in ("s", "cpu_s", "import_s")} | {"wall_s": wall, "cores_busy_elsewhere": busy}
 
 
 def _available(scratch: Path, pycache: Path) -> tuple[list[str], dict[str, str]]:
@@ -209,11 +211,12 @@ def measure(rounds: int, n: int, no_progress: bool = False) -> tuple[list[dict],
     return rows, skipped
 
 
-def _paired(rows: list[dict], name: str, state: str) -> list[float]:
-    """alpyka's seconds over numba's, per round (same round, same state)."""
-    base = {r["round"]: r["s"] for r in rows if r["contender"] == NUMBA and r["state"] == state}
+def _paired(rows: list[dict], name: str, state: str, key: str = "s") -> list[float]:
+    """alpyka's seconds (``key``: wall ``"s"`` or CPU ``"cpu_s"``) over numba's, per round (same
+    round, same state)."""
+    base = {r["round"]: r[key] for r in rows if r["contender"] == NUMBA and r["state"] == state}
     return [
-        r["s"] / base[r["round"]]
+        r[key] / base[r["round"]]
         for r in rows
         if r["contender"] == name and r["state"] == state and r["round"] in base and base[r["round"]] > 0
     ]
@@ -232,12 +235,15 @@ def summarize(rows: list[dict]) -> dict:
             entry[f"{state} s"] = statistics.median(r["s"] for r in mine)
             entry[f"{state} best s"] = min(r["s"] for r in mine)
             entry[f"{state} import s"] = statistics.median(r["import_s"] for r in mine)
+            entry[f"{state} CPU s"] = statistics.median(r["cpu_s"] for r in mine)
             if name == NUMBA:
                 continue
             pairs = _paired(rows, name, state)
             base = [r["s"] for r in rows if r["contender"] == NUMBA and r["state"] == state]
             entry[f"{state} vs numba"] = statistics.median(pairs) if pairs else None
             entry[f"{state} vs numba, best"] = min(r["s"] for r in mine) / min(base) if base else None
+            cpu = _paired(rows, name, state, "cpu_s")
+            entry[f"{state} CPU vs numba"] = statistics.median(cpu) if cpu else None
             met = entry[f"{state} vs numba"]
             entry[f"{state} met (<= {TARGETS[state]})"] = None if met is None else bool(met <= TARGETS[state])
     busy = [r["cores_busy_elsewhere"] for r in rows if r["cores_busy_elsewhere"] is not None]
