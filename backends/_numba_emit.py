@@ -100,6 +100,7 @@ class _FunctionEmitter(Visitor):
         self.loops: list[tuple[str, str | None]] = []  # (kind, break flag name)
         self.nflag = 0
         self.block_idx_zero = False  # emit block_idx as 0 (the flat grid loop's first index)
+        self.known_values: dict[tuple[int, bool], int | None] = {}  # known()'s, per integer + - * node
 
     # ------------------------------------------------------------------ expressions
     def ex(self, e: object) -> str:
@@ -185,6 +186,12 @@ class _FunctionEmitter(Visitor):
             return 1 if e.query == "block_threads" else None
         if not (isinstance(e, ir.BinOp) and e.op in _FOLDED and e.type.is_integer):
             return None
+        key = (id(e), self.block_idx_zero)  # once per node: a long chain is walked once, not once a level
+        if key not in self.known_values:
+            self.known_values[key] = self._known_binop(e)
+        return self.known_values[key]
+
+    def _known_binop(self, e: ir.BinOp) -> int | None:
         a, b = self.known(e.left), self.known(e.right)
         if e.op == "*" and ((a == 0 and _reads_nothing(e.right)) or (b == 0 and _reads_nothing(e.left))):
             return 0

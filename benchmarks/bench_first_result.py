@@ -98,16 +98,20 @@ print(json.dumps({"s": _t1 - _t0, "cpu_s": _c1 - _c0, "import_s": _t_import - _t
 """
 
 
-def _contenders(backends: list[str]) -> dict[str, tuple[str, str]]:
-    """``{contender: (program file name, backend argument)}``: numba's twin, then alpyka's backends."""
-    out = {NUMBA: ("numba_twin.py", "-")}
-    out.update({f"alpyka {b}": ("alpyka_program.py", b) for b in backends})
+def _contenders(backends: list[str], baseline: Path | None) -> dict[str, tuple[str, str, Path]]:
+    """``{contender: (program file name, backend argument, alpyka's tree)}``: numba's twin, then
+    alpyka's backends (and each again from the ``baseline`` tree, another checkout, where given)."""
+    out = {NUMBA: ("numba_twin.py", "-", common.REPO_ROOT)}
+    out.update({f"alpyka {b}": ("alpyka_program.py", b, common.REPO_ROOT) for b in backends})
+    if baseline is not None:
+        out.update({f"alpyka {b} (baseline)": ("alpyka_program.py", b, baseline) for b in backends})
     return out
 
 
-def _env(caches: Path, pycache: Path, backend: str) -> dict[str, str]:
-    """The child's environment: every cache under ``caches``, Python's bytecode under ``pycache``."""
-    env = dict(os.environ, PYTHONPATH=str(common.REPO_ROOT), PYTHONPYCACHEPREFIX=str(pycache))
+def _env(caches: Path, pycache: Path, backend: str, root: Path) -> dict[str, str]:
+    """The child's environment: alpyka from ``root``, every cache under ``caches``, Python's
+    bytecode under ``pycache``."""
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONPYCACHEPREFIX=str(pycache))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     for var, sub in (
         ("ALPYKA_CACHE_DIR", "alpyka"),
@@ -166,24 +170,26 @@ def _warm_up(contenders: dict, scratch: Path, pycache: Path, n: int) -> dict[str
     """One unmeasured run of each contender (Python's bytecode compiled, the OS's file cache warm);
     ``{contender: why}`` for those that cannot run."""
     failed = {}
-    for name, (program, backend) in contenders.items():
+    for name, (program, backend, root) in contenders.items():
         caches = Path(tempfile.mkdtemp(dir=scratch))
         try:
-            _run(scratch / program, backend, n, _env(caches, pycache, backend))
+            _run(scratch / program, backend, n, _env(caches, pycache, backend, root))
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as exc:
-            failed[name] = str(exc)[-500:]
+            failed[name] = f"failed: {str(exc)[-500:]}"
     return failed
 
 
-def measure(rounds: int, n: int, no_progress: bool = False) -> tuple[list[dict], dict[str, str]]:
+def measure(
+    rounds: int, n: int, no_progress: bool = False, baseline: Path | None = None
+) -> tuple[list[dict], dict[str, str]]:
     """``rounds`` rounds of every contender's cold and warm process, interleaved: the rows and
-    ``{contender: why not}``."""
+    ``{contender: why not}`` (``baseline``: another alpyka checkout measured beside this one)."""
     scratch = common.scratch_dir("alpyka-first-result-")
     pycache = scratch / "pycache"
     (scratch / "alpyka_program.py").write_text(ALPYKA, encoding="utf-8")
     (scratch / "numba_twin.py").write_text(NUMBA_TWIN, encoding="utf-8")
     backends, skipped = _available(scratch, pycache)
-    contenders = _contenders(backends)
+    contenders = _contenders(backends, baseline)
     skipped.update(_warm_up(contenders, scratch, pycache, n))
     live = {k: v for k, v in contenders.items() if k not in skipped}
     rows: list[dict] = []
@@ -194,9 +200,9 @@ def measure(rounds: int, n: int, no_progress: bool = False) -> tuple[list[dict],
         order.shuffle(names)
         load = os.getloadavg()[0]
         for name in names:
-            program, backend = live[name]
+            program, backend, root = live[name]
             caches = Path(tempfile.mkdtemp(dir=scratch))
-            env = _env(caches, pycache, backend)
+            env = _env(caches, pycache, backend, root)
             for state in ("cold", "warm"):
                 rows.append(
                     {
@@ -279,10 +285,13 @@ def plot(rows: list[dict], out_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 3 quick, 1 smoke)")
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="another alpyka checkout to measure beside this one (before/after)"
+    )
     args = common.parse_args(parser, argv)
     rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 7)
     n = 1 << 10 if args.smoke else 1 << 16
-    rows, skipped = measure(rounds, n, args.no_progress)
+    rows, skipped = measure(rounds, n, args.no_progress, args.baseline)
     summary = summarize(rows)
     rows += [{"contender": b, "status": "skipped", "reason": why} for b, why in skipped.items()]
     doc = common.result_document(
