@@ -100,6 +100,7 @@ class _FunctionEmitter(Visitor):
         self.loops: list[tuple[str, str | None]] = []  # (kind, break flag name)
         self.nflag = 0
         self.block_idx_zero = False  # emit block_idx as 0 (the flat grid loop's first index)
+        self.known_values: dict[tuple[int, bool], int | None] = {}  # known()'s, per integer + - * node
 
     # ------------------------------------------------------------------ expressions
     def ex(self, e: object) -> str:
@@ -134,10 +135,15 @@ class _FunctionEmitter(Visitor):
         return UNARY[e.op].numba_text(self.ex(e.operand), e.type)  # declared in operations.py
 
     def visit_BinOp(self, e: ir.BinOp) -> str:
+        folded = self.fold(e)
+        if folded is not None:  # less for numba to type and compile (the first launch's cost)
+            return _const(folded, e.type) if isinstance(folded, int) else self.ex(folded)
         if _wrapping(e):  # a chain of them: one cast back to the signed type, not one per operator
             return f"np.{e.type.name}({self.wrapping_chain(e)})"
         a, b, t = self.ex(e.left), self.ex(e.right), e.type
-        if _same_group(e, e.left):  # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most
+        if (
+            _same_group(e, e.left) and self.fold(e.left) is None
+        ):  # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most
             a = a[1:-1]
         helper = _ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
         if helper is not None:  # numpy's fixed-width rule where numba's differs (see NUMBA_HELPERS)
@@ -156,11 +162,61 @@ class _FunctionEmitter(Visitor):
         to True or drop a zero-divisor check (SIGFPE); unsigned arithmetic wraps, and the cast
         back gives numpy's bits (the C emitter computes through the unsigned twin too)."""
         left = e.left
-        if _wrapping(left) and left.type == e.type and _PLAIN_GROUP[left.op] == _PLAIN_GROUP[e.op]:
+        if (
+            _wrapping(left)
+            and left.type == e.type
+            and _PLAIN_GROUP[left.op] == _PLAIN_GROUP[e.op]
+            and self.fold(left) is None
+        ):
             head = self.wrapping_chain(left)
         else:
             head = self._unsigned(left)
         return f"{head} {e.op} {self._unsigned(e.right)}"
+
+    def known(self, e: object) -> int | None:
+        """The value of an integer expression known when the code is emitted (a constant, a CPU
+        block's thread index 0 and thread count 1, the flat loop's first block index 0, and
+        ``+ - *`` of those within the type's range; ``0 * x`` where ``x`` reads nothing: an index,
+        a variable or arithmetic of those), else None."""
+        if isinstance(e, ir.Const):
+            return int(e.value) if e.type.is_integer and not e.type.is_bool else None
+        if isinstance(e, ir.Index):
+            if e.query == "thread_idx" or (e.query == "block_idx" and self.block_idx_zero):
+                return 0
+            return 1 if e.query == "block_threads" else None
+        if not (isinstance(e, ir.BinOp) and e.op in _FOLDED and e.type.is_integer):
+            return None
+        key = (id(e), self.block_idx_zero)  # once per node: a long chain is walked once, not once a level
+        if key not in self.known_values:
+            self.known_values[key] = self._known_binop(e)
+        return self.known_values[key]
+
+    def _known_binop(self, e: ir.BinOp) -> int | None:
+        a, b = self.known(e.left), self.known(e.right)
+        if e.op == "*" and ((a == 0 and _reads_nothing(e.right)) or (b == 0 and _reads_nothing(e.left))):
+            return 0
+        if a is None or b is None:
+            return None
+        v = a + b if e.op == "+" else a - b if e.op == "-" else a * b
+        lo = 0 if e.type.is_unsigned else -(2 ** (e.type.bits - 1))
+        return v if lo <= v < lo + 2**e.type.bits else None
+
+    def fold(self, e: object) -> int | ir.Expr | None:
+        """What an integer ``+ - *`` comes to when an operand is known (:meth:`known`): its value,
+        or the operand it leaves (``x * 1``, ``x + 0``, ``x - 0``, of ``e``'s type); None when
+        nothing folds."""
+        if not (isinstance(e, ir.BinOp) and e.op in _FOLDED and e.type.is_integer and not e.type.is_bool):
+            return None
+        v = self.known(e)
+        if v is not None:
+            return v
+        a, b = self.known(e.left), self.known(e.right)
+        keep = None
+        if b == (1 if e.op == "*" else 0):
+            keep = e.left
+        elif a == (1 if e.op == "*" else 0) and e.op != "-":
+            keep = e.right
+        return keep if keep is not None and keep.type == e.type else None
 
     def _unsigned(self, x: object) -> str:
         if isinstance(x, ir.Const) and x.type.is_integer:
@@ -384,6 +440,8 @@ class _FunctionEmitter(Visitor):
 
 #: operators that numba's source writes as a plain ``(a op b)``, by precedence group
 _PLAIN_GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
+#: the integer operators :meth:`_FunctionEmitter.fold` works out where an operand is known
+_FOLDED = ("+", "-", "*")
 
 
 # the loop kinds striding by block_threads * thread_elements with chunks of thread_elements
@@ -395,6 +453,16 @@ def _same_group(e: ir.BinOp, left: object) -> bool:
     group, so that ``(l0 op1 l1) op2 r`` may be written ``l0 op1 l1 op2 r`` (left-associative)."""
     g = _PLAIN_GROUP.get(e.op)
     return g is not None and isinstance(left, ir.BinOp) and _PLAIN_GROUP.get(left.op) == g and not _wrapping(left)
+
+
+def _reads_nothing(e: object) -> bool:
+    """Whether ``e`` is indices, variables and constants combined by operators (no load, no
+    call, no atomic): dropping it from ``0 * e`` changes nothing."""
+    if isinstance(e, (ir.Index, ir.Var, ir.Const)):
+        return True
+    if isinstance(e, ir.BinOp) and e.op in _FOLDED:  # no division: its zero divisor stays
+        return _reads_nothing(e.left) and _reads_nothing(e.right)
+    return isinstance(e, ir.Cast) and _reads_nothing(e.value)
 
 
 def _wrapping(e: object) -> bool:

@@ -335,20 +335,21 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def cpu_ticks() -> tuple[float, int, int, float] | None:
-    """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
+    """``(wall s, all jiffies, idle jiffies, CPU s of this process and its waited-for children)``
+    now (/proc/stat; None elsewhere)."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
             ticks = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    own = os.times()
-    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
+    t = os.times()
+    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], t.user + t.system + t.children_user + t.children_system
 
 
 def others_cores(before: tuple | None, after: tuple | None, cores: int | None = None) -> float | None:
     """How many of the machine's ``cores`` (all of them by default) other processes kept busy on
-    average between two :func:`cpu_ticks` (all busy time less this process's): what a parallel
-    runtime measured then could not have."""
+    average between two :func:`cpu_ticks` (all busy time less this process's and its children's):
+    what a parallel runtime measured then could not have."""
     cores = cores or os.cpu_count() or 1
     if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
         return None

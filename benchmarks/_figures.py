@@ -303,6 +303,19 @@ FIGURES: tuple[Figure, ...] = (
         ),
     ),
     Figure(
+        "first result of a new kernel in a fresh process (import to the result on the host) vs numba's first "
+        "`njit(cache=True)` call of the same loop, time ratio (lower is better), cold / warm caches: "
+        "cpu_serial; cpu_threads",
+        "first_result.json",
+        "{:.2f}x / {:.2f}x; {:.2f}x / {:.2f}x (CPU time {:.2f}x / {:.2f}x; {:.2f}x / {:.2f}x; load {:.1f})",
+        (
+            *(S(f"alpyka {b}", f"{s} vs numba") for b in _FIT_ON for s in ("cold", "warm")),
+            *(S(f"alpyka {b}", f"{s} CPU vs numba") for b in _FIT_ON for s in ("cold", "warm")),
+            S("machine while measured", "load average (1 min), median"),
+        ),
+        "<= 1.1x / 1.0x",
+    ),
+    Figure(
         "the pixel vertex finder's sortByPt2 (pt^2 sums by atomics, then `pk.tools.block_radix_sort` in the "
         "kernel), 1000 events of 8 / 40 / 200 vertices: speed vs its numba twin (stable argsort per event); "
         "cpu_serial / cpu_threads / opencl, and the rank sort on cpu_serial",
