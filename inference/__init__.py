@@ -32,6 +32,7 @@ import importlib
 from typing import Any
 
 from ._block import Block
+from ._layout import LayoutError
 from ._loading import ModelFileError, load_state_dict
 from ._metadata import ModelMetadata, SoAMetadata
 from ._model import Model
@@ -43,6 +44,7 @@ from .serving import serve  # PyTriton itself loads in the server process
 
 __all__ = [
     "Block",
+    "LayoutError",
     "Model",
     "ModelFileError",
     "ModelMetadata",
