@@ -4,8 +4,9 @@
    tensor over the SoA columns) against its floor, a raw ``torch.as_strided`` over a flat tensor
    made beforehand, and against the copy path (gather the columns into a new tensor), n = 1e2 .. 1e7;
 2. ``Model.forward(metadata)`` in each input layout (``ModelMetadata(layout="zero_copy" | "gather"
-   | "auto")``) against a bare ``model(tensor)`` on a row-major tensor made beforehand and the bare
-   model on the block's strided view, at batch 256 .. 65536 (4096 with ``--quick``): shuffled
+   | "auto")``) against a bare ``model(tensor)`` on a row-major tensor made beforehand, the bare
+   model on the block's strided view and the same writing its outputs into SoA columns by hand
+   (``target.copy_(model(view))``), at batch 256 .. 65536 (4096 with ``--quick``): shuffled
    interleaved rounds, the median of per-round ratios and the ratio of the best rounds, with the
    load and the cores other processes kept busy (the target is an overhead under 5%);
 3. the kernel -> model -> kernel step: alpyka (one queue, zero copies) against the naive route
@@ -159,7 +160,8 @@ LAYOUT_NAMES = ("zero_copy", "gather", "auto")
 
 def _forward_contenders(batch: int) -> tuple[dict[str, Callable[[], object]], dict[str, object]]:
     """The bare model on a row-major tensor made beforehand and on the block's strided view (no
-    outputs written), and ``Model.forward`` in each layout (its own output collection), on a
+    outputs written), the model on the view writing its outputs into SoA columns by hand, and
+    ``Model.forward`` in each layout (its own output collection), on a
     blocking cpu_serial queue (the pass runs inline: per-call cost, no thread hop); and what the
     checks need (the module, the input tensor, the output collections, the auto layout's choice)."""
     q = pk.Queue(pk.host(), blocking=True)
@@ -178,7 +180,14 @@ def _forward_contenders(batch: int) -> tuple[dict[str, Callable[[], object]], di
         with mode(True):
             return module(strided)
 
-    fns: dict[str, Callable[[], object]] = {"bare": bare, "bare_strided": bare_strided}
+    by_hand_out = pk.PortableCollection(Out, batch, q)
+    target = SoAMetadata(by_hand_out).append_block("p", "a", "b").tensor("p")
+
+    def by_hand():  # what a user writing the outputs into the SoA columns by hand pays
+        with mode(True):
+            target.copy_(module(strided))
+
+    fns: dict[str, Callable[[], object]] = {"bare": bare, "bare_strided": bare_strided, "by_hand": by_hand}
     outs = {}
     for layout in LAYOUT_NAMES:
         out = outs[layout] = pk.PortableCollection(Out, batch, q)
@@ -192,7 +201,8 @@ def _forward_contenders(batch: int) -> tuple[dict[str, Callable[[], object]], di
             while model.input_layout(meta) == "measuring":
                 model.forward(meta)
             chosen = model.input_layout(meta)
-    return fns, {"module": module, "tensor": tensor, "outs": outs, "auto_chose": chosen}
+    ctx = {"module": module, "tensor": tensor, "outs": outs, "by_hand": by_hand_out, "auto_chose": chosen}
+    return fns, ctx
 
 
 def _layout_checks(ctx: dict[str, object]) -> dict[str, bool]:
@@ -203,7 +213,11 @@ def _layout_checks(ctx: dict[str, object]) -> dict[str, bool]:
     for k, v in got.items():
         np.testing.assert_allclose(v, want, rtol=1e-5, atol=1e-6, err_msg=f"layout {k}")
     zero = got["zero_copy"].view(np.uint32)
+    by_hand = ctx["by_hand"]
     return {
+        "zero_copy_same_bits_as_by_hand": bool(
+            np.array_equal(np.stack([by_hand.a, by_hand.b], 1).view(np.uint32), zero)  # type: ignore[union-attr]
+        ),
         "gather_same_bits_as_zero_copy": bool(np.array_equal(got["gather"].view(np.uint32), zero)),
         "auto_same_bits_as_zero_copy": bool(np.array_equal(got["auto"].view(np.uint32), zero)),
         "gather_same_bits_as_bare": bool(np.array_equal(got["gather"].view(np.uint32), want.view(np.uint32))),
@@ -229,7 +243,7 @@ def bench_forward_overhead(batches: list[int], rounds: int, bar: tqdm) -> dict:
             bare = timings["bare"]
             row.update({f"{k}{suffix}_us": t.median * 1e6 for k, t in timings.items()})
             row.update({f"{k}{suffix}_best_us": t.min * 1e6 for k, t in timings.items()})
-            for k in ("bare_strided", *LAYOUT_NAMES):
+            for k in ("bare_strided", "by_hand", *LAYOUT_NAMES):
                 row[f"{k}{suffix}_overhead_pct"] = 100 * (common.paired_ratio(timings[k], bare) - 1)
                 row[f"{k}{suffix}_overhead_pct_best"] = 100 * (timings[k].min / bare.min - 1)
         row.update(
@@ -464,7 +478,7 @@ def plot(result: dict, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     fo = result["forward_overhead"]["rows"]
     ax = axes[1]
-    xs, names = np.arange(len(fo)), ("bare_strided", *LAYOUT_NAMES)
+    xs, names = np.arange(len(fo)), ("bare_strided", "by_hand", *LAYOUT_NAMES)
     width = 0.8 / len(names)
     for i, k in enumerate(names):
         at = xs + (i - (len(names) - 1) / 2) * width
@@ -586,6 +600,10 @@ def main(argv: list[str] | None = None) -> int:
                 "auto thread CPU percent, median of per-round ratios": r["auto_cpu_overhead_pct"],
                 "auto chose": r["auto_chose"],
                 "bare model on the strided view, percent": r["bare_strided_overhead_pct"],
+                "by hand (strided view, outputs copied into the columns), thread CPU percent": r[
+                    "by_hand_cpu_overhead_pct"
+                ],
+                "bare model on the strided view, thread CPU percent": r["bare_strided_cpu_overhead_pct"],
                 "floor (bare model(tensor)) us": r["bare_us"],
                 "load before": r["load_before"],
                 "cores busy elsewhere": r["cores_busy_elsewhere"],
@@ -621,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"forward at batch {r['batch']}, {clock}: over bare model(tensor) {r[f'bare{suffix}_us']:.1f} us "
                 f"(median of paired rounds; best rounds): model on the strided view "
-                f"{r[f'bare_strided{suffix}_overhead_pct']:+.1f}%, "
+                f"{r[f'bare_strided{suffix}_overhead_pct']:+.1f}%, by hand (view + copy into the columns) "
+                f"{r[f'by_hand{suffix}_overhead_pct']:+.1f}%, "
                 + ", ".join(
                     f"{k} {r[f'{k}{suffix}_overhead_pct']:+.1f}% ({r[f'{k}{suffix}_overhead_pct_best']:+.1f}%)"
                     for k in LAYOUT_NAMES

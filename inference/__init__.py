@@ -15,8 +15,11 @@ Contract of the metadata objects (stable; ``inference.remote`` builds on it):
   ``.write_outputs({name: array_or_tensor})`` (validates every output against its block first,
   then writes; a mismatch leaves the collection unchanged and names the block),
   ``.collection``, ``.size`` (the batch size n).
-- ``ModelMetadata(inputs, outputs, batch_size=None, cast_outputs=False, input_dtype=None)``
-  with ``.inputs``, ``.outputs``, ``.batch_size``; ``Model.forward(meta, batch_size=B)`` overrides it.
+- ``ModelMetadata(inputs, outputs, batch_size=None, cast_outputs=False, input_dtype=None,
+  layout="zero_copy")`` with ``.inputs``, ``.outputs``, ``.batch_size``, ``.layout``;
+  ``Model.forward(meta, batch_size=B)`` overrides the batch size. ``layout``: the model reads the
+  input blocks in place (``"zero_copy"``), gathered row-major (``"gather"``) or as measured faster
+  once per geometry (``"auto"``, see ``inference._layout``); ``Model.input_layout(meta)`` says which.
 
 Shapes and strides follow CMSSW PyTorchAlpaka (see ``inference._block``). Memory torch can
 address (cpu_serial, cpu_threads, cuda, rocm) is used in place; OpenCL memory goes through the
@@ -29,6 +32,7 @@ import importlib
 from typing import Any
 
 from ._block import Block
+from ._layout import LayoutError
 from ._loading import ModelFileError, load_state_dict
 from ._metadata import ModelMetadata, SoAMetadata
 from ._model import Model
@@ -40,6 +44,7 @@ from .serving import serve  # PyTriton itself loads in the server process
 
 __all__ = [
     "Block",
+    "LayoutError",
     "Model",
     "ModelFileError",
     "ModelMetadata",

@@ -36,12 +36,14 @@ import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +298,33 @@ def check_triton_running() -> None:
         raise StartupError(early_exit_line(code, server_log(triton)))
 
 
+@contextmanager
+def ending_on_triton_exit(triton: Any) -> Iterator[None]:
+    """Meanwhile, a ``tritonserver`` exit ends what this (the main) thread does with a
+    :class:`StartupError`: at its next readiness poll, or through ``SIGUSR1`` from a watching
+    thread where it waits on something else (a question to a port whose other owner never
+    answers)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(POLL_S):
+            if exit_code(triton) is not None:
+                os.kill(os.getpid(), signal.SIGUSR1)  # its handler runs in the main thread
+                return
+
+    previous = signal.signal(signal.SIGUSR1, lambda *_: check_triton_running())
+    _starting[0] = triton
+    watcher = threading.Thread(target=watch, name="alpyka-triton-exit", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        _starting[0] = None
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def prompt_readiness_polls() -> bool:
     """PyTriton waits for Triton and for each model by asking, then sleeping 1 s: a server was
     ready about 1.4 s (of 7) before it said so. Its client helpers here poll every 50 ms instead
@@ -438,11 +467,8 @@ class _Startup:
         self.triton = Triton(config=tconfig, workspace=str(self.workdir / "pytriton"), security_config=security)
         for spec, infer in bindings:
             _bind(self.triton, spec, infer)
-        _starting[0] = self.triton
-        try:
+        with ending_on_triton_exit(self.triton):
             _private_args.run_triton(self.triton, self.cfg["token"], self.cfg["preload"])
-        finally:
-            _starting[0] = None
         return specs
 
     def _load(self, spec: ModelSpec, device: str) -> Callable[..., Any]:

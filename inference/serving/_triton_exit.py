@@ -3,7 +3,8 @@ that says so (its exit code, its log's last error and the fix).
 
 PyTriton waits up to 120 s for Triton to answer, even when ``tritonserver`` has already exited (a
 port taken, a library missing, an option it refuses): the server process asks :func:`exit_code`
-between its readiness polls and ends the start at once with :func:`early_exit_line`. PyTriton
+between its readiness polls and from a watching thread (``_child.ending_on_triton_exit``), and
+ends the start at once with :func:`early_exit_line`. PyTriton
 offers no public way to ask: this reads its ``Triton``'s server object (``nvidia-pytriton`` 0.7)
 and says "unknown" where it differs.
 """

@@ -11,8 +11,8 @@ import torch
 
 import portable as pk
 from alpyka_testing.inference import MLP, features, run_threads
-from inference import Model, ModelMetadata, SoAMetadata
-from inference._layout import TRIALS, LayoutError
+from inference import LayoutError, Model, ModelMetadata, SoAMetadata
+from inference._layout import TRIALS
 
 #: forwards after which "auto" has decided: the bit comparison, then TRIALS timed passes of each
 DECIDED_AFTER = 1 + 2 * TRIALS

@@ -49,14 +49,20 @@ def our_leftovers() -> tuple[set[int], set[str]]:
 
 
 @needs_triton
-def test_a_tritonserver_that_exits_at_start_fails_serve_at_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("holder", ["bound", "listening"])
+def test_a_tritonserver_that_exits_at_start_fails_serve_at_once(tmp_path, monkeypatch, holder):
+    """``bound``: the server process's next readiness poll finds tritonserver gone; ``listening``:
+    its question to the port waits on the holder, which accepts and never answers, until the
+    watch of tritonserver ends it."""
     from inference import serving
 
     model = tmp_path / "identity.pt"
     torch.jit.script(Identity()).save(str(model))
     before = our_leftovers()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
-        held.bind(("127.0.0.1", 0))  # bound, not listening: tritonserver cannot bind its gRPC port
+        held.bind(("127.0.0.1", 0))  # tritonserver cannot bind its gRPC port
+        if holder == "listening":
+            held.listen(8)
         port = held.getsockname()[1]
         # serve's own check would refuse the port at once: as if it were taken after that check
         monkeypatch.setattr(serving, "_port_free", lambda port: True)
