@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from portable._errors import AlpykaError
+from portable import AlpykaError
 
 #: the layouts ``ModelMetadata(layout=...)`` accepts, the default first
 LAYOUTS = ("zero_copy", "gather", "auto")
