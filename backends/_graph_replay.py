@@ -140,6 +140,7 @@ class OpenCLRecorder:
 
     def finish(self, keep: tuple) -> Callable[[], None]:
         impl, ops = queue_impl(self.queue), tuple(self.ops)
+        took: list = [None]  # seconds the last wait for a replay alone took (a short one is joined)
 
         def replay() -> None:
             cq = impl.cq
@@ -148,7 +149,7 @@ class OpenCLRecorder:
                 for native, op in ops:
                     events.append(op(cq) if native else op())
                 last = events[-1] if events and events[-1] is not None else impl.marker()
-                impl.after_enqueue(last, events, keep)
+                impl.after_known(took, last, events, keep)
 
         return replay
 

@@ -196,7 +196,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         return None
     plan, dyn, (_, local, glob) = prepared
     impl = queue_impl(queue)
-    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
+    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_known, impl.cq, plan.kernel, plan.pack
     enqueue, blocking, wait = cl.enqueue_nd_range_kernel, impl.blocking, impl.wait_command
     last: list = [None]  # the arguments this launcher set last
     took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
@@ -211,7 +211,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
                     plan.setter, last[0] = last, args
                 ev = enqueue(cq, knl, glob, local)
             if not blocking:
-                after(ev, args)
+                after(None if fresh else took, ev, args)  # (q.wait() joins known work)
                 return
         if fresh:
             took[0] = None  # other arguments: the time of the last run says nothing

@@ -13,6 +13,8 @@ from ._gpu_queue import DeviceQueue, Snapshot
 from ._opencl_waits import WaitChoice, opencl_library
 
 _COMPLETE = cl.command_execution_status.COMPLETE
+#: how many kinds of known work (sums of time cells) a queue keeps the wait time of
+_WORK_KINDS = 64
 
 
 def _find_cl_flush() -> Callable[[Any], None]:
@@ -88,6 +90,11 @@ class OpenCLQueue(DeviceQueue):
         # (1.2 us). A gate's own flush always is (_UserEventGate.hold).
         self._flush_cq = functools.partial(_flush, self.cq) if device.properties.get("simulator") else self.cq.flush
         self._last: cl.Event | None = None  # the latest command enqueued (for is_idle)
+        # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
+        # since the last wait (fast launches with their last arguments, graph replays), or None
+        # once anything else was (its time unknown); the wait's time per sum (:meth:`finish`)
+        self._pending: int | None = 0
+        self._took_by_work: dict[int, list] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed
@@ -112,18 +119,36 @@ class OpenCLQueue(DeviceQueue):
             return False
         with self._lock:
             self._last = cl.enqueue_barrier(self.cq, wait_for=[snap.native])
+            self._pending = None  # (waits for another queue's work)
         return True
 
     def finish(self) -> None:
+        """Wait for the queue (not ``cq.finish()``: a Ctrl-C must reach the main thread waiting for
+        a long kernel): joined where the same known work was waited for within the join limit
+        before (:meth:`~backends._opencl_waits.WaitChoice.wait_timed`), else as :meth:`wait_native_event`."""
         with self._lock:
             last = self.marker()
-        self.wait_native_event(last)  # not cq.finish(): a Ctrl-C must reach a thread waiting for a long kernel
+            pending, self._pending = self._pending, 0
+        try:
+            if pending is None:
+                self.wait_native_event(last)
+            else:
+                took = self._took_by_work.get(pending)
+                if took is None:
+                    if len(self._took_by_work) >= _WORK_KINDS:
+                        self._took_by_work.clear()
+                    took = self._took_by_work[pending] = [None]
+                self._wait_timed(last, took, self._flush_cq)
+        except BaseException:  # (a Ctrl-C): the work may still run
+            self._pending = None
+            raise
 
     def make_gate(self) -> _UserEventGate:
         return _UserEventGate(self.cq, self.context, self.wait_native_event)
 
     def hold_gate(self, gate: _UserEventGate) -> None:
         self._last = gate.hold()
+        self._pending = None
 
     def after_enqueue(self, *objs: Any) -> None:
         """``objs[0]`` is the event of the command just enqueued; all of ``objs`` stay alive
@@ -134,9 +159,26 @@ class OpenCLQueue(DeviceQueue):
                 self.wait_command(objs[0])
                 return
             self._last = objs[0]
+        self._pending = None  # (a blocking queue's finish below waits for it interruptibly)
         if not self.blocking:
             self._flush_cq()  # so that polling an event (is_idle, pruning) sees progress
         super().after_enqueue(*objs)
+
+    def after_known(self, took: list | None, ev: cl.Event, *objs: Any) -> None:
+        """:meth:`after_enqueue` for the command of ``ev`` whose time a fast launcher or a graph
+        keeps in ``took`` (its last run with the same arguments; None: unknown): a blocking queue
+        waits for it (:meth:`wait_command`), a non-blocking one counts it known for ``q.wait()``.
+        The caller holds the queue's lock."""
+        if self.blocking:
+            self.wait_command(ev, took)
+            return
+        if took is None:
+            self._pending = None
+        elif self._pending is not None:
+            self._pending += id(took)
+        self._last = ev
+        self._flush_cq()
+        DeviceQueue.after_enqueue(self, ev, *objs)
 
     def wait_command(self, ev: cl.Event, took: list | None = None) -> None:
         """A blocking queue's wait for the command of ``ev``, the last one it enqueued: flushed,

@@ -108,10 +108,16 @@ class _Waiter:
 _waiters = threading.local()
 
 
+#: the main thread's ident (where a Ctrl-C's KeyboardInterrupt is raised)
+_main_ident = threading.main_thread().ident
+
+
 def _forget_waiters() -> None:
-    """In a forked child: the waiter threads were not copied, so the next wait starts its own."""
-    global _waiters
+    """In a forked child: the waiter threads were not copied, so the next wait starts its own;
+    the thread that forked is the child's main thread."""
+    global _waiters, _main_ident
     _waiters = threading.local()
+    _main_ident = threading.main_thread().ident
 
 
 if hasattr(os, "register_at_fork"):
@@ -197,7 +203,7 @@ class WaitChoice:
 
     def wait(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
-        if self.joins and _get_ident() != _main_thread().ident:
+        if self.joins and _get_ident() != _main_ident:
             wait_event_joined(ev)
         else:
             self.interruptible(ev)
@@ -213,7 +219,7 @@ class WaitChoice:
         if not self.joins:
             flush()
             self.interruptible(ev)
-        elif _get_ident() != _main_thread().ident:
+        elif _get_ident() != _main_ident:
             wait_event_joined(ev)
         elif last is not None and last < JOIN_LIMIT_S:
             ev.wait()  # (raises the runtime's error for a failed command)
@@ -223,4 +229,4 @@ class WaitChoice:
         took[0] = _clock() - t0
 
 
-_clock, _get_ident, _main_thread = time.perf_counter, _thread.get_ident, threading.main_thread
+_clock, _get_ident = time.perf_counter, _thread.get_ident

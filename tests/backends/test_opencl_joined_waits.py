@@ -47,14 +47,19 @@ def _counting_interruptible(q, monkeypatch) -> list:
     return calls
 
 
-def _main_thread_only():
+def _main_thread_only(monkeypatch):
+    """Skip unless in the main thread; any wait counts as short (the choice, not the limit, is
+    tested: on a busy machine a tiny wait's tail can pass 50 ms)."""
+    import backends._opencl_waits as ow
+
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("the main thread's choice is tested; this test runs in another thread")
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["first", "second"])
 def test_the_main_thread_joins_a_repeated_launch_only_once_it_was_short(which, monkeypatch):
-    _main_thread_only()
+    _main_thread_only(monkeypatch)
     devices = pk.devices("opencl")
     if which >= len(devices):
         pytest.skip("one OpenCL device here")
@@ -83,7 +88,7 @@ def test_the_main_thread_joins_a_repeated_launch_only_once_it_was_short(which, m
 def test_a_launch_not_short_is_never_joined_in_the_main_thread(monkeypatch):
     import backends._opencl_waits as ow
 
-    _main_thread_only()
+    _main_thread_only(monkeypatch)
     monkeypatch.setattr(ow, "JOIN_LIMIT_S", 0.0)  # no run is short enough
     dev = pk.device("opencl")
     q = pk.Queue(dev, blocking=True)
@@ -185,3 +190,44 @@ def test_the_interpreter_ends_cleanly_while_a_daemon_thread_waits(which, tmp_pat
         assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
         assert "exiting" in r.stdout
         assert "terminate" not in r.stderr and "Fatal Python error" not in r.stderr, r.stderr[-3000:]
+
+
+def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
+    """``q.wait()`` in the main thread joins when everything since the last wait was known work
+    (fast launches with their last arguments, graph replays) whose same mix was waited for
+    within the limit before; anything else waits interruptibly."""
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev)
+    out = pk.Buffer(dev, 8, np.float32)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    q.wait()
+    calls = _counting_interruptible(q, monkeypatch)
+    one = np.float32(1)
+
+    def waits_interruptibly(enqueue) -> bool:
+        before = len(calls)
+        enqueue()
+        q.wait()
+        return len(calls) > before
+
+    def launches(n, v=one):
+        return lambda: [pk.exec(q, wd, add_v, out, v) for _ in range(n)]
+
+    assert waits_interruptibly(launches(3))  # the checked path twice, the fast launcher's first run
+    assert waits_interruptibly(launches(4))  # known launches, this mix never waited for
+    assert not waits_interruptibly(launches(4))  # the same mix, short: joined
+    assert waits_interruptibly(launches(2))  # another mix
+    assert not waits_interruptibly(launches(2))
+    assert waits_interruptibly(launches(2, np.float32(2)))  # a new scalar value: unknown
+    assert waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill: unknown
+    with pk.capture(q) as graph:
+        launches(3)()
+    assert waits_interruptibly(graph.launch)
+    assert not waits_interruptibly(graph.launch)
+    assert not waits_interruptibly(graph.launch)
+    host = np.empty(8, np.float32)
+    pk.memcpy(q, host, out)
+    q.wait()
+    np.testing.assert_array_equal(host, 9)  # the fill, then three replays of three launches
