@@ -349,7 +349,7 @@ class BusyCores:
 
         self._procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(self.n)]
         time.sleep(0.3 if self.n else 0.0)  # they run before the clock starts
-        self._ticks = _cpu_ticks()
+        self._ticks = cpu_ticks()
         return self
 
     def load(self) -> dict[str, Any]:
@@ -357,7 +357,7 @@ class BusyCores:
         return {
             "busy_processes": self.n,
             "load_average": list(os.getloadavg()),
-            "cores_busy_elsewhere": _others_cores(self._ticks, _cpu_ticks(), os.cpu_count() or 1),
+            "cores_busy_elsewhere": others_cores(self._ticks, cpu_ticks(), os.cpu_count() or 1),
         }
 
     def __exit__(self, *exc: Any) -> None:
@@ -367,7 +367,7 @@ class BusyCores:
         self._procs = []
 
 
-def _cpu_ticks() -> tuple[float, int, int, float] | None:
+def cpu_ticks() -> tuple[float, int, int, float] | None:
     """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
@@ -378,9 +378,10 @@ def _cpu_ticks() -> tuple[float, int, int, float] | None:
     return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
 
 
-def _others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
+def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
     """How many of ``cores`` processes other than this one kept busy on average between two
-    :func:`_cpu_ticks`."""
+    :func:`cpu_ticks` (all busy time less this process's): what a parallel runtime measured then
+    could not have."""
     if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
         return None
     wall = after[0] - before[0]

@@ -115,28 +115,6 @@ def numba_charge_cut_prange(
             new_n_clusters[m] = kept
 
 
-def _cpu_ticks() -> tuple[float, int, int, float] | None:
-    """``(wall s, all jiffies, idle jiffies, this process's CPU s)`` now (/proc/stat; None elsewhere)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    own = os.times()
-    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], own.user + own.system
-
-
-def others_cores(before: tuple | None, after: tuple | None, cores: int) -> float | None:
-    """How many of the machine's ``cores`` other processes kept busy on average between two
-    :func:`_cpu_ticks` (all busy time less this process's): what a parallel runtime measured
-    then could not have."""
-    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
-        return None
-    wall = after[0] - before[0]
-    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
-    return max(0.0, (busy - (after[3] - before[3])) / wall)
-
-
 def _sizes(args) -> list[int]:
     """Mean clusters per module of each measured event (2000 modules; 5 digis a cluster on average)."""
     return [10] if args.smoke else [10] if args.quick else [5, 10, 20]
@@ -204,7 +182,7 @@ def _measure(per_module: int, n_modules: int, rounds: int, calls: int) -> tuple[
     fns, skipped = _contenders(event, want)
     runs = []
     for group in _groups(fns):
-        ticks = _cpu_ticks()
+        ticks = common.cpu_ticks()
         timings, errors = common.interleaved(group, rounds, calls=calls, warmup=2)
         skipped.update(errors)
         facts = {
@@ -214,7 +192,7 @@ def _measure(per_module: int, n_modules: int, rounds: int, calls: int) -> tuple[
             "clusters": int(event[3].sum()),
             "kept": int(want[1].sum()),
             "timed_with": sorted(group),
-            "cores_busy_elsewhere": others_cores(ticks, _cpu_ticks(), os.cpu_count() or 1),
+            "cores_busy_elsewhere": common.others_cores(ticks, common.cpu_ticks(), os.cpu_count() or 1),
             "label": f"{round(n, -3) // 1000}k digis" if n >= 1000 else f"{n} digis",
         }
         runs.append((facts, timings))

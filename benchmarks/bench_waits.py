@@ -111,9 +111,12 @@ def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[
 def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[dict], dict]:
     """The blocking tiny launch of ``dev`` under ``busy``: rows and the summary entry."""
     fns = {OURS: _blocking_queue(dev, False), RAW: _raw(dev), BEFORE: _blocking_queue(dev, True)}
+    per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10)}  # (the old wait: up to ms a launch)
     cpu: dict[str, list[float]] = {name: [] for name in fns}
-    batches = {name: _batched(fn, calls, cpu[name]) for name, fn in fns.items()}
+    batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
     timings, errors = interleaved(batches, rounds, warmup=1, min_rounds=3)
+    for name, t in timings.items():  # seconds per launch
+        t.times = [x / per[name] for x in t.times]
     load = busy.load()
     rows = []
     for name in fns:
@@ -121,8 +124,8 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
         if name in timings:
             t, c = timings[name], cpu[name][1:]  # (the warm-up's batch first)
             row.update(
-                us_per_launch=1e6 * t.median / calls,
-                min_us_per_launch=1e6 * t.min / calls,
+                us_per_launch=1e6 * t.median,
+                min_us_per_launch=1e6 * t.min,
                 cpu_us_per_launch=1e6 * statistics.median(c),
                 rounds=len(t.times),
             )
@@ -136,8 +139,8 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
         "alpyka_over_raw": paired_ratio(timings[OURS], timings[RAW]),
         "alpyka_over_raw_best": ratio(timings[OURS].min, timings[RAW].min),
         "cpu_alpyka_over_raw": statistics.median(cpu_pairs) if cpu_pairs else None,
-        "alpyka_us": 1e6 * timings[OURS].median / calls,
-        "raw_us": 1e6 * timings[RAW].median / calls,
+        "alpyka_us": 1e6 * timings[OURS].median,
+        "raw_us": 1e6 * timings[RAW].median,
     }
     if BEFORE in timings:
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
@@ -187,6 +190,13 @@ def plot(rows: list[dict], out: Path) -> Path:
     return save_figure(fig, out, "waits")
 
 
+def _label(dev: Any, n: int, cores: int) -> str:
+    """The summary's key: the runtime and the load ("Intel, busy cores": one spinner per core)."""
+    platform = dev.properties["platform"]
+    runtime = "Intel" if platform.startswith("Intel") else "PoCL" if platform.startswith("Portable") else platform
+    return f"{runtime}, " + ("free cores" if n == 0 else "busy cores" if n == cores else f"{n} busy processes")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
     cores = os.cpu_count() or 1
@@ -199,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     bar = progress(work, total=len(work), desc="waits", disable=args.no_progress)
     for dev, n in bar:
         bar.set_postfix_str(f"{dev.properties['platform'][:12]}, {n} busy")
-        label = f"{dev.properties['platform']}, {n} busy processes"
+        label = _label(dev, n, cores)
         with BusyCores(n) as busy:
             try:
                 r, s = launches(dev, busy, rounds, calls)
