@@ -175,11 +175,13 @@ def wait_event_joined(ev: cl.Event) -> None:
         ev.wait()  # the runtime's own error for the failed command
 
 
-#: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for a launch whose
-#: last run with the same arguments (the same launcher, objects and scalar values) ended within
-#: this long; a Ctrl-C then waits for at most about this long unless one such launch runs far
-#: longer than the last (its data alone decides)
-JOIN_LIMIT_S = 0.05
+#: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for work whose last
+#: wait (the same launcher with the same objects and scalar values, or the same mix of such work
+#: on one queue) ended within this long; a Ctrl-C then waits for at most about this long unless
+#: such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
+#: of a thread preempted on busy cores took 50+ ms now and then, and each then went back to the
+#: interruptible wait, ms a launch there (Intel, 4 spinners on 2 cores: 3.7x raw at 50 ms)
+JOIN_LIMIT_S = 0.2
 
 
 class WaitChoice:

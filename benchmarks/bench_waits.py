@@ -65,35 +65,38 @@ def _devices() -> list[Any]:
     return [d for d in pk.devices("opencl") if d.properties.get("type") == "cpu" and not d.properties.get("simulator")]
 
 
-def _blocking_queue(dev: Any, interruptible_only: bool) -> Callable[[], None]:
-    """A blocking tiny launch on a queue of its own (its fast path taken), as a function."""
+def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
+    """The three contenders on one native queue (a blocking ``pk.Queue`` and its
+    ``native_handle``: the runtime's state per queue then favours none of them)."""
+    import pyopencl as cl
+
     q = pk.Queue(dev, blocking=True)
-    if interruptible_only:
-        queue_impl(q).waits.joins = False  # every wait handed (Intel) or polled (others): the old way
     out = pk.Buffer(dev, 1, np.float32, queue=q)
     wd, v = pk.WorkDiv(1, 1, 1), np.float32(1.5)
     for _ in range(3):  # the third launch takes the fast path
         pk.exec(q, wd, tiny, out, v)
-    return lambda: pk.exec(q, wd, tiny, out, v)
-
-
-def _raw(dev: Any) -> Callable[[], None]:
-    """The same generated kernel through raw pyopencl, its arguments set once."""
-    import pyopencl as cl
-
-    _blocking_queue(dev, False)()  # builds the plan
     plan = next(p for k, p in pk.get_backend("opencl").plans(tiny).items() if k[0] == dev.memory_space)
-    ctx = dev.native.context
-    cq = cl.CommandQueue(ctx, dev.native.device)
-    knl = cl.Kernel(cl.Program(ctx, plan.src.text).build(), plan.src.entry)
-    out = pk.Buffer(dev, 1, np.float32)
-    knl.set_args(*plan.pack((out, np.float32(1.5)), pk.WorkDiv(1, 1, 1), 0))
+    cq = q.native_handle
+    knl = cl.Kernel(cl.Program(dev.native.context, plan.src.text).build(), plan.src.entry)
+    raw_out = pk.Buffer(dev, 1, np.float32)
+    knl.set_args(*plan.pack((raw_out, v), wd, 0))
+    waits = queue_impl(q).waits
+
+    def ours() -> None:
+        pk.exec(q, wd, tiny, out, v)
 
     def raw() -> None:
         cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,))
         cq.finish()
 
-    return raw
+    def interruptible_only() -> None:  # every wait handed (Intel) or polled (others): the old way
+        waits.joins = False
+        try:
+            pk.exec(q, wd, tiny, out, v)
+        finally:
+            waits.joins = True
+
+    return {OURS: ours, RAW: raw, BEFORE: interruptible_only}
 
 
 def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[], None]:
@@ -110,7 +113,7 @@ def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[
 
 def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[dict], dict]:
     """The blocking tiny launch of ``dev`` under ``busy``: rows and the summary entry."""
-    fns = {OURS: _blocking_queue(dev, False), RAW: _raw(dev), BEFORE: _blocking_queue(dev, True)}
+    fns = _contenders(dev)
     per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10)}  # (the old wait: up to ms a launch)
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
@@ -120,7 +123,8 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     load = busy.load()
     rows = []
     for name in fns:
-        row: dict[str, Any] = {"section": "blocking launch", "device": dev.name, "variant": name, **load}
+        row: dict[str, Any] = {"section": "blocking launch", "device": dev.name, "runtime": _runtime(dev)}
+        row.update(variant=name, **load)
         if name in timings:
             t, c = timings[name], cpu[name][1:]  # (the warm-up's batch first)
             row.update(
@@ -153,7 +157,7 @@ def graph_replay(dev: Any, busy: BusyCores, rounds: int) -> tuple[list[dict], di
     timings, errors = interleaved(fns, rounds, warmup=2, min_rounds=3)
     load = busy.load()
     rows = [
-        {"section": "graph", "device": dev.name, "variant": name, **load}
+        {"section": "graph", "device": dev.name, "runtime": _runtime(dev), "variant": name, **load}
         | (
             {"us_per_chain": 1e6 * timings[name].median, "min_us_per_chain": 1e6 * timings[name].min}
             if name in timings
@@ -169,7 +173,7 @@ def plot(rows: list[dict], out: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     launch = [r for r in rows if r["section"] == "blocking launch" and "us_per_launch" in r]
-    labels = [f"{r['device'][:18]}, {r['busy_processes']} busy\n{r['variant']}" for r in launch]
+    labels = [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant']}" for r in launch]
     colors = ["tab:blue" if r["variant"] == OURS else "tab:gray" if r["variant"] == RAW else "tab:red" for r in launch]
     axes[0].barh(labels, [r["us_per_launch"] for r in launch], color=colors)
     axes[0].barh(labels, [r["cpu_us_per_launch"] for r in launch], color="none", edgecolor="black", hatch="//")
@@ -179,7 +183,7 @@ def plot(rows: list[dict], out: Path) -> Path:
     axes[0].set_title("alpyka (blue) vs raw pyopencl + finish (gray), interruptible only (red)")
     graph = [r for r in rows if r["section"] == "graph" and "us_per_chain" in r]
     axes[1].barh(
-        [f"{r['device'][:18]}, {r['busy_processes']} busy: {r['variant']}" for r in graph],
+        [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant'].replace('_', ' ')}" for r in graph],
         [r["us_per_chain"] for r in graph],
         color=["tab:green" if r["variant"] == "graph" else "tab:gray" for r in graph],
     )
@@ -190,18 +194,22 @@ def plot(rows: list[dict], out: Path) -> Path:
     return save_figure(fig, out, "waits")
 
 
+def _runtime(dev: Any) -> str:
+    """The OpenCL runtime of ``dev`` in a word ("Intel", "PoCL")."""
+    platform = dev.properties["platform"]
+    return "Intel" if platform.startswith("Intel") else "PoCL" if platform.startswith("Portable") else platform
+
+
 def _label(dev: Any, n: int, cores: int) -> str:
     """The summary's key: the runtime and the load ("Intel, busy cores": one spinner per core)."""
-    platform = dev.properties["platform"]
-    runtime = "Intel" if platform.startswith("Intel") else "PoCL" if platform.startswith("Portable") else platform
-    return f"{runtime}, " + ("free cores" if n == 0 else "busy cores" if n == cores else f"{n} busy processes")
+    return f"{_runtime(dev)}, " + ("free cores" if n == 0 else "busy cores" if n == cores else f"{n} busy processes")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
     cores = os.cpu_count() or 1
     busy_counts = [0, cores] if args.quick else [0, cores, 2 * cores]
-    rounds, calls, graph_rounds = (3, 20, 3) if args.smoke else ((15, 100, 15) if args.quick else (41, 200, 61))
+    rounds, calls, graph_rounds = (3, 20, 3) if args.smoke else ((41, 40, 15) if args.quick else (161, 50, 61))
     devices = _devices()
     work = [(dev, n) for n in busy_counts for dev in devices]
     rows: list[dict] = []

@@ -2,12 +2,12 @@
 
 On busy cores a blocking tiny launch waited for by polling or by a waiter thread took 12-1800x raw
 pyopencl + ``finish`` (Intel's CPU runtime runs the command in the thread that waits for it; any
-other thread must first get a core), joined it takes ~1.2-1.5x. A joined wait cannot be
+other thread must first get a core), joined it takes ~1.1-1.3x. A joined wait cannot be
 interrupted, so the main thread joins only for a launch whose last run with the same arguments was
-short; other threads always join (Python raises a Ctrl-C in the main thread only), through ctypes,
-which takes the GIL back in plain C: a daemon thread still waiting when the interpreter ends is
-stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate called").
-Ctrl-C while a long launch runs after short runs of it: tests/backends/test_ctrl_c.py, "repeated".
+short (or, for q.wait(), known work waited for quickly before); other threads always join (Python
+raises a Ctrl-C in the main thread only), through ctypes, which takes the GIL back in plain C: a
+daemon thread still waiting when the interpreter ends is stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate called").
+Ctrl-C while a long launch runs after short runs of it: tests/backends/test_ctrl_c.py, "repeated*".
 """
 
 import os
@@ -49,7 +49,7 @@ def _counting_interruptible(q, monkeypatch) -> list:
 
 def _main_thread_only(monkeypatch):
     """Skip unless in the main thread; any wait counts as short (the choice, not the limit, is
-    tested: on a busy machine a tiny wait's tail can pass 50 ms)."""
+    tested: on a busy machine a tiny wait's tail can pass the limit)."""
     import backends._opencl_waits as ow
 
     if threading.current_thread() is not threading.main_thread():
@@ -231,3 +231,32 @@ def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     pk.memcpy(q, host, out)
     q.wait()
     np.testing.assert_array_equal(host, 9)  # the fill, then three replays of three launches
+
+
+def test_a_replayed_graph_sets_shared_arguments_once_and_others_again():
+    """Kernels of a graph with equal arguments share one argument list (set once a replay where
+    they follow each other); other arguments, and a launch between replays, set theirs again."""
+    dev = pk.device("opencl")
+    q = pk.Queue(dev)
+    a, b = pk.Buffer(dev, 8, np.float32), pk.Buffer(dev, 8, np.float32)
+    pk.memset(q, a, 0)
+    pk.memset(q, b, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    one, two = np.float32(1), np.float32(2)
+    for _ in range(3):  # a fast launcher for the launch between the replays
+        pk.exec(q, wd, add_v, b, np.float32(100))
+    with pk.capture(q) as graph:
+        pk.exec(q, wd, add_v, a, one)
+        pk.exec(q, wd, add_v, a, np.float32(1))  # equal: shares the list
+        pk.exec(q, wd, add_v, a, two)
+        pk.exec(q, wd, add_v, b, one)
+        pk.exec(q, wd, add_v, a, one)
+    graph.launch()
+    pk.exec(q, wd, add_v, b, np.float32(100))  # the fast launcher's own arguments in between
+    graph.launch()
+    ha, hb = np.empty(8, np.float32), np.empty(8, np.float32)
+    pk.memcpy(q, ha, a)
+    pk.memcpy(q, hb, b)
+    q.wait()
+    np.testing.assert_array_equal(ha, 2 * (1 + 1 + 2 + 1))
+    np.testing.assert_array_equal(hb, 300 + 100 + 2 * 1)
