@@ -74,7 +74,9 @@ def _cl_kernel(plan: Any, values: list, glob: tuple, local: tuple, cq: Any) -> A
     import pyopencl as cl
 
     with plan.lock:  # a cl.Kernel's arguments must not interleave with another launch's
-        plan.set_args(values)
+        if plan.setter is not values:  # (kernels of a graph with equal arguments share ``values``)
+            plan.set_args(values)
+            plan.setter = values
         return cl.enqueue_nd_range_kernel(cq, plan.kernel, glob, local)
 
 
@@ -97,16 +99,20 @@ class OpenCLRecorder:
     def __init__(self, backend: Any, queue: Any) -> None:
         self.backend, self.queue = backend, queue
         self.ops: list[tuple[bool, Callable[..., Any]]] = []
+        self._values: dict[int, list] = {}  # per plan: the argument values of its last kernel here
 
     def launch(self, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         from . import _opencl_launch as ocl
-        from ._gpu_launch import prepare_launch
+        from ._gpu_launch import prepare_launch, same_value
 
         plan, values, _dyn, (_, local, glob) = prepare_launch(self.queue, workdiv, kernel, args, ocl.make_plan)
         if plan.err:  # a debug build's range check: a flag and a host function per launch
             self.ops.append((False, partial(ocl.launch, self.queue, workdiv, kernel, args)))
         else:
-            self.ops.append((True, partial(_cl_kernel, plan, list(values), glob, local)))
+            prev = self._values.get(id(plan))  # (the plan outlives the recording: its cache holds it)
+            if prev is None or len(prev) != len(values) or not all(map(same_value, prev, values)):
+                prev = self._values[id(plan)] = list(values)
+            self.ops.append((True, partial(_cl_kernel, plan, prev, glob, local)))
 
     def copy(self, dst: MemRef, src: MemRef) -> None:
         if dst.device.is_host_memory and src.device.is_host_memory:
@@ -140,6 +146,7 @@ class OpenCLRecorder:
 
     def finish(self, keep: tuple) -> Callable[[], None]:
         impl, ops = queue_impl(self.queue), tuple(self.ops)
+        took: list = [None]  # seconds the last wait for a replay alone took (a short one is joined)
 
         def replay() -> None:
             cq = impl.cq
@@ -148,7 +155,7 @@ class OpenCLRecorder:
                 for native, op in ops:
                     events.append(op(cq) if native else op())
                 last = events[-1] if events and events[-1] is not None else impl.marker()
-                impl.after_enqueue(last, events, keep)
+                impl.after_known(took, last, events, keep)
 
         return replay
 
@@ -180,6 +187,7 @@ class CupyRecorder:
     def __init__(self, backend: Any, queue: Any) -> None:
         self.backend, self.queue = backend, queue
         self.ops: list[tuple[bool, Callable[..., Any]]] = []
+        self._values: dict[int, list] = {}  # per plan: the argument values of its last kernel here
         #: native runs captured into CUDA graphs (0 on ROCm: prepared calls replayed instead)
         self.graphs = 0
         #: index of a range-checked kernel's last native operation -> its host check

@@ -188,28 +188,33 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     when another launcher set them or an argument is not the very object of this launcher's
     last launch (then only the values that differ are set, scalars mostly: ``set_args``), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
-    waited for by ``OpenCLQueue.wait_command``). None without a plan, or for a range-checked
+    waited for by ``OpenCLQueue.wait_command``, told how long the last run with the same
+    arguments took: a short one is waited for joined). None without a plan, or for a range-checked
     plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
         return None
     plan, dyn, (_, local, glob) = prepared
     impl = queue_impl(queue)
-    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_enqueue, impl.cq, plan.kernel, plan.pack
+    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_known, impl.cq, plan.kernel, plan.pack
     enqueue, blocking, wait = cl.enqueue_nd_range_kernel, impl.blocking, impl.wait_command
     last: list = [None]  # the arguments this launcher set last
+    took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
     same = same_objects(len(args))
 
     def run(args: tuple) -> None:
         with qlock:
             with plock:
-                if plan.setter is not last or not same(args, last[0]):
+                fresh = not same(args, last[0])
+                if fresh or plan.setter is not last:
                     plan.set_args(pack(args, workdiv, dyn))
                     plan.setter, last[0] = last, args
                 ev = enqueue(cq, knl, glob, local)
             if not blocking:
-                after(ev, args)
+                after(None if fresh else took, ev, args)  # (q.wait() joins known work)
                 return
-        wait(ev)  # a blocking queue: this command waited for (no marker), outside the queue's lock
+        if fresh:
+            took[0] = None  # other arguments: the time of the last run says nothing
+        wait(ev, took)  # a blocking queue: this command waited for (no marker), outside the queue's lock
 
     return run

@@ -366,6 +366,45 @@ def load_average() -> list[float] | None:
         return None
 
 
+# ----------------------------------------------------------------------------- busy cores
+#: what a process that keeps one core busy runs
+_SPIN = "while True: pass"
+
+
+class BusyCores:
+    """``with BusyCores(n) as busy:`` ``n`` processes spinning on the CPU (busy cores, as a machine
+    where every core runs work), started here and killed by their pid at the end; ``busy.load()``:
+    the load average and how many cores processes other than this one kept busy since the start
+    (the spinners and anyone else, from ``/proc/stat``; None where it is not)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._procs: list[Any] = []
+        self._ticks: tuple | None = None
+
+    def __enter__(self) -> BusyCores:
+        import subprocess
+
+        self._procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(self.n)]
+        time.sleep(0.3 if self.n else 0.0)  # they run before the clock starts
+        self._ticks = cpu_ticks()
+        return self
+
+    def load(self) -> dict[str, Any]:
+        """``{"busy_processes", "load_average", "cores_busy_elsewhere"}`` now."""
+        return {
+            "busy_processes": self.n,
+            "load_average": load_average(),
+            "cores_busy_elsewhere": others_cores(self._ticks, cpu_ticks(), os.cpu_count() or 1),
+        }
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self._procs:
+            p.kill()
+            p.wait()
+        self._procs = []
+
+
 # ----------------------------------------------------------------------------- metadata
 
 

@@ -45,6 +45,7 @@ _LAUNCHES = (
 )
 _DEMO = "{:.0f} / {:.0f} / {:.0f}"
 _FORWARD = "forward overhead at batch 4096"
+_LOADS = ("free cores", "busy cores")
 
 #: the README's benchmark table, in order
 FIGURES: tuple[Figure, ...] = (
@@ -274,6 +275,21 @@ FIGURES: tuple[Figure, ...] = (
             S("cuda", "alpyka graph / cupy graph"),
         ),
         ">= 3x (cpu_serial)",
+    ),
+    Figure(
+        "a blocking tiny launch on CPU OpenCL vs raw pyopencl with the arguments set once + finish (paired, "
+        "interleaved), free cores / every core busy (a spinning process each, started by the benchmark)",
+        "waits.json",
+        "Intel {:.2f}x / {:.2f}x, PoCL {:.2f}x / {:.2f}x the time (CPU time {:.2f}x / {:.2f}x, {:.2f}x / {:.2f}x; "
+        "the interruptible wait alone {:.1f}x / {:.0f}x, {:.1f}x / {:.1f}x); 20 tiny kernels + q.wait() replayed "
+        "as a graph on busy cores: {:.2f}x / {:.2f}x faster than one by one",
+        (
+            *(S(f"{r}, {c}", "alpyka_over_raw") for r in ("Intel", "PoCL") for c in _LOADS),
+            *(S(f"{r}, {c}", "cpu_alpyka_over_raw") for r in ("Intel", "PoCL") for c in _LOADS),
+            *(S(f"{r}, {c}", "interruptible_only_over_raw") for r in ("Intel", "PoCL") for c in _LOADS),
+            *(S(f"{r}, busy cores", "graph_speedup") for r in ("Intel", "PoCL")),
+        ),
+        "<= 1.3x",
     ),
     Figure(
         "CMSSW's ClusterChargeCut (shared-memory atomics, block scan), 2000 modules, ~100k digis: speed vs its "

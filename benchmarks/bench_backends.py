@@ -195,11 +195,11 @@ def _pair_summary(timings: dict[str, Any], ours: str, theirs: str, per: int) -> 
 def opencl_blocking_launch(timing: tuple[int, int, float]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A tiny kernel on a blocking opencl queue vs raw pyopencl with its arguments set once
     (``enqueue_nd_range_kernel`` + ``finish`` on a queue of its own), interleaved; and the raw
-    launch waited for as alpyka waits (polled: ``backends._opencl_queue.wait_event``), which
+    launch waited for as alpyka waits (polled: ``backends._opencl_waits.wait_event``), which
     splits alpyka's ratio into the wait's share and the rest."""
     import pyopencl as cl
 
-    from backends._opencl_queue import wait_event  # (pyopencl is importable only here)
+    from backends._opencl_waits import wait_event  # (pyopencl is importable only here)
 
     dev = pk.device("opencl")
     q = pk.Queue(dev, blocking=True)

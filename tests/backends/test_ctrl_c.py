@@ -8,7 +8,10 @@ Each case is a child process; the limits measure those two things, with headroom
 whose cores are busy (the child's own end, the interpreter's, takes ~0.1 s idle; on a loaded
 2-core machine its garbage collections alone took 1-3 s). Before, the waits sat in
 ``clWaitForEvents`` until the kernel ended (OpenCL: 11-22 s) and the exit joined a queue's
-worker for 10 s (cpu_serial: 11-12 s).
+worker for 10 s (cpu_serial: 11-12 s). "repeated": the long launch comes after short runs of
+the same launch with another scalar value, on a blocking queue; "repeated_wait": the same with
+``q.wait()`` on a non-blocking one (an OpenCL queue waits for work known short in the runtime's
+own wait, which no Ctrl-C interrupts: new arguments must make it unknown again).
 """
 
 from __future__ import annotations
@@ -51,15 +54,20 @@ CHILD = textwrap.dedent("""
             out[b] = s
 
     dev = pk.device(name)
-    q = pk.Queue(dev, blocking=mode == "blocking")
+    q = pk.Queue(dev, blocking=mode in ("blocking", "repeated"))
     small = pk.Buffer(dev, (4,), np.float64)
     pk.exec(q, pk.valid_workdiv(dev, 4), spin, small, 1000)  # compiled before the clock starts
     q.wait()
     out = pk.Buffer(dev, (4000,), np.float64)
+    wd = pk.valid_workdiv(dev, 4000)
+    if mode.startswith("repeated"):  # the same launcher, short, many times: waited for joined
+        for _ in range(5):
+            pk.exec(q, wd, spin, out, 10)
+            q.wait()
     print("launching", flush=True)
     try:
-        pk.exec(q, pk.valid_workdiv(dev, 4000), spin, out, int(sys.argv[3]))  # 20-40 s on 2 cores
-        if mode == "wait":
+        pk.exec(q, wd, spin, out, int(sys.argv[3]))  # 20-40 s on 2 cores
+        if mode in ("wait", "repeated_wait"):
             q.wait()
         elif mode == "event":
             ev = pk.Event(dev)
@@ -72,7 +80,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["blocking", "wait", "event"])
+@pytest.mark.parametrize("mode", ["blocking", "wait", "event", "repeated", "repeated_wait"])
 def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
     script = tmp_path / "long_kernel.py"
     script.write_text(CHILD)

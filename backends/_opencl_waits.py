@@ -1,0 +1,234 @@
+"""Waits for OpenCL events: polled, handed to a waiter thread, or joined (the runtime's own wait
+in the calling thread), and which one a queue's wait takes (:class:`WaitChoice`)."""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import ctypes.util
+import glob
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyopencl as cl
+
+from ._gpu_queue import wait_polling
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+_STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
+
+
+def wait_event(ev: cl.Event) -> None:
+    """Block until ``ev`` (flushed) completed, raising its error if it failed: polled, so that
+    Ctrl-C reaches a thread waiting for a long kernel (:func:`~backends._gpu_queue.wait_polling`).
+    (``get_info`` directly: pyopencl's ``command_execution_status`` property adds a Python call.)"""
+    status = ev.get_info
+    wait_polling(lambda: status(_STATUS) <= _COMPLETE)  # negative: failed, over too
+    if status(_STATUS) < 0:
+        ev.wait()  # the runtime's own error for the failed command
+
+
+def opencl_library() -> Any:
+    """The ICD loader pyopencl uses (its bundled ``libOpenCL``, else the system's), or None."""
+    candidates = sorted(glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*.so*")))
+    found = ctypes.util.find_library("OpenCL")
+    for path in candidates + ([found] if found else []):
+        try:
+            lib = ctypes.CDLL(path)
+            lib.clFlush, lib.clWaitForEvents  # noqa: B018 (both must be there)
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
+def _find_cl_wait() -> Callable[[Any], None]:
+    """``wait(ev)``: ``clWaitForEvents`` through ctypes (which lets go of the GIL in plain C, as
+    ``time.sleep`` does: a waiter thread still in it when the interpreter ends is stopped as any
+    daemon thread in a blocking call is); pyopencl's ``Event.wait`` where ctypes finds no loader."""
+    lib = opencl_library()
+    if lib is None:
+        return lambda ev: ev.wait()
+    fn = lib.clWaitForEvents
+    fn.argtypes, fn.restype = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int32
+
+    def wait(ev: Any, _fn: Any = fn) -> None:
+        _fn(1, ctypes.byref(ctypes.c_void_p(ev.int_ptr)))  # a failure: the caller reads the status
+
+    return wait
+
+
+_native_wait = _find_cl_wait()
+#: how long the thread that waits sleeps at most between looks at a Ctrl-C (it is woken at once
+#: when the command completes; a signal interrupts the sleep on POSIX anyway)
+HANDED_SLICE_S = 0.1
+#: a handed wait first polls this long, yielding the core between polls: about what a blocking tiny
+#: launch takes where the runtime's workers have a core (then no hand-over is needed)
+HANDED_POLL_S = 30e-6
+_yield_core = getattr(os, "sched_yield", lambda: None)
+#: an idle waiter looks this often whether the thread it waits for still runs (and ends if not)
+WAITER_IDLE_S = 5.0
+
+
+class _Waiter:
+    """A daemon thread that waits for events with the runtime's own wait, one at a time, for one
+    Python thread (:func:`wait_event_handed`). It holds no lock and runs no user code."""
+
+    __slots__ = ("requests", "busy")
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy = False  # set and cleared by the owner thread only
+        owner = threading.current_thread()
+        threading.Thread(target=self._run, args=(owner,), name="alpyka-opencl-waiter", daemon=True).start()
+
+    def _run(self, owner: threading.Thread) -> None:
+        get = self.requests.get
+        while True:
+            try:
+                item = get(timeout=WAITER_IDLE_S)
+            except queue.Empty:
+                if owner.is_alive():
+                    continue
+                return  # the thread it waited for has ended: no one will hand it a wait
+            if item is None:  # retired, after the wait it was in
+                return
+            ev, done = item
+            try:
+                _native_wait(ev)
+            finally:
+                del ev
+                done.release()
+
+
+_waiters = threading.local()
+
+
+#: the main thread's ident (where a Ctrl-C's KeyboardInterrupt is raised)
+_main_ident = threading.main_thread().ident
+
+
+def _forget_waiters() -> None:
+    """In a forked child: the waiter threads were not copied, so the next wait starts its own;
+    the thread that forked is the child's main thread."""
+    global _waiters, _main_ident
+    _waiters = threading.local()
+    _main_ident = threading.main_thread().ident
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_waiters)
+
+
+def wait_event_handed(ev: cl.Event) -> None:
+    """:func:`wait_event` for a runtime that runs a command in the thread that waits for it
+    (Intel's CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits
+    for a worker thread of the runtime, which other processes on the cores delay by whole time
+    slices). First polled for :data:`HANDED_POLL_S` (enough where the runtime's workers have a
+    core); then a waiter thread of the calling thread waits with the runtime's own wait; the caller
+    sleeps on a lock the waiter releases, woken at once, and a Ctrl-C still reaches it (a lock's
+    timed acquire is interrupted by signals; at most :data:`HANDED_SLICE_S` either way). A wait
+    interrupted leaves its waiter to finish alone: the next wait gets a fresh one."""
+    status = ev.get_info
+    clock, t0 = time.perf_counter, time.perf_counter()
+    while status(_STATUS) > _COMPLETE and clock() - t0 < HANDED_POLL_S:
+        _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
+    if status(_STATUS) > _COMPLETE:
+        waiter = getattr(_waiters, "waiter", None)
+        if waiter is None or waiter.busy:
+            if waiter is not None:
+                waiter.requests.put(None)  # it ends after the wait it is in
+            waiter = _waiters.waiter = _Waiter()
+        done = _thread.allocate_lock()
+        done.acquire()
+        waiter.busy = True
+        waiter.requests.put((ev, done))
+        while not done.acquire(timeout=HANDED_SLICE_S):
+            pass
+        waiter.busy = False
+    if status(_STATUS) < 0:
+        ev.wait()  # the runtime's own error for the failed command
+
+
+def runs_commands_in_waits(device: Any) -> bool:
+    """Whether ``device``'s runtime runs a command in the thread that waits for it (Intel's CPU
+    OpenCL, built on TBB: the waiting thread joins the work), so that waits are handed to a
+    waiter thread (:func:`wait_event_handed`) rather than polled."""
+    native = device.native
+    return native.platform.name.strip().startswith("Intel") and bool(native.device.type & cl.device_type.CPU)
+
+
+def wait_event_joined(ev: cl.Event) -> None:
+    """Block until ``ev`` (flushed) completed, raising its error if it failed: the runtime's own
+    wait in the calling thread (``clWaitForEvents`` through ctypes, without the GIL). As fast as
+    ``clFinish`` on a busy machine (Intel's runtime runs the command in this thread; PoCL wakes it
+    from a condition variable), but a Ctrl-C reaches the thread only once the wait returned: used
+    where no Ctrl-C has to (a thread other than the main one) or the wait is known to be short
+    (:class:`WaitChoice`). At interpreter exit a daemon thread still inside it is stopped as one in
+    ``time.sleep`` is: the GIL is taken back in plain C, never from the runtime's C++."""
+    _native_wait(ev)
+    if ev.get_info(_STATUS) < 0:
+        ev.wait()  # the runtime's own error for the failed command
+
+
+#: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for work whose last
+#: wait (the same launcher with the same objects and scalar values, or the same mix of such work
+#: on one queue) ended within this long; a Ctrl-C then waits for at most about this long unless
+#: such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
+#: of a thread preempted on busy cores took 50+ ms now and then, and each then went back to the
+#: interruptible wait, ms a launch there (Intel, 4 spinners on 2 cores: 3.7x raw at 50 ms)
+JOIN_LIMIT_S = 0.2
+
+
+class WaitChoice:
+    """How an OpenCL queue waits for an event (a device's choice, made once per queue).
+
+    A thread other than the main one joins the runtime (:func:`wait_event_joined`): Python raises
+    a Ctrl-C's KeyboardInterrupt in the main thread only. The main thread joins for a launch known
+    to be short (:meth:`wait_timed`: pyopencl's ``Event.wait``, 2-3 us less than through ctypes
+    and safe there, as the thread that runs the interpreter's end waits in none); otherwise it
+    waits interruptibly: handed to a waiter thread where the runtime runs commands in the thread
+    that waits (:func:`wait_event_handed`, Intel's CPU runtime), polled elsewhere
+    (:func:`wait_event`). A simulator (Oclgrind) always polls."""
+
+    __slots__ = ("interruptible", "joins")
+
+    def __init__(self, device: Any) -> None:
+        simulator = bool(device.properties.get("simulator"))
+        handed = not simulator and runs_commands_in_waits(device)
+        self.interruptible: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
+        self.joins = not simulator
+
+    def wait(self, ev: cl.Event) -> None:
+        """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
+        if self.joins and _get_ident() != _main_ident:
+            wait_event_joined(ev)
+        else:
+            self.interruptible(ev)
+
+    def wait_timed(self, ev: cl.Event, took: list, flush: Callable[[], None]) -> None:
+        """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the command of a launch
+        whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
+        store this one's time there. Joined where that run ended within :data:`JOIN_LIMIT_S`, or
+        outside the main thread (the runtime's wait flushes the queue itself)."""
+        last = took[0]
+        took[0] = None  # an interrupted or failed wait leaves the launch unknown
+        t0 = _clock()
+        if not self.joins:
+            flush()
+            self.interruptible(ev)
+        elif _get_ident() != _main_ident:
+            wait_event_joined(ev)
+        elif last is not None and last < JOIN_LIMIT_S:
+            ev.wait()  # (raises the runtime's error for a failed command)
+        else:
+            flush()
+            self.interruptible(ev)
+        took[0] = _clock() - t0
+
+
+_clock, _get_ident = time.perf_counter, _thread.get_ident

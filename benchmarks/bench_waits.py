@@ -1,0 +1,243 @@
+"""OpenCL waits on free and busy cores, side by side in one run:
+
+for every CPU OpenCL device (Intel's runtime, PoCL), with 0 and then ``n`` processes spinning on
+the cores (started and killed here, ``n`` = the core count; the full run adds twice that):
+
+- a blocking tiny launch: alpyka's ``pk.exec`` on a blocking queue against raw pyopencl with the
+  arguments set once (``enqueue_nd_range_kernel`` + ``finish``: what a user writing pyopencl by
+  hand gets), and alpyka with its interruptible wait only (every wait handed or polled, as before
+  the joined wait), interleaved round by round (paired ratios): wall time and CPU time
+  (``time.process_time``: every thread of the process, the runtime's included) per launch;
+- a chain of 20 tiny kernels + ``q.wait()`` replayed as a graph vs launched one by one
+  (bench_graph's contenders), interleaved.
+
+    PYTHONPATH=. python benchmarks/bench_waits.py [--quick] [--smoke] [--out benchmarks/results]
+
+Writes ``<out>/waits.json`` and ``<out>/waits.png``. Timings never decide a test.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import portable as pk
+from benchmarks._common import (
+    BusyCores,
+    interleaved,
+    make_parser,
+    mode,
+    paired_ratio,
+    parse_args,
+    progress,
+    pyplot,
+    ratio,
+    result_document,
+    save_figure,
+    write_json,
+)
+from benchmarks.bench_graph import _alpyka_contenders as graph_contenders
+from portable.spi import queue_impl
+
+OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + finish"
+BEFORE = "alpyka, interruptible wait only"
+
+
+@pk.kernel
+def tiny(acc, out, v):
+    for i in acc.uniform_elements(1):
+        out[i] = v
+
+
+def _devices() -> list[Any]:
+    """The CPU OpenCL devices that run kernels natively (not a simulator)."""
+    if "opencl" not in pk.available_backends():
+        return []
+    return [d for d in pk.devices("opencl") if d.properties.get("type") == "cpu" and not d.properties.get("simulator")]
+
+
+def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
+    """The three contenders on one native queue (a blocking ``pk.Queue`` and its
+    ``native_handle``: the runtime's state per queue then favours none of them)."""
+    import pyopencl as cl
+
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 1, np.float32, queue=q)
+    wd, v = pk.WorkDiv(1, 1, 1), np.float32(1.5)
+    for _ in range(3):  # the third launch takes the fast path
+        pk.exec(q, wd, tiny, out, v)
+    plan = next(p for k, p in pk.get_backend("opencl").plans(tiny).items() if k[0] == dev.memory_space)
+    cq = q.native_handle
+    knl = cl.Kernel(cl.Program(dev.native.context, plan.src.text).build(), plan.src.entry)
+    raw_out = pk.Buffer(dev, 1, np.float32)
+    knl.set_args(*plan.pack((raw_out, v), wd, 0))
+    waits = queue_impl(q).waits
+
+    def ours() -> None:
+        pk.exec(q, wd, tiny, out, v)
+
+    def raw() -> None:
+        cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,))
+        cq.finish()
+
+    def interruptible_only() -> None:  # every wait handed (Intel) or polled (others): the old way
+        waits.joins = False
+        try:
+            pk.exec(q, wd, tiny, out, v)
+        finally:
+            waits.joins = True
+
+    return {OURS: ours, RAW: raw, BEFORE: interruptible_only}
+
+
+def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[], None]:
+    """``calls`` calls of ``fn`` as one, appending their CPU seconds per call to ``cpu``."""
+
+    def batch() -> None:
+        c0 = time.process_time()
+        for _ in range(calls):
+            fn()
+        cpu.append((time.process_time() - c0) / calls)
+
+    return batch
+
+
+def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[dict], dict]:
+    """The blocking tiny launch of ``dev`` under ``busy``: rows and the summary entry."""
+    fns = _contenders(dev)
+    per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10)}  # (the old wait: up to ms a launch)
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
+    timings, errors = interleaved(batches, rounds, warmup=1, min_rounds=3)
+    for name, t in timings.items():  # seconds per launch
+        t.times = [x / per[name] for x in t.times]
+    load = busy.load()
+    rows = []
+    for name in fns:
+        row: dict[str, Any] = {"section": "blocking launch", "device": dev.name, "runtime": _runtime(dev)}
+        row.update(variant=name, **load)
+        if name in timings:
+            t, c = timings[name], cpu[name][1:]  # (the warm-up's batch first)
+            row.update(
+                us_per_launch=1e6 * t.median,
+                min_us_per_launch=1e6 * t.min,
+                cpu_us_per_launch=1e6 * statistics.median(c),
+                rounds=len(t.times),
+            )
+        else:
+            row.update(status="failed", reason=errors.get(name, "not measured"))
+        rows.append(row)
+    if OURS not in timings or RAW not in timings:
+        return rows, {}
+    cpu_pairs = [a / b for a, b in zip(cpu[OURS][1:], cpu[RAW][1:]) if b > 0]
+    entry = {
+        "alpyka_over_raw": paired_ratio(timings[OURS], timings[RAW]),
+        "alpyka_over_raw_best": ratio(timings[OURS].min, timings[RAW].min),
+        "cpu_alpyka_over_raw": statistics.median(cpu_pairs) if cpu_pairs else None,
+        "alpyka_us": 1e6 * timings[OURS].median,
+        "raw_us": 1e6 * timings[RAW].median,
+    }
+    if BEFORE in timings:
+        entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
+    return rows, {**entry, **load}
+
+
+def graph_replay(dev: Any, busy: BusyCores, rounds: int) -> tuple[list[dict], dict]:
+    """20 tiny kernels + ``q.wait()``: one by one vs a replayed graph, on ``dev`` under ``busy``."""
+    fns, _ = graph_contenders(dev)
+    timings, errors = interleaved(fns, rounds, warmup=2, min_rounds=3)
+    load = busy.load()
+    rows = [
+        {"section": "graph", "device": dev.name, "runtime": _runtime(dev), "variant": name, **load}
+        | (
+            {"us_per_chain": 1e6 * timings[name].median, "min_us_per_chain": 1e6 * timings[name].min}
+            if name in timings
+            else {"status": "failed", "reason": errors.get(name, "not measured")}
+        )
+        for name in fns
+    ]
+    speedup = paired_ratio(timings["one_by_one"], timings["graph"]) if len(timings) == 2 else None
+    return rows, {"graph_speedup": speedup}
+
+
+def plot(rows: list[dict], out: Path) -> Path:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    launch = [r for r in rows if r["section"] == "blocking launch" and "us_per_launch" in r]
+    labels = [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant']}" for r in launch]
+    colors = ["tab:blue" if r["variant"] == OURS else "tab:gray" if r["variant"] == RAW else "tab:red" for r in launch]
+    axes[0].barh(labels, [r["us_per_launch"] for r in launch], color=colors)
+    axes[0].barh(labels, [r["cpu_us_per_launch"] for r in launch], color="none", edgecolor="black", hatch="//")
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("us per blocking tiny launch: wall (bar), CPU (hatched)")
+    axes[0].tick_params(axis="y", labelsize=6)
+    axes[0].set_title("alpyka (blue) vs raw pyopencl + finish (gray), interruptible only (red)")
+    graph = [r for r in rows if r["section"] == "graph" and "us_per_chain" in r]
+    axes[1].barh(
+        [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant'].replace('_', ' ')}" for r in graph],
+        [r["us_per_chain"] for r in graph],
+        color=["tab:green" if r["variant"] == "graph" else "tab:gray" for r in graph],
+    )
+    axes[1].set_xscale("log")
+    axes[1].tick_params(axis="y", labelsize=6)
+    axes[1].set_xlabel("us per chain of 20 tiny kernels + q.wait()")
+    axes[1].set_title("graph replay (green) vs one by one")
+    return save_figure(fig, out, "waits")
+
+
+def _runtime(dev: Any) -> str:
+    """The OpenCL runtime of ``dev`` in a word ("Intel", "PoCL")."""
+    platform = dev.properties["platform"]
+    return "Intel" if platform.startswith("Intel") else "PoCL" if platform.startswith("Portable") else platform
+
+
+def _label(dev: Any, n: int, cores: int) -> str:
+    """The summary's key: the runtime and the load ("Intel, busy cores": one spinner per core)."""
+    return f"{_runtime(dev)}, " + ("free cores" if n == 0 else "busy cores" if n == cores else f"{n} busy processes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
+    cores = os.cpu_count() or 1
+    busy_counts = [0, cores] if args.quick else [0, cores, 2 * cores]
+    rounds, calls, graph_rounds = (3, 20, 3) if args.smoke else ((41, 40, 15) if args.quick else (161, 50, 61))
+    devices = _devices()
+    work = [(dev, n) for n in busy_counts for dev in devices]
+    rows: list[dict] = []
+    summary: dict[str, Any] = {}
+    bar = progress(work, total=len(work), desc="waits", disable=args.no_progress)
+    for dev, n in bar:
+        bar.set_postfix_str(f"{dev.properties['platform'][:12]}, {n} busy")
+        label = _label(dev, n, cores)
+        with BusyCores(n) as busy:
+            try:
+                r, s = launches(dev, busy, rounds, calls)
+                rg, sg = graph_replay(dev, busy, graph_rounds)
+            except Exception as exc:  # one device failing must not lose the others
+                r, s, rg, sg = [{"section": "blocking launch", "device": dev.name, "status": "failed"}], {}, [], {}
+                r[0]["reason"] = f"{type(exc).__name__}: {exc}"[:500]
+        rows += r + rg
+        if s or sg:
+            summary[label] = {**s, **sg}
+    if not devices:
+        rows.append({"section": "blocking launch", "device": "opencl", "status": "skipped", "reason": "no CPU OpenCL"})
+    names = ", ".join(f"{d.properties['platform']} ({d.name})" for d in devices) or "no CPU OpenCL device"
+    doc = result_document("waits", names, args.quick, rows, summary, mode=mode(args), busy_counts=busy_counts)
+    write_json(args.out, "waits", doc)
+    plot(rows, args.out)
+    for label, entry in summary.items():
+        print(f"{label:48s} " + "  ".join(f"{k}={v:.3g}" for k, v in entry.items() if isinstance(v, float)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

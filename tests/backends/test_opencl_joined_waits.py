@@ -1,0 +1,262 @@
+"""OpenCL waits that join the runtime (issue 41 item 2): the runtime's own wait in the calling thread.
+
+On busy cores a blocking tiny launch waited for by polling or by a waiter thread took 12-1800x raw
+pyopencl + ``finish`` (Intel's CPU runtime runs the command in the thread that waits for it; any
+other thread must first get a core), joined it takes ~1.1-1.3x. A joined wait cannot be
+interrupted, so the main thread joins only for a launch whose last run with the same arguments was
+short (or, for q.wait(), known work waited for quickly before); other threads always join (Python
+raises a Ctrl-C in the main thread only), through ctypes, which takes the GIL back in plain C: a
+daemon thread still waiting when the interpreter ends is stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate called").
+Ctrl-C while a long launch runs after short runs of it: tests/backends/test_ctrl_c.py, "repeated*".
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import portable as pk
+from portable.spi import queue_impl
+
+pytestmark = pytest.mark.alpyka_backends("opencl")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pk.kernel
+def add_v(acc, out, v):
+    for i in acc.uniform_elements(out.shape[0]):
+        out[i] += v
+
+
+def _counting_interruptible(q, monkeypatch) -> list:
+    """Count the waits of ``q`` that take the interruptible path (handed or polled)."""
+    waits, calls = queue_impl(q).waits, []
+    real = waits.interruptible
+
+    def counting(ev):
+        calls.append(ev)
+        real(ev)
+
+    monkeypatch.setattr(waits, "interruptible", counting)
+    return calls
+
+
+def _main_thread_only(monkeypatch):
+    """Skip unless in the main thread; any wait counts as short (the choice, not the limit, is
+    tested: on a busy machine a tiny wait's tail can pass the limit)."""
+    import backends._opencl_waits as ow
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the main thread's choice is tested; this test runs in another thread")
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["first", "second"])
+def test_the_main_thread_joins_a_repeated_launch_only_once_it_was_short(which, monkeypatch):
+    _main_thread_only(monkeypatch)
+    devices = pk.devices("opencl")
+    if which >= len(devices):
+        pytest.skip("one OpenCL device here")
+    dev = devices[which]
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    calls = _counting_interruptible(q, monkeypatch)
+    one, two = np.float32(1), np.float32(2)
+    for _ in range(3):  # the checked path twice, then the fast launcher's first run: unknown
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == 3
+    for _ in range(5):  # the same arguments, known short: joined
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == 3
+    pk.exec(q, wd, add_v, out, two)  # another scalar value: unknown again, interruptible
+    assert len(calls) == 4
+    pk.exec(q, wd, add_v, out, two)
+    assert len(calls) == 4
+    host = np.empty(8, np.float32)
+    pk.memcpy(q, host, out)
+    np.testing.assert_array_equal(host, 8 * 1 + 2 * 2)
+
+
+def test_a_launch_not_short_is_never_joined_in_the_main_thread(monkeypatch):
+    import backends._opencl_waits as ow
+
+    _main_thread_only(monkeypatch)
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 0.0)  # no run is short enough
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    calls = _counting_interruptible(q, monkeypatch)
+    wd = pk.WorkDiv(1, 1, 8)
+    for _ in range(6):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    assert len(calls) == 6
+
+
+def test_other_threads_join_every_wait(monkeypatch):
+    dev = pk.device("opencl")
+    qb, qn = pk.Queue(dev, blocking=True), pk.Queue(dev)
+    calls_b, calls_n = _counting_interruptible(qb, monkeypatch), _counting_interruptible(qn, monkeypatch)
+    out = pk.Buffer(dev, 8, np.float32)
+    host = np.empty(8, np.float32)
+    errors = []
+
+    def work():
+        try:
+            pk.memset(qb, out, 0)
+            for v in (1, 2, 3):  # new scalar values: unknown launches, joined all the same here
+                pk.exec(qb, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(v))
+            pk.exec(qn, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(4))
+            qn.wait()
+            ev = pk.Event(dev)
+            qn.record(ev)
+            ev.wait()
+            pk.memcpy(qb, host, out)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(120)
+    assert not t.is_alive() and not errors, errors
+    np.testing.assert_array_equal(host, 10)
+    assert calls_b == [] and calls_n == []
+
+
+def test_a_failed_command_raises_through_a_joined_wait():
+    import pyopencl as cl
+
+    from backends._opencl_waits import wait_event_joined
+
+    user = cl.UserEvent(pk.device("opencl").native.context)
+    threading.Timer(0.1, user.set_status, (-1,)).start()
+    with pytest.raises(cl.Error):
+        wait_event_joined(user)
+
+
+EXITS_WHILE_WAITING = textwrap.dedent("""
+    import sys, threading, time
+    import numpy as np
+    import portable as pk
+
+    @pk.kernel
+    def spin(acc, out, iters):
+        for b in acc.uniform_elements(out.shape[0]):
+            s = 0.0
+            for k in range(iters):
+                s = s * 0.999999 + 1.0
+            out[b] = s
+
+    dev = pk.devices("opencl")[int(sys.argv[1])]
+
+    def launches():  # joined waits (not the main thread), one completing while the interpreter ends
+        q = pk.Queue(dev, blocking=True)
+        out = pk.Buffer(dev, 2, np.float64, queue=q)
+        wd = pk.WorkDiv(2, 1, 1)
+        while True:
+            pk.exec(q, wd, spin, out, 200_000)
+
+    threading.Thread(target=launches, daemon=True).start()
+    time.sleep(1.0)
+    print("exiting", flush=True)
+""")
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["first", "second"])
+def test_the_interpreter_ends_cleanly_while_a_daemon_thread_waits(which, tmp_path):
+    """The waiting thread's wait returns while the interpreter finalises; it is stopped taking
+    the GIL back in plain C (ctypes), never from C++ (pyopencl's wait: std::terminate)."""
+    if which >= len(pk.devices("opencl")):
+        pytest.skip("one OpenCL device here")
+    script = tmp_path / "exits_while_waiting.py"
+    script.write_text(EXITS_WHILE_WAITING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for _ in range(3):  # each run ends at another point of a launch
+        r = subprocess.run(
+            [sys.executable, str(script), str(which)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+        assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
+        assert "exiting" in r.stdout
+        assert "terminate" not in r.stderr and "Fatal Python error" not in r.stderr, r.stderr[-3000:]
+
+
+def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
+    """``q.wait()`` in the main thread joins when everything since the last wait was known work
+    (fast launches with their last arguments, graph replays) whose same mix was waited for
+    within the limit before; anything else waits interruptibly."""
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev)
+    out = pk.Buffer(dev, 8, np.float32)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    q.wait()
+    calls = _counting_interruptible(q, monkeypatch)
+    one = np.float32(1)
+
+    def waits_interruptibly(enqueue) -> bool:
+        before = len(calls)
+        enqueue()
+        q.wait()
+        return len(calls) > before
+
+    def launches(n, v=one):
+        return lambda: [pk.exec(q, wd, add_v, out, v) for _ in range(n)]
+
+    assert waits_interruptibly(launches(3))  # the checked path twice, the fast launcher's first run
+    assert waits_interruptibly(launches(4))  # known launches, this mix never waited for
+    assert not waits_interruptibly(launches(4))  # the same mix, short: joined
+    assert waits_interruptibly(launches(2))  # another mix
+    assert not waits_interruptibly(launches(2))
+    assert waits_interruptibly(launches(2, np.float32(2)))  # a new scalar value: unknown
+    assert waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill: unknown
+    with pk.capture(q) as graph:
+        launches(3)()
+    assert waits_interruptibly(graph.launch)
+    assert not waits_interruptibly(graph.launch)
+    assert not waits_interruptibly(graph.launch)
+    host = np.empty(8, np.float32)
+    pk.memcpy(q, host, out)
+    q.wait()
+    np.testing.assert_array_equal(host, 9)  # the fill, then three replays of three launches
+
+
+def test_a_replayed_graph_sets_shared_arguments_once_and_others_again():
+    """Kernels of a graph with equal arguments share one argument list (set once a replay where
+    they follow each other); other arguments, and a launch between replays, set theirs again."""
+    dev = pk.device("opencl")
+    q = pk.Queue(dev)
+    a, b = pk.Buffer(dev, 8, np.float32), pk.Buffer(dev, 8, np.float32)
+    pk.memset(q, a, 0)
+    pk.memset(q, b, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    one, two = np.float32(1), np.float32(2)
+    for _ in range(3):  # a fast launcher for the launch between the replays
+        pk.exec(q, wd, add_v, b, np.float32(100))
+    with pk.capture(q) as graph:
+        pk.exec(q, wd, add_v, a, one)
+        pk.exec(q, wd, add_v, a, np.float32(1))  # equal: shares the list
+        pk.exec(q, wd, add_v, a, two)
+        pk.exec(q, wd, add_v, b, one)
+        pk.exec(q, wd, add_v, a, one)
+    graph.launch()
+    pk.exec(q, wd, add_v, b, np.float32(100))  # the fast launcher's own arguments in between
+    graph.launch()
+    ha, hb = np.empty(8, np.float32), np.empty(8, np.float32)
+    pk.memcpy(q, ha, a)
+    pk.memcpy(q, hb, b)
+    q.wait()
+    np.testing.assert_array_equal(ha, 2 * (1 + 1 + 2 + 1))
+    np.testing.assert_array_equal(hb, 300 + 100 + 2 * 1)
