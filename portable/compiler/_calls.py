@@ -11,6 +11,7 @@ from typing import Any
 from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import (
+    ACC_COLLECTIVES,
     ACC_INTRINSICS,
     ACC_LOOPS,
     ACC_PREDICATES,
@@ -152,6 +153,8 @@ class CallBuilder:
 
         if name == "warp_size":
             return ir.WarpOp("size", [], INDEX)
+        if name == "block_collectives":  # pk.tools' choice of work-group collectives (ir.BlockCollectives)
+            return ir.BlockCollectives(BOOL)
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))
         if name == "global_thread_idx":
@@ -206,6 +209,12 @@ class CallBuilder:
             (p,) = self.plain_args(node, 1, f"acc.{name}(predicate)")
             op = name[len("sync_block_threads_") :]
             return ir.BlockPredicate(op, to_bool(self.scalar(p)), INDEX if op == "count" else BOOL)
+        if name in ACC_COLLECTIVES:
+            (v,) = self.plain_args(node, 1, f"acc.{name}(value)")
+            v = self.scalar(v)
+            if v.type.is_bool:
+                raise self.error(node, f"acc.{name}(value) sums numbers, not bools: pass int(value)")
+            return ir.BlockCollective(name[len("block_") :], v, v.type)
         if name == "rand_engine":
             raise self.error(
                 node,

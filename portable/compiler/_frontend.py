@@ -358,7 +358,7 @@ class FunctionBuilder(
         if isinstance(v, MultiCall):  # f(...) whose values are not used
             return self.results(v, s)[0]
         if isinstance(v, ir.Expr):
-            keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate)
+            keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate, ir.BlockCollective)
             return ir.ExprStmt(v, self.line(s)) if isinstance(v, keep) else None
         raise self.error(s, f"this expression has no effect ({self.describe(v)})")
 
