@@ -47,6 +47,9 @@ class CallBuilder:
     """Mixin of the function builder: calls. Needs ``error``, ``ctx`` and the expressions of
     :class:`~portable.compiler._expressions.ExprBuilder` (``value``, ``scalar``...)."""
 
+    #: the builder's count of enclosing ``if acc.block_collectives:`` bodies
+    collective_depth: int
+
     # --------------------------------------------------------------- builtins, math functions, casts
     def ex_Call(self, node: ast.Call) -> Any:
         f = node.func
@@ -153,8 +156,10 @@ class CallBuilder:
 
         if name == "warp_size":
             return ir.WarpOp("size", [], INDEX)
-        if name == "block_collectives":  # pk.tools' choice of work-group collectives (ir.BlockCollectives)
-            return ir.BlockCollectives(BOOL)
+        if name == "block_collectives":  # pk.tools' choice of work-group collectives: FunctionBuilder.st_If
+            raise self.error(
+                node, "acc.block_collectives is the whole condition of an if (if acc.block_collectives: ...)"
+            )
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))
         if name == "global_thread_idx":
@@ -210,6 +215,11 @@ class CallBuilder:
             op = name[len("sync_block_threads_") :]
             return ir.BlockPredicate(op, to_bool(self.scalar(p)), INDEX if op == "count" else BOOL)
         if name in ACC_COLLECTIVES:
+            if not self.collective_depth:
+                raise self.error(
+                    node,
+                    f"acc.{name}(value) goes in the body of if acc.block_collectives:, with a portable else branch",
+                )
             (v,) = self.plain_args(node, 1, f"acc.{name}(value)")
             v = self.scalar(v)
             if v.type.is_bool:

@@ -28,7 +28,7 @@ from ._messages import MessageBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, ModuleVal, MultiCall, TupleVal, ViewVal
 from ._vocabulary import VocabularyBuilder
-from .types import INDEX, VOID, ScalarType, TupleType, scalar_type, variable_type
+from .types import BOOL, INDEX, VOID, ScalarType, TupleType, scalar_type, variable_type
 
 
 @dataclass
@@ -224,6 +224,8 @@ class FunctionBuilder(
         #: with ``local_prefix`` (a device function's IR name: unique once functions are inlined)
         self.local_arrays: dict[str, ir.SharedArray] = {}
         self.local_prefix = ""
+        #: how many ``if acc.block_collectives:`` bodies enclose the statement being translated
+        self.collective_depth = 0
 
     # --------------------------------------------------------------- errors
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
@@ -366,6 +368,18 @@ class FunctionBuilder(
         known = self.type_test(s.test)  # if a.dtype.kind == "f": only the branch taken is compiled
         if known is not None:
             return self.block(s.body if known else s.orelse)
+        test = s.test
+        if (
+            isinstance(test, ast.Attribute)
+            and test.attr == "block_collectives"
+            and isinstance(self.value(test.value), AccVal)
+        ):
+            self.collective_depth += 1  # the body may call acc.block_scan_add / block_reduce_add
+            try:
+                body = self.block(s.body)
+            finally:
+                self.collective_depth -= 1
+            return [ir.If(ir.BlockCollectives(BOOL), body, self.block(s.orelse), self.line(s))]
         c = to_bool(self.scalar(s.test))
         return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
 

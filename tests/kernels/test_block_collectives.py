@@ -255,3 +255,28 @@ def test_valid_workdiv_gives_a_synchronising_kernel_one_thread_blocks_on_a_cpu(d
     want = _want(src, seg, 1)
     np.testing.assert_array_equal(download(queue, args[1]), want[0])
     np.testing.assert_array_equal(download(queue, args[2]), want[1])
+
+
+@pk.kernel
+def collectives_as_a_value(acc, out):
+    out[0] = 1 if acc.block_collectives else 0
+
+
+@pk.kernel
+def scan_outside_its_if(acc, out):
+    out[0] = acc.block_scan_add(out[0])
+
+
+@pytest.mark.parametrize(
+    "kernel, text",
+    [
+        (collectives_as_a_value, "acc.block_collectives is the whole condition of an if"),
+        (scan_outside_its_if, "acc.block_scan_add(value) goes in the body of if acc.block_collectives:"),
+    ],
+    ids=["value", "outside"],
+)
+def test_collectives_outside_their_if_are_refused_on_every_backend(queue, kernel, text):
+    """Where a collective is met outside ``if acc.block_collectives:`` one backend would have it and
+    another not: the front end refuses it, whatever the backend."""
+    with pytest.raises(pk.KernelSyntaxError, match=text.replace("(", r"\(").replace(")", r"\)")):
+        pk.exec(queue, pk.WorkDiv(1, 1, 1), kernel, upload(queue, np.zeros(1, np.int64)))
