@@ -148,7 +148,8 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
     reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
-    takes it under the OpenCL C that has them where the device does (:func:`collectives_std`)."""
+    takes it under the OpenCL C that has them where the device does (:func:`collectives_std`), and
+    its fallback where that build fails but the fallback's does (the device is asked no more)."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     if options and "cl_intel_required_subgroup_size" in _extensions(device):
         options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
@@ -157,13 +158,26 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     if not src.fast_math and vectorizes_reductions(device):
         options.append("-DALPYKA_SEQUENTIAL_LOOPS")
-    std = collectives_std(device) if WG_COLLECTIVES in src.text else None
-    if std is not None:  # only the kernels that have a collective path build under a newer OpenCL C
-        options += [std, f"-D{WG_COLLECTIVES}"]
+    std = None
+    if WG_COLLECTIVES in src.text and device.int_ptr not in _COLLECTIVES_FAILED:
+        std = collectives_std(device)  # only kernels with a collective path build under a newer OpenCL C
+    if std is not None:
+        try:
+            return build(cl, context, src.text, [device], [*options, std, f"-D{WG_COLLECTIVES}"])
+        except cl.RuntimeError:
+            pass  # the fallback's build says whether the kernel or the device's collectives failed
     try:
-        return build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
+        program = build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
+    if std is not None:
+        _COLLECTIVES_FAILED.add(device.int_ptr)
+    return program
+
+
+#: the devices (``int_ptr``) whose build with work-group collectives failed where the fallback's
+#: built: they build the fallback from then on
+_COLLECTIVES_FAILED: set[int] = set()
 
 
 def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> OpenCLPlan:

@@ -167,6 +167,33 @@ def test_opencl_takes_the_collective_path_and_gives_the_fallbacks_bits(device, q
         np.testing.assert_array_equal(got[1], want[1])
 
 
+@pytest.mark.alpyka_backends("opencl")
+def test_a_device_whose_collectives_do_not_build_gets_the_fallback(device, queue, monkeypatch):
+    """A runtime that claims the collectives but fails to build them (here: under OpenCL C 1.2,
+    which has no work_group_* functions) builds the fallback, with the same answers, and is not
+    asked again."""
+    import pyopencl as cl
+
+    from backends import _opencl_launch
+
+    monkeypatch.setattr(_opencl_launch, "collectives_std", lambda device: "-cl-std=CL1.2")
+    monkeypatch.setattr(_opencl_launch, "_COLLECTIVES_FAILED", set())
+    rng = np.random.default_rng(8)
+    src = rng.integers(0, 1000, 3 * THREADS).astype(np.int64)
+    device.backend.plans(scan_blocks).clear()
+    try:
+        got = _run_scan(queue, src, THREADS, THREADS)
+        (plan,) = _plans(device, scan_blocks)
+        options = plan.program.get_build_info(device.native.device, cl.program_build_info.OPTIONS)
+    finally:
+        device.backend.plans(scan_blocks).clear()
+    assert "-cl-std" not in options and "ALPYKA_WG_COLLECTIVES" not in options, options
+    assert _opencl_launch._COLLECTIVES_FAILED == {device.native.device.int_ptr}
+    want = _want(src, THREADS, THREADS)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 @pytest.mark.alpyka_backends("opencl", "cuda", "rocm")
 def test_a_float_scan_and_the_other_dialects_keep_the_hillis_steele_steps(device, queue):
     """A work-group scan adds floats in the runtime's order: float scans keep their own steps;
