@@ -26,6 +26,7 @@ from ._expressions import (
 from ._folding import explicit_int, literal_int
 from ._values import (
     AccMember,
+    AccVal,
     BuiltinVal,
     DeviceFunctionVal,
     DTypeVal,
@@ -49,6 +50,21 @@ class CallBuilder:
 
     #: the builder's count of enclosing ``if acc.block_collectives:`` bodies
     collective_depth: int
+
+    def collectives_if(self, s: ast.If) -> list[ir.Stmt] | None:
+        """``if acc.block_collectives:`` as an ``ir.If`` on ``ir.BlockCollectives`` (its body may
+        call ``acc.block_scan_add`` / ``block_reduce_add``); None for any other ``if``."""
+        test = s.test
+        if not (isinstance(test, ast.Attribute) and test.attr == "block_collectives"):
+            return None
+        if not isinstance(self.value(test.value), AccVal):
+            return None
+        self.collective_depth += 1
+        try:
+            body = self.block(s.body)
+        finally:
+            self.collective_depth -= 1
+        return [ir.If(ir.BlockCollectives(BOOL), body, self.block(s.orelse), self.line(s))]
 
     # --------------------------------------------------------------- builtins, math functions, casts
     def ex_Call(self, node: ast.Call) -> Any:

@@ -28,7 +28,7 @@ from ._messages import MessageBuilder
 from ._signature import ArgSpec, params_of
 from ._values import AccVal, BuiltinVal, DeviceFunctionVal, DTypeVal, ModuleVal, MultiCall, TupleVal, ViewVal
 from ._vocabulary import VocabularyBuilder
-from .types import BOOL, INDEX, VOID, ScalarType, TupleType, scalar_type, variable_type
+from .types import INDEX, VOID, ScalarType, TupleType, scalar_type, variable_type
 
 
 @dataclass
@@ -368,18 +368,9 @@ class FunctionBuilder(
         known = self.type_test(s.test)  # if a.dtype.kind == "f": only the branch taken is compiled
         if known is not None:
             return self.block(s.body if known else s.orelse)
-        test = s.test
-        if (
-            isinstance(test, ast.Attribute)
-            and test.attr == "block_collectives"
-            and isinstance(self.value(test.value), AccVal)
-        ):
-            self.collective_depth += 1  # the body may call acc.block_scan_add / block_reduce_add
-            try:
-                body = self.block(s.body)
-            finally:
-                self.collective_depth -= 1
-            return [ir.If(ir.BlockCollectives(BOOL), body, self.block(s.orelse), self.line(s))]
+        collectives = self.collectives_if(s)
+        if collectives is not None:
+            return collectives
         c = to_bool(self.scalar(s.test))
         return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
 
