@@ -39,6 +39,10 @@ CTYPE = {
 #: how a value of each type is stored in memory and passed as a kernel argument (no C bool there)
 STORAGE = {**CTYPE, "bool": "u8"}
 
+#: the macro an OpenCL build defines where the device has work-group collectives
+#: (backends/_opencl_launch.py): the body of ``if acc.block_collectives:`` is compiled then
+WG_COLLECTIVES = "ALPYKA_WG_COLLECTIVES"
+
 #: CUDA's cap on a block's static ``__shared__`` memory on every GPU (ptxas refuses more); a block
 #: may use more only as dynamic shared memory, which the launcher opts in to up to the device's
 #: ``sharedMemPerBlockOptin``
@@ -169,6 +173,22 @@ class Dialect:
 
     def native_atomic(self, op: str, t: ScalarType, space: str) -> str | None:
         raise NotImplementedError
+
+    def collectives_macro(self) -> str | None:
+        """The macro a build defines where the device has work-group collectives (then the body
+        of ``if acc.block_collectives:`` is compiled), or None: the dialect has none."""
+        return None
+
+    def block_collective(self, op: str, t: ScalarType, v: str) -> str | None:
+        """Work-group collective ``op`` (ir.BLOCK_COLLECTIVES) of the integer ``v`` of type ``t``
+        (wrapping sums), or None: the dialect has none."""
+        return None
+
+    def alone_in_block(self, ndim: int) -> str | None:
+        """The condition that the caller is its block's only thread, where a dialect's kernels
+        run such blocks (then an atomic on shared memory is a plain update, which no other
+        thread can see), or None: the atomics stay atomic."""
+        return None
 
     def cas_word(self, bits: int, space: str) -> tuple[str, str]:
         raise NotImplementedError
@@ -309,6 +329,26 @@ class OpenCL(Dialect):
         if n == "float32" and op == "exch":
             return f"atomic_xchg((volatile {space}f32*)p, v)"
         return None
+
+    def collectives_macro(self) -> str | None:
+        """OpenCL C 2.0's work-group functions (3.0: the ``__opencl_c_work_group_collective_functions``
+        feature): :data:`WG_COLLECTIVES`, defined with the ``-cl-std`` that has them where the
+        device does (backends/_opencl_launch.py)."""
+        return WG_COLLECTIVES
+
+    def block_collective(self, op: str, t: ScalarType, v: str) -> str | None:
+        """``work_group_scan_inclusive_add`` / ``work_group_reduce_add`` on an unsigned word
+        (wrapping sums, the bits of any integer type's)."""
+        word = "u64" if t.bits == 64 else "u32"
+        fn = {"scan_add": "work_group_scan_inclusive_add", "reduce_add": "work_group_reduce_add"}[op]
+        return f"(({CTYPE[t.name]}){fn}(({word})({v})))"
+
+    def alone_in_block(self, ndim: int) -> str | None:
+        """A CPU-shaped work division's work-group has one work-item (``pk.make_workdiv`` on a
+        CPU device): its local memory is its own, and a CPU runtime's atomic instructions on it
+        cost 2-3x the kernel (PoCL). Asked of the launch's dimensions only (PoCL 3 crashes when
+        a 1D kernel asks for ``get_local_size(1)``: :meth:`Helpers.block_predicate`)."""
+        return " && ".join(f"get_local_size({d}) == 1" for d in range(ndim))
 
     def cas_word(self, bits: int, space: str) -> tuple[str, str]:
         """``(word type, CAS call template)`` for a compare-and-swap of ``bits`` (32/64) bits."""

@@ -217,6 +217,15 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
         native = self.d.block_predicate(e.op, p)
         return native if native is not None else f"{self.h.block_predicate(e.op, self.k.ndim)}(alpyka_bpred, {p})"
 
+    def visit_BlockCollectives(self, e: ir.BlockCollectives) -> str:
+        raise self.fail("acc.block_collectives is only the whole condition of an if (if acc.block_collectives: ...)")
+
+    def visit_BlockCollective(self, e: ir.BlockCollective) -> str:
+        got = self.d.block_collective(e.op, e.type, self.expr(e.value)) if e.type.is_integer else None
+        if got is None:
+            raise self.fail(f"acc.block_{e.op}(value) of an integer, in the body of if acc.block_collectives: only")
+        return got
+
     def visit_WarpOp(self, e: ir.WarpOp) -> str:
         args = [self.expr(a) for a in e.args]
         if e.op == "ballot_mask":
@@ -310,7 +319,7 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
     def visit_AtomicOp(self, e: ir.AtomicOp) -> str:
         t = e.array.type
         try:
-            fn = self.h.atomic(e.op, e.type, t.kind)
+            fn = self.h.atomic(e.op, e.type, t.kind, self.k.ndim)
         except NotImplementedError as exc:
             raise self.fail(f"{exc}") from None
         ops = ", ".join(self.expr(o) for o in e.operands)

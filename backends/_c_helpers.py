@@ -57,18 +57,23 @@ class Helpers:
         counts the block's true predicates in a ``__local`` int (three barriers; the first also
         keeps a thread from resetting the count while another still reads the previous one).
         The thread resetting it is tested on the launch's dimensions only: PoCL 3 crashes at run
-        time when a 1D kernel's barrier region asks for ``get_local_id(1)``."""
+        time when a 1D kernel's barrier region asks for ``get_local_id(1)``. Where the build has
+        work-group collectives, one barrier and ``work_group_reduce_add`` of the 0/1s."""
         first = " && ".join(f"get_local_id({d}) == 0" for d in range(ndim))
         count = f"alpyka_bpred_count_{ndim}d"
         self.add(
             count,
             f"""ALPYKA_FN i64 {count}(__local volatile i32* s, bool p) {{
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+#ifdef {self.d.collectives_macro()}
+    return (i64)work_group_reduce_add(p ? 1u : 0u);
+#else
     if ({first}) *s = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (p) (void)atomic_inc(s);
     barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     return (i64)*s;
+#endif
 }}
 """,
         )
@@ -205,8 +210,10 @@ class Helpers:
         return self.add(name, f"ALPYKA_FN u64 {name}({c} v) {{ {body} }}\n")
 
     # ------------------------------------------------------------------ atomics
-    def atomic(self, op: str, t: ScalarType, kind: str) -> str:
-        """The helper ``name(ptr, operands...)`` returning the old value of atomic ``op``."""
+    def atomic(self, op: str, t: ScalarType, kind: str, ndim: int = 1) -> str:
+        """The helper ``name(ptr, operands...)`` returning the old value of atomic ``op`` (on a
+        kernel of ``ndim`` dimensions: where the dialect can tell a one-work-item group apart,
+        :meth:`Dialect.alone_in_block`, an atomic on its shared memory is a plain update there)."""
         if t.bits not in (32, 64) or t.is_bool:
             raise NotImplementedError(f"atomic_{op} on {t} (GPU backends have atomics on 32- and 64-bit types)")
         d, c = self.d, CTYPE[t.name]
@@ -214,44 +221,41 @@ class Helpers:
         tag = "l" if space.startswith("__local") else "g"
         name = f"alpyka_atomic_{op}_{c}_{tag}"
         ptr = f"{space}{c}* p"
+        alone = d.alone_in_block(ndim) if kind in ("shared", "dynamic_shared") else None
         if op == "cas":
             word, cas = d.cas_word(t.bits, space)
+            plain = ""
+            if alone is not None:  # compared by bits, as the compare-and-swap
+                same = f"{d.bits_of(t, '*p')} == cmp"
+                plain = f"    if ({alone}) {{ {c} cur = *p; if ({same}) *p = value; return cur; }}\n"
             return self.add(
                 name,
                 f"""ALPYKA_FN {c} {name}({ptr}, {c} compare, {c} value) {{
     {word} cmp = {d.bits_of(t, "compare")}, val = {d.bits_of(t, "value")};
-    return {d.from_bits(t, cas)};
+{plain}    return {d.from_bits(t, cas)};
 }}
 """,
             )
+        if t.is_float and op in ("and", "or", "xor", "inc", "dec"):
+            raise NotImplementedError(f"atomic_{op} on {t}")
+        new = _UPDATE[op].format(c=c)
+        plain = ""
+        if alone is not None:
+            plain = f"if ({alone}) {{ {c} cur = *p; *p = {_plain_update(op, c, t)}; return cur; }} "
         native = d.native_atomic(op, t, space)
         if native is not None:
-            return self.add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ return ({c}){native}; }}\n")
+            return self.add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {plain}return ({c}){native}; }}\n")
         if op == "sub" and t.is_integer:
             add = d.native_atomic("add", t, space)
             if add is not None:
-                body = f"v = ({c})(0 - v); return ({c}){add};"
+                body = f"{plain}v = ({c})(0 - v); return ({c}){add};"
                 return self.add(name, f"ALPYKA_FN {c} {name}({ptr}, {c} v) {{ {body} }}\n")
-        new = {
-            "add": "cur + v",
-            "sub": "cur - v",
-            "exch": "v",
-            "min": "(v < cur) ? v : cur",
-            "max": "(v > cur) ? v : cur",
-            "and": "cur & v",
-            "or": "cur | v",
-            "xor": "cur ^ v",
-            "inc": f"(cur >= v) ? ({c})0 : ({c})(cur + 1)",
-            "dec": f"(cur == 0 || cur > v) ? v : ({c})(cur - 1)",
-        }[op]
-        if t.is_float and op in ("and", "or", "xor", "inc", "dec"):
-            raise NotImplementedError(f"atomic_{op} on {t}")
         word, cas = d.cas_word(t.bits, space)
         first = d.atomic_read(word, space)
         return self.add(
             name,
             f"""ALPYKA_FN {c} {name}({ptr}, {c} v) {{
-    volatile {space}{word}* wp = (volatile {space}{word}*)p;
+    {plain}volatile {space}{word}* wp = (volatile {space}{word}*)p;
     {word} old = {first}, cmp;
     do {{
         cmp = old;
@@ -264,3 +268,28 @@ class Helpers:
 }}
 """,
         )
+
+
+#: each atomic's new value from the current one (``cur``) and the operand (``v``), ``c`` the C
+#: type: what a compare-and-swap loop stores
+_UPDATE = {
+    "add": "cur + v",
+    "sub": "cur - v",
+    "exch": "v",
+    "min": "(v < cur) ? v : cur",
+    "max": "(v > cur) ? v : cur",
+    "and": "cur & v",
+    "or": "cur | v",
+    "xor": "cur ^ v",
+    "inc": "(cur >= v) ? ({c})0 : ({c})(cur + 1)",
+    "dec": "(cur == 0 || cur > v) ? v : ({c})(cur - 1)",
+}
+
+
+def _plain_update(op: str, c: str, t: ScalarType) -> str:
+    """The new value a one-work-item block's plain update stores: :data:`_UPDATE`'s, an integer
+    sum or difference wrapping as the atomic instruction does (no signed overflow in C)."""
+    if op in ("add", "sub") and t.is_integer:
+        word = "u32" if t.bits == 32 else "u64"
+        return f"({c})(({word})cur {'+' if op == 'add' else '-'} ({word})v)"
+    return _UPDATE[op].format(c=c)

@@ -48,7 +48,7 @@ def c_string(text: str) -> str:
     return "".join(out)
 
 
-_BARRIERS = (ir.SyncBlockThreads, ir.BlockPredicate, ir.WarpOp)
+_BARRIERS = (*ir.BLOCK_BARRIERS, ir.WarpOp)
 
 
 def barrier_functions(kernel: ir.KernelDef) -> set[str] | None:

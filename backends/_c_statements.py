@@ -104,12 +104,33 @@ class StatementEmitter:
         self.out(f"{self.call(s.call, outs)};{tag}", line)
 
     def visit_If(self, s: ir.If, tag: str, line: int) -> None:
+        if isinstance(s.cond, ir.BlockCollectives):
+            self.collectives_or_not(s, line)
+            return
         self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
         self.block(s.body)
         if s.orelse:
             self.out("} else {", line)
             self.block(s.orelse)
         self.out("}", line)
+
+    def collectives_or_not(self, s: ir.If, line: int) -> None:
+        """``if acc.block_collectives:`` (ir.BlockCollectives): the body where the build has
+        work-group collectives (the dialect's macro, where it has one) and every collective of the
+        body adds integers (a float sum's order is the runtime's), the ``orelse`` otherwise; both at
+        the ``if``'s own depth, so a dialect without collectives gets the ``orelse`` as it was."""
+        macro = self.d.collectives_macro()
+        ops = [x for x in ir.nodes(s.body) if isinstance(x, ir.BlockCollective)]
+        self.indent -= 1
+        if macro is not None and all(x.type.is_integer for x in ops):
+            self.lines.append((f"#ifdef {macro}", line))
+            self.block(s.body)
+            self.lines.append(("#else", line))
+            self.block(s.orelse)
+            self.lines.append(("#endif", line))
+        else:
+            self.block(s.orelse)
+        self.indent += 1
 
     def loop_hook(self, line: int) -> None:
         """The emulator's hook at the start of each loop iteration (its thread switches and spin

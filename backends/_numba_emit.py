@@ -282,6 +282,12 @@ class _FunctionEmitter(Visitor):
         p = self.ex(e.value)
         return f"(1 if {p} else 0)" if e.op == "count" else p
 
+    def visit_BlockCollectives(self, e: ir.BlockCollectives) -> str:
+        return "False"
+
+    def visit_BlockCollective(self, e: ir.BlockCollective) -> str:  # the scan or sum of one thread's value
+        return self.ex(e.value)
+
     def index(self, arr: ir.ArrayRef, indices: tuple, check: str | None) -> str:
         if not indices:
             return "()"
@@ -324,6 +330,9 @@ class _FunctionEmitter(Visitor):
         self.emit(f"{', '.join(t.name for t in s.targets)}, = {self.ex(s.call)}", d)
 
     def visit_If(self, s: ir.If, d: int) -> None:
+        if isinstance(s.cond, ir.BlockCollectives):  # one-thread blocks have no work-group collectives
+            self.block(s.orelse, d) if s.orelse else self.emit("pass", d)
+            return
         self.emit(f"if {self.ex(s.cond)}:", d)
         self.block(s.body, d + 1)
         if s.orelse:

@@ -13,6 +13,7 @@ from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import i64, make_packer
 from ._c_build import KernelBuildError, float_options, format_build_error
+from ._c_dialect import WG_COLLECTIVES
 from ._gpu_launch import (
     DevicePlan,
     build_source,
@@ -117,12 +118,38 @@ def vectorizes_reductions(device: Any) -> bool:
         return False
 
 
+#: the OpenCL C 3.0 feature that names the work-group collective functions
+COLLECTIVES_FEATURE = "__opencl_c_work_group_collective_functions"
+
+
+def collectives_std(device: Any) -> str | None:
+    """The ``-cl-std`` under which ``device`` compiles OpenCL C's work-group collectives
+    (``work_group_scan_inclusive_add``, ``work_group_reduce_add``...), or None where it has none:
+    OpenCL C 3.0 with the feature that names them, else 2.0, where every device has them (PoCL 6
+    reports 3.0 without the feature: none). Asked of the device (CL_DEVICE_OPENCL_C_ALL_VERSIONS
+    and _FEATURES, OpenCL 3.0; CL_DEVICE_OPENCL_C_VERSION before it)."""
+    try:
+        versions = {(v.version >> 22, (v.version >> 12) & 0x3FF) for v in device.opencl_c_all_versions}
+        features = {f.name for f in device.opencl_c_features}
+    except (cl.Error, AttributeError):  # a runtime before OpenCL 3.0: its one OpenCL C version
+        words = str(getattr(device, "opencl_c_version", "")).split()
+        major = words[2].split(".")[0] if len(words) > 2 else "1"
+        versions, features = ({(2, 0)} if major == "2" else set()), set()
+    if (3, 0) in versions and COLLECTIVES_FEATURE in features:
+        return "-cl-std=CL3.0"
+    if (2, 0) in versions:
+        return "-cl-std=CL2.0"
+    return None
+
+
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
     Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
-    reorder a float reduction."""
+    reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
+    takes it under the OpenCL C that has them where the device does (:func:`collectives_std`), and
+    its fallback where that build fails but the fallback's does (the device is asked no more)."""
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     if options and "cl_intel_required_subgroup_size" in _extensions(device):
         options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
@@ -131,10 +158,26 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     if not src.fast_math and vectorizes_reductions(device):
         options.append("-DALPYKA_SEQUENTIAL_LOOPS")
+    std = None
+    if WG_COLLECTIVES in src.text and device.int_ptr not in _COLLECTIVES_FAILED:
+        std = collectives_std(device)  # only kernels with a collective path build under a newer OpenCL C
+    if std is not None:
+        try:
+            return build(cl, context, src.text, [device], [*options, std, f"-D{WG_COLLECTIVES}"])
+        except cl.RuntimeError:
+            pass  # the fallback's build says whether the kernel or the device's collectives failed
     try:
-        return build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
+        program = build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
+    if std is not None:
+        _COLLECTIVES_FAILED.add(device.int_ptr)
+    return program
+
+
+#: the devices (``int_ptr``) whose build with work-group collectives failed where the fallback's
+#: built: they build the fallback from then on
+_COLLECTIVES_FAILED: set[int] = set()
 
 
 def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> OpenCLPlan:

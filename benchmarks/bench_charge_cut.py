@@ -15,8 +15,11 @@ repeats; each run records how many cores other processes kept busy meanwhile (``
 this process's CPU time), what a parallel runtime measured then could not have. The host
 contenders are timed together, and OpenCL (and cuda/rocm) apart, each with the twin: Intel's
 OpenCL runtime keeps ~1.2 cores spinning for a ms after a kernel, which the contender timed next
-would lose. Targets
-(numba's time over alpyka's): cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores), opencl (Intel's CPU runtime) >= 0.5x.
+would lose. Each CPU OpenCL runtime here (Intel's, PoCL) runs the example in three work divisions
+side by side: its own ``pk.make_workdiv(dev, n_modules, 256)`` (one-work-item groups on a CPU),
+``pk.valid_workdiv(dev, n_modules * 256, kernel=..., args=...)`` and the GPU shape (256
+work-items a group). Targets: cpu_serial >= 1x, cpu_threads >= 1.5x (2 cores),
+both OpenCL runtimes >= 0.5x in the example's and valid_workdiv's work divisions.
 
     python benchmarks/bench_charge_cut.py [--quick] [--smoke] [--repeats N] [--out DIR]
 """
@@ -47,8 +50,13 @@ NUMBA = "numba njit (1 thread)"
 #: the parallel twin: what any parallel runtime got from this machine's cores meanwhile
 PRANGE = "numba prange (every core)"
 THRESHOLD = 4000
-#: the targets: numba's time over alpyka's
-TARGETS = {"cpu_serial": 1.0, "cpu_threads": 1.5, "opencl": 0.5}
+#: the targets: numba's time over alpyka's (OpenCL: both CPU runtimes, the example's
+#: pk.make_workdiv and pk.valid_workdiv with the kernel)
+TARGETS = {
+    "cpu_serial": 1.0,
+    "cpu_threads": 1.5,
+    **{f"opencl {rt}{shape}": 0.5 for rt in ("Intel", "PoCL") for shape in ("", ", valid_workdiv")},
+}
 MAX_CLUSTERS, INVALID = cc.MAX_CLUSTERS, cc.INVALID_CLUSTER
 #: the event the targets are read at: 10 clusters a module (~100k digis)
 TARGET_PER_MODULE = 10
@@ -135,32 +143,74 @@ def _contenders(event, want) -> tuple[dict, dict]:
         raise AssertionError("the numba prange twin differs from the numpy reference")
     calls[PRANGE] = lambda: numba_charge_cut_prange(*event, THRESHOLD, *par, chunks)
     skipped = {}
-    for b in common.backends():  # every available one that $ALPYKA_BACKENDS leaves in
+    for name, dev, shape in _devices():  # every available one that $ALPYKA_BACKENDS leaves in
         try:
-            q = pk.Queue(pk.device(b), blocking=True)  # called and waited for on this thread, as the twin
+            q = pk.Queue(dev, blocking=True)  # called and waited for on this thread, as the twin
             bufs = []
             for a in event:
                 buf = pk.Buffer(q.device, a.shape, a.dtype)
                 pk.memcpy(q, buf, a)
                 bufs.append(buf)
-            res = cc.charge_cut(q, *bufs, THRESHOLD)
+            res = (pk.Buffer(dev, n, np.int32), pk.Buffer(dev, n_modules, np.int32))
+            wd = _workdiv(shape, dev, (*bufs, np.int32(THRESHOLD), *res, n_modules))
+            cc.charge_cut(q, *bufs, THRESHOLD, *res, wd=wd)
             got = (np.empty(n, np.int32), np.empty(n_modules, np.int32))
             pk.memcpy(q, got[0], res[0])
             pk.memcpy(q, got[1], res[1])
             q.wait()
             if not (np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])):
                 wrong = int(np.count_nonzero(got[0] != want[0]))
-                raise AssertionError(f"{b}: ids differ from the reference at {wrong} digis")
+                raise AssertionError(f"{name}: ids differ from the reference at {wrong} digis")
         except Exception as exc:  # a backend that cannot run must not lose the others
-            skipped[b] = f"{type(exc).__name__}: {exc}"[:300]
+            skipped[name] = f"{type(exc).__name__}: {exc}"[:300]
             continue
 
-        def run(q=q, bufs=bufs, res=res) -> None:
-            cc.charge_cut(q, *bufs, THRESHOLD, *res)
+        def run(q=q, bufs=bufs, res=res, wd=wd) -> None:
+            cc.charge_cut(q, *bufs, THRESHOLD, *res, wd=wd)
             q.wait()
 
-        calls[b] = run
+        calls[name] = run
     return calls, skipped
+
+
+#: the work divisions each CPU OpenCL runtime runs the example in: the example's own
+#: (``pk.make_workdiv(dev, n_modules, 256)``, no device test), ``pk.valid_workdiv`` asked with the
+#: kernel, and the GPU shape (256 work-items a group) the library would give a GPU
+SHAPES = ("", ", valid_workdiv", ", 256 work-items")
+
+
+def _runtime_label(dev: pk.Device) -> str:
+    """A CPU OpenCL runtime's short name: Intel's, PoCL, else its platform's."""
+    platform = str(dev.properties.get("platform", ""))
+    return {"portable computing language": "PoCL", "intel(r) opencl": "Intel"}.get(platform.lower(), platform)
+
+
+def _devices() -> list[tuple[str, pk.Device, str]]:
+    """``(contender, device, shape)``: each selected backend's default device in the example's
+    work division, and each OpenCL runtime (Intel's, PoCL: one device a platform, no simulator)
+    in every :data:`SHAPES`."""
+    out = []
+    for b in common.backends():
+        if b != "opencl":
+            out.append((b, pk.device(b), ""))
+            continue
+        runtimes: dict = {}
+        for dev in pk.devices("opencl"):
+            if not dev.properties.get("simulator"):
+                runtimes.setdefault(dev.properties.get("platform"), dev)
+        for dev in runtimes.values():
+            out += [(f"opencl {_runtime_label(dev)}{shape}", dev, shape) for shape in SHAPES]
+    return out
+
+
+def _workdiv(shape: str, dev: pk.Device, args: tuple) -> pk.WorkDiv | None:
+    """The work division of a :data:`SHAPES` entry (None: the example's ``pk.make_workdiv``)."""
+    n_modules = args[-1]
+    if shape == ", valid_workdiv":  # one element per digi slot of each module's block, as CMSSW's grid
+        return pk.valid_workdiv(dev, n_modules * cc.ELEMENTS, kernel=cc.cluster_charge_cut, args=args)
+    if shape == ", 256 work-items":
+        return pk.WorkDiv(n_modules, cc.ELEMENTS, 1)
+    return None
 
 
 def _groups(fns: dict) -> list[dict]:
@@ -168,7 +218,7 @@ def _groups(fns: dict) -> list[dict]:
     cpu_serial, cpu_threads), and each runtime with threads of its own (:data:`OWN_THREADS`) apart,
     whose threads keep spinning after a command (Intel's OpenCL: ~1.2 cores for the first ms) and
     would take the cores from the contender timed next."""
-    apart = [name for name in fns if name in OWN_THREADS]
+    apart = [name for name in fns if name.split()[0] in OWN_THREADS]
     host = {name: fn for name, fn in fns.items() if name not in apart}
     return [host] + [{NUMBA: fns[NUMBA], name: fns[name]} for name in apart]
 
@@ -275,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix_str(f"repeat {k + 1}, {runs[0][0]['label']}")
     summary = _summary(rows)
     rows += [{"contender": b, "status": "skipped", "reason": r} for b, r in skipped.items()]
-    devices = ", ".join(str(pk.device(b)) for b in summary if b in pk.backends())
+    devices = ", ".join(dict.fromkeys(str(dev) for name, dev, _ in _devices() if name in summary))
     doc = common.result_document(
         "charge_cut",
         f"{devices}; numba on the host CPU",
@@ -303,7 +353,7 @@ def plot(rows: list[dict], out_dir: Path) -> None:
     ok = [r for r in rows if r.get("speed_vs_numba") is not None]
     sizes = sorted({r["digis"] for r in ok})
     names = list(dict.fromkeys(r["contender"] for r in ok))
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(len(sizes), 1)
     for k, size in enumerate(sizes):
         xs, meds = [], []
@@ -314,7 +364,9 @@ def plot(rows: list[dict], out_dir: Path) -> None:
             ax.plot([i + k * width] * len(each), each, ".", color="0.2", ms=3)
         ax.bar(xs, meds, width, label=f"{size // 1000}k digis", alpha=0.8)
     ax.axhline(1.0, color="0.4", lw=0.8)
-    ax.set_xticks([i + width * (len(sizes) - 1) / 2 for i in range(len(names))], names, fontsize=8)
+    ax.set_xticks(
+        [i + width * (len(sizes) - 1) / 2 for i in range(len(names))], names, fontsize=7, rotation=30, ha="right"
+    )
     ax.set_ylabel("speed vs numba njit (x)")
     ax.set_title("ClusterChargeCut, 2000 modules (bars: median of repeats)", fontsize=9)
     if sizes:

@@ -146,7 +146,13 @@ def valid_workdiv(
     The last block may be partial (alpyka's element loops guard the tail); with
     ``block_threads_must_divide=True`` (alpaka's default) block threads divide the grid threads
     exactly, down to one-thread blocks for a prime ``n``, for kernels that index by
-    ``global_thread_idx`` without a guard."""
+    ``global_thread_idx`` without a guard.
+
+    A ``kernel`` that synchronises its blocks (``acc.sync_block_threads``, pk.tools' block-level
+    tools) on a CPU-shaped device of many threads per block (OpenCL on a CPU, whose runtime runs a
+    work-group's work-items one after another between barriers) gets the block's threads as
+    elements of one thread, as :func:`make_workdiv` shapes it there: the same blocks and grid
+    elements. Barrier-free kernels keep many threads per block (a CPU runtime vectorises them)."""
     n = _extent(n_elements, "valid_workdiv n_elements", allow_zero=True)
     e = _extent(elements, "valid_workdiv elements")
     if len(e) == 1 and len(n) > 1:
@@ -169,9 +175,17 @@ def valid_workdiv(
             while grid_threads[d] % block[d]:
                 block[d] -= 1
     blocks = tuple(-(-g // b) for g, b in zip(grid_threads, block))
+    if kernel is not None and _prod(block) > 1 and _one_thread_blocks(device, kernel, args, dim):
+        e, block = tuple(b * ei for b, ei in zip(block, e)), [1] * dim
     wd = WorkDiv(blocks, tuple(block), e)
     wd.check(device)
     return wd
+
+
+def _one_thread_blocks(device: Device, kernel: Any, args: Sequence[Any] | None, dim: int) -> bool:
+    """Whether ``kernel`` runs fastest in one-thread blocks on ``device``: a CPU-shaped device
+    and a kernel that meets a barrier of its block."""
+    return bool(device.capabilities.cpu_shaped and kernel.synchronises_blocks(tuple(args or ()), dim))
 
 
 def kernel_thread_limit(device: Device, kernel: Any, args: Sequence[Any] | None, workdiv: WorkDiv) -> int:

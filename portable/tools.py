@@ -95,7 +95,9 @@ def _one_per_thread(block_threads: int) -> int:
 @device_function(min_shared={"ws": _one_per_thread})
 def block_prefix_scan_range(acc, src, dst, first, last, ws):
     """Inclusive scan of ``src[first:last]`` into ``dst[first:last]``: each thread scans a chunk,
-    the chunks' totals are scanned in ``ws`` (Hillis-Steele), then each chunk adds its base."""
+    the chunks' totals are scanned in ``ws`` (the work-group's ``work_group_scan_inclusive_add``
+    where the OpenCL device has it and the values are integers, else Hillis-Steele), then each
+    chunk adds its base."""
     t = acc.thread_idx
     nt = acc.block_threads
     size = max(last - first, 0)
@@ -106,15 +108,19 @@ def block_prefix_scan_range(acc, src, dst, first, last, ws):
     for i in range(lo, hi):
         s += src[i]
         dst[i] = s
-    ws[t] = s
-    acc.sync_block_threads()
-    off = 1
-    while off < nt:
-        v = ws[t - off] if t >= off else 0
+    if acc.block_collectives:  # every thread of the block is here: the work-group's own scan
+        ws[t] = acc.block_scan_add(s)
         acc.sync_block_threads()
-        ws[t] += v
+    else:
+        ws[t] = s
         acc.sync_block_threads()
-        off *= 2
+        off = 1
+        while off < nt:
+            v = ws[t - off] if t >= off else 0
+            acc.sync_block_threads()
+            ws[t] += v
+            acc.sync_block_threads()
+            off *= 2
     if t > 0:
         base = ws[t - 1]
         for i in range(lo, hi):
@@ -129,25 +135,29 @@ def block_prefix_scan(acc, src, dst, size, ws):
 
 @device_function
 def block_sum(acc, value, ws):
-    w = acc.warp_size
-    t = acc.thread_idx
-    lane = t % w
-    lanes = min(w, acc.block_threads - (t - lane))  # the block's last warp may be partial
-    v = value
-    off = w // 2
-    while off > 0:
-        # a lane reads only lanes the warp has (a partial warp's absent lanes are undefined on a GPU)
-        other = acc.warp_shfl(v, lane + off if lane + off < lanes else lane)
-        if lane + off < lanes:
-            v += other
-        off //= 2
-    if lane == 0:
-        ws[t // w] = v
-    acc.sync_block_threads()
-    total = ws[0]
-    for k in range(1, (acc.block_threads + w - 1) // w):
-        total += ws[k]
-    acc.sync_block_threads()
+    if acc.block_collectives:  # every thread of the block is here: the work-group's own sum
+        total = acc.block_reduce_add(value)
+        acc.sync_block_threads()
+    else:
+        w = acc.warp_size
+        t = acc.thread_idx
+        lane = t % w
+        lanes = min(w, acc.block_threads - (t - lane))  # the block's last warp may be partial
+        v = value
+        off = w // 2
+        while off > 0:
+            # a lane reads only lanes the warp has (a partial warp's absent lanes are undefined on a GPU)
+            other = acc.warp_shfl(v, lane + off if lane + off < lanes else lane)
+            if lane + off < lanes:
+                v += other
+            off //= 2
+        if lane == 0:
+            ws[t // w] = v
+        acc.sync_block_threads()
+        total = ws[0]
+        for k in range(1, (acc.block_threads + w - 1) // w):
+            total += ws[k]
+        acc.sync_block_threads()
     return total
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from . import ir
 from ._errors import KernelSyntaxError
 from ._expressions import (
+    ACC_COLLECTIVES,
     ACC_INTRINSICS,
     ACC_LOOPS,
     ACC_PREDICATES,
@@ -25,6 +26,7 @@ from ._expressions import (
 from ._folding import explicit_int, literal_int
 from ._values import (
     AccMember,
+    AccVal,
     BuiltinVal,
     DeviceFunctionVal,
     DTypeVal,
@@ -45,6 +47,24 @@ _TWO_ARGS = math_names(arity=2)
 class CallBuilder:
     """Mixin of the function builder: calls. Needs ``error``, ``ctx`` and the expressions of
     :class:`~portable.compiler._expressions.ExprBuilder` (``value``, ``scalar``...)."""
+
+    #: the builder's count of enclosing ``if acc.block_collectives:`` bodies
+    collective_depth: int
+
+    def collectives_if(self, s: ast.If) -> list[ir.Stmt] | None:
+        """``if acc.block_collectives:`` as an ``ir.If`` on ``ir.BlockCollectives`` (its body may
+        call ``acc.block_scan_add`` / ``block_reduce_add``); None for any other ``if``."""
+        test = s.test
+        if not (isinstance(test, ast.Attribute) and test.attr == "block_collectives"):
+            return None
+        if not isinstance(self.value(test.value), AccVal):
+            return None
+        self.collective_depth += 1
+        try:
+            body = self.block(s.body)
+        finally:
+            self.collective_depth -= 1
+        return [ir.If(ir.BlockCollectives(BOOL), body, self.block(s.orelse), self.line(s))]
 
     # --------------------------------------------------------------- builtins, math functions, casts
     def ex_Call(self, node: ast.Call) -> Any:
@@ -152,6 +172,10 @@ class CallBuilder:
 
         if name == "warp_size":
             return ir.WarpOp("size", [], INDEX)
+        if name == "block_collectives":  # pk.tools' choice of work-group collectives: FunctionBuilder.st_If
+            raise self.error(
+                node, "acc.block_collectives is the whole condition of an if (if acc.block_collectives: ...)"
+            )
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))
         if name == "global_thread_idx":
@@ -206,6 +230,17 @@ class CallBuilder:
             (p,) = self.plain_args(node, 1, f"acc.{name}(predicate)")
             op = name[len("sync_block_threads_") :]
             return ir.BlockPredicate(op, to_bool(self.scalar(p)), INDEX if op == "count" else BOOL)
+        if name in ACC_COLLECTIVES:
+            if not self.collective_depth:
+                raise self.error(
+                    node,
+                    f"acc.{name}(value) goes in the body of if acc.block_collectives:, with a portable else branch",
+                )
+            (v,) = self.plain_args(node, 1, f"acc.{name}(value)")
+            v = self.scalar(v)
+            if v.type.is_bool:
+                raise self.error(node, f"acc.{name}(value) sums numbers, not bools: pass int(value)")
+            return ir.BlockCollective(name[len("block_") :], v, v.type)
         if name == "rand_engine":
             raise self.error(
                 node,

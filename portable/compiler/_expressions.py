@@ -66,6 +66,7 @@ ACC_QUERIES = (
     "global_thread_idx",
     "grid_threads",
     "warp_size",
+    "block_collectives",
 )
 ACC_LOOPS = (
     "uniform_elements",
@@ -78,6 +79,7 @@ ACC_LOOPS = (
 )
 ACC_WARP = tuple(f"warp_{op}" for op in ir.WARP_OPS if op not in ("size", "shfl_width"))
 ACC_PREDICATES = tuple(f"sync_block_threads_{op}" for op in ir.BLOCK_PREDICATES)
+ACC_COLLECTIVES = tuple(f"block_{op}" for op in ir.BLOCK_COLLECTIVES)
 ACC_RAND = ("rand_engine", "rand_u32", "rand_uniform", "rand_normal")
 ACC_INTRINSICS = tuple(INTRINSICS)  # bit intrinsics: portable/compiler/operations.py
 ACC_CALLS = (
@@ -86,6 +88,7 @@ ACC_CALLS = (
     + tuple(f"atomic_{op}" for op in ir.ATOMIC_OPS)
     + ACC_WARP
     + ACC_PREDICATES
+    + ACC_COLLECTIVES
     + ACC_RAND
     + ACC_INTRINSICS
 )

@@ -99,6 +99,8 @@ class FunctionBuilder(
         #: with ``local_prefix`` (a device function's IR name: unique once functions are inlined)
         self.local_arrays: dict[str, ir.SharedArray] = {}
         self.local_prefix = ""
+        #: how many ``if acc.block_collectives:`` bodies enclose the statement being translated
+        self.collective_depth = 0
 
     # --------------------------------------------------------------- errors
     def error(self, node: ast.AST, msg: str) -> KernelSyntaxError:
@@ -233,7 +235,7 @@ class FunctionBuilder(
         if isinstance(v, MultiCall):  # f(...) whose values are not used
             return self.results(v, s)[0]
         if isinstance(v, ir.Expr):
-            keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate)
+            keep = (ir.AtomicOp, ir.DeviceCall, ir.BlockPredicate, ir.BlockCollective)
             return ir.ExprStmt(v, self.line(s)) if isinstance(v, keep) else None
         raise self.error(s, f"this expression has no effect ({self.describe(v)})")
 
@@ -241,6 +243,9 @@ class FunctionBuilder(
         known = self.type_test(s.test)  # if a.dtype.kind == "f": only the branch taken is compiled
         if known is not None:
             return self.block(s.body if known else s.orelse)
+        collectives = self.collectives_if(s)
+        if collectives is not None:
+            return collectives
         c = to_bool(self.scalar(s.test))
         return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
 

@@ -41,7 +41,7 @@ from ._grid_loop import defined_before_read
 from .types import BOOL, VoidType
 
 #: node kinds whose value depends on memory (bound to a temporary when a later call could change it)
-_READS = (ir.Load, ir.AtomicOp, ir.WarpOp, ir.BlockPredicate)
+_READS = (ir.Load, ir.AtomicOp, ir.WarpOp, ir.BlockPredicate, ir.BlockCollective)
 _LOOPS = (ir.While, ir.ForRange, ir.StridedLoop)
 
 

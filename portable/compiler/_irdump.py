@@ -77,6 +77,12 @@ class _Dump(Visitor):
     def visit_BlockPredicate(self, x: ir.BlockPredicate) -> str:
         return f"sync_block_threads_{x.op}({self.e(x.value)})"
 
+    def visit_BlockCollectives(self, x: ir.BlockCollectives) -> str:
+        return "block_collectives"
+
+    def visit_BlockCollective(self, x: ir.BlockCollective) -> str:
+        return f"block_{x.op}({self.e(x.value)})"
+
     # ------------------------------------------------------------------ statements
     def stmts(self, body: list, pad: str) -> list[str]:
         out: list[str] = []

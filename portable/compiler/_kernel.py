@@ -203,6 +203,14 @@ class Kernel:
             got = self._written[k] = written_params(self.ir(k[0], ndim, debug_enabled()))
         return got
 
+    def synchronises_blocks(self, args: tuple, ndim: int) -> bool:
+        """Whether a launch with ``args`` meets a barrier of its block (``acc.sync_block_threads``,
+        a block predicate or scan, in the kernel or a device function it calls: pk.tools'
+        block-level tools), which a CPU runtime runs one work-item after another."""
+        kir = self.ir(self.signature(args), ndim, debug_enabled())
+        bodies = [kir.body] + [fn.body for fn in kir.functions.values()]
+        return any(isinstance(x, ir.BLOCK_BARRIERS) for body in bodies for x in ir.nodes(body))
+
     def slot(self, owner: Hashable, make: Callable[[], _T]) -> _T:
         """What ``owner`` (a backend, by its name) keeps with this kernel: made by ``make()`` on
         the first ask, the same object for every caller after (thread-safe), freed with the

@@ -247,6 +247,13 @@ class _Check(Visitor):
         self.operation(e, "op")
         self.cond(e.value, "block predicate")
 
+    def visit_BlockCollectives(self, e: ir.BlockCollectives) -> None:
+        return None
+
+    def visit_BlockCollective(self, e: ir.BlockCollective) -> None:
+        self.operation(e, "op")
+        self.expr(e.value, what=f"operand of a block {e.op}")
+
     # ------------------------------------------------------------------ statements
     def visit_Assign(self, s: ir.Assign) -> None:
         if not isinstance(s.target, ir.Var):

@@ -77,6 +77,14 @@ Expressions (fields; all have ``type``):
   ones) return ``v``, ``p``, 1 or ``p`` as a bit.
 - ``BlockPredicate(op, value)``: a barrier of the whole block (as ``SyncBlockThreads``) that also
   reduces the bool ``value`` over the block's threads: ``count`` (int64), ``and``/``or`` (bool).
+- ``BlockCollectives()`` (bool): whether the block's threads have native work-group collectives;
+  only as the whole condition of an ``If``, whose body may then use ``BlockCollective``. An emitter
+  compiles the body where its target has them (OpenCL C 2.0+, chosen when the program is built)
+  and the ``orelse`` everywhere else (the CPU backends, CUDA, HIP).
+- ``BlockCollective(op, value)``: ``op`` in :data:`BLOCK_COLLECTIVES` over the block's threads,
+  met by every thread of the block (``type`` = ``value``'s; integers wrap): ``scan_add``, the
+  inclusive sum in thread order, ``reduce_add``, the block's sum to every thread. An emitter
+  whose collectives would add floats in another order than the ``orelse`` compiles the ``orelse``.
 
 Arrays: ``ArrayRef(name, type, extents, pitch)``: ``name`` is a kernel/function array parameter
 or a shared array; ``type`` an :class:`~portable.compiler.types.ArrayType` (kind, dtype, const);
@@ -186,6 +194,8 @@ WARP_OPS = (
 )
 #: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
 BLOCK_PREDICATES = ("count", "and", "or")
+#: the work-group collectives of BlockCollective (``acc.block_<op>``)
+BLOCK_COLLECTIVES = ("scan_add", "reduce_add")
 #: memory fence scopes (alpaka's memory_scope::Block|Grid|Device)
 FENCE_SCOPES = ("block", "grid", "device")
 #: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``): declared in
@@ -212,6 +222,7 @@ OPERATION_SETS: dict[tuple[str, str], tuple[str, ...]] = {
     ("AtomicOp", "hierarchy"): ATOMIC_HIERARCHIES,
     ("WarpOp", "op"): WARP_OPS,
     ("BlockPredicate", "op"): BLOCK_PREDICATES,
+    ("BlockCollective", "op"): BLOCK_COLLECTIVES,
     ("MemFence", "scope"): FENCE_SCOPES,
     ("StridedLoop", "kind"): (
         "uniform_elements",
@@ -356,6 +367,18 @@ class BlockPredicate(Expr):
     type: ScalarType
 
 
+@dataclass(eq=False)
+class BlockCollectives(Expr):
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class BlockCollective(Expr):
+    op: str
+    value: Expr
+    type: ScalarType
+
+
 # ----------------------------------------------------------------------------- statements
 class Stmt:
     """Base of statement nodes; ``line`` is the line in the kernel's source file (or 0)."""
@@ -456,6 +479,10 @@ class Return(Stmt):
 @dataclass(eq=False)
 class SyncBlockThreads(Stmt):
     line: int = 0
+
+
+#: the nodes that are a barrier of the whole block
+BLOCK_BARRIERS = (SyncBlockThreads, BlockPredicate, BlockCollective)
 
 
 @dataclass(eq=False)
