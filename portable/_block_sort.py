@@ -32,9 +32,10 @@ __all__ = [
 
 
 #: the most keys that block_radix_sort gives to block_rank_sort in a block of one thread (the same
-#: permutation: both are stable): 8 passes' counters to clear, scan and check cost more (on the
-#: CPU backends, examples/sort_by_pt2.py at 8 vertices an event: 0.7x -> 1.4x its numba twin)
-SMALL_SORT = 16
+#: permutation: both are stable): below it 8 passes' counters to clear, scan and check cost more
+#: (cpu_serial, examples/sort_by_pt2.py vs its numba twin, best of 300: 48 gave 1.4x at 8, 40 and
+#: 80 vertices an event; 16 gave 1.16-1.27x at 40, 96 1.15x at 80; the radix sort alone 0.69x at 8)
+SMALL_SORT = 48
 
 
 def radix_sort_workspace(block_threads: int, bits: int = 8) -> int:
