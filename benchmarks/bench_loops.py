@@ -9,8 +9,9 @@ nested group shape, ``uniform_group_elements`` inside ``uniform_groups``, with g
 and 32 elements (``WorkDiv(1, 1, k)``): as written (the CPU backends run it as one element loop)
 and with a count per group (work per group: the nest stays two loops), beside numba's flat loop
 and numba's nested twin (``for g in range(groups): for i in range(g*k, min(g*k + k, n))``, what
-a numba user writes). The contenders of a section run interleaved in shuffled rounds
-(``_common.interleaved``); each must give the plain loop's bits (same order). Writes
+a numba user writes, counting its groups as the kernel with work per group does). The
+contenders of a section run interleaved in shuffled rounds (``_common.interleaved``); each must
+give the plain loop's bits (same order). Writes
 benchmarks/results/loops.json and loops.png with the load and the cores other processes kept
 busy; the summary is each contender's time over the plain ``range`` kernel's, paired per round
 (1: as fast as a plain loop).
@@ -103,10 +104,13 @@ def nb_sum(out, x, n):
 @njit(cache=False)
 def nb_nested(out, x, n, k):
     s = 0.0
+    c = 0
     for g in range((n + k - 1) // k):
+        c += 1  # the work per group of sum_groups_counted
         for i in range(g * k, min(g * k + k, n)):
             s += x[i]
     out[0] = s
+    out[1] = c
 
 
 KERNELS = {

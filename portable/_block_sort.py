@@ -11,7 +11,7 @@ The radix sort runs LSD passes of 8 bits (4 where the workspace is smaller), eac
 counting, then scattering in order, a contiguous chunk of the range: a pass is a count, a scan
 of the ``radix * block_threads`` counts (digit-major, so equal digits keep their order) and a
 scatter; a pass where every key has the same digit is skipped. A block of one thread (the CPU
-backends') sorts up to :data:`SMALL_SORT` keys by insertion instead. CMSSW's own (256 threads at least,
+backends') sorts up to :data:`SMALL_SORT` keys with the rank sort instead. CMSSW's own (256 threads at least,
 16-bit indices) ranks equal digits of each 256-element tile with atomics instead.
 """
 
@@ -31,9 +31,11 @@ __all__ = [
 ]
 
 
-#: the most keys that a block of one thread sorts by insertion, not by radix passes (the same
-#: permutation: both are stable); measured on the CPU backends with examples/sort_by_pt2.py
-SMALL_SORT = 16
+#: the most keys that block_radix_sort gives to block_rank_sort in a block of one thread (the same
+#: permutation: both are stable): below it 8 passes' counters to clear, scan and check cost more
+#: (cpu_serial, examples/sort_by_pt2.py vs its numba twin, best of 300: 48 gave 1.4x at 8, 40 and
+#: 80 vertices an event; 16 gave 1.16-1.27x at 40, 96 1.15x at 80; the radix sort alone 0.69x at 8)
+SMALL_SORT = 48
 
 
 def radix_sort_workspace(block_threads: int, bits: int = 8) -> int:
@@ -94,70 +96,54 @@ def _one_digit(ws, radix, nt, n):
     return same
 
 
-@device_function
-def _insertion_sort(acc, keys, ind, first, n):
-    """One thread: ``ind[first:first + n]`` the local indices of ``keys[first:first + n]`` in
-    stable key order, by insertion (no workspace; below :data:`SMALL_SORT` keys it beats the radix
-    passes' fixed cost of counters to clear, scan and check)."""
-    for i in range(n):
-        k = sort_key(acc, keys, first + i)
-        j = i
-        while j > 0:
-            prev = ind[first + j - 1]
-            if sort_key(acc, keys, first + prev) <= k:
-                break
-            ind[first + j] = prev
-            j -= 1
-        ind[first + j] = i
-
-
 @device_function(min_shared={"ws": _least_workspace})
 def block_radix_sort_range(acc, keys, ind, ind2, first, last, ws):
     t = acc.thread_idx
     nt = acc.block_threads
     n = max(last - first, 0)
-    if nt == 1 and n <= SMALL_SORT:
-        _insertion_sort(acc, keys, ind, first, n)
-    else:
-        # 8 bits a pass where ws holds radix_sort_workspace(nt, 8) and each thread has keys enough to
-        # pay for 256 counters a pass (measured: 4 bits were faster below about 100 keys a thread)
-        bits = 8 if len(ws) >= 257 * nt and n >= 128 * nt else 4
-        radix = 1 << bits
-        mask = np.uint64(radix - 1)
-        cells = radix * nt
-        chunk = (n + nt - 1) // nt
-        lo = min(t * chunk, n)
-        hi = min(lo + chunk, n)
+    by_rank = nt == 1 and n <= SMALL_SORT
+    if by_rank:  # a few keys, one thread: the rank sort is faster than the passes' fixed cost
+        block_rank_sort_range(acc, keys, ind, first, last)
+    left = 0 if by_rank else n  # the keys the radix passes sort (none: no pass runs)
+    # 8 bits a pass where ws holds radix_sort_workspace(nt, 8) and each thread has keys enough to
+    # pay for 256 counters a pass (measured: 4 bits were faster below about 100 keys a thread)
+    bits = 8 if len(ws) >= 257 * nt and left >= 128 * nt else 4
+    radix = 1 << bits
+    mask = np.uint64(radix - 1)
+    cells = radix * nt
+    chunk = (left + nt - 1) // nt
+    lo = min(t * chunk, left)
+    hi = min(lo + chunk, left)
+    for i in range(lo, hi):
+        ind[first + i] = i
+    parity = 0  # the order so far is in ind (0) or ind2 (1)
+    for p in range((keys.dtype.itemsize * 8 + bits - 1) // bits if left > 1 else 0):
+        shift = np.uint64(p * bits)
+        for d in range(radix):
+            ws[d * nt + t] = 0
         for i in range(lo, hi):
-            ind[first + i] = i
-        parity = 0  # the order so far is in ind (0) or ind2 (1)
-        for p in range((keys.dtype.itemsize * 8 + bits - 1) // bits):
-            shift = np.uint64(p * bits)
-            for d in range(radix):
-                ws[d * nt + t] = 0
+            j = ind[first + i] if parity == 0 else ind2[first + i]
+            d = np.int64((sort_key(acc, keys, first + j) >> shift) & mask)
+            ws[d * nt + t] += 1
+        acc.sync_block_threads()
+        _scan_counts(acc, ws, cells)
+        same = _one_digit(ws, radix, nt, left)
+        acc.sync_block_threads()
+        if not same:
             for i in range(lo, hi):
                 j = ind[first + i] if parity == 0 else ind2[first + i]
-                d = np.int64((sort_key(acc, keys, first + j) >> shift) & mask)
-                ws[d * nt + t] += 1
-            acc.sync_block_threads()
-            _scan_counts(acc, ws, cells)
-            same = _one_digit(ws, radix, nt, n)
-            acc.sync_block_threads()
-            if not same:
-                for i in range(lo, hi):
-                    j = ind[first + i] if parity == 0 else ind2[first + i]
-                    slot = np.int64((sort_key(acc, keys, first + j) >> shift) & mask) * nt + t
-                    pos = ws[slot]
-                    ws[slot] = pos + 1
-                    if parity == 0:
-                        ind2[first + pos] = j
-                    else:
-                        ind[first + pos] = j
-                parity = 1 - parity
-            acc.sync_block_threads()
-        if parity == 1:
-            for i in range(lo, hi):
-                ind[first + i] = ind2[first + i]
+                slot = np.int64((sort_key(acc, keys, first + j) >> shift) & mask) * nt + t
+                pos = ws[slot]
+                ws[slot] = pos + 1
+                if parity == 0:
+                    ind2[first + pos] = j
+                else:
+                    ind[first + pos] = j
+            parity = 1 - parity
+        acc.sync_block_threads()
+    if parity == 1:
+        for i in range(lo, hi):
+            ind[first + i] = ind2[first + i]
     acc.sync_block_threads()
 
 

@@ -82,7 +82,7 @@ def _sorted_by_events(queue, kernel, keys, offsets, nt, *work):
 @for_all_dtypes()
 def test_radix_and_rank_sort_match_numpys_stable_argsort(queue, dtype):
     """Every dtype, every block size, events of 0, 1, block size -1/+0/+1, a large one and either
-    side of the most keys a block of one thread sorts by insertion (SMALL_SORT)."""
+    side of the most keys a block of one thread hands to the rank sort (SMALL_SORT)."""
     rng = np.random.default_rng(np.dtype(dtype).itemsize)
     for nt in _threads(queue):
         sizes = [0, 1, 2, max(nt - 1, 0), nt, nt + 1, 1000, 0, 3, SMALL_SORT, SMALL_SORT + 1, 40]

@@ -34,6 +34,14 @@ def nest_flat(acc, out, x, n):
 
 
 @pk.kernel
+def nest_2d(acc, out, n0, n1):
+    for i in acc.uniform_elements(n0, dim=0):
+        for g in acc.uniform_groups(n1, dim=1):
+            for j in acc.uniform_group_elements(g, n1, dim=1):
+                out[i, j] = i * 100 + j
+
+
+@pk.kernel
 def per_group_work(acc, out, n):
     for g in acc.uniform_groups(n):
         out[0] += 1
@@ -104,6 +112,8 @@ def test_which_nests_become_one_loop():
     f = np.zeros(8)
     assert _kinds(fuse_group_loops(_ir(nest, x, x, 8, 8))) == ["uniform_elements"]
     assert _kinds(fuse_group_loops(_ir(nest_flat, f, f, 8))) == ["uniform_elements"]
+    k2 = nest_2d.ir(nest_2d.signature((np.zeros((2, 2), np.int64), 2, 2)), 2, False)
+    assert _kinds(fuse_group_loops(k2)) == ["uniform_elements", "uniform_elements"]
     kept = {
         "work per group": _ir(per_group_work, x, 8),
         "reads the group": _ir(reads_group, x, 8),
@@ -170,3 +180,18 @@ def test_flat_nest_results(device, queue, blocks, elements):
         want = np.full(n + 2, -1.0)
         want[:n] = x[:n] * 2.0 + 1.0
         np.testing.assert_array_equal(download(queue, out), want, err_msg=f"{wd} n={n}")
+
+
+WDS_2D = [((1, 1), (1, 1), (1, 1)), ((2, 3), (1, 1), (2, 2)), ((1, 2), (2, 4), (1, 3))]  # (blocks, threads, elements)
+
+
+@pytest.mark.parametrize("blocks, threads, elements", WDS_2D)
+def test_nest_along_the_second_dimension(device, queue, blocks, threads, elements):
+    if max(threads) > 1 and device.limits.max_threads_per_block < 8:
+        pytest.skip(f"{device} runs at most {device.limits.max_threads_per_block} threads per block")
+    n0, n1 = 5, 13
+    out = upload(queue, np.full((n0, n1 + 2), -1, np.int64))
+    pk.exec(queue, pk.WorkDiv(blocks, threads, elements), nest_2d, out, n0, n1)
+    want = np.full((n0, n1 + 2), -1, np.int64)
+    want[:, :n1] = np.arange(n0)[:, None] * 100 + np.arange(n1)[None, :]
+    np.testing.assert_array_equal(download(queue, out), want)
