@@ -296,12 +296,12 @@ def plot(rows: list[dict], out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.make_parser(__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 3 quick, 1 smoke)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 2 quick, 1 smoke)")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="another alpyka checkout to measure beside this one (before/after)"
     )
     args = common.parse_args(parser, argv)
-    rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 7)
+    rounds = args.rounds or (1 if args.smoke else 2 if args.quick else 7)
     n = 1 << 10 if args.smoke else 1 << 16
     rows, skipped = measure(rounds, n, args.no_progress, args.baseline)
     summary = summarize(rows)
