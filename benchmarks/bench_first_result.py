@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += [{"contender": b, "status": "skipped", "reason": why} for b, why in skipped.items()]
     doc = common.result_document(
         NAME,
-        "the host CPU (cuda: the GPU emulator where no GPU is)",
+        "the host CPU: numba, cpu_serial, cpu_threads, OpenCL's default device, cuda on the GPU emulator",
         args.quick,
         rows,
         summary,
@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         n=n,
         cores=len(os.sched_getaffinity(0)),
         load_average=[round(x, 2) for x in os.getloadavg()],
+        opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
         ratios="alpyka's seconds to the first result over numba's twin's, paired per round (lower is better)",
         programs={"alpyka": ALPYKA, "numba": NUMBA_TWIN},
     )
