@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -174,10 +175,13 @@ def _loaded(plan: HostPlan, workdiv: Any, kernel: KernelHandle, args: tuple) -> 
     """``plan`` with its numba code compiled (or loaded from numba's cache) for the types of
     ``args`` now, on this thread, by a call that runs no block; the process's first numba compile
     leaves the third-party numba extensions to the next one (backends/_numba_start.py)."""
-    dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
-    _, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
-    with extensions_deferred():
-        plan.fn(0, 0, *call)
+    # anything this raises (memory that is not the host's, a typing error, a checked load of the
+    # flat loop's prelude) the launch itself raises again, where and as it always did
+    with contextlib.suppress(Exception):
+        dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
+        _, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
+        with extensions_deferred():
+            plan.fn(0, 0, *call)
     return plan
 
 

@@ -123,3 +123,21 @@ def test_first_kernel_leaves_numba_extensions_to_the_next_compile(backend, tmp_p
     out = subprocess.run([sys.executable, str(program), backend], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr[-2000:]
+
+
+@pk.kernel
+def prelude_reads_past_end(acc, out, x, n):
+    v = x[n]  # before the element loop: the flat loop's prelude, run by every call of its code
+    for i in acc.uniform_elements(n):
+        out[i] = v
+
+
+def test_an_error_of_the_code_is_reported_by_the_launch_as_before(device, queue, monkeypatch):
+    """The CPU backends call a new plan's code once with no block at the first exec (to compile
+    it there); an error that call meets is the launch's to report, at the wait as always."""
+    monkeypatch.setenv("ALPYKA_DEBUG", "1")
+    x, out = upload(queue, np.arange(3.0)), upload(queue, np.zeros(3))
+    pk.exec(queue, pk.make_workdiv(device, 1, 3), prelude_reads_past_end, out, x, 3)
+    with pytest.raises(pk.AsyncError) as err:
+        queue.wait()
+    assert isinstance(err.value.__cause__, pk.KernelIndexError), repr(err.value.__cause__)
