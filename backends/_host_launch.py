@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from portable.compiler import KernelArgumentError, check_shared_needs, debug_ena
 from portable.spi import KernelHandle, PlanCache, c_strides, signature_key
 
 from . import _host_slices as host_slices
+from ._numba_start import extensions_deferred
 
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code, unless a
 #: hierarchy="block" atomic is plain on cpu_serial (the source differs, so does its hash)
@@ -164,7 +166,23 @@ def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: KernelHan
     # CPU blocks have one thread each (every work division): once per plan is enough
     check_shared_needs(kernel.ir(key, ndim, debug).shared_needs, workdiv, kernel.__name__)
     plans = kernel.slot(backend_name, PlanCache)
-    return plans.build((ndim, key, debug), lambda: make_plan(backend_name, kernel, key, ndim, debug))
+    return plans.build(
+        (ndim, key, debug), lambda: _loaded(make_plan(backend_name, kernel, key, ndim, debug), workdiv, kernel, args)
+    )
+
+
+def _loaded(plan: HostPlan, workdiv: Any, kernel: KernelHandle, args: tuple) -> HostPlan:
+    """``plan`` with its numba code compiled (or loaded from numba's cache) for the types of
+    ``args`` now, on this thread, by a call that runs no block; the process's first numba compile
+    leaves the third-party numba extensions to the next one (backends/_numba_start.py)."""
+    # anything this raises (memory that is not the host's, a typing error, a checked load of the
+    # flat loop's prelude) the launch itself raises again, where and as it always did
+    with contextlib.suppress(Exception):
+        dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
+        _, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
+        with extensions_deferred():
+            plan.fn(0, 0, *call)
+    return plan
 
 
 __all__ = ["HostPlan", "buffer_array", "compiled_plan"]

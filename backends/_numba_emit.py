@@ -141,9 +141,9 @@ class _FunctionEmitter(Visitor):
         if _wrapping(e):  # a chain of them: one cast back to the signed type, not one per operator
             return f"np.{e.type.name}({self.wrapping_chain(e)})"
         a, b, t = self.ex(e.left), self.ex(e.right), e.type
-        if (
-            _same_group(e, e.left) and self.fold(e.left) is None
-        ):  # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most
+        # a + b + c, not ((a + b) + c): CPython nests 200 parentheses at most (a folded left
+        # operand is written without its parentheses already)
+        if _same_group(e, e.left) and self.fold(e.left) is None:
             a = a[1:-1]
         helper = _ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
         if helper is not None:  # numpy's fixed-width rule where numba's differs (see NUMBA_HELPERS)

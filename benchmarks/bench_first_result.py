@@ -296,19 +296,19 @@ def plot(rows: list[dict], out_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = common.make_parser(__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 3 quick, 1 smoke)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 2 quick, 1 smoke)")
     parser.add_argument(
         "--baseline", type=Path, default=None, help="another alpyka checkout to measure beside this one (before/after)"
     )
     args = common.parse_args(parser, argv)
-    rounds = args.rounds or (1 if args.smoke else 3 if args.quick else 7)
+    rounds = args.rounds or (1 if args.smoke else 2 if args.quick else 7)
     n = 1 << 10 if args.smoke else 1 << 16
     rows, skipped = measure(rounds, n, args.no_progress, args.baseline)
     summary = summarize(rows)
     rows += [{"contender": b, "status": "skipped", "reason": why} for b, why in skipped.items()]
     doc = common.result_document(
         NAME,
-        "the host CPU (cuda: the GPU emulator where no GPU is)",
+        "the host CPU: numba, cpu_serial, cpu_threads, OpenCL's default device, cuda on the GPU emulator",
         args.quick,
         rows,
         summary,
@@ -316,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         n=n,
         cores=len(os.sched_getaffinity(0)),
         load_average=[round(x, 2) for x in os.getloadavg()],
+        opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
         ratios="alpyka's seconds to the first result over numba's twin's, paired per round (lower is better)",
         programs={"alpyka": ALPYKA, "numba": NUMBA_TWIN},
     )

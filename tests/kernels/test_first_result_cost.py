@@ -2,8 +2,10 @@
 loads no backend's compiler (numba, the emitters, pyopencl, cupy, torch), and the numba emitter
 folds index arithmetic whose operands are known when it writes the code (``x * 1``, ``x + 0``,
 a CPU block's thread index 0), so numba has less to type and compile; the folded kernels give
-numpy's values on every backend."""
+numpy's values on every backend. The first kernel leaves numba's third-party extensions to the
+next numba compile (backends/_numba_start.py)."""
 
+import os
 import subprocess
 import sys
 
@@ -80,3 +82,62 @@ def test_known_operands_values(device, queue, dtype):
     np.testing.assert_array_equal(got[:, [0, 2, 3, 4]], want[:, [0, 2, 3, 4]])
     if threads == 1:  # one-thread blocks: thread_idx is 0, block_threads 1
         np.testing.assert_array_equal(got[:, 1], want[:, 1])
+
+
+_DEFERRED = """
+import sys
+import numpy as np
+import portable as pk
+from numba.core import entrypoints
+
+
+@pk.kernel
+def fill(acc, out, v, n):
+    for i in acc.uniform_elements(n):
+        out[i] = v
+
+
+q = pk.Queue(pk.device(sys.argv[1]))
+out = pk.Buffer(q.device, 8, np.int64)
+pk.exec(q, pk.valid_workdiv(q.device, 8), fill, out, np.int64(3), 8)
+res = np.zeros(8, np.int64)
+pk.memcpy(q, res, out)
+q.wait()
+assert (res == 3).all()
+after_kernel = entrypoints._already_initialized
+from numba import njit
+
+njit(lambda: 1)()
+print(after_kernel, entrypoints._already_initialized)
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu_serial", "cpu_threads"])
+def test_first_kernel_leaves_numba_extensions_to_the_next_compile(backend, tmp_path):
+    """alpyka's first kernel does not run the installed packages' numba extensions (its code uses
+    none); the process's next numba compile, the user's, still does."""
+    env = {**os.environ, "ALPYKA_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    program = tmp_path / "first_kernel.py"  # a file: the kernel's source is read from it
+    program.write_text(_DEFERRED)
+    out = subprocess.run([sys.executable, str(program), backend], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr[-2000:]
+
+
+@pk.kernel
+def prelude_reads_past_end(acc, out, x, n):
+    v = x[n]  # before the element loop: the flat loop's prelude, run by every call of its code
+    for i in acc.uniform_elements(n):
+        out[i] = v
+
+
+def test_an_error_of_the_code_is_reported_by_the_launch_as_before(device, queue, monkeypatch):
+    """The CPU backends call a new plan's code once with no block at the first exec (to compile
+    it there); an error that call meets is the launch's to report, at the wait as always."""
+    monkeypatch.setenv("ALPYKA_DEBUG", "1")
+    x, out = upload(queue, np.arange(3.0)), upload(queue, np.zeros(3))
+    pk.exec(queue, pk.make_workdiv(device, 1, 3), prelude_reads_past_end, out, x, 3)
+    with pytest.raises(pk.AsyncError) as err:
+        queue.wait()
+    assert isinstance(err.value.__cause__, pk.KernelIndexError), repr(err.value.__cause__)
