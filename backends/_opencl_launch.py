@@ -28,7 +28,8 @@ from ._opencl_devices import build, build_log
 
 class OpenCLPlan(DevicePlan):
     """A kernel built for one device and signature, ready to launch: its ``cl.Kernel``, whose
-    arguments are set and enqueued under the plan's ``lock`` (they must not interleave)."""
+    arguments are set and enqueued under the plan's ``lock`` (they must not interleave). Fast
+    launchers each set and enqueue a ``cl.Kernel`` of their own (:func:`launcher`)."""
 
     __slots__ = ("program", "kernel", "last", "setter")
 
@@ -38,24 +39,27 @@ class OpenCLPlan(DevicePlan):
         super().__init__(src, pack, max_threads, static_shared, name)
         self.program, self.kernel = program, knl
         self.last: list[Any] = []  # the argument values the cl.Kernel holds now
-        self.setter: Any = None  # the fast launcher whose arguments those are (None: launch's)
+        self.setter: Any = None  # whose arguments those are (a graph's values; None: launch's)
 
     def set_args(self, values: list) -> None:
-        """Set the kernel's arguments, skipping those that hold the same value already (the same
-        buffer object, an equal non-zero scalar): a repeated launch sets nothing. Caller holds ``lock``."""
-        self.setter = None  # whose arguments the kernel holds: the caller's, not a fast launcher's
-        last = self.last
-        if len(last) != len(values):
-            self.kernel.set_args(*values)
-            self.last = list(values)
-            return
-        knl = self.kernel
-        for i, v in enumerate(values):
-            old = last[i]
-            if same_value(old, v):  # not == alone: -0.0 == 0.0, and their bits differ
-                continue
-            knl.set_arg(i, v)
-            last[i] = v
+        """Set the kernel's arguments (see :func:`set_changed`). Caller holds ``lock``."""
+        self.setter = None  # whose arguments the kernel holds: the caller's
+        self.last = set_changed(self.kernel, self.last, values)
+
+
+def set_changed(knl: Any, last: list, values: list) -> list:
+    """Set ``knl``'s arguments to ``values`` where it holds ``last``, skipping those that hold the
+    same value already (the same buffer object, an equal non-zero scalar): a repeated launch sets
+    nothing. Returns what ``knl`` holds now (``last``, updated, or a new list)."""
+    if len(last) != len(values):
+        knl.set_args(*values)
+        return list(values)
+    for i, v in enumerate(values):
+        if same_value(last[i], v):  # not == alone: -0.0 == 0.0, and their bits differ
+            continue
+        knl.set_arg(i, v)
+        last[i] = v
+    return last
 
 
 #: what warps as sub-groups need (acc.warp_*): shuffles by lane and by offset, and ballots
@@ -227,37 +231,40 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
 def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
     """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
     over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): the plan,
-    geometry and dynamic shared size bound once; the kernel's arguments are set again only
-    when another launcher set them or an argument is not the very object of this launcher's
-    last launch (then only the values that differ are set, scalars mostly: ``set_args``), and
+    geometry and dynamic shared size bound once, and a ``cl.Kernel`` of its own, set and enqueued
+    under the queue's lock only (every call of a launcher is on its queue: no other launch sets
+    its arguments). Its arguments are set again only when an argument is not the very object of
+    the last launch (then only the values that differ, scalars mostly: :func:`set_changed`), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
-    waited for by ``OpenCLQueue.wait_command``, told how long the last run with the same
-    arguments took: a short one is waited for joined). None without a plan, or for a range-checked
-    plan (ALPYKA_DEBUG: a flag buffer per launch)."""
+    waited for by ``WaitChoice.wait_timed``, told how long the last run with the same arguments
+    took: a short one is waited for joined). None without a plan, or for a range-checked plan
+    (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
         return None
     plan, dyn, (_, local, glob) = prepared
     impl = queue_impl(queue)
-    qlock, plock, after, cq, knl, pack = impl.lock, plan.lock, impl.after_known, impl.cq, plan.kernel, plan.pack
-    enqueue, blocking, wait = cl.enqueue_nd_range_kernel, impl.blocking, impl.wait_command
+    knl = cl.Kernel(plan.program, plan.src.entry)  # (its own: the plan's is set by other launches)
+    qlock, after, cq, pack, enqueue = impl.lock, impl.after_known, impl.cq, plan.pack, cl.enqueue_nd_range_kernel
+    blocking, timed, flush = impl.blocking, impl.waits.wait_timed, impl.flush_cq
     last: list = [None]  # the arguments this launcher set last
+    held: list = [[]]  # the values its cl.Kernel holds
     took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
     same = same_objects(len(args))
 
     def run(args: tuple) -> None:
         with qlock:
-            with plock:
-                fresh = not same(args, last[0])
-                if fresh or plan.setter is not last:
-                    plan.set_args(pack(args, workdiv, dyn))
-                    plan.setter, last[0] = last, args
-                ev = enqueue(cq, knl, glob, local)
+            fresh = not same(args, last[0])
+            if fresh:
+                held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
+                last[0] = args
+            ev = enqueue(cq, knl, glob, local)
             if not blocking:
                 after(None if fresh else took, ev, args)  # (q.wait() joins known work)
                 return
+            impl.last_event = ev
         if fresh:
             took[0] = None  # other arguments: the time of the last run says nothing
-        wait(ev, took)  # a blocking queue: this command waited for (no marker), outside the queue's lock
+        timed(ev, took, flush)  # a blocking queue: this command waited for (no marker), outside the queue's lock
 
     return run

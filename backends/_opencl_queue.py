@@ -88,8 +88,8 @@ class OpenCLQueue(DeviceQueue):
         # pyopencl's flush (0.4 us, the launch path) holds the GIL; a simulator runs the queue in
         # clFlush, where a gate's worker must be able to run: there every flush is without it
         # (1.2 us). A gate's own flush always is (_UserEventGate.hold).
-        self._flush_cq = functools.partial(_flush, self.cq) if device.properties.get("simulator") else self.cq.flush
-        self._last: cl.Event | None = None  # the latest command enqueued (for is_idle)
+        self.flush_cq = functools.partial(_flush, self.cq) if device.properties.get("simulator") else self.cq.flush
+        self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)
         # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
         # since the last wait (fast launches with their last arguments, graph replays), or None
         # once anything else was (its time unknown); the wait's time per sum (:meth:`finish`)
@@ -101,8 +101,8 @@ class OpenCLQueue(DeviceQueue):
 
     def marker(self) -> cl.Event:
         ev = cl.enqueue_marker(self.cq)
-        self._flush_cq()
-        self._last = ev
+        self.flush_cq()
+        self.last_event = ev
         return ev
 
     @staticmethod
@@ -118,7 +118,7 @@ class OpenCLQueue(DeviceQueue):
         if not isinstance(other, OpenCLQueue) or other.context != self.context:
             return False
         with self._lock:
-            self._last = cl.enqueue_barrier(self.cq, wait_for=[snap.native])
+            self.last_event = cl.enqueue_barrier(self.cq, wait_for=[snap.native])
             self._pending = None  # (waits for another queue's work)
         return True
 
@@ -138,7 +138,7 @@ class OpenCLQueue(DeviceQueue):
                     if len(self._took_by_work) >= _WORK_KINDS:
                         self._took_by_work.clear()
                     took = self._took_by_work[pending] = [None]
-                self._wait_timed(last, took, self._flush_cq)
+                self._wait_timed(last, took, self.flush_cq)
         except BaseException:  # (a Ctrl-C): the work may still run
             self._pending = None
             raise
@@ -147,7 +147,7 @@ class OpenCLQueue(DeviceQueue):
         return _UserEventGate(self.cq, self.context, self.wait_native_event)
 
     def hold_gate(self, gate: _UserEventGate) -> None:
-        self._last = gate.hold()
+        self.last_event = gate.hold()
         self._pending = None
 
     def after_enqueue(self, *objs: Any) -> None:
@@ -158,10 +158,10 @@ class OpenCLQueue(DeviceQueue):
             if self.blocking:
                 self.wait_command(objs[0])
                 return
-            self._last = objs[0]
+            self.last_event = objs[0]
         self._pending = None  # (a blocking queue's finish below waits for it interruptibly)
         if not self.blocking:
-            self._flush_cq()  # so that polling an event (is_idle, pruning) sees progress
+            self.flush_cq()  # so that polling an event (is_idle, pruning) sees progress
         super().after_enqueue(*objs)
 
     def after_known(self, took: list | None, ev: cl.Event, *objs: Any) -> None:
@@ -176,8 +176,8 @@ class OpenCLQueue(DeviceQueue):
             self._pending = None
         elif self._pending is not None:
             self._pending += id(took)
-        self._last = ev
-        self._flush_cq()
+        self.last_event = ev
+        self.flush_cq()
         DeviceQueue.after_enqueue(self, ev, *objs)
 
     def wait_command(self, ev: cl.Event, took: list | None = None) -> None:
@@ -185,15 +185,15 @@ class OpenCLQueue(DeviceQueue):
         then waited for as :class:`~backends._opencl_waits.WaitChoice` says (its error is raised
         here); ``took``: a fast launcher's time of its last run with these arguments (joined in the
         main thread when short), updated."""
-        self._last = ev
+        self.last_event = ev
         if took is None:
-            self._flush_cq()
+            self.flush_cq()
             self.wait_native_event(ev)
         else:
-            self._wait_timed(ev, took, self._flush_cq)
+            self._wait_timed(ev, took, self.flush_cq)
 
     def is_idle(self) -> bool:
-        last = self._last
+        last = self.last_event
         return last is None or self.native_done(last)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -301,7 +302,7 @@ class PortableCollection:
         return f"<PortableCollection {blocks} on {self.device}, {self.nbytes} bytes>"
 
 
-register_holder(PortableCollection, lambda c: c.buffer.last_queue)  # kernel arguments: note the last queue
+register_holder(PortableCollection, operator.attrgetter("buffer.last_queue"))  # kernel arguments: note the last queue
 
 
 def _host_device() -> Device:

@@ -225,3 +225,24 @@ def test_equal_scalars_reuse_packed_values_but_zero_signs_do_not(queue):
     for value in (3, 3, 5):  # fresh equal objects, then a new value
         pk.exec(queue, wd, scale_into, out, src, np.float32(value), 4)
         np.testing.assert_array_equal(download(queue, out), np.arange(1, 5) * value)
+
+
+def test_fast_launchers_of_two_queues_and_checked_launches_keep_their_arguments(device):
+    """Two queues of one device launch one compiled kernel through fast launchers of their own,
+    between checked launches of it (another work division's first ones): each launch computes
+    with its own arguments, however the launches interleave."""
+    q1, q2 = pk.Queue(device, blocking=True), pk.Queue(device, blocking=False)
+    wd = pk.valid_workdiv(device, 4)
+    src = _arg(q1, np.arange(4, dtype=np.float32))
+    out1, out2, out3 = (pk.Buffer(device, 4, np.float32) for _ in range(3))
+    for q, out in ((q1, out1), (q2, out2)):
+        _warm(q, wd, src, out)
+    for step in range(4):
+        a1, a2, a3 = np.float32(3 + step), np.float32(10 + step), np.float32(20 + step)
+        pk.exec(q1, wd, scale_into, out1, src, a1, 4)
+        pk.exec(q2, wd, scale_into, out2, src, a2, 4)
+        pk.exec(q1, pk.valid_workdiv(device, 4), scale_into, out3, src, a3, 4)  # a new work division: checked
+        pk.exec(q2, wd, scale_into, out2, src, a2, 4)
+        q2.wait()
+        for out, a in ((out1, a1), (out2, a2), (out3, a3)):
+            np.testing.assert_array_equal(download(q1, out), np.arange(4) * a, err_msg=f"step {step}")
