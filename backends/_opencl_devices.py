@@ -11,6 +11,8 @@ device probed with a small kernel, a documented order, and ``ALPYKA_OPENCL_DEVIC
 - **Probe.** A device is used only once a kernel with local memory and a barrier built and ran
   on it with the right result (a runtime whose compiler does not know the machine's CPU fails
   here, not in the user's first kernel). Failures are kept with their reason for ``alpyka info``.
+  Devices are probed in order and only when needed (:class:`Selection`): the default device
+  costs the probes of the devices up to it, the full list costs them all.
   The kernel's run is bounded (``ALPYKA_OPENCL_PROBE_TIMEOUT``); a compiler that never returns
   is not (pyopencl's build cannot be abandoned).
 - **Order** (``pk.devices("opencl")``, device 0 is the default): GPUs, then other accelerators,
@@ -431,9 +433,41 @@ def patterns() -> list[str] | None:
     return [p.strip().lower() for p in raw.split(",") if p.strip()]
 
 
-def select(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list[Candidate]]:
-    """``(used, rejected)``: the devices the backend exposes, in order, each probed; and the
-    others, each with its reason."""
+class Selection:
+    """The devices the backend may use, in order, each probed only when it is first needed: the
+    default device (the first that passes) probes the devices before it and no further, so a
+    process on device 0 never builds the probe on the runtimes it does not use; the others are
+    probed when the whole list (``pk.devices``, a device index above 0, ``alpyka info``) is asked
+    for. A device that fails its probe is never used and never numbered."""
+
+    def __init__(self, cl: Any, found: list[tuple[Any, Any]]) -> None:
+        self._cl = cl
+        self.candidates, self._pending = _order(cl, found)
+        self.used: list[Candidate] = []
+
+    def probe_until(self, count: int | None) -> list[Candidate]:
+        """The first ``count`` usable devices (all of them for None; fewer when fewer pass),
+        probing the pending candidates in order until there are that many."""
+        while self._pending and (count is None or len(self.used) < count):
+            cand = self._pending.pop(0)
+            probe(self._cl, cand)
+            if cand.reason is None:
+                self.used.append(cand)
+        return self.used if count is None else self.used[:count]
+
+    @property
+    def settled(self) -> bool:
+        """Whether every candidate was probed (the lists of used and rejected devices are final)."""
+        return not self._pending
+
+    def rejected(self) -> list[Candidate]:
+        """The devices found but not used so far, each with its reason, in platform order."""
+        return [c for c in self.candidates if c.reason is not None]
+
+
+def _order(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list[Candidate]]:
+    """``(every candidate in platform order, those to probe in order)``: the others have their
+    reason (a simulator left out by default, or not named by ``ALPYKA_OPENCL_DEVICE``)."""
     cands = [Candidate(p, d, hardware_type(cl, d)) for p, d in found]
     ordered = sorted(cands, key=_default_rank)  # stable: platform order within a rank
     wanted = patterns()
@@ -452,10 +486,14 @@ def select(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list
         for c in ordered:
             if c not in chosen:
                 c.reason = f"not named by {ENV_DEVICE}={os.environ[ENV_DEVICE]}"
-    for c in chosen:
-        probe(cl, c)
-    used = [c for c in chosen if c.reason is None]
-    return used, [c for c in cands if c.reason is not None]
+    return cands, chosen
+
+
+def select(cl: Any, found: list[tuple[Any, Any]]) -> tuple[list[Candidate], list[Candidate]]:
+    """``(used, rejected)``: the devices the backend exposes, in order, each probed; and the
+    others, each with its reason (every candidate probed: :class:`Selection` probes lazily)."""
+    sel = Selection(cl, found)
+    return sel.probe_until(None), sel.rejected()
 
 
 def _short(c: Candidate) -> str:

@@ -1,4 +1,4 @@
-"""opencl: OpenCL devices through pyopencl, each one probed before use (_opencl_devices).
+"""opencl: OpenCL devices through pyopencl, each one probed before its first use (_opencl_devices).
 
 Every OpenCL device runs alpaka's GPU model (``kind="gpu"``: many threads per block), a CPU
 device included (its hardware is ``device.capabilities.hardware``, OpenCL's device type: on a
@@ -11,6 +11,7 @@ device has its own memory space ``"opencl:<i>"``.
 from __future__ import annotations
 
 import platform as _platform
+import threading
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
@@ -74,55 +75,35 @@ class OpenCLBackend(DeviceBackend):
 
     name = "opencl"
 
-    def __init__(self, used: list[_opencl_devices.Candidate], rejected: list[_opencl_devices.Candidate]) -> None:
+    def __init__(self, selection: _opencl_devices.Selection) -> None:
+        self._selection = selection
+        self._numbering = threading.Lock()  # two threads asking for devices probe each once
         self._devices: list[Device] = []
         self._allocators: dict[int, CachingAllocator] = {}
-        self._rejected = [(c.label, c.reason or "") for c in rejected]
-        for i, cand in enumerate(used):
-            plat, d, ctx = cand.platform, cand.device, cand.context
-            limits = _limits(d)
-            self._devices.append(
-                Device(
-                    self.name,
-                    i,
-                    d.name.strip(),
-                    "gpu",
-                    f"opencl:{i}",
-                    limits,
-                    native=OpenCLNative(plat, d, ctx),
-                    capabilities=DeviceCapabilities(
-                        "gpu",
-                        False,
-                        "opencl",
-                        None,
-                        limits.warp_size,
-                        False,
-                        DLPACK_OPENCL,
-                        hardware=cand.hardware,  # CL_DEVICE_TYPE: "cpu" gets CPU-shaped work divisions
-                    ),
-                    properties={
-                        "platform": plat.name.strip(),
-                        "type": cand.hardware,
-                        "version": d.version,
-                        "driver": d.driver_version,
-                        "global_memory": int(d.global_mem_size),
-                        "simulator": cand.simulator,  # runs commands inside clFlush (Oclgrind)
-                        "fp64": "cl_khr_fp64" in d.extensions,
-                        "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
-                    },
-                )
-            )
+
+    def _numbered(self, count: int | None) -> list[Device]:
+        """The first ``count`` devices (all for None), probing only as far as that needs."""
+        with self._numbering:
+            used = self._selection.probe_until(count)
+            for cand in used[len(self._devices) :]:
+                self._devices.append(_device(len(self._devices), cand))
+            return self._devices if count is None else self._devices[:count]
 
     def devices(self) -> list[Device]:
-        return self._devices
+        return list(self._numbered(None))
+
+    def first_devices(self, count: int) -> list[Device]:
+        """The first ``count`` devices: the devices after them are not probed yet."""
+        return list(self._numbered(count))
 
     def excluded_devices(self) -> list[tuple[str, str]]:
         """``(platform and device name, reason)`` of each OpenCL device found but not used."""
-        return list(self._rejected)
+        self._numbered(None)
+        return [(c.label, c.reason or "") for c in self._selection.rejected()]
 
     def versions(self) -> dict[str, str]:
         out = {"pyopencl": cl.VERSION_TEXT, "python": _platform.python_version()}
-        for dev in self._devices:
+        for dev in self.devices():
             out.setdefault(dev.properties["platform"], dev.native.platform.version)
         return out
 
@@ -196,6 +177,41 @@ class OpenCLBackend(DeviceBackend):
         return OpenCLRecorder
 
 
+def _device(index: int, cand: _opencl_devices.Candidate) -> Device:
+    """Device ``index`` of the backend: ``cand``, which passed its probe."""
+    plat, d, ctx = cand.platform, cand.device, cand.context
+    limits = _limits(d)
+    return Device(
+        OpenCLBackend.name,
+        index,
+        d.name.strip(),
+        "gpu",
+        f"opencl:{index}",
+        limits,
+        native=OpenCLNative(plat, d, ctx),
+        capabilities=DeviceCapabilities(
+            "gpu",
+            False,
+            "opencl",
+            None,
+            limits.warp_size,
+            False,
+            DLPACK_OPENCL,
+            hardware=cand.hardware,  # CL_DEVICE_TYPE: "cpu" gets CPU-shaped work divisions
+        ),
+        properties={
+            "platform": plat.name.strip(),
+            "type": cand.hardware,
+            "version": d.version,
+            "driver": d.driver_version,
+            "global_memory": int(d.global_mem_size),
+            "simulator": cand.simulator,  # runs commands inside clFlush (Oclgrind)
+            "fp64": "cl_khr_fp64" in d.extensions,
+            "int64_atomics": "cl_khr_int64_base_atomics" in d.extensions,
+        },
+    )
+
+
 def _host_bytes(ref: MemRef) -> np.ndarray:
     return ref.handle[ref.offset : ref.offset + ref.nbytes]
 
@@ -229,15 +245,15 @@ def load() -> OpenCLBackend:
             found.extend((plat, d) for d in plat.get_devices())
         except cl.Error as exc:
             problems.append(f"{plat.name.strip()}: {exc}")
-    used, rejected = _opencl_devices.select(cl, found)
-    if not used:
-        detail = [f"{c.label}: {c.reason}" for c in rejected] + problems
+    selection = _opencl_devices.Selection(cl, found)
+    if not selection.probe_until(1):  # the default device; the others are probed when asked for
+        detail = [f"{c.label}: {c.reason}" for c in selection.rejected()] + problems
         raise BackendUnavailable(
             f"pyopencl found {len(platforms)} OpenCL platform(s) but no usable device"
             + (f" ({'; '.join(detail)})" if detail else "")
             + f"; {_INSTALL_HINT}"
         )
-    _backend = OpenCLBackend(used, rejected)
+    _backend = OpenCLBackend(selection)
     return _backend
 
 

@@ -146,8 +146,13 @@ def devices(backend: str) -> list[Device]:
 
 
 def device(backend: str, index: int = 0) -> Device:
-    """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``)."""
-    devs = devices(backend)
+    """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``); a backend that finds its
+    devices lazily (opencl's probes) does the work for the devices up to ``index`` only."""
+    impl = get_backend(backend)
+    first = getattr(impl, "first_devices", None)
+    devs = list(first(index + 1)) if callable(first) and index >= 0 else []
+    if not 0 <= index < len(devs):
+        devs = list(impl.devices())
     if not 0 <= index < len(devs):
         raise IndexError(f"backend {backend!r} has {len(devs)} device(s); index {index} is out of range")
     return devs[index]

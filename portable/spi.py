@@ -158,6 +158,11 @@ class Backend:
         """The devices this backend uses here, each declaring its :class:`DeviceCapabilities`."""
         raise NotImplementedError
 
+    def first_devices(self, count: int) -> list[Device]:
+        """The first ``count`` of :meth:`devices` (fewer where there are fewer): a backend whose
+        devices cost work to find (opencl probes each) does that work for these only."""
+        return list(self.devices())[:count]
+
     def excluded_devices(self) -> list[tuple[str, str]]:
         """``(device, reason)`` for each device the backend found on the machine but does not use."""
         return []

@@ -164,6 +164,37 @@ def test_the_probe_runs_only_on_the_devices_that_would_be_used(monkeypatch):
     assert _labels(used) == ["intel-cpu"] and "not named" in rejected[0].reason  # not "cannot build"
 
 
+def _counting(monkeypatch) -> list[str]:
+    """The names of the devices probed from now on, in order."""
+    probed: list[str] = []
+    real = od.probe
+
+    def probe(cl, cand, timeout=None):
+        probed.append(cand.device.name)
+        real(cl, cand, timeout)
+
+    monkeypatch.setattr(od, "probe", probe)
+    return probed
+
+
+def test_the_default_device_probes_only_the_devices_up_to_it(monkeypatch):
+    probed = _counting(monkeypatch)
+    found = [
+        (POCL, FakeDevice("pocl-cpu", CPU)),
+        (INTEL, FakeDevice("intel-cpu", CPU, build_error="boom")),
+        (NV, FakeDevice("h100", GPU, wrong=True)),
+    ]
+    sel = od.Selection(fake_cl(), found)
+    assert _labels(sel.probe_until(1)) == ["pocl-cpu"]  # the first two failed: never numbered
+    assert probed == ["h100", "intel-cpu", "pocl-cpu"] and sel.settled
+    sel = od.Selection(fake_cl(), [(POCL, FakeDevice("pocl-cpu", CPU)), (INTEL, FakeDevice("intel-cpu", CPU))])
+    probed.clear()
+    assert _labels(sel.probe_until(1)) == ["intel-cpu"] and probed == ["intel-cpu"] and not sel.settled
+    assert sel.rejected() == []  # PoCL is not probed yet, so not rejected either
+    assert _labels(sel.probe_until(None)) == ["intel-cpu", "pocl-cpu"] and probed == ["intel-cpu", "pocl-cpu"]
+    assert _labels(sel.probe_until(1)) == ["intel-cpu"] and len(probed) == 2  # each probed once
+
+
 # ---------------------------------------------------------------------- registration
 def _prefix(tmp_path: Path, icd: str, lib_name: str | None) -> Path:
     prefix = tmp_path / "prefix"
@@ -230,3 +261,41 @@ def test_every_device_in_use_passed_the_probe_and_says_its_hardware(device):
         assert line.split(head, 1)[1].startswith(hw), line
         if hw == "cpu":
             assert "(gpu" not in line, line
+
+
+_FRESH_PROCESS = """
+import json
+from backends import _opencl_devices as od
+probed = []
+real = od.probe
+od.probe = lambda cl, cand, timeout=None: (probed.append(cand.label), real(cl, cand, timeout))[1]
+import portable as pk
+first = pk.device("opencl")
+at_first = list(probed)
+devs, excluded = pk.devices("opencl"), pk.get_backend("opencl").excluded_devices()
+print(json.dumps({
+    "at_first": at_first, "probed": probed, "first": f"{first.properties['platform']} {first.name}",
+    "same": devs[0] is first, "used": [f"{d.properties['platform']} {d.name}" for d in devs],
+    "excluded": dict(excluded),
+}))
+"""
+
+
+@pytest.mark.alpyka_backends("opencl")
+def test_a_fresh_process_probes_only_the_device_it_uses(device, tmp_path):
+    """``pk.device("opencl")`` in a new process probes the devices in order up to the first that
+    passes; the full list probes the rest, each once, and numbers the same device 0."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ALPYKA_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["at_first"][-1] == got["first"] and got["same"]
+    assert all(label in got["excluded"] for label in got["at_first"][:-1])  # those before it failed
+    assert sorted(got["probed"]) == sorted(set(got["probed"])), "a device probed twice"
+    assert set(got["used"]) <= set(got["probed"])  # every device in use passed its probe
+    assert set(got["probed"]) - set(got["used"]) <= set(got["excluded"])  # the others say why
