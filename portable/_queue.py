@@ -131,7 +131,8 @@ class Queue:
         if _capturing:
             refuse(self, "enqueue_native()")
         self._impl.enqueue_native(fn, *keep)
-        note_queue(self, keep)
+        if not self.blocking:  # a blocking queue's work has finished: nothing to order after it
+            note_queue(self, keep)
 
     def record(self, event: Event) -> None:
         if not isinstance(event, Event):
