@@ -362,6 +362,10 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
     return t
 
 
+#: ``ModelMetadata._last`` when no model's plan was used yet
+_NO_PLAN: tuple[Any, Any] = (None, None)
+
+
 class ModelMetadata:
     """The inputs and outputs of a forward pass: ``ModelMetadata(inputs, outputs)``.
 
@@ -406,6 +410,7 @@ class ModelMetadata:
             input_dtype=None if input_dtype is None else _as_torch_dtype(input_dtype),
             layout=check_layout(layout),
             _plans=LRUCache(PLANS_KEPT),
+            _last=_NO_PLAN,
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -414,16 +419,29 @@ class ModelMetadata:
         object.__setattr__(self, name, value)
         if not name.startswith("_"):  # inputs, outputs, batch_size...: the prepared passes are stale
             object.__setattr__(self, "_plans", LRUCache(PLANS_KEPT))
+            object.__setattr__(self, "_last", _NO_PLAN)
 
     def plan(self, model: Any) -> Any:
         """The pass ``model`` prepared on this metadata (an :class:`inference._plan.Plan`; None
         when there is none, or an attribute was set since)."""
-        return self._plans.get(model)
+        # ``_last``: the latest model's plan, found without the cache's lookup and reordering
+        # (a forward's Python runs with caches its model evicted: every step there costs several
+        # times what it costs in a warm loop)
+        last = self._last
+        if last[0] is model:
+            return last[1]
+        plan = self._plans.get(model)
+        if plan is not None:
+            object.__setattr__(self, "_last", (model, plan))
+        return plan
 
     def keep_plan(self, model: Any, plan: Any) -> None:
         """Keep ``plan`` for ``model``'s next forward on this metadata (the latest few models'
         plans: a metadata used by many models keeps the :data:`PLANS_KEPT` used last)."""
-        self._plans[model] = plan
+        plans = self._plans
+        plans.get(self._last[0])  # the latest model's plan, reused without the cache: used last
+        plans[model] = plan
+        object.__setattr__(self, "_last", (model, plan))
 
     def __repr__(self) -> str:
         bs = f", batch_size={self.batch_size}" if self.batch_size else ""

@@ -251,7 +251,7 @@ class Model:
             )
         elif path == "host":  # enqueue_native: a host task that marks the collections as the queue's
             launch = functools.partial(
-                q.enqueue_native, run.bind().run, metadata.inputs.collection, metadata.outputs.collection
+                q.enqueue_native, run.bind().task(), metadata.inputs.collection, metadata.outputs.collection
             )
         else:
             launch = functools.partial(_launch_staged, q, run)

@@ -230,6 +230,17 @@ class Pass:
             return spec.fn(spec.out_blocks, rows, *self._prepare(batch, keep, gathers), memo=memo)
         return spec.fn(*self._prepare(batch, keep, gathers))
 
+    def task(self) -> Callable[[], None]:
+        """What a plan launches for this bound pass: :meth:`run_whole` itself where the pass has
+        nothing to decide per call (no ``"auto"`` trial, one whole batch, the inputs read as
+        they are), else :meth:`run`. Frames between the queue and the model run with caches the
+        model evicted: each costs several times what it costs in a warm loop."""
+        spec = self.spec
+        whole = spec.batch_size is None or spec.batch_size >= spec.n
+        if spec.trial is None and whole and not spec.prepare:
+            return self.run_whole
+        return self.run
+
     def run(self, gathers: bool | None = None) -> None:
         """The pass over the bound tensors (see :meth:`bind`): the repeated forward's whole work;
         ``gathers``: the inputs gathered or not (None: as the spec says)."""
@@ -253,7 +264,7 @@ class Pass:
         finally:
             lock.release()
 
-    def run_whole(self, keep: bool, gathers: bool | None = None) -> None:
+    def run_whole(self, keep: bool = False, gathers: bool | None = None) -> None:
         """The model on the whole bound collection in one call, its outputs checked and written;
         ``keep``: the inputs are gathered into the workspace's buffers (the caller holds its lock);
         ``gathers``: whether they are gathered at all (None: as the spec says)."""
@@ -417,7 +428,9 @@ class Plan:
 
     def current(self, metadata: ModelMetadata) -> bool:
         """Whether the metadata's blocks are still the ones the plan was made from."""
-        return self.in_order is metadata.inputs.ordered() and self.out_order is metadata.outputs.ordered()
+        # ``_order`` is what ``ordered()`` returns, None once the blocks changed: read directly,
+        # two calls fewer on the forward's hot path
+        return self.in_order is metadata.inputs._order and self.out_order is metadata.outputs._order  # noqa: SLF001
 
 
 def _in_order(raw: Any, names: Sequence[str]) -> Sequence[Any] | None:

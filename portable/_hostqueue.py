@@ -233,7 +233,15 @@ class HostQueue:
         self._submit(fn, args, False)
 
     def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
-        """Run ``fn()`` in queue order: the host's native work is a task (``keep``: held by it)."""
+        """Run ``fn()`` in queue order: the host's native work is a task (``keep``: held by it).
+        A blocking queue runs it here, under its lock (``keep`` is held by this call until
+        ``fn`` returned): no task tuple, no extra frames around work that is often a model's
+        forward pass, where every frame between the caller and the work runs with caches the
+        work evicted (measured: each layer costs several times its cost in a warm loop)."""
+        if self.blocking:
+            with self.lock:
+                fn()
+            return
         self._submit(_call_keeping, (fn, keep), False)
 
     def record(self, event: HostEvent) -> None:

@@ -11,6 +11,7 @@ from ._errors import AsyncError
 from ._graph import active as _capturing
 from ._graph import refuse
 from ._handoff import note_queue
+from ._hostqueue import HostQueue
 from ._launch import launch
 from ._streamcheck import active as _stream_active
 from ._streamcheck import note_event_done, note_queue_done, note_record, note_wait_for
@@ -21,6 +22,14 @@ def _checked_device(device: Any, what: str) -> Device:
     if not isinstance(device, Device):
         raise TypeError(f"{what} needs a pk.Device (from pk.device(...)), got {type(device).__name__}")
     return device
+
+
+def _inline_lock(impl: Any) -> Any:
+    """The lock of a blocking host queue whose ``enqueue_native`` is :class:`HostQueue`'s own
+    (it runs the work in place under that lock); None for every other implementation."""
+    if getattr(impl, "blocking", False) and type(impl).enqueue_native is HostQueue.enqueue_native:
+        return impl.lock
+    return None
 
 
 class Event:
@@ -91,6 +100,11 @@ class Queue:
         self.device = _checked_device(device, "Queue")
         self.blocking = bool(blocking)
         self._impl = device.backend.create_queue(device, self.blocking)
+        #: the lock under which the queue runs native work in place (a blocking host queue), so
+        #: that ``enqueue_native`` runs it with no call into the implementation: a model's
+        #: forward pass, where each Python step costs several times its warm cost (it runs with
+        #: caches the model evicted); None elsewhere
+        self._inline_lock = _inline_lock(self._impl)
         #: the fast path's record of this queue's launches: kernel -> work division -> site
         #: (portable/_launch.py)
         self.launch_sites: dict[Any, Any] = {}
@@ -130,8 +144,14 @@ class Queue:
         collections among ``keep`` (DLPack, the CUDA array interface) are ordered after it."""
         if _capturing:
             refuse(self, "enqueue_native()")
+        lock = self._inline_lock
+        if lock is not None:  # what HostQueue.enqueue_native does on a blocking queue, one call fewer
+            with lock:
+                fn()
+            return
         self._impl.enqueue_native(fn, *keep)
-        note_queue(self, keep)
+        if not self.blocking:  # a blocking queue's work has finished: nothing to order after it
+            note_queue(self, keep)
 
     def record(self, event: Event) -> None:
         if not isinstance(event, Event):

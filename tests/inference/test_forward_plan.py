@@ -216,3 +216,26 @@ def test_a_metadata_used_by_more_models_than_it_keeps_keeps_the_latest():
     models[0].forward(meta)
     assert [m in meta._plans for m in models] == [True, True, False] + [True] * (PLANS_KEPT - 2)
     np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(modules[0], coll, q), rtol=1e-5, atol=1e-6)
+
+
+def test_models_taking_turns_on_one_metadata_each_run_their_own_plan():
+    """The latest model's plan is found first (``ModelMetadata._last``): models that take turns
+    on one metadata never run another's plan, and a setting changed drops it too."""
+    q, coll, out, meta = _setup()
+    modules = [MLP(), MLP()]
+    models = [Model(m).to(q) for m in modules]
+    plans = []
+    for model in models:
+        model.forward(meta)
+        plans.append(meta.plan(model))
+    assert plans[0] is not plans[1]
+    for turn in range(4):
+        i = turn % 2
+        models[i].forward(meta)
+        assert meta.plan(models[i]) is plans[i] and meta.plan(models[1 - i]) is plans[1 - i]
+        np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(modules[i], coll, q), rtol=1e-5, atol=1e-6)
+    meta.cast_outputs = True  # a setting changed: both plans are stale
+    assert meta.plan(models[0]) is None and meta.plan(models[1]) is None
+    models[1].forward(meta)
+    assert meta.plan(models[1]) not in (None, *plans)
+    np.testing.assert_allclose(_preds(out, q, "m", "n"), _reference(modules[1], coll, q), rtol=1e-5, atol=1e-6)
