@@ -1,4 +1,4 @@
-"""OpenCL waits that join the runtime (issue 41 item 2): the runtime's own wait in the calling thread.
+"""OpenCL waits that join the runtime: the runtime's own wait in the calling thread.
 
 On busy cores a blocking tiny launch waited for by polling or by a waiter thread took 12-1800x raw
 pyopencl + ``finish`` (Intel's CPU runtime runs the command in the thread that waits for it; any
@@ -6,7 +6,8 @@ other thread must first get a core), joined it takes ~1.1-1.3x. A joined wait ca
 interrupted, so the main thread joins only for a launch whose last run with the same arguments was
 short (or, for q.wait(), known work waited for quickly before); other threads always join (Python
 raises a Ctrl-C in the main thread only), through ctypes, which takes the GIL back in plain C: a
-daemon thread still waiting when the interpreter ends is stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate called").
+daemon thread still waiting when the interpreter ends is stopped cleanly (pyopencl's
+``Event.wait`` aborted the process there, "terminate called").
 Ctrl-C while a long launch runs after short runs of it: tests/backends/test_ctrl_c.py, "repeated*".
 """
 
