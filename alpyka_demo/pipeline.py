@@ -32,7 +32,7 @@ __all__ = ["STEPS", "Report", "command", "demo_backend", "load_model", "main", "
 
 #: The demo's default backend: the CPU backend that processed its events fastest, measured side by
 #: side (alternating runs of ``alpyka demo --events 1000 --no-progress``, 2 cores, torch intra-op
-#: threads 1, medians of 3 runs, 2026-11-23, after issue 14's cpu_threads pool and host-queue work):
+#: threads 1, medians of 3 runs, 2026-11-23, after the cpu_threads pool and host-queue work):
 #:
 #:   streams | cpu_serial events/s      | cpu_threads events/s     | serial / threads
 #:   1       | 458.5 (413.2-479.1)      | 417.3 (390.3-461.0)      | 1.10
@@ -43,7 +43,7 @@ __all__ = ["STEPS", "Report", "command", "demo_backend", "load_model", "main", "
 #: timing), so cpu_threads cannot win, and its measuring costs a little. The model step
 #: (~1.1 ms/event, ~88%) dominates either way. benchmarks/results/pipeline.json (bench_pipeline)
 #: says the same (before the pool: cpu_serial 151 / cpu_threads 93 events/s on 1 stream).
-#: With waiting threads running their queue's tasks (issue 14), two bench_pipeline runs on 2 idle
+#: With waiting threads running their queue's tasks, two bench_pipeline runs on 2 idle
 #: cores gave, at 2 streams, cpu_serial 536 / cpu_threads 466 and 452 / 485 events/s: a tie within
 #: run-to-run noise, so the backend that starts no pool threads stays the default.
 #: Re-measure and change this when the event sizes or the backends change.

@@ -1,4 +1,4 @@
-"""The long kernel of the stream hand-off checks (issue 32 item 4), shared by
+"""The long kernel of the stream hand-off checks, shared by
 tests/inference/test_stream_handoffs.py (every backend, the cupy stand-in included) and
 benchmarks/gpu_checks/stream_handoffs.py (a real GPU): a consumer that reads its output without
 waiting for the queue sees zeros instead of ``expected(n)``.

@@ -1,4 +1,4 @@
-"""Warp operations right after divergent loops (issue 32, item 3): a kernel, its host model and
+"""Warp operations right after divergent loops: a kernel, its host model and
 the comparison, shared by tests/kernels/test_warps_divergent.py (every backend, the cuda/rocm
 stand-in included) and benchmarks/gpu_check.py (a real GPU, block sizes up to 1024).
 
