@@ -17,6 +17,7 @@ from typing import Any
 import pyopencl as cl
 
 from ._gpu_queue import wait_polling
+from ._other_load import OtherLoad
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
@@ -184,24 +185,31 @@ def wait_event_joined(ev: cl.Event) -> None:
 JOIN_LIMIT_S = 0.2
 
 
+#: how busy other processes keep the cores, shared by every queue of the process
+other_load = OtherLoad()
+
+
 class WaitChoice:
     """How an OpenCL queue waits for an event (a device's choice, made once per queue).
 
     A thread other than the main one joins the runtime (:func:`wait_event_joined`): Python raises
-    a Ctrl-C's KeyboardInterrupt in the main thread only. The main thread joins for a launch known
-    to be short (:meth:`wait_timed`: pyopencl's ``Event.wait``, 2-3 us less than through ctypes
-    and safe there, as the thread that runs the interpreter's end waits in none); otherwise it
-    waits interruptibly: handed to a waiter thread where the runtime runs commands in the thread
-    that waits (:func:`wait_event_handed`, Intel's CPU runtime), polled elsewhere
+    a Ctrl-C's KeyboardInterrupt in the main thread only. The main thread joins only for a launch
+    known to be short (:meth:`wait_timed`: pyopencl's ``Event.wait``, 2-3 us less than through
+    ctypes and safe there, as the thread that runs the interpreter's end waits in none), and only
+    while other processes keep the cores busy (:attr:`load`, :class:`~backends._other_load.OtherLoad`:
+    where a core is free the runtime's worker ends a tiny command before the join would return);
+    otherwise it waits interruptibly: handed to a waiter thread where the runtime runs commands in
+    the thread that waits (:func:`wait_event_handed`, Intel's CPU runtime), polled elsewhere
     (:func:`wait_event`). A simulator (Oclgrind) always polls."""
 
-    __slots__ = ("interruptible", "joins")
+    __slots__ = ("interruptible", "joins", "load")
 
     def __init__(self, device: Any) -> None:
         simulator = bool(device.properties.get("simulator"))
         handed = not simulator and runs_commands_in_waits(device)
         self.interruptible: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
         self.joins = not simulator
+        self.load = other_load  # (busy_at(now): other processes leave too few free cores)
 
     def wait(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
@@ -213,8 +221,9 @@ class WaitChoice:
     def wait_timed(self, ev: cl.Event, took: list, flush: Callable[[], None]) -> None:
         """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the command of a launch
         whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
-        store this one's time there. Joined where that run ended within :data:`JOIN_LIMIT_S`, or
-        outside the main thread (the runtime's wait flushes the queue itself)."""
+        store this one's time there. Joined outside the main thread (the runtime's wait flushes
+        the queue itself), and in it where that run ended within :data:`JOIN_LIMIT_S` while the
+        cores are busy (:attr:`load`, sampled every ~0.1 s of such waits)."""
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
@@ -223,7 +232,7 @@ class WaitChoice:
             self.interruptible(ev)
         elif _get_ident() != _main_ident:
             wait_event_joined(ev)
-        elif last is not None and last < JOIN_LIMIT_S:
+        elif last is not None and last < JOIN_LIMIT_S and self.load.busy_at(t0):
             ev.wait()  # (raises the runtime's error for a failed command)
         else:
             flush()

@@ -5,9 +5,11 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
 
 - a blocking tiny launch: alpyka's ``pk.exec`` on a blocking queue against raw pyopencl with the
   arguments set once (``enqueue_nd_range_kernel`` + ``finish``: what a user writing pyopencl by
-  hand gets), and alpyka with its interruptible wait only (every wait handed or polled, as before
-  the joined wait), interleaved round by round (paired ratios): wall time and CPU time
-  (``time.process_time``: every thread of the process, the runtime's included) per launch;
+  hand gets), alpyka with its interruptible wait only (every wait handed or polled, as before the
+  joined wait) and alpyka with its joined wait only (its busy-core choice, whatever the cores),
+  interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
+  every thread of the process, the runtime's included) per launch, and how often alpyka's own
+  choice (backends/_other_load.py) took the joined wait;
 - a chain of 20 tiny kernels + ``q.wait()`` replayed as a graph vs launched one by one
   (bench_graph's contenders), interleaved.
 
@@ -31,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import portable as pk
+from backends._other_load import FixedLoad
 from benchmarks._common import (
     BusyCores,
     interleaved,
@@ -50,6 +53,10 @@ from portable.spi import queue_impl
 
 OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + finish"
 BEFORE = "alpyka, interruptible wait only"
+JOINED = "alpyka, joined wait only"
+
+
+_ALWAYS_BUSY = FixedLoad(busy=True)
 
 
 @pk.kernel
@@ -96,7 +103,14 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
         finally:
             waits.joins = True
 
-    return {OURS: ours, RAW: raw, BEFORE: interruptible_only}
+    def joined_only() -> None:  # a known-short wait always joined, as if the cores were busy
+        load, waits.load = waits.load, _ALWAYS_BUSY
+        try:
+            pk.exec(q, wd, tiny, out, v)
+        finally:
+            waits.load = load
+
+    return {OURS: ours, RAW: raw, BEFORE: interruptible_only, JOINED: joined_only}
 
 
 def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[], None]:
@@ -114,9 +128,14 @@ def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[
 def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[dict], dict]:
     """The blocking tiny launch of ``dev`` under ``busy``: rows and the summary entry."""
     fns = _contenders(dev)
-    per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10)}  # (the old wait: up to ms a launch)
+    per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10), JOINED: calls}  # (BEFORE: up to ms a launch)
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
+    from backends import _opencl_waits  # (pyopencl is importable here)
+
+    seen: list[tuple[bool, float | None]] = []  # alpyka's choice after each of its batches
+    ours, load = batches[OURS], _opencl_waits.other_load
+    batches[OURS] = lambda: (ours(), seen.append((load.busy, load.others)))
     timings, errors = interleaved(batches, rounds, warmup=1, min_rounds=3)
     for name, t in timings.items():  # seconds per launch
         t.times = [x / per[name] for x in t.times]
@@ -148,6 +167,11 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     }
     if BEFORE in timings:
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
+    if JOINED in timings:
+        entry["joined_only_over_raw"] = paired_ratio(timings[JOINED], timings[RAW])
+    others = [o for _, o in seen if o is not None]
+    entry["joined_share"] = sum(b for b, _ in seen) / len(seen) if seen else None  # busy-core choice
+    entry["others_seen_by_alpyka"] = statistics.median(others) if others else None
     return rows, {**entry, **load}
 
 
@@ -174,13 +198,14 @@ def plot(rows: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     launch = [r for r in rows if r["section"] == "blocking launch" and "us_per_launch" in r]
     labels = [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant']}" for r in launch]
-    colors = ["tab:blue" if r["variant"] == OURS else "tab:gray" if r["variant"] == RAW else "tab:red" for r in launch]
+    palette = {OURS: "tab:blue", RAW: "tab:gray", BEFORE: "tab:red", JOINED: "tab:orange"}
+    colors = [palette.get(r["variant"], "tab:red") for r in launch]
     axes[0].barh(labels, [r["us_per_launch"] for r in launch], color=colors)
     axes[0].barh(labels, [r["cpu_us_per_launch"] for r in launch], color="none", edgecolor="black", hatch="//")
     axes[0].set_xscale("log")
     axes[0].set_xlabel("us per blocking tiny launch: wall (bar), CPU (hatched)")
     axes[0].tick_params(axis="y", labelsize=6)
-    axes[0].set_title("alpyka (blue) vs raw pyopencl + finish (gray), interruptible only (red)")
+    axes[0].set_title("alpyka (blue) vs raw pyopencl + finish (gray); interruptible (red) / joined (orange) only")
     graph = [r for r in rows if r["section"] == "graph" and "us_per_chain" in r]
     axes[1].barh(
         [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant'].replace('_', ' ')}" for r in graph],
@@ -208,7 +233,7 @@ def _label(dev: Any, n: int, cores: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
     cores = os.cpu_count() or 1
-    busy_counts = [0, cores] if args.quick else [0, cores, 2 * cores]
+    busy_counts = [0, cores] if args.quick else sorted({0, max(1, cores // 2), cores, 2 * cores})
     rounds, calls, graph_rounds = (3, 20, 3) if args.smoke else ((41, 40, 15) if args.quick else (161, 50, 61))
     devices = _devices()
     work = [(dev, n) for n in busy_counts for dev in devices]

@@ -50,12 +50,16 @@ def _counting_interruptible(q, monkeypatch) -> list:
 
 def _main_thread_only(monkeypatch):
     """Skip unless in the main thread; any wait counts as short (the choice, not the limit, is
-    tested: on a busy machine a tiny wait's tail can pass the limit)."""
+    tested: on a busy machine a tiny wait's tail can pass the limit), and the cores count as busy
+    (the main thread joins there only: tests/backends/test_opencl_wait_choice.py). Call it before
+    the queue is made."""
     import backends._opencl_waits as ow
+    from backends._other_load import FixedLoad
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("the main thread's choice is tested; this test runs in another thread")
     monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)
+    monkeypatch.setattr(ow, "other_load", FixedLoad(busy=True))
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["first", "second"])

@@ -1,0 +1,132 @@
+"""How many cores processes other than this one keep busy (the machine's busy time from
+``/proc/stat`` less this process's own CPU time), sampled rarely: what an OpenCL wait chooses by."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+
+#: ``/proc/stat``'s fields summed: user nice system idle iowait irq softirq steal (guest time is
+#: counted inside user and nice already; steal, a hypervisor's other guests, is busy elsewhere)
+_FIELDS = 8
+_IDLE, _IOWAIT = 3, 4
+#: a sample at most this often (reading ``/proc/stat`` costs 20-50 us: amortised over the waits
+#: of this long, and the window it averages over)
+PERIOD_S = 0.1
+#: cores that must be left free of other processes for the free-core choice: the waiting thread
+#: and one worker of the runtime
+FREE_CORES_NEEDED = 1.5
+
+#: ``(wall s, jiffies, idle jiffies, this process's CPU s)``: one reading
+Sample = tuple[float, int, int, float]
+
+
+def read_proc_stat() -> str | None:
+    """``/proc/stat``'s text (None where there is none: not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_jiffies(text: str, cpus: Iterable[int] | None = None) -> tuple[int, int]:
+    """``(all jiffies, idle jiffies)`` of ``cpus`` (every CPU when None) in ``/proc/stat``'s text
+    (ValueError where it has none of them)."""
+    if cpus is None:
+        lines = [ln for ln in text.split("\n", 1)[:1] if ln.startswith("cpu ")]
+    else:
+        wanted = {f"cpu{c}" for c in cpus}
+        lines = [ln for ln in text.splitlines() if ln.split(" ", 1)[0] in wanted]
+    if not lines:
+        raise ValueError("no CPU line in /proc/stat")
+    total = idle = 0
+    for line in lines:
+        ticks = [int(x) for x in line.split()[1 : 1 + _FIELDS]]
+        total += sum(ticks)
+        idle += ticks[_IDLE] + ticks[_IOWAIT]
+    return total, idle
+
+
+def others_busy(before: Sample, after: Sample, cores: int) -> float | None:
+    """How many of ``cores`` processes other than this one kept busy on average between two
+    samples (None for an empty window)."""
+    wall, total, idle = after[0] - before[0], after[1] - before[1], after[2] - before[2]
+    if wall <= 0 or total <= 0:
+        return None
+    busy = cores * (1.0 - idle / total)
+    return max(0.0, busy - (after[3] - before[3]) / wall)
+
+
+def _own_cpus() -> list[int] | None:
+    """The CPUs this process may run on, where fewer than the machine's (None: all of them)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return None if len(allowed) >= (os.cpu_count() or 0) else allowed
+
+
+class OtherLoad:
+    """Whether processes other than this one leave it fewer than :data:`FREE_CORES_NEEDED` free
+    cores (:attr:`busy`), from a sample at most every :data:`PERIOD_S` (:meth:`update` when
+    ``now >= due``). Busy until the first window ends, and always where ``/proc/stat`` is not."""
+
+    __slots__ = ("busy", "due", "others", "_cpus", "_cores", "_last", "_read", "_cpu_time")
+
+    def __init__(
+        self,
+        read: Callable[[], str | None] = read_proc_stat,
+        cpus: list[int] | None = None,
+        cpu_time: Callable[[], float] = time.process_time,
+    ) -> None:
+        self._read, self._cpu_time = read, cpu_time  # (process_time: every thread of the process)
+        self._cpus = _own_cpus() if cpus is None else cpus
+        self._cores = len(self._cpus) if self._cpus is not None else os.cpu_count() or 1
+        self.busy = True
+        self.others: float | None = None  # the last window's figure
+        self._last = self._sample(time.perf_counter())
+        self.due = math.inf if self._last is None else self._last[0] + PERIOD_S
+
+    def _sample(self, now: float) -> Sample | None:
+        text = self._read()
+        if text is None:
+            return None
+        try:
+            total, idle = cpu_jiffies(text, self._cpus)
+        except (ValueError, IndexError):
+            return None
+        return now, total, idle, self._cpu_time()
+
+    def update(self, now: float) -> bool:
+        """Sample now (``now``: ``time.perf_counter()``) and return :attr:`busy` for the window
+        since the last sample."""
+        sample = self._sample(now)
+        if sample is None:
+            self.due = math.inf  # unreadable: the busy choice from now on
+            self.busy = True
+            return True
+        others = others_busy(self._last, sample, self._cores) if self._last is not None else None
+        self._last, self.due = sample, now + PERIOD_S
+        if others is not None:  # (a window without a tick keeps the last choice)
+            self.others = others
+            self.busy = self._cores - others < FREE_CORES_NEEDED
+        return self.busy
+
+    def busy_at(self, now: float) -> bool:
+        """:attr:`busy`, sampled first where ``now`` is past :attr:`due`."""
+        return self.update(now) if now >= self.due else self.busy
+
+
+class FixedLoad:
+    """An :class:`OtherLoad` that never samples: always busy, or always free (tests, benchmarks)."""
+
+    __slots__ = ("busy", "due", "others")
+
+    def __init__(self, busy: bool) -> None:
+        self.busy, self.due, self.others = busy, math.inf, None
+
+    def busy_at(self, now: float) -> bool:
+        return self.busy
