@@ -209,7 +209,7 @@ class WaitChoice:
         handed = not simulator and runs_commands_in_waits(device)
         self.interruptible: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
         self.joins = not simulator
-        self.load = other_load  # (busy_at(now): other processes leave too few free cores)
+        self.load = other_load  # (busy_at(now, waited): other processes leave too few free cores)
 
     def wait(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
@@ -223,7 +223,7 @@ class WaitChoice:
         whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
         store this one's time there. Joined outside the main thread (the runtime's wait flushes
         the queue itself), and in it where that run ended within :data:`JOIN_LIMIT_S` while the
-        cores are busy (:attr:`load`, sampled every ~0.1 s of such waits)."""
+        cores are busy (:attr:`load`, sampled once such waits took ~0.05 s)."""
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
@@ -232,7 +232,7 @@ class WaitChoice:
             self.interruptible(ev)
         elif _get_ident() != _main_ident:
             wait_event_joined(ev)
-        elif last is not None and last < JOIN_LIMIT_S and self.load.busy_at(t0):
+        elif last is not None and last < JOIN_LIMIT_S and self.load.busy_at(t0, last):
             ev.wait()  # (raises the runtime's error for a failed command)
         else:
             flush()

@@ -12,8 +12,11 @@ from collections.abc import Callable, Iterable
 #: counted inside user and nice already; steal, a hypervisor's other guests, is busy elsewhere)
 _FIELDS = 8
 _IDLE, _IOWAIT = 3, 4
-#: a sample at most this often (reading ``/proc/stat`` costs 20-50 us: amortised over the waits
-#: of this long, and the window it averages over)
+#: a sample once the waits that ask for it (:meth:`OtherLoad.busy_at`) took this long since the
+#: last one, and at least :data:`PERIOD_S` later: reading ``/proc/stat`` costs 15-150 us (cold),
+#: under 0.3% of that time however sparse the waits are in wall time
+WAITED_S = 0.05
+#: the shortest window a sample averages over (10 ms ticks: 20 of them a core)
 PERIOD_S = 0.1
 #: cores that must be left free of other processes for the free-core choice: the waiting thread
 #: and one worker of the runtime
@@ -71,10 +74,11 @@ def _own_cpus() -> list[int] | None:
 
 class OtherLoad:
     """Whether processes other than this one leave it fewer than :data:`FREE_CORES_NEEDED` free
-    cores (:attr:`busy`), from a sample at most every :data:`PERIOD_S` (:meth:`update` when
-    ``now >= due``). Busy until the first window ends, and always where ``/proc/stat`` is not."""
+    cores (:attr:`busy`), sampled by :meth:`busy_at` once the waits that asked took
+    :data:`WAITED_S` and :data:`PERIOD_S` passed. Busy until the first window ends, and always
+    where ``/proc/stat`` is not."""
 
-    __slots__ = ("busy", "due", "others", "_cpus", "_cores", "_last", "_read", "_cpu_time")
+    __slots__ = ("busy", "due", "others", "waited", "_need", "_cpus", "_cores", "_last", "_read", "_cpu_time")
 
     def __init__(
         self,
@@ -87,7 +91,9 @@ class OtherLoad:
         self._cores = len(self._cpus) if self._cpus is not None else os.cpu_count() or 1
         self.busy = True
         self.others: float | None = None  # the last window's figure
+        self.waited = 0.0  # seconds of waits since the last sample
         self._last = self._sample(time.perf_counter())
+        self._need = WAITED_S if self._last is not None else math.inf
         self.due = math.inf if self._last is None else self._last[0] + PERIOD_S
 
     def _sample(self, now: float) -> Sample | None:
@@ -103,9 +109,10 @@ class OtherLoad:
     def update(self, now: float) -> bool:
         """Sample now (``now``: ``time.perf_counter()``) and return :attr:`busy` for the window
         since the last sample."""
+        self.waited = 0.0
         sample = self._sample(now)
         if sample is None:
-            self.due = math.inf  # unreadable: the busy choice from now on
+            self._need = self.due = math.inf  # unreadable: the busy choice from now on
             self.busy = True
             return True
         others = others_busy(self._last, sample, self._cores) if self._last is not None else None
@@ -115,9 +122,13 @@ class OtherLoad:
             self.busy = self._cores - others < FREE_CORES_NEEDED
         return self.busy
 
-    def busy_at(self, now: float) -> bool:
-        """:attr:`busy`, sampled first where ``now`` is past :attr:`due`."""
-        return self.update(now) if now >= self.due else self.busy
+    def busy_at(self, now: float, waited: float) -> bool:
+        """:attr:`busy` for a wait at ``now`` of work whose last wait took ``waited`` seconds,
+        sampled first where the waits reached :data:`WAITED_S` and ``now`` is past :attr:`due`."""
+        self.waited += waited
+        if self.waited < self._need or now < self.due:
+            return self.busy
+        return self.update(now)
 
 
 class FixedLoad:
@@ -128,5 +139,5 @@ class FixedLoad:
     def __init__(self, busy: bool) -> None:
         self.busy, self.due, self.others = busy, math.inf, None
 
-    def busy_at(self, now: float) -> bool:
+    def busy_at(self, now: float, waited: float) -> bool:
         return self.busy

@@ -169,6 +169,7 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
     if JOINED in timings:
         entry["joined_only_over_raw"] = paired_ratio(timings[JOINED], timings[RAW])
+        entry["alpyka_over_joined_only"] = paired_ratio(timings[OURS], timings[JOINED])
     others = [o for _, o in seen if o is not None]
     entry["joined_share"] = sum(b for b, _ in seen) / len(seen) if seen else None  # busy-core choice
     entry["others_seen_by_alpyka"] = statistics.median(others) if others else None

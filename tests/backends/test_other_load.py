@@ -75,19 +75,25 @@ def test_the_choice_follows_other_processes_and_samples_once_a_period(monkeypatc
     monkeypatch.setattr(ol.time, "perf_counter", lambda: now[0])
     load = ol.OtherLoad(read=m.read, cpus=[0, 1], cpu_time=lambda: m.own)
     assert load.busy and load.due == pytest.approx(100.0 + ol.PERIOD_S)  # busy until a window ends
+    assert ol.WAITED_S <= 0.05 < ol.PERIOD_S
 
-    def after(seconds: float, others: float, own: float) -> bool:
+    def after(seconds: float, others: float, own: float, waited: float | None = None) -> bool:
+        """The machine ran ``seconds``, of which this process waited ``waited`` (all of them)."""
         m.run(seconds, others, own)
         now[0] += seconds
-        return load.busy_at(now[0])
+        return load.busy_at(now[0], seconds if waited is None else waited)
 
     assert not after(0.2, others=0.0, own=1.2)  # free cores: this process's workers spin 1.2
     assert load.others == pytest.approx(0.0)
     reads = m.reads
-    assert not after(0.05, others=2.0, own=0.0)  # within the period: no new sample
+    assert not after(0.05, others=2.0, own=0.0)  # 0.05 s of waits, within the period: no new sample
+    assert load.waited == pytest.approx(0.05)
+    load.waited = 0.0  # (as if those waits had been spent otherwise)
+    assert not after(0.3, others=2.0, own=0.0, waited=0.04)  # past the period, 0.04 s of waits: none yet
     assert m.reads == reads
-    assert after(0.1, others=2.0, own=0.0)  # a spinner per core: busy
-    assert load.others == pytest.approx(2.0)  # (the window since the last sample: 0.15 s)
+    assert after(0.1, others=2.0, own=0.0, waited=0.01)  # a spinner per core: busy
+    assert load.others == pytest.approx(2.0)  # (the window since the last sample: 0.45 s)
+    assert load.waited == 0.0
     assert after(0.2, others=1.0, own=0.5)  # one core left: too few (1.5 needed)
     assert not after(0.2, others=0.4, own=1.0)  # 1.6 free
     assert after(0.2, others=0.6, own=0.0)  # 1.4 free
@@ -96,7 +102,7 @@ def test_the_choice_follows_other_processes_and_samples_once_a_period(monkeypatc
 def test_without_proc_stat_the_choice_stays_busy():
     load = ol.OtherLoad(read=lambda: None, cpus=None)
     assert load.busy and load.due == math.inf
-    assert load.busy_at(1e12)
+    assert load.busy_at(1e12, 1e6)
 
 
 def test_an_unreadable_sample_makes_it_busy_for_good():
@@ -110,7 +116,7 @@ def test_an_unreadable_sample_makes_it_busy_for_good():
 
 
 def test_the_fixed_load_never_samples():
-    assert ol.FixedLoad(busy=True).busy_at(1e12) and not ol.FixedLoad(busy=False).busy_at(1e12)
+    assert ol.FixedLoad(busy=True).busy_at(1e12, 1.0) and not ol.FixedLoad(busy=False).busy_at(1e12, 1.0)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat: the choice stays busy")
