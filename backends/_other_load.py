@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 _FIELDS = 8
 _IDLE, _IOWAIT = 3, 4
 #: a sample once the waits that ask for it (:meth:`OtherLoad.busy_at`) took this long since the
-#: last one, and at least :data:`PERIOD_S` later: reading ``/proc/stat`` costs 15-150 us (cold),
-#: under 0.3% of that time however sparse the waits are in wall time
-WAITED_S = 0.05
+#: last one, and at least :data:`PERIOD_S` later: reading ``/proc/stat`` costs 15-25 us (150 us
+#: cold), 0.1% of that time (0.75%) however sparse the waits are in wall time
+WAITED_S = 0.02
 #: the shortest window a sample averages over (10 ms ticks: 20 of them a core)
 PERIOD_S = 0.1
 #: cores that must be left free of other processes for the free-core choice: the waiting thread
