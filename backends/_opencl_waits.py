@@ -187,6 +187,11 @@ JOIN_LIMIT_S = 0.2
 
 #: how busy other processes keep the cores, shared by every queue of the process
 other_load = OtherLoad()
+#: a known launch whose last wait took less than this is tiny: on free cores (:class:`WaitChoice`)
+#: any thread waits for it interruptibly, whose first polls (yielding the core) see a worker of
+#: the runtime end it on another core sooner than the runtime's own wait returns; a longer one is
+#: joined (its wait's end is then exact, and the waiting thread spends no CPU)
+TINY_WAIT_S = 100e-6
 
 
 class WaitChoice:
@@ -195,12 +200,12 @@ class WaitChoice:
     A thread other than the main one joins the runtime (:func:`wait_event_joined`): Python raises
     a Ctrl-C's KeyboardInterrupt in the main thread only. The main thread joins only for a launch
     known to be short (:meth:`wait_timed`: pyopencl's ``Event.wait``, 2-3 us less than through
-    ctypes and safe there, as the thread that runs the interpreter's end waits in none), and only
-    while other processes keep the cores busy (:attr:`load`, :class:`~backends._other_load.OtherLoad`:
-    where a core is free the runtime's worker ends a tiny command before the join would return);
+    ctypes and safe there, as the thread that runs the interpreter's end waits in none);
     otherwise it waits interruptibly: handed to a waiter thread where the runtime runs commands in
     the thread that waits (:func:`wait_event_handed`, Intel's CPU runtime), polled elsewhere
-    (:func:`wait_event`). A simulator (Oclgrind) always polls."""
+    (:func:`wait_event`). A tiny known launch (:data:`TINY_WAIT_S`) is joined only while other
+    processes keep the cores busy (:attr:`load`, :class:`~backends._other_load.OtherLoad`); on
+    free cores any thread waits for it interruptibly. A simulator (Oclgrind) always polls."""
 
     __slots__ = ("interruptible", "joins", "load")
 
@@ -221,18 +226,19 @@ class WaitChoice:
     def wait_timed(self, ev: cl.Event, took: list, flush: Callable[[], None]) -> None:
         """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the command of a launch
         whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
-        store this one's time there. Joined outside the main thread (the runtime's wait flushes
-        the queue itself), and in it where that run ended within :data:`JOIN_LIMIT_S` while the
-        cores are busy (:attr:`load`, sampled once such waits took ~0.05 s)."""
+        store this one's time there. Interruptibly where that run was tiny and the cores are free
+        (:attr:`load`, read once such waits took ~0.02 s); else joined outside the main thread
+        (the runtime's wait flushes the queue itself), and in it where that run ended within
+        :data:`JOIN_LIMIT_S`."""
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
-        if not self.joins:
+        if not self.joins or (last is not None and last < TINY_WAIT_S and not self.load.busy_at(t0, last)):
             flush()
             self.interruptible(ev)
         elif _get_ident() != _main_ident:
             wait_event_joined(ev)
-        elif last is not None and last < JOIN_LIMIT_S and self.load.busy_at(t0, last):
+        elif last is not None and last < JOIN_LIMIT_S:
             ev.wait()  # (raises the runtime's error for a failed command)
         else:
             flush()

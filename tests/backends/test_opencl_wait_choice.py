@@ -1,9 +1,10 @@
-"""The main thread's wait for short known OpenCL work follows how busy other processes keep the
-cores (backends/_other_load.py): joined while they leave fewer than 1.5 cores free (Intel's CPU
-runtime then runs the command in the waiting thread: 1.2x raw pyopencl + ``finish`` where the
+"""A wait for a tiny known OpenCL launch follows how busy other processes keep the cores
+(backends/_other_load.py): joined while they leave fewer than 1.5 cores free (Intel's CPU runtime
+then runs the command in the waiting thread: 1.2x raw pyopencl + ``finish`` where the
 interruptible wait took 7-600x), interruptible where they leave more (the runtime's worker ends a
-tiny command first: the join took 1.4-2.0x raw there, the interruptible wait 0.8-1.0x). A Ctrl-C
-reaches the main thread within a second in either mode. The signal itself, on fixed samples:
+tiny command first: the join took 1.4-2.0x raw there, the interruptible wait 0.8-1.0x), in any
+thread; a longer known launch is joined either way. A Ctrl-C reaches the main thread within a
+second in either mode. The signal itself, on fixed samples:
 tests/backends/test_other_load.py."""
 
 import os
@@ -44,13 +45,16 @@ class _Switch:
         return self.busy
 
 
-def _blocking_queue_counting_interruptible(dev, load, monkeypatch):
-    """A blocking queue of ``dev`` waiting by ``load``, and the list its interruptible waits append to."""
+def _blocking_queue_counting_interruptible(dev, load, monkeypatch, tiny=60.0):
+    """A blocking queue of ``dev`` waiting by ``load``, and the list its interruptible waits
+    append to; a run shorter than ``tiny`` seconds counts as tiny (the choice is tested, not the
+    bound: on a busy machine a tiny wait's tail can pass it)."""
     import backends._opencl_waits as ow
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("the main thread's choice is tested; this test runs in another thread")
-    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)  # every run counts as short: the choice is tested
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)  # every run counts as short
+    monkeypatch.setattr(ow, "TINY_WAIT_S", tiny)
     monkeypatch.setattr(ow, "other_load", load)
     q = pk.Queue(dev, blocking=True)
     waits, calls = queue_impl(q).waits, []
@@ -82,6 +86,47 @@ def test_short_known_work_is_joined_on_busy_cores_and_waited_interruptibly_on_fr
     host = np.empty(8, np.float32)
     pk.memcpy(q, host, out)
     np.testing.assert_array_equal(host, 3 + 16)
+
+
+def test_a_known_launch_that_is_not_tiny_joins_on_free_cores_too(monkeypatch):
+    """Its wait's end is then exact and costs no CPU (polling a longer command would)."""
+    dev, load = pk.device("opencl"), _Switch()
+    load.busy = False
+    q, calls = _blocking_queue_counting_interruptible(dev, load, monkeypatch, tiny=0.0)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, one)
+    n = len(calls)
+    for _ in range(4):
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == n
+
+
+def test_another_thread_waits_for_tiny_work_interruptibly_on_free_cores_only(monkeypatch):
+    dev, load = pk.device("opencl"), _Switch()
+    q, calls = _blocking_queue_counting_interruptible(dev, load, monkeypatch)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
+    counts, errors = [], []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                pk.exec(q, wd, add_v, out, one)
+            for busy in (True, False):
+                load.busy, n = busy, len(calls)
+                for _ in range(4):
+                    pk.exec(q, wd, add_v, out, one)
+                counts.append(len(calls) - n)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(120)
+    assert not t.is_alive() and not errors, errors
+    assert counts == [0, 4]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat: every short wait joins")
@@ -132,6 +177,7 @@ CHILD = textwrap.dedent("""
 
     which, cores, case = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     ow.other_load = FixedLoad(busy=cores == "busy")
+    ow.TINY_WAIT_S = 1.0  # the short runs count as tiny, whatever a busy machine makes of them
     dev = pk.devices("opencl")[which]
     q = pk.Queue(dev, blocking=True)
     out = pk.Buffer(dev, (4000,), np.float64, queue=q)
