@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from alpyka_testing.interrupt import interrupt_child
 
 ROOT = Path(__file__).resolve().parents[2]
 #: from SIGINT to the child's "interrupted" line: the wait lets the KeyboardInterrupt through
@@ -88,55 +89,16 @@ def test_ctrl_c_stops_a_long_kernel(backend, mode, tmp_path):
     # ~10 ms a block on the CPU backends (a cpu_threads chunk, whose end a Ctrl-C waits for, is a
     # 512th of the kernel), ~20 ms on the devices: 20-40 s of work in all
     iters = 10_000_000 if backend.startswith("cpu") else 20_000_000
-    p = subprocess.Popen(
-        [sys.executable, str(script), backend, mode, str(iters)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    out: list[tuple[float, str]] = []
-    err: list[str] = []
-
-    def read_out() -> None:
-        with p.stdout:  # closed at its end: no ResourceWarning for the pipe
-            out.extend((time.monotonic(), ln.strip()) for ln in p.stdout)
-
-    def read_err() -> None:
-        with p.stderr:
-            err.extend(p.stderr)
-
-    threading.Thread(target=read_out, daemon=True).start()
-    threading.Thread(target=read_err, daemon=True).start()
-
-    def said(line: str) -> float | None:
-        return next((t for t, ln in list(out) if ln == line), None)
-
-    try:
-        deadline = time.monotonic() + 180  # imports and the kernel's compilation, on a busy machine
-        while said("launching") is None:
-            assert p.poll() is None and time.monotonic() < deadline, f"no launch: {''.join(err)[-3000:]}"
-            time.sleep(0.05)
-        time.sleep(1.5)  # the kernel runs
-        sent = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        try:
-            rc = p.wait(EXIT_LIMIT_S + 30)
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {[ln for _, ln in out]}\n{''.join(err)[-3000:]}"
-            )
-        ended = time.monotonic()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    time.sleep(0.2)  # the readers reach the end of the pipes
-    interrupted = said("interrupted")
-    assert rc == -signal.SIGINT and interrupted is not None, (rc, out, "".join(err)[-3000:])
-    assert interrupted - sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - sent:.1f} s after the signal"
-    assert ended - sent < EXIT_LIMIT_S, f"the process ended {ended - sent:.1f} s after the signal"
-    assert "KeyboardInterrupt" in "".join(err) and "Exception ignored" not in "".join(err), "".join(err)[-3000:]
+    run = interrupt_child([sys.executable, str(script), backend, mode, str(iters)], env, exit_wait_s=EXIT_LIMIT_S + 30)
+    if run.rc is None:
+        pytest.fail(
+            f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {[ln for _, ln in run.lines]}\n{run.err[-3000:]}"
+        )
+    interrupted = run.said("interrupted")
+    assert run.rc == -signal.SIGINT and interrupted is not None, (run.rc, run.lines, run.err[-3000:])
+    assert interrupted - run.sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - run.sent:.1f} s after the signal"
+    assert run.ended - run.sent < EXIT_LIMIT_S, f"the process ended {run.ended - run.sent:.1f} s after the signal"
+    assert "KeyboardInterrupt" in run.err and "Exception ignored" not in run.err, run.err[-3000:]
 
 
 class _SlowNative:

@@ -8,7 +8,6 @@ second in either mode. The signal itself, on fixed samples:
 tests/backends/test_other_load.py."""
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.interrupt import interrupt_child
 from portable.spi import queue_impl
 
 pytestmark = pytest.mark.alpyka_backends("opencl")
@@ -211,44 +211,7 @@ def test_ctrl_c_reaches_a_long_launch_within_a_second(which, cores, case, tmp_pa
     script = tmp_path / "choice_child.py"
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen(
-        [sys.executable, str(script), str(which), cores, case],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: list[tuple[float, str]] = []
-    err: list[str] = []
-
-    def read_out() -> None:
-        with p.stdout:  # closed at its end: no ResourceWarning for the pipe
-            lines.extend((time.monotonic(), ln.strip()) for ln in p.stdout)
-
-    def read_err() -> None:
-        with p.stderr:
-            err.extend(p.stderr)
-
-    threading.Thread(target=read_out, daemon=True).start()
-    threading.Thread(target=read_err, daemon=True).start()
-
-    def said(line: str) -> float | None:
-        return next((t for t, ln in list(lines) if ln == line), None)
-
-    try:
-        deadline = time.monotonic() + 180  # imports and compilation on a busy machine
-        while said("launching") is None:
-            assert p.poll() is None and time.monotonic() < deadline, f"no launch: {''.join(err)[-3000:]}"
-            time.sleep(0.05)
-        time.sleep(1.0)  # the long kernel runs
-        sent = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    time.sleep(0.2)  # the reader reaches the end of the pipe
-    interrupted = said("interrupted")
-    assert interrupted is not None, (p.returncode, lines, "".join(err)[-3000:])
-    assert interrupted - sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - sent:.2f} s after the signal"
+    run = interrupt_child([sys.executable, str(script), str(which), cores, case], env, running_s=1.0, exit_wait_s=60)
+    interrupted = run.said("interrupted")
+    assert interrupted is not None, (run.rc, run.lines, run.err[-3000:])
+    assert interrupted - run.sent < INTERRUPT_LIMIT_S, f"Ctrl-C raised {interrupted - run.sent:.2f} s after the signal"
