@@ -242,7 +242,8 @@ def _runtime(dev: Any) -> str:
 
 def _label(dev: Any, n: int, cores: int) -> str:
     """The summary's key: the runtime and the load ("Intel, busy cores": one spinner per core)."""
-    return f"{_runtime(dev)}, " + ("free cores" if n == 0 else "busy cores" if n == cores else f"{n} busy processes")
+    spinners = f"{n} busy process" + ("es" if n > 1 else "")
+    return f"{_runtime(dev)}, " + ("free cores" if n == 0 else "busy cores" if n == cores else spinners)
 
 
 def main(argv: list[str] | None = None) -> int:
