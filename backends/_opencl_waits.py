@@ -192,6 +192,9 @@ other_load = OtherLoad()
 #: the runtime end it on another core sooner than the runtime's own wait returns; a longer one is
 #: joined (its wait's end is then exact, and the waiting thread spends no CPU)
 TINY_WAIT_S = 100e-6
+#: a wait for a tiny command chosen for free cores that takes longer than this stalled: the cores
+#: count as busy for a while (:meth:`~backends._other_load.OtherLoad.stalled`)
+STALLED_S = 1e-3
 
 
 class WaitChoice:
@@ -233,7 +236,14 @@ class WaitChoice:
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
-        if not self.joins or (last is not None and last < TINY_WAIT_S and not self.load.busy_at(t0, last)):
+        if self.joins and last is not None and last < TINY_WAIT_S and not self.load.busy_at(t0, last):
+            flush()  # free cores: a tiny command
+            self.interruptible(ev)
+            took[0] = t = _clock() - t0
+            if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
+                self.load.stalled(t0 + t)
+            return
+        if not self.joins:
             flush()
             self.interruptible(ev)
         elif _get_ident() != _main_ident:

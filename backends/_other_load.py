@@ -22,6 +22,12 @@ PERIOD_S = 0.1
 #: and one worker of the runtime
 FREE_CORES_NEEDED = 1.5
 
+#: after a wait that stalled on cores counted free (:meth:`OtherLoad.stalled`), the cores count
+#: as busy this long whatever the readings say: the cores were busy with this process's own
+#: threads (a long kernel of another queue on the runtime's workers, a thread pool), which the
+#: readings do not see
+HOLD_S = 0.5
+
 #: ``(wall s, jiffies, idle jiffies, this process's CPU s)``: one reading
 Sample = tuple[float, int, int, float]
 
@@ -75,10 +81,11 @@ def _own_cpus() -> list[int] | None:
 class OtherLoad:
     """Whether processes other than this one leave it fewer than :data:`FREE_CORES_NEEDED` free
     cores (:attr:`busy`), sampled by :meth:`busy_at` once the waits that asked took
-    :data:`WAITED_S` and :data:`PERIOD_S` passed. Busy until the first window ends, and always
-    where ``/proc/stat`` is not."""
+    :data:`WAITED_S` and :data:`PERIOD_S` passed. Busy until the first window ends, for
+    :data:`HOLD_S` after a wait on cores counted free stalled, and always where ``/proc/stat`` is
+    not."""
 
-    __slots__ = ("busy", "due", "others", "waited", "_need", "_cpus", "_cores", "_last", "_read", "_cpu_time")
+    __slots__ = ("busy", "due", "others", "waited", "_need", "_held", "_cpus", "_cores", "_last", "_read", "_cpu_time")
 
     def __init__(
         self,
@@ -92,6 +99,7 @@ class OtherLoad:
         self.busy = True
         self.others: float | None = None  # the last window's figure
         self.waited = 0.0  # seconds of waits since the last sample
+        self._held = -math.inf  # busy until then (:meth:`stalled`)
         self._last = self._sample(time.perf_counter())
         self._need = WAITED_S if self._last is not None else math.inf
         self.due = math.inf if self._last is None else self._last[0] + PERIOD_S
@@ -119,8 +127,13 @@ class OtherLoad:
         self._last, self.due = sample, now + PERIOD_S
         if others is not None:  # (a window without a tick keeps the last choice)
             self.others = others
-            self.busy = self._cores - others < FREE_CORES_NEEDED
+            self.busy = self._cores - others < FREE_CORES_NEEDED or now < self._held
         return self.busy
+
+    def stalled(self, now: float) -> None:
+        """A wait chosen for free cores took far longer than a tiny command does: busy for
+        :data:`HOLD_S` from ``now``."""
+        self.busy, self._held = True, now + HOLD_S
 
     def busy_at(self, now: float, waited: float) -> bool:
         """:attr:`busy` for a wait at ``now`` of work whose last wait took ``waited`` seconds,
@@ -141,3 +154,6 @@ class FixedLoad:
 
     def busy_at(self, now: float, waited: float) -> bool:
         return self.busy
+
+    def stalled(self, now: float) -> None:
+        pass

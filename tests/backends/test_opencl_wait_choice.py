@@ -44,6 +44,9 @@ class _Switch:
     def busy_at(self, now: float, waited: float) -> bool:
         return self.busy
 
+    def stalled(self, now: float) -> None:  # (a wait on a busy test machine may stall: ignored here)
+        pass
+
 
 def _blocking_queue_counting_interruptible(dev, load, monkeypatch, tiny=60.0):
     """A blocking queue of ``dev`` waiting by ``load``, and the list its interruptible waits
@@ -127,6 +130,40 @@ def test_another_thread_waits_for_tiny_work_interruptibly_on_free_cores_only(mon
     t.join(120)
     assert not t.is_alive() and not errors, errors
     assert counts == [0, 4]
+
+
+def test_a_stalled_wait_on_cores_read_as_free_makes_them_busy_for_a_while(monkeypatch):
+    """Cores busy with this process's own threads (a long kernel of another queue on the
+    runtime's workers) read as free; a tiny command's wait that then stalls past 1 ms makes the
+    next ones join for ``HOLD_S``."""
+    from backends import _other_load as ol
+    from backends._opencl_waits import STALLED_S
+
+    free = "cpu  0 0 0 {i} 0 0 0 0 0 0\n"  # every tick idle: no other process
+    ticks = [0]
+
+    def read() -> str:
+        ticks[0] += 1000
+        return free.format(i=ticks[0])
+
+    load = ol.OtherLoad(read=read, cpus=None, cpu_time=lambda: 0.0)
+    load.update(time.perf_counter())
+    assert not load.busy
+    dev = pk.device("opencl")
+    q, calls = _blocking_queue_counting_interruptible(dev, load, monkeypatch)
+    waits = queue_impl(q).waits
+    slow = waits.interruptible
+    monkeypatch.setattr(waits, "interruptible", lambda ev: (slow(ev), time.sleep(3 * STALLED_S)))
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
+    for _ in range(3):  # the checked path twice, the fast launcher's first run: unknown
+        pk.exec(q, wd, add_v, out, one)
+    n = len(calls)
+    pk.exec(q, wd, add_v, out, one)  # tiny, on free cores: interruptible, and it stalls
+    assert len(calls) == n + 1 and load.busy
+    for _ in range(4):
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == n + 1, "waited interruptibly on cores held busy"
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat: every short wait joins")

@@ -99,6 +99,23 @@ def test_the_choice_follows_other_processes_and_samples_once_a_period(monkeypatc
     assert after(0.2, others=0.6, own=0.0)  # 1.4 free
 
 
+def test_a_stalled_wait_holds_the_cores_busy_whatever_the_readings(monkeypatch):
+    m, now = _Machine(), [100.0]
+    monkeypatch.setattr(ol.time, "perf_counter", lambda: now[0])
+    load = ol.OtherLoad(read=m.read, cpus=[0, 1], cpu_time=lambda: m.own)
+
+    def after(seconds: float) -> bool:  # nothing else runs; every second spent waiting
+        m.run(seconds, others=0.0, own=1.0)
+        now[0] += seconds
+        return load.busy_at(now[0], seconds)
+
+    assert not after(0.2)
+    load.stalled(now[0])
+    assert load.busy
+    assert after(0.2) and after(0.2)  # free readings within HOLD_S: still busy
+    assert not after(ol.HOLD_S)
+
+
 def test_without_proc_stat_the_choice_stays_busy():
     load = ol.OtherLoad(read=lambda: None, cpus=None)
     assert load.busy and load.due == math.inf
