@@ -217,7 +217,7 @@ class WaitChoice:
         handed = not simulator and runs_commands_in_waits(device)
         self.interruptible: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
         self.joins = not simulator
-        self.load = other_load  # (busy_at(now, waited): other processes leave too few free cores)
+        self.load = other_load  # (.busy: other processes leave too few free cores)
 
     def wait(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
@@ -236,13 +236,18 @@ class WaitChoice:
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
-        if self.joins and last is not None and last < TINY_WAIT_S and not self.load.busy_at(t0, last):
-            flush()  # free cores: a tiny command
-            self.interruptible(ev)
-            took[0] = t = _clock() - t0
-            if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
-                self.load.stalled(t0 + t)
-            return
+        if self.joins and last is not None and last < TINY_WAIT_S:
+            load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
+            load.left -= last
+            if load.left < 0.0:
+                load.used_up(t0)
+            if not load.busy:
+                flush()  # free cores: a tiny command
+                self.interruptible(ev)
+                took[0] = t = _clock() - t0
+                if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
+                    load.stalled(t0 + t)
+                return
         if not self.joins:
             flush()
             self.interruptible(ev)

@@ -80,12 +80,13 @@ def _own_cpus() -> list[int] | None:
 
 class OtherLoad:
     """Whether processes other than this one leave it fewer than :data:`FREE_CORES_NEEDED` free
-    cores (:attr:`busy`), sampled by :meth:`busy_at` once the waits that asked took
-    :data:`WAITED_S` and :data:`PERIOD_S` passed. Busy until the first window ends, for
-    :data:`HOLD_S` after a wait on cores counted free stalled, and always where ``/proc/stat`` is
-    not."""
+    cores (:attr:`busy`). A reading is taken once the waits that ask (:meth:`busy_at`) used up
+    :attr:`left` (:data:`WAITED_S` after each reading) and :data:`PERIOD_S` passed. Busy until
+    the first window ends, for :data:`HOLD_S` after a wait on cores counted free stalled, and
+    always where ``/proc/stat`` is not. A hot caller inlines :meth:`busy_at`: subtract its wait
+    from :attr:`left`, call :meth:`used_up` where that went below zero, then read :attr:`busy`."""
 
-    __slots__ = ("busy", "due", "others", "waited", "_need", "_held", "_cpus", "_cores", "_last", "_read", "_cpu_time")
+    __slots__ = ("busy", "left", "due", "others", "_held", "_cpus", "_cores", "_last", "_read", "_cpu_time")
 
     def __init__(
         self,
@@ -98,10 +99,9 @@ class OtherLoad:
         self._cores = len(self._cpus) if self._cpus is not None else os.cpu_count() or 1
         self.busy = True
         self.others: float | None = None  # the last window's figure
-        self.waited = 0.0  # seconds of waits since the last sample
         self._held = -math.inf  # busy until then (:meth:`stalled`)
         self._last = self._sample(time.perf_counter())
-        self._need = WAITED_S if self._last is not None else math.inf
+        self.left = WAITED_S if self._last is not None else math.inf  # seconds of waits before a reading
         self.due = math.inf if self._last is None else self._last[0] + PERIOD_S
 
     def _sample(self, now: float) -> Sample | None:
@@ -115,19 +115,33 @@ class OtherLoad:
         return now, total, idle, self._cpu_time()
 
     def update(self, now: float) -> bool:
-        """Sample now (``now``: ``time.perf_counter()``) and return :attr:`busy` for the window
-        since the last sample."""
-        self.waited = 0.0
+        """Take a reading now (``now``: ``time.perf_counter()``) and return :attr:`busy` for the
+        window since the last one."""
         sample = self._sample(now)
         if sample is None:
-            self._need = self.due = math.inf  # unreadable: the busy choice from now on
+            self.left = self.due = math.inf  # unreadable: the busy choice from now on
             self.busy = True
             return True
         others = others_busy(self._last, sample, self._cores) if self._last is not None else None
-        self._last, self.due = sample, now + PERIOD_S
+        self._last, self.due, self.left = sample, now + PERIOD_S, WAITED_S
         if others is not None:  # (a window without a tick keeps the last choice)
             self.others = others
             self.busy = self._cores - others < FREE_CORES_NEEDED or now < self._held
+        return self.busy
+
+    def used_up(self, now: float) -> None:
+        """The waits used up :attr:`left`: a reading where :data:`PERIOD_S` passed, else a look
+        again after a quarter of :data:`WAITED_S` more."""
+        if now >= self.due:
+            self.update(now)
+        else:
+            self.left = 0.25 * WAITED_S
+
+    def busy_at(self, now: float, waited: float) -> bool:
+        """:attr:`busy` for a wait at ``now`` of work whose last wait took ``waited`` seconds."""
+        self.left -= waited
+        if self.left < 0.0:
+            self.used_up(now)
         return self.busy
 
     def stalled(self, now: float) -> None:
@@ -135,22 +149,18 @@ class OtherLoad:
         :data:`HOLD_S` from ``now``."""
         self.busy, self._held = True, now + HOLD_S
 
-    def busy_at(self, now: float, waited: float) -> bool:
-        """:attr:`busy` for a wait at ``now`` of work whose last wait took ``waited`` seconds,
-        sampled first where the waits reached :data:`WAITED_S` and ``now`` is past :attr:`due`."""
-        self.waited += waited
-        if self.waited < self._need or now < self.due:
-            return self.busy
-        return self.update(now)
-
 
 class FixedLoad:
-    """An :class:`OtherLoad` that never samples: always busy, or always free (tests, benchmarks)."""
+    """An :class:`OtherLoad` that never takes a reading: always busy, or always free (tests,
+    benchmarks)."""
 
-    __slots__ = ("busy", "due", "others")
+    __slots__ = ("busy", "left", "due", "others")
 
     def __init__(self, busy: bool) -> None:
-        self.busy, self.due, self.others = busy, math.inf, None
+        self.busy, self.left, self.due, self.others = busy, math.inf, math.inf, None
+
+    def used_up(self, now: float) -> None:
+        self.left = math.inf
 
     def busy_at(self, now: float, waited: float) -> bool:
         return self.busy

@@ -7,6 +7,7 @@ thread; a longer known launch is joined either way. A Ctrl-C reaches the main th
 second in either mode. The signal itself, on fixed samples:
 tests/backends/test_other_load.py."""
 
+import math
 import os
 import subprocess
 import sys
@@ -39,10 +40,10 @@ class _Switch:
     """A load whose ``busy`` the test sets (an :class:`~backends._other_load.OtherLoad` stand-in)."""
 
     def __init__(self) -> None:
-        self.busy = True
+        self.busy, self.left = True, math.inf  # (never a reading)
 
-    def busy_at(self, now: float, waited: float) -> bool:
-        return self.busy
+    def used_up(self, now: float) -> None:
+        self.left = math.inf
 
     def stalled(self, now: float) -> None:  # (a wait on a busy test machine may stall: ignored here)
         pass

@@ -86,14 +86,14 @@ def test_the_choice_follows_other_processes_and_samples_once_a_period(monkeypatc
     assert not after(0.2, others=0.0, own=1.2)  # free cores: this process's workers spin 1.2
     assert load.others == pytest.approx(0.0)
     reads = m.reads
-    assert not after(0.05, others=2.0, own=0.0)  # 0.05 s of waits, within the period: no new sample
-    assert load.waited == pytest.approx(0.05)
-    load.waited = 0.0  # (as if those waits had been spent otherwise)
+    assert not after(0.05, others=2.0, own=0.0, waited=0.06)  # enough waits, within the period: no reading
+    assert m.reads == reads and load.left == pytest.approx(0.25 * 0.05)  # (a look again after 0.0125 s)
+    load.left = 0.05  # (as if those waits had been spent otherwise)
     assert not after(0.3, others=2.0, own=0.0, waited=0.04)  # past the period, 0.04 s of waits: none yet
     assert m.reads == reads
-    assert after(0.1, others=2.0, own=0.0, waited=0.01)  # a spinner per core: busy
+    assert after(0.1, others=2.0, own=0.0, waited=0.011)  # a spinner per core: busy
     assert load.others == pytest.approx(2.0)  # (the window since the last sample: 0.45 s)
-    assert load.waited == 0.0
+    assert load.left == 0.05
     assert after(0.2, others=1.0, own=0.5)  # one core left: too few (1.5 needed)
     assert not after(0.2, others=0.4, own=1.0)  # 1.6 free
     assert after(0.2, others=0.6, own=0.0)  # 1.4 free
@@ -118,7 +118,7 @@ def test_a_stalled_wait_holds_the_cores_busy_whatever_the_readings(monkeypatch):
 
 def test_without_proc_stat_the_choice_stays_busy():
     load = ol.OtherLoad(read=lambda: None, cpus=None)
-    assert load.busy and load.due == math.inf
+    assert load.busy and load.due == math.inf and load.left == math.inf
     assert load.busy_at(1e12, 1e6)
 
 
@@ -129,7 +129,7 @@ def test_an_unreadable_sample_makes_it_busy_for_good():
     m.run(0.2, others=0.0, own=0.0)
     assert not load.update(time.perf_counter())
     texts.append("garbage")
-    assert load.update(time.perf_counter()) and load.due == math.inf
+    assert load.update(time.perf_counter()) and load.due == load.left == math.inf
 
 
 def test_the_fixed_load_never_samples():
