@@ -15,6 +15,7 @@ Laid out after the library and tests/ (CONTRIBUTING.md, "The support package"):
 - ``data``: the event kernels of examples/dimuon_mass.py for the data tests;
 - ``bench``: running and importing the benchmark scripts (benchmarks/ is not a package);
 - ``hang_guard``: the pytest plugin that fails a run hung outside any test;
+- ``opencl_rows``: the plugin that keeps the OpenCL rows only (the sanitizer pass's child run);
 - ``artifact_cache``: slow test artifacts cached by content under $ALPYKA_CACHE_DIR.
 
 ``data`` and ``bench`` reach examples/ and benchmarks/ beside this package: a source checkout.

@@ -2,8 +2,9 @@
 that checks every memory access and every pair of work-items for data races, and any report
 fails the suite (naming the kernel and showing Oclgrind's report).
 
-One child pytest run on the Oclgrind device (``ALPYKA_OPENCL_DEVICE=oclgrind``) over the kernel
-test files below, with ``OCLGRIND_DATA_RACES=1``; Oclgrind prints its reports on stderr and the
+One child pytest run on the Oclgrind device (``ALPYKA_OPENCL_DEVICE=oclgrind``) over the opencl
+rows of the kernel test files below (``alpyka_testing/opencl_rows.py``), with
+``OCLGRIND_DATA_RACES=1``; Oclgrind prints its reports on stderr and the
 call itself succeeds, so this test reads the child's stderr. The run includes
 ``sanitizer_cases.py``, two deliberately wrong kernels (an out-of-bounds write, a shared-memory
 race), which must be reported: a pass that reports nothing proves nothing.
@@ -203,6 +204,10 @@ def test_kernels_have_no_invalid_access_or_data_race():
         *FILES,
         *(f"--deselect={d}" for d in DESELECT + ([] if FULL else CI_LEAVES_OUT)),
         "--backends=opencl",
+        # the files' host-only tests (no opencl row: IR walks, type rules, error messages, compile
+        # costs on cpu_serial/cpu_threads) launch nothing on Oclgrind and run in the suite itself
+        "-p",
+        "alpyka_testing.opencl_rows",
         "-s",
         "-q",
         "-p",
