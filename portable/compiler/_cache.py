@@ -25,7 +25,6 @@ Nothing on disk is trusted (docs/runtime.md, "The kernel cache"):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import importlib.machinery
@@ -45,6 +44,7 @@ from typing import Any
 from portable._errors import AlpykaWarning
 
 from . import _trust
+from ._locks import build_lock, flock_within, holder, lock_wait, warn_stuck_once
 
 ENV_CACHE_DIR = "ALPYKA_CACHE_DIR"
 _lock = threading.Lock()
@@ -322,31 +322,22 @@ def _tags_path(index: Path) -> Path:
     return index.with_name(index.name[: -len(".nbi")] + ".tags")
 
 
+class _Busy(Exception):
+    """A numba cache directory's lock stayed held by another process past :func:`lock_wait`."""
+
+
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
-    seen together."""
-    fd = os.open(index.parent / "alpyka.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    seen together. Held by another process past :func:`lock_wait`: one warning and :class:`_Busy`
+    (the caller then neither reads nor writes numba's files: the kernel is compiled, not cached)."""
+    path = index.parent / "alpyka.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-@contextlib.contextmanager
-def build_lock(path: Path):
-    """Hold the lock file ``path`` (made 0600 where missing) against other processes while one
-    builds what they would build too (a compiled kernel for the cache): the others wait, then
-    find it cached. Where the file cannot be opened (a cache that cannot be written) it locks
-    nothing. Two threads of one process that take it wait for each other too."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        wait = lock_wait()
+        if not flock_within(fd, exclusive, wait):
+            warn_stuck_once("numba-files", path, holder(path, fd), wait, "numba's cache left alone, compiling")
+            raise _Busy(str(path))
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -435,12 +426,14 @@ def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: 
                 _drop_index(cache)
                 _warn_untagged(index)
         return None
+    except _Busy:
+        return None
     except OSError as exc:
         warn_cache_unwritable(index.parent, exc)
         cache.disable()
         return None
     except Exception as exc:  # noqa: BLE001 - pickle, EOF, a library that cannot be rebuilt...
-        with _locked(index, exclusive=True):
+        with contextlib.suppress(_Busy), _locked(index, exclusive=True):
             _drop_index(cache)
         _warn_once(
             "numba-index",
@@ -460,11 +453,13 @@ def _save_overload(cache: Any, key: bytes, save: Any, sig: Any, data: Any) -> No
                 save(sig, data)
             finally:
                 _record(index, key)
+    except _Busy:
+        return
     except OSError as exc:
         warn_cache_unwritable(cache.cache_path, exc)
         cache.disable()
     except Exception as exc:  # noqa: BLE001 - an index that became unreadable since it was loaded
-        with _locked(index, exclusive=True):
+        with contextlib.suppress(_Busy), _locked(index, exclusive=True):
             _drop_index(cache)
         _warn_once(
             "numba-index",
