@@ -322,23 +322,20 @@ def _tags_path(index: Path) -> Path:
     return index.with_name(index.name[: -len(".nbi")] + ".tags")
 
 
-class _Busy(Exception):
-    """A numba cache directory's lock stayed held by another process past :func:`lock_wait`."""
-
-
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
-    seen together. Held by another process past :func:`lock_wait`: one warning and :class:`_Busy`
-    (the caller then neither reads nor writes numba's files: the kernel is compiled, not cached)."""
+    seen together. Yields whether it is held: False where another process kept it past
+    :func:`lock_wait` (one warning; the caller then neither reads nor writes numba's files, the
+    kernel is compiled and not cached)."""
     path = index.parent / "alpyka.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         wait = lock_wait()
-        if not flock_within(fd, exclusive, wait):
+        held = flock_within(fd, exclusive, wait)
+        if not held:
             warn_stuck_once("numba-files", path, holder(path, fd), wait, "numba's cache left alone, compiling")
-            raise _Busy(str(path))
-        yield
+        yield held
     finally:
         os.close(fd)  # releases the lock
 
@@ -418,23 +415,24 @@ def _warn_untagged(index: Path) -> None:
 def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: Any) -> Any:
     index = _index(cache)
     try:
-        with _locked(index, exclusive=False):
+        with _locked(index, exclusive=False) as held:
+            if not held:
+                return None
             if _verified(index, key):
                 return load(sig, target_context)
-        with _locked(index, exclusive=True):
-            if not _verified(index, key):
+        with _locked(index, exclusive=True) as held:
+            if held and not _verified(index, key):
                 _drop_index(cache)
                 _warn_untagged(index)
-        return None
-    except _Busy:
         return None
     except OSError as exc:
         warn_cache_unwritable(index.parent, exc)
         cache.disable()
         return None
     except Exception as exc:  # noqa: BLE001 - pickle, EOF, a library that cannot be rebuilt...
-        with contextlib.suppress(_Busy), _locked(index, exclusive=True):
-            _drop_index(cache)
+        with _locked(index, exclusive=True) as held:
+            if held:
+                _drop_index(cache)
         _warn_once(
             "numba-index",
             f"alpyka's kernel cache: numba could not load {index} or its data "
@@ -446,21 +444,22 @@ def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: 
 def _save_overload(cache: Any, key: bytes, save: Any, sig: Any, data: Any) -> None:
     index = _index(cache)
     try:
-        with _locked(index, exclusive=True):
+        with _locked(index, exclusive=True) as held:
+            if not held:
+                return
             if not _verified(index, key):
                 _drop_index(cache)  # numba reads the index before it adds to it
             try:
                 save(sig, data)
             finally:
                 _record(index, key)
-    except _Busy:
-        return
     except OSError as exc:
         warn_cache_unwritable(cache.cache_path, exc)
         cache.disable()
     except Exception as exc:  # noqa: BLE001 - an index that became unreadable since it was loaded
-        with contextlib.suppress(_Busy), _locked(index, exclusive=True):
-            _drop_index(cache)
+        with _locked(index, exclusive=True) as held:
+            if held:
+                _drop_index(cache)
         _warn_once(
             "numba-index",
             f"alpyka's kernel cache: numba could not update {index} ({type(exc).__name__}: {exc}); removed",

@@ -90,9 +90,12 @@ class _StoppedHolder:
         self.proc.stdout.close()
 
 
-def _child(backend: str, cache: Path, hold: str | None) -> tuple[list[str], list[int], int | None]:
+def _child(
+    backend: str, cache: Path, hold: str | None, directory: bool = False
+) -> tuple[list[str], list[int], int | None]:
     """Run :data:`_CHILD` on ``backend`` with a 1 s lock wait, while a stopped process holds its
-    lock (``hold``: how, None for no holder): (its warnings, numba's counts, the holder's pid)."""
+    lock (``hold``: how, None for no holder; ``directory``: numba's lock of the whole directory,
+    not the kernel's compile lock): (its warnings, numba's counts, the holder's pid)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPYKA_CACHE_DIR": str(cache), "ALPYKA_LOCK_WAIT": "1"}
     script = cache.parent / "child.py"  # a kernel's source is read from its file
     script.write_text(_CHILD)
@@ -107,6 +110,8 @@ def _child(backend: str, cache: Path, hold: str | None) -> tuple[list[str], list
     holder = None
     try:
         lock = Path(child.stdout.readline().strip())
+        if directory:
+            lock = lock.with_name("alpyka.lock")
         if hold is not None:
             lock.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             holder = _StoppedHolder(lock, hold)
@@ -133,6 +138,17 @@ def test_a_stopped_holder_of_numbas_compile_lock_costs_a_bounded_wait(tmp_path):
     assert "ALPYKA_LOCK_WAIT" in said[0] and "compiling here" in said[0]
     said, counts, _ = _child("cpu_serial", cache, "flock")
     assert counts == [0, 1], said  # loaded from numba's cache, its tags verified
+
+
+@pytest.mark.alpyka_backends("cpu_serial")
+def test_a_stopped_holder_of_numbas_directory_lock_leaves_the_cache_alone(tmp_path):
+    """numba's files of a directory are read and written under one lock (files and tags seen
+    together): held by a stopped process, the kernel is compiled, neither loaded nor cached."""
+    cache = tmp_path / "cache"
+    said, counts, pid = _child("cpu_serial", cache, "flock", directory=True)
+    assert counts == [1, 0]
+    assert len(said) == 1 and f"process {pid} (" in said[0] and "numba's cache left alone" in said[0], said
+    assert not list(cache.rglob("*.nbi")) and not list(cache.rglob("*.nbc"))  # nothing written
 
 
 @pytest.mark.alpyka_backends("opencl")
