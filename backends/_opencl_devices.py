@@ -292,6 +292,22 @@ def _check_invoker_cache(cl: Any) -> None:
         cl._PYOPENCL_NO_CACHE = True  # noqa: SLF001 - pyopencl's switch, no public setter
 
 
+#: seconds to wait at most for pyopencl's cache lock, which it holds only while it looks a binary
+#: up or stores one (milliseconds): pyopencl's own wait is a minute, then an error
+PYOPENCL_LOCK_WAIT_S = 10.0
+
+
+def _lock_free(cache: str) -> bool:
+    """Whether pyopencl's lock file of the program cache ``cache`` is free within
+    ``min(ALPYKA_LOCK_WAIT, PYOPENCL_LOCK_WAIT_S)`` seconds; else one warning naming the holder
+    (this process then builds without the cache)."""
+    from portable.compiler import lock_file_free
+
+    lock = Path(cache) / "lock"
+    instead = f"this process builds its OpenCL programs without the cache (delete {lock} if no process holds it)"
+    return lock_file_free(lock, PYOPENCL_LOCK_WAIT_S, instead)
+
+
 def build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None = None) -> Any:
     """``cl.Program(context, source)`` built for ``devices``, through pyopencl's binary cache in
     :func:`program_cache` (none where pyopencl's caches are off: ``PYOPENCL_NO_CACHE``). A cache
@@ -302,7 +318,10 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
     kw: dict[str, Any] = {"options": options} if options else {}
     cache: str | bool = False
     if not getattr(cl, "_PYOPENCL_NO_CACHE", True):  # pyopencl with its caches on
-        cache = kw["cache_dir"] = program_cache()  # False: none (pyopencl's default is elsewhere)
+        cache = program_cache()  # False: none (pyopencl's default is elsewhere)
+        if cache is not False and not _lock_free(str(cache)):
+            cache = _program_caches[str(cache)] = False
+        kw["cache_dir"] = cache
     try:
         return cl.Program(context, source).build(devices=devices, **kw)
     except KeyError as exc:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pyopencl as cl
 
-from ._gpu_queue import DeviceQueue, Snapshot
+from ._gpu_queue import DeviceQueue, Snapshot, wait_polling
 from ._opencl_waits import WaitChoice, opencl_library
 
 _COMPLETE = cl.command_execution_status.COMPLETE
+_STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
 #: how many kinds of known work (sums of time cells) a queue keeps the wait time of
 _WORK_KINDS = 64
 
@@ -46,10 +48,17 @@ class _UserEventGate:
     that opens it: a runtime that executes commands as they are enqueued (Oclgrind) blocks in
     that enqueue until the event completes, which then happens instead of a deadlock."""
 
-    __slots__ = ("cq", "marker", "user", "barrier", "wait")
+    __slots__ = ("cq", "marker", "user", "barrier", "wait", "simulated")
 
-    def __init__(self, cq: cl.CommandQueue, context: cl.Context, wait: Callable[[cl.Event], None]) -> None:
+    def __init__(
+        self,
+        cq: cl.CommandQueue,
+        context: cl.Context,
+        wait: Callable[[cl.Event], None],
+        simulated: _SimulatorFlush | None = None,
+    ) -> None:
         self.cq, self.wait = cq, wait  # (the queue's worker waits: joined, see WaitChoice)
+        self.simulated = simulated  # a simulator's queue: its flushes (see _SimulatorFlush)
         self.marker = cl.enqueue_marker(cq)
         self.user = cl.UserEvent(context)
         self.barrier: cl.Event | None = None
@@ -57,8 +66,11 @@ class _UserEventGate:
     def hold(self) -> cl.Event:
         """Make the queue's later work wait for :meth:`open`; returns the barrier's event."""
         try:
-            self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
-            _flush(self.cq)
+            if self.simulated is not None:
+                self.barrier = self.simulated.flush(hold=self.user)
+            else:
+                self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
+                _flush(self.cq)
         except BaseException:
             self.open()  # never leave the queue behind a user event no one will complete
             raise
@@ -74,6 +86,53 @@ class _UserEventGate:
                 self.user.set_status(_COMPLETE)
         except cl.Error:  # completed by the other caller in between: open either way
             pass
+        if self.simulated is not None:
+            self.simulated.opened(self.user)
+
+
+def _complete(ev: cl.Event) -> bool:
+    return ev.get_info(_STATUS) <= _COMPLETE  # negative: failed, over too
+
+
+class _SimulatorFlush:
+    """The flushes of a simulator's queue. Oclgrind's ``clFlush`` runs the whole queue in the
+    calling thread and spins at a gate's barrier until its user event completes (a host function
+    of 60 s cost 56 s of CPU, in the thread that enqueued it). So a flush first waits for the
+    last gate held to open, polled with sleeps (:func:`~backends._gpu_queue.wait_polling`: a
+    Ctrl-C reaches it, a gate opened at once is seen at once); a gate's barrier is enqueued after
+    the flush of the work before it; and the worker that opens the last gate flushes the work
+    behind it (a barrier left unflushed never completes there)."""
+
+    __slots__ = ("cq", "lock", "user")
+
+    def __init__(self, cq: cl.CommandQueue) -> None:
+        self.cq = cq
+        self.lock = threading.Lock()  # a barrier is enqueued, and the last gate changes, under it
+        self.user: cl.UserEvent | None = None  # the last gate held, until it opened and was flushed
+
+    def flush(self, hold: cl.UserEvent | None = None) -> cl.Event | None:
+        """Flush the queue once its last gate is open; with ``hold``, then enqueue a barrier on
+        that user event (a new gate) and return its event."""
+        while True:
+            with self.lock:
+                user = self.user
+                if user is None or _complete(user):
+                    _flush(self.cq)
+                    self.user = None
+                    if hold is None:
+                        return None
+                    barrier = cl.enqueue_barrier(self.cq, wait_for=[hold])
+                    self.user = hold
+                    return barrier
+            wait_polling(functools.partial(_complete, user))
+
+    def opened(self, user: cl.UserEvent) -> None:
+        """After the gate of ``user`` opened: flush the work behind its barrier where no later
+        gate was held (that one's own opening flushes it; behind this one nothing spins)."""
+        with self.lock:
+            if self.user is user:
+                _flush(self.cq)
+                self.user = None
 
 
 class OpenCLQueue(DeviceQueue):
@@ -87,8 +146,10 @@ class OpenCLQueue(DeviceQueue):
         self.cq = cl.CommandQueue(self.context, device.native.device)
         # pyopencl's flush (0.4 us, the launch path) holds the GIL; a simulator runs the queue in
         # clFlush, where a gate's worker must be able to run: there every flush is without it
-        # (1.2 us). A gate's own flush always is (_UserEventGate.hold).
-        self.flush_cq = functools.partial(_flush, self.cq) if device.properties.get("simulator") else self.cq.flush
+        # (1.2 us), after the last gate opened (_SimulatorFlush). A gate's own flush always is
+        # (_UserEventGate.hold).
+        self._simulated = _SimulatorFlush(self.cq) if device.properties.get("simulator") else None
+        self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)
         # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
         # since the last wait (fast launches with their last arguments, graph replays), or None
@@ -144,7 +205,7 @@ class OpenCLQueue(DeviceQueue):
             raise
 
     def make_gate(self) -> _UserEventGate:
-        return _UserEventGate(self.cq, self.context, self.wait_native_event)
+        return _UserEventGate(self.cq, self.context, self.wait_native_event, self._simulated)
 
     def hold_gate(self, gate: _UserEventGate) -> None:
         self.last_event = gate.hold()

@@ -11,6 +11,10 @@ writes ``<out>/X.json`` and ``<out>/X.png``. The JSON document has the keys of
 row dicts, one per measured point) and ``summary`` (the ratios the README shows: either
 ``{label: number}`` or ``{row label: {column: number}}``). Extra keys are allowed.
 
+Timing (:func:`measure`, :func:`interleaved`) is in ``_timing.py``, the machine's load
+(:func:`load_average`, :class:`BusyCores`) in ``_machine_load.py``; both are reached through this
+module.
+
 ``--quick`` finishes well under a minute; ``--smoke`` (optional, implies quick) is the tiniest
 run that still exercises every code path, for tests. Timings never decide a test.
 """
@@ -23,15 +27,11 @@ import json
 import math
 import os
 import platform
-import random
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -56,6 +56,12 @@ DEFAULT_PACKAGES = (
 
 if str(REPO_ROOT) not in sys.path:  # `python benchmarks/bench_X.py` from a source checkout
     sys.path.insert(0, str(REPO_ROOT))
+if str(BENCH_DIR) not in sys.path:  # the helper modules below, also when imported as benchmarks._common
+    sys.path.append(str(BENCH_DIR))  # last: a script's bare name never hides an installed module
+
+# timing and the machine's load live in their own modules; the scripts reach them as common.X
+from _machine_load import BusyCores, cpu_ticks, load_average, others_cores  # noqa: E402, F401
+from _timing import Timing, closed_loop, interleaved, measure, paired_ratio, ratio  # noqa: E402, F401
 
 from backends._host import cpu_name  # noqa: E402 - the CPU's model name, as `alpyka info` shows it
 
@@ -141,268 +147,6 @@ def load_plan(
 ) -> tuple[list[int], float]:
     """The client counts and seconds per point: the command line's, else this mode's default."""
     return args.clients or clients[mode(args)], args.seconds or seconds[mode(args)]
-
-
-# ----------------------------------------------------------------------------- timing
-
-
-@dataclass
-class Timing:
-    """Wall-clock times (seconds) of repeated calls, after warm-up."""
-
-    times: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def mean(self) -> float:
-        return statistics.fmean(self.times)
-
-    @property
-    def min(self) -> float:
-        return min(self.times)
-
-    @property
-    def stdev(self) -> float:
-        return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
-
-    def percentile(self, q: float) -> float:
-        """The q-th percentile (0..100), linear interpolation."""
-        s = sorted(self.times)
-        pos = (len(s) - 1) * q / 100.0
-        lo, hi = math.floor(pos), math.ceil(pos)
-        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-    def as_dict(self, prefix: str = "time", scale: float = 1e3, unit: str = "ms") -> dict[str, float | int]:
-        """``{prefix_median_ms, prefix_mean_ms, prefix_min_ms, prefix_p90_ms, prefix_stdev_ms, repeats}``."""
-        return {
-            f"{prefix}_median_{unit}": self.median * scale,
-            f"{prefix}_mean_{unit}": self.mean * scale,
-            f"{prefix}_min_{unit}": self.min * scale,
-            f"{prefix}_p90_{unit}": self.percentile(90) * scale,
-            f"{prefix}_stdev_{unit}": self.stdev * scale,
-            "repeats": len(self.times),
-        }
-
-
-def measure(
-    fn: Callable[[], Any],
-    *,
-    warmup: int = 1,
-    repeats: int = 5,
-    min_repeats: int = 1,
-    budget_s: float | None = None,
-    sync: Callable[[], Any] | None = None,
-) -> Timing:
-    """Call ``fn`` ``warmup`` times untimed, then time up to ``repeats`` calls (each followed by
-    ``sync`` when given, e.g. a queue or stream wait); with ``budget_s`` stop early once that
-    much time was spent and at least ``min_repeats`` calls were timed."""
-    if repeats < 1 or min_repeats < 1:
-        raise ValueError(f"repeats and min_repeats must be >= 1, got {repeats} and {min_repeats}")
-    for _ in range(warmup):
-        fn()
-        if sync is not None:
-            sync()
-    timing = Timing()
-    spent = 0.0
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if sync is not None:
-            sync()
-        dt = time.perf_counter() - t0
-        timing.times.append(dt)
-        spent += dt
-        if budget_s is not None and i + 1 >= min_repeats and spent >= budget_s:
-            break
-    return timing
-
-
-def interleaved(
-    fns: Mapping[str, Callable[[], Any]],
-    rounds: int,
-    *,
-    calls: int = 1,
-    warmup: int = 1,
-    min_rounds: int = 1,
-    budget_s: float | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> tuple[dict[str, Timing], dict[str, str]]:
-    """Time every function of ``fns`` round-robin, each round in a new order (a seeded shuffle),
-    so that load from other processes hits all of them alike, and so does what a call leaves
-    behind for the next one (evicted caches, a core clocked down after wide vector code): in a
-    rotated order every function always followed the same one, which biased some by 10-30%
-    (AOTInductor after ONNX Runtime, measured). ``warmup`` untimed calls each, then up to
-    ``rounds`` rounds of ``calls`` calls per function (a sample is the time per call); with
-    ``budget_s`` stop once that much time per function was spent and ``min_rounds`` were done.
-    A function that raises is dropped from the rotation: ``({name: Timing}, {name: error})``.
-    ``clock``: what a round is timed with (``time.thread_time``: the calling thread's CPU time,
-    for work that runs on it alone, immune to other processes taking the core)."""
-    if rounds < 1 or min_rounds < 1 or calls < 1:
-        raise ValueError(f"rounds, min_rounds and calls must be >= 1, got {rounds}, {min_rounds}, {calls}")
-    errors: dict[str, str] = {}
-    live = dict(fns)
-
-    def call(name: str, fn: Callable[[], Any], times: int) -> float | None:
-        t0 = clock()
-        try:
-            for _ in range(times):
-                fn()
-        except Exception as exc:  # one failing contender must not lose the others
-            errors[name] = f"{type(exc).__name__}: {exc}"[:500]
-            live.pop(name, None)
-            return None
-        return clock() - t0
-
-    for _ in range(warmup):
-        for name, fn in list(live.items()):
-            call(name, fn, 1)
-    timings = {name: Timing() for name in live}
-    spent = 0.0
-    order = random.Random(0x5EED)
-    for r in range(rounds):
-        names = list(live)
-        if not names:
-            break
-        order.shuffle(names)
-        for name in names:
-            dt = call(name, live[name], calls)
-            if dt is not None:
-                timings[name].times.append(dt / calls)
-                spent += dt
-        if budget_s is not None and r + 1 >= min_rounds and spent >= budget_s * len(names):
-            break
-    return {k: t for k, t in timings.items() if k in live}, errors
-
-
-def closed_loop(n: int, seconds: float, make_step: Callable[[int], Callable[[], int]]) -> float:
-    """Events per second of ``n`` client threads for ``seconds``: thread ``i`` makes its step
-    (``make_step(i)``, before the clock starts) and calls it, each call returning the events it
-    did, until the time is up; a client's error is raised here."""
-    counts = [0] * n
-    errors: list[BaseException] = []
-    start, stop = threading.Barrier(n + 1), threading.Event()
-
-    def loop(i: int) -> None:
-        try:
-            step = make_step(i)
-        except BaseException as exc:
-            errors.append(exc)
-            start.abort()
-            return
-        start.wait()
-        try:
-            while not stop.is_set():
-                counts[i] += step()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    try:
-        start.wait()
-    except threading.BrokenBarrierError:
-        raise errors[0] from None
-    t0 = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(120)
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return sum(counts) / elapsed
-
-
-def paired_ratio(numerator: Timing, denominator: Timing) -> float | None:
-    """The median over rounds of ``numerator / denominator`` for two contenders of one
-    :func:`interleaved` run (each round's pair saw the same load)."""
-    pairs = [a / b for a, b in zip(numerator.times, denominator.times) if b > 0]
-    return statistics.median(pairs) if pairs else None
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """``numerator / denominator``, or None when either is missing or the denominator is 0."""
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
-
-
-# ----------------------------------------------------------------------------- load
-
-
-def cpu_ticks() -> tuple[float, int, int, float] | None:
-    """``(wall s, all jiffies, idle jiffies, CPU s of this process and its waited-for children)``
-    now (/proc/stat; None elsewhere)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    t = os.times()
-    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], t.user + t.system + t.children_user + t.children_system
-
-
-def others_cores(before: tuple | None, after: tuple | None, cores: int | None = None) -> float | None:
-    """How many of the machine's ``cores`` (all of them by default) other processes kept busy on
-    average between two :func:`cpu_ticks` (all busy time less this process's and its children's):
-    what a parallel runtime measured then could not have."""
-    cores = cores or os.cpu_count() or 1
-    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
-        return None
-    wall = after[0] - before[0]
-    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
-    return max(0.0, (busy - (after[3] - before[3])) / wall)
-
-
-def load_average() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages, rounded (None where the system has none)."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-# ----------------------------------------------------------------------------- busy cores
-#: what a process that keeps one core busy runs
-_SPIN = "while True: pass"
-
-
-class BusyCores:
-    """``with BusyCores(n) as busy:`` ``n`` processes spinning on the CPU (busy cores, as a machine
-    where every core runs work), started here and killed by their pid at the end; ``busy.load()``:
-    the load average and how many cores processes other than this one kept busy since the start
-    (the spinners and anyone else, from ``/proc/stat``; None where it is not)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._procs: list[Any] = []
-        self._ticks: tuple | None = None
-
-    def __enter__(self) -> BusyCores:
-        import subprocess
-
-        self._procs = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(self.n)]
-        time.sleep(0.3 if self.n else 0.0)  # they run before the clock starts
-        self._ticks = cpu_ticks()
-        return self
-
-    def load(self) -> dict[str, Any]:
-        """``{"busy_processes", "load_average", "cores_busy_elsewhere"}`` now."""
-        return {
-            "busy_processes": self.n,
-            "load_average": load_average(),
-            "cores_busy_elsewhere": others_cores(self._ticks, cpu_ticks(), os.cpu_count() or 1),
-        }
-
-    def __exit__(self, *exc: Any) -> None:
-        for p in self._procs:
-            p.kill()
-            p.wait()
-        self._procs = []
 
 
 # ----------------------------------------------------------------------------- metadata

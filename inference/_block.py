@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 import soa
+from portable import ArgumentError, ArgumentTypeError
 
 
 @dataclass(frozen=True)
@@ -81,20 +82,20 @@ class Block:
 def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) -> list[str]:
     """Check the block's name and columns; returns the layout's column names in order."""
     if not isinstance(name, str) or not name:
-        raise TypeError(f"a block name must be a non-empty string, got {name!r}")
+        raise ArgumentTypeError(f"a block name must be a non-empty string, got {name!r}")
     if not columns:
-        raise ValueError(
+        raise ArgumentError(
             f"block {name!r} needs at least one column of {layout.__name__}; its columns are {layout.field_names()}"
         )
     for c in columns:
         if not isinstance(c, str):
-            raise TypeError(f"block {name!r}: column names are strings, got {c!r}")
+            raise ArgumentTypeError(f"block {name!r}: column names are strings, got {c!r}")
     known = layout.field_names()
     unknown = [c for c in columns if c not in known]
     if unknown:
         raise KeyError(f"block {name!r}: {layout.__name__} has no column(s) {unknown}; its columns are {known}")
     if len(set(columns)) != len(columns):
-        raise ValueError(f"block {name!r} names a column twice: {list(columns)}")
+        raise ArgumentError(f"block {name!r} names a column twice: {list(columns)}")
     return known
 
 
@@ -116,13 +117,13 @@ def _validate(layout: type[soa.Layout], name: str, columns: tuple[str, ...]) -> 
     fields = [layout.field(c) for c in columns]
     if any(f.dtype != fields[0].dtype for f in fields):
         detail = ", ".join(f"{f.name}: {f.dtype}" for f in fields)
-        raise TypeError(f"block {name!r}: columns must share one dtype to form a tensor, got {detail}")
+        raise ArgumentTypeError(f"block {name!r}: columns must share one dtype to form a tensor, got {detail}")
     if any((f.kind, f.shape) != (fields[0].kind, fields[0].shape) for f in fields):
         detail = ", ".join(f"{f.name}: {f.kind}{'x'.join(map(str, f.shape)) if f.shape else ''}" for f in fields)
-        raise TypeError(f"block {name!r}: columns must be of one kind and component shape, got {detail}")
+        raise ArgumentTypeError(f"block {name!r}: columns must be of one kind and component shape, got {detail}")
     idx = [order.index(c) for c in columns]
     if idx != list(range(idx[0], idx[0] + len(idx))):
-        raise ValueError(
+        raise ArgumentError(
             f"block {name!r}: columns {list(columns)} are not adjacent in {layout.__name__} in this "
             f"order (layout order: {order}); a block must be a run of consecutive columns"
         )
@@ -141,7 +142,7 @@ def make_block(
     columns; per size, offset and grouping)."""
     columns = tuple(columns)
     if not isinstance(name, str) or not name:
-        raise TypeError(f"a block name must be a non-empty string, got {name!r}")
+        raise ArgumentTypeError(f"a block name must be a non-empty string, got {name!r}")
     if type(rows_per_item) is not int or rows_per_item != 1:  # True == 1: validated too
         rows_per_item = _rows(name, rows_per_item)
     key = (layout, n, view_offset, name, columns, rows_per_item)
@@ -178,7 +179,7 @@ def make_block(
     elif f0.kind == "scalar":
         shape, strides = (n, k), (0, padded)  # padded == slot / itemsize for scalars
     else:  # pragma: no cover - soa has no other kinds
-        raise TypeError(f"block {name!r}: unsupported field kind {f0.kind!r}")
+        raise ArgumentTypeError(f"block {name!r}: unsupported field kind {f0.kind!r}")
 
     if rows_per_item != 1:
         shape, strides = _grouped(name, f0.kind, shape, strides, rows_per_item)
@@ -196,7 +197,7 @@ def make_block(
 
 def _rows(name: str, rows: Any) -> int:
     if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
-        raise ValueError(f"block {name!r}: rows_per_item must be a positive integer, got {rows!r}")
+        raise ArgumentError(f"block {name!r}: rows_per_item must be a positive integer, got {rows!r}")
     return int(rows)
 
 
@@ -205,10 +206,10 @@ def _grouped(
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``shape``/``strides`` with ``rows`` consecutive rows of the batch axis as one item."""
     if kind == "scalar":
-        raise ValueError(f"block {name!r} holds scalars (one value for every row): rows_per_item does not apply")
+        raise ArgumentError(f"block {name!r} holds scalars (one value for every row): rows_per_item does not apply")
     n = shape[0]
     if n % rows:
-        raise ValueError(
+        raise ArgumentError(
             f"block {name!r}: the collection's {n} rows are not a whole number of items of "
             f"rows_per_item={rows} ({n % rows} rows left over)"
         )

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from portable import ArgumentError, ArgumentTypeError
 from portable.cli import run
 
 from ._loading import load_state_dict
@@ -70,14 +71,14 @@ def export(
     name the ONNX model's tensors (``Model`` pairs outputs with blocks by name when they match).
     Returns the path."""
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"export needs an eager nn.Module (torch.export cannot trace TorchScript), got {type(module).__name__}"
         )
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1].lower()
     fmt = fmt or FORMATS.get(suffix)
     if fmt not in ("pt2", "onnx"):
-        raise ValueError(
+        raise ArgumentError(
             f"export writes .pt2 (torch.export) or .onnx files; {path!r} is neither (pass fmt='pt2' or fmt='onnx')"
         )
     if isinstance(example_inputs, torch.Tensor):
@@ -153,12 +154,12 @@ def build_parser(prog: str = "alpyka export") -> argparse.ArgumentParser:
 def _dtypes(names: list[str] | None, count: int) -> list[torch.dtype]:
     names = names or ["float32"]
     if len(names) not in (1, count):
-        raise ValueError(f"give one --dtype for all inputs or one per input ({count}), got {len(names)}")
+        raise ArgumentError(f"give one --dtype for all inputs or one per input ({count}), got {len(names)}")
     out = []
     for n in names * (count if len(names) == 1 else 1):
         dtype = getattr(torch, n, None)
         if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"unknown dtype {n!r}; use a torch dtype name such as float32 or int32")
+            raise ArgumentError(f"unknown dtype {n!r}; use a torch dtype name such as float32 or int32")
         out.append(dtype)
     return out
 
@@ -175,7 +176,7 @@ def command(argv: list[str], prog: str = "alpyka export") -> int:
     output = args.output
     fmt = args.fmt or (FORMATS.get(os.path.splitext(output)[1].lower()) if output else None)
     if fmt is None:
-        raise ValueError("say --onnx or --pt2 (or give -o with a .onnx/.pt2 name)")
+        raise ArgumentError("say --onnx or --pt2 (or give -o with a .onnx/.pt2 name)")
     if output is None:
         output = f"{args.module.rsplit(':', 1)[-1].split('.')[-1].lower()}.{fmt}"
     module = _load_factory(args.module)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 import portable as pk
+from portable import ArgumentError, ArgumentTypeError
 from portable.caches import LRUCache
 
 from ._block import Block, make_block
@@ -62,7 +63,7 @@ class SoAMetadata:
 
     def __init__(self, collection: pk.PortableCollection, which: Any = None) -> None:
         if not isinstance(collection, pk.PortableCollection):
-            raise TypeError(f"SoAMetadata needs a pk.PortableCollection, got {type(collection).__name__}")
+            raise ArgumentTypeError(f"SoAMetadata needs a pk.PortableCollection, got {type(collection).__name__}")
         view = collection.view(which)  # KeyError listing the blocks for an unknown `which`
         self.collection = collection
         self.which = which
@@ -86,7 +87,7 @@ class SoAMetadata:
         if len(columns) == 1 and not isinstance(columns[0], str):
             columns = tuple(columns[0])  # append_block("f", ["x", "y"])
         if name in self._blocks:
-            raise ValueError(f"block {name!r} is already defined ({self._blocks[name]!r})")
+            raise ArgumentError(f"block {name!r} is already defined ({self._blocks[name]!r})")
         block = make_block(
             self.layout,
             self.size,
@@ -104,7 +105,7 @@ class SoAMetadata:
         """Reorder the blocks (the order in which a model receives or returns them)."""
         names = list(names)
         if sorted(names) != sorted(self._blocks) or len(set(names)) != len(names):
-            raise ValueError(f"change_order needs a permutation of {self.block_names}, got {names}")
+            raise ArgumentError(f"change_order needs a permutation of {self.block_names}, got {names}")
         with self._lock:
             self._blocks = {n: self._blocks[n] for n in names}
             self._order = None
@@ -242,7 +243,7 @@ class SoAMetadata:
         shapes and dtypes); returns the values as tensors shaped like their blocks. Raises
         before anything is written."""
         if not isinstance(outputs, Mapping):
-            raise TypeError(f"outputs must be a mapping {{block name: array}}, got {type(outputs).__name__}")
+            raise ArgumentTypeError(f"outputs must be a mapping {{block name: array}}, got {type(outputs).__name__}")
         unknown = [k for k in outputs if k not in self._blocks]
         if unknown:
             raise KeyError(f"outputs name unknown block(s) {unknown}; the blocks are {self.block_names}")
@@ -324,7 +325,7 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
     """``value`` as a tensor fitting ``block`` (a ``[n]`` result fits a one-column ``[n, 1]``
     block; ``rows`` replaces n for a mini-batch); a ValueError/TypeError naming the block otherwise."""
     if block.kind == "scalar":
-        raise ValueError(
+        raise ArgumentError(
             f"output block {block.name!r} holds scalars (a stride-0 broadcast); "
             "scalars can be model inputs but not outputs"
         )
@@ -333,7 +334,7 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
     else:
         arr = np.asarray(value)
         if arr.dtype.hasobject:
-            raise TypeError(f"output for block {block.name!r} is not numeric ({arr.dtype})")
+            raise ArgumentTypeError(f"output for block {block.name!r} is not numeric ({arr.dtype})")
         t = (
             torch.from_numpy(np.ascontiguousarray(arr))
             if arr.dtype.byteorder in "=|"
@@ -346,14 +347,14 @@ def check_output(block: Block, value: Any, *, cast: bool = False, rows: int | No
             t = t.reshape(want_shape)
         else:
             batch = "" if rows is None else f" (a mini-batch of {rows})"
-            raise ValueError(
+            raise ArgumentError(
                 f"output for block {block.name!r} has shape {list(shape)}, the block "
                 f"[{', '.join(block.columns)}] needs {list(want_shape)}{batch}; nothing was written"
             )
     want = torch_dtype(block.dtype)
     if t.dtype != want:
         if not cast:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"output for block {block.name!r} has dtype {t.dtype}, the block's columns are "
                 f"{block.dtype}; pass cast=True (ModelMetadata(..., cast_outputs=True)) to convert; "
                 "nothing was written"
@@ -390,12 +391,12 @@ class ModelMetadata:
     ) -> None:
         for what, meta in (("inputs", inputs), ("outputs", outputs)):
             if not isinstance(meta, SoAMetadata):
-                raise TypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
+                raise ArgumentTypeError(f"ModelMetadata {what} must be a SoAMetadata, got {type(meta).__name__}")
             if not meta.block_names:
-                raise ValueError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
+                raise ArgumentError(f"ModelMetadata {what} has no blocks; add them with append_block(name, *columns)")
         for b in outputs.blocks:
             if b.kind == "scalar":
-                raise ValueError(
+                raise ArgumentError(
                     f"output block {b.name!r} holds scalars (a stride-0 broadcast); "
                     "scalars can be model inputs but not outputs"
                 )
@@ -460,24 +461,24 @@ def check_batch_size(batch_size: Any, inputs: SoAMetadata, outputs: SoAMetadata)
     if batch_size is None:
         return None
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        raise ArgumentError(f"batch_size must be a positive integer, got {batch_size!r}")
     batch_size = int(batch_size)
     blocks = [b for b in inputs.blocks + outputs.blocks if b.kind != "scalar"]
     if all(b.rows_per_item == 1 for b in blocks):
         if inputs.size != outputs.size:
-            raise ValueError(
+            raise ArgumentError(
                 f"mini-batches need inputs and outputs of one size; inputs have n={inputs.size}, "
                 f"outputs n={outputs.size}"
             )
     elif len({b.size for b in blocks}) > 1:
         items = {b.name: b.size for b in blocks}
-        raise ValueError(
+        raise ArgumentError(
             f"mini-batches need one batch axis for every block; the blocks' items are {items} "
             "(rows grouped by rows_per_item count as one item)"
         )
     for b in inputs.blocks + outputs.blocks:
         if b.kind != "scalar" and batch_size % b.batch_multiple:
-            raise ValueError(
+            raise ArgumentError(
                 f"batch_size {batch_size} breaks the alignment of block {b.name!r} ({b.dtype}, "
                 f"{b.alignment}-byte alignment): use a multiple of {b.batch_multiple}"
             )

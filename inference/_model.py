@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 import portable as pk
+from portable import ArgumentTypeError
 from portable.caches import LRUCache
 
 from ._loading import (
@@ -109,7 +110,7 @@ class Model:
                 raise refuse(path, fmt)
             self.source = path
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Model needs a .pt2, .onnx or TorchScript file, a ScriptModule or an nn.Module, "
                 f"got {type(source).__name__}"
             )
@@ -119,7 +120,7 @@ class Model:
         """Bind the queue's device and stream: for this thread, and as the default of threads
         that bound none. Deployment on the device happens at the first forward there."""
         if not isinstance(queue, pk.Queue):
-            raise TypeError(f"Model.to needs a pk.Queue, got {type(queue).__name__}")
+            raise ArgumentTypeError(f"Model.to needs a pk.Queue, got {type(queue).__name__}")
         self._local.queue = queue
         self._default_queue = queue
         return self
@@ -134,7 +135,7 @@ class Model:
         if q is None:
             raise RuntimeError("no queue: call model.to(queue) first or pass forward(..., queue=q)")
         if not isinstance(q, pk.Queue):
-            raise TypeError(f"queue must be a pk.Queue, got {type(q).__name__}")
+            raise ArgumentTypeError(f"queue must be a pk.Queue, got {type(q).__name__}")
         return q
 
     # ------------------------------------------------------------------ deployment
@@ -196,7 +197,7 @@ class Model:
         """Check the metadata against this model and the queue and prepare the pass (kept in
         the metadata for the next forward unless ``batch_size`` overrides the metadata's)."""
         if not isinstance(metadata, ModelMetadata):
-            raise TypeError(f"forward needs a ModelMetadata(inputs, outputs), got {type(metadata).__name__}")
+            raise ArgumentTypeError(f"forward needs a ModelMetadata(inputs, outputs), got {type(metadata).__name__}")
         q = self._resolve_queue(queue)
         dev = q.device
         access = (dev, metadata.inputs.collection.device, metadata.outputs.collection.device)

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from portable import ArgumentError, ArgumentTypeError
+
 from ._block import Block
 from ._gather import gather
 from ._loading import ModelFileError
@@ -222,30 +224,30 @@ class OnnxRunner:
         prog = self.program
         name = os.path.basename(prog.path)
         if len(inputs) != len(prog.inputs):
-            raise ValueError(
+            raise ArgumentError(
                 f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}; the input blocks are "
                 f"{len(inputs)}: {[f'{b.name} {b.dtype}{list(b.shape)}' for b in inputs]}"
             )
         for decl, b in zip(prog.inputs, inputs):
             dtype = b.dtype if input_dtype is None else np.dtype(torch.empty(0, dtype=input_dtype).numpy().dtype)
             if decl.dtype != dtype:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{name}: input {decl} gets block {b.name!r} of dtype {dtype}; convert the "
                     f"columns or pass ModelMetadata(..., input_dtype={decl.dtype})"
                 )
             if not decl.fits(b.shape):
-                raise ValueError(
+                raise ArgumentError(
                     f"{name}: input {decl} gets block {b.name!r} of shape {list(b.shape)} (batch axis first)"
                 )
         mapping = self.output_blocks(outputs)
         for decl, b in mapping:
             if decl.dtype is not None and decl.dtype != b.dtype and not cast:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{name}: output {decl} goes to block {b.name!r} of dtype {b.dtype}; "
                     "pass ModelMetadata(..., cast_outputs=True) to convert; nothing was written"
                 )
             if not (decl.fits(b.shape) or decl.fits(b.shape[:1]) and b.shape[1:] == (1,)):
-                raise ValueError(
+                raise ArgumentError(
                     f"{name}: output {decl} does not fit block {b.name!r} "
                     f"[{', '.join(b.columns)}] of shape {list(b.shape)}; nothing was written"
                 )
@@ -256,7 +258,7 @@ class OnnxRunner:
         decls = self.program.outputs
         by_name = {b.name: b for b in outputs}
         if len(decls) != len(outputs):
-            raise ValueError(
+            raise ArgumentError(
                 f"{os.path.basename(self.program.path)} returns {len(decls)} output(s) {decls}; "
                 f"the output blocks are {len(outputs)}: {list(by_name)}; nothing was written"
             )
@@ -330,7 +332,7 @@ class OnnxRunner:
             session.run_with_iobinding(binding, self._run_options)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
             text = " ".join(str(exc).split())
-            raise ValueError(
+            raise ArgumentError(
                 f"{os.path.basename(self.program.path)} failed on these blocks "
                 f"(outputs {[b.name for b in outputs]}): {text}; nothing was written"
             ) from None
@@ -357,7 +359,7 @@ class OnnxRunner:
         prog = self.program
         name = os.path.basename(prog.path)
         if len(tensors) != len(prog.inputs):
-            raise ValueError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}, got {len(tensors)}")
+            raise ArgumentError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}, got {len(tensors)}")
         session = self._session()
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
@@ -365,14 +367,14 @@ class OnnxRunner:
         for decl, t in zip(prog.inputs, bound):
             dtype = np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
             if decl.dtype != dtype:
-                raise TypeError(f"{name}: input {decl} gets a tensor of dtype {dtype}")
+                raise ArgumentTypeError(f"{name}: input {decl} gets a tensor of dtype {dtype}")
             binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr())
         for decl in prog.outputs:
             binding.bind_output(decl.name, dev_type, dev_id)
         try:
             session.run_with_iobinding(binding, self._run_options)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
-            raise ValueError(
+            raise ArgumentError(
                 f"{name} failed on inputs of shape {[list(t.shape) for t in bound]}: {' '.join(str(exc).split())}"
             ) from None
         return [torch.from_numpy(a) for a in binding.copy_outputs_to_cpu()]
@@ -508,7 +510,7 @@ class HostBinding:
 
     def _failed(self, exc: Exception) -> None:
         text = " ".join(str(exc).split())
-        raise ValueError(
+        raise ArgumentError(
             f"{os.path.basename(self.runner.program.path)} failed on these blocks "
             f"(outputs {[b.name for b in self.out_blocks]}): {text}; nothing was written"
         ) from None

@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from portable import ArgumentError, ArgumentTypeError
+
 from ._gather import gather
 from ._layout import DECISIONS_KEPT, LayoutTrial, row_major, same_bits
 from ._metadata import ModelMetadata, SoAMetadata, array_places, check_output
@@ -467,14 +469,14 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
     block order, a dict by block name."""
     if isinstance(raw, torch.Tensor):
         if len(names) != 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"the model returned one tensor; the outputs define {len(names)} blocks {list(names)}; "
                 "return a tuple (in block order) or a dict (by block name)"
             )
         return {names[0]: raw}
     if isinstance(raw, (tuple, list)):
         if len(raw) != len(names):
-            raise ValueError(
+            raise ArgumentError(
                 f"the model returned {len(raw)} outputs; the outputs define {len(names)} blocks {list(names)}"
             )
         return dict(zip(names, raw))
@@ -488,7 +490,9 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
                 f"(missing {missing}, unexpected {extra})"
             )
         return {k: raw[k] for k in names}
-    raise TypeError(f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors")
+    raise ArgumentTypeError(
+        f"the model returned {type(raw).__name__}; expected a tensor, a tuple/list or a dict of tensors"
+    )
 
 
 __all__ = ["Pass", "PassSpec", "Plan", "Workspace", "map_outputs", "write"]

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from portable import ArgumentError, ArgumentTypeError
+
 __all__ = ["TensorDesc"]
 
 _SYNTAX = "use NAME[:DTYPE[:DIM,DIM,...]], e.g. features:float32:3 (dims exclude the batch axis; -1 is any)"
@@ -52,14 +54,14 @@ class TensorDesc:
         if isinstance(value, str):
             parts = value.split(":")
             if not parts[0] or len(parts) > 3:
-                raise ValueError(f"tensor declaration {value!r}: {_SYNTAX}")
+                raise ArgumentError(f"tensor declaration {value!r}: {_SYNTAX}")
             dtype = parts[1] if len(parts) > 1 and parts[1] else "float32"
             dims = tuple(int(d) for d in parts[2].split(",") if d) if len(parts) > 2 else (-1,)
             return cls(parts[0], dtype, dims)
         if isinstance(value, (tuple, list)) and value:
             name, *rest = value
             return cls(name, rest[0] if rest else "float32", rest[1] if len(rest) > 1 else (-1,))
-        raise TypeError(f"cannot read a tensor declaration from {value!r}")
+        raise ArgumentTypeError(f"cannot read a tensor declaration from {value!r}")
 
     @classmethod
     def from_server(cls, name: str, dtype: Any, shape: Sequence[int], batching: bool) -> TensorDesc:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from portable import ArgumentError, ArgumentTypeError
 from portable.cli import load_reference, run
 
 from ._loading import ModelFileError, detect_format, load_state_dict, read_file
@@ -106,9 +107,11 @@ def _batch_axis_dynamic(
     widened = []
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
-            raise ValueError(f"example input {i} must be a tensor with a batch axis, got {type(x).__name__}")
+            raise ArgumentError(f"example input {i} must be a tensor with a batch axis, got {type(x).__name__}")
         if x.shape[0] != example_inputs[0].shape[0]:
-            raise ValueError(f"example inputs disagree on the batch size: {[tuple(t.shape) for t in example_inputs]}")
+            raise ArgumentError(
+                f"example inputs disagree on the batch size: {[tuple(t.shape) for t in example_inputs]}"
+            )
         # torch.export specialises axes of size 0 or 1: trace with at least two rows
         widened.append(x if x.shape[0] >= 2 else x.expand(2, *x.shape[1:]).contiguous())
     return tuple(widened), tuple({0: batch} for _ in widened)
@@ -126,7 +129,7 @@ def compile(
     for ``device``; the first axis of every input is dynamic unless ``dynamic_batch=False``.
     Returns the package path (load it with ``inference.Model(path)``)."""
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"aot.compile needs an eager nn.Module (torch.export cannot trace TorchScript), got {type(module).__name__}"
         )
     if isinstance(example_inputs, torch.Tensor):
@@ -134,7 +137,7 @@ def compile(
     dev = torch.device(device)
     path = os.fspath(path)
     if not path.endswith(".pt2"):
-        raise ValueError(
+        raise ArgumentError(
             f"AOTInductor packages end in .pt2 (Model() recognises them by content, other tools by name), got {path!r}"
         )
     module = module.to(dev).eval()
@@ -157,7 +160,7 @@ def _load_factory(spec: str) -> torch.nn.Module:
     obj = load_reference(spec, "model factory")
     module = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
     if not isinstance(module, torch.nn.Module):
-        raise ValueError(f"{spec} gave {type(module).__name__}, not an nn.Module")
+        raise ArgumentError(f"{spec} gave {type(module).__name__}, not an nn.Module")
     return module
 
 
@@ -206,7 +209,7 @@ def command(argv: list[str], prog: str = "alpyka aot") -> int:
         module.load_state_dict(load_state_dict(args.weights))
     dtype = getattr(torch, args.dtype, None)
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {args.dtype!r}; use a torch dtype name such as float32")
+        raise ArgumentError(f"unknown dtype {args.dtype!r}; use a torch dtype name such as float32")
     examples = tuple(torch.randn(s).to(dtype) for s in args.input_shape)
     t0 = time.perf_counter()
     out = compile(module, examples, args.output, device=args.device, dynamic_batch=not args.static_batch)

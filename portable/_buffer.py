@@ -14,6 +14,7 @@ import soa
 from ._allocator import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
+from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch
 from ._graph import active as _capturing
 from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
@@ -28,10 +29,13 @@ MAX_NBYTES = 2**48
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    try:
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    except TypeError:
+        raise ArgumentTypeError(f"buffer shape is an int or a tuple of ints, got {shape!r}") from None
     for d in dims:
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise ValueError(f"buffer shape must hold non-negative integers, got {shape!r}")
+            raise ArgumentError(f"buffer shape must hold non-negative integers, got {shape!r} (int(n) for a count)")
     return tuple(int(d) for d in dims)
 
 
@@ -123,16 +127,23 @@ class Buffer:
         alignment: int = DEFAULT_ALIGNMENT,
     ) -> None:
         if not isinstance(device, Device):
-            raise TypeError(f"Buffer needs a pk.Device, got {type(device).__name__}")
+            raise ArgumentTypeError(f"Buffer needs a pk.Device, got {type(device).__name__}")
         if queue is not None and not isinstance(queue, Queue):
-            raise TypeError(f"Buffer's queue= takes a pk.Queue, got {type(queue).__name__}")
+            raise ArgumentTypeError(f"Buffer's queue= takes a pk.Queue, got {type(queue).__name__}")
         if queue is not None and not queue.device.can_access(device):
-            raise ValueError(f"a buffer on {device} cannot be allocated on a queue of {queue.device}")
+            raise DeviceMismatch(
+                f"a buffer on {device} cannot be allocated on a queue of {queue.device}; pass a queue of {device}"
+            )
         self.device = device
         self.shape = _shape_tuple(shape)
-        self.dtype = np.dtype(dtype)
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"Buffer dtype {dtype!r} is not a numpy dtype; pass one such as np.float32 or 'float32'"
+            ) from None
         if self.dtype.hasobject:
-            raise TypeError(f"Buffer dtype {self.dtype} holds Python objects; use a numeric dtype")
+            raise ArgumentTypeError(f"Buffer dtype {self.dtype} holds Python objects; use a numeric dtype")
         self.pinned = bool(pinned)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize  # Python ints: no wrap-around
         if self.nbytes > MAX_NBYTES:
@@ -167,7 +178,7 @@ class Buffer:
         size = self.nbytes - offset if nbytes is None else nbytes
         if offset < 0 or size < 0 or offset + size > self.nbytes:
             span = f"offset {offset}" if nbytes is None else f"bytes [{offset}, {offset + size})"
-            raise ValueError(f"{span} is outside this buffer of {self.nbytes} bytes")
+            raise ArgumentError(f"{span} is outside this buffer of {self.nbytes} bytes")
         return MemRef(self.device, self._block.handle, offset, size, owner=self)
 
     @property
@@ -222,7 +233,7 @@ class Buffer:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """``np.asarray(buf)``: the buffer's host memory, once the work enqueued on it finished."""
         if not self.device.is_host_memory:
-            raise TypeError(f"buffer on {self.device} is device memory; memcpy it to a host buffer first")
+            raise ArgumentTypeError(f"buffer on {self.device} is device memory; memcpy it to a host buffer first")
         wait_on_host(self._last)
         arr = self.array
         return arr if dtype is None else arr.astype(dtype)
@@ -245,11 +256,11 @@ def reinterpret(buf: Any, dtype: Any) -> Any:
     a Buffer sharing the allocation, keeping ``buf`` alive, of a Buffer)."""
     dt = np.dtype(dtype)
     if dt.itemsize != np.dtype(buf.dtype).itemsize:
-        raise ValueError(f"cannot read {buf.dtype} elements as {dt}: the item sizes differ")
+        raise ArgumentError(f"cannot read {buf.dtype} elements as {dt}: the item sizes differ")
     if isinstance(buf, np.ndarray):
         return buf.view(dt)
     if not isinstance(buf, Buffer):
-        raise TypeError(f"expected a pk.Buffer or a numpy array, got {type(buf).__name__}")
+        raise ArgumentTypeError(f"expected a pk.Buffer or a numpy array, got {type(buf).__name__}")
     view = object.__new__(Buffer)
     view.__dict__.update(buf.__dict__)
     view.dtype = dt

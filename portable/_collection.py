@@ -13,7 +13,7 @@ import soa
 from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import Device, host
-from ._errors import AlpykaError
+from ._errors import AlpykaError, ArgumentError, ArgumentTypeError
 from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
@@ -28,25 +28,25 @@ def _normalise(layout: Any, size: Any) -> list[tuple[str, type[soa.Layout], int]
     if isinstance(layout, Mapping):
         names, layouts = list(layout.keys()), list(layout.values())
         if not isinstance(size, Mapping) or set(size) != set(names):
-            raise ValueError(f"sizes of a multi-layout collection must be a dict with keys {names}")
+            raise ArgumentError(f"sizes of a multi-layout collection must be a dict with keys {names}")
         sizes = [size[k] for k in names]
     elif isinstance(layout, Sequence) and not isinstance(layout, str):
         layouts = list(layout)
         names = [getattr(lay, "__name__", str(lay)) for lay in layouts]
         if isinstance(size, (int, np.integer)) or len(size) != len(layouts):
-            raise ValueError(f"a collection of {len(layouts)} layouts needs {len(layouts)} sizes, got {size!r}")
+            raise ArgumentError(f"a collection of {len(layouts)} layouts needs {len(layouts)} sizes, got {size!r}")
         sizes = list(size)
         if len(set(names)) != len(names):
-            raise ValueError("layouts of a multi-layout collection must differ; pass a dict to name them")
+            raise ArgumentError("layouts of a multi-layout collection must differ; pass a dict to name them")
     else:
-        raise TypeError(f"PortableCollection needs a soa.Layout subclass (or several), got {layout!r}")
+        raise ArgumentTypeError(f"PortableCollection needs a soa.Layout subclass (or several), got {layout!r}")
     out = []
     for name, lay, n in zip(names, layouts, sizes):
         if not (isinstance(lay, type) and issubclass(lay, soa.Layout)):
-            raise TypeError(f"block {name!r}: {lay!r} is not a soa.Layout subclass")
+            raise ArgumentTypeError(f"block {name!r}: {lay!r} is not a soa.Layout subclass")
         out.append((str(name), lay, soa.checked_size(n, f"size of block {name!r}")))
     if not out:
-        raise ValueError("a collection needs at least one layout")
+        raise ArgumentError("a collection needs at least one layout")
     return out
 
 
@@ -66,7 +66,9 @@ class PortableCollection:
         elif isinstance(queue_or_device, Device):
             queue, device = None, queue_or_device
         else:
-            raise TypeError(f"PortableCollection needs a pk.Queue or pk.Device, got {type(queue_or_device).__name__}")
+            raise ArgumentTypeError(
+                f"PortableCollection needs a pk.Queue or pk.Device, got {type(queue_or_device).__name__}"
+            )
         self._blocks = _normalise(layout, size)
         offsets, total = soa.block_offsets([(lay, n) for _, lay, n in self._blocks])
         self._offsets = offsets
@@ -105,7 +107,7 @@ class PortableCollection:
 
     def _single(self) -> tuple[str, type[soa.Layout], int]:
         if len(self._blocks) != 1:
-            raise ValueError(f"this collection holds blocks {self.block_names}; name one")
+            raise ArgumentError(f"this collection holds blocks {self.block_names}; name one")
         return self._blocks[0]
 
     def _index(self, which: Any) -> int:
@@ -187,7 +189,7 @@ class PortableCollection:
             def desc(bs: list) -> str:
                 return ", ".join(f"{lay.__name__}[{n}]" for lay, n in bs)
 
-            raise ValueError(f"collections differ in layout or size: {desc(mine)} vs {desc(theirs)}")
+            raise ArgumentError(f"collections differ in layout or size: {desc(mine)} vs {desc(theirs)}")
 
     def zero(self, queue: Queue | None = None) -> PortableCollection:
         """Enqueue setting every byte to 0 (on ``queue``, or synchronously when None)."""
@@ -252,7 +254,7 @@ class PortableCollection:
         ValueError for a wrong shape or a value that does not fit).
         """
         if casting not in _CASTINGS:
-            raise ValueError(f"from_dict: casting must be one of {', '.join(map(repr, _CASTINGS))}, got {casting!r}")
+            raise ArgumentError(f"from_dict: casting must be one of {', '.join(map(repr, _CASTINGS))}, got {casting!r}")
         names = layout.field_names()
         missing = [k for k in names if k not in data]
         extra = [k for k in data if k not in names]
@@ -265,14 +267,14 @@ class PortableCollection:
             if f.kind == "scalar":
                 continue
             if arrays[k].ndim == 0:
-                raise ValueError(
+                raise ArgumentError(
                     f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) got a "
                     f"scalar {_plain(data[k])!r}; it needs an array of shape (n{_comp_shape(f)}), one "
                     "row per element"
                 )
             lengths[k] = len(arrays[k])
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"from_dict for {layout.__name__}: columns differ in length: {lengths}")
+            raise ArgumentError(f"from_dict for {layout.__name__}: columns differ in length: {lengths}")
         n = next(iter(lengths.values()), 0)
         device = queue_or_device.device if isinstance(queue_or_device, Queue) else queue_or_device
         converted = {}
@@ -281,7 +283,7 @@ class PortableCollection:
             shape = (n,) + tuple(f.shape) if f.kind != "scalar" else ()
             arr = arrays[k]
             if arr.shape != shape:
-                raise ValueError(
+                raise ArgumentError(
                     f"from_dict for {layout.__name__}: field {k!r} ({_field_desc(f)}) has shape "
                     f"{arr.shape}, the layout needs {shape}"
                 )
@@ -386,7 +388,7 @@ def _as_array(layout: type[soa.Layout], name: str, value: Any) -> np.ndarray:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
         f = layout.field(name)
-        raise ValueError(
+        raise ArgumentError(
             f"from_dict for {layout.__name__}: field {name!r} ({_field_desc(f)}): cannot make a "
             f"numpy array of the {type(value).__name__} given ({exc})"
         ) from None
@@ -420,13 +422,15 @@ def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
     for x in items:
         if isinstance(x, (bool, int, float, complex, np.number, np.bool_)):
             continue
-        raise TypeError(f"{what} got a non-numeric value {_plain(x)!r} ({type(x).__name__}); it holds {dt} numbers")
+        raise ArgumentTypeError(
+            f"{what} got a non-numeric value {_plain(x)!r} ({type(x).__name__}); it holds {dt} numbers"
+        )
     if all(isinstance(x, (int, np.integer, np.bool_)) for x in items):
         if dt.kind in "iu":
             info = np.iinfo(dt)
             for x in items:
                 if not info.min <= int(x) <= info.max:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"{what}: value {int(x)} is out of range for {dt} [{info.min}, {info.max}]; "
                         "pass casting='unsafe' to wrap around"
                     )
@@ -435,11 +439,11 @@ def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
             floats = [float(x) for x in items]
         except OverflowError:
             big = max((int(x) for x in items), key=abs)
-            raise ValueError(f"{what}: value {big} is too large for {dt}") from None
+            raise ArgumentError(f"{what}: value {big} is too large for {dt}") from None
         return np.array(floats, dtype=np.float64).reshape(arr.shape)
     out = np.array(items).reshape(arr.shape)
     if out.dtype.kind not in "biufc":
-        raise TypeError(f"{what} got values numpy cannot hold as numbers; it holds {dt} numbers")
+        raise ArgumentTypeError(f"{what} got values numpy cannot hold as numbers; it holds {dt} numbers")
     return out
 
 
@@ -450,7 +454,7 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
         return arr.astype(dt)
     sk, tk = src.kind, dt.kind
     if sk == "c" and tk != "c":
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what} got complex values ({src}); a real field would lose the imaginary part "
             "(pass the real part, .real, or casting='unsafe')"
         )
@@ -458,7 +462,7 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
         if sk != "b":
             bad = (arr != 0) & (arr != 1)
             if bad.any():
-                raise ValueError(f"{what}: value {_first(arr, bad)} is not a bool (0 or 1)")
+                raise ArgumentError(f"{what}: value {_first(arr, bad)} is not a bool (0 or 1)")
         return arr.astype(dt)
     if tk in "iu":
         info = np.iinfo(dt)
@@ -466,17 +470,17 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
             lo, hi = int(arr.min()), int(arr.max())
             if lo < info.min or hi > info.max:
                 bad = lo if lo < info.min else hi
-                raise ValueError(
+                raise ArgumentError(
                     f"{what}: value {bad} is out of range for {dt} [{info.min}, {info.max}]; "
                     "pass casting='unsafe' to wrap around"
                 )
         elif sk == "f":
             finite = np.isfinite(arr)
             if not finite.all():
-                raise ValueError(f"{what}: value {_first(arr, ~finite)} is not a finite number; {dt} holds integers")
+                raise ArgumentError(f"{what}: value {_first(arr, ~finite)} is not a finite number; {dt} holds integers")
             frac = arr != np.trunc(arr)
             if frac.any():
-                raise ValueError(
+                raise ArgumentError(
                     f"{what}: value {_first(arr, frac)} is not a whole number; {dt} holds integers "
                     "(round it first, or pass casting='unsafe' to truncate)"
                 )
@@ -484,7 +488,9 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
             hi_lim = 2.0 ** (dt.itemsize * 8 - (1 if tk == "i" else 0))  # first value out of range
             out = (arr < lo_lim) | (arr >= hi_lim)
             if out.any():
-                raise ValueError(f"{what}: value {_first(arr, out)} is out of range for {dt} [{info.min}, {info.max}]")
+                raise ArgumentError(
+                    f"{what}: value {_first(arr, out)} is out of range for {dt} [{info.min}, {info.max}]"
+                )
         return arr.astype(dt)
     # float and complex fields: a finite value must stay finite
     with np.errstate(over="ignore", invalid="ignore"):
@@ -494,7 +500,7 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
     else:
         overflow = ~np.isfinite(out)
     if overflow.any():
-        raise ValueError(
+        raise ArgumentError(
             f"{what}: value {_first(arr, overflow)} overflows {dt} (largest finite value {np.finfo(dt).max})"
         )
     return out
@@ -509,16 +515,16 @@ def _convert(arr: np.ndarray, dt: np.dtype, casting: str, raw: Any, what: str) -
             with np.errstate(all="ignore"):
                 return arr.astype(dt)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise TypeError(f"{what}: cannot convert {_kind_name(src)} to {dt} ({exc})") from None
+            raise ArgumentTypeError(f"{what}: cannot convert {_kind_name(src)} to {dt} ({exc})") from None
     if src.kind == "O":
         arr = _from_objects(arr, dt, what)
         weak = True
     elif src.kind not in "biufc":
         sample = _plain(arr.flat[0]) if arr.size else ""
-        raise TypeError(f"{what} got {_kind_name(src)} (dtype {src}, e.g. {sample!r}); it holds {dt} numbers")
+        raise ArgumentTypeError(f"{what} got {_kind_name(src)} (dtype {src}, e.g. {sample!r}); it holds {dt} numbers")
     if casting != "same_value" and not weak:
         if not np.can_cast(src, dt, casting):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{what}: cannot cast {src} to {dt} with casting={casting!r} (numpy's rule); "
                 "convert the values first or pass another casting"
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import BackendUnavailable
+from ._errors import ArgumentError, BackendUnavailable
 from ._registry import HOST_BACKEND, check_devices_with, get_backend
 
 
@@ -63,11 +63,11 @@ class DeviceCapabilities:
         if self.hardware is None:
             object.__setattr__(self, "hardware", self.kind)
         if self.kind not in ("cpu", "gpu"):
-            raise ValueError(f"DeviceCapabilities.kind is 'cpu' or 'gpu', not {self.kind!r}")
+            raise ArgumentError(f"DeviceCapabilities.kind is 'cpu' or 'gpu', not {self.kind!r}")
         if self.warp_size < 1:
-            raise ValueError(f"DeviceCapabilities.warp_size must be at least 1, got {self.warp_size}")
+            raise ArgumentError(f"DeviceCapabilities.warp_size must be at least 1, got {self.warp_size}")
         if not isinstance(self.hardware, str) or not self.hardware:
-            raise ValueError(f"DeviceCapabilities.hardware is a name such as 'cpu' or 'gpu', not {self.hardware!r}")
+            raise ArgumentError(f"DeviceCapabilities.hardware is a name such as 'cpu' or 'gpu', not {self.hardware!r}")
 
     @property
     def cpu_shaped(self) -> bool:
@@ -115,7 +115,7 @@ class Device:
                 DLPACK_CPU if host else None,
             )
         elif self.capabilities.kind != self.kind:
-            raise ValueError(
+            raise ArgumentError(
                 f"device {self.name!r}: kind {self.kind!r} but capabilities.kind {self.capabilities.kind!r}"
             )
 

@@ -11,6 +11,16 @@ class BackendUnavailable(AlpykaError):
     """The backend cannot be used here; the message says why."""
 
 
+class ArgumentError(AlpykaError, ValueError):
+    """An argument of a public call has a value it cannot take (the message names the argument,
+    what it takes and how to get there)."""
+
+
+class ArgumentTypeError(AlpykaError, TypeError):
+    """An argument of a public call is of a type it does not take (the message names what it
+    takes)."""
+
+
 class WorkDivError(AlpykaError, ValueError):
     """A work division the device cannot run."""
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import WorkDivError
+from ._errors import ArgumentTypeError, WorkDivError
 from ._graph import active as _capturing
 from ._graph import record_launch
 from ._handoff import note_queue, noter
@@ -81,7 +81,7 @@ def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site:
     if not isinstance(workdiv, WorkDiv):
         raise WorkDivError(f"exec needs a pk.WorkDiv second, got {type(workdiv).__name__}")
     if not hasattr(kernel, "__alpyka_kernel__"):
-        raise TypeError(f"{getattr(kernel, '__name__', kernel)!r} is not a kernel; decorate it with @pk.kernel")
+        raise ArgumentTypeError(f"{getattr(kernel, '__name__', kernel)!r} is not a kernel; decorate it with @pk.kernel")
     dev = queue.device
     if _checked.get(workdiv) is not dev:  # checked once per device
         workdiv.check(dev)

@@ -9,7 +9,7 @@ import numpy as np
 from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import host
-from ._errors import DeviceMismatch
+from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch
 from ._graph import active as _capturing
 from ._graph import record_copy, record_fill
 from ._handoff import note_queue
@@ -27,11 +27,12 @@ def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
         return obj.memref()
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
-            raise ValueError(f"memcpy {what}: numpy array must be C-contiguous")
+            raise ArgumentError(f"memcpy {what}: numpy array must be C-contiguous")
         if writable and not obj.flags.writeable:
-            raise ValueError(f"memcpy {what}: numpy array is read-only")
+            raise ArgumentError(f"memcpy {what}: numpy array is read-only")
         return MemRef(host(), obj.reshape(-1).view(np.uint8), 0, obj.nbytes, owner=obj)
-    raise TypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, got {type(obj).__name__}")
+    got = type(obj).__name__
+    raise ArgumentTypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, got {got}")
 
 
 def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
@@ -53,7 +54,7 @@ def _check_byte_order(dst: Any, src: Any) -> None:
     for side, t, other in (("source", st, dt), ("destination", dt, st)):
         if t is not None and not t.isnative and t != other:
             theirs = f"holds {other}" if other is not None else "is untyped memory"
-            raise ValueError(
+            raise ArgumentError(
                 f"memcpy: the {side} holds {t.str} values, not in this machine's byte order, and the other side "
                 f"{theirs}: a byte copy would not convert them; convert the array first, e.g. "
                 f"arr.astype(arr.dtype.newbyteorder('='))"
@@ -65,13 +66,16 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
     layout and size; ``buffer.memref(offset, nbytes)`` copies a byte span). Either side may be
     host memory; the other must belong to the queue's device."""
     if not isinstance(queue, Queue):
-        raise TypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
+        raise ArgumentTypeError(f"memcpy needs a pk.Queue first, got {type(queue).__name__}")
     if type(dst) is type(src) and hasattr(dst, "check_same_shape"):  # two collections
         dst.check_same_shape(src)
     _check_byte_order(dst, src)
     d, s = as_memref(dst, "destination", writable=True), as_memref(src, "source")
     if d.nbytes != s.nbytes:
-        raise ValueError(f"memcpy: destination has {d.nbytes} bytes, source has {s.nbytes}")
+        raise ArgumentError(
+            f"memcpy: destination has {d.nbytes} bytes, source has {s.nbytes}; memcpy copies bytes, so "
+            f"both sides need the same number of elements and item size (copy a slice, or convert the dtype first)"
+        )
     _check_queue_access(queue, d, "the destination")
     _check_queue_access(queue, s, "the source")
     if d.nbytes:
@@ -86,9 +90,12 @@ def memcpy(queue: Queue, dst: Any, src: Any) -> None:
 def memset(queue: Queue, dst: Any, value: int) -> None:
     """Enqueue setting every byte of ``dst`` to ``value`` (0..255)."""
     if not isinstance(queue, Queue):
-        raise TypeError(f"memset needs a pk.Queue first, got {type(queue).__name__}")
+        raise ArgumentTypeError(f"memset needs a pk.Queue first, got {type(queue).__name__}")
     if not isinstance(value, (int, np.integer)) or not 0 <= value <= 255:
-        raise ValueError(f"memset value is a byte (0..255), got {value!r}")
+        raise ArgumentError(
+            f"memset value is a byte (0..255), got {value!r}; memset sets every byte (0 zeroes any dtype): "
+            f"fill elements with other values by a kernel or a memcpy from numpy"
+        )
     d = as_memref(dst, "destination", writable=True)
     _check_queue_access(queue, d, "the destination")
     if d.nbytes:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._deferred import run_deferred
 from ._device import Device
-from ._errors import AsyncError
+from ._errors import ArgumentTypeError, AsyncError, DeviceMismatch
 from ._graph import active as _capturing
 from ._graph import refuse
 from ._handoff import note_queue
@@ -20,7 +20,7 @@ from ._workdiv import WorkDiv
 
 def _checked_device(device: Any, what: str) -> Device:
     if not isinstance(device, Device):
-        raise TypeError(f"{what} needs a pk.Device (from pk.device(...)), got {type(device).__name__}")
+        raise ArgumentTypeError(f"{what} needs a pk.Device (from pk.device(...)), got {type(device).__name__}")
     return device
 
 
@@ -71,7 +71,7 @@ class Event:
         device support it; others raise TypeError."""
         record = getattr(self._impl, "record_external", None)
         if record is None:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"events of {self.device.backend_name} cannot be completed by outside code; use an event of pk.host()"
             )
         return record()
@@ -123,7 +123,7 @@ class Queue:
             self.enqueue_host(task)
             return
         if not args:
-            raise TypeError("enqueue takes a host function, or a work division, a kernel and its arguments")
+            raise ArgumentTypeError("enqueue takes a host function, or a work division, a kernel and its arguments")
         launch(self, task, args[0], args[1:])
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
@@ -155,9 +155,12 @@ class Queue:
 
     def record(self, event: Event) -> None:
         if not isinstance(event, Event):
-            raise TypeError(f"record() takes a pk.Event, got {type(event).__name__}")
+            raise ArgumentTypeError(f"record() takes a pk.Event, got {type(event).__name__}")
         if not self.device.can_access(event.device):
-            raise ValueError(f"event of {event.device} cannot be recorded on a queue of {self.device}")
+            raise DeviceMismatch(
+                f"event of {event.device} cannot be recorded on a queue of {self.device}; "
+                f"record it on a queue of {event.device}, or make an event of this queue's device"
+            )
         if _capturing:
             refuse(self, "record()")
         self._impl.record(event.impl)
@@ -169,7 +172,7 @@ class Queue:
     def wait_for(self, event: Event) -> None:
         """Work enqueued after this call starts only once ``event`` (as recorded now) completed."""
         if not isinstance(event, Event):
-            raise TypeError(f"wait_for() takes a pk.Event, got {type(event).__name__}")
+            raise ArgumentTypeError(f"wait_for() takes a pk.Event, got {type(event).__name__}")
         if _capturing:
             refuse(self, "wait_for()")
         self._impl.wait_for(event.impl)
@@ -214,5 +217,5 @@ def exec(queue: Queue, workdiv: WorkDiv, kernel: Any, *args: Any) -> None:
     The work division and the arguments are checked before anything is enqueued.
     """
     if not isinstance(queue, Queue):
-        raise TypeError(f"exec needs a pk.Queue first, got {type(queue).__name__}")
+        raise ArgumentTypeError(f"exec needs a pk.Queue first, got {type(queue).__name__}")
     launch(queue, workdiv, kernel, args)

@@ -8,6 +8,7 @@ used, and a backend whose import or factory fails is unavailable with the reason
 from __future__ import annotations
 
 import concurrent.futures.thread  # noqa: F401 - see below
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -15,7 +16,7 @@ import threading
 import types
 from typing import Any
 
-from ._errors import BackendUnavailable
+from ._errors import ArgumentError, ArgumentTypeError, BackendUnavailable
 from .env import EMULATED_BACKENDS, check_at_import
 from .env import emulate as _emulate_env
 
@@ -128,12 +129,12 @@ def register_backend(name: str, factory: Any, replace: bool = False) -> None:
     ValueError for a name that is not an identifier, one registered already (unless
     ``replace``) or a backend already loaded."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"a backend's name is an identifier (devices are named 'NAME:N'), got {name!r}")
+        raise ArgumentError(f"a backend's name is an identifier (devices are named 'NAME:N'), got {name!r}")
     with _lock:
         if name in _loaded:
-            raise ValueError(f"backend {name!r} is already loaded; register it before its first use")
+            raise ArgumentError(f"backend {name!r} is already loaded; register it before its first use")
         if not replace and name in _discover():
-            raise ValueError(f"backend {name!r} is registered already; pass replace=True to replace it")
+            raise ArgumentError(f"backend {name!r} is registered already; pass replace=True to replace it")
         _programmatic[name] = factory
         _reasons.pop(name, None)
 
@@ -145,11 +146,11 @@ def emulate(names: list[str]) -> None:
     with _lock:
         for name in names:
             if name not in EMULATED_BACKENDS:
-                raise ValueError(f"the GPU emulator runs {', '.join(EMULATED_BACKENDS)}, not {name!r}")
+                raise ArgumentError(f"the GPU emulator runs {', '.join(EMULATED_BACKENDS)}, not {name!r}")
             if name in _emulated:
                 continue
             if name in _loaded:
-                raise ValueError(
+                raise ArgumentError(
                     f"backend {name!r} is already loaded for real; emulate it before its first use "
                     f"(set ALPYKA_EMULATE={name} before starting Python)"
                 )
@@ -259,8 +260,18 @@ def get_backend(name: str) -> Any:
     if loaded is not None:
         return loaded
     known = backends()
-    if not isinstance(name, str) or name not in known:
-        raise ValueError(f"unknown backend {name!r}; known backends are {', '.join(known)}")
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"a backend is named by a str ({', '.join(known)}), got {type(name).__name__}")
+    if name not in known:
+        base, _, index = name.partition(":")
+        close = difflib.get_close_matches(base, known, n=1, cutoff=0.7)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        if index and base in known:
+            hint = f"pk.devices({base!r})[{index}] is device {index} of a backend; "
+        raise ArgumentError(
+            f"unknown backend {name!r}; {hint}known backends are {', '.join(known)} "
+            f"(pk.available_backends() lists those usable here)"
+        )
     backend = _load(name)
     if backend is None:
         raise BackendUnavailable(f"backend {name!r} is unavailable: {_reasons[name]}")

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import ArgumentError, ArgumentTypeError
 from .compiler import device_function
 from .compiler._library import RAND_STATE_WORDS, register
 
@@ -42,12 +43,12 @@ _TWO_PI = 2.0 * math.pi
 def _words(value: Any, n: int, what: str) -> np.ndarray:
     a = np.asarray(value)
     if a.dtype.kind not in "ui" or a.shape[-1:] != (n,):
-        raise ValueError(
+        raise ArgumentError(
             f"philox4x32_10: {what} must be {n} unsigned 32-bit integers (shape (..., {n})), "
             f"got dtype {a.dtype} and shape {a.shape}"
         )
     if a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF):
-        raise ValueError(f"philox4x32_10: every {what} word must be in [0, 2**32)")
+        raise ArgumentError(f"philox4x32_10: every {what} word must be in [0, 2**32)")
     return a.astype(np.uint64)
 
 
@@ -69,18 +70,18 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
 
 def _check_u64(value: Any, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{what} must be an integer, got {type(value).__name__}")
     if not 0 <= int(value) < 2**64:
-        raise ValueError(f"{what} must be in [0, 2**64) (the kernels take it as uint64), got {value}")
+        raise ArgumentError(f"{what} must be in [0, 2**64) (the kernels take it as uint64), got {value}")
     return int(value)
 
 
 def _check_count(n: Any, what: str) -> int:
     """``n`` draws: a non-negative integer (TypeError for 2.7 rather than truncating it)."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{what}: n is a count of draws, an integer; got {type(n).__name__} {n!r}")
+        raise ArgumentTypeError(f"{what}: n is a count of draws, an integer; got {type(n).__name__} {n!r}")
     if n < 0:
-        raise ValueError(f"{what}: n must be >= 0, got {n}")
+        raise ArgumentError(f"{what}: n must be >= 0, got {n}")
     return int(n)
 
 
@@ -104,7 +105,7 @@ def uniform(seed: int, subsequence: int, n: int, dtype: Any = np.float64) -> np.
     if dt == np.float32:
         return (stream(seed, subsequence, n) >> 8).astype(np.float32) * np.float32(2.0**-24)
     if dt != np.float64:
-        raise TypeError(f"uniform: dtype must be float32 or float64, got {dt}")
+        raise ArgumentTypeError(f"uniform: dtype must be float32 or float64, got {dt}")
     u = stream(seed, subsequence, 2 * n).reshape(n, 2)
     return ((u[:, 0] >> 5).astype(np.float64) * 67108864.0 + (u[:, 1] >> 6)) * 2.0**-53
 

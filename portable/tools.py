@@ -60,6 +60,7 @@ from ._block_sort import (
     radix_sort_workspace,
 )
 from ._buffer import Buffer, reinterpret
+from ._errors import ArgumentError, ArgumentTypeError
 from ._memory import memset
 from ._queue import Queue, exec
 from ._tools_serial import sortable_key
@@ -270,26 +271,26 @@ def _gather(acc, src, idx, out, n):
 # ----------------------------------------------------------------------------- host calls
 def _check_1d(queue: Any, *arrays: tuple[Any, str]) -> int:
     if not isinstance(queue, Queue):
-        raise TypeError(f"pk.tools needs a pk.Queue first, got {type(queue).__name__}")
+        raise ArgumentTypeError(f"pk.tools needs a pk.Queue first, got {type(queue).__name__}")
     n = None
     for arr, what in arrays:
         shape = getattr(arr, "shape", None)
         if shape is None or len(shape) != 1:
-            raise ValueError(
+            raise ArgumentError(
                 f"{what} must be a 1-dimensional pk.Buffer (or a numpy array on a CPU backend), "
                 f"got {type(arr).__name__} of shape {shape}"
             )
         dt = arr.dtype
         if dt not in _CHECKED_DTYPES:
             if np.dtype(dt).kind not in "uif":
-                raise TypeError(f"{what} must hold integers or floats, got {dt}")
+                raise ArgumentTypeError(f"{what} must hold integers or floats, got {dt}")
             check_byte_order(dt, f"pk.tools: {what}")
         if n is not None and shape[0] != n:
-            raise ValueError(f"{what} has {shape[0]} elements, the other array {n}")
+            raise ArgumentError(f"{what} has {shape[0]} elements, the other array {n}")
         n = shape[0]
     assert n is not None
     if n >= 2**31:
-        raise ValueError(f"pk.tools works on fewer than 2**31 elements, got {n}")
+        raise ArgumentError(f"pk.tools works on fewer than 2**31 elements, got {n}")
     return n
 
 
@@ -388,9 +389,9 @@ def one_to_many(queue: Queue, keys: Any, nbins: int, out: tuple[Any, Any] | None
     or ``out``'s: per event, reusing them saves the allocations)."""
     n = _check_1d(queue, (keys, "keys"))
     if np.dtype(keys.dtype).kind == "f":
-        raise TypeError(f"keys must be integers (bin numbers), got {keys.dtype}")
+        raise ArgumentTypeError(f"keys must be integers (bin numbers), got {keys.dtype}")
     if not isinstance(nbins, (int, np.integer)) or isinstance(nbins, bool) or not 0 < nbins < 2**31 - 1:
-        raise ValueError(f"nbins must be a positive int below 2**31 - 1, got {nbins!r}")
+        raise ArgumentError(f"nbins must be a positive int below 2**31 - 1, got {nbins!r}")
     dev = queue.device
     nbins = int(nbins)
     if out is None:
@@ -416,7 +417,7 @@ def _out(arr: Any, n: int, dtype: Any, what: str) -> Any:
     """``arr`` if it can take a result of ``n`` elements of ``dtype``."""
     shape = getattr(arr, "shape", None)
     if shape != (n,) or getattr(arr, "dtype", None) != np.dtype(dtype):
-        raise ValueError(
+        raise ArgumentError(
             f"pk.tools: {what} must be a 1-dimensional {np.dtype(dtype)} pk.Buffer of {n} elements, "
             f"got {type(arr).__name__} of shape {shape} and dtype {getattr(arr, 'dtype', None)}"
         )

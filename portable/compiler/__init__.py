@@ -8,7 +8,6 @@ See docs/kernels.md for the language reference.
 from . import _trust as trust
 from . import ir, types
 from ._cache import (
-    build_lock,
     cache_dir,
     load_generated_module,
     private_cache,
@@ -30,6 +29,7 @@ from ._errors import (
 )
 from ._irdump import dump as dump_ir
 from ._kernel import DeviceFunction, Kernel, check_shared_needs, debug_enabled, device_function, kernel
+from ._locks import build_lock, lock_file_free
 
 __all__ = [
     "DeviceFunction",
@@ -52,6 +52,7 @@ __all__ = [
     "ir",
     "kernel",
     "load_generated_module",
+    "lock_file_free",
     "private_cache",
     "trust",
     "types",

@@ -25,7 +25,6 @@ Nothing on disk is trusted (docs/runtime.md, "The kernel cache"):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import importlib.machinery
@@ -45,6 +44,7 @@ from typing import Any
 from portable._errors import AlpykaWarning
 
 from . import _trust
+from ._locks import build_lock, flock_within, holder, lock_wait, warn_stuck_once
 
 ENV_CACHE_DIR = "ALPYKA_CACHE_DIR"
 _lock = threading.Lock()
@@ -325,29 +325,17 @@ def _tags_path(index: Path) -> Path:
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
-    seen together."""
-    fd = os.open(index.parent / "alpyka.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    seen together. Yields whether it is held: False where another process kept it past
+    :func:`lock_wait` (one warning; the caller then neither reads nor writes numba's files, the
+    kernel is compiled and not cached)."""
+    path = index.parent / "alpyka.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-@contextlib.contextmanager
-def build_lock(path: Path):
-    """Hold the lock file ``path`` (made 0600 where missing) against other processes while one
-    builds what they would build too (a compiled kernel for the cache): the others wait, then
-    find it cached. Where the file cannot be opened (a cache that cannot be written) it locks
-    nothing. Two threads of one process that take it wait for each other too."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        wait = lock_wait()
+        held = flock_within(fd, exclusive, wait)
+        if not held:
+            warn_stuck_once("numba-files", path, holder(path, fd), wait, "numba's cache left alone, compiling")
+        yield held
     finally:
         os.close(fd)  # releases the lock
 
@@ -427,11 +415,13 @@ def _warn_untagged(index: Path) -> None:
 def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: Any) -> Any:
     index = _index(cache)
     try:
-        with _locked(index, exclusive=False):
+        with _locked(index, exclusive=False) as held:
+            if not held:
+                return None
             if _verified(index, key):
                 return load(sig, target_context)
-        with _locked(index, exclusive=True):
-            if not _verified(index, key):
+        with _locked(index, exclusive=True) as held:
+            if held and not _verified(index, key):
                 _drop_index(cache)
                 _warn_untagged(index)
         return None
@@ -440,8 +430,9 @@ def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: 
         cache.disable()
         return None
     except Exception as exc:  # noqa: BLE001 - pickle, EOF, a library that cannot be rebuilt...
-        with _locked(index, exclusive=True):
-            _drop_index(cache)
+        with _locked(index, exclusive=True) as held:
+            if held:
+                _drop_index(cache)
         _warn_once(
             "numba-index",
             f"alpyka's kernel cache: numba could not load {index} or its data "
@@ -453,7 +444,9 @@ def _load_overload(cache: Any, key: bytes, load: Any, sig: Any, target_context: 
 def _save_overload(cache: Any, key: bytes, save: Any, sig: Any, data: Any) -> None:
     index = _index(cache)
     try:
-        with _locked(index, exclusive=True):
+        with _locked(index, exclusive=True) as held:
+            if not held:
+                return
             if not _verified(index, key):
                 _drop_index(cache)  # numba reads the index before it adds to it
             try:
@@ -464,8 +457,9 @@ def _save_overload(cache: Any, key: bytes, save: Any, sig: Any, data: Any) -> No
         warn_cache_unwritable(cache.cache_path, exc)
         cache.disable()
     except Exception as exc:  # noqa: BLE001 - an index that became unreadable since it was loaded
-        with _locked(index, exclusive=True):
-            _drop_index(cache)
+        with _locked(index, exclusive=True) as held:
+            if held:
+                _drop_index(cache)
         _warn_once(
             "numba-index",
             f"alpyka's kernel cache: numba could not update {index} ({type(exc).__name__}: {exc}); removed",

@@ -3,7 +3,7 @@ spelling and C name (or C helper), each unary and binary operator's type rule, c
 (numpy's fixed-width rules), numba spelling or helper and C spelling or helper (the C source of
 the functions giving numpy's integer rules). The front end (``ir.MATH_FUNCTIONS``, the typing of
 operators in ``_expressions`` and of calls in ``_calls``, the folding of ``_folding``), the numba
-emitter (``backends/_numba_emit.py``) and the C emitter (``backends/_c_emit.py``,
+emitter (``backends/_numba_function.py``) and the C emitter (``backends/_c_emit.py``,
 ``_c_helpers.py``, ``_c_dialect.py``) derive theirs from these declarations, as
 NVIDIA Warp's ``add_builtin(..., native_func=...)`` declares a builtin once for every target: a
 new operation is one declaration here plus its tests (``tests/kernels/test_fuzz.py`` checks the

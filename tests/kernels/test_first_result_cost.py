@@ -21,6 +21,7 @@ LAZY = (
     "numba",
     "llvmlite",
     "backends._numba_emit",
+    "backends._numba_function",
     "backends._numba_atomics",
     "pyopencl",
     "cupy",

@@ -13,14 +13,14 @@ import pytest
 from backends._c_dialect import DIALECTS
 from backends._c_emit import _Emitter
 from backends._c_source import CEmitError
-from backends._numba_emit import _FunctionEmitter
+from backends._numba_function import FunctionEmitter
 from portable.compiler import _irdump, _verify, ir
 from portable.compiler.types import INDEX
 from portable.compiler.visit import Visitor, node_kinds, unhandled
 
 WALKS = {
     "C emitter": _Emitter,
-    "numba emitter": _FunctionEmitter,
+    "numba emitter": FunctionEmitter,
     "IR dump": _irdump._Dump,
     "IR verifier": _verify._Check,
 }
@@ -87,5 +87,5 @@ def test_emitters_refuse_an_unknown_node_by_name() -> None:
     with pytest.raises(CEmitError, match="cannot express _Unknown"):
         _Emitter(k, DIALECTS["cuda"]).expr(_Unknown())
     with pytest.raises(NotImplementedError, match="the numba emitter does not handle the IR node kind _Unknown"):
-        _FunctionEmitter(None, 1).ex(_Unknown())  # type: ignore[arg-type]
+        FunctionEmitter(None, 1).ex(_Unknown())  # type: ignore[arg-type]
     assert _irdump.dump(ir.Var("v_x", INDEX)) == "v_x"

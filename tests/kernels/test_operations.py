@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alpyka_testing import fuzz
-from backends import _numba_emit
+from backends import _numba_function
 from backends._c_dialect import DIALECTS, Cuda
 from portable.compiler import ir, operations
 from portable.compiler._calls import _BOOL_RESULT, _INT_RESULT, _TWO_ARGS
@@ -20,7 +20,7 @@ def test_the_vocabulary_is_derived_from_the_declarations():
     assert ir.MATH_FUNCTIONS == tuple(operations.MATH)
     assert _BOOL_RESULT == ("isnan", "isinf", "isfinite") and _INT_RESULT == ("floor", "ceil", "trunc")
     assert _TWO_ARGS == ("atan2", "pow", "hypot", "copysign", "fmod")
-    assert {op for op, _ in _numba_emit._ARITH_HELPER} == {"//", "**", "<<", ">>"}
+    assert {op for op, _ in _numba_function.ARITH_HELPER} == {"//", "**", "<<", ">>"}
 
 
 @pytest.mark.parametrize("name", list(operations.MATH))
