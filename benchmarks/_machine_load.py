@@ -9,29 +9,30 @@ import sys
 import time
 from typing import Any
 
+from backends._other_load import cpu_jiffies, others_busy, read_proc_stat
+
 
 def cpu_ticks() -> tuple[float, int, int, float] | None:
     """``(wall s, all jiffies, idle jiffies, CPU s of this process and its waited-for children)``
-    now (/proc/stat; None elsewhere)."""
+    now (/proc/stat, read as alpyka's OpenCL waits read it; None elsewhere)."""
+    text = read_proc_stat()
+    if text is None:
+        return None
     try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
+        total, idle = cpu_jiffies(text)
+    except (ValueError, IndexError):
         return None
     t = os.times()
-    return time.perf_counter(), sum(ticks), ticks[3] + ticks[4], t.user + t.system + t.children_user + t.children_system
+    return time.perf_counter(), total, idle, t.user + t.system + t.children_user + t.children_system
 
 
 def others_cores(before: tuple | None, after: tuple | None, cores: int | None = None) -> float | None:
     """How many of the machine's ``cores`` (all of them by default) other processes kept busy on
     average between two :func:`cpu_ticks` (all busy time less this process's and its children's):
     what a parallel runtime measured then could not have."""
-    cores = cores or os.cpu_count() or 1
-    if before is None or after is None or after[1] <= before[1] or after[0] <= before[0]:
+    if before is None or after is None:
         return None
-    wall = after[0] - before[0]
-    busy = cores * wall * (1 - (after[2] - before[2]) / (after[1] - before[1]))
-    return max(0.0, (busy - (after[3] - before[3])) / wall)
+    return others_busy(before, after, cores or os.cpu_count() or 1)
 
 
 def load_average() -> list[float] | None:
