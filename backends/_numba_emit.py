@@ -23,11 +23,13 @@ LLVM can vectorise.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
+from portable.compiler._definitions import fewer_definitions
 from portable.compiler.operations import INTRINSICS, MATH, NUMBA_HELPERS, OPERATORS, UNARY
 from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, kernel_body_in_block_loop
 from portable.compiler.types import ScalarType
@@ -255,9 +257,7 @@ class _FunctionEmitter(Visitor):
             # the kernel language has no wrap-around (an index is an offset, as in C): a uint64
             # index turns numba's negative-index wrap off, so ``x[i]`` addresses ``base + i *
             # stride`` exactly as the C emitter's, for every i (and LLVM can vectorise the loop)
-            parts = [
-                p if isinstance(i, ir.Const) and i.value >= 0 else f"np.uint64({p})" for i, p in zip(indices, parts)
-            ]
+            parts = [_unsigned_index(i, p, self.ex) for i, p in zip(indices, parts)]
         return ", ".join(parts)
 
     # ------------------------------------------------------------------ statements
@@ -500,7 +500,9 @@ class _ModuleEmitter:
         # portable/compiler/_inline.py): numba's inline="always" deep-copies a big thread's IR for minutes
         body, extra = kernel_body_in_block_loop(k)
         te = _FunctionEmitter(self, k.ndim)
-        te.declare({**k.locals, **extra}, 2)  # zero at each block's start, as a thread's locals
+        # zero at each block's start, as a thread's locals, where a read may see the zero
+        body, zeroed = fewer_definitions(body, {**k.locals, **extra})
+        te.declare(zeroed, 2)
         te.block(body, 2)
         nd = k.ndim
         gb = [f"gb{d}" for d in range(nd)]
@@ -536,12 +538,14 @@ class _ModuleEmitter:
         """``launch`` of a kernel whose blocks collapse into one element loop per grid wave
         (see :mod:`portable.compiler._grid_loop`): blocks ``[lo, hi)`` are the indices
         ``[first + lo*e, first + hi*e)`` of each wave, in increasing order."""
-        k, s = self.kernel, flat.loop
+        k = self.kernel
         fe = _FunctionEmitter(self, k.ndim)
         for a in k.private:  # per-thread arrays: one buffer per call, zeroed for each element
             fe.emit(f"{a.name} = np.empty({a.shape!r}, np.{'bool_' if a.dtype.is_bool else a.dtype.name})", 1)
-        fe.declare(k.locals, 1)
-        for st in flat.prelude:
+        # the locals zeroed once per call, where a read may see the zero
+        (*prelude, s), zeroed = fewer_definitions([*flat.prelude, flat.loop], k.locals)
+        fe.declare(zeroed, 1)
+        for st in prelude:
             fe.stmt(st, 1)
         fe.ints.block_idx_zero = True
         fe.emit(f"_first = {fe.ex(s.start)}", 1)
@@ -563,6 +567,18 @@ class _ModuleEmitter:
             + "\n".join(fe.lines)
             + "\n"
         )
+
+
+def _unsigned_index(i: ir.Expr, text: str, ex: Callable[[object], str]) -> str:
+    """The index ``i`` (written ``text``) as numba reads it without a wrap-around check: a
+    non-negative constant as it is (one the emitter folded too), else a uint64 of the value; an
+    integer made int64 first is made uint64 at once (numba sign- or zero-extends it by its own
+    type either way: the same bits, one call fewer to type)."""
+    if text.isdigit():
+        return text
+    if isinstance(i, ir.Cast) and i.type.name == "int64" and i.value.type.is_integer:
+        return f"np.uint64({ex(i.value)})"
+    return f"np.uint64({text})"
 
 
 def _dynamic_shared(k: ir.KernelDef) -> list[tuple[str, str]]:
