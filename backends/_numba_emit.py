@@ -29,9 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from portable.compiler import deep_recursion, ir
-from portable.compiler._definitions import fewer_definitions
 from portable.compiler.operations import INTRINSICS, MATH, NUMBA_HELPERS, OPERATORS, UNARY
-from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, kernel_body_in_block_loop
+from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, fewer_definitions, kernel_body_in_block_loop
 from portable.compiler.types import ScalarType
 from portable.compiler.visit import Visitor
 

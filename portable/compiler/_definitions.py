@@ -26,6 +26,7 @@ from typing import Any
 from . import ir
 from ._known_values import EXITS as _EXITS
 from ._known_values import fold_known_branches
+from ._reads import assigned, heads, loop_vars, reads, undefined_reads
 
 
 def fewer_definitions(body: list[ir.Stmt], zeroed: dict[str, Any]) -> tuple[list[ir.Stmt], dict[str, Any]]:
@@ -70,97 +71,21 @@ def _first_zeroings(body: list[ir.Stmt]) -> dict[str, ir.Assign]:
 def _mentioned_here(s: ir.Stmt) -> set[str]:
     """The names a statement itself reads or assigns (not those of the statements nested in it)."""
     if isinstance(s, ir.If):
-        return _reads(s.cond)
+        return reads(s.cond)
     if isinstance(s, ir.While):
-        return _reads(s.cond)
+        return reads(s.cond)
     if isinstance(s, (ir.ForRange, ir.StridedLoop)):
-        return _reads(_heads(s)) | _loop_vars(s)
+        return reads(heads(s)) | loop_vars(s)
     return _mentioned([s])
 
 
-def undefined_reads(stmts: list[ir.Stmt], defined: set[str]) -> set[str]:
-    """The locals that some read in ``stmts`` may see before any assignment (``defined``: those
-    assigned before ``stmts``)."""
-    out: set[str] = set()
-    _scan(stmts, set(defined), out)
-    return out
-
-
-def _scan(stmts: list[ir.Stmt], defined: set[str], out: set[str]) -> set[str]:
-    for s in stmts:
-        if isinstance(s, ir.Assign):
-            out |= _reads(s.value) - defined
-            defined = defined | {s.target.name}
-        elif isinstance(s, ir.CallAssign):
-            out |= _reads(s.call) - defined
-            defined = defined | {t.name for t in s.targets}
-        elif isinstance(s, ir.If):
-            out |= _reads(s.cond) - defined
-            defined = _scan(s.body, defined, out) & _scan(s.orelse, defined, out)
-        elif isinstance(s, ir.While):
-            out |= _reads(s.cond) - defined
-            _scan(s.body, defined, out)  # it may not run: what it assigns is not sure after it
-        elif isinstance(s, (ir.ForRange, ir.StridedLoop)):
-            out |= _reads(_heads(s)) - defined
-            _scan(s.body, defined | _loop_vars(s), out)
-        else:
-            out |= _reads([v for v in vars(s).values() if isinstance(v, (ir.Expr, tuple, list))]) - defined
-    return defined
-
-
-def _heads(s: ir.ForRange | ir.StridedLoop) -> list[Any]:
-    if isinstance(s, ir.ForRange):
-        return [s.start, s.stop, s.step]
-    return [s.start, s.stop, s.stride, s.chunk, s.group_base]
-
-
-def _loop_vars(s: ir.ForRange | ir.StridedLoop) -> set[str]:
-    local = getattr(s, "local_var", None)
-    return {s.var.name} | ({local.name} if local is not None else set())
-
-
-def _reads(x: Any) -> set[str]:
-    """Names of the variables that expressions under ``x`` read (statements' targets excluded)."""
-    out: set[str] = set()
-    stack = [x]
-    while stack:
-        y = stack.pop()
-        if isinstance(y, ir.Var):
-            out.add(y.name)
-        elif isinstance(y, (list, tuple)):
-            stack.extend(y)
-        elif isinstance(y, ir.Assign):
-            stack.append(y.value)
-        elif isinstance(y, ir.CallAssign):
-            stack.append(y.call)
-        elif isinstance(y, (ir.ForRange, ir.StridedLoop)):
-            stack.extend(_heads(y))
-            stack.append(y.body)
-        elif isinstance(y, (ir.Expr, ir.Stmt, ir.ArrayRef)):
-            stack.extend(v for v in vars(y).values() if isinstance(v, (list, tuple, ir.Expr, ir.Stmt, ir.ArrayRef)))
-    return out
-
-
-def _assigned(x: Any) -> set[str]:
-    """Names that statements under ``x`` assign (loop variables included)."""
-    out: set[str] = set()
-    for s in ir.walk(x if isinstance(x, list) else [x]):
-        if isinstance(s, ir.Assign):
-            out.add(s.target.name)
-        elif isinstance(s, ir.CallAssign):
-            out.update(t.name for t in s.targets)
-        elif isinstance(s, (ir.ForRange, ir.StridedLoop)):
-            out |= _loop_vars(s)
-    return out
-
-
 def _mentioned(stmts: list[ir.Stmt]) -> set[str]:
-    return _reads(stmts) | _assigned(stmts)
+    return reads(stmts) | assigned(stmts)
 
 
 def _drop_dead_stores(body: list[ir.Stmt]) -> list[ir.Stmt]:
     """``body`` less its assignments of a constant or a variable to names nothing reads."""
-    read = _reads(body)
+    read = reads(body)
 
     def keep(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
         out = []
@@ -234,7 +159,7 @@ class _Renamer:
             if any(isinstance(y, _EXITS) for y in ir.walk([s])):
                 last.clear()  # a value may leave the list here: no earlier definition is replaced
                 continue
-            for name in _assigned(s) & last.keys():
+            for name in assigned(s) & last.keys():
                 del last[name]  # assigned nested: readers after may see either definition
         return out
 
@@ -252,4 +177,4 @@ def _rename(x: Any, alias: dict[str, ir.Var]) -> Any:
     return type(x)(**{f.name: _rename(getattr(x, f.name), alias) for f in dataclasses.fields(x) if f.init})
 
 
-__all__ = ["fewer_definitions", "undefined_reads"]
+__all__ = ["fewer_definitions"]

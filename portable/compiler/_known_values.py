@@ -20,6 +20,7 @@ from typing import Any
 
 from . import ir
 from ._local_arrays import fold_integers
+from ._reads import undefined_reads
 
 #: statements after which the rest of their list never runs
 EXITS = (ir.Break, ir.Continue, ir.Return)
@@ -29,8 +30,6 @@ ROUNDS = 3
 
 def fold_known_values(kernel: ir.KernelDef) -> ir.KernelDef:
     """``kernel`` (device functions inlined) with what is known folded (a new KernelDef)."""
-    from ._definitions import undefined_reads
-
     body = kernel.body
     for _ in range(ROUNDS):
         body = fold_known_branches(fold_integers(body))

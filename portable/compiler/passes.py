@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from . import ir
+from ._definitions import fewer_definitions
 from ._grid_loop import FlatGridLoop, flat_grid_loop
 from ._group_loops import fuse_group_loops
 from ._inline import inline_device_functions, kernel_body_in_block_loop
@@ -175,6 +176,7 @@ __all__ = [
     "FoldUnrolledValues",
     "FuseGroupLoops",
     "IRVerifyError",
+    "fewer_definitions",
     "InlineDeviceFunctions",
     "PassManager",
     "ScalarizeLocalArrays",
