@@ -13,7 +13,8 @@ statements into the same computation with fewer of them:
   where no read can see the zero (every path assigns the local before reading it);
 - a top-level assignment that a later top-level assignment of the same list replaces, with no
   nested assignment, ``break``, ``continue`` or ``return`` in between, gets a name of its own
-  (``<name>__<n>``) that its readers use.
+  (``<name>__<n>``) that its readers use;
+- a copy ``x = y`` of locals assigned once each is dropped, its readers read ``y``.
 
 The same floating-point operations run in the same order: the results keep their bits.
 """
@@ -39,7 +40,45 @@ def fewer_definitions(body: list[ir.Stmt], zeroed: dict[str, Any]) -> tuple[list
     seen = undefined_reads(_without(body, {id(s) for s in firsts.values()}), set())
     keep = {n: t for n, t in zeroed.items() if n in seen}
     body = _without(body, {id(s) for n, s in firsts.items() if n not in seen})
-    return _Renamer(names).stmts(body), keep
+    return _without_copies(_Renamer(names).stmts(body)), keep
+
+
+def _without_copies(body: list[ir.Stmt]) -> list[ir.Stmt]:
+    """``body`` less its copies ``x = y`` of one local into another where each is assigned by
+    one statement only and no read may see either unassigned: every read of ``x`` then sees the
+    value ``y`` has for good, and reads ``y`` instead (a chain ``x = y; z = x`` reads ``y``)."""
+    count: dict[str, int] = {}
+    copies: dict[str, ir.Assign] = {}
+    for s in ir.walk(body):
+        for name in _defined_here(s):
+            count[name] = count.get(name, 0) + 1
+        if isinstance(s, ir.Assign) and isinstance(s.value, ir.Var) and s.value.type == s.target.type:
+            copies[s.target.name] = s
+    unset = undefined_reads(body, set())
+    alias: dict[str, ir.Var] = {}
+    for name, s in copies.items():
+        source = s.value.name
+        if count.get(name) == 1 and count.get(source) == 1 and not {name, source} & unset:
+            alias[name] = s.value
+    for name, var in alias.items():  # a chain: to its first source
+        while var.name in alias:
+            var = alias[var.name]
+        alias[name] = var
+    if not alias:
+        return body
+    gone = {id(s) for name, s in copies.items() if name in alias}
+    return _rename(_without(body, gone), alias)
+
+
+def _defined_here(s: ir.Stmt) -> list[str]:
+    """The names a statement itself assigns (a loop: its variables)."""
+    if isinstance(s, ir.Assign):
+        return [s.target.name]
+    if isinstance(s, ir.CallAssign):
+        return [t.name for t in s.targets]
+    if isinstance(s, (ir.ForRange, ir.StridedLoop)):
+        return sorted(loop_vars(s))
+    return []
 
 
 def _without(stmts: list[ir.Stmt], gone: set[int]) -> list[ir.Stmt]:
