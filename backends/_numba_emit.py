@@ -28,7 +28,7 @@ import numpy as np
 
 from portable.compiler import deep_recursion, ir
 from portable.compiler.operations import NUMBA_HELPERS
-from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, kernel_body_in_block_loop
+from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, fewer_definitions, kernel_body_in_block_loop
 from portable.compiler.types import ScalarType
 
 from ._float_to_int import numba_helper
@@ -124,7 +124,9 @@ class ModuleEmitter:
         # portable/compiler/_inline.py): numba's inline="always" deep-copies a big thread's IR for minutes
         body, extra = kernel_body_in_block_loop(k)
         te = FunctionEmitter(self, k.ndim)
-        te.declare({**k.locals, **extra}, 2)  # zero at each block's start, as a thread's locals
+        # zero at each block's start, as a thread's locals, where a read may see the zero
+        body, zeroed = fewer_definitions(body, {**k.locals, **extra})
+        te.declare(zeroed, 2)
         te.block(body, 2)
         nd = k.ndim
         gb = [f"gb{d}" for d in range(nd)]
@@ -160,12 +162,14 @@ class ModuleEmitter:
         """``launch`` of a kernel whose blocks collapse into one element loop per grid wave
         (see :mod:`portable.compiler._grid_loop`): blocks ``[lo, hi)`` are the indices
         ``[first + lo*e, first + hi*e)`` of each wave, in increasing order."""
-        k, s = self.kernel, flat.loop
+        k = self.kernel
         fe = FunctionEmitter(self, k.ndim)
         for a in k.private:  # per-thread arrays: one buffer per call, zeroed for each element
             fe.emit(f"{a.name} = np.empty({a.shape!r}, np.{'bool_' if a.dtype.is_bool else a.dtype.name})", 1)
-        fe.declare(k.locals, 1)
-        for st in flat.prelude:
+        # the locals zeroed once per call, where a read may see the zero
+        (*prelude, s), zeroed = fewer_definitions([*flat.prelude, flat.loop], k.locals)
+        fe.declare(zeroed, 1)
+        for st in prelude:
             fe.stmt(st, 1)
         fe.ints.block_idx_zero = True
         fe.emit(f"_first = {fe.ex(s.start)}", 1)

@@ -6,6 +6,7 @@ functions (its header, helpers and ``launch``) is :mod:`backends._numba_emit`'s.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from portable.compiler import ir
@@ -218,9 +219,7 @@ class FunctionEmitter(Visitor):
             # the kernel language has no wrap-around (an index is an offset, as in C): a uint64
             # index turns numba's negative-index wrap off, so ``x[i]`` addresses ``base + i *
             # stride`` exactly as the C emitter's, for every i (and LLVM can vectorise the loop)
-            parts = [
-                p if isinstance(i, ir.Const) and i.value >= 0 else f"np.uint64({p})" for i, p in zip(indices, parts)
-            ]
+            parts = [_unsigned_index(i, p, self.ex) for i, p in zip(indices, parts)]
         return ", ".join(parts)
 
     # ------------------------------------------------------------------ statements
@@ -372,6 +371,18 @@ _PLAIN_GROUP = {"+": 0, "-": 0, "*": 1, "/": 1, "&": 2, "|": 3, "^": 4}
 
 # the loop kinds striding by block_threads * thread_elements with chunks of thread_elements
 _CONTIGUOUS = ("uniform_group_elements", "independent_group_elements")
+
+
+def _unsigned_index(i: ir.Expr, text: str, ex: Callable[[object], str]) -> str:
+    """The index ``i`` (written ``text``) as numba reads it without a wrap-around check: a
+    non-negative constant as it is (one the emitter folded too), else a uint64 of the value; an
+    integer made int64 first is made uint64 at once (numba sign- or zero-extends it by its own
+    type either way: the same bits, one call fewer to type)."""
+    if text.isdigit():
+        return text
+    if isinstance(i, ir.Cast) and i.type.name == "int64" and i.value.type.is_integer:
+        return f"np.uint64({ex(i.value)})"
+    return f"np.uint64({text})"
 
 
 def _same_group(e: ir.BinOp, left: object) -> bool:

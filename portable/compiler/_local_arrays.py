@@ -138,7 +138,8 @@ class _Unroller:
             elif isinstance(s, (ir.While, ir.ForRange, ir.StridedLoop)):
                 s = dataclasses.replace(s, body=self.stmts(s.body))
             trips = _trips(s, self.names) if isinstance(s, ir.ForRange) else None
-            cost = sum(1 for _ in ir.nodes(s.body)) * len(trips) if trips is not None else 0
+            # what the copies add: the body once more per trip after the first
+            cost = sum(1 for _ in ir.nodes(s.body)) * (len(trips) - 1) if trips else 0
             if trips is None or cost > self.budget:
                 out.append(s)
                 continue
@@ -150,6 +151,11 @@ class _Unroller:
                 copies += _Fold({s.var.name: value}).node(s.body)
             out += self.stmts(copies)
         return out
+
+
+def fold_integers(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
+    """A copy of ``stmts`` with the integer arithmetic of constants folded (see :class:`_Fold`)."""
+    return _Fold({}).node(stmts)
 
 
 def _trips(s: ir.ForRange, names: set[str]) -> range | None:
@@ -228,4 +234,4 @@ def _folded(e: Any) -> Any:
     return e
 
 
-__all__ = ["UNROLL_BUDGET", "UNROLL_TRIPS", "scalarize_local_arrays", "unroll_for_local_arrays"]
+__all__ = ["UNROLL_BUDGET", "UNROLL_TRIPS", "fold_integers", "scalarize_local_arrays", "unroll_for_local_arrays"]

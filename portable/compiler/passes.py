@@ -8,9 +8,13 @@ every pipeline; the passes come after it:
 
 - :class:`InlineDeviceFunctions` (``inline_device_functions``): every device-function call
   replaced by a copy of the function's body (:mod:`portable.compiler._inline`);
+- :class:`FoldKnownValues` (``fold_known_values``): integer arithmetic of constants, locals
+  assigned one constant and branches of known conditions folded (an inlined call's constant
+  arguments: :mod:`portable.compiler._known_values`);
 - :class:`UnrollForLocalArrays` (``unroll_for_local_arrays``) and :class:`ScalarizeLocalArrays`
   (``scalarize_local_arrays``): short constant loops over per-thread arrays unrolled, then the
-  arrays indexed only by constants made scalar locals (:mod:`portable.compiler._local_arrays`);
+  arrays indexed only by constants made scalar locals (:mod:`portable.compiler._local_arrays`),
+  with :class:`FoldUnrolledValues` (``fold_unrolled_values``) between them;
 - :class:`FuseGroupLoops` (``fuse_group_loops``): a ``uniform_groups`` loop whose body is one
   ``uniform_group_elements`` loop over its group made the one ``uniform_elements`` loop that
   walks the same indices (:mod:`portable.compiler._group_loops`);
@@ -31,9 +35,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from . import ir
+from ._definitions import fewer_definitions
 from ._grid_loop import FlatGridLoop, flat_grid_loop
 from ._group_loops import fuse_group_loops
 from ._inline import inline_device_functions, kernel_body_in_block_loop
+from ._known_values import fold_known_values
 from ._local_arrays import scalarize_local_arrays, unroll_for_local_arrays
 from ._verify import IRVerifyError, verify, verify_enabled
 
@@ -65,6 +71,23 @@ class InlineDeviceFunctions(CompilerPass):
 
     def run(self, state: CompileState) -> None:
         state.kernel = inline_device_functions(state.kernel)
+
+
+class FoldKnownValues(CompilerPass):
+    """Integer arithmetic of constants, constant locals and branches of known conditions folded."""
+
+    name = "fold_known_values"
+
+    def run(self, state: CompileState) -> None:
+        state.kernel = fold_known_values(state.kernel)
+
+
+class FoldUnrolledValues(FoldKnownValues):
+    """:class:`FoldKnownValues` again after unrolling: each copy's conditions on its loop
+    variable (``if i > 1:``) are known, and a dead branch's indices (``s[i - 2]`` of ``i = 0``)
+    no longer keep an array from becoming scalars."""
+
+    name = "fold_unrolled_values"
 
 
 class UnrollForLocalArrays(CompilerPass):
@@ -132,7 +155,15 @@ class PassManager:
 #: the numba emitter's passes (the cpu_serial and cpu_threads backends)
 CPU_PIPELINE = PassManager(
     "cpu",
-    [InlineDeviceFunctions(), UnrollForLocalArrays(), ScalarizeLocalArrays(), FuseGroupLoops(), FindFlatGridLoop()],
+    [
+        InlineDeviceFunctions(),
+        FoldKnownValues(),
+        UnrollForLocalArrays(),
+        FoldUnrolledValues(),
+        ScalarizeLocalArrays(),
+        FuseGroupLoops(),
+        FindFlatGridLoop(),
+    ],
 )
 
 __all__ = [
@@ -141,8 +172,11 @@ __all__ = [
     "CompilerPass",
     "FindFlatGridLoop",
     "FlatGridLoop",
+    "FoldKnownValues",
+    "FoldUnrolledValues",
     "FuseGroupLoops",
     "IRVerifyError",
+    "fewer_definitions",
     "InlineDeviceFunctions",
     "PassManager",
     "ScalarizeLocalArrays",

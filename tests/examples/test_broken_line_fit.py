@@ -5,7 +5,7 @@ then as a script).
 
 The example's runs live here, not in test_examples.py, so that they find the three fit kernels
 this file's first test compiled on each backend (in this process, and numba's disk cache for the
-script's process) instead of compiling them again in another worker: about 80 s of CPU on
+script's process) instead of compiling them again in another worker: about 20 s of CPU on
 cpu_serial alone. The benchmark's numba twin is checked against the same reference, at the same
 tolerance, by benchmarks/bench_broken_line.py before it times anything (its smoke run,
 tests/benchmarks/test_bench_broken_line_smoke.py, fails on a difference)."""
@@ -22,7 +22,7 @@ import pytest
 import portable as pk
 from alpyka_testing.bench import run_script
 
-#: numba compiles the three fit kernels (every pk.linalg call inlined) in about 30 s of CPU: minutes
+#: numba compiles the three fit kernels (every pk.linalg call inlined) in about 20 s of CPU: minutes
 #: of wall time on a loaded 2-core machine, past the suite's default 240 s per test
 pytestmark = pytest.mark.timeout(900)
 

@@ -138,7 +138,9 @@ def test_the_cpu_pipeline_inlines_and_finds_the_flat_loop():
     kir = _calls_a_device_function.ir(_calls_a_device_function.signature((out, 4)), 1, False)
     assert CPU_PIPELINE.pass_names == [
         "inline_device_functions",
+        "fold_known_values",
         "unroll_for_local_arrays",
+        "fold_unrolled_values",
         "scalarize_local_arrays",
         "fuse_group_loops",
         "find_flat_grid_loop",
