@@ -8,8 +8,11 @@ runs inline on the calling thread or in chunks on the thread pool (backends/_thr
   than :data:`INLINE_S` runs inline (below a quarter of it untimed, but for one launch in 32).
   :data:`INLINE_S` is :data:`INLINE_FACTOR` times the measured cost of handing work to a worker
   and back (measured once, by a launch that finds the pool idle; ``ALPYKA_THREADS_INLINE_US``
-  overrides it). The first launch of a kernel at a size runs a short probe (1, 2, 4, ... of its
-  blocks) inline to measure it.
+  overrides it). The launch that starts the pool does not measure it (it keeps the default
+  :data:`INLINE_S`): 15 hand-overs, tens of ms on a busy machine, would delay a new process's
+  first result, and its workers are just starting; the next parallel launch measures it. The
+  first launch of a kernel at a size runs a short probe (1, 2, 4, ... of its blocks) inline to
+  measure it.
 * **Larger grids** are cut into contiguous chunks of blocks (one per thread; up to
   :data:`CHUNKS_PER_WORKER` per thread of at least :data:`CHUNK_MIN_S` each; more where a chunk
   would exceed :data:`CHUNK_MAX_S`, at most :data:`MAX_CHUNKS_PER_WORKER` per thread) that the
@@ -216,12 +219,13 @@ def _run_measured(plan: Any, nblocks: int, call: tuple, units: int) -> None:
             return
     else:
         work = 0.0  # a few blocks of unknown cost: one chunk per thread
-    if not pool.started:
+    starts = not pool.started
+    if starts:
         pool.start()
     if not pool.nworkers:
         fn(lo, nblocks, *call)
         return
-    if not pool.calibrated:
+    if not (pool.calibrated or starts):  # not the launch that starts the pool (see the module doc)
         _calibrate()
     _note(plan, total, _parallel(fn, lo, nblocks, call, key, units, est, work))
 

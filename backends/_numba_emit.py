@@ -179,7 +179,8 @@ class ModuleEmitter:
         fe.emit(f"_span = (block_hi - block_lo) * {fe.ex(s.chunk)}", 1)
         fe.emit(f"_w = _first + block_lo * {fe.ex(s.chunk)}", 1)
         fe.emit("while _w < _stop:", 1)
-        fe.emit(f"for {s.var.name} in range(_w, min(_w + _span, _stop)):", 2)
+        fe.emit("_end = _stop if _w + _span > _stop else _w + _span", 2)  # min(): ~25 ms more to compile
+        fe.emit(f"for {s.var.name} in range(_w, _end):", 2)
         fe.loops.append(("flat", None))
         fe.block(s.body, 3)
         fe.loops.pop()

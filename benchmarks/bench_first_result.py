@@ -13,12 +13,16 @@ is new and empty (``ALPYKA_CACHE_DIR``, ``NUMBA_CACHE_DIR``, ``XDG_CACHE_HOME`` 
 bytecode is compiled before the first sample (``PYTHONPYCACHEPREFIX`` in a scratch directory), as
 an installed package's is.
 
-Every round runs every contender's cold and warm pair in a new order (a seeded shuffle): numba's
-twin once, then alpyka on each backend (``cuda``: the GPU emulator, ``ALPYKA_EMULATE=cuda``, where
-no GPU is); the ratio alpyka/numba is taken per round (paired: one load for both) and its median
-over rounds is reported with the best-of ratio (each side's fastest sample). The load
-(``os.getloadavg()``) and the cores other processes kept busy during each round are recorded.
-Writes ``first_result.json`` and ``first_result.png``.
+Every round runs alpyka on each backend (``cuda``: the GPU emulator, ``ALPYKA_EMULATE=cuda``,
+where no GPU is) in a new order (a seeded shuffle), each beside a pair of numba's twin of its own:
+the two run interleaved, cold, cold, warm, warm, which of them first drawn each time. The ratio
+alpyka/numba is taken per such pair, processes a second apart (paired: one load for both; the
+machine's speed here drifts by up to ~1.5x within seconds, which a ratio to one twin per round
+of ten processes caught as noise), and its median over rounds is reported with the best-of ratio
+(each side's fastest sample). The load (``os.getloadavg()``) and the cores other processes kept
+busy during each round are recorded; ``--busy N`` runs every round with ``N`` processes spinning
+on the CPU, started by the benchmark (a loaded machine, as CMS runs: every core busy). Writes
+``first_result.json`` and ``first_result.png``.
 """
 
 from __future__ import annotations
@@ -190,10 +194,11 @@ def _warm_up(contenders: dict, scratch: Path, pycache: Path, n: int) -> dict[str
 
 
 def measure(
-    rounds: int, n: int, no_progress: bool = False, baseline: Path | None = None
+    rounds: int, n: int, no_progress: bool = False, baseline: Path | None = None, busy: int = 0
 ) -> tuple[list[dict], dict[str, str]]:
     """``rounds`` rounds of every contender's cold and warm process, interleaved: the rows and
-    ``{contender: why not}`` (``baseline``: another alpyka checkout measured beside this one)."""
+    ``{contender: why not}`` (``baseline``: another alpyka checkout measured beside this one;
+    ``busy``: processes spinning meanwhile)."""
     scratch = common.scratch_dir("alpyka-first-result-")
     pycache = scratch / "pycache"
     (scratch / "alpyka_program.py").write_text(ALPYKA, encoding="utf-8")
@@ -205,36 +210,44 @@ def measure(
     rows: list[dict] = []
     order = random.Random(0x5EED)
     bar = common.progress(range(rounds), total=rounds, desc="bench_first_result", disable=no_progress)
-    for r in bar:
-        names = list(live)
-        order.shuffle(names)
-        load = os.getloadavg()[0]
-        for name in names:
-            program, backend, root = live[name]
-            caches = Path(tempfile.mkdtemp(dir=scratch))
-            env = _env(caches, pycache, backend, root)
-            for state in ("cold", "warm"):
-                rows.append(
-                    {
-                        "contender": name,
-                        "round": r,
-                        "state": state,
-                        "load_average_1min": round(load, 2),
-                        **_run(scratch / program, backend, n, env),
-                    }
-                )
-        bar.set_postfix_str(f"round {r + 1}, load {load:.1f}")
+    with common.BusyCores(busy):
+        for r in bar:
+            rows += _round(r, live, order, scratch, pycache, n, busy)
+            bar.set_postfix_str(f"round {r + 1}, load {os.getloadavg()[0]:.1f}")
     return rows, skipped
 
 
+def _round(r: int, live: dict, order: random.Random, scratch: Path, pycache: Path, n: int, busy: int) -> list[dict]:
+    """Round ``r``: each alpyka contender's cold and warm process beside a twin pair of its own
+    (see the module doc), contenders in a new order."""
+    rows = []
+    names = [k for k in live if k != NUMBA]
+    order.shuffle(names)
+    load = os.getloadavg()[0]
+    for name in names:
+        pair = [name, NUMBA] if NUMBA in live else [name]
+        envs = {}
+        for who in pair:
+            program, backend, root = live[who]
+            envs[who] = (program, backend, _env(Path(tempfile.mkdtemp(dir=scratch)), pycache, backend, root))
+        for state in ("cold", "warm"):
+            order.shuffle(pair)
+            for who in pair:
+                program, backend, env = envs[who]
+                row = {"contender": who, "round": r, "state": state, "pair": f"{r}:{name}"}
+                row |= {"load_average_1min": round(load, 2), "busy_processes": busy}
+                rows.append(row | _run(scratch / program, backend, n, env))
+    return rows
+
+
 def _paired(rows: list[dict], name: str, state: str, key: str = "s") -> list[float]:
-    """alpyka's seconds (``key``: wall ``"s"`` or CPU ``"cpu_s"``) over numba's, per round (same
-    round, same state)."""
-    base = {r["round"]: r[key] for r in rows if r["contender"] == NUMBA and r["state"] == state}
+    """alpyka's seconds (``key``: wall ``"s"`` or CPU ``"cpu_s"``) over numba's, per pair (its
+    own twin, same state)."""
+    base = {r["pair"]: r[key] for r in rows if r["contender"] == NUMBA and r["state"] == state}
     return [
-        r[key] / base[r["round"]]
+        r[key] / base[r["pair"]]
         for r in rows
-        if r["contender"] == name and r["state"] == state and r["round"] in base and base[r["round"]] > 0
+        if r["contender"] == name and r["state"] == state and base.get(r["pair"], 0) > 0
     ]
 
 
@@ -268,6 +281,7 @@ def summarize(rows: list[dict]) -> dict:
     summary["machine while measured"] = {
         "load average (1 min), median": statistics.median(r["load_average_1min"] for r in rows) if rows else None,
         "cores busy with other work": statistics.median(busy) if busy else None,
+        "spinning processes started by the benchmark": max((r.get("busy_processes", 0) for r in rows), default=0),
         "rounds": max((r["round"] for r in rows), default=-1) + 1,
     }
     return summary
@@ -289,7 +303,10 @@ def plot(rows: list[dict], out_dir: Path) -> None:
     ax.set_xticks(range(len(names)), [n.removeprefix("alpyka ") for n in names])
     ax.set_ylabel("time to first result / numba's")
     loads = [r["load_average_1min"] for r in rows]
-    ax.set_title(f"first result vs {NUMBA} (load {min(loads, default=0):.1f}-{max(loads, default=0):.1f})", fontsize=9)
+    spin = max((r.get("busy_processes", 0) for r in rows), default=0)
+    busy = f", {spin} spinning" if spin else ""
+    span = f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f}"
+    ax.set_title(f"first result vs {NUMBA} (load {span}{busy})", fontsize=9)
     ax.legend(fontsize=8)
     common.save_figure(fig, out_dir, NAME)
 
@@ -298,12 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = common.make_parser(__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 2 quick, 1 smoke)")
     parser.add_argument(
+        "--busy", type=int, default=0, help="processes spinning on the CPU meanwhile (a loaded machine)"
+    )
+    parser.add_argument(
         "--baseline", type=Path, default=None, help="another alpyka checkout to measure beside this one (before/after)"
     )
     args = common.parse_args(parser, argv)
     rounds = args.rounds or (1 if args.smoke else 2 if args.quick else 7)
     n = 1 << 10 if args.smoke else 1 << 16
-    rows, skipped = measure(rounds, n, args.no_progress, args.baseline)
+    rows, skipped = measure(rounds, n, args.no_progress, args.baseline, args.busy)
     summary = summarize(rows)
     rows += [{"contender": b, "status": "skipped", "reason": why} for b, why in skipped.items()]
     doc = common.result_document(
@@ -316,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         n=n,
         cores=len(os.sched_getaffinity(0)),
         load_average=[round(x, 2) for x in os.getloadavg()],
+        busy_processes=args.busy,
         opencl_device=os.environ.get("ALPYKA_OPENCL_DEVICE", "(default)"),
         ratios="alpyka's seconds to the first result over numba's twin's, paired per round (lower is better)",
         programs={"alpyka": ALPYKA, "numba": NUMBA_TWIN},

@@ -1,6 +1,6 @@
 """benchmarks/bench_first_result.py runs in its tiniest mode and writes the suite's JSON + PNG:
-fresh processes of numba's twin and of alpyka on each selected backend, cold and warm, every
-result checked against numpy inside the process (no timing asserted)."""
+fresh processes of alpyka on each selected backend, each beside a numba twin of its own, cold and
+warm, every result checked against numpy inside the process (no timing asserted)."""
 
 import json
 import math
@@ -31,6 +31,9 @@ def test_bench_first_result_smoke(tmp_path):
         assert row["state"] in ("cold", "warm"), row
         assert math.isfinite(row["s"]) and row["s"] > 0 and 0 < row["import_s"] <= row["s"], row
         assert math.isfinite(row["cpu_s"]) and row["cpu_s"] > 0, row
+    # each alpyka process was run beside a numba twin of its own (same pair, same state)
+    twins = {(row["pair"], row["state"]) for row in timed if row["contender"] == "numba njit(cache=True)"}
+    assert all((row["pair"], row["state"]) in twins for row in timed), timed
     failed = [row for row in doc["results"] if str(row.get("reason", "")).startswith("failed")]
     assert not failed, failed
     for name, entry in doc["summary"].items():
