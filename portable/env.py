@@ -130,7 +130,8 @@ def emulate_seed() -> int:
 
 def check_at_import() -> None:
     """Read the variables whose bad value would otherwise surface only deep inside a launch (the
-    GPU emulator's threads and seed, read by its runtime at every launch), so that a bad value is
-    an EnvVarError when portable is imported."""
+    GPU emulator's threads and seed, read by its runtime at every launch; the kernel cache's lock
+    wait, read at every compile), so that a bad value is an EnvVarError when portable is imported."""
     emulate_threads()
     emulate_seed()
+    env_number("ALPYKA_LOCK_WAIT", 0.0, float, minimum=0)  # (portable.compiler._locks.lock_wait)

@@ -322,6 +322,11 @@ def _tags_path(index: Path) -> Path:
     return index.with_name(index.name[: -len(".nbi")] + ".tags")
 
 
+#: numba cache directories' locks another process kept past :func:`lock_wait` (set operations
+#: only: atomic under the GIL)
+_stuck: set[Path] = set()
+
+
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
@@ -331,9 +336,14 @@ def _locked(index: Path, exclusive: bool):
     path = index.parent / "alpyka.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        wait = lock_wait()
+        # a lock already found stuck is only tried, not waited for again: one wait per process,
+        # not two per kernel (load and save)
+        wait = 0.0 if path in _stuck else lock_wait()
         held = flock_within(fd, exclusive, wait)
-        if not held:
+        if held:
+            _stuck.discard(path)
+        else:
+            _stuck.add(path)
             warn_stuck_once("numba-files", path, holder(path, fd), wait, "numba's cache left alone, compiling")
         yield held
     finally:

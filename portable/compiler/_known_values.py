@@ -4,7 +4,7 @@ pipeline (:data:`portable.compiler.passes.CPU_PIPELINE`), after device functions
 An inlined call binds a function's parameters to the caller's constants (CMSSW's ``template <int
 N>``: the hit count of a track fit), so its ``range(1, n - 1)``, ``h = n // 2``, ``if n == 3:``
 and ``x if i < n else 0.0`` are known when the kernel is built. :func:`fold_known_values` folds
-them: integer arithmetic of constants (numpy's fixed-width rules, as every backend computes it),
+them: integer arithmetic of constants (wrapping in the IR's fixed-width types, as every backend computes it),
 a local assigned once, a constant, before every read of it replaced by that constant, and each
 ``if`` or ``a if c else b`` of a known condition by the branch taken (the statements after an
 exit dropped, a one-trip ``while True:`` that an inlined early ``return`` left replaced by its

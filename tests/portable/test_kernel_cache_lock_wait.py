@@ -188,3 +188,43 @@ def test_a_lock_wait_that_is_not_a_number_names_the_variable(monkeypatch):
     monkeypatch.setenv("ALPYKA_LOCK_WAIT", "soon")
     with pytest.raises(EnvVarError, match="ALPYKA_LOCK_WAIT='soon': expected a number >= 0"):
         _locks.lock_wait()
+
+
+def test_a_bad_lock_wait_fails_at_import_not_at_a_launch(monkeypatch):
+    """check_at_import (run by ``import portable``) reads the variable: a bad value is an
+    EnvVarError there, not an asynchronous error at each launch's compile."""
+    from portable.env import check_at_import
+
+    monkeypatch.setenv("ALPYKA_LOCK_WAIT", "-1")
+    with pytest.raises(EnvVarError, match="ALPYKA_LOCK_WAIT='-1': expected a number >= 0"):
+        check_at_import()
+
+
+def test_a_stuck_directory_lock_is_waited_for_once_per_process(tmp_path, monkeypatch):
+    """numba's directory lock, kept by another holder past the wait, is only tried afterwards (a
+    kernel's load and save then cost no second and third wait); once free it is taken again."""
+    import fcntl
+    import time
+
+    from portable.compiler import _cache
+
+    monkeypatch.setenv("ALPYKA_LOCK_WAIT", "0.5")
+    monkeypatch.setattr(_cache, "_stuck", set())
+    index = tmp_path / "kernel-1.py310.nbi"
+    fd = os.open(tmp_path / "alpyka.lock", os.O_RDWR | os.O_CREAT, 0o600)  # another open file: another holder
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", AlpykaWarning)
+            took = []
+            for exclusive in (False, True, True):
+                t0 = time.monotonic()
+                with _cache._locked(index, exclusive) as held:
+                    assert not held
+                took.append(time.monotonic() - t0)
+    finally:
+        os.close(fd)  # released
+    assert took[0] >= 0.45 and max(took[1:]) < 0.4, took
+    with _cache._locked(index, True) as held:
+        assert held
+    assert not _cache._stuck
