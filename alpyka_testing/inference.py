@@ -153,29 +153,6 @@ def skip_unless_onnx_runs_on(device) -> None:
         pytest.skip(f"ONNX models cannot run on {device.backend_name} here: {reason}")
 
 
-def run_threads(work, count: int, timeout: float = 120.0) -> None:
-    """``work(t)`` in ``count`` threads at once; the first exception any raised is raised here,
-    and a thread still running after ``timeout`` seconds fails the test."""
-    import threading
-
-    errors: list[BaseException] = []
-
-    def guarded(t: int) -> None:
-        try:
-            work(t)
-        except BaseException as exc:  # noqa: BLE001 - reported by the calling thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(count)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=timeout)
-    assert not any(th.is_alive() for th in threads), "a thread did not finish"
-    if errors:
-        raise errors[0]
-
-
 @pk.kernel
 def fill_xyz(acc, coll, n):
     for i in acc.uniform_elements(n):

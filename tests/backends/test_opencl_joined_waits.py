@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.threads import run_threads
 from portable.spi import queue_impl
 
 pytestmark = pytest.mark.alpyka_backends("opencl")
@@ -112,26 +113,19 @@ def test_other_threads_join_every_wait(monkeypatch):
     calls_b, calls_n = _counting_interruptible(qb, monkeypatch), _counting_interruptible(qn, monkeypatch)
     out = pk.Buffer(dev, 8, np.float32)
     host = np.empty(8, np.float32)
-    errors = []
 
-    def work():
-        try:
-            pk.memset(qb, out, 0)
-            for v in (1, 2, 3):  # new scalar values: unknown launches, joined all the same here
-                pk.exec(qb, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(v))
-            pk.exec(qn, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(4))
-            qn.wait()
-            ev = pk.Event(dev)
-            qn.record(ev)
-            ev.wait()
-            pk.memcpy(qb, host, out)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+    def work(_: int) -> None:
+        pk.memset(qb, out, 0)
+        for v in (1, 2, 3):  # new scalar values: unknown launches, joined all the same here
+            pk.exec(qb, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(v))
+        pk.exec(qn, pk.WorkDiv(1, 1, 8), add_v, out, np.float32(4))
+        qn.wait()
+        ev = pk.Event(dev)
+        qn.record(ev)
+        ev.wait()
+        pk.memcpy(qb, host, out)
 
-    t = threading.Thread(target=work)
-    t.start()
-    t.join(120)
-    assert not t.is_alive() and not errors, errors
+    run_threads(work, 1)
     np.testing.assert_array_equal(host, 10)
     assert calls_b == [] and calls_n == []
 

@@ -21,6 +21,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.interrupt import interrupt_child
+from alpyka_testing.threads import run_threads
 from portable.spi import queue_impl
 
 pytestmark = pytest.mark.alpyka_backends("opencl")
@@ -112,24 +113,18 @@ def test_another_thread_waits_for_tiny_work_interruptibly_on_free_cores_only(mon
     q, calls = _blocking_queue_counting_interruptible(dev, load, monkeypatch)
     out = pk.Buffer(dev, 8, np.float32, queue=q)
     wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
-    counts, errors = [], []
+    counts = []
 
-    def work() -> None:
-        try:
-            for _ in range(3):
+    def work(_: int) -> None:
+        for _ in range(3):
+            pk.exec(q, wd, add_v, out, one)
+        for busy in (True, False):
+            load.busy, n = busy, len(calls)
+            for _ in range(4):
                 pk.exec(q, wd, add_v, out, one)
-            for busy in (True, False):
-                load.busy, n = busy, len(calls)
-                for _ in range(4):
-                    pk.exec(q, wd, add_v, out, one)
-                counts.append(len(calls) - n)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
+            counts.append(len(calls) - n)
 
-    t = threading.Thread(target=work)
-    t.start()
-    t.join(120)
-    assert not t.is_alive() and not errors, errors
+    run_threads(work, 1)
     assert counts == [0, 4]
 
 

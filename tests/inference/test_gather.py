@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
+from alpyka_testing.threads import run_threads
 from inference import Model, ModelMetadata, SoAMetadata, _gather
 from inference._gather import FEW_COLUMNS, GATHER_SPAN, SMALL_BATCH, TILE_EVENTS, TRIALS, chosen, compiled, gather
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.inference import MLP, features, run_threads
+from alpyka_testing.inference import MLP, features
+from alpyka_testing.threads import run_threads
 from inference import LayoutError, Model, ModelMetadata, SoAMetadata
 from inference._layout import TRIALS
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles, run_threads
+from alpyka_testing.inference import MLP, Particles, Preds, features, fill_particles
+from alpyka_testing.threads import run_threads
 from inference import Model, ModelMetadata, SoAMetadata
 
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.inference import Particles, Preds, TwoHeads, features, fill_particles, run_threads
+from alpyka_testing.inference import Particles, Preds, TwoHeads, features, fill_particles
+from alpyka_testing.threads import run_threads
 from inference import Model, ModelMetadata, SoAMetadata, set_torch_threads, torch_threads
 
 
