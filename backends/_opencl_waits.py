@@ -236,25 +236,28 @@ class WaitChoice:
         last = took[0]
         took[0] = None  # an interrupted or failed wait leaves the launch unknown
         t0 = _clock()
-        if self.joins and last is not None and last < TINY_WAIT_S:
-            load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
-            load.left -= last
-            if load.left < 0.0:
-                load.used_up(t0)
-            if not load.busy:
-                flush()  # free cores: a tiny command
-                self.interruptible(ev)
-                took[0] = t = _clock() - t0
-                if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
-                    load.stalled(t0 + t)
+        if last is not None and self.joins:
+            if last < TINY_WAIT_S:
+                load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
+                load.left -= last
+                if load.left < 0.0:
+                    load.used_up(t0)
+                if not load.busy:
+                    flush()  # free cores: a tiny command
+                    self.interruptible(ev)
+                    took[0] = t = _clock() - t0
+                    if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
+                        load.stalled(t0 + t)
+                    return
+            if last < JOIN_LIMIT_S:  # known short: joined (the runtime's wait flushes the queue)
+                if _get_ident() == _main_ident:
+                    ev.wait()  # (raises the runtime's error for a failed command)
+                else:
+                    wait_event_joined(ev)
+                took[0] = _clock() - t0
                 return
-        if not self.joins:
-            flush()
-            self.interruptible(ev)
-        elif _get_ident() != _main_ident:
+        if self.joins and _get_ident() != _main_ident:
             wait_event_joined(ev)
-        elif last is not None and last < JOIN_LIMIT_S:
-            ev.wait()  # (raises the runtime's error for a failed command)
         else:
             flush()
             self.interruptible(ev)

@@ -1,6 +1,7 @@
 """Kernel launches: the checks before a kernel is enqueued, and the hand-over to the backend.
 
-``pk.exec`` and ``Queue.enqueue`` (portable._queue, one layer up) both launch through here.
+``pk.exec`` and ``Queue.enqueue`` (portable._queue, one layer up) look up the fast path and
+launch through here.
 
 **The fast path.** Once a work division object has launched a kernel on a queue twice through
 the checked path, the queue keeps a *fast launcher* for it and the argument types of that
@@ -58,26 +59,10 @@ class _Site:
         self.checked = 1  # launches through the checked path
 
 
-def launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple) -> None:
-    """Enqueue ``kernel(acc, *args)`` over ``workdiv`` on ``queue`` (a checked pk.Queue).
-
-    The work division and the arguments are checked before anything is enqueued (a launch
-    like an earlier one, by the guard of its fast launcher; see the module docstring).
-    """
-    try:
-        site = queue.launch_sites[kernel].peek(id(workdiv))  # (a read, not a use: see _remember)
-    except (AttributeError, KeyError, TypeError):
-        site = None
-    if site is not None and site.workdiv is workdiv and not _capturing and site.debug is _environ.get(_DEBUG):
-        for fast in site.fast:
-            if fast(args):
-                return
-    checked_launch(queue, workdiv, kernel, args, site)
-
-
 def checked_launch(queue: Any, workdiv: WorkDiv, kernel: Any, args: tuple, site: _Site | None = None) -> None:
-    """:func:`launch` with every check; leaves a fast launcher on the queue for launches like
-    this one (the second time this work division launches ``kernel`` here)."""
+    """``pk.exec`` (portable._queue) with every check, for a pk.Queue; leaves a fast launcher on
+    the queue for launches like this one (the second time this work division launches ``kernel``
+    here). ``site``: the launch's site on the queue, where it has one."""
     if not isinstance(workdiv, WorkDiv):
         raise WorkDivError(f"exec needs a pk.WorkDiv second, got {type(workdiv).__name__}")
     if not hasattr(kernel, "__alpyka_kernel__"):
