@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+# the root and the argument errors live in the lowest layer, soa, whose checks raise them too
+from soa._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
 
-class AlpykaError(Exception):
-    """Base class of alpyka's own errors."""
+__all__ = [
+    "AlpykaError",
+    "AlpykaWarning",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "AsyncError",
+    "BackendUnavailable",
+    "DeviceMismatch",
+    "EnvVarError",
+    "KernelBuildError",
+    "NameNotFound",
+    "WorkDivError",
+]
 
 
 class BackendUnavailable(AlpykaError):
     """The backend cannot be used here; the message says why."""
-
-
-class ArgumentError(AlpykaError, ValueError):
-    """An argument of a public call has a value it cannot take (the message names the argument,
-    what it takes and how to get there)."""
-
-
-class ArgumentTypeError(AlpykaError, TypeError):
-    """An argument of a public call is of a type it does not take (the message names what it
-    takes)."""
 
 
 class WorkDivError(AlpykaError, ValueError):
