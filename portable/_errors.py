@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 # the root and the argument errors live in the lowest layer, soa, whose checks raise them too
-from soa._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
-
-__all__ = [
-    "AlpykaError",
-    "AlpykaWarning",
-    "ArgumentError",
-    "ArgumentTypeError",
-    "AsyncError",
-    "BackendUnavailable",
-    "DeviceMismatch",
-    "EnvVarError",
-    "KernelBuildError",
-    "NameNotFound",
-    "WorkDivError",
-]
+from soa._errors import AlpykaError as AlpykaError
+from soa._errors import ArgumentError as ArgumentError
+from soa._errors import ArgumentTypeError as ArgumentTypeError
+from soa._errors import NameNotFound as NameNotFound
 
 
 class BackendUnavailable(AlpykaError):
