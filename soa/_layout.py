@@ -123,7 +123,8 @@ class Layout:
             check_field_name(cls.__name__, f.name)
             if f.name in names:
                 raise ArgumentTypeError(
-                    f"{cls.__name__}: field {f.name!r} is declared twice (here and in a base layout); rename one"
+                    f"{cls.__name__}: field {f.name!r} is declared twice (here and in a base layout, or one "
+                    "field object under two names); give each field its own name and its own soa.column(...)"
                 )
             if f.name.startswith("_") or f.name in _RESERVED:
                 raise ArgumentTypeError(

@@ -125,7 +125,7 @@ def check_arrays(slot: Slot, arrays: Mapping[str, np.ndarray], rows: int, where:
         if a.dtype != f.dtype or tuple(a.shape) != want:
             raise ArgumentError(
                 f"{where}: tensor {name!r} is {a.dtype} {list(a.shape)}, "
-                f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}: send it so"
+                f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}; send it so (the server does not cast)"
             )
 
 

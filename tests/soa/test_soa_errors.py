@@ -62,7 +62,7 @@ def test_bad_alignment_settings():
 
 
 def test_a_field_declared_twice():
-    with raises_type(r"field 'x' is declared twice \(here and in a base layout\); rename one"):
+    with raises_type(r"field 'x' is declared twice \(here and in a base layout.*give each field its own name"):
         type("Twice", (Hits,), {"x": soa.column(np.int32)})
 
 
