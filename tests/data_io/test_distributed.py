@@ -268,7 +268,7 @@ def test_a_function_or_chunk_that_cannot_be_pickled_is_named(client):
         with lock:
             return x
 
-    with raises_type(r"the process function .*holds_a_lock.* cannot be pickled.*lock.*define it at a module's top level"):
+    with raises_type(r"the process function .*holds_a_lock.* cannot be pickled.*lock.*at a module's top level"):
         pk.distributed.run(holds_a_lock, [1], client=client, timeout=60)
     with raises_type(r"the setup function .* cannot be pickled"):
         pk.distributed.run(square, [1], setup=holds_a_lock, client=client, timeout=60)
