@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import soa
-from portable import ArgumentError, ArgumentTypeError
+from portable import ArgumentError, ArgumentTypeError, NameNotFound
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ def _check_columns(layout: type[soa.Layout], name: str, columns: Sequence[str]) 
     known = layout.field_names()
     unknown = [c for c in columns if c not in known]
     if unknown:
-        raise KeyError(f"block {name!r}: {layout.__name__} has no column(s) {unknown}; its columns are {known}")
+        raise NameNotFound(
+            f"block {name!r}: {layout.__name__} has no column(s) {unknown}; its columns are {known}: name those"
+        )
     if len(set(columns)) != len(columns):
         raise ArgumentError(f"block {name!r} names a column twice: {list(columns)}")
     return known

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import portable as pk
-from portable import ArgumentError, ArgumentTypeError
+from portable import ArgumentError, ArgumentTypeError, NameNotFound
 from portable.caches import LRUCache
 
 from ._block import Block, make_block
@@ -96,6 +96,10 @@ class SoAMetadata:
             columns,  # type: ignore[arg-type]
             rows_per_item,
         )
+        try:
+            torch_dtype(block.dtype)  # a dtype torch lacks (np.longdouble) is refused here, not at a forward
+        except ArgumentTypeError as exc:
+            raise ArgumentTypeError(f"block {name!r}: {exc}") from None
         with self._lock:
             self._blocks[name] = block
             self._order = None
@@ -131,7 +135,7 @@ class SoAMetadata:
         try:
             return self._blocks[name]
         except KeyError:
-            raise KeyError(f"no block {name!r}; the blocks are {self.block_names}") from None
+            raise NameNotFound(f"no block {name!r}; the blocks are {self.block_names}: name one of those") from None
 
     @property
     def device(self) -> pk.Device:
@@ -246,7 +250,9 @@ class SoAMetadata:
             raise ArgumentTypeError(f"outputs must be a mapping {{block name: array}}, got {type(outputs).__name__}")
         unknown = [k for k in outputs if k not in self._blocks]
         if unknown:
-            raise KeyError(f"outputs name unknown block(s) {unknown}; the blocks are {self.block_names}")
+            raise NameNotFound(
+                f"outputs name unknown block(s) {unknown}; the blocks are {self.block_names}: key the outputs by those"
+            )
         checked = {}
         for name, value in outputs.items():
             checked[name] = check_output(self.block(name), value, cast=cast)

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from portable import ArgumentError, ArgumentTypeError
+from portable import ArgumentError, ArgumentTypeError, NameNotFound
 
 from ._gather import gather
 from ._layout import DECISIONS_KEPT, LayoutTrial, row_major, same_bits
@@ -485,9 +485,9 @@ def map_outputs(raw: Any, names: Sequence[str]) -> dict[str, Any]:
         missing = [k for k in names if k not in raw]
         extra = [k for k in raw if k not in names]
         if missing or extra:
-            raise KeyError(
+            raise NameNotFound(
                 f"the model's outputs {list(raw)} do not match the output blocks {list(names)} "
-                f"(missing {missing}, unexpected {extra})"
+                f"(missing {missing}, unexpected {extra}); return a dict keyed by exactly the output blocks' names"
             )
         return {k: raw[k] for k in names}
     raise ArgumentTypeError(

@@ -12,6 +12,7 @@ import threading
 
 import torch
 
+from portable import ArgumentError
 from portable.env import env_number
 
 _lock = threading.Lock()
@@ -32,7 +33,7 @@ def set_torch_threads(intra_op: int, inter_op: int | None = None) -> None:
     """
     for v, what in ((intra_op, "intra_op"), (inter_op, "inter_op")):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"set_torch_threads: {what} must be a positive integer, got {v!r}")
+            raise ArgumentError(f"set_torch_threads: {what} must be a positive integer (1, 2, ...), got {v!r}")
     global _applied, _wanted
     with _lock:
         _wanted = (intra_op, inter_op if inter_op is not None else intra_op)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import portable as pk
+from portable import ArgumentTypeError
 
 from ._block import Block
 from ._torch_queue import dlpack_tensor, memory_path, torch_device
@@ -49,7 +50,10 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     try:
         return _NP_TO_TORCH[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"dtype {np.dtype(dtype)} has no torch equivalent") from None
+        raise ArgumentTypeError(
+            f"dtype {np.dtype(dtype)} has no torch equivalent in this torch ({torch.__version__}); give the "
+            f"column a dtype torch has: {', '.join(sorted(str(d) for d in _NP_TO_TORCH))}"
+        ) from None
 
 
 def _flat_array(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> Any:

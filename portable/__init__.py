@@ -21,6 +21,7 @@ from ._errors import (
     DeviceMismatch,
     EnvVarError,
     KernelBuildError,
+    NameNotFound,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -82,6 +83,7 @@ __all__ = [
     "DeviceMismatch",
     "register_backend",
     "EnvVarError",
+    "NameNotFound",
     "Event",
     "PortableCollection",
     "Queue",

@@ -13,7 +13,7 @@ import soa
 from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import Device, host
-from ._errors import AlpykaError, ArgumentError, ArgumentTypeError
+from ._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
 from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
@@ -117,7 +117,9 @@ class PortableCollection:
         for i, (name, lay, _) in enumerate(self._blocks):
             if which == name or which is lay or which == i:
                 return i
-        raise KeyError(f"collection has no block {which!r}; its blocks are {self.block_names}")
+        raise NameNotFound(
+            f"collection has no block {which!r}; its blocks are {self.block_names}: name one, its layout or its index"
+        )
 
     def block_offset(self, which: Any = None) -> int:
         """Byte offset of a block inside the buffer."""
@@ -259,7 +261,10 @@ class PortableCollection:
         missing = [k for k in names if k not in data]
         extra = [k for k in data if k not in names]
         if missing or extra:
-            raise KeyError(f"from_dict for {layout.__name__}: missing fields {missing}, unknown fields {extra}")
+            raise NameNotFound(
+                f"from_dict for {layout.__name__}: missing fields {missing}, unknown fields {extra}; "
+                f"give exactly the layout's fields {names}"
+            )
         arrays = {k: _as_array(layout, k, data[k]) for k in names}
         lengths = {}
         for k in names:

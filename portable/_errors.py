@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-
-class AlpykaError(Exception):
-    """Base class of alpyka's own errors."""
+# the root and the argument errors live in the lowest layer, soa, whose checks raise them too
+from soa._errors import AlpykaError as AlpykaError
+from soa._errors import ArgumentError as ArgumentError
+from soa._errors import ArgumentTypeError as ArgumentTypeError
+from soa._errors import NameNotFound as NameNotFound
 
 
 class BackendUnavailable(AlpykaError):
     """The backend cannot be used here; the message says why."""
-
-
-class ArgumentError(AlpykaError, ValueError):
-    """An argument of a public call has a value it cannot take (the message names the argument,
-    what it takes and how to get there)."""
-
-
-class ArgumentTypeError(AlpykaError, TypeError):
-    """An argument of a public call is of a type it does not take (the message names what it
-    takes)."""
 
 
 class WorkDivError(AlpykaError, ValueError):

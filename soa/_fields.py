@@ -7,18 +7,22 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import ArgumentError, ArgumentTypeError
+
 # dtypes a SoA column may hold: fixed-size numeric and boolean types only.
 _ALLOWED_KINDS = "biufc"
 
 
 def checked_dtype(dtype: Any, what: str) -> np.dtype:
-    """Return ``np.dtype(dtype)`` or raise a TypeError naming ``what`` for unsupported types."""
+    """Return ``np.dtype(dtype)`` or raise an ArgumentTypeError naming ``what`` for unsupported types."""
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
-        raise TypeError(f"{what}: {dtype!r} is not a numpy dtype ({exc})") from None
+        raise ArgumentTypeError(
+            f"{what}: {dtype!r} is not a numpy dtype ({exc}); give a numpy dtype such as np.float32"
+        ) from None
     if dt.kind not in _ALLOWED_KINDS or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: dtype {dt} is not supported in a SoA layout; use a fixed-size "
             "numeric or boolean dtype (int8..int64, uint8..uint64, float16/32/64, "
             "complex64/128, bool)"
@@ -66,7 +70,7 @@ class Field:
 
 def _positive_int(value: Any, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+        raise ArgumentError(f"{what} must be a positive integer (1, 2, 3, ...), got {value!r}")
     return int(value)
 
 

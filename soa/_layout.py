@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ._errors import ArgumentError, ArgumentTypeError, NameNotFound
 from ._fields import Field
 
 DEFAULT_ALIGNMENT = 128
@@ -37,7 +38,7 @@ def check_field_name(layout: str, name: Any) -> None:
     fix = re.sub(r"[^0-9A-Za-z_]", "_", name) if isinstance(name, str) and name else "x"
     if not fix.isidentifier() or keyword.iskeyword(fix) or fix.startswith("_"):
         fix = "f_" + fix.lstrip("_")
-    raise TypeError(f"{layout}: field name {name!r} is {why}; rename the field, e.g. to {fix!r}")
+    raise ArgumentTypeError(f"{layout}: field name {name!r} is {why}; rename the field, e.g. to {fix!r}")
 
 
 def round_up(value: int, alignment: int) -> int:
@@ -48,9 +49,11 @@ def round_up(value: int, alignment: int) -> int:
 def checked_size(n: Any, what: str = "size") -> int:
     """Return ``n`` as an int, refusing negative and non-integer sizes."""
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{what} must be a non-negative integer, got {n!r} ({type(n).__name__})")
+        raise ArgumentTypeError(
+            f"{what} must be a non-negative integer, got {n!r} ({type(n).__name__}); pass a Python or numpy int"
+        )
     if n < 0:
-        raise ValueError(f"{what} must be a non-negative integer, got {n}")
+        raise ArgumentError(f"{what} must be a non-negative integer (0 or more elements), got {n}")
     return int(n)
 
 
@@ -101,11 +104,14 @@ class Layout:
         super().__init_subclass__(**kw)
         if alignment is not None:
             if not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
-                raise ValueError(f"{cls.__name__}: alignment must be a power of two, got {alignment!r}")
+                raise ArgumentError(
+                    f"{cls.__name__}: alignment must be a power of two in bytes (e.g. 64 or 128, the default), "
+                    f"got {alignment!r}"
+                )
             cls.alignment = alignment
         if alignment_enforcement is not None:
             if alignment_enforcement not in ("relaxed", "enforced"):
-                raise ValueError(
+                raise ArgumentError(
                     f"{cls.__name__}: alignment_enforcement must be 'relaxed' or 'enforced', "
                     f"got {alignment_enforcement!r}"
                 )
@@ -116,9 +122,15 @@ class Layout:
         for f in own:
             check_field_name(cls.__name__, f.name)
             if f.name in names:
-                raise TypeError(f"{cls.__name__}: field {f.name!r} is declared twice")
+                raise ArgumentTypeError(
+                    f"{cls.__name__}: field {f.name!r} is declared twice (here and in a base layout, or one "
+                    "field object under two names); give each field its own name and its own soa.column(...)"
+                )
             if f.name.startswith("_") or f.name in _RESERVED:
-                raise TypeError(f"{cls.__name__}: field name {f.name!r} is reserved")
+                raise ArgumentTypeError(
+                    f"{cls.__name__}: field name {f.name!r} is reserved (a layout or view attribute, or a leading _); "
+                    f"rename the field, e.g. to {f.name.lstrip('_') + '_'!r}"
+                )
             f.validate(cls.__name__)
             names.add(f.name)
         cls.fields = tuple(inherited + own)
@@ -126,30 +138,34 @@ class Layout:
             m = _GENERATED_SUFFIX.search(f.name)
             if m and f.name[: m.start()] in names:
                 what = {"pitch": "pitch", "buf": "OpenCL buffer", "off": "OpenCL offset"}.get(m.group(1), "extent")
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{cls.__name__}: field name {f.name!r} is field {f.name[: m.start()]!r} followed by "
                     f"{m.group()!r}, the name kernels give that field's {what} parameter (two parameters "
                     f"of one name); rename it, e.g. to {f.name[: m.start()] + m.group()[1:]!r}"
                 )
         for f in cls.fields:
             if cls.alignment % f.itemsize:
-                raise ValueError(
+                raise ArgumentError(
                     f"{cls.__name__}.{f.name}: alignment {cls.alignment} is not a multiple of "
-                    f"the item size {f.itemsize} of {f.dtype}"
+                    f"the item size {f.itemsize} of {f.dtype}; declare the layout with alignment={f.itemsize} or more "
+                    "(a power of two)"
                 )
         cls._placement_cache: dict[int, dict[str, Placement]] = {}
 
     def __init__(self) -> None:
-        raise TypeError(f"{type(self).__name__} is a layout description; make a collection of it")
+        raise ArgumentTypeError(
+            f"{type(self).__name__} is a layout description, not a value; make a collection of it: "
+            f"pk.PortableCollection({type(self).__name__}, n, q)"
+        )
 
     # ------------------------------------------------------------------ arithmetic
     @classmethod
     def field(cls, name: str) -> Field:
-        """The field called ``name``; a KeyError lists the layout's fields."""
+        """The field called ``name``; a NameNotFound (a KeyError) lists the layout's fields."""
         for f in cls.fields:
             if f.name == name:
                 return f
-        raise KeyError(f"{cls.__name__} has no field {name!r}; its fields are {cls.field_names()}")
+        raise NameNotFound(f"{cls.__name__} has no field {name!r}; its fields are {cls.field_names()}")
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -209,7 +225,10 @@ class Layout:
     def check_alignment(cls, address: int) -> None:
         """Raise if the layout enforces alignment and ``address`` is not aligned."""
         if cls.alignment_enforcement == "enforced" and address % cls.alignment:
-            raise ValueError(f"{cls.__name__}: buffer at 0x{address:x} is not aligned to {cls.alignment} bytes")
+            raise ArgumentError(
+                f"{cls.__name__}: buffer at 0x{address:x} is not aligned to {cls.alignment} bytes (the layout is "
+                "declared alignment_enforcement='enforced'); allocate it with pk.Buffer or numpy memory aligned to that"
+            )
 
     @classmethod
     def iter_fields(cls, kind: str | None = None) -> Iterator[Field]:

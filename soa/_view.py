@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import ArgumentTypeError
 from ._layout import Layout, Placement
 
 #: ``make_array(byte_offset, dtype, shape, strides)`` returns an array onto the memory.
@@ -124,7 +125,10 @@ class View:
     def as_const(self) -> View:
         """A const view of the same memory (host memory only; collections make their own)."""
         if not isinstance(self.memory, np.ndarray):
-            raise TypeError("as_const() works on host views; use collection.const_view()")
+            raise ArgumentTypeError(
+                f"as_const() works on views of host (numpy) memory, this one's is {type(self.memory).__name__}; "
+                "use collection.const_view() for a collection's const view on any device"
+            )
         return View(
             self.layout,
             self.size,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import soa
-from portable import AlpykaError, cli
+from portable import AlpykaError, ArgumentError, ArgumentTypeError, cli
 
 #: marks a served pipeline's own failure in the error text Triton returns; the client reads it
 #: back (and does not retry it elsewhere: the same inputs fail the same way on every server)
@@ -162,28 +162,31 @@ class PipelineDeclaration:
     def check_call(self, q: Any, collections: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Split and check the collections of a call: count, layouts, output rows."""
         if not hasattr(q, "enqueue_host"):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got {type(q).__name__}"
             )
         want = len(self.inputs) + len(self.outputs)
         if len(collections) != want:
             sig = ", ".join(s.name for s in self.inputs + self.outputs)
-            raise TypeError(f"pipeline {self.name!r} takes (q, {sig}): {want} collections, got {len(collections)}")
+            raise ArgumentTypeError(
+                f"pipeline {self.name!r} takes (q, {sig}): {want} collections, got {len(collections)}; "
+                "pass the inputs, then the outputs"
+            )
         ins, outs = list(collections[: len(self.inputs)]), list(collections[len(self.inputs) :])
         for s, c in zip(self.inputs + self.outputs, ins + outs):
             layout = getattr(c, "layout", None)
             if layout is not s.layout:
                 got = getattr(layout, "__name__", type(c).__name__)
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"pipeline {self.name!r}: collection {s.name!r} must be a PortableCollection "
                     f"of {s.layout.__name__}, got {got}"
                 )
         rows = self.output_rows([c.size for c in ins])
         for s, c, n in zip(self.outputs, outs, rows):
             if c.size != n:
-                raise ValueError(
+                raise ArgumentError(
                     f"pipeline {self.name!r}: output {s.name!r} has {c.size} rows, the pipeline "
-                    f"declares {n} for inputs of {[c.size for c in ins]} rows"
+                    f"declares {n} for inputs of {[c.size for c in ins]} rows; make it of {n} rows"
                 )
         return ins, outs
 
@@ -200,12 +203,12 @@ def as_pipeline(obj: Any, what: str = "serve") -> PipelineDeclaration:
         return obj
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     if inspect.isfunction(obj) or inspect.ismethod(obj):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: {name!r} is a plain function, not a pipeline; decorate it with "
             f"@inference.pipeline(inputs=Layout, outputs=Layout) so that its collections "
             f"(and the Triton config) are known"
         )
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{what}: {name!r} ({type(obj).__name__}) is not a pipeline; "
         "use @inference.pipeline(inputs=..., outputs=...) on a function"
     )

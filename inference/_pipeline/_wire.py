@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import portable as pk
+from portable import ArgumentError
 
 from .._tensor_desc import TensorDesc
 from ._declare import OutputsNotFilled, PipelineDeclaration, Slot
@@ -101,13 +102,12 @@ def drop_rows(slot: Slot, arrays: dict[str, np.ndarray]) -> None:
 
 def rows_of(slot: Slot, arrays: Mapping[str, np.ndarray]) -> int:
     """The rows of a collection in a request (1 for a layout of scalars only)."""
-    sizes = {
-        tensor_name(slot.name, f.name): arrays[tensor_name(slot.name, f.name)].shape[0]
-        for f in slot.layout.fields
-        if f.kind != "scalar"
-    }
+    names = [tensor_name(slot.name, f.name) for f in slot.layout.fields if f.kind != "scalar"]
+    sizes = {n: arrays[n].shape[0] for n in names if n in arrays}  # a missing one: check_arrays names it
     if len(set(sizes.values())) > 1:
-        raise ValueError(f"collection {slot.name!r}: its columns disagree on the rows: {sizes}")
+        raise ArgumentError(
+            f"collection {slot.name!r}: its columns disagree on the rows: {sizes}; send every column with the same rows"
+        )
     return next(iter(sizes.values()), 1)
 
 
@@ -117,12 +117,15 @@ def check_arrays(slot: Slot, arrays: Mapping[str, np.ndarray], rows: int, where:
         name = tensor_name(slot.name, f.name)
         a = arrays.get(name)
         if a is None:
-            raise ValueError(f"{where}: tensor {name!r} is missing")
+            raise ArgumentError(
+                f"{where}: tensor {name!r} is missing; send every column of {slot.layout.__name__}, "
+                f"named collection__column: {[tensor_name(slot.name, g.name) for g in slot.layout.fields]}"
+            )
         want = field_dims(f, rows)
         if a.dtype != f.dtype or tuple(a.shape) != want:
-            raise ValueError(
+            raise ArgumentError(
                 f"{where}: tensor {name!r} is {a.dtype} {list(a.shape)}, "
-                f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}"
+                f"{slot.layout.__name__}.{f.name} needs {f.dtype} {list(want)}; send it so (the server does not cast)"
             )
 
 

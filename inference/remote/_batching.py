@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from portable import ArgumentError
+
 
 def chunks(n: int, max_batch: int) -> list[tuple[int, int]]:
     """[start, stop) row ranges of at most ``max_batch`` rows covering ``n`` (``max_batch`` <= 0:
@@ -19,11 +21,13 @@ def chunks(n: int, max_batch: int) -> list[tuple[int, int]]:
 def concatenate(per_event: Sequence[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]]:
     """One input dict holding every event's rows (batch axis 0) and the row counts per event."""
     if not per_event:
-        raise ValueError("ragged batching needs at least one event")
+        raise ArgumentError("ragged batching needs at least one event; pass one ModelMetadata per event")
     names = list(per_event[0])
     for i, ev in enumerate(per_event[1:], 1):
         if list(ev) != names:
-            raise ValueError(f"event {i} has input blocks {list(ev)}, event 0 has {names}")
+            raise ArgumentError(
+                f"event {i} has input blocks {list(ev)}, event 0 has {names}; give every event the same blocks"
+            )
     sizes = [batch_size(ev, i) for i, ev in enumerate(per_event)]
     merged = {n: np.concatenate([ev[n] for ev in per_event], axis=0) for n in names}
     return merged, sizes
@@ -40,5 +44,7 @@ def batch_size(inputs: dict[str, np.ndarray], event: int | None = None) -> int:
     sizes = {n: (a.shape[0] if a.ndim else 1) for n, a in inputs.items()}
     if len(set(sizes.values())) > 1:
         where = f" of event {event}" if event is not None else ""
-        raise ValueError(f"input blocks{where} disagree on the batch size: {sizes}")
+        raise ArgumentError(
+            f"input blocks{where} disagree on the batch size: {sizes}; give every input block the same rows"
+        )
     return next(iter(sizes.values())) if sizes else 0

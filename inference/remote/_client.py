@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from portable import ArgumentError, ArgumentTypeError
 from portable.caches import LRUCache
 
 from ..serving import serve
@@ -95,20 +96,22 @@ class RemoteModel(RequestsMixin):
         token: str | None = None,
     ) -> None:
         if not model_name or not isinstance(model_name, str):
-            raise ValueError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
+            raise ArgumentError("RemoteModel needs the model's name on the server: RemoteModel(url, 'name')")
         if mode not in _MODES:
-            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+            raise ArgumentError(f"mode must be one of {_MODES}, got {mode!r}")
         if shared_memory not in ("auto", "system", None, False):
-            raise ValueError(f"shared_memory must be 'auto', 'system' or None, got {shared_memory!r}")
+            raise ArgumentError(f"shared_memory must be 'auto', 'system' or None, got {shared_memory!r}")
         if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
+            raise ArgumentError(f"retries must be >= 0 (0: no retry), got {retries}")
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds (or None), got {timeout}")
+            raise ArgumentError(f"timeout must be positive seconds (or None: no limit), got {timeout}")
         if ready_timeout is not None and ready_timeout < 0:
-            raise ValueError(f"ready_timeout must be >= 0 seconds (or None), got {ready_timeout}")
+            raise ArgumentError(f"ready_timeout must be >= 0 seconds (or None), got {ready_timeout}")
         urls = split_urls(url) + list(servers)
         if not urls and fallback is None:
-            raise ValueError("RemoteModel needs a server url, a servers=[...] list or a fallback model")
+            raise ArgumentError(
+                "RemoteModel needs a server url, a servers=[...] list or a fallback model; give one of them"
+            )
         self.model_name = model_name
         self.protocol = protocol
         self.timeout = timeout
@@ -262,7 +265,7 @@ class RemoteModel(RequestsMixin):
         produces the inputs); the request itself runs on the host. As :meth:`Model.to`: binds
         the queue for the calling thread, and as the default of other threads."""
         if queue is not None and not hasattr(queue, "enqueue_host"):
-            raise TypeError(f"to() takes a pk.Queue (or None), got {type(queue).__name__}")
+            raise ArgumentTypeError(f"to() takes a pk.Queue (or None), got {type(queue).__name__}")
         self._local.queue = queue
         self._queue = queue
         return self
@@ -274,7 +277,7 @@ class RemoteModel(RequestsMixin):
 
     def _pick_queue(self, queue: Any) -> Any:
         if queue is not None and not hasattr(queue, "enqueue_host"):
-            raise TypeError(f"queue must be a pk.Queue, got {type(queue).__name__}")
+            raise ArgumentTypeError(f"queue must be a pk.Queue (or None: the bound one), got {type(queue).__name__}")
         return queue if queue is not None else self.queue
 
     # ------------------------------------------------------------------------ checks
@@ -418,10 +421,12 @@ class RemoteModel(RequestsMixin):
     def _as_list(metadatas: Sequence[Any]) -> list[Any]:
         mds = list(metadatas)
         if not mds:
-            raise ValueError("forward_many needs at least one ModelMetadata")
+            raise ArgumentError("forward_many needs at least one ModelMetadata; pass a list of them, one per event")
         for md in mds:
             if not (hasattr(md, "inputs") and hasattr(md, "outputs")):
-                raise TypeError(f"expected a ModelMetadata(inputs, outputs), got {type(md).__name__}")
+                raise ArgumentTypeError(
+                    f"forward_many takes ModelMetadata(inputs, outputs) objects, got {type(md).__name__}"
+                )
         return mds
 
     def _gather(self, mds: list[Any], copy: bool) -> tuple[dict[str, np.ndarray], OutputSpecs, list[int]]:
@@ -448,9 +453,9 @@ class RemoteModel(RequestsMixin):
             specs[out_map[n]] = ((total, *b.shape[1:]), np.dtype(b.dtype))
         for md, m in zip(mds[1:], maps[1:]):
             if md.outputs.block_names != first.block_names or m["outputs"] != out_map:
-                raise ValueError(
+                raise ArgumentError(
                     f"forward_many: every event needs the same output blocks; got "
-                    f"{md.outputs.block_names} and {first.block_names}"
+                    f"{md.outputs.block_names} and {first.block_names}: declare each event's outputs alike"
                 )
         self._counters.add(events=len(mds))
         return inputs, specs, sizes

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from portable import ArgumentTypeError
+
 from .._pipeline import PIPELINE_ERROR_MARK, PipelineDeclaration, PipelineError, Slot, _wire
 from .._tensor_desc import TensorDesc
 from ._client import RemoteModel
@@ -109,15 +111,17 @@ class RemotePipeline:
         n_in, n_out = len(self._inputs), len(self._outputs)
         if len(collections) != n_in + n_out:
             names = [g for g, _ in self._inputs + self._outputs]
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"pipeline {self.name!r} on the server takes (q, {', '.join(names)}): "
-                f"{n_in + n_out} collections, got {len(collections)}"
+                f"{n_in + n_out} collections, got {len(collections)}; pass the inputs, then the outputs"
             )
         slots = []
         for (coll_name, tensors), c in zip(self._inputs + self._outputs, collections):
             layout = getattr(c, "layout", None)
             if layout is None:
-                raise TypeError(f"pipeline {self.name!r}: {coll_name!r} must be a PortableCollection")
+                raise ArgumentTypeError(
+                    f"pipeline {self.name!r}: {coll_name!r} must be a PortableCollection, got {type(c).__name__}"
+                )
             slot = Slot(coll_name, layout)
             mine = _wire.slot_decls(slot)
             # same tensors, dtypes, ranks and component dims (rows may be fixed on the server)
@@ -134,7 +138,7 @@ class RemotePipeline:
         if self.declaration is not None:
             self.declaration.check_call(q, collections)
         elif not hasattr(q, "enqueue_host"):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"pipeline {self.name!r}: the first argument is the queue (pk.Queue), got {type(q).__name__}"
             )
         in_slots, out_slots = self._slots(collections)

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from portable import ArgumentTypeError
+
 from .._tensor_desc import TensorDesc
 from ._errors import MetadataMismatch
 
@@ -34,8 +36,8 @@ def triton_dtype(dtype: Any) -> str:
     try:
         return _FROM_NUMPY[dt]
     except KeyError:
-        raise TypeError(
-            f"dtype {dt} has no KServe v2 datatype (supported: {', '.join(str(d) for d in _FROM_NUMPY)})"
+        raise ArgumentTypeError(
+            f"dtype {dt} has no KServe v2 datatype; give the column one of {', '.join(str(d) for d in _FROM_NUMPY)}"
         ) from None
 
 
@@ -47,7 +49,10 @@ def numpy_dtype(name: str) -> np.dtype:
     try:
         return _TO_NUMPY[name]
     except KeyError:
-        raise TypeError(f"KServe v2 datatype {name!r} is not supported by alpyka") from None
+        raise ArgumentTypeError(
+            f"KServe v2 datatype {name!r} is not supported by alpyka; it reads {', '.join(_TO_NUMPY)}: "
+            "serve the model with tensors of those types"
+        ) from None
 
 
 #: the client's name of a tensor description (public: ``inference.remote.TensorSpec``)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from portable import ArgumentError
+
 from .._pipeline import PIPELINE_ERROR_MARK
 from .._tensor_desc import TensorDesc
 from ..serving._access import access_headers, access_token
@@ -142,7 +144,7 @@ class Transport:
         self, url: str, protocol: str = "grpc", timeout: float | None = 10.0, token: str | None = None
     ) -> None:
         if protocol not in ("grpc", "http"):
-            raise ValueError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
+            raise ArgumentError(f"protocol must be 'grpc' or 'http', got {protocol!r}")
         self.url = url.split("://", 1)[-1].rstrip("/")
         self.protocol = protocol
         self.timeout = timeout

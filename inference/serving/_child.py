@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from portable import AlpykaError
+from portable import AlpykaError, ArgumentError, NameNotFound
 from portable.env import env_number
 
 from .. import aot
@@ -106,6 +106,12 @@ def load_model(path: str, device: str) -> Callable[..., Any]:
 
 def _as_list(out: Any, names: list[str]) -> list[Any]:
     if isinstance(out, dict):
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise NameNotFound(
+                f"the model returned outputs {list(out)}, not the declared {missing}; return a dict with keys "
+                f"{names} or a tuple in that order (or declare serve(outputs=...) by the names it returns)"
+            )
         return [out[n] for n in names] if names else list(out.values())
     if isinstance(out, (list, tuple)):
         return list(out)
@@ -161,7 +167,10 @@ def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Calla
         with torch.inference_mode():
             outs = _as_list(model(*args), out_names)
         if len(outs) != len(out_names):
-            raise ValueError(f"model {spec.name!r} returned {len(outs)} outputs, {len(out_names)} declared")
+            raise ArgumentError(
+                f"model {spec.name!r} returned {len(outs)} outputs, {len(out_names)} declared {out_names}; "
+                "declare as many outputs as it returns (serve(outputs=...))"
+            )
         return {n: o.detach().cpu().numpy().astype(dt, copy=False) for n, o, dt in zip(out_names, outs, out_dtypes)}
 
     if spec.max_batch_size > 0:  # pytriton (optional: the triton extra) loads in main's try, which reports it

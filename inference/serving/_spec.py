@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
+from portable import ArgumentError, ArgumentTypeError
+
 from .._loading import ModelFileError, detect_format, jit_load, read_checked, read_exported
 from .._onnx import OnnxProgram
 from .._pipeline import PipelineDeclaration, as_pipeline, derive_config
@@ -227,12 +229,15 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDesc], list
         out = []
         for d in decls:
             if d.dtype is None:
-                raise ValueError(f"{name}: {what} {d.name!r} is a {d.type_name}, which serve cannot carry")
+                raise ArgumentError(
+                    f"{name}: {what} {d.name!r} is a {d.type_name}, which serve cannot carry; "
+                    "export the model with tensor inputs and outputs of numeric types"
+                )
             dims = [-1 if x is None else int(x) for x in d.dims]
             if batching:
                 if not dims or dims[0] != -1:
                     first = "is a scalar" if not dims else f"has a fixed first axis of {dims[0]}"
-                    raise ValueError(
+                    raise ArgumentError(
                         f"{name}: {what} {d} {first}, and Triton batches along the first axis: "
                         "export it with a dynamic batch axis (inference.export does) or serve "
                         "it with max_batch_size=0 (--max-batch-size 0)"
@@ -296,14 +301,14 @@ def model_specs(
     else:
         seq = list(models) if isinstance(models, (list, tuple)) else [models]
         if name is not None and len(seq) != 1:
-            raise ValueError(f"name= names one model; {len(seq)} were given (use a mapping {{name: model}})")
+            raise ArgumentError(f"name= names one model; {len(seq)} were given (use a mapping {{name: model}})")
         items = [(name or _default_name(m, i), m) for i, m in enumerate(seq)]
     if not items:
-        raise ValueError("serve needs at least one model")
+        raise ArgumentError("serve needs at least one model: a path, an nn.Module or {name: model}")
     specs = []
     for mname, model in items:
         if not _NAME.match(str(mname)):
-            raise ValueError(f"model name {mname!r}: use letters, digits, '_', '.', '-'")
+            raise ArgumentError(f"model name {mname!r}: use letters, digits, '_', '.', '-'")
         per_pipe = dict(model) if isinstance(model, Mapping) and "pipeline" in model else {"pipeline": model}
         pipe = _pipeline_of(per_pipe.pop("pipeline"))
         if pipe is not None:
@@ -332,7 +337,7 @@ def model_specs(
         specs.append(ModelSpec(str(mname), path, ins, outs, **opts))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise ValueError(f"model names must be unique, got {names}")
+        raise ArgumentError(f"model names must be unique, got {names}; name them with a mapping {{name: model}}")
     return specs
 
 
@@ -391,7 +396,7 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
         if not p.is_file():
             raise FileNotFoundError(f"model file {str(p)!r} does not exist")
         if p.suffix not in MODEL_SUFFIXES:
-            raise ValueError(
+            raise ArgumentError(
                 f"model file {str(p)!r}: serve hosts TorchScript (.pt), torch.export or "
                 "AOTInductor (.pt2) and ONNX (.onnx) files"
             )
@@ -402,12 +407,12 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
         try:
             scripted = torch.jit.script(model.eval().cpu())
         except Exception as exc:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"model {name!r}: an nn.Module is served as TorchScript and "
                 f"torch.jit.script failed ({exc}); save it as .pt or .pt2 first"
             ) from exc
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"model {name!r}: serve takes a .pt/.pt2/.onnx path or a torch.nn.Module, got {type(model).__name__}"
         )
     path = workdir / f"{name}.pt"

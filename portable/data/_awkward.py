@@ -32,6 +32,7 @@ import soa
 from .._buffer import Buffer
 from .._collection import PortableCollection, _convert, _field_desc
 from .._device import Device, host
+from .._errors import ArgumentError, ArgumentTypeError, NameNotFound
 from .._memory import memcpy
 from .._queue import Queue
 
@@ -56,7 +57,7 @@ def _queue_device(queue_or_device: Queue | Device) -> tuple[Queue | None, Device
         return queue_or_device, queue_or_device.device
     if isinstance(queue_or_device, Device):
         return None, queue_or_device
-    raise TypeError(f"expected a pk.Queue or pk.Device, got {type(queue_or_device).__name__}")
+    raise ArgumentTypeError(f"expected a pk.Queue or pk.Device, got {type(queue_or_device).__name__}")
 
 
 def _field_map(layout: type[soa.Layout], fields: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
@@ -64,7 +65,7 @@ def _field_map(layout: type[soa.Layout], fields: Mapping[str, Any] | None) -> di
     fields = dict(fields or {})
     unknown = [k for k in fields if k not in layout.field_names()]
     if unknown:
-        raise KeyError(
+        raise NameNotFound(
             f"fields mapping names columns {unknown} that {layout.__name__} does not have; "
             f"its fields are {layout.field_names()}"
         )
@@ -75,7 +76,7 @@ def _field_map(layout: type[soa.Layout], fields: Mapping[str, Any] | None) -> di
         spec = fields.get(f.name, f.name)
         names = (spec,) if isinstance(spec, str) else tuple(spec)
         if len(names) not in (1, f.components):
-            raise ValueError(
+            raise ArgumentError(
                 f"{layout.__name__}.{f.name} ({_field_desc(f)}) takes one field or {f.components} "
                 f"(one per component), got {list(names)}"
             )
@@ -91,8 +92,9 @@ class _Source:
             sub = array[name]
         except Exception as exc:  # awkward raises FieldNotFoundError (an IndexError) or others
             avail = list(getattr(array, "fields", []) or [])
-            raise KeyError(
-                f"awkward array has no field {name!r} (for column {column!r}); its fields are {avail}"
+            raise NameNotFound(
+                f"awkward array has no field {name!r} (for column {column!r}); its fields are {avail}: "
+                f"map the column to one of them with fields={{{column!r}: field}}"
             ) from exc
         layout = self._unwrap(ak, ak.to_layout(sub), name, column)
         self.offsets: np.ndarray | None = None
@@ -117,12 +119,15 @@ class _Source:
             self.offsets = off
             layout = self._unwrap(ak, content, name, column)
         if layout.is_list and type(layout).__name__ != "RegularArray":
-            raise ValueError(
+            raise ArgumentError(
                 f"field {name!r} (column {column!r}) is nested more than one list deep "
-                f"({ak.Array(sub).type}); a column holds one value per row"
+                f"({ak.Array(sub).type}); a column holds one value per row: flatten it first (ak.flatten)"
             )
         if layout.is_record or layout.is_union or not (layout.is_numpy or type(layout).__name__ == "RegularArray"):
-            raise TypeError(f"field {name!r} (column {column!r}) is {ak.Array(sub).type}, not numbers")
+            raise ArgumentTypeError(
+                f"field {name!r} (column {column!r}) is {ak.Array(sub).type}, not numbers; map the column to a "
+                "numeric field (fields={column: field})"
+            )
         self.values = ak.to_numpy(layout, allow_missing=False)
         self.name, self.type = name, str(ak.Array(sub).type)
 
@@ -132,7 +137,7 @@ class _Source:
         while layout.is_indexed or layout.is_option:
             if layout.is_option and type(layout).__name__ != "UnmaskedArray":
                 if np.asarray(ak.is_none(ak.Array(layout), axis=0)).any():
-                    raise ValueError(
+                    raise ArgumentError(
                         f"field {name!r} (column {column!r}) has missing values (None); fill them first (ak.fill_none)"
                     )
             layout = layout.content if type(layout).__name__ == "UnmaskedArray" else layout.project()
@@ -160,19 +165,20 @@ def _check_offsets(sources: dict[str, list[_Source]]) -> np.ndarray | None:
             elif s.offsets is not ref.offsets and not np.array_equal(s.offsets, ref.offsets):
                 a, b = ref.offsets, s.offsets
                 if len(a) != len(b):
-                    raise ValueError(
-                        f"offsets do not match: field {ref.name!r} has {len(a) - 1} events, {s.name!r} has {len(b) - 1}"
+                    raise ArgumentError(
+                        f"offsets do not match: field {ref.name!r} has {len(a) - 1} events, {s.name!r} has "
+                        f"{len(b) - 1}; give fields of one array of events"
                     )
                 e = int(np.argmax(np.diff(a) != np.diff(b)))
-                raise ValueError(
+                raise ArgumentError(
                     f"offsets do not match: event {e} has {a[e + 1] - a[e]} rows in field "
                     f"{ref.name!r} but {b[e + 1] - b[e]} in {s.name!r}; fields of one collection "
                     "must have the same number of rows per event (e.g. all Muon_* branches)"
                 )
     if ref is not None and flat is not None:
-        raise ValueError(
+        raise ArgumentError(
             f"field {flat.name!r} ({flat.type}) has one value per event but {ref.name!r} "
-            f"({ref.type}) is jagged; a collection's columns are all jagged or all flat"
+            f"({ref.type}) is jagged; a collection's columns are all jagged or all flat: read them into two collections"
         )
     return None if ref is None else ref.offsets
 
@@ -204,7 +210,9 @@ def from_awkward(
     """
     ak = require("awkward")
     if not (isinstance(layout, type) and issubclass(layout, soa.Layout)):
-        raise TypeError(f"from_awkward needs a soa.Layout subclass first, got {layout!r}")
+        raise ArgumentTypeError(
+            f"from_awkward needs a soa.Layout subclass first (the class, not an instance), got {layout!r}"
+        )
     queue, device = _queue_device(queue_or_device)
     arr = array if isinstance(array, ak.Array) else ak.Array(array)
     fmap = _field_map(layout, fields)
@@ -229,7 +237,7 @@ def from_awkward(
         if len(srcs) == 1:
             vals = srcs[0].values
             if vals.shape[1:] != tuple(f.shape):
-                raise ValueError(
+                raise ArgumentError(
                     f"{what} {srcs[0].name!r}: its rows hold shape {vals.shape[1:]}, the column needs "
                     f"{tuple(f.shape)}" + (" (a jagged field for a flat column?)" if f.kind == "column" else "")
                 )
@@ -238,8 +246,9 @@ def from_awkward(
             comps = [np.unravel_index(k, f.shape) for k in range(f.components)]
             for s, idx in zip(srcs, comps):
                 if s.values.ndim != 1:
-                    raise ValueError(
-                        f"{what} {s.name!r}: one value per row expected, got rows of shape {s.values.shape[1:]}"
+                    raise ArgumentError(
+                        f"{what} {s.name!r}: one value per row expected (one field per component), got rows of "
+                        f"shape {s.values.shape[1:]}; map the column to one field of that shape instead"
                     )
                 filled += _fill(
                     dst[(slice(None),) + tuple(int(i) for i in idx)],
@@ -276,7 +285,9 @@ def from_awkward(
 def _fill(dst: np.ndarray, values: np.ndarray, dtype: np.dtype, casting: str, what: str, converted: list[int]) -> int:
     """One copy of ``values`` into the column ``dst``, converted (and counted) only when needed."""
     if len(values) != len(dst):
-        raise ValueError(f"{what}: {len(values)} rows, the collection has {len(dst)}")
+        raise ArgumentError(
+            f"{what}: {len(values)} rows, the collection has {len(dst)}; give fields of one array of events"
+        )
     if values.dtype != dtype:
         values = _convert(values, dtype, casting, values, what)
         converted[0] += values.nbytes
@@ -303,16 +314,18 @@ def check_offsets(offsets: np.ndarray, n_rows: int, what: str = "offsets") -> np
     end at ``n_rows``; returns them as int64."""
     off = np.asarray(offsets)
     if off.ndim != 1 or len(off) < 1 or off.dtype.kind not in "iu":
-        raise ValueError(f"{what} must be a 1D integer array of n_events + 1 values, got shape {off.shape} {off.dtype}")
+        raise ArgumentError(
+            f"{what} must be a 1D integer array of n_events + 1 values, got shape {off.shape} {off.dtype}"
+        )
     if off[0] != 0 or off[-1] != n_rows:
-        raise ValueError(
+        raise ArgumentError(
             f"{what} do not match the collection: they run from {off[0]} to {off[-1]}, the "
             f"collection has {n_rows} rows (offsets must start at 0 and end at its size)"
         )
     down = off[1:] < off[:-1]  # not np.diff: it wraps around on unsigned integers
     if down.any():
         e = int(np.argmax(down))
-        raise ValueError(f"{what} decrease at event {e} ({off[e]} -> {off[e + 1]}); they must never decrease")
+        raise ArgumentError(f"{what} decrease at event {e} ({off[e]} -> {off[e + 1]}); they must never decrease")
     return off.astype(np.int64, copy=False)
 
 
@@ -331,7 +344,7 @@ def to_awkward(
     Scalar fields are not part of the array."""
     ak = require("awkward")
     if not isinstance(coll, PortableCollection):
-        raise TypeError(f"to_awkward needs a PortableCollection, got {type(coll).__name__}")
+        raise ArgumentTypeError(f"to_awkward needs a PortableCollection, got {type(coll).__name__}")
     src = coll
     if not coll.device.is_host_memory:
         q = queue if queue is not None else Queue(coll.device, blocking=True)

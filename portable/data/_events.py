@@ -23,13 +23,14 @@ from __future__ import annotations
 import numpy as np
 
 from .._device import Device
+from .._errors import ArgumentError
 from .._workdiv import WorkDiv, make_workdiv
 
 
 def event_workdiv(device: Device, n_events: int, rows_per_block: int = 32) -> WorkDiv:
     """One block per event (at least one block), ``rows_per_block`` rows handled per step."""
     if rows_per_block < 1:
-        raise ValueError(f"rows_per_block must be at least 1, got {rows_per_block}")
+        raise ArgumentError(f"rows_per_block must be at least 1, got {rows_per_block}")
     return make_workdiv(device, max(1, int(n_events)), int(rows_per_block))
 
 

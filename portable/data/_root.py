@@ -20,7 +20,7 @@ import soa
 
 from .._collection import PortableCollection
 from .._device import Device
-from .._errors import AlpykaError
+from .._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
 from .._queue import Queue
 from ._awkward import _field_map, from_awkward, require
 
@@ -132,12 +132,14 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
                 f"{path}: tree {tree!r} is listed but cannot be read: the file is truncated or corrupt ({reason})"
             ) from exc
         hint = difflib.get_close_matches(tree, names, n=1)
-        raise KeyError(
+        raise NameNotFound(
             f"{path} has no tree {tree!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; it holds {names}"
         ) from exc
     if not hasattr(obj, "arrays") or not hasattr(obj, "num_entries"):
         f.close()
-        raise TypeError(f"{path}: {tree!r} is a {type(obj).__name__}, not a TTree or RNTuple")
+        raise ArgumentTypeError(
+            f"{path}: {tree!r} is a {type(obj).__name__}, not a TTree or RNTuple; name a tree of the file"
+        )
     return obj
 
 
@@ -155,7 +157,7 @@ def _check_branches(obj: Any, wanted: dict[str, tuple[str, ...]], path: str, tre
             col = next(c for c, names in wanted.items() if b in names)
             hint = difflib.get_close_matches(b, have, n=1)
             parts.append(f"{b!r} (column {col!r}{', did you mean ' + repr(hint[0]) + '?' if hint else ''})")
-        raise KeyError(f"{path}:{tree} has no branch " + ", ".join(parts) + "; pass branches={column: branch}")
+        raise NameNotFound(f"{path}:{tree} has no branch " + ", ".join(parts) + "; pass branches={column: branch}")
     return needed
 
 
@@ -192,7 +194,7 @@ def _entry_bound(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer entry number (or None), got {value!r}")
+        raise ArgumentTypeError(f"{name} must be an integer entry number (or None), got {value!r}")
     return int(value)
 
 
@@ -222,7 +224,7 @@ def root_chunks(
     ``entry_start`` to ``entry_stop`` (:func:`entry_range`'s rules: negative counts from the end)."""
     n = soa.checked_size(entries_per_chunk, "entries_per_chunk")
     if n < 1:
-        raise ValueError("entries_per_chunk must be at least 1")
+        raise ArgumentError(f"entries_per_chunk must be at least 1, got {n}")
     _entry_bound(entry_start, "entry_start"), _entry_bound(entry_stop, "entry_stop")
     obj = open_tree(path, tree)
     total = int(obj.num_entries)

@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .._errors import AlpykaError
+from .._errors import AlpykaError, ArgumentError, ArgumentTypeError
 from ..data._awkward import require
 
 __all__ = ["ChunkError", "run", "worker_environment"]
@@ -91,12 +91,12 @@ def _connect(client: Any, workers: int, allowed_failures: int) -> Iterator[Any]:
             yield c
         return
     if client is not None:
-        raise TypeError(f"client must be None, a distributed.Client or a scheduler address, got {client!r}")
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
+        raise ArgumentTypeError(
+            f"client must be None, a distributed.Client or a scheduler address ('tcp://host:8786'), got {client!r}"
+        )
     import dask
 
-    spawn_env = worker_environment(workers)
+    spawn_env = worker_environment(workers)  # refuses a count that is not a positive integer
     saved = {k: os.environ.get(k) for k in (*spawn_env, "PYTHONHASHSEED")}
     _quiet_closed_comms()
     try:
@@ -166,7 +166,7 @@ def worker_environment(workers: int) -> dict[str, str | None]:
     each thread pool sized to ``cores // workers`` (at least 1) and ``MALLOC_TRIM_THRESHOLD_``
     unset (None: Dask leaves it out). Variables already in the environment win (Dask's rule)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+        raise ArgumentError(f"workers must be a positive integer (1, 2, ...), got {workers!r}")
     budget = str(max(1, _cores() // workers))
     return {
         "MALLOC_TRIM_THRESHOLD_": None,
@@ -213,7 +213,7 @@ def run(
     is not is that chunk's :class:`ChunkError` (the other results are kept with ``on_error="collect"``).
     """
     if on_error not in ("raise", "collect"):
-        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
+        raise ArgumentError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
     chunks = list(chunks)
     distributed = require("distributed")
     from . import _worker as _dask_worker
@@ -327,7 +327,7 @@ def _check_picklable(obj: Any, what: str) -> None:
     except Exception as exc:
         text = repr(obj)
         text = text if len(text) <= 120 else text[:117] + "..."
-        raise TypeError(
+        raise ArgumentTypeError(
             f"pk.distributed.run: {what} ({text}) cannot be pickled to reach the Dask workers: "
-            f"{type(exc).__name__}: {exc}"
+            f"{type(exc).__name__}: {exc}; define it at a module's top level, holding only picklable values"
         ) from exc

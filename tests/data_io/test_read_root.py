@@ -7,6 +7,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.errors import raises_name, raises_type
 
 ak = pytest.importorskip("awkward", reason="the data extra: pip install 'alpyka[data]'")
 uproot = pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
@@ -107,13 +108,13 @@ def test_rntuple(tmp_path, queue):
 # ---------------------------------------------------------------------- errors
 def test_missing_branch_named():
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
-    with pytest.raises(KeyError, match=r"no branch 'Muon_Pt' \(column 'E', did you mean 'Muon_P[xyz]'\?\)"):
+    with raises_name(r"no branch 'Muon_Pt' \(column 'E', did you mean 'Muon_P[xyz]'\?\)"):
         pk.read_root(HZZ, "events", Muons, q, branches={**MUON_BRANCHES, "E": "Muon_Pt"})
 
 
 def test_missing_tree_named():
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
-    with pytest.raises(KeyError, match=r"no tree 'Events' \(did you mean 'events'\?\); it holds \['events'\]"):
+    with raises_name(r"no tree 'Events' \(did you mean 'events'\?\); it holds \['events'\]"):
         pk.read_root(HZZ, "Events", Muons, q, branches=MUON_BRANCHES)
 
 
@@ -183,9 +184,9 @@ def test_entry_bounds_follow_uproot(start, stop, want):
 @pytest.mark.parametrize("bad", [1.5, "10", True, np.float64(3)])
 def test_entry_bounds_must_be_integers(bad):
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
-    with pytest.raises(TypeError, match="entry_start must be an integer"):
+    with raises_type("entry_start must be an integer"):
         pk.read_root(HZZ, "events", Muons, q, branches=MUON_BRANCHES, entry_start=bad)
-    with pytest.raises(TypeError, match="entry_stop must be an integer"):
+    with raises_type("entry_stop must be an integer"):
         pk.root_chunks(HZZ, "events", 10, entry_stop=bad)
 
 

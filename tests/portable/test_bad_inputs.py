@@ -6,20 +6,15 @@ whose message names what the call takes."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import portable as pk
+from alpyka_testing.errors import raises_root as _raises
 
 
 @pk.kernel
 def _scale(acc, out, x, a, n):
     for i in acc.uniform_elements(n):
         out[i] = a * x[i]
-
-
-def _raises(cls: type, builtin: type, match: str):
-    assert issubclass(cls, pk.AlpykaError) and issubclass(cls, builtin)
-    return pytest.raises(cls, match=match)
 
 
 def test_backend_names():

@@ -119,6 +119,10 @@ def test_errors_keep_their_builtin_base():
     assert issubclass(KernelBuildError, RuntimeError) and issubclass(KernelSyntaxError, SyntaxError)
     assert issubclass(ChunkError, RuntimeError) and issubclass(NotARootFile, ValueError)
     assert issubclass(CollectionTooLarge, MemoryError) and issubclass(CollectionTooLarge, ValueError)
+    from portable import ArgumentError, ArgumentTypeError, NameNotFound
+
+    assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentTypeError, TypeError)
+    assert issubclass(NameNotFound, KeyError)
 
 
 def test_inference_errors_keep_their_builtin_base():

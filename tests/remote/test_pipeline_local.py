@@ -7,6 +7,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.errors import raises_type, raises_value
 from inference import Pipeline, PipelineError, pipeline
 from inference._pipeline import OutputsNotFilled, _wire, derive_config
 from inference._tensor_desc import TensorDesc
@@ -92,13 +93,13 @@ def test_bad_declarations(bad, message):
 def test_call_checks_collections():
     q = pk.Queue(pk.device("cpu_serial"))
     tracks = S.make_tracks(8, q)
-    with pytest.raises(TypeError, match="must be a PortableCollection of Scored, got Summary"):
+    with raises_type("must be a PortableCollection of Scored, got Summary"):
         S.chain(q, tracks, pk.PortableCollection(S.Summary, 8, q))
-    with pytest.raises(ValueError, match="output 'scored' has 5 rows, the pipeline declares 8"):
+    with raises_value("output 'scored' has 5 rows, the pipeline declares 8 .*make it of 8 rows"):
         S.chain(q, tracks, pk.PortableCollection(S.Scored, 5, q))
-    with pytest.raises(TypeError, match=r"takes \(q, tracks, scored\)"):
+    with raises_type(r"takes \(q, tracks, scored\): 2 collections, got 1; pass the inputs, then the outputs"):
         S.chain(q, tracks)
-    with pytest.raises(TypeError, match="first argument is the queue"):
+    with raises_type(r"first argument is the queue \(pk\.Queue\), got PortableCollection"):
         S.chain(tracks, tracks, tracks)
 
 
@@ -146,9 +147,10 @@ def test_wire_refuses_a_tensor_of_another_dtype(field, dtype):
     arrays = _wire.pack(slot, S.make_tracks(5, q, seed=1))
     arrays[f"tracks__{field}"] = arrays[f"tracks__{field}"].astype(dtype)
     want = rf"tensor 'tracks__{field}' is {np.dtype(dtype).name} .*Tracks\.{field} needs "
-    with pytest.raises(ValueError, match=want):
+    with pytest.raises(pk.ArgumentError, match=want + r".*; send it so \(the server does not cast\)") as info:
         _wire.collection_from(slot, arrays, q)
-    with pytest.raises(RuntimeError, match="ValueError: input 'tracks': " + want):
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(RuntimeError, match="ArgumentError: input 'tracks': " + want):
         PipelineRunner(S.chain, "cpu").run(arrays)
 
 
@@ -169,9 +171,9 @@ def test_debug_poison_finds_unfilled_outputs():
 def test_serve_refuses_what_is_not_a_pipeline():
     from inference.serving import serve
 
-    with pytest.raises(TypeError, match="plain function, not a pipeline; decorate it with @inference.pipeline"):
+    with raises_type("plain function, not a pipeline; decorate it with @inference.pipeline"):
         serve(S.not_a_pipeline)
-    with pytest.raises(TypeError, match="is not a pipeline"):
+    with raises_type(r"is not a pipeline; use @inference\.pipeline"):
         serve("remote.pipeline_support:MODEL")
     with pytest.raises(ImportError, match="pipeline module 'no_such_pkg.mod' does not import: ModuleNotFoundError"):
         serve("no_such_pkg.mod:merge")

@@ -1,0 +1,26 @@
+"""alpyka's error root and the argument errors every package raises; defined here, in the lowest
+layer (soa), so that soa's own checks raise them too; users import them from ``portable``."""
+
+from __future__ import annotations
+
+
+class AlpykaError(Exception):
+    """Base class of alpyka's own errors."""
+
+
+class ArgumentError(AlpykaError, ValueError):
+    """An argument of a public call has a value it cannot take (the message names the argument,
+    what it takes and how to get there)."""
+
+
+class ArgumentTypeError(AlpykaError, TypeError):
+    """An argument of a public call is of a type it does not take (the message names what it
+    takes)."""
+
+
+class NameNotFound(AlpykaError, KeyError):
+    """A name (a field, column, block or tensor) that is not among the known ones; the message
+    lists those. A ``KeyError`` too, whose ``str()`` is the message itself (not its repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
