@@ -326,20 +326,24 @@ def _tags_path(index: Path) -> Path:
 #: numba cache directories' locks another process kept past :func:`lock_wait` (set operations
 #: only: atomic under the GIL)
 _stuck: set[Path] = set()
+#: the longest wait for a numba cache directory's lock (held for milliseconds by a writer): it is
+#: waited for inside numba's compile, under numba's compiler lock, which every other thread of the
+#: process needs to compile or load any numba function meanwhile
+DIRECTORY_LOCK_LONGEST_S = 10.0
 
 
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
     seen together. Yields whether it is held: False where another process kept it past
-    :func:`lock_wait` (one warning; the caller then neither reads nor writes numba's files, the
-    kernel is compiled and not cached)."""
+    ``min(lock_wait(), DIRECTORY_LOCK_LONGEST_S)`` (one warning; the caller then neither reads nor
+    writes numba's files, the kernel is compiled and not cached)."""
     path = index.parent / "alpyka.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         # a lock already found stuck is only tried, not waited for again: one wait per process,
         # not two per kernel (load and save)
-        wait = 0.0 if path in _stuck else lock_wait()
+        wait = 0.0 if path in _stuck else min(lock_wait(), DIRECTORY_LOCK_LONGEST_S)
         held = flock_within(fd, exclusive, wait)
         if held:
             _stuck.discard(path)

@@ -191,3 +191,29 @@ def test_a_first_launch_waits_for_the_kernel_without_numbas_lock(tmp_path, monke
     pk.memcpy(q, got, out)
     assert list(got) == [7.0, 8.0, 9.0, 10.0] and entered
     assert [s for name, s in waits if name == "launch"][0] == LOCK_WAIT_S  # waited for, not only tried
+
+
+def test_a_stuck_numba_directory_lock_is_waited_for_briefly(tmp_path, monkeypatch):
+    """numba's directory lock (held for milliseconds by a writer) is waited for inside numba's
+    compile, under its compiler lock: held by a stuck process, the wait ends after
+    ``DIRECTORY_LOCK_LONGEST_S`` whatever ``ALPYKA_LOCK_WAIT`` says (the process's other threads
+    compile nothing meanwhile); the kernel is then compiled without numba's cache."""
+    from portable._errors import AlpykaWarning
+
+    mod = _module(tmp_path, monkeypatch)
+    monkeypatch.setattr(_cache, "DIRECTORY_LOCK_LONGEST_S", 0.5)
+    monkeypatch.setattr(_locks, "_warned", set())
+    asked: list[float] = []
+    real = _cache.flock_within
+
+    def spy(fd: int, exclusive: bool, seconds: float) -> bool:
+        asked.append(seconds)
+        return real(fd, exclusive, seconds)
+
+    monkeypatch.setattr(_cache, "flock_within", spy)
+    with _held_elsewhere(_lock_of(mod.inner).with_name("alpyka.lock")):
+        with pytest.warns(AlpykaWarning, match="numba's cache left alone"):
+            assert mod.inner(1) == 2
+    assert asked and asked[0] == 0.5, asked  # not ALPYKA_LOCK_WAIT's 20 s
+    assert set(asked[1:]) <= {0.0}, asked  # found stuck: later waits of this process only try it
+    assert not list((tmp_path / "cache").rglob("*.nbi"))  # nothing of numba's written
