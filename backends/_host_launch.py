@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from portable import Buffer
-from portable.compiler import KernelArgumentError, check_shared_needs, debug_enabled, load_generated_module
+from portable.compiler import (
+    KernelArgumentError,
+    check_shared_needs,
+    compile_slot,
+    debug_enabled,
+    load_generated_module,
+)
 from portable.spi import KernelHandle, PlanCache, c_strides, signature_key
 
 from . import _host_slices as host_slices
@@ -180,7 +186,9 @@ def _loaded(plan: HostPlan, workdiv: Any, kernel: KernelHandle, args: tuple) -> 
     with contextlib.suppress(Exception):
         dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0
         _, call = plan.pack(workdiv.blocks, workdiv.elements, dyn, args)
-        with extensions_deferred():
+        # the kernel's build lock before numba's compiler lock (which extensions_deferred takes):
+        # waiting for another process compiling it never stops this process's other compiles
+        with compile_slot(plan.fn), extensions_deferred():
             plan.fn(0, 0, *call)
     return plan
 

@@ -9,6 +9,7 @@ from . import _trust as trust
 from . import ir, types
 from ._cache import (
     cache_dir,
+    compile_slot,
     load_generated_module,
     private_cache,
     warn_cache_not_private,
@@ -43,6 +44,7 @@ __all__ = [
     "ValueCheck",
     "cache_dir",
     "check_shared_needs",
+    "compile_slot",
     "build_lock",
     "debug_enabled",
     "deep_recursion",

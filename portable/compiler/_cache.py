@@ -37,6 +37,7 @@ import secrets
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
@@ -325,20 +326,24 @@ def _tags_path(index: Path) -> Path:
 #: numba cache directories' locks another process kept past :func:`lock_wait` (set operations
 #: only: atomic under the GIL)
 _stuck: set[Path] = set()
+#: the longest wait for a numba cache directory's lock (held for milliseconds by a writer): it is
+#: waited for inside numba's compile, under numba's compiler lock, which every other thread of the
+#: process needs to compile or load any numba function meanwhile
+DIRECTORY_LOCK_LONGEST_S = 10.0
 
 
 @contextlib.contextmanager
 def _locked(index: Path, exclusive: bool):
     """One lock per numba cache directory, across processes: a writer's files and their tags are
     seen together. Yields whether it is held: False where another process kept it past
-    :func:`lock_wait` (one warning; the caller then neither reads nor writes numba's files, the
-    kernel is compiled and not cached)."""
+    ``min(lock_wait(), DIRECTORY_LOCK_LONGEST_S)`` (one warning; the caller then neither reads nor
+    writes numba's files, the kernel is compiled and not cached)."""
     path = index.parent / "alpyka.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         # a lock already found stuck is only tried, not waited for again: one wait per process,
         # not two per kernel (load and save)
-        wait = 0.0 if path in _stuck else lock_wait()
+        wait = 0.0 if path in _stuck else min(lock_wait(), DIRECTORY_LOCK_LONGEST_S)
         held = flock_within(fd, exclusive, wait)
         if held:
             _stuck.discard(path)
@@ -350,28 +355,59 @@ def _locked(index: Path, exclusive: bool):
         os.close(fd)  # releases the lock
 
 
-#: the compile locks this process holds (changed under numba's compiler lock only)
-_compiling: set[Path] = set()
+_held = threading.local()  # .paths: the functions' indexes whose build lock this thread holds
+
+
+def _held_here() -> set[Path]:
+    paths = getattr(_held, "paths", None)
+    if paths is None:
+        paths = _held.paths = set()
+    return paths
+
+
+@contextlib.contextmanager
+def _build_slot(index: Path) -> Iterator[None]:
+    """Hold the build lock of one cached numba function (``<stem>.lock`` beside its index) on
+    this thread, across threads and processes. It is waited for (at most :func:`lock_wait`) only
+    where this thread does not hold numba's compiler lock: a thread waiting here never keeps the
+    process's other threads from compiling, and one that holds numba's lock (a nested compile of
+    a function the one being compiled calls) only tries it, so it never waits for a thread that
+    waits for numba's lock. Taken once per thread (a recursive compile takes no second lock)."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    mine = _held_here()
+    if index in mine:
+        yield
+        return
+    with build_lock(index.with_name(index.name[: -len(".nbi")] + ".lock"), wait=not global_compiler_lock.is_locked()):
+        mine.add(index)
+        try:
+            yield
+        finally:
+            mine.discard(index)
 
 
 def _compile_once(index: Path, compile_: Any, sig: Any) -> Any:
-    """numba's ``compile`` of one cached function, one process at a time across processes (a lock
-    file beside its index, ``<stem>.lock``): a process that finds another compiling it waits, then
-    loads what that one saved instead of compiling it again (the processes of a test run, or of a
-    user's pool, that start with the same kernels). numba's own compiler lock is taken first, so a
-    thread waits here only while no other thread of its process is compiling; a function the
-    process is already compiling (a nested compile of the same function) takes no second lock."""
-    from numba.core.compiler_lock import global_compiler_lock
+    """numba's ``compile`` of one cached function, one process at a time across processes: a
+    process that finds another compiling it waits (before numba's compiler lock:
+    :func:`_build_slot`), then loads what that one saved instead of compiling it again (the
+    processes of a test run, or of a user's pool, that start with the same kernels)."""
+    with _build_slot(index):
+        return compile_(sig)
 
-    with global_compiler_lock:
-        if index in _compiling:
-            return compile_(sig)
-        _compiling.add(index)
-        try:
-            with build_lock(index.with_name(index.name[: -len(".nbi")] + ".lock")):
-                return compile_(sig)
-        finally:
-            _compiling.discard(index)
+
+@contextlib.contextmanager
+def compile_slot(fn: Any) -> Iterator[None]:
+    """Hold the build lock of the numba function ``fn`` of a generated module (one that
+    :func:`guard_numba_caches` gave a disk cache; else nothing) on this thread: a caller that
+    takes numba's compiler lock itself around a call that compiles ``fn`` takes this first, so
+    the compile still waits for another process compiling it."""
+    compile_ = getattr(fn, "compile", None)
+    if isinstance(compile_, functools.partial) and compile_.func is _compile_once:
+        with _build_slot(compile_.args[0]):
+            yield
+    else:
+        yield
 
 
 def _verified(index: Path, key: bytes) -> bool:

@@ -139,23 +139,25 @@ def warn_stuck_once(kind: str, path: Path | str, who: str, waited: float, instea
 
 
 @contextlib.contextmanager
-def build_lock(path: Path) -> Iterator[None]:
+def build_lock(path: Path, wait: bool = True) -> Iterator[bool]:
     """Hold the lock file ``path`` (made 0600 where missing) against other processes while one
     builds what they would build too (a compiled kernel for the cache): the others wait, then
     find it cached. A holder that keeps it longer than :func:`lock_wait` (stopped, in a debugger)
     is left holding it: the waiter builds too (the cache entry is written atomically and tagged
-    either way), with one warning naming the holder. Where the file cannot be opened (a cache
-    that cannot be written) it locks nothing. Two threads of one process that take it wait for
-    each other too."""
+    either way), with one warning naming the holder. With ``wait=False`` the lock is only tried:
+    held or not, the caller builds at once (no warning: the holder is busy, not stuck). Where the
+    file cannot be opened (a cache that cannot be written) it locks nothing. Two threads of one
+    process that take it wait for each other too. Yields whether the lock is held."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
-        yield
+        yield False
         return
     try:
-        wait = lock_wait()
-        if not flock_within(fd, True, wait):
-            warn_stuck_once("build", path, holder(path, fd), wait, "compiling here instead of waiting for it")
-        yield
+        wait_s = lock_wait() if wait else 0.0
+        held = flock_within(fd, True, wait_s)
+        if not held and wait:
+            warn_stuck_once("build", path, holder(path, fd), wait_s, "compiling here instead of waiting for it")
+        yield held
     finally:
         os.close(fd)  # releases the lock
