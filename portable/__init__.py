@@ -21,6 +21,7 @@ from ._errors import (
     DeviceMismatch,
     EnvVarError,
     KernelBuildError,
+    NoSuchDevice,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -72,6 +73,7 @@ __all__ = [
     "ArgumentTypeError",
     "AsyncError",
     "BackendUnavailable",
+    "NoSuchDevice",
     "Buffer",
     "CaptureError",
     "Graph",

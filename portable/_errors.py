@@ -21,6 +21,11 @@ class ArgumentTypeError(AlpykaError, TypeError):
     takes)."""
 
 
+class NoSuchDevice(ArgumentError, IndexError):
+    """``pk.device(backend, index)`` with an index beyond the backend's devices (an IndexError
+    too, as a sequence's index is)."""
+
+
 class WorkDivError(AlpykaError, ValueError):
     """A work division the device cannot run."""
 
