@@ -375,3 +375,24 @@ def test_alpyka_serve_keeps_the_log_of_a_server_that_ended(tmp_path):
         _stop(proc)
         if kept is not None:
             kept.unlink(missing_ok=True)
+
+
+@needs_triton
+def test_alpyka_serve_says_at_once_that_ctrl_c_stops_it(tmp_path):
+    """Ctrl-C: Triton takes seconds to unload its models; ``alpyka serve`` said nothing until it
+    exited. It says so at once, then that it stopped, with no process of the server left."""
+    proc, line = _start_cli(tmp_path, "--grpc-port", "0")
+    pid = int(line.split("(pid ")[1].split(")")[0])
+    try:
+        proc.send_signal(signal.SIGINT)
+        out = tmp_path / "cli.out"
+        deadline = time.monotonic() + 2
+        while "stopping the server" not in out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "alpyka serve: stopping the server" in out.read_text()
+        proc.wait(60)  # hang guard
+    finally:
+        _stop(proc)
+    text = (tmp_path / "cli.out").read_text()
+    assert proc.returncode == 0 and text.rstrip().endswith("alpyka serve: stopped"), text
+    assert not group_pids(pid) and "Traceback" not in text, text
