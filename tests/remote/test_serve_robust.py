@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import portable as pk
+
 from .triton_support import pytriton_reason
 
 torch = pytest.importorskip("torch")
@@ -396,3 +398,26 @@ def test_alpyka_serve_says_at_once_that_ctrl_c_stops_it(tmp_path):
     text = (tmp_path / "cli.out").read_text()
     assert proc.returncode == 0 and text.rstrip().endswith("alpyka serve: stopped"), text
     assert not group_pids(pid) and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("port", [-5, 65536, 80.0, "8001", True])
+def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, port):
+    """``--grpc-port -5`` was an OverflowError traceback from the port probe"""
+    from inference import serve
+
+    with pytest.raises(pk.ArgumentError, match=r"the gRPC port is 0 to 65535 \(0 picks a free one\), got"):
+        serve(str(tmp_path / "never-read.pt2"), grpc_port=port)
+    with pytest.raises(pk.ArgumentError, match=r"the metrics port is 0 to 65535"):
+        serve(str(tmp_path / "never-read.pt2"), grpc_port=0, metrics_port=port)
+
+
+def test_the_cli_says_a_port_out_of_range_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "inference.serving", str(tmp_path / "m.pt2"), "--grpc-port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "alpyka serve: error: the gRPC port is 0 to 65535 (0 picks a free one), got 70000"
