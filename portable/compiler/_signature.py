@@ -12,7 +12,7 @@ import numpy as np
 import soa
 
 from .._buffer import Buffer
-from ._errors import KernelArgumentError
+from ._errors import KernelArgumentError, KernelDeviceMismatch
 from .ir import Param
 from .types import INDEX, ArrayType, ScalarType, literal_type, scalar_type
 
@@ -216,7 +216,7 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
             check_kernel_dtype(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
             check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         if where is not None and not device.can_access(where):
-            raise KernelArgumentError(
+            raise KernelDeviceMismatch(
                 f"kernel {kernel_name!r}: argument {names[i]!r} lives on {where}, which a queue of "
                 f"{device} cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)"
             )
