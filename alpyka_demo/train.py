@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 import portable as pk
+from portable.cli import CliError
 
 from . import _events as E
 from ._layouts import FEATURES, INDEX
@@ -33,7 +35,28 @@ TRAIN_SEED = 1_000_000  # training events never overlap the demo's seeds (0, 1, 
 
 
 def model_dir() -> Path:
-    return Path(os.environ.get("ALPYKA_MODEL_DIR", Path.home() / ".cache" / "alpyka" / "models"))
+    """``$ALPYKA_MODEL_DIR``, else ``~/.cache/alpyka/models``."""
+    if os.environ.get("ALPYKA_MODEL_DIR"):
+        return Path(os.environ["ALPYKA_MODEL_DIR"])
+    try:
+        return Path.home() / ".cache" / "alpyka" / "models"
+    except RuntimeError as exc:  # no HOME and no password entry
+        raise CliError(f"the demo's model directory: {exc}; set ALPYKA_MODEL_DIR to a writable directory") from None
+
+
+def writable_model_dir() -> Path:
+    """:func:`model_dir`, made if missing; a CliError naming ``ALPYKA_MODEL_DIR`` where it cannot
+    be written (checked before minutes of training are spent on a model that cannot be saved)."""
+    directory = model_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=directory).close()
+    except OSError as exc:
+        raise CliError(
+            f"the demo's model directory {directory} cannot be written ({exc.strerror or exc}); set "
+            "ALPYKA_MODEL_DIR to a writable directory (the model is trained and saved there on the first run)"
+        ) from None
+    return directory
 
 
 def make_dataset(
@@ -143,9 +166,9 @@ def ensure_model(kind: str = "exported", log: bool = True) -> Path:
     """The trained model file of ``kind`` ("exported", "aot" or "jit"), training it first if missing."""
     if kind not in FILES:
         raise ValueError(f"model kind {kind!r}: choose one of {list(FILES)}")
-    directory = model_dir()
-    path = directory / FILES[kind]
+    path = model_dir() / FILES[kind]
     if not path.exists():
+        directory = writable_model_dir()
         if log:
             print(f"training the edge classifier (first run; saved to {directory}) ...")
         model, _ = train(log=log)

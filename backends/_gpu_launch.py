@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 import soa
-from portable import Buffer, DeviceMismatch, WorkDivError
+from portable import Buffer, WorkDivError
 from portable.caches import IdentityCache
-from portable.compiler import check_shared_needs, debug_enabled
+from portable.compiler import KernelDeviceMismatch, check_shared_needs, debug_enabled
 from portable.spi import KernelHandle, PlanCache
 
 from ._c_dialect import DIALECTS
@@ -82,15 +82,6 @@ def same_value(a: Any, b: Any) -> bool:
 _SCALAR_TYPES = frozenset({int, float, bool, *(np.dtype(c).type for c in "?bhilqBHILQefd")})
 
 
-def _mismatch_error() -> type:
-    from portable.compiler import KernelArgumentError
-
-    class KernelDeviceMismatch(DeviceMismatch, KernelArgumentError):
-        """A kernel argument in memory the queue's device cannot use (both error kinds)."""
-
-    return KernelDeviceMismatch
-
-
 def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
     """DeviceMismatch (also a KernelArgumentError) for a view or buffer of memory the queue's
     device cannot use."""
@@ -101,13 +92,10 @@ def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
             if where is not None and not device.can_access(where):
                 names = names or kernel.param_names
                 label = names[i] if i < len(names) else str(i)
-                raise _MISMATCH(
+                raise KernelDeviceMismatch(
                     f"kernel {kernel.__name__!r}: argument {label!r} lives on {where}, which a queue of {device} "
                     "cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)"
                 )
-
-
-_MISMATCH = _mismatch_error()
 
 
 def checked_static_shared(kir: Any, device: Any, dialect: str) -> int:

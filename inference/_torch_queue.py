@@ -67,8 +67,15 @@ def memory_path(device: pk.Device) -> str:
 
 
 def torch_device(device: pk.Device) -> torch.device:
-    """The torch device a model runs on for work of ``device`` (CPU for host and copy paths)."""
+    """The torch device a model runs on for work of ``device`` (CPU for host and copy paths); an
+    :class:`~portable.ArgumentError` for a device of the GPU emulator, whose memory is no torch
+    device's (docs/testing.md)."""
     if memory_path(device) == "cuda":
+        if device.capabilities.emulated:
+            raise pk.ArgumentError(
+                f"{device}: torch has no device for the memory of alpyka's GPU emulator; run models on "
+                "a queue of cpu_serial, cpu_threads or opencl, or unset ALPYKA_EMULATE on a machine with the GPU"
+            )
         ordinal = device.properties.get("ordinal", device.index) if device.properties else device.index
         return torch.device(device.capabilities.torch_device_type, int(ordinal))
     return torch.device("cpu")

@@ -22,6 +22,7 @@ from ._errors import (
     EnvVarError,
     KernelBuildError,
     NameNotFound,
+    NoSuchDevice,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -73,6 +74,7 @@ __all__ = [
     "ArgumentTypeError",
     "AsyncError",
     "BackendUnavailable",
+    "NoSuchDevice",
     "Buffer",
     "CaptureError",
     "Graph",

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import ArgumentError, BackendUnavailable
+import numpy as np
+
+from ._errors import ArgumentError, ArgumentTypeError, BackendUnavailable, NoSuchDevice
 from ._registry import HOST_BACKEND, check_devices_with, get_backend
 
 
@@ -148,13 +150,19 @@ def devices(backend: str) -> list[Device]:
 def device(backend: str, index: int = 0) -> Device:
     """Device ``index`` of ``backend`` (``pk.device("cuda", 1)``); a backend that finds its
     devices lazily (opencl's probes) does the work for the devices up to ``index`` only."""
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise ArgumentTypeError(f"pk.device's index is an int (0 for the first device), got {index!r}")
+    index = int(index)
     impl = get_backend(backend)
     first = getattr(impl, "first_devices", None)
     devs = list(first(index + 1)) if callable(first) and index >= 0 else []
     if not 0 <= index < len(devs):
         devs = list(impl.devices())
     if not 0 <= index < len(devs):
-        raise IndexError(f"backend {backend!r} has {len(devs)} device(s); index {index} is out of range")
+        raise NoSuchDevice(
+            f"backend {backend!r} has {len(devs)} device(s), indices 0 to {len(devs) - 1}; index {index} is "
+            f"out of range (pk.devices({backend!r}) lists them)"
+        )
     return devs[index]
 
 

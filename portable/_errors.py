@@ -13,6 +13,11 @@ class BackendUnavailable(AlpykaError):
     """The backend cannot be used here; the message says why."""
 
 
+class NoSuchDevice(ArgumentError, IndexError):
+    """``pk.device(backend, index)`` with an index beyond the backend's devices (an IndexError
+    too, as a sequence's index is)."""
+
+
 class WorkDivError(AlpykaError, ValueError):
     """A work division the device cannot run."""
 

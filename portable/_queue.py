@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ._deferred import run_deferred
 from ._device import Device
 from ._errors import ArgumentTypeError, AsyncError, DeviceMismatch
@@ -22,6 +24,14 @@ def _checked_device(device: Any, what: str) -> Device:
     if not isinstance(device, Device):
         raise ArgumentTypeError(f"{what} needs a pk.Device (from pk.device(...)), got {type(device).__name__}")
     return device
+
+
+def _checked_flag(value: Any, what: str) -> bool:
+    """``value`` as a bool; ArgumentTypeError for anything but True/False (numpy's bools too):
+    ``blocking="no"`` would otherwise be a blocking queue, silently."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{what} takes True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 def _inline_lock(impl: Any) -> Any:
@@ -98,7 +108,7 @@ class Queue:
 
     def __init__(self, device: Device, blocking: bool = False) -> None:
         self.device = _checked_device(device, "Queue")
-        self.blocking = bool(blocking)
+        self.blocking = _checked_flag(blocking, "Queue blocking")
         self._impl = device.backend.create_queue(device, self.blocking)
         #: the lock under which the queue runs native work in place (a blocking host queue), so
         #: that ``enqueue_native`` runs it with no call into the implementation: a model's

@@ -116,7 +116,8 @@ class Layout:
                     f"got {alignment_enforcement!r}"
                 )
             cls.alignment_enforcement = alignment_enforcement
-        inherited = list(cls.fields)
+        # the bases' fields: a field named "fields" shadows the attribute in cls itself (refused below)
+        inherited = list(next(b.__dict__["fields"] for b in cls.__mro__[1:] if "fields" in b.__dict__))
         own = [v for v in vars(cls).values() if isinstance(v, Field)]
         names = {f.name for f in inherited}
         for f in own:

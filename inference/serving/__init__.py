@@ -36,6 +36,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,8 @@ def serve(
     else:
         token = secrets.token_urlsafe(32)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
+        if port is not None and (isinstance(port, bool) or not isinstance(port, Integral) or not 0 <= port <= 65535):
+            raise pk.ArgumentError(f"the {what} port is 0 to 65535 (0 picks a free one), got {port!r}")
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one (0 picks a free one)")
     own = workdir is None

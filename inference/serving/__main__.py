@@ -119,8 +119,11 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
             if not server.is_running():
                 _report_end(server, prog)
                 return 1
+        # said at once: Triton unloads its models and ends its stubs before it exits (seconds)
+        print(f"{prog}: stopping the server (Triton unloads its models)", file=sys.stderr, flush=True)
     finally:
         server.stop()
+    print(f"{prog}: stopped", file=sys.stderr, flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ same way for every subcommand:
   a ``ValueError``/``TypeError``/``LookupError``/``ImportError``/``OSError`` raised on bad input)
   prints one line, ``<prog>: error: <the first line of its message>``, and the exit status is 2;
   an optional package that is missing (torch, tritonclient, pytriton) says how to install it;
+- the reader of the output gone (``alpyka info | head -1``) ends it quietly, exit status 141;
 - any other exception (a bug) keeps its traceback; ``ALPYKA_TRACEBACK=1`` shows the traceback
   of every error.
 
@@ -20,6 +21,7 @@ errors the same way. :func:`load_reference` imports what a ``module:attribute`` 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -44,11 +46,23 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(args, prog)
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception as exc:
         if _traceback_wanted() or not isinstance(exc, USER_ERRORS):
             raise
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _reader_gone() -> int:
+    """The reader of the output left (``alpyka info | head -1``): end quietly, as a shell tool
+    does (exit status 141, SIGPIPE's), with stdout pointed at /dev/null so that the interpreter's
+    last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 def _traceback_wanted() -> bool:

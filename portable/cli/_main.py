@@ -94,11 +94,11 @@ def commands() -> dict[str, Callable[[], Callable[[list[str], str], int]]]:
     return found
 
 
-def _parser(names: list[str]) -> argparse.ArgumentParser:
+def _parser(names: list[str], prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="alpyka",
+        prog=prog,
         description="alpyka: portable kernels, SoA collections and inference",
-        epilog="Run `alpyka COMMAND --help` for a command's own flags.",
+        epilog=f"Run `{prog} COMMAND --help` for a command's own flags.",
     )
     parser.add_argument(
         "command",
@@ -109,21 +109,21 @@ def _parser(names: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "alpyka") -> int:
+    """Run ``alpyka`` (or ``python -m portable``, named ``prog``) on ``argv``; the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     found = commands()
     order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
     # the command is parsed here; everything after it belongs to the command's own parser
-    name = _parser(order).parse_args(argv[:1]).command
-    prog = f"alpyka {name}"
+    name = _parser(order, prog).parse_args(argv[:1]).command
 
     def command(args: list[str], prog: str) -> int:
         return found[name]()(args, prog)  # imported here: its import errors print like its own
 
     try:
-        return run(command, argv[1:], prog)
+        return run(command, argv[1:], f"{prog} {name}")
     except KeyboardInterrupt:
-        print("alpyka: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._errors import AlpykaError
+from .._errors import AlpykaError, DeviceMismatch
 
 
 class KernelSyntaxError(AlpykaError, SyntaxError):
@@ -23,6 +23,11 @@ class KernelSyntaxError(AlpykaError, SyntaxError):
 
 class KernelArgumentError(AlpykaError, TypeError):
     """Wrong number or kind of kernel arguments, or arguments of another device."""
+
+
+class KernelDeviceMismatch(DeviceMismatch, KernelArgumentError):
+    """A kernel argument in memory the queue's device cannot use (both error kinds), on every
+    backend."""
 
 
 #: the kinds of :class:`KernelCheckError`: what a GPU would leave wrong or undefined

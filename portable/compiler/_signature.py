@@ -12,7 +12,7 @@ import numpy as np
 import soa
 
 from .._buffer import Buffer
-from ._errors import KernelArgumentError
+from ._errors import KernelArgumentError, KernelDeviceMismatch
 from .ir import Param
 from .types import INDEX, ArrayType, ScalarType, literal_type, scalar_type
 
@@ -169,6 +169,17 @@ def check_byte_order(dtype: Any, what: str) -> None:
         )
 
 
+def check_kernel_dtype(dtype: Any, what: str) -> None:
+    """KernelArgumentError naming ``what`` for memory of a dtype kernels have no type for
+    (float16, complex, strings, datetimes)."""
+    try:
+        scalar_type(dtype)
+    except TypeError as exc:
+        raise KernelArgumentError(
+            f"{what}: {exc}; convert the data first (e.g. arr.astype(np.float32) for float16)"
+        ) from None
+
+
 def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> None:
     """Raise KernelArgumentError for a wrong count, unsupported type or memory of another device."""
     if len(args) != len(names):
@@ -180,6 +191,8 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
         where = None
         if isinstance(a, soa.View):
             where = a.device
+            for f in a.layout.iter_fields():
+                check_kernel_dtype(f.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}, field {f.name!r}")
         elif isinstance(a, Buffer):
             where = a.device
             if not 1 <= len(a.shape) <= 3:
@@ -187,6 +200,7 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
                     f"kernel {kernel_name!r}: argument {names[i]!r} is a "
                     f"{len(a.shape)}-d buffer; kernels take 1-3 dimensional buffers"
                 )
+            check_kernel_dtype(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
             check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         elif isinstance(a, np.ndarray):
             if not device.is_host_memory:
@@ -199,13 +213,10 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
                     f"kernel {kernel_name!r}: argument {names[i]!r} must be a "
                     "C-contiguous numpy array of 1-3 dimensions"
                 )
-            try:
-                scalar_type(a.dtype)
-            except TypeError as exc:
-                raise KernelArgumentError(f"kernel {kernel_name!r}: argument {names[i]!r}: {exc}") from None
+            check_kernel_dtype(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
             check_byte_order(a.dtype, f"kernel {kernel_name!r}: argument {names[i]!r}")
         if where is not None and not device.can_access(where):
-            raise KernelArgumentError(
+            raise KernelDeviceMismatch(
                 f"kernel {kernel_name!r}: argument {names[i]!r} lives on {where}, which a queue of "
                 f"{device} cannot use; copy it there first (coll.to(dev, q) / pk.memcpy)"
             )

@@ -72,3 +72,16 @@ def test_the_demo_defaults_to_the_measured_fastest_cpu_backend(monkeypatch):
     assert pipeline.demo_backend() == "cpu_serial"
     monkeypatch.setenv("ALPYKA_BACKEND", "cpu_threads")
     assert pipeline.demo_backend() == "cpu_threads"
+
+
+def test_an_unwritable_model_dir_is_refused_before_training(tmp_path, monkeypatch):
+    """the demo trained for half a minute, then failed to save with a bare OSError line"""
+    from alpyka_demo import train
+    from portable.cli import CliError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("ALPYKA_MODEL_DIR", str(blocker / "models"))
+    monkeypatch.setattr(train, "train", lambda **kw: pytest.fail("trained before checking the directory"))
+    with pytest.raises(CliError, match=r"model directory .*a-file/models cannot be written.*set ALPYKA_MODEL_DIR"):
+        train.ensure_model("exported", log=False)

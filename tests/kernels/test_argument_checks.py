@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+import soa
 from alpyka_testing.kernels import download
 
 
@@ -54,3 +55,37 @@ def test_rand_counts_must_be_integers(call, n):
 def test_rand_counts_take_numpy_integers():
     np.testing.assert_array_equal(pk.rand.stream(1, 2, np.int32(5)), pk.rand.stream(1, 2, 5))
     assert pk.rand.uniform(1, 2, np.uint8(0)).shape == (0,)
+
+
+@pk.kernel
+def set_ones(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = 1
+
+
+class HalfHits(soa.Layout):
+    x = soa.column(np.float32)
+    e = soa.column(np.float16)
+
+
+@pk.kernel
+def set_x(acc, hits, n):
+    for i in acc.uniform_elements(n):
+        hits.x[i] = 1
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.complex64, "U3", "datetime64[s]"])
+def test_a_buffer_of_a_dtype_kernels_lack_is_refused_naming_the_argument(queue, dtype):
+    """was a bare TypeError from the compiler's type table, naming neither kernel nor argument"""
+    out = pk.Buffer(queue.device, 4, dtype)
+    with pytest.raises(pk.KernelArgumentError, match=r"kernel 'set_ones': argument 'out': dtype .* convert the data"):
+        pk.exec(queue, pk.valid_workdiv(queue.device, 4), set_ones, out, 4)
+    if queue.device.is_host_memory:  # numpy arrays: the CPU backends
+        with pytest.raises(pk.KernelArgumentError, match=r"kernel 'set_ones': argument 'out': dtype"):
+            pk.exec(queue, pk.valid_workdiv(queue.device, 4), set_ones, np.zeros(4, dtype), 4)
+
+
+def test_a_view_with_a_float16_column_is_refused_naming_the_field(queue):
+    hits = pk.PortableCollection(HalfHits, 4, queue)
+    with pytest.raises(pk.KernelArgumentError, match=r"kernel 'set_x': argument 'hits', field 'e': dtype float16"):
+        pk.exec(queue, pk.valid_workdiv(queue.device, 4), set_x, hits.view(), 4)

@@ -35,6 +35,29 @@ def test_devices_queues_and_events_are_objects_not_names():
         pk.Event("cpu_serial")
 
 
+def test_device_indices(device):
+    """an index past the devices was a bare IndexError, a string one a TypeError from a comparison"""
+    name = device.backend_name
+    match = rf"backend '{name}' has \d+ device\(s\).*index 99 is out of range.*pk\.devices"
+    with _raises(pk.NoSuchDevice, IndexError, match):
+        pk.device(name, 99)
+    with _raises(pk.NoSuchDevice, ValueError, r"index -1 is out of range"):
+        pk.device(name, -1)
+    for bad in ("0", 0.0, True, None):
+        with _raises(pk.ArgumentTypeError, TypeError, r"pk\.device's index is an int"):
+            pk.device(name, bad)
+    assert pk.device(name, np.int64(0)) is pk.device(name)
+
+
+def test_queue_blocking_is_true_or_false(device):
+    """``blocking="no"`` made a blocking queue, silently"""
+    for bad in ("no", "False", 0, 1, None):
+        with _raises(pk.ArgumentTypeError, TypeError, r"Queue blocking takes True or False, got"):
+            pk.Queue(device, blocking=bad)
+    assert pk.Queue(device, blocking=np.bool_(True)).blocking is True
+    assert pk.Queue(device, blocking=False).blocking is False
+
+
 def test_buffer_dtype_and_shape(device):
     with _raises(pk.ArgumentTypeError, TypeError, r"dtype 'flaot32' is not a numpy dtype; pass one such as np\."):
         pk.Buffer(device, 8, "flaot32")

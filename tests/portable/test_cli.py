@@ -130,3 +130,30 @@ def test_a_command_that_does_not_import_prints_one_line(capsys, monkeypatch):
     assert _cli.main(["demo"]) == 2
     err = capsys.readouterr().err
     assert "alpyka demo: error: the command module 'alpyka_no_such_module_y' does not import" in err
+
+
+def test_python_m_portable_is_the_alpyka_command():
+    """``python -m portable`` offered ``info`` only: no way to the other commands without the script"""
+    out = subprocess.run(
+        [sys.executable, "-m", "portable", "--help"], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert out.startswith("usage: python -m portable")
+    for name in _cli.HELP:
+        assert f"{name}:" in out, name
+    bad = subprocess.run([sys.executable, "-m", "portable", "nope"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr and "'demo'" in bad.stderr
+    plain = subprocess.run([sys.executable, "-m", "portable"], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert plain.stdout.startswith("alpyka ") and "cpu_serial" in plain.stdout  # no command: info
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """``alpyka info | head -1`` printed 'alpyka info: error: [Errno 32] Broken pipe'"""
+    code = (
+        "import sys\n"
+        "from portable.cli import run\n"
+        "def command(args, prog):\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "sys.exit(run(command, [], 'alpyka info'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert (done.returncode, done.stderr) == (141, "")

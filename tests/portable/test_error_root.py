@@ -153,8 +153,7 @@ def _public_path(cls: type) -> str | None:
 
 def test_every_error_and_warning_is_public():
     classes = {**EXCEPTIONS, **WARNINGS}
-    # a class made inside a function (backends._gpu_launch's KernelDeviceMismatch) is caught by
-    # its public bases
+    # a class made inside a function is caught by its public bases
     offenders = sorted(
         name
         for name, cls in classes.items()

@@ -34,7 +34,7 @@ def test_unavailable_backend_gives_reason():
 def test_devices_and_host(device):
     assert device in pk.devices(device.backend_name)
     assert pk.host().is_host_memory and pk.host().backend_name == "cpu_serial"
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(pk.NoSuchDevice, match="out of range"):
         pk.device(device.backend_name, 99)
 
 

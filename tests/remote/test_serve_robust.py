@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import portable as pk
+
 from .triton_support import pytriton_reason
 
 torch = pytest.importorskip("torch")
@@ -375,3 +377,47 @@ def test_alpyka_serve_keeps_the_log_of_a_server_that_ended(tmp_path):
         _stop(proc)
         if kept is not None:
             kept.unlink(missing_ok=True)
+
+
+@needs_triton
+def test_alpyka_serve_says_at_once_that_ctrl_c_stops_it(tmp_path):
+    """Ctrl-C: Triton takes seconds to unload its models; ``alpyka serve`` said nothing until it
+    exited. It says so at once, then that it stopped, with no process of the server left."""
+    proc, line = _start_cli(tmp_path, "--grpc-port", "0")
+    pid = int(line.split("(pid ")[1].split(")")[0])
+    try:
+        proc.send_signal(signal.SIGINT)
+        out = tmp_path / "cli.out"
+        deadline = time.monotonic() + 2
+        while "stopping the server" not in out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "alpyka serve: stopping the server" in out.read_text()
+        proc.wait(60)  # hang guard
+    finally:
+        _stop(proc)
+    text = (tmp_path / "cli.out").read_text()
+    assert proc.returncode == 0 and text.rstrip().endswith("alpyka serve: stopped"), text
+    assert not group_pids(pid) and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("port", [-5, 65536, 80.0, "8001", True])
+def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, port):
+    """``--grpc-port -5`` was an OverflowError traceback from the port probe"""
+    from inference import serve
+
+    with pytest.raises(pk.ArgumentError, match=r"the gRPC port is 0 to 65535 \(0 picks a free one\), got"):
+        serve(str(tmp_path / "never-read.pt2"), grpc_port=port)
+    with pytest.raises(pk.ArgumentError, match=r"the metrics port is 0 to 65535"):
+        serve(str(tmp_path / "never-read.pt2"), grpc_port=0, metrics_port=port)
+
+
+def test_the_cli_says_a_port_out_of_range_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "inference.serving", str(tmp_path / "m.pt2"), "--grpc-port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "alpyka serve: error: the gRPC port is 0 to 65535 (0 picks a free one), got 70000"

@@ -186,3 +186,12 @@ def test_an_alignment_not_a_power_of_two_is_refused(bad):
 
         class L(soa.Layout, alignment=bad):
             x = soa.column(np.float32)
+
+
+@pytest.mark.parametrize("name", ["fields", "size", "describe", "alignment"])
+def test_every_reserved_name_is_refused_as_such(name):
+    """a field named ``fields`` failed inside the class machinery ("'Field' object is not iterable")"""
+    with pytest.raises(TypeError, match=rf"field name '{name}' is reserved"):
+        type("Bad", (soa.Layout,), {name: soa.column(np.float32)})
+    with pytest.raises(TypeError, match=rf"field name '{name}' is reserved"):  # below a layout of its own
+        type("Bad2", (Hits,), {name: soa.column(np.float32)})
