@@ -2,7 +2,9 @@
 one IR -> C step (``backends._gpu_launch.emit_for``) by tests/conftest.py, never by the library:
 
 - ``ALPYKA_CHECK_CUDA=1``: each kernel an OpenCL launch builds is also emitted as CUDA C and
-  compiled to PTX by NVRTC, with the options cupy's ``RawModule`` gives it (no GPU needed);
+  compiled to PTX by NVRTC, with the options cupy's ``RawModule`` gives it (no GPU needed), once
+  per cache: a marker shared by the processes says which texts compiled
+  (``backends._c_build.nvrtc_check``);
 - ``ALPYKA_CHECK_HIP=1``: each kernel a device launch builds (OpenCL, CUDA or ROCm, emulated or
   not) also has its HIP text compiled for gfx90a and gfx942 (``backends/_hip_check.py``).
 
@@ -25,8 +27,9 @@ def check(kernel: Any, kir: Any, src: Any, unit_elements: bool) -> None:
     from backends import _c_build, _gpu_launch, _hip_check
 
     if src.dialect == "opencl" and env_flag("ALPYKA_CHECK_CUDA", False, meaning=CUDA_MEANING):
-        # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs
-        _c_build.nvrtc_compile(
+        # with the options NVRTC gets from cupy.RawModule, so the guard compiles what runs; a text
+        # another process of this cache compiled with them is not compiled again (a marker)
+        _c_build.nvrtc_check(
             _gpu_launch.emit_checked(kernel, kir, "cuda", unit_elements),
             os.environ.get("ALPYKA_CUDA_ARCH", "compute_90"),
             _c_build.float_options("cuda", kir.fast_math) + _c_build.CUPY_NVRTC_APPENDED,

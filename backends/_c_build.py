@@ -7,6 +7,7 @@ own Python file:line for it.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -125,6 +126,61 @@ def nvrtc_compile(src: CSource, arch: str = "compute_90", options: tuple[str, ..
     if ptx is None:
         ptx = _PTX[key] = _nvrtc_compile(src, arch, options)
     return ptx
+
+
+def nvrtc_check(src: CSource, arch: str = "compute_90", options: tuple[str, ...] = ()) -> None:
+    """Compile a CUDA-dialect source through NVRTC only to see that it compiles (KernelBuildError
+    as :func:`nvrtc_compile`), unless a trusted marker of this cache says this exact text, NVRTC,
+    arch and options compiled before (``backends._check_markers``: processes share them)."""
+    from . import _check_markers
+
+    name = _check_markers.digest(nvrtc_identity(), arch, *options, f"{src.kernel_name or 'kernel'}.cu", src.text)
+    if _check_markers.passed("nvrtc", name):
+        return
+    nvrtc_compile(src, arch, options)  # (a text this process compiled is not compiled again either)
+    _check_markers.record("nvrtc", name)
+
+
+_identity: list[str] = []
+
+
+def nvrtc_identity() -> str:
+    """What decides NVRTC's result besides the source and options: its version, its packages'
+    versions and the library file this process loaded (path, size, modification time)."""
+    if _identity:
+        return _identity[0]
+    from importlib import metadata
+
+    from cuda.bindings import nvrtc
+
+    _, major, minor = nvrtc.nvrtcVersion()
+    parts = [f"nvrtc {major}.{minor}"]
+    for dist in ("cuda-bindings", "nvidia-cuda-nvrtc"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist} none")
+    parts += _loaded_libraries("libnvrtc")
+    _identity.append(", ".join(parts))
+    return _identity[0]
+
+
+def _loaded_libraries(stem: str) -> list[str]:
+    """``path size mtime_ns`` of each file named ``stem*`` this process has mapped (Linux)."""
+    found = []
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = sorted({line.split(None, 5)[-1].strip() for line in fh if stem in line})
+    except OSError:
+        return ["maps unreadable"]
+    for path in paths:
+        if os.path.basename(path).startswith(stem):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            found.append(f"{path} {st.st_size} {st.st_mtime_ns}")
+    return found
 
 
 def _nvrtc_compile(src: CSource, arch: str, options: tuple[str, ...]) -> str:

@@ -32,15 +32,22 @@ import importlib
 from typing import Any
 
 from ._block import Block
-from ._layout import LayoutError
 from ._loading import ModelFileError, load_state_dict
-from ._metadata import ModelMetadata, SoAMetadata
-from ._model import Model
 from ._pipeline import OutputsNotFilled, PipelineError
 from ._pipeline_api import Pipeline, pipeline
-from ._runtime import set_torch_threads, torch_threads
 from .remote import RemoteModel, RemotePipeline  # tritonclient itself loads with the first connection
 from .serving import serve  # PyTriton itself loads in the server process
+
+#: names whose modules import torch, imported at their first use: a process that only serves an
+#: ONNX model or a pipeline without models (``serve``'s server process) never loads torch
+_WITH_TORCH = {
+    "LayoutError": "._layout",
+    "ModelMetadata": "._metadata",
+    "SoAMetadata": "._metadata",
+    "Model": "._model",
+    "set_torch_threads": "._runtime",
+    "torch_threads": "._runtime",
+}
 
 __all__ = [
     "Block",
@@ -65,6 +72,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    module = _WITH_TORCH.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value  # later lookups do not come here
+        return value
     if name == "aot":  # imported lazily: `python -m inference.aot` must not find it imported
         return importlib.import_module("inference.aot")
     if name == "export":  # export(module, example_inputs, "x.pt2" | "x.onnx"); lazily, as aot

@@ -41,13 +41,14 @@ import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from portable import AlpykaError
 
 from ._zip_layout import Entry, ZipLayoutError, read_entry, read_layout
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ModelFileError(AlpykaError, ValueError):
@@ -249,6 +250,8 @@ def _check_sample_inputs(path: Path, zf: _Archive, entry: str) -> None:
     data = zf.read(entry)
     if not data:  # torch reads an empty entry as no inputs
         return
+    import torch
+
     try:
         torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - the weights-only loader raises many kinds
@@ -290,6 +293,8 @@ def load_state_dict(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     fmt = detect_format(path)
     if fmt in ("jit", "aot", "exported", "onnx"):
         raise ModelFileError(f"{path} is a {fmt} model, not a state dict; load it with inference.Model")
+    import torch
+
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -340,6 +345,8 @@ def refuse(path: str | os.PathLike, fmt: str) -> ModelFileError:
 def jit_load(data: bytes | str | os.PathLike, map_location: Any, **kwargs: Any) -> Any:
     """``torch.jit.load`` from bytes or a path, without torch's TorchScript deprecation warning
     (the user chose a TorchScript file; the warning would repeat at every deployment)."""
+    import torch
+
     source = io.BytesIO(data) if isinstance(data, bytes) else os.fspath(data)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
@@ -348,6 +355,8 @@ def jit_load(data: bytes | str | os.PathLike, map_location: Any, **kwargs: Any) 
 
 def jit_save_bytes(module: Any) -> bytes:
     """A ScriptModule serialised to bytes (no deprecation warning, see :func:`jit_load`)."""
+    import torch
+
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
@@ -374,6 +383,8 @@ def read_exported(path: str | os.PathLike) -> Any:
     fmt = detect_format(path, data)
     if fmt != "exported":
         raise ModelFileError(f"{path}: not a torch.export program (it is {fmt!r}); load it with inference.Model")
+    import torch
+
     try:
         return torch.export.load(io.BytesIO(data))
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged archive
@@ -393,6 +404,8 @@ def exported_module(program: Any, device: torch.device | str) -> torch.nn.Module
     torch's ``move_to_device_pass`` moves both, in place: it is given a copy (a save/load round
     trip; ``copy.deepcopy`` of a program warns on recent torch), so ``program`` serves every
     device. A torch without the pass gets ``module().to(device)``."""
+    import torch
+
     device = torch.device(device)
     try:
         from torch.export.passes import move_to_device_pass

@@ -5,6 +5,7 @@ torch tensors, and the checks of blocks against the model's declared inputs and 
     run = program.runner(torch.device("cpu"))       # a callable on torch tensors
     run.check(inputs, outputs, input_dtype)         # blocks vs the model's declarations (cached)
     results = run(out_shapes, *tensors)             # {block: tensor} or a tuple in model order
+    program.runner(HOST).run_arrays(*arrays)        # numpy arrays on the CPU, without torch
 
 Inputs are bound with ``IOBinding.bind_input`` over the tensors' own memory: ORT needs dense
 row-major tensors, so a block is bound without a copy only when its strided tensor is
@@ -20,6 +21,9 @@ Execution providers: the CPU EP on CPU backends (and the copy path); the CUDA EP
 with the queue's stream as its compute stream (``user_compute_stream``; one session per
 stream, made on first use) and no synchronisation after a run, so ORT's kernels are ordered
 with the queue's. ROCm has no EP on PyPI: the cuda/rocm memory path refuses it by name.
+
+torch is imported where tensors are made or read, not by this module: a served ONNX model on the
+CPU (``serve``'s server process) runs on numpy arrays and loads no torch.
 """
 
 from __future__ import annotations
@@ -27,19 +31,18 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
 
 from portable import ArgumentError, ArgumentTypeError
 
 from ._block import Block
-from ._gather import gather
 from ._loading import ModelFileError
 from ._onnx_files import external_data_files
-from ._runtime import torch_threads
-from ._tensors import torch_dtype
+
+if TYPE_CHECKING:
+    import torch
 
 #: ONNX tensor element types (as ORT spells them) -> numpy dtypes
 _ONNX_TYPES = {
@@ -119,10 +122,27 @@ def row_major(block: Block) -> bool:
     return True
 
 
-def session_options(ort: Any) -> Any:
-    """One intra-op and one inter-op thread (alpyka's queues own the cores), sequential, quiet."""
+class HostDevice(NamedTuple):
+    """The CPU as a runner's device where no torch is loaded (a ``torch.device`` reads the same)."""
+
+    type: str = "cpu"
+    index: int | None = None
+
+
+#: :meth:`OnnxProgram.runner`'s device for :meth:`OnnxRunner.run_arrays` (numpy, no torch)
+HOST = HostDevice()
+
+
+def session_options(ort: Any, intra_op: int | None = None) -> Any:
+    """``intra_op`` intra-op threads (None: torch's intra-op count, see :mod:`inference._runtime`;
+    0: ONNX Runtime's default) and one inter-op thread (alpyka's queues own the cores),
+    sequential, quiet."""
+    if intra_op is None:
+        from ._runtime import torch_threads
+
+        intra_op = int(torch_threads()["intra_op"])
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = int(torch_threads()["intra_op"])
+    opts.intra_op_num_threads = int(intra_op)
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
@@ -135,10 +155,12 @@ class OnnxProgram:
     A model with external data (weights in ``model.onnx.data`` beside it) is loaded by its
     absolute path, so ONNX Runtime reads that data from the model's folder whatever the working
     directory (a model given as bytes would read it from the working directory): its files are
-    checked first (:func:`external_data_files`)."""
+    checked first (:func:`external_data_files`). ``intra_op``: its sessions' intra-op threads
+    (default: torch's count, as :func:`session_options` says)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, intra_op: int | None = None) -> None:
         self.ort = import_ort()
+        self.intra_op = intra_op
         self.path = os.fspath(path)
         with open(self.path, "rb") as fh:
             self.data = fh.read()
@@ -147,7 +169,7 @@ class OnnxProgram:
         self.source: bytes | str = os.path.abspath(self.path) if self.external_files else self.data
         try:
             session = self.ort.InferenceSession(
-                self.source, session_options(self.ort), providers=["CPUExecutionProvider"]
+                self.source, session_options(self.ort, intra_op), providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -160,8 +182,9 @@ class OnnxProgram:
         self._cpu_session = session
         self._lock = threading.Lock()
 
-    def runner(self, tdev: torch.device) -> OnnxRunner:
-        """A runner for models run on ``tdev`` (the provider is checked now)."""
+    def runner(self, tdev: torch.device | HostDevice) -> OnnxRunner:
+        """A runner for models run on ``tdev`` (the provider is checked now; :data:`HOST`: the CPU,
+        for :meth:`OnnxRunner.run_arrays` without torch)."""
         provider = choose_provider(tdev.type, self.ort.get_available_providers())
         return OnnxRunner(self, tdev, provider)
 
@@ -173,13 +196,15 @@ class OnnxProgram:
         if stream:
             options.update(has_user_compute_stream="1", user_compute_stream=str(stream))
         with self._lock:
-            return self.ort.InferenceSession(self.source, session_options(self.ort), providers=[(provider, options)])
+            return self.ort.InferenceSession(
+                self.source, session_options(self.ort, self.intra_op), providers=[(provider, options)]
+            )
 
 
 class OnnxRunner:
     """Runs an :class:`OnnxProgram` on one device with I/O binding (see the module doc)."""
 
-    def __init__(self, program: OnnxProgram, tdev: torch.device, provider: str) -> None:
+    def __init__(self, program: OnnxProgram, tdev: torch.device | HostDevice, provider: str) -> None:
         self.program, self.tdev, self.provider = program, tdev, provider
         self._sessions: dict[int, Any] = {}
         self._spare: torch.Tensor | None = None  # see _address
@@ -229,7 +254,7 @@ class OnnxRunner:
                 f"{len(inputs)}: {[f'{b.name} {b.dtype}{list(b.shape)}' for b in inputs]}"
             )
         for decl, b in zip(prog.inputs, inputs):
-            dtype = b.dtype if input_dtype is None else np.dtype(torch.empty(0, dtype=input_dtype).numpy().dtype)
+            dtype = b.dtype if input_dtype is None else _numpy_dtype(input_dtype)
             if decl.dtype != dtype:
                 raise ArgumentTypeError(
                     f"{name}: input {decl} gets block {b.name!r} of dtype {dtype}; convert the "
@@ -268,7 +293,11 @@ class OnnxRunner:
 
     # ------------------------------------------------------------------ running
     def _session(self) -> Any:
-        stream = torch.cuda.current_stream(self.tdev).cuda_stream if self.tdev.type == "cuda" else 0
+        stream = 0
+        if self.tdev.type == "cuda":
+            import torch
+
+            stream = torch.cuda.current_stream(self.tdev).cuda_stream
         session = self._sessions.get(stream)
         if session is None:
             session = self._sessions[stream] = self.program.session(self.tdev, self.provider, stream)
@@ -300,6 +329,8 @@ class OnnxRunner:
     def _bind(
         self, session: Any, outputs: Sequence[Block], rows: int | None, tensors: Sequence[torch.Tensor]
     ) -> tuple[Any, dict[str, torch.Tensor]]:
+        import torch
+
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
         for decl, t in zip(self.program.inputs, tensors):
@@ -324,6 +355,8 @@ class OnnxRunner:
         if ptr:
             return ptr
         if self._spare is None:
+            import torch
+
             self._spare = torch.empty(1, dtype=torch.float64, device=self.tdev)
         return self._spare.data_ptr()
 
@@ -356,28 +389,50 @@ class OnnxRunner:
         way): inputs bound in place when row-major (else made so), outputs allocated by ORT and
         returned as CPU tensors in the model's output order. A clear error for a wrong count or
         dtype."""
+        import torch
+
+        self._count(len(tensors))
+        bound = [t.to(self.tdev).contiguous() for t in tensors]  # kept alive until the run returns
+        inputs = [(_numpy_dtype(t.dtype), tuple(t.shape), t.data_ptr()) for t in bound]
+        return [torch.from_numpy(a) for a in self._run_plain(inputs)]
+
+    def run_arrays(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """:meth:`run_tensors` on numpy arrays on the CPU (a runner of :data:`HOST` or a CPU
+        device): the same checks, bindings and errors, no torch; numpy arrays out."""
+        if self.tdev.type != "cpu":
+            raise ArgumentError(f"run_arrays runs on the CPU; this runner runs on {self.tdev.type!r}: use run_tensors")
+        self._count(len(arrays))
+        bound = [np.ascontiguousarray(a) for a in arrays]  # kept alive until the run returns
+        return self._run_plain([(a.dtype, tuple(a.shape), a.ctypes.data) for a in bound])
+
+    def _count(self, given: int) -> None:
+        prog = self.program
+        if given != len(prog.inputs):
+            name = os.path.basename(prog.path)
+            raise ArgumentError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}, got {given}")
+
+    def _run_plain(self, inputs: Sequence[tuple[np.dtype, tuple[int, ...], int]]) -> list[np.ndarray]:
+        """Bind ``(dtype, shape, address)`` per declared input, run, and return the outputs ORT
+        allocated, copied to host arrays in the model's output order."""
         prog = self.program
         name = os.path.basename(prog.path)
-        if len(tensors) != len(prog.inputs):
-            raise ArgumentError(f"{name} takes {len(prog.inputs)} input(s) {prog.inputs}, got {len(tensors)}")
         session = self._session()
         binding = session.io_binding()
         dev_type, dev_id = ("cuda", self.tdev.index or 0) if self.tdev.type == "cuda" else ("cpu", 0)
-        bound = [t.to(self.tdev).contiguous() for t in tensors]  # kept alive until the run returns
-        for decl, t in zip(prog.inputs, bound):
-            dtype = np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
+        for decl, (dtype, shape, address) in zip(prog.inputs, inputs):
             if decl.dtype != dtype:
                 raise ArgumentTypeError(f"{name}: input {decl} gets a tensor of dtype {dtype}")
-            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, tuple(t.shape), t.data_ptr())
+            binding.bind_input(decl.name, dev_type, dev_id, decl.dtype, shape, address)
         for decl in prog.outputs:
             binding.bind_output(decl.name, dev_type, dev_id)
         try:
             session.run_with_iobinding(binding, self._run_options)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
             raise ArgumentError(
-                f"{name} failed on inputs of shape {[list(t.shape) for t in bound]}: {' '.join(str(exc).split())}"
+                f"{name} failed on inputs of shape {[list(shape) for _, shape, _ in inputs]}: "
+                f"{' '.join(str(exc).split())}"
             ) from None
-        return [torch.from_numpy(a) for a in binding.copy_outputs_to_cpu()]
+        return list(binding.copy_outputs_to_cpu())
 
 
 class HostBinding:
@@ -525,10 +580,22 @@ def _copier(dst: np.ndarray, src: np.ndarray, gather_in: bool) -> tuple[Callable
     ``copyto`` for small blocks; the compiled gather (inputs) or torch's ``copy_`` (outputs)."""
     if dst.nbytes <= SMALL_COPY_BYTES:
         return np.copyto, dst, src
+    import torch
+
     if gather_in:
+        from ._gather import gather
+
         return (lambda d, s: gather(s, d)), torch.from_numpy(dst), torch.from_numpy(src)
     return torch.Tensor.copy_, torch.from_numpy(dst), torch.from_numpy(src)
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    from ._tensors import torch_dtype
+
     return torch_dtype(dtype)
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    import torch
+
+    return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)

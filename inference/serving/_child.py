@@ -47,17 +47,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from portable import AlpykaError, ArgumentError, NameNotFound
 from portable.env import env_number
 
-from .. import aot
-from .._loading import detect_format, exported_module, jit_load, read_checked
-from .._onnx import OnnxProgram
 from .._pipeline import derive_config
-from .._tensor_desc import TensorDesc
 from . import _pipelines, _private_args
 from ._access import access_headers, restricted_endpoints
 from ._leftovers import (
@@ -70,122 +62,11 @@ from ._leftovers import (
     unregister_dead_clients,
 )
 from ._lifetime import become_subreaper, start_group_watchdog, stop_events
-from ._spec import ModelSpec, declare_hint, read_program
+from ._models import StartupError, load_model, make_infer, probe_outputs
+from ._spec import ModelSpec
 from ._triton_exit import early_exit_line, exit_code, server_log
 
 ERROR_FILE = "error.txt"
-
-
-class StartupError(AlpykaError, RuntimeError):
-    """A failure with a one-line message that says what to fix."""
-
-
-def model_format(path: str) -> str:
-    """``"jit"``, ``"aot"``, ``"exported"`` or ``"onnx"`` (by content, not by suffix)."""
-    try:
-        return detect_format(path)
-    except Exception:  # noqa: BLE001 - fall back on the suffix; loading reports the real error
-        return "onnx" if path.endswith(".onnx") else "aot" if path.endswith(".pt2") else "jit"
-
-
-def load_model(path: str, device: str) -> Callable[..., Any]:
-    """A callable on torch tensors: TorchScript (.pt), an AOTInductor package or a
-    torch.export program (.pt2), or an ONNX model (ONNX Runtime, loaded and run as
-    ``Model("x.onnx")`` does: :class:`inference._onnx.OnnxProgram`)."""
-    fmt = model_format(path)
-    if fmt == "onnx":
-        return OnnxProgram(path).runner(torch.device(device)).run_tensors
-    if fmt == "aot":
-        return aot.load(path)
-    if fmt == "exported":
-        return exported_module(read_program(path), device)  # checked; the bytes checked are the bytes torch is given
-    module = jit_load(read_checked(path), device)  # a zip torch could read otherwise is refused
-    module.eval()
-    return module
-
-
-def _as_list(out: Any, names: list[str]) -> list[Any]:
-    if isinstance(out, dict):
-        missing = [n for n in names if n not in out]
-        if missing:
-            raise NameNotFound(
-                f"the model returned outputs {list(out)}, not the declared {missing}; return a dict with keys "
-                f"{names} or a tuple in that order (or declare serve(outputs=...) by the names it returns)"
-            )
-        return [out[n] for n in names] if names else list(out.values())
-    if isinstance(out, (list, tuple)):
-        return list(out)
-    return [out]
-
-
-def _decl_text(spec: ModelSpec) -> str:
-    return ", ".join(f"{t.name} {t.dtype} {list(t.dims)}" for t in spec.inputs)
-
-
-def probe_outputs(model: Callable[..., Any], spec: ModelSpec, device: str) -> list[TensorDesc]:
-    """Output declarations found by running the model once on zeros (two samples when it
-    batches). A failure raises :class:`StartupError` saying what to declare."""
-    batch = (2,) if spec.max_batch_size > 0 else ()
-    shapes = [(*batch, *[max(d, 1) for d in t.dims]) for t in spec.inputs]
-    try:
-        args = [torch.zeros(s, dtype=getattr(torch, t.dtype.name), device=device) for s, t in zip(shapes, spec.inputs)]
-        with torch.inference_mode():
-            outs = _as_list(model(*args), [])
-    except Exception as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
-        src = spec.inputs_from
-        if src == "declared":
-            where = "as declared"
-        elif src == "file":
-            where = "as declared in its .json/extra file"
-        elif src.startswith("default"):
-            where = f"not declared and not readable from the model: {src[len('default') :].strip(' ()')}"
-        else:
-            where = f"read from the model: {src}"
-        shown = ", ".join(f"{list(s)}" for s in shapes)
-        raise StartupError(
-            f"model {spec.name!r}: a trial run on zeros of shape {shown} (inputs {_decl_text(spec)}, {where}) "
-            f"failed: {reason}; {declare_hint(spec)}"
-        ) from exc
-    variable = any(d < 0 for t in spec.inputs for d in t.dims)  # output extents may follow inputs
-    decls = []
-    for i, o in enumerate(outs):
-        shape = o.shape[1:] if batch else o.shape
-        dims = tuple(-1 if variable else int(d) for d in shape)
-        decls.append(TensorDesc(f"output__{i}", o.detach().cpu().numpy().dtype, dims))
-    return decls
-
-
-def make_infer(model: Callable[..., Any], spec: ModelSpec, device: str) -> Callable[..., Any]:
-    """The PyTriton inference callable: numpy in, the model on torch tensors, numpy out."""
-    in_names = [t.name for t in spec.inputs]
-    out_names = [t.name for t in spec.outputs]
-    out_dtypes = [t.dtype for t in spec.outputs]
-
-    def run(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        args = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device) for n in in_names]
-        with torch.inference_mode():
-            outs = _as_list(model(*args), out_names)
-        if len(outs) != len(out_names):
-            raise ArgumentError(
-                f"model {spec.name!r} returned {len(outs)} outputs, {len(out_names)} declared {out_names}; "
-                "declare as many outputs as it returns (serve(outputs=...))"
-            )
-        return {n: o.detach().cpu().numpy().astype(dt, copy=False) for n, o, dt in zip(out_names, outs, out_dtypes)}
-
-    if spec.max_batch_size > 0:  # pytriton (optional: the triton extra) loads in main's try, which reports it
-        from pytriton.decorators import batch
-
-        @batch
-        def infer_batched(**arrays: np.ndarray) -> dict[str, np.ndarray]:
-            return run(arrays)
-
-        return infer_batched
-
-    def infer_requests(requests: list[Any]) -> list[dict[str, np.ndarray]]:
-        return [run({n: r[n] for n in in_names}) for r in requests]
-
-    return infer_requests
 
 
 def pipeline_infer(spec: ModelSpec, device: str) -> Callable[..., Any]:
@@ -400,7 +281,9 @@ def _prepare_process(cfg: dict) -> None:
     the caller's ``sys.path`` (pipelines import as the caller did)."""
     short_errors_to_clients()
     prompt_readiness_polls()
-    if cfg.get("threads"):
+    if cfg.get("threads"):  # torch's threads, set before any model loads (an ONNX model's too: below)
+        import torch
+
         torch.set_num_threads(int(cfg["threads"]))
     for entry in reversed(cfg.get("sys_path", [])):
         if entry not in sys.path:
@@ -486,7 +369,7 @@ class _Startup:
             self.stage = f"loading pipeline {spec.name!r} ({spec.path})"
             return pipeline_infer(spec, spec.device or self.cfg.get("pipeline_device", "cpu"))
         self.stage = f"loading model {spec.name!r} from {spec.path}"
-        model = load_model(spec.path, device)
+        model = load_model(spec.path, device, self.cfg.get("threads"))
         if not spec.outputs:
             self.stage = f"running model {spec.name!r} once to find its outputs"
             spec.outputs = probe_outputs(model, spec, device)

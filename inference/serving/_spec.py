@@ -12,9 +12,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.export.graph_signature import InputKind
-
 from portable import ArgumentError, ArgumentTypeError
 
 from .._loading import ModelFileError, detect_format, jit_load, read_checked, read_exported
@@ -193,6 +190,9 @@ def inputs_from_model(path: str, batching: bool) -> tuple[list[TensorDesc], str]
             return [], f"its first layer with parameters is a {kind} ({name or 'the model'}), not a Linear"
         return [], "it has no parameters to read the input size from"
     if fmt == "exported":
+        import torch  # (only where a model needs torch: a served ONNX model or pipeline loads none)
+        from torch.export.graph_signature import InputKind
+
         ep = read_program(path)  # the archive checked first; a damaged one: ModelFileError, one line
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         decls = []
@@ -222,7 +222,7 @@ def onnx_declarations(path: str, batching: bool) -> tuple[list[TensorDesc], list
     them (:class:`inference._onnx.OnnxProgram`): names and dtypes as declared, dims per sample
     with symbolic extents -1; when the model batches, the first axis is the batch axis and must
     be symbolic (a clear error says how to fix a fixed one)."""
-    program = OnnxProgram(path)
+    program = OnnxProgram(path, 1)  # a session read for its declarations only (and no torch for its threads)
     name = Path(path).name
 
     def served(decls: Sequence[Any], what: str) -> list[TensorDesc]:
@@ -401,6 +401,8 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
                 "AOTInductor (.pt2) and ONNX (.onnx) files"
             )
         return str(p.resolve())
+    import torch
+
     if isinstance(model, torch.jit.ScriptModule):
         scripted = model
     elif isinstance(model, torch.nn.Module):

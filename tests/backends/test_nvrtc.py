@@ -173,8 +173,10 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     """CI runs the OpenCL matrix with ALPYKA_CHECK_CUDA=1: a kernel whose CUDA C does not compile
     fails its OpenCL launch too."""
     import backends._c_build as build
+    from backends import _check_markers
 
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "1")
+    monkeypatch.setattr(_check_markers, "passed", lambda kind, name: False)  # no process compiled it before
     seen = []
     real = build.nvrtc_compile
     monkeypatch.setattr(
@@ -198,6 +200,65 @@ def test_opencl_runs_check_the_cuda_dialect_when_asked(monkeypatch, device):
     # the options cupy.RawModule hands NVRTC: alpyka's float rules, then cupy's own
     want = build.float_options("cuda", False) + build.CUPY_NVRTC_APPENDED
     assert seen == [("cuda", want)] and (got == np.arange(10) * 2).all()
+
+
+def _marker_of(src, arch, options):
+    import backends._c_build as build
+    from backends import _check_markers
+
+    name = _check_markers.digest(build.nvrtc_identity(), arch, *options, f"{src.kernel_name}.cu", src.text)
+    return pk.compiler.private_cache() / "nvrtc-checked" / f"{name}.ok"
+
+
+@needs_nvrtc
+def test_the_nvrtc_check_is_shared_by_processes(monkeypatch, tmp_path):
+    """A text the CUDA guard compiled leaves a marker: a process that checks the same text, arch
+    and options later compiles nothing; a failing text leaves none, and a marker that is not the
+    cache's own (untagged, others may write its folder, a link) compiles again."""
+    import backends._c_build as build
+
+    monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
+    kernel, args, ndim = _cases()[0]
+    kir = kernel.ir(kernel.signature(args), ndim, False)
+    src = emit(kir, "cuda")
+    compiled = []
+    real = build._nvrtc_compile
+    monkeypatch.setattr(build, "_nvrtc_compile", lambda *a: compiled.append(a[1:]) or real(*a))
+    fresh_process = lambda: monkeypatch.setattr(build, "_PTX", {})  # noqa: E731 - only the markers remain
+    fresh_process()
+    build.nvrtc_check(src, ARCH, CUPY_NVRTC_APPENDED)
+    assert compiled == [(ARCH, CUPY_NVRTC_APPENDED)]
+    marker = _marker_of(src, ARCH, CUPY_NVRTC_APPENDED)
+    assert marker.is_file() and len(marker.read_bytes()) == 32
+    fresh_process()
+    build.nvrtc_check(src, ARCH, CUPY_NVRTC_APPENDED)
+    assert len(compiled) == 1
+    build.nvrtc_check(src, ARCH)  # other options: another marker
+    assert compiled[-1] == (ARCH, ())
+    tag = marker.read_bytes()
+    for tamper in ("untagged", "shared folder", "link"):
+        fresh_process()
+        if tamper == "untagged":
+            marker.write_bytes(marker.name[:-3].encode())
+        elif tamper == "shared folder":
+            marker.write_bytes(tag)
+            marker.parent.chmod(0o777)
+        else:
+            marker.parent.chmod(0o700)
+            real_file = marker.with_name("elsewhere")
+            real_file.write_bytes(tag)
+            marker.unlink()
+            marker.symlink_to(real_file)
+        before = len(compiled)
+        build.nvrtc_check(src, ARCH, CUPY_NVRTC_APPENDED)
+        assert len(compiled) == before + 1, tamper
+    bad = emit(kir, "cuda")
+    bad.text += "this_is_not_cuda;\n"
+    for _ in range(2):
+        fresh_process()
+        with pytest.raises(KernelBuildError):
+            build.nvrtc_check(bad, ARCH)
+    assert not _marker_of(bad, ARCH, ()).exists()
 
 
 def test_unavailable_backends_say_why():

@@ -175,6 +175,7 @@ def test_ci_guards_read_off_as_off(device, queue, monkeypatch):
         raise AssertionError("a guard ran although its variable says off")
 
     monkeypatch.setattr(_c_build, "nvrtc_compile", refuse)
+    monkeypatch.setattr(_c_build, "nvrtc_check", refuse)  # (a marker of this kernel skips nvrtc_compile)
     monkeypatch.setattr(_hip_check, "check_source", refuse)
     monkeypatch.setenv("ALPYKA_CHECK_CUDA", "off")
     monkeypatch.setenv("ALPYKA_CHECK_HIP", "False")

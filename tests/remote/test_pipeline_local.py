@@ -282,7 +282,11 @@ def test_serve_finds_a_pipeline_module_as_python_m_does(tmp_path):
         env=env,
         cwd=str(folder),
         python_flags=("-P",),
-    ) as (_, lines, url):
+    ) as (cli, lines, url):
+        from .triton_support import server_child, torch_loaded
+
+        # a pipeline without models: neither the command nor its server process loads torch
+        assert not torch_loaded(cli.pid) and not torch_loaded(server_child(cli.pid))
         for where, module, name, factor in ((folder, "mypipe", "double", 2), (elsewhere, "otherpipe", "triple", 3)):
             sys.path.insert(0, str(where))
             try:

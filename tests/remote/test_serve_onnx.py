@@ -14,7 +14,7 @@ from inference import Model, ModelMetadata, SoAMetadata
 from inference.remote import RemoteModel
 
 from .conftest import Preds, Scores, hits_matrix, make_hits, make_out, metadata, out_matrix
-from .triton_support import pytriton_reason, serve_cli
+from .triton_support import pytriton_reason, serve_cli, server_child, torch_loaded
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime", reason="pip install 'alpyka[onnx]'")
@@ -165,10 +165,55 @@ def test_a_fixed_batch_axis_is_refused_before_starting(files):
 
 
 def test_serve_cli_hosts_an_onnx_file(files):
-    with serve_cli(files["mlp.onnx"], "--name", "m", "--grpc-port", "0", "--http-port", "0") as (_, lines, url):
+    """... on numpy arrays: neither the command nor its server process loads torch."""
+    with serve_cli(files["mlp.onnx"], "--name", "m", "--grpc-port", "0", "--http-port", "0") as (cli, lines, url):
         assert any(ln.startswith("model m: x:float32[3] -> ") for ln in lines), "".join(lines)
+        assert not torch_loaded(cli.pid) and not torch_loaded(server_child(cli.pid))
         x = make_hits(9, seed=8)
         with RemoteModel(url, "m", timeout=20) as model:
             got = next(iter(model.infer({"x": hits_matrix(x)}).values()))
         with torch.no_grad():
             np.testing.assert_allclose(got, MLP()(torch.from_numpy(hits_matrix(x))).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_onnx_model_is_served_on_arrays_as_on_tensors(files, tmp_path):
+    """The server process runs an ONNX model on the CPU on numpy arrays (no torch imported): its
+    outputs, found by the trial run and returned per request, are bit for bit those of the
+    tensor path (``run_tensors``, which a CUDA device takes); a wrong dtype or count is refused
+    with the tensor path's words."""
+    import subprocess
+    import sys
+
+    from inference._onnx import ArgumentError, ArgumentTypeError, OnnxProgram
+    from inference.serving import _models
+    from inference.serving._spec import ModelSpec, TensorDecl
+
+    x = hits_matrix(make_hits(11, seed=9))
+    code = (
+        "import sys, numpy as np\n"
+        "from inference.serving import _models\n"
+        f"model = _models.load_model({files['heads.onnx']!r}, 'cpu')\n"
+        f"outs = model(np.load({str(tmp_path / 'x.npy')!r}))\n"
+        f"np.savez({str(tmp_path / 'outs.npz')!r}, *outs)\n"
+        "assert isinstance(model, _models.ArrayModel) and 'torch' not in sys.modules, sorted(sys.modules)\n"
+    )
+    np.save(tmp_path / "x.npy", x)
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.getcwd()}, timeout=120)
+    on_tensors = OnnxProgram(files["heads.onnx"]).runner(torch.device("cpu")).run_tensors(torch.from_numpy(x))
+    with np.load(tmp_path / "outs.npz") as got:
+        assert len(got.files) == 2
+        for i, want in enumerate(on_tensors):
+            np.testing.assert_array_equal(got[f"arr_{i}"], want.numpy())
+    model = _models.load_model(files["heads.onnx"], "cpu")
+    batched = ModelSpec("heads", files["heads.onnx"], inputs=[TensorDecl("x", np.float32, (3,))], max_batch_size=8)
+    found = _models.probe_outputs(model, batched, "cpu")  # a trial run on zeros of two samples
+    assert [(t.dtype, t.dims) for t in found] == [(np.float32, (2,)), (np.float32, (1,))]
+    spec = ModelSpec("heads", files["heads.onnx"], inputs=[TensorDecl("x", np.float32, (11, 3))], max_batch_size=0)
+    spec.outputs = [TensorDecl("preds", np.float32, (11, 2)), TensorDecl("score", np.float32, (11, 1))]
+    (reply,) = _models.make_infer(model, spec, "cpu")([{"x": x}])
+    np.testing.assert_array_equal(reply["preds"], on_tensors[0].numpy())
+    np.testing.assert_array_equal(reply["score"], on_tensors[1].numpy())
+    with pytest.raises(ArgumentTypeError, match=r"heads.onnx: input x float32\[\?,3\] gets a tensor of dtype float64"):
+        model(x.astype(np.float64))
+    with pytest.raises(ArgumentError, match=r"heads.onnx takes 1 input\(s\) .*, got 2"):
+        model(x, x)

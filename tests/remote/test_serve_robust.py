@@ -20,7 +20,7 @@ import pytest
 
 import portable as pk
 
-from .triton_support import pytriton_reason
+from .triton_support import pytriton_reason, server_child
 
 torch = pytest.importorskip("torch")
 
@@ -167,23 +167,6 @@ HANGING_PIPELINE = textwrap.dedent("""
     def stuck(q, rows, out):
         time.sleep(600)
 """)
-
-
-def server_child(caller: int) -> int | None:
-    """The pid of the server process ``caller`` started, or None yet."""
-    for e in os.listdir("/proc"):
-        if not e.isdigit():
-            continue
-        try:
-            with open(f"/proc/{e}/stat", "rb") as fh:
-                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{e}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == caller and b"inference.serving._child" in argv:
-            return int(e)
-    return None
 
 
 def group_member(leader: int, suffix: bytes) -> int | None:

@@ -42,6 +42,29 @@ def settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 3
     return value
 
 
+def torch_loaded(pid: int) -> bool:
+    """Whether process ``pid`` has torch's library mapped (Linux: ``/proc/PID/maps``)."""
+    with open(f"/proc/{pid}/maps") as fh:
+        return any("libtorch_cpu" in line for line in fh)
+
+
+def server_child(caller: int) -> int | None:
+    """The pid of the server process ``caller`` started, or None yet."""
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{e}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == caller and b"inference.serving._child" in argv:
+            return int(e)
+    return None
+
+
 @contextlib.contextmanager
 def serve_cli(
     *args: str,
