@@ -94,9 +94,20 @@ def run(
         model, report.model = load_model(model_kind, remote, device)
     try:
         return _run_streams(device, model, report, n_particles, progress, source and source.produce)
+    except KeyboardInterrupt:
+        if _started_server(model) is not None:  # said at once: Triton takes seconds to stop
+            print("alpyka demo: interrupted; stopping the Triton server it started", file=sys.stderr, flush=True)
+        raise
     finally:
         if hasattr(model, "close"):  # a RemoteModel: stop its auto-started server, if any
             model.close()
+
+
+def _started_server(model: Any) -> Any:
+    """The server ``--remote auto`` / ``--remote-pipeline auto`` started for ``model``, or None."""
+    if hasattr(model, "fallback_server"):  # a RemoteModel (its ``server`` is the one it calls)
+        return model.fallback_server
+    return getattr(model, "server", None)  # a RemoteDemoPipeline
 
 
 #: after Ctrl-C, how long the events in flight may take to finish before the demo gives up on them

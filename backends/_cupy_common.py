@@ -54,7 +54,9 @@ def import_cupy(backend: str, want_hip: bool) -> Any:
         import cupy
     except Exception as exc:  # noqa: BLE001 - ImportError, or a broken installation raising at import
         pkg = "cupy-rocm-6-0 (or another ROCm build)" if want_hip else "cupy-cuda13x (or cupy-cuda12x)"
-        raise BackendUnavailable(f"cupy is not importable ({type(exc).__name__}: {exc}); install {pkg}") from None
+        raise BackendUnavailable(
+            f"cupy is not importable ({type(exc).__name__}: {exc}); install {pkg}{_emulate_hint(backend)}"
+        ) from None
     is_hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
     if is_hip != want_hip:
         build = "ROCm/HIP" if is_hip else "CUDA"
@@ -66,10 +68,16 @@ def import_cupy(backend: str, want_hip: bool) -> Any:
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # noqa: BLE001 - cupy_backends...CUDARuntimeError: no driver, no device
-        raise BackendUnavailable(f"cupy is installed but no {api} driver/device: {exc}") from None
+        hint = _emulate_hint(backend)
+        raise BackendUnavailable(f"cupy is installed but no {api} driver/device: {exc}{hint}") from None
     if count == 0:
-        raise BackendUnavailable(f"cupy is installed but the {api} runtime reports no device")
+        raise BackendUnavailable(f"cupy is installed but the {api} runtime reports no device{_emulate_hint(backend)}")
     return cupy
+
+
+def _emulate_hint(backend: str) -> str:
+    """Where no GPU is: how to run the backend's kernels anyway (docs/testing.md)."""
+    return f"; without a GPU, ALPYKA_EMULATE={backend} runs its kernels on the CPU's GPU emulator (docs/testing.md)"
 
 
 def _text(value: Any) -> str:

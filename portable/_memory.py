@@ -27,9 +27,16 @@ def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
         return obj.memref()
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
-            raise ArgumentError(f"memcpy {what}: numpy array must be C-contiguous")
+            raise ArgumentError(
+                f"memcpy {what}: numpy array must be C-contiguous (memcpy copies its bytes in order); "
+                + (
+                    "copy into tmp = np.empty(arr.shape, arr.dtype), then arr[...] = tmp"
+                    if writable
+                    else "pass np.ascontiguousarray(arr)"
+                )
+            )
         if writable and not obj.flags.writeable:
-            raise ArgumentError(f"memcpy {what}: numpy array is read-only")
+            raise ArgumentError(f"memcpy {what}: numpy array is read-only; copy into a writable array (arr.copy())")
         return MemRef(host(), obj.reshape(-1).view(np.uint8), 0, obj.nbytes, owner=obj)
     got = type(obj).__name__
     raise ArgumentTypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, got {got}")

@@ -172,3 +172,14 @@ def test_the_emulators_header_ships_with_alpyka():
         assert any(fnmatch.fnmatch(name, pattern) for pattern in shipped), name
     # the kernel cache's key covers every part: an edit to any of them rebuilds the kernels
     assert {path.name for path in cuda_on_cpu.HEADERS} == {"cuda_on_cpu.h", *parts}
+
+
+@pytest.mark.parametrize(("backend", "want_hip"), [("cuda", False), ("rocm", True)])
+def test_a_missing_cupy_names_the_emulator_too(monkeypatch, backend, want_hip):
+    """a user without a GPU read "install cupy-cuda13x" only, not how to run the backend anyway"""
+    from backends._cupy_common import import_cupy
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
+    match = rf"cupy is not importable.*install cupy-.*ALPYKA_EMULATE={backend} runs"
+    with pytest.raises(pk.BackendUnavailable, match=match):
+        import_cupy(backend, want_hip)

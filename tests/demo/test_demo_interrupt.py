@@ -308,3 +308,28 @@ def _codes(frame):
     while frame is not None:
         yield frame.f_code
         frame = frame.f_back
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_ctrl_c_says_at_once_that_the_started_server_stops(monkeypatch, capsys, started):
+    """``--remote auto``: after Ctrl-C the demo stopped its Triton server for seconds in silence;
+    it says so first (only for a server it started, not for one the user named)."""
+    from alpyka_demo import pipeline
+
+    class Remote:  # a RemoteModel's surface: the server it started, or None; the one it calls
+        fallback_server = object() if started else None
+        server = object()
+        closed = False
+
+        def close(self):
+            assert capsys.readouterr().err.count("stopping the Triton server") == int(started)
+            Remote.closed = True
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "load_model", lambda *a: (Remote(), "remote"))
+    monkeypatch.setattr(pipeline, "_run_streams", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run("cpu_serial", 1, 1, remote="auto")
+    assert Remote.closed

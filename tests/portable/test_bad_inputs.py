@@ -58,6 +58,20 @@ def test_queue_blocking_is_true_or_false(device):
     assert pk.Queue(device, blocking=False).blocking is False
 
 
+def test_memcpy_of_a_strided_or_read_only_array_names_the_fix(device):
+    """the messages said what was wrong, not what to do"""
+    q = pk.Queue(device, blocking=True)
+    buf = pk.Buffer(device, 10, np.float32)
+    with _raises(pk.ArgumentError, ValueError, r"source: numpy array must be C-contiguous .*np\.ascontiguousarray"):
+        pk.memcpy(q, buf, np.arange(20, dtype=np.float32)[::2])
+    with _raises(pk.ArgumentError, ValueError, r"destination: numpy array must be C-contiguous .*arr\[\.\.\.\] = tmp"):
+        pk.memcpy(q, np.empty(20, np.float32)[::2], buf)
+    frozen = np.empty(10, np.float32)
+    frozen.flags.writeable = False
+    with _raises(pk.ArgumentError, ValueError, r"read-only; copy into a writable array \(arr\.copy\(\)\)"):
+        pk.memcpy(q, frozen, buf)
+
+
 def test_buffer_dtype_and_shape(device):
     with _raises(pk.ArgumentTypeError, TypeError, r"dtype 'flaot32' is not a numpy dtype; pass one such as np\."):
         pk.Buffer(device, 8, "flaot32")
