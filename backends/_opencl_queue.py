@@ -107,7 +107,8 @@ class _SimulatorRuns:
     that flushes; a gate's barrier is enqueued after the work before it ran; the work enqueued
     behind a closed gate stays queued, and the worker that opens the gate runs it, up to the next
     closed gate's marker (which that gate's task waits for) or to the end. Enqueues take the
-    queue's lock, and so do these runs (Oclgrind's queues are not thread-safe)."""
+    queue's lock, and so do these runs: one lock for all queues of a simulated device
+    (Oclgrind's state is the device's, and not thread-safe)."""
 
     __slots__ = ("cq", "lock", "closed")
 
@@ -143,6 +144,13 @@ class _SimulatorRuns:
                 _flush(self.cq)
 
 
+#: a simulator's context -> the lock of all its queues: Oclgrind runs commands in the thread that
+#: flushes or waits, and its state is shared by the queues of a device, without a lock of its own
+#: (two queues, each run by its own host-function worker, gave wrong sums); by the context's
+#: address (contexts live as long as their device)
+_SIMULATOR_LOCKS: dict[int, threading.RLock] = {}
+
+
 class OpenCLQueue(DeviceQueue):
     """``pk.Queue`` on an OpenCL device: one in-order command queue of the device's context."""
 
@@ -156,6 +164,8 @@ class OpenCLQueue(DeviceQueue):
         # clFlush: there every flush is without it (1.2 us), and none runs into a closed gate
         # (_SimulatorRuns). A gate's own flush always is without it (_UserEventGate.hold).
         simulator = device.properties.get("simulator")
+        if simulator:  # one lock for every queue of the context: Oclgrind's state is the device's
+            self._lock = _SIMULATOR_LOCKS.setdefault(self.context.int_ptr, threading.RLock())
         self._simulated = _SimulatorRuns(self.cq, self._lock) if simulator else None
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)

@@ -153,3 +153,55 @@ def test_a_long_host_function_on_a_simulator_queue_costs_little_cpu(tmp_path):
     # spinning, the flushing thread burnt its share of a core the whole 2 s (Oclgrind's loop);
     # asleep it costs a few ms: a quarter of the wall time tells them apart at any load
     assert out["cpu"] < 0.25 * out["wall"], out
+
+
+#: two queues of one device from one user thread, a host function before each launch: each
+#: queue's host-function worker runs that queue's work behind its gate while the main thread
+#: flushes the other queue (on Oclgrind two threads inside the simulator at once gave wrong sums)
+_TWO_QUEUES_CHILD = """
+import faulthandler, json, time
+import numpy as np
+import portable as pk
+
+faulthandler.dump_traceback_later(120, exit=True)
+
+
+@pk.kernel
+def add_one(acc, out, n):
+    for i in acc.uniform_elements(n):
+        out[i] = out[i] + 1
+
+
+dev = pk.device("opencl")
+n, rounds = 16, 16
+wd = pk.valid_workdiv(dev, n)
+qs = [pk.Queue(dev) for _ in range(2)]
+bufs = [pk.Buffer(dev, n, np.int32) for _ in range(2)]
+for q, b in zip(qs, bufs):
+    pk.memset(q, b, 0)
+for _ in range(rounds):
+    for q, b in zip(qs, bufs):
+        q.enqueue_host(lambda: time.sleep(0.001))
+        pk.exec(q, wd, add_one, b, n)
+outs = []
+for q, b in zip(qs, bufs):
+    q.wait()
+    got = np.zeros(n, np.int32)
+    pk.memcpy(q, got, b)
+    q.wait()
+    outs.append(got.tolist())
+print(json.dumps({"platform": dev.properties["platform"], "outs": outs}))
+"""
+
+
+@pytest.mark.alpyka_backends("opencl")
+@pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
+def test_two_queues_with_host_functions_from_one_thread(tmp_path, pattern, platform, install):
+    why = missing_platform(platform, install)
+    if why is not None:
+        pytest.skip(why)
+    script = tmp_path / "child.py"
+    script.write_text(_TWO_QUEUES_CHILD)
+    out = run_on_runtime(script, pattern, timeout=240)
+    assert out["platform"] == platform, out
+    assert out["outs"] == [[16] * 16, [16] * 16], out
