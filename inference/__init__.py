@@ -82,3 +82,8 @@ def __getattr__(name: str) -> Any:
     if name == "export":  # export(module, example_inputs, "x.pt2" | "x.onnx"); lazily, as aot
         return importlib.import_module("inference._export").export
     raise AttributeError(f"module 'inference' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily imported ones included (tab completion, ``help``)."""
+    return sorted(set(globals()) | set(__all__))

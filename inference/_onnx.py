@@ -402,7 +402,7 @@ class OnnxRunner:
         if self.tdev.type != "cpu":
             raise ArgumentError(f"run_arrays runs on the CPU; this runner runs on {self.tdev.type!r}: use run_tensors")
         self._count(len(arrays))
-        bound = [np.ascontiguousarray(a) for a in arrays]  # kept alive until the run returns
+        bound = [np.asarray(a, order="C") for a in arrays]  # (0-d stays 0-d); kept alive until the run returns
         return self._run_plain([(a.dtype, tuple(a.shape), a.ctypes.data) for a in bound])
 
     def _count(self, given: int) -> None:

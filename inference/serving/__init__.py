@@ -319,7 +319,9 @@ def serve(
     else:
         token = secrets.token_urlsafe(32)
     for what, port in (("gRPC", grpc_port), ("HTTP", http_port), ("metrics", metrics_port)):
-        if port is not None and (isinstance(port, bool) or not isinstance(port, Integral) or not 0 <= port <= 65535):
+        if port is not None and (isinstance(port, bool) or not isinstance(port, Integral)):
+            raise pk.ArgumentTypeError(f"the {what} port is an int, 0 to 65535 (0 picks a free one), got {port!r}")
+        if port is not None and not 0 <= port <= 65535:
             raise pk.ArgumentError(f"the {what} port is 0 to 65535 (0 picks a free one), got {port!r}")
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one (0 picks a free one)")

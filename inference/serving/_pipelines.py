@@ -39,7 +39,10 @@ class PipelineRunner:
         backend, index = backend_of(device)
         devices = pk.devices(backend)
         if index >= len(devices):
-            raise RuntimeError(f"backend {backend!r} has {len(devices)} device(s); index {index} does not exist")
+            raise pk.NoSuchDevice(
+                f"backend {backend!r} has {len(devices)} device(s); index {index} does not exist: "
+                f"serve the pipeline on {backend}:0..{len(devices) - 1} (pk.devices({backend!r}) lists them)"
+            )
         self.device = devices[index]
         self.check_filled = check_filled
         self._local = threading.local()

@@ -22,6 +22,7 @@ errors the same way. :func:`load_reference` imports what a ``module:attribute`` 
 from __future__ import annotations
 
 import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 
@@ -46,13 +47,24 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(args, prog)
-    except BrokenPipeError:
-        return _reader_gone()
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and _stdout_broken():
+            return _reader_gone()
         if _traceback_wanted() or not isinstance(exc, USER_ERRORS):
             raise
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout's reader left (a pipe whose read end closed: ``poll`` says POLLERR), as
+    opposed to an EPIPE of a socket or of a child's pipe, which is an error like any other."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or no stdout with a descriptor
+        return False
 
 
 def _reader_gone() -> int:

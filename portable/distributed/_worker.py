@@ -15,6 +15,7 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
+from portable._errors import NoSuchDevice
 from portable.env import env_number
 
 
@@ -36,7 +37,10 @@ def pick_device(worker: Any, backend: str | None) -> Any:
         except (TypeError, ValueError):
             index = 0
     if not 0 <= index < len(devs):
-        raise IndexError(f"worker {worker.name}: device {index} of {name} requested, it has {len(devs)}")
+        raise NoSuchDevice(
+            f"worker {worker.name}: device {index} of {name} requested, it has {len(devs)}; "
+            f"set ALPYKA_DEVICE to 0..{len(devs) - 1} on the workers (or leave it unset)"
+        )
     return devs[index]
 
 

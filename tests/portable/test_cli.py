@@ -152,8 +152,36 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
         "import sys\n"
         "from portable.cli import run\n"
         "def command(args, prog):\n"
-        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "    while True:\n"
+        "        print('x' * 1000, flush=True)\n"
         "sys.exit(run(command, [], 'alpyka info'))\n"
     )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert proc.stdout.readline().startswith("x")
+        proc.stdout.close()  # the reader leaves (head -1)
+        err = proc.stderr.read()
+        assert (proc.wait(60), err) == (141, "")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error():
+    """an EPIPE of a socket or a child's pipe, stdout fine: reported as before (it ended quietly,
+    and stdout went to /dev/null for the rest of the process)"""
+    code = (
+        "import socket, sys\n"
+        "from portable.cli import run\n"
+        "def command(args, prog):\n"
+        "    a, b = socket.socketpair()\n"
+        "    b.close()\n"
+        "    a.sendall(b'x' * 100000)\n"
+        "sys.exit(run(command, [], 'alpyka demo'))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert (done.returncode, done.stderr) == (141, "")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "alpyka demo: error: [Errno 32] Broken pipe", done.stderr

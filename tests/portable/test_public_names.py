@@ -68,3 +68,13 @@ def test_the_kernel_names() -> None:
 
     assert isinstance(compiler, ModuleType) and callable(pk.kernel)
     assert ir.KernelDef is not compiler.Kernel and not hasattr(ir, "Kernel")
+
+
+def test_the_names_inference_imports_lazily_are_listed() -> None:
+    """``import inference`` loads torch only at first use of a name that needs it: those names
+    are still in ``dir(inference)`` (tab completion, ``help``) and ``__all__``"""
+    inference = importlib.import_module("inference")
+    listed = dir(inference)
+    for name in inference.__all__:
+        assert name in listed, name
+    assert {"Model", "ModelMetadata", "SoAMetadata"} <= set(listed)

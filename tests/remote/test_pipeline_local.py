@@ -328,3 +328,13 @@ def test_pipeline_files_of_one_name_in_two_folders_and_dotted_file_names(tmp_pat
     for name in set(sys.modules) - before:
         if name == "pipe" or name.startswith("alpyka_file_pipe"):
             del sys.modules[name]
+
+
+def test_a_served_pipeline_on_a_device_index_that_does_not_exist():
+    """was a RuntimeError; now the device error pk.device raises, naming the indices there are"""
+    from inference.serving._pipelines import PipelineRunner
+
+    n = len(pk.devices("cpu_serial"))
+    want = rf"index {n} does not exist: serve the pipeline on cpu_serial:0\.\.{n - 1}"
+    with pytest.raises(pk.NoSuchDevice, match=want):
+        PipelineRunner(S.chain, f"cpu_serial:{n}")

@@ -217,3 +217,25 @@ def test_an_onnx_model_is_served_on_arrays_as_on_tensors(files, tmp_path):
         model(x.astype(np.float64))
     with pytest.raises(ArgumentError, match=r"heads.onnx takes 1 input\(s\) .*, got 2"):
         model(x, x)
+
+
+def test_a_scalar_input_stays_a_scalar_on_arrays(tmp_path):
+    """``np.ascontiguousarray`` made a 0-d input 1-d: the array path gave ``[-0.]`` where the
+    tensor path gives ``-0.`` (and the trial run declared the output ``(1,)``, not ``()``)"""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from inference._onnx import HOST, OnnxProgram
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [])
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "scalar.onnx"
+    onnx.save(model, path)
+    program = OnnxProgram(str(path))
+    (on_tensors,) = program.runner(torch.device("cpu")).run_tensors(torch.tensor(2.5))
+    (on_arrays,) = program.runner(HOST).run_arrays(np.array(2.5, np.float32))
+    assert on_arrays.shape == tuple(on_tensors.shape) == ()
+    np.testing.assert_array_equal(on_arrays, on_tensors.numpy())
