@@ -225,11 +225,10 @@ def test_sorts_that_skip_byte_passes(queue, keys):
 
 
 def _count_launches(monkeypatch):
-    import portable._queue as queue_module
-
+    """The kernels pk.tools launches from now on, by name (every launch of it is ``pk.exec``)."""
     launched = []
-    real = queue_module.launch
-    monkeypatch.setattr(queue_module, "launch", lambda *a: (launched.append(a[2].__name__), real(*a))[1])
+    real = pk.tools.exec
+    monkeypatch.setattr(pk.tools, "exec", lambda *a: (launched.append(a[2].__name__), real(*a))[1])
     return launched
 
 
