@@ -3,6 +3,7 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -236,9 +237,9 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     its arguments). Its arguments are set again only when an argument is not the very object of
     the last launch (then only the values that differ, scalars mostly: :func:`set_changed`), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
-    waited for by ``WaitChoice.wait_timed``, told how long the last run with the same arguments
-    took: a short one is waited for joined). None without a plan, or for a range-checked plan
-    (ALPYKA_DEBUG: a flag buffer per launch)."""
+    waited for as ``WaitChoice.choose`` said before it was enqueued, told how long the last run
+    with the same arguments took: a short one is waited for joined). None without a plan, or for
+    a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
         return None
@@ -246,7 +247,8 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     impl = queue_impl(queue)
     knl = cl.Kernel(plan.program, plan.src.entry)  # (its own: the plan's is set by other launches)
     qlock, after, cq, pack, enqueue = impl.lock, impl.after_known, impl.cq, plan.pack, cl.enqueue_nd_range_kernel
-    blocking, timed, flush = impl.blocking, impl.waits.wait_timed, impl.flush_cq
+    clock = time.perf_counter
+    blocking, choose, wait, flush = impl.blocking, impl.waits.choose, impl.waits.wait_chosen, impl.flush_cq
     last: list = [None]  # the arguments this launcher set last
     held: list = [[]]  # the values its cl.Kernel holds
     took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
@@ -258,13 +260,17 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
             if fresh:
                 held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
                 last[0] = args
-            ev = enqueue(cq, knl, glob, local)
             if not blocking:
+                ev = enqueue(cq, knl, glob, local)
                 after(None if fresh else took, ev, args)  # (q.wait() joins known work)
                 return
-            impl.last_event = ev
-        if fresh:
-            took[0] = None  # other arguments: the time of the last run says nothing
-        timed(ev, took, flush)  # a blocking queue: this command waited for (no marker), outside the queue's lock
+            if fresh:
+                took[0] = None  # other arguments: the time of the last run says nothing
+            how = choose(took[0])  # (before the enqueue: nothing between it and the wait)
+            t0 = clock()
+            ev = enqueue(cq, knl, glob, local)
+            impl.last_event, previous = ev, impl.last_event  # (the previous event let go after the wait)
+        wait(how, ev, took, flush, t0)  # a blocking queue: this command waited for (no marker), outside the lock
+        del previous  # (its release, a native call, after the wait)
 
     return run

@@ -197,6 +197,11 @@ TINY_WAIT_S = 100e-6
 STALLED_S = 1e-3
 
 
+#: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
+#: a tiny command on free cores, an interruptible wait
+JOINED, TINY_FREE, INTERRUPTIBLE = 0, 1, 2
+
+
 class WaitChoice:
     """How an OpenCL queue waits for an event (a device's choice, made once per queue).
 
@@ -229,39 +234,49 @@ class WaitChoice:
     def wait_timed(self, ev: cl.Event, took: list, flush: Callable[[], None]) -> None:
         """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the command of a launch
         whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
-        store this one's time there. Interruptibly where that run was tiny and the cores are free
-        (:attr:`load`, read once such waits took ~0.02 s); else joined outside the main thread
-        (the runtime's wait flushes the queue itself), and in it where that run ended within
-        :data:`JOIN_LIMIT_S`."""
-        last = took[0]
-        took[0] = None  # an interrupted or failed wait leaves the launch unknown
-        t0 = _clock()
+        store this one's time there: :meth:`choose`, then :meth:`wait_chosen`."""
+        self.wait_chosen(self.choose(took[0]), ev, took, flush, _clock())
+
+    def choose(self, last: float | None) -> int:
+        """How to wait for the command of a launch whose last run with the same arguments took
+        ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL every 0.6 us
+        between the enqueue and the wait cost up to a third more on busy cores):
+        :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
+        read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
+        runtime's wait flushes the queue itself) and in it where that run ended within
+        :data:`JOIN_LIMIT_S`, else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
                 load.left -= last
                 if load.left < 0.0:
-                    load.used_up(t0)
+                    load.used_up(_clock())
                 if not load.busy:
-                    flush()  # free cores: a tiny command
-                    self.interruptible(ev)
-                    took[0] = t = _clock() - t0
-                    if t > STALLED_S:  # the cores were busy after all (this process's own threads?)
-                        load.stalled(t0 + t)
-                    return
-            if last < JOIN_LIMIT_S:  # known short: joined (the runtime's wait flushes the queue)
+                    return TINY_FREE
+            if last < JOIN_LIMIT_S:
+                return JOINED
+        if self.joins and _get_ident() != _main_ident:
+            return JOINED
+        return INTERRUPTIBLE
+
+    def wait_chosen(self, how: int, ev: cl.Event, took: list, flush: Callable[[], None], t0: float) -> None:
+        """Wait for ``ev`` as :meth:`choose` said (``how``), and store in ``took[0]`` the time
+        since ``t0`` (None where the wait is interrupted or the command failed)."""
+        try:
+            if how == JOINED:
                 if _get_ident() == _main_ident:
                     ev.wait()  # (raises the runtime's error for a failed command)
                 else:
                     wait_event_joined(ev)
-                took[0] = _clock() - t0
-                return
-        if self.joins and _get_ident() != _main_ident:
-            wait_event_joined(ev)
-        else:
-            flush()
-            self.interruptible(ev)
-        took[0] = _clock() - t0
+            else:
+                flush()
+                self.interruptible(ev)
+        except BaseException:
+            took[0] = None  # an interrupted or failed wait leaves the launch unknown
+            raise
+        took[0] = t = _clock() - t0
+        if how == TINY_FREE and t > STALLED_S:  # the cores were busy after all (this process's own threads?)
+            self.load.stalled(t0 + t)
 
 
 _clock, _get_ident = time.perf_counter, _thread.get_ident
