@@ -239,8 +239,8 @@ class WaitChoice:
 
     def choose(self, last: float | None) -> int:
         """How to wait for the command of a launch whose last run with the same arguments took
-        ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL every 0.6 us
-        between the enqueue and the wait cost up to a third more on busy cores):
+        ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL a 0.6 us delay
+        between the enqueue and the wait cost up to 1.3x in some runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
         read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
         runtime's wait flushes the queue itself) and in it where that run ended within
