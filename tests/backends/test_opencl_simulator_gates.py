@@ -122,16 +122,23 @@ def _runtime_params() -> list:
     return [pytest.param(pattern, platform, install, id=pattern) for pattern, platform, install in RUNTIMES]
 
 
-@pytest.mark.alpyka_backends("opencl")
-@pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
-def test_host_functions_that_enqueue_on_their_own_queue(tmp_path, pattern, platform, install):
+def _run_child(tmp_path, source: str, pattern: str, platform: str, install: str) -> dict:
+    """Run the script ``source`` on the runtime ``pattern`` (skipped where its platform is not
+    installed); its JSON line, whose platform is checked."""
     why = missing_platform(platform, install)
     if why is not None:
         pytest.skip(why)
     script = tmp_path / "child.py"  # a kernel's source is read from its file
-    script.write_text(_OWN_QUEUE_CHILD)
+    script.write_text(source)
     out = run_on_runtime(script, pattern, timeout=240)
     assert out["platform"] == platform, out
+    return out
+
+
+@pytest.mark.alpyka_backends("opencl")
+@pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
+def test_host_functions_that_enqueue_on_their_own_queue(tmp_path, pattern, platform, install):
+    out = _run_child(tmp_path, _OWN_QUEUE_CHILD, pattern, platform, install)
     assert out["opened"] == [True, True, True], out  # every gate opened by the script, none timed out
     assert out["returned_before_host"], out  # the enqueues behind a host function did not wait for it
     # the script's launch ran before the host function's, which ran before its copy; then one more
@@ -197,11 +204,5 @@ print(json.dumps({"platform": dev.properties["platform"], "outs": outs}))
 @pytest.mark.alpyka_backends("opencl")
 @pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
 def test_two_queues_with_host_functions_from_one_thread(tmp_path, pattern, platform, install):
-    why = missing_platform(platform, install)
-    if why is not None:
-        pytest.skip(why)
-    script = tmp_path / "child.py"
-    script.write_text(_TWO_QUEUES_CHILD)
-    out = run_on_runtime(script, pattern, timeout=240)
-    assert out["platform"] == platform, out
+    out = _run_child(tmp_path, _TWO_QUEUES_CHILD, pattern, platform, install)
     assert out["outs"] == [[16] * 16, [16] * 16], out
