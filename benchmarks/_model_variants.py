@@ -401,7 +401,7 @@ class ModelVariants:
             if kind == "aot":
                 engine = engine.package  # called through torch's own callable, as before
             elif kind == "onnx":
-                engine = engine._session()  # the session the runner binds and runs
+                engine = engine.current_session()  # the session the runner binds and runs
             self._engines[kind] = engine
             shared.append(kind)
         self.info["engines shared with alpyka's routes"] = shared

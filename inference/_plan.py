@@ -14,7 +14,7 @@ unchanged: same blocks in the same order (``SoAMetadata.ordered()``'s cached tup
 (its ``__setattr__`` drops the plans). A repeated forward then costs the call, the model and the
 output copy.
 
-ONNX Runtime on host memory goes further (``PassSpec.host``, :class:`inference._onnx.HostBinding`):
+ONNX Runtime on host memory goes further (``PassSpec.host``, :class:`inference._onnx_host.HostBinding`):
 the I/O binding, the row-major input arrays and the output arrays belong to the geometry, so
 metadata made anew for every event (new collections, new addresses) costs numpy views of its
 blocks and no binding; a pass is numpy copies around one native ORT call, no torch tensor made.
@@ -42,6 +42,8 @@ from portable import ArgumentError, ArgumentTypeError, NameNotFound
 from ._gather import gather
 from ._layout import DECISIONS_KEPT, LayoutTrial, row_major, same_bits
 from ._metadata import ModelMetadata, SoAMetadata, array_places, check_output
+from ._onnx import OnnxRunner
+from ._onnx_host import host_binding
 from ._tensors import torch_dtype
 
 #: autograd off for a pass: torch's own C++ guard when this torch has it (see the module doc)
@@ -123,14 +125,13 @@ class PassSpec:
                 self.trial, layout = LayoutTrial(), "zero_copy"
         self.set_layout(layout)
         # ONNX Runtime on host memory (``host``), one whole-collection pass: the binding every
-        # metadata of this geometry shares (inference._onnx.HostBinding; None: the general pass)
+        # metadata of this geometry shares (inference._onnx_host.HostBinding; None: the general pass)
         # and where its blocks lie in a collection
         self.host: Any = None
         self.in_places: tuple[Any, ...] = ()
         self.out_places: tuple[Any, ...] = ()
         if host and kind == "onnx" and self.input_dtype is None and (batch_size is None or batch_size >= self.n):
-            host = getattr(fn, "host_binding", None)
-            self.host = host(in_blocks, self.out_blocks) if host is not None else None
+            self.host = host_binding(fn, in_blocks, self.out_blocks) if isinstance(fn, OnnxRunner) else None
             if self.host is not None:
                 self.in_places, self.out_places = array_places(in_blocks), array_places(self.out_blocks)
 
