@@ -23,6 +23,7 @@ from ._errors import (
     KernelBuildError,
     NameNotFound,
     NoSuchDevice,
+    StateError,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -86,6 +87,7 @@ __all__ = [
     "register_backend",
     "EnvVarError",
     "NameNotFound",
+    "StateError",
     "Event",
     "PortableCollection",
     "Queue",
