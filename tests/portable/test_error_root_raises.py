@@ -2,11 +2,12 @@
 ``pk.capture``, ``pk.data``, ``pk.distributed``, collections, the runtime core) and ``backends`` raise
 alpyka's own errors, which still are the builtin (``pk.ArgumentError`` a ``ValueError``,
 ``pk.ArgumentTypeError`` a ``TypeError``, ``pk.NameNotFound`` a ``KeyError``, ``pk.StateError`` a
-``RuntimeError``, the compiler's ``CEmitError`` a ``NotImplementedError``). A new
-``raise ValueError(...)`` (or TypeError, KeyError, IndexError, LookupError, RuntimeError, a
-``NotImplementedError`` with a message) there fails here; a raise no user input reaches, a bug of
-alpyka if hit, is listed in :data:`INTERNAL` with the reason. A bare ``raise NotImplementedError``
-(no message) is an abstract method's: a subclass's obligation, never a user's."""
+``RuntimeError``, ``pk.FileNotFound`` a ``FileNotFoundError``, the C emitter's ``CEmitError`` a
+``NotImplementedError``). A new ``raise ValueError(...)`` (or TypeError, KeyError, IndexError,
+LookupError, RuntimeError, FileNotFoundError, a ``NotImplementedError`` with a message) there fails
+here; a raise no user input reaches, a bug of alpyka if hit, is listed in :data:`INTERNAL` with the
+reason. A bare ``raise NotImplementedError`` (no message) is an abstract method's: a subclass's
+obligation, never a user's."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ import soa._errors
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ["soa", "inference", "portable", "backends"]
-BARE = {"ValueError", "TypeError", "KeyError", "IndexError", "LookupError", "RuntimeError", "NotImplementedError"}
+BARE = {
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "IndexError",
+    "LookupError",
+    "RuntimeError",
+    "NotImplementedError",
+    "FileNotFoundError",
+}
 #: a folder whose raises are not alpyka's own words
 NOT_SCANNED = {
     "backends/emulator": "the GPU emulator stands in for cupy and the CUDA runtime and raises what they raise; "
@@ -33,6 +43,7 @@ INTERNAL = {
     "a backend's bug",
     "inference/_tensors.py:flat_tensor:RuntimeError": "a device whose buffers have neither an array nor a pointer: "
     "a backend's bug",
+    "portable/cli/_reference.py:_import_file:FileNotFoundError": "caught: the reference's BadReference names it",
     "portable/caches.py:LRUCache.__getitem__:KeyError": "the mapping protocol: KeyError(key), as a dict's",
     "portable/spi.py:Backend.launch:NotImplementedError": "the interface's abstract launch: a backend's duty",
     "portable/compiler/_errors.py:KernelCheckError.__init__:ValueError": "a check kind comes from alpyka's own checks",
@@ -124,13 +135,22 @@ def test_the_scan_finds_what_it_should(tmp_path: Path):
 
 def test_the_root_classes_are_one_set_of_objects():
     """soa defines the root (the lowest layer raises it too); portable exports the same classes."""
-    for name in ("AlpykaError", "ArgumentError", "ArgumentTypeError", "NameNotFound", "StateError"):
+    for name in ("AlpykaError", "ArgumentError", "ArgumentTypeError", "NameNotFound", "StateError", "FileNotFound"):
         assert getattr(pk, name) is getattr(soa._errors, name)
     assert issubclass(pk.NameNotFound, pk.AlpykaError) and issubclass(pk.NameNotFound, KeyError)
 
 
-@pytest.mark.parametrize("cls", [pk.NameNotFound, pk.ArgumentError, pk.ArgumentTypeError, pk.StateError])
-def test_messages_read_as_written_and_pickle(cls):
+@pytest.mark.parametrize(
+    "cls,builtin",
+    [
+        (pk.NameNotFound, KeyError),
+        (pk.ArgumentError, ValueError),
+        (pk.ArgumentTypeError, TypeError),
+        (pk.StateError, RuntimeError),
+        (pk.FileNotFound, FileNotFoundError),
+    ],
+)
+def test_messages_read_as_written_and_pickle(cls, builtin):
     """``str()`` is the message (a plain KeyError's is its repr: quotes, escaped newlines), and an
     error crosses a process boundary (Dask workers, the server) as itself."""
     msg = "no block 'x'\nits blocks are ['a']"
@@ -138,4 +158,4 @@ def test_messages_read_as_written_and_pickle(cls):
     assert str(err) == msg
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is cls and str(back) == msg
-    assert str(cls("a", "b")) == str(("a", "b"))  # several arguments: the builtin's text
+    assert issubclass(cls, builtin) and str(cls("a", "b")) == str(builtin("a", "b"))  # several: the builtin's text
