@@ -289,3 +289,15 @@ def test_a_changed_native_library_is_built_again(tmp_path):
     assert "is not the one alpyka built there" in second.stderr and "built again" in second.stderr, second.stderr
     third = _child(tmp_path, _LAUNCHES)
     assert "sum 6.0 native True" in third.stdout and "built again" not in third.stderr, third.stderr
+
+
+def test_the_native_launchs_source_ships_with_alpyka():
+    """An installed alpyka (not this checkout) has _opencl_native.c beside _opencl_native.py: it is
+    compiled there on first use."""
+    import tomllib
+
+    from backends._opencl_native import SOURCE
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert SOURCE.is_file() and SOURCE.parent == ROOT / "backends"
+    assert SOURCE.name in data["package-data"]["backends"]
