@@ -15,7 +15,6 @@ import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +28,7 @@ import pyopencl as cl
 
 from ._gpu_launch import same_value
 from ._opencl_waits import opencl_library
-from ._shared_libraries import build_once, library_cache, load_cached
+from ._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
 
 SOURCE = Path(__file__).with_suffix(".c")
 MODULE = "_alpyka_opencl_native"
@@ -81,16 +80,11 @@ def _build() -> tuple[ModuleType | None, str | None]:
         return None, "ctypes finds no OpenCL loader"
     tried = []
     for name in _compilers():
-        path = shutil.which(name)
-        if path is None:
-            tried.append(f"{name}: not found")
+        found = compiler_version(name)
+        if isinstance(found, str):
+            tried.append(found)
             continue
-        try:
-            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-        except (OSError, subprocess.SubprocessError) as exc:
-            tried.append(f"{name}: {type(exc).__name__}: {exc}")
-            continue
-        version = (version.splitlines() or ["?"])[0].strip()
+        path, version = found
         text = SOURCE.read_text()
         suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
         key = hashlib.sha256("\0".join([text, version, sys.version, suffix, *FLAGS]).encode()).hexdigest()[:32]
@@ -100,7 +94,7 @@ def _build() -> tuple[ModuleType | None, str | None]:
         try:
             module = load_cached(cache, lib_name, LIBRARY, _load) if cache is not None else None
             if module is None:
-                module, _, log = build_once(command, text, "opencl_native.c", lib_name, cache, LIBRARY, _load)
+                module, _, log = build_once(Library(command, text, "opencl_native.c", lib_name, LIBRARY, _load), cache)
                 if module is None:
                     tried.append(f"{name}: {' '.join(log.split())[-300:]}")
                     continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -27,6 +28,32 @@ TAG_MARK = b"\0alpyka-tag\0"  # then the 32-byte tag: the last bytes of a cached
 _WRITE_FAILURES = tuple(
     os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG, errno.EPERM)
 )
+
+
+def compiler_version(name: str) -> tuple[str, str] | str:
+    """``(path, version line)`` of the compiler ``name`` found on PATH, else why not (a line for
+    the report of every compiler tried)."""
+    path = shutil.which(name)
+    if path is None:
+        return f"{name}: not found"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{name}: {type(exc).__name__}: {exc}"
+    return path, (out.splitlines() or ["?"])[0].strip()
+
+
+class Library(NamedTuple):
+    """What to build: the compiler and its flags (the source and ``-o`` output follow), the
+    source's text and file name, the library's name in the cache, what a warning calls it, and
+    how it is loaded (``ctypes.CDLL``, an extension module's loader)."""
+
+    command: list[str]
+    unit: str
+    source_name: str
+    lib_name: str
+    what: str
+    load: Callable[[Path], Any]
 
 
 class LibraryCache(NamedTuple):
@@ -80,48 +107,31 @@ def load_cached(cache: LibraryCache, lib_name: str, what: str, load: Callable[[P
     return None
 
 
-def _compile_in(where: Path, command: list[str], unit: str, source_name: str) -> tuple[Path | None, str]:
-    """Compile ``unit`` (written as ``where/source_name``) into ``where/library.so``: (the
+def _compile_in(where: Path, lib: Library) -> tuple[Path | None, str]:
+    """Compile ``lib`` (its source written into ``where``) into ``where/library.so``: (the
     library, "") or (None, the compiler's log)."""
-    src = where / source_name
-    src.write_text(unit)
+    src = where / lib.source_name
+    src.write_text(lib.unit)
     out = where / "library.so"
-    done = subprocess.run([*command, str(src), "-o", str(out)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*lib.command, str(src), "-o", str(out)], capture_output=True, text=True, timeout=600)
     return (out, "") if done.returncode == 0 else (None, done.stderr)
 
 
-def build_once(
-    command: list[str],
-    unit: str,
-    source_name: str,
-    lib_name: str,
-    cache: LibraryCache | None,
-    what: str,
-    load: Callable[[Path], T],
-) -> tuple[T | None, Path, str]:
-    """``(load(library), its path, "")``, the library built from ``unit`` with ``command`` (the
-    compiler and its flags: the source and ``-o`` output follow) or loaded from what another
+def build_once(lib: Library, cache: LibraryCache | None) -> tuple[Any, Path, str]:
+    """``(lib.load(library), its path, "")``, the library built or loaded from what another
     process cached meanwhile; ``(None, path, the compiler's log)`` on a compile error."""
     from portable.compiler import build_lock
 
     if cache is None:
-        return build_library(command, unit, source_name, lib_name, cache, what, load)
-    with build_lock(cache.where / f"{lib_name}.lock"):
-        loaded = load_cached(cache, lib_name, what, load)
+        return build_library(lib, cache)
+    with build_lock(cache.where / f"{lib.lib_name}.lock"):
+        loaded = load_cached(cache, lib.lib_name, lib.what, lib.load)
         if loaded is not None:
-            return loaded, cache.where / lib_name, ""
-        return build_library(command, unit, source_name, lib_name, cache, what, load)
+            return loaded, cache.where / lib.lib_name, ""
+        return build_library(lib, cache)
 
 
-def build_library(
-    command: list[str],
-    unit: str,
-    source_name: str,
-    lib_name: str,
-    cache: LibraryCache | None,
-    what: str,
-    load: Callable[[Path], Any],
-) -> tuple[Any, Path, str]:
+def build_library(lib: Library, cache: LibraryCache | None) -> tuple[Any, Path, str]:
     """Build the library, load it from the private directory it was built in (a unique path: the
     loader never hands back a library of the same name loaded before), and move it, tagged, into
     the cache. Where the cache cannot take it (not private, read-only, full) it is built in a
@@ -131,18 +141,18 @@ def build_library(
     if cache is not None:
         try:
             with tempfile.TemporaryDirectory(dir=cache.where) as tmp:
-                out, log = _compile_in(Path(tmp), command, unit, source_name)
+                out, log = _compile_in(Path(tmp), lib)
                 if out is not None:
-                    loaded = load(out)
+                    loaded = lib.load(out)
                     data = out.read_bytes()
-                    tagged = data + TAG_MARK + trust.tag(cache.key, lib_name, data)
-                    write_atomic(cache.where / lib_name, tagged)  # atomic: another process loads either file
-                    return loaded, cache.where / lib_name, ""
+                    tagged = data + TAG_MARK + trust.tag(cache.key, lib.lib_name, data)
+                    write_atomic(cache.where / lib.lib_name, tagged)  # atomic: another process loads either file
+                    return loaded, cache.where / lib.lib_name, ""
                 if not any(w in log for w in _WRITE_FAILURES):
-                    return None, cache.where / lib_name, log
+                    return None, cache.where / lib.lib_name, log
                 raise OSError(next(w for w in _WRITE_FAILURES if w in log))
         except OSError as exc:
             warn_cache_unwritable(cache.where, exc)
     with tempfile.TemporaryDirectory(prefix="alpyka-library-") as tmp:  # 0700, this user's
-        out, log = _compile_in(Path(tmp), command, unit, source_name)
-        return (load(out) if out is not None else None), Path(tmp) / "library.so", log
+        out, log = _compile_in(Path(tmp), lib)
+        return (lib.load(out) if out is not None else None), Path(tmp) / "library.so", log

@@ -29,7 +29,6 @@ import ctypes
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -39,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from backends._shared_libraries import build_once, library_cache, load_cached
+from backends._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
 #: the runtime's text: the force-included header and the cuda_on_cpu_*.h parts it includes (each
@@ -108,13 +107,12 @@ def _probe_compiler() -> None:
     global _compiler, _problem, _probed
     tried = []
     for name in _candidates():
-        path = shutil.which(name)
-        if path is None:
-            tried.append(f"{name}: not found")
+        found = compiler_version(name)
+        if isinstance(found, str):
+            tried.append(found)
             continue
+        path, version = found
         try:
-            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-            version = (version.splitlines() or ["?"])[0].strip()
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "probe.cu"
                 src.write_text(
@@ -211,7 +209,7 @@ def build(src: Any, name: str) -> Compiled:
     so = load_cached(cache, lib_name, LIBRARY, ctypes.CDLL) if cache is not None else None
     if so is None:
         command = [path_cxx, *flags, "-include", str(HEADER), "-x", "c++"]
-        so, lib, log = build_once(command, unit, f"{name}.cu", lib_name, cache, LIBRARY, ctypes.CDLL)
+        so, lib, log = build_once(Library(command, unit, f"{name}.cu", lib_name, LIBRARY, ctypes.CDLL), cache)
         if so is None:
             raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)", log))
     else:

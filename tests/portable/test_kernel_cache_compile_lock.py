@@ -106,7 +106,7 @@ def test_the_gpu_emulator_builds_one_library_once(tmp_path, monkeypatch):
     build_library = _shared_libraries.build_library
 
     def counted(*args):
-        builds.append(args[2])
+        builds.append(args[0].source_name)
         time.sleep(0.5)  # the other builder arrives meanwhile
         return build_library(*args)
 
