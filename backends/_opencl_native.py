@@ -15,6 +15,8 @@ import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -55,8 +57,6 @@ WAITING = _Waiting()
 
 
 def _compilers() -> list[str]:
-    import os
-
     names = [os.environ["CC"]] if os.environ.get("CC") else []
     return names + ["cc", "gcc", "clang"]
 
@@ -70,6 +70,14 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
+def _identity(path: str) -> str:
+    """What a library's cache key holds of the compiler at ``path``: its real path, size and
+    modification time (no process started; another compiler there is another key)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _build() -> tuple[ModuleType | None, str | None]:
     """(the module, None), or (None, why it is not there)."""
     include = sysconfig.get_paths()["include"]
@@ -80,14 +88,13 @@ def _build() -> tuple[ModuleType | None, str | None]:
         return None, "ctypes finds no OpenCL loader"
     tried = []
     for name in _compilers():
-        found = compiler_version(name)
-        if isinstance(found, str):
-            tried.append(found)
+        path = shutil.which(name)
+        if path is None:
+            tried.append(f"{name}: not found")
             continue
-        path, version = found
         text = SOURCE.read_text()
         suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-        key = hashlib.sha256("\0".join([text, version, sys.version, suffix, *FLAGS]).encode()).hexdigest()[:32]
+        key = hashlib.sha256("\0".join([text, _identity(path), sys.version, suffix, *FLAGS]).encode()).hexdigest()[:32]
         lib_name = f"{CACHE_DIR}-{key}{suffix}"
         command = [path, *FLAGS, f"-I{include}", "-x", "c"]
         cache = library_cache(CACHE_DIR)
@@ -103,7 +110,7 @@ def _build() -> tuple[ModuleType | None, str | None]:
             continue
         address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
         module.bind(address(lib.clEnqueueNDRangeKernel), address(lib.clWaitForEvents), address(lib.clReleaseEvent))
-        _state["compiler"] = f"{version} ({path})"
+        _state["compiler"] = path
         return module, None
     return None, "no C compiler builds it (" + "; ".join(tried) + "); install gcc or set CC"
 
@@ -125,7 +132,11 @@ def native_problem() -> str | None:
 def native_compiler() -> str | None:
     """The compiler that built the native launch (its version line and path), None without it."""
     native_module()
-    return _state.get("compiler")
+    path = _state.get("compiler")
+    if path is None:
+        return None
+    found = compiler_version(path)
+    return found if isinstance(found, str) else f"{found[1]} ({found[0]})"
 
 
 def blocking_launch(
