@@ -62,6 +62,29 @@ static int call_method0(PyObject *obj, PyObject *name) {
     return 0;
 }
 
+/* let go of the queue's lock, keeping an error already raised: -1 where one is (or the release
+   failed), else 0 */
+static int unlock(BlockingLaunch *b) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    int r = call_method0(b->lock, s_release);
+    if (t == NULL) return r;
+    if (r < 0) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+    return -1;
+}
+
+/* wait for a command no pyopencl Event owns, and let go of it (an error path's) */
+static void drop(cl_event ev) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    Py_BEGIN_ALLOW_THREADS
+    cl_wait(1, &ev);
+    cl_release(ev);
+    Py_END_ALLOW_THREADS
+    PyErr_Restore(t, v, tb);
+}
+
 /* 1: args hold the objects of the last launch (or equal scalars: same_value), 0: not, -1: error */
 static int same_args(BlockingLaunch *b, PyObject *args) {
     PyObject *prev = PyList_GET_ITEM(b->last, 0);
@@ -98,7 +121,7 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     if (call_method0(b->lock, s_acquire) < 0) return NULL;
     int same = same_args(b, args);
     if (same != 1) {
-        if (call_method0(b->lock, s_release) < 0 || same < 0) return NULL;
+        if (unlock(b) < 0) return NULL;
         return PyObject_CallOneArg(b->python, args); /* sets the arguments */
     }
     PyObject *took = PyList_GET_ITEM(b->took, 0);
@@ -108,30 +131,23 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     long how = how_obj == NULL ? -1 : PyLong_AsLong(how_obj);
     Py_XDECREF(how_obj);
     if (how == -1 && PyErr_Occurred()) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        call_method0(b->lock, s_release);
-        PyErr_Restore(t, v, tb);
+        unlock(b);
         return NULL;
     }
     double t0 = now();
     cl_event ev = NULL;
     cl_int err = cl_enqueue(b->cq, b->knl, b->dims, NULL, b->global, b->has_local ? b->local : NULL, 0, NULL, &ev);
     if (err != 0) { /* the Python launcher raises the runtime's error for it */
-        if (call_method0(b->lock, s_release) < 0) return NULL;
+        if (unlock(b) < 0) return NULL;
         return PyObject_CallOneArg(b->python, args);
     }
-    PyObject *previous = PyObject_GetAttr(b->impl, s_last_event);
+    PyObject *previous = PyObject_GetAttr(b->impl, s_last_event); /* let go of after the wait */
     if (previous == NULL) PyErr_Clear();
     if (how != JOINED) { /* the Python wait: its event a pyopencl Event */
         PyObject *event = PyObject_CallFunction(b->event, "KO", (unsigned long long)(uintptr_t)ev, Py_False);
-        int set = event == NULL ? -1 : PyObject_SetAttr(b->impl, s_last_event, event);
-        if (call_method0(b->lock, s_release) < 0 || set < 0) {
-            if (event == NULL) { /* no Event owns it: the command is waited for here */
-                Py_BEGIN_ALLOW_THREADS cl_wait(1, &ev);
-                cl_release(ev);
-                Py_END_ALLOW_THREADS
-            }
+        if (event == NULL) drop(ev);
+        else PyObject_SetAttr(b->impl, s_last_event, event);
+        if (unlock(b) < 0) {
             Py_XDECREF(event);
             Py_XDECREF(previous);
             return NULL;
@@ -141,20 +157,18 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
                                      : PyObject_CallFunction(b->wait, "lOOOO", how, event, b->took, b->flush, t0_obj);
         Py_XDECREF(t0_obj);
         Py_DECREF(event);
-        Py_XDECREF(previous); /* (its release, a native call, after the wait) */
+        Py_XDECREF(previous);
         return r;
     }
-    if (PyObject_SetAttr(b->impl, s_last_event, b->waiting) < 0 || call_method0(b->lock, s_release) < 0) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        Py_BEGIN_ALLOW_THREADS cl_wait(1, &ev);
-        cl_release(ev);
-        Py_END_ALLOW_THREADS
-        PyErr_Restore(t, v, tb);
+    PyObject_SetAttr(b->impl, s_last_event, b->waiting);
+    if (unlock(b) < 0) {
+        drop(ev);
         Py_XDECREF(previous);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS err = cl_wait(1, &ev);
+    Py_BEGIN_ALLOW_THREADS
+    err = cl_wait(1, &ev);
+    if (err == 0) cl_release(ev);
     Py_END_ALLOW_THREADS
     double t1 = now();
     /* the queue is idle now, unless another thread enqueued meanwhile (then last_event is its) */
@@ -169,7 +183,6 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
         PyList_SetItem(b->took, 0, Py_NewRef(Py_None));
         return raise_for(b, ev);
     }
-    cl_release(ev);
     PyObject *t = PyFloat_FromDouble(t1 - t0);
     if (t == NULL) return NULL;
     PyList_SetItem(b->took, 0, t); /* steals t */
@@ -283,7 +296,8 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_alpyka_opencl_native", NULL, -1, module_methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_alpyka_opencl_native", .m_size = -1, .m_methods = module_methods};
 
 PyMODINIT_FUNC PyInit__alpyka_opencl_native(void) {
     if (PyType_Ready(&BlockingLaunchType) < 0) return NULL;
