@@ -301,3 +301,40 @@ def test_the_native_launchs_source_ships_with_alpyka():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert SOURCE.is_file() and SOURCE.parent == ROOT / "backends"
     assert SOURCE.name in data["package-data"]["backends"]
+
+
+def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
+    """A Ctrl-C (here a stand-in exception) raised in the Python the native call runs under the
+    queue's lock (the wait's choice) reaches the caller with the lock let go."""
+    _native_or_skip()
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    from backends._opencl_waits import WaitChoice
+
+    real, raising = WaitChoice.choose, []
+
+    def choose(self, last):
+        if raising:
+            raise raising[0]
+        return real(self, last)
+
+    monkeypatch.setattr(WaitChoice, "choose", choose)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    assert all(_is_native(r) for r in _runs(q, add_v, wd))
+
+    class Interrupt(BaseException):
+        pass
+
+    raising.append(Interrupt())
+    with pytest.raises(Interrupt):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    raising.clear()
+    impl = queue_impl(q)
+    assert impl.lock.acquire(timeout=5)
+    impl.lock.release()
+    pk.exec(q, wd, add_v, out, np.float32(1))
+    np.testing.assert_array_equal(_host(q, out), 4)  # the interrupted launch enqueued nothing
