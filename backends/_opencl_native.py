@@ -37,6 +37,8 @@ MODULE = "_alpyka_opencl_native"
 #: ``-fasynchronous-unwind-tables``: a daemon thread stopped at the interpreter's end while it takes
 #: the GIL back (in this library's C) is unwound as one in ``time.sleep``
 FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fasynchronous-unwind-tables", "-w")
+#: what the library calls in the OpenCL loader, in the order ``bind`` takes them
+ENTRY_POINTS = ("clEnqueueNDRangeKernel", "clWaitForEvents", "clReleaseEvent")
 CACHE_DIR, LIBRARY = "opencl_native", "alpyka's native OpenCL launch library"
 
 _lock = threading.Lock()
@@ -109,7 +111,11 @@ def _build() -> tuple[ModuleType | None, str | None]:
             tried.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-        module.bind(address(lib.clEnqueueNDRangeKernel), address(lib.clWaitForEvents), address(lib.clReleaseEvent))
+        try:
+            entries = [address(getattr(lib, f)) for f in ENTRY_POINTS]
+        except AttributeError as exc:
+            return None, f"the OpenCL loader ctypes opened lacks an entry point ({exc})"
+        module.bind(*entries)
         _state["compiler"] = path
         return module, None
     return None, "no C compiler builds it (" + "; ".join(tried) + "); install gcc or set CC"
