@@ -25,6 +25,7 @@ from ._gpu_launch import (
     same_value,
 )
 from ._opencl_devices import build, build_log
+from ._opencl_native import blocking_launch
 
 
 class OpenCLPlan(DevicePlan):
@@ -273,4 +274,8 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         wait(how, ev, took, flush, t0)  # a blocking queue: this command waited for (no marker), outside the lock
         del previous  # (its release, a native call, after the wait)
 
+    if blocking and not queue.device.properties.get("simulator"):  # (its flushes run the queue: Python)
+        native = blocking_launch(impl, run, knl, glob, local, last, took)
+        if native is not None:
+            return native
     return run

@@ -101,6 +101,19 @@ class OpenCLBackend(DeviceBackend):
         self._numbered(None)
         return [(c.label, c.reason or "") for c in self._selection.rejected()]
 
+    def execution(self) -> str:
+        """How launches run (``alpyka info``): the runtime's, and how a blocking queue's repeated
+        launch is made (backends/_opencl_native.py)."""
+        from ._opencl_native import native_compiler, native_problem
+
+        problem = native_problem()
+        how = (
+            f"in one native call (built with {native_compiler()})"
+            if problem is None
+            else f"by the Python launcher: the native call is not built ({problem})"
+        )
+        return f"each device's OpenCL runtime runs the work-groups; a blocking queue's repeated launch is made {how}"
+
     def versions(self) -> dict[str, str]:
         out = {"pyopencl": cl.VERSION_TEXT, "python": _platform.python_version()}
         for dev in self.devices():

@@ -6,7 +6,8 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
 - a blocking tiny launch: alpyka's ``pk.exec`` on a blocking queue against raw pyopencl with the
   arguments set once (``enqueue_nd_range_kernel`` + ``finish``: what a user writing pyopencl by
   hand gets), alpyka with its interruptible wait only (every wait handed or polled, as before the
-  joined wait) and alpyka with its joined wait only (its busy-core choice, whatever the cores),
+  joined wait), alpyka with its joined wait only (its busy-core choice, whatever the cores) and
+  alpyka with its Python launcher only (as where no C compiler builds the native launch),
   interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
   every thread of the process, the runtime's included) per launch, and how often alpyka's own
   choice (backends/_other_load.py) took the joined wait;
@@ -54,6 +55,7 @@ from portable.spi import queue_impl
 OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + finish"
 BEFORE = "alpyka, interruptible wait only"
 JOINED = "alpyka, joined wait only"
+PYTHON = "alpyka, Python launcher only (no native call)"
 
 
 _ALWAYS_BUSY = FixedLoad(busy=True)
@@ -73,15 +75,26 @@ def _devices() -> list[Any]:
 
 
 def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
-    """The three contenders on one native queue (a blocking ``pk.Queue`` and its
-    ``native_handle``: the runtime's state per queue then favours none of them)."""
+    """The contenders on one native queue (a blocking ``pk.Queue`` and its ``native_handle``: the
+    runtime's state per queue then favours none of them); the Python launcher's on a queue of
+    its own (its fast launcher made without the native call)."""
     import pyopencl as cl
+
+    from backends import _opencl_launch
 
     q = pk.Queue(dev, blocking=True)
     out = pk.Buffer(dev, 1, np.float32, queue=q)
     wd, v = pk.WorkDiv(1, 1, 1), np.float32(1.5)
     for _ in range(3):  # the third launch takes the fast path
         pk.exec(q, wd, tiny, out, v)
+    q_py, wd_py = pk.Queue(dev, blocking=True), pk.WorkDiv(1, 1, 1)
+    out_py = pk.Buffer(dev, 1, np.float32, queue=q_py)
+    native, _opencl_launch.blocking_launch = _opencl_launch.blocking_launch, lambda *a: None
+    try:
+        for _ in range(3):
+            pk.exec(q_py, wd_py, tiny, out_py, v)
+    finally:
+        _opencl_launch.blocking_launch = native
     plan = next(p for k, p in pk.get_backend("opencl").plans(tiny).items() if k[0] == dev.memory_space)
     cq = q.native_handle
     knl = cl.Kernel(cl.Program(dev.native.context, plan.src.text).build(), plan.src.entry)
@@ -110,7 +123,10 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
         finally:
             waits.load = load
 
-    return {OURS: ours, RAW: raw, BEFORE: interruptible_only, JOINED: joined_only}
+    def python_only() -> None:
+        pk.exec(q_py, wd_py, tiny, out_py, v)
+
+    return {OURS: ours, RAW: raw, BEFORE: interruptible_only, JOINED: joined_only, PYTHON: python_only}
 
 
 def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[], None]:
@@ -141,7 +157,7 @@ def _settle(fn: Callable[[], None], load: Any, seconds: float = 0.3, samples: in
 def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[dict], dict]:
     """The blocking tiny launch of ``dev`` under ``busy``: rows and the summary entry."""
     fns = _contenders(dev)
-    per = {OURS: calls, RAW: calls, BEFORE: max(1, calls // 10), JOINED: calls}  # (BEFORE: up to ms a launch)
+    per = {name: calls for name in fns} | {BEFORE: max(1, calls // 10)}  # (BEFORE: up to ms a launch)
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
     from backends import _opencl_waits  # (pyopencl is importable here)
@@ -181,6 +197,8 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     }
     if BEFORE in timings:
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
+    if PYTHON in timings:
+        entry["python_launcher_over_raw"] = paired_ratio(timings[PYTHON], timings[RAW])
     if JOINED in timings:
         entry["joined_only_over_raw"] = paired_ratio(timings[JOINED], timings[RAW])
         entry["alpyka_over_joined_only"] = paired_ratio(timings[OURS], timings[JOINED])
@@ -213,14 +231,18 @@ def plot(rows: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     launch = [r for r in rows if r["section"] == "blocking launch" and "us_per_launch" in r]
     labels = [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant']}" for r in launch]
-    palette = {OURS: "tab:blue", RAW: "tab:gray", BEFORE: "tab:red", JOINED: "tab:orange"}
+    palette = {OURS: "tab:blue", RAW: "tab:gray", BEFORE: "tab:red", JOINED: "tab:orange", PYTHON: "tab:purple"}
     colors = [palette.get(r["variant"], "tab:red") for r in launch]
     axes[0].barh(labels, [r["us_per_launch"] for r in launch], color=colors)
     axes[0].barh(labels, [r["cpu_us_per_launch"] for r in launch], color="none", edgecolor="black", hatch="//")
     axes[0].set_xscale("log")
     axes[0].set_xlabel("us per blocking tiny launch: wall (bar), CPU (hatched)")
     axes[0].tick_params(axis="y", labelsize=6)
-    axes[0].set_title("alpyka (blue) vs raw pyopencl + finish (gray); interruptible (red) / joined (orange) only")
+    axes[0].set_title(
+        "alpyka (blue) vs raw pyopencl + finish (gray); interruptible (red) / joined (orange) / Python launcher "
+        "(purple) only",
+        fontsize=8,
+    )
     graph = [r for r in rows if r["section"] == "graph" and "us_per_chain" in r]
     axes[1].barh(
         [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant'].replace('_', ' ')}" for r in graph],

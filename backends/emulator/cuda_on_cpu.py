@@ -26,11 +26,9 @@ system's C++ compiler against cuda_on_cpu.h and run on the CPU with a GPU's bloc
 from __future__ import annotations
 
 import ctypes
-import errno
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -39,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from backends._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
 #: the runtime's text: the force-included header and the cuda_on_cpu_*.h parts it includes (each
@@ -76,6 +76,8 @@ _BARRIERS = (
     "ALPYKA_LOOP",
 )
 _ERR_LEN = 1024
+#: the cache's subdirectory of the libraries, and what a warning about one calls it
+CACHE_DIR, LIBRARY = "cuda_on_cpu", "the GPU emulator's library"
 
 _lock = threading.Lock()
 _compiler: tuple[str, str] | None = None  # (path, version line)
@@ -105,13 +107,12 @@ def _probe_compiler() -> None:
     global _compiler, _problem, _probed
     tried = []
     for name in _candidates():
-        path = shutil.which(name)
-        if path is None:
-            tried.append(f"{name}: not found")
+        found = compiler_version(name)
+        if isinstance(found, str):
+            tried.append(found)
             continue
+        path, version = found
         try:
-            version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-            version = (version.splitlines() or ["?"])[0].strip()
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "probe.cu"
                 src.write_text(
@@ -204,11 +205,11 @@ def build(src: Any, name: str) -> Compiled:
     flags = FLAGS + (f"-DALPYKA_WARP_SIZE={warp_size(code)}",) + hip
     key = hashlib.sha256("\0".join([_runtime_text(), unit, version, *flags]).encode()).hexdigest()[:32]
     lib_name = f"{name}-{key}.so"
-    cache = _library_cache()
-    so = _load_cached(cache[0] / lib_name, cache[1]) if cache is not None else None
+    cache = library_cache(CACHE_DIR)
+    so = load_cached(cache, lib_name, LIBRARY, ctypes.CDLL) if cache is not None else None
     if so is None:
         command = [path_cxx, *flags, "-include", str(HEADER), "-x", "c++"]
-        so, lib, log = _build_once(command, unit, name, lib_name, cache)
+        so, lib, log = build_once(Library(command, unit, f"{name}.cu", lib_name, LIBRARY, ctypes.CDLL), cache)
         if so is None:
             raise KernelBuildError(format_build_error(src, f"{Path(path_cxx).name} (CUDA on the CPU)", log))
     else:
@@ -228,114 +229,6 @@ def build(src: Any, name: str) -> Compiled:
     ]
     fibers = any(b in code for b in _BARRIERS)
     return Compiled(name, lib, launch, params, fibers, src)
-
-
-# ---------------------------------------------------------------------- the library cache
-_TAG_MARK = b"\0alpyka-tag\0"  # then the 32-byte tag: the last bytes of a cached library
-#: what a compiler or linker says when it cannot write its output (the cache, not the source)
-_WRITE_FAILURES = tuple(
-    os.strerror(e) for e in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EFBIG, errno.EPERM)
-)
-
-
-def _library_cache() -> tuple[Path, bytes] | None:
-    """``($ALPYKA_CACHE_DIR/cuda_on_cpu, the cache's secret)`` when the cache directory is private
-    to this user along its path and can be written; None after one warning else."""
-    from portable.compiler import private_cache, trust, warn_cache_unwritable
-
-    root = private_cache()
-    if root is None:
-        return None
-    where = root / "cuda_on_cpu"
-    try:
-        trust.make_private_dirs(where)
-        key = trust.user_key(root)
-    except OSError as exc:
-        warn_cache_unwritable(where, exc)
-        return None
-    if not trust.private_dir(where):
-        from portable.compiler import warn_cache_not_private
-
-        warn_cache_not_private(where, "another user's, writable by others, or a link")
-        return None
-    return where, key
-
-
-def _load_cached(path: Path, key: bytes) -> ctypes.CDLL | None:
-    """The cached library at ``path`` when it is this user's private file ending in its own tag;
-    None when it is missing, or (after one warning) not the library alpyka built. Between the
-    check and the load only this user's processes could change it (the directory and the file
-    are private), and alpyka replaces a library, never rewrites it in place."""
-    from portable.compiler import trust
-
-    if not os.path.lexists(path):
-        return None
-    data = trust.read_private_file(path)
-    n = len(_TAG_MARK) + 32
-    if data is not None and data[-n:-32] == _TAG_MARK and trust.tagged(key, path.name, data[:-n], data[-32:]):
-        return ctypes.CDLL(str(path))
-    from portable.compiler import warn_cache_once
-
-    warn_cache_once(
-        "emulator library",
-        f"the GPU emulator's library {path} is not the one alpyka built there (changed, swapped, "
-        "truncated, appended to, or not this user's own file): built again",
-    )
-    return None
-
-
-def _compile_in(where: Path, command: list[str], unit: str, name: str) -> tuple[Path | None, str]:
-    """Compile ``unit`` into ``where/kernel.so``: (the library, "") or (None, the compiler's log)."""
-    cu = where / f"{name}.cu"
-    cu.write_text(unit)
-    out = where / "kernel.so"
-    done = subprocess.run([*command, str(cu), "-o", str(out)], capture_output=True, text=True, timeout=600)
-    return (out, "") if done.returncode == 0 else (None, done.stderr)
-
-
-def _build_once(
-    command: list[str], unit: str, name: str, lib_name: str, cache: tuple[Path, bytes] | None
-) -> tuple[ctypes.CDLL | None, Path, str]:
-    """:func:`_build_library`, one process at a time per library (a lock file beside it in the
-    cache): a process that finds another building it waits, then loads what that one cached."""
-    from portable.compiler import build_lock
-
-    if cache is None:
-        return _build_library(command, unit, name, lib_name, cache)
-    with build_lock(cache[0] / f"{lib_name}.lock"):
-        so = _load_cached(cache[0] / lib_name, cache[1])
-        if so is not None:
-            return so, cache[0] / lib_name, ""
-        return _build_library(command, unit, name, lib_name, cache)
-
-
-def _build_library(
-    command: list[str], unit: str, name: str, lib_name: str, cache: tuple[Path, bytes] | None
-) -> tuple[ctypes.CDLL | None, Path, str]:
-    """Build the library, load it from the private directory it was built in (a unique path: the
-    loader never hands back a library of the same name loaded before), and move it, tagged, into
-    the cache. Where the cache cannot take it (not private, read-only, full) it is built in a
-    private temporary directory instead, with one warning. (None, path, log) on a compile error."""
-    from portable.compiler import trust, warn_cache_unwritable, write_atomic
-
-    if cache is not None:
-        try:
-            with tempfile.TemporaryDirectory(dir=cache[0]) as tmp:
-                out, log = _compile_in(Path(tmp), command, unit, name)
-                if out is not None:
-                    so = ctypes.CDLL(str(out))
-                    data = out.read_bytes()
-                    tagged = data + _TAG_MARK + trust.tag(cache[1], lib_name, data)
-                    write_atomic(cache[0] / lib_name, tagged)  # atomic: another process loads either file
-                    return so, cache[0] / lib_name, ""
-                if not any(w in log for w in _WRITE_FAILURES):
-                    return None, cache[0] / lib_name, log
-                raise OSError(next(w for w in _WRITE_FAILURES if w in log))
-        except OSError as exc:
-            warn_cache_unwritable(cache[0], exc)
-    with tempfile.TemporaryDirectory(prefix="alpyka-cuda-on-cpu-") as tmp:  # 0700, this user's
-        out, log = _compile_in(Path(tmp), command, unit, name)
-        return (ctypes.CDLL(str(out)) if out is not None else None), Path(tmp) / "kernel.so", log
 
 
 # ---------------------------------------------------------------------- run

@@ -11,6 +11,7 @@ import pytest
 
 import portable as pk
 from alpyka_testing.backends.blocks import BLOCK, block_sums
+from backends import _shared_libraries
 from backends.emulator import cuda_on_cpu, fake_cupy_kernels
 
 # the rocm stand-in runs this file too: the stand-in's own tests: HIP's text compiled for the CPU
@@ -257,7 +258,7 @@ def test_a_cached_library_that_is_not_the_one_built_is_built_again(tmp_path, dam
     elif damage == "bytes appended":
         one.write_bytes(one.read_bytes() + b"\0" * 40)
     else:  # the library alone, as a compiler leaves it
-        one.write_bytes(one.read_bytes()[: -(len(cuda_on_cpu._TAG_MARK) + 32)])
+        one.write_bytes(one.read_bytes()[: -(len(_shared_libraries.TAG_MARK) + 32)])
     sums, said = _add(tmp_path, cache, 1)
     assert sums == [4]
     assert len(said) == 1 and one.name in said[0] and "built again" in said[0], said

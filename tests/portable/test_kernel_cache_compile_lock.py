@@ -95,6 +95,7 @@ def test_the_gpu_emulator_builds_one_library_once(tmp_path, monkeypatch):
     """The GPU emulator's C++ build of a kernel takes the same kind of lock (beside the library in
     the cache): two builders of one new library at once, here two threads (a lock file is taken
     per open file, so they wait for each other as processes do), compile it once."""
+    from backends import _shared_libraries
     from backends._c_source import CSource
     from backends.emulator import cuda_on_cpu
 
@@ -102,20 +103,20 @@ def test_the_gpu_emulator_builds_one_library_once(tmp_path, monkeypatch):
         pytest.skip(cuda_on_cpu.compiler_problem())
     monkeypatch.setenv("ALPYKA_CACHE_DIR", str(tmp_path / "cache"))
     builds = []
-    build_library = cuda_on_cpu._build_library
+    build_library = _shared_libraries.build_library
 
     def counted(*args):
-        builds.append(args[2])
+        builds.append(args[0].source_name)
         time.sleep(0.5)  # the other builder arrives meanwhile
         return build_library(*args)
 
-    monkeypatch.setattr(cuda_on_cpu, "_build_library", counted)
+    monkeypatch.setattr(_shared_libraries, "build_library", counted)
     text = 'extern "C" __global__ void alpyka_add_locked(int* p) { atomicAdd(p, 5); }\n'
     entry = "alpyka_add_locked"
     src = CSource(text=text, entry=entry, dialect="cuda", args=[], line_map={}, source_file="k.py", kernel_name="add")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         built = list(pool.map(lambda _: cuda_on_cpu.build(src, "alpyka_add_locked"), range(2)))
-    assert builds == ["alpyka_add_locked"], builds
+    assert builds == ["alpyka_add_locked.cu"], builds
     for compiled in built:
         out = np.zeros(1, np.int32)
         cuda_on_cpu.run(compiled, (1,), (4,), (np.uint64(out.ctypes.data),), 0)

@@ -1,0 +1,315 @@
+/* The blocking OpenCL launch in one native call (backends/_opencl_native.py builds and loads it).
+
+   A fast launcher of a blocking queue (backends/_opencl_launch.py: launcher) calls
+   BlockingLaunch.run(args) for each launch. With the very arguments of its last launch, it takes
+   the queue's lock, asks the queue's wait choice how to wait (WaitChoice.choose, Python), enqueues
+   the kernel with clEnqueueNDRangeKernel, lets go of the lock, and
+   - for a joined wait, waits with clWaitForEvents without the GIL and stores the time taken;
+   - otherwise hands the event (a pyopencl Event) to the Python wait (WaitChoice.wait_chosen).
+   Other arguments, a failed enqueue and a failed command go to the Python launcher, which sets
+   the arguments or raises the runtime's own error: what every launch does is defined there. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef int32_t cl_int;
+typedef uint32_t cl_uint;
+typedef void *cl_event;
+typedef cl_int (*enqueue_fn)(void *, void *, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
+                             const cl_event *, cl_event *);
+typedef cl_int (*wait_fn)(cl_uint, const cl_event *);
+typedef cl_int (*release_fn)(cl_event);
+
+static enqueue_fn cl_enqueue;
+static wait_fn cl_wait;
+static release_fn cl_release;
+static PyObject *s_acquire, *s_release, *s_last_event;
+
+#define JOINED 0
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *impl;      /* the queue's implementation: its last_event is set here */
+    PyObject *lock;      /* the queue's lock */
+    PyObject *python;    /* the Python launcher: run(args) */
+    PyObject *choose;    /* WaitChoice.choose(last) -> how */
+    PyObject *wait;      /* WaitChoice.wait_chosen(how, ev, took, flush, t0) */
+    PyObject *flush;     /* the queue's flush */
+    PyObject *event;     /* pyopencl Event.from_int_ptr */
+    PyObject *same;      /* same_value(a, b) for arguments that are not the very objects */
+    PyObject *last;      /* [args of the last launch], shared with the Python launcher */
+    PyObject *took;      /* [seconds its last run took, or None], shared with it */
+    PyObject *waiting;   /* last_event while a joined wait runs (the queue is not idle) */
+    PyObject *kernel;    /* the pyopencl Kernel (kept alive: its handle is used) */
+    void *cq, *knl;
+    cl_uint dims;
+    size_t global[3], local[3];
+    int has_local;
+} BlockingLaunch;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* time.perf_counter's clock on Linux */
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int call_method0(PyObject *obj, PyObject *name) {
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* let go of the queue's lock, keeping an error already raised: -1 where one is (or the release
+   failed), else 0 */
+static int unlock(BlockingLaunch *b) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    int r = call_method0(b->lock, s_release);
+    if (t == NULL) return r;
+    if (r < 0) PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+    return -1;
+}
+
+/* wait for a command no pyopencl Event owns, and let go of it (an error path's) */
+static void drop(cl_event ev) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    Py_BEGIN_ALLOW_THREADS
+    cl_wait(1, &ev);
+    cl_release(ev);
+    Py_END_ALLOW_THREADS
+    PyErr_Restore(t, v, tb);
+}
+
+/* 1: args hold the objects of the last launch (or equal scalars: same_value), 0: not, -1: error */
+static int same_args(BlockingLaunch *b, PyObject *args) {
+    PyObject *prev = PyList_GET_ITEM(b->last, 0);
+    if (!PyTuple_Check(prev) || PyTuple_GET_SIZE(prev) != PyTuple_GET_SIZE(args)) return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *x = PyTuple_GET_ITEM(args, i), *y = PyTuple_GET_ITEM(prev, i);
+        if (x == y) continue;
+        PyObject *r = PyObject_CallFunctionObjArgs(b->same, x, y, NULL);
+        if (r == NULL) return -1;
+        int ok = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (ok != 1) return ok;
+    }
+    return 1;
+}
+
+/* the failed wait's or enqueue's error: pyopencl's Event.wait raises the runtime's own */
+static PyObject *raise_for(BlockingLaunch *b, cl_event ev) {
+    PyObject *e = PyObject_CallFunction(b->event, "KO", (unsigned long long)(uintptr_t)ev, Py_False);
+    if (e == NULL) {
+        cl_release(ev);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallMethod(e, "wait", NULL);
+    Py_DECREF(e);
+    if (r == NULL) return NULL;
+    Py_DECREF(r);
+    PyErr_SetString(PyExc_RuntimeError, "alpyka: the OpenCL runtime reported a failed command but raised nothing");
+    return NULL;
+}
+
+static PyObject *run(BlockingLaunch *b, PyObject *args) {
+    if (!PyTuple_Check(args)) return PyObject_CallOneArg(b->python, args);
+    if (call_method0(b->lock, s_acquire) < 0) return NULL;
+    int same = same_args(b, args);
+    if (same != 1) {
+        if (unlock(b) < 0) return NULL;
+        return PyObject_CallOneArg(b->python, args); /* sets the arguments */
+    }
+    PyObject *took = PyList_GET_ITEM(b->took, 0);
+    Py_INCREF(took);
+    PyObject *how_obj = PyObject_CallOneArg(b->choose, took);
+    Py_DECREF(took);
+    long how = how_obj == NULL ? -1 : PyLong_AsLong(how_obj);
+    Py_XDECREF(how_obj);
+    if (how == -1 && PyErr_Occurred()) {
+        unlock(b);
+        return NULL;
+    }
+    double t0 = now();
+    cl_event ev = NULL;
+    cl_int err = cl_enqueue(b->cq, b->knl, b->dims, NULL, b->global, b->has_local ? b->local : NULL, 0, NULL, &ev);
+    if (err != 0) { /* the Python launcher raises the runtime's error for it */
+        if (unlock(b) < 0) return NULL;
+        return PyObject_CallOneArg(b->python, args);
+    }
+    PyObject *previous = PyObject_GetAttr(b->impl, s_last_event); /* let go of after the wait */
+    if (previous == NULL) PyErr_Clear();
+    if (how != JOINED) { /* the Python wait: its event a pyopencl Event */
+        PyObject *event = PyObject_CallFunction(b->event, "KO", (unsigned long long)(uintptr_t)ev, Py_False);
+        if (event == NULL) drop(ev);
+        else PyObject_SetAttr(b->impl, s_last_event, event);
+        if (unlock(b) < 0) {
+            Py_XDECREF(event);
+            Py_XDECREF(previous);
+            return NULL;
+        }
+        PyObject *t0_obj = PyFloat_FromDouble(t0);
+        PyObject *r = t0_obj == NULL ? NULL
+                                     : PyObject_CallFunction(b->wait, "lOOOO", how, event, b->took, b->flush, t0_obj);
+        Py_XDECREF(t0_obj);
+        Py_DECREF(event);
+        Py_XDECREF(previous);
+        return r;
+    }
+    PyObject_SetAttr(b->impl, s_last_event, b->waiting);
+    if (unlock(b) < 0) {
+        drop(ev);
+        Py_XDECREF(previous);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    err = cl_wait(1, &ev);
+    if (err == 0) cl_release(ev);
+    Py_END_ALLOW_THREADS
+    double t1 = now();
+    /* the queue is idle now, unless another thread enqueued meanwhile (then last_event is its) */
+    PyObject *cur = PyObject_GetAttr(b->impl, s_last_event);
+    if (cur == NULL) PyErr_Clear();
+    else {
+        if (cur == b->waiting && PyObject_SetAttr(b->impl, s_last_event, Py_None) < 0) PyErr_Clear();
+        Py_DECREF(cur);
+    }
+    Py_XDECREF(previous);
+    if (err != 0) {
+        PyList_SetItem(b->took, 0, Py_NewRef(Py_None));
+        return raise_for(b, ev);
+    }
+    PyObject *t = PyFloat_FromDouble(t1 - t0);
+    if (t == NULL) return NULL;
+    PyList_SetItem(b->took, 0, t); /* steals t */
+    Py_RETURN_NONE;
+}
+
+static int traverse(BlockingLaunch *b, visitproc visit, void *arg) {
+    Py_VISIT(b->impl); Py_VISIT(b->lock); Py_VISIT(b->python); Py_VISIT(b->choose); Py_VISIT(b->wait);
+    Py_VISIT(b->flush); Py_VISIT(b->event); Py_VISIT(b->same); Py_VISIT(b->last); Py_VISIT(b->took);
+    Py_VISIT(b->waiting); Py_VISIT(b->kernel);
+    return 0;
+}
+
+static int clear(BlockingLaunch *b) {
+    Py_CLEAR(b->impl); Py_CLEAR(b->lock); Py_CLEAR(b->python); Py_CLEAR(b->choose); Py_CLEAR(b->wait);
+    Py_CLEAR(b->flush); Py_CLEAR(b->event); Py_CLEAR(b->same); Py_CLEAR(b->last); Py_CLEAR(b->took);
+    Py_CLEAR(b->waiting); Py_CLEAR(b->kernel);
+    return 0;
+}
+
+static void dealloc(BlockingLaunch *b) {
+    PyObject_GC_UnTrack(b);
+    clear(b);
+    Py_TYPE(b)->tp_free((PyObject *)b);
+}
+
+static int sizes(PyObject *seq, size_t *out, cl_uint dims) {
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != (Py_ssize_t)dims) {
+        PyErr_SetString(PyExc_ValueError, "sizes: a tuple of the launch's dimensions");
+        return -1;
+    }
+    for (cl_uint i = 0; i < dims; i++) {
+        out[i] = PyLong_AsSize_t(PyTuple_GET_ITEM(seq, i));
+        if (out[i] == (size_t)-1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+static PyObject *make(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *names[] = {"impl", "lock", "python", "choose", "wait", "flush", "event", "same", "last",
+                            "took", "waiting", "kernel", "cq", "glob", "local", NULL};
+    PyObject *o[12], *glob, *local;
+    unsigned long long cq;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOO!O!OOKO!O", names, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                     &o[5], &o[6], &o[7], &PyList_Type, &o[8], &PyList_Type, &o[9], &o[10], &o[11],
+                                     &cq, &PyTuple_Type, &glob, &local))
+        return NULL;
+    if (PyList_GET_SIZE(o[8]) != 1 || PyList_GET_SIZE(o[9]) != 1) {
+        PyErr_SetString(PyExc_ValueError, "last and took: lists of one item");
+        return NULL;
+    }
+    PyObject *knl_ptr = PyObject_GetAttrString(o[11], "int_ptr");
+    if (knl_ptr == NULL) return NULL;
+    void *knl = PyLong_AsVoidPtr(knl_ptr);
+    Py_DECREF(knl_ptr);
+    if (knl == NULL && PyErr_Occurred()) return NULL;
+    Py_ssize_t dims = PyTuple_GET_SIZE(glob);
+    if (dims < 1 || dims > 3) {
+        PyErr_SetString(PyExc_ValueError, "glob: 1 to 3 sizes");
+        return NULL;
+    }
+    BlockingLaunch *b = PyObject_GC_New(BlockingLaunch, type);
+    if (b == NULL) return NULL;
+    PyObject **slots[12] = {&b->impl, &b->lock, &b->python, &b->choose, &b->wait, &b->flush,
+                            &b->event, &b->same, &b->last, &b->took, &b->waiting, &b->kernel};
+    for (int i = 0; i < 12; i++) *slots[i] = Py_NewRef(o[i]);
+    b->cq = (void *)(uintptr_t)cq;
+    b->knl = knl;
+    b->dims = (cl_uint)dims;
+    b->has_local = local != Py_None;
+    if (sizes(glob, b->global, b->dims) < 0 || (b->has_local && sizes(local, b->local, b->dims) < 0)) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    PyObject_GC_Track(b);
+    return (PyObject *)b;
+}
+
+static PyMethodDef methods[] = {
+    {"run", (PyCFunction)run, METH_O, "run(args): the launch with these arguments, waited for"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject BlockingLaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_alpyka_opencl_native.BlockingLaunch",
+    .tp_basicsize = sizeof(BlockingLaunch),
+    .tp_dealloc = (destructor)dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A fast launcher's blocking launch in one native call",
+    .tp_traverse = (traverseproc)traverse,
+    .tp_clear = (inquiry)clear,
+    .tp_methods = methods,
+    .tp_new = make,
+};
+
+static PyObject *bind(PyObject *self, PyObject *args) {
+    unsigned long long enqueue, wait, release;
+    if (!PyArg_ParseTuple(args, "KKK", &enqueue, &wait, &release)) return NULL;
+    if (!enqueue || !wait || !release) {
+        PyErr_SetString(PyExc_ValueError, "bind: three entry points of the OpenCL loader");
+        return NULL;
+    }
+    cl_enqueue = (enqueue_fn)(uintptr_t)enqueue;
+    cl_wait = (wait_fn)(uintptr_t)wait;
+    cl_release = (release_fn)(uintptr_t)release;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", bind, METH_VARARGS, "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent): addresses"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_alpyka_opencl_native", .m_size = -1, .m_methods = module_methods};
+
+PyMODINIT_FUNC PyInit__alpyka_opencl_native(void) {
+    if (PyType_Ready(&BlockingLaunchType) < 0) return NULL;
+    s_acquire = PyUnicode_InternFromString("acquire");
+    s_release = PyUnicode_InternFromString("release");
+    s_last_event = PyUnicode_InternFromString("last_event");
+    if (!s_acquire || !s_release || !s_last_event) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "BlockingLaunch", (PyObject *)&BlockingLaunchType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,176 @@
+"""The blocking OpenCL launch in one native call: backends/_opencl_native.c, built by the system's
+C compiler once per compiler and Python into alpyka's private cache, verified before it is loaded
+(:mod:`backends._shared_libraries`), bound to the OpenCL loader pyopencl uses.
+
+A fast launcher of a blocking queue (backends/_opencl_launch.py: ``launcher``) runs its launches
+with the very arguments of the last one through it: the queue's lock, the wait's choice, the
+enqueue and a joined wait in one call (no Python between the enqueue and the wait). Where it
+cannot be built (no C compiler, no Python headers, no OpenCL loader ctypes can open)
+:func:`native_problem` says why, and the Python launcher runs alone: the same launches, about
+1 us of Python more each."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyopencl as cl
+
+from ._gpu_launch import same_value
+from ._opencl_waits import opencl_library
+from ._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
+
+SOURCE = Path(__file__).with_suffix(".c")
+MODULE = "_alpyka_opencl_native"
+#: ``-fasynchronous-unwind-tables``: a daemon thread stopped at the interpreter's end while it takes
+#: the GIL back (in this library's C) is unwound as one in ``time.sleep``
+FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fasynchronous-unwind-tables", "-w")
+#: what the library calls in the OpenCL loader, in the order ``bind`` takes them
+ENTRY_POINTS = ("clEnqueueNDRangeKernel", "clWaitForEvents", "clReleaseEvent")
+CACHE_DIR, LIBRARY = "opencl_native", "alpyka's native OpenCL launch library"
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}  # "module" (or None) and "problem" once probed
+
+
+class _Waiting:
+    """A queue's ``last_event`` while the native launch waits for its command (not idle)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<a native launch waiting>"
+
+
+#: what ``OpenCLQueue.last_event`` holds while a joined native wait runs: ``is_idle`` is False then
+WAITING = _Waiting()
+
+
+def _compilers() -> list[str]:
+    names = [os.environ["CC"]] if os.environ.get("CC") else []
+    return names + ["cc", "gcc", "clang"]
+
+
+def _load(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_loader(MODULE, loader, origin=str(path))
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _identity(path: str) -> str:
+    """What a library's cache key holds of the compiler at ``path``: its real path, size and
+    modification time (no process started; another compiler there is another key)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _build() -> tuple[ModuleType | None, str | None]:
+    """(the module, None), or (None, why it is not there)."""
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").is_file():
+        return None, f"no Python headers ({include}/Python.h; e.g. apt install python3-dev)"
+    lib = opencl_library()
+    if lib is None:
+        return None, "ctypes finds no OpenCL loader"
+    tried = []
+    for name in _compilers():
+        path = shutil.which(name)
+        if path is None:
+            tried.append(f"{name}: not found")
+            continue
+        text = SOURCE.read_text()
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        key = hashlib.sha256("\0".join([text, _identity(path), sys.version, suffix, *FLAGS]).encode()).hexdigest()[:32]
+        lib_name = f"{CACHE_DIR}-{key}{suffix}"
+        command = [path, *FLAGS, f"-I{include}", "-x", "c"]
+        cache = library_cache(CACHE_DIR)
+        try:
+            module = load_cached(cache, lib_name, LIBRARY, _load) if cache is not None else None
+            if module is None:
+                module, _, log = build_once(Library(command, text, "opencl_native.c", lib_name, LIBRARY, _load), cache)
+                if module is None:
+                    tried.append(f"{name}: {' '.join(log.split())[-300:]}")
+                    continue
+        except (OSError, ImportError, subprocess.SubprocessError) as exc:
+            tried.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        try:
+            entries = [address(getattr(lib, f)) for f in ENTRY_POINTS]
+        except AttributeError as exc:
+            return None, f"the OpenCL loader ctypes opened lacks an entry point ({exc})"
+        module.bind(*entries)
+        _state["compiler"] = path
+        return module, None
+    return None, "no C compiler builds it (" + "; ".join(tried) + "); install gcc or set CC"
+
+
+def native_module() -> ModuleType | None:
+    """The built module, or None (:func:`native_problem` says why); built or loaded once a process."""
+    with _lock:
+        if "module" not in _state:
+            _state["module"], _state["problem"] = _build()
+        return _state["module"]
+
+
+def native_problem() -> str | None:
+    """None when blocking OpenCL launches run natively here, else why they do not."""
+    native_module()
+    return _state["problem"]
+
+
+def native_compiler() -> str | None:
+    """The compiler that built the native launch (its version line and path), None without it."""
+    native_module()
+    path = _state.get("compiler")
+    if path is None:
+        return None
+    found = compiler_version(path)
+    return found if isinstance(found, str) else f"{found[1]} ({found[0]})"
+
+
+def blocking_launch(
+    impl: Any, python: Callable[[tuple], None], knl: cl.Kernel, glob: tuple, local: tuple | None, last: list, took: list
+) -> Callable[[tuple], None] | None:
+    """``run(args)`` of a blocking queue's fast launcher, native (see the module's docstring):
+    ``python``, the Python launcher, runs where the arguments are not the last launch's (it sets
+    them), and raises the runtime's error for a failed enqueue; ``last`` and ``took`` are its
+    lists (the last arguments, the last run's seconds). None where the library is not there."""
+    module = native_module()
+    if module is None:
+        return None
+    waits = impl.waits
+    native = module.BlockingLaunch(
+        impl,
+        impl.lock,
+        python,
+        waits.choose,
+        waits.wait_chosen,
+        impl.flush_cq,
+        cl.Event.from_int_ptr,
+        same_value,
+        last,
+        took,
+        WAITING,
+        knl,
+        impl.cq.int_ptr,
+        tuple(int(g) for g in glob),
+        None if local is None else tuple(int(x) for x in local),
+    )
+    return native.run

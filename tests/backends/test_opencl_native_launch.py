@@ -1,0 +1,340 @@
+"""The blocking OpenCL launch in one native call (backends/_opencl_native.c).
+
+A fast launcher of a blocking queue runs a launch with the very arguments of its last one
+natively: the queue's lock, the wait's choice (Python's ``WaitChoice.choose``), the enqueue and a
+joined wait in one call. Other arguments, a failed enqueue and the other waits go through the
+Python launcher and wait: what a launch does is defined there once. Where no C compiler builds
+the library, the Python launcher runs alone (``native_problem`` says why).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import portable as pk
+from alpyka_testing.threads import run_threads
+from portable.spi import queue_impl
+
+pytestmark = pytest.mark.alpyka_backends("opencl")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pk.kernel
+def add_v(acc, out, v):
+    for i in acc.uniform_elements(out.shape[0]):
+        out[i] += v
+
+
+def _native_or_skip() -> None:
+    from backends._opencl_native import native_problem
+
+    problem = native_problem()
+    if problem is not None:
+        pytest.skip(f"the native launch is not built here: {problem}")
+
+
+def _runs(q: pk.Queue, kernel, wd: pk.WorkDiv) -> list:
+    """What the fast launchers of ``kernel`` over ``wd`` on ``q`` run (their guards' ``_run``)."""
+    site = q.launch_sites[kernel].peek(id(wd))
+    return [f.__closure__[f.__code__.co_freevars.index("_run")].cell_contents for f in site.fast]
+
+
+def _is_native(run) -> bool:
+    return type(getattr(run, "__self__", None)).__name__ == "BlockingLaunch"
+
+
+def _host(q: pk.Queue, buf) -> np.ndarray:
+    host = np.empty(buf.shape, buf.dtype)
+    pk.memcpy(q, host, buf)
+    q.wait()
+    return host
+
+
+def _opencl_devices() -> list:
+    return [d for d in pk.devices("opencl")] if "opencl" in pk.available_backends() else []
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["first", "second"])
+def test_a_repeated_blocking_launch_runs_natively_with_the_same_results(which):
+    _native_or_skip()
+    devices = _opencl_devices()
+    if which >= len(devices):
+        pytest.skip("one OpenCL device here")
+    dev = devices[which]
+    if dev.properties.get("simulator"):
+        pytest.skip("a simulator's launches run in Python (its flushes run the queue)")
+    q = pk.Queue(dev, blocking=True)
+    a, b = pk.Buffer(dev, 64, np.float32, queue=q), pk.Buffer(dev, 64, np.float32, queue=q)
+    pk.memset(q, a, 0)
+    pk.memset(q, b, 0)
+    wd = pk.WorkDiv(1, 4, 16)
+    one, two = np.float32(1), np.float32(2.5)
+    expect_a = expect_b = 0.0
+    for i in range(60):  # repeats, other scalar values, the other buffer: native and Python runs mixed
+        out, v = (a, one) if i % 7 else (b, two)
+        for _ in range(1 + i % 3):
+            pk.exec(q, wd, add_v, out, v)
+            if out is a:
+                expect_a += float(v)
+            else:
+                expect_b += float(v)
+    runs = _runs(q, add_v, wd)
+    assert runs and all(_is_native(r) for r in runs), runs
+    np.testing.assert_array_equal(_host(q, a), np.float32(expect_a))
+    np.testing.assert_array_equal(_host(q, b), np.float32(expect_b))
+    pk.exec(q, wd, add_v, a, one)
+    pk.exec(q, wd, add_v, a, one)
+    assert queue_impl(q).last_event is None and q.is_idle()  # a joined native wait: the queue idle
+
+
+def test_a_native_wait_is_timed_and_joined_where_the_python_launcher_would(monkeypatch):
+    """Busy cores and a long join limit: after the first runs (unknown: interruptible), a repeated
+    launch is joined natively, a new scalar value waits interruptibly once again (the Python
+    wait's choice, made for the native launch too)."""
+    import backends._opencl_waits as ow
+    from backends._other_load import FixedLoad
+
+    _native_or_skip()
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("the main thread's choice is tested; this test runs in another thread")
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)
+    monkeypatch.setattr(ow, "other_load", FixedLoad(busy=True))
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    waits, calls = queue_impl(q).waits, []
+    real = waits.interruptible
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    monkeypatch.setattr(waits, "interruptible", lambda ev: (calls.append(ev), real(ev)))
+    wd = pk.WorkDiv(1, 1, 8)
+    one, two = np.float32(1), np.float32(2)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == 3 and all(_is_native(r) for r in _runs(q, add_v, wd))
+    for _ in range(5):
+        pk.exec(q, wd, add_v, out, one)
+    assert len(calls) == 3
+    pk.exec(q, wd, add_v, out, two)
+    assert len(calls) == 4
+    pk.exec(q, wd, add_v, out, two)
+    assert len(calls) == 4
+    np.testing.assert_array_equal(_host(q, out), 8 * 1 + 2 * 2)
+
+
+def test_threads_launching_on_one_blocking_queue():
+    _native_or_skip()
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    outs = [pk.Buffer(dev, 32, np.int32, queue=q) for _ in range(4)]
+    for out in outs:
+        pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 32)
+
+    def work(t: int) -> None:
+        v = np.int32(t + 1)
+        for _ in range(150):
+            pk.exec(q, wd, add_v, outs[t], v)
+
+    run_threads(work, 4)
+    for t, out in enumerate(outs):
+        np.testing.assert_array_equal(_host(q, out), 150 * (t + 1))
+    assert q.is_idle()
+
+
+def test_a_queue_is_not_idle_while_a_native_wait_runs():
+    from backends._opencl_native import WAITING
+
+    q = pk.Queue(pk.device("opencl"), blocking=True)
+    impl = queue_impl(q)
+    impl.last_event = WAITING
+    assert not q.is_idle()
+    impl.last_event = None
+    assert q.is_idle()
+
+
+@pytest.fixture
+def rebind():
+    """``rebind(enqueue=None, wait=None)``: the native library bound to stand-ins (ctypes
+    callbacks) of the loader's entry points; bound to the loader's own again afterwards."""
+    import ctypes
+
+    from backends._opencl_native import native_module
+    from backends._opencl_waits import opencl_library
+
+    _native_or_skip()
+    module, lib = native_module(), opencl_library()
+    address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    real = [address(lib.clEnqueueNDRangeKernel), address(lib.clWaitForEvents), address(lib.clReleaseEvent)]
+    kept = []
+
+    def bind(enqueue=None, wait=None):
+        kept.extend(x for x in (enqueue, wait) if x is not None)
+        module.bind(*(real[i] if f is None else address(f) for i, f in enumerate((enqueue, wait, None))))
+
+    yield bind
+    module.bind(*real)
+
+
+def _launched(dev):
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    assert all(_is_native(r) for r in _runs(q, add_v, wd))
+    return q, out, wd
+
+
+def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind):
+    """The runtime's wait reports a failed command: the error is raised (pyopencl's, where the
+    runtime's event says so), the queue's lock is free, the launch's time forgotten, and the next
+    runs work."""
+    import ctypes
+
+    from backends._opencl_waits import opencl_library
+
+    q, out, wd = _launched(pk.device("opencl"))
+    real = opencl_library().clWaitForEvents
+    real.argtypes, real.restype = [ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int32
+    failing = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p)(lambda n, evs: real(n, evs) or -14)
+    rebind(wait=failing)
+    with pytest.raises(RuntimeError, match="failed command"):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    rebind()
+    impl = queue_impl(q)
+    assert impl.lock.acquire(timeout=5)
+    impl.lock.release()
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    np.testing.assert_array_equal(_host(q, out), 7)  # the failed one ran (the stand-in said otherwise)
+
+
+def test_a_failed_enqueue_is_the_python_launchers(rebind):
+    """An enqueue the runtime refuses goes to the Python launcher, which enqueues it through
+    pyopencl (raising the runtime's own error where it is refused there too)."""
+    import ctypes
+
+    q, out, wd = _launched(pk.device("opencl"))
+    refused = []
+    args = [ctypes.c_void_p] * 2 + [ctypes.c_uint32] + [ctypes.c_void_p] * 3 + [ctypes.c_uint32] + [ctypes.c_void_p] * 2
+    refusing = ctypes.CFUNCTYPE(ctypes.c_int32, *args)(lambda *a: refused.append(a) or -54)
+    rebind(enqueue=refusing)
+    for _ in range(2):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    rebind()
+    assert len(refused) == 2
+    np.testing.assert_array_equal(_host(q, out), 5)
+
+
+def _child(tmp_path: Path, body: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body))
+    full = {**os.environ, "PYTHONPATH": str(ROOT), "ALPYKA_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=full)
+
+
+_LAUNCHES = """
+import warnings
+warnings.simplefilter("always")
+import numpy as np
+import portable as pk
+from backends._opencl_native import native_problem
+
+@pk.kernel
+def add_v(acc, out, v):
+    for i in acc.uniform_elements(out.shape[0]):
+        out[i] += v
+
+dev = pk.device("opencl")
+q = pk.Queue(dev, blocking=True)
+out = pk.Buffer(dev, 8, np.float32, queue=q)
+pk.memset(q, out, 0)
+wd = pk.WorkDiv(1, 1, 8)
+for _ in range(6):
+    pk.exec(q, wd, add_v, out, np.float32(1))
+host = np.empty(8, np.float32)
+pk.memcpy(q, host, out)
+f = q.launch_sites[add_v].peek(id(wd)).fast[0]
+run = f.__closure__[f.__code__.co_freevars.index("_run")].cell_contents
+print("sum", host[0], "native", type(getattr(run, "__self__", None)).__name__ == "BlockingLaunch")
+print("problem", native_problem())
+"""
+
+
+def test_without_a_c_compiler_launches_run_in_python(tmp_path):
+    done = _child(tmp_path, _LAUNCHES, {"PATH": str(tmp_path / "empty"), "CC": ""})
+    assert done.returncode == 0, done.stderr
+    assert "sum 6.0 native False" in done.stdout, done.stdout
+    assert "no C compiler builds it" in done.stdout and "install gcc or set CC" in done.stdout, done.stdout
+
+
+def test_a_changed_native_library_is_built_again(tmp_path):
+    _native_or_skip()
+    first = _child(tmp_path, _LAUNCHES)
+    assert "sum 6.0 native True" in first.stdout, first.stdout + first.stderr
+    (lib,) = (tmp_path / "cache" / "opencl_native").glob("opencl_native-*.so")
+    lib.write_bytes(lib.read_bytes() + b"\0" * 40)  # appended to: its tag no longer the last bytes
+    second = _child(tmp_path, _LAUNCHES)
+    assert "sum 6.0 native True" in second.stdout, second.stdout + second.stderr
+    assert "is not the one alpyka built there" in second.stderr and "built again" in second.stderr, second.stderr
+    third = _child(tmp_path, _LAUNCHES)
+    assert "sum 6.0 native True" in third.stdout and "built again" not in third.stderr, third.stderr
+
+
+def test_the_native_launchs_source_ships_with_alpyka():
+    """An installed alpyka (not this checkout) has _opencl_native.c beside _opencl_native.py: it is
+    compiled there on first use."""
+    import tomllib
+
+    from backends._opencl_native import SOURCE
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert SOURCE.is_file() and SOURCE.parent == ROOT / "backends"
+    assert SOURCE.name in data["package-data"]["backends"]
+
+
+def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
+    """A Ctrl-C (here a stand-in exception) raised in the Python the native call runs under the
+    queue's lock (the wait's choice) reaches the caller with the lock let go."""
+    _native_or_skip()
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    from backends._opencl_waits import WaitChoice
+
+    real, raising = WaitChoice.choose, []
+
+    def choose(self, last):
+        if raising:
+            raise raising[0]
+        return real(self, last)
+
+    monkeypatch.setattr(WaitChoice, "choose", choose)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    assert all(_is_native(r) for r in _runs(q, add_v, wd))
+
+    class Interrupt(BaseException):
+        pass
+
+    raising.append(Interrupt())
+    with pytest.raises(Interrupt):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    raising.clear()
+    impl = queue_impl(q)
+    assert impl.lock.acquire(timeout=5)
+    impl.lock.release()
+    pk.exec(q, wd, add_v, out, np.float32(1))
+    np.testing.assert_array_equal(_host(q, out), 4)  # the interrupted launch enqueued nothing
