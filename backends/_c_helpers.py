@@ -13,6 +13,7 @@ from portable.compiler.operations import CHelper
 from portable.compiler.types import ScalarType
 
 from ._c_dialect import CTYPE, Dialect
+from ._c_source import CEmitError
 
 
 class Helpers:
@@ -215,7 +216,10 @@ class Helpers:
         kernel of ``ndim`` dimensions: where the dialect can tell a one-work-item group apart,
         :meth:`Dialect.alone_in_block`, an atomic on its shared memory is a plain update there)."""
         if t.bits not in (32, 64) or t.is_bool:
-            raise NotImplementedError(f"atomic_{op} on {t} (GPU backends have atomics on 32- and 64-bit types)")
+            raise CEmitError(
+                f"atomic_{op} on {t} (GPU backends have atomics on 32- and 64-bit types): use an int32, int64, "
+                "uint32, uint64, float32 or float64 array"
+            )
         d, c = self.d, CTYPE[t.name]
         space = d.space(kind)
         tag = "l" if space.startswith("__local") else "g"
@@ -237,7 +241,7 @@ class Helpers:
 """,
             )
         if t.is_float and op in ("and", "or", "xor", "inc", "dec"):
-            raise NotImplementedError(f"atomic_{op} on {t}")
+            raise CEmitError(f"atomic_{op} on {t}: bitwise, inc and dec atomics take integer arrays")
         new = _UPDATE[op].format(c=c)
         plain = ""
         if alone is not None:

@@ -36,6 +36,7 @@ import time
 from collections import deque
 from typing import Any
 
+from portable import StateError
 from portable.spi import before_workers_stop
 
 #: how long a calibration round waits for its worker
@@ -46,7 +47,10 @@ _perf = time.perf_counter
 _thread_cpu = time.thread_time
 _get_ident = _thread.get_ident
 _MAIN = threading.main_thread().ident
-_EXIT_MESSAGE = "cpu_threads: kernel launch given up: the program ended (atexit) without waiting for its queue"
+_EXIT_MESSAGE = (
+    "cpu_threads: kernel launch given up: the program ended (atexit) without waiting for its queue; "
+    "call q.wait() before the program ends"
+)
 
 
 def main_ident() -> int:
@@ -266,7 +270,7 @@ class _Pool:
         if self.abandoned:
             self.drain()
         if self.exiting and _get_ident() != _MAIN:
-            raise RuntimeError(_EXIT_MESSAGE)
+            raise StateError(_EXIT_MESSAGE)
 
     def run_job(self, job: _Job) -> None:
         """Open ``job`` to the workers and take part in it until every chunk finished; raise its
@@ -285,7 +289,7 @@ class _Pool:
         if job.errors:
             raise job.errors[0]
         if not job.complete or job.cancel:
-            raise RuntimeError(_EXIT_MESSAGE)
+            raise StateError(_EXIT_MESSAGE)
 
     def abandon(self, job: _Job) -> None:
         job.cancel = True

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from portable import AlpykaError
+from portable import AlpykaError, FileNotFound
 
 from ._zip_layout import Entry, ZipLayoutError, read_entry, read_layout
 
@@ -52,7 +52,11 @@ if TYPE_CHECKING:
 
 
 class ModelFileError(AlpykaError, ValueError):
-    """A model file that is missing, truncated or of a format alpyka does not load."""
+    """A model file that is truncated or of a format alpyka does not load (a missing one is a
+    ``pk.FileNotFound``)."""
+
+
+_GIVE_A_MODEL = "give the path of a .pt2, .onnx or TorchScript file"
 
 
 _PICKLED_MODULE_HINT = (
@@ -131,12 +135,12 @@ def _looks_like_onnx(p: Path, head: bytes) -> bool:
 def detect_format(path: str | os.PathLike, data: bytes | None = None) -> str:
     """``"jit"``, ``"aot"``, ``"exported"`` (torch.export.save), ``"onnx"``, ``"torch.save"`` or
     ``"pickle"``, by content (``data``: the file's bytes, read once by a caller that hands those
-    same bytes to torch); raises :class:`ModelFileError` for missing, empty, truncated or unknown
-    files, for zip archives torch's reader and Python's zipfile could read differently and for
+    same bytes to torch); raises ``pk.FileNotFound`` for a missing file, :class:`ModelFileError` for empty, truncated or
+    unknown files, for zip archives torch's reader and Python's zipfile could read differently and for
     ``.pt2`` archives from which torch would unpickle anything (:func:`check_pt2_pickles`)."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"model file {str(p)!r} does not exist")
+        raise FileNotFound(f"model file {str(p)!r} does not exist; {_GIVE_A_MODEL}")
     if p.is_dir():
         raise ModelFileError(f"{p} is a directory; give a .pt2, .onnx or TorchScript file")
     if data is None:
@@ -369,7 +373,7 @@ def read_file(path: str | os.PathLike) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise FileNotFoundError(f"model file {os.fspath(path)!r} does not exist") from None
+        raise FileNotFound(f"model file {os.fspath(path)!r} does not exist; {_GIVE_A_MODEL}") from None
     except OSError as exc:
         raise ModelFileError(f"{path}: cannot be read ({exc})") from None
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import portable as pk
-from portable import ArgumentError, ArgumentTypeError, NameNotFound
+from portable import ArgumentError, ArgumentTypeError, NameNotFound, StateError
 from portable.caches import LRUCache
 
 from ._block import Block, make_block
@@ -189,7 +189,10 @@ class SoAMetadata:
         if t is None:
             block = self.block(name)
             if memory_path(self.collection.device) == "copy":
-                raise RuntimeError(f"memory of {self.collection.device} is not addressable from torch")
+                raise StateError(
+                    f"memory of {self.collection.device} is not addressable from torch; use the copy path "
+                    "(the model's host tensors)"
+                )
             t = self._tensors[name] = block_tensor(self._flat_tensor(block.dtype), block)
         return t
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 import portable as pk
-from portable import ArgumentTypeError
+from portable import ArgumentTypeError, StateError
 from portable.caches import LRUCache
 
 from ._loading import (
@@ -133,7 +133,7 @@ class Model:
     def _resolve_queue(self, queue: pk.Queue | None) -> pk.Queue:
         q = queue if queue is not None else (getattr(self._local, "queue", None) or self._default_queue)
         if q is None:
-            raise RuntimeError("no queue: call model.to(queue) first or pass forward(..., queue=q)")
+            raise StateError("no queue: call model.to(queue) first or pass forward(..., queue=q)")
         if not isinstance(q, pk.Queue):
             raise ArgumentTypeError(f"queue must be a pk.Queue, got {type(q).__name__}")
         return q

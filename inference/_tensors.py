@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import portable as pk
-from portable import ArgumentTypeError
+from portable import ArgumentTypeError, StateError
 
 from ._block import Block
 from ._torch_queue import dlpack_tensor, memory_path, torch_device
@@ -60,7 +60,9 @@ def _flat_array(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> Any:
     """A 1-D array of ``dtype`` over the first ``nbytes`` of ``buffer`` (numpy or cupy)."""
     make = buffer.device.backend.array_factory(buffer, False)
     if make is None:
-        raise RuntimeError(f"memory of {buffer.device} is not addressable from Python")
+        raise StateError(
+            f"memory of {buffer.device} is not addressable from Python; memcpy it into a host buffer first"
+        )
     count = nbytes // dtype.itemsize
     return make(0, dtype, (count,), (dtype.itemsize,))
 
@@ -106,7 +108,7 @@ def flat_tensor(buffer: pk.Buffer, dtype: np.dtype, nbytes: int) -> torch.Tensor
         if buffer.ptr:
             return torch.as_tensor(_CudaArrayInterface(buffer.ptr, count, dtype, buffer), device=tdev)
         raise RuntimeError(f"{buffer.device} exposes neither a device array nor a pointer for its buffers")
-    raise RuntimeError(f"memory of {buffer.device} is not addressable from torch; use the copy path")
+    raise StateError(f"memory of {buffer.device} is not addressable from torch; use the copy path")
 
 
 def block_tensor(flat: torch.Tensor, block: Block) -> torch.Tensor:

@@ -20,9 +20,11 @@ from ._errors import (
     BackendUnavailable,
     DeviceMismatch,
     EnvVarError,
+    FileNotFound,
     KernelBuildError,
     NameNotFound,
     NoSuchDevice,
+    StateError,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -85,7 +87,9 @@ __all__ = [
     "DeviceMismatch",
     "register_backend",
     "EnvVarError",
+    "FileNotFound",
     "NameNotFound",
+    "StateError",
     "Event",
     "PortableCollection",
     "Queue",

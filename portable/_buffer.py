@@ -14,7 +14,7 @@ import soa
 from ._allocator import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
-from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch
+from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch, StateError
 from ._graph import active as _capturing
 from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
@@ -187,7 +187,7 @@ class Buffer:
         the buffer alive."""
         make = self.device.backend.array_factory(self, False)
         if make is None:
-            raise RuntimeError(
+            raise StateError(
                 f"memory of {self.device} is not addressable from Python; memcpy it into a host buffer first"
             )
         return make(0, self.dtype, self.shape, c_strides(self.shape, self.dtype.itemsize))

@@ -6,7 +6,9 @@ from __future__ import annotations
 from soa._errors import AlpykaError as AlpykaError
 from soa._errors import ArgumentError as ArgumentError
 from soa._errors import ArgumentTypeError as ArgumentTypeError
+from soa._errors import FileNotFound as FileNotFound
 from soa._errors import NameNotFound as NameNotFound
+from soa._errors import StateError as StateError
 
 
 class BackendUnavailable(AlpykaError):

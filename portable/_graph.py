@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import AlpykaError
+from ._errors import AlpykaError, ArgumentTypeError
 from ._handoff import note_queue
 
 
@@ -234,7 +234,9 @@ class capture:
 
     def __init__(self, queue: Any) -> None:
         if not hasattr(queue, "_impl") or not hasattr(queue, "device"):  # a pk.Queue (_queue.py imports this module)
-            raise TypeError(f"pk.capture needs a pk.Queue, got {type(queue).__name__}")
+            raise ArgumentTypeError(
+                f"pk.capture needs a pk.Queue, got {type(queue).__name__}: pk.capture(pk.Queue(pk.device(...)))"
+            )
         self.queue = queue
         self._cap: _Capture | None = None
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errorlog import ErrorLog
-from ._errors import AsyncError
+from ._errors import AsyncError, StateError
 from ._workers import Worker, start_worker, stop_worker
 
 
@@ -98,7 +98,7 @@ def warn_unseen(log: ErrorLog, what: str) -> None:
 def check_not_own_worker(worker: Worker | None, what: str) -> None:
     """Refuse a wait from a task of the same queue: it would wait for itself forever."""
     if worker is not None and threading.get_ident() == worker.ident:
-        raise RuntimeError(
+        raise StateError(
             f"wait() on a {what} from inside one of its own tasks would wait for itself "
             "forever; record an event instead, or wait outside the task"
         )
@@ -272,7 +272,7 @@ class HostQueue:
             with self.lock:
                 return
         if self.in_own_task():
-            raise RuntimeError(
+            raise StateError(
                 "wait() on a queue from inside one of its own tasks would wait for itself "
                 "forever; record an event instead, or wait outside the task"
             )

@@ -22,6 +22,8 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+from ._errors import ArgumentError
+
 
 class LRUCache:
     """A mapping of at most ``size`` entries; setting one more drops the least recently used
@@ -32,7 +34,7 @@ class LRUCache:
 
     def __init__(self, size: int) -> None:
         if size < 1:
-            raise ValueError(f"an LRUCache holds at least 1 entry, got size={size}")
+            raise ArgumentError(f"an LRUCache holds at least 1 entry, got size={size}")
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
         self.size = size
         #: ``peek(key, default=None)``: the value without marking it used

@@ -51,6 +51,7 @@ from ._buffer import c_strides
 from ._deferred import run_deferred
 from ._device import DLPACK_CPU, DLPACK_CUDA, DLPACK_OPENCL, DLPACK_ROCM, Device, DeviceCapabilities, DeviceLimits
 from ._errorlog import ErrorLog
+from ._errors import ArgumentTypeError
 from ._hostqueue import HostEvent, HostQueue, check_not_own_worker, warn_unseen
 from ._queue import Queue
 from ._workers import Worker, before_workers_stop, start_worker, stop_worker
@@ -339,7 +340,7 @@ def queue_impl(queue: Any) -> Any:
         return queue.impl
     if queue is None:
         return None
-    raise TypeError(f"queue_impl needs a pk.Queue, got {type(queue).__name__}")
+    raise ArgumentTypeError(f"queue_impl needs a pk.Queue, got {type(queue).__name__}")
 
 
 @runtime_checkable

@@ -24,3 +24,14 @@ class NameNotFound(AlpykaError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class StateError(AlpykaError, RuntimeError):
+    """A call its object's present state cannot take: a model with no queue, device memory read
+    through Python, a wait from inside the queue's own task, a closed pool (the message says what
+    to do first)."""
+
+
+class FileNotFound(AlpykaError, FileNotFoundError):
+    """A file a call was given that is not there (a model file, a ROOT file); the message names
+    the path and what to give. A ``FileNotFoundError`` (an ``OSError``) too."""

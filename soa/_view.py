@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ArgumentTypeError
+from ._errors import ArgumentTypeError, StateError
 from ._layout import Layout, Placement
 
 #: ``make_array(byte_offset, dtype, shape, strides)`` returns an array onto the memory.
@@ -98,7 +98,7 @@ class View:
         if name not in placements:
             raise AttributeError(f"{layout.__name__} view has no field {name!r}; its fields are {layout.field_names()}")
         if self._make is None:
-            raise RuntimeError(
+            raise StateError(
                 f"{layout.__name__}.{name}: this view's memory is on {self.device} and not "
                 "addressable from Python; copy the collection to the host first (coll.to_host(q))"
             )

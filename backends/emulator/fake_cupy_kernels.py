@@ -196,7 +196,10 @@ def _cpu_device() -> Any:
     for dev in pk.devices("opencl"):
         if dev.properties.get("type") == "cpu":
             return dev
-    raise RuntimeError("the OpenCL twin executor runs kernels on an OpenCL CPU device; the opencl backend has none")
+    raise pk.EnvVarError(
+        f"{ENV_EXEC}=opencl runs the emulated GPU's kernels on an OpenCL CPU device and the opencl backend "
+        f"has none here: unset {ENV_EXEC} (the default executor, cpp) or install an OpenCL CPU runtime (PoCL)"
+    )
 
 
 class CppExecutor:
@@ -284,10 +287,13 @@ def _device_span(rt: Any, ptr: int, kernel: str, what: str) -> tuple[int, int]:
 
 
 def executor_name() -> str:
-    """``cpp`` or ``opencl``, from ``ALPYKA_EMULATE_EXEC`` (default cpp); ValueError for another."""
+    """``cpp`` or ``opencl``, from ``ALPYKA_EMULATE_EXEC`` (default cpp); ``pk.EnvVarError`` (a
+    ValueError) for another."""
     name = os.environ.get(ENV_EXEC, "cpp").strip().lower() or "cpp"
     if name not in EXECUTORS:
-        raise ValueError(f"{ENV_EXEC}={name!r}: use one of {', '.join(EXECUTORS)}")
+        from portable import EnvVarError  # the error branch only: a launch's path reads this
+
+        raise EnvVarError(f"{ENV_EXEC}={name!r}: use one of {', '.join(EXECUTORS)}")
     return name
 
 

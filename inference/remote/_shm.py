@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from portable import StateError
+
 from ..serving._leftovers import _posixshmem, client_shm_key, sweep, unlink_shm
 from ._errors import InferenceFailed
 
@@ -155,7 +157,7 @@ class ShmPool:
         need = ShmLease.bytes_needed(inputs, outputs)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the shared-memory pool is closed")
+                raise StateError("the shared-memory pool is closed; make a new client (or pool) to send more requests")
             fits = [r for r in self._free if r.byte_size >= need]
             region = min(fits, key=lambda r: r.byte_size) if fits else None
             if region is not None:

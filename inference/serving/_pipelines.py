@@ -19,7 +19,7 @@ import portable as pk
 from portable import cli
 
 from .._pipeline import PIPELINE_ERROR_MARK as ERROR_MARK
-from .._pipeline import PipelineDeclaration, _wire, as_pipeline
+from .._pipeline import PipelineDeclaration, PipelineError, _wire, as_pipeline
 from ._device import backend_of
 
 
@@ -108,7 +108,7 @@ class PipelineRunner:
             except BaseException:  # noqa: BLE001
                 pass
             msg = (str(exc).strip().splitlines() or [""])[0]
-            raise RuntimeError(f"{ERROR_MARK} {type(exc).__name__}: {msg}") from exc
+            raise PipelineError(f"{ERROR_MARK} {type(exc).__name__}: {msg}") from exc
 
     def warm_up(self, rows: int = 8) -> str:
         """Run the pipeline once on zeros (compiles its kernels, deploys its models); returns what

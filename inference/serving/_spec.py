@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from portable import ArgumentError, ArgumentTypeError
+from portable import ArgumentError, ArgumentTypeError, FileNotFound
 
 from .._loading import ModelFileError, detect_format, jit_load, read_checked, read_exported
 from .._onnx import OnnxProgram
@@ -394,7 +394,7 @@ def _as_path(model: Any, name: str, workdir: Path) -> str:
     if isinstance(model, (str, os.PathLike)):
         p = Path(model)
         if not p.is_file():
-            raise FileNotFoundError(f"model file {str(p)!r} does not exist")
+            raise FileNotFound(f"model file {str(p)!r} does not exist; give the path of a model file to serve")
         if p.suffix not in MODEL_SUFFIXES:
             raise ArgumentError(
                 f"model file {str(p)!r}: serve hosts TorchScript (.pt), torch.export or "

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from .._errors import WorkDivError
+from .._errors import ArgumentTypeError, WorkDivError
 from ..env import debug_flag
 from . import ir
 from ._closures import BoundLocal
@@ -93,7 +93,10 @@ def _import_by_reference(what: str, module: str, qualname: str) -> Any:
         ) from exc
     marker = "__alpyka_kernel__" if what == "kernel" else "__alpyka_device_function__"
     if not getattr(obj, marker, False):
-        raise TypeError(f"cannot unpickle {what} {module}.{qualname}: that name is {obj!r} here, not a {what}")
+        raise ArgumentTypeError(
+            f"cannot unpickle {what} {module}.{qualname}: that name is {obj!r} here, not a {what}; the module "
+            f"must define it with @pk.{what.replace(' ', '_')} wherever the {what} is sent"
+        )
     return obj
 
 
@@ -123,7 +126,10 @@ class DeviceFunction:
         return self._parsed
 
     def __call__(self, *args: Any) -> Any:
-        raise TypeError(f"device function {self.__name__!r} can only be called from inside a kernel")
+        raise ArgumentTypeError(
+            f"device function {self.__name__!r} can only be called from inside a kernel; launch a @pk.kernel "
+            "that calls it with pk.exec (or call the undecorated function, its __wrapped__)"
+        )
 
     def __reduce__(self) -> tuple[Callable, tuple[str, str, str]]:
         """Pickled by reference (module + qualified name): see :meth:`Kernel.__reduce__`."""
@@ -146,7 +152,7 @@ class Kernel:
         self, fn: Callable, dynamic_shared_bytes: int | Callable[..., int] | None = None, fast_math: bool = False
     ) -> None:
         if not isinstance(fast_math, bool):
-            raise TypeError(f"@pk.kernel(fast_math=...) takes True or False, got {fast_math!r}")
+            raise ArgumentTypeError(f"@pk.kernel(fast_math=...) takes True or False, got {fast_math!r}")
         self.py_function = fn
         self.__name__ = fn.__name__
         self.__qualname__ = getattr(fn, "__qualname__", fn.__name__)
@@ -233,7 +239,9 @@ class Kernel:
         return n
 
     def __call__(self, *args: Any) -> Any:
-        raise TypeError(f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), not called")
+        raise ArgumentTypeError(
+            f"kernel {self.__name__!r} is launched with pk.exec(queue, workdiv, kernel, *args), not called"
+        )
 
     def __reduce__(self) -> tuple[Callable, tuple[str, str, str]]:
         """Pickled by reference: the module and qualified name, imported again where it is
@@ -256,7 +264,7 @@ def kernel(
     if fn is None:
         return lambda f: Kernel(f, dynamic_shared_bytes, fast_math)
     if not callable(fn):
-        raise TypeError("@pk.kernel decorates a function")
+        raise ArgumentTypeError(f"@pk.kernel decorates a function, got {type(fn).__name__}: put it above a def")
     return Kernel(fn, dynamic_shared_bytes, fast_math)
 
 
@@ -267,26 +275,30 @@ def device_function(fn: Callable | None = None, *, min_shared: dict[str, Callabl
     if fn is None:
         return lambda f: device_function(f, min_shared=min_shared)
     if not callable(fn):
-        raise TypeError("@pk.device_function decorates a function")
+        raise ArgumentTypeError(
+            f"@pk.device_function decorates a function, got {type(fn).__name__}: put it above a def"
+        )
     return DeviceFunction(fn, min_shared)
 
 
 def _check_min_shared(fn: Callable, needs: dict) -> dict[str, Callable[[int], int]]:
     """``min_shared`` of a device function: parameter names (not acc) to callables."""
     if not isinstance(needs, dict):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"min_shared takes a dict {{parameter: lambda block_threads: elements}}, got {type(needs).__name__}"
         )
     code = getattr(fn, "__code__", None)
     params = list(code.co_varnames[: code.co_argcount]) if code is not None else []
     for name, rule in needs.items():
         if name not in params[1:]:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"min_shared names {name!r}, which is not a parameter of {fn.__name__!r} after acc "
                 f"({', '.join(params[1:])})"
             )
         if not callable(rule):
-            raise TypeError(f"min_shared[{name!r}] must be a function of block_threads, got {rule!r}")
+            raise ArgumentTypeError(
+                f"min_shared[{name!r}] must be a function of block_threads, got {rule!r}: e.g. lambda n: n"
+            )
     return dict(needs)
 
 
@@ -368,7 +380,7 @@ def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tupl
         if isinstance(v, TupleVal):  # (offsets, content), *args: each item as an argument of its own
             return ("tuple", tuple(key(it) for it in v.items))
         what = _WHAT.get(type(v).__name__, type(v).__name__)
-        raise TypeError(
+        raise ArgumentTypeError(
             f"device function {df.__name__!r} cannot take {what}; pass acc, arrays, views, numbers, "
             "tuples of those or @pk.device_function functions"
         )
@@ -382,10 +394,12 @@ def _parameters(df: Any, parsed: ParsedFunction, vals: list[Any]) -> tuple[list[
     names = list(parsed.params)
     if parsed.vararg is not None:
         if len(vals) < len(names):
-            raise TypeError(f"device function {df.__name__!r} takes at least {len(names)} argument(s), got {len(vals)}")
+            raise ArgumentTypeError(
+                f"device function {df.__name__!r} takes at least {len(names)} argument(s), got {len(vals)}"
+            )
         names, vals = [*names, parsed.vararg], [*vals[: len(names)], TupleVal(list(vals[len(names) :]))]
     elif len(vals) != len(names):
-        raise TypeError(f"device function {df.__name__!r} takes {len(names)} argument(s), got {len(vals)}")
+        raise ArgumentTypeError(f"device function {df.__name__!r} takes {len(names)} argument(s), got {len(vals)}")
     if isinstance(df, BoundLocal):  # a nested def: what it captured comes after its own parameters
         names, vals = [*names, *df.template.captured], [*vals, *df.captures]
     return names, vals
@@ -398,7 +412,9 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
     names, vals = _parameters(df, parsed, vals)
     ident = df.template if isinstance(df, BoundLocal) else df  # one nested def, whatever it captured
     if any(f is ident for f in ctx.stack):
-        raise TypeError(f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels")
+        raise ArgumentTypeError(
+            f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels; write it as a loop"
+        )
     keys, call_args = _specialisation_keys(df, vals)
     skey = (ident, tuple(keys))
     if skey in ctx.specialisations:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import ArgumentTypeError
 from ._bit_helpers import NUMBA_BIT_HELPERS, opencl_brev, opencl_ffs
 from .types import BOOL, INT32, INT64, UINT32, UINT64, ScalarType
 
@@ -342,7 +343,7 @@ def _negation_type(t: ScalarType) -> ScalarType:
 
 def _invert_type(t: ScalarType) -> ScalarType:
     if t.is_float:
-        raise TypeError(f"operator ~ needs an integer operand, got {t}")
+        raise ArgumentTypeError(f"operator ~ needs an integer operand, got {t}; convert it first, e.g. ~int(x)")
     return _negation_type(t)
 
 
@@ -440,9 +441,9 @@ class Intrinsic:
             return t if self.same_type else INT32
         what = f"acc.{self.name}(x) takes a 32- or 64-bit integer, got {t}"
         if not t.is_integer:
-            raise TypeError(what)
+            raise ArgumentTypeError(f"{what}: convert it first, e.g. acc.{self.name}(int(x))")
         keep = f"np.uint32(np.uint{t.bits}(x))" if not t.is_unsigned else "np.uint32(x)"
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: convert it first, e.g. acc.{self.name}({keep}) (the {t.bits} bits of x zero-extended; "
             "np.uint32(x) of a negative value sign-extends)"
         )

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .._errors import ArgumentError
 from . import ir
 from ._definitions import fewer_definitions
 from ._grid_loop import FlatGridLoop, flat_grid_loop
@@ -133,7 +134,9 @@ class PassManager:
     def __init__(self, name: str, passes: list[CompilerPass]) -> None:
         names = [p.name for p in passes]
         if len(set(names)) != len(names) or not all(names):
-            raise ValueError(f"pipeline {name!r}: every pass needs a name of its own, got {names}")
+            raise ArgumentError(
+                f"pipeline {name!r}: every pass needs a name of its own, got {names}; set each pass class's name"
+            )
         self.name = name
         self.passes = list(passes)
 

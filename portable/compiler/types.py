@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._errors import ArgumentTypeError
+
 _NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")
 
 
@@ -107,7 +109,7 @@ def scalar_type(dtype: object) -> ScalarType:
     """The kernel type of a numpy dtype (or anything ``np.dtype`` accepts)."""
     dt = np.dtype(dtype)  # type: ignore[call-overload]
     if dt.name not in _NAMES:
-        raise TypeError(f"dtype {dt} is not supported in kernels; supported: {', '.join(_NAMES)}")
+        raise ArgumentTypeError(f"dtype {dt} is not supported in kernels; supported: {', '.join(_NAMES)}")
     return ScalarType(dt.name)
 
 
@@ -196,13 +198,17 @@ def binary_result(op: str, a: ScalarType, b: ScalarType) -> ScalarType:
         return unify(a, b)
     if op in BITWISE_OPS:
         if a.is_float or b.is_float:
-            raise TypeError(f"operator {op} needs integer operands, got {a} and {b}")
+            raise ArgumentTypeError(
+                f"operator {op} needs integer operands, got {a} and {b}; convert the float first, e.g. int(x)"
+            )
         if op in ("<<", ">>"):
             return UINT64 if a.is_unsigned else INT64
         if a.is_bool and b.is_bool:
             return BOOL
         return unify(a, b)
-    raise TypeError(f"unknown operator {op}")
+    raise ArgumentTypeError(
+        f'operator {op} is not in the kernel language; docs/kernels.md, "Types and arithmetic", lists them'
+    )
 
 
 def operand_type(op: str, a: ScalarType, b: ScalarType) -> ScalarType:
@@ -229,6 +235,6 @@ def literal_type(value: object) -> ScalarType:
         return INT64
     if isinstance(value, float):
         return FLOAT64
-    raise TypeError(
+    raise ArgumentTypeError(
         f"{value!r} ({type(value).__name__}) is not a kernel constant; use int, float, bool or a numpy scalar"
     )

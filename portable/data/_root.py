@@ -20,7 +20,7 @@ import soa
 
 from .._collection import PortableCollection
 from .._device import Device
-from .._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
+from .._errors import AlpykaError, ArgumentError, ArgumentTypeError, FileNotFound, NameNotFound
 from .._queue import Queue
 from ._awkward import _field_map, from_awkward, require
 
@@ -111,7 +111,7 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
     uproot = require("uproot")
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no such ROOT file: {path}")
+        raise FileNotFound(f"no such ROOT file: {path}; give the path of a ROOT file on this machine's file system")
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic != b"root":

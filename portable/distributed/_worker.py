@@ -15,7 +15,7 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from portable._errors import NoSuchDevice
+from portable._errors import NoSuchDevice, StateError
 from portable.env import env_number
 
 
@@ -109,11 +109,17 @@ def run_chunk(plugin_name: str, process: Callable[[Any, Any], Any], chunk: Any) 
         # its state is the same, kept here
         kept = _recall(plugin_name)
         if kept is None:
-            raise RuntimeError(f"worker {worker.name}: setup plugin {plugin_name} is not installed")
+            raise StateError(
+                f"worker {worker.name}: setup plugin {plugin_name} is not installed: run again, "
+                "pk.distributed.run installs it on every worker of its client"
+            )
         plugin = DeviceSetup(plugin_name, None, None)
         plugin.state, plugin.error, plugin.torch_threads = kept
     if plugin.error is not None:
-        raise RuntimeError(f"setup(device) failed on worker {worker.name}: {plugin.error!r}") from plugin.error
+        raise StateError(
+            f"setup(device) failed on worker {worker.name}: {plugin.error!r}; fix the setup function "
+            "(its error is the __cause__)"
+        ) from plugin.error
     if plugin.torch_threads is not None:
         # torch's thread count is per OS thread once a thread has used torch: setup ran in another
         # thread than this task thread, which may still have the process default (one thread per

@@ -9,6 +9,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.errors import raises_root
 
 # the rocm stand-in runs this file too: device properties, host functions (HIP refuses them), no CUDA array interface
 pytestmark = pytest.mark.hip_differs
@@ -74,8 +75,10 @@ def test_collection_roundtrip_and_views(device, queue):
     assert int(back.n) == 7
     view = dev_coll.view()
     if device.backend_name == "opencl":
-        with pytest.raises(RuntimeError, match="not addressable"):
+        with raises_root(pk.StateError, RuntimeError, r"not addressable from Python; copy the collection to the host"):
             view.x
+        with raises_root(pk.StateError, RuntimeError, r"not addressable from Python; memcpy it into a host buffer"):
+            dev_coll.buffer.array
         with pytest.raises(AttributeError):
             dev_coll.__cuda_array_interface__
     elif device.backend_name == "rocm":  # cupy on HIP has no CUDA array interface

@@ -98,6 +98,10 @@ def always_die(state, x):
     os._exit(1)
 
 
+def failing_setup(device):
+    raise OSError("no calibration file here")
+
+
 def setups_seen(state, x):
     return state["setups"], os.getpid()
 
@@ -141,6 +145,18 @@ def test_chunk_error_raise_or_collect(client):
     out = pk.distributed.run(square, [0, 1, 2, 3], client=client, on_error="collect", timeout=60)
     assert out[:2] == [0, 1] and out[3] == 9
     assert isinstance(out[2], pk.distributed.ChunkError) and "chunk 2" in str(out[2])
+
+
+def test_a_failed_setup_is_each_chunks_cause_naming_the_fix(client):
+    """``setup(device)`` raised on the workers: every chunk fails with a ``pk.StateError`` (a
+    RuntimeError) naming the setup's error, which is its ``__cause__``."""
+    out = pk.distributed.run(square, [1, 3], setup=failing_setup, client=client, on_error="collect", timeout=60)
+    for err in out:
+        assert isinstance(err, pk.distributed.ChunkError), err
+        cause = err.cause
+        assert isinstance(cause, pk.StateError) and isinstance(cause, RuntimeError), repr(cause)
+        assert "setup(device) failed on worker" in str(cause) and "no calibration file here" in str(cause)
+        assert "fix the setup function (its error is the __cause__)" in str(cause)
 
 
 def test_killed_worker_chunks_rerun_exactly_once(client, tmp_path):

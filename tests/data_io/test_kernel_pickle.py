@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import portable as pk
-from alpyka_testing.errors import raises_value
+from alpyka_testing.errors import raises_type, raises_value
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,7 +133,7 @@ scale_twice_ref = scale_twice  # the same kernel under a second name, for the te
 
 def test_unpickling_a_name_that_is_not_a_kernel_is_a_clear_error():
     func, (what, module, qualname) = scale_twice.__reduce__()
-    with pytest.raises(TypeError, match=r"that name is <function _run_scale .*not a kernel"):
+    with raises_type(r"that name is <function _run_scale .*not a kernel; the module must define it with @pk\.kernel"):
         func(what, module, "_run_scale")
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import portable as pk
 import soa
-from alpyka_testing.errors import raises_name, raises_type
+from alpyka_testing.errors import raises_name, raises_root, raises_type
 
 ak = pytest.importorskip("awkward", reason="the data extra: pip install 'alpyka[data]'")
 uproot = pytest.importorskip("uproot", reason="the data extra: pip install 'alpyka[data]'")
@@ -124,7 +124,7 @@ def test_not_a_root_file(tmp_path):
     bad.write_text("run,event\n1,2\n")
     with pytest.raises(pk.NotARootFile, match="is not a ROOT file"):
         pk.read_root(bad, "events", Muons, q)
-    with pytest.raises(FileNotFoundError, match="no such ROOT file"):
+    with raises_root(pk.FileNotFound, FileNotFoundError, r"no such ROOT file: .*absent\.root; give the path of a ROOT"):
         pk.read_root(tmp_path / "absent.root", "events", Muons, q)
     # starts like a ROOT file (/etc/passwd does: "root:x:0:0"), but uproot cannot read it: the
     # error is still one line (the command line prints it as it is)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import portable as pk
+from alpyka_testing.errors import raises_root
 from alpyka_testing.inference import MLP, TwoHeads, UsesEverything, features
 from inference import Model, ModelMetadata, SoAMetadata
 
@@ -205,7 +206,7 @@ def test_aot_runner_reads_the_calling_convention_once(aot_package):
 def test_aot_load_refuses_what_is_not_a_package(tmp_path, exported_files):
     from inference import ModelFileError, aot
 
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with raises_root(pk.FileNotFound, FileNotFoundError, r"does not exist; give the path of a \.pt2, \.onnx"):
         aot.load(tmp_path / "missing.pt2")
     text = tmp_path / "notes.pt2"
     text.write_text("not a package")

@@ -12,7 +12,7 @@ import torch
 import inference
 import portable as pk
 import soa
-from alpyka_testing.errors import raises_name, raises_type, raises_value
+from alpyka_testing.errors import raises_name, raises_root, raises_type, raises_value
 from alpyka_testing.inference import Particles
 from inference import Model, ModelMetadata, SoAMetadata
 
@@ -56,6 +56,21 @@ def test_model_outputs_by_the_wrong_names(queue, make_particles, make_preds):
     assert isinstance(cause, pk.NameNotFound) and isinstance(cause, KeyError)
     assert str(cause).startswith("the model's outputs ['preds', 'scores'] do not match the output blocks")
     assert "(missing ['score'], unexpected ['scores']); return a dict keyed by exactly" in str(cause)
+
+
+def test_a_model_with_no_queue_says_how_to_give_it_one(queue, make_particles, make_preds):
+    """A forward with no queue bound and none passed: ``pk.StateError`` (a RuntimeError) naming
+    both ways to give one; the model runs once it has one."""
+    coll, _ = make_particles(16)
+    meta = ModelMetadata(
+        SoAMetadata(coll).append_block("f", "x", "y", "z"), SoAMetadata(make_preds(16)).append_block("preds", "m", "n")
+    )
+    model = Model(torch.nn.Linear(3, 2))
+    fix = r"no queue: call model\.to\(queue\) first or pass forward\(\.\.\., queue=q\)"
+    with raises_root(pk.StateError, RuntimeError, fix):
+        model.forward(meta)
+    model.forward(meta, queue=queue)
+    queue.wait()
 
 
 def test_set_torch_threads():

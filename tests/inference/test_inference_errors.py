@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import portable as pk
-from alpyka_testing.errors import raises_name
+from alpyka_testing.errors import raises_name, raises_root
 from alpyka_testing.inference import MLP, Particles, TwoHeads
 from inference import Model, ModelFileError, ModelMetadata, SoAMetadata, load_state_dict
 
@@ -138,7 +138,7 @@ def test_no_queue_bound():
 
 # ----------------------------------------------------------------------------- model files
 def test_missing_empty_truncated_and_foreign_files(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with raises_root(pk.FileNotFound, FileNotFoundError, r"model file .*nope\.pt' does not exist; give the path of a"):
         Model(str(tmp_path / "nope.pt"))
     (tmp_path / "empty.pt").write_bytes(b"")
     with pytest.raises(ModelFileError, match="empty"):

@@ -10,6 +10,8 @@ import weakref
 
 import pytest
 
+import portable as pk
+from alpyka_testing.errors import raises_root
 from portable.caches import IdentityCache, LRUCache
 
 
@@ -37,7 +39,7 @@ def test_peek_reads_without_using():
 
 
 def test_size_must_be_positive():
-    with pytest.raises(ValueError, match="at least 1"):
+    with raises_root(pk.ArgumentError, ValueError, "at least 1"):
         LRUCache(0)
 
 

@@ -122,6 +122,18 @@ def test_test_support_variables(monkeypatch):
     assert cuda_on_cpu.seed() == 2**64 - 1
 
 
+def test_emulator_executor(monkeypatch):
+    """``ALPYKA_EMULATE_EXEC``: ``cpp`` or ``opencl``; the opencl executor needs an OpenCL CPU device."""
+    from backends.emulator import fake_cupy_kernels
+
+    monkeypatch.setenv("ALPYKA_EMULATE_EXEC", "gpu")
+    with pytest.raises(pk.EnvVarError, match=r"ALPYKA_EMULATE_EXEC='gpu': use one of cpp, opencl"):
+        fake_cupy_kernels.executor_name()
+    monkeypatch.setattr(pk, "devices", lambda backend: [])  # no OpenCL CPU device
+    with pytest.raises(pk.EnvVarError, match=r"has none here: unset ALPYKA_EMULATE_EXEC \(the default executor, cpp\)"):
+        fake_cupy_kernels._cpu_device()
+
+
 @pytest.mark.parametrize(
     "name, raw, want",
     [

@@ -86,14 +86,15 @@ def test_a_wait_from_the_queues_own_task_raises_instead_of_hanging(device):
     def task():
         try:
             q.wait()
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # pk.StateError, a RuntimeError
             caught.append(exc)
 
     q.enqueue_host(task)
     done = threading.Event()
     threading.Thread(target=lambda: (q.wait(), done.set()), daemon=True).start()
     assert done.wait(20), "q.wait() inside its own task deadlocked"
-    assert caught and "wait for itself" in str(caught[0])
+    assert caught and "wait for itself" in str(caught[0]) and "record an event instead" in str(caught[0])
+    assert isinstance(caught[0], pk.StateError)
 
 
 def test_a_dropped_queue_with_an_unseen_error_warns(device):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.errors import raises_type
 from alpyka_testing.kernels import download
 from portable import spi
 
@@ -37,7 +38,7 @@ def test_backends_reach_a_queues_implementation_through_spi(device):
     q = pk.Queue(device)
     assert spi.queue_impl(q) is q._impl
     assert spi.queue_impl(None) is None
-    with pytest.raises(TypeError, match="needs a pk.Queue, got object"):
+    with raises_type("needs a pk.Queue, got object"):  # pk.ArgumentTypeError, a TypeError
         spi.queue_impl(object())
 
 

@@ -27,6 +27,7 @@ import pytest
 
 import portable as pk
 import soa
+from alpyka_testing.errors import raises_root
 from inference.remote import ModelNotFound, ModelNotReady, RemoteModel, ServerUnavailable
 from inference.serving import free_port
 from inference.serving._leftovers import group_alive, group_members, sweep
@@ -423,6 +424,8 @@ def test_client_shared_memory_is_named_and_removed():
     assert name.startswith(f"alpyka-remote-{os.getpid()}-") and (Path("/dev/shm") / name).exists()
     pool.close()  # explicit: unregistered on the server and unlinked
     assert ("unregister", name) in calls and not (Path("/dev/shm") / name).exists()
+    with raises_root(pk.StateError, RuntimeError, r"the shared-memory pool is closed; make a new client"):
+        pool.lease(x, outs)
     # garbage-collected without close: unlinked by name, and no call to the server from the GC
     calls2, reg2, unreg2 = _fake_server()
     pool2 = ShmPool(reg2, unreg2)
