@@ -7,7 +7,8 @@
    - for a joined wait, waits with clWaitForEvents without the GIL and stores the time taken;
    - otherwise hands the event (a pyopencl Event) to the Python wait (WaitChoice.wait_chosen).
    Other arguments, a failed enqueue and a failed command go to the Python launcher, which sets
-   the arguments or raises the runtime's own error: what every launch does is defined there. */
+   the arguments or raises the runtime's own error: what every launch does is defined there. (A
+   refused enqueue, an error path, asks the wait's choice once more there.) */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,6 +27,8 @@ static enqueue_fn cl_enqueue;
 static wait_fn cl_wait;
 static release_fn cl_release;
 static PyObject *s_acquire, *s_release, *s_last_event;
+static PyObject *failed_error; /* what a failure the runtime's own wait does not raise is raised as */
+static PyObject *perf_counter; /* time.perf_counter where it is not CLOCK_MONOTONIC */
 
 #define JOINED 0
 
@@ -41,7 +44,7 @@ typedef struct {
     PyObject *same;      /* same_value(a, b) for arguments that are not the very objects */
     PyObject *last;      /* [args of the last launch], shared with the Python launcher */
     PyObject *took;      /* [seconds its last run took, or None], shared with it */
-    PyObject *waiting;   /* last_event while a joined wait runs (the queue is not idle) */
+    PyObject *waiting;   /* the type of last_event while a joined wait runs: one each (not idle) */
     PyObject *kernel;    /* the pyopencl Kernel (kept alive: its handle is used) */
     void *cq, *knl;
     cl_uint dims;
@@ -49,10 +52,19 @@ typedef struct {
     int has_local;
 } BlockingLaunch;
 
+/* time.perf_counter(): its clock read directly on Linux (CLOCK_MONOTONIC), else called */
 static double now(void) {
+#if defined(__linux__)
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t); /* time.perf_counter's clock on Linux */
+    clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#else
+    PyObject *r = PyObject_CallNoArgs(perf_counter);
+    double t = r == NULL ? -1.0 : PyFloat_AsDouble(r);
+    Py_XDECREF(r);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return t;
+#endif
 }
 
 static int call_method0(PyObject *obj, PyObject *name) {
@@ -89,16 +101,17 @@ static void drop(cl_event ev) {
 static int same_args(BlockingLaunch *b, PyObject *args) {
     PyObject *prev = PyList_GET_ITEM(b->last, 0);
     if (!PyTuple_Check(prev) || PyTuple_GET_SIZE(prev) != PyTuple_GET_SIZE(args)) return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+    int ok = 1;
+    Py_INCREF(prev); /* (same_value is Python: the list may change meanwhile) */
+    for (Py_ssize_t i = 0; ok == 1 && i < PyTuple_GET_SIZE(args); i++) {
         PyObject *x = PyTuple_GET_ITEM(args, i), *y = PyTuple_GET_ITEM(prev, i);
         if (x == y) continue;
         PyObject *r = PyObject_CallFunctionObjArgs(b->same, x, y, NULL);
-        if (r == NULL) return -1;
-        int ok = PyObject_IsTrue(r);
-        Py_DECREF(r);
-        if (ok != 1) return ok;
+        ok = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
     }
-    return 1;
+    Py_DECREF(prev);
+    return ok;
 }
 
 /* the failed wait's or enqueue's error: pyopencl's Event.wait raises the runtime's own */
@@ -112,7 +125,8 @@ static PyObject *raise_for(BlockingLaunch *b, cl_event ev) {
     Py_DECREF(e);
     if (r == NULL) return NULL;
     Py_DECREF(r);
-    PyErr_SetString(PyExc_RuntimeError, "alpyka: the OpenCL runtime reported a failed command but raised nothing");
+    PyErr_SetString(failed_error, "clWaitForEvents reported a failed command, but the command's event says it "
+                                  "completed; the queue's state is the OpenCL runtime's: make a new queue");
     return NULL;
 }
 
@@ -160,9 +174,11 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
         Py_XDECREF(previous);
         return r;
     }
-    PyObject_SetAttr(b->impl, s_last_event, b->waiting);
+    PyObject *mine = PyObject_CallNoArgs(b->waiting); /* this launch's: another's wait leaves it */
+    if (mine != NULL) PyObject_SetAttr(b->impl, s_last_event, mine);
     if (unlock(b) < 0) {
         drop(ev);
+        Py_XDECREF(mine);
         Py_XDECREF(previous);
         return NULL;
     }
@@ -175,9 +191,10 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     PyObject *cur = PyObject_GetAttr(b->impl, s_last_event);
     if (cur == NULL) PyErr_Clear();
     else {
-        if (cur == b->waiting && PyObject_SetAttr(b->impl, s_last_event, Py_None) < 0) PyErr_Clear();
+        if (cur == mine && PyObject_SetAttr(b->impl, s_last_event, Py_None) < 0) PyErr_Clear();
         Py_DECREF(cur);
     }
+    Py_DECREF(mine);
     Py_XDECREF(previous);
     if (err != 0) {
         PyList_SetItem(b->took, 0, Py_NewRef(Py_None));
@@ -280,11 +297,14 @@ static PyTypeObject BlockingLaunchType = {
 
 static PyObject *bind(PyObject *self, PyObject *args) {
     unsigned long long enqueue, wait, release;
-    if (!PyArg_ParseTuple(args, "KKK", &enqueue, &wait, &release)) return NULL;
-    if (!enqueue || !wait || !release) {
-        PyErr_SetString(PyExc_ValueError, "bind: three entry points of the OpenCL loader");
+    PyObject *error, *clock;
+    if (!PyArg_ParseTuple(args, "KKKOO", &enqueue, &wait, &release, &error, &clock)) return NULL;
+    if (!enqueue || !wait || !release || !PyExceptionClass_Check(error) || !PyCallable_Check(clock)) {
+        PyErr_SetString(PyExc_ValueError, "bind: three entry points of the OpenCL loader, an error class, a clock");
         return NULL;
     }
+    Py_XSETREF(failed_error, Py_NewRef(error));
+    Py_XSETREF(perf_counter, Py_NewRef(clock));
     cl_enqueue = (enqueue_fn)(uintptr_t)enqueue;
     cl_wait = (wait_fn)(uintptr_t)wait;
     cl_release = (release_fn)(uintptr_t)release;
@@ -292,7 +312,9 @@ static PyObject *bind(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"bind", bind, METH_VARARGS, "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent): addresses"},
+    {"bind", bind, METH_VARARGS,
+     "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent, error, perf_counter): the loader's entry "
+     "points (addresses), the error class of a failure the runtime does not raise, time.perf_counter"},
     {NULL, NULL, 0, NULL},
 };
 

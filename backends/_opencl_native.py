@@ -16,11 +16,14 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import threading
+import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -37,6 +40,8 @@ MODULE = "_alpyka_opencl_native"
 #: ``-fasynchronous-unwind-tables``: a daemon thread stopped at the interpreter's end while it takes
 #: the GIL back (in this library's C) is unwound as one in ``time.sleep``
 FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fasynchronous-unwind-tables", "-w")
+#: the switch that turns the native launch off (``0``: every launch by the Python launcher)
+SWITCH = "ALPYKA_OPENCL_NATIVE"
 #: what the library calls in the OpenCL loader, in the order ``bind`` takes them
 ENTRY_POINTS = ("clEnqueueNDRangeKernel", "clWaitForEvents", "clReleaseEvent")
 CACHE_DIR, LIBRARY = "opencl_native", "alpyka's native OpenCL launch library"
@@ -45,8 +50,10 @@ _lock = threading.Lock()
 _state: dict[str, Any] = {}  # "module" (or None) and "problem" once probed
 
 
-class _Waiting:
-    """A queue's ``last_event`` while the native launch waits for its command (not idle)."""
+class Waiting:
+    """What ``OpenCLQueue.last_event`` holds while a native launch waits for its command, one
+    per launch (``is_idle`` is False then; the launch puts None back after its wait unless
+    another command was enqueued meanwhile)."""
 
     __slots__ = ()
 
@@ -54,13 +61,10 @@ class _Waiting:
         return "<a native launch waiting>"
 
 
-#: what ``OpenCLQueue.last_event`` holds while a joined native wait runs: ``is_idle`` is False then
-WAITING = _Waiting()
-
-
-def _compilers() -> list[str]:
-    names = [os.environ["CC"]] if os.environ.get("CC") else []
-    return names + ["cc", "gcc", "clang"]
+def _compilers() -> list[list[str]]:
+    """The compilers to try, each as its command's words (``$CC`` may hold several: ``ccache gcc``)."""
+    names = [shlex.split(os.environ["CC"])] if os.environ.get("CC", "").strip() else []
+    return names + [["cc"], ["gcc"], ["clang"]]
 
 
 def _load(path: Path) -> ModuleType:
@@ -82,50 +86,69 @@ def _identity(path: str) -> str:
 
 def _build() -> tuple[ModuleType | None, str | None]:
     """(the module, None), or (None, why it is not there)."""
+    from portable import StateError
+    from portable.env import env_flag
+
+    if not env_flag(SWITCH, True, meaning=": build and use the native launch, or not"):
+        return None, f"turned off ({SWITCH}=0)"
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").is_file():
         return None, f"no Python headers ({include}/Python.h; e.g. apt install python3-dev)"
     lib = opencl_library()
     if lib is None:
         return None, "ctypes finds no OpenCL loader"
-    tried = []
-    for name in _compilers():
-        path = shutil.which(name)
+    try:
+        entries = [ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in ENTRY_POINTS]
+    except AttributeError as exc:
+        return None, f"the OpenCL loader ctypes opened lacks an entry point ({exc})"
+    text = SOURCE.read_text()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    tried, seen = [], set()
+    for words in _compilers():
+        path = shutil.which(words[0])
         if path is None:
-            tried.append(f"{name}: not found")
+            tried.append(f"{' '.join(words)}: not found")
             continue
-        text = SOURCE.read_text()
-        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-        key = hashlib.sha256("\0".join([text, _identity(path), sys.version, suffix, *FLAGS]).encode()).hexdigest()[:32]
-        lib_name = f"{CACHE_DIR}-{key}{suffix}"
-        command = [path, *FLAGS, f"-I{include}", "-x", "c"]
+        identity = _identity(path)
+        if identity in seen:  # (cc and gcc: one compiler)
+            continue
+        seen.add(identity)
+        key_text = "\0".join([text, identity, *words[1:], sys.version, suffix, *FLAGS])
+        lib_name = f"{CACHE_DIR}-{hashlib.sha256(key_text.encode()).hexdigest()[:32]}{suffix}"
+        command = [path, *words[1:], *FLAGS, f"-I{include}", "-x", "c"]
         cache = library_cache(CACHE_DIR)
         try:
             module = load_cached(cache, lib_name, LIBRARY, _load) if cache is not None else None
             if module is None:
                 module, _, log = build_once(Library(command, text, "opencl_native.c", lib_name, LIBRARY, _load), cache)
                 if module is None:
-                    tried.append(f"{name}: {' '.join(log.split())[-300:]}")
+                    tried.append(f"{' '.join(words)}: {' '.join(log.split())[-300:]}")
                     continue
         except (OSError, ImportError, subprocess.SubprocessError) as exc:
-            tried.append(f"{name}: {type(exc).__name__}: {exc}")
+            tried.append(f"{' '.join(words)}: {type(exc).__name__}: {exc}")
             continue
-        address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-        try:
-            entries = [address(getattr(lib, f)) for f in ENTRY_POINTS]
-        except AttributeError as exc:
-            return None, f"the OpenCL loader ctypes opened lacks an entry point ({exc})"
-        module.bind(*entries)
+        module.bind(*entries, StateError, time.perf_counter)
         _state["compiler"] = path
         return module, None
-    return None, "no C compiler builds it (" + "; ".join(tried) + "); install gcc or set CC"
+    return None, "no C compiler built it (" + "; ".join(tried) + "); install gcc, or set CC to a C compiler"
 
 
 def native_module() -> ModuleType | None:
     """The built module, or None (:func:`native_problem` says why); built or loaded once a process."""
     with _lock:
         if "module" not in _state:
-            _state["module"], _state["problem"] = _build()
+            try:
+                _state["module"], _state["problem"] = _build()
+            except Exception as exc:  # noqa: BLE001 - any failure to build is a reason to launch in Python
+                _state["module"], _state["problem"] = None, f"{type(exc).__name__}: {exc}"
+                from portable import AlpykaWarning
+
+                warnings.warn(
+                    f"alpyka launches on blocking OpenCL queues in Python: the native launch failed to load "
+                    f"({_state['problem']})",
+                    AlpykaWarning,
+                    stacklevel=2,
+                )
         return _state["module"]
 
 
@@ -167,7 +190,7 @@ def blocking_launch(
         same_value,
         last,
         took,
-        WAITING,
+        Waiting,
         knl,
         impl.cq.int_ptr,
         tuple(int(g) for g in glob),

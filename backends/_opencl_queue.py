@@ -10,7 +10,7 @@ from typing import Any
 import pyopencl as cl
 
 from ._gpu_queue import DeviceQueue, Snapshot
-from ._opencl_native import WAITING
+from ._opencl_native import Waiting
 from ._opencl_waits import WaitChoice, opencl_library
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -278,7 +278,7 @@ class OpenCLQueue(DeviceQueue):
 
     def is_idle(self) -> bool:
         last = self.last_event
-        return last is None or (last is not WAITING and self.native_done(last))
+        return last is None or (type(last) is not Waiting and self.native_done(last))
 
     @property
     def native_handle(self) -> cl.CommandQueue:

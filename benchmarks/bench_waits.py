@@ -81,6 +81,7 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
     import pyopencl as cl
 
     from backends import _opencl_launch
+    from backends._opencl_native import native_problem
 
     q = pk.Queue(dev, blocking=True)
     out = pk.Buffer(dev, 1, np.float32, queue=q)
@@ -95,6 +96,8 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
             pk.exec(q_py, wd_py, tiny, out_py, v)
     finally:
         _opencl_launch.blocking_launch = native
+    if _native(q_py, wd_py) or _native(q, wd) != (native_problem() is None):
+        raise RuntimeError("the Python launcher's contender runs natively, or alpyka's does not where it could")
     plan = next(p for k, p in pk.get_backend("opencl").plans(tiny).items() if k[0] == dev.memory_space)
     cq = q.native_handle
     knl = cl.Kernel(cl.Program(dev.native.context, plan.src.text).build(), plan.src.entry)
@@ -129,6 +132,13 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
     return {OURS: ours, RAW: raw, BEFORE: interruptible_only, JOINED: joined_only, PYTHON: python_only}
 
 
+def _native(q: pk.Queue, wd: pk.WorkDiv) -> bool:
+    """Whether ``tiny``'s fast launcher over ``wd`` on ``q`` is the native launch."""
+    fast = q.launch_sites[tiny].peek(id(wd)).fast[0]
+    run = fast.__closure__[fast.__code__.co_freevars.index("_run")].cell_contents
+    return type(getattr(run, "__self__", None)).__name__ == "BlockingLaunch"
+
+
 def _batched(fn: Callable[[], None], calls: int, cpu: list[float]) -> Callable[[], None]:
     """``calls`` calls of ``fn`` as one, appending their CPU seconds per call to ``cpu``."""
 
@@ -161,6 +171,7 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     cpu: dict[str, list[float]] = {name: [] for name in fns}
     batches = {name: _batched(fn, per[name], cpu[name]) for name, fn in fns.items()}
     from backends import _opencl_waits  # (pyopencl is importable here)
+    from backends._opencl_native import native_problem
 
     seen: list[tuple[bool, float | None]] = []  # alpyka's choice after each of its batches
     ours, load = batches[OURS], _opencl_waits.other_load
@@ -197,6 +208,7 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     }
     if BEFORE in timings:
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
+    entry["native_launch"] = native_problem() is None  # (else ours is the Python launcher too)
     if PYTHON in timings:
         entry["python_launcher_over_raw"] = paired_ratio(timings[PYTHON], timings[RAW])
     if JOINED in timings:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,15 +151,66 @@ def test_threads_launching_on_one_blocking_queue():
     assert q.is_idle()
 
 
-def test_a_queue_is_not_idle_while_a_native_wait_runs():
-    from backends._opencl_native import WAITING
+def test_a_queue_is_not_idle_while_any_native_wait_runs(rebind, monkeypatch):
+    """Two threads' native launches on one blocking queue: while the second still waits, the
+    first's wait ending leaves the queue not idle (a marker shared by every launch let the first
+    say idle); the second's ending makes it idle."""
+    import ctypes
 
-    q = pk.Queue(pk.device("opencl"), blocking=True)
-    impl = queue_impl(q)
-    impl.last_event = WAITING
-    assert not q.is_idle()
-    impl.last_event = None
-    assert q.is_idle()
+    import backends._opencl_waits as ow
+    from backends._opencl_waits import opencl_library
+    from backends._other_load import FixedLoad
+
+    monkeypatch.setattr(ow, "other_load", FixedLoad(busy=True))  # (a tiny wait is joined: native)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    outs = [pk.Buffer(dev, 8, np.float32, queue=q) for _ in range(2)]
+    wds = [pk.WorkDiv(1, 1, 8), pk.WorkDiv(1, 1, 8)]
+    for out, wd in zip(outs, wds):
+        pk.memset(q, out, 0)
+        for _ in range(3):
+            pk.exec(q, wd, add_v, out, np.float32(1))
+        assert all(_is_native(r) for r in _runs(q, add_v, wd))
+    real = opencl_library().clWaitForEvents
+    real.argtypes, real.restype = [ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int32
+    go = {name: threading.Event() for name in ("first", "second")}
+    entered = {name: threading.Event() for name in ("first", "second")}
+
+    def wait(n, evs):
+        name = threading.current_thread().name
+        entered[name].set()
+        if name == "first":
+            go[name].wait(30)  # its command may well be done: its wait has not returned
+        err = real(n, evs)
+        if name == "second":
+            go[name].wait(30)  # done, not yet returned
+        return err
+
+    stand_in = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p)(wait)
+    rebind(wait=stand_in)
+    threads = [
+        threading.Thread(target=pk.exec, args=(q, wds[i], add_v, outs[i], np.float32(1)), name=name)
+        for i, name in enumerate(("first", "second"))
+    ]
+    try:
+        threads[0].start()
+        assert entered["first"].wait(30)
+        assert not q.is_idle()
+        threads[1].start()
+        assert entered["second"].wait(30)
+        go["first"].set()
+        threads[0].join(30)
+        assert not threads[0].is_alive()
+        assert not q.is_idle()  # the second launch's wait still runs
+    finally:
+        go["first"].set()
+        go["second"].set()
+        for t in threads:
+            t.join(30)
+    assert q.is_idle() and queue_impl(q).last_event is None
+    rebind()
+    for out in outs:
+        np.testing.assert_array_equal(_host(q, out), 4)
 
 
 @pytest.fixture
@@ -178,10 +230,24 @@ def rebind():
 
     def bind(enqueue=None, wait=None):
         kept.extend(x for x in (enqueue, wait) if x is not None)
-        module.bind(*(real[i] if f is None else address(f) for i, f in enumerate((enqueue, wait, None))))
+        entries = (real[i] if f is None else address(f) for i, f in enumerate((enqueue, wait, None)))
+        module.bind(*entries, pk.StateError, time.perf_counter)
 
     yield bind
-    module.bind(*real)
+    module.bind(*real, pk.StateError, time.perf_counter)
+
+
+def _lock_free(q: pk.Queue) -> bool:
+    """Whether another thread can take ``q``'s lock (an RLock: its owner always could)."""
+    lock, got = queue_impl(q).lock, []
+
+    def take() -> None:
+        if lock.acquire(timeout=5):
+            got.append(True)
+            lock.release()
+
+    run_threads(lambda _: take(), 1)
+    return got == [True]
 
 
 def _launched(dev):
@@ -195,27 +261,35 @@ def _launched(dev):
     return q, out, wd
 
 
-def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind):
+def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind, monkeypatch):
     """The runtime's wait reports a failed command: the error is raised (pyopencl's, where the
-    runtime's event says so), the queue's lock is free, the launch's time forgotten, and the next
-    runs work."""
+    runtime's event says so: here it does not, and pk.StateError says so), the queue's lock is
+    free, the launch's time forgotten, and the next runs work."""
     import ctypes
 
-    from backends._opencl_waits import opencl_library
+    from backends._opencl_waits import WaitChoice, opencl_library
 
+    real_choose, lasts = WaitChoice.choose, []
+
+    def choose(self, last):
+        lasts.append(last)
+        return real_choose(self, last)
+
+    monkeypatch.setattr(WaitChoice, "choose", choose)
     q, out, wd = _launched(pk.device("opencl"))
     real = opencl_library().clWaitForEvents
     real.argtypes, real.restype = [ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int32
     failing = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p)(lambda n, evs: real(n, evs) or -14)
+    pk.exec(q, wd, add_v, out, np.float32(1))  # timed: the next choice is told its time
     rebind(wait=failing)
-    with pytest.raises(RuntimeError, match="failed command"):
+    with pytest.raises(pk.StateError, match="reported a failed command.*make a new queue"):
         pk.exec(q, wd, add_v, out, np.float32(1))
+    assert isinstance(lasts[-1], float)
     rebind()
-    impl = queue_impl(q)
-    assert impl.lock.acquire(timeout=5)
-    impl.lock.release()
-    for _ in range(3):
+    assert _lock_free(q)
+    for _ in range(2):
         pk.exec(q, wd, add_v, out, np.float32(1))
+    assert lasts[-2] is None and isinstance(lasts[-1], float)  # the failed launch's time forgotten
     np.testing.assert_array_equal(_host(q, out), 7)  # the failed one ran (the stand-in said otherwise)
 
 
@@ -275,7 +349,28 @@ def test_without_a_c_compiler_launches_run_in_python(tmp_path):
     done = _child(tmp_path, _LAUNCHES, {"PATH": str(tmp_path / "empty"), "CC": ""})
     assert done.returncode == 0, done.stderr
     assert "sum 6.0 native False" in done.stdout, done.stdout
-    assert "no C compiler builds it" in done.stdout and "install gcc or set CC" in done.stdout, done.stdout
+    assert "no C compiler built it" in done.stdout and "install gcc, or set CC" in done.stdout, done.stdout
+
+
+def test_turned_off_launches_run_in_python(tmp_path):
+    done = _child(tmp_path, _LAUNCHES, {"ALPYKA_OPENCL_NATIVE": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "sum 6.0 native False" in done.stdout and "turned off (ALPYKA_OPENCL_NATIVE=0)" in done.stdout
+    assert not (tmp_path / "cache" / "opencl_native").exists()  # nothing built
+    bad = _child(tmp_path, _LAUNCHES, {"ALPYKA_OPENCL_NATIVE": "maybe"})
+    assert "sum 6.0 native False" in bad.stdout, bad.stdout + bad.stderr  # a launch never fails for it
+    assert "ALPYKA_OPENCL_NATIVE='maybe': expected 1" in bad.stdout, bad.stdout
+    assert "AlpykaWarning" in bad.stderr and "native launch failed to load" in bad.stderr, bad.stderr
+
+
+def test_without_its_source_launches_run_in_python(tmp_path):
+    """An install that lost the C source (a packaging step that drops package data) launches in
+    Python and says why (it raised at the third launch)."""
+    body = "import backends._opencl_native as n\nn.SOURCE = n.SOURCE.with_name('gone.c')\n" + _LAUNCHES
+    done = _child(tmp_path, body)
+    assert done.returncode == 0, done.stderr
+    assert "sum 6.0 native False" in done.stdout and "FileNotFoundError" in done.stdout, done.stdout
+    assert "native launch failed to load" in done.stderr, done.stderr
 
 
 def test_a_changed_native_library_is_built_again(tmp_path):
@@ -333,8 +428,6 @@ def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
     with pytest.raises(Interrupt):
         pk.exec(q, wd, add_v, out, np.float32(1))
     raising.clear()
-    impl = queue_impl(q)
-    assert impl.lock.acquire(timeout=5)
-    impl.lock.release()
+    assert _lock_free(q)
     pk.exec(q, wd, add_v, out, np.float32(1))
     np.testing.assert_array_equal(_host(q, out), 4)  # the interrupted launch enqueued nothing

@@ -27,10 +27,13 @@ def test_bench_waits_smoke(tmp_path):
         assert math.isfinite(row["cpu_us_per_launch"]) and row["cpu_us_per_launch"] > 0, row
         assert row["busy_processes"] in doc["busy_counts"] and len(row["load_average"]) == 3, row
     for label, entry in doc["summary"].items():
-        for key in ("alpyka_over_raw", "cpu_alpyka_over_raw", "joined_only_over_raw", "graph_speedup"):
+        keys = ("alpyka_over_raw", "cpu_alpyka_over_raw", "joined_only_over_raw", "python_launcher_over_raw")
+        for key in (*keys, "graph_speedup"):
             assert math.isfinite(entry[key]) and entry[key] > 0, (label, key, entry)
+        assert isinstance(entry["native_launch"], bool), entry  # (the benchmark checks which ran natively)
         assert 0 <= entry["joined_share"] <= 1, (label, entry)  # how often alpyka's choice joined
     variants = {row["variant"] for row in launches}
     assert {"alpyka, interruptible wait only", "alpyka, joined wait only"} <= variants, variants
+    assert "alpyka, Python launcher only (no native call)" in variants, variants
     assert {row["busy_processes"] for row in launches} == set(doc["busy_counts"])  # free and busy cores
     assert (tmp_path / "waits.png").read_bytes()[:8] == PNG_MAGIC
