@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -84,12 +85,9 @@ class SimulatorLock(_thread.RLock):
         In the main thread the runner calls it, and the main thread sleeps until it returned (a
         Ctrl-C raises there, the run going on); ``fn``'s error is raised here either way."""
         self.settle()  # (a run this thread was interrupted in while it held the lock)
-        if _get_ident() != threading.main_thread().ident:
-            fn()
+        if _get_ident() != threading.main_thread().ident or sys.is_finalizing() or not self._has_runner():
+            fn()  # (no Ctrl-C to let through; or the interpreter ends: its daemon threads may stop)
             return
-        if self._runner is None or not self._runner.is_alive():
-            self._runner = threading.Thread(target=self._serve, name="alpyka-simulator-runner", daemon=True)
-            self._runner.start()
         done = _allocate_lock()
         done.acquire()
         errors: list[BaseException] = []
@@ -99,6 +97,18 @@ class SimulatorLock(_thread.RLock):
             pass
         if errors:
             raise errors[0]
+
+    def _has_runner(self) -> bool:
+        """Whether the runner runs (started here where it does not; False where no thread can
+        be started: the interpreter's end)."""
+        if self._runner is None or not self._runner.is_alive():
+            runner = threading.Thread(target=self._serve, name="alpyka-simulator-runner", daemon=True)
+            try:
+                runner.start()
+            except RuntimeError:  # "can't create new thread at interpreter shutdown"
+                return False
+            self._runner = runner
+        return True
 
     def forget_runner(self) -> None:
         """In a forked child: the runner thread was not copied, nor is its run going on."""

@@ -120,6 +120,16 @@ def test_other_threads_run_in_place_and_errors_reach_the_caller():
         lock.run(fails)
 
 
+def test_at_the_interpreters_end_the_main_thread_runs_in_place(monkeypatch):
+    """Daemon threads may be stopped then: no hand-over to a runner that cannot return."""
+    _main_thread_only()
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    lock, where = SimulatorLock(), []
+    with lock:
+        lock.run(lambda: where.append(threading.current_thread().name))
+    assert where == [threading.main_thread().name]
+
+
 #: a kernel of ``iters`` steps on 4 work-items (Oclgrind: ~4 us a step idle, so 2,500,000 steps are
 #: ~9 s and 30,000,000 two minutes); ``mode``: ``exit`` (q.wait after a launch, the Ctrl-C
 #: uncaught), ``blocking`` (a blocking queue's launch), ``host`` (the launch behind a host function:
