@@ -343,9 +343,13 @@ class DeviceQueue:
         try:
             self.finish()  # host functions are gates in the native queue: finish waits for them too
         except BaseException:  # (a Ctrl-C while polling): the work may still run, keep its objects
+            # without the lock, which may be held for a while (a simulator's queue: by a run a
+            # Ctrl-C left going on, backends/_opencl_simulator.py): one slice assignment, atomic
+            # under the GIL, into whichever list ``pending`` is now (one another thread put behind
+            # a marker, or took for its own wait, is released after that later work, which is
+            # after this; the queue is in order)
             if held:
-                with self._lock:
-                    retained.pending[:0] = held
+                retained.pending[:0] = held
             raise
         del held  # their work finished
         self._prune()  # work other threads enqueued meanwhile keeps its objects

@@ -211,12 +211,12 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
     plan, values, dyn, (_, local, glob) = prepare_launch(queue, workdiv, kernel, args, make_plan)
     impl = queue_impl(queue)
     check = None
-    if plan.err:
-        flag = cl.Buffer(
-            dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
-        )
-        values.append(flag)
-    with impl.lock:
+    with impl.lock:  # (the flag's creation too: a simulator's table of buffers, see OpenCLBackend.allocator)
+        if plan.err:
+            flag = cl.Buffer(
+                dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
+            )
+            values.append(flag)
         with plan.lock:
             plan.set_args(values)
             ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pyopencl as cl
 
 from ._gpu_queue import DeviceQueue, Snapshot
 from ._opencl_native import Waiting
+from ._opencl_simulator import SimulatorLock, simulator_lock
 from ._opencl_waits import WaitChoice, opencl_library
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -80,22 +81,23 @@ class _UserEventGate:
                 self.barrier = cl.enqueue_barrier(self.cq, wait_for=[self.user])
                 _flush(self.cq)
         except BaseException:
-            self.open()  # never leave the queue behind a user event no one will complete
+            self.open(holder=True)  # never leave the queue behind a user event no one will complete
             raise
         return self.barrier
 
     def reached(self) -> None:
         self.wait(self.marker)
 
-    def open(self) -> None:
-        """Complete the user event (idempotent: the worker and a failed ``hold`` may both call it)."""
+    def open(self, holder: bool = False) -> None:
+        """Complete the user event (idempotent: the worker and a failed ``hold`` may both call it;
+        ``holder``: called by the thread whose ``hold`` failed)."""
         try:
             if self.user.command_execution_status != _COMPLETE:
                 self.user.set_status(_COMPLETE)
         except cl.Error:  # completed by the other caller in between: open either way
             pass
         if self.simulated is not None:
-            self.simulated.opened(self)
+            self.simulated.opened(self, holder)
 
 
 class _SimulatorRuns:
@@ -104,52 +106,53 @@ class _SimulatorRuns:
     and spins at a barrier whose user event is not complete: a flush into a gate whose host
     function had not run burnt a core until it had, and hung when that host function enqueued on
     its own queue (its launch waited for the flush, the flush for the host function). So no thread
-    runs the queue into a closed gate: while none is closed, a flush runs the queue in the thread
-    that flushes; a gate's barrier is enqueued after the work before it ran; the work enqueued
-    behind a closed gate stays queued, and the worker that opens the gate runs it, up to the next
-    closed gate's marker (which that gate's task waits for) or to the end. Enqueues take the
-    queue's lock, and so do these runs: one lock for all queues of a simulated device
-    (Oclgrind's state is the device's, and not thread-safe)."""
+    runs the queue into a closed gate: while none is closed, a flush runs the queue; a gate's
+    barrier is enqueued after the work before it ran; the work enqueued behind a closed gate stays
+    queued, and the worker that opens the gate runs it, up to the next closed gate's marker (which
+    that gate's task waits for) or to the end. Enqueues take the queue's lock, and so do these
+    runs: one :class:`~backends._opencl_simulator.SimulatorLock` for all queues of a simulated
+    device, whose :meth:`~backends._opencl_simulator.SimulatorLock.run` makes the main thread's
+    runs on a helper thread (a Ctrl-C reaches the main thread during a long simulated kernel)."""
 
-    __slots__ = ("cq", "lock", "closed")
+    __slots__ = ("cq", "lock", "closed", "_flush_all")
 
-    def __init__(self, cq: cl.CommandQueue, lock: threading.RLock) -> None:
+    def __init__(self, cq: cl.CommandQueue, lock: SimulatorLock) -> None:
         self.cq, self.lock = cq, lock
         self.closed: list[_UserEventGate] = []  # the gates held and not yet opened, in queue order
+        self._flush_all = partial(_flush, cq)
 
     def flush(self) -> None:
         """Run the queue's commands now, unless they wait behind a closed gate."""
         with self.lock:
             if not self.closed:
-                _flush(self.cq)
+                self.lock.run(self._flush_all)
 
     def hold(self, gate: _UserEventGate) -> cl.Event:
         """Enqueue the barrier of ``gate`` (the work before it run first where no gate is
         closed: the gate's marker is then complete); returns the barrier's event."""
         with self.lock:
             if not self.closed:
-                _flush(self.cq)
+                self.lock.run(self._flush_all)
             barrier = cl.enqueue_barrier(self.cq, wait_for=[gate.user])
             self.closed.append(gate)
             return barrier
 
-    def opened(self, gate: _UserEventGate) -> None:
-        """After ``gate`` opened: run the work behind it, up to the next closed gate's marker."""
+    def opened(self, gate: _UserEventGate, holder: bool = False) -> None:
+        """After ``gate`` opened: run the work behind it, up to the next closed gate's marker.
+        ``holder``: called by the thread whose :meth:`hold` of it failed, which alone adds it to
+        :attr:`closed`, so it looks there without the lock first (which would wait for the run a
+        Ctrl-C left going); the worker that opens a gate waits for the lock (the hold of that gate
+        may not have added it yet)."""
+        if holder and gate not in self.closed:
+            return
         with self.lock:
             if gate not in self.closed:
                 return  # (never held, or opened twice)
             self.closed.remove(gate)
             if self.closed:
-                _run_to(self.closed[0].marker)
+                self.lock.run(partial(_run_to, self.closed[0].marker))
             else:
-                _flush(self.cq)
-
-
-#: a simulator's context -> the lock of all its queues: Oclgrind runs commands in the thread that
-#: flushes or waits, and its state is shared by the queues of a device, without a lock of its own
-#: (two queues, each run by its own host-function worker, gave wrong sums); by the context's
-#: address (contexts live as long as their device)
-_SIMULATOR_LOCKS: dict[int, threading.RLock] = {}
+                self.lock.run(self._flush_all)
 
 
 class OpenCLQueue(DeviceQueue):
@@ -162,11 +165,12 @@ class OpenCLQueue(DeviceQueue):
         self.context = device.native.context
         self.cq = cl.CommandQueue(self.context, device.native.device)
         # pyopencl's flush (0.4 us, the launch path) holds the GIL; a simulator runs the queue in
-        # clFlush: there every flush is without it (1.2 us), and none runs into a closed gate
-        # (_SimulatorRuns). A gate's own flush always is without it (_UserEventGate.hold).
+        # clFlush: there every flush is without it (1.2 us), none runs into a closed gate
+        # (_SimulatorRuns), and the main thread's run on a helper thread (SimulatorLock.run: a
+        # Ctrl-C reaches it). A gate's own flush always is without it (_UserEventGate.hold).
         simulator = device.properties.get("simulator")
         if simulator:  # one lock for every queue of the context: Oclgrind's state is the device's
-            self._lock = _SIMULATOR_LOCKS.setdefault(self.context.int_ptr, threading.RLock())
+            self._lock = simulator_lock(self.context)
         self._simulated = _SimulatorRuns(self.cq, self._lock) if simulator else None
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)

@@ -10,6 +10,7 @@ device has its own memory space ``"opencl:<i>"``.
 
 from __future__ import annotations
 
+import contextlib
 import platform as _platform
 import threading
 import warnings
@@ -32,6 +33,7 @@ from portable.spi import (
 
 from . import _opencl_devices
 from ._device_backend import DeviceBackend
+from ._opencl_simulator import simulator_lock as _simulator_lock
 
 try:
     import pyopencl as cl
@@ -136,10 +138,14 @@ class OpenCLBackend(DeviceBackend):
         alloc = self._allocators.get(device.index)
         if alloc is None:
             ctx = device.native.context
+            # a simulator (Oclgrind) grows its table of buffers in place: never while it runs a
+            # kernel (a Ctrl-C leaves one running on; backends/_opencl_simulator.py)
+            lock = _simulator_lock(ctx) if device.properties.get("simulator") else contextlib.nullcontext()
 
             def raw_alloc(nbytes: int, alignment: int) -> tuple[Any, int]:
                 # cl.Buffer has no address; OpenCL aligns buffers to the device's base alignment
-                return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1)), 0
+                with lock:
+                    return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1)), 0
 
             def raw_free(handle: Any) -> None:
                 handle.release()  # OpenCL defers the release until commands using it finished
