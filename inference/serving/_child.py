@@ -409,7 +409,12 @@ def _end_quickly(triton: Any, janitor: Janitor | None, names: list[str], ports: 
             flush=True,
         )
         return False
-    return kill_on_stop(triton)
+    if not kill_on_stop(triton):
+        return False
+    why = "no client is connected" if clients == 0 else "the models are unloaded"
+    # said in the log: PyTriton then reports tritonserver's end as a failure ("exited with failure")
+    print(f"alpyka serve: stopping: {why}; ending tritonserver at once", flush=True)
+    return True
 
 
 def _shut_down(

@@ -237,3 +237,27 @@ def test_connected_clients_counts_other_processes_only():
             assert connected_clients([port], os.getpid()) == 1
         finally:
             other.communicate("", timeout=HANG_S)
+
+
+def test_pytritons_request_loops_look_at_their_stop_flag_every_tenth_of_a_second(monkeypatch):
+    """A wait for the next message (a shielded future) is cut to STOP_FLAG_POLL_S; a read of a
+    handshake (a coroutine) keeps its timeout. Installing twice changes nothing."""
+    import asyncio
+
+    communication = pytest.importorskip("pytriton.proxy.communication")
+    from inference.serving import _stopping
+
+    monkeypatch.setattr(communication, "asyncio", asyncio)
+    asked: list[float | None] = []
+    monkeypatch.setattr(asyncio, "wait_for", lambda aw, timeout: asked.append(timeout))
+    assert _stopping.prompt_stop_polls() and _stopping.prompt_stop_polls()
+    loop = asyncio.new_event_loop()
+    try:
+        communication.asyncio.wait_for(loop.create_future(), 1.0)
+        handshake = asyncio.sleep(0)
+        communication.asyncio.wait_for(handshake, timeout=1.0)
+        handshake.close()
+    finally:
+        loop.close()
+    assert asked == [_stopping.STOP_FLAG_POLL_S, 1.0]
+    assert communication.asyncio.TimeoutError is asyncio.TimeoutError  # the rest is asyncio's
