@@ -398,20 +398,20 @@ def _serve(workdir: Path, triton: Any, stop: threading.Event, janitor: Janitor |
 def _end_quickly(triton: Any, janitor: Janitor | None, names: list[str], ports: list[int], timeout: float) -> bool:
     """Prepare Triton's stop so that it is quick and drops no request (:mod:`._stopping`): True
     when PyTriton's stop is to kill tritonserver (no client connected, or the models unloaded
-    first); False where they could not be unloaded (Triton's own stop then waits for them)."""
+    first, or their requests still running after ``timeout``); False where Triton could not be
+    asked to unload them (its own stop then waits for them)."""
     if triton is None or exit_code(triton) is not None:
         return False
     clients = connected_clients(ports, os.getpid())
-    if clients != 0 and (janitor is None or not unload_models(janitor, names, os.getpid(), timeout)):
-        print(
-            f"alpyka serve: the models were not unloaded within {timeout:g} s; Triton's own stop waits for them",
-            file=sys.stderr,
-            flush=True,
-        )
-        return False
+    why = "no client is connected"
+    if clients != 0:
+        unloaded = unload_models(janitor, names, os.getpid(), timeout) if janitor is not None else None
+        if unloaded is None:
+            print("alpyka serve: Triton cannot be asked to unload the models; its own stop waits for them", flush=True)
+            return False
+        why = "the models are unloaded" if unloaded else f"requests still running after {timeout:g} s fail"
     if not kill_on_stop(triton):
         return False
-    why = "no client is connected" if clients == 0 else "the models are unloaded"
     # said in the log: PyTriton then reports tritonserver's end as a failure ("exited with failure")
     print(f"alpyka serve: stopping: {why}; ending tritonserver at once", flush=True)
     return True

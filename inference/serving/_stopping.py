@@ -18,10 +18,11 @@ one-second question on top, tritonserver took 3.0-3.2 s to exit, the whole stop 
 - **A client connected**: :func:`unload_models` unloads the models through Triton's
   model-repository API (a restricted endpoint: the janitor carries the token). Triton refuses
   new requests (the model is unavailable), answers those it has taken, then finalises the
-  stubs; this process watches them exit (every :data:`POLL_S`), then SIGINT finds nothing
-  loaded and tritonserver exits by its usual path, without its one-second question. If a stub is
-  still there after the exit timeout (a request that does not finish) or Triton cannot be asked,
-  Triton's own stop follows and waits as before (``--exit-timeout-secs``).
+  stubs (a stub is finalised after its model's last request is released, and a second after
+  the backend's health check); this process watches them exit (every :data:`POLL_S`): then
+  nothing is in flight, and tritonserver is ended at once as above. A request still running
+  after the exit timeout fails then, as it did when Triton's own stop gave up on it. Only where
+  Triton cannot be asked does its own stop follow (SIGINT, ``--exit-timeout-secs``).
 
 Then PyTriton's stop ends its request loops in this process, which looked at their stop flag once
 a second (another 0.75-1 s of each stop): :func:`prompt_stop_polls` makes that every
@@ -125,16 +126,16 @@ def kill_stubs(pgid: int) -> None:
             pass
 
 
-def unload_models(janitor: Any, names: list[str], pgid: int, timeout: float) -> bool:
+def unload_models(janitor: Any, names: list[str], pgid: int, timeout: float) -> bool | None:
     """Unload the models ``names`` (see the module's docstring) and wait until every stub of
-    process group ``pgid`` has exited: True then; False when Triton could not be asked or
-    ``timeout`` seconds passed first."""
+    process group ``pgid`` has exited: True then; False when ``timeout`` seconds passed first
+    (a request that does not end); None when Triton could not be asked."""
     deadline = time.monotonic() + timeout
     try:
         for name in names:  # each call only starts the unload: they proceed side by side
             janitor.unload_model(name, client_timeout=timeout)
     except Exception:  # noqa: BLE001 - Triton gone or busy: the caller falls back to Triton's stop
-        return False
+        return None
     while stub_pids(pgid):
         if time.monotonic() >= deadline:
             return False

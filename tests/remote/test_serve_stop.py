@@ -203,18 +203,23 @@ def test_unload_models_starts_every_unload_then_waits_for_the_stubs(monkeypatch)
     assert janitor.unloaded == ["a", "b"] and left == []
 
 
-def test_a_stop_that_cannot_unload_leaves_the_wait_to_triton(monkeypatch, capsys):
-    """Triton unreachable, or a stub still there at the timeout (a request that does not end):
-    the server process says so and lets Triton's own stop wait (it does not kill tritonserver)."""
+def test_a_stop_whose_unload_fails_or_runs_out_of_time(monkeypatch, capsys):
+    """Triton that cannot be asked: its own stop waits (tritonserver is not killed); a stub still
+    there at the timeout (a request that does not end): it is killed, as Triton's own stop
+    gave up on such a request after the same time."""
     from inference.serving import _child, _stopping
 
-    assert not _stopping.unload_models(_Janitor(fail=True), ["a"], 1, timeout=HANG_S)
+    assert _stopping.unload_models(_Janitor(fail=True), ["a"], 1, timeout=HANG_S) is None
     monkeypatch.setattr(_stopping, "stub_pids", lambda pgid: [11])
-    assert not _stopping.unload_models(_Janitor(), ["a"], 1, timeout=0.1)
+    assert _stopping.unload_models(_Janitor(), ["a"], 1, timeout=0.1) is False
     monkeypatch.setattr(_child, "connected_clients", lambda ports, pid: 1)
     monkeypatch.setattr(_child, "unload_models", _stopping.unload_models)
+    killed: list[object] = []
+    monkeypatch.setattr(_child, "kill_on_stop", lambda triton: killed.append(triton) or True)
     assert not _child._end_quickly(object(), _Janitor(fail=True), ["a"], [1], timeout=0.1)
-    assert "were not unloaded within 0.1 s; Triton's own stop waits for them" in capsys.readouterr().err
+    assert "cannot be asked to unload the models; its own stop waits" in capsys.readouterr().out and not killed
+    assert _child._end_quickly(object(), _Janitor(), ["a"], [1], timeout=0.1) and len(killed) == 1
+    assert "stopping: requests still running after 0.1 s fail; ending tritonserver at once" in capsys.readouterr().out
     assert not _stopping.kill_on_stop(object())  # another PyTriton: its stop is left as it is
 
 
