@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in routes.values():
             if hasattr(m, "close"):
                 m.close()
-        with ThreadPoolExecutor(2) as pool:  # at once: a stop mostly waits for Triton's exit timeout
+        with ThreadPoolExecutor(2) as pool:  # side by side: a stop with a client connected waits for an unload
             list(pool.map(lambda s: s.stop(), servers))
         if hasattr(bar, "close"):
             bar.close()

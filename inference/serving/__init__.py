@@ -244,6 +244,12 @@ class ServerHandle:
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """End the server process at once (SIGKILL): its watchdog kills Triton and its stubs, and
+        requests in flight fail; :meth:`stop` (also one already waiting) removes what is left."""
+        if self.process.poll() is None:
+            self.process.kill()
+
     def adopt_workdir(self) -> None:
         """From now on :meth:`stop` removes the work directory (one ``serve`` made for it)."""
         self._own_workdir = True

@@ -5,6 +5,7 @@ print one line with the fix."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -13,6 +14,9 @@ from collections.abc import Sequence
 from portable.cli import run
 
 from . import ServerHandle, serve
+
+#: the exit status after a second Ctrl-C killed the server (a shell's for a command ended by SIGINT)
+FORCED_EXIT = 130
 
 
 def build_parser(prog: str = "alpyka serve") -> argparse.ArgumentParser:
@@ -90,9 +94,17 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
         max_queue_delay_us=args.max_queue_delay_us,
         instances=args.instances,
     )
-    stop = threading.Event()
+    stop, forced = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set() and not forced.is_set():  # a second Ctrl-C: no more waiting
+            forced.set()
+            _say(f"{prog}: killing the server (a second Ctrl-C; requests in flight fail)")
+            server.kill()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     for m in server.models:
         ins = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.inputs)
         outs = ", ".join(f"{t.name}:{t.dtype}{list(t.dims)}" for t in m.outputs)
@@ -119,12 +131,20 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
             if not server.is_running():
                 _report_end(server, prog)
                 return 1
-        # said at once: Triton unloads its models and ends its stubs before it exits (seconds)
+        # said at once: Triton answers the requests in flight and unloads its models first
         print(f"{prog}: stopping the server (Triton unloads its models)", file=sys.stderr, flush=True)
     finally:
         server.stop()
     print(f"{prog}: stopped", file=sys.stderr, flush=True)
-    return 0
+    return FORCED_EXIT if forced.is_set() else 0
+
+
+def _say(line: str) -> None:
+    """Write ``line`` to stderr from a signal handler (a ``print`` there could interrupt another)."""
+    try:
+        os.write(sys.stderr.fileno(), (line + "\n").encode())
+    except (OSError, ValueError):  # no stderr: nothing to say it on
+        pass
 
 
 def _report_end(server: ServerHandle, prog: str) -> None:

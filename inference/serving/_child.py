@@ -17,6 +17,10 @@ not live on (PyTriton's own parent-death signal makes Triton shut down gracefull
 for in-flight requests that this dead process would never answer, so clients would hang until
 their timeouts). On a normal stop Triton has already ended and the watchdog kills only itself.
 
+Stop: at once when no client is connected, else once Triton has answered the requests in flight
+and unloaded the models (:mod:`._stopping`); Triton ended, PyTriton's stop ends its request loops
+in this process, then the stubs are reaped, the watchdog ended, and what Triton left is removed.
+
 Model folders: Triton copies each model's files into ``/tmp/folderXXXXXX`` for its Python-backend
 stub and removes the folder only when it unloads the model on a clean shutdown. This process
 records the folders in its work directory once Triton is up (``triton-folders.json``, read from
@@ -51,7 +55,8 @@ from portable.env import env_number
 
 from .._pipeline import derive_config
 from . import _pipelines, _private_args
-from ._access import access_headers, restricted_endpoints
+from ._access import restricted_endpoints
+from ._janitor import Janitor, janitor_client, sweep_dead_clients
 from ._leftovers import (
     group_members,
     record_triton_folders,
@@ -59,11 +64,11 @@ from ._leftovers import (
     remove_server_shm,
     remove_triton_folders,
     stub_folders,
-    unregister_dead_clients,
 )
 from ._lifetime import become_subreaper, start_group_watchdog, stop_events
 from ._models import StartupError, load_model, make_infer, probe_outputs
 from ._spec import ModelSpec
+from ._stopping import connected_clients, kill_on_stop, kill_stubs, prompt_stop_polls, unload_models
 from ._triton_exit import early_exit_line, exit_code, server_log
 
 ERROR_FILE = "error.txt"
@@ -241,31 +246,12 @@ def short_errors_to_clients() -> bool:
     return True
 
 
+#: how long a stop waits for the requests in flight: the server process's wait for the models'
+#: unload (:mod:`._stopping`), then Triton's own (``--exit-timeout-secs``) where that ran out
+EXIT_TIMEOUT_S = 5
+
 #: how often (in 0.5-s ticks) the server unregisters the shared-memory regions of dead clients
 SHM_SWEEP_TICKS = env_number("ALPYKA_SERVE_SHM_SWEEP_TICKS", 10, int, minimum=1)
-
-
-class _Janitor:
-    """A gRPC client of this server for its own housekeeping (it carries the access token)."""
-
-    def __init__(self, client: Any, token: str | None) -> None:
-        self._client, self._headers = client, access_headers(token, "grpc")
-
-    def get_system_shared_memory_status(self, **kw: Any) -> Any:
-        return self._client.get_system_shared_memory_status(headers=self._headers, **kw)
-
-    def unregister_system_shared_memory(self, name: str, **kw: Any) -> Any:
-        return self._client.unregister_system_shared_memory(name, headers=self._headers, **kw)
-
-
-def _janitor_client(grpc_port: int, token: str | None = None) -> Any:
-    """A :class:`_Janitor` of this server, or None."""
-    try:
-        import tritonclient.grpc as grpcclient
-
-        return _Janitor(grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}"), token)
-    except Exception:  # noqa: BLE001 - no client: no sweeping (the segments are still unlinked)
-        return None
 
 
 def _record_folders(workdir: Path) -> None:
@@ -281,6 +267,7 @@ def _prepare_process(cfg: dict) -> None:
     the caller's ``sys.path`` (pipelines import as the caller did)."""
     short_errors_to_clients()
     prompt_readiness_polls()
+    prompt_stop_polls()
     if cfg.get("threads"):  # torch's threads, set before any model loads (an ONNX model's too: below)
         import torch
 
@@ -307,7 +294,7 @@ def _triton_config(cfg: dict) -> Any:
         metrics_port=cfg["metrics_port"],
         model_repository=_private_args.gated_repository(Path(cfg["workdir"]) / "pytriton"),
         log_verbose=int(cfg.get("log_verbose", 0)),
-        exit_timeout_secs=int(cfg.get("exit_timeout_secs", 5)),
+        exit_timeout_secs=EXIT_TIMEOUT_S,
     )
 
 
@@ -392,20 +379,9 @@ def _announce_ready(cfg: dict, workdir: Path, specs: list[ModelSpec]) -> None:
     print(f"alpyka serve: ready (gRPC 127.0.0.1:{cfg['grpc_port']}, {http})", flush=True)
 
 
-def _sweep_dead_clients(janitor: Any) -> None:
-    """Unregister the shared-memory regions of clients that died without unregistering."""
-    gone = unregister_dead_clients(janitor)
-    if gone:
-        print(
-            f"alpyka serve: unregistered {len(gone)} shared-memory region(s) of clients "
-            f"that are gone: {', '.join(gone)}",
-            flush=True,
-        )
-
-
-def _serve(cfg: dict, workdir: Path, triton: Any, stop: threading.Event) -> int:
+def _serve(workdir: Path, triton: Any, stop: threading.Event, janitor: Janitor | None) -> int:
     """Wait until told to stop (0) or Triton ends (3), doing the housekeeping every few ticks."""
-    janitor, ticks = None, 0
+    ticks = 0
     while not stop.wait(0.5):
         if not triton.is_alive():
             print("alpyka serve: Triton stopped unexpectedly", file=sys.stderr, flush=True)
@@ -414,19 +390,53 @@ def _serve(cfg: dict, workdir: Path, triton: Any, stop: threading.Event) -> int:
         if ticks % SHM_SWEEP_TICKS == 0:  # regions of clients that died without unregistering
             _record_folders(workdir)  # a stub Triton restarted has a new folder
             _private_args.close_backend_shm(os.getpid())  # and a new segment, which Triton makes 0644
-            janitor = janitor or _janitor_client(cfg["grpc_port"], cfg.get("token"))
             if janitor is not None:
-                _sweep_dead_clients(janitor)
+                sweep_dead_clients(janitor)
     return 0
 
 
-def _shut_down(triton: Any, watchdog: subprocess.Popen | None, workdir: Path) -> None:
-    """Stop Triton, let its stubs exit, end the watchdog, and remove what Triton left behind."""
+def _end_quickly(triton: Any, janitor: Janitor | None, names: list[str], ports: list[int], timeout: float) -> bool:
+    """Prepare Triton's stop so that it is quick and drops no request (:mod:`._stopping`): True
+    when PyTriton's stop is to kill tritonserver (no client connected, or the models unloaded
+    first, or their requests still running after ``timeout``); False where Triton could not be
+    asked to unload them (its own stop then waits for them)."""
+    if triton is None or exit_code(triton) is not None:
+        return False
+    clients = connected_clients(ports, os.getpid())
+    why = "no client is connected"
+    if clients != 0:
+        unloaded = unload_models(janitor, names, os.getpid(), timeout) if janitor is not None else None
+        if unloaded is None:
+            print("alpyka serve: Triton cannot be asked to unload the models; its own stop waits for them", flush=True)
+            return False
+        why = "the models are unloaded" if unloaded else f"requests still running after {timeout:g} s fail"
+    if not kill_on_stop(triton):
+        return False
+    # said in the log: PyTriton then reports tritonserver's end as a failure ("exited with failure")
+    print(f"alpyka serve: stopping: {why}; ending tritonserver at once", flush=True)
+    return True
+
+
+def _shut_down(
+    triton: Any,
+    watchdog: subprocess.Popen | None,
+    workdir: Path,
+    janitor: Janitor | None = None,
+    names: list[str] | None = None,
+    ports: list[int] | None = None,
+) -> None:
+    """Stop Triton (quickly: :func:`_end_quickly`), let its stubs exit, end the watchdog, and
+    remove what Triton left behind."""
+    killed = ports is not None and _end_quickly(triton, janitor, names or [], ports, EXIT_TIMEOUT_S)
+    if janitor is not None:
+        janitor.close()
     if triton is not None:
         try:
             triton.stop()
         except BaseException:  # noqa: BLE001 - stopping anyway
             traceback.print_exc()
+    if killed:
+        kill_stubs(os.getpid())  # tritonserver was killed: its stubs serve nothing now
     _stop_resource_tracker()
     _wait_group_drained({watchdog.pid} if watchdog is not None else set(), timeout=5.0)
     if watchdog is not None:  # a normal end: no longer needed; reaped here, not left a zombie
@@ -444,6 +454,7 @@ def main(config_path: str) -> int:
     become_subreaper()
     watchdog = start_group_watchdog()
     startup = _Startup(cfg, workdir)
+    janitor, names = None, []
     try:
         try:
             specs = startup.start()
@@ -456,10 +467,12 @@ def main(config_path: str) -> int:
             _write_error(workdir, startup.failure(exc))
             return 2
         serving.set()
+        janitor, names = janitor_client(cfg["grpc_port"], cfg.get("token")), [s.name for s in specs]
         _announce_ready(cfg, workdir, specs)
-        return _serve(cfg, workdir, startup.triton, stop)
+        return _serve(workdir, startup.triton, stop, janitor)
     finally:
-        _shut_down(startup.triton, watchdog, workdir)
+        ports = [p for p in (cfg["grpc_port"], cfg.get("http_port")) if p is not None] if janitor else None
+        _shut_down(startup.triton, watchdog, workdir, janitor, names, ports)
         if orphaned.is_set() and cfg.get("own_workdir"):
             shutil.rmtree(workdir, ignore_errors=True)  # the parent died and cannot remove it
 

@@ -122,6 +122,19 @@ def slow(q, tracks, scored):
     chain.fn(q, tracks, scored)
 
 
+@pipeline(inputs=Tracks, outputs=Scored)
+def held(q, tracks, scored):
+    """chain, held ALPYKA_TEST_HOLD_S seconds first when ``scale`` is not 0 (the server's warm-up
+    runs on zeros, make_tracks' scale is 1.5), after making the file ALPYKA_TEST_STARTED names:
+    a request has started on the server (the stop tests)."""
+    if tracks.size and float(tracks.to_dict(q)["scale"]) != 0.0:
+        started = os.environ.get("ALPYKA_TEST_STARTED")
+        if started:
+            open(started, "a").close()
+        time.sleep(float(os.environ.get("ALPYKA_TEST_HOLD_S", "0")))
+    chain.fn(q, tracks, scored)
+
+
 def not_a_pipeline(q, tracks, scored):
     """A plain function: serve must refuse it."""
 
