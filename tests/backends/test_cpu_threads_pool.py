@@ -262,13 +262,7 @@ LONG_KERNEL = textwrap.dedent("""
     import numpy as np
     import portable as pk
 
-    @pk.kernel
-    def spin(acc, out, iters):
-        for b in acc.uniform_elements(out.shape[0]):
-            s = 0.0
-            for k in range(iters):
-                s = s * 0.999999 + 1.0
-            out[b] = s
+    from alpyka_testing.spin_kernel import spin
 
     mode = sys.argv[1]
     dev = pk.device("cpu_threads")
@@ -362,13 +356,7 @@ WARMED_WITH_A_SHORT_LOOP = textwrap.dedent("""
     import numpy as np
     import portable as pk
 
-    @pk.kernel
-    def spin(acc, out, iters):
-        for b in acc.uniform_elements(out.shape[0]):
-            s = 0.0
-            for k in range(iters):
-                s = s * 0.999999 + 1.0
-            out[b] = s
+    from alpyka_testing.spin_kernel import spin
 
     dev = pk.device("cpu_threads")
     q = pk.Queue(dev, blocking=sys.argv[1] == "blocking")

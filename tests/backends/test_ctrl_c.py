@@ -46,13 +46,7 @@ CHILD = textwrap.dedent("""
             _registry.emulate([name])
     import portable as pk
 
-    @pk.kernel
-    def spin(acc, out, iters):
-        for b in acc.uniform_elements(out.shape[0]):
-            s = 0.0
-            for k in range(iters):
-                s = s * 0.999999 + 1.0
-            out[b] = s
+    from alpyka_testing.spin_kernel import spin
 
     dev = pk.device(name)
     q = pk.Queue(dev, blocking=mode in ("blocking", "repeated"))

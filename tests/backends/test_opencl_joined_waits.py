@@ -146,13 +146,7 @@ EXITS_WHILE_WAITING = textwrap.dedent("""
     import numpy as np
     import portable as pk
 
-    @pk.kernel
-    def spin(acc, out, iters):
-        for b in acc.uniform_elements(out.shape[0]):
-            s = 0.0
-            for k in range(iters):
-                s = s * 0.999999 + 1.0
-            out[b] = s
+    from alpyka_testing.spin_kernel import spin
 
     dev = pk.devices("opencl")[int(sys.argv[1])]
 
