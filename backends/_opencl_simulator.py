@@ -41,7 +41,10 @@ class SimulatorLock(_thread.RLock):
 
     def __init__(self) -> None:
         super().__init__()
-        self._job: tuple | None = None  # (fn, done, errors): handed to the runner, not yet run to its end
+        #: (fn, done, errors, claim): handed to the runner, not yet run to its end (claim: taken by
+        #: the runner that runs it, so that a second runner, started where a Ctrl-C hit the first's
+        #: start, never runs it again)
+        self._job: tuple | None = None
         self._wake = _locked()  # released to wake the runner (a plain lock: no Python code inside)
         self._runner: threading.Thread | None = None
 
@@ -77,7 +80,8 @@ class SimulatorLock(_thread.RLock):
         self._poke()  # (handed over, perhaps not yet woken: a Ctrl-C right after the hand-over)
         done = job[1]
         while not done.acquire(timeout=RUN_SLICE_S):
-            pass
+            if sys.is_finalizing():  # (the runner, a daemon thread, may never come back)
+                return
         done.release()
 
     def run(self, fn: Callable[[], None]) -> None:
@@ -91,7 +95,7 @@ class SimulatorLock(_thread.RLock):
         done = _allocate_lock()
         done.acquire()
         errors: list[BaseException] = []
-        self._job = (fn, done, errors)  # one store: from here on whoever takes the lock waits for it
+        self._job = (fn, done, errors, _allocate_lock())  # one store: from here on whoever takes the lock waits for it
         self._poke()
         while not done.acquire(timeout=RUN_SLICE_S):
             pass
@@ -103,11 +107,12 @@ class SimulatorLock(_thread.RLock):
         be started: the interpreter's end)."""
         if self._runner is None or not self._runner.is_alive():
             runner = threading.Thread(target=self._serve, name="alpyka-simulator-runner", daemon=True)
+            self._runner = runner  # (before start: a Ctrl-C in start's wait leaves it known, not a second one)
             try:
                 runner.start()
             except RuntimeError:  # "can't create new thread at interpreter shutdown"
+                self._runner = None
                 return False
-            self._runner = runner
         return True
 
     def forget_runner(self) -> None:
@@ -127,9 +132,9 @@ class SimulatorLock(_thread.RLock):
         while True:
             wake.acquire()
             job = self._job
-            if job is None:
+            if job is None or not job[3].acquire(False):  # none, or claimed by another runner
                 continue
-            fn, done, errors = job
+            fn, done, errors, _ = job
             try:
                 fn()
             except BaseException as exc:  # noqa: BLE001 - raised in the thread that handed it over

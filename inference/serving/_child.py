@@ -395,7 +395,14 @@ def _serve(workdir: Path, triton: Any, stop: threading.Event, janitor: Janitor |
     return 0
 
 
-def _end_quickly(triton: Any, janitor: Janitor | None, names: list[str], ports: list[int], timeout: float) -> bool:
+def _end_quickly(
+    triton: Any,
+    janitor: Janitor | None,
+    names: list[str],
+    ports: list[int],
+    timeout: float,
+    workdir: Path | None = None,
+) -> bool:
     """Prepare Triton's stop so that it is quick and drops no request (:mod:`._stopping`): True
     when PyTriton's stop is to kill tritonserver (no client connected, or the models unloaded
     first, or their requests still running after ``timeout``); False where Triton could not be
@@ -410,6 +417,8 @@ def _end_quickly(triton: Any, janitor: Janitor | None, names: list[str], ports: 
             print("alpyka serve: Triton cannot be asked to unload the models; its own stop waits for them", flush=True)
             return False
         why = "the models are unloaded" if unloaded else f"requests still running after {timeout:g} s fail"
+    if workdir is not None:
+        _record_folders(workdir)  # (a stub restarted since the last sweep: its folder is removed too)
     if not kill_on_stop(triton):
         return False
     # said in the log: PyTriton then reports tritonserver's end as a failure ("exited with failure")
@@ -427,7 +436,7 @@ def _shut_down(
 ) -> None:
     """Stop Triton (quickly: :func:`_end_quickly`), let its stubs exit, end the watchdog, and
     remove what Triton left behind."""
-    killed = ports is not None and _end_quickly(triton, janitor, names or [], ports, EXIT_TIMEOUT_S)
+    killed = ports is not None and _end_quickly(triton, janitor, names or [], ports, EXIT_TIMEOUT_S, workdir)
     if janitor is not None:
         janitor.close()
     if triton is not None:

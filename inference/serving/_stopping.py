@@ -129,8 +129,12 @@ def kill_stubs(pgid: int) -> None:
 def unload_models(janitor: Any, names: list[str], pgid: int, timeout: float) -> bool | None:
     """Unload the models ``names`` (see the module's docstring) and wait until every stub of
     process group ``pgid`` has exited: True then; False when ``timeout`` seconds passed first
-    (a request that does not end); None when Triton could not be asked."""
+    (a request that does not end); None when Triton could not be asked, or no stub is there to
+    show the unload's end (a model not on the Python backend, a stub of another name): then
+    Triton's own stop waits for the requests."""
     deadline = time.monotonic() + timeout
+    if not stub_pids(pgid):
+        return None
     try:
         for name in names:  # each call only starts the unload: they proceed side by side
             janitor.unload_model(name, client_timeout=timeout)

@@ -203,14 +203,26 @@ def test_unload_models_starts_every_unload_then_waits_for_the_stubs(monkeypatch)
     assert janitor.unloaded == ["a", "b"] and left == []
 
 
+def test_an_unload_with_no_stub_to_watch_is_left_to_triton(monkeypatch):
+    """No stub of the server's process group (a model not on the Python backend, a stub of another
+    name): the unload's end cannot be seen, so none is started and Triton's own stop waits for
+    the requests (it counted as unloaded, and tritonserver was killed with them in flight)."""
+    from inference.serving import _stopping
+
+    monkeypatch.setattr(_stopping, "stub_pids", lambda pgid: [])
+    janitor = _Janitor()
+    assert _stopping.unload_models(janitor, ["a"], 1, timeout=HANG_S) is None
+    assert janitor.unloaded == []
+
+
 def test_a_stop_whose_unload_fails_or_runs_out_of_time(monkeypatch, capsys):
     """Triton that cannot be asked: its own stop waits (tritonserver is not killed); a stub still
     there at the timeout (a request that does not end): it is killed, as Triton's own stop
     gave up on such a request after the same time."""
     from inference.serving import _child, _stopping
 
-    assert _stopping.unload_models(_Janitor(fail=True), ["a"], 1, timeout=HANG_S) is None
     monkeypatch.setattr(_stopping, "stub_pids", lambda pgid: [11])
+    assert _stopping.unload_models(_Janitor(fail=True), ["a"], 1, timeout=HANG_S) is None
     assert _stopping.unload_models(_Janitor(), ["a"], 1, timeout=0.1) is False
     monkeypatch.setattr(_child, "connected_clients", lambda ports, pid: 1)
     monkeypatch.setattr(_child, "unload_models", _stopping.unload_models)
