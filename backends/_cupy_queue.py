@@ -163,13 +163,13 @@ class CupyQueue(DeviceQueue):
                 self.retire_batch()
 
     def submit_kernel(self, fn: Any, grid: tuple, block: tuple, values: tuple, dyn: int, keep: tuple) -> None:
-        """:meth:`submit` of one kernel call, ``fn(grid, block, values, shared_mem=dyn)`` on the
-        stream (a cupy ``RawKernel``): the fast launchers' path, in one frame where nothing is
-        deferred and the queue's device is current (else through :meth:`submit`)."""
+        """:meth:`submit` of one kernel call, ``fn(grid, block, values, shared_mem=dyn, stream=...)``
+        on the queue's stream (a cupy ``RawKernel``, given the stream rather than made current):
+        the fast launchers' path, in one frame where nothing is deferred and the queue's device
+        is current (else through :meth:`submit`)."""
         with self._lock:
             if (self._backlog is None or self._draining) and (self._only_device or self._get_device() == self._index):
-                with self.stream:
-                    fn(grid, block, values, shared_mem=dyn)
+                fn(grid, block, values, shared_mem=dyn, stream=self.stream)  # (no `with stream`: 0.3-0.4 us less)
                 if self.blocking:
                     self.finish()
                     return
@@ -181,8 +181,7 @@ class CupyQueue(DeviceQueue):
         stream = self.stream
 
         def op() -> None:
-            with stream:
-                fn(grid, block, values, shared_mem=dyn)
+            fn(grid, block, values, shared_mem=dyn, stream=stream)
 
         self.submit(op, *keep)
 

@@ -1,7 +1,8 @@
 """Device-backend benchmarks, side by side in one run:
 
 - launch overhead: alpyka on opencl vs the same generated kernel launched with raw pyopencl
-  (``set_args`` + ``enqueue_nd_range_kernel``); on cuda vs a raw cupy ``RawKernel`` (skipped with
+  (``set_args`` + ``enqueue_nd_range_kernel``); on cuda vs a raw cupy ``RawKernel`` called with
+  ``stream=`` (skipped with
   the reason when no CUDA device is here);
 - blocking launches, interleaved round by round with their peer (paired ratios): a tiny kernel on
   a blocking opencl queue vs raw pyopencl with the arguments set once (``enqueue_nd_range_kernel``
@@ -143,8 +144,7 @@ def launch_overhead(backend: str, calls: int, repeats: int) -> list[dict[str, An
         vals = tuple(plan.pack((out, v), wd, 0))
 
         def raw_cupy() -> None:
-            with impl.stream:
-                fn((1,), (1,), vals)
+            fn((1,), (1,), vals, stream=impl.stream)
 
         rows.append(
             {
@@ -272,8 +272,8 @@ def _cpu_rounds(
 def emulated_cuda_launch(timing: tuple[int, int, float]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """alpyka's own CPU cost of a cuda launch: the emulator with a null executor (set before any
     kernel loads: bodies do not run), against raw cupy calls of the same ``RawKernel`` and packed
-    values on a stream of the same stand-in (``with stream:`` around each call, as each alpyka
-    launch makes its queue's stream current; and once around all, the strongest peer), rounds
+    values on a stream of the same stand-in (each call given the stream, ``stream=``, as alpyka
+    gives its queue's; and the stream made current once around all), rounds
     interleaved: :data:`CHAIN` launches then one wait (the launching thread's CPU time, and the
     wall time with the wait), and blocking launches (wall time: launch + synchronize)."""
     if "cuda" not in emulated():
@@ -297,8 +297,7 @@ def emulated_cuda_launch(timing: tuple[int, int, float]) -> tuple[list[dict[str,
 
     def raw() -> None:
         for _ in range(CHAIN):
-            with stream:
-                fn((1,), (1,), vals)
+            fn((1,), (1,), vals, stream=stream)
 
     def raw_once() -> None:
         with stream:
@@ -306,8 +305,7 @@ def emulated_cuda_launch(timing: tuple[int, int, float]) -> tuple[list[dict[str,
                 fn((1,), (1,), vals)
 
     def raw_blocking() -> None:
-        with stream:
-            fn((1,), (1,), vals)
+        fn((1,), (1,), vals, stream=stream)
         stream.synchronize()
 
     names = ("alpyka pk.exec", "raw cupy RawKernel", "raw cupy RawKernel, stream entered once")

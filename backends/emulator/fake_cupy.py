@@ -192,10 +192,18 @@ class _RawKernel:
             return lambda: runner(name, args)
         return _nothing
 
-    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, **kw: Any) -> None:
+    def __call__(
+        self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Any = None, **kw: Any
+    ) -> None:
         rt = self._rt
         device = rt.device()
-        stream = rt.current_stream(device)
+        if stream is None:  # (cupy's default: the thread's current stream)
+            stream = rt.current_stream(device)
+        elif stream.device_id != device:
+            raise CUDARuntimeError(
+                f"cudaErrorInvalidResourceHandle: kernel {self.name} launched on device {device} "
+                f"with a stream of device {stream.device_id}"
+            )
         self._check_launch(device, stream, args, shared_mem)
         rt.launches.append((self.name, tuple(grid), tuple(block), shared_mem, stream.ptr))
         stream.enqueue(self._body(grid, block, args, shared_mem))

@@ -9,6 +9,7 @@ import test_device_runtime as rt  # its tests rerun below as scenarios (a siblin
 import portable as pk
 from backends._cupy_common import CupyBackend, import_cupy
 from backends.emulator.fake_cupy import make_fake_cupy
+from backends.emulator.fake_cupy_runtime import CUDARuntimeError
 from portable import _registry
 
 # the rocm stand-in runs this file too: the stand-in's own tests: its HIP personality
@@ -117,3 +118,38 @@ def test_pinned_host_buffers(fake):
     pk.memcpy(q, out, d)
     q.wait()
     np.testing.assert_array_equal(out.array, np.arange(4096))
+
+
+@pk.kernel
+def _fill(acc, out, v):
+    for i in acc.uniform_elements(out.shape[0]):
+        out[i] = v
+
+
+def test_kernels_launch_on_the_queue_stream_and_leave_the_current_one(fake):
+    """A launch names its queue's stream to the kernel call (cupy's ``stream=``) instead of making
+    it current: a stream the user made current stays current and gets none of alpyka's kernels,
+    on the checked path and the fast launcher alike; the stand-in refuses another device's
+    stream, as CUDA does."""
+    dev = pk.device(fake.name)
+    for blocking in (False, True):
+        q = pk.Queue(dev, blocking=blocking)
+        out = pk.Buffer(dev, 8, np.float32, queue=q)
+        wd = pk.valid_workdiv(dev, 8)
+        mine = fake.cupy.cuda.Stream(non_blocking=True)
+        before = len(fake.cupy.rt.launches)
+        with mine:
+            for v in (1.0, 2.0, 3.0, 4.0):  # the third and fourth take the fast launcher
+                pk.exec(q, wd, _fill, out, np.float32(v))
+            assert fake.cupy.rt.current_stream(0) is mine
+        q.wait()
+        launches = fake.cupy.rt.launches[before:]
+        assert [x[4] for x in launches] == [q._impl.stream.ptr] * 4  # (bodies: the emulated matrix's tests)
+    kern = next(iter(fake.plans(_fill).values())).function
+    fake.cupy.cuda.runtime.setDevice(1)
+    try:
+        other = fake.cupy.cuda.Stream(non_blocking=True)
+    finally:
+        fake.cupy.cuda.runtime.setDevice(0)
+    with pytest.raises(CUDARuntimeError, match="with a stream of device 1"):
+        kern((1,), (1,), (), stream=other)
