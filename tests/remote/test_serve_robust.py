@@ -21,7 +21,7 @@ import pytest
 
 import portable as pk
 
-from .triton_support import pytriton_reason, server_child
+from .triton_support import group_pids, pytriton_reason, server_child
 
 torch = pytest.importorskip("torch")
 
@@ -35,19 +35,6 @@ HUGE = json.dumps({"inputs": [{"name": "x", "shape": [2**40, 3], "datatype": "FP
 class Identity(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.clone()
-
-
-def group_pids(leader: int) -> list[int]:
-    """The processes of the process group ``leader`` leads."""
-    pids = []
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                if os.getpgid(int(e)) == leader:
-                    pids.append(int(e))
-            except OSError:
-                pass
-    return pids
 
 
 def listening_ports(pids: list[int]) -> set[int]:
