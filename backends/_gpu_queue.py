@@ -171,6 +171,11 @@ class DeviceQueue:
 
     #: name of the device API, for messages ("OpenCL", "CUDA", "HIP")
     api = "device"
+    #: whether the queue's lock is one of several queues (a simulator's: every queue of its
+    #: device, backends/_opencl_simulator.py): a blocking queue's host function then runs after
+    #: the queue's work without it, as it may wait for another queue of the device (an event,
+    #: ``wait_for``'s host wait), whose work only a thread that takes that lock runs
+    shares_lock = False
 
     def __init__(self, device: Any, blocking: bool) -> None:
         self.device = device
@@ -273,7 +278,10 @@ class DeviceQueue:
         if self.blocking:
             with self._lock:
                 self.finish()
-                fn()
+                if not self.shares_lock:
+                    fn()
+                    return
+            fn()  # (the lock of every queue of the device: see shares_lock)
             return
         self._enqueue_gated(fn, always)
 

@@ -171,6 +171,7 @@ class OpenCLQueue(DeviceQueue):
         simulator = device.properties.get("simulator")
         if simulator:  # one lock for every queue of the context: Oclgrind's state is the device's
             self._lock = simulator_lock(self.context)
+            self.shares_lock = True
         self._simulated = _SimulatorRuns(self.cq, self._lock) if simulator else None
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)

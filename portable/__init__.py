@@ -24,7 +24,9 @@ from ._errors import (
     KernelBuildError,
     NameNotFound,
     NoSuchDevice,
+    OutOfMemory,
     StateError,
+    Timeout,
     WorkDivError,
 )
 from ._graph import CaptureError, Graph, capture
@@ -90,6 +92,8 @@ __all__ = [
     "FileNotFound",
     "NameNotFound",
     "StateError",
+    "Timeout",
+    "OutOfMemory",
     "Event",
     "PortableCollection",
     "Queue",

@@ -14,7 +14,7 @@ import soa
 from ._allocator import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
-from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch, StateError
+from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch, OutOfMemory, StateError
 from ._graph import active as _capturing
 from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
@@ -147,9 +147,10 @@ class Buffer:
         self.pinned = bool(pinned)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize  # Python ints: no wrap-around
         if self.nbytes > MAX_NBYTES:
-            raise MemoryError(
+            raise OutOfMemory(
                 f"a buffer of shape {self.shape} and dtype {self.dtype} would take {self.nbytes} "
-                f"bytes, more than a device can address (2**48)"
+                f"bytes, more than a device can address (2**48); split the data into buffers "
+                f"of at most 2**48 bytes"
             )
         allocator = device.backend.allocator(device, pinned=self.pinned)
         self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)

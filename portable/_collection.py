@@ -13,7 +13,7 @@ import soa
 from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import Device, host
-from ._errors import AlpykaError, ArgumentError, ArgumentTypeError, NameNotFound
+from ._errors import ArgumentError, ArgumentTypeError, NameNotFound, OutOfMemory
 from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
@@ -317,8 +317,9 @@ def _host_device() -> Device:
 
 
 # ---------------------------------------------------------------------- allocation size checks
-class CollectionTooLarge(AlpykaError, MemoryError, ValueError):
-    """A collection whose bytes cannot fit the device (a MemoryError and a ValueError)."""
+class CollectionTooLarge(OutOfMemory, ValueError):
+    """A collection whose bytes cannot fit the device (a ``pk.OutOfMemory``, so a MemoryError, and
+    a ValueError)."""
 
 
 def _human(nbytes: int) -> str:

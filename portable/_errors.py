@@ -8,7 +8,9 @@ from soa._errors import ArgumentError as ArgumentError
 from soa._errors import ArgumentTypeError as ArgumentTypeError
 from soa._errors import FileNotFound as FileNotFound
 from soa._errors import NameNotFound as NameNotFound
+from soa._errors import OutOfMemory as OutOfMemory
 from soa._errors import StateError as StateError
+from soa._errors import Timeout as Timeout
 
 
 class BackendUnavailable(AlpykaError):

@@ -35,3 +35,21 @@ class StateError(AlpykaError, RuntimeError):
 class FileNotFound(AlpykaError, FileNotFoundError):
     """A file a call was given that is not there (a model file, a ROOT file); the message names
     the path and what to give. A ``FileNotFoundError`` (an ``OSError``) too."""
+
+
+class Timeout(AlpykaError, TimeoutError):
+    """A call given a time limit that passed before its work was done (``pk.distributed.run``'s
+    ``timeout=``); the message says what was done, what is pending and how to give it longer. A
+    ``TimeoutError`` (an ``OSError``) too, as ``concurrent.futures`` and Dask's own timeouts are."""
+
+
+class OutOfMemory(MemoryError, AlpykaError):
+    """Memory a call asks for that the device cannot give: a buffer larger than a device can
+    address (2**48 bytes), a collection larger than the device allows (``pk.CollectionTooLarge``);
+    the message names the size asked for. A ``MemoryError`` too, as cupy's and torch's
+    ``OutOfMemoryError`` are.
+
+    MemoryError comes first among the bases: it has a constructor of its own, which Python calls
+    safely only on a class whose first built-in base is MemoryError, and tblib (which Dask installs
+    in every process) unpickles an error through its class's ``__new__``; with AlpykaError first,
+    an OutOfMemory raised in a Dask worker could not be unpickled."""

@@ -86,9 +86,17 @@ def free_port() -> int:
 
 
 def _port_free(port: int) -> bool:
+    """Whether tritonserver could listen on ``port`` of 127.0.0.1 now: the check binds and listens
+    as Triton does (its gRPC server, gRPC core, and its HTTP and metrics servers, libevhtp, set
+    SO_REUSEADDR before they bind; SO_REUSEPORT only under ``--reuse-grpc-port`` /
+    ``--reuse-http-port``, which serve never passes). So a port whose last connections linger in
+    TIME_WAIT (a server stopped a moment ago) is free, as it is to Triton, and a port another
+    socket listens on, or is bound to without SO_REUSEADDR, is not."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen(1)
         except OSError:
             return False
     return True

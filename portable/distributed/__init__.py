@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .._errors import AlpykaError, ArgumentError, ArgumentTypeError
+from .._errors import AlpykaError, ArgumentError, ArgumentTypeError, Timeout
 from ..data._awkward import require
 
 __all__ = ["ChunkError", "run", "worker_environment"]
@@ -208,7 +208,7 @@ def run(
     ``resources`` (e.g. ``{"GPU": 1}``) restricts chunks to
     workers that declare them. ``allowed_failures`` (embedded cluster only) is how many worker
     deaths a chunk may cause before it fails. ``timeout`` (seconds) bounds the whole run: a
-    hang raises TimeoutError naming the chunks done and pending. Chunks and results must be
+    hang raises ``pk.Timeout`` (a TimeoutError) naming the chunks done and pending. Chunks and results must be
     picklable: a process function or chunk that is not raises TypeError naming it; a result that
     is not is that chunk's :class:`ChunkError` (the other results are kept with ``on_error="collect"``).
     """
@@ -258,9 +258,10 @@ def run(
             except TimeoutError:
                 pending = [i for i in range(len(chunks)) if i not in done]
                 shown = ", ".join(map(str, pending[:20])) + (" ..." if len(pending) > 20 else "")
-                raise TimeoutError(
+                raise Timeout(
                     f"pk.distributed.run: timeout={timeout} s passed with {len(done)} of "
-                    f"{len(chunks)} chunks done; pending chunks: {shown}"
+                    f"{len(chunks)} chunks done; pending chunks: {shown}; give a longer timeout= "
+                    "(None waits without a limit) or more workers"
                 ) from None
         finally:
             with contextlib.suppress(Exception):

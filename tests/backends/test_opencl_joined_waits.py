@@ -22,18 +22,13 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.backends.opencl_launches import add_v
 from alpyka_testing.threads import run_threads
 from portable.spi import queue_impl
 
 pytestmark = pytest.mark.alpyka_backends("opencl")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pk.kernel
-def add_v(acc, out, v):
-    for i in acc.uniform_elements(out.shape[0]):
-        out[i] += v
 
 
 def _counting_interruptible(q, monkeypatch) -> list:

@@ -21,18 +21,13 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.backends.opencl_launches import add_v, fast_runs, is_native, wait_stand_in
 from alpyka_testing.threads import run_threads
 from portable.spi import queue_impl
 
 pytestmark = pytest.mark.alpyka_backends("opencl")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pk.kernel
-def add_v(acc, out, v):
-    for i in acc.uniform_elements(out.shape[0]):
-        out[i] += v
 
 
 def _native_or_skip() -> None:
@@ -52,16 +47,6 @@ def _native_or_skip() -> None:
     if can_build and "ctypes finds no OpenCL loader" not in problem and "turned off" not in problem:
         pytest.fail(f"a C compiler and Python's headers are here, yet the native launch is not built: {problem}")
     pytest.skip(f"the native launch is not built here: {problem}")
-
-
-def _runs(q: pk.Queue, kernel, wd: pk.WorkDiv) -> list:
-    """What the fast launchers of ``kernel`` over ``wd`` on ``q`` run (their guards' ``_run``)."""
-    site = q.launch_sites[kernel].peek(id(wd))
-    return [f.__closure__[f.__code__.co_freevars.index("_run")].cell_contents for f in site.fast]
-
-
-def _is_native(run) -> bool:
-    return type(getattr(run, "__self__", None)).__name__ == "BlockingLaunch"
 
 
 def _host(q: pk.Queue, buf) -> np.ndarray:
@@ -99,8 +84,8 @@ def test_a_repeated_blocking_launch_runs_natively_with_the_same_results(which):
                 expect_a += float(v)
             else:
                 expect_b += float(v)
-    runs = _runs(q, add_v, wd)
-    assert runs and all(_is_native(r) for r in runs), runs
+    runs = fast_runs(q, add_v, wd)
+    assert runs and all(is_native(r) for r in runs), runs
     np.testing.assert_array_equal(_host(q, a), np.float32(expect_a))
     np.testing.assert_array_equal(_host(q, b), np.float32(expect_b))
     pk.exec(q, wd, add_v, a, one)
@@ -131,7 +116,7 @@ def test_a_native_wait_is_timed_and_joined_where_the_python_launcher_would(monke
     one, two = np.float32(1), np.float32(2)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, one)
-    assert len(calls) == 3 and all(_is_native(r) for r in _runs(q, add_v, wd))
+    assert len(calls) == 3 and all(is_native(r) for r in fast_runs(q, add_v, wd))
     for _ in range(5):
         pk.exec(q, wd, add_v, out, one)
     assert len(calls) == 3
@@ -166,10 +151,7 @@ def test_a_queue_is_not_idle_while_any_native_wait_runs(rebind, monkeypatch):
     """Two threads' native launches on one blocking queue: while the second still waits, the
     first's wait ending leaves the queue not idle (a marker shared by every launch let the first
     say idle); the second's ending makes it idle."""
-    import ctypes
-
     import backends._opencl_waits as ow
-    from backends._opencl_waits import opencl_library
     from backends._other_load import FixedLoad
 
     monkeypatch.setattr(ow, "other_load", FixedLoad(busy=True))  # (a tiny wait is joined: native)
@@ -181,13 +163,11 @@ def test_a_queue_is_not_idle_while_any_native_wait_runs(rebind, monkeypatch):
         pk.memset(q, out, 0)
         for _ in range(3):
             pk.exec(q, wd, add_v, out, np.float32(1))
-        assert all(_is_native(r) for r in _runs(q, add_v, wd))
-    real = opencl_library().clWaitForEvents
-    real.argtypes, real.restype = [ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int32
+        assert all(is_native(r) for r in fast_runs(q, add_v, wd))
     go = {name: threading.Event() for name in ("first", "second")}
     entered = {name: threading.Event() for name in ("first", "second")}
 
-    def wait(n, evs):
+    def wait(real, n, evs):
         name = threading.current_thread().name
         entered[name].set()
         if name == "first":
@@ -197,8 +177,7 @@ def test_a_queue_is_not_idle_while_any_native_wait_runs(rebind, monkeypatch):
             go[name].wait(30)  # done, not yet returned
         return err
 
-    stand_in = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p)(wait)
-    rebind(wait=stand_in)
+    rebind(wait=wait_stand_in(wait))
     threads = [
         threading.Thread(target=pk.exec, args=(q, wds[i], add_v, outs[i], np.float32(1)), name=name)
         for i, name in enumerate(("first", "second"))
@@ -268,7 +247,7 @@ def _launched(dev):
     wd = pk.WorkDiv(1, 1, 8)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, np.float32(1))
-    assert all(_is_native(r) for r in _runs(q, add_v, wd))
+    assert all(is_native(r) for r in fast_runs(q, add_v, wd))
     return q, out, wd
 
 
@@ -276,9 +255,7 @@ def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind, monkeypatch
     """The runtime's wait reports a failed command: the error is raised (pyopencl's, where the
     runtime's event says so: here it does not, and pk.StateError says so), the queue's lock is
     free, the launch's time forgotten, and the next runs work."""
-    import ctypes
-
-    from backends._opencl_waits import WaitChoice, opencl_library
+    from backends._opencl_waits import WaitChoice
 
     real_choose, lasts = WaitChoice.choose, []
 
@@ -288,9 +265,7 @@ def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind, monkeypatch
 
     monkeypatch.setattr(WaitChoice, "choose", choose)
     q, out, wd = _launched(pk.device("opencl"))
-    real = opencl_library().clWaitForEvents
-    real.argtypes, real.restype = [ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int32
-    failing = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p)(lambda n, evs: real(n, evs) or -14)
+    failing = wait_stand_in(lambda real, n, evs: real(n, evs) or -14)
     pk.exec(q, wd, add_v, out, np.float32(1))  # timed: the next choice is told its time
     rebind(wait=failing)
     with pytest.raises(pk.StateError, match="reported a failed command.*make a new queue"):
@@ -333,12 +308,8 @@ import warnings
 warnings.simplefilter("always")
 import numpy as np
 import portable as pk
+from alpyka_testing.backends.opencl_launches import add_v, fast_runs, is_native
 from backends._opencl_native import native_problem
-
-@pk.kernel
-def add_v(acc, out, v):
-    for i in acc.uniform_elements(out.shape[0]):
-        out[i] += v
 
 dev = pk.device("opencl")
 q = pk.Queue(dev, blocking=True)
@@ -349,9 +320,7 @@ for _ in range(6):
     pk.exec(q, wd, add_v, out, np.float32(1))
 host = np.empty(8, np.float32)
 pk.memcpy(q, host, out)
-f = q.launch_sites[add_v].peek(id(wd)).fast[0]
-run = f.__closure__[f.__code__.co_freevars.index("_run")].cell_contents
-print("sum", host[0], "native", type(getattr(run, "__self__", None)).__name__ == "BlockingLaunch")
+print("sum", host[0], "native", is_native(fast_runs(q, add_v, wd)[0]))
 print("problem", native_problem())
 """
 
@@ -430,7 +399,7 @@ def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
     wd = pk.WorkDiv(1, 1, 8)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, np.float32(1))
-    assert all(_is_native(r) for r in _runs(q, add_v, wd))
+    assert all(is_native(r) for r in fast_runs(q, add_v, wd))
 
     class Interrupt(BaseException):
         pass

@@ -5,8 +5,11 @@ Oclgrind runs a queue's commands in the thread that flushes or waits, and spins 
 host function has not run: a host function that enqueued on its own queue hung there (the launch
 after it waited for it under the queue's lock, the host function's launch for that lock), a record
 after a host function blocked until it ran, and a flush into a gate cost a core for as long as the
-host function took. Each runtime runs the same script in a child process (the backend's device is
-chosen once per process), with a faulthandler dump of every thread on a hang."""
+host function took; and a blocking queue that waited for another queue's event recorded behind a
+host function hung (its host wait held the lock of every queue of the device, which the other
+queue's worker needed to run the work waited for). Each runtime runs the same script in a child
+process (the backend's device is chosen once per process), with a faulthandler dump of every
+thread on a hang."""
 
 from __future__ import annotations
 
@@ -206,3 +209,63 @@ print(json.dumps({"platform": dev.properties["platform"], "outs": outs}))
 def test_two_queues_with_host_functions_from_one_thread(tmp_path, pattern, platform, install):
     out = _run_child(tmp_path, _TWO_QUEUES_CHILD, pattern, platform, install)
     assert out["outs"] == [[16] * 16, [16] * 16], out
+
+
+#: a blocking queue that waits for another queue's event (``wait_for``: a host wait there, in
+#: queue order) and host functions of a blocking queue that wait for another queue: on Oclgrind
+#: both hung, the blocking queue's host function holding the lock of every queue of the device
+#: while the other queue's worker needed it to run the work the wait waited for
+_BLOCKING_WAITER_CHILD = """
+import faulthandler, json, threading
+import numpy as np
+import portable as pk
+
+faulthandler.dump_traceback_later(120, exit=True)
+
+
+def fail():
+    raise ValueError("on purpose")
+
+
+dev = pk.device("opencl")
+out = {"platform": dev.properties["platform"]}
+qa, qb = pk.Queue(dev), pk.Queue(dev, blocking=True)
+ev = pk.Event(dev)
+qa.enqueue_host(fail)
+qa.record(ev)
+try:
+    qb.wait_for(ev)
+    qb.wait()
+    out["waiter"] = "returned"
+except pk.AsyncError as exc:
+    out["waiter"] = str(exc)
+try:
+    qa.wait()
+    out["queue"] = "returned"
+except pk.AsyncError as exc:
+    out["queue"] = str(exc)
+
+# a blocking queue's host functions waiting for another queue's event and queue, each behind a
+# host function that a thread lets run only once the blocking host function waits
+x = pk.Buffer(dev, 4, np.uint8)
+got, order = np.zeros(4, np.uint8), []
+for what in ("event", "queue"):
+    gate = threading.Event()
+    qa.enqueue_host(lambda: (gate.wait(60), order.append("qa " + what)))
+    pk.memset(qa, x, 1)
+    qa.record(ev)
+    threading.Timer(0.2, gate.set).start()
+    qb.enqueue_host(lambda: (ev.wait() if what == "event" else qa.wait(), order.append("qb " + what)))
+pk.memcpy(qb, got, x)
+out["order"], out["x"] = order, got.tolist()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.alpyka_backends("opencl")
+@pytest.mark.parametrize(("pattern", "platform", "install"), _runtime_params())
+def test_a_blocking_queue_waits_for_another_queues_error_and_work(tmp_path, pattern, platform, install):
+    out = _run_child(tmp_path, _BLOCKING_WAITER_CHILD, pattern, platform, install)
+    assert "on purpose" in out["waiter"] and "on purpose" in out["queue"], out  # each wait sees the error
+    assert out["order"] == ["qa event", "qb event", "qa queue", "qb queue"], out
+    assert out["x"] == [1] * 4, out

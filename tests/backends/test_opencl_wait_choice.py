@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import portable as pk
+from alpyka_testing.backends.opencl_launches import add_v
 from alpyka_testing.interrupt import interrupt_child
 from alpyka_testing.threads import run_threads
 from portable.spi import queue_impl
@@ -29,12 +30,6 @@ pytestmark = pytest.mark.alpyka_backends("opencl")
 ROOT = Path(__file__).resolve().parents[2]
 #: from SIGINT to the child's "interrupted" line
 INTERRUPT_LIMIT_S = 1.0
-
-
-@pk.kernel
-def add_v(acc, out, v):
-    for i in acc.uniform_elements(out.shape[0]):
-        out[i] += v
 
 
 class _Switch:

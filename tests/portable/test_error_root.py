@@ -106,6 +106,21 @@ def test_cemit_error_derives_from_alpyka_error():
     assert issubclass(CEmitError, AlpykaError) and issubclass(CEmitError, NotImplementedError)
 
 
+def test_every_exception_unpickles_through_its_new():
+    """tblib, which Dask installs in every process, unpickles an error as ``cls.__new__(cls)``:
+    a class whose built-in bases disagree on the constructor (``class E(AlpykaError, MemoryError)``:
+    MemoryError's own ``__new__`` refuses it as "not safe") raised in a Dask worker could not cross
+    back. Put such a builtin first among the bases (``pk.OutOfMemory``)."""
+    unsafe = []
+    for name, cls in EXCEPTIONS.items():
+        try:
+            cls.__new__(cls)
+        except TypeError as exc:
+            if "is not safe" in str(exc):
+                unsafe.append(f"{name}: {exc}")
+    assert not unsafe, unsafe
+
+
 def test_every_warning_derives_from_alpyka_warning():
     offenders = sorted(name for name, cls in WARNINGS.items() if not issubclass(cls, AlpykaWarning))
     assert not offenders, f"not AlpykaWarning subclasses: {offenders}"
@@ -123,6 +138,10 @@ def test_errors_keep_their_builtin_base():
 
     assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentTypeError, TypeError)
     assert issubclass(NameNotFound, KeyError)
+    from portable import OutOfMemory, Timeout
+
+    assert issubclass(Timeout, TimeoutError) and issubclass(OutOfMemory, MemoryError)
+    assert issubclass(CollectionTooLarge, OutOfMemory)  # `except pk.OutOfMemory` catches both
 
 
 def test_inference_errors_keep_their_builtin_base():

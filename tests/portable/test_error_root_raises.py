@@ -2,9 +2,10 @@
 ``pk.capture``, ``pk.data``, ``pk.distributed``, collections, the runtime core) and ``backends`` raise
 alpyka's own errors, which still are the builtin (``pk.ArgumentError`` a ``ValueError``,
 ``pk.ArgumentTypeError`` a ``TypeError``, ``pk.NameNotFound`` a ``KeyError``, ``pk.StateError`` a
-``RuntimeError``, ``pk.FileNotFound`` a ``FileNotFoundError``, the C emitter's ``CEmitError`` a
-``NotImplementedError``). A new ``raise ValueError(...)`` (or TypeError, KeyError, IndexError,
-LookupError, RuntimeError, FileNotFoundError, a ``NotImplementedError`` with a message) there fails
+``RuntimeError``, ``pk.FileNotFound`` a ``FileNotFoundError``, ``pk.Timeout`` a ``TimeoutError``,
+``pk.OutOfMemory`` a ``MemoryError``, the C emitter's ``CEmitError`` a ``NotImplementedError``). A
+new ``raise ValueError(...)`` (or TypeError, KeyError, IndexError, LookupError, RuntimeError,
+FileNotFoundError, TimeoutError, MemoryError, a ``NotImplementedError`` with a message) there fails
 here; a raise no user input reaches, a bug of alpyka if hit, is listed in :data:`INTERNAL` with the
 reason. A bare ``raise NotImplementedError`` (no message) is an abstract method's: a subclass's
 obligation, never a user's."""
@@ -31,6 +32,8 @@ BARE = {
     "RuntimeError",
     "NotImplementedError",
     "FileNotFoundError",
+    "TimeoutError",
+    "MemoryError",
 }
 #: a folder whose raises are not alpyka's own words
 NOT_SCANNED = {
@@ -107,7 +110,8 @@ def _keyed() -> list[tuple[str, int]]:
 def test_no_bare_builtin_raised_on_user_input():
     offenders = [f"{key} (line {line})" for key, line in _keyed() if key not in INTERNAL]
     assert not offenders, (
-        "raise pk.ArgumentError/ArgumentTypeError/NameNotFound/StateError (or the package's own error) "
+        "raise pk.ArgumentError/ArgumentTypeError/NameNotFound/StateError/FileNotFound/Timeout/OutOfMemory "
+        "(or the package's own error) "
         f"instead, or list a raise no user reaches in INTERNAL with the reason: {offenders}"
     )
 
@@ -126,17 +130,25 @@ def test_the_scan_finds_what_it_should(tmp_path: Path):
         "    def h(self):\n        raise NotImplementedError('not on this backend')\n"
         "def k():\n    raise pk.ArgumentError('fine')\n"
     )
+    src += "def t():\n    raise TimeoutError('late')\ndef m():\n    raise MemoryError\n"
     path = tmp_path / "scan_probe.py"
     path.write_text(src)
-    assert _bare_raises(path) == [(3, "A.f", "RuntimeError"), (7, "A.h", "NotImplementedError")]
+    assert _bare_raises(path) == [
+        (3, "A.f", "RuntimeError"),
+        (7, "A.h", "NotImplementedError"),
+        (11, "t", "TimeoutError"),
+        (13, "m", "MemoryError"),
+    ]
     scanned = {p.relative_to(ROOT).parts[0] for p in _files()}
     assert scanned == set(SCANNED) and len(_files()) > 100
 
 
 def test_the_root_classes_are_one_set_of_objects():
     """soa defines the root (the lowest layer raises it too); portable exports the same classes."""
-    for name in ("AlpykaError", "ArgumentError", "ArgumentTypeError", "NameNotFound", "StateError", "FileNotFound"):
+    names = ("AlpykaError", "ArgumentError", "ArgumentTypeError", "NameNotFound", "StateError", "FileNotFound")
+    for name in (*names, "Timeout", "OutOfMemory"):
         assert getattr(pk, name) is getattr(soa._errors, name)
+        assert name in pk.__all__
     assert issubclass(pk.NameNotFound, pk.AlpykaError) and issubclass(pk.NameNotFound, KeyError)
 
 
@@ -148,6 +160,8 @@ def test_the_root_classes_are_one_set_of_objects():
         (pk.ArgumentTypeError, TypeError),
         (pk.StateError, RuntimeError),
         (pk.FileNotFound, FileNotFoundError),
+        (pk.Timeout, TimeoutError),
+        (pk.OutOfMemory, MemoryError),
     ],
 )
 def test_messages_read_as_written_and_pickle(cls, builtin):

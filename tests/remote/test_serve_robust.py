@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ import pytest
 
 import portable as pk
 
-from .triton_support import pytriton_reason, server_child
+from .triton_support import group_pids, pytriton_reason, server_child
 
 torch = pytest.importorskip("torch")
 
@@ -34,19 +35,6 @@ HUGE = json.dumps({"inputs": [{"name": "x", "shape": [2**40, 3], "datatype": "FP
 class Identity(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.clone()
-
-
-def group_pids(leader: int) -> list[int]:
-    """The processes of the process group ``leader`` leads."""
-    pids = []
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                if os.getpgid(int(e)) == leader:
-                    pids.append(int(e))
-            except OSError:
-                pass
-    return pids
 
 
 def listening_ports(pids: list[int]) -> set[int]:
@@ -401,6 +389,65 @@ def test_a_port_out_of_range_is_refused_before_anything_starts(tmp_path, port, e
         serve(str(tmp_path / "never-read.pt2"), grpc_port=port)
     with pytest.raises(error, match=rf"the metrics port {says}"):
         serve(str(tmp_path / "never-read.pt2"), grpc_port=0, metrics_port=port)
+
+
+def _port_in_time_wait() -> int:
+    """A port of 127.0.0.1 that nothing listens on, whose last connection lingers in TIME_WAIT:
+    the side that closed first (here the listener's) keeps it for ~60 s, as a stopped server's
+    ports are kept."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server's side closes first: its end of the connection waits
+            assert client.recv(1) == b""  # the client saw the close; then it closes too
+    with socket.socket() as plain, pytest.raises(OSError):  # the state the test is about
+        plain.bind(("127.0.0.1", port))
+    return port
+
+
+def test_a_port_freed_a_moment_ago_is_free_to_serve():
+    """A port in TIME_WAIT was refused ("in use") for a minute after a server on it stopped,
+    although Triton, which binds with SO_REUSEADDR, could take it."""
+    from inference import serving
+
+    port = _port_in_time_wait()
+    assert serving._port_free(port)
+    with socket.socket() as triton_like:  # what tritonserver does with it
+        triton_like.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        triton_like.bind(("127.0.0.1", port))
+        triton_like.listen(1)
+
+
+@pytest.mark.parametrize("holder", ["listening", "bound"])
+def test_a_port_in_use_is_refused_before_anything_starts(tmp_path, holder):
+    """A port another socket listens on (another server) or is bound to without SO_REUSEADDR
+    (where tritonserver's own bind would fail) is refused at once, naming the port and the fix."""
+    from inference.serving import ServeError, serve
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        if holder == "listening":
+            held.listen(1)
+        port = held.getsockname()[1]
+        for kwargs, what in (({"grpc_port": port}, "gRPC"), ({"grpc_port": 0, "http_port": port}, "HTTP")):
+            with pytest.raises(ServeError, match=rf"^the {what} port {port} is in use on 127.0.0.1; pick another"):
+                serve(str(tmp_path / "never-read.pt2"), **kwargs)
+
+
+@needs_triton
+def test_a_server_starts_on_a_port_freed_a_moment_ago(tmp_path):
+    """End to end: serve takes a port in TIME_WAIT, and Triton listens on it."""
+    from inference.serving import serve
+
+    torch.jit.script(Identity()).save(str(tmp_path / "identity.pt"))
+    port = _port_in_time_wait()
+    spec = {"identity": {"path": str(tmp_path / "identity.pt"), "inputs": ["x:float32:3"], "outputs": ["y:float32:3"]}}
+    with serve(spec, grpc_port=port) as server:
+        assert server.grpc_port == port and port in listening_ports(group_pids(server.pid))
 
 
 def test_the_cli_says_a_port_out_of_range_in_one_line(tmp_path):

@@ -25,7 +25,7 @@ from inference.serving._private_args import (
 )
 
 from .test_serve_access import RESTRICTED_HTTP, evil_load_body, identity_works
-from .triton_support import pytriton_reason
+from .triton_support import group_pids, pytriton_reason
 
 NOBODY = 65534
 #: the endpoints that must need the token (written out: a test of MUST_RESTRICT, not with it)
@@ -285,11 +285,9 @@ def test_tritonserver_runs_with_every_dangerous_endpoint_restricted(server):
         assert "alpyka_private_args.so" in fh.read()  # the token came through the preload
     assert server.token not in server.log_path.read_text(errors="replace")
     stubs = 0
-    for entry in os.listdir("/proc"):  # Triton's stubs inherit neither the token nor the library
+    for entry in group_pids(server.pid):  # Triton's stubs inherit neither the token nor the library
         try:
-            if not entry.isdigit() or os.getpgid(int(entry)) != server.pid:
-                continue
-            if not _argv(int(entry))[0].endswith("triton_python_backend_stub"):
+            if not _argv(entry)[0].endswith("triton_python_backend_stub"):
                 continue
             with open(f"/proc/{entry}/environ", "rb") as fh:
                 env = fh.read()

@@ -19,7 +19,7 @@ import pytest
 import portable as pk
 
 from . import pipeline_support as S
-from .triton_support import pytriton_reason, serve_cli
+from .triton_support import group_pids, pytriton_reason, serve_cli
 
 needs_triton = pytest.mark.skipif(pytriton_reason() is not None, reason=str(pytriton_reason()))
 
@@ -45,18 +45,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _group_pids(leader: int) -> list[int]:
-    pids = []
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                if os.getpgid(int(e)) == leader:
-                    pids.append(int(e))
-            except OSError:
-                pass
-    return pids
 
 
 def _wait_for(path: Path, proc: subprocess.Popen) -> None:
@@ -110,7 +98,7 @@ def _assert_nothing_left(server_pid: int, port: int, folders: list[str], killed:
     reaps the rest), nothing listening on its port, no shared memory or stub folder of it."""
     from inference.serving._leftovers import group_members
 
-    left = group_members(server_pid) if killed else _group_pids(server_pid)
+    left = group_members(server_pid) if killed else group_pids(server_pid)
     assert not left, f"processes of the server outlived it: {left}"
     assert _port_free(port), f"port {port} is still taken"
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"pytrtion{server_pid}-")]

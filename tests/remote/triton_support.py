@@ -1,5 +1,5 @@
 """Whether the real Triton (PyTriton's bundled tritonserver) can run here, for skip marks; the
-`serve` command started and stopped as a user does."""
+`serve` command started and stopped as a user does; the processes of a server's group."""
 
 from __future__ import annotations
 
@@ -40,6 +40,20 @@ def settled(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 3
         time.sleep(0.05)
         value = read()
     return value
+
+
+def group_pids(leader: int) -> list[int]:
+    """The processes of the process group ``leader`` leads (a server's: its process, tritonserver,
+    the stubs), zombies not yet reaped included, read from /proc."""
+    pids = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                if os.getpgid(int(e)) == leader:
+                    pids.append(int(e))
+            except OSError:
+                pass
+    return pids
 
 
 def torch_loaded(pid: int) -> bool:
