@@ -413,7 +413,7 @@ def _main(argv: list[str] | None) -> int:
         metavar="ADDRESS",
         help="run on the Dask cluster of this scheduler (e.g. tcp://127.0.0.1:8786)",
     )
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (for logs and pipes)")
     args = parser.parse_args(argv)
     for name in ("events", "streams", "particles"):
         if getattr(args, name) < 1:
