@@ -149,10 +149,16 @@ def _run_streams(
         finally:
             ended.set()  # stream_events' frame (its queue, the event's tensors) is gone by now
 
-    # warm up (compile kernels, deploy the model) outside the timed region
-    warm = pk.Queue(device)
-    run_event(warm, model, 10**6 + 7, n_particles, timed=False, produce=produce)
-    warm.wait()
+    # warm up (compile kernels, deploy the model) outside the timed region; a Ctrl-C (or an
+    # error) here closes the bar first, so "alpyka: interrupted" gets a line of its own
+    try:
+        warm = pk.Queue(device)
+        run_event(warm, model, 10**6 + 7, n_particles, timed=False, produce=produce)
+        warm.wait()
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        raise
 
     t0 = time.perf_counter()
     # daemon threads: a stream stuck in a wait after Ctrl-C must not keep the process alive
@@ -407,7 +413,7 @@ def _main(argv: list[str] | None) -> int:
         metavar="ADDRESS",
         help="run on the Dask cluster of this scheduler (e.g. tcp://127.0.0.1:8786)",
     )
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (for logs and pipes)")
     args = parser.parse_args(argv)
     for name in ("events", "streams", "particles"):
         if getattr(args, name) < 1:

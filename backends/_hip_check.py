@@ -40,6 +40,7 @@ from portable.compiler import trust
 
 from ._c_build import float_options, format_build_error
 from ._c_source import CSource
+from ._compiler_run import run_compiler
 
 ENV_CHECK = "ALPYKA_CHECK_HIP"
 #: the AMD targets every HIP text is compiled for: MI250 (CDNA2) and MI300 (CDNA3)
@@ -169,7 +170,7 @@ def _run(tc: _Toolchain, text: str, name: str, arch: str, options: tuple[str, ..
         if "-ffast-math" in options:  # (fast_math kernels) clang refuses a PCH parsed without fast math
             pch = ["-include", str(tc.home / "pch" / "hip_pre.h")]
         cmd = tc.command(arch, options) + [*pch, "-c", name, "-o", "kernel.co"]
-        done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
+        done = run_compiler(cmd, cwd=tmp, timeout=600)
         if done.returncode != 0:
             return False, done.stderr + done.stdout
         return True, Path(tmp, "kernel.co").read_bytes()
@@ -381,12 +382,7 @@ def _precompile(tc: _Toolchain, arch: str) -> None:
     """``pch/<arch>.pch``: hip_runtime.h (what hiprtc includes before the text) parsed once."""
     header = tc.home / "pch" / "hip_pre.h"
     out = tc.home / "pch" / f"{arch}.pch"
-    done = subprocess.run(
-        tc.command(arch) + ["-S", "-Xclang", "-emit-pch", str(header), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_compiler(tc.command(arch) + ["-S", "-Xclang", "-emit-pch", str(header), "-o", str(out)], timeout=600)
     if done.returncode != 0 or not out.exists():
         tail = (done.stderr or done.stdout).strip()[-1500:]
         raise Unavailable(

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from ._compiler_run import run_compiler
+
 T = TypeVar("T")
 
 TAG_MARK = b"\0alpyka-tag\0"  # then the 32-byte tag: the last bytes of a cached library
@@ -113,7 +115,7 @@ def _compile_in(where: Path, lib: Library) -> tuple[Path | None, str]:
     src = where / lib.source_name
     src.write_text(lib.unit)
     out = where / "library.so"
-    done = subprocess.run([*lib.command, str(src), "-o", str(out)], capture_output=True, text=True, timeout=600)
+    done = run_compiler([*lib.command, str(src), "-o", str(out)], timeout=600)  # a Ctrl-C leaves no temporaries
     return (out, "") if done.returncode == 0 else (None, done.stderr)
 
 

@@ -41,6 +41,7 @@ import numpy as np
 
 import portable as pk
 import soa
+from portable.cli import run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broken_line_reference as reference  # the generator and the numpy reference, beside this file
@@ -535,4 +536,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
+from portable.cli import run_script
 
 #: the most clusters of one module (CMSSW's phase-1 maxNumClustersPerModules)
 MAX_CLUSTERS = 1024
@@ -219,4 +220,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

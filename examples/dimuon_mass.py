@@ -20,6 +20,7 @@ import numpy as np
 
 import portable as pk
 import soa
+from portable.cli import run_script
 
 
 class Leptons(soa.Layout):
@@ -300,4 +301,4 @@ def plot(out: Path, m2, ref2, m4, ref4, mz, refz) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

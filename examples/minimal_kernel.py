@@ -9,6 +9,7 @@ import numpy as np
 
 import portable as pk
 import soa
+from portable.cli import run_script
 
 
 class Points(soa.Layout):
@@ -41,4 +42,4 @@ def main(backend: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else pk.default_backend())
+    sys.exit(run_script(main, sys.argv[1] if len(sys.argv) > 1 else pk.default_backend()))

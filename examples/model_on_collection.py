@@ -15,6 +15,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata
+from portable.cli import run_script
 
 
 class Hits(soa.Layout):
@@ -69,4 +70,4 @@ def main(backend: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else pk.default_backend())
+    sys.exit(run_script(main, sys.argv[1] if len(sys.argv) > 1 else pk.default_backend()))

@@ -18,6 +18,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata, pipeline, serve
+from portable.cli import run_script
 
 
 class Hits(soa.Layout):
@@ -101,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script(main))

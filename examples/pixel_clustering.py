@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 import portable as pk
+from portable.cli import run_script
 
 #: a CMS phase-1 pixel module: 416 columns x 160 rows
 N_COLUMNS, N_ROWS = 416, 160
@@ -390,4 +391,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

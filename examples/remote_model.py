@@ -16,6 +16,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, RemoteModel, SoAMetadata, serve
+from portable.cli import run_script
 
 
 class Rows(soa.Layout):
@@ -70,4 +71,4 @@ def run(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script(main))

@@ -7,6 +7,7 @@ import numpy as np
 
 import portable as pk
 import soa
+from portable.cli import run_script
 
 
 class Particles(soa.Layout):
@@ -62,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_script(main))

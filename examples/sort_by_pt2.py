@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
+from portable.cli import run_script
 
 #: the most vertices of an event (CMSSW's MAXVTX)
 MAX_VERTICES = 1024
@@ -193,4 +194,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

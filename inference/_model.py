@@ -36,6 +36,7 @@ import portable as pk
 from portable import ArgumentTypeError, StateError
 from portable.caches import LRUCache
 
+from ._exported_check import check_exported_inputs
 from ._loading import (
     ModelFileError,
     detect_format,
@@ -241,6 +242,8 @@ class Model:
         if spec is None:
             if self.kind == "onnx":  # blocks vs the model's declared inputs/outputs
                 fn.check(in_blocks, out_blocks, metadata.input_dtype, metadata.cast_outputs)
+            elif self.kind == "exported":  # blocks vs the program's declared inputs
+                check_exported_inputs(self._exported, self.source, in_blocks, metadata.input_dtype)
             spec = specs[key] = PassSpec(self.kind, fn, metadata, bs, work, host=path == "host")
         if path == "host" and spec.host is not None:  # ONNX Runtime on the CPU: the geometry's binding
             launch = functools.partial(q.enqueue_native, spec.host_pass(ins, outs), ins.collection, outs.collection)

@@ -11,10 +11,12 @@ import numpy as np
 
 import soa
 
+from ._alloc_limits import allocation_limit, human_bytes
 from ._allocator import MemRef
 from ._deferred import defer
 from ._device import DLPACK_CUDA, DLPACK_ROCM, Device
-from ._errors import ArgumentError, ArgumentTypeError, DeviceMismatch, OutOfMemory, StateError
+from ._device import host as host_device
+from ._errors import ArgumentError, ArgumentTypeError, BufferTooLarge, DeviceMismatch, OutOfMemory, StateError
 from ._graph import active as _capturing
 from ._graph import refuse_host_read
 from ._handoff import LastQueue, register_holder
@@ -147,13 +149,27 @@ class Buffer:
         self.pinned = bool(pinned)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize  # Python ints: no wrap-around
         if self.nbytes > MAX_NBYTES:
-            raise OutOfMemory(
+            raise BufferTooLarge(
                 f"a buffer of shape {self.shape} and dtype {self.dtype} would take {self.nbytes} "
                 f"bytes, more than a device can address (2**48); split the data into buffers "
                 f"of at most 2**48 bytes"
             )
+        limit = allocation_limit(host_device() if self.pinned else device)
+        where = "pinned host memory" if self.pinned else device
+        if limit is not None and self.nbytes > limit[0]:
+            raise BufferTooLarge(
+                f"a buffer of shape {self.shape} and dtype {self.dtype} needs {self.nbytes} bytes "
+                f"({human_bytes(self.nbytes)}); {where} allows at most {limit[0]} bytes "
+                f"({human_bytes(limit[0])}) {limit[1]}; use fewer elements or split the data into several buffers"
+            )
         allocator = device.backend.allocator(device, pinned=self.pinned)
-        self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
+        try:
+            self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
+        except MemoryError as exc:  # below the limit, but not free now (numpy's, the runtime's)
+            raise OutOfMemory(
+                f"a buffer of {self.nbytes} bytes ({human_bytes(self.nbytes)}) on {where} could not be "
+                f"allocated ({type(exc).__name__}: {exc}); free other buffers or use fewer elements"
+            ) from exc
         self._finalizer = weakref.finalize(self, _on_collect, self._block)
         self._last = LastQueue()  # the queue interchange consumers are ordered after
 

@@ -10,10 +10,11 @@ import numpy as np
 
 import soa
 
+from ._alloc_limits import allocation_limit, human_bytes
 from ._allocator import MemRef
 from ._buffer import Buffer
 from ._device import Device, host
-from ._errors import ArgumentError, ArgumentTypeError, NameNotFound, OutOfMemory
+from ._errors import ArgumentError, ArgumentTypeError, BufferTooLarge, NameNotFound
 from ._handoff import register_holder
 from ._memory import memcpy, memset
 from ._queue import Queue
@@ -317,44 +318,9 @@ def _host_device() -> Device:
 
 
 # ---------------------------------------------------------------------- allocation size checks
-class CollectionTooLarge(OutOfMemory, ValueError):
-    """A collection whose bytes cannot fit the device (a ``pk.OutOfMemory``, so a MemoryError, and
-    a ValueError)."""
-
-
-def _human(nbytes: int) -> str:
-    size = float(nbytes)
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{nbytes} bytes"  # pragma: no cover
-
-
-def _host_memory() -> int | None:
-    """Physical memory of this machine in bytes (None where the OS does not say)."""
-    import os
-
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def allocation_limit(device: Device) -> tuple[int, str] | None:
-    """``(bytes, what)``: the largest allocation ``device`` can give one buffer and where that
-    limit comes from, or None when the backend does not say."""
-    native = getattr(getattr(device, "native", None), "device", None)
-    max_alloc = getattr(native, "max_mem_alloc_size", None)  # OpenCL devices
-    if isinstance(max_alloc, (int, np.integer)) and max_alloc > 0:
-        return int(max_alloc), "in one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
-    if device.is_host_memory:
-        mem = _host_memory()
-        return (mem, "of physical host memory") if mem else None
-    total = device.properties.get("global_memory") if isinstance(device.properties, dict) else None
-    if isinstance(total, (int, np.integer)) and total > 0:
-        return int(total), "of device memory"
-    return None
+class CollectionTooLarge(BufferTooLarge):
+    """A collection whose bytes cannot fit the device (a ``pk.BufferTooLarge``: an
+    ``pk.OutOfMemory``, so a MemoryError, and a ValueError)."""
 
 
 def _check_allocation(device: Device, nbytes: int, blocks: list, pinned: bool = False) -> None:
@@ -362,15 +328,15 @@ def _check_allocation(device: Device, nbytes: int, blocks: list, pinned: bool = 
     what = ", ".join(f"{lay.__name__}[{n}]" for _, lay, n in blocks)
     if nbytes > 2**63 - 1:
         raise CollectionTooLarge(
-            f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}), more "
+            f"PortableCollection {what} needs {nbytes} bytes ({human_bytes(nbytes)}), more "
             "than any device can address (2**63 - 1 bytes); use fewer elements"
         )
     where = "pinned host memory" if pinned else str(device)
     limit = allocation_limit(_host_device() if pinned else device)
     if limit is not None and nbytes > limit[0]:
         raise CollectionTooLarge(
-            f"PortableCollection {what} needs {nbytes} bytes ({_human(nbytes)}); {where} allows "
-            f"at most {limit[0]} bytes ({_human(limit[0])}) {limit[1]}; use fewer elements "
+            f"PortableCollection {what} needs {nbytes} bytes ({human_bytes(nbytes)}); {where} allows "
+            f"at most {limit[0]} bytes ({human_bytes(limit[0])}) {limit[1]}; use fewer elements "
             "or split the data into several collections"
         )
 

@@ -142,9 +142,29 @@ class Device:
         return f"<Device {self}>"
 
 
+class DeviceList(list):
+    """``pk.devices(backend)``: a list whose index out of range is a :class:`NoSuchDevice` (an
+    ``IndexError``) saying how many devices the backend has, not list's bare "list index out of
+    range"."""
+
+    def __init__(self, backend: str, devs: Any) -> None:
+        super().__init__(devs)
+        self.backend = backend
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return super().__getitem__(index)
+        except IndexError:
+            n = len(self)
+            raise NoSuchDevice(
+                f"backend {self.backend!r} has {n} device(s), indices 0 to {n - 1}; index {index} is out of "
+                f"range (`alpyka info` lists them)"
+            ) from None
+
+
 def devices(backend: str) -> list[Device]:
-    """All devices of ``backend``."""
-    return list(get_backend(backend).devices())
+    """All devices of ``backend`` (a :class:`DeviceList`)."""
+    return DeviceList(backend, get_backend(backend).devices())
 
 
 def device(backend: str, index: int = 0) -> Device:

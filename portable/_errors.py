@@ -30,6 +30,11 @@ class DeviceMismatch(AlpykaError, ValueError):
     """Memory of one device used with a queue or buffer of another."""
 
 
+class BufferTooLarge(OutOfMemory, ValueError):
+    """A buffer whose bytes the device cannot give one allocation (a ``pk.OutOfMemory``, so a
+    MemoryError, and a ValueError); the message says the device's limit and where it comes from."""
+
+
 class KernelBuildError(AlpykaError, RuntimeError):
     """The device compiler rejected a generated kernel (a bug of the emitter or an unsupported
     feature of the device); the message shows where, in the C source and in the kernel."""

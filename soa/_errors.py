@@ -44,9 +44,9 @@ class Timeout(AlpykaError, TimeoutError):
 
 
 class OutOfMemory(MemoryError, AlpykaError):
-    """Memory a call asks for that the device cannot give: a buffer larger than a device can
-    address (2**48 bytes), a collection larger than the device allows (``pk.CollectionTooLarge``);
-    the message names the size asked for. A ``MemoryError`` too, as cupy's and torch's
+    """Memory a call asks for that the device cannot give: an allocation that failed (nothing
+    free), a buffer or collection larger than the device allows (``pk.BufferTooLarge``,
+    ``pk.CollectionTooLarge``); the message names the size asked for. A ``MemoryError`` too, as cupy's and torch's
     ``OutOfMemoryError`` are.
 
     MemoryError comes first among the bases: it has a constructor of its own, which Python calls

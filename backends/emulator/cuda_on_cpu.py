@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from backends._compiler_run import run_compiler
 from backends._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
 
 HEADER = Path(__file__).with_name("cuda_on_cpu.h")
@@ -119,11 +120,8 @@ def _probe_compiler() -> None:
                     'extern "C" __global__ void alpyka_probe(int* p) { atomicAdd(p, 1); __syncthreads(); }\n'
                 )
                 lib = Path(tmp) / "probe.so"
-                done = subprocess.run(
-                    [path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)],
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
+                done = run_compiler(
+                    [path, *FLAGS, "-include", str(HEADER), "-x", "c++", str(src), "-o", str(lib)], timeout=300
                 )
                 if done.returncode != 0:
                     tried.append(f"{name}: cannot build the probe ({_tail(done.stderr)})")

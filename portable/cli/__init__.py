@@ -14,24 +14,31 @@ same way for every subcommand:
   of every error.
 
 A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -m`` runs print
-errors the same way. :func:`load_reference` imports what a ``module:attribute`` argument names
-(the ``alpyka`` command's own subcommands, ``alpyka aot``/``export``'s module factories,
-``alpyka serve``'s pipelines); its errors are a :class:`BadReference`.
+errors the same way. A script (examples/) ends with ``sys.exit(run_script(main))``: Ctrl-C
+then ends it as it ends ``alpyka demo``, one line and exit status 130, not a traceback.
+:func:`load_reference` imports what a ``module:attribute`` argument names (the ``alpyka``
+command's own subcommands, ``alpyka aot``/``export``'s module factories, ``alpyka serve``'s
+pipelines); its errors are a :class:`BadReference`.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from .._errors import AlpykaError, EnvVarError
+from .._workers import _end_quickly
 from ..env import env_flag
 from ._messages import error_line
 from ._reference import FILE_ATTR, BadReference, load_reference
 
-__all__ = ["FILE_ATTR", "USER_ERRORS", "BadReference", "CliError", "error_line", "load_reference", "run"]
+__all__ = ["FILE_ATTR", "USER_ERRORS", "BadReference", "CliError", "error_line", "load_reference", "run", "run_script"]
 
 #: the exceptions printed as one line (besides AlpykaError): what bad input raises
 USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError, OSError)
@@ -54,6 +61,31 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
             raise
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 2
+
+
+def run_script(main: Callable[..., int | None], *args: Any, prog: str | None = None) -> int:
+    """Run a script's ``main(*args)`` and return its exit status (None: 0), for
+    ``sys.exit(run_script(main))``. Ctrl-C ends it as it ends ``alpyka demo``: one line on stderr,
+    ``<prog>: interrupted`` (``prog``: the script's file name), and exit status 130 (the shell's
+    for SIGINT), not a ``KeyboardInterrupt`` traceback. The heap is frozen as for an uncaught
+    Ctrl-C (the interpreter's end skips its full garbage collections, docs/runtime.md, "Exit and
+    Ctrl-C"), and a second Ctrl-C while the process ends exits at once, silently. Errors other
+    than Ctrl-C keep their tracebacks: a script is read for its code."""
+    try:
+        rc = main(*args)
+    except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, _exit_at_once)
+        print(f"{prog or Path(sys.argv[0]).name}: interrupted", file=sys.stderr, flush=True)
+        _end_quickly()
+        return 130
+    return 0 if rc is None else rc
+
+
+def _exit_at_once(signum: int, frame: Any) -> None:
+    """A second Ctrl-C while an interrupted script ends (its queues' workers get 0.5 s at exit):
+    end now, with the status the first one chose (a signal handler: no lock, no output)."""
+    os._exit(130)
 
 
 def _stdout_broken() -> bool:

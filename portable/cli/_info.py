@@ -64,11 +64,14 @@ def _describe(dev: Device) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m portable") -> int:
+    """``python -m portable [info]``; ``alpyka info`` passes ``prog="alpyka info"`` and no command
+    word (its usage line names the command the user typed)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m portable", description=__doc__)
-    parser.add_argument("command", nargs="?", default="info", choices=["info"])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    if prog == "python -m portable":
+        parser.add_argument("command", nargs="?", default="info", choices=["info"])
     parser.parse_args(argv)
     print(info_text())
     return 0

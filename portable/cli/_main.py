@@ -47,7 +47,7 @@ HELP = {
 def _cmd_info(argv: list[str], prog: str) -> int:
     from ._info import main as info_main
 
-    return info_main(["info", *argv])
+    return info_main(argv, prog)
 
 
 def _benchmarks_runner() -> Path | None:

@@ -425,7 +425,22 @@ class ExprBuilder:
         wrong = self.argument_misuse(node.value, "an array", ast.unparse(node))
         if wrong is not None:
             raise wrong
+        query = self.acc_query_of(node.value)
+        if query is not None:  # alpaka's getIdx(...)[0u]: a 1-D kernel's queries are ints
+            raise self.error(
+                node,
+                f"acc.{query} is an int in a 1-D kernel (the work division is 1-D): write acc.{query}, not "
+                f"{ast.unparse(node)}; in 2-D/3-D kernels it is a tuple (index [0] is the slowest dimension)",
+            )
         raise self.error(node, f"cannot index {self.describe(base)}")
+
+    def acc_query_of(self, node: ast.expr) -> str | None:
+        """The query's name where ``node`` is ``acc.<index query>`` or ``acc.<index query>()``."""
+        if isinstance(node, ast.Call) and not node.args and not node.keywords:
+            node = node.func
+        if not (isinstance(node, ast.Attribute) and node.attr in ACC_QUERIES and isinstance(node.value, ast.Name)):
+            return None
+        return node.attr if isinstance(self.value(node.value), AccVal) else None
 
     def ex_BinOp(self, node: ast.BinOp) -> ir.Expr:
         op = _BINOPS.get(type(node.op))

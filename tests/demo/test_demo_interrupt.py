@@ -212,6 +212,33 @@ def test_presses_counted_before_the_run_do_not_stop_it(monkeypatch):
         pytest.fail("presses counted before the run stopped it with a KeyboardInterrupt")
 
 
+def test_a_ctrl_c_during_the_warm_up_closes_the_progress_bar_first(monkeypatch):
+    """The bar starts before the warm-up (compiling, deploying the model: seconds on opencl); a
+    Ctrl-C there left it open, so "alpyka: interrupted" was printed on the bar's line and the bar
+    was drawn again below it at the interpreter's end."""
+    import portable as pk
+    from alpyka_demo import pipeline
+
+    closed = []
+
+    class Bar:
+        def close(self) -> None:
+            closed.append(True)
+
+        def update(self, n: int) -> None:
+            raise AssertionError("no event ran")
+
+    def warm_up_interrupted(queue, model, seed, n_particles, timed, produce=None):
+        assert not timed, "a stream started after the interrupted warm-up"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "_progress_bar", lambda report, progress: Bar())
+    monkeypatch.setattr(pipeline, "run_event", warm_up_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline._run_streams(pk.device("cpu_serial"), None, pipeline.Report("cpu_serial", 4, 2, "fake"), 8, True)
+    assert closed == [True]
+
+
 def _interrupted_streams(monkeypatch, interrupt, slow_first: bool = True) -> None:
     """Run ``_run_streams`` on two streams whose events take 0.4 and 0.8 s; ``interrupt()`` is
     called from another thread once the first stream is inside its event and the main thread

@@ -85,3 +85,19 @@ def test_an_unwritable_model_dir_is_refused_before_training(tmp_path, monkeypatc
     monkeypatch.setattr(train, "train", lambda **kw: pytest.fail("trained before checking the directory"))
     with pytest.raises(CliError, match=r"model directory .*a-file/models cannot be written.*set ALPYKA_MODEL_DIR"):
         train.ensure_model("exported", log=False)
+
+
+def test_every_flag_of_the_demo_says_what_it_does(capsys):
+    """``alpyka demo --help`` listed ``--no-progress`` with no description."""
+    with pytest.raises(SystemExit) as done:
+        pipeline.main(["--help"])
+    assert done.value.code == 0
+    options = capsys.readouterr().out.split("options:", 1)[1].splitlines()
+    flags = [ln.split()[0].rstrip(",") for ln in options if ln.startswith("  -")]
+    assert "--no-progress" in flags
+    for i, ln in enumerate(options):
+        if ln.startswith("  -"):
+            same_line = "  " in ln.strip()  # argparse puts the help two spaces after the flag
+            next_line = i + 1 < len(options) and options[i + 1].startswith("      ")  # or below it
+            described = same_line or next_line
+            assert described, f"{ln.strip()} has no help text"

@@ -2,6 +2,8 @@
 old and new names, alpaka's camelCase and CUDA spellings, CMSSW's free functions written on a
 module: each message names the acc member that exists (checked against acc's members)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -101,3 +103,39 @@ def test_every_suggestion_is_an_acc_member(name, members):
     got = acc_member_suggestions(name)
     assert got == members
     assert set(got) <= set(ACC_MEMBERS)
+
+
+@pk.kernel
+def alpaka_vec_index(acc, out, n):
+    i = acc.global_thread_idx[0]  # alpaka's getIdx<Grid, Threads>(acc)[0u]
+    if i < n:
+        out[i] = 1.0
+
+
+@pk.kernel
+def alpaka_vec_index_call(acc, out, n):
+    if acc.block_idx()[0] < n:
+        out[acc.block_idx] = 1.0
+
+
+@pk.kernel
+def vec_index_2d(acc, out, n):
+    i = acc.block_idx[0] * acc.grid_blocks[1] + acc.block_idx[1]
+    if i < n:
+        out[i] = 1.0
+
+
+def test_an_alpaka_vec_index_on_a_1d_query_names_the_int():
+    """``acc.global_thread_idx[0]`` in a 1-D kernel said 'cannot index a int64 number'."""
+    for kernel, query, written in (
+        (alpaka_vec_index, "global_thread_idx", r"acc\.global_thread_idx\[0\]"),
+        (alpaka_vec_index_call, "block_idx", r"acc\.block_idx\(\)\[0\]"),
+    ):
+        msg = _error(kernel)
+        assert f"acc.{query} is an int in a 1-D kernel" in msg and f"write acc.{query}, not" in msg, msg
+        assert re.search(written, msg), msg
+    q = host_queue()  # a 2-D kernel's queries are tuples: [0] is theirs
+    out = np.zeros(4)
+    pk.exec(q, pk.WorkDiv((2, 2), (1, 1), (1, 1)), vec_index_2d, out, 4)
+    q.wait()
+    assert (out == 1.0).all()

@@ -49,6 +49,17 @@ def test_device_indices(device):
     assert pk.device(name, np.int64(0)) is pk.device(name)
 
 
+def test_devices_list_index_past_the_end(device):
+    """``pk.devices(name)[99]`` (DESIGN's ``pk.devices("cuda")[1]``) was list's bare IndexError
+    "list index out of range"; it is still a list, and still an IndexError"""
+    name = device.backend_name
+    devs = pk.devices(name)
+    with _raises(pk.NoSuchDevice, IndexError, rf"backend '{name}' has {len(devs)} device\(s\).*index 99 is out"):
+        devs[99]
+    assert isinstance(devs, list) and devs[0] is pk.device(name) and devs[-1] is devs[len(devs) - 1]
+    assert devs[:1] == [devs[0]] and list(devs) == [pk.device(name, i) for i in range(len(devs))]
+
+
 def test_queue_blocking_is_true_or_false(device):
     """``blocking="no"`` made a blocking queue, silently"""
     for bad in ("no", "False", 0, 1, None):

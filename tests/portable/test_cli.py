@@ -41,6 +41,18 @@ def test_info_runs(capsys):
     assert "cpu_serial" in capsys.readouterr().out
 
 
+def test_info_help_names_the_command_typed(capsys):
+    """``alpyka info --help`` said ``usage: python -m portable [-h] [{info}]``."""
+    for argv, prog, usage in (
+        (["info", "--help"], "alpyka", "usage: alpyka info [-h]\n"),
+        (["info", "--help"], "python -m portable", "usage: python -m portable info [-h]\n"),
+    ):
+        with pytest.raises(SystemExit) as done:
+            _cli.main(argv, prog)
+        assert done.value.code == 0
+        assert capsys.readouterr().out.startswith(usage)
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2

@@ -1,5 +1,7 @@
 """PortableCollection on every backend: round trips, views, copies, multi-layout blocks."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,33 @@ def test_allocation_limit_names_the_device_limit(device):
     n = nbytes // 4 + 1  # one float32 column past the limit
     with pytest.raises(MemoryError, match=rf"needs {Hits.byte_size(n)} bytes .*at most {nbytes} bytes"):
         pk.PortableCollection(Hits, n, device)
+
+
+def test_a_buffer_past_the_allocation_limit_names_it(device, monkeypatch):
+    """``pk.Buffer(dev, huge, ...)`` was numpy's bare MemoryError ("Unable to allocate 36.4 TiB")
+    on the host and pyopencl's ``LogicError: create_buffer failed: INVALID_BUFFER_SIZE`` on
+    opencl; it is checked against the device's limit as a collection is."""
+    from portable._collection import allocation_limit
+
+    with pytest.raises(pk.BufferTooLarge, match=r"more than a device can address \(2\*\*48\)"):
+        pk.Buffer(device, (2**50,), np.float32)
+    limit = allocation_limit(device)
+    if limit is not None:
+        nbytes = limit[0]
+        n = nbytes // 4 + 1  # one float32 past the limit
+        want = rf"needs {4 * n} bytes .*{re.escape(str(device))} allows at most {nbytes} bytes"
+        with pytest.raises(pk.BufferTooLarge, match=want):
+            pk.Buffer(device, (n,), np.float32)
+    allocator = device.backend.allocator(device)
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(allocator, "allocate", exhausted)  # below the limit, but nothing is free
+    with pytest.raises(pk.OutOfMemory, match=r"could not be allocated \(MemoryError: out of memory\)") as err:
+        pk.Buffer(device, (16,), np.float32)
+    assert isinstance(err.value, MemoryError) and isinstance(err.value, pk.AlpykaError)
+    assert not isinstance(err.value, pk.BufferTooLarge)  # (not too large: nothing is free now)
 
 
 # ---------------------------------------------------------------------- from_dict: shapes and kinds

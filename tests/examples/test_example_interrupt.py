@@ -1,0 +1,88 @@
+"""Ctrl-C in an example ends it as it ends ``alpyka demo``: one line (``<script>: interrupted``),
+exit status 130, no ``KeyboardInterrupt`` traceback, within seconds, on every backend. The
+examples end with ``sys.exit(run_script(main))`` (``portable.cli.run_script``); before, a Ctrl-C
+printed a traceback of 10-80 lines that ended deep in numba's compiler or numpy."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from alpyka_testing.interrupt import interrupt_child
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+#: from SIGINT to the child's exit (about 0.1-0.7 s idle; a loaded 2-core machine is slower)
+EXIT_LIMIT_S = 8.0
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    name = sys.argv[1]
+    if name in ("cuda", "rocm"):
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            from portable import _registry
+            _registry.emulate([name])
+    import portable as pk
+    from portable.cli import run_script
+
+    from alpyka_testing.spin_kernel import spin
+
+
+    def main(name, iters):
+        dev = pk.device(name)
+        q = pk.Queue(dev)
+        small = pk.Buffer(dev, (4,), np.float64)
+        pk.exec(q, pk.valid_workdiv(dev, 4), spin, small, 1000)  # compiled before the Ctrl-C
+        q.wait()
+        out = pk.Buffer(dev, (4000,), np.float64)
+        print("launching", flush=True)
+        pk.exec(q, pk.valid_workdiv(dev, 4000), spin, out, iters)  # 20-40 s on 2 cores
+        q.wait()
+        print("the kernel ended before the Ctrl-C", flush=True)
+        return 0
+
+
+    if __name__ == "__main__":
+        sys.exit(run_script(main, name, int(sys.argv[2])))
+""")
+
+
+def test_ctrl_c_ends_a_script_with_one_line_and_status_130(backend, tmp_path):
+    script = tmp_path / "long_example.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    iters = 10_000_000 if backend.startswith("cpu") else 20_000_000
+    run = interrupt_child([sys.executable, str(script), backend, str(iters)], env, exit_wait_s=EXIT_LIMIT_S + 30)
+    if run.rc is None:
+        pytest.fail(f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {run.err[-3000:]}")
+    assert run.rc == 130, (run.rc, run.lines, run.err[-3000:])
+    assert run.err == "long_example.py: interrupted\n", run.err[-3000:]
+    assert run.ended - run.sent < EXIT_LIMIT_S, f"the process ended {run.ended - run.sent:.1f} s after the signal"
+
+
+def _main_guard(path: Path) -> str:
+    """The source of the ``if __name__ == "__main__":`` block of ``path``."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return ast.unparse(node)
+    raise AssertionError(f"{path.name} has no __main__ block")
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.name for p in EXAMPLES.glob("*.py") if "import portable" in p.read_text()),
+)
+def test_every_example_that_uses_alpyka_runs_its_main_through_run_script(name):
+    """An example run as a script stops on Ctrl-C with one line: its ``main`` goes through
+    ``run_script`` (examples/pipeline.py is ``alpyka demo``'s own main, which does the same)."""
+    guard = _main_guard(EXAMPLES / name)
+    assert "run_script(main" in guard, guard
