@@ -199,19 +199,25 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _long_files_first(items) -> None:
-    """Order the files: those with a `slow` test first, then tests/remote and tests/examples
-    (servers and child processes), then the rest, each group in collection order and each file's
-    tests as they were. `-n 4 --dist loadfile` hands out files in this order, so the long ones
-    start early and the workers finish together instead of one waiting for the others."""
+    """Order the files: those with a `slow` test first, then those of servers and child processes
+    (tests/remote, tests/examples, tests/demo, and any file with a test that runs a child pytest
+    through `pytester`: tests/portable/test_plugin.py and test_hang_guard.py, 170 s and 144 s of
+    wall with -n 2 at a load of 15, were handed out among the last files), then the rest, each
+    group in collection order and each file's tests as they were. `-n 4 --dist loadfile` hands out
+    files in this order, so the long ones start early and the workers finish together instead of
+    one waiting for the others."""
 
     def path(it) -> str:
         return it.nodeid.split("::")[0]
 
     slow = {path(it) for it in items if it.get_closest_marker("slow") is not None}
+    children = {path(it) for it in items if "pytester" in getattr(it, "fixturenames", ())}
 
     def rank(it) -> int:
         p = path(it)
-        return 0 if p in slow else 1 if p.startswith(("tests/remote/", "tests/examples/")) else 2
+        if p in slow:
+            return 0
+        return 1 if p in children or p.startswith(("tests/remote/", "tests/examples/", "tests/demo/")) else 2
 
     items.sort(key=rank)  # stable
 
