@@ -17,8 +17,7 @@ import types
 from typing import Any
 
 from ._errors import ArgumentError, ArgumentTypeError, BackendUnavailable
-from .env import EMULATED_BACKENDS, check_at_import
-from .env import emulate as _emulate_env
+from .env import EMULATED_BACKENDS, read_at_import
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
 # cupy...), and that first use may come from a user thread that the interpreter waits for after
@@ -72,8 +71,8 @@ _device_check: Any = lambda name, devices: None  # noqa: E731
 
 #: the backends that run on the GPU emulator (backends/emulator/fake_cupy_kernels.py) in this
 #: process, real cupy or not: ``ALPYKA_EMULATE``, read when alpyka is imported, or :func:`emulate`
-_emulated: list[str] = _emulate_env()
-check_at_import()  # the emulator's ALPYKA_EMULATE_THREADS/_SEED: a bad value fails the import, not a launch
+# the emulator's ALPYKA_EMULATE_THREADS/_SEED too: a bad value fails the import, not a launch
+_emulated: list[str] = read_at_import()
 
 
 def _entry_points() -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any
 
 from ._errors import EnvVarError
@@ -135,3 +136,36 @@ def check_at_import() -> None:
     emulate_threads()
     emulate_seed()
     env_number("ALPYKA_LOCK_WAIT", 0.0, float, minimum=0)  # (portable.compiler._locks.lock_wait)
+
+
+def read_at_import() -> list[str]:
+    """``ALPYKA_EMULATE``'s backends, after :func:`check_at_import` (what ``import portable``
+    reads). A bad value stops the import with an EnvVarError; where nothing catches it (the
+    ``alpyka`` command, a script), the program ends with one line, ``<prog>: error:
+    EnvVarError: <the message>``, not a traceback through the import machinery: the fix is in the
+    environment. ``ALPYKA_TRACEBACK=1`` shows the traceback."""
+    try:
+        check_at_import()
+        return emulate()
+    except EnvVarError as exc:
+        _report_if_uncaught(exc)
+        raise
+
+
+def _report_if_uncaught(exc: EnvVarError) -> None:
+    """Make ``exc``, if it ends the program, a one-line report (``sys.excepthook``; any other
+    uncaught exception goes to the hook that was there)."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        try:
+            traceback_wanted = env_flag("ALPYKA_TRACEBACK", False)
+        except EnvVarError:
+            traceback_wanted = True
+        if value is not exc or traceback_wanted:
+            previous(kind, value, tb)
+            return
+        prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else "python"
+        print(f"{prog}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    sys.excepthook = hook

@@ -105,6 +105,36 @@ def test_an_unknown_value_stops_the_import_naming_the_variable():
     )
 
 
+def test_the_alpyka_command_reports_an_unknown_value_in_one_line(tmp_path):
+    """``ALPYKA_EMULATE=cdua alpyka info`` printed a traceback of 33 lines through the import
+    machinery (the command's errors are one line); a program that catches the import's error, or
+    ALPYKA_TRACEBACK=1, is unchanged."""
+    script = tmp_path / "alpyka"  # what pip writes for the console script
+    script.write_text("import sys\nfrom portable.cli._main import main\nsys.exit(main())\n")
+    env = _env(ALPYKA_EMULATE="cdua")
+    done = subprocess.run([sys.executable, str(script), "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout)
+    assert done.stderr.startswith("alpyka: error: EnvVarError: environment variable ALPYKA_EMULATE='cdua': expected ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    shown = subprocess.run(
+        [sys.executable, str(script), "info"],
+        env=_env(ALPYKA_EMULATE="cdua", ALPYKA_TRACEBACK="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" in shown.stderr and "EnvVarError" in shown.stderr, shown.stderr
+    caught = subprocess.run(
+        [sys.executable, "-c", "try:\n    import portable\nexcept ValueError as e:\n    print('caught', e)"],
+        env=_env(ALPYKA_EMULATE="cdua"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert caught.returncode == 0 and caught.stdout.startswith("caught environment variable ALPYKA_EMULATE")
+    assert caught.stderr == "", caught.stderr
+
+
 @pytest.mark.parametrize(
     "raw,names",
     [
