@@ -15,7 +15,7 @@ same way for every subcommand:
 
 A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -m`` runs print
 errors the same way. A script (examples/) ends with ``sys.exit(run_script(main))``: Ctrl-C
-then ends it as it ends ``alpyka demo``, one line and exit status 130, not a traceback.
+then ends it with one line, not a traceback, killed by SIGINT as Python ends an uncaught one.
 :func:`load_reference` imports what a ``module:attribute`` argument names (the ``alpyka``
 command's own subcommands, ``alpyka aot``/``export``'s module factories, ``alpyka serve``'s
 pipelines); its errors are a :class:`BadReference`.
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import AlpykaError, EnvVarError
-from .._workers import _end_quickly
 from ..env import env_flag
 from ._messages import error_line
 from ._reference import FILE_ATTR, BadReference, load_reference
@@ -65,27 +64,48 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
 
 def run_script(main: Callable[..., int | None], *args: Any, prog: str | None = None) -> int:
     """Run a script's ``main(*args)`` and return its exit status (None: 0), for
-    ``sys.exit(run_script(main))``. Ctrl-C ends it as it ends ``alpyka demo``: one line on stderr,
-    ``<prog>: interrupted`` (``prog``: the script's file name), and exit status 130 (the shell's
-    for SIGINT), not a ``KeyboardInterrupt`` traceback. The heap is frozen as for an uncaught
-    Ctrl-C (the interpreter's end skips its full garbage collections, docs/runtime.md, "Exit and
-    Ctrl-C"), and a second Ctrl-C while the process ends exits at once, silently. Errors other
-    than Ctrl-C keep their tracebacks: a script is read for its code."""
+    ``sys.exit(run_script(main))``. A Ctrl-C prints one line on stderr, ``<prog>: interrupted``
+    (``prog``: the script's file name), instead of a ``KeyboardInterrupt`` traceback, and the
+    KeyboardInterrupt goes on: the process ends as Python ends one on an uncaught Ctrl-C (the
+    heap frozen, docs/runtime.md, "Exit and Ctrl-C", then killed by SIGINT, so a shell loop
+    running scripts stops too), and a second Ctrl-C while it ends ends it at once. In an
+    interactive session (IPython's ``%run``, ``python -i``) or off the main thread the
+    KeyboardInterrupt goes on as it is. Errors other than Ctrl-C keep their tracebacks: a script
+    is read for its code."""
     try:
         rc = main(*args)
     except KeyboardInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, _exit_at_once)
+        if threading.current_thread() is not threading.main_thread() or _interactive():
+            raise
+        signal.signal(signal.SIGINT, _exit_at_once)
         print(f"{prog or Path(sys.argv[0]).name}: interrupted", file=sys.stderr, flush=True)
-        _end_quickly()
-        return 130
+        sys.excepthook = _quiet_interrupt(sys.excepthook)
+        raise
     return 0 if rc is None else rc
+
+
+def _interactive() -> bool:
+    """Whether a session goes on after the script (``python -i``, a REPL, IPython)."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "IPython" in sys.modules
+
+
+def _quiet_interrupt(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """``sys.excepthook`` that prints nothing for the KeyboardInterrupt :func:`run_script` let go
+    on (its line is printed), and hands any other exception to ``previous``."""
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+
+    return hook
 
 
 def _exit_at_once(signum: int, frame: Any) -> None:
     """A second Ctrl-C while an interrupted script ends (its queues' workers get 0.5 s at exit):
-    end now, with the status the first one chose (a signal handler: no lock, no output)."""
-    os._exit(130)
+    end now, killed by SIGINT as the first would have ended it (a signal handler: no lock, no
+    output)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _stdout_broken() -> bool:

@@ -197,3 +197,38 @@ def test_a_broken_pipe_that_is_not_stdout_is_an_error():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "alpyka demo: error: [Errno 32] Broken pipe", done.stderr
+
+
+def test_run_script_lets_a_ctrl_c_go_on_quietly_and_leaves_an_interactive_session_as_it_was(monkeypatch, capsys):
+    """run_script prints its one line and lets the KeyboardInterrupt go on (Python then ends the
+    process by SIGINT) with an excepthook silent for it alone; in an interactive session it
+    changes nothing: no hook, no SIGINT handler, no line."""
+    import signal
+    import sys
+
+    from portable import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    handler = signal.getsignal(signal.SIGINT)
+    shown = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: shown.append(exc[0]))
+    monkeypatch.setattr(cli, "_interactive", lambda: True)
+    with pytest.raises(KeyboardInterrupt):
+        cli.run_script(interrupted, prog="x.py")
+    assert signal.getsignal(signal.SIGINT) is handler and capsys.readouterr().err == ""
+    sys.excepthook(ValueError, ValueError("shown"), None)
+    assert shown == [ValueError]
+    monkeypatch.setattr(cli, "_interactive", lambda: False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli.run_script(interrupted, prog="x.py")
+        assert signal.getsignal(signal.SIGINT) is cli._exit_at_once
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert capsys.readouterr().err == "x.py: interrupted\n"
+    sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)  # silent: its line is printed
+    sys.excepthook(ValueError, ValueError("shown"), None)  # any other: the previous hook
+    assert shown == [ValueError, ValueError]
+    assert cli.run_script(lambda: None) == 0 and cli.run_script(lambda: 3) == 3
