@@ -6,6 +6,7 @@ non-interactive matplotlib); :func:`load` imports one (``_common``, ``summary``,
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import subprocess
 import sys
@@ -51,3 +52,8 @@ def run_script(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, *args], cwd=REPO, env=bench_env(), capture_output=True, text=True, timeout=timeout
     )
+
+
+def positive_finite(value: object) -> bool:
+    """Whether a benchmark's figure is a measured one: a number (not a bool), finite, above 0."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

@@ -281,7 +281,7 @@ class DeviceQueue:
                 if not self.shares_lock:
                     fn()
                     return
-            fn()  # (the lock of every queue of the device: see shares_lock)
+            fn()  # (the lock of every queue of the device: see shares_lock; another thread's launch may run beside it)
             return
         self._enqueue_gated(fn, always)
 

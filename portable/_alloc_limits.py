@@ -24,13 +24,27 @@ def human_bytes(nbytes: int) -> str:
 
 
 def _host_memory() -> int | None:
-    """Physical memory of this machine in bytes (None where the OS does not say)."""
+    """Memory this machine can give a process in bytes: physical memory and swap (None where
+    the OS does not say its physical memory)."""
     import os
 
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        physical = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
         return None
+    return physical + _swap_bytes()
+
+
+def _swap_bytes() -> int:
+    """Swap space in bytes (``/proc/meminfo``'s SwapTotal; 0 where it is not there)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def allocation_limit(device: Device) -> tuple[int, str] | None:
@@ -50,7 +64,7 @@ def _allocation_limit(device: Device) -> tuple[int, str] | None:
         return int(max_alloc), "in one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
     if device.is_host_memory:
         mem = _host_memory()
-        return (mem, "of physical host memory") if mem else None
+        return (mem, "of host memory (physical and swap)") if mem else None
     total = device.properties.get("global_memory") if isinstance(device.properties, dict) else None
     if isinstance(total, (int, np.integer)) and total > 0:
         return int(total), "of device memory"

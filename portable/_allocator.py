@@ -91,7 +91,9 @@ class CachingAllocator:
     backend's primitives; ``make_event(queue)`` records a marker on ``queue`` and returns an
     object with ``is_complete()`` (default: a :class:`~portable.Event` recorded there). Sizes round
     up to ``bin_growth ** k`` bytes between ``min_bin`` and
-    ``max_bin``; larger blocks are allocated exactly and never cached.
+    ``max_bin``; larger blocks are allocated exactly and never cached. ``oom_errors``: what
+    ``raw_alloc`` raises when the memory is not there (the cache is emptied and it is tried once
+    more).
     """
 
     def __init__(
@@ -110,7 +112,9 @@ class CachingAllocator:
         self._make_event = make_event or record_marker
         self.bin_growth, self.min_bin, self.max_bin = bin_growth, min_bin, max_bin
         self.max_cached_bytes = max_cached_bytes
-        self._oom = oom_errors
+        #: what ``raw_alloc`` raises when the memory is not there (``pk.Buffer`` raises those as
+        #: ``pk.OutOfMemory``)
+        self.oom_errors = oom_errors
         self._lock = threading.Lock()
         self._cache: dict[int, list[MemoryBlock]] = {}
         self._stats = AllocatorStats()
@@ -152,7 +156,7 @@ class CachingAllocator:
             self._stats.misses += 1
         try:
             handle, address = self._raw_alloc(size, alignment)
-        except self._oom:
+        except self.oom_errors:
             self.release_cache()
             with self._lock:
                 self._stats.retries += 1

@@ -165,7 +165,7 @@ class Buffer:
         allocator = device.backend.allocator(device, pinned=self.pinned)
         try:
             self._block = allocator.allocate(self.nbytes, queue=queue, alignment=alignment)
-        except MemoryError as exc:  # below the limit, but not free now (numpy's, the runtime's)
+        except (MemoryError, *getattr(allocator, "oom_errors", ())) as exc:  # below the limit, not free now
             raise OutOfMemory(
                 f"a buffer of {self.nbytes} bytes ({human_bytes(self.nbytes)}) on {where} could not be "
                 f"allocated ({type(exc).__name__}: {exc}); free other buffers or use fewer elements"

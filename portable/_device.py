@@ -145,9 +145,9 @@ class Device:
 class DeviceList(list):
     """``pk.devices(backend)``: a list whose index out of range is a :class:`NoSuchDevice` (an
     ``IndexError``) saying how many devices the backend has, not list's bare "list index out of
-    range"."""
+    range". ``DeviceList(devs, backend="")`` as ``list(devs)``."""
 
-    def __init__(self, backend: str, devs: Any) -> None:
+    def __init__(self, devs: Any = (), backend: str = "") -> None:
         super().__init__(devs)
         self.backend = backend
 
@@ -155,16 +155,18 @@ class DeviceList(list):
         try:
             return super().__getitem__(index)
         except IndexError:
-            n = len(self)
-            raise NoSuchDevice(
-                f"backend {self.backend!r} has {n} device(s), indices 0 to {n - 1}; index {index} is out of "
-                f"range (`alpyka info` lists them)"
-            ) from None
+            raise _no_such_device(self.backend, len(self), index, "`alpyka info` lists them") from None
+
+
+def _no_such_device(backend: str, n: int, index: Any, hint: str) -> NoSuchDevice:
+    """The error of device ``index`` of ``backend``, which has ``n`` devices."""
+    has = "no device" if n == 0 else f"{n} device(s), indices 0 to {n - 1}"
+    return NoSuchDevice(f"backend {backend!r} has {has}; index {index} is out of range ({hint})")
 
 
 def devices(backend: str) -> list[Device]:
     """All devices of ``backend`` (a :class:`DeviceList`)."""
-    return DeviceList(backend, get_backend(backend).devices())
+    return DeviceList(get_backend(backend).devices(), backend)
 
 
 def device(backend: str, index: int = 0) -> Device:
@@ -179,10 +181,7 @@ def device(backend: str, index: int = 0) -> Device:
     if not 0 <= index < len(devs):
         devs = list(impl.devices())
     if not 0 <= index < len(devs):
-        raise NoSuchDevice(
-            f"backend {backend!r} has {len(devs)} device(s), indices 0 to {len(devs) - 1}; index {index} is "
-            f"out of range (pk.devices({backend!r}) lists them)"
-        )
+        raise _no_such_device(backend, len(devs), index, f"pk.devices({backend!r}) lists them")
     return devs[index]
 
 

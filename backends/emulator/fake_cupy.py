@@ -45,6 +45,7 @@ It is as strict as cupy 14 on CUDA or HIP where alpyka's correctness depends on 
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import types
 import weakref
@@ -242,6 +243,14 @@ def _make_raw(rt: _Runtime) -> tuple[type[_RawKernel], type[_RawModule]]:
 
 
 # ---------------------------------------------------------------------- the module
+def _host_memory() -> int:
+    """This machine's physical memory in bytes (1 TiB where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 40
+
+
 def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | None = None) -> Any:
     """A module object standing in for ``cupy`` (see the module docstring)."""
     rt = _Runtime(n_devices, is_hip, count_error)
@@ -265,7 +274,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
             "multiProcessorCount": 4,
             "major": 9,
             "minor": 0,
-            "totalGlobalMem": 1 << 30,
+            "totalGlobalMem": _host_memory(),  # (the emulated device's memory is the host's)
         }
         if is_hip:
             p.update(sharedMemPerBlock=65536, gcnArchName=b"gfx90a:sramecc+:xnack-")

@@ -91,14 +91,13 @@ def test_info_marks_emulated_backends():
     assert "emulated" not in rows["cpu_serial"] and "emulated" not in rows["cuda"], done.stdout
 
 
+def _run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+    """``argv`` run with ``env`` added to the suite's environment (``_env``), its output captured."""
+    return subprocess.run(argv, env=_env(**env), capture_output=True, text=True, timeout=120)
+
+
 def test_an_unknown_value_stops_the_import_naming_the_variable():
-    done = subprocess.run(
-        [sys.executable, "-c", "import portable"],
-        env=_env(ALPYKA_EMULATE="cdua"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _run([sys.executable, "-c", "import portable"], ALPYKA_EMULATE="cdua")
     assert done.returncode != 0
     assert "EnvVarError: environment variable ALPYKA_EMULATE='cdua': expected cuda, rocm or cuda,rocm" in done.stderr, (
         done.stderr
@@ -116,20 +115,11 @@ def test_the_alpyka_command_reports_an_unknown_value_in_one_line(tmp_path):
     assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout)
     assert done.stderr.startswith("alpyka: error: EnvVarError: environment variable ALPYKA_EMULATE='cdua': expected ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-    shown = subprocess.run(
-        [sys.executable, str(script), "info"],
-        env=_env(ALPYKA_EMULATE="cdua", ALPYKA_TRACEBACK="1"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = _run([sys.executable, str(script), "info"], ALPYKA_EMULATE="cdua", ALPYKA_TRACEBACK="1")
     assert "Traceback" in shown.stderr and "EnvVarError" in shown.stderr, shown.stderr
-    caught = subprocess.run(
+    caught = _run(
         [sys.executable, "-c", "try:\n    import portable\nexcept ValueError as e:\n    print('caught', e)"],
-        env=_env(ALPYKA_EMULATE="cdua"),
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ALPYKA_EMULATE="cdua",
     )
     assert caught.returncode == 0 and caught.stdout.startswith("caught environment variable ALPYKA_EMULATE")
     assert caught.stderr == "", caught.stderr

@@ -116,7 +116,8 @@ def test_a_native_wait_is_timed_and_joined_where_the_python_launcher_would(monke
     one, two = np.float32(1), np.float32(2)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, one)
-    assert len(calls) == 3 and all(is_native(r) for r in fast_runs(q, add_v, wd))
+    runs = fast_runs(q, add_v, wd)
+    assert len(calls) == 3 and runs and all(is_native(r) for r in runs)
     for _ in range(5):
         pk.exec(q, wd, add_v, out, one)
     assert len(calls) == 3
@@ -163,7 +164,8 @@ def test_a_queue_is_not_idle_while_any_native_wait_runs(rebind, monkeypatch):
         pk.memset(q, out, 0)
         for _ in range(3):
             pk.exec(q, wd, add_v, out, np.float32(1))
-        assert all(is_native(r) for r in fast_runs(q, add_v, wd))
+        runs = fast_runs(q, add_v, wd)
+        assert runs and all(is_native(r) for r in runs)
     go = {name: threading.Event() for name in ("first", "second")}
     entered = {name: threading.Event() for name in ("first", "second")}
 
@@ -247,7 +249,8 @@ def _launched(dev):
     wd = pk.WorkDiv(1, 1, 8)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, np.float32(1))
-    assert all(is_native(r) for r in fast_runs(q, add_v, wd))
+    runs = fast_runs(q, add_v, wd)
+    assert runs and all(is_native(r) for r in runs)
     return q, out, wd
 
 
@@ -399,7 +402,8 @@ def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
     wd = pk.WorkDiv(1, 1, 8)
     for _ in range(3):
         pk.exec(q, wd, add_v, out, np.float32(1))
-    assert all(is_native(r) for r in fast_runs(q, add_v, wd))
+    runs = fast_runs(q, add_v, wd)
+    assert runs and all(is_native(r) for r in runs)
 
     class Interrupt(BaseException):
         pass

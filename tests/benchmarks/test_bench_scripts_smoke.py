@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from alpyka_testing.bench import PNG_MAGIC, load, selected
+from alpyka_testing.bench import PNG_MAGIC, load, positive_finite, selected
 from alpyka_testing.bench import run_script as _run
 
 common = load("_common")
-
-
-def _positive_finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # (script, document name, modules it needs, timeout): about 5, 5, 9 and 30 s on 2 idle cores;
@@ -88,7 +84,7 @@ def test_bench_script_smoke(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     doc = json.loads((tmp_path / f"{name}.json").read_text())
     assert common.check_document(doc, name) == []
-    measured = [x for x in _numbers(doc["results"]) if _positive_finite(x)]
+    measured = [x for x in _numbers(doc["results"]) if positive_finite(x)]
     assert measured, f"{script}: no measured number in {doc['results']!r:.500}"
     assert all(math.isfinite(x) for x in _numbers(doc["results"]))
     assert (tmp_path / f"{name}.png").read_bytes()[:8] == PNG_MAGIC

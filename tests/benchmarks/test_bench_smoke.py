@@ -7,21 +7,16 @@ test_bench_scripts_smoke.py's: one file is one worker's under ``--dist loadfile`
 from __future__ import annotations
 
 import json
-import math
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from alpyka_testing.bench import BENCH, PNG_MAGIC, load, selected
+from alpyka_testing.bench import BENCH, PNG_MAGIC, load, positive_finite, selected
 from alpyka_testing.bench import run_script as _run
 
 common = load("_common")
 engine_of = load("bench_models").engine_of
-
-
-def _positive_finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # ----------------------------------------------------------------------------- bench_models
@@ -59,13 +54,13 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
     } <= variants, f"only {variants} ran"
     for g in gathers:  # the SoA -> row-major gather alone, for either layout
         timed = [r for r in doc["results"] if r["variant"] == g]
-        assert len(timed) == 1 and _positive_finite(timed[0]["latency_median_ms"]), timed
+        assert len(timed) == 1 and positive_finite(timed[0]["latency_median_ms"]), timed
     for r in ok:
         if r["variant"].startswith("alpyka") and engine_of(r["variant"]) in variants:
-            assert _positive_finite(r["throughput_vs_engine_paired"]), r  # paired with its engine's rounds
+            assert positive_finite(r["throughput_vs_engine_paired"]), r  # paired with its engine's rounds
     for r in ok:
         for key in ("latency_median_ms", "latency_min_ms", "throughput_eps", "repeats"):
-            assert _positive_finite(r[key]), (key, r)
+            assert positive_finite(r[key]), (key, r)
         assert r["latency_min_ms"] <= r["latency_median_ms"]
         assert r["throughput_eps"] == pytest.approx(r["batch"] / (r["latency_median_ms"] / 1e3))
         if r["variant"] != "eager":  # every compiled path computes what eager computes
@@ -89,7 +84,7 @@ def test_bench_models_smoke(tmp_path: Path) -> None:
         "alpyka best / best peer",
         "alpyka best / best peer (paired)",
     ):  # the by-hand ratio exists only for an ORT/AOT best route
-        assert _positive_finite(entry[key]), key
+        assert positive_finite(entry[key]), key
     assert entry["best peer"] in ("eager", "jit", "exported", "aot", "onnx")  # engines fed row-major, not by hand
     assert (tmp_path / "models.png").read_bytes()[:8] == PNG_MAGIC
 
@@ -123,7 +118,7 @@ def test_bench_kernels_smoke(tmp_path: Path) -> None:
     assert lvn["sizes"] == [100, 1000, 10_000]
     for name in [f"alpyka_{b}_{q}" for b in cpu for q in ("blocking", "nonblocking")] + ["numba_njit", "numba_prange"]:
         assert set(lvn["us"][name]) == {"100", "1000", "10000"}, name
-        assert all(_positive_finite(v) for v in lvn["us"][name].values()), (name, lvn["us"][name])
+        assert all(positive_finite(v) for v in lvn["us"][name].values()), (name, lvn["us"][name])
     # Warp and opencl are there, or say why not
     assert "warp_cpu" in lvn["us"] or lvn["errors"].get("warp_cpu")
     for n in ("1e+02", "1e+03", "1e+04"):  # one summary row per size, contenders as columns

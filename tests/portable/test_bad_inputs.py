@@ -58,6 +58,9 @@ def test_devices_list_index_past_the_end(device):
         devs[99]
     assert isinstance(devs, list) and devs[0] is pk.device(name) and devs[-1] is devs[len(devs) - 1]
     assert devs[:1] == [devs[0]] and list(devs) == [pk.device(name, i) for i in range(len(devs))]
+    assert type(devs)(devs) == devs and type(devs)() == []  # (as list(iterable), for generic code)
+    with _raises(pk.NoSuchDevice, IndexError, rf"backend '{name}' has no device; index 0 is out"):
+        type(devs)([], name)[0]
 
 
 def test_queue_blocking_is_true_or_false(device):

@@ -276,3 +276,29 @@ def test_from_dict_casting_names(queue):
     assert ok.to_dict(queue)["count"] == 5
     with pytest.raises(ValueError, match="casting must be one of 'same_value', 'no', 'equiv'"):
         pk.PortableCollection.from_dict(Narrow, _narrow(), queue, casting="sometimes")
+
+
+def test_a_failed_allocation_is_out_of_memory_whatever_error_the_runtime_raises(device, monkeypatch):
+    """The runtime's own out-of-memory errors (the allocator's ``oom_errors``: pyopencl's
+    ``cl.MemoryError``, which is not a builtin MemoryError, cupy's OutOfMemoryError) become
+    ``pk.OutOfMemory`` too, with the runtime's error as the cause."""
+    allocator = device.backend.allocator(device)
+    oom = getattr(allocator, "oom_errors", (MemoryError,))
+    kinds = [k for k in oom if k is not MemoryError and k is not BaseException] or [MemoryError]
+
+    def exhausted(*args, **kwargs):
+        raise kinds[0]("MEM_OBJECT_ALLOCATION_FAILURE")
+
+    monkeypatch.setattr(allocator, "allocate", exhausted)
+    with pytest.raises(pk.OutOfMemory, match="could not be allocated") as err:
+        pk.Buffer(device, (16,), np.float32)
+    assert type(err.value.__cause__) is kinds[0]
+
+
+def test_the_emulated_gpu_takes_buffers_of_more_than_a_gib(monkeypatch):
+    """The GPU emulator's device memory is the host's: it reports the host's memory, so a buffer
+    over 1 GiB (its old placeholder) is not refused as too large."""
+    from backends.emulator.fake_cupy import make_fake_cupy
+
+    props = make_fake_cupy(n_devices=1).cuda.runtime.getDeviceProperties(0)
+    assert props["totalGlobalMem"] > 1 << 30
