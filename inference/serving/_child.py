@@ -234,6 +234,37 @@ def prompt_readiness_polls() -> bool:
     return True
 
 
+#: the longest a readiness question of PyTriton's may wait for its answer in this process:
+#: tritonclient's gRPC questions have no limit by default, and the main thread inside one (in
+#: gRPC's C core) runs no signal handler, so a port's other owner that accepts and never answers
+#: kept the watch's SIGUSR1 from ending a failed start for ~40 s. A question that runs out counts
+#: as "not ready yet" (the wait asks again)
+QUESTION_S = 2.0
+
+
+def bounded_readiness_questions() -> bool:
+    """Give tritonclient's gRPC readiness questions (``is_server_ready``, ``is_server_live``)
+    :data:`QUESTION_S` as their default ``client_timeout``; False where tritonclient's gRPC client
+    is missing or differs."""
+    try:  # tritonclient is optional (the triton extra): imported here
+        from tritonclient.grpc import InferenceServerClient
+    except ImportError:
+        return False
+    for name in ("is_server_ready", "is_server_live"):
+        question = getattr(InferenceServerClient, name, None)
+        if question is None:
+            return False
+        if getattr(question, "alpyka_bounded", False):
+            continue
+
+        def bounded(self: Any, headers: Any = None, client_timeout: float | None = None, _q: Any = question) -> Any:
+            return _q(self, headers=headers, client_timeout=QUESTION_S if client_timeout is None else client_timeout)
+
+        bounded.alpyka_bounded = True  # type: ignore[attr-defined]
+        setattr(InferenceServerClient, name, bounded)
+    return True
+
+
 def short_errors_to_clients() -> bool:
     """Install :class:`_ClientErrorText` in PyTriton's request handler; False where this PyTriton
     has no such module (the errors then go out as PyTriton formats them)."""
@@ -263,10 +294,11 @@ def _record_folders(workdir: Path) -> None:
 
 
 def _prepare_process(cfg: dict) -> None:
-    """PyTriton's patches (short errors to clients, prompt readiness polls), torch's threads, and
+    """PyTriton's patches (short errors to clients, prompt and bounded readiness polls), torch's threads, and
     the caller's ``sys.path`` (pipelines import as the caller did)."""
     short_errors_to_clients()
     prompt_readiness_polls()
+    bounded_readiness_questions()
     prompt_stop_polls()
     if cfg.get("threads"):  # torch's threads, set before any model loads (an ONNX model's too: below)
         import torch

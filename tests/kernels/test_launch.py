@@ -3,7 +3,6 @@ the compile cache."""
 
 import gc
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -47,16 +46,15 @@ def test_launch_keeps_argument_owners_alive(device, queue):
 
 def test_non_blocking_launch_returns_before_the_work_ran(device):
     q = pk.Queue(device)
-    gate = threading.Event()
-    q.enqueue_host(lambda: gate.wait(60))
+    gate, opened = threading.Event(), []
+    q.enqueue_host(lambda: opened.append(gate.wait(60)))
     owner = upload(q, np.full(16, -1, np.int64))
     hits = upload(q, np.zeros(16, np.int32))
-    t0 = time.perf_counter()
     pk.exec(q, pk.make_workdiv(device, 2, 4), record_uniform, owner, hits, 16)
     assert not q.is_idle()
     gate.set()
     q.wait()
-    assert time.perf_counter() - t0 < 30  # the gate was opened, not timed out (60 s)
+    assert opened == [True]  # the gate was opened by the test, not timed out (60 s), whatever the compile took
     np.testing.assert_array_equal(download(q, hits), 1)
 
 

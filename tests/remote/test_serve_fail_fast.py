@@ -122,3 +122,24 @@ def test_exit_code_reads_a_started_server_only():
     triton._triton_server = Server(None)
     triton._triton_server.is_alive = lambda: False  # ended, PyTriton's process object not updated
     assert exit_code(triton) == UNKNOWN
+
+
+def test_the_server_process_bounds_its_readiness_questions(monkeypatch):
+    """tritonclient's gRPC readiness questions wait for an answer without a limit: in the server
+    process they get ``QUESTION_S`` (a port's owner that never answered kept a failed start
+    going ~40 s, the ``listening`` case above), a caller's own limit is kept, and a second call
+    wraps nothing twice."""
+    grpc = pytest.importorskip("tritonclient.grpc", reason="needs tritonclient[grpc]")
+    from inference.serving import _child
+
+    asked = []
+    for name in ("is_server_ready", "is_server_live"):  # stand-ins, put back after the test
+        monkeypatch.setattr(
+            grpc.InferenceServerClient,
+            name,
+            lambda self, headers=None, client_timeout=None, _n=name: asked.append((_n, client_timeout)) or True,
+        )
+    assert _child.bounded_readiness_questions() and _child.bounded_readiness_questions()
+    cls, client = grpc.InferenceServerClient, object()  # (no client made: the stand-ins ask nothing)
+    assert cls.is_server_ready(client) and cls.is_server_live(client, client_timeout=0.5)
+    assert asked == [("is_server_ready", _child.QUESTION_S), ("is_server_live", 0.5)]
