@@ -152,6 +152,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def build_parser():
     parser = common.make_parser("Run every benchmarks/bench_*.py and write SUMMARY.md")
+    parser.prog = os.environ.get("ALPYKA_BENCH_PROG") or parser.prog  # `alpyka bench` runs it
     parser.add_argument("--only", default="", help="comma-separated benchmark names (e.g. models,kernels)")
     parser.add_argument(
         "--timeout",

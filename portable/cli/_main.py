@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -60,6 +61,10 @@ def _benchmarks_runner() -> Path | None:
     return None
 
 
+#: what ``alpyka bench`` tells benchmarks/run_all.py its command is called (its --help's usage line)
+PROG_VARIABLE = "ALPYKA_BENCH_PROG"
+
+
 def _cmd_bench(argv: list[str], prog: str) -> int:
     runner = _benchmarks_runner()
     if runner is None:
@@ -67,7 +72,8 @@ def _cmd_bench(argv: list[str], prog: str) -> int:
             "the benchmarks are not part of the installed package: they ship with alpyka's source "
             "(benchmarks/); run `alpyka bench` inside a clone of the repository"
         )
-    return subprocess.call([sys.executable, str(runner), *argv])
+    env = {**os.environ, PROG_VARIABLE: prog}  # (its usage line names the command typed, not run_all.py)
+    return subprocess.call([sys.executable, str(runner), *argv], env=env)
 
 
 _BUILTIN: dict[str, Callable[[list[str], str], int]] = {"info": _cmd_info, "bench": _cmd_bench}

@@ -232,3 +232,12 @@ def test_run_script_lets_a_ctrl_c_go_on_quietly_and_leaves_an_interactive_sessio
     sys.excepthook(ValueError, ValueError("shown"), None)  # any other: the previous hook
     assert shown == [ValueError, ValueError]
     assert cli.run_script(lambda: None) == 0 and cli.run_script(lambda: 3) == 3
+
+
+def test_bench_help_names_the_command_typed(capfd):
+    """``alpyka bench --help`` said ``usage: run_all.py`` (the script it runs)."""
+    if _cli._benchmarks_runner() is None:
+        pytest.skip("no benchmarks/ beside this package or in the current directory (an installed alpyka)")
+    assert _cli.main(["bench", "--help"]) == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: alpyka bench [-h]"), out[:200]
