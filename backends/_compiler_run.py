@@ -46,6 +46,8 @@ def stop_compiler(proc: subprocess.Popen[str]) -> None:
     them left."""
     kids: list[int] = []
     try:
+        if proc.poll() is not None:  # it ended (and is reaped: its pid may be another's now)
+            return
         _signal(proc.pid, signal.SIGSTOP)  # (no new child between the look and the kill)
         kids = children(proc.pid)
         for pid in (*kids, proc.pid):

@@ -64,13 +64,13 @@ def _describe(dev: Device) -> str:
     )
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m portable") -> int:
-    """``python -m portable [info]``; ``alpyka info`` passes ``prog="alpyka info"`` and no command
-    word (its usage line names the command the user typed)."""
+def main(argv: list[str] | None = None, prog: str = "python -m portable", command_word: bool = True) -> int:
+    """``python -m portable [info]``; ``alpyka info`` passes its ``prog`` and no command word
+    (``command_word=False``: its usage line names the command the user typed)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
-    if prog == "python -m portable":
+    if command_word:
         parser.add_argument("command", nargs="?", default="info", choices=["info"])
     parser.parse_args(argv)
     print(info_text())

@@ -48,7 +48,7 @@ HELP = {
 def _cmd_info(argv: list[str], prog: str) -> int:
     from ._info import main as info_main
 
-    return info_main(argv, prog)
+    return info_main(argv, prog, command_word=False)
 
 
 def _benchmarks_runner() -> Path | None:
