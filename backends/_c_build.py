@@ -83,6 +83,19 @@ NVRTC_FLOAT_OPTIONS = {False: ("--fmad=false",), True: ("--use_fast_math",)}
 HIPRTC_FLOAT_OPTIONS = {False: ("-ffp-contract=off",), True: ("-ffast-math",)}
 #: OpenCL build options (the pragma is in the source)
 OPENCL_FLOAT_OPTIONS = {False: (), True: ("-cl-fast-relaxed-math",)}
+#: what ``-cl-fast-relaxed-math`` is made of (OpenCL C spec, 5.8.4.2: it sets these and
+#: ``__FAST_RELAXED_MATH__``), less what a runtime adds to it on its own: Intel's CPU runtime
+#: swaps ``sqrt`` for ``native_sqrt`` under it, and on a CPU without AVX-512 its builtin library
+#: has no ``native_sqrt(double16)`` for the 16-wide sub-groups alpyka pins, so a float64 kernel
+#: with a square root fails to link. A fast-math build that fails where these build uses these
+#: (``backends._opencl_launch.build_program``): FMA contraction, reassociation, no signed zeros,
+#: no NaN or infinity, as before; only ``sqrt`` stays the correctly rounded one.
+OPENCL_FAST_MATH_PARTS = (
+    "-cl-mad-enable",
+    "-cl-no-signed-zeros",
+    "-cl-unsafe-math-optimizations",
+    "-cl-finite-math-only",
+)
 
 
 def float_options(dialect: str, fast_math: bool) -> tuple[str, ...]:

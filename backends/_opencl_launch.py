@@ -13,7 +13,7 @@ import pyopencl as cl
 from portable.spi import KernelHandle, queue_impl
 
 from ._c_args import i64, make_packer
-from ._c_build import KernelBuildError, float_options, format_build_error
+from ._c_build import OPENCL_FAST_MATH_PARTS, KernelBuildError, float_options, format_build_error
 from ._c_dialect import WG_COLLECTIVES
 from ._gpu_launch import (
     DevicePlan,
@@ -150,7 +150,8 @@ def collectives_std(device: Any) -> str | None:
 
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
-    Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``); float32
+    Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``, or its
+    parts where the device cannot build with it: :func:`fast_math_options`); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
     reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
@@ -159,7 +160,7 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
     if options and "cl_intel_required_subgroup_size" in _extensions(device):
         options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
-    options += float_options("opencl", src.fast_math)
+    options += fast_math_options(device) if src.fast_math else float_options("opencl", False)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     if not src.fast_math and vectorizes_reductions(device):
@@ -169,11 +170,11 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
         std = collectives_std(device)  # only kernels with a collective path build under a newer OpenCL C
     if std is not None:
         try:
-            return build(cl, context, src.text, [device], [*options, std, f"-D{WG_COLLECTIVES}"])
+            return _build(context, device, src, [*options, std, f"-D{WG_COLLECTIVES}"])
         except cl.RuntimeError:
             pass  # the fallback's build says whether the kernel or the device's collectives failed
     try:
-        program = build(cl, context, src.text, [device], options)  # pyopencl's cache in ALPYKA_CACHE_DIR
+        program = _build(context, device, src, options)  # pyopencl's cache in ALPYKA_CACHE_DIR
     except cl.RuntimeError as exc:
         raise KernelBuildError(format_build_error(src, f"OpenCL ({device.name.strip()})", build_log(exc))) from None
     if std is not None:
@@ -181,9 +182,41 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     return program
 
 
+def fast_math_options(device: Any) -> tuple[str, ...]:
+    """The options a ``fast_math`` kernel builds with on ``device``: ``-cl-fast-relaxed-math``,
+    or its parts (``OPENCL_FAST_MATH_PARTS``) once a build with it failed on ``device`` where the
+    same build with the parts succeeded (Intel's CPU runtime on a CPU without AVX-512, float64
+    ``sqrt``: docs/backends.md)."""
+    if device.int_ptr in _RELAXED_MATH_FAILED:
+        return OPENCL_FAST_MATH_PARTS
+    return float_options("opencl", True)
+
+
+def _build(context: Any, device: Any, src: Any, options: list[str]) -> Any:
+    """:func:`build` of ``options``; a fast-math build with ``-cl-fast-relaxed-math`` that fails
+    is built again with its parts, and where that succeeds ``device`` builds with them from
+    then on (the first failure is raised where the parts fail too: the kernel's own error)."""
+    relaxed = list(float_options("opencl", True))
+    if not src.fast_math or not set(relaxed) <= set(options):
+        return build(cl, context, src.text, [device], options)
+    try:
+        return build(cl, context, src.text, [device], options)
+    except cl.RuntimeError as exc:
+        parts = [o for o in options if o not in relaxed] + list(OPENCL_FAST_MATH_PARTS)
+        try:
+            program = build(cl, context, src.text, [device], parts)
+        except cl.RuntimeError:
+            raise exc from None
+    _RELAXED_MATH_FAILED.add(device.int_ptr)
+    return program
+
+
 #: the devices (``int_ptr``) whose build with work-group collectives failed where the fallback's
 #: built: they build the fallback from then on
 _COLLECTIVES_FAILED: set[int] = set()
+#: the devices (``int_ptr``) whose fast-math build with ``-cl-fast-relaxed-math`` failed where
+#: the same build with its parts succeeded: their fast-math kernels build with the parts
+_RELAXED_MATH_FAILED: set[int] = set()
 
 
 def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> OpenCLPlan:
