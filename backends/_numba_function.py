@@ -34,6 +34,12 @@ ARITH_HELPER = {
 }
 
 
+def _count_in_range(count: int | None, t: ScalarType) -> bool:
+    """A shift count known when the code is written and in ``[0, bits)``, where numba's ``<<``
+    and ``>>`` give numpy's bits (numba wraps other counts modulo 64: the helpers)."""
+    return count is not None and 0 <= count < t.bits
+
+
 def _const(value: object, t: ScalarType) -> str:
     """``value`` of type ``t`` as numba source (numpy's scalar of ``t`` where it is not int64 or float64)."""
     if t.is_bool:
@@ -111,6 +117,8 @@ class FunctionEmitter(Visitor):
         if _same_group(e, e.left) and self.fold(e.left) is None:
             a = a[1:-1]
         helper = ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
+        if helper is not None and e.op in ("<<", ">>") and _count_in_range(self.known(e.right), t):
+            helper = None  # numba's operator is numpy's there: no helper call to type and inline
         if helper is not None:  # numpy's fixed-width rule where numba's differs (see NUMBA_HELPERS)
             if e.right.type.is_bool:
                 b = f"np.int64({b})"
