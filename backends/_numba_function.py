@@ -213,6 +213,9 @@ class FunctionEmitter(Visitor):
     def visit_BlockCollectives(self, e: ir.BlockCollectives) -> str:
         return "False"
 
+    def visit_SingleThreadPerBlock(self, e: ir.SingleThreadPerBlock) -> str:
+        return "True"
+
     def visit_BlockCollective(self, e: ir.BlockCollective) -> str:  # the scan or sum of one thread's value
         return self.ex(e.value)
 
@@ -258,6 +261,9 @@ class FunctionEmitter(Visitor):
     def visit_If(self, s: ir.If, d: int) -> None:
         if isinstance(s.cond, ir.BlockCollectives):  # one-thread blocks have no work-group collectives
             self.block(s.orelse, d) if s.orelse else self.emit("pass", d)
+            return
+        if isinstance(s.cond, ir.SingleThreadPerBlock):  # what the CPU backends are
+            self.block(s.body, d) if s.body else self.emit("pass", d)
             return
         self.emit(f"if {self.ex(s.cond)}:", d)
         self.block(s.body, d + 1)
