@@ -220,6 +220,12 @@ class _Emitter(StatementEmitter, MessageEmitter, Visitor):
     def visit_BlockCollectives(self, e: ir.BlockCollectives) -> str:
         raise self.fail("acc.block_collectives is only the whole condition of an if (if acc.block_collectives: ...)")
 
+    def visit_SingleThreadPerBlock(self, e: ir.SingleThreadPerBlock) -> str:
+        raise self.fail(
+            "acc.requires_single_thread_per_block is only the whole condition of an if "
+            "(if acc.requires_single_thread_per_block: ...)"
+        )
+
     def visit_BlockCollective(self, e: ir.BlockCollective) -> str:
         got = self.d.block_collective(e.op, e.type, self.expr(e.value)) if e.type.is_integer else None
         if got is None:

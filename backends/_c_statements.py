@@ -107,6 +107,11 @@ class StatementEmitter:
         if isinstance(s.cond, ir.BlockCollectives):
             self.collectives_or_not(s, line)
             return
+        if isinstance(s.cond, ir.SingleThreadPerBlock):  # lanes in lockstep: the orelse, at the if's depth
+            self.indent -= 1
+            self.block(s.orelse)
+            self.indent += 1
+            return
         self.out(f"if ({_bare(self.expr(s.cond))}) {{{tag}", line)
         self.block(s.body)
         if s.orelse:

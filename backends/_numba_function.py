@@ -34,6 +34,12 @@ ARITH_HELPER = {
 }
 
 
+def _count_in_range(count: int | None, t: ScalarType) -> bool:
+    """A shift count known when the code is written and in ``[0, bits)``, where numba's ``<<``
+    and ``>>`` give numpy's bits (numba wraps other counts modulo 64: the helpers)."""
+    return count is not None and 0 <= count < t.bits
+
+
 def _const(value: object, t: ScalarType) -> str:
     """``value`` of type ``t`` as numba source (numpy's scalar of ``t`` where it is not int64 or float64)."""
     if t.is_bool:
@@ -111,6 +117,8 @@ class FunctionEmitter(Visitor):
         if _same_group(e, e.left) and self.fold(e.left) is None:
             a = a[1:-1]
         helper = ARITH_HELPER.get((e.op, t.is_unsigned)) if t.is_integer else None
+        if helper is not None and e.op in ("<<", ">>") and _count_in_range(self.known(e.right), t):
+            helper = None  # numba's operator is numpy's there: no helper call to type and inline
         if helper is not None:  # numpy's fixed-width rule where numba's differs (see NUMBA_HELPERS)
             if e.right.type.is_bool:
                 b = f"np.int64({b})"
@@ -205,6 +213,9 @@ class FunctionEmitter(Visitor):
     def visit_BlockCollectives(self, e: ir.BlockCollectives) -> str:
         return "False"
 
+    def visit_SingleThreadPerBlock(self, e: ir.SingleThreadPerBlock) -> str:
+        return "True"
+
     def visit_BlockCollective(self, e: ir.BlockCollective) -> str:  # the scan or sum of one thread's value
         return self.ex(e.value)
 
@@ -250,6 +261,9 @@ class FunctionEmitter(Visitor):
     def visit_If(self, s: ir.If, d: int) -> None:
         if isinstance(s.cond, ir.BlockCollectives):  # one-thread blocks have no work-group collectives
             self.block(s.orelse, d) if s.orelse else self.emit("pass", d)
+            return
+        if isinstance(s.cond, ir.SingleThreadPerBlock):  # what the CPU backends are
+            self.block(s.body, d) if s.body else self.emit("pass", d)
             return
         self.emit(f"if {self.ex(s.cond)}:", d)
         self.block(s.body, d + 1)

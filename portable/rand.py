@@ -4,8 +4,9 @@ and on the host.
 In kernels, ``eng = acc.rand_engine(seed, subsequence)`` makes a per-thread engine and
 ``acc.rand_u32/rand_uniform/rand_normal(eng, ...)`` draw from it. The device functions below do
 it, written in the kernel language, so every backend compiles the same integer arithmetic and
-draws the same bits. An engine is a ``uint32[12]``: words 0-3 the counter, 4-5 the key, 6-9 the
-last block of four outputs, 10 how many of them were used. ``seed`` is the key (low word
+draws the same bits. An engine is a ``uint32[16]``: words 0-3 the counter (of the next block to
+compute), 4-5 the key, 6-9 the current block's unused outputs (the next draw first), 10 how many
+of them were used, 11-15 the block computed ahead (:func:`_refill`). ``seed`` is the key (low word
 first), ``subsequence`` the counter's high half, and the counter's low half counts blocks: draw
 ``4 m + j`` is word ``j`` of ``philox4x32_10((m_lo, m_hi, sub_lo, sub_hi), (seed_lo, seed_hi))``.
 
@@ -129,11 +130,13 @@ def init(e, seed, subsequence):
     e[4] = np.uint32(seed & _LO)
     e[5] = np.uint32(seed >> _S32)
     e[10] = _USED
+    e[11] = 0
 
 
 @device_function
 def _block(e):
-    """Ten rounds over the counter; the four outputs go to words 6-9."""
+    """The counter's four outputs (ten rounds); the counter then moves on to its next block (the
+    carry into word 1 at 2**32 blocks)."""
     c0 = np.uint64(e[0])
     c1 = np.uint64(e[1])
     c2 = np.uint64(e[2])
@@ -152,67 +155,142 @@ def _block(e):
         c3 = p0 & _LO
         c0 = n0
         c2 = n2
-    e[6] = np.uint32(c0)
-    e[7] = np.uint32(c1)
-    e[8] = np.uint32(c2)
-    e[9] = np.uint32(c3)
+    lo = np.uint64(e[0]) + _ONE
+    e[0] = np.uint32(lo & _LO)
+    if lo > _LO:
+        e[1] = np.uint32((np.uint64(e[1]) + _ONE) & _LO)
+    return np.uint32(c0), np.uint32(c1), np.uint32(c2), np.uint32(c3)
 
 
 @device_function
-def next_u32(e):
-    """The engine's next uint32 (a new block of four every fourth draw)."""
+def _refill(e):
+    """Words 6-9 the next four draws, on a target running each thread as scalar code. From an
+    engine's second block on, the block after them is computed one refill ahead into words 12-15
+    (word 11: 0 before the first block, 1 after it, 2 while one is ahead): a CPU core overlaps
+    its ten dependent rounds with the draws before it instead of waiting for them. An engine
+    drawing four values or fewer computes one block."""
+    ahead = e[11]
+    if ahead == 2:
+        e[6] = e[12]
+        e[7] = e[13]
+        e[8] = e[14]
+        e[9] = e[15]
+    else:
+        e[6], e[7], e[8], e[9] = _block(e)
+    if ahead > 0:
+        e[12], e[13], e[14], e[15] = _block(e)
+        e[11] = np.uint32(2)
+    else:
+        e[11] = np.uint32(1)
+
+
+@device_function
+def next_u32(acc, e):
+    """The engine's next uint32.
+
+    Words are addressed by constant indices only: the CPU backends then keep the whole engine in
+    scalars (portable/compiler/_local_arrays.py) and a GPU in registers (a run-time index of a
+    local array puts it in slow thread-local memory). Scalar code (the CPU backends) computes a
+    block ahead and moves the outputs down a word a draw; lanes in lockstep (OpenCL, CUDA, HIP)
+    compute each block when it is needed and select the word, which keeps fewer words live in
+    each lane (a block ahead made Intel's CPU OpenCL 2.1x slower where it ran 16 lanes a core)."""
     used = e[10]
-    if used >= _USED:
-        _block(e)
-        lo = np.uint64(e[0]) + _ONE
-        e[0] = np.uint32(lo & _LO)
-        if lo > _LO:
-            e[1] = np.uint32((np.uint64(e[1]) + _ONE) & _LO)
-        used = np.uint32(0)
-    e[10] = np.uint32(used + _ONE)
-    # word 6 + used, by constant indices only: the CPU backends then keep the whole engine in
-    # scalars (portable/compiler/_local_arrays.py) and a GPU in registers (a run-time index of a local
-    # array puts it in slow thread-local memory)
-    r = e[9]
-    if used == 0:
+    r = np.uint32(0)
+    if acc.requires_single_thread_per_block:
+        if used >= _USED:
+            _refill(e)
+            used = np.uint32(0)
+        e[10] = np.uint32(used + _ONE)
         r = e[6]
-    elif used == 1:
-        r = e[7]
-    elif used == 2:
-        r = e[8]
+        e[6] = e[7]
+        e[7] = e[8]
+        e[8] = e[9]
+    else:
+        if used >= _USED:
+            e[6], e[7], e[8], e[9] = _block(e)
+            used = np.uint32(0)
+        e[10] = np.uint32(used + _ONE)
+        r = e[9]
+        if used == 0:
+            r = e[6]
+        elif used == 1:
+            r = e[7]
+        elif used == 2:
+            r = e[8]
     return r
 
 
 @device_function
-def uniform_f32(e):
+def uniform_f32(acc, e):
     """[0, 1) on the float32 grid of 2**-24: the draw's top 24 bits."""
-    return np.float32(next_u32(e) >> 8) * _F32_ULP
+    return np.float32(next_u32(acc, e) >> 8) * _F32_ULP
 
 
 @device_function
-def uniform_f64(e):
+def next_pair(acc, e):
+    """The engine's next two uint32. Scalar code refills once at most: one inlined copy of the
+    rounds where two calls of :func:`next_u32` make two (numba's compile time grows with them)."""
+    a = np.uint32(0)
+    b = np.uint32(0)
+    if acc.requires_single_thread_per_block:
+        used = e[10]
+        a = e[6]
+        b = e[7]
+        if used >= 3:  # fewer than two left
+            _refill(e)
+            if used == 3:  # ``a`` was the old block's last word
+                b = e[6]
+                e[6] = e[7]
+                e[7] = e[8]
+                e[8] = e[9]
+                e[10] = np.uint32(1)
+            else:
+                a = e[6]
+                b = e[7]
+                e[6] = e[8]
+                e[7] = e[9]
+                e[10] = np.uint32(2)
+        else:
+            e[6] = e[8]
+            e[7] = e[9]
+            e[10] = np.uint32(used + np.uint32(2))
+    else:
+        a = next_u32(acc, e)
+        b = next_u32(acc, e)
+    return a, b
+
+
+@device_function
+def uniform_f64(acc, e):
     """[0, 1) on the float64 grid of 2**-53: 27 bits of one draw, 26 of the next."""
-    a = np.float64(next_u32(e) >> 5)
-    b = np.float64(next_u32(e) >> 6)
-    return (a * 67108864.0 + b) * _F64_ULP
+    a, b = next_pair(acc, e)
+    return (np.float64(a >> 5) * 67108864.0 + np.float64(b >> 6)) * _F64_ULP
 
 
 @device_function
-def normal_f32(e):
+def normal_f32(acc, e):
     """A standard normal draw (Box-Muller's cosine branch of two uniforms; 1 - u keeps log finite)."""
-    u1 = np.float32(1.0) - uniform_f32(e)
-    u2 = uniform_f32(e)
+    a, b = next_pair(acc, e)
+    u1 = np.float32(1.0) - np.float32(a >> 8) * _F32_ULP
+    u2 = np.float32(b >> 8) * _F32_ULP
     return np.float32(math.sqrt(np.float32(-2.0) * math.log(u1)) * math.cos(np.float32(_TWO_PI) * u2))
 
 
 @device_function
-def normal_f64(e):
-    u1 = 1.0 - uniform_f64(e)
-    u2 = uniform_f64(e)
+def normal_f64(acc, e):
+    """:func:`normal_f32`'s recipe on two float64 uniforms."""
+    u1 = 0.0
+    u2 = 0.0
+    for j in range(2):  # one call of uniform_f64 (one inlined copy of the rounds), not two
+        u = uniform_f64(acc, e)
+        if j == 0:
+            u1 = 1.0 - u
+        else:
+            u2 = u
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
 
 
-assert RAND_STATE_WORDS == 12  # the layout above
+assert RAND_STATE_WORDS == 16  # the layout above
 for _name, _fn in [
     ("init", init),
     ("next_u32", next_u32),

@@ -66,6 +66,16 @@ class CallBuilder:
             self.collective_depth -= 1
         return [ir.If(ir.BlockCollectives(BOOL), body, self.block(s.orelse), self.line(s))]
 
+    def single_thread_if(self, s: ast.If) -> list[ir.Stmt] | None:
+        """``if acc.requires_single_thread_per_block:`` as an ``ir.If`` on
+        ``ir.SingleThreadPerBlock`` (each emitter compiles one branch); None for any other ``if``."""
+        test = s.test
+        if not (isinstance(test, ast.Attribute) and test.attr == "requires_single_thread_per_block"):
+            return None
+        if not isinstance(self.value(test.value), AccVal):
+            return None
+        return [ir.If(ir.SingleThreadPerBlock(BOOL), self.block(s.body), self.block(s.orelse), self.line(s))]
+
     # --------------------------------------------------------------- builtins, math functions, casts
     def ex_Call(self, node: ast.Call) -> Any:
         f = node.func
@@ -175,6 +185,12 @@ class CallBuilder:
         if name == "block_collectives":  # pk.tools' choice of work-group collectives: FunctionBuilder.st_If
             raise self.error(
                 node, "acc.block_collectives is the whole condition of an if (if acc.block_collectives: ...)"
+            )
+        if name == "requires_single_thread_per_block":  # the target's trait: FunctionBuilder.st_If
+            raise self.error(
+                node,
+                "acc.requires_single_thread_per_block is the whole condition of an if "
+                "(if acc.requires_single_thread_per_block: ... else: ...)",
             )
         if name in ir.INDEX_QUERIES:
             return per_dim(lambda d: ir.Index(name, d))

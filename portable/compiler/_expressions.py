@@ -67,6 +67,7 @@ ACC_QUERIES = (
     "grid_threads",
     "warp_size",
     "block_collectives",
+    "requires_single_thread_per_block",
 )
 ACC_LOOPS = (
     "uniform_elements",

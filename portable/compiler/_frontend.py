@@ -243,9 +243,11 @@ class FunctionBuilder(
         known = self.type_test(s.test)  # if a.dtype.kind == "f": only the branch taken is compiled
         if known is not None:
             return self.block(s.body if known else s.orelse)
-        collectives = self.collectives_if(s)
-        if collectives is not None:
-            return collectives
+        chosen = self.collectives_if(s)
+        if chosen is None:
+            chosen = self.single_thread_if(s)
+        if chosen is not None:
+            return chosen
         c = to_bool(self.scalar(s.test))
         return [ir.If(c, self.block(s.body), self.block(s.orelse), self.line(s))]
 

@@ -80,6 +80,9 @@ class _Dump(Visitor):
     def visit_BlockCollectives(self, x: ir.BlockCollectives) -> str:
         return "block_collectives"
 
+    def visit_SingleThreadPerBlock(self, x: ir.SingleThreadPerBlock) -> str:
+        return "requires_single_thread_per_block"
+
     def visit_BlockCollective(self, x: ir.BlockCollective) -> str:
         return f"block_{x.op}({self.e(x.value)})"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 #: uint32 words of a random engine's state (the frontend declares it; portable.rand fills it)
-RAND_STATE_WORDS = 12
+RAND_STATE_WORDS = 16
 
 _FUNCTIONS: dict[str, Any] = {}
 

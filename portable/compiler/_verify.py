@@ -250,6 +250,9 @@ class _Check(Visitor):
     def visit_BlockCollectives(self, e: ir.BlockCollectives) -> None:
         return None
 
+    def visit_SingleThreadPerBlock(self, e: ir.SingleThreadPerBlock) -> None:
+        return None
+
     def visit_BlockCollective(self, e: ir.BlockCollective) -> None:
         self.operation(e, "op")
         self.expr(e.value, what=f"operand of a block {e.op}")

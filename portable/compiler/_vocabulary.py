@@ -252,7 +252,9 @@ class VocabularyBuilder:
     def rand_draw(self, name: str, node: ast.Call) -> ir.Expr:
         if name == "rand_u32":
             (e,) = self.plain_args(node, 1, "acc.rand_u32(engine)")
-            return self.builtin_device_call("rand.next_u32", [self.engine(e, "acc.rand_u32")], node)
+            return self.builtin_device_call(
+                "rand.next_u32", [self.value(node.func.value), self.engine(e, "acc.rand_u32")], node
+            )
         args = self.plain_args(node, (1, 2), f"acc.{name}(engine, dtype)")
         eng = self.engine(args[0], f"acc.{name}")
         t = FLOAT64
@@ -262,7 +264,7 @@ class VocabularyBuilder:
                 raise self.error(node, f"acc.{name}(engine, dtype): dtype must be np.float32 or np.float64")
             t = dt.type
         fn = f"rand.{name[5:]}_{'f32' if t.name == 'float32' else 'f64'}"
-        return self.builtin_device_call(fn, [eng], node)
+        return self.builtin_device_call(fn, [self.value(node.func.value), eng], node)  # acc: the target's trait
 
     def builtin_device_call(self, name: str, vals: list, node: ast.AST) -> ir.Expr:
         """A call of the kernel language's own device function ``name`` (:mod:`._library`)."""

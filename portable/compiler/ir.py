@@ -81,6 +81,10 @@ Expressions (fields; all have ``type``):
   only as the whole condition of an ``If``, whose body may then use ``BlockCollective``. An emitter
   compiles the body where its target has them (OpenCL C 2.0+, chosen when the program is built)
   and the ``orelse`` everywhere else (the CPU backends, CUDA, HIP).
+- ``SingleThreadPerBlock()`` (bool): CMSSW's ``requires_single_thread_per_block_v<TAcc>``: whether
+  the target runs each block as one thread of scalar code (the CPU backends: True) rather than as
+  lanes in lockstep (OpenCL, CUDA, HIP: False); only as the whole condition of an ``If``, of which
+  an emitter compiles one branch (a choice of speed: both must compute the same values).
 - ``BlockCollective(op, value)``: ``op`` in :data:`BLOCK_COLLECTIVES` over the block's threads,
   met by every thread of the block (``type`` = ``value``'s; integers wrap): ``scan_add``, the
   inclusive sum in thread order, ``reduce_add``, the block's sum to every thread. An emitter
@@ -369,6 +373,11 @@ class BlockPredicate(Expr):
 
 @dataclass(eq=False)
 class BlockCollectives(Expr):
+    type: ScalarType
+
+
+@dataclass(eq=False)
+class SingleThreadPerBlock(Expr):
     type: ScalarType
 
 

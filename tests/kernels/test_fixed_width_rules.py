@@ -104,6 +104,60 @@ def test_integer_operators_match_numpy_at_run_time(device, queue, dtype, values)
     assert not bad, f"(op, a, b, got, numpy) {bad[:12]}"
 
 
+CONSTANT_COUNTS = (0, 1, 7, 31, 32, 63, 64, 65)
+
+
+@pk.kernel
+def shifts_by_constants(acc, out, a, n):
+    """Shifts of run-time values by literal counts: the numba emitter writes numba's own operator
+    for a count in ``[0, bits)`` and its helper for the others (backends/_numba_function.py)."""
+    for i in acc.uniform_elements(n):
+        x = a[i]
+        out[i, 0] = x << 0
+        out[i, 1] = x << 1
+        out[i, 2] = x << 7
+        out[i, 3] = x << 31
+        out[i, 4] = x << 32
+        out[i, 5] = x << 63
+        out[i, 6] = x << 64
+        out[i, 7] = x << 65
+        out[i, 8] = x >> 0
+        out[i, 9] = x >> 1
+        out[i, 10] = x >> 7
+        out[i, 11] = x >> 31
+        out[i, 12] = x >> 32
+        out[i, 13] = x >> 63
+        out[i, 14] = x >> 64
+        out[i, 15] = x >> 65
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.int32, np.uint32])
+def test_shifts_by_constant_counts_match_numpy(device, queue, dtype):
+    """Counts at and past each width's edge, on values with the top and bottom bits set."""
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.min + 1, -1 if info.min else 1, 0, 1, 5, info.max, info.max // 3], dtype)
+    n = a.size
+    out = upload(queue, np.zeros((n, 2 * len(CONSTANT_COUNTS)), dtype))
+    pk.exec(queue, pk.make_workdiv(device, 1, 64), shifts_by_constants, out, upload(queue, a), n)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        counts = [np.array(c, dtype) for c in CONSTANT_COUNTS]
+        want = np.stack([np.left_shift(a, c) for c in counts] + [np.right_shift(a, c) for c in counts], axis=1)
+    np.testing.assert_array_equal(download(queue, out), want.astype(dtype))
+
+
+def test_numba_writes_its_operator_for_counts_in_range():
+    """No helper call for ``x << 63`` or ``x >> 32`` of a 64-bit value (one less call for numba to
+    type and LLVM to inline: Philox's rounds), the helper where numba's rule differs."""
+    from backends._numba_emit import emit_numba
+
+    a = np.zeros(4, np.uint64)
+    ir = shifts_by_constants.ir(shifts_by_constants.signature((np.zeros((4, 16), np.uint64), a, 4)), 1, False)
+    body = emit_numba(ir, True).source.split("def launch")[1]
+    assert "_shl(" in body and "_shr_u(" in body  # counts 64 and 65
+    assert body.count("_shl(") == 2 and body.count("_shr_u(") == 2, body
+
+
 FLOATS = [0.0, -0.0, 7.0, -7.0, 0.5, -2.5, 3.0, 1e-300, math.inf, -math.inf, math.nan]
 
 

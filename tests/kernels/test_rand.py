@@ -82,6 +82,49 @@ def test_same_bits_as_the_host_stream(device, queue, seed):
         np.testing.assert_array_equal(got[t], pk.rand.stream(seed, t, per), err_msg=f"subsequence {t}")
 
 
+@pk.kernel
+def ragged_draws(acc, out, seed, n_threads, per_thread):
+    """Thread t draws t % (per_thread + 1) values: neighbouring lanes at every engine state (no
+    block yet, the first block, a block computed ahead)."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(seed, t)
+        for k in range(t % (per_thread + 1)):
+            out[t, k] = acc.rand_u32(eng)
+
+
+def test_ragged_draws_per_thread_are_the_stream(device, queue):
+    n, per = 48, 13
+    out = upload(queue, np.zeros((n, per), np.uint32))
+    pk.exec(queue, _workdiv(device, n), ragged_draws, out, np.uint64(77), n, per)
+    got = download(queue, out)
+    for t in range(n):
+        k = t % (per + 1)
+        assert got[t, :k].tolist() == pk.rand.stream(77, t, k).tolist(), t
+        assert not got[t, k:].any()
+
+
+@pk.kernel
+def draws_across_the_carry(acc, out, n_threads, per_thread):
+    """Thread t's engine set two blocks before its counter's low word wraps (the engine's layout:
+    portable/rand.py), then per_thread draws: the blocks ahead carry into the high word too."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(9, t)
+        eng[0] = 0xFFFFFFFE
+        for k in range(per_thread):
+            out[t, k] = acc.rand_u32(eng)
+
+
+def test_draws_carry_into_the_counters_high_word(device, queue):
+    n, per = 8, 18
+    out = upload(queue, np.zeros((n, per), np.uint32))
+    pk.exec(queue, _workdiv(device, n), draws_across_the_carry, out, n, per)
+    got = download(queue, out)
+    for t in range(n):
+        counters = np.array([[lo, hi, t, 0] for lo, hi in ((2**32 - 2, 0), (2**32 - 1, 0), (0, 1), (1, 1), (2, 1))])
+        want = pk.rand.philox4x32_10(counters.astype(np.uint32), np.array([9, 0], np.uint32)).reshape(-1)
+        assert got[t].tolist() == want[:per].tolist(), t
+
+
 def test_uniform_and_normal_match_the_host(device, queue):
     n, per, seed = 24, 9, 77
     bufs = [upload(queue, np.zeros((n, per), dt)) for dt in (np.float32, np.float64, np.float32, np.float64)]
@@ -186,3 +229,26 @@ def test_host_float64_uniform_is_the_recipe_on_the_stream():
     u = pk.rand.stream(5, 3, 2 * 64).reshape(64, 2).astype(np.int64)
     want = [float(((a >> 5) * 2**26 + (b >> 6)) / 2**53) for a, b in u.tolist()]  # exact: under 2**53
     assert pk.rand.uniform(5, 3, 64).tolist() == want
+
+
+@pytest.mark.parametrize("name", ["draws", "ragged_draws", "uniform_of_words"])
+def test_cuda_keeps_the_engine_in_registers(name):
+    """NVRTC's PTX of drawing kernels has no thread-local memory: the engine's sixteen words are
+    addressed by constant indices only (a run-time index would put it in local memory)."""
+    from backends._c_build import CUPY_NVRTC_APPENDED, nvrtc_available, nvrtc_compile
+    from backends._c_emit import emit
+
+    if nvrtc_available() is not None:
+        pytest.skip(f"NVRTC: {nvrtc_available()}")
+
+    def h(shape, dtype):
+        return pk.Buffer(pk.host(), shape, dtype)
+
+    kernel, args = {
+        "draws": (draws, (h((8, 11), np.uint32), np.uint64(5), 8, 11)),
+        "ragged_draws": (ragged_draws, (h((8, 11), np.uint32), np.uint64(5), 8, 11)),
+        "uniform_of_words": (uniform_of_words, (h((8, 2), np.float64), h((8, 2), np.uint32), 8)),
+    }[name]
+    src = emit(kernel.ir(kernel.signature(args), 1, False), "cuda", unit_elements=True)
+    ptx = nvrtc_compile(src, "compute_90", CUPY_NVRTC_APPENDED)
+    assert f".entry {src.entry}" in ptx and ".local" not in ptx
