@@ -6,7 +6,8 @@ one IR -> C step (``backends._gpu_launch.emit_for``) by tests/conftest.py, never
   per cache: a marker shared by the processes says which texts compiled
   (``backends._c_build.nvrtc_check``);
 - ``ALPYKA_CHECK_HIP=1``: each kernel a device launch builds (OpenCL, CUDA or ROCm, emulated or
-  not) also has its HIP text compiled for gfx90a and gfx942 (``backends/_hip_check.py``).
+  not) also has its HIP text compiled for gfx90a, and for gfx942 where the text uses what the
+  compile treats per target (``backends/_hip_check.py``, ``targets_for``).
 
 A dialect mistake thus fails the suite on a machine without that GPU, at the kernel's line.
 """

@@ -67,8 +67,9 @@ def _enable_hip_check() -> str:
     wheel's HIP files, fetched once into the cache here: the controlling process of an xdist run
     imports this file before its workers start), every kernel the suite builds for a device (the
     rocm row's HIP text, and the HIP twin of every other row's kernel) is also compiled for
-    gfx90a and gfx942 (backends/_hip_check.py): a HIP-only error fails the suite without an AMD
-    GPU. Returns the report header's line (the reason where it is not done)."""
+    gfx90a, and for gfx942 where the text uses what the compile treats per target
+    (backends/_hip_check.py, targets_for): a HIP-only error fails the suite without an AMD GPU.
+    Returns the report header's line (the reason where it is not done)."""
     import os
 
     from portable.env import env_flag
@@ -81,7 +82,9 @@ def _enable_hip_check() -> str:
     if reason is not None:
         return f"HIP check: SKIPPED, {reason}"
     os.environ["ALPYKA_CHECK_HIP"] = "1"
-    return f"HIP check: every device kernel's HIP text compiled for {', '.join(_hip_check.TARGETS)} (zig clang)"
+    first, *others = _hip_check.TARGETS
+    which = "every text" if env_flag(_hip_check.ENV_ALL_TARGETS, False) else "texts with per-target constructs"
+    return f"HIP check: every device kernel's HIP text compiled for {first}, {which} for {', '.join(others)} (zig)"
 
 
 _HIP_CHECK_NOTE = _enable_hip_check()

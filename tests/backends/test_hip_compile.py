@@ -174,6 +174,70 @@ def test_a_target_only_mistake_fails_for_that_target(toolchain):
     assert f"blocks.py:{src.line_map[target]}" in msg
 
 
+@pytest.mark.parametrize(
+    "case, both",
+    [
+        ("transpose_tiled", True),  # shared memory and barriers
+        ("histogram", True),  # atomics
+        ("warp_votes-one-element", True),  # ballots and shuffles (the prologue's macros)
+        ("block_votes", True),  # __syncthreads_count
+        ("bit_ops", False),
+        ("math_all-range-checked", False),  # the range checks' atomicCAS alone: one target
+        ("local_arrays-3d-bool", False),
+    ],
+)
+def test_a_text_is_compiled_for_a_second_target_where_its_compile_can_differ(monkeypatch, case, both):
+    """The suite's check compiles every text for gfx90a, and for gfx942 too where the text uses
+    what the headers or the backend treat per target; ALPYKA_CHECK_HIP_ALL_TARGETS=1 takes both."""
+    text = CASES[case]().text
+    assert hc.targets_for(text) == (hc.TARGETS if both else hc.TARGETS[:1])
+    monkeypatch.setenv(hc.ENV_ALL_TARGETS, "1")
+    assert hc.targets_for(text) == hc.TARGETS
+
+
+def test_a_second_target_only_mistake_still_fails_the_check(toolchain, monkeypatch):
+    """A text whose compile can differ by target still gets gfx942: an MI250-only instruction (the
+    bf16 MFMA that gfx942 dropped) passes gfx90a and fails the check on gfx942."""
+    src = CASES["bit_ops"]()
+    assert hc.targets_for(src.text) == hc.TARGETS[:1]
+    _inject(
+        src,
+        "{ typedef float f16v __attribute__((ext_vector_type(16))); typedef short s2 __attribute__(("
+        "ext_vector_type(2))); s2 a = {0, 0}; f16v m = {0}; "
+        "m = __builtin_amdgcn_mfma_f32_32x32x4bf16(a, a, m, 0, 0, 0); volatile float kept = m[0]; (void)kept; }",
+    )
+    src.text += f"// {os.getpid()} {id(src)}\n"  # a text no earlier run compiled
+    runs = []
+    real = hc._run
+    monkeypatch.setattr(hc, "_run", lambda *a: runs.append(a[3]) or real(*a))
+    with pytest.raises(KernelBuildError) as info:
+        hc.check_hip(src)
+    assert runs == list(hc.TARGETS)
+    assert "HIP clang (gfx942)" in str(info.value) and "mfma" in str(info.value)
+
+
+def _scale(acc, out, x, n):
+    for i in acc.uniform_elements(n):
+        out[i] = x[i] * 3.0 + x[i] * x[i]
+
+
+@pytest.mark.parametrize("arch", hc.TARGETS)
+def test_a_fast_math_text_compiles_with_a_header_precompiled_with_fast_math(toolchain, monkeypatch, arch):
+    """clang refuses the default precompiled header under -ffast-math: a fast_math kernel's text
+    gets hip_runtime.h precompiled with fast math (0.2 s of CPU a compile, not 1 s parsing it)."""
+    fast = pk.kernel(fast_math=True)(_scale)
+    args = (_h(8, np.float64), _h(8, np.float64), 8)
+    src = emit(fast.ir(fast.signature(args), 1, False), "hip")
+    assert src.fast_math
+    commands = []
+    real = hc.run_compiler
+    monkeypatch.setattr(hc, "run_compiler", lambda cmd, **kw: commands.append(cmd) or real(cmd, **kw))
+    code = hc.compile_hip(src, arch, hc.float_options("hip", True))
+    assert _elf(code)[2] & 0xFF == hc.EF_MACH[arch]
+    (cmd,) = commands
+    assert "-ffast-math" in cmd and str(toolchain.home / "pch" / f"{arch}-fast.pch") in cmd
+
+
 def _bad_hip(monkeypatch) -> list:
     """Make the launchers' emitter put a HIP-only mistake into every HIP text it makes; returns
     the list that gets the kernel line of each mistake."""
