@@ -77,7 +77,7 @@ SUBGROUP_EXTENSIONS = ("cl_khr_subgroup_shuffle", "cl_khr_subgroup_shuffle_relat
 PINNED_SUBGROUP_SIZE = 16
 #: the pinned size of kernels with warps on a CPU whose native vectors hold fewer than 16 floats
 #: (AVX2: 8, the size Intel's runtime picks there itself): on a 2-core Zen 3 (AVX2) warp kernels took
-#: 0.62-0.76x the CPU time of 16-lane sub-groups, kernels without warps 0.97-1.16x, GPU-shaped
+#: 0.62-0.75x the CPU time of 16-lane sub-groups, kernels without warps 0.97-1.16x, GPU-shaped
 #: block kernels the most (docs/backends.md), so those keep 16 (:func:`subgroup_options`)
 NARROW_SUBGROUP_SIZE = 8
 #: the OpenCL C words of sub-group builtins (``get_max_sub_group_size``, ``sub_group_shuffle``...):
