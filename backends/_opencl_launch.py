@@ -3,6 +3,7 @@ then each launch is argument packing, ``set_args`` and one ``enqueue_nd_range_ke
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,8 +71,32 @@ SUBGROUP_EXTENSIONS = ("cl_khr_subgroup_shuffle", "cl_khr_subgroup_shuffle_relat
 
 #: the sub-group size every kernel requires where the device lets a kernel require one
 #: (``cl_intel_required_subgroup_size``): Intel's CPU runtime otherwise picks 8, 16 or more per kernel
-#: and machine, so the warp size ``DeviceCapabilities`` reports would not be what a kernel sees
+#: and machine, so the warp size ``DeviceCapabilities`` reports would not be what a kernel sees.
+#: 16 on GPUs and on CPUs whose vectors hold 16 floats (AVX-512), :data:`NARROW_SUBGROUP_SIZE`
+#: on narrower CPUs (:func:`pinned_subgroup_size`)
 PINNED_SUBGROUP_SIZE = 16
+#: the pinned size of kernels with warps on a CPU whose native vectors hold fewer than 16 floats
+#: (AVX2: 8, the size Intel's runtime picks there itself): on a 2-core Zen 3 (AVX2) warp kernels took
+#: 0.62-0.75x the CPU time of 16-lane sub-groups, kernels without warps 0.97-1.16x, GPU-shaped
+#: block kernels the most (docs/backends.md), so those keep 16 (:func:`subgroup_options`)
+NARROW_SUBGROUP_SIZE = 8
+#: the OpenCL C words of sub-group builtins (``get_max_sub_group_size``, ``sub_group_shuffle``...):
+#: a source without one (the prologue's attribute aside) cannot observe its sub-group size
+_SUB_GROUP_WORD = re.compile(r"\w*sub_group\w*")
+
+
+def pinned_subgroup_size(device: Any) -> int:
+    """The sub-group size kernels on ``device`` require where it has
+    ``cl_intel_required_subgroup_size``: :data:`NARROW_SUBGROUP_SIZE` on a CPU device whose
+    ``CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT`` is below 16 (AVX2's 8; 16 lanes there are two registers
+    a value), else :data:`PINNED_SUBGROUP_SIZE` (an AVX-512 CPU, a GPU, a device that does not
+    answer)."""
+    try:
+        cpu = bool(int(device.type) & int(cl.device_type.CPU))
+        width = int(device.native_vector_width_float)
+    except (cl.Error, AttributeError, TypeError, ValueError):  # a runtime that does not answer
+        return PINNED_SUBGROUP_SIZE
+    return NARROW_SUBGROUP_SIZE if cpu and 0 < width < PINNED_SUBGROUP_SIZE else PINNED_SUBGROUP_SIZE
 
 
 def _vendor_warp_size(device: Any) -> int:
@@ -98,13 +123,32 @@ def uses_subgroups(device: Any) -> bool:
 
 def subgroup_size(device: Any) -> int:
     """The warp size kernels see on ``device`` (``acc.warp_size``), which the device reports as
-    ``limits.warp_size`` and ``capabilities.warp_size``: :data:`PINNED_SUBGROUP_SIZE` where the
+    ``limits.warp_size`` and ``capabilities.warp_size``: :func:`pinned_subgroup_size` where the
     kernels require it, the vendor's width where sub-groups are used without it, else 1."""
     if not uses_subgroups(device):
         return 1
     if "cl_intel_required_subgroup_size" in _extensions(device):
-        return PINNED_SUBGROUP_SIZE
+        return pinned_subgroup_size(device)
     return _vendor_warp_size(device)
+
+
+def uses_warps(text: str) -> bool:
+    """Whether an OpenCL C source calls a sub-group builtin (``acc.warp_*``, ``acc.warp_size``)."""
+    return any(w != "intel_reqd_sub_group_size" for w in _SUB_GROUP_WORD.findall(text))
+
+
+def subgroup_options(device: Any, warps: bool = True) -> list[str]:
+    """The build options of a kernel on ``device``: ``-DALPYKA_SUBGROUPS`` where warps are
+    sub-groups, with ``-DALPYKA_SUBGROUP_SIZE`` where kernels require a size: a kernel with
+    ``warps`` the one the device reports (:func:`subgroup_size`), one without
+    :data:`PINNED_SUBGROUP_SIZE` (nothing in it sees the size; 16 ran GPU-shaped blocks faster
+    than 8 on an AVX2 CPU too)."""
+    if not uses_subgroups(device):
+        return []
+    if "cl_intel_required_subgroup_size" in _extensions(device):
+        size = subgroup_size(device) if warps else PINNED_SUBGROUP_SIZE
+        return ["-DALPYKA_SUBGROUPS", f"-DALPYKA_SUBGROUP_SIZE={size}"]
+    return ["-DALPYKA_SUBGROUPS"]
 
 
 def correctly_rounded_divide_sqrt(device: Any) -> bool:
@@ -150,16 +194,15 @@ def collectives_std(device: Any) -> str | None:
 
 def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
-    Built without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``, or its
-    parts where the device cannot build with it: :func:`fast_math_options`); float32
+    Built with the sub-group size its warps need where the device pins one (:func:`subgroup_options`);
+    without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``, or its parts
+    where the device cannot build with it: :func:`fast_math_options`); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
     reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
     takes it under the OpenCL C that has them where the device does (:func:`collectives_std`), and
     its fallback where that build fails but the fallback's does (the device is asked no more)."""
-    options = ["-DALPYKA_SUBGROUPS"] if uses_subgroups(device) else []
-    if options and "cl_intel_required_subgroup_size" in _extensions(device):
-        options.append(f"-DALPYKA_SUBGROUP_SIZE={PINNED_SUBGROUP_SIZE}")
+    options = subgroup_options(device, uses_warps(src.text))
     options += fast_math_options(device) if src.fast_math else float_options("opencl", False)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
