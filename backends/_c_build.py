@@ -89,7 +89,8 @@ OPENCL_FLOAT_OPTIONS = {False: (), True: ("-cl-fast-relaxed-math",)}
 #: has no ``native_sqrt(double16)`` for the 16-wide sub-groups alpyka pins, so a float64 kernel
 #: with a square root fails to link. A fast-math build that fails where these build uses these
 #: (``backends._opencl_launch.build_program``): FMA contraction, reassociation, no signed zeros,
-#: no NaN or infinity, as before; only ``sqrt`` stays the correctly rounded one.
+#: no NaN or infinity, as before; only the float64 ``sqrt`` stays the correctly rounded one
+#: (float32 ``sqrt`` may be 3 ulp off in OpenCL under either, as in any fast-math build).
 OPENCL_FAST_MATH_PARTS = (
     "-cl-mad-enable",
     "-cl-no-signed-zeros",

@@ -58,7 +58,7 @@ ENV_ALL_TARGETS = "ALPYKA_CHECK_HIP_ALL_TARGETS"
 _TARGET_DEPENDENT = re.compile(
     r"[Aa]tomic|__threadfence|__syncthreads|__syncwarp|__shfl|__ballot|__any|__all|__activemask|__match"
     r"|__reduce|__lane_id|ALPYKA_(ACTIVE_MASK|BALLOT|ALL|ANY|SHFL|LANES)|__builtin_amdgcn|__ockl|__smid|clock"
-    r"|__shared__|_Float16|__half|bfloat16|fp8|\basm\b|__asm"
+    r"|__shared__|_Float16|__half|bfloat16|bf16|fp8|\basm\b|__asm"
 )
 #: the prologue's CUDA-only branch (backends/_c_prologues.py), which HIP does not compile
 _CUDA_ONLY = re.compile(r"^#if defined\(__CUDA_ARCH__\).*?^#else\n", re.S | re.M)
@@ -129,8 +129,8 @@ def enabled() -> bool:
 
 def check_source(src: CSource) -> None:
     """The suite's hook into the launchers (alpyka_testing/compile_checks.py): compile the HIP
-    ``src`` for every target; where the toolchain is missing, one warning says why and kernels run
-    unchecked."""
+    ``src`` for the targets where its compile can differ (:func:`targets_for`); where the
+    toolchain is missing, one warning says why and kernels run unchecked."""
     reason = unavailable()
     if reason is not None:
         if not _warned:

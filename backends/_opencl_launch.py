@@ -196,14 +196,14 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
     Built with the sub-group size its warps need where the device pins one (:func:`subgroup_options`);
     without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``, or its parts
-    where the device cannot build with it: :func:`fast_math_options`); float32
+    where the kernel does not build with it: :func:`_build`); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
     that offer it; loops kept scalar (``ALPYKA_SEQUENTIAL_LOOPS``) where the compiler would
     reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
     takes it under the OpenCL C that has them where the device does (:func:`collectives_std`), and
     its fallback where that build fails but the fallback's does (the device is asked no more)."""
     options = subgroup_options(device, uses_warps(src.text))
-    options += fast_math_options(device) if src.fast_math else float_options("opencl", False)
+    options += float_options("opencl", src.fast_math)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")
     if not src.fast_math and vectorizes_reductions(device):
@@ -225,20 +225,11 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     return program
 
 
-def fast_math_options(device: Any) -> tuple[str, ...]:
-    """The options a ``fast_math`` kernel builds with on ``device``: ``-cl-fast-relaxed-math``,
-    or its parts (``OPENCL_FAST_MATH_PARTS``) once a build with it failed on ``device`` where the
-    same build with the parts succeeded (Intel's CPU runtime on a CPU without AVX-512, float64
-    ``sqrt``: docs/backends.md)."""
-    if device.int_ptr in _RELAXED_MATH_FAILED:
-        return OPENCL_FAST_MATH_PARTS
-    return float_options("opencl", True)
-
-
 def _build(context: Any, device: Any, src: Any, options: list[str]) -> Any:
     """:func:`build` of ``options``; a fast-math build with ``-cl-fast-relaxed-math`` that fails
-    is built again with its parts, and where that succeeds ``device`` builds with them from
-    then on (the first failure is raised where the parts fail too: the kernel's own error)."""
+    is built again with its parts (``OPENCL_FAST_MATH_PARTS``), the first failure raised where
+    the parts fail too (the kernel's own error). Decided per kernel: its options never depend on
+    what the process built before (each such kernel pays its failed build once per process)."""
     relaxed = list(float_options("opencl", True))
     if not src.fast_math or not set(relaxed) <= set(options):
         return build(cl, context, src.text, [device], options)
@@ -247,19 +238,14 @@ def _build(context: Any, device: Any, src: Any, options: list[str]) -> Any:
     except cl.RuntimeError as exc:
         parts = [o for o in options if o not in relaxed] + list(OPENCL_FAST_MATH_PARTS)
         try:
-            program = build(cl, context, src.text, [device], parts)
+            return build(cl, context, src.text, [device], parts)
         except cl.RuntimeError:
             raise exc from None
-    _RELAXED_MATH_FAILED.add(device.int_ptr)
-    return program
 
 
 #: the devices (``int_ptr``) whose build with work-group collectives failed where the fallback's
 #: built: they build the fallback from then on
 _COLLECTIVES_FAILED: set[int] = set()
-#: the devices (``int_ptr``) whose fast-math build with ``-cl-fast-relaxed-math`` failed where
-#: the same build with its parts succeeded: their fast-math kernels build with the parts
-_RELAXED_MATH_FAILED: set[int] = set()
 
 
 def make_plan(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple, key: tuple) -> OpenCLPlan:

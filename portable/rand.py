@@ -6,7 +6,8 @@ In kernels, ``eng = acc.rand_engine(seed, subsequence)`` makes a per-thread engi
 it, written in the kernel language, so every backend compiles the same integer arithmetic and
 draws the same bits. An engine is a ``uint32[16]``: words 0-3 the counter (of the next block to
 compute), 4-5 the key, 6-9 the current block's unused outputs (the next draw first), 10 how many
-of them were used, 11-15 the block computed ahead (:func:`_refill`). ``seed`` is the key (low word
+of them were used, 11-15 the block computed ahead (:func:`_refill`; a kernel's own store to an
+engine word sets word 11 to 1, dropping it: portable/compiler/_assignments.py). ``seed`` is the key (low word
 first), ``subsequence`` the counter's high half, and the counter's low half counts blocks: draw
 ``4 m + j`` is word ``j`` of ``philox4x32_10((m_lo, m_hi, sub_lo, sub_hi), (seed_lo, seed_hi))``.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ._errors import ArgumentError, ArgumentTypeError
 from .compiler import device_function
-from .compiler._library import RAND_STATE_WORDS, register
+from .compiler._library import RAND_AHEAD_WORD, RAND_STATE_WORDS, register
 
 __all__ = ["normal", "philox4x32_10", "stream", "uniform"]
 
@@ -290,7 +291,7 @@ def normal_f64(acc, e):
     return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
 
 
-assert RAND_STATE_WORDS == 16  # the layout above
+assert RAND_STATE_WORDS == 16 and RAND_AHEAD_WORD == 11  # the layout above
 for _name, _fn in [
     ("init", init),
     ("next_u32", next_u32),

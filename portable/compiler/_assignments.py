@@ -10,6 +10,7 @@ from typing import Any
 
 from . import ir
 from ._expressions import cast
+from ._library import RAND_AHEAD_WORD
 from ._values import AccVal, DTypeVal, FieldAccess, TupleVal, ViewVal
 from .types import INDEX, ArrayType, variable_type
 
@@ -122,7 +123,11 @@ class AssignBuilder:
         self.check_index_count(arr, idx, node)
         self.check_writable(arr, node)
         value = cast(self.as_scalar(v, node), arr.type.dtype)
-        return [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
+        stores = [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
+        if self.ctx.labels.get(arr.name, "").startswith("random engine"):  # the kernel sets its engine's words
+            ahead = (ir.Const(RAND_AHEAD_WORD, INDEX),)  # drop a block computed ahead from the old words
+            stores.append(ir.Store(arr, ahead, ir.Const(1, arr.type.dtype), self.line(node), None))
+        return stores
 
     def st_Assign(self, s: ast.Assign) -> list[ir.Stmt]:
         if (

@@ -288,7 +288,9 @@ class VocabularyBuilder:
         uint32 array) initialised for that seed and subsequence."""
         if not self.is_kernel:
             raise self.error(
-                s, "acc.rand_engine() is allowed in the kernel body only; pass the engine to device functions"
+                s,
+                "acc.rand_engine() is allowed in the kernel body only; draw there and pass the values "
+                "to device functions",
             )
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")

@@ -293,8 +293,9 @@ def _residual(a, x, v):
 
 def _assert_backward_stable(a, x, v):
     """``x`` solves ``a x = v`` as a backward-stable solve does: each residual within
-    ``(3n+1) eps (|a| |x| + |v|)`` of zero (Higham, Accuracy and Stability of Numerical Algorithms,
-    10.1: Cholesky's backward error; a bound relative to ``|v|`` alone is not one: with a diagonal
+    ``(3n+1) eps (|a| |x| + |v|)`` of zero (modelled on Higham, Accuracy and Stability of Numerical
+    Algorithms, 10.1, whose Cholesky bound has ``|R^T| |R|`` where this has ``|a|``: a heuristic
+    bound, not the theorem's; a bound relative to ``|v|`` alone is not one: with a diagonal
     spread over 8 orders of magnitude, a row's ``|a| |x|`` reaches 1.2e7 where ``|v|`` is below 1,
     and case 171's exact residual, 1.3e-9, is past ``1e-9 |v|`` on every CPU; the worst case is at
     0.13 of this bound)."""

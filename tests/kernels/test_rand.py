@@ -125,6 +125,70 @@ def test_draws_carry_into_the_counters_high_word(device, queue):
         assert got[t].tolist() == want[:per].tolist(), t
 
 
+@pk.kernel
+def mixed_draws(acc, out, kinds, seed, n_threads, n_draws):
+    """Thread t draws per kinds[(k + t) % n_draws]: 0 a rand_u32, 1 a float64 uniform (two words),
+    2 a float32 uniform: pairs that start at every word of a block, refills between their words."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(seed, t)
+        for k in range(n_draws):
+            kind = kinds[(k + t) % n_draws]
+            if kind == 0:
+                out[t, k] = np.float64(acc.rand_u32(eng))
+            elif kind == 1:
+                out[t, k] = acc.rand_uniform(eng, np.float64)
+            else:
+                out[t, k] = np.float64(acc.rand_uniform(eng, np.float32))
+
+
+def _mixed_want(seed: int, t: int, kinds: list[int]) -> list[float]:
+    words = pk.rand.stream(seed, t, 2 * len(kinds)).tolist()
+    want, w = [], 0
+    for k in range(len(kinds)):
+        kind = kinds[(k + t) % len(kinds)]
+        if kind == 1:
+            want.append(((words[w] >> 5) * 67108864.0 + (words[w + 1] >> 6)) * 2.0**-53)
+        else:
+            want.append(float(words[w]) if kind == 0 else float(np.float32(words[w] >> 8) * np.float32(2.0**-24)))
+        w += 2 if kind == 1 else 1
+    return want
+
+
+def test_mixed_draws_are_the_stream(device, queue):
+    kinds = np.random.default_rng(1).integers(0, 3, 37)
+    n = 24
+    out = upload(queue, np.zeros((n, kinds.size), np.float64))
+    pk.exec(queue, _workdiv(device, n), mixed_draws, out, upload(queue, kinds), np.uint64(5), n, kinds.size)
+    got = download(queue, out)
+    for t in range(n):
+        assert got[t].tolist() == _mixed_want(5, t, kinds.tolist()), t
+
+
+@pk.kernel
+def jump_after_draws(acc, out, n_threads):
+    """Five draws (a block computed ahead on the CPU backends), then the counter set to block 100
+    and the rest of the block dropped by the engine's own words (portable/rand.py), four more."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(9, t)
+        for k in range(5):
+            out[t, k] = acc.rand_u32(eng)
+        eng[0] = 100
+        eng[1] = 0
+        eng[10] = 4
+        for k in range(4):
+            out[t, 5 + k] = acc.rand_u32(eng)
+
+
+def test_a_kernels_own_engine_words_decide_the_next_block(device, queue):
+    n = 6
+    out = upload(queue, np.zeros((n, 9), np.uint32))
+    pk.exec(queue, _workdiv(device, n), jump_after_draws, out, n)
+    got = download(queue, out)
+    for t in range(n):
+        block = pk.rand.philox4x32_10(np.array([100, 0, t, 0], np.uint32), np.array([9, 0], np.uint32))
+        assert got[t].tolist() == pk.rand.stream(9, t, 5).tolist() + block.tolist(), t
+
+
 def test_uniform_and_normal_match_the_host(device, queue):
     n, per, seed = 24, 9, 77
     bufs = [upload(queue, np.zeros((n, per), dt)) for dt in (np.float32, np.float64, np.float32, np.float64)]
