@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import CliError, load_reference, run
+from . import CliError, end_by_interrupt, load_reference, run
 
 __all__ = ["CliError", "commands", "main"]
 
@@ -118,19 +118,19 @@ def _parser(names: list[str], prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "alpyka") -> int:
     """Run ``alpyka`` (or ``python -m portable``, named ``prog``) on ``argv``; the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    found = commands()
-    order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
-    # the command is parsed here; everything after it belongs to the command's own parser
-    name = _parser(order, prog).parse_args(argv[:1]).command
-
-    def command(args: list[str], prog: str) -> int:
-        return found[name]()(args, prog)  # imported here: its import errors print like its own
-
     try:
+        found = commands()
+        order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
+        # the command is parsed here; everything after it belongs to the command's own parser
+        name = _parser(order, prog).parse_args(argv[:1]).command
+
+        def command(args: list[str], prog: str) -> int:
+            return found[name]()(args, prog)  # imported here: its import errors print like its own
+
         return run(command, argv[1:], f"{prog} {name}")
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # one line (unless the command said it), then killed by SIGINT
+        end_by_interrupt(f"{prog}: interrupted")
+        raise
 
 
 if __name__ == "__main__":

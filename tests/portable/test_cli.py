@@ -213,6 +213,7 @@ def test_run_script_lets_a_ctrl_c_go_on_quietly_and_leaves_an_interactive_sessio
 
     handler = signal.getsignal(signal.SIGINT)
     shown = []
+    monkeypatch.setattr(cli, "_interrupt_said", False)  # (the line is printed once per process)
     monkeypatch.setattr(sys, "excepthook", lambda *exc: shown.append(exc[0]))
     monkeypatch.setattr(cli, "_interactive", lambda: True)
     with pytest.raises(KeyboardInterrupt):
