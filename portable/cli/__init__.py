@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._command_start import command_started
 from .._errors import AlpykaError, EnvVarError
 from ..env import env_flag
 from ._messages import error_line
@@ -68,6 +69,7 @@ class CliError(AlpykaError, ValueError):
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:
     """Run ``command(argv, prog)`` and return its exit status; print an error the user can fix
     as one line (exit status 2) and let any other exception through (module docstring)."""
+    command_started()  # a Ctrl-C raises KeyboardInterrupt again (portable/_command_start.py)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(args, prog)

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .._command_start import command_started
 from . import CliError, end_by_interrupt, load_reference, run
 
 __all__ = ["CliError", "commands", "main"]
@@ -117,6 +118,7 @@ def _parser(names: list[str], prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "alpyka") -> int:
     """Run ``alpyka`` (or ``python -m portable``, named ``prog``) on ``argv``; the exit status."""
+    command_started()  # a Ctrl-C raises KeyboardInterrupt again (portable/_command_start.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         found = commands()

@@ -117,3 +117,61 @@ def test_die_by_sigint_ends_the_process_by_sigint(second):
         )
     done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGINT and done.stdout == "said", (done.returncode, done.stdout, done.stderr)
+
+
+#: a program whose import of portable gets a real SIGINT once portable's own imports began (the
+#: finder sends it when ``portable.linalg`` is looked for, the package's first heavy import)
+STARTING = textwrap.dedent("""
+    import os, signal, sys
+
+    class CtrlC:
+        def find_spec(self, name, path=None, target=None):
+            if name == "portable.linalg":
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    if sys.argv[1] == "command":
+        sys.argv = ["/usr/local/bin/alpyka", "info"]  # as the console script's process
+    sys.meta_path.insert(0, CtrlC())
+    from portable.cli._main import main
+    sys.exit(main())
+""")
+
+
+def test_ctrl_c_while_the_command_imports_portable_is_one_line():
+    """The ``alpyka`` command imports portable (numpy, numba, the compiler: 0.3-1 s) before its
+    main runs; a Ctrl-C there printed a KeyboardInterrupt traceback of 10-40 lines."""
+    done = subprocess.run(
+        [sys.executable, "-c", STARTING, "command"], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr[-3000:])
+    assert done.stderr == "alpyka: interrupted\n", done.stderr[-3000:]
+
+
+def test_ctrl_c_while_a_program_imports_portable_is_python_s_own():
+    """``import portable`` in a user's program (or ``python -c``) leaves Ctrl-C to Python, as
+    ``import numba`` or ``import torch`` do: a KeyboardInterrupt with its traceback, the process
+    killed by SIGINT; no handler of alpyka's is left behind for the program."""
+    done = subprocess.run(
+        [sys.executable, "-c", STARTING, "program"], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr[-3000:])
+    assert done.stderr.startswith("Traceback") and done.stderr.endswith("KeyboardInterrupt\n"), done.stderr[-3000:]
+    code = "import signal, portable\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+    assert subprocess.run([sys.executable, "-c", code], env=_env(), timeout=120).returncode == 0
+
+
+def test_the_command_s_main_raises_keyboard_interrupt_again_once_it_runs():
+    """Past its start the command handles Ctrl-C itself (its streams, its server): ``main`` puts
+    Python's handler back, so the start's handler never ends a running command at once."""
+    code = textwrap.dedent("""
+        import signal, sys
+        sys.argv = ["/usr/local/bin/alpyka", "nap"]
+        from portable.cli import _main
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # the start's
+        seen = []
+        _main._BUILTIN["nap"] = lambda argv, prog: seen.append(signal.getsignal(signal.SIGINT)) or 0
+        assert _main.main(["nap"]) == 0 and seen == [signal.default_int_handler], seen
+    """)
+    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
