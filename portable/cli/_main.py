@@ -55,7 +55,7 @@ def _cmd_info(argv: list[str], prog: str) -> int:
 def _benchmarks_runner() -> Path | None:
     """benchmarks/run_all.py of the source checkout this package runs from, or of the current
     directory (an installed alpyka run inside a clone)."""
-    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):  # (portable/cli/_main.py)
         runner = root / "benchmarks" / "run_all.py"
         if runner.is_file():
             return runner

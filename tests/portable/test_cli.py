@@ -53,6 +53,14 @@ def test_info_help_names_the_command_typed(capsys):
         assert capsys.readouterr().out.startswith(usage)
 
 
+def test_bench_finds_the_checkout_it_runs_from_wherever_it_is_run(monkeypatch, tmp_path):
+    """``alpyka bench`` run outside the clone's root (its examples/, or anywhere with the clone on
+    PYTHONPATH) said the benchmarks were not part of the installed package: it looked for them
+    in portable/ instead of the clone's root, so only a run from the root found them."""
+    monkeypatch.chdir(tmp_path)
+    assert _cli._benchmarks_runner() == Path(__file__).resolve().parents[2] / "benchmarks" / "run_all.py"
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2
