@@ -26,6 +26,7 @@ pipelines); its errors are a :class:`BadReference`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import select
 import signal
@@ -46,6 +47,7 @@ __all__ = [
     "USER_ERRORS",
     "BadReference",
     "CliError",
+    "at_least",
     "die_by_sigint",
     "end_by_interrupt",
     "error_line",
@@ -64,6 +66,23 @@ _interrupt_said = False
 
 class CliError(AlpykaError, ValueError):
     """An error the user can fix on the command line; printed as one line."""
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number of at least ``least`` (``--events 0`` or ``--tracks
+    -5`` is refused with the usage and one line naming the flag, not a numpy error later)."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value}")
+        return value
+
+    whole.__name__ = f"at_least_{least}"
+    return whole
 
 
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:

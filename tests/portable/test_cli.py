@@ -61,6 +61,22 @@ def test_bench_finds_the_checkout_it_runs_from_wherever_it_is_run(monkeypatch, t
     assert _cli._benchmarks_runner() == Path(__file__).resolve().parents[2] / "benchmarks" / "run_all.py"
 
 
+def test_at_least_is_an_argparse_type_that_names_the_flag(capsys):
+    import argparse
+
+    from portable.cli import at_least
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--n", type=at_least(1))
+    assert parser.parse_args(["--n", "3"]).n == 3
+    for bad, says in (("0", "at least 1, got 0"), ("-2", "at least 1, got -2"), ("2.5", "got '2.5'")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--n", bad])
+        assert f"x: error: argument --n: expected a whole number{' of ' if 'least' in says else ', '}{says}" in (
+            capsys.readouterr().err
+        )
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2
