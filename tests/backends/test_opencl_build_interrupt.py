@@ -69,3 +69,54 @@ def test_ctrl_c_during_a_build_ends_the_program_at_once(tmp_path, runtime, kerne
     assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
     took = run.ended - run.sent
     assert took < EXIT_LIMIT_S, f"the Ctrl-C waited {took:.1f} s (for the build's end)"
+
+
+#: a call of call_off_main that writes ``done`` when it ends (after ``sys.argv[2]`` s), interrupted;
+#: ``after`` is written by an atexit hook that runs after _off_main's (registered before it)
+LEFT_RUNNING = textwrap.dedent("""
+    import atexit, sys, time
+    from pathlib import Path
+
+    out = Path(sys.argv[1])
+    atexit.register(lambda: (out / "after").write_text("finalised"))
+    from backends._off_main import call_off_main
+
+    def call():
+        time.sleep(float(sys.argv[2]))
+        (out / "done").write_text("ended")
+
+    print("launching", flush=True)
+    try:
+        call_off_main(call)
+    except KeyboardInterrupt:
+        if sys.argv[3] == "caught":
+            print("caught", flush=True)
+            sys.exit(0)
+        raise
+""")
+
+
+def _left_running(tmp_path: Path, how: str) -> object:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return interrupt_child(
+        [sys.executable, "-c", LEFT_RUNNING, str(tmp_path), "3", how], env, running_s=0.3, exit_wait_s=60
+    )
+
+
+def test_a_program_ended_by_the_ctrl_c_does_not_finalise_under_the_call_left_running(tmp_path):
+    """The call left running must not come back while the interpreter finalises (a thread
+    returning into pybind11 then is ended by pthread_exit and std::terminate aborts the process:
+    ``alpyka info`` interrupted in a probe's build, 1 run in 20 by SIGABRT). At exit the program
+    that the Ctrl-C ends is killed by SIGINT at once: the atexit hooks after it do not run."""
+    run = _left_running(tmp_path, "uncaught")
+    assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
+    assert not (tmp_path / "after").exists() and not (tmp_path / "done").exists()
+
+
+def test_a_program_that_goes_on_after_the_ctrl_c_waits_for_the_call_at_exit(tmp_path):
+    """A program that caught the KeyboardInterrupt and ends normally waits at exit for the call
+    it left, as it would have waited for the call in the main thread (its daemon thread was cut
+    off at finalisation: ``done`` never written)."""
+    run = _left_running(tmp_path, "caught")
+    assert run.said("caught") is not None and run.rc == 0, (run.rc, run.err[-3000:])
+    assert (tmp_path / "done").read_text() == "ended" and (tmp_path / "after").exists()
