@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import portable as pk
+from portable.cli import die_by_sigint, end_by_interrupt, say_interrupted
 
 from . import _events as E
 from ._dask import run_dask
@@ -257,7 +258,7 @@ def _stop_streams(stop: threading.Event, ended: list[threading.Event], bar: Any)
     if bar is not None:
         bar.close()
     if not all(e.is_set() for e in ended):
-        _streams_left_running = True  # main() leaves with os._exit: see there
+        _streams_left_running = True  # main() ends the process at once: see there
 
 
 def _defer_sigint(presses: list[Any]) -> Any:
@@ -283,7 +284,6 @@ def _deliver_sigint(handler: Any, frame: Any) -> None:
         raise KeyboardInterrupt
 
 
-_interrupt_reported = False
 #: Ctrl-C presses the CLI's handler has seen in this run (read by _run_streams' wait, without a lock)
 _sigint_presses = 0
 #: a stream was still running STOP_TIMEOUT_S after Ctrl-C (stuck in a wait): the interpreter must
@@ -293,17 +293,14 @@ _streams_left_running = False
 
 def report_interrupt() -> None:
     """Print the one line that says the demo was interrupted (once per process)."""
-    global _interrupt_reported
-    if not _interrupt_reported:
-        _interrupt_reported = True
-        print("alpyka: interrupted", file=sys.stderr, flush=True)
+    say_interrupted("alpyka: interrupted")
 
 
 def _exit_on_second_interrupt() -> Any:
-    """Command line only: the first Ctrl-C raises KeyboardInterrupt (the demo stops its streams
-    and exits with 130); a second one, while that is under way (or while the interpreter shuts
-    down), exits at once with no traceback. Returns the handler it replaced (None off the main
-    thread, where nothing is installed)."""
+    """Command line only: the first Ctrl-C raises KeyboardInterrupt (the demo stops its streams,
+    then ends killed by SIGINT); a second one, while that is under way (or while the interpreter
+    shuts down), ends it at once, killed by SIGINT, with no traceback. Returns the handler it
+    replaced (None off the main thread, where nothing is installed)."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
@@ -313,30 +310,32 @@ def _exit_on_second_interrupt() -> Any:
         if _sigint_presses == 1:
             raise KeyboardInterrupt
         report_interrupt()
-        os._exit(130)
+        die_by_sigint()
 
     return signal.signal(signal.SIGINT, on_sigint)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``alpyka demo``: Ctrl-C stops it promptly, with exit status 130 and one line."""
-    global _interrupt_reported, _sigint_presses
-    _interrupt_reported, _sigint_presses = False, 0
+    """``alpyka demo``: Ctrl-C stops it promptly, with one line, and the process ends killed by
+    SIGINT as Python ends an uncaught Ctrl-C (:func:`portable.cli.end_by_interrupt`; exit status
+    130 in a shell, and a shell loop running the demo stops). In an interactive session or off
+    the main thread the KeyboardInterrupt goes on to the caller, with the SIGINT handler as it was."""
+    global _sigint_presses
+    _sigint_presses = 0
     previous = _exit_on_second_interrupt()
-    interrupted = False
+    ending = False
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        interrupted = True  # the handler stays: the process is on its way out
         report_interrupt()
         if _streams_left_running:  # never finalise under a stream still inside PyTorch
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(130)
-        _end_quickly()
-        return 130
+            die_by_sigint()
+        ending = end_by_interrupt(None)  # the handler is then the one that ends at a second press
+        if ending:
+            _end_quickly()
+        raise
     finally:
-        if previous is not None and not interrupted:
+        if previous is not None and not ending:
             signal.signal(signal.SIGINT, previous)
 
 

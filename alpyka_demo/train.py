@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import portable as pk
-from portable.cli import CliError
+from portable.cli import CliError, at_least
 
 from . import _events as E
 from ._layouts import FEATURES, INDEX
@@ -96,7 +96,12 @@ def batches(data: list, order: np.ndarray, per_batch: int):
 
 
 def train(n_events: int = 300, epochs: int = 10, seed: int = 0, log: bool = True):
-    """Train an EdgeGNN; returns the module (eval mode) and the final training loss."""
+    """Train an EdgeGNN; returns the module (eval mode) and the final training loss. At least one
+    event and one epoch (``n_events=0`` trained on nothing and returned an untrained model with
+    a loss of 0.0)."""
+    for what, value in (("n_events (--events)", n_events), ("epochs (--epochs)", epochs)):
+        if value < 1:
+            raise pk.ArgumentError(f"{what} is at least 1 (a model trained on nothing is untrained), got {value}")
     import torch
 
     from ._gnn import EdgeGNN
@@ -192,8 +197,8 @@ def ensure_model(kind: str = "exported", log: bool = True) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m alpyka_demo.train", description=__doc__)
-    parser.add_argument("--events", type=int, default=300)
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--events", type=at_least(1), default=300)
+    parser.add_argument("--epochs", type=at_least(1), default=10)
     parser.add_argument("--aot", action="store_true", help="also write the AOTInductor package (edge_gnn.aoti.pt2)")
     parser.add_argument("--jit", action="store_true", help="also write TorchScript (edge_gnn.pt, legacy)")
     parser.add_argument("--out", type=Path, default=None, help="model directory")

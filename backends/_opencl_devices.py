@@ -14,7 +14,8 @@ device probed with a small kernel, a documented order, and ``ALPYKA_OPENCL_DEVIC
   Devices are probed in order and only when needed (:class:`Selection`): the default device
   costs the probes of the devices up to it, the full list costs them all.
   The kernel's run is bounded (``ALPYKA_OPENCL_PROBE_TIMEOUT``); a compiler that never returns
-  is not (pyopencl's build cannot be abandoned).
+  is not (pyopencl's build cannot be abandoned), though a Ctrl-C on the main thread does not wait
+  for it (:func:`build`).
 - **Order** (``pk.devices("opencl")``, device 0 is the default): GPUs, then other accelerators,
   then CPU devices, the CPU runtimes by measured speed (Intel's, then PoCL, then others), each
   group in platform order; simulators (Oclgrind, Intel's FPGA emulator) last, and left out
@@ -45,6 +46,8 @@ from typing import Any
 import numpy as np
 
 from portable.env import env_number
+
+from ._off_main import call_off_main
 
 ENV_DEVICE = "ALPYKA_OPENCL_DEVICE"
 ENV_VENDORS = "OCL_ICD_VENDORS"
@@ -313,7 +316,13 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
     :func:`program_cache` (none where pyopencl's caches are off: ``PYOPENCL_NO_CACHE``). A cache
     that fails while writing (a full disk; pyopencl then raises
     ``KeyError('PYOPENCL_CACHE_FAILURE_FATAL')``) is turned off for this process, with one
-    warning, and the program built again without it."""
+    warning, and the program built again without it. On the main thread a helper thread builds
+    it, so that a Ctrl-C is not held up by the runtime's compiler (backends/_off_main.py)."""
+    return call_off_main(lambda: _build(cl, context, source, devices, options))
+
+
+def _build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None) -> Any:
+    """:func:`build`'s work, in the thread that makes it."""
     _check_invoker_cache(cl)
     kw: dict[str, Any] = {"options": options} if options else {}
     cache: str | bool = False

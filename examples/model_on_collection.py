@@ -7,6 +7,7 @@ over the collection's own memory (no copy on CPU, CUDA and ROCm); the model's [n
 written into the columns (u, v). Kernel -> model -> kernel run on one queue, no wait between.
 """
 
+import argparse
 import sys
 
 import numpy as np
@@ -70,4 +71,6 @@ def main(backend: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main, sys.argv[1] if len(sys.argv) > 1 else pk.default_backend()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
+    sys.exit(run_script(main, parser.parse_args().backend or pk.default_backend()))

@@ -13,6 +13,7 @@ AOTInductor) this layout is gathered near the speed of a plain copy, where one m
 event is padded column by column (docs/inference.md, "Per-candidate inputs").
 """
 
+import argparse
 import sys
 
 import numpy as np
@@ -109,4 +110,6 @@ def main(backend: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_script(main, sys.argv[1] if len(sys.argv) > 1 else pk.default_backend()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
+    sys.exit(run_script(main, parser.parse_args().backend or pk.default_backend()))

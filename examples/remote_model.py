@@ -7,6 +7,7 @@ also ``alpyka serve``), then sends a SoA block with ``RemoteModel.forward`` exac
 ``Model`` would; the outputs land in the collection. The server is stopped at the end.
 """
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -71,4 +72,5 @@ def run(path: Path) -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # (none: an extra one is an error)
     raise SystemExit(run_script(main))

@@ -3,6 +3,8 @@
 Run: python examples/soa_tour.py
 """
 
+import argparse
+
 import numpy as np
 
 import portable as pk
@@ -63,4 +65,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # (none: an extra one is an error)
     raise SystemExit(run_script(main))

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import run_script
+from portable.cli import at_least, run_script
 
 #: the most vertices of an event (CMSSW's MAXVTX)
 MAX_VERTICES = 1024
@@ -151,10 +151,10 @@ def reference(track_start, vertex_start, iv, ptt2, itrk):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("backend", nargs="?", default=pk.default_backend())
-    parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--vertices", type=int, default=40, help="vertices per event (mean)")
+    parser.add_argument("--events", type=at_least(1), default=200)
+    parser.add_argument("--vertices", type=at_least(1), default=40, help="vertices per event (mean)")
     parser.add_argument("--sort", choices=("radix", "rank"), default="radix")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=at_least(1), default=5)
     args = parser.parse_args(argv)
     host = generate_events(args.events, args.vertices)
     q = pk.Queue(pk.device(args.backend))

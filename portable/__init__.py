@@ -6,7 +6,12 @@ SoA collections, the same on every backend (cpu_serial, cpu_threads, opencl, cud
     q = pk.Queue(dev)
 """
 
-from . import linalg, rand, tools  # pk.linalg: per-thread matrices; pk.rand: random numbers; pk.tools: alpakatools
+from . import (  # pk.linalg: per-thread matrices; pk.rand: random numbers; pk.tools: alpakatools
+    _command_start,  # noqa: F401 (imported first, for its effect: a Ctrl-C while alpyka's command starts is one line)
+    linalg,
+    rand,
+    tools,
+)
 from ._allocator import AllocatorStats
 from ._buffer import Buffer
 from ._collection import CollectionTooLarge, PortableCollection

@@ -1,6 +1,7 @@
 """``alpyka serve MODEL... [--name NAME] [--grpc-port P] [--http-port P] [--device D]`` (also
 ``python -m inference.serving ...``): host models in Triton until Ctrl-C (or SIGTERM); errors
-print one line with the fix."""
+print one line with the fix. After a SIGTERM it exits 0 once the server stopped; after a Ctrl-C
+it ends killed by SIGINT (a shell loop that runs it stops too), as Python ends on a Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from portable.cli import run
+from portable.cli import end_by_interrupt, run
 
 from . import ServerHandle, serve
 
-#: the exit status after a second Ctrl-C killed the server (a shell's for a command ended by SIGINT)
+#: the exit status after a second SIGTERM killed the server (a second Ctrl-C ends it by SIGINT)
 FORCED_EXIT = 130
 
 
@@ -95,8 +96,11 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
         instances=args.instances,
     )
     stop, forced = threading.Event(), threading.Event()
+    ctrl_c: list[int] = []  # a SIGINT came (appended by the handler: no lock there)
 
-    def on_signal(*_: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            ctrl_c.append(signum)
         if stop.is_set() and not forced.is_set():  # a second Ctrl-C: no more waiting
             forced.set()
             _say(f"{prog}: killing the server (a second Ctrl-C; requests in flight fail)")
@@ -136,6 +140,8 @@ def command(argv: list[str], prog: str = "alpyka serve") -> int:
     finally:
         server.stop()
     print(f"{prog}: stopped", file=sys.stderr, flush=True)
+    if ctrl_c and end_by_interrupt(None):  # its lines said it: the process ends killed by SIGINT
+        raise KeyboardInterrupt
     return FORCED_EXIT if forced.is_set() else 0
 
 

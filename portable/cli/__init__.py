@@ -14,8 +14,11 @@ same way for every subcommand:
   of every error.
 
 A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -m`` runs print
-errors the same way. A script (examples/) ends with ``sys.exit(run_script(main))``: Ctrl-C
-then ends it with one line, not a traceback, killed by SIGINT as Python ends an uncaught one.
+errors the same way, and a Ctrl-C too: one line, ``<prog>: interrupted``, then the process ends
+killed by SIGINT as Python ends an uncaught one (a shell loop running it stops, as it would for
+any other command; exit status 130 let it go on). A script (examples/) ends with
+``sys.exit(run_script(main))`` for the same. A command that handles SIGINT itself (the demo,
+``alpyka serve``) ends through :func:`end_by_interrupt` once it has stopped its work.
 :func:`load_reference` imports what a ``module:attribute`` argument names (the ``alpyka``
 command's own subcommands, ``alpyka aot``/``export``'s module factories, ``alpyka serve``'s
 pipelines); its errors are a :class:`BadReference`.
@@ -23,6 +26,7 @@ pipelines); its errors are a :class:`BadReference`.
 
 from __future__ import annotations
 
+import argparse
 import os
 import select
 import signal
@@ -32,27 +36,65 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._command_start import command_started
 from .._errors import AlpykaError, EnvVarError
 from ..env import env_flag
 from ._messages import error_line
 from ._reference import FILE_ATTR, BadReference, load_reference
 
-__all__ = ["FILE_ATTR", "USER_ERRORS", "BadReference", "CliError", "error_line", "load_reference", "run", "run_script"]
+__all__ = [
+    "FILE_ATTR",
+    "USER_ERRORS",
+    "BadReference",
+    "CliError",
+    "at_least",
+    "die_by_sigint",
+    "end_by_interrupt",
+    "error_line",
+    "load_reference",
+    "run",
+    "run_script",
+    "say_interrupted",
+]
 
 #: the exceptions printed as one line (besides AlpykaError): what bad input raises
 USER_ERRORS: tuple[type[BaseException], ...] = (AlpykaError, ValueError, TypeError, LookupError, ImportError, OSError)
+
+#: whether this process has said that it was interrupted (or that it is stopping on a Ctrl-C)
+_interrupt_said = False
 
 
 class CliError(AlpykaError, ValueError):
     """An error the user can fix on the command line; printed as one line."""
 
 
+def at_least(least: int) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number of at least ``least`` (``--events 0`` or ``--tracks
+    -5`` is refused with the usage and one line naming the flag, not a numpy error later)."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value}")
+        return value
+
+    whole.__name__ = f"at_least_{least}"
+    return whole
+
+
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:
     """Run ``command(argv, prog)`` and return its exit status; print an error the user can fix
     as one line (exit status 2) and let any other exception through (module docstring)."""
+    command_started()  # a Ctrl-C raises KeyboardInterrupt again (portable/_command_start.py)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return command(args, prog)
+    except KeyboardInterrupt:
+        end_by_interrupt(f"{prog}: interrupted")
+        raise
     except Exception as exc:
         if isinstance(exc, BrokenPipeError) and _stdout_broken():
             return _reader_gone()
@@ -75,13 +117,50 @@ def run_script(main: Callable[..., int | None], *args: Any, prog: str | None = N
     try:
         rc = main(*args)
     except KeyboardInterrupt:
-        if threading.current_thread() is not threading.main_thread() or _interactive():
-            raise
-        signal.signal(signal.SIGINT, _exit_at_once)
-        print(f"{prog or Path(sys.argv[0]).name}: interrupted", file=sys.stderr, flush=True)
-        sys.excepthook = _quiet_interrupt(sys.excepthook)
+        end_by_interrupt(f"{prog or Path(sys.argv[0]).name}: interrupted")
         raise
     return 0 if rc is None else rc
+
+
+def end_by_interrupt(line: str | None) -> bool:
+    """Make a Ctrl-C end this process as Python ends one it did not catch, with one line: print
+    ``line`` on stderr unless this process said it was interrupted already (None: print nothing,
+    the caller said it its own way), make a second Ctrl-C end the process at once, and silence
+    the interpreter's report of a KeyboardInterrupt; the caller then raises (or re-raises) a
+    KeyboardInterrupt, and the interpreter, once finalised, ends killed by SIGINT. True where
+    done: on the main thread of a non-interactive process; elsewhere (IPython's ``%run``,
+    ``python -i``, a thread) nothing is changed and False says the session goes on."""
+    global _interrupt_said
+    if threading.current_thread() is not threading.main_thread() or _interactive():
+        return False
+    signal.signal(signal.SIGINT, _exit_at_once)
+    if line is not None and not _interrupt_said:
+        print(line, file=sys.stderr, flush=True)
+    _interrupt_said = True
+    if not getattr(sys.excepthook, "quiet_interrupt", False):
+        sys.excepthook = _quiet_interrupt(sys.excepthook)
+    return True
+
+
+def say_interrupted(line: str) -> None:
+    """Print ``line`` (``"<prog>: interrupted"``) on stderr once per process, at once, for a
+    command that stops its work before it ends (:func:`end_by_interrupt` then prints nothing)."""
+    global _interrupt_said
+    if not _interrupt_said:
+        _interrupt_said = True
+        print(line, file=sys.stderr, flush=True)
+
+
+def die_by_sigint() -> None:
+    """End the process now, killed by SIGINT (no finalisation: what the caller must not wait
+    for, a second Ctrl-C or a thread stuck where the interpreter cannot end under it); stdout
+    and stderr are flushed first where they can be."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # no stream, or its reader gone
+            pass
+    _exit_at_once(signal.SIGINT, None)
 
 
 def _interactive() -> bool:
@@ -97,6 +176,7 @@ def _quiet_interrupt(previous: Callable[..., Any]) -> Callable[..., Any]:
         if not issubclass(kind, KeyboardInterrupt):
             previous(kind, value, tb)
 
+    hook.quiet_interrupt = True  # type: ignore[attr-defined]
     return hook
 
 
@@ -105,7 +185,9 @@ def _exit_at_once(signum: int, frame: Any) -> None:
     end now, killed by SIGINT as the first would have ended it (a signal handler: no lock, no
     output)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
 
 
 def _stdout_broken() -> bool:

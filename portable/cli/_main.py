@@ -18,7 +18,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import CliError, load_reference, run
+from .._command_start import command_started
+from . import CliError, end_by_interrupt, load_reference, run
 
 __all__ = ["CliError", "commands", "main"]
 
@@ -54,7 +55,7 @@ def _cmd_info(argv: list[str], prog: str) -> int:
 def _benchmarks_runner() -> Path | None:
     """benchmarks/run_all.py of the source checkout this package runs from, or of the current
     directory (an installed alpyka run inside a clone)."""
-    for root in (Path(__file__).resolve().parent.parent, Path.cwd()):
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):  # (portable/cli/_main.py)
         runner = root / "benchmarks" / "run_all.py"
         if runner.is_file():
             return runner
@@ -117,20 +118,21 @@ def _parser(names: list[str], prog: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str = "alpyka") -> int:
     """Run ``alpyka`` (or ``python -m portable``, named ``prog``) on ``argv``; the exit status."""
+    command_started()  # a Ctrl-C raises KeyboardInterrupt again (portable/_command_start.py)
     argv = list(sys.argv[1:] if argv is None else argv)
-    found = commands()
-    order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
-    # the command is parsed here; everything after it belongs to the command's own parser
-    name = _parser(order, prog).parse_args(argv[:1]).command
-
-    def command(args: list[str], prog: str) -> int:
-        return found[name]()(args, prog)  # imported here: its import errors print like its own
-
     try:
+        found = commands()
+        order = [n for n in HELP if n in found] + [n for n in found if n not in HELP]
+        # the command is parsed here; everything after it belongs to the command's own parser
+        name = _parser(order, prog).parse_args(argv[:1]).command
+
+        def command(args: list[str], prog: str) -> int:
+            return found[name]()(args, prog)  # imported here: its import errors print like its own
+
         return run(command, argv[1:], f"{prog} {name}")
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # one line (unless the command said it), then killed by SIGINT
+        end_by_interrupt(f"{prog}: interrupted")
+        raise
 
 
 if __name__ == "__main__":

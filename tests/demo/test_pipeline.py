@@ -66,6 +66,27 @@ def test_cli_errors_are_one_line(model_dir):
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("flag", ["--events", "--epochs"])
+def test_training_on_nothing_is_refused(tmp_path, flag):
+    """``python -m alpyka_demo.train --events 0`` (or ``--epochs 0``, ``--events -3``) trained on
+    nothing, printed a loss of 0.0000 and wrote an untrained model over the demo's (without
+    ``--out``, the one ``alpyka demo`` then runs): one line naming the flag now, nothing written."""
+    from alpyka_demo import train
+
+    res = subprocess.run(
+        [sys.executable, "-m", "alpyka_demo.train", flag, "0", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+        timeout=300,
+    )
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert f"argument {flag}: expected a whole number of at least 1, got 0" in res.stderr, res.stderr
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(pk.ArgumentError, match=r"epochs \(--epochs\) is at least 1"):
+        train.train(n_events=1, epochs=0, log=False)
+
+
 def test_the_demo_defaults_to_the_measured_fastest_cpu_backend(monkeypatch):
     monkeypatch.delenv("ALPYKA_BACKEND", raising=False)
     assert pipeline.DEMO_BACKEND == "cpu_serial"  # measured: see the comment above DEMO_BACKEND

@@ -53,6 +53,30 @@ def test_info_help_names_the_command_typed(capsys):
         assert capsys.readouterr().out.startswith(usage)
 
 
+def test_bench_finds_the_checkout_it_runs_from_wherever_it_is_run(monkeypatch, tmp_path):
+    """``alpyka bench`` run outside the clone's root (its examples/, or anywhere with the clone on
+    PYTHONPATH) said the benchmarks were not part of the installed package: it looked for them
+    in portable/ instead of the clone's root, so only a run from the root found them."""
+    monkeypatch.chdir(tmp_path)
+    assert _cli._benchmarks_runner() == Path(__file__).resolve().parents[2] / "benchmarks" / "run_all.py"
+
+
+def test_at_least_is_an_argparse_type_that_names_the_flag(capsys):
+    import argparse
+
+    from portable.cli import at_least
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--n", type=at_least(1))
+    assert parser.parse_args(["--n", "3"]).n == 3
+    for bad, says in (("0", "at least 1, got 0"), ("-2", "at least 1, got -2"), ("2.5", "got '2.5'")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--n", bad])
+        assert f"x: error: argument --n: expected a whole number{' of ' if 'least' in says else ', '}{says}" in (
+            capsys.readouterr().err
+        )
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2
@@ -213,6 +237,7 @@ def test_run_script_lets_a_ctrl_c_go_on_quietly_and_leaves_an_interactive_sessio
 
     handler = signal.getsignal(signal.SIGINT)
     shown = []
+    monkeypatch.setattr(cli, "_interrupt_said", False)  # (the line is printed once per process)
     monkeypatch.setattr(sys, "excepthook", lambda *exc: shown.append(exc[0]))
     monkeypatch.setattr(cli, "_interactive", lambda: True)
     with pytest.raises(KeyboardInterrupt):

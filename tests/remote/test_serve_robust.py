@@ -366,7 +366,8 @@ def test_alpyka_serve_says_at_once_that_ctrl_c_stops_it(tmp_path):
     finally:
         _stop(proc)
     text = (tmp_path / "cli.out").read_text()
-    assert proc.returncode == 0 and text.rstrip().endswith("alpyka serve: stopped"), text
+    # killed by SIGINT once stopped, as Python ends on a Ctrl-C (exit 0 let a shell loop go on)
+    assert proc.returncode == -signal.SIGINT and text.rstrip().endswith("alpyka serve: stopped"), text
     assert not group_pids(pid) and "Traceback" not in text, text
 
 
@@ -460,3 +461,39 @@ def test_the_cli_says_a_port_out_of_range_in_one_line(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "alpyka serve: error: the gRPC port is 0 to 65535 (0 picks a free one), got 70000"
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "says"),
+    [
+        ({"max_batch_size": -3}, pk.ArgumentError, r"max_batch_size \(--max-batch-size\) is 0 .* got -3"),
+        ({"max_batch_size": 2.5}, pk.ArgumentTypeError, r"max_batch_size \(--max-batch-size\) is an int"),
+        ({"instances": 0}, pk.ArgumentError, r"instances \(--instances\) is 1 or more, got 0"),
+        ({"max_queue_delay_us": -7}, pk.ArgumentError, r"max_queue_delay_us \(--max-queue-delay-us\) is 0 or more"),
+        ({"preferred_batch_sizes": [-2]}, pk.ArgumentError, r"preferred batch size .* is 1 or more"),
+        ({"max_batch_size": 8, "preferred_batch_sizes": [16]}, pk.ArgumentError, r"at most max_batch_size \(8"),
+        ({"max_batch_size": 0, "preferred_batch_sizes": [4]}, pk.ArgumentError, r"at most max_batch_size \(0"),
+    ],
+)
+def test_batching_settings_out_of_range_are_refused_before_anything_starts(tmp_path, settings, error, says):
+    """``alpyka serve m.pt2 --max-batch-size -3`` served the model with a batch size of -3 and
+    ``--instances 0`` with one instance, saying nothing; a negative preferred size or queue delay
+    failed the start with Triton's "failed to poll from model repository"."""
+    from inference import serve
+
+    with pytest.raises(error, match=says):
+        serve(str(tmp_path / "never-read.pt2"), grpc_port=0, **settings)
+
+
+def test_the_cli_says_a_batch_size_out_of_range_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "inference.serving", str(tmp_path / "m.pt2"), "--max-batch-size", "-3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "alpyka serve: error: max_batch_size (--max-batch-size) is 0 (a model that does not batch) or more, got -3"
+    )

@@ -135,7 +135,8 @@ def test_a_stop_answers_the_request_in_flight_and_leaves_nothing(tmp_path, sig):
         want = _expected(1)
         for k in want:
             np.testing.assert_array_equal(outs[1].to_dict(late)[k], want[k], err_msg=f"late request, column {k}")
-    assert proc.returncode == 0, text
+    # Ctrl-C: killed by SIGINT once stopped (a shell loop running it stops); SIGTERM: exit 0
+    assert proc.returncode == (-signal.SIGINT if sig == signal.SIGINT else 0), text
     assert "alpyka serve: stopping the server" in text and text.rstrip().endswith("alpyka serve: stopped"), text
     assert "not unloaded" not in text and "Traceback" not in text, text
     _assert_nothing_left(server_pid, port, folders)
@@ -144,7 +145,7 @@ def test_a_stop_answers_the_request_in_flight_and_leaves_nothing(tmp_path, sig):
 @needs_triton
 def test_a_second_ctrl_c_kills_the_server_at_once(tmp_path):
     """A request that would run for minutes holds the graceful stop; the second Ctrl-C kills the
-    server: the command exits 130, the client gets an error rather than waiting, nothing is left."""
+    server: the command dies by SIGINT, the client gets an error rather than waiting, nothing is left."""
     from inference.serving._leftovers import stub_folders
 
     with _held_server(tmp_path, hold_s=600.0) as (proc, lines, url):
@@ -163,7 +164,7 @@ def test_a_second_ctrl_c_kills_the_server_at_once(tmp_path):
                 q.wait()
             assert "timed out" not in str(info.value), info.value
         text = "".join(lines) + proc.stdout.read()
-    assert proc.returncode == 130, text
+    assert proc.returncode == -signal.SIGINT, text  # it exited 130: a shell loop went on
     assert "alpyka serve: killing the server (a second Ctrl-C" in text, text
     assert text.rstrip().endswith("alpyka serve: stopped") and "Traceback" not in text, text
     _assert_nothing_left(server_pid, port, folders, killed=True)

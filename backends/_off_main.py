@@ -1,0 +1,101 @@
+"""A native call that cannot be interrupted, made for the main thread by a helper thread, so that a
+Ctrl-C reaches the main thread at once: an OpenCL program's build.
+
+``clBuildProgram`` runs the runtime's compiler inside the calling thread (PoCL: its LLVM, linked
+into the runtime, no child process), and pyopencl offers no way to abandon it; a thread inside
+a native call runs no Python, so a Ctrl-C's KeyboardInterrupt waited for the build's end (1.7-2.4
+s for the kernels of the examples on PoCL, the whole build for a large program). Here the main
+thread hands the call to a daemon thread and sleeps on a lock that a Ctrl-C interrupts; the call
+goes on to its end in that thread (its result dropped), as it would have in the main thread, and
+ends with the process where the KeyboardInterrupt ends the program: no process is left behind
+(the compiler is the runtime's own code, in this process), and pyopencl's program cache is
+written under its lock as before. Other threads make the call themselves (no Ctrl-C is raised
+there), as does the main thread while the interpreter ends.
+
+A call left running must not return while the interpreter finalises: its thread, coming back
+from the native call, finds the interpreter gone and is ended by ``pthread_exit``, whose unwind
+through pybind11's C++ frames calls ``std::terminate`` (``alpyka info`` interrupted during a
+device probe's build: 1 run in 20 ended by SIGABRT, "terminate called without an active
+exception"). So at exit (``atexit``, after the program's end), while such a call still runs, a
+program ended by an uncaught Ctrl-C (``sys.last_value``) ends at once, killed by SIGINT as it
+would have ended, and any other program waits for the call, as it would have waited in the main
+thread.
+"""
+
+from __future__ import annotations
+
+import _thread
+import atexit
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: how long the main thread sleeps at most between looks at a Ctrl-C (woken at once when the call
+#: returned; a signal interrupts the sleep on POSIX anyway)
+WAIT_SLICE_S = 0.1
+
+
+def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
+    """``fn()``; on the main thread called by a daemon thread named ``name`` while the main thread
+    waits interruptibly (a Ctrl-C raises KeyboardInterrupt here at once, the call going on).
+    ``fn``'s exception is raised here, with its traceback."""
+    if threading.current_thread() is not threading.main_thread() or sys.is_finalizing():
+        return fn()
+    done = _thread.allocate_lock()
+    done.acquire()
+    outcome: list = []  # [result] or [None, exception]: appended by the helper
+
+    def call() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised in the thread that handed it over
+            outcome.extend((None, exc))
+        finally:
+            done.release()
+
+    helper = threading.Thread(target=call, name=name, daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        return fn()
+    try:
+        while not done.acquire(timeout=WAIT_SLICE_S):
+            pass
+    except BaseException:
+        _left_running.append(helper)  # (its end is waited for, or cut short, at exit)
+        raise
+    if len(outcome) == 2:
+        raise outcome[1]
+    return outcome[0]  # type: ignore[no-any-return]
+
+
+#: helper threads whose caller left (a Ctrl-C) while their call ran
+_left_running: list[threading.Thread] = []
+
+
+def _at_exit() -> None:
+    """While a call left running still runs: end a program that an uncaught Ctrl-C ends now,
+    killed by SIGINT (stdout and stderr flushed); let any other program wait for the call."""
+    running = [t for t in _left_running if t.is_alive()]
+    if not running:
+        return
+    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # no stream, or its reader gone
+                pass
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        os.kill(os.getpid(), signal.SIGINT)
+        os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
+    for t in running:
+        t.join()
+
+
+atexit.register(_at_exit)
