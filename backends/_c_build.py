@@ -86,8 +86,8 @@ OPENCL_FLOAT_OPTIONS = {False: (), True: ("-cl-fast-relaxed-math",)}
 #: what ``-cl-fast-relaxed-math`` is made of (OpenCL C spec, 5.8.4.2: it sets these and
 #: ``__FAST_RELAXED_MATH__``), less what a runtime adds to it on its own: Intel's CPU runtime
 #: swaps ``sqrt`` for ``native_sqrt`` under it, and on a CPU without AVX-512 its builtin library
-#: has no ``native_sqrt(double16)`` for the 16-wide sub-groups alpyka pins, so a float64 kernel
-#: with a square root fails to link. A fast-math build that fails where these build uses these
+#: has no ``native_sqrt(double16)`` for the 16-wide sub-groups of kernels without warps, so a
+#: float64 kernel with a square root fails to link. A fast-math build that fails where these build uses these
 #: (``backends._opencl_launch.build_program``): FMA contraction, reassociation, no signed zeros,
 #: no NaN or infinity, as before; only the float64 ``sqrt`` stays the correctly rounded one
 #: (float32 ``sqrt`` may be 3 ulp off in OpenCL under either, as in any fast-math build).
