@@ -19,7 +19,8 @@ device probe's build: 1 run in 20 ended by SIGABRT, "terminate called without an
 exception"). So at exit (``atexit``, after the program's end), while such a call still runs, a
 program ended by an uncaught Ctrl-C (``sys.last_value``) ends at once, killed by SIGINT as it
 would have ended, and any other program waits for the call, as it would have waited in the main
-thread.
+thread. A build made by another thread (a daemon thread launching a kernel the first time) is
+waited for the same way: the program's end would otherwise cut it short the same way.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
     """``fn()``; on the main thread called by a daemon thread named ``name`` while the main thread
     waits interruptibly (a Ctrl-C raises KeyboardInterrupt here at once, the call going on).
     ``fn``'s exception is raised here, with its traceback."""
-    if threading.current_thread() is not threading.main_thread() or sys.is_finalizing():
+    if sys.is_finalizing():
         return fn()
+    if threading.current_thread() is not threading.main_thread():
+        return _tracked(fn)
     done = _thread.allocate_lock()
     done.acquire()
     outcome: list = []  # [result] or [None, exception]: appended by the helper
@@ -76,13 +79,29 @@ def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
 
 #: helper threads whose caller left (a Ctrl-C) while their call ran
 _left_running: list[threading.Thread] = []
+#: calls running in threads other than the main one (a daemon thread's build), each a lock
+#: released when it returns: at exit they are waited for as the helpers are
+_in_flight: set = set()
+
+
+def _tracked(fn: Callable[[], T]) -> T:
+    """``fn()`` in the calling thread, known to :func:`_at_exit` while it runs."""
+    done = _thread.allocate_lock()
+    done.acquire()
+    _in_flight.add(done)
+    try:
+        return fn()
+    finally:
+        _in_flight.discard(done)
+        done.release()
 
 
 def _at_exit() -> None:
     """While a call left running still runs: end a program that an uncaught Ctrl-C ends now,
     killed by SIGINT (stdout and stderr flushed); let any other program wait for the call."""
     running = [t for t in _left_running if t.is_alive()]
-    if not running:
+    pending = list(_in_flight)  # (a daemon thread's build, which the program did not wait for)
+    if not running and not pending:
         return
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
         for stream in (sys.stdout, sys.stderr):
@@ -96,6 +115,9 @@ def _at_exit() -> None:
         os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
     for t in running:
         t.join()
+    for done in pending:
+        with done:  # (the GIL is released while the call runs on)
+            pass
 
 
 atexit.register(_at_exit)

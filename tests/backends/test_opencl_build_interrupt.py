@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -120,3 +121,61 @@ def test_a_program_that_goes_on_after_the_ctrl_c_waits_for_the_call_at_exit(tmp_
     run = _left_running(tmp_path, "caught")
     assert run.said("caught") is not None and run.rc == 0, (run.rc, run.err[-3000:])
     assert (tmp_path / "done").read_text() == "ended" and (tmp_path / "after").exists()
+
+
+#: a daemon thread building a program (its first kernel's launch, say) while the main thread ends
+DAEMON_BUILDS = textwrap.dedent("""
+    import sys, threading, time
+    from backends import _opencl_devices
+
+    _opencl_devices.register_runtimes()
+    import pyopencl as cl
+
+    platforms = [p for p in cl.get_platforms() if sys.argv[1] in p.name.lower()]
+    if not platforms:
+        print("no such platform", flush=True)
+        sys.exit(0)
+    device = platforms[0].get_devices()[0]
+    context = cl.Context([device])
+    source = "\\n".join(
+        f"__kernel void k{i}(__global float* a) {{ int g = get_global_id(0); float s = a[g]; "
+        f"for (int j = 0; j < {i % 5 + 2}; ++j) s = sin(s * {i}.0f + j + {sys.argv[3]}) * cos(s + j); a[g] = s; }}"
+        for i in range(int(sys.argv[2]))
+    )
+
+    def builds():
+        _opencl_devices.build(cl, context, source, [device])
+        print("built", flush=True)
+
+    threading.Thread(target=builds, daemon=True).start()
+    time.sleep(0.3)
+    print("exiting", flush=True)
+""")
+
+
+@pytest.mark.parametrize(("runtime", "kernels"), [("portable computing language", 600), ("intel", 60)])
+def test_a_daemon_threads_build_is_waited_for_at_exit(tmp_path, runtime, kernels):
+    """A daemon thread inside a build when the program ends: the exit waits for the build (its
+    thread, coming back from the runtime while the interpreter finalised, was ended by
+    pthread_exit through pybind11's frames: std::terminate, SIGABRT; CI's fresh cache met it in
+    test_opencl_joined_waits, whose daemon thread built its first kernel)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "ALPYKA_CACHE_DIR": str(tmp_path),
+        "PYOPENCL_NO_CACHE": "1",
+        "POCL_CACHE_DIR": str(tmp_path / "pocl"),
+        "POCL_KERNEL_CACHE": "0",
+    }
+    salt = str(time.time_ns() % 100_000)
+    r = subprocess.run(
+        [sys.executable, "-c", DAEMON_BUILDS, runtime, str(kernels), salt],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    if "no such platform" in r.stdout:
+        pytest.skip(f"no {runtime} OpenCL platform")
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert r.stdout.split() == ["exiting", "built"], r.stdout
