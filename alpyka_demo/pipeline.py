@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import portable as pk
-from portable.cli import die_by_sigint, end_by_interrupt, say_interrupted
+from portable.cli import command_started, die_by_sigint, end_by_interrupt, say_interrupted
 
 from . import _events as E
 from ._dask import run_dask
@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     the main thread the KeyboardInterrupt goes on to the caller, with the SIGINT handler as it was."""
     global _sigint_presses
     _sigint_presses = 0
+    command_started()  # Python's handler first (python -m alpyka_demo.pipeline: portable/_command_start.py)
     previous = _exit_on_second_interrupt()
     ending = False
     try:

@@ -17,10 +17,12 @@ from the native call, finds the interpreter gone and is ended by ``pthread_exit`
 through pybind11's C++ frames calls ``std::terminate`` (``alpyka info`` interrupted during a
 device probe's build: 1 run in 20 ended by SIGABRT, "terminate called without an active
 exception"). So at exit (``atexit``, after the program's end), while such a call still runs, a
-program ended by an uncaught Ctrl-C (``sys.last_value``) ends at once, killed by SIGINT as it
-would have ended, and any other program waits for the call, as it would have waited in the main
-thread. A build made by another thread (a daemon thread launching a kernel the first time) is
-waited for the same way: the program's end would otherwise cut it short the same way.
+process of alpyka's own Ctrl-C ending (its commands, the examples: ``portable.cli``) that an
+uncaught Ctrl-C ends ends at once, killed by SIGINT as it would have ended; any other program
+(a user's, an interactive session) waits for the call, saying so, as it would have waited in the
+main thread, and its atexit hooks and finalisation run as Python's do. A build made by another
+thread (a daemon thread launching a kernel the first time) is waited for the same way: the
+program's end would otherwise cut it short the same way.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
         helper.start()
     except RuntimeError:  # "can't create new thread at interpreter shutdown"
         return fn()
+    except BaseException:  # a Ctrl-C while it starts: the call may run on
+        _left_running.append(helper)
+        raise
     try:
         while not done.acquire(timeout=WAIT_SLICE_S):
             pass
@@ -73,7 +78,10 @@ def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
         _left_running.append(helper)  # (its end is waited for, or cut short, at exit)
         raise
     if len(outcome) == 2:
-        raise outcome[1]
+        try:
+            raise outcome[1]
+        finally:
+            outcome.clear()  # (no cycle through the traceback's frame keeping the build alive)
     return outcome[0]  # type: ignore[no-any-return]
 
 
@@ -97,27 +105,42 @@ def _tracked(fn: Callable[[], T]) -> T:
 
 
 def _at_exit() -> None:
-    """While a call left running still runs: end a program that an uncaught Ctrl-C ends now,
-    killed by SIGINT (stdout and stderr flushed); let any other program wait for the call."""
+    """While a call left running (or a thread's build) still runs: a process of alpyka's own
+    Ctrl-C ending (:func:`portable.cli.end_by_interrupt` ran: alpyka's commands, the examples)
+    that an uncaught Ctrl-C ends ends now, killed by SIGINT (stdout and stderr flushed); any
+    other program (a user's, an interactive session) waits for the call, saying so in one line,
+    its own exit then as Python's; a Ctrl-C during that wait ends it at once by SIGINT."""
     running = [t for t in _left_running if t.is_alive()]
     pending = list(_in_flight)  # (a daemon thread's build, which the program did not wait for)
     if not running and not pending:
         return
-    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (AttributeError, OSError, ValueError):  # no stream, or its reader gone
+    quiet = getattr(sys.excepthook, "quiet_interrupt", False)  # end_by_interrupt's: alpyka's own end
+    if quiet and isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        _die_by_sigint()
+    if running:
+        print("waiting for an OpenCL build left running by Ctrl-C (Ctrl-C again ends now)", file=sys.stderr, flush=True)
+    try:
+        for t in running:
+            while t.is_alive():
+                t.join(WAIT_SLICE_S)
+        for done in pending:
+            while not done.acquire(timeout=WAIT_SLICE_S):  # (the GIL is released while it runs on)
                 pass
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
-        os.kill(os.getpid(), signal.SIGINT)
-        os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
-    for t in running:
-        t.join()
-    for done in pending:
-        with done:  # (the GIL is released while the call runs on)
+            done.release()
+    except KeyboardInterrupt:
+        _die_by_sigint()  # (finalising under the running build would abort the process)
+
+
+def _die_by_sigint() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # no stream, or its reader gone
             pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
 
 
 atexit.register(_at_exit)

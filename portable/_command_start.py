@@ -30,12 +30,33 @@ COMMAND_MODULES = ("portable", "inference.serving", "alpyka_demo.pipeline")
 
 
 def is_alpyka_command() -> bool:
-    """Whether this process is alpyka's command: the ``alpyka`` console script, or ``python -m``
-    of one of :data:`COMMAND_MODULES`."""
-    if sys.argv and Path(sys.argv[0]).name == "alpyka":
-        return True
+    """Whether this process is alpyka's command: the ``alpyka`` console script running as
+    ``__main__``, or ``python -m`` of one of :data:`COMMAND_MODULES` (the interpreter's own ``-m``,
+    not an argument of the program's). Not a multiprocessing child of either: spawn copies the
+    parent's ``sys.argv`` and runs its script as ``__mp_main__``, under a ``-c`` stub of its own."""
     args = list(getattr(sys, "orig_argv", []))
-    return any(args[i : i + 2] == ["-m", module] for i in range(len(args)) for module in COMMAND_MODULES)
+    if "--multiprocessing-fork" in args:
+        return False
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if sys.argv and Path(sys.argv[0]).name == "alpyka" and Path(main_file).name == "alpyka":
+        return True
+    return _interpreter_module(args[1:]) in COMMAND_MODULES
+
+
+def _interpreter_module(options: list[str]) -> str | None:
+    """The module of the interpreter's own ``-m`` among its options (before the program's
+    arguments begin), else None."""
+    i = 0
+    while i < len(options):
+        arg = options[i]
+        if arg == "-m":
+            return options[i + 1] if i + 1 < len(options) else None
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg in ("-c",) or not arg.startswith("-"):
+            return None  # a command or a script: what follows is the program's
+        i += 2 if arg in ("-W", "-X", "-Q") else 1
+    return None
 
 
 def _interrupted_at_start(signum: int, frame: object) -> None:

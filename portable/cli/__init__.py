@@ -48,6 +48,7 @@ __all__ = [
     "BadReference",
     "CliError",
     "at_least",
+    "command_started",
     "die_by_sigint",
     "end_by_interrupt",
     "error_line",

@@ -54,12 +54,22 @@ def _cmd_info(argv: list[str], prog: str) -> int:
 
 def _benchmarks_runner() -> Path | None:
     """benchmarks/run_all.py of the source checkout this package runs from, or of the current
-    directory (an installed alpyka run inside a clone)."""
+    directory (an installed alpyka run inside a clone): only in a checkout of alpyka (its
+    pyproject.toml), never another package's ``benchmarks`` beside an installed one in
+    site-packages."""
     for root in (Path(__file__).resolve().parents[2], Path.cwd()):  # (portable/cli/_main.py)
         runner = root / "benchmarks" / "run_all.py"
-        if runner.is_file():
+        if runner.is_file() and _is_alpyka_checkout(root):
             return runner
     return None
+
+
+def _is_alpyka_checkout(root: Path) -> bool:
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return (root / "portable" / "cli" / "_main.py").is_file() and 'name = "alpyka"' in text
 
 
 #: what ``alpyka bench`` tells benchmarks/run_all.py its command is called (its --help's usage line)

@@ -93,6 +93,10 @@ LEFT_RUNNING = textwrap.dedent("""
         if sys.argv[3] == "caught":
             print("caught", flush=True)
             sys.exit(0)
+        if sys.argv[3] == "alpyka":  # alpyka's own ending (its commands, the examples)
+            from portable.cli import end_by_interrupt
+
+            end_by_interrupt("child: interrupted")
         raise
 """)
 
@@ -104,14 +108,23 @@ def _left_running(tmp_path: Path, how: str) -> object:
     )
 
 
-def test_a_program_ended_by_the_ctrl_c_does_not_finalise_under_the_call_left_running(tmp_path):
+def test_alpyka_ended_by_the_ctrl_c_does_not_finalise_under_the_call_left_running(tmp_path):
     """The call left running must not come back while the interpreter finalises (a thread
     returning into pybind11 then is ended by pthread_exit and std::terminate aborts the process:
-    ``alpyka info`` interrupted in a probe's build, 1 run in 20 by SIGABRT). At exit the program
-    that the Ctrl-C ends is killed by SIGINT at once: the atexit hooks after it do not run."""
-    run = _left_running(tmp_path, "uncaught")
+    ``alpyka info`` interrupted in a probe's build, 1 run in 20 by SIGABRT). At exit a process of
+    alpyka's own ending (end_by_interrupt) that the Ctrl-C ends is killed by SIGINT at once."""
+    run = _left_running(tmp_path, "alpyka")
     assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
     assert not (tmp_path / "after").exists() and not (tmp_path / "done").exists()
+
+
+def test_a_users_program_ended_by_the_ctrl_c_waits_for_the_call_then_ends_as_python_does(tmp_path):
+    """A user's program (no end of alpyka's): at exit it says it waits, waits for the call, runs
+    its atexit hooks and finalises, then ends killed by SIGINT as Python ends an uncaught Ctrl-C."""
+    run = _left_running(tmp_path, "uncaught")
+    assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
+    assert (tmp_path / "done").read_text() == "ended" and (tmp_path / "after").exists()
+    assert "waiting for an OpenCL build left running by Ctrl-C" in run.err
 
 
 def test_a_program_that_goes_on_after_the_ctrl_c_waits_for_the_call_at_exit(tmp_path):

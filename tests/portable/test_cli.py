@@ -61,6 +61,19 @@ def test_bench_finds_the_checkout_it_runs_from_wherever_it_is_run(monkeypatch, t
     assert _cli._benchmarks_runner() == Path(__file__).resolve().parents[2] / "benchmarks" / "run_all.py"
 
 
+def test_bench_runs_no_other_packages_benchmarks(monkeypatch, tmp_path):
+    """A ``benchmarks/run_all.py`` that is not alpyka's (another distribution's, beside an
+    installed alpyka in site-packages; a directory that is not a clone) is never run."""
+    stranger = tmp_path / "site-packages"
+    (stranger / "benchmarks").mkdir(parents=True)
+    (stranger / "benchmarks" / "run_all.py").write_text("raise SystemExit('not alpyka')\n")
+    (stranger / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    assert not _cli._is_alpyka_checkout(stranger)
+    assert _cli._is_alpyka_checkout(Path(__file__).resolve().parents[2])
+    monkeypatch.chdir(stranger)
+    assert _cli._benchmarks_runner() == Path(__file__).resolve().parents[2] / "benchmarks" / "run_all.py"
+
+
 def test_at_least_is_an_argparse_type_that_names_the_flag(capsys):
     import argparse
 

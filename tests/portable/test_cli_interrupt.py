@@ -131,7 +131,8 @@ STARTING = textwrap.dedent("""
             return None
 
     if sys.argv[1] == "command":
-        sys.argv = ["/usr/local/bin/alpyka", "info"]  # as the console script's process
+        sys.argv = ["/usr/local/bin/alpyka", "info"]  # as the console script's process,
+        sys.modules["__main__"].__file__ = sys.argv[0]  # whose __main__ is the script
     sys.meta_path.insert(0, CtrlC())
     from portable.cli._main import main
     sys.exit(main())
@@ -167,6 +168,7 @@ def test_the_command_s_main_raises_keyboard_interrupt_again_once_it_runs():
     code = textwrap.dedent("""
         import signal, sys
         sys.argv = ["/usr/local/bin/alpyka", "nap"]
+        sys.modules["__main__"].__file__ = sys.argv[0]  # as the console script's __main__
         from portable.cli import _main
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # the start's
         seen = []
@@ -175,3 +177,36 @@ def test_the_command_s_main_raises_keyboard_interrupt_again_once_it_runs():
     """)
     done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_spawned_child_of_the_command_keeps_pythons_handler(tmp_path):
+    """multiprocessing's spawn copies the command's ``sys.argv`` into its children (Dask's workers
+    of ``alpyka demo --workers``): a child is not the command and keeps Python's SIGINT handler."""
+    code = textwrap.dedent("""
+        import multiprocessing as mp, signal, sys
+
+        def handler_name(_):
+            import portable  # noqa: F401
+            return getattr(signal.getsignal(signal.SIGINT), "__name__", "")
+
+        if __name__ == "__main__":
+            sys.argv = ["/usr/local/bin/alpyka", "info"]
+            with mp.get_context("spawn").Pool(1) as pool:
+                print(pool.map(handler_name, [0])[0])
+    """)
+    script = tmp_path / "alpyka"  # a script named as the console script
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "default_int_handler", done.stdout
+
+
+def test_pytests_own_dash_m_option_is_not_the_command():
+    """``-m portable`` among a program's arguments (``python -m pytest -m portable``) is not the
+    interpreter's ``-m``: only the interpreter's own option names the command's module."""
+    from portable._command_start import _interpreter_module
+
+    assert _interpreter_module(["-m", "pytest", "-m", "portable"]) == "pytest"
+    assert _interpreter_module(["-X", "dev", "-m", "portable", "info"]) == "portable"
+    assert _interpreter_module(["-c", "pass", "-m", "portable"]) is None
+    assert _interpreter_module(["script.py", "-m", "portable"]) is None
