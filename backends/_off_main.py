@@ -17,10 +17,11 @@ from the native call, finds the interpreter gone and is ended by ``pthread_exit`
 through pybind11's C++ frames calls ``std::terminate`` (``alpyka info`` interrupted during a
 device probe's build: 1 run in 20 ended by SIGABRT, "terminate called without an active
 exception"). So at exit (``atexit``, after the program's end), while such a call still runs, a
-process of alpyka's own Ctrl-C ending (its commands, the examples: ``portable.cli``) that an
-uncaught Ctrl-C ends ends at once, killed by SIGINT as it would have ended; any other program
-(a user's, an interactive session) waits for the call, saying so, as it would have waited in the
-main thread, and its atexit hooks and finalisation run as Python's do. A build made by another
+program that an uncaught Ctrl-C ends ends at once, killed by SIGINT as it would have ended
+(the atexit hooks registered before this module's, such as logging's, and the interpreter's
+finalisation are skipped: the price of a Ctrl-C within 1 s during a build); a program that
+caught the interrupt, or an interactive session, waits for the call, saying so, as it would
+have waited in the main thread, and a second Ctrl-C then ends it at once. A build made by another
 thread (a daemon thread launching a kernel the first time) is waited for the same way: the
 program's end would otherwise cut it short the same way.
 """
@@ -105,18 +106,17 @@ def _tracked(fn: Callable[[], T]) -> T:
 
 
 def _at_exit() -> None:
-    """While a call left running (or a thread's build) still runs: a process of alpyka's own
-    Ctrl-C ending (:func:`portable.cli.end_by_interrupt` ran: alpyka's commands, the examples)
-    that an uncaught Ctrl-C ends ends now, killed by SIGINT (stdout and stderr flushed); any
-    other program (a user's, an interactive session) waits for the call, saying so in one line,
-    its own exit then as Python's; a Ctrl-C during that wait ends it at once by SIGINT."""
+    """While a call left running (or a thread's build) still runs: a program that an uncaught
+    Ctrl-C ends ends now, killed by SIGINT as it would have ended (stdout and stderr flushed;
+    the atexit hooks registered before this one and the interpreter's finalisation do not run);
+    any other (one that caught the interrupt, an interactive session) waits for the call, saying
+    so in one line; a Ctrl-C during that wait ends it at once by SIGINT."""
     running = [t for t in _left_running if t.is_alive()]
     pending = list(_in_flight)  # (a daemon thread's build, which the program did not wait for)
     if not running and not pending:
         return
-    quiet = getattr(sys.excepthook, "quiet_interrupt", False)  # end_by_interrupt's: alpyka's own end
-    if quiet and isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
-        _die_by_sigint()
+    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not _interactive():
+        _die_by_sigint()  # (a session's last_value is any exception it printed and went on from)
     if running:
         print("waiting for an OpenCL build left running by Ctrl-C (Ctrl-C again ends now)", file=sys.stderr, flush=True)
     try:
@@ -129,6 +129,11 @@ def _at_exit() -> None:
             done.release()
     except KeyboardInterrupt:
         _die_by_sigint()  # (finalising under the running build would abort the process)
+
+
+def _interactive() -> bool:
+    """Whether a session went on after the program (``python -i``, a REPL, IPython)."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "IPython" in sys.modules
 
 
 def _die_by_sigint() -> None:

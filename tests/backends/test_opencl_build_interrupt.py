@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 #: from SIGINT to the child's end (about 0.1 s idle); the builds below take 20-30 s on a free core
 EXIT_LIMIT_S = 8.0
 
-CHILD = textwrap.dedent("""
+#: a large program for ``sys.argv[1]``'s runtime (``sys.argv[2]`` kernels, salted by ``sys.argv[3]``
+#: so that no cache knows it): ``cl``, ``device``, ``context``, ``source``
+PROGRAM = textwrap.dedent("""
     import sys
     from backends import _opencl_devices
 
@@ -44,6 +46,9 @@ CHILD = textwrap.dedent("""
         f"for (int j = 0; j < {i % 5 + 2}; ++j) s = sin(s * {i}.0f + j + {sys.argv[3]}) * cos(s + j); a[g] = s; }}"
         for i in range(int(sys.argv[2]))
     )
+""")
+
+CHILD = PROGRAM + textwrap.dedent("""
     print("launching", flush=True)
     _opencl_devices.build(cl, context, source, [device])
     print("the build ended before the Ctrl-C", flush=True)
@@ -118,13 +123,12 @@ def test_alpyka_ended_by_the_ctrl_c_does_not_finalise_under_the_call_left_runnin
     assert not (tmp_path / "after").exists() and not (tmp_path / "done").exists()
 
 
-def test_a_users_program_ended_by_the_ctrl_c_waits_for_the_call_then_ends_as_python_does(tmp_path):
-    """A user's program (no end of alpyka's): at exit it says it waits, waits for the call, runs
-    its atexit hooks and finalises, then ends killed by SIGINT as Python ends an uncaught Ctrl-C."""
+def test_a_users_program_ended_by_the_ctrl_c_does_not_finalise_under_the_call_either(tmp_path):
+    """A user's program (no end of alpyka's) that the Ctrl-C ends is killed by SIGINT at exit too
+    (a Ctrl-C within 1 s during a build; the atexit hooks before this one are skipped: documented)."""
     run = _left_running(tmp_path, "uncaught")
     assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
-    assert (tmp_path / "done").read_text() == "ended" and (tmp_path / "after").exists()
-    assert "waiting for an OpenCL build left running by Ctrl-C" in run.err
+    assert not (tmp_path / "done").exists()
 
 
 def test_a_program_that_goes_on_after_the_ctrl_c_waits_for_the_call_at_exit(tmp_path):
@@ -133,28 +137,13 @@ def test_a_program_that_goes_on_after_the_ctrl_c_waits_for_the_call_at_exit(tmp_
     off at finalisation: ``done`` never written)."""
     run = _left_running(tmp_path, "caught")
     assert run.said("caught") is not None and run.rc == 0, (run.rc, run.err[-3000:])
+    assert "waiting for an OpenCL build left running by Ctrl-C" in run.err
     assert (tmp_path / "done").read_text() == "ended" and (tmp_path / "after").exists()
 
 
 #: a daemon thread building a program (its first kernel's launch, say) while the main thread ends
-DAEMON_BUILDS = textwrap.dedent("""
-    import sys, threading, time
-    from backends import _opencl_devices
-
-    _opencl_devices.register_runtimes()
-    import pyopencl as cl
-
-    platforms = [p for p in cl.get_platforms() if sys.argv[1] in p.name.lower()]
-    if not platforms:
-        print("no such platform", flush=True)
-        sys.exit(0)
-    device = platforms[0].get_devices()[0]
-    context = cl.Context([device])
-    source = "\\n".join(
-        f"__kernel void k{i}(__global float* a) {{ int g = get_global_id(0); float s = a[g]; "
-        f"for (int j = 0; j < {i % 5 + 2}; ++j) s = sin(s * {i}.0f + j + {sys.argv[3]}) * cos(s + j); a[g] = s; }}"
-        for i in range(int(sys.argv[2]))
-    )
+DAEMON_BUILDS = PROGRAM + textwrap.dedent("""
+    import threading, time
 
     def builds():
         _opencl_devices.build(cl, context, source, [device])
@@ -188,7 +177,7 @@ def test_a_daemon_threads_build_is_waited_for_at_exit(tmp_path, runtime, kernels
         timeout=300,
         env=env,
     )
-    if "no such platform" in r.stdout:
+    if "no such platform" in r.stdout:  # (it says "launching" too)
         pytest.skip(f"no {runtime} OpenCL platform")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
     assert r.stdout.split() == ["exiting", "built"], r.stdout
