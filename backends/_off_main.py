@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import _thread
 import atexit
-import os
-import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import TypeVar
+
+from portable.cli import die_by_sigint
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ def _at_exit() -> None:
     if not running and not pending:
         return
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt) and not _interactive():
-        _die_by_sigint()  # (a session's last_value is any exception it printed and went on from)
+        die_by_sigint()  # (a session's last_value is any exception it printed and went on from)
     if running:
         print("waiting for an OpenCL build left running by Ctrl-C (Ctrl-C again ends now)", file=sys.stderr, flush=True)
     try:
@@ -128,24 +128,12 @@ def _at_exit() -> None:
                 pass
             done.release()
     except KeyboardInterrupt:
-        _die_by_sigint()  # (finalising under the running build would abort the process)
+        die_by_sigint()  # (finalising under the running build would abort the process)
 
 
 def _interactive() -> bool:
     """Whether a session went on after the program (``python -i``, a REPL, IPython)."""
     return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "IPython" in sys.modules
-
-
-def _die_by_sigint() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):  # no stream, or its reader gone
-            pass
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
-    os.kill(os.getpid(), signal.SIGINT)
-    os._exit(130)  # (not reached: SIGINT's default action ends the process on delivery)
 
 
 atexit.register(_at_exit)
