@@ -55,14 +55,30 @@ def set_changed(knl: Any, last: list, values: list) -> list:
     same value already (the same buffer object, an equal non-zero scalar): a repeated launch sets
     nothing. Returns what ``knl`` holds now (``last``, updated, or a new list)."""
     if len(last) != len(values):
-        knl.set_args(*values)
+        for i, v in enumerate(values):
+            set_arg(knl, i, v)
         return list(values)
     for i, v in enumerate(values):
         if same_value(last[i], v):  # not == alone: -0.0 == 0.0, and their bits differ
             continue
-        knl.set_arg(i, v)
+        set_arg(knl, i, v)
         last[i] = v
     return last
+
+
+#: pyopencl's setter of an argument from its bytes (what ``Kernel.set_arg`` ends in for a numpy
+#: scalar after trying it as each kind of memory object, a C++ exception each: 17 us a scalar
+#: against 0.2 us, pyopencl 2026.1); None where a pyopencl lacks it
+_set_arg_bytes = getattr(cl.Kernel, "_set_arg_buf", None)
+
+
+def set_arg(knl: Any, i: int, v: Any) -> None:
+    """``knl.set_arg(i, v)``: a numpy scalar set from its bytes directly (:data:`_set_arg_bytes`),
+    anything else (a buffer, local memory, None) by ``set_arg``."""
+    if _set_arg_bytes is not None and isinstance(v, np.generic):
+        _set_arg_bytes(knl, i, v)
+    else:
+        knl.set_arg(i, v)
 
 
 #: what warps as sub-groups need (acc.warp_*): shuffles by lane and by offset, and ballots

@@ -7,7 +7,9 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
   arguments set once (``enqueue_nd_range_kernel`` + ``finish``: what a user writing pyopencl by
   hand gets), alpyka with its interruptible wait only (every wait handed or polled, as before the
   joined wait), alpyka with its joined wait only (its busy-core choice, whatever the cores) and
-  alpyka with its Python launcher only (as where no C compiler builds the native launch),
+  alpyka with its Python launcher only (as where no C compiler builds the native launch), raw
+  pyopencl setting the arguments at each launch (``knl(queue, ...)``: where one changes) and the
+  raw peer with 1 us of Python before each enqueue (what any launcher's own work costs there),
   interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
   every thread of the process, the runtime's included) per launch, and how often alpyka's own
   choice (backends/_other_load.py) took the joined wait;
@@ -53,6 +55,13 @@ from benchmarks.bench_graph import _alpyka_contenders as graph_contenders
 from portable.spi import queue_impl
 
 OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + finish"
+#: raw pyopencl as written where an argument changes between launches: ``knl(queue, ...)`` sets
+#: them each time (pyopencl's ``Kernel.__call__``, its fast form: ``set_scalar_arg_dtypes`` and
+#: Python scalars; numpy scalars without it take 17 us each)
+RAW_EACH = "raw pyopencl, args set each launch (scalar dtypes set) + finish"
+#: the peer with 1 us of Python before each enqueue (any launcher's own work): on PoCL with busy
+#: cores that alone costs what alpyka's launch costs over the peer (docs/backends.md)
+RAW_GAP = "raw pyopencl, args set once, 1 us of Python first + finish"
 BEFORE = "alpyka, interruptible wait only"
 JOINED = "alpyka, joined wait only"
 PYTHON = "alpyka, Python launcher only (no native call)"
@@ -100,7 +109,8 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
         raise RuntimeError("the Python launcher's contender runs natively, or alpyka's does not where it could")
     plan = next(p for k, p in pk.get_backend("opencl").plans(tiny).items() if k[0] == dev.memory_space)
     cq = q.native_handle
-    knl = cl.Kernel(cl.Program(dev.native.context, plan.src.text).build(), plan.src.entry)
+    program = cl.Program(dev.native.context, plan.src.text).build()
+    knl = cl.Kernel(program, plan.src.entry)
     raw_out = pk.Buffer(dev, 1, np.float32)
     knl.set_args(*plan.pack((raw_out, v), wd, 0))
     waits = queue_impl(q).waits
@@ -109,6 +119,22 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
         pk.exec(q, wd, tiny, out, v)
 
     def raw() -> None:
+        cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,))
+        cq.finish()
+
+    packed = plan.pack((raw_out, v), wd, 0)
+    knl_each = cl.Kernel(program, plan.src.entry)
+    knl_each.set_scalar_arg_dtypes([type(a) if isinstance(a, np.generic) else None for a in packed])
+    each_args = tuple(a.item() if isinstance(a, np.generic) else a for a in packed)
+
+    def raw_each() -> None:
+        knl_each(cq, (1,), (1,), *each_args)
+        cq.finish()
+
+    def raw_gap(clock: Callable[[], float] = time.perf_counter) -> None:
+        end = clock() + 1e-6
+        while clock() < end:
+            pass
         cl.enqueue_nd_range_kernel(cq, knl, (1,), (1,))
         cq.finish()
 
@@ -129,7 +155,15 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
     def python_only() -> None:
         pk.exec(q_py, wd_py, tiny, out_py, v)
 
-    return {OURS: ours, RAW: raw, BEFORE: interruptible_only, JOINED: joined_only, PYTHON: python_only}
+    return {
+        OURS: ours,
+        RAW: raw,
+        RAW_EACH: raw_each,
+        RAW_GAP: raw_gap,
+        BEFORE: interruptible_only,
+        JOINED: joined_only,
+        PYTHON: python_only,
+    }
 
 
 def _native(q: pk.Queue, wd: pk.WorkDiv) -> bool:
@@ -208,6 +242,10 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
     }
     if BEFORE in timings:
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
+    if RAW_EACH in timings:
+        entry["alpyka_over_raw_args_each"] = paired_ratio(timings[OURS], timings[RAW_EACH])
+    if RAW_GAP in timings:
+        entry["raw_1us_first_over_raw"] = paired_ratio(timings[RAW_GAP], timings[RAW])
     entry["native_launch"] = native_problem() is None  # (else ours is the Python launcher too)
     if PYTHON in timings:
         entry["python_launcher_over_raw"] = paired_ratio(timings[PYTHON], timings[RAW])
@@ -243,7 +281,8 @@ def plot(rows: list[dict], out: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     launch = [r for r in rows if r["section"] == "blocking launch" and "us_per_launch" in r]
     labels = [f"{r['runtime']}, {r['busy_processes']} busy: {r['variant']}" for r in launch]
-    palette = {OURS: "tab:blue", RAW: "tab:gray", BEFORE: "tab:red", JOINED: "tab:orange", PYTHON: "tab:purple"}
+    palette = {OURS: "tab:blue", RAW: "tab:gray", RAW_EACH: "silver", RAW_GAP: "dimgray", BEFORE: "tab:red"}
+    palette |= {JOINED: "tab:orange", PYTHON: "tab:purple"}
     colors = [palette.get(r["variant"], "tab:red") for r in launch]
     axes[0].barh(labels, [r["us_per_launch"] for r in launch], color=colors)
     axes[0].barh(labels, [r["cpu_us_per_launch"] for r in launch], color="none", edgecolor="black", hatch="//")

@@ -207,6 +207,28 @@ def test_a_cached_launch_makes_few_python_calls(queue):
     assert calls <= limit, calls
 
 
+def test_a_changed_scalar_is_set_from_its_bytes_on_opencl(queue, monkeypatch):
+    """OpenCL: a launch whose scalar changed sets it through pyopencl's setter from bytes, not
+    ``Kernel.set_arg`` (which tries the value as each kind of memory object first, a C++
+    exception each: 17 us a scalar against 0.2 us); the results follow every value."""
+    if queue.device.backend_name != "opencl":
+        pytest.skip("pyopencl's argument setters: the opencl backend's")
+    wd = pk.valid_workdiv(queue.device, 4)
+    src = _arg(queue, np.arange(4, dtype=np.float32))
+    out = pk.Buffer(queue.device, 4, np.float32)
+    _warm(queue, wd, src, out)
+    import pyopencl as cl
+
+    seen, set_arg = [], cl.Kernel.set_arg
+    monkeypatch.setattr(cl.Kernel, "set_arg", lambda knl, i, v: (seen.append(type(v)), set_arg(knl, i, v))[1])
+    for a in (5.0, -0.0, 7.0):
+        pk.exec(queue, wd, scale_into, out, src, np.float32(a), 4)
+        got = download(queue, out)
+        np.testing.assert_array_equal(got, np.arange(4, dtype=np.float32) * np.float32(a))
+        assert np.signbit(got[0]) == np.signbit(np.float32(a) * 0)
+    assert not [t for t in seen if issubclass(t, np.generic)], seen
+
+
 def test_equal_scalars_reuse_packed_values_but_zero_signs_do_not(queue):
     """A fresh but equal scalar each launch packs as the last one (same_objects); -0.0 equals
     0.0 yet has other bits, so it is packed again."""
