@@ -176,10 +176,11 @@ class OpenCLQueue(DeviceQueue):
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)
         # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
-        # since the last wait (fast launches with their last arguments, graph replays), or None
+        # since the last wait (fast launches with their last arguments, graph replays, transfers), or None
         # once anything else was (its time unknown); the wait's time per sum (:meth:`finish`)
         self._pending: int | None = 0
         self._took_by_work: dict[int, list] = {}
+        self._took_by_transfer: dict[tuple, list] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed
@@ -268,6 +269,18 @@ class OpenCLQueue(DeviceQueue):
         self.last_event = ev
         self.flush_cq()
         DeviceQueue.after_enqueue(self, ev, *objs)
+
+    def transfer_took(self, kind: str, nbytes: int) -> list:
+        """The time cell of this queue's transfers of ``kind`` ("h2d", "d2h", "d2d", "fill") and
+        size: known work for :meth:`after_known`, as a fast launch with its last arguments is (a
+        transfer's time follows its size, where a kernel's follows its arguments)."""
+        key = (kind, nbytes)
+        took = self._took_by_transfer.get(key)
+        if took is None:
+            if len(self._took_by_transfer) >= _WORK_KINDS:
+                self._took_by_transfer.clear()
+            took = self._took_by_transfer[key] = [None]
+        return took
 
     def wait_command(self, ev: cl.Event, took: list | None = None) -> None:
         """A blocking queue's wait for the command of ``ev``, the last one it enqueued: flushed,

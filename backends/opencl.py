@@ -162,18 +162,19 @@ class OpenCLBackend(DeviceBackend):
                 impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
                 return
             if src.device.is_host_memory:
-                host = _host_bytes(src)
+                host, kind = _host_bytes(src), "h2d"
                 ev = cl.enqueue_copy(cq, dst.handle, host, dst_offset=dst.offset, is_blocking=False)
             elif dst.device.is_host_memory:
-                host = _host_bytes(dst)
+                host, kind = _host_bytes(dst), "d2h"
                 ev = cl.enqueue_copy(cq, host, src.handle, src_offset=src.offset, is_blocking=False)
             else:
-                host = None
+                host, kind = None, "d2d"
                 ev = cl.enqueue_copy(
                     cq, dst.handle, src.handle, byte_count=n, src_offset=src.offset, dst_offset=dst.offset
                 )
-            # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done
-            impl.after_enqueue(ev, host, dst.owner, src.owner)
+            # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done;
+            # known work of its size (a blocking queue joins it where such a copy was short)
+            impl.after_known(impl.transfer_took(kind, n), ev, host, dst.owner, src.owner)
 
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
         impl = queue_impl(queue)
@@ -182,7 +183,7 @@ class OpenCLBackend(DeviceBackend):
             return
         with impl.lock:
             ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
-            impl.after_enqueue(ev, dst.owner)
+            impl.after_known(impl.transfer_took("fill", dst.nbytes), ev, dst.owner)
 
     # ------------------------------------------------------------------ kernels
     def launch_module(self) -> ModuleType:

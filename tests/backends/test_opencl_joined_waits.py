@@ -182,8 +182,8 @@ def test_the_interpreter_ends_cleanly_while_a_daemon_thread_waits(which, tmp_pat
 
 def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     """``q.wait()`` in the main thread joins when everything since the last wait was known work
-    (fast launches with their last arguments, graph replays) whose same mix was waited for
-    within the limit before; anything else waits interruptibly."""
+    (fast launches with their last arguments, graph replays, copies and fills of a size) whose
+    same mix was waited for within the limit before; anything else waits interruptibly."""
     _main_thread_only(monkeypatch)
     dev = pk.device("opencl")
     q = pk.Queue(dev)
@@ -209,7 +209,13 @@ def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     assert waits_interruptibly(launches(2))  # another mix
     assert not waits_interruptibly(launches(2))
     assert waits_interruptibly(launches(2, np.float32(2)))  # a new scalar value: unknown
-    assert waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill: unknown
+    assert not waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill of a size waited for first
+    big = pk.Buffer(dev, 64, np.float32)
+    assert waits_interruptibly(lambda: pk.memset(q, big, 0))  # a fill of another size: unknown
+    mix = lambda: (pk.memset(q, out, 0), launches(2)())  # noqa: E731
+    assert waits_interruptibly(mix)  # the launcher's arguments changed back: unknown
+    assert waits_interruptibly(mix)  # a fill and known launches, a mix never waited for
+    assert not waits_interruptibly(mix)
     with pk.capture(q) as graph:
         launches(3)()
     assert waits_interruptibly(graph.launch)
@@ -218,7 +224,42 @@ def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     host = np.empty(8, np.float32)
     pk.memcpy(q, host, out)
     q.wait()
-    np.testing.assert_array_equal(host, 9)  # the fill, then three replays of three launches
+    np.testing.assert_array_equal(host, 11)  # the last fill and its two launches, then three replays of three
+
+
+def test_a_blocking_queue_joins_a_copy_or_fill_of_a_size_once_one_was_short(monkeypatch):
+    """A blocking queue is idle before each command, so a copy's or fill's time follows its kind
+    and size: the first of a kind and size is waited for interruptibly, the next joined where it
+    was short; every byte lands either way."""
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    buf, big = pk.Buffer(dev, 8, np.float32, queue=q), pk.Buffer(dev, 64, np.float32, queue=q)
+    calls = _counting_interruptible(q, monkeypatch)
+
+    def interruptible(op) -> bool:
+        before = len(calls)
+        op()
+        return len(calls) > before
+
+    host, back = np.arange(8, dtype=np.float32), np.empty(8, np.float32)
+    steps = [
+        (lambda: pk.memcpy(q, buf, host), True),  # host to device, 32 bytes: unknown
+        (lambda: pk.memcpy(q, buf, host + 1), False),  # the same kind and size: known, joined
+        (lambda: pk.memcpy(q, back, buf), True),  # device to host: another kind
+        (lambda: pk.memcpy(q, back, buf), False),
+        (lambda: pk.memset(q, big, 0), True),  # a fill of 256 bytes
+        (lambda: pk.memset(q, buf, 0), True),  # of 32: another size
+        (lambda: pk.memset(q, buf, 0), False),
+        (lambda: pk.memcpy(q, big, np.ones(64, np.float32)), True),
+    ]
+    for i, (op, want) in enumerate(steps):
+        assert interruptible(op) == want, i
+    pk.memcpy(q, back, buf)
+    np.testing.assert_array_equal(back, 0)
+    got = np.empty(64, np.float32)
+    pk.memcpy(q, got, big)
+    np.testing.assert_array_equal(got, 1)
 
 
 def test_a_replayed_graph_sets_shared_arguments_once_and_others_again():
