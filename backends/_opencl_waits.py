@@ -125,18 +125,20 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_waiters)
 
 
-def wait_event_handed(ev: cl.Event) -> None:
-    """:func:`wait_event` for a runtime that runs a command in the thread that waits for it
-    (Intel's CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits
-    for a worker thread of the runtime, which other processes on the cores delay by whole time
-    slices). First polled for :data:`HANDED_POLL_S` (enough where the runtime's workers have a
-    core); then a waiter thread of the calling thread waits with the runtime's own wait; the caller
-    sleeps on a lock the waiter releases, woken at once, and a Ctrl-C still reaches it (a lock's
-    timed acquire is interrupted by signals; at most :data:`HANDED_SLICE_S` either way). A wait
-    interrupted leaves its waiter to finish alone: the next wait gets a fresh one."""
+def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
+    """:func:`wait_event` for a runtime that runs a command in the thread that waits for it (Intel's
+    CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits for a
+    worker thread of the runtime, which other processes on the cores delay by whole time
+    slices). First polled for ``poll_s`` (default :data:`HANDED_POLL_S`: enough where the
+    runtime's workers have a core; 0 on busy cores); then a waiter thread of the calling thread
+    waits with the runtime's own wait; the caller sleeps on a lock the waiter releases, woken at
+    once, and a Ctrl-C still reaches it (a lock's timed acquire is interrupted by signals; at
+    most :data:`HANDED_SLICE_S` either way). A wait interrupted leaves its waiter to finish
+    alone: the next wait gets a fresh one."""
     status = ev.get_info
     clock, t0 = time.perf_counter, time.perf_counter()
-    while status(_STATUS) > _COMPLETE and clock() - t0 < HANDED_POLL_S:
+    poll_s = HANDED_POLL_S if poll_s is None else poll_s
+    while status(_STATUS) > _COMPLETE and clock() - t0 < poll_s:
         _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
     if status(_STATUS) > _COMPLETE:
         waiter = getattr(_waiters, "waiter", None)
@@ -211,18 +213,37 @@ class WaitChoice:
     ctypes and safe there, as the thread that runs the interpreter's end waits in none);
     otherwise it waits interruptibly: handed to a waiter thread where the runtime runs commands in
     the thread that waits (:func:`wait_event_handed`, Intel's CPU runtime), polled elsewhere
-    (:func:`wait_event`). A tiny known launch (:data:`TINY_WAIT_S`) is joined only while other
-    processes keep the cores busy (:attr:`load`, :class:`~backends._other_load.OtherLoad`); on
-    free cores any thread waits for it interruptibly. A simulator (Oclgrind) always polls."""
+    (:func:`wait_event`) on free cores (:attr:`on_free_cores`), and on busy cores handed at once
+    to a waiter thread whatever the runtime (:meth:`wait_interruptibly`). A tiny known launch
+    (:data:`TINY_WAIT_S`) is joined only while other processes keep the cores busy (:attr:`load`,
+    :class:`~backends._other_load.OtherLoad`); on free cores any thread waits for it
+    interruptibly. A simulator (Oclgrind) always polls."""
 
-    __slots__ = ("interruptible", "joins", "load")
+    __slots__ = ("interruptible", "on_free_cores", "joins", "load")
 
     def __init__(self, device: Any) -> None:
         simulator = bool(device.properties.get("simulator"))
         handed = not simulator and runs_commands_in_waits(device)
-        self.interruptible: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
+        self.on_free_cores: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
+        self.interruptible: Callable[[cl.Event], None] = self.wait_interruptibly
         self.joins = not simulator
         self.load = other_load  # (.busy: other processes leave too few free cores)
+
+    def wait_interruptibly(self, ev: cl.Event) -> None:
+        """Wait for ``ev`` (flushed) so that a Ctrl-C reaches the waiting thread: on busy cores a
+        waiter thread at once (no polling first: each ``sched_yield`` of a busy core can give it
+        to another process for a whole time slice; Intel, 2 spinners on 2 cores, a launch with a
+        changed scalar: 7.8 ms -> 0.2 ms), else :attr:`on_free_cores`. The wait's time counts
+        towards the load's next reading, as a known wait's does (:meth:`choose`)."""
+        load, t0 = self.load, _clock()
+        if load.busy and self.joins:
+            wait_event_handed(ev, 0.0)
+        else:
+            self.on_free_cores(ev)
+        now = _clock()
+        load.left -= now - t0
+        if load.left < 0.0:
+            load.used_up(now)
 
     def wait(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed): joined outside the main thread, interruptibly in it."""
