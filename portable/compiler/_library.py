@@ -22,6 +22,13 @@ def register(name: str, function: Any) -> None:
     _FUNCTIONS[name] = function
 
 
+def is_library_function(function: Any) -> bool:
+    """Whether ``function`` is one of the library's registered device functions: they set a
+    random engine's words themselves (:mod:`portable.rand`), so an engine passed to one is an
+    array of words there, not an engine a store of the user's changes."""
+    return any(f is function for f in _FUNCTIONS.values())
+
+
 def library_function(name: str) -> Any:
     """The registered device function ``name``; LookupError naming the module to import else."""
     try:
