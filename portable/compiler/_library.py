@@ -11,7 +11,8 @@ from typing import Any
 #: uint32 words of a random engine's state (the frontend declares it; portable.rand fills it)
 RAND_STATE_WORDS = 16
 #: the engine's word saying whether a block was computed ahead (portable.rand._refill): a kernel's
-#: own store to an engine word sets it to 1, so the next refill computes from the words as stored
+#: own store to an engine word (or its device functions', passed the engine) sets it to 1, so the
+#: next refill computes from the words as stored
 RAND_AHEAD_WORD = 11
 
 _FUNCTIONS: dict[str, Any] = {}
