@@ -326,6 +326,39 @@ def test_what_stays_refused_names_the_fix():
         assert raised_by_the_front_end(err)
 
 
+@pk.device_function
+def move_counter(eng, block):
+    set_first(eng, block)  # the store is a function's further down
+
+
+@pk.kernel
+def counter_moved_two_calls_down(acc, out, n):
+    """Five draws, the counter's low word set to 100 two calls down (the block's last three words
+    are still drawn), seven more; ``set_first`` also on a per-thread uint32[16] array."""
+    for t in acc.uniform_elements(n):
+        eng = acc.rand_engine(9, t)
+        words = acc.local_array(16, np.uint32)
+        for k in range(5):
+            out[t, k] = acc.rand_u32(eng)
+        move_counter(eng, 100)
+        set_first(words, 7)
+        for k in range(7):
+            out[t, 5 + k] = acc.rand_u32(eng)
+        out[t, 12] = words[0] + words[11]
+
+
+def test_a_store_to_engine_words_two_calls_down_drops_the_block_ahead(device, queue):
+    """``set_first`` is specialised twice, for the engine and for the per-thread array: only the
+    engine's store drops the block computed ahead (word 11 of the array stays 0)."""
+    n = 6
+    out = upload(queue, np.zeros((n, 13), np.uint32))
+    pk.exec(queue, _workdiv(device, n), counter_moved_two_calls_down, out, n)
+    got = download(queue, out)
+    for t in range(n):
+        block = pk.rand.philox4x32_10(np.array([100, 0, t, 0], np.uint32), np.array([9, 0], np.uint32))
+        assert got[t].tolist() == pk.rand.stream(9, t, 8).tolist() + block.tolist() + [7], t
+
+
 @pytest.mark.parametrize("name", ["divergent_draws", "nested_calls"])
 def test_cuda_keeps_an_engine_passed_to_device_functions_in_registers(name):
     """NVRTC's PTX has no thread-local memory for an engine drawn from inside device functions:
