@@ -1,5 +1,6 @@
 """Per-event kernel figures for bench_kernels (device functions inlined, atomics at their cost):
-Philox uniforms drawn in a cpu_serial kernel against numpy's ``Generator(Philox).random(float32)``,
+Philox uniforms drawn in a cpu_serial kernel against numpy's ``Generator(Philox).random(float32)``
+(and the same draws made by a device function the kernel passes its engine to),
 and a user kernel that sums charges per cluster with shared-memory atomics against its numba njit twin. Each pair runs
 on the same sizes, interleaved round-robin in one process.
 
@@ -30,6 +31,21 @@ def philox_fill(acc, out, per, seed):
         eng = acc.rand_engine(seed, t)
         for k in range(per):
             out[t * per + k] = acc.rand_uniform(eng, np.float32)
+
+
+@pk.device_function
+def draw_f32(acc, eng):
+    """One float32 uniform from the caller's engine (passed by reference)."""
+    return acc.rand_uniform(eng, np.float32)
+
+
+@pk.kernel
+def philox_fill_via_function(acc, out, per, seed):
+    """:func:`philox_fill` with each draw made by a device function."""
+    for t in acc.uniform_elements(out.shape[0] // per):
+        eng = acc.rand_engine(seed, t)
+        for k in range(per):
+            out[t * per + k] = draw_f32(acc, eng)
 
 
 @pk.kernel
@@ -68,18 +84,24 @@ def _timed(fns: dict, reps: int, calls: int = 1) -> dict[str, float]:
 
 
 def philox(n_draws: int, reps: int) -> dict:
-    """ns per float32 uniform: a cpu_serial kernel (64 threads, one engine each) vs numpy."""
+    """ns per float32 uniform: a cpu_serial kernel (64 threads, one engine each) vs numpy, and
+    the kernel whose draws a device function makes (``device_function_over_inline``: its time
+    over the inline kernel's)."""
     per = n_draws // 64
     q = pk.Queue(pk.device("cpu_serial"), blocking=True)
     out = np.empty(64 * per, np.float32)
     wd = pk.WorkDiv(64, 1, 1)
     gen = np.random.Generator(np.random.Philox(7))
     ref = np.empty_like(out)
+    via = np.empty_like(out)
     pk.exec(q, wd, philox_fill, out, per, 7)
+    pk.exec(q, wd, philox_fill_via_function, via, per, 7)
     np.testing.assert_array_equal(out[:per], pk.rand.uniform(7, 0, per, np.float32))
+    np.testing.assert_array_equal(via, out)
     t = _timed(
         {
             "alpyka_cpu_serial": lambda: pk.exec(q, wd, philox_fill, out, per, 7),
+            "alpyka_cpu_serial_device_function": lambda: pk.exec(q, wd, philox_fill_via_function, via, per, 7),
             "numpy_Generator_Philox": lambda: gen.random(out=ref, dtype=np.float32),
         },
         reps,
@@ -89,6 +111,7 @@ def philox(n_draws: int, reps: int) -> dict:
         "draws": int(out.size),
         "ns_per_draw": ns,
         "numpy_over_alpyka": ns["numpy_Generator_Philox"] / ns["alpyka_cpu_serial"],
+        "device_function_over_inline": ns["alpyka_cpu_serial_device_function"] / ns["alpyka_cpu_serial"],
     }
 
 

@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         "start s": results["start"],
         "per-event kernels": {  # peer time / alpyka time
             "philox numpy/cpu_serial": results["per_event"]["philox"]["numpy_over_alpyka"],
+            "philox inline/via device function": 1 / results["per_event"]["philox"]["device_function_over_inline"],
             **{
                 f"shared atomics njit/{k[7:]}": v
                 for k, v in results["per_event"]["shared_atomics"]["njit_over_alpyka"].items()

@@ -7,7 +7,8 @@ it, written in the kernel language, so every backend compiles the same integer a
 draws the same bits. An engine is a ``uint32[16]``: words 0-3 the counter (of the next block to
 compute), 4-5 the key, 6-9 the current block's unused outputs (the next draw first), 10 how many
 of them were used, 11-15 the block computed ahead (:func:`_refill`; a kernel's own store to an
-engine word sets word 11 to 1, dropping it: portable/compiler/_assignments.py). ``seed`` is the key (low word
+engine word, or a store of a device function the kernel passed the engine to, sets word 11 to 1,
+dropping it: portable/compiler/_assignments.py). ``seed`` is the key (low word
 first), ``subsequence`` the counter's high half, and the counter's low half counts blocks: draw
 ``4 m + j`` is word ``j`` of ``philox4x32_10((m_lo, m_hi, sub_lo, sub_hi), (seed_lo, seed_hi))``.
 

@@ -50,6 +50,7 @@ class AssignBuilder:
             for k, it in enumerate(v.items):
                 if isinstance(it, TupleVal):
                     raise self.error(node, "nested tuples cannot be assigned")
+                self.no_engine_alias(name, it, node)
                 if not isinstance(it, (ir.Expr, FieldAccess)):  # an array, a view...: kept as it is
                     items.append(it)
                     continue
@@ -59,11 +60,26 @@ class AssignBuilder:
             self.scope[name] = TupleVal(items)
             return out
         if isinstance(v, (ir.ArrayRef, ViewVal)):
+            self.no_engine_alias(name, v, node)
             if name in self.var_types:
                 raise self.error(node, f"{name!r} holds a number and cannot become {self.describe(v)}")
             self.scope[name] = v
             return []
         raise self.error(node, f"cannot assign {self.describe(v)} to a variable")
+
+    def no_engine_alias(self, name: str, v: Any, node: ast.AST) -> None:
+        """KernelSyntaxError for ``name = eng`` (or a tuple holding ``eng``), ``eng`` a random engine:
+        C++'s ``auto e2 = engine;`` copies the state and Python's assignment names the same one, so
+        either reading would be wrong for the other's readers."""
+        if isinstance(v, ir.ArrayRef) and v.name in self.ctx.engines:
+            label = self.ctx.labels.get(v.name, v.name)
+            raise self.error(
+                node,
+                f"{name!r} = {label}: an engine is not assigned to another name (C++'s auto e2 = engine "
+                "copies it, Python's assignment would name the same one); draw from the engine by its own "
+                "name and pass it to device functions (by reference), or make a second engine with "
+                "acc.rand_engine(seed, subsequence)",
+            )
 
     def not_a_number(self, name: str, held: Any) -> str:
         """The message for ``name = <number>`` where ``name`` holds an array or a view."""
@@ -124,7 +140,7 @@ class AssignBuilder:
         self.check_writable(arr, node)
         value = cast(self.as_scalar(v, node), arr.type.dtype)
         stores = [ir.Store(arr, idx, value, self.line(node), self.check_message(arr, idx, node))]
-        if self.ctx.labels.get(arr.name, "").startswith("random engine"):  # the kernel sets its engine's words
+        if arr.name in self.ctx.engines:  # the kernel (or a device function passed it) sets its engine's words
             ahead = (ir.Const(RAND_AHEAD_WORD, INDEX),)  # drop a block computed ahead from the old words
             stores.append(ir.Store(arr, ahead, ir.Const(1, arr.type.dtype), self.line(node), None))
         return stores

@@ -188,6 +188,11 @@ class ExprBuilder:
         raise self.error(node, f"expected {what} here, got {self.describe(v)}")
 
     def describe(self, v: Any) -> str:
+        if isinstance(v, ir.ArrayRef) and v.name in self.ctx.engines:
+            return (
+                f"a {self.ctx.labels.get(v.name, v.name)}, per-thread state that never leaves the thread: "
+                "use what it draws (acc.rand_uniform(eng)...) or pass the engine to a device function"
+            )
         if isinstance(v, ir.ArrayRef):
             return f"an array ({self.ctx.labels.get(v.name, v.name)})"
         if isinstance(v, ViewVal):

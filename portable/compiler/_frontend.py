@@ -43,6 +43,9 @@ class CompileContext:
     #: bytes of each per-thread array (``acc.local_array``) of the kernel and its device functions
     local_bytes: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    #: the IR names of the random engines (``acc.rand_engine``) and of the device functions'
+    #: parameters passed one: ``acc.rand_*`` draws from these only
+    engines: set[str] = field(default_factory=set)
     uses_dynamic_shared: bool = False
     stack: list[Any] = field(default_factory=list)
     #: the kernel's Python arguments by parameter name (for argument errors)

@@ -18,6 +18,7 @@ from . import ir
 from ._closures import BoundLocal
 from ._errors import KernelArgumentError, KernelSyntaxError
 from ._frontend import CompileContext, FunctionBuilder, assigned_names, build_kernel, run_builder
+from ._library import is_library_function
 from ._signature import arg_specs, check_args, signature_key
 from ._source import ParsedFunction, parse_function
 from ._values import AccVal, DeviceFunctionVal, TupleVal, ViewVal
@@ -354,10 +355,11 @@ _WHAT = {
 }
 
 
-def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tuple], list[Any]]:
+def _specialisation_keys(df: DeviceFunction, vals: list[Any], engines: set[str]) -> tuple[list[tuple], list[Any]]:
     """What a specialisation of ``df`` depends on for each argument value (acc; a scalar's type;
-    an array's type; a view's layout and constness; the device function passed; a tuple's
-    items'), and the call's IR arguments."""
+    an array's type, or whether it is a random engine (of ``engines``: its draws are allowed in
+    the body); a view's layout and constness; the device function passed; a tuple's items'),
+    and the call's IR arguments."""
     call_args: list[Any] = []
 
     def key(v: Any) -> tuple:
@@ -368,7 +370,7 @@ def _specialisation_keys(df: DeviceFunction, vals: list[Any]) -> tuple[list[tupl
             return ("scalar", v.type.name)
         if isinstance(v, ir.ArrayRef):
             call_args.append(v)
-            return ("array", v.type)
+            return ("engine",) if v.name in engines else ("array", v.type)
         if isinstance(v, ViewVal):
             call_args.extend([*v.fields.values(), v.size])
             return ("view", v.layout, v.const)
@@ -415,7 +417,7 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
         raise ArgumentTypeError(
             f"device function {df.__name__!r} calls itself: recursion is not allowed in kernels; write it as a loop"
         )
-    keys, call_args = _specialisation_keys(df, vals)
+    keys, call_args = _specialisation_keys(df, vals, ctx.engines)
     skey = (ident, tuple(keys))
     if skey in ctx.specialisations:
         fname = ctx.specialisations[skey]
@@ -456,6 +458,9 @@ def specialise_device_function(df: DeviceFunction, vals: list[Any], ctx: Compile
             params.append(a)
             ctx.param_owner[pn] = (fname, k)
             ctx.labels[pn] = f"array parameter {pname!r} of device function {df.__name__!r}"
+            if v.name in ctx.engines and not is_library_function(df):  # passed by reference, drawn from
+                ctx.engines.add(pn)
+                ctx.labels[pn] = f"random engine {pname!r} (a parameter of device function {df.__name__!r})"
             return a
         fields = {}
         for fld, arr in v.fields.items():

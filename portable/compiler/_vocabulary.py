@@ -241,7 +241,7 @@ class VocabularyBuilder:
 
     def engine(self, node: ast.AST, what: str) -> ir.ArrayRef:
         eng = self.value(node)
-        if not (isinstance(eng, ir.ArrayRef) and eng.type.kind == "private" and eng.name.startswith("pv_")):
+        if not (isinstance(eng, ir.ArrayRef) and eng.name in self.ctx.engines):
             raise self.error(
                 node,
                 f"{what} takes a random engine first (eng = acc.rand_engine(seed, subsequence)), "
@@ -289,8 +289,8 @@ class VocabularyBuilder:
         if not self.is_kernel:
             raise self.error(
                 s,
-                "acc.rand_engine() is allowed in the kernel body only; draw there and pass the values "
-                "to device functions",
+                "acc.rand_engine() is allowed in the kernel body only; make the engine there and pass it "
+                "to this function (smear(acc, eng, x): by reference, its draws advance the kernel's engine)",
             )
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise self.error(s, "assign acc.rand_engine(seed, subsequence) to one name")
@@ -303,6 +303,7 @@ class VocabularyBuilder:
         pname = "pv_" + name
         self.ctx.private[pname] = ir.SharedArray(pname, UINT32, (RAND_STATE_WORDS,))
         self.ctx.labels[pname] = f"random engine {name!r}"
+        self.ctx.engines.add(pname)
         eng = ir.ArrayRef(pname, ArrayType(UINT32, "private", 1), (ir.Const(RAND_STATE_WORDS, INDEX),))
         self.scope[name] = eng
         call = self.builtin_device_call("rand.init", [eng, cast(seed, UINT64), cast(sub, UINT64)], s)
