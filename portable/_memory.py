@@ -26,7 +26,8 @@ def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
     if isinstance(obj, Buffer) or callable(getattr(type(obj), "memref", None)):
         return obj.memref()
     if isinstance(obj, np.ndarray):
-        if not obj.flags.c_contiguous:
+        flags = obj.flags
+        if not flags.c_contiguous:
             raise ArgumentError(
                 f"memcpy {what}: numpy array must be C-contiguous (memcpy copies its bytes in order); "
                 + (
@@ -35,9 +36,10 @@ def as_memref(obj: Any, what: str, writable: bool = False) -> MemRef:
                     else "pass np.ascontiguousarray(arr)"
                 )
             )
-        if writable and not obj.flags.writeable:
+        if writable and not flags.writeable:
             raise ArgumentError(f"memcpy {what}: numpy array is read-only; copy into a writable array (arr.copy())")
-        return MemRef(host(), obj.reshape(-1).view(np.uint8), 0, obj.nbytes, owner=obj)
+        flat = obj if obj.ndim == 1 else obj.reshape(-1)
+        return MemRef(host(), flat.view(np.uint8), 0, obj.nbytes, owner=obj)
     got = type(obj).__name__
     raise ArgumentTypeError(f"memcpy {what}: expected a pk.Buffer, PortableCollection or numpy array, got {got}")
 
@@ -50,7 +52,7 @@ def _check_queue_access(queue: Queue, ref: MemRef, what: str) -> None:
 
 def _typed_dtype(obj: Any) -> np.dtype | None:
     """The element type of a Buffer or a numpy array (None for untyped memory)."""
-    return np.dtype(obj.dtype) if isinstance(obj, (Buffer, np.ndarray)) else None
+    return obj.dtype if isinstance(obj, (Buffer, np.ndarray)) else None  # (np.dtype both)
 
 
 def _check_byte_order(dst: Any, src: Any) -> None:
@@ -58,6 +60,8 @@ def _check_byte_order(dst: Any, src: Any) -> None:
     HDF5 or ROOT file) and the other is not of that same dtype: a byte copy does not convert
     them (1.5 as ``>f4`` would read as 6.9e-41 in a float32 buffer)."""
     dt, st = _typed_dtype(dst), _typed_dtype(src)
+    if (dt is None or dt.isnative) and (st is None or st.isnative):
+        return  # (the common case, without the loop)
     for side, t, other in (("source", st, dt), ("destination", dt, st)):
         if t is not None and not t.isnative and t != other:
             theirs = f"holds {other}" if other is not None else "is untyped memory"
