@@ -317,8 +317,18 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
     that fails while writing (a full disk; pyopencl then raises
     ``KeyError('PYOPENCL_CACHE_FAILURE_FATAL')``) is turned off for this process, with one
     warning, and the program built again without it. On the main thread a helper thread builds
-    it, so that a Ctrl-C is not held up by the runtime's compiler (backends/_off_main.py)."""
-    return call_off_main(lambda: _build(cl, context, source, devices, options))
+    it, so that a Ctrl-C is not held up by the runtime's compiler (backends/_off_main.py); a
+    request for a program whose build a caught Ctrl-C left running waits for that build (its
+    program, or its error) instead of building it a second time beside it."""
+    key = ("opencl-program", _handle(context), tuple(_handle(d) for d in devices), source, tuple(options or ()))
+    return call_off_main(lambda: _build(cl, context, source, devices, options), key=key)
+
+
+def _handle(obj: Any) -> int:
+    """The OpenCL handle of a pyopencl object (two wrappers of one context are one context); the
+    object's identity where it has none (it is kept alive by the call that the key names)."""
+    ptr = getattr(obj, "int_ptr", None)
+    return ptr if isinstance(ptr, int) else id(obj)
 
 
 def _build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None) -> Any:
