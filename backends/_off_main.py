@@ -9,7 +9,10 @@ thread hands the call to a daemon thread and sleeps on a lock that a Ctrl-C inte
 goes on to its end in that thread (its result dropped), as it would have in the main thread, and
 ends with the process where the KeyboardInterrupt ends the program: no process is left behind
 (the compiler is the runtime's own code, in this process), and pyopencl's program cache is
-written under its lock as before. Other threads make the call themselves (no Ctrl-C is raised
+written under its lock as before. A call names what it makes (``key``: an OpenCL program's
+context, devices, source and options): a program that caught the Ctrl-C and asks for the same
+program again waits for the call left running, and gets its result or its error, instead of
+starting a second build beside it. Other threads make the call themselves (no Ctrl-C is raised
 there), as does the main thread while the interpreter ends.
 
 A call left running must not return while the interpreter finalises: its thread, coming back
@@ -32,8 +35,8 @@ import _thread
 import atexit
 import sys
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from portable.cli import die_by_sigint
 
@@ -44,46 +47,101 @@ T = TypeVar("T")
 WAIT_SLICE_S = 0.1
 
 
-def call_off_main(fn: Callable[[], T], name: str = "alpyka-build") -> T:
+def call_off_main(fn: Callable[[], T], name: str = "alpyka-build", key: Hashable | None = None) -> T:
     """``fn()``; on the main thread called by a daemon thread named ``name`` while the main thread
     waits interruptibly (a Ctrl-C raises KeyboardInterrupt here at once, the call going on).
-    ``fn``'s exception is raised here, with its traceback."""
+    ``fn``'s exception is raised here, with its traceback. A ``key`` names what the call makes
+    (an OpenCL program: its context, devices, source and options): while a call of that key runs
+    in a helper thread (one a caught Ctrl-C left running), a request of the same key, in any
+    thread, waits for it and gets its result, or its exception, instead of making it again."""
     if sys.is_finalizing():
         return fn()
     if threading.current_thread() is not threading.main_thread():
-        return _tracked(fn)
-    done = _thread.allocate_lock()
-    done.acquire()
-    outcome: list = []  # [result] or [None, exception]: appended by the helper
+        return _tracked(lambda: _outcome(_call_for(fn, name, key)))
+    return _outcome(_call_for(fn, name, key))  # (no local holds the call: see _outcome)
 
-    def call() -> None:
+
+class _Call:
+    """One call of ``fn``: its ``result`` or ``failure`` once ``done`` is released (held while the
+    call runs); ``helper``, the thread making it for the main thread (None: the caller's own)."""
+
+    def __init__(self, fn: Callable[[], object], key: Hashable | None) -> None:
+        self.fn: Callable[[], object] | None = fn
+        self.key = key
+        self.result: object = None
+        self.failure: BaseException | None = None
+        self.helper: threading.Thread | None = None
+        self.done = _thread.allocate_lock()
+        self.done.acquire()
+
+    def run(self, keyed: bool = False) -> None:
+        """Make the call (in the thread that runs this), then release ``done``; ``keyed``: known
+        by its key in :data:`_keyed` while it runs (unless a call of that key runs already)."""
+        if keyed and self.key is not None:
+            _keyed.setdefault(self.key, self)  # (by the call itself: no entry outlives it)
         try:
-            outcome.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - raised in the thread that handed it over
-            outcome.extend((None, exc))
+            self.result = self.fn()  # type: ignore[misc]
+        except BaseException as exc:  # noqa: BLE001 - raised in the threads that wait for it
+            self.failure = exc
         finally:
-            done.release()
+            self.fn = None  # (what it held goes with the call's end)
+            if self.key is not None and _keyed.get(self.key) is self:
+                del _keyed[self.key]
+            self.done.release()
+            del self  # (no cycle from the failure's traceback through this frame back to it)
 
-    helper = threading.Thread(target=call, name=name, daemon=True)
-    try:
-        helper.start()
-    except RuntimeError:  # "can't create new thread at interpreter shutdown"
-        return fn()
-    except BaseException:  # a Ctrl-C while it starts: the call may run on
-        _left_running.append(helper)
-        raise
-    try:
-        while not done.acquire(timeout=WAIT_SLICE_S):
+    def wait(self) -> None:
+        """Until the call ended; interruptible on the main thread (a signal interrupts the sleep)."""
+        while not self.done.acquire(timeout=WAIT_SLICE_S):
             pass
-    except BaseException:
-        _left_running.append(helper)  # (its end is waited for, or cut short, at exit)
+        self.done.release()
+
+
+#: keyed calls running in a helper thread, by key (each removed as it ends)
+_keyed: dict[Hashable, _Call] = {}
+
+
+def _call_for(fn: Callable[[], object], name: str, key: Hashable | None) -> _Call:
+    """The call this request waits for: the running call of ``key``; else, on the main thread, a
+    new call started in a helper thread; in any other thread, a new call made here."""
+    joined = _keyed.get(key) if key is not None else None
+    if joined is not None:
+        return joined
+    call = _Call(fn, key)
+    if threading.current_thread() is not threading.main_thread():
+        call.run()
+        return call
+    call.helper = threading.Thread(target=call.run, args=(True,), name=name, daemon=True)
+    try:
+        call.helper.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        call.helper = None
+        call.run()
+    except BaseException:  # a Ctrl-C while it starts: the call may run on
+        _left_running.append(call.helper)
         raise
-    if len(outcome) == 2:
+    return call
+
+
+def _outcome(call: _Call) -> Any:
+    """``call``'s result once it ended, or its exception, raised here with its traceback; where a
+    Ctrl-C ends the wait, the helper making the call is left to :func:`_at_exit`. No frame the
+    exception passes through keeps the call (or the exception) alive: that cycle would keep a
+    failed build's program and context until the garbage collector ran."""
+    try:
+        call.wait()
+    except BaseException:
+        if call.helper is not None and call.helper not in _left_running:
+            _left_running.append(call.helper)  # (its end is waited for, or cut short, at exit)
+        raise
+    failure, result = call.failure, call.result
+    del call
+    if failure is not None:
         try:
-            raise outcome[1]
+            raise failure
         finally:
-            outcome.clear()  # (no cycle through the traceback's frame keeping the build alive)
-    return outcome[0]  # type: ignore[no-any-return]
+            del failure
+    return result
 
 
 #: helper threads whose caller left (a Ctrl-C) while their call ran

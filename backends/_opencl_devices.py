@@ -317,8 +317,18 @@ def build(cl: Any, context: Any, source: str, devices: list, options: list[str] 
     that fails while writing (a full disk; pyopencl then raises
     ``KeyError('PYOPENCL_CACHE_FAILURE_FATAL')``) is turned off for this process, with one
     warning, and the program built again without it. On the main thread a helper thread builds
-    it, so that a Ctrl-C is not held up by the runtime's compiler (backends/_off_main.py)."""
-    return call_off_main(lambda: _build(cl, context, source, devices, options))
+    it, so that a Ctrl-C is not held up by the runtime's compiler (backends/_off_main.py); a
+    request for a program whose build a caught Ctrl-C left running waits for that build (its
+    program, or its error) instead of building it a second time beside it."""
+    key = ("opencl-program", _handle(context), tuple(_handle(d) for d in devices), source, tuple(options or ()))
+    return call_off_main(lambda: _build(cl, context, source, devices, options), key=key)
+
+
+def _handle(obj: Any) -> int:
+    """The OpenCL handle of a pyopencl object (two wrappers of one context are one context); the
+    object's identity where it has none (it is kept alive by the call that the key names)."""
+    ptr = getattr(obj, "int_ptr", None)
+    return ptr if isinstance(ptr, int) else id(obj)
 
 
 def _build(cl: Any, context: Any, source: str, devices: list, options: list[str] | None) -> Any:
@@ -409,7 +419,13 @@ def probe(cl: Any, cand: Candidate, timeout: float | None = None) -> None:
         knl.set_args(buf, cl.LocalMemory(4 * threads))
         run = cl.enqueue_nd_range_kernel(cq, knl, (n,), (threads,))
         cq.flush()
-        if not _wait(cl, run, start + timeout):
+        try:
+            completed = _wait(cl, run, start + timeout)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # a Ctrl-C while the kernel may run: never waited for
+                _abandoned.extend((cq, buf, knl, run, ctx))
+            raise
+        if not completed:
             _abandoned.extend((cq, buf, knl, run, ctx))
             cand.reason = f"the probe kernel did not complete within {timeout:.0f} s"
             return
@@ -475,12 +491,18 @@ class Selection:
 
     def probe_until(self, count: int | None) -> list[Candidate]:
         """The first ``count`` usable devices (all of them for None; fewer when fewer pass),
-        probing the pending candidates in order until there are that many."""
+        probing the pending candidates in order until there are that many. A candidate leaves the
+        pending list only once its probe ended and its outcome is kept: a Ctrl-C (or any exception)
+        during a probe leaves the selection as if that probe had not started (the device is
+        probed again at the next request), and one that lands after the probe ended keeps its
+        outcome once (:func:`probe` sets ``context`` or ``reason`` only as it ends)."""
         while self._pending and (count is None or len(self.used) < count):
-            cand = self._pending.pop(0)
-            probe(self._cl, cand)
-            if cand.reason is None:
+            cand = self._pending[0]
+            if cand.context is None and cand.reason is None:
+                probe(self._cl, cand)
+            if cand.reason is None and all(c is not cand for c in self.used):
                 self.used.append(cand)
+            del self._pending[0]
         return self.used if count is None else self.used[:count]
 
     @property

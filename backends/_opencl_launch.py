@@ -153,18 +153,31 @@ def uses_warps(text: str) -> bool:
     return any(w != "intel_reqd_sub_group_size" for w in _SUB_GROUP_WORD.findall(text))
 
 
-def subgroup_options(device: Any, warps: bool = True) -> list[str]:
+def subgroup_options(device: Any, warps: bool = True, warp_size: int | None = None) -> list[str]:
     """The build options of a kernel on ``device``: ``-DALPYKA_SUBGROUPS`` where warps are
     sub-groups, with ``-DALPYKA_SUBGROUP_SIZE`` where kernels require a size: a kernel with
-    ``warps`` the one the device reports (:func:`subgroup_size`), one without
-    :data:`PINNED_SUBGROUP_SIZE` (nothing in it sees the size; 16 ran GPU-shaped blocks faster
-    than 8 on an AVX2 CPU too)."""
+    ``warps`` the one the device reports (:func:`subgroup_size`), or ``warp_size`` where given
+    (the GPU emulator's OpenCL twins run the emulated GPU's warps: :func:`runs_warps_of`); one
+    without :data:`PINNED_SUBGROUP_SIZE` (nothing in it sees the size; 16 ran GPU-shaped blocks
+    faster than 8 on an AVX2 CPU too)."""
     if not uses_subgroups(device):
         return []
     if "cl_intel_required_subgroup_size" in _extensions(device):
-        size = subgroup_size(device) if warps else PINNED_SUBGROUP_SIZE
+        size = (warp_size or subgroup_size(device)) if warps else PINNED_SUBGROUP_SIZE
         return ["-DALPYKA_SUBGROUPS", f"-DALPYKA_SUBGROUP_SIZE={size}"]
     return ["-DALPYKA_SUBGROUPS"]
+
+
+def runs_warps_of(device: Any, warp_size: int) -> bool:
+    """Whether kernels built for ``device`` with ``warp_size`` (:func:`subgroup_options`) run
+    warps of that many lanes: sub-groups whose size a kernel may require
+    (``cl_intel_required_subgroup_size``: Intel's CPU runtime takes 8 to 64), or the device's own
+    fixed width."""
+    if not uses_subgroups(device):
+        return warp_size == 1
+    if "cl_intel_required_subgroup_size" in _extensions(device):
+        return warp_size in (8, 16, 32, 64)
+    return _vendor_warp_size(device) == warp_size
 
 
 def correctly_rounded_divide_sqrt(device: Any) -> bool:
@@ -208,9 +221,10 @@ def collectives_std(device: Any) -> str | None:
     return None
 
 
-def build_program(context: Any, device: Any, src: Any) -> Any:
+def build_program(context: Any, device: Any, src: Any, warp_size: int | None = None) -> Any:
     """``cl.Program`` of a generated source; KernelBuildError with the marked source on failure.
-    Built with the sub-group size its warps need where the device pins one (:func:`subgroup_options`);
+    Built with the sub-group size its warps need where the device pins one (:func:`subgroup_options`;
+    ``warp_size``: that many lanes instead of the device's own, the GPU emulator's twins);
     without fast math unless the kernel asked for it (``-cl-fast-relaxed-math``, or its parts
     where the kernel does not build with it: :func:`_build`); float32
     ``/`` and ``sqrt`` correctly rounded (numpy's bits; OpenCL allows 2.5 and 3 ulp) on devices
@@ -218,7 +232,7 @@ def build_program(context: Any, device: Any, src: Any) -> Any:
     reorder a float reduction; a source with a work-group collective path (``ALPYKA_WG_COLLECTIVES``)
     takes it under the OpenCL C that has them where the device does (:func:`collectives_std`), and
     its fallback where that build fails but the fallback's does (the device is asked no more)."""
-    options = subgroup_options(device, uses_warps(src.text))
+    options = subgroup_options(device, uses_warps(src.text), warp_size)
     options += float_options("opencl", src.fast_math)
     if not src.fast_math and correctly_rounded_divide_sqrt(device):
         options.append("-cl-fp32-correctly-rounded-divide-sqrt")

@@ -24,8 +24,8 @@ def axpy(acc, out, inp, a, n):
         out.y[i] = a * inp.x[i] + inp.y[i]
 
 
-def main(backend: str) -> None:
-    dev = pk.device(backend)
+def main(backend: str | None = None) -> None:
+    dev = pk.device(backend or pk.default_backend())
     q = pk.Queue(dev)  # non-blocking: work runs in order, the caller goes on
     n = 100_000
     rng = np.random.default_rng(0)
@@ -45,4 +45,4 @@ def main(backend: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
-    sys.exit(run_script(main, parser.parse_args().backend or pk.default_backend()))
+    sys.exit(run_script(main, parser.parse_args().backend))

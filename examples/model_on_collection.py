@@ -42,8 +42,8 @@ def combine(acc, hits, n):
         hits.s[i] = hits.u[i] + hits.v[i]
 
 
-def main(backend: str) -> None:
-    dev = pk.device(backend)
+def main(backend: str | None = None) -> None:
+    dev = pk.device(backend or pk.default_backend())
     q = pk.Queue(dev)
     n = 10_000
     hits = pk.PortableCollection(Hits, n, q)
@@ -73,4 +73,4 @@ def main(backend: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
-    sys.exit(run_script(main, parser.parse_args().backend or pk.default_backend()))
+    sys.exit(run_script(main, parser.parse_args().backend))

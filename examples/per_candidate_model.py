@@ -75,8 +75,8 @@ def magnitude(acc, events, n):
         events.met[i] = (events.met_x[i] * events.met_x[i] + events.met_y[i] * events.met_y[i]) ** 0.5
 
 
-def main(backend: str) -> None:
-    dev = pk.device(backend)
+def main(backend: str | None = None) -> None:
+    dev = pk.device(backend or pk.default_backend())
     q = pk.Queue(dev)
     n_events = 200
     rows = n_events * CANDIDATES
@@ -112,4 +112,4 @@ def main(backend: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
-    sys.exit(run_script(main, parser.parse_args().backend or pk.default_backend()))
+    sys.exit(run_script(main, parser.parse_args().backend))

@@ -85,6 +85,8 @@ _C_TYPES = {
     "unsigned int": "uint32",
     "unsigned long long": "uint64",
 }
+#: the lanes of a warp, by ``is_hip``: CUDA's 32, a CDNA wavefront's 64 (the OpenCL twins run as many)
+WARP_SIZE = {False: 32, True: 64}
 #: what ``getDeviceProperties(i)["name"]`` says, by ``is_hip`` (alpyka info and str(device) show it)
 DEVICE_NAME = {
     False: "CUDA emulated on the CPU (ALPYKA_EMULATE)",
@@ -270,7 +272,7 @@ def make_fake_cupy(n_devices: int = 2, is_hip: bool = False, count_error: str | 
             "maxThreadsPerBlock": 1024,
             "maxThreadsDim": (1024, 1024, 64),
             "maxGridSize": (2**31 - 1, 65535, 65535),
-            "warpSize": 64 if is_hip else 32,
+            "warpSize": WARP_SIZE[is_hip],
             "multiProcessorCount": 4,
             "major": 9,
             "minor": 0,

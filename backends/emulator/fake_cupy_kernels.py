@@ -12,7 +12,10 @@ How a kernel runs (honest first, then fast):
   reason (the matrix's cuda/rocm rows are skipped with it).
 - **the OpenCL twin** (``ALPYKA_EMULATE_EXEC=opencl``): the OpenCL C emitted from the same IR
   and plan key, built on the opencl backend's first CPU device (probed, so a broken runtime is
-  never used) over the stand-in's memory wrapped with ``USE_HOST_PTR``.
+  never used) over the stand-in's memory wrapped with ``USE_HOST_PTR``. Its warps run as wide as
+  the emulated GPU's (32 lanes, 64 on rocm: what ``acc.warp_size`` and the device's limits say),
+  as sub-groups of that size; a device that cannot require a sub-group size refuses a kernel with
+  warps (it ran them 8 or 16 lanes wide, or one, under a device that said 32).
 - **the compile guard**, either way: where NVRTC is installed, the CUDA/HIP text is compiled to
   PTX with the options cupy would hand NVRTC (``-ftz=true`` appended on CUDA), so the code a GPU
   would run is checked by NVIDIA's compiler too. hiprtc is not available without ROCm: the HIP
@@ -102,16 +105,31 @@ class _OpenCL:
         self.cl = cl
         self.context = _cpu_device().native.context
         self.local = threading.local()
-        self.programs: dict[str, Any] = {}
+        self.programs: dict[tuple[str, int], Any] = {}
         self.lock = threading.Lock()
 
-    def program(self, twin: Any) -> Any:
-        with self.lock:
-            program = self.programs.get(twin.text)
-            if program is None:
-                from backends._opencl_launch import build_program
+    def program(self, twin: Any, warp_size: int) -> Any:
+        """``twin`` built to run warps of ``warp_size`` lanes, the emulated GPU's (the same text is
+        built once per warp size: CUDA's twin and HIP's differ only there); a twin with warps on a
+        device that cannot run that many lanes is a KernelBuildError naming the fix."""
+        from backends._opencl_launch import build_program, runs_warps_of, uses_warps
 
-                program = self.programs[twin.text] = build_program(self.context, self.context.devices[0], twin)
+        device = self.context.devices[0]
+        if uses_warps(twin.text) and not runs_warps_of(device, warp_size):
+            from portable import KernelBuildError
+
+            raise KernelBuildError(
+                f"kernel {twin.entry}: its warps (acc.warp_*) run {warp_size} lanes wide on the emulated GPU, and "
+                f"{ENV_EXEC}=opencl runs them as sub-groups of the OpenCL CPU device {device.name.strip()!r} "
+                f"({device.platform.name.strip()}), which cannot require that size "
+                "(cl_intel_required_subgroup_size: Intel's CPU runtime can); unset "
+                f"{ENV_EXEC} (the default executor, cpp) or install Intel's OpenCL CPU runtime"
+            )
+        with self.lock:
+            program = self.programs.get((twin.text, warp_size))
+            if program is None:
+                program = build_program(self.context, device, twin, warp_size)
+                self.programs[(twin.text, warp_size)] = program
             return program
 
     def queue(self) -> Any:
@@ -144,9 +162,11 @@ class OpenCLTwinExecutor:
     def prepare(self, code: str, name: str, options: tuple) -> Prepared:
         """The twin of ``code``'s kernel ``name``: NVRTC-checked, its OpenCL program built."""
 
+        from backends.emulator.fake_cupy import WARP_SIZE
+
         src, twin = _recorded(code, name)
         _nvrtc_guard(src, options)
-        return Prepared(name, src, twin, self.ocl.program(twin))
+        return Prepared(name, src, twin, self.ocl.program(twin, WARP_SIZE[self.rt.is_hip]))
 
     # ------------------------------------------------------------------ run
     def run(self, prepared: Prepared, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:

@@ -57,6 +57,7 @@ from ._leftovers import (
     write_access,
 )
 from ._private_args import PrivateArgsError, build_preload, private_workdir
+from ._settings import check_batching, check_model_settings
 from ._spec import IO_EXTRA_FILE, ModelSpec, TensorDecl, model_specs
 from ._triton_exit import last_error
 
@@ -339,7 +340,17 @@ def serve(
             raise pk.ArgumentError(f"the {what} port is 0 to 65535 (0 picks a free one), got {port!r}")
         if port and not _port_free(int(port)):
             raise ServeError(f"the {what} port {port} is in use on 127.0.0.1; pick another one (0 picks a free one)")
-    _check_batching(max_batch_size, preferred_batch_sizes, max_queue_delay_us, instances)
+    check_batching(max_batch_size, preferred_batch_sizes, max_queue_delay_us, instances)
+    check_model_settings(
+        models,
+        {
+            "max_batch_size": max_batch_size,
+            "dynamic_batching": dynamic_batching,
+            "preferred_batch_sizes": preferred_batch_sizes,
+            "max_queue_delay_us": max_queue_delay_us,
+            "instances": instances,
+        },
+    )
     own = workdir is None
     sweep()  # what killed servers and clients left behind
     wd = server_workdir() if own else Path(workdir)  # type: ignore[arg-type]
@@ -384,35 +395,6 @@ def serve(
         )
     finally:
         shutil.rmtree(private, ignore_errors=True)  # tritonserver has loaded it (or failed to start)
-
-
-def _check_batching(
-    max_batch_size: Any, preferred_batch_sizes: Sequence[Any] | None, max_queue_delay_us: Any, instances: Any
-) -> None:
-    """Refuse, before anything starts, batching settings Triton would take wrongly or fail on
-    without naming them: ``max_batch_size=-3`` was served as a batch size of -3, ``instances=0``
-    ran one instance, a negative preferred size or queue delay failed the start with Triton's
-    "failed to poll from model repository"."""
-
-    def whole(what: str, value: Any, least: int, meaning: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, Integral):
-            raise pk.ArgumentTypeError(f"{what} is an int, {meaning}, got {value!r}")
-        if value < least:
-            raise pk.ArgumentError(f"{what} is {meaning}, got {value!r}")
-        return int(value)
-
-    if max_batch_size is not None:
-        whole("max_batch_size (--max-batch-size)", max_batch_size, 0, "0 (a model that does not batch) or more")
-    whole("instances (--instances)", instances, 1, "1 or more")
-    whole("max_queue_delay_us (--max-queue-delay-us)", max_queue_delay_us, 0, "0 or more microseconds")
-    for size in preferred_batch_sizes or []:
-        what = "a preferred batch size (--preferred-batch-size)"
-        whole(what, size, 1, "1 or more, at most max_batch_size")
-        if max_batch_size is not None and size > max_batch_size:
-            raise pk.ArgumentError(
-                f"{what} is at most max_batch_size ({max_batch_size}: give a larger --max-batch-size, or leave it "
-                f"out for the default), got {size}"
-            )
 
 
 def _start_retrying(wd: Path, own: bool, specs: list[ModelSpec], *args: Any) -> ServerHandle:

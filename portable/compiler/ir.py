@@ -3,7 +3,9 @@
 The front-end (:mod:`portable.compiler._frontend`) turns a kernel's Python source plus a launch
 signature into one :class:`KernelDef`; an emitter (numba Python for the CPU backends, OpenCL C,
 CUDA C) walks it. Nothing here is specific to one emitter. Types come from
-:mod:`portable.compiler.types`.
+:mod:`portable.compiler.types`; the closed sets of values each operation field may take
+(``OPERATION_SETS`` and the sets it gathers) from :mod:`portable.compiler._ir_sets`, under the
+same names here.
 
 Conventions
 -----------
@@ -171,71 +173,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .operations import INTRINSICS, MATH, OPERATORS, UNARY
-from .types import BOOL, COMPARE_OPS, INDEX, ArrayType, ScalarType, TupleType, VoidType
+from . import _ir_sets
+from .types import BOOL, INDEX, ArrayType, ScalarType, TupleType, VoidType
 
-#: primitive work-division queries (per dimension)
-INDEX_QUERIES = ("block_idx", "thread_idx", "grid_blocks", "block_threads", "thread_elements")
-#: atomic read-modify-write operations, all returning the old value
-ATOMIC_OPS = ("add", "sub", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec")
-ATOMIC_HIERARCHIES = ("grid", "block", "threads")
-#: warp-level operations (alpaka's warp::getSize/activemask/all/any/ballot/shfl/shflUp/shflDown/shflXor)
-WARP_OPS = (
-    "size",
-    "active_mask",
-    "all",
-    "any",
-    "ballot",
-    "shfl",
-    "shfl_up",
-    "shfl_down",
-    "shfl_xor",
-    "ballot_mask",  # alpaka's ballot(acc, mask, p) and shfl(acc, mask, v, lane): explicit member masks
-    "shfl_mask",
-    "match_any",  # CUDA's __match_any_sync / __match_all_sync over the active lanes
-    "match_all",
-    "shfl_width",  # alpaka's shfl(acc, v, lane, width): acc.warp_shfl(v, lane, width=w)
-)
-#: block-synchronising predicates (alpaka's syncBlockThreadsPredicate<BlockCount|BlockAnd|BlockOr>)
-BLOCK_PREDICATES = ("count", "and", "or")
-#: the work-group collectives of BlockCollective (``acc.block_<op>``)
-BLOCK_COLLECTIVES = ("scan_add", "reduce_add")
-#: memory fence scopes (alpaka's memory_scope::Block|Grid|Device)
-FENCE_SCOPES = ("block", "grid", "device")
-#: functions a kernel may call (``math.<name>``, builtins ``min``/``max``/``abs``): declared in
-#: :mod:`portable.compiler.operations`
-MATH_FUNCTIONS = tuple(MATH)
-#: the bit intrinsics (``acc.popcount``...), declared there too: a ``MathCall`` of one of these
-BIT_INTRINSICS = tuple(INTRINSICS)
-#: name of the dynamic shared memory size (bytes) inside a kernel that uses it
-DYNAMIC_SHARED_BYTES = "dynamic_shared_bytes"
-#: operators of UnaryOp, BinOp (each declared in :mod:`portable.compiler.operations`), Compare, BoolOp
-UNARY_OPS = tuple(UNARY)
-BINARY_OPS = tuple(OPERATORS)
-BOOL_OPS = ("and", "or")
-#: every operation of the IR is one of a closed set: ``(node kind, field) -> the values it may
-#: take`` (``verify`` checks each node against it; the other ``str`` fields are names and messages)
-OPERATION_SETS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("Index", "query"): INDEX_QUERIES,
-    ("UnaryOp", "op"): UNARY_OPS,
-    ("BinOp", "op"): BINARY_OPS,
-    ("Compare", "op"): COMPARE_OPS,
-    ("BoolOp", "op"): BOOL_OPS,
-    ("MathCall", "func"): MATH_FUNCTIONS + BIT_INTRINSICS + ("bit_cast",),
-    ("AtomicOp", "op"): ATOMIC_OPS,
-    ("AtomicOp", "hierarchy"): ATOMIC_HIERARCHIES,
-    ("WarpOp", "op"): WARP_OPS,
-    ("BlockPredicate", "op"): BLOCK_PREDICATES,
-    ("BlockCollective", "op"): BLOCK_COLLECTIVES,
-    ("MemFence", "scope"): FENCE_SCOPES,
-    ("StridedLoop", "kind"): (
-        "uniform_elements",
-        "uniform_groups",
-        "uniform_group_elements",
-        "independent_groups",
-        "independent_group_elements",
-    ),
-}
+# the closed operation sets, declared in _ir_sets (what each operation field of a node may take)
+ATOMIC_HIERARCHIES = _ir_sets.ATOMIC_HIERARCHIES
+ATOMIC_OPS = _ir_sets.ATOMIC_OPS
+BINARY_OPS = _ir_sets.BINARY_OPS
+BIT_INTRINSICS = _ir_sets.BIT_INTRINSICS
+BLOCK_COLLECTIVES = _ir_sets.BLOCK_COLLECTIVES
+BLOCK_PREDICATES = _ir_sets.BLOCK_PREDICATES
+BOOL_OPS = _ir_sets.BOOL_OPS
+DYNAMIC_SHARED_BYTES = _ir_sets.DYNAMIC_SHARED_BYTES
+FENCE_SCOPES = _ir_sets.FENCE_SCOPES
+INDEX_QUERIES = _ir_sets.INDEX_QUERIES
+MATH_FUNCTIONS = _ir_sets.MATH_FUNCTIONS
+OPERATION_SETS = _ir_sets.OPERATION_SETS
+UNARY_OPS = _ir_sets.UNARY_OPS
+WARP_OPS = _ir_sets.WARP_OPS
 
 
 # ----------------------------------------------------------------------------- expressions

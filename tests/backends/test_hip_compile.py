@@ -15,6 +15,7 @@ from alpyka_testing import device_calls as calls
 from alpyka_testing import local_arrays
 from alpyka_testing.backends import blocks as mt
 from backends import _hip_check as hc
+from backends import _hip_toolchain as ht
 from backends._c_build import KernelBuildError
 from backends._c_emit import emit
 
@@ -312,7 +313,7 @@ def test_a_tampered_toolchain_folder_is_not_trusted(toolchain, tmp_path, tamper)
     copy = tmp_path / "tc"
     shutil.copytree(toolchain.home, copy, symlinks=True)
     os.chmod(tmp_path, 0o700)
-    assert hc._verify(copy)
+    assert ht.verify(copy)
     header = copy / "rocm" / "include" / "hip" / "hip_runtime.h"
     if tamper == "a changed header":
         header.write_text(header.read_text() + "\n#define x 1\n")
@@ -323,11 +324,11 @@ def test_a_tampered_toolchain_folder_is_not_trusted(toolchain, tmp_path, tamper)
         header.symlink_to(toolchain.home / "rocm" / "include" / "hip" / "hip_runtime.h")
     else:
         (copy / "rocm" / "bin" / "clang").write_text("#!/bin/sh\n")
-    assert not hc._verify(copy)
+    assert not ht.verify(copy)
 
 
 def test_a_marker_in_a_shared_directory_is_not_trusted(toolchain, tmp_path, monkeypatch):
-    tc = hc._Toolchain(toolchain.zig, toolchain.resource_dir, tmp_path / "tc", toolchain.key)
+    tc = ht.Toolchain(toolchain.zig, toolchain.resource_dir, tmp_path / "tc", toolchain.key)
     objects = tmp_path / "objects"
     objects.mkdir()
     (objects / "ab.ok").write_text("ab")
@@ -359,7 +360,7 @@ def test_without_the_wheel_the_check_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", "")
     monkeypatch.setattr(hc, "_state", {})
     reason = hc.unavailable()
-    assert reason is not None and f"pip download {hc.TRITON} failed" in reason
+    assert reason is not None and f"pip download {ht.TRITON} failed" in reason
     monkeypatch.setattr(hc, "_state", {})  # another process
     again = hc.unavailable()
     assert again.startswith(reason) and "not tried again" in again

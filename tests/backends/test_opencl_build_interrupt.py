@@ -181,3 +181,64 @@ def test_a_daemon_threads_build_is_waited_for_at_exit(tmp_path, runtime, kernels
         pytest.skip(f"no {runtime} OpenCL platform")
     assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-3000:])
     assert r.stdout.split() == ["exiting", "built"], r.stdout
+
+
+#: builds a small program through pyopencl's binary cache on Intel's runtime (PoCL caches its
+#: builds itself: pyopencl keeps no binary there), printing the AlpykaWarnings it got; with
+#: ``slow-store``, pyopencl holds its cache lock 30 s after taking it (a large binary stored)
+CACHED_BUILD = textwrap.dedent("""
+    import sys, time, warnings
+    from backends import _opencl_devices
+
+    _opencl_devices.register_runtimes()
+    import pyopencl as cl
+    import pyopencl.cache
+
+    platforms = [p for p in cl.get_platforms() if "intel" in p.name.lower()]
+    if not platforms:
+        print("no such platform", flush=True)
+        print("locked", flush=True)
+        sys.exit(0)
+    if sys.argv[1] == "slow-store":
+        taken = pyopencl.cache.CacheLockManager.__init__
+
+        def slow(self, cleanup_m, cache_dir):
+            taken(self, cleanup_m, cache_dir)
+            print("locked", flush=True)
+            time.sleep(30)
+
+        pyopencl.cache.CacheLockManager.__init__ = slow
+    device = platforms[0].get_devices()[0]
+    context = cl.Context([device])
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        _opencl_devices.build(cl, context, "__kernel void k(__global float* a) { a[0] = 1.0f; }", [device])
+    print("said:", [str(w.message) for w in said if w.category.__name__ == "AlpykaWarning"], flush=True)
+""")
+
+
+def test_a_cache_lock_left_by_the_kill_at_exit_costs_the_next_run_nothing(tmp_path):
+    """The kill at exit (an uncaught Ctrl-C while a build runs) can land while pyopencl stores the
+    binary under its cache lock, a file that exists while held: it is left behind. Every later
+    process then waited 10 s for it and built without the cache, with a warning, until someone
+    deleted it (pyopencl alone waits a minute, then fails the cache). It is now removed (no
+    process has it open), and the next process builds through the cache, silently."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "ALPYKA_CACHE_DIR": str(tmp_path),
+        "ALPYKA_LOCK_WAIT": "5",  # (before the fix the next process waited this long, then warned)
+    }
+    env.pop("PYOPENCL_NO_CACHE", None)
+    run = interrupt_child([sys.executable, "-c", CACHED_BUILD, "slow-store"], env, ready="locked", running_s=0.3)
+    if run.said("no such platform") is not None:
+        pytest.skip("no Intel OpenCL platform (pyopencl keeps no binary cache for PoCL)")
+    assert run.rc == -signal.SIGINT, (run.rc, run.err[-3000:])
+    lock = tmp_path / "opencl-programs" / "lock"
+    assert lock.exists(), "the kill did not land while pyopencl held its lock"
+    r = subprocess.run(
+        [sys.executable, "-c", CACHED_BUILD, "next"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "said: []" in r.stdout, r.stdout
+    assert not lock.exists() and list((tmp_path / "opencl-programs").glob("*/binary")), "built without the cache"

@@ -195,6 +195,45 @@ def test_the_default_device_probes_only_the_devices_up_to_it(monkeypatch):
     assert _labels(sel.probe_until(1)) == ["intel-cpu"] and len(probed) == 2  # each probed once
 
 
+def test_a_ctrl_c_during_a_probe_leaves_the_selection_as_before_it(monkeypatch):
+    """A KeyboardInterrupt (or any exception) inside a probe neither loses the device nor
+    numbers it: the next request probes it again, as if that probe had not started."""
+    real, calls = od.probe, []
+
+    def probe(cl, cand, timeout=None):
+        calls.append(cand.device.name)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(cl, cand, timeout)
+
+    monkeypatch.setattr(od, "probe", probe)
+    sel = od.Selection(fake_cl(), [(POCL, FakeDevice("pocl-cpu", CPU)), (INTEL, FakeDevice("intel-cpu", CPU))])
+    with pytest.raises(KeyboardInterrupt):
+        sel.probe_until(1)
+    assert not sel.settled and sel.used == [] and sel.rejected() == []
+    assert _labels(sel.probe_until(None)) == ["intel-cpu", "pocl-cpu"]
+    assert calls == ["intel-cpu", "intel-cpu", "pocl-cpu"] and sel.settled
+
+
+def test_a_ctrl_c_after_a_probe_ended_keeps_its_outcome_once(monkeypatch):
+    """A probe that ended before the interrupt counts once: its device is numbered once (or
+    rejected once), never probed again."""
+    real, calls = od.probe, []
+
+    def probe(cl, cand, timeout=None):
+        calls.append(cand.device.name)
+        real(cl, cand, timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # (as if it landed on the probe's last line)
+
+    monkeypatch.setattr(od, "probe", probe)
+    sel = od.Selection(fake_cl(), [(POCL, FakeDevice("pocl-cpu", CPU)), (INTEL, FakeDevice("intel-cpu", CPU))])
+    with pytest.raises(KeyboardInterrupt):
+        sel.probe_until(1)
+    assert _labels(sel.probe_until(None)) == ["intel-cpu", "pocl-cpu"]
+    assert calls == ["intel-cpu", "pocl-cpu"]
+
+
 # ---------------------------------------------------------------------- registration
 def _prefix(tmp_path: Path, icd: str, lib_name: str | None) -> Path:
     prefix = tmp_path / "prefix"

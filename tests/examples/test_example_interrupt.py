@@ -89,3 +89,21 @@ def test_every_example_that_uses_alpyka_runs_its_main_through_run_script(name):
     ``run_script`` (examples/pipeline.py is ``alpyka demo``'s own main, which does the same)."""
     guard = _main_guard(EXAMPLES / name)
     assert "run_script(main" in guard, guard
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.name for p in EXAMPLES.glob("*.py") if "import portable" in p.read_text()),
+)
+def test_an_examples_main_block_leaves_alpyka_to_run_script(name):
+    """Nothing of alpyka's runs in the ``__main__`` block outside ``run_script``: three examples
+    called ``pk.default_backend()`` there, which imports and may probe the backends (an OpenCL
+    device's probe builds a kernel), so a Ctrl-C then was a KeyboardInterrupt traceback, not the
+    one line; ``main`` now takes the backend None and picks the default itself."""
+    guard = ast.parse(_main_guard(EXAMPLES / name))  # (run_script's arguments run before it, outside too)
+    alpyka = [
+        ast.unparse(n)
+        for n in ast.walk(guard)
+        if isinstance(n, ast.Call) and ast.unparse(n.func).startswith(("pk.", "soa.", "portable."))
+    ]
+    assert not alpyka, f"{name} runs {alpyka} outside run_script"

@@ -84,7 +84,9 @@ INTERNAL = {
     "backends._c_source.CEmitError": "the GPU launchers turn it into a KernelSyntaxError",
     "inference.serving._models.StartupError": "the server process reports it; serve() raises ServeError",
     "portable.compiler._folding.ConstantError": "the front-end turns it into a KernelSyntaxError at the user's line",
-    "backends._hip_check.Unavailable": "the HIP check warns once with its reason (AlpykaWarning) and runs unchecked",
+    "backends._hip_toolchain.Unavailable": (
+        "the HIP check warns once with its reason (AlpykaWarning) and runs unchecked"
+    ),
     "inference._zip_layout.ZipLayoutError": "inference._loading turns it into a ModelFileError naming the file",
 }
 

@@ -228,3 +228,50 @@ def test_a_stuck_directory_lock_is_waited_for_once_per_process(tmp_path, monkeyp
     with _cache._locked(index, True) as held:
         assert held
     assert not _cache._stuck
+
+
+def _left_lock(path: Path, age_s: float) -> Path:
+    """A lock file that exists while held (pyopencl's) made ``age_s`` seconds ago and left behind:
+    its maker ended without deleting it (killed while pyopencl stored a binary)."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL))
+    made = os.stat(path).st_mtime - age_s
+    os.utime(path, (made, made))
+    return path
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc tells who has a file open")
+def test_a_lock_file_a_killed_process_left_is_removed_at_once(tmp_path, monkeypatch):
+    """pyopencl's lock left by a killed process cost every later process the whole wait (10 s)
+    and its cache, until someone deleted it: open in no process and old enough, it is removed,
+    with no warning, and the lock is free."""
+    monkeypatch.setattr(_locks, "_warned", set())
+    monkeypatch.setenv("ALPYKA_LOCK_WAIT", "3")
+    lock = _left_lock(tmp_path / "lock", 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _locks.lock_file_free(lock, 30.0, "builds without the cache")
+    assert not lock.exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc tells who has a file open")
+def test_a_lock_file_open_somewhere_or_just_made_is_not_removed(tmp_path):
+    """Held open by a process (a stopped one, or a thread of this one), or younger than
+    ABANDONED_AGE_S (its holder closes it just before deleting it), a lock file stays."""
+    young = _left_lock(tmp_path / "young", 0)
+    assert not _locks.remove_abandoned(young) and young.exists()
+    mine = _left_lock(tmp_path / "mine", 60)
+    fd = os.open(mine, os.O_RDONLY)  # (this process: another thread of it storing a binary)
+    try:
+        assert not _locks.remove_abandoned(mine) and mine.exists()
+    finally:
+        os.close(fd)
+    theirs = tmp_path / "theirs"
+    holder = _StoppedHolder(theirs, "exists")
+    try:
+        _left_lock(tmp_path / "old", 60)
+        made = os.stat(tmp_path / "old").st_mtime
+        os.utime(theirs, (made, made))
+        assert not _locks.remove_abandoned(theirs) and theirs.exists()
+    finally:
+        holder.close()
+    assert _locks.remove_abandoned(theirs) and not theirs.exists()  # its holder was killed

@@ -485,6 +485,94 @@ def test_batching_settings_out_of_range_are_refused_before_anything_starts(tmp_p
         serve(str(tmp_path / "never-read.pt2"), grpc_port=0, **settings)
 
 
+@pytest.mark.parametrize(
+    ("own", "keywords", "error", "says"),
+    [
+        (
+            {"max_batch_size": -3},
+            {},
+            pk.ArgumentError,
+            r"model 'm''s max_batch_size \(its 'max_batch_size' in serve's models mapping\) is 0 "
+            r"\(a model that does not batch\) or more, got -3",
+        ),
+        ({"max_batch_size": "8"}, {}, pk.ArgumentTypeError, r"model 'm''s max_batch_size .* is an int"),
+        ({"instances": 0}, {}, pk.ArgumentError, r"model 'm''s instances .* is 1 or more, got 0"),
+        (
+            {"max_queue_delay_us": -7},
+            {},
+            pk.ArgumentError,
+            r"model 'm''s max_queue_delay_us .* is 0 or more microseconds, got -7",
+        ),
+        ({"preferred_batch_sizes": [0]}, {}, pk.ArgumentError, r"model 'm''s a preferred batch size .* is 1 or more"),
+        ({"preferred_batch_sizes": 16}, {}, pk.ArgumentTypeError, r"preferred_batch_sizes .* is a list of ints"),
+        (
+            {"preferred_batch_sizes": [16], "max_batch_size": 8},
+            {},
+            pk.ArgumentError,
+            r"at most model 'm''s max_batch_size \(8: give a larger 'max_batch_size' in its settings",
+        ),
+        (
+            {"preferred_batch_sizes": [16]},
+            {"max_batch_size": 8},
+            pk.ArgumentError,
+            r"at most max_batch_size \(8: give a larger --max-batch-size",
+        ),
+        (
+            {"max_batch_size": 4},
+            {"preferred_batch_sizes": [16]},
+            pk.ArgumentError,
+            r"a preferred batch size \(--preferred-batch-size\) is at most model 'm''s max_batch_size \(4",
+        ),
+        (
+            {"dynamic_batching": "no"},
+            {},
+            pk.ArgumentTypeError,
+            r"model 'm''s dynamic_batching .* is True or False, got 'no'",
+        ),
+        (
+            {"max_batch": 8},
+            {},
+            pk.ArgumentError,
+            r"model 'm': unknown setting\(s\) 'max_batch' .* a model's settings are 'path', 'inputs'",
+        ),
+    ],
+)
+def test_a_models_own_batching_settings_out_of_range_are_refused_before_anything_starts(
+    tmp_path, own, keywords, error, says
+):
+    """serve's mapping ``{name: {"path": ..., "max_batch_size": -3}}`` was checked at the top level
+    only: a model's own bad settings reached Triton (a batch size of -3 served; an unknown key was
+    a bare TypeError of the dataclass). Refused at once, naming the model, the setting and where."""
+    from inference import serve
+
+    with pytest.raises(error, match=says):
+        serve({"m": {"path": str(tmp_path / "never-read.pt2"), **own}}, grpc_port=0, **keywords)
+
+
+@pytest.mark.parametrize(
+    ("own", "error", "says"),
+    [
+        (
+            {"instances": 0},
+            pk.ArgumentError,
+            r"model 'p''s instances \(its 'instances' in serve's models mapping\) is 1 or more",
+        ),
+        (
+            {"max_batch_size": 4},
+            pk.ArgumentError,
+            r"unknown setting\(s\) 'max_batch_size' .* a pipeline's settings are 'pipeline', 'instances', 'device'",
+        ),
+    ],
+)
+def test_a_pipelines_own_settings_are_checked_too(own, error, says):
+    """A pipeline's own ``instances`` was taken as it came (0: one instance); a batching setting
+    beside it was silently dropped (a pipeline does not batch)."""
+    from inference import serve
+
+    with pytest.raises(error, match=says):
+        serve({"p": {"pipeline": "never.imported:pipe", **own}}, grpc_port=0)
+
+
 def test_the_cli_says_a_batch_size_out_of_range_in_one_line(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "inference.serving", str(tmp_path / "m.pt2"), "--max-batch-size", "-3"],
