@@ -4,13 +4,16 @@ and on the host.
 In kernels, ``eng = acc.rand_engine(seed, subsequence)`` makes a per-thread engine and
 ``acc.rand_u32/rand_uniform/rand_normal(eng, ...)`` draw from it. The device functions below do
 it, written in the kernel language, so every backend compiles the same integer arithmetic and
-draws the same bits. An engine is a ``uint32[16]``: words 0-3 the counter (of the next block to
-compute), 4-5 the key, 6-9 the current block's unused outputs (the next draw first), 10 how many
-of them were used, 11-15 the block computed ahead (:func:`_refill`; a kernel's own store to an
+draws the same bits. An engine is a ``uint32[16]``: words 0-3 the counter (of the block after the
+current one, on every backend: the CPU backends' block computed ahead is that block), 4-5 the key,
+6-9 the current block (on the CPU backends its unused outputs, the next draw first), 10 how many of
+its outputs were used, 11-15 the block computed ahead (:func:`_refill`; a kernel's own store to an
 engine word, or a store of a device function the kernel passed the engine to, sets word 11 to 1,
-dropping it: portable/compiler/_assignments.py). ``seed`` is the key (low word
-first), ``subsequence`` the counter's high half, and the counter's low half counts blocks: draw
-``4 m + j`` is word ``j`` of ``philox4x32_10((m_lo, m_hi, sub_lo, sub_hi), (seed_lo, seed_hi))``.
+dropping it: portable/compiler/_assignments.py). Stores to the counter and the key (words 0-5, with
+word 10 set to 4 to drop the rest of the current block) give the same draws on every backend.
+``seed`` is the key (low word first), ``subsequence`` the counter's high half, and the counter's
+low half counts blocks: draw ``4 m + j`` is word ``j`` of ``philox4x32_10((m_lo, m_hi, sub_lo,
+sub_hi), (seed_lo, seed_hi))``.
 
 On the host, ``philox4x32_10(counter, key)`` reproduces Random123's known-answer vectors and
 ``stream(seed, subsequence, n)`` gives exactly the first ``n`` values ``acc.rand_u32`` yields for
@@ -36,6 +39,7 @@ _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
 _LO = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
+_ZERO = np.uint64(0)
 _ONE = np.uint64(1)
 _USED = np.uint32(4)
 _F32_ULP = np.float32(2.0**-24)
@@ -136,11 +140,12 @@ def init(e, seed, subsequence):
 
 
 @device_function
-def _block(e):
-    """The counter's four outputs (ten rounds); the counter then moves on to its next block (the
-    carry into word 1 at 2**32 blocks)."""
-    c0 = np.uint64(e[0])
-    c1 = np.uint64(e[1])
+def _rounds(e, step):
+    """The four outputs (ten rounds) of the block ``step`` (0 or 1) after the counter's; the
+    counter stays."""
+    lo = np.uint64(e[0]) + step
+    c0 = lo & _LO
+    c1 = (np.uint64(e[1]) + (lo >> _S32)) & _LO
     c2 = np.uint64(e[2])
     c3 = np.uint64(e[3])
     k0 = np.uint64(e[4])
@@ -157,11 +162,23 @@ def _block(e):
         c3 = p0 & _LO
         c0 = n0
         c2 = n2
+    return np.uint32(c0), np.uint32(c1), np.uint32(c2), np.uint32(c3)
+
+
+@device_function
+def _advance(e):
+    """The counter moves on to its next block (the carry into word 1 at 2**32 blocks)."""
     lo = np.uint64(e[0]) + _ONE
     e[0] = np.uint32(lo & _LO)
-    if lo > _LO:
-        e[1] = np.uint32((np.uint64(e[1]) + _ONE) & _LO)
-    return np.uint32(c0), np.uint32(c1), np.uint32(c2), np.uint32(c3)
+    e[1] = np.uint32((np.uint64(e[1]) + (lo >> _S32)) & _LO)  # (the carry, without a branch)
+
+
+@device_function
+def _block(e):
+    """The counter's four outputs; the counter then moves on to its next block."""
+    a, b, c, d = _rounds(e, _ZERO)
+    _advance(e)
+    return a, b, c, d
 
 
 @device_function
@@ -170,7 +187,10 @@ def _refill(e):
     engine's second block on, the block after them is computed one refill ahead into words 12-15
     (word 11: 0 before the first block, 1 after it, 2 while one is ahead): a CPU core overlaps
     its ten dependent rounds with the draws before it instead of waiting for them. An engine
-    drawing four values or fewer computes one block."""
+    drawing four values or fewer computes one block. The counter names the block after words
+    6-9 on every backend (the one computed ahead, while there is one), so a store to the
+    engine's words, which drops that block, makes the next refill compute the block its words
+    then name, as on the other backends."""
     ahead = e[11]
     if ahead == 2:
         e[6] = e[12]
@@ -178,12 +198,13 @@ def _refill(e):
         e[8] = e[14]
         e[9] = e[15]
     else:
-        e[6], e[7], e[8], e[9] = _block(e)
+        e[6], e[7], e[8], e[9] = _rounds(e, _ZERO)
     if ahead > 0:
-        e[12], e[13], e[14], e[15] = _block(e)
+        e[12], e[13], e[14], e[15] = _rounds(e, _ONE)  # (the counter moves after: no wait on it)
         e[11] = np.uint32(2)
     else:
         e[11] = np.uint32(1)
+    _advance(e)
 
 
 @device_function

@@ -189,6 +189,39 @@ def test_a_kernels_own_engine_words_decide_the_next_block(device, queue):
         assert got[t].tolist() == pk.rand.stream(9, t, 5).tolist() + block.tolist(), t
 
 
+@pk.kernel
+def stores_mid_stream(acc, out, n_threads, how):
+    """Five draws (on the CPU backends the second block is then computed ahead), a store to the
+    engine's words, then seven draws: ``how`` 0 stores a key word's own value back (nothing
+    changes), 1 adds 3 to the counter (a jump of three blocks)."""
+    for t in acc.uniform_elements(n_threads):
+        eng = acc.rand_engine(7, t)
+        for k in range(5):
+            out[t, k] = acc.rand_u32(eng)
+        if how == 0:
+            eng[4] = eng[4]
+        else:
+            eng[0] += 3
+        for k in range(7):
+            out[t, 5 + k] = acc.rand_u32(eng)
+
+
+@pytest.mark.parametrize("how", [0, 1], ids=["same_key_word", "counter_plus_3"])
+def test_a_store_mid_stream_gives_the_same_draws_on_every_backend(device, queue, how):
+    """The counter names the block after the current one on every backend, the CPU backends'
+    block computed ahead included: a store that changes nothing leaves the stream as it was,
+    and a jump of the counter skips exactly as many blocks everywhere."""
+    n = 5
+    out = upload(queue, np.zeros((n, 12), np.uint32))
+    pk.exec(queue, _workdiv(device, n), stores_mid_stream, out, n, how)
+    got = download(queue, out)
+    for t in range(n):
+        stream = pk.rand.stream(7, t, 40).tolist()
+        # draws 0-4, the rest of block 1 (5-7), then block 2 or, jumped, block 5 and on
+        want = stream[:12] if how == 0 else stream[:8] + stream[20:24]
+        assert got[t].tolist() == want, t
+
+
 def test_uniform_and_normal_match_the_host(device, queue):
     n, per, seed = 24, 9, 77
     bufs = [upload(queue, np.zeros((n, per), dt)) for dt in (np.float32, np.float64, np.float32, np.float64)]
