@@ -1,9 +1,7 @@
 """The kernel cache's locks between processes, each waited for a bounded time: a process stopped
 (SIGSTOP, a debugger) or killed while holding one costs the others at most that wait, after which
 they go on without it (they compile the kernel themselves, or leave the cache alone) and say so
-once, naming the lock file and the process holding it where the system tells. A lock file that
-exists while held (pyopencl's) and that a killed process left behind is removed, where /proc
-shows that no process has it open (:func:`remove_abandoned`)."""
+once, naming the lock file and the process holding it where the system tells."""
 
 from __future__ import annotations
 
@@ -54,70 +52,22 @@ def flock_within(fd: int, exclusive: bool, seconds: float) -> bool:
             pause = min(pause * 2, 0.05)
 
 
-#: a lock file that exists while held (pyopencl's) and is this many seconds old while no process
-#: has it open was left by a process that ended holding it: its holder keeps it open from its
-#: creation until just before it deletes it (a gap of microseconds)
-ABANDONED_AGE_S = 2.0
-#: how often a wait for such a lock file looks whether it was abandoned (a scan of /proc)
-ABANDONED_CHECK_S = 0.5
-
-
 def absent_within(path: Path, seconds: float) -> bool:
-    """Whether the lock file ``path``, one that exists while it is held and is held open by its
-    holder (pyopencl's cache lock), is absent or goes within ``seconds`` (polled every 50 ms); one
-    left by a process that ended while holding it is removed (:func:`remove_abandoned`)."""
+    """Whether the lock file ``path``, one that exists while it is held (pyopencl's cache lock), is
+    absent or goes within ``seconds`` (polled every 50 ms)."""
     deadline = time.monotonic() + seconds
-    look = 0.0
     while os.path.lexists(path):
-        now = time.monotonic()
-        if now >= look:
-            if remove_abandoned(path):
-                continue
-            look = now + ABANDONED_CHECK_S
-        left = deadline - now
+        left = deadline - time.monotonic()
         if left <= 0:
             return False
         time.sleep(min(0.05, left))
     return True
 
 
-def remove_abandoned(path: Path) -> bool:
-    """Remove the lock file ``path`` (one that exists while held, held open by its holder) where
-    the process that made it ended while holding it (killed while pyopencl stored a binary): it is
-    :data:`ABANDONED_AGE_S` old and no process has it open (Linux's /proc, this process's threads
-    included). True when removed; never where /proc cannot tell. The look and the removal are made
-    under a ``flock`` of ``<path>.break``, so that no process removes the lock another one took
-    after the first one looked."""
-    if not os.path.isdir("/proc/self/fd") or not _abandoned(path):
-        return False
-    try:
-        fd = os.open(path.with_name(path.name + ".break"), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return False
-    try:
-        if not flock_within(fd, True, 1.0) or not _abandoned(path):
-            return False
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return True
-    finally:
-        os.close(fd)  # (the flock goes with it)
-
-
-def _abandoned(path: Path) -> bool:
-    """Whether ``path`` is :data:`ABANDONED_AGE_S` old and open in no process."""
-    try:
-        made = os.lstat(path).st_mtime  # (pyopencl's lock is created empty and never written)
-    except OSError:
-        return False
-    return time.time() - made >= ABANDONED_AGE_S and _opener(path, others_only=False) is None
-
-
 def lock_file_free(path: Path, longest: float, instead: str) -> bool:
     """Whether the lock file ``path`` (one that exists while held: pyopencl's cache lock) is free
-    within ``min(lock_wait(), longest)`` seconds (one a killed process left is removed at once
-    once it is :data:`ABANDONED_AGE_S` old: :func:`remove_abandoned`); else one warning naming its
-    holder and what this process does ``instead``."""
+    within ``min(lock_wait(), longest)`` seconds; else one warning naming its holder and what this
+    process does ``instead``."""
     wait = min(lock_wait(), longest)
     if absent_within(path, wait):
         return True
@@ -157,13 +107,12 @@ def _flock_pid(fd: int) -> int | None:
     return None
 
 
-def _opener(path: Path, others_only: bool = True) -> int | None:
-    """A process of this user (not this one, unless ``others_only`` is False) with ``path`` open,
-    from /proc/<pid>/fd."""
+def _opener(path: Path) -> int | None:
+    """A process of this user (not this one) with ``path`` open, from /proc/<pid>/fd."""
     target = str(path.resolve())
     with contextlib.suppress(OSError):
         for pid in os.listdir("/proc"):
-            if not pid.isdigit() or (others_only and int(pid) == os.getpid()):
+            if not pid.isdigit() or int(pid) == os.getpid():
                 continue
             with contextlib.suppress(OSError):
                 for fd in os.listdir(f"/proc/{pid}/fd"):
