@@ -71,7 +71,14 @@ def lock_file_free(path: Path, longest: float, instead: str) -> bool:
     wait = min(lock_wait(), longest)
     if absent_within(path, wait):
         return True
-    warn_stuck_once(str(path), path, holder(path), wait, instead)
+    who = holder(path)
+    if who == "an unknown process":  # no process this user can see has it open
+        instead += (
+            f"; a process killed while it held the lock leaves the file behind: if no process is "
+            f"building kernels, remove {path} (alpyka does not: a holder /proc cannot see, in another "
+            f"PID namespace or on another machine sharing the cache, would lose its lock)"
+        )
+    warn_stuck_once(str(path), path, who, wait, instead)
     return False
 
 

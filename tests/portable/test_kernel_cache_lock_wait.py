@@ -228,3 +228,19 @@ def test_a_stuck_directory_lock_is_waited_for_once_per_process(tmp_path, monkeyp
     with _cache._locked(index, True) as held:
         assert held
     assert not _cache._stuck
+
+
+def test_a_lock_file_no_process_holds_is_named_for_removal_not_removed(tmp_path, monkeypatch):
+    """A lock file that exists while held, left by a process killed while it held it: the warning
+    says to remove it where nothing builds; alpyka leaves it (a holder /proc cannot see, in
+    another PID namespace or on another machine sharing the cache, would lose its lock)."""
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    monkeypatch.setenv("ALPYKA_LOCK_WAIT", "0.1")
+    monkeypatch.setattr(_locks, "_warned", set())
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert not _locks.lock_file_free(lock, 10.0, "this process builds without the cache")
+    said = [str(w.message) for w in got if issubclass(w.category, AlpykaWarning)]
+    assert len(said) == 1 and "an unknown process" in said[0] and f"remove {lock}" in said[0], said
+    assert lock.exists()
