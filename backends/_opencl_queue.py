@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -13,6 +14,8 @@ from ._gpu_queue import DeviceQueue, Snapshot
 from ._opencl_native import Waiting
 from ._opencl_simulator import SimulatorLock, simulator_lock
 from ._opencl_waits import WaitChoice, opencl_library
+
+_clock = time.perf_counter
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
@@ -182,6 +185,7 @@ class OpenCLQueue(DeviceQueue):
         self._took_by_work: dict[int, list] = {}
         self._took_by_transfer: dict[tuple, list] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
+        self.waits.queue_idle = self.is_idle  # (the main thread joins known work on an idle queue only)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed
 
@@ -279,6 +283,7 @@ class OpenCLQueue(DeviceQueue):
         if took is None:
             if len(self._took_by_transfer) >= _WORK_KINDS:
                 self._took_by_transfer.clear()
+                self._took_by_work.clear()  # (its sums hold the ids of the cells let go of)
             took = self._took_by_transfer[key] = [None]
         return took
 
@@ -287,12 +292,14 @@ class OpenCLQueue(DeviceQueue):
         then waited for as :class:`~backends._opencl_waits.WaitChoice` says (its error is raised
         here); ``took``: a fast launcher's time of its last run with these arguments (joined in the
         main thread when short), updated."""
-        self.last_event = ev
         if took is None:
+            self.last_event = ev
             self.flush_cq()
             self.wait_native_event(ev)
-        else:
-            self._wait_timed(ev, took, self.flush_cq)
+        else:  # (chosen while last_event names the command before it: work left ahead of it?)
+            t0, how = _clock(), self.waits.choose(took[0])
+            self.last_event = ev
+            self.waits.wait_chosen(how, ev, took, self.flush_cq, t0)
 
     def is_idle(self) -> bool:
         last = self.last_event

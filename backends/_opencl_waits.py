@@ -219,7 +219,7 @@ class WaitChoice:
     :class:`~backends._other_load.OtherLoad`); on free cores any thread waits for it
     interruptibly. A simulator (Oclgrind) always polls."""
 
-    __slots__ = ("interruptible", "on_free_cores", "joins", "load")
+    __slots__ = ("interruptible", "on_free_cores", "joins", "load", "queue_idle")
 
     def __init__(self, device: Any) -> None:
         simulator = bool(device.properties.get("simulator"))
@@ -228,6 +228,9 @@ class WaitChoice:
         self.interruptible: Callable[[cl.Event], None] = self.wait_interruptibly
         self.joins = not simulator
         self.load = other_load  # (.busy: other processes leave too few free cores)
+        #: whether the queue has no command unfinished (its queue sets it): known work joins in the
+        #: main thread only behind none (a kernel a caught Ctrl-C left running, another thread's)
+        self.queue_idle: Callable[[], bool] = _always
 
     def wait_interruptibly(self, ev: cl.Event) -> None:
         """Wait for ``ev`` (flushed) so that a Ctrl-C reaches the waiting thread: on busy cores a
@@ -253,19 +256,21 @@ class WaitChoice:
             self.interruptible(ev)
 
     def wait_timed(self, ev: cl.Event, took: list, flush: Callable[[], None]) -> None:
-        """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the command of a launch
-        whose last run with the same arguments took ``took[0]`` seconds (None: unknown), and
-        store this one's time there: :meth:`choose`, then :meth:`wait_chosen`."""
-        self.wait_chosen(self.choose(took[0]), ev, took, flush, _clock())
+        """Wait for ``ev`` (not flushed: ``flush()`` flushes its queue), the end of the known
+        work since the queue's last wait (``q.wait()``), whose last wait took ``took[0]`` seconds
+        (None: unknown), and store this one's time there: :meth:`choose`, then
+        :meth:`wait_chosen` (``ev`` is the queue's last command: no idle queue is asked for)."""
+        self.wait_chosen(self.choose(took[0], False), ev, took, flush, _clock())
 
-    def choose(self, last: float | None) -> int:
+    def choose(self, last: float | None, behind: bool = True) -> int:
         """How to wait for the command of a launch whose last run with the same arguments took
         ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL a 0.6 us delay
         between the enqueue and the wait cost up to 1.3x in some runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
         read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
         runtime's wait flushes the queue itself) and in it where that run ended within
-        :data:`JOIN_LIMIT_S`, else :data:`INTERRUPTIBLE`."""
+        :data:`JOIN_LIMIT_S` and (``behind``: the command is enqueued behind the queue's others)
+        no other command of the queue is unfinished, else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
@@ -274,7 +279,7 @@ class WaitChoice:
                     load.used_up(_clock())
                 if not load.busy:
                     return TINY_FREE
-            if last < JOIN_LIMIT_S:
+            if last < JOIN_LIMIT_S and (not behind or _get_ident() != _main_ident or self.queue_idle()):
                 return JOINED
         if self.joins and _get_ident() != _main_ident:
             return JOINED
@@ -301,3 +306,7 @@ class WaitChoice:
 
 
 _clock, _get_ident = time.perf_counter, _thread.get_ident
+
+
+def _always() -> bool:
+    return True

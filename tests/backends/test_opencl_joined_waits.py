@@ -262,6 +262,58 @@ def test_a_blocking_queue_joins_a_copy_or_fill_of_a_size_once_one_was_short(monk
     np.testing.assert_array_equal(got, 1)
 
 
+def test_known_work_behind_an_unfinished_command_is_waited_for_interruptibly(monkeypatch):
+    """A blocking queue's command is behind the queue's others: where one is unfinished (a kernel
+    a caught Ctrl-C left running, another thread's launch), a copy, fill or launch known short
+    waits interruptibly, and its time is not learned (a user event no one has completed stands
+    for the unfinished command)."""
+    import pyopencl as cl
+
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    impl = queue_impl(q)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    host = np.zeros(8, np.float32)
+    wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
+    for _ in range(4):  # known short from here on: the copy, the fill and the launch
+        pk.memcpy(q, out, host)
+        pk.memset(q, out, 0)
+        pk.exec(q, wd, add_v, out, one)
+    calls = _counting_interruptible(q, monkeypatch)
+    ops = [lambda: pk.memcpy(q, out, host), lambda: pk.memset(q, out, 0), lambda: pk.exec(q, wd, add_v, out, one)]
+    for op in ops:
+        op()
+    assert calls == [], "known short work on an idle queue is joined"
+    for i, op in enumerate(ops):
+        ahead = cl.UserEvent(dev.native.context)
+        impl.last_event = ahead  # an unfinished command of the queue
+        before = len(calls)
+        op()
+        assert len(calls) == before + 1, i
+        ahead.set_status(cl.command_execution_status.COMPLETE)
+    for op in ops:
+        op()
+    assert len(calls) == 3, "joined again once nothing is left ahead"
+    got = np.empty(8, np.float32)
+    pk.memcpy(q, got, out)
+    np.testing.assert_array_equal(got, 1)  # the last fill, then one launch
+
+
+def test_transfer_cells_let_go_of_take_the_known_mixes_with_them():
+    """A queue keeps the time of 64 kinds and sizes of transfer; when it lets go of them, the
+    known mixes built from their cells go too (a new cell may get a freed one's id)."""
+    dev = pk.device("opencl")
+    impl = queue_impl(pk.Queue(dev))
+    from backends._opencl_queue import _WORK_KINDS
+
+    for n in range(_WORK_KINDS):
+        impl.transfer_took("fill", n + 1)
+    impl._took_by_work[12345] = [0.001]
+    impl.transfer_took("h2d", 1 << 30)
+    assert impl._took_by_work == {} and len(impl._took_by_transfer) == 1
+
+
 def test_a_replayed_graph_sets_shared_arguments_once_and_others_again():
     """Kernels of a graph with equal arguments share one argument list (set once a replay where
     they follow each other); other arguments, and a launch between replays, set theirs again."""

@@ -262,9 +262,9 @@ def test_a_failed_wait_raises_and_leaves_the_launcher_usable(rebind, monkeypatch
 
     real_choose, lasts = WaitChoice.choose, []
 
-    def choose(self, last):
+    def choose(self, last, *rest):
         lasts.append(last)
-        return real_choose(self, last)
+        return real_choose(self, last, *rest)
 
     monkeypatch.setattr(WaitChoice, "choose", choose)
     q, out, wd = _launched(pk.device("opencl"))
@@ -391,10 +391,10 @@ def test_an_exception_in_the_choice_leaves_the_lock_free(monkeypatch):
 
     real, raising = WaitChoice.choose, []
 
-    def choose(self, last):
+    def choose(self, last, *rest):
         if raising:
             raise raising[0]
-        return real(self, last)
+        return real(self, last, *rest)
 
     monkeypatch.setattr(WaitChoice, "choose", choose)
     out = pk.Buffer(dev, 8, np.float32, queue=q)
