@@ -26,6 +26,8 @@ from ._numba_start import extensions_deferred
 #: tag of the generated modules: cpu_serial and cpu_threads run the same compiled code, unless a
 #: hierarchy="block" atomic is plain on cpu_serial (the source differs, so does its hash)
 EMITTER_TAG = "numba_cpu"
+#: the kernel slot (KernelHandle.slot) of the CPU pipeline's results, shared by both host backends
+PIPELINE_SLOT = ("passes", "cpu")
 
 
 @dataclass
@@ -142,10 +144,17 @@ def _not_host_error(kernel: KernelHandle) -> Callable[[tuple, int, Any], None]:
 
 
 def make_plan(backend_name: str, kernel: KernelHandle, key: tuple, ndim: int, debug: bool) -> HostPlan:
+    from portable.compiler.passes import CPU_PIPELINE
+
     from ._numba_emit import emit_numba
 
     k_ir = kernel.ir(key, ndim, debug)
-    gen = emit_numba(k_ir, serial=backend_name == "cpu_serial")  # its atomics may differ
+    # the CPU pipeline's passes are the same for both host backends (only the emitter's atomics
+    # differ): run once per kernel and IR key, whichever of them builds first (large unrolled
+    # kernels spend seconds there), kept in the kernel's slot, freed with the kernel
+    states = kernel.slot(PIPELINE_SLOT, PlanCache)
+    state = states.build((key, ndim, debug), lambda: CPU_PIPELINE.run(k_ir))
+    gen = emit_numba(k_ir, serial=backend_name == "cpu_serial", state=state)  # its atomics may differ
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
     ns: dict[str, Any] = {

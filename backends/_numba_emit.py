@@ -28,7 +28,13 @@ import numpy as np
 
 from portable.compiler import deep_recursion, ir
 from portable.compiler.operations import NUMBA_HELPERS
-from portable.compiler.passes import CPU_PIPELINE, FlatGridLoop, fewer_definitions, kernel_body_in_block_loop
+from portable.compiler.passes import (
+    CPU_PIPELINE,
+    CompileState,
+    FlatGridLoop,
+    fewer_definitions,
+    kernel_body_in_block_loop,
+)
 from portable.compiler.types import ScalarType
 
 from ._float_to_int import numba_helper
@@ -224,10 +230,12 @@ def _used_names(k: ir.KernelDef) -> set[str]:
 
 
 @deep_recursion
-def emit_numba(kernel: ir.KernelDef, serial: bool = False) -> NumbaSource:
+def emit_numba(kernel: ir.KernelDef, serial: bool = False, state: CompileState | None = None) -> NumbaSource:
     """The numba module source of ``kernel`` (see the module docstring) for cpu_serial
     (``serial``) or cpu_threads, after the compiler passes of
     :data:`portable.compiler.passes.CPU_PIPELINE` (device functions inlined, per-thread arrays
-    indexed by constants made scalars, the flat grid loop found)."""
-    state = CPU_PIPELINE.run(kernel)
+    indexed by constants made scalars, the flat grid loop found); ``state``: those passes' result
+    for ``kernel`` where the caller has it (the emitter only reads it)."""
+    if state is None:
+        state = CPU_PIPELINE.run(kernel)
     return ModuleEmitter(state.kernel, serial, state.flat_grid_loop).source()

@@ -213,7 +213,7 @@ def _rename(x: Any, alias: dict[str, ir.Var]) -> Any:
         return tuple(_rename(y, alias) for y in x)
     if not isinstance(x, (ir.Expr, ir.Stmt)):
         return x
-    return type(x)(**{f.name: _rename(getattr(x, f.name), alias) for f in dataclasses.fields(x) if f.init})
+    return type(x)(**{f: _rename(getattr(x, f), alias) for f in ir.field_names(type(x))})
 
 
 __all__ = ["fewer_definitions"]

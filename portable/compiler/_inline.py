@@ -180,7 +180,7 @@ class _Inliner:
                 target.append(ir.If(test, body, []))
                 target = body
             return tmp
-        fields = [f.name for f in dataclasses.fields(e)]
+        fields = ir.field_names(type(e))
         values = [getattr(e, f) for f in fields]
         slots = [
             k
@@ -285,8 +285,7 @@ class _Copy:
             return type(x)(self.node(y) for y in x)
         if not isinstance(x, (ir.Expr, ir.Stmt, ir.ArrayRef)):
             return x
-        fields = dataclasses.fields(x)
-        return type(x)(**{f.name: self.node(getattr(x, f.name)) for f in fields})
+        return type(x)(**{f: self.node(getattr(x, f)) for f in ir.field_names(type(x))})
 
 
 def kernel_body_in_block_loop(kernel: ir.KernelDef) -> tuple[list[ir.Stmt], dict[str, Any]]:

@@ -76,11 +76,11 @@ class _Substitute:
         if isinstance(x, ir.Assign):
             return dataclasses.replace(x, value=self.node(x.value))
         if isinstance(x, (ir.ForRange, ir.StridedLoop)):
-            heads = {f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init}
+            heads = {f: self.node(getattr(x, f)) for f in ir.field_names(type(x))}
             return dataclasses.replace(x, **{k: v for k, v in heads.items() if k not in ("var", "local_var")})
         if not isinstance(x, (ir.Expr, ir.Stmt)):
             return x
-        return type(x)(**{f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init})
+        return type(x)(**{f: self.node(getattr(x, f)) for f in ir.field_names(type(x))})
 
 
 def fold_known_branches(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
@@ -164,7 +164,7 @@ def _fold_selects(x: Any) -> Any:
         return tuple(_fold_selects(y) for y in x)
     if not isinstance(x, (ir.Expr, ir.Stmt)):
         return x
-    return type(x)(**{f.name: _fold_selects(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init})
+    return type(x)(**{f: _fold_selects(getattr(x, f)) for f in ir.field_names(type(x))})
 
 
 __all__ = ["EXITS", "fold_known_branches", "fold_known_values"]

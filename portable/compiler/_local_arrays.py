@@ -110,7 +110,7 @@ class _Scalarize:
             return type(x)(self.node(y) for y in x)
         if not isinstance(x, (ir.Expr, ir.Stmt)):
             return x
-        return type(x)(**{f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return type(x)(**{f: self.node(getattr(x, f)) for f in ir.field_names(type(x))})
 
 
 def unroll_for_local_arrays(kernel: ir.KernelDef) -> ir.KernelDef:
@@ -214,7 +214,7 @@ class _Fold:
             return type(x)(self.node(y) for y in x)
         if not isinstance(x, (ir.Expr, ir.Stmt)):
             return x
-        y = type(x)(**{f.name: self.node(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        y = type(x)(**{f: self.node(getattr(x, f)) for f in ir.field_names(type(x))})
         return _folded(y)
 
 

@@ -37,6 +37,7 @@ from typing import ClassVar
 from .._errors import ArgumentError
 from . import ir
 from ._definitions import fewer_definitions
+from ._depth import deep_recursion
 from ._grid_loop import FlatGridLoop, flat_grid_loop
 from ._group_loops import fuse_group_loops
 from ._inline import inline_device_functions, kernel_body_in_block_loop
@@ -144,6 +145,7 @@ class PassManager:
     def pass_names(self) -> list[str]:
         return [p.name for p in self.passes]
 
+    @deep_recursion  # a 1000-term expression is a 1000-deep tree the passes recurse through
     def run(self, kernel: ir.KernelDef) -> CompileState:
         """The state after every pass ran on ``kernel`` (which is left unchanged)."""
         state = CompileState(kernel)

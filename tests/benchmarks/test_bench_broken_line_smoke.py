@@ -32,3 +32,22 @@ def test_bench_broken_line_smoke(tmp_path):
             assert math.isfinite(entry["speed vs numba"]) and entry["speed vs numba"] > 0, (name, entry)
             assert isinstance(entry["met"], bool) or entry["target"] is None, (name, entry)
     assert (tmp_path / "broken_line.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_smoke_runs_tracks_share_the_example_tests_compiles():
+    """The smoke run's columns are padded like those of tests/examples/test_broken_line_fit.py's
+    fits (600 tracks), so numba's layout of the fit's arrays, part of its compile's signature, is
+    the same and a whole run compiles the kernels once (at 2,000 tracks they were contiguous)."""
+    numba = pytest.importorskip("numba")
+    import numpy as np
+
+    import portable as pk
+
+    bench = load("bench_broken_line")
+    q = pk.Queue(pk.device("cpu_serial"))
+
+    def layouts(n: int) -> list[str]:
+        view = pk.PortableCollection(bench.bl.Tracks, n, q).view()
+        return [numba.typeof(np.asarray(view.state)).layout, numba.typeof(np.asarray(view.covariance)).layout]
+
+    assert layouts(bench.SMOKE_TRACKS) == layouts(600) == ["A", "A"]

@@ -157,3 +157,38 @@ def test_an_array_of_the_wrong_type_is_refused():
     k = _kernel([ir.Store(arr, (ir.Const(0, INDEX),), ir.Const(1, INT32))])
     k.params = [ir.Param("a0_x", arr.type, "array", 0), ir.Param("a0_x_e0", INDEX, "extent", 0, "0")]
     assert "stored value has type int32, not float32" in _problems(k)
+
+
+def test_the_cpu_pipeline_runs_once_for_both_host_backends(monkeypatch):
+    """cpu_serial and cpu_threads emit from the same passes' result, kept with the kernel: a
+    kernel launched on both runs the pipeline once per IR key (seconds for a large kernel)."""
+    from portable.compiler import passes
+
+    runs = []
+    real = passes.PassManager.run
+    monkeypatch.setattr(passes.PassManager, "run", lambda self, k: runs.append(k.name) or real(self, k))
+
+    @pk.kernel
+    def twice_on_the_host(acc, out, n):
+        for i in acc.uniform_elements(n):
+            out[i] = _twice(acc, out[i])
+
+    for name in ("cpu_serial", "cpu_threads"):
+        dev = pk.device(name)
+        q = pk.Queue(dev)
+        buf = pk.Buffer(dev, 4, np.float32)
+        pk.memcpy(q, buf, np.ones(4, np.float32))
+        pk.exec(q, pk.valid_workdiv(dev, 4), twice_on_the_host, buf, 4)
+        got = np.zeros(4, np.float32)
+        pk.memcpy(q, got, buf)
+        q.wait()
+        np.testing.assert_array_equal(got, 2.0, err_msg=name)
+    assert runs == ["twice_on_the_host"], runs
+
+
+def test_field_names_are_each_ir_classs_fields():
+    """ir.field_names (the passes' rebuild of a node, cached per class) is dataclasses.fields."""
+    classes = [c for c in vars(ir).values() if isinstance(c, type) and dataclasses.is_dataclass(c)]
+    assert len(classes) > 20
+    for c in classes:
+        assert ir.field_names(c) == tuple(f.name for f in dataclasses.fields(c)), c
