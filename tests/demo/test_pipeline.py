@@ -66,6 +66,34 @@ def test_cli_errors_are_one_line(model_dir):
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
+def test_more_particles_than_the_model_indexes_are_refused(model_dir, monkeypatch):
+    """``alpyka demo --particles 5000`` ran the kernels, then failed inside the GNN with "index
+    4784 is out of bounds for dimension 0 with size 4096" (its node tables hold 4096 fragments, 4
+    per particle), and ``--particles 100000`` first searched edges for minutes: one line naming the
+    bound now, before anything runs, and the same from ``pipeline.run`` and the Dask route."""
+    from alpyka_demo import _dask
+    from alpyka_demo._gnn import EdgeGNN
+    from alpyka_demo._layouts import MAX_FRAGMENTS, MAX_PARTICLES
+
+    assert MAX_PARTICLES * MAX_FRAGMENTS == EdgeGNN().max_nodes
+    res = subprocess.run(
+        [sys.executable, "-m", "portable.cli._main", "demo", "--particles", "5000", "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={"ALPYKA_MODEL_DIR": str(model_dir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+        timeout=300,
+    )
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert f"--particles must be between 1 and {MAX_PARTICLES} (got 5000)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "out of bounds" not in res.stderr, res.stderr
+    monkeypatch.setattr(pipeline, "load_model", lambda *a: pytest.fail("loaded the model first"))
+    with pytest.raises(pk.ArgumentError, match="the edge classifier indexes at most 4096 fragments"):
+        pipeline.run("cpu_serial", events=1, streams=1, n_particles=MAX_PARTICLES + 1, progress=False)
+    monkeypatch.setattr(pk.distributed, "run", lambda *a, **k: pytest.fail("started Dask first"))
+    with pytest.raises(pk.ArgumentError, match="--particles must be between"):
+        _dask.run_dask("cpu_serial", 1, MAX_PARTICLES + 1, "exported", None, None, 1, None)
+
+
 @pytest.mark.parametrize("flag", ["--events", "--epochs"])
 def test_training_on_nothing_is_refused(tmp_path, flag):
     """``python -m alpyka_demo.train --events 0`` (or ``--epochs 0``, ``--events -3``) trained on
