@@ -116,6 +116,41 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     assert f"argument {flag}: expected a whole number of at least 1, got 0" in res.stderr, res.stderr
 
 
+BACKEND_EXAMPLES = [
+    "broken_line_fit.py",
+    "cluster_charge_cut.py",
+    "dimuon_mass.py",
+    "minimal_kernel.py",
+    "model_on_collection.py",
+    "per_candidate_model.py",
+    "pixel_clustering.py",
+    "sort_by_pt2.py",
+]
+
+
+@pytest.mark.parametrize("name", BACKEND_EXAMPLES)
+def test_an_unknown_backend_is_refused_with_the_usage(name):
+    """``python examples/minimal_kernel.py nope`` (a typo, or ``cuda`` without cupy) ended in a
+    traceback from ``pk.device`` inside the example's ``main``, exit status 1: argparse's one line
+    naming the known backends now, exit status 2 (portable.cli.backend_argument); and a bad
+    ``ALPYKA_BACKEND`` behind the default backend the same, naming the variable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("ALPYKA_BACKEND", None)
+    for args, extra, needle in [
+        (["nope"], {}, "argument backend: unknown backend 'nope'; known backends are"),
+        ([], {"ALPYKA_BACKEND": "nope"}, "argument backend: environment variable ALPYKA_BACKEND='nope': unknown"),
+    ]:
+        res = subprocess.run(
+            [sys.executable, str(EXAMPLES / name), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**env, **extra},
+        )
+        assert res.returncode == 2, f"{name} {args} ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+        assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 def test_soa_tour():
     out = run_example("soa_tour.py")
     assert "byte alignment=128" in out and "round trip OK" in out
