@@ -87,6 +87,7 @@ def test_an_argument_an_example_does_not_take_is_an_error(name):
 COUNTS = [
     ("broken_line_fit.py", "--tracks"),
     ("broken_line_fit.py", "--repeats"),
+    ("broken_line_reference.py", "--tracks"),
     ("cluster_charge_cut.py", "--modules"),
     ("cluster_charge_cut.py", "--clusters"),
     ("cluster_charge_cut.py", "--repeats"),
@@ -98,6 +99,10 @@ COUNTS = [
 ]
 
 
+#: the arguments before the flag: the backend, where the example takes one
+BACKEND_ARG = {"broken_line_reference.py": []}
+
+
 @pytest.mark.parametrize(("name", "flag"), COUNTS)
 def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     """``--tracks 0``, ``--modules -1``, ``--repeats 0``...: a numpy error's traceback deep in the
@@ -106,7 +111,7 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     line naming the flag (portable.cli.at_least)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), "cpu_serial", flag, "0"],
+        [sys.executable, str(EXAMPLES / name), *BACKEND_ARG.get(name, ["cpu_serial"]), flag, "0"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -300,3 +305,10 @@ def test_sort_by_pt2(backend, capsys, sort):
 def test_broken_line_reference_runs_as_a_script():
     out = run_example("broken_line_reference.py", "--tracks", "3000")
     assert out.count("hits: phi") == 3, out
+
+
+def test_broken_line_reference_prints_no_nan_for_an_absent_hit_count():
+    """``--tracks 1`` printed "nan/nan" pulls for the hit counts no track had, exit status 0: only
+    the hit counts that have tracks are printed now."""
+    out = run_example("broken_line_reference.py", "--tracks", "1")
+    assert out.count("hits: phi") == 1 and "nan" not in out, out
