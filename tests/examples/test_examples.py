@@ -156,6 +156,23 @@ def test_an_unknown_backend_is_refused_with_the_usage(name):
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("device", ["nope", "cpu_serial:x"])
+def test_pipeline_service_refuses_an_unknown_device_with_the_usage(device):
+    """``python examples/pipeline_service.py --device nope`` ran the local pipeline, then ended in
+    a DeviceStringError traceback as the server started, exit status 1: argparse's one line now."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "pipeline_service.py"), "--device", device],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, f"({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert "argument --device: device must be 'cpu', 'cuda[:N]' or an alpyka backend" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+
+
 def test_soa_tour():
     out = run_example("soa_tour.py")
     assert "byte alignment=128" in out and "round trip OK" in out
