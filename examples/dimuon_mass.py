@@ -216,6 +216,8 @@ def main() -> int:
     backend_argument(parser)
     parser.add_argument("--out", default=".", help="directory for dimuon_mass.png (default: here)")
     args = parser.parse_args()
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # before the work, not a traceback after it
+        parser.error(f"--out {args.out} is a file; give a directory for dimuon_mass.png")
     q = pk.Queue(pk.device(args.backend))
     hzz = skhep_testdata.data_path("uproot-HZZ.root")
 
