@@ -44,14 +44,19 @@ def model_dir() -> Path:
         raise CliError(f"the demo's model directory: {exc}; set ALPYKA_MODEL_DIR to a writable directory") from None
 
 
-def writable_model_dir() -> Path:
-    """:func:`model_dir`, made if missing; a CliError naming ``ALPYKA_MODEL_DIR`` where it cannot
-    be written (checked before minutes of training are spent on a model that cannot be saved)."""
-    directory = model_dir()
+def writable_model_dir(out: Path | None = None) -> Path:
+    """``out`` (``--out``), else :func:`model_dir`, made if missing; a CliError naming the flag or
+    ``ALPYKA_MODEL_DIR`` where it cannot be written (checked before minutes of training are spent
+    on a model that cannot be saved)."""
+    directory = model_dir() if out is None else out
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=directory).close()
     except OSError as exc:
+        if out is not None:
+            raise CliError(
+                f"--out {out} cannot be written ({exc.strerror or exc}); give a writable directory"
+            ) from None
         raise CliError(
             f"the demo's model directory {directory} cannot be written ({exc.strerror or exc}); set "
             "ALPYKA_MODEL_DIR to a writable directory (the model is trained and saved there on the first run)"
@@ -203,8 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jit", action="store_true", help="also write TorchScript (edge_gnn.pt, legacy)")
     parser.add_argument("--out", type=Path, default=None, help="model directory")
     args = parser.parse_args(argv)
+    try:
+        out = writable_model_dir(args.out)  # before the training, not a traceback after it
+    except CliError as exc:
+        parser.error(str(exc))
     model, loss = train(args.events, args.epochs)
-    paths = save(model, args.out or model_dir(), aot=args.aot, jit=args.jit)
+    paths = save(model, out, aot=args.aot, jit=args.jit)
     for kind, p in paths.items():
         print(f"wrote {kind}: {p}")
     return 0

@@ -115,6 +115,21 @@ def test_training_on_nothing_is_refused(tmp_path, flag):
         train.train(n_events=1, epochs=0, log=False)
 
 
+def test_train_refuses_an_out_it_cannot_write_before_training(tmp_path, monkeypatch, capsys):
+    """``python -m alpyka_demo.train --out some-file`` trained for seconds, then ended in a
+    FileExistsError traceback: argparse's one line naming --out now, before any training."""
+    from alpyka_demo import train
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
+    for out in (blocker, blocker / "models"):
+        with pytest.raises(SystemExit) as done:
+            train.main(["--out", str(out), "--events", "1", "--epochs", "1"])
+        assert done.value.code == 2
+        assert f"--out {out} cannot be written" in capsys.readouterr().err
+
+
 def test_the_demo_defaults_to_the_measured_fastest_cpu_backend(monkeypatch):
     monkeypatch.delenv("ALPYKA_BACKEND", raising=False)
     assert pipeline.DEMO_BACKEND == "cpu_serial"  # measured: see the comment above DEMO_BACKEND
