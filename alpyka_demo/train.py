@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 
 import portable as pk
-from portable.cli import CliError, at_least
+from portable.cli import CliError, at_least, command_started, run_script
 
 from . import _events as E
 from ._layouts import FEATURES, INDEX
 
 N_PARTICLES = 40
+PROG = "python -m alpyka_demo.train"
 #: how a Triton server hosts the model: one event graph per request, so no batching across events
 SERVE_IO = {
     "inputs": ["features:float32:-1,7", "index:int32:-1,2"],
@@ -201,7 +202,10 @@ def ensure_model(kind: str = "exported", log: bool = True) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alpyka_demo.train", description=__doc__)
+    """``python -m alpyka_demo.train``; a Ctrl-C ends it with one line, killed by SIGINT
+    (``portable.cli.run_script``), while it imports too (``portable/_command_start.py``)."""
+    command_started()  # Python's handler again: the start's handler ends only the imports
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--events", type=at_least(1), default=300)
     parser.add_argument("--epochs", type=at_least(1), default=10)
     parser.add_argument("--aot", action="store_true", help="also write the AOTInductor package (edge_gnn.aoti.pt2)")
@@ -220,4 +224,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main, prog=PROG))

@@ -196,3 +196,38 @@ def test_training_runs_on_one_torch_thread_and_gives_the_same_model(monkeypatch)
     assert loss_a == loss_b
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
+
+
+def test_ctrl_c_ends_training_with_one_line(tmp_path):
+    """``python -m alpyka_demo.train`` (README: how the demo's model is trained) printed a
+    KeyboardInterrupt traceback of 30-65 lines at a Ctrl-C, while it imported or trained: one line
+    now, killed by SIGINT, as the ``alpyka`` command; and it is a command whose import is guarded."""
+    import signal
+    import time
+
+    from portable._command_start import COMMAND_MODULES, _interpreter_module
+
+    assert _interpreter_module(["-m", "alpyka_demo.train", "--events", "3"]) in COMMAND_MODULES
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "alpyka_demo.train", "--out", str(tmp_path), "--events", "300", "--epochs", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        for line in p.stdout:  # the first epoch's line: training is under way
+            if "epoch" in line:
+                break
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        rc = p.wait(120)  # a generous bound on a hang; it ends in well under a second
+        err = p.stderr.read()
+    finally:
+        p.kill()
+        p.stdout.close()
+        p.stderr.close()
+    assert rc == -signal.SIGINT, (rc, err[-3000:])
+    assert err == "python -m alpyka_demo.train: interrupted\n", err[-3000:]
+    assert time.monotonic() - t0 < 120 and not list(tmp_path.iterdir())
