@@ -84,6 +84,7 @@ def run_dask(
     scheduler: str | None,
 ) -> Report:
     """The demo on Dask: an embedded cluster of ``workers`` processes, or ``scheduler``'s."""
+    E.check_particles(n_particles)
     chunks = [(a, min(a + EVENTS_PER_CHUNK, events), n_particles) for a in range(0, events, EVENTS_PER_CHUNK)]
     where = scheduler or f"{workers} local Dask workers"
     report = Report(backend, events, 1, "")

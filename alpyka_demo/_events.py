@@ -10,7 +10,7 @@ import numpy as np
 import portable as pk
 
 from . import _kernels as K
-from ._layouts import FEATURES, INDEX, MAX_FRAGMENTS, Edges, Fragments, edge_capacity
+from ._layouts import FEATURES, INDEX, MAX_FRAGMENTS, MAX_NODES, MAX_PARTICLES, Edges, Fragments, edge_capacity
 
 MERGE_ROUNDS = 6
 THRESHOLD = 0.5
@@ -31,6 +31,17 @@ class EventBuffers:
     @property
     def capacity(self) -> int:
         return edge_capacity(self.n_slots)
+
+
+def check_particles(n_particles: int) -> None:
+    """Refuse an event size the edge classifier cannot score: its node tables hold MAX_NODES
+    fragments, so more particles failed inside the model, after the kernels had run (an index out
+    of bounds at 5,000 particles), and tens of thousands first ran the O(n^2) edge search for minutes."""
+    if not 1 <= n_particles <= MAX_PARTICLES:
+        raise pk.ArgumentError(
+            f"--particles must be between 1 and {MAX_PARTICLES} (got {n_particles}): the edge classifier "
+            f"indexes at most {MAX_NODES} fragments, {MAX_FRAGMENTS} per particle"
+        )
 
 
 def allocate(queue: pk.Queue, n_particles: int) -> EventBuffers:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._layouts import MAX_NODES
+
 N_FEATURES = 7  # deta, dphi, dr, dt, log_e_src, log_e_dst, valid
 
 
@@ -16,7 +18,7 @@ class EdgeGNN(nn.Module):
     is 0 are ignored and score 0. ``max_nodes`` bounds the fragment index.
     """
 
-    def __init__(self, hidden: int = 32, rounds: int = 2, max_nodes: int = 4096) -> None:
+    def __init__(self, hidden: int = 32, rounds: int = 2, max_nodes: int = MAX_NODES) -> None:
         super().__init__()
         self.max_nodes = max_nodes
         self.hidden = hidden

@@ -10,6 +10,10 @@ import soa
 MAX_FRAGMENTS = 4
 #: edge slots per fragment slot (candidate neighbours kept per fragment, on average)
 EDGES_PER_FRAGMENT = 8
+#: fragments the edge classifier can index (its node tables' size, fixed in the trained model)
+MAX_NODES = 4096
+#: most particles an event may have: every particle's fragment slots within MAX_NODES
+MAX_PARTICLES = MAX_NODES // MAX_FRAGMENTS
 
 
 class Fragments(soa.Layout):

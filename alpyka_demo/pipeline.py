@@ -77,6 +77,7 @@ def run(
     ``"auto"`` or server urls ("a,b") running edges + GNN + merging (see ``_service``)."""
     from ._from_file import events_source
 
+    E.check_particles(n_particles)
     device = pk.device(backend)
     source = events_source(input, device)
     report = Report(backend, events, streams, "")
@@ -369,7 +370,9 @@ def _main(argv: list[str] | None) -> int:
     )
     parser.add_argument("--events", type=int, default=200, help="events to process (default 200)")
     parser.add_argument("--streams", type=int, default=2, help="framework streams, one queue each (default 2)")
-    parser.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
+    parser.add_argument(
+        "--particles", type=int, default=40, help=f"particles per event (default 40, at most {E.MAX_PARTICLES})"
+    )
     parser.add_argument(
         "--model",
         choices=["exported", "aot", "jit", "eager"],
@@ -418,6 +421,10 @@ def _main(argv: list[str] | None) -> int:
     for name in ("events", "streams", "particles"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
+    try:
+        E.check_particles(args.particles)
+    except pk.ArgumentError as exc:
+        parser.error(str(exc))
     backend = args.backend or demo_backend()
     if (args.workers is not None or args.scheduler) and args.remote_pipeline:
         parser.error("--remote-pipeline runs on one process's streams; drop --workers/--scheduler")

@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 
 import portable as pk
-from portable.cli import CliError, at_least
+from portable.cli import CliError, at_least, command_started, run_script
 
 from . import _events as E
 from ._layouts import FEATURES, INDEX
 
 N_PARTICLES = 40
+PROG = "python -m alpyka_demo.train"
 #: how a Triton server hosts the model: one event graph per request, so no batching across events
 SERVE_IO = {
     "inputs": ["features:float32:-1,7", "index:int32:-1,2"],
@@ -44,14 +45,19 @@ def model_dir() -> Path:
         raise CliError(f"the demo's model directory: {exc}; set ALPYKA_MODEL_DIR to a writable directory") from None
 
 
-def writable_model_dir() -> Path:
-    """:func:`model_dir`, made if missing; a CliError naming ``ALPYKA_MODEL_DIR`` where it cannot
-    be written (checked before minutes of training are spent on a model that cannot be saved)."""
-    directory = model_dir()
+def writable_model_dir(out: Path | None = None) -> Path:
+    """``out`` (``--out``), else :func:`model_dir`, made if missing; a CliError naming the flag or
+    ``ALPYKA_MODEL_DIR`` where it cannot be written (checked before minutes of training are spent
+    on a model that cannot be saved)."""
+    directory = model_dir() if out is None else out
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=directory).close()
     except OSError as exc:
+        if out is not None:
+            raise CliError(
+                f"--out {out} cannot be written ({exc.strerror or exc}); give a writable directory"
+            ) from None
         raise CliError(
             f"the demo's model directory {directory} cannot be written ({exc.strerror or exc}); set "
             "ALPYKA_MODEL_DIR to a writable directory (the model is trained and saved there on the first run)"
@@ -196,19 +202,26 @@ def ensure_model(kind: str = "exported", log: bool = True) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m alpyka_demo.train", description=__doc__)
+    """``python -m alpyka_demo.train``; a Ctrl-C ends it with one line, killed by SIGINT
+    (``portable.cli.run_script``), while it imports too (``portable/_command_start.py``)."""
+    command_started()  # Python's handler again: the start's handler ends only the imports
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--events", type=at_least(1), default=300)
     parser.add_argument("--epochs", type=at_least(1), default=10)
     parser.add_argument("--aot", action="store_true", help="also write the AOTInductor package (edge_gnn.aoti.pt2)")
     parser.add_argument("--jit", action="store_true", help="also write TorchScript (edge_gnn.pt, legacy)")
     parser.add_argument("--out", type=Path, default=None, help="model directory")
     args = parser.parse_args(argv)
+    try:
+        out = writable_model_dir(args.out)  # before the training, not a traceback after it
+    except CliError as exc:
+        parser.error(str(exc))
     model, loss = train(args.events, args.epochs)
-    paths = save(model, args.out or model_dir(), aot=args.aot, jit=args.jit)
+    paths = save(model, out, aot=args.aot, jit=args.jit)
     for kind, p in paths.items():
         print(f"wrote {kind}: {p}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main, prog=PROG))

@@ -58,16 +58,29 @@ def host_allocator() -> CachingAllocator:
     return CachingAllocator(_host_alloc, _host_free)
 
 
+#: where the CPU's model name is read
+CPUINFO = "/proc/cpuinfo"
+
+
 @cache
 def cpu_name() -> str:
+    """The CPU's model name as the kernel reports it ("Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz"),
+    else the platform's word for it: the CPU devices' name."""
+    return model_name(CPUINFO) or platform.processor() or platform.machine() or "host CPU"
+
+
+def model_name(path: str) -> str | None:
+    """The first ``model name`` of the cpuinfo file ``path`` (None: none, or no file). Bytes that
+    are not UTF-8 (a hypervisor sets the name) are replaced: a UnicodeDecodeError here made every
+    CPU backend unavailable ("failed to load")."""
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                    return line.split(":", 1)[1].strip() or None
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "host CPU"
+    return None
 
 
 def cpu_limits() -> DeviceLimits:

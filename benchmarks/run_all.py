@@ -12,6 +12,7 @@ benchmarks/results). Exit status 1 when any benchmark failed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -150,13 +151,25 @@ def _stop(proc: subprocess.Popen) -> None:
 # ----------------------------------------------------------------------------- main
 
 
+def seconds(text: str) -> float:
+    """``--timeout``: a number of seconds above 0 (``--timeout 0`` was taken for the default,
+    ``--timeout -5`` stopped every benchmark at once and reported it as a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
+    return value
+
+
 def build_parser():
     parser = common.make_parser("Run every benchmarks/bench_*.py and write SUMMARY.md")
     parser.prog = os.environ.get("ALPYKA_BENCH_PROG") or parser.prog  # `alpyka bench` runs it
     parser.add_argument("--only", default="", help="comma-separated benchmark names (e.g. models,kernels)")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=None,
         help=f"seconds per benchmark (default {QUICK_TIMEOUT_S:.0f} quick, {FULL_TIMEOUT_S:.0f} full)",
     )
@@ -166,7 +179,8 @@ def build_parser():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = common.parse_args(build_parser(), argv)
+    parser = build_parser()
+    args = common.parse_args(parser, argv)
     found = discover(args.bench_dir)
     if args.list:
         print("\n".join(f"{n}\t{p}" for n, p in found.items()))
@@ -175,8 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in found]
         if unknown:
-            print(f"error: unknown benchmark(s) {unknown}; available: {', '.join(found) or 'none'}", file=sys.stderr)
-            return 2
+            parser.error(f"unknown benchmark(s) {unknown}; available: {', '.join(found) or 'none'}")
         found = {n: found[n] for n in wanted}
     if not found:
         print(f"error: no bench_*.py scripts in {args.bench_dir}", file=sys.stderr)

@@ -88,18 +88,21 @@ def load(results: Path = RESULTS, invalid: list[str] | None = None) -> list[Docu
     return docs
 
 
+#: trademark marks in a device's name (``Intel(R)``, ``Radeon(TM)``), dropped as ``short_cpu`` drops them
+_MARKS = re.compile(r"\((?:R|TM|tm|r)\)")
 _GPU = re.compile(r"\b(?:cuda|rocm)(?::\d+)?(?:\s*\(|:\s*)([^(),;]+?)\s*(?:\)|[,;]|$)")
 
 
 def gpus(doc: Mapping[str, Any]) -> list[str]:
     """The GPUs a document's ``device`` names (``cuda: NAME`` or ``cuda:0 (NAME)``), in order."""
-    found = [m.group(1).strip() for m in _GPU.finditer(str(doc.get("device", "")))]
+    device = _MARKS.sub("", str(doc.get("device", "")))  # "AMD Radeon(TM) Pro": no GPU found at the "("
+    found = [" ".join(m.group(1).split()) for m in _GPU.finditer(device)]
     return list(dict.fromkeys(g for g in found if g))
 
 
 def short_cpu(name: str) -> str:
     """``Intel(R) Xeon(R) Processor`` -> ``Intel Xeon``."""
-    name = re.sub(r"\((?:R|TM|tm)\)", "", name)
+    name = _MARKS.sub("", name)
     name = re.sub(r"\s*@.*$|\b(?:Processor|CPU)\b", "", name)
     return " ".join(name.split()) or "unknown CPU"
 

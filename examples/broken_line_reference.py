@@ -410,6 +410,8 @@ def pulls(tracks: dict, fit: dict) -> dict:
     out = {}
     for n in range(3, MAX_HITS + 1):
         sel = tracks["n_hits"] == n
+        if not sel.any():  # no track of this hit count: no pull to give (the mean of none was nan)
+            continue
         delta = fit["state"][sel] - truth[sel]
         delta[:, 0] = (delta[:, 0] + math.pi) % (2 * math.pi) - math.pi
         p = delta / np.sqrt(fit["covariance"][sel][:, diag])
@@ -417,9 +419,22 @@ def pulls(tracks: dict, fit: dict) -> dict:
     return out
 
 
+def at_least_one(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1 (``--tracks 0`` printed nan pulls and
+    said nothing wrong; ``--tracks -1`` was numpy's traceback). This file needs numpy only, so it
+    has its own copy of ``portable.cli.at_least(1)``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tracks", type=int, default=20000)
+    parser.add_argument("--tracks", type=at_least_one, default=20000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     tracks = generate_tracks(args.tracks, args.seed)

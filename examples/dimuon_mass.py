@@ -20,7 +20,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import run_script
+from portable.cli import backend_argument, run_script
 
 
 class Leptons(soa.Layout):
@@ -213,10 +213,12 @@ def main() -> int:
     import skhep_testdata
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("backend", nargs="?", default=None, help="backend (default: pk.default_backend())")
+    backend_argument(parser)
     parser.add_argument("--out", default=".", help="directory for dimuon_mass.png (default: here)")
     args = parser.parse_args()
-    q = pk.Queue(pk.device(args.backend or pk.default_backend()))
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # before the work, not a traceback after it
+        parser.error(f"--out {args.out} is a file; give a directory for dimuon_mass.png")
+    q = pk.Queue(pk.device(args.backend))
     hzz = skhep_testdata.data_path("uproot-HZZ.root")
 
     # dimuon: every muon pair of every HZZ event

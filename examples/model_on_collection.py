@@ -16,7 +16,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata
-from portable.cli import run_script
+from portable.cli import backend_argument, run_script
 
 
 class Hits(soa.Layout):
@@ -72,5 +72,5 @@ def main(backend: str | None = None) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("backend", nargs="?", help="a backend (default: the fastest CPU backend)")
+    backend_argument(parser)
     sys.exit(run_script(main, parser.parse_args().backend))

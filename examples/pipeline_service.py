@@ -18,6 +18,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata, pipeline, serve
+from inference.serving import parse_device
 from portable.cli import run_script
 
 
@@ -65,9 +66,21 @@ def calibrate(q, hits, out):
     pk.exec(q, pk.valid_workdiv(q.device, n), clip_scores, out.view(), n)
 
 
+def server_device(text: str) -> str:
+    """``--device``: a device ``serve`` takes, on a backend usable here; anything else is refused
+    with the usage and one line (it was a traceback once the server started)."""
+    try:
+        name, _ = parse_device(text)
+        if name != "cpu":
+            pk.get_backend(name)
+    except pk.AlpykaError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cpu_threads", help="where the server runs the pipeline")
+    ap.add_argument("--device", default="cpu_threads", type=server_device, help="where the server runs the pipeline")
     args = ap.parse_args()
     q = pk.Queue(pk.device("cpu_serial"))
     rng = np.random.default_rng(1)

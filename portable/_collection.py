@@ -162,7 +162,16 @@ class PortableCollection:
             raise AttributeError(name)
         if len(self._blocks) == 1 and name in self._blocks[0][1].field_names():
             return getattr(self.view(), name)
-        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+        fields = [f"{lay.__name__}: {lay.field_names()}" for _, lay, _ in self._blocks]
+        where = (
+            f"its field(s) are {fields[0].split(': ', 1)[1]}"
+            if len(fields) == 1
+            else (
+                f"a collection of {len(fields)} blocks has no fields of its own: coll[i].{name} or coll.view(i).{name} "
+                f"({'; '.join(fields)})"
+            )
+        )
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; {where}")
 
     # ------------------------------------------------------------------ interchange (bytes of the buffer)
     # ordered after the work enqueued on the collection, as the buffer's (portable/_buffer.py)

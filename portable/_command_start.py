@@ -1,15 +1,15 @@
 """A Ctrl-C while alpyka's own command starts ends it with one line, not a traceback.
 
 The ``alpyka`` command (and ``python -m portable``, ``python -m inference.serving``, ``python -m
-alpyka_demo.pipeline``) imports portable before its ``main`` runs: numpy, numba and the kernel
-compiler, 0.3-1 s on a free 2-core machine. A Ctrl-C there printed Python's report of a
-KeyboardInterrupt, 10-40 lines through importlib and the compiler's modules, where the same
-Ctrl-C a moment later prints ``alpyka info: interrupted`` (:mod:`portable.cli`). Imported first
-by ``portable/__init__.py``, this module installs, in those processes only, a SIGINT handler
-that prints ``alpyka: interrupted`` and ends the process at once, killed by SIGINT as an
-uncaught Ctrl-C ends it (nothing has started yet that needs stopping); the command's ``main``
-puts Python's own handler back as it starts (:func:`command_started`), so its Ctrl-C raises
-KeyboardInterrupt as before.
+alpyka_demo.pipeline``, ``python -m alpyka_demo.train``) imports portable before its ``main``
+runs: numpy, numba and the kernel compiler, 0.3-1 s on a free 2-core machine. A Ctrl-C there
+printed Python's report of a KeyboardInterrupt, 10-40 lines through importlib and the
+compiler's modules, where the same Ctrl-C a moment later prints ``alpyka info: interrupted``
+(:mod:`portable.cli`). Imported first by ``portable/__init__.py``, this module installs, in
+those processes only, a SIGINT handler that prints ``alpyka: interrupted`` and ends the process
+at once, killed by SIGINT as an uncaught Ctrl-C ends it (nothing has started yet that needs
+stopping); the command's ``main`` puts Python's own handler back as it starts
+(:func:`command_started`), so its Ctrl-C raises KeyboardInterrupt as before.
 
 ``import portable`` anywhere else (a user's program, ``python -c``, IPython, pytest) changes
 nothing: a Ctrl-C there is Python's, a KeyboardInterrupt with its traceback, as on ``import
@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 #: the modules that are alpyka's command when run with ``python -m``
-COMMAND_MODULES = ("portable", "inference.serving", "alpyka_demo.pipeline")
+COMMAND_MODULES = ("portable", "inference.serving", "alpyka_demo.pipeline", "alpyka_demo.train")
 
 
 def is_alpyka_command() -> bool:

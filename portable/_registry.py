@@ -16,7 +16,7 @@ import threading
 import types
 from typing import Any
 
-from ._errors import ArgumentError, ArgumentTypeError, BackendUnavailable
+from ._errors import ArgumentError, ArgumentTypeError, BackendUnavailable, EnvVarError
 from .env import EMULATED_BACKENDS, read_at_import
 
 # Backends import their libraries on first use (numba at a CPU backend's first compile, torch,
@@ -294,7 +294,14 @@ def default_backend() -> str:
     """``ALPYKA_BACKEND`` if set, else the fastest CPU backend available (cpu_threads)."""
     env = os.environ.get("ALPYKA_BACKEND")
     if env:
-        get_backend(env)
+        try:  # the user typed no name here: the message says where it came from
+            get_backend(env)
+        except ArgumentError as exc:
+            raise EnvVarError(
+                f"environment variable ALPYKA_BACKEND={env!r}: {exc}; set it to one, or unset it"
+            ) from None
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"environment variable ALPYKA_BACKEND={env!r}: {exc}; or unset it") from None
         return env
     for name in _DEFAULT_PREFERENCE:
         if _load(name) is not None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from .._command_start import command_started
 from .._errors import AlpykaError, EnvVarError
+from .._registry import default_backend, get_backend
 from ..env import env_flag
 from ._messages import error_line
 from ._reference import FILE_ATTR, BadReference, load_reference
@@ -48,6 +49,7 @@ __all__ = [
     "BadReference",
     "CliError",
     "at_least",
+    "backend_argument",
     "command_started",
     "die_by_sigint",
     "end_by_interrupt",
@@ -84,6 +86,36 @@ def at_least(least: int) -> Callable[[str], int]:
 
     whole.__name__ = f"at_least_{least}"
     return whole
+
+
+def backend_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """Give a script's ``parser`` its optional positional ``backend``: a backend usable here, by
+    default ``pk.default_backend()``. A name that is unknown or unusable (``nope``, ``cuda``
+    without cupy, or such a name in ``ALPYKA_BACKEND``) is refused with the usage and one line
+    naming the fix, exit status 2, as argparse refuses a bad flag (it was a traceback from
+    ``pk.device`` inside the script's ``main``)."""
+    parser.add_argument(
+        "backend",
+        nargs="?",
+        default="",  # a str default goes through ``type`` too: the default backend is checked alike
+        type=_backend_name,
+        help=help or "a backend (default: pk.default_backend(), the fastest CPU backend here)",
+    )
+
+
+def _backend_name(text: str) -> str:
+    """``text`` if it names a usable backend, else (empty) the default backend; ArgumentTypeError
+    with the registry's message otherwise."""
+    try:
+        if not text:
+            return default_backend()
+        get_backend(text)
+    except AlpykaError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    except KeyboardInterrupt:  # (while the backend loads or probes a device: before run_script)
+        end_by_interrupt(f"{Path(sys.argv[0]).name}: interrupted")
+        raise
+    return text
 
 
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:

@@ -112,6 +112,8 @@ def open_tree(path: str | os.PathLike, tree: str) -> Any:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFound(f"no such ROOT file: {path}; give the path of a ROOT file on this machine's file system")
+    if os.path.isdir(path):  # open() said only "[Errno 21] Is a directory"
+        raise NotARootFile(f"{path} is a directory, not a ROOT file; give the path of a ROOT file (in it)")
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic != b"root":

@@ -93,6 +93,21 @@ def test_machine_labels_and_skipped_rows() -> None:
     assert summary.machine_label(cpu) == "Intel Xeon, 2 cores"
     for device in ("cuda: NVIDIA H100 80GB HBM3", "cpu_serial:0 (X), cuda:0 (NVIDIA H100 80GB HBM3); numba"):
         assert summary.machine_label({**cpu, "device": device}) == "NVIDIA H100 80GB HBM3 (Intel Xeon, 2 cores)"
+    # odd names: a GPU's "(TM)" made its name unmatched (the label lost the GPU), a CPU's "(R)"
+    # and "@ 2.00GHz" beside it must not confuse the GPU's
+    xeon = {"machine": {"cpu": "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz", "cpus_usable": 2}}
+    for device, want in [
+        ("rocm:0 (AMD Radeon(TM) Pro W7900)", "AMD Radeon Pro W7900 (Intel Xeon Gold 6338, 2 cores)"),
+        ("rocm: AMD Instinct(TM) MI210", "AMD Instinct MI210 (Intel Xeon Gold 6338, 2 cores)"),
+        (
+            "cpu_serial:0 (Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz), cuda:0 (NVIDIA H100 80GB HBM3)",
+            "NVIDIA H100 80GB HBM3 (Intel Xeon Gold 6338, 2 cores)",
+        ),
+        ("cpu_threads:0 (Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz)", "Intel Xeon Gold 6338, 2 cores"),
+    ]:
+        assert summary.machine_label({**xeon, "device": device}) == want, device
+    amd = {"machine": {"cpu": "AMD EPYC 7B13 64-Core Processor", "cpu_count": 2}, "device": "cpu"}
+    assert summary.machine_label(amd) == "AMD EPYC 7B13 64-Core, 2 cores"
     rows = [
         {"section": "launch", "backend": "rocm", "status": "skipped", "reason": "no HIP"},
         {"model": "m", "variant": "v", "status": "skipped", "reason": "no form"},

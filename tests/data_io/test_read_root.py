@@ -126,6 +126,9 @@ def test_not_a_root_file(tmp_path):
         pk.read_root(bad, "events", Muons, q)
     with raises_root(pk.FileNotFound, FileNotFoundError, r"no such ROOT file: .*absent\.root; give the path of a ROOT"):
         pk.read_root(tmp_path / "absent.root", "events", Muons, q)
+    # a directory (``alpyka demo --input /data``) was open()'s bare "[Errno 21] Is a directory"
+    with pytest.raises(pk.NotARootFile, match=r"is a directory, not a ROOT file; give the path of a ROOT file"):
+        pk.read_root(tmp_path, "events", Muons, q)
     # starts like a ROOT file (/etc/passwd does: "root:x:0:0"), but uproot cannot read it: the
     # error is still one line (the command line prints it as it is)
     fake = tmp_path / "passwd.root"

@@ -66,6 +66,34 @@ def test_cli_errors_are_one_line(model_dir):
         assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
+def test_more_particles_than_the_model_indexes_are_refused(model_dir, monkeypatch):
+    """``alpyka demo --particles 5000`` ran the kernels, then failed inside the GNN with "index
+    4784 is out of bounds for dimension 0 with size 4096" (its node tables hold 4096 fragments, 4
+    per particle), and ``--particles 100000`` first searched edges for minutes: one line naming the
+    bound now, before anything runs, and the same from ``pipeline.run`` and the Dask route."""
+    from alpyka_demo import _dask
+    from alpyka_demo._gnn import EdgeGNN
+    from alpyka_demo._layouts import MAX_FRAGMENTS, MAX_PARTICLES
+
+    assert MAX_PARTICLES * MAX_FRAGMENTS == EdgeGNN().max_nodes
+    res = subprocess.run(
+        [sys.executable, "-m", "portable.cli._main", "demo", "--particles", "5000", "--no-progress"],
+        capture_output=True,
+        text=True,
+        env={"ALPYKA_MODEL_DIR": str(model_dir), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+        timeout=300,
+    )
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert f"--particles must be between 1 and {MAX_PARTICLES} (got 5000)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "out of bounds" not in res.stderr, res.stderr
+    monkeypatch.setattr(pipeline, "load_model", lambda *a: pytest.fail("loaded the model first"))
+    with pytest.raises(pk.ArgumentError, match="the edge classifier indexes at most 4096 fragments"):
+        pipeline.run("cpu_serial", events=1, streams=1, n_particles=MAX_PARTICLES + 1, progress=False)
+    monkeypatch.setattr(pk.distributed, "run", lambda *a, **k: pytest.fail("started Dask first"))
+    with pytest.raises(pk.ArgumentError, match="--particles must be between"):
+        _dask.run_dask("cpu_serial", 1, MAX_PARTICLES + 1, "exported", None, None, 1, None)
+
+
 @pytest.mark.parametrize("flag", ["--events", "--epochs"])
 def test_training_on_nothing_is_refused(tmp_path, flag):
     """``python -m alpyka_demo.train --events 0`` (or ``--epochs 0``, ``--events -3``) trained on
@@ -85,6 +113,21 @@ def test_training_on_nothing_is_refused(tmp_path, flag):
     assert not list(tmp_path.iterdir())
     with pytest.raises(pk.ArgumentError, match=r"epochs \(--epochs\) is at least 1"):
         train.train(n_events=1, epochs=0, log=False)
+
+
+def test_train_refuses_an_out_it_cannot_write_before_training(tmp_path, monkeypatch, capsys):
+    """``python -m alpyka_demo.train --out some-file`` trained for seconds, then ended in a
+    FileExistsError traceback: argparse's one line naming --out now, before any training."""
+    from alpyka_demo import train
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("trained before checking --out"))
+    for out in (blocker, blocker / "models"):
+        with pytest.raises(SystemExit) as done:
+            train.main(["--out", str(out), "--events", "1", "--epochs", "1"])
+        assert done.value.code == 2
+        assert f"--out {out} cannot be written" in capsys.readouterr().err
 
 
 def test_the_demo_defaults_to_the_measured_fastest_cpu_backend(monkeypatch):
@@ -153,3 +196,38 @@ def test_training_runs_on_one_torch_thread_and_gives_the_same_model(monkeypatch)
     assert loss_a == loss_b
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
+
+
+def test_ctrl_c_ends_training_with_one_line(tmp_path):
+    """``python -m alpyka_demo.train`` (README: how the demo's model is trained) printed a
+    KeyboardInterrupt traceback of 30-65 lines at a Ctrl-C, while it imported or trained: one line
+    now, killed by SIGINT, as the ``alpyka`` command; and it is a command whose import is guarded."""
+    import signal
+    import time
+
+    from portable._command_start import COMMAND_MODULES, _interpreter_module
+
+    assert _interpreter_module(["-m", "alpyka_demo.train", "--events", "3"]) in COMMAND_MODULES
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path), "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "alpyka_demo.train", "--out", str(tmp_path), "--events", "300", "--epochs", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        for line in p.stdout:  # the first epoch's line: training is under way
+            if "epoch" in line:
+                break
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        rc = p.wait(120)  # a generous bound on a hang; it ends in well under a second
+        err = p.stderr.read()
+    finally:
+        p.kill()
+        p.stdout.close()
+        p.stderr.close()
+    assert rc == -signal.SIGINT, (rc, err[-3000:])
+    assert err == "python -m alpyka_demo.train: interrupted\n", err[-3000:]
+    assert time.monotonic() - t0 < 120 and not list(tmp_path.iterdir())

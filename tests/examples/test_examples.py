@@ -87,6 +87,7 @@ def test_an_argument_an_example_does_not_take_is_an_error(name):
 COUNTS = [
     ("broken_line_fit.py", "--tracks"),
     ("broken_line_fit.py", "--repeats"),
+    ("broken_line_reference.py", "--tracks"),
     ("cluster_charge_cut.py", "--modules"),
     ("cluster_charge_cut.py", "--clusters"),
     ("cluster_charge_cut.py", "--repeats"),
@@ -98,6 +99,10 @@ COUNTS = [
 ]
 
 
+#: the arguments before the flag: the backend, where the example takes one
+BACKEND_ARG = {"broken_line_reference.py": []}
+
+
 @pytest.mark.parametrize(("name", "flag"), COUNTS)
 def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     """``--tracks 0``, ``--modules -1``, ``--repeats 0``...: a numpy error's traceback deep in the
@@ -106,7 +111,7 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     line naming the flag (portable.cli.at_least)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), "cpu_serial", flag, "0"],
+        [sys.executable, str(EXAMPLES / name), *BACKEND_ARG.get(name, ["cpu_serial"]), flag, "0"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -114,6 +119,77 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     )
     assert res.returncode == 2, f"{name} {flag} 0 ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
     assert f"argument {flag}: expected a whole number of at least 1, got 0" in res.stderr, res.stderr
+
+
+BACKEND_EXAMPLES = [
+    "broken_line_fit.py",
+    "cluster_charge_cut.py",
+    "dimuon_mass.py",
+    "minimal_kernel.py",
+    "model_on_collection.py",
+    "per_candidate_model.py",
+    "pixel_clustering.py",
+    "sort_by_pt2.py",
+]
+
+
+@pytest.mark.parametrize("name", BACKEND_EXAMPLES)
+def test_an_unknown_backend_is_refused_with_the_usage(name):
+    """``python examples/minimal_kernel.py nope`` (a typo, or ``cuda`` without cupy) ended in a
+    traceback from ``pk.device`` inside the example's ``main``, exit status 1: argparse's one line
+    naming the known backends now, exit status 2 (portable.cli.backend_argument); and a bad
+    ``ALPYKA_BACKEND`` behind the default backend the same, naming the variable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("ALPYKA_BACKEND", None)
+    for args, extra, needle in [
+        (["nope"], {}, "argument backend: unknown backend 'nope'; known backends are"),
+        ([], {"ALPYKA_BACKEND": "nope"}, "argument backend: environment variable ALPYKA_BACKEND='nope': unknown"),
+    ]:
+        res = subprocess.run(
+            [sys.executable, str(EXAMPLES / name), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**env, **extra},
+        )
+        assert res.returncode == 2, f"{name} {args} ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+        assert needle in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("device", ["nope", "cpu_serial:x"])
+def test_pipeline_service_refuses_an_unknown_device_with_the_usage(device):
+    """``python examples/pipeline_service.py --device nope`` ran the local pipeline, then ended in
+    a DeviceStringError traceback as the server started, exit status 1: argparse's one line now."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "pipeline_service.py"), "--device", device],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, f"({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert "argument --device: device must be 'cpu', 'cuda[:N]' or an alpyka backend" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+
+
+def test_dimuon_mass_refuses_a_file_as_its_out_directory(tmp_path):
+    """``python examples/dimuon_mass.py --out some-file`` did all its work, then ended in a
+    FileExistsError traceback as it saved the plot: argparse's one line, before the work, now."""
+    pytest.importorskip("skhep_testdata")
+    pytest.importorskip("awkward")
+    (tmp_path / "a-file").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial", "--out", str(tmp_path / "a-file")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, f"({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert "a-file is a file; give a directory" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert "OK" not in res.stdout, res.stdout
 
 
 def test_soa_tour():
@@ -265,3 +341,10 @@ def test_sort_by_pt2(backend, capsys, sort):
 def test_broken_line_reference_runs_as_a_script():
     out = run_example("broken_line_reference.py", "--tracks", "3000")
     assert out.count("hits: phi") == 3, out
+
+
+def test_broken_line_reference_prints_no_nan_for_an_absent_hit_count():
+    """``--tracks 1`` printed "nan/nan" pulls for the hit counts no track had, exit status 0: only
+    the hit counts that have tracks are printed now."""
+    out = run_example("broken_line_reference.py", "--tracks", "1")
+    assert out.count("hits: phi") == 1 and "nan" not in out, out

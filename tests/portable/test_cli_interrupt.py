@@ -210,3 +210,25 @@ def test_pytests_own_dash_m_option_is_not_the_command():
     assert _interpreter_module(["-X", "dev", "-m", "portable", "info"]) == "portable"
     assert _interpreter_module(["-c", "pass", "-m", "portable"]) is None
     assert _interpreter_module(["script.py", "-m", "portable"]) is None
+
+
+def test_a_ctrl_c_while_a_scripts_backend_argument_is_checked_ends_it_with_one_line(monkeypatch):
+    """``backend_argument``'s check runs when the arguments are parsed, before ``run_script``: a
+    Ctrl-C while the backend loads or probes a device ends the script as ``run_script`` would,
+    with one line, not a traceback (the KeyboardInterrupt goes on)."""
+    import argparse
+
+    import portable.cli as cli
+
+    said = []
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "default_backend", interrupted)
+    monkeypatch.setattr(cli, "end_by_interrupt", lambda line: said.append(line) or True)
+    parser = argparse.ArgumentParser(prog="script.py")
+    cli.backend_argument(parser)
+    with pytest.raises(KeyboardInterrupt):
+        parser.parse_args([])
+    assert len(said) == 1 and said[0].endswith(": interrupted"), said

@@ -302,3 +302,20 @@ def test_the_emulated_gpu_takes_buffers_of_more_than_a_gib(monkeypatch):
 
     props = make_fake_cupy(n_devices=1).cuda.runtime.getDeviceProperties(0)
     assert props["totalGlobalMem"] > 1 << 30
+
+
+def test_an_unknown_attribute_names_the_fields():
+    """``coll.nope`` (a typo of a column, on a device collection or its host copy) said only
+    "PortableCollection has no attribute 'nope'", where a view's error lists its fields: the
+    collection's names them too, and a collection of several blocks says how to reach a field."""
+    q = pk.Queue(pk.device("cpu_serial"), blocking=True)
+    one = pk.PortableCollection(Hits, 3, q)
+    for coll in (one, one.to_host(q)):
+        with pytest.raises(AttributeError, match=r"has no attribute 'lyer'; its field\(s\) are \['x', 'layer'\]"):
+            coll.lyer
+    two = pk.PortableCollection([Tracks, Hits], [1, 2], q)
+    with pytest.raises(
+        AttributeError, match=r"2 blocks has no fields of its own: coll\[i\]\.x .*Hits: \['x', 'layer'\]"
+    ):
+        two.x
+    assert not hasattr(one, "_private") and hasattr(one, "layer")

@@ -215,3 +215,23 @@ def test_traceback_takes_the_boolean_spellings(monkeypatch, capsys):
         monkeypatch.setenv("ALPYKA_TRACEBACK", raw)
         with pytest.raises(CliError, match="the one line"):
             run(command, [], "alpyka")
+
+
+def test_a_bad_alpyka_backend_is_named_as_the_variable(monkeypatch):
+    """``ALPYKA_BACKEND=nope alpyka demo`` (or any script taking ``pk.default_backend()``) said
+    "unknown backend 'nope'" with no word of the variable, to a user who typed no backend name:
+    the message names ALPYKA_BACKEND and its value now, for an unknown and an unusable backend."""
+    from portable import _registry
+
+    monkeypatch.setenv("ALPYKA_BACKEND", "nope")
+    with pytest.raises(pk.EnvVarError, match=r"ALPYKA_BACKEND='nope': unknown backend 'nope'.*unset it"):
+        pk.default_backend()
+    monkeypatch.setenv("ALPYKA_BACKEND", "cpu_serial")
+    assert pk.default_backend() == "cpu_serial"
+
+    def unusable(name):
+        raise pk.BackendUnavailable(f"backend {name!r} is unavailable: a test made it so")
+
+    monkeypatch.setattr(_registry, "get_backend", unusable)
+    with pytest.raises(pk.BackendUnavailable, match=r"ALPYKA_BACKEND='cpu_serial': backend .* a test made it so"):
+        pk.default_backend()
