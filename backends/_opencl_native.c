@@ -140,7 +140,13 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     }
     PyObject *took = PyList_GET_ITEM(b->took, 0);
     Py_INCREF(took);
-    PyObject *how_obj = PyObject_CallOneArg(b->choose, took);
+    /* an idle queue (no command before this one unfinished: last_event None, as this library
+       leaves it after a wait) needs no look by the choice (choose(took, False)) */
+    PyObject *before = PyObject_GetAttr(b->impl, s_last_event);
+    if (before == NULL) PyErr_Clear();
+    PyObject *how_obj = before == Py_None ? PyObject_CallFunctionObjArgs(b->choose, took, Py_False, NULL)
+                                          : PyObject_CallOneArg(b->choose, took);
+    Py_XDECREF(before);
     Py_DECREF(took);
     long how = how_obj == NULL ? -1 : PyLong_AsLong(how_obj);
     Py_XDECREF(how_obj);
