@@ -65,7 +65,9 @@ OURS_EACH = "alpyka pk.exec, a scalar changed each launch"
 #: the peer with 1 us of Python before each enqueue (any launcher's own work): on PoCL with busy
 #: cores that alone costs what alpyka's launch costs over the peer (docs/backends.md)
 RAW_GAP = "raw pyopencl, args set once, 1 us of Python first + finish"
-BEFORE = "alpyka, interruptible wait only"
+#: every wait the free-core interruptible one (handed after polling, or polled), on busy cores too:
+#: the old way, before the joined wait and the busy-core hand-over
+BEFORE = "alpyka, free-core interruptible wait only"
 JOINED = "alpyka, joined wait only"
 PYTHON = "alpyka, Python launcher only (no native call)"
 
