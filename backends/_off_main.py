@@ -112,16 +112,12 @@ def _call_for(fn: Callable[[], object], name: str, key: Hashable | None) -> _Cal
         call.run()
         return call
     call.helper = threading.Thread(target=call.run, args=(True,), name=name, daemon=True)
-    if key is not None:
-        _keyed[key] = call  # known before it starts: a request made meanwhile joins it
-    try:
+    try:  # (the call names its key itself once it runs: a call that never started is waited for by none)
         call.helper.start()
     except RuntimeError:  # "can't create new thread at interpreter shutdown"
         call.helper = None
-        call.run()  # (which lets go of the key as it ends)
+        call.run()
     except BaseException:  # a Ctrl-C while it starts: the call may run on
-        if call.helper.ident is None and key is not None and _keyed.get(key) is call:
-            del _keyed[key]  # it never started: no request may wait for it
         _left_running.append(call.helper)
         raise
     return call

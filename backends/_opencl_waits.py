@@ -200,8 +200,9 @@ STALLED_S = 1e-3
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
-#: a tiny command on free cores, an interruptible wait
-JOINED, TINY_FREE, INTERRUPTIBLE = 0, 1, 2
+#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short work
+#: behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
+JOINED, TINY_FREE, INTERRUPTIBLE, BEHIND = 0, 1, 2, 3
 
 
 class WaitChoice:
@@ -270,7 +271,8 @@ class WaitChoice:
         read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
         runtime's wait flushes the queue itself) and in it where that run ended within
         :data:`JOIN_LIMIT_S` and (``behind``: the command is enqueued behind the queue's others)
-        no other command of the queue is unfinished, else :data:`INTERRUPTIBLE`."""
+        no other command of the queue is unfinished (else :data:`BEHIND`), else
+        :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
@@ -279,15 +281,18 @@ class WaitChoice:
                     load.used_up(_clock())
                 if not load.busy:
                     return TINY_FREE
-            if last < JOIN_LIMIT_S and (not behind or _get_ident() != _main_ident or self.queue_idle()):
-                return JOINED
+            if last < JOIN_LIMIT_S:
+                if not behind or _get_ident() != _main_ident or self.queue_idle():
+                    return JOINED
+                return BEHIND
         if self.joins and _get_ident() != _main_ident:
             return JOINED
         return INTERRUPTIBLE
 
     def wait_chosen(self, how: int, ev: cl.Event, took: list, flush: Callable[[], None], t0: float) -> None:
         """Wait for ``ev`` as :meth:`choose` said (``how``), and store in ``took[0]`` the time
-        since ``t0`` (None where the wait is interrupted or the command failed)."""
+        since ``t0`` (None where the wait is interrupted or the command failed; unchanged for
+        :data:`BEHIND`: that time was the work ahead's too)."""
         try:
             if how == JOINED:
                 if _get_ident() == _main_ident:
@@ -300,6 +305,8 @@ class WaitChoice:
         except BaseException:
             took[0] = None  # an interrupted or failed wait leaves the launch unknown
             raise
+        if how == BEHIND:
+            return
         took[0] = t = _clock() - t0
         if how == TINY_FREE and t > STALLED_S:  # the cores were busy after all (this process's own threads?)
             self.load.stalled(t0 + t)

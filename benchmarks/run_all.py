@@ -157,9 +157,9 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text!r}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text}")
     return value
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -216,8 +217,12 @@ def main() -> int:
     backend_argument(parser)
     parser.add_argument("--out", default=".", help="directory for dimuon_mass.png (default: here)")
     args = parser.parse_args()
-    if Path(args.out).exists() and not Path(args.out).is_dir():  # before the work, not a traceback after it
+    out = Path(args.out)  # before the work, not a traceback after it
+    if out.exists() and not out.is_dir():
         parser.error(f"--out {args.out} is a file; give a directory for dimuon_mass.png")
+    parent = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        parser.error(f"--out {args.out}: {parent} is not a directory this user can write; give one for dimuon_mass.png")
     q = pk.Queue(pk.device(args.backend))
     hzz = skhep_testdata.data_path("uproot-HZZ.root")
 

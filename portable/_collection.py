@@ -163,14 +163,17 @@ class PortableCollection:
         if len(self._blocks) == 1 and name in self._blocks[0][1].field_names():
             return getattr(self.view(), name)
         fields = [f"{lay.__name__}: {lay.field_names()}" for _, lay, _ in self._blocks]
-        where = (
-            f"its field(s) are {fields[0].split(': ', 1)[1]}"
-            if len(fields) == 1
-            else (
-                f"a collection of {len(fields)} blocks has no fields of its own: coll[i].{name} or coll.view(i).{name} "
-                f"({'; '.join(fields)})"
+        held = [i for i, (_, lay, _) in enumerate(self._blocks) if name in lay.field_names()]
+        if len(fields) == 1:
+            where = f"its field(s) are {fields[0].split(': ', 1)[1]}"
+        elif held:
+            i = held[0]
+            where = (
+                f"a collection of {len(fields)} blocks has no fields of its own: block {i} has it, "
+                f"coll[{i}].{name} or coll.view({i}).{name}"
             )
-        )
+        else:
+            where = f"no block of this collection of {len(fields)} has it ({'; '.join(fields)})"
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}; {where}")
 
     # ------------------------------------------------------------------ interchange (bytes of the buffer)

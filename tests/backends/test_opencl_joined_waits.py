@@ -285,13 +285,15 @@ def test_known_work_behind_an_unfinished_command_is_waited_for_interruptibly(mon
     for op in ops:
         op()
     assert calls == [], "known short work on an idle queue is joined"
+    copy_took = impl.transfer_took("h2d", host.nbytes)
     for i, op in enumerate(ops):
-        ahead = cl.UserEvent(dev.native.context)
-        impl.last_event = ahead  # an unfinished command of the queue
+        user = cl.UserEvent(dev.native.context)
+        impl.last_event = cl.enqueue_marker(impl.cq, wait_for=[user])  # an unfinished command ahead
+        threading.Timer(0.3, user.set_status, (cl.command_execution_status.COMPLETE,)).start()
         before = len(calls)
         op()
         assert len(calls) == before + 1, i
-        ahead.set_status(cl.command_execution_status.COMPLETE)
+        assert copy_took[0] < 0.3, "the wait for the work ahead was learned as the copy's time"
     for op in ops:
         op()
     assert len(calls) == 3, "joined again once nothing is left ahead"

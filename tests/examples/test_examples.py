@@ -173,22 +173,28 @@ def test_pipeline_service_refuses_an_unknown_device_with_the_usage(device):
     assert "Traceback" not in res.stderr, res.stderr
 
 
-def test_dimuon_mass_refuses_a_file_as_its_out_directory(tmp_path):
-    """``python examples/dimuon_mass.py --out some-file`` did all its work, then ended in a
-    FileExistsError traceback as it saved the plot: argparse's one line, before the work, now."""
+@pytest.mark.parametrize(
+    "out,said",
+    [("a-file", "a-file is a file; give a directory"), ("a-file/sub", "is not a directory this user can write")],
+    ids=["a_file", "under_a_file"],
+)
+def test_dimuon_mass_refuses_a_file_as_its_out_directory(tmp_path, out, said):
+    """``python examples/dimuon_mass.py --out some-file`` (or a folder under a file, or one it
+    cannot write) did all its work, then ended in a traceback as it saved the plot: argparse's one
+    line, before the work, now."""
     pytest.importorskip("skhep_testdata")
     pytest.importorskip("awkward")
     (tmp_path / "a-file").write_text("")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run(
-        [sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial", "--out", str(tmp_path / "a-file")],
+        [sys.executable, str(EXAMPLES / "dimuon_mass.py"), "cpu_serial", "--out", str(tmp_path / out)],
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
     )
     assert res.returncode == 2, f"({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
-    assert "a-file is a file; give a directory" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert said in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert "OK" not in res.stdout, res.stdout
 
 

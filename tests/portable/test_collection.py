@@ -314,8 +314,8 @@ def test_an_unknown_attribute_names_the_fields():
         with pytest.raises(AttributeError, match=r"has no attribute 'lyer'; its field\(s\) are \['x', 'layer'\]"):
             coll.lyer
     two = pk.PortableCollection([Tracks, Hits], [1, 2], q)
-    with pytest.raises(
-        AttributeError, match=r"2 blocks has no fields of its own: coll\[i\]\.x .*Hits: \['x', 'layer'\]"
-    ):
+    with pytest.raises(AttributeError, match=r"2 blocks has no fields of its own: block 1 has it, coll\[1\]\.x"):
         two.x
+    with pytest.raises(AttributeError, match=r"no block of this collection of 2 has it \(Tracks: .*Hits: \['x'"):
+        two.lyer  # (a typo no block has: no coll[i].lyer advice)
     assert not hasattr(one, "_private") and hasattr(one, "layer")
