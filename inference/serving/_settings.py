@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
+import numpy as np
+
 from portable import ArgumentError, ArgumentTypeError
 
 #: a model's own settings, beside its ``path``: each one a keyword of serve's (the tensors too)
@@ -104,14 +106,19 @@ def check_model_settings(models: Any, keywords: Mapping[str, Any]) -> None:
             )
         merged = {**keywords, **{k: v for k, v in per.items() if k in keywords}}
         own = [k for k in per if k in keywords]
-        if "dynamic_batching" in per and not isinstance(per["dynamic_batching"], bool):
+        if "dynamic_batching" in per and not isinstance(per["dynamic_batching"], (bool, np.bool_)):
             raise ArgumentTypeError(
                 f"model {mname!r}'s dynamic_batching (its 'dynamic_batching' in serve's models mapping) is True or "
                 f"False, got {per['dynamic_batching']!r}"
             )
+        preferred = merged.get("preferred_batch_sizes")
+        dynamic = per.get("dynamic_batching", merged.get("dynamic_batching", True))
+        batches = merged.get("max_batch_size") != 0 and bool(dynamic)
+        if not batches and "preferred_batch_sizes" not in own:
+            preferred = None  # serve's sizes apply to the models that batch (no batcher is made for this one)
         check_batching(
             merged.get("max_batch_size"),
-            merged.get("preferred_batch_sizes"),
+            preferred,
             merged.get("max_queue_delay_us", 0),
             merged.get("instances", 1),
             model=str(mname),

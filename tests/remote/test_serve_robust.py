@@ -550,6 +550,24 @@ def test_a_models_own_batching_settings_out_of_range_are_refused_before_anything
 
 
 @pytest.mark.parametrize(
+    "own",
+    [{"max_batch_size": 0}, {"max_batch_size": 8, "dynamic_batching": False}, {"dynamic_batching": np.bool_(False)}],
+    ids=["does_not_batch", "no_dynamic_batching", "numpy_bool"],
+)
+def test_serves_batching_keywords_leave_a_model_that_does_not_batch_alone(own):
+    """serve's own ``preferred_batch_sizes`` apply to the models that batch: a model beside them
+    that does not (its max_batch_size 0, or dynamic batching off, a numpy bool too) gets no
+    batcher, so its settings pass the check as they served before it."""
+    from inference.serving._settings import check_model_settings
+
+    keywords = {"max_batch_size": 128, "preferred_batch_sizes": [64], "max_queue_delay_us": 0, "instances": 1}
+    check_model_settings({"a": {"path": "a.pt", **own}, "b": "b.pt"}, keywords)  # no error
+    if own.get("max_batch_size") == 0:  # its own preferred sizes are still its own to check
+        with pytest.raises(pk.ArgumentError, match=r"at most model 'a''s max_batch_size \(0"):
+            check_model_settings({"a": {"path": "a.pt", **own, "preferred_batch_sizes": [64]}}, keywords)
+
+
+@pytest.mark.parametrize(
     ("own", "error", "says"),
     [
         (
