@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -16,6 +17,19 @@ from ._opencl_simulator import SimulatorLock, simulator_lock
 from ._opencl_waits import WaitChoice, opencl_library
 
 _clock = time.perf_counter
+
+
+def _idle_of(ref: Callable[[], Any]) -> Callable[[], bool]:
+    """``queue.is_idle`` through a weak reference (a bound method would make a cycle of the queue
+    and its :class:`WaitChoice`: a dropped queue, freed by the cycle collector only, reported the
+    error no wait() saw that much later)."""
+
+    def idle() -> bool:
+        queue = ref()
+        return queue is None or queue.is_idle()
+
+    return idle
+
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
@@ -185,7 +199,7 @@ class OpenCLQueue(DeviceQueue):
         self._took_by_work: dict[int, list] = {}
         self._took_by_transfer: dict[tuple, list] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
-        self.waits.queue_idle = self.is_idle  # (the main thread joins known work on an idle queue only)
+        self.waits.queue_idle = _idle_of(weakref.ref(self))  # (the main thread joins known work on an idle queue only)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed
 

@@ -33,7 +33,11 @@ def test_bench_waits_smoke(tmp_path):
         assert isinstance(entry["native_launch"], bool), entry  # (the benchmark checks which ran natively)
         assert 0 <= entry["joined_share"] <= 1, (label, entry)  # how often alpyka's choice joined
     variants = {row["variant"] for row in launches}
-    assert {"alpyka, interruptible wait only", "alpyka, joined wait only"} <= variants, variants
+    assert {"alpyka, free-core interruptible wait only", "alpyka, joined wait only"} <= variants, variants
+    assert {"alpyka pk.exec, a scalar changed each launch"} <= variants, variants
+    for label, entry in doc["summary"].items():  # (the pair with a scalar changed, the peer with 1 us first)
+        for key in ("scalar_changed_alpyka_over_raw", "raw_1us_first_over_raw"):
+            assert math.isfinite(entry[key]) and entry[key] > 0, (label, key, entry)
     assert "alpyka, Python launcher only (no native call)" in variants, variants
     assert {row["busy_processes"] for row in launches} == set(doc["busy_counts"])  # free and busy cores
     assert (tmp_path / "waits.png").read_bytes()[:8] == PNG_MAGIC
