@@ -198,8 +198,10 @@ class OpenCLTwinExecutor:
                 values.append(buf if off == 0 else buf.get_sub_region(off, 4))
             else:
                 values.append(next(given))
+        from backends._opencl_launch import set_changed  # (numpy scalars set from their bytes)
+
         kernel = cl.Kernel(prepared.program, prepared.twin.entry)
-        kernel.set_args(*values)
+        set_changed(kernel, [], values)
         q = self.ocl.queue()
         glob = tuple(int(g) * int(b) for g, b in zip(grid, block))
         cl.enqueue_nd_range_kernel(q, kernel, glob, tuple(int(b) for b in block))
