@@ -8,11 +8,22 @@
    - otherwise hands the event (a pyopencl Event) to the Python wait (WaitChoice.wait_chosen).
    Other arguments, a failed enqueue and a failed command go to the Python launcher, which sets
    the arguments or raises the runtime's own error: what every launch does is defined there. (A
-   refused enqueue, an error path, asks the wait's choice once more there.) */
+   refused enqueue, an error path, asks the wait's choice once more there.)
+
+   wait_handed(event, slice) is the interruptible wait of a runtime that runs a command in the
+   thread waiting for it (backends/_opencl_waits.py: wait_event_handed): a native waiter thread,
+   which never takes the GIL, waits with clWaitForEvents, while the calling thread sleeps on a
+   semaphore without the GIL and looks at its signals every slice (a Ctrl-C raises there at once
+   where the signal interrupts the sleep). A wait interrupted leaves its waiter to finish alone
+   (it then ends); the next wait takes another. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 typedef int32_t cl_int;
@@ -25,7 +36,7 @@ typedef cl_int (*release_fn)(cl_event);
 
 static enqueue_fn cl_enqueue;
 static wait_fn cl_wait;
-static release_fn cl_release;
+static release_fn cl_release, cl_retain;
 static PyObject *s_acquire, *s_release, *s_last_event;
 static PyObject *failed_error; /* what a failure the runtime's own wait does not raise is raised as */
 static PyObject *perf_counter; /* time.perf_counter where it is not CLOCK_MONOTONIC */
@@ -212,6 +223,162 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- the handed wait's native waiter threads ---- */
+
+typedef struct Waiter {
+    pthread_mutex_t m;
+    pthread_cond_t wake;
+    sem_t done;      /* posted once the event of a request completed (or failed) */
+    cl_event ev;     /* the request (retained for the waiter), NULL while idle */
+    cl_int err;      /* clWaitForEvents' answer to the last request */
+    int abandoned;   /* its caller gave up (a Ctrl-C): end after the wait it is in */
+    int retired;     /* end once idle */
+} Waiter;
+
+/* a waiter thread's name (/proc/self/task/N/comm on Linux) */
+#define WAITER_NAME "alpyka-cl-wait"
+
+/* the idle waiter the next handed wait takes (NULL: none, start one); read and set under the GIL */
+static Waiter *idle_waiter;
+
+static void free_waiter(Waiter *w) {
+    pthread_mutex_destroy(&w->m);
+    pthread_cond_destroy(&w->wake);
+    sem_destroy(&w->done);
+    free(w);
+}
+
+/* the waiter thread: the runtime's own wait for each request, one at a time; it frees its waiter
+   when it ends (retired, or abandoned by its caller) */
+static void *waiter_main(void *arg) {
+    Waiter *w = arg;
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), WAITER_NAME);
+#endif
+    pthread_mutex_lock(&w->m);
+    for (;;) {
+        while (w->ev == NULL && !w->retired) pthread_cond_wait(&w->wake, &w->m);
+        if (w->ev == NULL) break; /* retired */
+        cl_event ev = w->ev;
+        pthread_mutex_unlock(&w->m);
+        cl_int err = cl_wait(1, &ev);
+        cl_release(ev);
+        pthread_mutex_lock(&w->m);
+        if (w->abandoned) break;
+        w->err = err;
+        w->ev = NULL;
+        sem_post(&w->done);
+    }
+    pthread_mutex_unlock(&w->m);
+    free_waiter(w);
+    return NULL;
+}
+
+static Waiter *start_waiter(void) {
+    Waiter *w = calloc(1, sizeof(Waiter));
+    if (w == NULL) return NULL;
+    if (pthread_mutex_init(&w->m, NULL) != 0) goto no_mutex;
+    if (pthread_cond_init(&w->wake, NULL) != 0) goto no_cond;
+    if (sem_init(&w->done, 0, 0) != 0) goto no_sem;
+    pthread_attr_t attr;
+    pthread_t thread;
+    if (pthread_attr_init(&attr) != 0) goto no_thread;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 1 << 20); /* (Intel's runtime runs the command in it) */
+    int started = pthread_create(&thread, &attr, waiter_main, w);
+    pthread_attr_destroy(&attr);
+    if (started == 0) return w;
+no_thread:
+    sem_destroy(&w->done);
+no_sem:
+    pthread_cond_destroy(&w->wake);
+no_cond:
+    pthread_mutex_destroy(&w->m);
+no_mutex:
+    free(w);
+    return NULL;
+}
+
+/* put a waiter whose request completed back as the idle one, or retire it where there is one */
+static void put_back(Waiter *w) {
+    if (idle_waiter == NULL) {
+        idle_waiter = w;
+        return;
+    }
+    pthread_mutex_lock(&w->m);
+    w->retired = 1;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->m);
+}
+
+/* a forked child has no copy of the waiter threads: its next wait starts one */
+static void forget_waiters(void) { idle_waiter = NULL; }
+
+/* a caller that stops waiting: the waiter finishes its request alone and ends, unless it just
+   finished it (then it is idle again) */
+static void give_up(Waiter *w) {
+    pthread_mutex_lock(&w->m);
+    int finished = w->ev == NULL;
+    if (!finished) w->abandoned = 1;
+    pthread_mutex_unlock(&w->m);
+    if (finished) {
+        while (sem_trywait(&w->done) != 0 && errno == EINTR) {
+        }
+        put_back(w);
+    }
+}
+
+/* sleep on the waiter's semaphore for at most slice seconds: 0 posted, else errno's reason */
+static int sleep_on(Waiter *w, double slice) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double whole = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + slice;
+    until.tv_sec = (time_t)whole;
+    until.tv_nsec = (long)((whole - (double)until.tv_sec) * 1e9);
+    if (until.tv_nsec >= 1000000000L) until.tv_nsec = 999999999L;
+    return sem_timedwait(&w->done, &until) == 0 ? 0 : errno;
+}
+
+static PyObject *has_idle_waiter(PyObject *self, PyObject *unused) { return PyBool_FromLong(idle_waiter != NULL); }
+
+static PyObject *wait_handed(PyObject *self, PyObject *args) {
+    unsigned long long ptr;
+    double slice;
+    if (!PyArg_ParseTuple(args, "Kd", &ptr, &slice)) return NULL;
+    if (ptr == 0 || !(slice > 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "wait_handed(event, slice): an event's int_ptr and a slice > 0 s");
+        return NULL;
+    }
+    Waiter *w = idle_waiter;
+    idle_waiter = NULL;
+    if (w == NULL && (w = start_waiter()) == NULL) return PyErr_SetFromErrno(PyExc_OSError);
+    cl_event ev = (cl_event)(uintptr_t)ptr;
+    cl_retain(ev); /* the waiter's: it lets go after its wait */
+    pthread_mutex_lock(&w->m);
+    w->ev = ev;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->m);
+    for (;;) {
+        int why;
+        Py_BEGIN_ALLOW_THREADS
+        why = sleep_on(w, slice);
+        Py_END_ALLOW_THREADS
+        if (why == 0) break;
+        if (why != EINTR && why != ETIMEDOUT) { /* (not expected) */
+            give_up(w);
+            errno = why;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (PyErr_CheckSignals() < 0) { /* a Ctrl-C's KeyboardInterrupt */
+            give_up(w);
+            return NULL;
+        }
+    }
+    cl_int err = w->err;
+    put_back(w);
+    return PyLong_FromLong((long)err);
+}
+
 static int traverse(BlockingLaunch *b, visitproc visit, void *arg) {
     Py_VISIT(b->impl); Py_VISIT(b->lock); Py_VISIT(b->python); Py_VISIT(b->choose); Py_VISIT(b->wait);
     Py_VISIT(b->flush); Py_VISIT(b->event); Py_VISIT(b->same); Py_VISIT(b->last); Py_VISIT(b->took);
@@ -302,11 +469,11 @@ static PyTypeObject BlockingLaunchType = {
 };
 
 static PyObject *bind(PyObject *self, PyObject *args) {
-    unsigned long long enqueue, wait, release;
+    unsigned long long enqueue, wait, release, retain;
     PyObject *error, *clock;
-    if (!PyArg_ParseTuple(args, "KKKOO", &enqueue, &wait, &release, &error, &clock)) return NULL;
-    if (!enqueue || !wait || !release || !PyExceptionClass_Check(error) || !PyCallable_Check(clock)) {
-        PyErr_SetString(PyExc_ValueError, "bind: three entry points of the OpenCL loader, an error class, a clock");
+    if (!PyArg_ParseTuple(args, "KKKKOO", &enqueue, &wait, &release, &retain, &error, &clock)) return NULL;
+    if (!enqueue || !wait || !release || !retain || !PyExceptionClass_Check(error) || !PyCallable_Check(clock)) {
+        PyErr_SetString(PyExc_ValueError, "bind: four entry points of the OpenCL loader, an error class, a clock");
         return NULL;
     }
     Py_XSETREF(failed_error, Py_NewRef(error));
@@ -314,13 +481,18 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     cl_enqueue = (enqueue_fn)(uintptr_t)enqueue;
     cl_wait = (wait_fn)(uintptr_t)wait;
     cl_release = (release_fn)(uintptr_t)release;
+    cl_retain = (release_fn)(uintptr_t)retain;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
-     "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent, error, perf_counter): the loader's entry "
-     "points (addresses), the error class of a failure the runtime does not raise, time.perf_counter"},
+     "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent, clRetainEvent, error, perf_counter): the "
+     "loader's entry points (addresses), the error class of a failure the runtime does not raise, time.perf_counter"},
+    {"wait_handed", wait_handed, METH_VARARGS,
+     "wait_handed(event_int_ptr, slice_s) -> clWaitForEvents' error code: the event waited for by a native waiter "
+     "thread while this one sleeps, looking at its signals every slice_s (a Ctrl-C raises here)"},
+    {"has_idle_waiter", has_idle_waiter, METH_NOARGS, "whether an idle waiter thread awaits the next wait_handed"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -329,13 +501,16 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__alpyka_opencl_native(void) {
     if (PyType_Ready(&BlockingLaunchType) < 0) return NULL;
+    static int at_fork;
+    if (!at_fork) at_fork = pthread_atfork(NULL, NULL, forget_waiters) == 0;
     s_acquire = PyUnicode_InternFromString("acquire");
     s_release = PyUnicode_InternFromString("release");
     s_last_event = PyUnicode_InternFromString("last_event");
     if (!s_acquire || !s_release || !s_last_event) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "BlockingLaunch", (PyObject *)&BlockingLaunchType) < 0) {
+    if (PyModule_AddObjectRef(m, "BlockingLaunch", (PyObject *)&BlockingLaunchType) < 0 ||
+        PyModule_AddStringConstant(m, "WAITER_NAME", WAITER_NAME) < 0) {
         Py_DECREF(m);
         return NULL;
     }

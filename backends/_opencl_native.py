@@ -39,11 +39,11 @@ SOURCE = Path(__file__).with_suffix(".c")
 MODULE = "_alpyka_opencl_native"
 #: ``-fasynchronous-unwind-tables``: a daemon thread stopped at the interpreter's end while it takes
 #: the GIL back (in this library's C) is unwound as one in ``time.sleep``
-FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fasynchronous-unwind-tables", "-w")
+FLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-fvisibility=hidden", "-fasynchronous-unwind-tables", "-w")
 #: the switch that turns the native launch off (``0``: every launch by the Python launcher)
 SWITCH = "ALPYKA_OPENCL_NATIVE"
 #: what the library calls in the OpenCL loader, in the order ``bind`` takes them
-ENTRY_POINTS = ("clEnqueueNDRangeKernel", "clWaitForEvents", "clReleaseEvent")
+ENTRY_POINTS = ("clEnqueueNDRangeKernel", "clWaitForEvents", "clReleaseEvent", "clRetainEvent")
 CACHE_DIR, LIBRARY = "opencl_native", "alpyka's native OpenCL launch library"
 
 _lock = threading.Lock()

@@ -130,31 +130,59 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
     CPU runtime: a tiny kernel runs inside ``clWaitForEvents``; polled, the command waits for a
     worker thread of the runtime, which other processes on the cores delay by whole time
     slices). First polled for ``poll_s`` (default :data:`HANDED_POLL_S`: enough where the
-    runtime's workers have a core; 0 on busy cores); then a waiter thread of the calling thread
-    waits with the runtime's own wait; the caller sleeps on a lock the waiter releases, woken at
-    once, and a Ctrl-C still reaches it (a lock's timed acquire is interrupted by signals; at
-    most :data:`HANDED_SLICE_S` either way). A wait interrupted leaves its waiter to finish
-    alone: the next wait gets a fresh one."""
+    runtime's workers have a core; 0 on busy cores); then a waiter thread waits with the
+    runtime's own wait (the native library's, :func:`_native_hand_over`, else one of the calling
+    thread in Python); the caller sleeps until the waiter wakes it, at once, and a Ctrl-C still
+    reaches it (its sleep is interrupted by signals; at most :data:`HANDED_SLICE_S` either way).
+    A wait interrupted leaves its waiter to finish alone: the next wait gets another."""
     status = ev.get_info
     clock, t0 = time.perf_counter, time.perf_counter()
     poll_s = HANDED_POLL_S if poll_s is None else poll_s
     while status(_STATUS) > _COMPLETE and clock() - t0 < poll_s:
         _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
     if status(_STATUS) > _COMPLETE:
-        waiter = getattr(_waiters, "waiter", None)
-        if waiter is None or waiter.busy:
-            if waiter is not None:
-                waiter.requests.put(None)  # it ends after the wait it is in
-            waiter = _waiters.waiter = _Waiter()
-        done = _thread.allocate_lock()
-        done.acquire()
-        waiter.busy = True
-        waiter.requests.put((ev, done))
-        while not done.acquire(timeout=HANDED_SLICE_S):
-            pass
-        waiter.busy = False
+        hand_over = _native_hand_over()
+        if hand_over is not None:
+            hand_over(ev.int_ptr, HANDED_SLICE_S)  # (an error code: the status says it below)
+        else:
+            _hand_to_python_waiter(ev)
     if status(_STATUS) < 0:
         ev.wait()  # the runtime's own error for the failed command
+
+
+def _native_hand_over() -> Callable[[int, float], int] | None:
+    """The native library's ``wait_handed(event, slice)`` (backends/_opencl_native.c: a waiter
+    thread that never takes the GIL; on busy cores each GIL hand-over between a Python waiter and
+    the caller can wait for a preempted thread: Intel, 2 spinners on 2 cores, a launch with a
+    changed scalar, ~200 us -> 32 us), or None where it cannot be built (then a Python waiter
+    thread waits). Looked up once a process."""
+    global _hand_over
+    if _hand_over is _UNSET:
+        from ._opencl_native import native_module
+
+        module = native_module()
+        _hand_over = None if module is None else module.wait_handed
+    return _hand_over
+
+
+_UNSET: Any = object()
+_hand_over: Any = _UNSET
+
+
+def _hand_to_python_waiter(ev: cl.Event) -> None:
+    """The hand-over where no native library is built: this thread's :class:`_Waiter`."""
+    waiter = getattr(_waiters, "waiter", None)
+    if waiter is None or waiter.busy:
+        if waiter is not None:
+            waiter.requests.put(None)  # it ends after the wait it is in
+        waiter = _waiters.waiter = _Waiter()
+    done = _thread.allocate_lock()
+    done.acquire()
+    waiter.busy = True
+    waiter.requests.put((ev, done))
+    while not done.acquire(timeout=HANDED_SLICE_S):
+        pass
+    waiter.busy = False
 
 
 def runs_commands_in_waits(device: Any) -> bool:

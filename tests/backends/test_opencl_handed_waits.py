@@ -6,6 +6,8 @@ tiny launch took 12x raw pyopencl + ``finish`` at load 10 (4.6x its best round).
 each wait to a waiter thread that waits natively (3.4x), while the caller sleeps where a Ctrl-C
 still reaches it. Other runtimes (PoCL: polled 1.2x raw) keep the polled wait on free cores; on
 busy cores every runtime's interruptible wait goes to a waiter thread at once, without polling.
+The waiter is the native library's (a thread that never takes the GIL) where it is built, else a
+Python thread: the tests of the hand-over run on both (``hand_over``).
 """
 
 import signal
@@ -27,11 +29,56 @@ def add_one(acc, out, n):
         out[i] += 1.0
 
 
-def _waiters() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "alpyka-opencl-waiter"]
+def _waiters() -> list:
+    """The waiter threads alive: Python's (threads) and the native library's (their task ids)."""
+    python = [t for t in threading.enumerate() if t.name == "alpyka-opencl-waiter"]
+    return python + _native_waiters()
 
 
-def test_intels_cpu_runtime_waits_in_a_waiter_thread_and_others_poll():
+def _native_waiters() -> list[str]:
+    import glob
+
+    from backends._opencl_native import native_module
+
+    module = native_module()
+    if module is None:
+        return []
+    found = []
+    for comm in glob.glob("/proc/self/task/*/comm"):
+        try:
+            with open(comm) as f:
+                if f.read().strip() == module.WAITER_NAME:
+                    found.append(comm.split("/")[-2])
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+    return found
+
+
+@pytest.fixture(params=["native", "python"])
+def hand_over(request, monkeypatch):
+    """Which waiter a handed wait goes to: the native library's, or a Python thread (where no C
+    compiler builds the library)."""
+    import backends._opencl_waits as ow
+    from backends._opencl_native import native_module, native_problem
+
+    if request.param == "native":
+        if native_module() is None:
+            pytest.skip(f"the native library is not built here: {native_problem()}")
+        if not _native_waiters_visible():
+            pytest.skip("no /proc/self/task to count the native waiter threads in")
+        monkeypatch.setattr(ow, "_hand_over", native_module().wait_handed)
+    else:
+        monkeypatch.setattr(ow, "_hand_over", None)
+    return request.param
+
+
+def _native_waiters_visible() -> bool:
+    import os
+
+    return os.path.isdir("/proc/self/task")
+
+
+def test_intels_cpu_runtime_waits_in_a_waiter_thread_and_others_poll(hand_over):
     from backends._opencl_waits import runs_commands_in_waits, wait_event, wait_event_handed
 
     before = set(_waiters())  # other threads' waiters, from earlier tests of this process
@@ -60,7 +107,7 @@ def test_intels_cpu_runtime_waits_in_a_waiter_thread_and_others_poll():
     assert _waiters() and len(set(_waiters()) - before) <= 1
 
 
-def test_a_ctrl_c_reaches_a_handed_wait_and_the_next_wait_gets_a_fresh_waiter():
+def test_a_ctrl_c_reaches_a_handed_wait_and_the_next_wait_gets_a_fresh_waiter(hand_over):
     """A user event no one completes stands for a long kernel: SIGINT raises KeyboardInterrupt
     in the waiting thread at once; the waiter still in the native wait ends once the event
     completes, and the next wait is not queued behind it."""
@@ -91,7 +138,7 @@ def test_a_ctrl_c_reaches_a_handed_wait_and_the_next_wait_gets_a_fresh_waiter():
     assert len(_waiters()) <= max(before, 1), "the waiter of the interrupted wait did not end"
 
 
-def test_a_failed_user_event_raises_the_runtimes_error_through_a_handed_wait():
+def test_a_failed_user_event_raises_the_runtimes_error_through_a_handed_wait(hand_over):
     import pyopencl as cl
 
     from backends._opencl_waits import wait_event_handed
@@ -102,7 +149,7 @@ def test_a_failed_user_event_raises_the_runtimes_error_through_a_handed_wait():
         wait_event_handed(user)
 
 
-def test_a_forked_child_gets_a_waiter_of_its_own():
+def test_a_forked_child_gets_a_waiter_of_its_own(hand_over):
     """A child forked after a handed wait has no copy of the waiter thread: its waits start one
     (before, the child's wait went to a queue no thread read, and hung)."""
     import os
@@ -110,27 +157,34 @@ def test_a_forked_child_gets_a_waiter_of_its_own():
     import pyopencl as cl
 
     import backends._opencl_waits as oq
+    from backends._opencl_native import native_module
 
     if not hasattr(os, "fork"):
         pytest.skip("os.fork is POSIX only")
+    if hand_over == "native":
+        has_waiter = native_module().has_idle_waiter
+    else:
+        has_waiter = lambda: getattr(oq._waiters, "waiter", None) is not None  # noqa: E731
     pending = cl.UserEvent(pk.device("opencl").native.context)
     threading.Timer(0.1, pending.set_status, (cl.command_execution_status.COMPLETE,)).start()
-    oq.wait_event_handed(pending)  # this thread now has a waiter
-    assert getattr(oq._waiters, "waiter", None) is not None
+    oq.wait_event_handed(pending)  # this process now has a waiter
+    assert has_waiter()
     pid = os.fork()
-    if pid == 0:  # the child checks Python's side only (OpenCL runtimes are not fork-safe)
-        os._exit(0 if getattr(oq._waiters, "waiter", None) is None else 1)
+    if pid == 0:  # the child checks the waiter's record only (OpenCL runtimes are not fork-safe)
+        os._exit(0 if not has_waiter() else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0, "the child kept the parent's waiter, whose thread it has not"
 
 
 def test_the_waiter_of_a_thread_that_ended_ends_too(monkeypatch):
-    """A program that waits from short-lived threads does not collect idle waiter threads."""
+    """A program that waits from short-lived threads does not collect idle waiter threads (Python
+    waiters, one per thread; the native library keeps at most one idle waiter a process)."""
     import pyopencl as cl
 
     import backends._opencl_waits as oq
 
     monkeypatch.setattr(oq, "WAITER_IDLE_S", 0.1)
+    monkeypatch.setattr(oq, "_hand_over", None)
     ctx = pk.device("opencl").native.context
     before = len(_waiters())
 
@@ -183,3 +237,31 @@ def test_on_busy_cores_an_unknown_wait_goes_to_a_waiter_at_once_on_every_runtime
             assert got == ([None] * 3 if waits.on_free_cores is ow.wait_event_handed else []), got
     if busy:
         assert yields[0] == 0, "a busy core was yielded while waiting"
+
+
+@pytest.mark.parametrize("hand_over", ["native"], indirect=True)
+def test_native_waits_from_several_threads_keep_at_most_one_idle_waiter(hand_over):
+    """Handed waits made at once from several threads each get a waiter (never one request
+    queued behind another's wait); afterwards one idle waiter is kept and the others end."""
+    import pyopencl as cl
+
+    import backends._opencl_waits as oq
+
+    ctx = pk.device("opencl").native.context
+    before = len(_native_waiters())
+    events = [cl.UserEvent(ctx) for _ in range(4)]
+    done: list[int] = []
+    threads = [threading.Thread(target=lambda e=e: (oq.wait_event_handed(e, 0.0), done.append(1))) for e in events]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    assert not done, "a handed wait returned before its event completed"
+    for e in events:
+        e.set_status(cl.command_execution_status.COMPLETE)
+    for t in threads:
+        t.join(60)
+    assert len(done) == 4
+    deadline = time.monotonic() + 30  # a hang guard on a busy machine
+    while len(_native_waiters()) > max(before, 1) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_native_waiters()) <= max(before, 1), "the extra native waiters did not end"

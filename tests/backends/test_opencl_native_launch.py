@@ -211,18 +211,18 @@ def rebind():
     callbacks) of the loader's entry points; bound to the loader's own again afterwards."""
     import ctypes
 
-    from backends._opencl_native import native_module
+    from backends._opencl_native import ENTRY_POINTS, native_module
     from backends._opencl_waits import opencl_library
 
     _native_or_skip()
     module, lib = native_module(), opencl_library()
     address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-    real = [address(lib.clEnqueueNDRangeKernel), address(lib.clWaitForEvents), address(lib.clReleaseEvent)]
+    real = [address(getattr(lib, name)) for name in ENTRY_POINTS]
     kept = []
 
     def bind(enqueue=None, wait=None):
         kept.extend(x for x in (enqueue, wait) if x is not None)
-        entries = (real[i] if f is None else address(f) for i, f in enumerate((enqueue, wait, None)))
+        entries = (real[i] if f is None else address(f) for i, f in enumerate((enqueue, wait, None, None)))
         module.bind(*entries, pk.StateError, time.perf_counter)
 
     yield bind
