@@ -19,6 +19,8 @@ from ._c_dialect import WG_COLLECTIVES
 from ._gpu_launch import (
     DevicePlan,
     build_source,
+    is_scalar,
+    magnitude,
     prepare_launch,
     prepared_plan,
     range_check,
@@ -322,6 +324,10 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         impl.enqueue_host(check)
 
 
+#: how many magnitudes of its scalars a launcher remembers run times for (then it starts again)
+_KINDS_MAX = 64
+
+
 def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
     """``run(args)``: :func:`launch` prepared for arguments of the types of ``args`` on ``queue``
     over ``workdiv`` (portable/_launch.py's fast path calls it after their guard): the plan,
@@ -331,7 +337,8 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     the last launch (then only the values that differ, scalars mostly: :func:`set_changed`), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
     waited for as ``WaitChoice.choose`` said before it was enqueued, told how long the last run
-    with the same arguments took: a short one is waited for joined). None without a plan, or for
+    with the same objects and scalars of the same magnitudes took: a short one is waited for
+    joined). None without a plan, or for
     a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
@@ -346,19 +353,34 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     held: list = [[]]  # the values its cl.Kernel holds
     took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
     same = same_objects(len(args))
+    scalars = [i for i, a in enumerate(args) if is_scalar(a)]  # (the guard fixed the argument types)
+    objects = [i for i in range(len(args)) if i not in scalars]
+    kind: list = [None]  # the magnitudes of the last arguments' scalars
+    times: dict = {}  # the last run's seconds for the last arguments' objects, by their scalars' magnitudes
+
+    def set_fresh(args: tuple) -> None:  # (the queue's lock held)
+        """Set other arguments, and take as their run's time the last one of runs with the same
+        objects and scalars of the same magnitudes (:func:`~backends._gpu_launch.magnitude`;
+        unknown for other objects: a new buffer may hold other data)."""
+        prev = last[0]
+        held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
+        last[0] = args
+        if prev is None or any(args[i] is not prev[i] for i in objects) or len(times) >= _KINDS_MAX:
+            times.clear()
+        elif took[0] is not None:
+            times[kind[0]] = took[0]
+        kind[0] = key = tuple(magnitude(args[i]) for i in scalars)
+        took[0] = times.get(key)
 
     def run(args: tuple) -> None:
         with qlock:  # (not acquire() + try: a Ctrl-C between them would leave the lock held)
             fresh = not same(args, last[0])
             if fresh:
-                held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
-                last[0] = args
+                set_fresh(args)
             if not blocking:
                 ev = enqueue(cq, knl, glob, local)
                 after(None if fresh else took, ev, args)  # (q.wait() joins known work)
                 return
-            if fresh:
-                took[0] = None  # other arguments: the time of the last run says nothing
             how = choose(took[0])  # (before the enqueue: nothing between it and the wait)
             t0 = clock()
             ev = enqueue(cq, knl, glob, local)
@@ -367,7 +389,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         del previous  # (its release, a native call, after the wait)
 
     if blocking and not queue.device.properties.get("simulator"):  # (its flushes run the queue: Python)
-        native = blocking_launch(impl, run, knl, glob, local, last, took)
+        native = blocking_launch(impl, run, set_fresh, knl, glob, local, last, took)
         if native is not None:
             return native
     return run

@@ -1,14 +1,15 @@
 /* The blocking OpenCL launch in one native call (backends/_opencl_native.py builds and loads it).
 
    A fast launcher of a blocking queue (backends/_opencl_launch.py: launcher) calls
-   BlockingLaunch.run(args) for each launch. With the very arguments of its last launch, it takes
-   the queue's lock, asks the queue's wait choice how to wait (WaitChoice.choose, Python), enqueues
-   the kernel with clEnqueueNDRangeKernel, lets go of the lock, and
+   BlockingLaunch.run(args) for each launch. It takes the queue's lock; with arguments other than
+   its last launch's, it has the Python launcher set them (set_fresh: packing is defined there) and
+   goes on as with the same ones; it asks the queue's wait choice how to wait (WaitChoice.choose,
+   Python), enqueues the kernel with clEnqueueNDRangeKernel, lets go of the lock, and
    - for a joined wait, waits with clWaitForEvents without the GIL and stores the time taken;
    - otherwise hands the event (a pyopencl Event) to the Python wait (WaitChoice.wait_chosen).
-   Other arguments, a failed enqueue and a failed command go to the Python launcher, which sets
-   the arguments or raises the runtime's own error: what every launch does is defined there. (A
-   refused enqueue, an error path, asks the wait's choice once more there.)
+   A failed enqueue goes to the Python launcher, which raises the runtime's own error, and a
+   failed command's error is the runtime's own too. (A refused enqueue, an error path, asks the
+   wait's choice once more there.)
 
    wait_handed(event, slice) is the interruptible wait of a runtime that runs a command in the
    thread waiting for it (backends/_opencl_waits.py: wait_event_handed): a native waiter thread,
@@ -57,6 +58,7 @@ typedef struct {
     PyObject *took;      /* [seconds its last run took, or None], shared with it */
     PyObject *waiting;   /* the type of last_event while a joined wait runs: one each (not idle) */
     PyObject *kernel;    /* the pyopencl Kernel (kept alive: its handle is used) */
+    PyObject *set;       /* set_fresh(args): other arguments set on the kernel (the Python launcher's) */
     void *cq, *knl;
     cl_uint dims;
     size_t global[3], local[3];
@@ -145,9 +147,13 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     if (!PyTuple_Check(args)) return PyObject_CallOneArg(b->python, args);
     if (call_method0(b->lock, s_acquire) < 0) return NULL;
     int same = same_args(b, args);
-    if (same != 1) {
-        if (unlock(b) < 0) return NULL;
-        return PyObject_CallOneArg(b->python, args); /* sets the arguments */
+    if (same != 1) { /* other arguments: set (by Python), then launched as these */
+        PyObject *r = same < 0 ? NULL : PyObject_CallOneArg(b->set, args);
+        if (r == NULL) {
+            unlock(b);
+            return NULL;
+        }
+        Py_DECREF(r);
     }
     PyObject *took = PyList_GET_ITEM(b->took, 0);
     Py_INCREF(took);
@@ -382,14 +388,14 @@ static PyObject *wait_handed(PyObject *self, PyObject *args) {
 static int traverse(BlockingLaunch *b, visitproc visit, void *arg) {
     Py_VISIT(b->impl); Py_VISIT(b->lock); Py_VISIT(b->python); Py_VISIT(b->choose); Py_VISIT(b->wait);
     Py_VISIT(b->flush); Py_VISIT(b->event); Py_VISIT(b->same); Py_VISIT(b->last); Py_VISIT(b->took);
-    Py_VISIT(b->waiting); Py_VISIT(b->kernel);
+    Py_VISIT(b->waiting); Py_VISIT(b->kernel); Py_VISIT(b->set);
     return 0;
 }
 
 static int clear(BlockingLaunch *b) {
     Py_CLEAR(b->impl); Py_CLEAR(b->lock); Py_CLEAR(b->python); Py_CLEAR(b->choose); Py_CLEAR(b->wait);
     Py_CLEAR(b->flush); Py_CLEAR(b->event); Py_CLEAR(b->same); Py_CLEAR(b->last); Py_CLEAR(b->took);
-    Py_CLEAR(b->waiting); Py_CLEAR(b->kernel);
+    Py_CLEAR(b->waiting); Py_CLEAR(b->kernel); Py_CLEAR(b->set);
     return 0;
 }
 
@@ -413,12 +419,12 @@ static int sizes(PyObject *seq, size_t *out, cl_uint dims) {
 
 static PyObject *make(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *names[] = {"impl", "lock", "python", "choose", "wait", "flush", "event", "same", "last",
-                            "took", "waiting", "kernel", "cq", "glob", "local", NULL};
-    PyObject *o[12], *glob, *local;
+                            "took", "waiting", "kernel", "set", "cq", "glob", "local", NULL};
+    PyObject *o[13], *glob, *local;
     unsigned long long cq;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOO!O!OOKO!O", names, &o[0], &o[1], &o[2], &o[3], &o[4],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOO!O!OOOKO!O", names, &o[0], &o[1], &o[2], &o[3], &o[4],
                                      &o[5], &o[6], &o[7], &PyList_Type, &o[8], &PyList_Type, &o[9], &o[10], &o[11],
-                                     &cq, &PyTuple_Type, &glob, &local))
+                                     &o[12], &cq, &PyTuple_Type, &glob, &local))
         return NULL;
     if (PyList_GET_SIZE(o[8]) != 1 || PyList_GET_SIZE(o[9]) != 1) {
         PyErr_SetString(PyExc_ValueError, "last and took: lists of one item");
@@ -436,9 +442,9 @@ static PyObject *make(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     }
     BlockingLaunch *b = PyObject_GC_New(BlockingLaunch, type);
     if (b == NULL) return NULL;
-    PyObject **slots[12] = {&b->impl, &b->lock, &b->python, &b->choose, &b->wait, &b->flush,
-                            &b->event, &b->same, &b->last, &b->took, &b->waiting, &b->kernel};
-    for (int i = 0; i < 12; i++) *slots[i] = Py_NewRef(o[i]);
+    PyObject **slots[13] = {&b->impl, &b->lock, &b->python, &b->choose, &b->wait, &b->flush, &b->event,
+                            &b->same, &b->last, &b->took, &b->waiting, &b->kernel, &b->set};
+    for (int i = 0; i < 13; i++) *slots[i] = Py_NewRef(o[i]);
     b->cq = (void *)(uintptr_t)cq;
     b->knl = knl;
     b->dims = (cl_uint)dims;

@@ -169,12 +169,20 @@ def native_compiler() -> str | None:
 
 
 def blocking_launch(
-    impl: Any, python: Callable[[tuple], None], knl: cl.Kernel, glob: tuple, local: tuple | None, last: list, took: list
+    impl: Any,
+    python: Callable[[tuple], None],
+    set_fresh: Callable[[tuple], None],
+    knl: cl.Kernel,
+    glob: tuple,
+    local: tuple | None,
+    last: list,
+    took: list,
 ) -> Callable[[tuple], None] | None:
     """``run(args)`` of a blocking queue's fast launcher, native (see the module's docstring):
-    ``python``, the Python launcher, runs where the arguments are not the last launch's (it sets
-    them), and raises the runtime's error for a failed enqueue; ``last`` and ``took`` are its
-    lists (the last arguments, the last run's seconds). None where the library is not there."""
+    ``set_fresh(args)``, the Python launcher's, sets arguments that are not the last launch's;
+    ``python``, the Python launcher, raises the runtime's error for a failed enqueue; ``last``
+    and ``took`` are its lists (the last arguments, the last run's seconds). None where the
+    library is not there."""
     module = native_module()
     if module is None:
         return None
@@ -192,6 +200,7 @@ def blocking_launch(
         took,
         Waiting,
         knl,
+        set_fresh,
         impl.cq.int_ptr,
         tuple(int(g) for g in glob),
         None if local is None else tuple(int(x) for x in local),

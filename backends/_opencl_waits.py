@@ -207,9 +207,9 @@ def wait_event_joined(ev: cl.Event) -> None:
 
 
 #: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for work whose last
-#: wait (the same launcher with the same objects and scalar values, or the same mix of such work
-#: on one queue) ended within this long; a Ctrl-C then waits for at most about this long unless
-#: such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
+#: wait (the same launcher with the same objects and scalars of the same magnitudes, or the same
+#: mix of such work on one queue) ended within this long; a Ctrl-C then waits for at most about
+#: this long unless such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
 #: of a thread preempted on busy cores took 50+ ms now and then, and each then went back to the
 #: interruptible wait, ms a launch there (Intel, 4 spinners on 2 cores: 3.7x raw at 50 ms)
 JOIN_LIMIT_S = 0.2
@@ -292,9 +292,10 @@ class WaitChoice:
         self.wait_chosen(self.choose(took[0], False), ev, took, flush, _clock())
 
     def choose(self, last: float | None, behind: bool = True) -> int:
-        """How to wait for the command of a launch whose last run with the same arguments took
-        ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL a 0.6 us delay
-        between the enqueue and the wait cost up to 1.3x in some runs on busy cores):
+        """How to wait for the command of a launch whose last run with the same objects and scalars
+        of the same magnitudes took ``last`` seconds (None: unknown), decided before it is
+        enqueued (on PoCL a 0.6 us delay between the enqueue and the wait cost up to 1.3x in some
+        runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
         read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
         runtime's wait flushes the queue itself) and in it where that run ended within

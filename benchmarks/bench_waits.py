@@ -9,7 +9,7 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
   joined wait), alpyka with its joined wait only (its busy-core choice, whatever the cores) and
   alpyka with its Python launcher only (as where no C compiler builds the native launch), alpyka
   and raw pyopencl (``knl(queue, ...)`` with its scalar dtypes set) with a scalar that changes at
-  each launch (a launch with new arguments is waited for interruptibly: its time is unknown), and the
+  each launch (two values of two magnitudes: each joined once its magnitude's time is learned), and the
   raw peer with 1 us of Python before each enqueue (what any launcher's own work costs there),
   interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
   every thread of the process, the runtime's included) per launch, and how often alpyka's own

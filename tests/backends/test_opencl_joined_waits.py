@@ -3,11 +3,12 @@
 On busy cores a blocking tiny launch waited for by polling or by a waiter thread took 12-1800x raw
 pyopencl + ``finish`` (Intel's CPU runtime runs the command in the thread that waits for it; any
 other thread must first get a core), joined it takes ~1.1-1.3x. A joined wait cannot be
-interrupted, so the main thread joins only for a launch whose last run with the same arguments was
-short (or, for q.wait(), known work waited for quickly before); other threads always join (Python
-raises a Ctrl-C in the main thread only), through ctypes, which takes the GIL back in plain C: a
-daemon thread still waiting when the interpreter ends is stopped cleanly (pyopencl's
-``Event.wait`` aborted the process there, "terminate called").
+interrupted, so the main thread joins only for a launch whose last run with the same objects and
+scalars of the same magnitudes was short (or, for q.wait(), known work waited for quickly
+before); other threads always join (Python raises a Ctrl-C in the main thread only), through
+ctypes, which takes the GIL back in plain C: a daemon thread still waiting when the interpreter
+ends is stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate
+called").
 Ctrl-C while a long launch runs after short runs of it: tests/backends/test_ctrl_c.py, "repeated*".
 """
 
@@ -84,6 +85,57 @@ def test_the_main_thread_joins_a_repeated_launch_only_once_it_was_short(which, m
     host = np.empty(8, np.float32)
     pk.memcpy(q, host, out)
     np.testing.assert_array_equal(host, 8 * 1 + 2 * 2)
+
+
+def test_scalars_of_the_same_magnitude_share_a_learned_time_and_new_objects_forget_it(monkeypatch):
+    """A launcher learns a run's time per magnitude of its scalars (sign and power of two) while
+    its buffer arguments are the same objects: a loop bound that changes within its power of two,
+    or alternates between magnitudes already seen, is joined; a new buffer (other data) is not."""
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    calls = _counting_interruptible(q, monkeypatch)
+    added = 0.0
+
+    def launch(buf, v, interruptible):
+        nonlocal added
+        n = len(calls)
+        pk.exec(q, wd, add_v, buf, np.float32(v))
+        if buf is out:
+            added += v
+        assert len(calls) == n + interruptible, (v, interruptible)
+
+    for _ in range(3):  # the checked path twice, then the fast launcher's first run
+        pk.exec(q, wd, add_v, out, np.float32(3.0))
+    added, n0 = 9.0, len(calls)
+    launch(out, 3.0, False)  # known
+    launch(out, 3.5, False)  # 3.0 and 3.5: one power of two (2 <= v < 4)
+    launch(out, 5.0, True)  # another magnitude: unknown, then learned
+    launch(out, 5.5, False)
+    launch(out, 2.5, False)  # alternating between magnitudes seen: each still known
+    launch(out, -3.0, True)  # another sign
+    other = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, other, 0)
+    launch(other, 3.0, True)  # a new buffer: what was learned is forgotten
+    launch(other, 3.5, False)
+    launch(out, 3.0, True)  # and back: forgotten too
+    assert len(calls) == n0 + 4
+    host = np.empty(8, np.float32)
+    pk.memcpy(q, host, out)
+    np.testing.assert_array_equal(host, np.float32(added))
+
+
+def test_magnitudes_of_scalars():
+    from backends._gpu_launch import magnitude
+
+    assert magnitude(1000) == magnitude(1020) == magnitude(np.int32(600)) != magnitude(1024)
+    assert magnitude(-5) != magnitude(5) and magnitude(0) == magnitude(np.uint8(0))
+    assert magnitude(True) is True and magnitude(np.bool_(False)) is False
+    assert magnitude(0.75) == magnitude(np.float32(0.5)) != magnitude(1.0)
+    assert magnitude(float("nan")) == "nan" and magnitude(np.float64("-inf")) == "-inf"
 
 
 def test_a_launch_not_short_is_never_joined_in_the_main_thread(monkeypatch):
