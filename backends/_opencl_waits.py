@@ -9,6 +9,7 @@ import ctypes.util
 import glob
 import os
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -197,6 +198,29 @@ TINY_WAIT_S = 100e-6
 #: a wait for a tiny command chosen for free cores that takes longer than this stalled: the cores
 #: count as busy for a while (:meth:`~backends._other_load.OtherLoad.stalled`)
 STALLED_S = 1e-3
+
+
+class TimeCell(list):
+    """The time cell of a kind of known work (a fast launcher's runs with their last arguments, a
+    graph's replays, a queue's transfers of a kind and size): ``[seconds its last wait took, or
+    None]``, a one-item list as the native launch takes it, with a :attr:`token` that stands for
+    the work in a queue's sums of known work (``OpenCLQueue.after_known``). Not ``id()``: a cell
+    made after another was freed may get its id, and its new work was then taken for the mix the
+    old work was learned in (a joined, uninterruptible wait for a long kernel)."""
+
+    __slots__ = ("token",)
+
+
+#: the tokens' source (seeded from the OS): a random 64-bit token is never a freed cell's, and sums
+#: of a few tokens of different mixes of work are equal only with a chance of about 2**-64
+_tokens = random.Random()
+
+
+def time_cell() -> TimeCell:
+    """A new :class:`TimeCell`: no time known, a token of its own."""
+    cell = TimeCell((None,))
+    cell.token = _tokens.getrandbits(64)
+    return cell
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
