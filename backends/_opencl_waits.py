@@ -224,8 +224,8 @@ def time_cell() -> TimeCell:
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
-#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short work
-#: behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
+#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short or
+#: tiny work behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
 JOINED, TINY_FREE, INTERRUPTIBLE, BEHIND = 0, 1, 2, 3
 
 
@@ -292,11 +292,12 @@ class WaitChoice:
         ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL a 0.6 us delay
         between the enqueue and the wait cost up to 1.3x in some runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
-        read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
-        runtime's wait flushes the queue itself) and in it where that run ended within
-        :data:`JOIN_LIMIT_S` and (``behind``: the command is enqueued behind the queue's others)
-        no other command of the queue is unfinished (else :data:`BEHIND`), else
-        :data:`INTERRUPTIBLE`."""
+        read once such waits took ~0.02 s; :data:`BEHIND` where, ``behind``, another command of
+        the queue is unfinished: the wait's time would be that work's too, learned as the run's
+        and taken for a stall), else :data:`JOINED` outside the main thread (the runtime's wait
+        flushes the queue itself) and in it where that run ended within :data:`JOIN_LIMIT_S` and
+        (``behind``: the command is enqueued behind the queue's others) no other command of the
+        queue is unfinished (else :data:`BEHIND`), else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
@@ -304,7 +305,7 @@ class WaitChoice:
                 if load.left < 0.0:
                     load.used_up(_clock())
                 if not load.busy:
-                    return TINY_FREE
+                    return TINY_FREE if not behind or self.queue_idle() else BEHIND
             if last < JOIN_LIMIT_S:
                 if not behind or _get_ident() != _main_ident or self.queue_idle():
                     return JOINED
