@@ -146,7 +146,7 @@ class OpenCLRecorder:
 
     def finish(self, keep: tuple) -> Callable[[], None]:
         impl, ops = queue_impl(self.queue), tuple(self.ops)
-        took: list = [None]  # seconds the last wait for a replay alone took (a short one is joined)
+        took = impl.time_cell()  # seconds the last wait for a replay alone took (a short one is joined)
 
         def replay() -> None:
             cq = impl.cq

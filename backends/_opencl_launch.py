@@ -351,7 +351,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     blocking, choose, wait, flush = impl.blocking, impl.waits.choose, impl.waits.wait_chosen, impl.flush_cq
     last: list = [None]  # the arguments this launcher set last
     held: list = [[]]  # the values its cl.Kernel holds
-    took: list = [None]  # seconds its last blocking run with those arguments took (None: unknown)
+    took = impl.time_cell()  # seconds its last blocking run with those arguments took (None: unknown)
     same = same_objects(len(args))
     scalars = [i for i, a in enumerate(args) if is_scalar(a)]  # (the guard fixed the argument types)
     objects = [i for i in range(len(args)) if i not in scalars]

@@ -14,7 +14,7 @@ import pyopencl as cl
 from ._gpu_queue import DeviceQueue, Snapshot
 from ._opencl_native import Waiting
 from ._opencl_simulator import SimulatorLock, simulator_lock
-from ._opencl_waits import WaitChoice, opencl_library
+from ._opencl_waits import TimeCell, WaitChoice, opencl_library, time_cell
 
 _clock = time.perf_counter
 
@@ -33,7 +33,7 @@ def _idle_of(ref: Callable[[], Any]) -> Callable[[], bool]:
 
 _COMPLETE = cl.command_execution_status.COMPLETE
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS
-#: how many kinds of known work (sums of time cells) a queue keeps the wait time of
+#: how many kinds of known work (sums of time cells' tokens) a queue keeps the wait time of
 _WORK_KINDS = 64
 
 
@@ -192,12 +192,12 @@ class OpenCLQueue(DeviceQueue):
         self._simulated = _SimulatorRuns(self.cq, self._lock) if simulator else None
         self.flush_cq = self._simulated.flush if self._simulated is not None else self.cq.flush
         self.last_event: cl.Event | None = None  # the latest command enqueued (is_idle; fast launchers set it too)
-        # what q.wait() waits for: the sum of the ids of the time cells of the known work enqueued
+        # what q.wait() waits for: the sum of the tokens of the time cells of the known work enqueued
         # since the last wait (fast launches with their last arguments, graph replays, transfers), or None
         # once anything else was (its time unknown); the wait's time per sum (:meth:`finish`)
         self._pending: int | None = 0
         self._took_by_work: dict[int, list] = {}
-        self._took_by_transfer: dict[tuple, list] = {}
+        self._took_by_transfer: dict[tuple, TimeCell] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
         self.waits.queue_idle = _idle_of(weakref.ref(self))  # (the main thread joins known work on an idle queue only)
         self.wait_native_event = self.waits.wait
@@ -272,7 +272,10 @@ class OpenCLQueue(DeviceQueue):
             self.flush_cq()  # so that polling an event (is_idle, pruning) sees progress
         super().after_enqueue(*objs)
 
-    def after_known(self, took: list | None, ev: cl.Event, *objs: Any) -> None:
+    #: a new time cell for known work (:func:`~backends._opencl_waits.time_cell`)
+    time_cell = staticmethod(time_cell)
+
+    def after_known(self, took: TimeCell | None, ev: cl.Event, *objs: Any) -> None:
         """:meth:`after_enqueue` for the command of ``ev`` whose time a fast launcher or a graph
         keeps in ``took`` (its last run with the same arguments; None: unknown): a blocking queue
         waits for it (:meth:`wait_command`), a non-blocking one counts it known for ``q.wait()``.
@@ -283,12 +286,12 @@ class OpenCLQueue(DeviceQueue):
         if took is None:
             self._pending = None
         elif self._pending is not None:
-            self._pending += id(took)
+            self._pending += took.token  # (not id(took): a freed cell's id is given again)
         self.last_event = ev
         self.flush_cq()
         DeviceQueue.after_enqueue(self, ev, *objs)
 
-    def transfer_took(self, kind: str, nbytes: int) -> list:
+    def transfer_took(self, kind: str, nbytes: int) -> TimeCell:
         """The time cell of this queue's transfers of ``kind`` ("h2d", "d2h", "d2d", "fill") and
         size: known work for :meth:`after_known`, as a fast launch with its last arguments is (a
         transfer's time follows its size, where a kernel's follows its arguments)."""
@@ -297,8 +300,7 @@ class OpenCLQueue(DeviceQueue):
         if took is None:
             if len(self._took_by_transfer) >= _WORK_KINDS:
                 self._took_by_transfer.clear()
-                self._took_by_work.clear()  # (its sums hold the ids of the cells let go of)
-            took = self._took_by_transfer[key] = [None]
+            took = self._took_by_transfer[key] = time_cell()
         return took
 
     def wait_command(self, ev: cl.Event, took: list | None = None) -> None:

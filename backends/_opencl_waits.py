@@ -9,6 +9,7 @@ import ctypes.util
 import glob
 import os
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -227,9 +228,32 @@ TINY_WAIT_S = 100e-6
 STALLED_S = 1e-3
 
 
+class TimeCell(list):
+    """The time cell of a kind of known work (a fast launcher's runs with their last arguments, a
+    graph's replays, a queue's transfers of a kind and size): ``[seconds its last wait took, or
+    None]``, a one-item list as the native launch takes it, with a :attr:`token` that stands for
+    the work in a queue's sums of known work (``OpenCLQueue.after_known``). Not ``id()``: a cell
+    made after another was freed may get its id, and its new work was then taken for the mix the
+    old work was learned in (a joined, uninterruptible wait for a long kernel)."""
+
+    __slots__ = ("token",)
+
+
+#: the tokens' source (seeded from the OS): a random 64-bit token is never a freed cell's, and sums
+#: of a few tokens of different mixes of work are equal only with a chance of about 2**-64
+_tokens = random.Random()
+
+
+def time_cell() -> TimeCell:
+    """A new :class:`TimeCell`: no time known, a token of its own."""
+    cell = TimeCell((None,))
+    cell.token = _tokens.getrandbits(64)
+    return cell
+
+
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
-#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short work
-#: behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
+#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short or
+#: tiny work behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
 JOINED, TINY_FREE, INTERRUPTIBLE, BEHIND = 0, 1, 2, 3
 
 
@@ -297,11 +321,12 @@ class WaitChoice:
         enqueued (on PoCL a 0.6 us delay between the enqueue and the wait cost up to 1.3x in some
         runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
-        read once such waits took ~0.02 s), else :data:`JOINED` outside the main thread (the
-        runtime's wait flushes the queue itself) and in it where that run ended within
-        :data:`JOIN_LIMIT_S` and (``behind``: the command is enqueued behind the queue's others)
-        no other command of the queue is unfinished (else :data:`BEHIND`), else
-        :data:`INTERRUPTIBLE`."""
+        read once such waits took ~0.02 s; :data:`BEHIND` where, ``behind``, another command of
+        the queue is unfinished: the wait's time would be that work's too, learned as the run's
+        and taken for a stall), else :data:`JOINED` outside the main thread (the runtime's wait
+        flushes the queue itself) and in it where that run ended within :data:`JOIN_LIMIT_S` and
+        (``behind``: the command is enqueued behind the queue's others) no other command of the
+        queue is unfinished (else :data:`BEHIND`), else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
@@ -309,7 +334,7 @@ class WaitChoice:
                 if load.left < 0.0:
                     load.used_up(_clock())
                 if not load.busy:
-                    return TINY_FREE
+                    return TINY_FREE if not behind or self.queue_idle() else BEHIND
             if last < JOIN_LIMIT_S:
                 if not behind or _get_ident() != _main_ident or self.queue_idle():
                     return JOINED

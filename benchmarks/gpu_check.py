@@ -26,7 +26,7 @@ error, a ``reason`` where not passed, and its figures):
 The whole run keeps to ``--budget`` seconds (default 450): a check that would start with too
 little time left is skipped with the reason, a failing check never stops the others, and the
 document is rewritten after every check, so even a run killed by ``timeout`` leaves what it
-measured in ``<out>/<device>/gpu_check.json`` (``<device>``: e.g. ``nvidia-h100``; under
+measured in ``<out>/<device>/gpu_check.json`` (``<device>``: e.g. ``nvidia-h100-80gb-hbm3``; under
 ``--dry-run`` ``emulated-cuda``). ``--dry-run`` runs every check at tiny sizes on the GPU emulator
 (``ALPYKA_EMULATE=cuda``), as tests/benchmarks/test_gpu_check_smoke.py does. Exit status: 0 when
 no check failed or erred, 1 otherwise.
@@ -393,12 +393,14 @@ CHECKS: dict[str, tuple[Callable[[Context], dict], float]] = {
 
 # ----------------------------------------------------------------------------- the run
 def device_slug(device: Any, dry: bool, backend: str) -> str:
-    """The results folder's name: ``nvidia-h100`` for "NVIDIA H100 80GB HBM3", ``emulated-cuda``
-    for the emulator."""
+    """The results folder's name, from the device's whole name in lower case, every run of other
+    characters than letters and digits one ``-``: ``nvidia-h100-80gb-hbm3`` for "NVIDIA H100 80GB
+    HBM3" (its first two words alone named an H100 PCIe's folder the same, and one run's document
+    replaced the other's); ``emulated-cuda`` for the emulator; the backend's name where nothing is
+    left."""
     if dry:
         return f"emulated-{backend}"
-    words = re.sub(r"[^a-z0-9]+", " ", device.name.lower()).split()
-    return "-".join(words[:2]) or backend
+    return "-".join(re.sub(r"[^a-z0-9]+", " ", device.name.lower()).split()) or backend
 
 
 def _error(exc: BaseException) -> str:

@@ -11,12 +11,15 @@ import argparse
 import sys
 
 import numpy as np
-import torch
 
 import portable as pk
 import soa
-from inference import Model, ModelMetadata, SoAMetadata
-from portable.cli import backend_argument, run_script
+from portable.cli import backend_argument, ctrl_c_as_one_line, run_script
+
+with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
+    import torch
+
+    from inference import Model, ModelMetadata, SoAMetadata
 
 
 class Hits(soa.Layout):

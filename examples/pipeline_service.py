@@ -13,13 +13,16 @@ Also from the shell: ``alpyka serve pipeline_service:calibrate --device cpu_thre
 import argparse
 
 import numpy as np
-import torch
 
 import portable as pk
 import soa
-from inference import Model, ModelMetadata, SoAMetadata, pipeline, serve
-from inference.serving import parse_device
-from portable.cli import run_script
+from portable.cli import ctrl_c_as_one_line, run_script
+
+with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
+    import torch
+
+    from inference import Model, ModelMetadata, SoAMetadata, pipeline, serve
+    from inference.serving import parse_device
 
 
 class Hits(soa.Layout):

@@ -12,12 +12,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import portable as pk
 import soa
-from inference import Model, ModelMetadata, RemoteModel, SoAMetadata, serve
-from portable.cli import run_script
+from portable.cli import ctrl_c_as_one_line, run_script
+
+with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
+    import torch
+
+    from inference import Model, ModelMetadata, RemoteModel, SoAMetadata, serve
 
 
 class Rows(soa.Layout):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -256,10 +257,14 @@ class PortableCollection:
         ``casting`` says which conversions to the fields' dtypes are allowed:
 
         - ``"same_value"`` (default): every value must be representable in the field's dtype:
-          integers (Python ints, integer arrays) within its range, floats going to an integer
-          field only when they are finite whole numbers in range, bools from bools or 0/1, no
-          complex into a real field, no finite value that overflows to inf; float64 into float32
-          rounds to the nearest float32, as numpy's ``same_kind`` does.
+          integers (Python ints, integer arrays) within its range, and into a float field only
+          where it holds them exactly (int64 16777217 into float32, which would make it
+          16777216.0, is refused: convert explicitly, ``np.asarray(values, dtype=np.float32)``, to
+          accept the rounding), floats going to an integer field only when they are finite whole
+          numbers in range, bools from bools or 0/1, no complex into a real field, no finite value
+          that overflows to inf. float64 into float32 rounds to the nearest float32, as numpy's
+          ``same_kind`` does (numpy 2.4's ``same_value`` refuses it): a float is a rounded value
+          already, and its nearest float32 is what a float32 column is for; an integer is exact.
         - ``"no"``, ``"equiv"``, ``"safe"``, ``"same_kind"``: numpy's rules on the dtypes
           (``np.can_cast``) for numpy arrays and scalars; Python numbers and lists are checked by
           value as with ``"same_value"`` (their dtype is numpy's guess, not a choice).
@@ -424,6 +429,12 @@ def _from_objects(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
         except OverflowError:
             big = max((int(x) for x in items), key=abs)
             raise ArgumentError(f"{what}: value {big} is too large for {dt}") from None
+        with np.errstate(over="ignore"):  # (a value that overflows dt: refused where it is checked)
+            cast = np.array(floats, dtype=np.float64).astype(dt).ravel().tolist()
+        for x, y in zip(items, cast):
+            y = y.real if isinstance(y, complex) else y
+            if math.isfinite(y) and int(y) != int(x):
+                raise ArgumentError(_inexact(what, int(x), y, dt))
         return np.array(floats, dtype=np.float64).reshape(arr.shape)
     out = np.array(items).reshape(arr.shape)
     if out.dtype.kind not in "biufc":
@@ -487,7 +498,33 @@ def _value_checked(arr: np.ndarray, dt: np.dtype, what: str) -> np.ndarray:
         raise ArgumentError(
             f"{what}: value {_first(arr, overflow)} overflows {dt} (largest finite value {np.finfo(dt).max})"
         )
+    if sk in "iu":
+        _check_exact_ints(arr, out, dt, what)
     return out
+
+
+def _check_exact_ints(arr: np.ndarray, out: np.ndarray, dt: np.dtype, what: str) -> None:
+    """Refuse an integer of ``arr`` that its float conversion ``out`` (to ``dt``) changed: every
+    integer up to 2**(mantissa bits + 1) is exact (float32: 16777216), a larger one only where
+    ``dt`` holds it (int64 16777217 -> float32 16777216.0 is refused)."""
+    exact = 2 ** (np.finfo(dt).nmant + 1)
+    if int(arr.min()) >= -exact and int(arr.max()) <= exact:
+        return
+    back, info = out.real, np.iinfo(arr.dtype)
+    inside = (back >= float(info.min)) & (back < 2.0 ** (8 * arr.dtype.itemsize - (arr.dtype.kind == "i")))
+    changed = ~inside  # (a float at 2**63 is no int64: a value next to the top, rounded up)
+    changed[inside] = back[inside].astype(arr.dtype) != arr[inside]
+    if changed.any():
+        first = int(np.argmax(changed.ravel()))
+        raise ArgumentError(_inexact(what, int(arr.flat[first]), back.flat[first].item(), dt))
+
+
+def _inexact(what: str, value: int, became: float, dt: np.dtype) -> str:
+    return (
+        f"{what}: integer {value} is not exactly representable in {dt} (it would become {became!r}); "
+        f"convert explicitly to accept the rounding (np.asarray(values, dtype=np.{dt})), or pass "
+        "casting='unsafe'"
+    )
 
 
 def _convert(arr: np.ndarray, dt: np.dtype, casting: str, raw: Any, what: str) -> np.ndarray:

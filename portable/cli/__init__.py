@@ -17,8 +17,10 @@ A subcommand's module makes its own ``main`` with :func:`run` too, so ``python -
 errors the same way, and a Ctrl-C too: one line, ``<prog>: interrupted``, then the process ends
 killed by SIGINT as Python ends an uncaught one (a shell loop running it stops, as it would for
 any other command; exit status 130 let it go on). A script (examples/) ends with
-``sys.exit(run_script(main))`` for the same. A command that handles SIGINT itself (the demo,
-``alpyka serve``) ends through :func:`end_by_interrupt` once it has stopped its work.
+``sys.exit(run_script(main))`` for the same, and wraps a slow import before it (``import torch``:
+seconds) in :func:`ctrl_c_as_one_line`, the piece of run_script that says it. A command that
+handles SIGINT itself (the demo, ``alpyka serve``) ends through :func:`end_by_interrupt` once it
+has stopped its work.
 :func:`load_reference` imports what a ``module:attribute`` argument names (the ``alpyka``
 command's own subcommands, ``alpyka aot``/``export``'s module factories, ``alpyka serve``'s
 pipelines); its errors are a :class:`BadReference`.
@@ -27,12 +29,13 @@ pipelines); its errors are a :class:`BadReference`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ __all__ = [
     "at_least",
     "backend_argument",
     "command_started",
+    "ctrl_c_as_one_line",
     "die_by_sigint",
     "end_by_interrupt",
     "error_line",
@@ -107,14 +111,12 @@ def _backend_name(text: str) -> str:
     """``text`` if it names a usable backend, else (empty) the default backend; ArgumentTypeError
     with the registry's message otherwise."""
     try:
-        if not text:
-            return default_backend()
-        get_backend(text)
+        with ctrl_c_as_one_line():  # (while the backend loads or probes a device: before run_script)
+            if not text:
+                return default_backend()
+            get_backend(text)
     except AlpykaError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    except KeyboardInterrupt:  # (while the backend loads or probes a device: before run_script)
-        end_by_interrupt(f"{Path(sys.argv[0]).name}: interrupted")
-        raise
     return text
 
 
@@ -147,12 +149,26 @@ def run_script(main: Callable[..., int | None], *args: Any, prog: str | None = N
     interactive session (IPython's ``%run``, ``python -i``) or off the main thread the
     KeyboardInterrupt goes on as it is. Errors other than Ctrl-C keep their tracebacks: a script
     is read for its code."""
-    try:
+    with ctrl_c_as_one_line(prog):
         rc = main(*args)
+    return 0 if rc is None else rc
+
+
+@contextlib.contextmanager
+def ctrl_c_as_one_line(prog: str | None = None) -> Iterator[None]:
+    """A Ctrl-C in the block ends the process as :func:`run_script`'s does: one line on stderr,
+    ``<prog>: interrupted`` (``prog``: the script's file name), no traceback, then killed by
+    SIGINT (:func:`end_by_interrupt`; the KeyboardInterrupt goes on). For a script's slow work
+    before ``run_script``, such as its ``import torch`` (seconds)::
+
+        with ctrl_c_as_one_line():
+            import torch
+    """
+    try:
+        yield
     except KeyboardInterrupt:
         end_by_interrupt(f"{prog or Path(sys.argv[0]).name}: interrupted")
         raise
-    return 0 if rc is None else rc
 
 
 def end_by_interrupt(line: str | None) -> bool:

@@ -354,18 +354,42 @@ def test_known_work_behind_an_unfinished_command_is_waited_for_interruptibly(mon
     np.testing.assert_array_equal(got, 1)  # the last fill, then one launch
 
 
-def test_transfer_cells_let_go_of_take_the_known_mixes_with_them():
-    """A queue keeps the time of 64 kinds and sizes of transfer; when it lets go of them, the
-    known mixes built from their cells go too (a new cell may get a freed one's id)."""
-    dev = pk.device("opencl")
-    impl = queue_impl(pk.Queue(dev))
+def test_new_known_work_is_never_taken_for_a_mix_of_work_let_go_of(monkeypatch):
+    """``q.wait()`` keys the mixes of known work it learned by their time cells' tokens: keyed by
+    ids, a cell made after one was let go of (a dropped graph's or launcher's, a transfer kind
+    the queue forgot) got its id (provoked here), and its work, never waited for, was taken for
+    the old mix (its wait joined, if short: no Ctrl-C for a long kernel)."""
+    import pyopencl as cl
+
     from backends._opencl_queue import _WORK_KINDS
 
-    for n in range(_WORK_KINDS):
+    q = pk.Queue(pk.device("opencl"))
+    impl = queue_impl(q)
+    offered = []  # the learned time each q.wait() was offered (None: unknown work)
+    real = impl._wait_timed
+    monkeypatch.setattr(impl, "_wait_timed", lambda ev, took, flush: (offered.append(took[0]), real(ev, took, flush)))
+
+    def wait_for_known(cell) -> None:
+        with impl.lock:
+            impl.after_known(cell, cl.enqueue_marker(impl.cq))
+        q.wait()
+
+    old = impl.time_cell()
+    wait_for_known(old)
+    wait_for_known(old)
+    assert offered == [None, offered[1]] and offered[1] is not None  # the mix learned
+    old_id, kept = id(old), []
+    del old
+    new = impl.time_cell()
+    while id(new) != old_id and len(kept) < 10_000:  # (usually the first: the freed memory)
+        kept.append(new)
+        new = impl.time_cell()
+    assert id(new) == old_id, "no new cell got the freed one's id: the reuse was not provoked"
+    wait_for_known(new)
+    assert offered[2] is None, "new work was taken for the mix of work let go of"
+    for n in range(_WORK_KINDS + 1):  # the queue's transfer cells stay bounded
         impl.transfer_took("fill", n + 1)
-    impl._took_by_work[12345] = [0.001]
-    impl.transfer_took("h2d", 1 << 30)
-    assert impl._took_by_work == {} and len(impl._took_by_transfer) == 1
+    assert len(impl._took_by_transfer) == 1
 
 
 def test_a_replayed_graph_sets_shared_arguments_once_and_others_again():

@@ -157,6 +157,39 @@ def test_a_stalled_wait_on_cores_read_as_free_makes_them_busy_for_a_while(monkey
     assert len(calls) == n + 1, "waited interruptibly on cores held busy"
 
 
+def test_tiny_known_work_behind_an_unfinished_command_learns_no_time_on_free_cores(monkeypatch):
+    """On free cores a tiny known copy or launch is waited for interruptibly; behind an unfinished
+    command of its queue (a kernel a caught Ctrl-C left running, another thread's launch) that
+    wait's time is the work ahead's too: it is neither learned as the work's time nor taken for a
+    stall of the cores (a user event no one has completed stands for the unfinished command)."""
+    import pyopencl as cl
+
+    dev, load, stalls = pk.device("opencl"), _Switch(), []
+    load.busy, load.stalled = False, stalls.append
+    q, calls = _blocking_queue_counting_interruptible(dev, load, monkeypatch)
+    impl = queue_impl(q)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    host, wd, one = np.zeros(8, np.float32), pk.WorkDiv(1, 1, 8), np.float32(1)
+    for _ in range(3):  # known from here on: the copy and the launch
+        pk.memcpy(q, out, host)
+        pk.exec(q, wd, add_v, out, one)
+    copy_took = impl.transfer_took("h2d", host.nbytes)
+    known = copy_took[0]
+    for i, op in enumerate([lambda: pk.memcpy(q, out, host), lambda: pk.exec(q, wd, add_v, out, one)]):
+        user = cl.UserEvent(dev.native.context)
+        impl.last_event = cl.enqueue_marker(impl.cq, wait_for=[user])  # an unfinished command ahead
+        threading.Timer(0.3, user.set_status, (cl.command_execution_status.COMPLETE,)).start()
+        before = len(calls)
+        stalls.clear()  # (the tiny waits before may stall on a busy machine)
+        op()
+        assert len(calls) == before + 1, i
+        assert copy_took[0] == known, "the wait for the work ahead was learned as the copy's time"
+        assert stalls == [], f"{i}: the wait for the work ahead was taken for a stall of the cores"
+    got = np.empty(8, np.float32)
+    pk.memcpy(q, got, out)
+    np.testing.assert_array_equal(got, 1)  # the last copy, then one launch
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat: every short wait joins")
 def test_a_process_spinning_on_every_core_makes_the_main_thread_join(monkeypatch):
     """The real signal: with a spinner per core, short known launches join (after the first

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 import time
 from pathlib import Path
@@ -125,12 +126,26 @@ def test_missing_sanitizer_is_skipped_with_the_reason(monkeypatch) -> None:
 
 
 def test_results_folder_is_named_after_the_device() -> None:
+    """From the whole name, made safe for a path and still readable: named from its first two
+    words, an H100 SXM and an H100 PCIe (or two A100s of different memory) shared a folder, and
+    the later run's document replaced the earlier one's."""
+
     class Dev:
         name = "NVIDIA H100 80GB HBM3"
 
-    assert gpu_check.device_slug(Dev, False, "cuda") == "nvidia-h100"
-    Dev.name = "NVIDIA H200"
-    assert gpu_check.device_slug(Dev, False, "cuda") == "nvidia-h200"
+    def slug(name: str) -> str:
+        Dev.name = name
+        return gpu_check.device_slug(Dev, False, "cuda")
+
+    assert slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert slug("NVIDIA H200") == "nvidia-h200"
+    assert slug("AMD Instinct MI300X") == "amd-instinct-mi300x"
+    fakes = ["NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "Fake GPU 1"]
+    slugs = [slug(n) for n in fakes]
+    assert len(set(slugs)) == len(fakes), slugs
+    assert slug(" ../Weird GPU: x/y\\z*? ") == "weird-gpu-x-y-z"  # no separator, no dot, nothing the shell globs
+    assert slug("???") == "cuda"  # nothing left: the backend's name
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", s) for s in slugs)
     assert gpu_check.device_slug(Dev, True, "cuda") == "emulated-cuda"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -69,6 +70,25 @@ def test_ctrl_c_ends_a_script_with_one_line_killed_by_sigint(backend, tmp_path):
     assert run.err.endswith("long_example.py: interrupted\n"), run.err[-3000:]
     assert "Traceback" not in run.err and "KeyboardInterrupt" not in run.err, run.err[-3000:]
     assert run.ended - run.sent < EXIT_LIMIT_S, f"the process ended {run.ended - run.sent:.1f} s after the signal"
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.name for p in EXAMPLES.glob("*.py") if re.search(r"^\s*import torch$", p.read_text(), re.M))
+)
+def test_ctrl_c_while_torch_imports_ends_an_example_with_one_line(name, tmp_path):
+    """``import torch`` takes seconds (1.5 s on 2 free cores) before ``run_script``: a Ctrl-C then
+    ends the example with the one line too, not a traceback from inside torch (the examples wrap
+    it in ``portable.cli.ctrl_c_as_one_line``). A stand-in torch that waits in its import here."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('import time\n\nprint("launching", flush=True)\ntime.sleep(60)\n')
+    path = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    run = interrupt_child([sys.executable, str(EXAMPLES / name)], env, running_s=0.2, exit_wait_s=EXIT_LIMIT_S + 30)
+    if run.rc is None:
+        pytest.fail(f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {run.err[-3000:]}")
+    assert run.rc == -signal.SIGINT, (run.rc, run.lines, run.err[-3000:])
+    assert run.err == f"{name}: interrupted\n", run.err[-3000:]
 
 
 def _main_guard(path: Path) -> str:

@@ -239,6 +239,13 @@ def _narrow(**change):
         ({"u16": np.array([70000.0, 1.0])}, ValueError, r"field 'u16' .*value 70000.0 is out of range"),
         ({"f32": np.array([1 + 2j, 0])}, TypeError, r"field 'f32' \(float32 column\) got complex values"),
         ({"f32": [1e300, 0.0]}, ValueError, r"field 'f32' .*value 1e\+300 overflows float32"),
+        (
+            {"f32": np.array([1, 16777217])},
+            ValueError,
+            r"field 'f32' \(float32 column\): integer 16777217 is not exactly representable in float32 "
+            r"\(it would become 16777216.0\); convert explicitly",
+        ),
+        ({"f32": [2**70 + 1, 0]}, ValueError, r"'f32' .*integer 1180591620717411303425 is not exactly"),
         ({"flag": [2, 0]}, ValueError, r"field 'flag' \(bool column\): value 2 is not a bool"),
     ],
 )
@@ -257,6 +264,9 @@ def test_from_dict_converts_values_that_fit(queue):
     np.testing.assert_array_equal(got["f32"], f64.astype(np.float32))  # float64 -> float32 rounds
     np.testing.assert_array_equal(got["flag"], [True, False])
     assert got["count"] == 7 and got["count"].dtype == np.int32
+    exact = _narrow(f32=np.array([2**24, -(2**40)]))  # integers beyond 2**24 that float32 holds exactly
+    got = pk.PortableCollection.from_dict(Narrow, exact, queue).to_dict(queue)
+    np.testing.assert_array_equal(got["f32"], [2.0**24, -(2.0**40)])
     nan = pk.PortableCollection.from_dict(Narrow, _narrow(f32=[np.nan, np.inf]), queue).to_dict(queue)
     assert np.isnan(nan["f32"][0]) and np.isinf(nan["f32"][1])  # non-finite floats stay as they are
 
