@@ -29,6 +29,7 @@ from ._gpu_launch import (
 )
 from ._opencl_devices import build, build_log
 from ._opencl_native import blocking_launch
+from ._opencl_waits import new_token
 
 
 class OpenCLPlan(DevicePlan):
@@ -356,21 +357,22 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     scalars = [i for i, a in enumerate(args) if is_scalar(a)]  # (the guard fixed the argument types)
     objects = [i for i in range(len(args)) if i not in scalars]
     kind: list = [None]  # the magnitudes of the last arguments' scalars
-    times: dict = {}  # the last run's seconds for the last arguments' objects, by their scalars' magnitudes
+    kinds: dict = {}  # (seconds, token) of the time cell per magnitudes, for the last arguments' objects
 
     def set_fresh(args: tuple) -> None:  # (the queue's lock held)
-        """Set other arguments, and take as their run's time the last one of runs with the same
-        objects and scalars of the same magnitudes (:func:`~backends._gpu_launch.magnitude`;
-        unknown for other objects: a new buffer may hold other data)."""
+        """Set other arguments, and take as their work's time cell (its time and its token in
+        ``q.wait()``'s known mixes) the one of runs with the same objects and scalars of the same
+        magnitudes (:func:`~backends._gpu_launch.magnitude`); a new one for other objects (a new
+        buffer may hold other data)."""
         prev = last[0]
         held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
         last[0] = args
-        if prev is None or any(args[i] is not prev[i] for i in objects) or len(times) >= _KINDS_MAX:
-            times.clear()
-        elif took[0] is not None:
-            times[kind[0]] = took[0]
+        if prev is None or any(args[i] is not prev[i] for i in objects) or len(kinds) >= _KINDS_MAX:
+            kinds.clear()
+        else:
+            kinds[kind[0]] = (took[0], took.token)
         kind[0] = key = tuple(magnitude(args[i]) for i in scalars)
-        took[0] = times.get(key)
+        took[0], took.token = kinds.get(key) or (None, new_token())
 
     def run(args: tuple) -> None:
         with qlock:  # (not acquire() + try: a Ctrl-C between them would leave the lock held)

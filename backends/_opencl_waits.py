@@ -247,8 +247,13 @@ _tokens = random.Random()
 def time_cell() -> TimeCell:
     """A new :class:`TimeCell`: no time known, a token of its own."""
     cell = TimeCell((None,))
-    cell.token = _tokens.getrandbits(64)
+    cell.token = new_token()
     return cell
+
+
+def new_token() -> int:
+    """A token for a new kind of known work (:class:`TimeCell`)."""
+    return _tokens.getrandbits(64)
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for

@@ -261,6 +261,12 @@ def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     assert waits_interruptibly(launches(2))  # another mix
     assert not waits_interruptibly(launches(2))
     assert waits_interruptibly(launches(2, np.float32(2)))  # a new scalar value: unknown
+    assert waits_interruptibly(launches(2, np.float32(2)))  # known launches, a mix never waited for
+    assert not waits_interruptibly(launches(2, np.float32(2)))
+    assert waits_interruptibly(launches(1, np.float32(3)))  # new arguments: unknown at first
+    assert not waits_interruptibly(launches(2, np.float32(3)))  # 3 and 2: one magnitude, one mix
+    assert waits_interruptibly(launches(1, np.float32(5)))
+    assert waits_interruptibly(launches(2, np.float32(5)))  # 5: another magnitude, a mix never waited for
     assert not waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill of a size waited for first
     big = pk.Buffer(dev, 64, np.float32)
     assert waits_interruptibly(lambda: pk.memset(q, big, 0))  # a fill of another size: unknown
