@@ -11,18 +11,19 @@
    failed command's error is the runtime's own too. (A refused enqueue, an error path, asks the
    wait's choice once more there.)
 
-   wait_handed(event, slice) is the interruptible wait of a runtime that runs a command in the
-   thread waiting for it (backends/_opencl_waits.py: wait_event_handed): a native waiter thread,
-   which never takes the GIL, waits with clWaitForEvents, while the calling thread sleeps on a
-   semaphore without the GIL and looks at its signals every slice (a Ctrl-C raises there at once
-   where the signal interrupts the sleep). A wait interrupted leaves its waiter to finish alone
-   (it then ends); the next wait takes another. */
+   hand_over(event) is the interruptible wait of a runtime that runs a command in the thread
+   waiting for it (backends/_opencl_waits.py: wait_event_handed): a native waiter thread, which
+   never takes the GIL, waits with clWaitForEvents, while the calling thread sleeps on a semaphore
+   without the GIL, a slice at a time (Handed.wait), and goes back to Python between slices and
+   when a signal interrupts its sleep (a Ctrl-C raises there at once). A wait given up leaves its
+   waiter to finish alone (it then ends); the next wait takes another. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -243,9 +244,13 @@ typedef struct Waiter {
 
 /* a waiter thread's name (/proc/self/task/N/comm on Linux) */
 #define WAITER_NAME "alpyka-cl-wait"
+/* how many idle waiters a process keeps for the next handed waits (threads handing waits at once
+   each take one); more are retired once idle */
+#define IDLE_MAX 4
 
-/* the idle waiter the next handed wait takes (NULL: none, start one); read and set under the GIL */
-static Waiter *idle_waiter;
+/* the idle waiters the next handed waits take (none: start one); read and set under the GIL */
+static Waiter *idle_waiters[IDLE_MAX];
+static int idle_count;
 
 static void free_waiter(Waiter *w) {
     pthread_mutex_destroy(&w->m);
@@ -280,20 +285,32 @@ static void *waiter_main(void *arg) {
     return NULL;
 }
 
-static Waiter *start_waiter(void) {
+/* a new waiter and its thread, which takes no signal (they go to the interpreter's threads);
+   NULL with *why set where one cannot be made */
+static Waiter *start_waiter(int *why) {
     Waiter *w = calloc(1, sizeof(Waiter));
-    if (w == NULL) return NULL;
-    if (pthread_mutex_init(&w->m, NULL) != 0) goto no_mutex;
-    if (pthread_cond_init(&w->wake, NULL) != 0) goto no_cond;
-    if (sem_init(&w->done, 0, 0) != 0) goto no_sem;
+    if (w == NULL) {
+        *why = ENOMEM;
+        return NULL;
+    }
+    if ((*why = pthread_mutex_init(&w->m, NULL)) != 0) goto no_mutex;
+    if ((*why = pthread_cond_init(&w->wake, NULL)) != 0) goto no_cond;
+    if (sem_init(&w->done, 0, 0) != 0) {
+        *why = errno;
+        goto no_sem;
+    }
     pthread_attr_t attr;
     pthread_t thread;
-    if (pthread_attr_init(&attr) != 0) goto no_thread;
+    if ((*why = pthread_attr_init(&attr)) != 0) goto no_thread;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 1 << 20); /* (Intel's runtime runs the command in it) */
-    int started = pthread_create(&thread, &attr, waiter_main, w);
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    *why = pthread_create(&thread, &attr, waiter_main, w);
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     pthread_attr_destroy(&attr);
-    if (started == 0) return w;
+    if (*why == 0) return w;
 no_thread:
     sem_destroy(&w->done);
 no_sem:
@@ -305,10 +322,10 @@ no_mutex:
     return NULL;
 }
 
-/* put a waiter whose request completed back as the idle one, or retire it where there is one */
+/* put a waiter whose request completed back among the idle ones, or retire it where they are many */
 static void put_back(Waiter *w) {
-    if (idle_waiter == NULL) {
-        idle_waiter = w;
+    if (idle_count < IDLE_MAX) {
+        idle_waiters[idle_count++] = w;
         return;
     }
     pthread_mutex_lock(&w->m);
@@ -318,7 +335,7 @@ static void put_back(Waiter *w) {
 }
 
 /* a forked child has no copy of the waiter threads: its next wait starts one */
-static void forget_waiters(void) { idle_waiter = NULL; }
+static void forget_waiters(void) { idle_count = 0; }
 
 /* a caller that stops waiting: the waiter finishes its request alone and ends, unless it just
    finished it (then it is idle again) */
@@ -334,55 +351,120 @@ static void give_up(Waiter *w) {
     }
 }
 
-/* sleep on the waiter's semaphore for at most slice seconds: 0 posted, else errno's reason */
+/* sleep on the waiter's semaphore for at most slice seconds (a monotonic clock's, where the C
+   library has sem_clockwait): 0 posted, else errno's reason (EINTR, ETIMEDOUT) */
 static int sleep_on(Waiter *w, double slice) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    clockid_t clock = CLOCK_MONOTONIC;
+#else
+    clockid_t clock = CLOCK_REALTIME;
+#endif
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(clock, &until);
     double whole = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + slice;
     until.tv_sec = (time_t)whole;
     until.tv_nsec = (long)((whole - (double)until.tv_sec) * 1e9);
     if (until.tv_nsec >= 1000000000L) until.tv_nsec = 999999999L;
+    if (until.tv_nsec < 0) until.tv_nsec = 0;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    return sem_clockwait(&w->done, clock, &until) == 0 ? 0 : errno;
+#else
     return sem_timedwait(&w->done, &until) == 0 ? 0 : errno;
+#endif
 }
 
-static PyObject *has_idle_waiter(PyObject *self, PyObject *unused) { return PyBool_FromLong(idle_waiter != NULL); }
+/* a handed wait: its waiter, while the event is waited for (NULL once done or given up) */
+typedef struct {
+    PyObject_HEAD
+    Waiter *w;
+} Handed;
 
-static PyObject *wait_handed(PyObject *self, PyObject *args) {
-    unsigned long long ptr;
-    double slice;
-    if (!PyArg_ParseTuple(args, "Kd", &ptr, &slice)) return NULL;
-    if (ptr == 0 || !(slice > 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "wait_handed(event, slice): an event's int_ptr and a slice > 0 s");
+static PyObject *handed_wait(Handed *h, PyObject *arg) {
+    double slice = PyFloat_AsDouble(arg);
+    if (slice == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(slice > 0.0 && slice <= 1e6)) {
+        PyErr_SetString(PyExc_ValueError, "wait(slice): a slice of 0 to 1e6 s (not 0, not NaN)");
         return NULL;
     }
-    Waiter *w = idle_waiter;
-    idle_waiter = NULL;
-    if (w == NULL && (w = start_waiter()) == NULL) return PyErr_SetFromErrno(PyExc_OSError);
+    if (h->w == NULL) {
+        PyErr_SetString(PyExc_ValueError, "wait(slice): this handed wait is over (done or given up)");
+        return NULL;
+    }
+    int why;
+    Py_BEGIN_ALLOW_THREADS
+    why = sleep_on(h->w, slice);
+    Py_END_ALLOW_THREADS
+    if (why == EINTR || why == ETIMEDOUT) Py_RETURN_NONE; /* (Python looks at its signals, then waits on) */
+    Waiter *w = h->w;
+    h->w = NULL;
+    if (why != 0) { /* (not expected) */
+        give_up(w);
+        errno = why;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    cl_int err = w->err;
+    put_back(w);
+    return PyLong_FromLong((long)err);
+}
+
+static PyObject *handed_give_up(Handed *h, PyObject *unused) {
+    if (h->w != NULL) {
+        give_up(h->w);
+        h->w = NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static void handed_dealloc(Handed *h) {
+    if (h->w != NULL) give_up(h->w); /* (its caller let go of it without waiting it out) */
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyMethodDef handed_methods[] = {
+    {"wait", (PyCFunction)handed_wait, METH_O,
+     "wait(slice): clWaitForEvents' error code once the event completed (the waiter then idle again), "
+     "None where slice seconds passed or a signal came first (call again)"},
+    {"give_up", (PyCFunction)handed_give_up, METH_NOARGS,
+     "stop waiting: the waiter finishes its wait alone and ends"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HandedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_alpyka_opencl_native.Handed",
+    .tp_basicsize = sizeof(Handed),
+    .tp_dealloc = (destructor)handed_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An OpenCL event handed to a native waiter thread (hand_over)",
+    .tp_methods = handed_methods,
+};
+
+static PyObject *idle_waiters_count(PyObject *self, PyObject *unused) { return PyLong_FromLong(idle_count); }
+
+static PyObject *hand_over(PyObject *self, PyObject *arg) {
+    unsigned long long ptr = PyLong_AsUnsignedLongLong(arg);
+    if (ptr == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (ptr == 0) {
+        PyErr_SetString(PyExc_ValueError, "hand_over(event): an event's int_ptr");
+        return NULL;
+    }
+    Handed *h = PyObject_New(Handed, &HandedType);
+    if (h == NULL) return NULL;
+    Waiter *w = idle_count > 0 ? idle_waiters[--idle_count] : NULL;
+    int why = 0;
+    if (w == NULL && (w = start_waiter(&why)) == NULL) {
+        h->w = NULL;
+        Py_DECREF(h);
+        errno = why;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     cl_event ev = (cl_event)(uintptr_t)ptr;
     cl_retain(ev); /* the waiter's: it lets go after its wait */
     pthread_mutex_lock(&w->m);
     w->ev = ev;
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->m);
-    for (;;) {
-        int why;
-        Py_BEGIN_ALLOW_THREADS
-        why = sleep_on(w, slice);
-        Py_END_ALLOW_THREADS
-        if (why == 0) break;
-        if (why != EINTR && why != ETIMEDOUT) { /* (not expected) */
-            give_up(w);
-            errno = why;
-            return PyErr_SetFromErrno(PyExc_OSError);
-        }
-        if (PyErr_CheckSignals() < 0) { /* a Ctrl-C's KeyboardInterrupt */
-            give_up(w);
-            return NULL;
-        }
-    }
-    cl_int err = w->err;
-    put_back(w);
-    return PyLong_FromLong((long)err);
+    h->w = w;
+    return (PyObject *)h;
 }
 
 static int traverse(BlockingLaunch *b, visitproc visit, void *arg) {
@@ -495,10 +577,10 @@ static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS,
      "bind(clEnqueueNDRangeKernel, clWaitForEvents, clReleaseEvent, clRetainEvent, error, perf_counter): the "
      "loader's entry points (addresses), the error class of a failure the runtime does not raise, time.perf_counter"},
-    {"wait_handed", wait_handed, METH_VARARGS,
-     "wait_handed(event_int_ptr, slice_s) -> clWaitForEvents' error code: the event waited for by a native waiter "
-     "thread while this one sleeps, looking at its signals every slice_s (a Ctrl-C raises here)"},
-    {"has_idle_waiter", has_idle_waiter, METH_NOARGS, "whether an idle waiter thread awaits the next wait_handed"},
+    {"hand_over", hand_over, METH_O,
+     "hand_over(event_int_ptr) -> Handed: the event waited for with clWaitForEvents by a native waiter thread "
+     "(Handed.wait(slice) until it answers, Handed.give_up() to stop)"},
+    {"idle_waiters", idle_waiters_count, METH_NOARGS, "how many idle waiter threads await the next handed waits"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -506,7 +588,7 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "_alpyka_opencl_native", .m_size = -1, .m_methods = module_methods};
 
 PyMODINIT_FUNC PyInit__alpyka_opencl_native(void) {
-    if (PyType_Ready(&BlockingLaunchType) < 0) return NULL;
+    if (PyType_Ready(&BlockingLaunchType) < 0 || PyType_Ready(&HandedType) < 0) return NULL;
     static int at_fork;
     if (!at_fork) at_fork = pthread_atfork(NULL, NULL, forget_waiters) == 0;
     s_acquire = PyUnicode_InternFromString("acquire");
@@ -516,7 +598,8 @@ PyMODINIT_FUNC PyInit__alpyka_opencl_native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "BlockingLaunch", (PyObject *)&BlockingLaunchType) < 0 ||
-        PyModule_AddStringConstant(m, "WAITER_NAME", WAITER_NAME) < 0) {
+        PyModule_AddStringConstant(m, "WAITER_NAME", WAITER_NAME) < 0 ||
+        PyModule_AddIntConstant(m, "IDLE_MAX", IDLE_MAX) < 0) {
         Py_DECREF(m);
         return NULL;
     }

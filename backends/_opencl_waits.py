@@ -142,28 +142,43 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
     while status(_STATUS) > _COMPLETE and clock() - t0 < poll_s:
         _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
     if status(_STATUS) > _COMPLETE:
-        hand_over = _native_hand_over()
+        hand_over = _native_hand_over() if _hand_over is _UNSET else _hand_over
         if hand_over is not None:
-            hand_over(ev.int_ptr, HANDED_SLICE_S)  # (an error code: the status says it below)
+            if _wait_handed_natively(hand_over(ev.int_ptr)) != 0 and status(_STATUS) > _COMPLETE:
+                ev.wait()  # the runtime's wait failed, its command still runs: pyopencl's wait
         else:
             _hand_to_python_waiter(ev)
     if status(_STATUS) < 0:
         ev.wait()  # the runtime's own error for the failed command
 
 
-def _native_hand_over() -> Callable[[int, float], int] | None:
-    """The native library's ``wait_handed(event, slice)`` (backends/_opencl_native.c: a waiter
-    thread that never takes the GIL; on busy cores each GIL hand-over between a Python waiter and
-    the caller can wait for a preempted thread: Intel, 2 spinners on 2 cores, a launch with a
-    changed scalar, ~200 us -> 32 us), or None where it cannot be built (then a Python waiter
-    thread waits). Looked up once a process."""
+def _native_hand_over() -> Callable[[int], Any] | None:
+    """The native library's ``hand_over(event)`` (backends/_opencl_native.c: a waiter thread that
+    never takes the GIL; on busy cores each GIL hand-over between a Python waiter and the caller
+    can wait for a preempted thread: Intel, 2 spinners on 2 cores, a launch with a changed
+    scalar, ~200 us -> 32 us), or None where it cannot be built (then a Python waiter thread
+    waits). Looked up once a process, when the first queue that may hand its waits is made
+    (:class:`WaitChoice`), not inside a wait: a first build takes ~0.5 s."""
     global _hand_over
     if _hand_over is _UNSET:
         from ._opencl_native import native_module
 
         module = native_module()
-        _hand_over = None if module is None else module.wait_handed
+        _hand_over = None if module is None else module.hand_over
     return _hand_over
+
+
+def _wait_handed_natively(handed: Any) -> int:
+    """Wait out a native hand-over a slice at a time (back in Python between slices: a Ctrl-C,
+    or an exception another thread raises here, is raised at once); its ``clWaitForEvents``
+    answer. A wait interrupted gives its waiter up (it finishes alone)."""
+    try:
+        while (err := handed.wait(HANDED_SLICE_S)) is None:
+            pass
+    except BaseException:
+        handed.give_up()
+        raise
+    return err
 
 
 _UNSET: Any = object()
@@ -283,6 +298,8 @@ class WaitChoice:
         simulator = bool(device.properties.get("simulator"))
         handed = not simulator and runs_commands_in_waits(device)
         self.on_free_cores: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
+        if not simulator:  # (every runtime hands its interruptible waits on busy cores)
+            _native_hand_over()
         self.interruptible: Callable[[cl.Event], None] = self.wait_interruptibly
         self.joins = not simulator
         self.load = other_load  # (.busy: other processes leave too few free cores)

@@ -66,7 +66,7 @@ def hand_over(request, monkeypatch):
             pytest.skip(f"the native library is not built here: {native_problem()}")
         if not _native_waiters_visible():
             pytest.skip("no /proc/self/task to count the native waiter threads in")
-        monkeypatch.setattr(ow, "_hand_over", native_module().wait_handed)
+        monkeypatch.setattr(ow, "_hand_over", native_module().hand_over)
     else:
         monkeypatch.setattr(ow, "_hand_over", None)
     return request.param
@@ -162,7 +162,7 @@ def test_a_forked_child_gets_a_waiter_of_its_own(hand_over):
     if not hasattr(os, "fork"):
         pytest.skip("os.fork is POSIX only")
     if hand_over == "native":
-        has_waiter = native_module().has_idle_waiter
+        has_waiter = lambda: native_module().idle_waiters() > 0  # noqa: E731
     else:
         has_waiter = lambda: getattr(oq._waiters, "waiter", None) is not None  # noqa: E731
     pending = cl.UserEvent(pk.device("opencl").native.context)
@@ -240,16 +240,18 @@ def test_on_busy_cores_an_unknown_wait_goes_to_a_waiter_at_once_on_every_runtime
 
 
 @pytest.mark.parametrize("hand_over", ["native"], indirect=True)
-def test_native_waits_from_several_threads_keep_at_most_one_idle_waiter(hand_over):
+def test_native_waits_from_several_threads_keep_a_few_idle_waiters(hand_over):
     """Handed waits made at once from several threads each get a waiter (never one request
-    queued behind another's wait); afterwards one idle waiter is kept and the others end."""
+    queued behind another's wait); afterwards a few idle waiters are kept for the next waits
+    (``IDLE_MAX``: threads that hand waits at once start no thread a wait), the others end."""
     import pyopencl as cl
 
     import backends._opencl_waits as oq
+    from backends._opencl_native import native_module
 
+    module = native_module()
     ctx = pk.device("opencl").native.context
-    before = len(_native_waiters())
-    events = [cl.UserEvent(ctx) for _ in range(4)]
+    events = [cl.UserEvent(ctx) for _ in range(module.IDLE_MAX + 2)]
     done: list[int] = []
     threads = [threading.Thread(target=lambda e=e: (oq.wait_event_handed(e, 0.0), done.append(1))) for e in events]
     for t in threads:
@@ -260,8 +262,62 @@ def test_native_waits_from_several_threads_keep_at_most_one_idle_waiter(hand_ove
         e.set_status(cl.command_execution_status.COMPLETE)
     for t in threads:
         t.join(60)
-    assert len(done) == 4
+    assert len(done) == len(events)
+    assert module.idle_waiters() == module.IDLE_MAX
     deadline = time.monotonic() + 30  # a hang guard on a busy machine
-    while len(_native_waiters()) > max(before, 1) and time.monotonic() < deadline:
+    while len(_native_waiters()) > module.IDLE_MAX and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_native_waiters()) <= max(before, 1), "the extra native waiters did not end"
+    assert len(_native_waiters()) == module.IDLE_MAX, "the extra native waiters did not end"
+
+
+def test_an_exception_raised_in_the_waiting_thread_reaches_a_handed_wait(hand_over):
+    """An exception another thread raises in the waiting one (``PyThreadState_SetAsyncExc``: what
+    debuggers and timeout tools use) is raised within a slice, as a Ctrl-C is: the native wait
+    goes back to Python between slices."""
+    import ctypes
+
+    import pyopencl as cl
+
+    from backends._opencl_waits import HANDED_SLICE_S, wait_event_handed
+
+    class Stop(Exception):
+        pass
+
+    user = cl.UserEvent(pk.device("opencl").native.context)
+    me = threading.get_ident()
+    raise_here = lambda: ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(me), ctypes.py_object(Stop))  # noqa: E731
+    timer = threading.Timer(0.2, raise_here)
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(Stop):
+            wait_event_handed(user)
+        took = time.monotonic() - t0
+    finally:
+        user.set_status(cl.command_execution_status.COMPLETE)
+        timer.join()
+    assert took < 10, f"raised {took:.1f} s after the wait began (0.2 s + one {HANDED_SLICE_S} s slice expected)"
+
+
+@pytest.mark.parametrize("hand_over", ["native"], indirect=True)
+def test_a_native_hand_over_refuses_bad_slices_and_a_second_wait(hand_over):
+    import pyopencl as cl
+
+    from backends._opencl_native import native_module
+
+    user = cl.UserEvent(pk.device("opencl").native.context)
+    handed = native_module().hand_over(user.int_ptr)
+    try:
+        for bad in (0.0, -1.0, float("nan"), float("inf"), 1e300):
+            with pytest.raises(ValueError, match="slice"):
+                handed.wait(bad)
+        assert handed.wait(0.01) is None  # not complete yet: call again
+    finally:
+        user.set_status(cl.command_execution_status.COMPLETE)
+    while (err := handed.wait(0.1)) is None:
+        pass
+    assert err == 0
+    with pytest.raises(ValueError, match="over"):
+        handed.wait(0.1)
+    with pytest.raises(ValueError):
+        native_module().hand_over(0)
