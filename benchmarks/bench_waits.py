@@ -9,8 +9,10 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
   joined wait), alpyka with its joined wait only (its busy-core choice, whatever the cores) and
   alpyka with its Python launcher only (as where no C compiler builds the native launch), alpyka
   and raw pyopencl (``knl(queue, ...)`` with its scalar dtypes set) with a scalar that changes at
-  each launch (two values of two magnitudes: each joined once its magnitude's time is learned), and the
-  raw peer with 1 us of Python before each enqueue (what any launcher's own work costs there),
+  each launch (two values of two magnitudes: each joined once its magnitude's time is learned) and
+  alpyka with a scalar of a magnitude its launcher has no time for at each launch (waited for
+  interruptibly), and the raw peer with 1 us of Python before each enqueue (what any launcher's
+  own work costs there),
   interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
   every thread of the process, the runtime's included) per launch, and how often alpyka's own
   choice (backends/_other_load.py) took the joined wait;
@@ -62,6 +64,9 @@ OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + fin
 #: Python scalars; numpy scalars without it take 17 us each)
 RAW_EACH = "raw pyopencl, a scalar changed each launch (scalar dtypes set) + finish"
 OURS_EACH = "alpyka pk.exec, a scalar changed each launch"
+#: a scalar of a magnitude its launcher has no time for at each launch (128 powers of two in turn;
+#: a launcher keeps 64): its run's time unknown, so waited for interruptibly (handed on busy cores)
+OURS_NEW = "alpyka pk.exec, a scalar of an unseen magnitude each launch"
 #: the peer with 1 us of Python before each enqueue (any launcher's own work): on PoCL with busy
 #: cores that alone costs what alpyka's launch costs over the peer (docs/backends.md)
 RAW_GAP = "raw pyopencl, args set once, 1 us of Python first + finish"
@@ -140,6 +145,11 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
     def ours_each() -> None:
         pk.exec(q, wd, tiny, out, values[next(turn) & 1])
 
+    unseen = [np.float32(1.5 * 2.0**k) for k in range(-64, 64)]
+
+    def ours_new() -> None:
+        pk.exec(q, wd, tiny, out, unseen[next(turn) & 127])
+
     def raw_each() -> None:
         knl_each(cq, (1,), (1,), *each_args[next(turn) & 1])
         cq.finish()
@@ -172,6 +182,7 @@ def _contenders(dev: Any) -> dict[str, Callable[[], None]]:
         OURS: ours,
         RAW: raw,
         OURS_EACH: ours_each,
+        OURS_NEW: ours_new,
         RAW_EACH: raw_each,
         RAW_GAP: raw_gap,
         BEFORE: interruptible_only,
@@ -258,6 +269,8 @@ def launches(dev: Any, busy: BusyCores, rounds: int, calls: int) -> tuple[list[d
         entry["interruptible_only_over_raw"] = paired_ratio(timings[BEFORE], timings[RAW])
     if RAW_EACH in timings and OURS_EACH in timings:
         entry["scalar_changed_alpyka_over_raw"] = paired_ratio(timings[OURS_EACH], timings[RAW_EACH])
+    if RAW_EACH in timings and OURS_NEW in timings:
+        entry["scalar_unseen_alpyka_over_raw"] = paired_ratio(timings[OURS_NEW], timings[RAW_EACH])
     if RAW_GAP in timings:
         entry["raw_1us_first_over_raw"] = paired_ratio(timings[RAW_GAP], timings[RAW])
     entry["native_launch"] = native_problem() is None  # (else ours is the Python launcher too)
