@@ -62,7 +62,8 @@ def set_changed(knl: Any, last: list, values: list) -> list:
             set_arg(knl, i, v)
         return list(values)
     for i, v in enumerate(values):
-        if same_value(last[i], v):  # not == alone: -0.0 == 0.0, and their bits differ
+        held = last[i]
+        if held is v or same_value(held, v):  # not == alone: -0.0 == 0.0, and their bits differ
             continue
         set_arg(knl, i, v)
         last[i] = v
@@ -367,11 +368,14 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         prev = last[0]
         held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
         last[0] = args
-        if prev is None or any(args[i] is not prev[i] for i in objects) or len(kinds) >= _KINDS_MAX:
+        moved = prev is None or len(kinds) >= _KINDS_MAX
+        for i in objects:
+            moved = moved or args[i] is not prev[i]
+        if moved:
             kinds.clear()
         else:
             kinds[kind[0]] = (took[0], took.token)
-        kind[0] = key = tuple(magnitude(args[i]) for i in scalars)
+        kind[0] = key = tuple([magnitude(args[i]) for i in scalars])
         took[0], took.token = kinds.get(key) or (None, new_token())
 
     def run(args: tuple) -> None:
