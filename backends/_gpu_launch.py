@@ -87,23 +87,6 @@ def is_scalar(a: Any) -> bool:
     return type(a) in _SCALAR_TYPES
 
 
-def magnitude(a: Any) -> Any:
-    """A scalar's order of magnitude: its sign and power of two (an integer's bit length, a
-    float's binary exponent), a bool itself, a NaN or infinity its name. Scalars of one
-    magnitude are taken to ask for about as much work: a loop bound of 1000 or 1020 (see
-    backends/_opencl_launch.py: ``launcher``, whose learned wait times follow them)."""
-    if isinstance(a, (bool, np.bool_)):
-        return bool(a)
-    if isinstance(a, (int, np.integer)):
-        v = int(a)
-        return (v < 0, abs(v).bit_length())
-    f = float(a)
-    if not math.isfinite(f):
-        return repr(f)
-    m, e = math.frexp(f)
-    return (m < 0, e)
-
-
 def check_devices(kernel: KernelHandle, args: tuple, device: Any) -> None:
     """DeviceMismatch (also a KernelArgumentError) for a view or buffer of memory the queue's
     device cannot use."""

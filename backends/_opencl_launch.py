@@ -20,7 +20,6 @@ from ._gpu_launch import (
     DevicePlan,
     build_source,
     is_scalar,
-    magnitude,
     prepare_launch,
     prepared_plan,
     range_check,
@@ -29,7 +28,6 @@ from ._gpu_launch import (
 )
 from ._opencl_devices import build, build_log
 from ._opencl_native import blocking_launch
-from ._opencl_waits import new_token
 
 
 class OpenCLPlan(DevicePlan):
@@ -65,9 +63,14 @@ def set_changed(knl: Any, last: list, values: list) -> list:
         held = last[i]
         if held is v or same_value(held, v):  # not == alone: -0.0 == 0.0, and their bits differ
             continue
+        last[i] = _UNKNOWN  # (a Ctrl-C once set_arg set it leaves it to be set again)
         set_arg(knl, i, v)
         last[i] = v
     return last
+
+
+#: what an argument :func:`set_changed` was setting holds (no value is the same as it)
+_UNKNOWN = object()
 
 
 #: pyopencl's setter of an argument from its bytes (what ``Kernel.set_arg`` ends in for a numpy
@@ -326,8 +329,8 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
         impl.enqueue_host(check)
 
 
-#: how many magnitudes of its scalars a launcher remembers run times for (then it starts again)
-_KINDS_MAX = 64
+#: how many sets of scalar values a launcher keeps a time cell for (the least recently used dropped)
+_CELLS_MAX = 64
 
 
 def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Callable[[tuple], None] | None:
@@ -339,8 +342,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     the last launch (then only the values that differ, scalars mostly: :func:`set_changed`), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
     waited for as ``WaitChoice.choose`` said before it was enqueued, told how long the last run
-    with the same objects and scalars of the same magnitudes took: a short one is waited for
-    joined). None without a plan, or for
+    with the same objects and scalar values took: a short one is waited for joined). None without a plan, or for
     a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
@@ -353,36 +355,40 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     blocking, choose, wait, flush = impl.blocking, impl.waits.choose, impl.waits.wait_chosen, impl.flush_cq
     last: list = [None]  # the arguments this launcher set last
     held: list = [[]]  # the values its cl.Kernel holds
-    took = impl.time_cell()  # seconds its last blocking run with those arguments took (None: unknown)
     same = same_objects(len(args))
     scalars = [i for i, a in enumerate(args) if is_scalar(a)]  # (the guard fixed the argument types)
     objects = [i for i in range(len(args)) if i not in scalars]
-    kind: list = [None]  # the magnitudes of the last arguments' scalars
-    kinds: dict = {}  # (seconds, token) of the time cell per magnitudes, for the last arguments' objects
+    cell: list = [impl.time_cell()]  # the time cell of the last arguments' work (its last blocking run's seconds)
+    cells: dict = {}  # the time cells of the last arguments' objects by their scalars' values (least recent first)
 
     def set_fresh(args: tuple) -> None:  # (the queue's lock held)
-        """Set other arguments, and take as their work's time cell (its time and its token in
-        ``q.wait()``'s known mixes) the one of runs with the same objects and scalars of the same
-        magnitudes (:func:`~backends._gpu_launch.magnitude`); a new one for other objects (a new
-        buffer may hold other data)."""
-        prev = last[0]
+        """Set other arguments, and take as their work's time cell (its last run's time, and its
+        token in ``q.wait()``'s known mixes) the one of the last run with the same objects and
+        scalar values, among the last :data:`_CELLS_MAX` sets of values; a new one for values
+        not among them or other objects (a new buffer may hold other data). A Ctrl-C in here
+        leaves the next launch fresh: it sets its arguments again."""
+        prev, last[0] = last[0], None
         held[0] = set_changed(knl, held[0], pack(args, workdiv, dyn))
-        last[0] = args
-        moved = prev is None or len(kinds) >= _KINDS_MAX
+        moved = prev is None
         for i in objects:
             moved = moved or args[i] is not prev[i]
         if moved:
-            kinds.clear()
-        else:
-            kinds[kind[0]] = (took[0], took.token)
-        kind[0] = key = tuple([magnitude(args[i]) for i in scalars])
-        took[0], took.token = kinds.get(key) or (None, new_token())
+            cells.clear()
+        key = tuple([args[i] for i in scalars])
+        got = cells.pop(key, None)
+        if got is None:
+            got = impl.time_cell()
+            if len(cells) >= _CELLS_MAX:
+                del cells[next(iter(cells))]
+        cells[key] = cell[0] = got
+        last[0] = args
 
     def run(args: tuple) -> None:
         with qlock:  # (not acquire() + try: a Ctrl-C between them would leave the lock held)
             fresh = not same(args, last[0])
             if fresh:
                 set_fresh(args)
+            took = cell[0]
             if not blocking:
                 ev = enqueue(cq, knl, glob, local)
                 after(None if fresh else took, ev, args)  # (q.wait() joins known work)
@@ -395,7 +401,7 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
         del previous  # (its release, a native call, after the wait)
 
     if blocking and not queue.device.properties.get("simulator"):  # (its flushes run the queue: Python)
-        native = blocking_launch(impl, run, set_fresh, knl, glob, local, last, took)
+        native = blocking_launch(impl, run, set_fresh, knl, glob, local, last, cell)
         if native is not None:
             return native
     return run

@@ -56,7 +56,7 @@ typedef struct {
     PyObject *event;     /* pyopencl Event.from_int_ptr */
     PyObject *same;      /* same_value(a, b) for arguments that are not the very objects */
     PyObject *last;      /* [args of the last launch], shared with the Python launcher */
-    PyObject *took;      /* [seconds its last run took, or None], shared with it */
+    PyObject *took;      /* [the time cell of the last arguments' work: [seconds its last run took, or None]] */
     PyObject *waiting;   /* the type of last_event while a joined wait runs: one each (not idle) */
     PyObject *kernel;    /* the pyopencl Kernel (kept alive: its handle is used) */
     PyObject *set;       /* set_fresh(args): other arguments set on the kernel (the Python launcher's) */
@@ -144,6 +144,8 @@ static PyObject *raise_for(BlockingLaunch *b, cl_event ev) {
     return NULL;
 }
 
+static PyObject *enqueue_and_wait(BlockingLaunch *b, PyObject *args, PyObject *cell);
+
 static PyObject *run(BlockingLaunch *b, PyObject *args) {
     if (!PyTuple_Check(args)) return PyObject_CallOneArg(b->python, args);
     if (call_method0(b->lock, s_acquire) < 0) return NULL;
@@ -156,7 +158,23 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
         }
         Py_DECREF(r);
     }
-    PyObject *took = PyList_GET_ITEM(b->took, 0);
+    /* the time cell of these arguments' work (set_fresh may have changed it: one per set of
+       values), held through the wait (another thread's set_fresh may let go of it meanwhile) */
+    PyObject *cell = Py_NewRef(PyList_GET_ITEM(b->took, 0));
+    if (!PyList_Check(cell) || PyList_GET_SIZE(cell) != 1) {
+        Py_DECREF(cell);
+        unlock(b);
+        PyErr_SetString(PyExc_TypeError, "a launcher's time cell: a list of one item");
+        return NULL;
+    }
+    PyObject *r = enqueue_and_wait(b, args, cell);
+    Py_DECREF(cell);
+    return r;
+}
+
+/* run's launch, the queue's lock held (let go of here), its time stored in cell[0] */
+static PyObject *enqueue_and_wait(BlockingLaunch *b, PyObject *args, PyObject *cell) {
+    PyObject *took = PyList_GET_ITEM(cell, 0);
     Py_INCREF(took);
     /* an idle queue (no command before this one unfinished: last_event None, as this library
        leaves it after a wait) needs no look by the choice (choose(took, False)) */
@@ -192,7 +210,7 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
         }
         PyObject *t0_obj = PyFloat_FromDouble(t0);
         PyObject *r = t0_obj == NULL ? NULL
-                                     : PyObject_CallFunction(b->wait, "lOOOO", how, event, b->took, b->flush, t0_obj);
+                                     : PyObject_CallFunction(b->wait, "lOOOO", how, event, cell, b->flush, t0_obj);
         Py_XDECREF(t0_obj);
         Py_DECREF(event);
         Py_XDECREF(previous);
@@ -221,12 +239,12 @@ static PyObject *run(BlockingLaunch *b, PyObject *args) {
     Py_DECREF(mine);
     Py_XDECREF(previous);
     if (err != 0) {
-        PyList_SetItem(b->took, 0, Py_NewRef(Py_None));
+        PyList_SetItem(cell, 0, Py_NewRef(Py_None));
         return raise_for(b, ev);
     }
     PyObject *t = PyFloat_FromDouble(t1 - t0);
     if (t == NULL) return NULL;
-    PyList_SetItem(b->took, 0, t); /* steals t */
+    PyList_SetItem(cell, 0, t); /* steals t */
     Py_RETURN_NONE;
 }
 
@@ -509,7 +527,7 @@ static PyObject *make(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                                      &o[12], &cq, &PyTuple_Type, &glob, &local))
         return NULL;
     if (PyList_GET_SIZE(o[8]) != 1 || PyList_GET_SIZE(o[9]) != 1) {
-        PyErr_SetString(PyExc_ValueError, "last and took: lists of one item");
+        PyErr_SetString(PyExc_ValueError, "last and took: lists of one item (took: [a time cell])");
         return NULL;
     }
     PyObject *knl_ptr = PyObject_GetAttrString(o[11], "int_ptr");

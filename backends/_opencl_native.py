@@ -32,7 +32,7 @@ from typing import Any
 import pyopencl as cl
 
 from ._gpu_launch import same_value
-from ._opencl_waits import opencl_library
+from ._opencl_waits import opencl_library, use_native_hand_over
 from ._shared_libraries import Library, build_once, compiler_version, library_cache, load_cached
 
 SOURCE = Path(__file__).with_suffix(".c")
@@ -128,6 +128,7 @@ def _build() -> tuple[ModuleType | None, str | None]:
             tried.append(f"{' '.join(words)}: {type(exc).__name__}: {exc}")
             continue
         module.bind(*entries, StateError, time.perf_counter)
+        use_native_hand_over(module.hand_over)
         _state["compiler"] = path
         return module, None
     return None, "no C compiler built it (" + "; ".join(tried) + "); install gcc, or set CC to a C compiler"
@@ -176,13 +177,13 @@ def blocking_launch(
     glob: tuple,
     local: tuple | None,
     last: list,
-    took: list,
+    cell: list,
 ) -> Callable[[tuple], None] | None:
     """``run(args)`` of a blocking queue's fast launcher, native (see the module's docstring):
     ``set_fresh(args)``, the Python launcher's, sets arguments that are not the last launch's;
     ``python``, the Python launcher, raises the runtime's error for a failed enqueue; ``last``
-    and ``took`` are its lists (the last arguments, the last run's seconds). None where the
-    library is not there."""
+    is its list of the last arguments, ``cell`` of the time cell of their work (a one-item list:
+    the seconds its last run took). None where the library is not there."""
     module = native_module()
     if module is None:
         return None
@@ -197,7 +198,7 @@ def blocking_launch(
         cl.Event.from_int_ptr,
         same_value,
         last,
-        took,
+        cell,
         Waiting,
         knl,
         set_fresh,

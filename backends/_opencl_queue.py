@@ -12,7 +12,7 @@ from typing import Any
 import pyopencl as cl
 
 from ._gpu_queue import DeviceQueue, Snapshot
-from ._opencl_native import Waiting
+from ._opencl_native import Waiting, native_module
 from ._opencl_simulator import SimulatorLock, simulator_lock
 from ._opencl_waits import TimeCell, WaitChoice, opencl_library, time_cell
 
@@ -199,6 +199,8 @@ class OpenCLQueue(DeviceQueue):
         self._took_by_work: dict[int, list] = {}
         self._took_by_transfer: dict[tuple, TimeCell] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
+        if not device.properties.get("simulator"):
+            native_module()  # (its waits hand over to the native library's waiters: loaded now, not in a wait)
         self.waits.queue_idle = _idle_of(weakref.ref(self))  # (the main thread joins known work on an idle queue only)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed

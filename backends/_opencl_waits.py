@@ -132,7 +132,7 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
     worker thread of the runtime, which other processes on the cores delay by whole time
     slices). First polled for ``poll_s`` (default :data:`HANDED_POLL_S`: enough where the
     runtime's workers have a core; 0 on busy cores); then a waiter thread waits with the
-    runtime's own wait (the native library's, :func:`_native_hand_over`, else one of the calling
+    runtime's own wait (the native library's, :func:`use_native_hand_over`, else one of the calling
     thread in Python); the caller sleeps until the waiter wakes it, at once, and a Ctrl-C still
     reaches it (its sleep is interrupted by signals; at most :data:`HANDED_SLICE_S` either way).
     A wait interrupted leaves its waiter to finish alone: the next wait gets another."""
@@ -142,7 +142,7 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
     while status(_STATUS) > _COMPLETE and clock() - t0 < poll_s:
         _yield_core()  # where the runtime's workers have a core, they finish a tiny command here
     if status(_STATUS) > _COMPLETE:
-        hand_over = _native_hand_over() if _hand_over is _UNSET else _hand_over
+        hand_over = _hand_over
         if hand_over is not None:
             if _wait_handed_natively(hand_over(ev.int_ptr)) != 0 and status(_STATUS) > _COMPLETE:
                 ev.wait()  # the runtime's wait failed, its command still runs: pyopencl's wait
@@ -152,20 +152,19 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
         ev.wait()  # the runtime's own error for the failed command
 
 
-def _native_hand_over() -> Callable[[int], Any] | None:
-    """The native library's ``hand_over(event)`` (backends/_opencl_native.c: a waiter thread that
-    never takes the GIL; on busy cores each GIL hand-over between a Python waiter and the caller
-    can wait for a preempted thread: Intel, 2 spinners on 2 cores, a launch with a changed
-    scalar, ~200 us -> 32 us), or None where it cannot be built (then a Python waiter thread
-    waits). Looked up once a process, when the first queue that may hand its waits is made
-    (:class:`WaitChoice`), not inside a wait: a first build takes ~0.5 s."""
+def use_native_hand_over(hand_over: Callable[[int], Any]) -> None:
+    """Hand waits to the native library's ``hand_over(event)`` from now on (backends/_opencl_native.c:
+    a waiter thread that never takes the GIL; on busy cores each GIL hand-over between a Python
+    waiter and the caller can wait for a preempted thread: Intel, 2 spinners on 2 cores, a
+    launch with a changed scalar, ~200 us -> 32 us). The library calls it once it is loaded
+    (an OpenCL queue loads it when it is made: backends/_opencl_queue.py); until then, and where
+    it cannot be built, a Python waiter thread waits."""
     global _hand_over
-    if _hand_over is _UNSET:
-        from ._opencl_native import native_module
+    _hand_over = hand_over
 
-        module = native_module()
-        _hand_over = None if module is None else module.hand_over
-    return _hand_over
+
+#: the native library's ``hand_over`` (:func:`use_native_hand_over`), None: a Python waiter thread
+_hand_over: Any = None
 
 
 def _wait_handed_natively(handed: Any) -> int:
@@ -179,10 +178,6 @@ def _wait_handed_natively(handed: Any) -> int:
         handed.give_up()
         raise
     return err
-
-
-_UNSET: Any = object()
-_hand_over: Any = _UNSET
 
 
 def _hand_to_python_waiter(ev: cl.Event) -> None:
@@ -223,8 +218,8 @@ def wait_event_joined(ev: cl.Event) -> None:
 
 
 #: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for work whose last
-#: wait (the same launcher with the same objects and scalars of the same magnitudes, or the same
-#: mix of such work on one queue) ended within this long; a Ctrl-C then waits for at most about
+#: wait (the same launcher with the same objects and scalar values, or the same mix of such work
+#: on one queue) ended within this long; a Ctrl-C then waits for at most about
 #: this long unless such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
 #: of a thread preempted on busy cores took 50+ ms now and then, and each then went back to the
 #: interruptible wait, ms a launch there (Intel, 4 spinners on 2 cores: 3.7x raw at 50 ms)
@@ -244,7 +239,7 @@ STALLED_S = 1e-3
 
 
 class TimeCell(list):
-    """The time cell of a kind of known work (a fast launcher's runs with their last arguments, a
+    """The time cell of a kind of known work (a fast launcher's runs with one set of arguments, a
     graph's replays, a queue's transfers of a kind and size): ``[seconds its last wait took, or
     None]``, a one-item list as the native launch takes it, with a :attr:`token` that stands for
     the work in a queue's sums of known work (``OpenCLQueue.after_known``). Not ``id()``: a cell
@@ -262,13 +257,8 @@ _tokens = random.Random()
 def time_cell() -> TimeCell:
     """A new :class:`TimeCell`: no time known, a token of its own."""
     cell = TimeCell((None,))
-    cell.token = new_token()
+    cell.token = _tokens.getrandbits(64)
     return cell
-
-
-def new_token() -> int:
-    """A token for a new kind of known work (:class:`TimeCell`)."""
-    return _tokens.getrandbits(64)
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
@@ -298,8 +288,6 @@ class WaitChoice:
         simulator = bool(device.properties.get("simulator"))
         handed = not simulator and runs_commands_in_waits(device)
         self.on_free_cores: Callable[[cl.Event], None] = wait_event_handed if handed else wait_event
-        if not simulator:  # (every runtime hands its interruptible waits on busy cores)
-            _native_hand_over()
         self.interruptible: Callable[[cl.Event], None] = self.wait_interruptibly
         self.joins = not simulator
         self.load = other_load  # (.busy: other processes leave too few free cores)
@@ -338,8 +326,8 @@ class WaitChoice:
         self.wait_chosen(self.choose(took[0], False), ev, took, flush, _clock())
 
     def choose(self, last: float | None, behind: bool = True) -> int:
-        """How to wait for the command of a launch whose last run with the same objects and scalars
-        of the same magnitudes took ``last`` seconds (None: unknown), decided before it is
+        """How to wait for the command of a launch whose last run with the same objects and scalar
+        values took ``last`` seconds (None: unknown), decided before it is
         enqueued (on PoCL a 0.6 us delay between the enqueue and the wait cost up to 1.3x in some
         runs on busy cores):
         :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`

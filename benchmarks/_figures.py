@@ -288,7 +288,7 @@ FIGURES: tuple[Figure, ...] = (
         "the Python launcher alone {:.2f}x / {:.2f}x, {:.2f}x / {:.2f}x; the free-core interruptible wait alone "
         "{:.1f}x / {:.0f}x, {:.1f}x / {:.1f}x; other processes kept {:.1f} / {:.1f} "
         "cores busy in the free-core rounds); a scalar changed at each launch, against raw pyopencl changing it "
-        "too: Intel {:.2f}x / {:.2f}x, PoCL {:.2f}x / {:.2f}x (of a magnitude never seen, so waited for "
+        "too: Intel {:.2f}x / {:.2f}x, PoCL {:.2f}x / {:.2f}x (a value never seen, so waited for "
         "interruptibly: Intel {:.2f}x / {:.2f}x, PoCL {:.2f}x / {:.2f}x); the raw peer itself with 1 us of Python "
         "before each enqueue: PoCL busy {:.2f}x; 20 tiny kernels + q.wait() replayed as a graph on busy cores: "
         "{:.2f}x / {:.2f}x faster than one by one",

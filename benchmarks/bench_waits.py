@@ -9,10 +9,9 @@ the cores (started and killed here, ``n`` = the core count; the full run adds tw
   joined wait), alpyka with its joined wait only (its busy-core choice, whatever the cores) and
   alpyka with its Python launcher only (as where no C compiler builds the native launch), alpyka
   and raw pyopencl (``knl(queue, ...)`` with its scalar dtypes set) with a scalar that changes at
-  each launch (two values of two magnitudes: each joined once its magnitude's time is learned) and
-  alpyka with a scalar of a magnitude its launcher has no time for at each launch (waited for
-  interruptibly), and the raw peer with 1 us of Python before each enqueue (what any launcher's
-  own work costs there),
+  each launch (two values in turn: each joined once its time is learned) and alpyka with a scalar
+  its launcher has no time for at each launch (waited for interruptibly), and the raw peer with
+  1 us of Python before each enqueue (what any launcher's own work costs there),
   interleaved round by round (paired ratios): wall time and CPU time (``time.process_time``:
   every thread of the process, the runtime's included) per launch, and how often alpyka's own
   choice (backends/_other_load.py) took the joined wait;
@@ -64,9 +63,9 @@ OURS, RAW = "alpyka pk.exec, blocking queue", "raw pyopencl, args set once + fin
 #: Python scalars; numpy scalars without it take 17 us each)
 RAW_EACH = "raw pyopencl, a scalar changed each launch (scalar dtypes set) + finish"
 OURS_EACH = "alpyka pk.exec, a scalar changed each launch"
-#: a scalar of a magnitude its launcher has no time for at each launch (128 powers of two in turn;
-#: a launcher keeps 64): its run's time unknown, so waited for interruptibly (handed on busy cores)
-OURS_NEW = "alpyka pk.exec, a scalar of an unseen magnitude each launch"
+#: a scalar its launcher has no time for at each launch (128 values in turn; a launcher keeps 64):
+#: its run's time unknown, so waited for interruptibly (handed on busy cores)
+OURS_NEW = "alpyka pk.exec, a scalar never seen each launch"
 #: the peer with 1 us of Python before each enqueue (any launcher's own work): on PoCL with busy
 #: cores that alone costs what alpyka's launch costs over the peer (docs/backends.md)
 RAW_GAP = "raw pyopencl, args set once, 1 us of Python first + finish"

@@ -4,8 +4,8 @@ On busy cores a blocking tiny launch waited for by polling or by a waiter thread
 pyopencl + ``finish`` (Intel's CPU runtime runs the command in the thread that waits for it; any
 other thread must first get a core), joined it takes ~1.1-1.3x. A joined wait cannot be
 interrupted, so the main thread joins only for a launch whose last run with the same objects and
-scalars of the same magnitudes was short (or, for q.wait(), known work waited for quickly
-before); other threads always join (Python raises a Ctrl-C in the main thread only), through
+scalar values was short (or, for q.wait(), known work waited for quickly before); other threads
+always join (Python raises a Ctrl-C in the main thread only), through
 ctypes, which takes the GIL back in plain C: a daemon thread still waiting when the interpreter
 ends is stopped cleanly (pyopencl's ``Event.wait`` aborted the process there, "terminate
 called").
@@ -87,10 +87,11 @@ def test_the_main_thread_joins_a_repeated_launch_only_once_it_was_short(which, m
     np.testing.assert_array_equal(host, 8 * 1 + 2 * 2)
 
 
-def test_scalars_of_the_same_magnitude_share_a_learned_time_and_new_objects_forget_it(monkeypatch):
-    """A launcher learns a run's time per magnitude of its scalars (sign and power of two) while
-    its buffer arguments are the same objects: a loop bound that changes within its power of two,
-    or alternates between magnitudes already seen, is joined; a new buffer (other data) is not."""
+def test_a_launcher_keeps_the_time_of_each_set_of_scalar_values_until_its_objects_change(monkeypatch):
+    """A launcher keeps a run's time per set of its scalars' values while its buffer arguments
+    are the same objects: scalars alternating between values seen before are joined; a value
+    never seen (even of the same size: a range's end, a shift, can change the work by any
+    factor) is waited for interruptibly, and a new buffer (other data) forgets them all."""
     _main_thread_only(monkeypatch)
     dev = pk.device("opencl")
     q = pk.Queue(dev, blocking=True)
@@ -112,30 +113,72 @@ def test_scalars_of_the_same_magnitude_share_a_learned_time_and_new_objects_forg
         pk.exec(q, wd, add_v, out, np.float32(3.0))
     added, n0 = 9.0, len(calls)
     launch(out, 3.0, False)  # known
-    launch(out, 3.5, False)  # 3.0 and 3.5: one power of two (2 <= v < 4)
-    launch(out, 5.0, True)  # another magnitude: unknown, then learned
-    launch(out, 5.5, False)
-    launch(out, 2.5, False)  # alternating between magnitudes seen: each still known
-    launch(out, -3.0, True)  # another sign
+    launch(out, 3.5, True)  # a value never seen: unknown, then learned
+    launch(out, 3.0, False)  # alternating between values seen: each still known
+    launch(out, 3.5, False)
     other = pk.Buffer(dev, 8, np.float32, queue=q)
     pk.memset(q, other, 0)
     launch(other, 3.0, True)  # a new buffer: what was learned is forgotten
-    launch(other, 3.5, False)
+    launch(other, 3.0, False)
     launch(out, 3.0, True)  # and back: forgotten too
-    assert len(calls) == n0 + 4
+    assert len(calls) == n0 + 3
     host = np.empty(8, np.float32)
     pk.memcpy(q, host, out)
     np.testing.assert_array_equal(host, np.float32(added))
 
 
-def test_magnitudes_of_scalars():
-    from backends._gpu_launch import magnitude
+def test_a_launcher_keeps_the_last_sets_of_scalar_values_only(monkeypatch):
+    from backends import _opencl_launch
 
-    assert magnitude(1000) == magnitude(1020) == magnitude(np.int32(600)) != magnitude(1024)
-    assert magnitude(-5) != magnitude(5) and magnitude(0) == magnitude(np.uint8(0))
-    assert magnitude(True) is True and magnitude(np.bool_(False)) is False
-    assert magnitude(0.75) == magnitude(np.float32(0.5)) != magnitude(1.0)
-    assert magnitude(float("nan")) == "nan" and magnitude(np.float64("-inf")) == "-inf"
+    monkeypatch.setattr(_opencl_launch, "_CELLS_MAX", 3)
+    _main_thread_only(monkeypatch)
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    wd = pk.WorkDiv(1, 1, 8)
+    calls = _counting_interruptible(q, monkeypatch)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+
+    def interruptible(v) -> bool:
+        n = len(calls)
+        pk.exec(q, wd, add_v, out, np.float32(v))
+        return len(calls) > n
+
+    assert [interruptible(v) for v in (2, 3, 1, 2, 3)] == [True, True, False, False, False]
+    assert interruptible(4)  # a fourth: the least recently used (1) is dropped
+    assert [interruptible(v) for v in (2, 3, 4, 1)] == [False, False, False, True]
+
+
+def test_a_ctrl_c_while_new_arguments_are_set_leaves_the_next_launch_setting_them_again(monkeypatch):
+    """A KeyboardInterrupt between two argument settings leaves the kernel with some new values:
+    the next launch, with any arguments, sets them again (before, a relaunch of the old
+    arguments counted as the same and ran with a mix of old and new values)."""
+    from backends import _opencl_launch
+
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    pk.memset(q, out, 0)
+    wd = pk.WorkDiv(1, 1, 8)
+    for _ in range(3):
+        pk.exec(q, wd, add_v, out, np.float32(1))
+    real, calls = _opencl_launch.set_arg, []
+
+    def interrupted_after_one(knl, i, v):
+        real(knl, i, v)
+        calls.append(i)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_opencl_launch, "set_arg", interrupted_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        pk.exec(q, wd, add_v, out, np.float32(10))
+    monkeypatch.setattr(_opencl_launch, "set_arg", real)
+    assert calls, "no argument was set"
+    pk.exec(q, wd, add_v, out, np.float32(1))  # the old arguments again
+    host = np.empty(8, np.float32)
+    pk.memcpy(q, host, out)
+    np.testing.assert_array_equal(host, 4)
 
 
 def test_a_launch_not_short_is_never_joined_in_the_main_thread(monkeypatch):
@@ -264,9 +307,10 @@ def test_q_wait_joins_known_work_once_the_same_work_was_short(monkeypatch):
     assert waits_interruptibly(launches(2, np.float32(2)))  # known launches, a mix never waited for
     assert not waits_interruptibly(launches(2, np.float32(2)))
     assert waits_interruptibly(launches(1, np.float32(3)))  # new arguments: unknown at first
-    assert not waits_interruptibly(launches(2, np.float32(3)))  # 3 and 2: one magnitude, one mix
-    assert waits_interruptibly(launches(1, np.float32(5)))
-    assert waits_interruptibly(launches(2, np.float32(5)))  # 5: another magnitude, a mix never waited for
+    assert waits_interruptibly(launches(2, np.float32(3)))  # 3: other work, a mix never waited for
+    assert not waits_interruptibly(launches(2, np.float32(3)))
+    assert waits_interruptibly(launches(1, np.float32(2)))  # back to 2 (a fresh launch: unknown)
+    assert not waits_interruptibly(launches(2, np.float32(2)))  # 2's mix, known
     assert not waits_interruptibly(lambda: pk.memset(q, out, 0))  # a fill of a size waited for first
     big = pk.Buffer(dev, 64, np.float32)
     assert waits_interruptibly(lambda: pk.memset(q, big, 0))  # a fill of another size: unknown
