@@ -28,6 +28,8 @@ from ._numba_start import extensions_deferred
 EMITTER_TAG = "numba_cpu"
 #: the kernel slot (KernelHandle.slot) of the CPU pipeline's results, shared by both host backends
 PIPELINE_SLOT = ("passes", "cpu")
+#: the backends that emit from those results (:func:`make_plan`'s ``backend_name``)
+HOST_BACKENDS = ("cpu_serial", "cpu_threads")
 
 
 @dataclass
@@ -151,10 +153,11 @@ def make_plan(backend_name: str, kernel: KernelHandle, key: tuple, ndim: int, de
     k_ir = kernel.ir(key, ndim, debug)
     # the CPU pipeline's passes are the same for both host backends (only the emitter's atomics
     # differ): run once per kernel and IR key, whichever of them builds first (large unrolled
-    # kernels spend seconds there), kept in the kernel's slot, freed with the kernel
-    states = kernel.slot(PIPELINE_SLOT, PlanCache)
-    state = states.build((key, ndim, debug), lambda: CPU_PIPELINE.run(k_ir))
-    gen = emit_numba(k_ir, serial=backend_name == "cpu_serial", state=state)  # its atomics may differ
+    # kernels spend seconds there), kept in the kernel's slot until both emitted from it
+    states, ir_key = kernel.slot(PIPELINE_SLOT, PlanCache), (key, ndim, debug)
+    passed = states.build(ir_key, lambda: _Passed(CPU_PIPELINE.run(k_ir)))
+    gen = emit_numba(k_ir, serial=backend_name == "cpu_serial", state=passed.state)  # its atomics may differ
+    passed.emitted(backend_name, states, ir_key)
     mod = load_generated_module(gen.source, EMITTER_TAG)
     kinds = [k[0] for k in key]
     ns: dict[str, Any] = {
@@ -168,6 +171,24 @@ def make_plan(backend_name: str, kernel: KernelHandle, key: tuple, ndim: int, de
     return HostPlan(
         mod.launch, ns["invoke"], ns["pack"], k_ir.uses_dynamic_shared, getattr(mod, "__file__", None) or ""
     )  # none: compiled in memory
+
+
+class _Passed:
+    """The CPU pipeline's result (:class:`~portable.compiler.passes.CompileState`: the IR after
+    the passes) for one kernel and IR key, until each of :data:`HOST_BACKENDS` emitted from it."""
+
+    __slots__ = ("state", "waiting")
+
+    def __init__(self, state: Any) -> None:
+        self.state, self.waiting = state, set(HOST_BACKENDS)
+
+    def emitted(self, backend_name: str, states: PlanCache, ir_key: tuple) -> None:
+        """``backend_name`` emitted from it: let go of it once both did, so that a kernel that
+        lives on holds no IR of the passes for nothing (a backend makes a plan once per IR key;
+        one made again, by a plan cache that forgot it, runs the passes again)."""
+        self.waiting.discard(backend_name)
+        if not self.waiting and states.get(ir_key) is self:
+            states.pop(ir_key, None)
 
 
 def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> HostPlan:

@@ -262,8 +262,9 @@ def time_cell() -> TimeCell:
 
 
 #: :meth:`WaitChoice.choose`'s answers: the runtime's own wait (joined), an interruptible wait for
-#: a tiny command on free cores, an interruptible wait, an interruptible wait for known short or
-#: tiny work behind an unfinished command of its queue (its time, the work ahead's too, is not learned)
+#: a tiny command on free cores, an interruptible wait, a wait for known short or tiny work behind
+#: an unfinished command of its queue (interruptible in the main thread, joined in others; its
+#: time, the work ahead's too, is not learned)
 JOINED, TINY_FREE, INTERRUPTIBLE, BEHIND = 0, 1, 2, 3
 
 
@@ -280,7 +281,9 @@ class WaitChoice:
     to a waiter thread whatever the runtime (:meth:`wait_interruptibly`). A tiny known launch
     (:data:`TINY_WAIT_S`) is joined only while other processes keep the cores busy (:attr:`load`,
     :class:`~backends._other_load.OtherLoad`); on free cores any thread waits for it
-    interruptibly. A simulator (Oclgrind) always polls."""
+    interruptibly. Known work behind an unfinished command of its queue (:data:`BEHIND`) is
+    waited for as :meth:`wait` waits, and its time is not learned. A simulator (Oclgrind) always
+    polls."""
 
     __slots__ = ("interruptible", "on_free_cores", "joins", "load", "queue_idle")
 
@@ -336,7 +339,8 @@ class WaitChoice:
         and taken for a stall), else :data:`JOINED` outside the main thread (the runtime's wait
         flushes the queue itself) and in it where that run ended within :data:`JOIN_LIMIT_S` and
         (``behind``: the command is enqueued behind the queue's others) no other command of the
-        queue is unfinished (else :data:`BEHIND`), else :data:`INTERRUPTIBLE`."""
+        queue is unfinished (else :data:`BEHIND`, in any thread: joined outside the main thread,
+        but that wait's time is the work ahead's too), else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
@@ -346,9 +350,7 @@ class WaitChoice:
                 if not load.busy:
                     return TINY_FREE if not behind or self.queue_idle() else BEHIND
             if last < JOIN_LIMIT_S:
-                if not behind or _get_ident() != _main_ident or self.queue_idle():
-                    return JOINED
-                return BEHIND
+                return JOINED if not behind or self.queue_idle() else BEHIND
         if self.joins and _get_ident() != _main_ident:
             return JOINED
         return INTERRUPTIBLE
@@ -356,7 +358,7 @@ class WaitChoice:
     def wait_chosen(self, how: int, ev: cl.Event, took: list, flush: Callable[[], None], t0: float) -> None:
         """Wait for ``ev`` as :meth:`choose` said (``how``), and store in ``took[0]`` the time
         since ``t0`` (None where the wait is interrupted or the command failed; unchanged for
-        :data:`BEHIND`: that time was the work ahead's too)."""
+        :data:`BEHIND`: that time was the work ahead's too, waited for as :meth:`wait` waits)."""
         try:
             if how == JOINED:
                 if _get_ident() == _main_ident:
@@ -365,7 +367,10 @@ class WaitChoice:
                     wait_event_joined(ev)
             else:
                 flush()
-                self.interruptible(ev)
+                if how == BEHIND:
+                    self.wait(ev)  # (joined outside the main thread: no Ctrl-C reaches it there)
+                else:
+                    self.interruptible(ev)
         except BaseException:
             took[0] = None  # an interrupted or failed wait leaves the launch unknown
             raise

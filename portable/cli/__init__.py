@@ -123,8 +123,10 @@ def _backend_name(text: str) -> str:
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:
     """Run ``command(argv, prog)`` and return its exit status; print an error the user can fix
     as one line (exit status 2) and let any other exception through (module docstring)."""
+    global _running
     command_started()  # a Ctrl-C raises KeyboardInterrupt again (portable/_command_start.py)
     args = list(sys.argv[1:] if argv is None else argv)
+    outer, _running = _running, prog
     try:
         return command(args, prog)
     except KeyboardInterrupt:
@@ -137,6 +139,13 @@ def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, pr
             raise
         print(f"{prog}: error: {error_line(exc)}", file=sys.stderr)
         return 2
+    finally:
+        _running = outer
+
+
+#: the name of the command :func:`run` runs (``"alpyka serve"``), None outside one: a Ctrl-C's
+#: line names it (:func:`ctrl_c_as_one_line`) where the command imports a script that says it
+_running: str | None = None
 
 
 def run_script(main: Callable[..., int | None], *args: Any, prog: str | None = None) -> int:
@@ -163,11 +172,14 @@ def ctrl_c_as_one_line(prog: str | None = None) -> Iterator[None]:
 
         with ctrl_c_as_one_line():
             import torch
-    """
+
+    Inside a command :func:`run` runs (``alpyka serve`` importing the script) the line names
+    that command, the one the user typed (before: ``alpyka: interrupted``, the script's name
+    taken from ``sys.argv[0]``, ``alpyka`` or ``__main__.py``)."""
     try:
         yield
     except KeyboardInterrupt:
-        end_by_interrupt(f"{prog or Path(sys.argv[0]).name}: interrupted")
+        end_by_interrupt(f"{_running or prog or Path(sys.argv[0]).name}: interrupted")
         raise
 
 

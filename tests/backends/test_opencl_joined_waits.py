@@ -404,6 +404,54 @@ def test_known_work_behind_an_unfinished_command_is_waited_for_interruptibly(mon
     np.testing.assert_array_equal(got, 1)  # the last fill, then one launch
 
 
+def test_another_thread_joins_known_work_behind_an_unfinished_command_but_learns_no_time(monkeypatch):
+    """Outside the main thread known work is joined (Python raises a Ctrl-C in the main thread
+    only), also behind an unfinished command of its queue (another thread's launch, a kernel a
+    caught Ctrl-C left running); but that wait's time is the work ahead's too, and is not learned
+    as the work's (it was: 0.3 s for a 32-byte copy, a fill and a tiny launch; a user event no one
+    has completed stands for the unfinished command)."""
+    import pyopencl as cl
+
+    import backends._opencl_waits as ow
+    from backends._other_load import FixedLoad
+
+    monkeypatch.setattr(ow, "JOIN_LIMIT_S", 60.0)  # any wait counts as short (the choice is tested)
+    monkeypatch.setattr(ow, "other_load", FixedLoad(busy=True))  # tiny work joins too
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=True)
+    impl = queue_impl(q)
+    cells = []  # the time cells of the fast launchers made from here on
+    monkeypatch.setattr(impl, "time_cell", lambda: cells.append(ow.time_cell()) or cells[-1])
+    calls = _counting_interruptible(q, monkeypatch)
+    out = pk.Buffer(dev, 8, np.float32, queue=q)
+    host = np.zeros(8, np.float32)
+    wd, one = pk.WorkDiv(1, 1, 8), np.float32(1)
+    ops = [lambda: pk.memcpy(q, out, host), lambda: pk.memset(q, out, 0), lambda: pk.exec(q, wd, add_v, out, one)]
+    learned = []
+
+    def work(_: int) -> None:
+        for _ in range(4):  # known short from here on: the copy, the fill and the launch
+            for op in ops:
+                op()
+        took = [impl.transfer_took("h2d", host.nbytes), impl.transfer_took("fill", out.nbytes), *cells]
+        learned.append([cell[0] for cell in took])
+        for op in ops:
+            user = cl.UserEvent(dev.native.context)
+            impl.last_event = cl.enqueue_marker(impl.cq, wait_for=[user])  # an unfinished command ahead
+            threading.Timer(0.3, user.set_status, (cl.command_execution_status.COMPLETE,)).start()
+            op()
+        learned.append([cell[0] for cell in took])
+
+    run_threads(work, 1)
+    assert calls == [], "another thread waited interruptibly"
+    known, after = learned
+    assert len(known) == 3 and None not in known, known
+    assert after == known, f"the wait for the work ahead was learned as the work's time: {known} -> {after}"
+    got = np.empty(8, np.float32)
+    pk.memcpy(q, got, out)
+    np.testing.assert_array_equal(got, 1)  # the last fill, then one launch
+
+
 def test_new_known_work_is_never_taken_for_a_mix_of_work_let_go_of(monkeypatch):
     """``q.wait()`` keys the mixes of known work it learned by their time cells' tokens: keyed by
     ids, a cell made after one was let go of (a dropped graph's or launcher's, a transfer kind

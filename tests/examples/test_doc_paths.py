@@ -54,10 +54,18 @@ def _text(page: Path) -> str:
     return text
 
 
+#: a folder Python makes beside the code it runs: a page may name one (where a cache is kept)
+#: that a fresh clone does not have yet
+GENERATED = "/__pycache__"
+
+
 def _exists(page: Path, path: str) -> bool:
     """``path`` (from the repository root, or from the page when it starts with ``../``) names a
-    file or folder of the checkout; a glob names at least one."""
+    file or folder of the checkout; a glob names at least one. A path through a folder Python
+    makes at run time (:data:`GENERATED`) names the folder that holds it: whether the checkout ran
+    the code there (and so has it) is not the page's to say."""
     path = path.rstrip(".")  # the end of a sentence
+    path = path.partition(GENERATED)[0]
     base = page.parent if path.startswith("../") else ROOT
     if "*" in path:
         return any(base.glob(path))
@@ -163,6 +171,17 @@ def test_the_check_sees_stale_pointers(tmp_path):
     assert stale_paths(page) == ["portable/_cli.py"]
     assert stale_test_files(page) == ["test_nothing_here.py"]
     assert broken_links(page) == ["#gone", "missing.md"]
+
+
+def test_a_folder_python_makes_at_run_time_is_checked_by_the_folder_that_holds_it(tmp_path, monkeypatch):
+    """CONTRIBUTING.md names ``benchmarks/__pycache__`` (where the benchmarks' numba twins are
+    cached), which a fresh clone has only once a benchmark ran: the check passed or failed with
+    the checkout's history. A stale folder around it is still found."""
+    (tmp_path / "benchmarks").mkdir()
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)  # a fresh clone: no benchmark ran
+    page = tmp_path / "page.md"
+    page.write_text("Cached in `benchmarks/__pycache__`, not in `benchmarks/gone/__pycache__/x.nbi`.\n")
+    assert stale_paths(page) == ["benchmarks/gone/__pycache__/x.nbi"]
 
 
 def test_the_anchor_of_a_heading():

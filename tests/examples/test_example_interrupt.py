@@ -91,6 +91,37 @@ def test_ctrl_c_while_torch_imports_ends_an_example_with_one_line(name, tmp_path
     assert run.err == f"{name}: interrupted\n", run.err[-3000:]
 
 
+#: ``alpyka ARGS...`` as the console script's process runs it (its argv[0] the script's path)
+CONSOLE_SCRIPT = textwrap.dedent("""
+    import sys
+
+    sys.argv = ["/usr/local/bin/alpyka", *sys.argv[1:]]
+    from portable.cli._main import main
+    sys.exit(main())
+""")
+
+
+@pytest.mark.parametrize("typed", ["alpyka serve", "python -m portable serve"])
+def test_ctrl_c_while_alpyka_serve_imports_torch_names_the_command_typed(typed, tmp_path):
+    """``alpyka serve pipeline_service:calibrate`` imports the example, which imports torch in
+    ``ctrl_c_as_one_line``: a Ctrl-C there names the command the user typed, as a Ctrl-C anywhere
+    else in the command does (before: ``alpyka: interrupted`` and ``__main__.py: interrupted``,
+    the name of the process's script). A stand-in torch that waits in its import here."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('import time\n\nprint("launching", flush=True)\ntime.sleep(60)\n')
+    path = os.pathsep.join([str(tmp_path), str(ROOT), str(EXAMPLES), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    env.pop("ALPYKA_TRACEBACK", None)
+    start = ["-c", CONSOLE_SCRIPT] if typed == "alpyka serve" else ["-m", "portable"]
+    argv = [sys.executable, *start, "serve", "pipeline_service:calibrate"]
+    run = interrupt_child(argv, env, running_s=0.2, exit_wait_s=EXIT_LIMIT_S + 30)
+    if run.rc is None:
+        pytest.fail(f"still running {EXIT_LIMIT_S + 30} s after Ctrl-C: {run.err[-3000:]}")
+    assert run.rc == -signal.SIGINT, (run.rc, run.lines, run.err[-3000:])
+    assert run.err == f"{typed}: interrupted\n", run.err[-3000:]
+
+
 def _main_guard(path: Path) -> str:
     """The source of the ``if __name__ == "__main__":`` block of ``path``."""
     tree = ast.parse(path.read_text())

@@ -186,6 +186,48 @@ def test_the_cpu_pipeline_runs_once_for_both_host_backends(monkeypatch):
     assert runs == ["twice_on_the_host"], runs
 
 
+def test_the_ir_after_the_cpu_pipeline_is_let_go_of_once_both_host_backends_emitted(monkeypatch):
+    """The passes' result is kept with the kernel for the other host backend's plan only: once
+    both emitted from it, a kernel that lives on no longer holds the IR after the passes (it did,
+    for the kernel's life); a launch after that compiles nothing again."""
+    import gc
+    import weakref
+
+    from portable.compiler import passes
+
+    states = []
+    real = passes.PassManager.run
+    monkeypatch.setattr(passes.PassManager, "run", lambda self, k: states.append(real(self, k)) or states[-1])
+
+    @pk.kernel
+    def twice_on_the_host_kept(acc, out, n):
+        for i in acc.uniform_elements(n):
+            out[i] = _twice(acc, out[i])
+
+    def launch(name: str) -> None:
+        dev = pk.device(name)
+        q = pk.Queue(dev)
+        buf = pk.Buffer(dev, 4, np.float32)
+        pk.memcpy(q, buf, np.ones(4, np.float32))
+        pk.exec(q, pk.valid_workdiv(dev, 4), twice_on_the_host_kept, buf, 4)
+        got = np.zeros(4, np.float32)
+        pk.memcpy(q, got, buf)
+        q.wait()
+        np.testing.assert_array_equal(got, 2.0, err_msg=name)
+
+    launch("cpu_serial")
+    assert len(states) == 1
+    post = weakref.ref(states.pop().kernel)
+    gc.collect()
+    assert post() is not None, "let go of before cpu_threads emitted from it"
+    launch("cpu_threads")
+    gc.collect()
+    assert post() is None, "the kernel still holds the IR after the passes"
+    for name in ("cpu_serial", "cpu_threads"):
+        launch(name)
+    assert states == [], "a launch after both compiled ran the passes again"
+
+
 def test_field_names_are_each_ir_classs_fields():
     """ir.field_names (the passes' rebuild of a node, cached per class) is dataclasses.fields."""
     classes = [c for c in vars(ir).values() if isinstance(c, type) and dataclasses.is_dataclass(c)]
