@@ -509,7 +509,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     backend_argument(parser)
     parser.add_argument("--tracks", type=at_least(1), default=10000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=at_least(0), default=1, help="numpy's random seed (0 or more)")
     parser.add_argument("--repeats", type=at_least(1), default=3)
     args = parser.parse_args(argv)
     device = pk.device(args.backend)

@@ -179,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     backend_argument(parser)
     parser.add_argument("--modules", type=at_least(1), default=2000)
     parser.add_argument("--clusters", type=at_least(1), default=10, help="clusters per module (mean)")
-    parser.add_argument("--threshold", type=int, default=4000, help="the least charge of a kept cluster")
+    parser.add_argument(
+        "--threshold",
+        type=at_least(0, np.iinfo(np.int32).max),
+        default=4000,
+        help="the least charge of a kept cluster (the kernel's int32)",
+    )
     parser.add_argument("--repeats", type=at_least(1), default=5)
     args = parser.parse_args(argv)
     host = generate_event(args.modules, args.clusters)

@@ -71,9 +71,11 @@ class CliError(AlpykaError, ValueError):
     """An error the user can fix on the command line; printed as one line."""
 
 
-def at_least(least: int) -> Callable[[str], int]:
-    """An ``argparse`` type: a whole number of at least ``least`` (``--events 0`` or ``--tracks
-    -5`` is refused with the usage and one line naming the flag, not a numpy error later)."""
+def at_least(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number of at least ``least`` and, where given, at most
+    ``most`` (``--events 0`` or ``--tracks -5`` is refused with the usage and one line naming the
+    flag, not a numpy error later; ``most``: a limit of the work, such as a kernel's shared array,
+    past which the run would be wrong or fail deep inside)."""
 
     def whole(text: str) -> int:
         try:
@@ -82,9 +84,11 @@ def at_least(least: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at most {most}, got {value}")
         return value
 
-    whole.__name__ = f"at_least_{least}"
+    whole.__name__ = f"at_least_{least}" if most is None else f"from_{least}_to_{most}"
     return whole
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 import portable as pk
@@ -119,6 +120,42 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     )
     assert res.returncode == 2, f"{name} {flag} 0 ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
     assert f"argument {flag}: expected a whole number of at least 1, got 0" in res.stderr, res.stderr
+
+
+#: (example, flag, a value past what the example's kernel or reference can take, what is said)
+BEYOND = [
+    ("sort_by_pt2.py", "--vertices", "5000", "at most 1024"),  # ran, then printed MISMATCH
+    ("cluster_charge_cut.py", "--threshold", "4294967396", "at most 2147483647"),  # int32 wrapped: MISMATCH
+    ("cluster_charge_cut.py", "--threshold", "-1", "at least 0"),
+    ("broken_line_fit.py", "--seed", "-1", "at least 0"),  # numpy's traceback
+    ("broken_line_reference.py", "--seed", "-1", "at least 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag", "value", "said"), BEYOND)
+def test_a_value_past_what_the_example_can_take_is_refused_with_the_usage(name, flag, value, said):
+    """``sort_by_pt2.py --vertices 5000`` (past the kernel's 1024 shared sums, CMSSW's MAXVTX) and
+    ``cluster_charge_cut.py --threshold 4294967396`` (past its int32) ran and ended in MISMATCH,
+    ``--seed -1`` in numpy's traceback: now argparse's one line naming the flag and the bound."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *BACKEND_ARG.get(name, ["cpu_serial"]), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, f"{name} {flag} {value} ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert f"argument {flag}: expected a whole number of {said}, got {value}" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+
+
+def test_sort_by_pt2_events_keep_to_the_kernels_vertices():
+    """A mean near the kernel's limit drew events of more than 1024 vertices (Poisson), which the
+    kernel left unsorted: the generator keeps each event within it."""
+    mod = example("sort_by_pt2")
+    vertex_start = mod.generate_events(50, mod.MAX_VERTICES, seed=3)[1]
+    assert np.diff(vertex_start).max() == mod.MAX_VERTICES
 
 
 BACKEND_EXAMPLES = [

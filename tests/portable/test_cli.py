@@ -90,6 +90,22 @@ def test_at_least_is_an_argparse_type_that_names_the_flag(capsys):
         )
 
 
+def test_at_least_takes_an_upper_bound(capsys):
+    """``at_least(1, most)``: a value past what the work can take (a kernel's shared array, an
+    int32 argument) is argparse's one line naming the flag, not a wrong run."""
+    import argparse
+
+    from portable.cli import at_least
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--n", type=at_least(1, 4))
+    assert parser.parse_args(["--n", "4"]).n == 4
+    for bad, says in (("5", "at most 4, got 5"), ("0", "at least 1, got 0")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--n", bad])
+        assert f"x: error: argument --n: expected a whole number of {says}" in capsys.readouterr().err
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2
