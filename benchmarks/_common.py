@@ -122,13 +122,27 @@ def make_parser(description: str) -> argparse.ArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse, make ``--smoke`` imply ``--quick`` and create the output directory."""
+    """Parse, make ``--smoke`` imply ``--quick`` and create the output directory (:func:`make_out`)."""
     args = parser.parse_args(argv)
     if args.smoke:
         args.quick = True
-    args.out = Path(args.out)
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = make_out(parser, Path(args.out))
     return args
+
+
+def make_out(parser: argparse.ArgumentParser, out: Path) -> Path:
+    """``out``, made if it is not there; a path that is a file, lies under one or cannot be
+    written is argparse's one line naming ``--out``, before anything runs (it was
+    FileExistsError's traceback, or a benchmark's minutes lost at its first write)."""
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a directory for the results")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {out}: cannot make the results directory ({exc.strerror or exc}); give another")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"--out {out}: this user cannot write there; give a directory it can write")
+    return out
 
 
 def mode(args: argparse.Namespace) -> str:
