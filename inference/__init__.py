@@ -52,6 +52,7 @@ _WITH_TORCH = {
     "Model": "._model",
     "set_torch_threads": "._runtime",
     "torch_threads": "._runtime",
+    "torch_device": "._torch_queue",
 }
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "load_state_dict",
     "set_torch_threads",
     "torch_threads",
+    "torch_device",
     "aot",
     "export",
     "RemoteModel",

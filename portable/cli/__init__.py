@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .._command_start import command_started
+from .._device import device
 from .._errors import AlpykaError, EnvVarError
 from .._registry import default_backend, get_backend
 from ..env import env_flag
@@ -92,34 +93,49 @@ def at_least(least: int, most: int | None = None) -> Callable[[str], int]:
     return whole
 
 
-def backend_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+def backend_argument(
+    parser: argparse.ArgumentParser, help: str | None = None, *, device_check: Callable[[Any], Any] | None = None
+) -> None:
     """Give a script's ``parser`` its optional positional ``backend``: a backend usable here, by
     default ``pk.default_backend()``. A name that is unknown or unusable (``nope``, ``cuda``
     without cupy, or such a name in ``ALPYKA_BACKEND``) is refused with the usage and one line
     naming the fix, exit status 2, as argparse refuses a bad flag (it was a traceback from
-    ``pk.device`` inside the script's ``main``)."""
+    ``pk.device`` inside the script's ``main``). ``device_check(device)``, where given, is asked
+    of the backend's default device too, and its AlpykaError refuses the name alike (a script of
+    torch models passes ``inference.torch_device``: an emulated GPU, where torch has no device,
+    was a traceback at the first ``Model.forward``)."""
     parser.add_argument(
         "backend",
         nargs="?",
         default="",  # a str default goes through ``type`` too: the default backend is checked alike
-        type=_backend_name,
+        type=_backend_type(device_check),
         help=help or "a backend (default: pk.default_backend(), the fastest CPU backend here)",
     )
 
 
-def _backend_name(text: str) -> str:
+def _backend_type(device_check: Callable[[Any], Any] | None) -> Callable[[str], str]:
+    """The ``argparse`` type of :func:`backend_argument`: :func:`_backend_name` with ``device_check``."""
+
+    def backend(text: str) -> str:
+        return _backend_name(text, device_check)
+
+    return backend
+
+
+def _backend_name(text: str, device_check: Callable[[Any], Any] | None = None) -> str:
     """``text`` if it names a usable backend, else (empty) the default backend; ArgumentTypeError
-    with the registry's message otherwise."""
+    with the registry's message, or ``device_check``'s of the backend's default device, otherwise."""
     try:
-        if not text:
-            return default_backend()
-        get_backend(text)
+        name = text or default_backend()
+        get_backend(name)
+        if device_check is not None:
+            device_check(device(name))
     except AlpykaError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     except KeyboardInterrupt:  # (while the backend loads or probes a device: before run_script)
         end_by_interrupt(f"{Path(sys.argv[0]).name}: interrupted")
         raise
-    return text
+    return name
 
 
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:

@@ -150,6 +150,22 @@ def test_a_value_past_what_the_example_can_take_is_refused_with_the_usage(name, 
     assert "Traceback" not in res.stderr, res.stderr
 
 
+@pytest.mark.parametrize("name", ["model_on_collection.py", "per_candidate_model.py"])
+def test_a_model_example_refuses_an_emulated_gpu_with_the_usage(name):
+    """``ALPYKA_EMULATE=cuda python examples/model_on_collection.py cuda`` was accepted, then ended
+    in a traceback at the first ``Model.forward`` (torch has no device for the emulator's memory):
+    the backend argument is refused with the usage and the one line naming the fix."""
+    pytest.importorskip("torch", reason="the model examples need torch (pip install -e '.[torch]')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    env["ALPYKA_EMULATE"] = "cuda"
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "cuda"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 2, f"{name} cuda ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert "argument backend: cuda:0 (CUDA emulated on the CPU (ALPYKA_EMULATE)): torch has no device" in res.stderr
+    assert "Traceback" not in res.stderr and not res.stdout, res.stderr
+
+
 def test_sort_by_pt2_events_keep_to_the_kernels_vertices():
     """A mean near the kernel's limit drew events of more than 1024 vertices (Poisson), which the
     kernel left unsorted: the generator keeps each event within it."""
