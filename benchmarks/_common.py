@@ -64,6 +64,7 @@ from _machine_load import BusyCores, cpu_ticks, load_average, others_cores  # no
 from _timing import Timing, closed_loop, interleaved, measure, paired_ratio, ratio  # noqa: E402, F401
 
 from backends._host import cpu_name  # noqa: E402 - the CPU's model name, as `alpyka info` shows it
+from portable.cli import description  # noqa: E402 - a script's --help description from its docstring
 
 T = TypeVar("T")
 
@@ -107,9 +108,10 @@ def server_seconds(read: Callable[[], Any], before: Any, requests: int, timeout:
     return compute / srv.requests / 1e9, srv.queue_ns / srv.requests / 1e9
 
 
-def make_parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``."""
-    parser = argparse.ArgumentParser(description=description)
+def make_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``;
+    its description is the first paragraph of ``doc``, the benchmark's docstring."""
+    parser = argparse.ArgumentParser(description=description(doc))
     parser.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
     parser.add_argument(
         "--smoke", action="store_true", help="the tiniest run that exercises every path (for tests; implies --quick)"

@@ -437,7 +437,7 @@ def at_least(least: int):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--tracks", type=at_least(1), default=20000)
     parser.add_argument("--seed", type=at_least(0), default=1, help="numpy's random seed (0 or more)")
     args = parser.parse_args(argv)

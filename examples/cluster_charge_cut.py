@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 #: the most clusters of one module (CMSSW's phase-1 maxNumClustersPerModules)
 MAX_CLUSTERS = 1024
@@ -175,7 +175,7 @@ def reference_charge_cut(module_start, cluster, adc, n_clusters, threshold):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--modules", type=at_least(1), default=2000)
     parser.add_argument("--clusters", type=at_least(1), default=10, help="clusters per module (mean)")

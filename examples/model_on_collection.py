@@ -16,7 +16,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata, torch_device
-from portable.cli import backend_argument, run_script
+from portable.cli import backend_argument, description, run_script
 
 
 class Hits(soa.Layout):
@@ -71,6 +71,6 @@ def main(backend: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser, device_check=torch_device)  # a device whose work torch can run
     sys.exit(run_script(main, parser.parse_args().backend))

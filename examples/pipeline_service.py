@@ -19,7 +19,7 @@ import portable as pk
 import soa
 from inference import Model, ModelMetadata, SoAMetadata, pipeline, serve
 from inference.serving import parse_device
-from portable.cli import run_script
+from portable.cli import description, run_script
 
 
 class Hits(soa.Layout):
@@ -79,7 +79,7 @@ def server_device(text: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--device", default="cpu_threads", type=server_device, help="where the server runs the pipeline")
     args = ap.parse_args()
     q = pk.Queue(pk.device("cpu_serial"))

@@ -17,7 +17,7 @@ import torch
 import portable as pk
 import soa
 from inference import Model, ModelMetadata, RemoteModel, SoAMetadata, serve
-from portable.cli import run_script
+from portable.cli import description, run_script
 
 
 class Rows(soa.Layout):
@@ -72,5 +72,5 @@ def run(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # (none: an extra one is an error)
+    argparse.ArgumentParser(description=description(__doc__)).parse_args()  # (none: an extra one is an error)
     raise SystemExit(run_script(main))

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 #: the most vertices of an event (CMSSW's MAXVTX)
 MAX_VERTICES = 1024
@@ -150,7 +150,7 @@ def reference(track_start, vertex_start, iv, ptt2, itrk):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--events", type=at_least(1), default=200)
     parser.add_argument(

@@ -52,6 +52,7 @@ __all__ = [
     "at_least",
     "backend_argument",
     "command_started",
+    "description",
     "die_by_sigint",
     "end_by_interrupt",
     "error_line",
@@ -91,6 +92,14 @@ def at_least(least: int, most: int | None = None) -> Callable[[str], int]:
 
     whole.__name__ = f"at_least_{least}" if most is None else f"from_{least}_to_{most}"
     return whole
+
+
+def description(doc: str | None) -> str:
+    """A script's ``--help`` description from its docstring: the first paragraph on one line, RST's
+    double backticks as single ones (the first line alone stopped mid-sentence, "... Broken Line
+    track fit (RecoTracker/PixelTrackFitting's ``brokenline`` namespace and")."""
+    first = (doc or "").strip().split("\n\n")[0]
+    return " ".join(first.split()).replace("``", "`")
 
 
 def backend_argument(

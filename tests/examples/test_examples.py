@@ -4,6 +4,7 @@ backend), and, where an example takes a backend, its ``main`` in this process on
 the matrix (the same code as the script but for the process start: the cuda/rocm rows on the GPU
 emulator tests/conftest.py installs)."""
 
+import ast
 import functools
 import importlib
 import importlib.util
@@ -172,6 +173,23 @@ def test_sort_by_pt2_events_keep_to_the_kernels_vertices():
     mod = example("sort_by_pt2")
     vertex_start = mod.generate_events(50, mod.MAX_VERTICES, seed=3)[1]
     assert np.diff(vertex_start).max() == mod.MAX_VERTICES
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py") if p.name != "pipeline.py"))
+def test_help_describes_the_example_with_its_whole_first_paragraph(name):
+    """``--help`` showed the docstring's first line, cut mid-sentence ("CMSSW's Broken Line track
+    fit (RecoTracker/PixelTrackFitting's ``brokenline`` namespace and"), or nothing
+    (pipeline_service.py): now the whole first paragraph (pipeline.py is ``alpyka demo``'s)."""
+    from portable.cli import description
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--help"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = ast.get_docstring(ast.parse((EXAMPLES / name).read_text()), clean=False)
+    said = " ".join(res.stdout.split()).replace("``", "`")
+    assert description(doc) in said, res.stdout
 
 
 BACKEND_EXAMPLES = [

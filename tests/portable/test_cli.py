@@ -131,6 +131,19 @@ def test_backend_argument_asks_the_device_check_of_the_default_device(capsys):
     assert "x: error: argument backend: cpu_threads:0" in capsys.readouterr().err
 
 
+def test_description_is_the_docstrings_first_paragraph_on_one_line():
+    from portable.cli import description
+
+    doc = """CMSSW's fit (RecoTracker's ``brokenline`` namespace and
+    the kernels) in alpyka's kernel language.
+
+    Run: python x.py
+    """
+    want = "CMSSW's fit (RecoTracker's `brokenline` namespace and the kernels) in alpyka's kernel language."
+    assert description(doc) == want
+    assert description(None) == ""
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2
