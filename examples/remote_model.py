@@ -55,12 +55,13 @@ def run(path: Path) -> None:
         SoAMetadata(rows).append_block("features", "a", "b", "c"), SoAMetadata(rows).append_block("y", "out")
     )
 
-    with serve(
-        str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"], max_batch_size=256
-    ) as server:  # dynamic batching, 127.0.0.1, free ports
+    # dynamic batching, 127.0.0.1, free ports; a request takes as many rows as fit in 32 MiB (a
+    # smaller max_batch_size splits a forward into several requests, and the client warns: rows
+    # are cheap, round trips are not)
+    with serve(str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"]) as server:
         print("Triton is serving 'mlp' at", server.grpc_url)
         with RemoteModel(server.grpc_url, "mlp", timeout=30) as remote:
-            remote.to(q).forward(md)  # split into requests of <= 256 rows, in queue order
+            remote.to(q).forward(md)  # one request, in queue order
             q.wait()
             remote_out = rows.view().out.copy()
             print(remote.statistics())
