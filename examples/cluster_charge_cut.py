@@ -178,7 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--modules", type=at_least(1), default=2000)
-    parser.add_argument("--clusters", type=at_least(1), default=10, help="clusters per module (mean)")
+    parser.add_argument(
+        "--clusters",
+        type=at_least(1, MAX_CLUSTERS),
+        default=10,
+        help=f"clusters per module (mean; at most {MAX_CLUSTERS}, CMSSW's maxNumClustersPerModules)",
+    )
     parser.add_argument(
         "--threshold",
         type=at_least(0, np.iinfo(np.int32).max),

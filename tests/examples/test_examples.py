@@ -128,6 +128,7 @@ BEYOND = [
     ("sort_by_pt2.py", "--vertices", "5000", "at most 1024"),  # ran, then printed MISMATCH
     ("cluster_charge_cut.py", "--threshold", "4294967396", "at most 2147483647"),  # int32 wrapped: MISMATCH
     ("cluster_charge_cut.py", "--threshold", "-1", "at least 0"),
+    ("cluster_charge_cut.py", "--clusters", "100000", "at most 1024"),  # ran 1024 a module, said nothing
     ("broken_line_fit.py", "--seed", "-1", "at least 0"),  # numpy's traceback
     ("broken_line_reference.py", "--seed", "-1", "at least 0"),
 ]
