@@ -97,6 +97,8 @@ def export(
                 program = export_program(module, inputs, dynamic_shapes)
                 torch.export.save(program, tmp)
             else:
+                if dynamic_shapes:  # a batch axis the module fixes is refused as for .pt2: the ONNX
+                    export_program(module, inputs, dynamic_shapes)  # export wrote an input [3], no batch
                 _onnx(module, inputs, tmp, dynamic_shapes, input_names, output_names)
         os.replace(tmp, path)
     finally:

@@ -62,3 +62,18 @@ def test_a_path_under_a_file_is_refused_before_the_work(tmp_path):
     for call in (_export.export, aot.compile):
         with pytest.raises(pk.ArgumentError, match=r"cannot write .*file/x.pt2.*cannot be made"):
             call(torch.nn.Linear(3, 2), (torch.randn(8, 3),), a_file / "x.pt2")
+
+
+def test_an_onnx_export_refuses_an_example_without_its_batch_axis_too(tmp_path):
+    """The ONNX exporter wrote such a module with an input of shape [3], no batch axis, and said
+    nothing: it is refused as the .pt2 export is, and a good example keeps its 'batch' axis."""
+    pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (pip install -e '.[onnx]')")
+    ort = pytest.importorskip("onnxruntime", reason="reading the model back needs onnxruntime")
+    import torch
+
+    import portable as pk
+
+    with pytest.raises(pk.ArgumentError, match="which is the batch axis"):
+        _export.export(torch.nn.Linear(3, 2), (torch.randn(3),), tmp_path / "x.onnx")
+    path = _export.export(torch.nn.Linear(3, 2), (torch.randn(8, 3),), tmp_path / "y.onnx")
+    assert ort.InferenceSession(path).get_inputs()[0].shape == ["batch", 3]
