@@ -157,7 +157,9 @@ class HostBackend(Backend):
         blocks run right here, under the queue's lock."""
         # the hot path of every launch: one dict lookup for the compiled plan, then one call
         debug = debug_flag(_environ.get(b"ALPYKA_DEBUG")) if _environ is not None else debug_enabled()
-        plan = kernel.slot(self.name, PlanCache).get((len(workdiv.blocks), signature_key(args, kernel.__name__), debug))
+        plan = kernel.slot(self.name, PlanCache).get(
+            (len(workdiv.blocks), signature_key(args, kernel.__name__, kernel), debug)
+        )
         if plan is None:
             plan = compiled_plan(self.name, queue, workdiv, kernel, args)
         dyn = kernel.shared_bytes(workdiv, args) if plan.uses_dynamic_shared else 0

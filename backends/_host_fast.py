@@ -15,7 +15,7 @@ def host_launcher(backend: Any, queue: Any, workdiv: Any, kernel: KernelHandle, 
     ``HostBackend.launch`` does for arguments of the types of ``args``, with the compiled plan,
     the queue's lock or task and the work division's tuples bound once (portable/_launch.py's
     fast path calls it after the guard of those types). None when no plan was compiled yet."""
-    key = (len(workdiv.blocks), signature_key(args, kernel.__name__), debug_enabled())
+    key = (len(workdiv.blocks), signature_key(args, kernel.__name__, kernel), debug_enabled())
     plan = kernel.slot(backend.name, PlanCache).get(key)
     if plan is None:
         return None

@@ -196,7 +196,7 @@ def compiled_plan(backend_name: str, queue: Any, workdiv: Any, kernel: KernelHan
     (or load from the disk cache) once, into the plans backend ``backend_name`` keeps for
     ``kernel`` (``{(ndim, signature key, debug): plan}``)."""
     debug = debug_enabled()
-    key = signature_key(args, kernel.__name__)
+    key = signature_key(args, kernel.__name__, kernel)
     ndim = len(workdiv.blocks)
     kernel.check_args(args, queue.device)
     # CPU blocks have one thread each (every work division): once per plan is enough

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from portable import EnvVarError
 from portable.env import env_number
 
 from ._off_main import call_off_main
@@ -480,11 +481,27 @@ def _default_rank(cand: Candidate) -> tuple[int, int]:
 
 
 def patterns() -> list[str] | None:
-    """The patterns of ``ALPYKA_OPENCL_DEVICE``, lower-cased (None when it is not set)."""
+    """The patterns of ``ALPYKA_OPENCL_DEVICE``, lower-cased (None when it is not set); an
+    EnvVarError for a number, which reads as a device index and is none (:func:`_not_an_index`)."""
     raw = os.environ.get(ENV_DEVICE, "").strip()
     if not raw:
         return None
-    return [p.strip().lower() for p in raw.split(",") if p.strip()]
+    found = [p.strip().lower() for p in raw.split(",") if p.strip()]
+    for pattern in found:
+        _not_an_index(pattern, raw)
+    return found
+
+
+def _not_an_index(pattern: str, raw: str) -> None:
+    """EnvVarError for a pattern that is a whole number: ``ALPYKA_OPENCL_DEVICE=1``, meant as the
+    second device (as CUDA_VISIBLE_DEVICES=1), matched the "1" of Intel's "OpenCL 3.1" and ran on
+    Intel's runtime, not PoCL, saying nothing."""
+    if pattern.isdigit():
+        raise EnvVarError(
+            f"environment variable {ENV_DEVICE}={raw!r}: {pattern!r} is a number, and patterns are part of a "
+            f"platform's name, vendor or version, not device indices; name the runtime (pocl, intel, nvidia) "
+            f"or the device (device=TEXT), or take device {pattern} with pk.device('opencl', {pattern})"
+        )
 
 
 class Selection:

@@ -64,6 +64,7 @@ from _machine_load import BusyCores, cpu_ticks, load_average, others_cores  # no
 from _timing import Timing, closed_loop, interleaved, measure, paired_ratio, ratio  # noqa: E402, F401
 
 from backends._host import cpu_name  # noqa: E402 - the CPU's model name, as `alpyka info` shows it
+from portable.cli import description  # noqa: E402 - a script's --help description from its docstring
 
 T = TypeVar("T")
 
@@ -107,9 +108,10 @@ def server_seconds(read: Callable[[], Any], before: Any, requests: int, timeout:
     return compute / srv.requests / 1e9, srv.queue_ns / srv.requests / 1e9
 
 
-def make_parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``."""
-    parser = argparse.ArgumentParser(description=description)
+def make_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with the suite's common flags: ``--quick``, ``--smoke``, ``--out``;
+    its description is the first paragraph of ``doc``, the benchmark's docstring."""
+    parser = argparse.ArgumentParser(description=description(doc))
     parser.add_argument("--quick", action="store_true", help="a short run (well under a minute)")
     parser.add_argument(
         "--smoke", action="store_true", help="the tiniest run that exercises every path (for tests; implies --quick)"
@@ -122,13 +124,27 @@ def make_parser(description: str) -> argparse.ArgumentParser:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse, make ``--smoke`` imply ``--quick`` and create the output directory."""
+    """Parse, make ``--smoke`` imply ``--quick`` and create the output directory (:func:`make_out`)."""
     args = parser.parse_args(argv)
     if args.smoke:
         args.quick = True
-    args.out = Path(args.out)
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = make_out(parser, Path(args.out))
     return args
+
+
+def make_out(parser: argparse.ArgumentParser, out: Path) -> Path:
+    """``out``, made if it is not there; a path that is a file, lies under one or cannot be
+    written is argparse's one line naming ``--out``, before anything runs (it was
+    FileExistsError's traceback, or a benchmark's minutes lost at its first write)."""
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a directory for the results")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {out}: cannot make the results directory ({exc.strerror or exc}); give another")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"--out {out}: this user cannot write there; give a directory it can write")
+    return out
 
 
 def mode(args: argparse.Namespace) -> str:

@@ -464,7 +464,7 @@ def _plot(rows: list[dict[str, Any]], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(make_parser(__doc__.split("\n")[0]), argv)
+    args = parse_args(make_parser(__doc__), argv)
     quick, smoke = args.quick, args.smoke
     calls = 50 if smoke else (300 if quick else 3000)
     repeats = 2 if smoke else (5 if quick else 15)

@@ -91,7 +91,7 @@ def _groups(fns: dict) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.make_parser(__doc__.splitlines()[0])
+    parser = common.make_parser(__doc__)
     parser.add_argument("--tracks", type=int, default=None, help="tracks per fit (default: 100,000; smoke: 1,990)")
     args = common.parse_args(parser, argv)
     n = args.tracks or (SMOKE_TRACKS if args.smoke else 100_000)

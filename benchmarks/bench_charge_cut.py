@@ -303,7 +303,7 @@ def _summary(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.make_parser(__doc__.splitlines()[0])
+    parser = common.make_parser(__doc__)
     parser.add_argument(
         "--repeats", type=int, default=None, help="whole runs, PAUSE_S apart (default: 5 full, 1 quick/smoke)"
     )

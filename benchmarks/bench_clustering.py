@@ -163,7 +163,7 @@ def _alpyka(b: str, module, x, y, n_modules: int, want, algorithm: str | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    args = common.parse_args(common.make_parser(__doc__), argv)
     n_modules = 8 if args.smoke else 300 if args.quick else 1856  # 1856: the CMS phase-1 pixel modules
     rounds = 2 if args.smoke else 5 if args.quick else 15
     module, x, y = pc.generate_digis(n_modules, clusters_per_module=40, seed=11)

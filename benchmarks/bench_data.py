@@ -25,7 +25,7 @@ import dimuon_mass as dm
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    args = common.parse_args(common.make_parser(__doc__), argv)
     import awkward as ak
     import skhep_testdata
     import uproot

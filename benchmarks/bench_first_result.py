@@ -312,7 +312,7 @@ def plot(rows: list[dict], out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.make_parser(__doc__.splitlines()[0])
+    parser = common.make_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 7 full, 2 quick, 1 smoke)")
     parser.add_argument(
         "--busy", type=int, default=0, help="processes spinning on the CPU meanwhile (a loaded machine)"

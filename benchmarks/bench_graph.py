@@ -176,7 +176,7 @@ def plot(rows: list[dict], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
+    args = parse_args(make_parser(__doc__), argv)
     if "cuda" not in pk.available_backends() and not emulated():
         emulate(["cuda"])  # no GPU: the emulator measures alpyka's CPU cost of a cuda launch
     names = selected_backends(CANDIDATES)

@@ -396,7 +396,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.make_parser(__doc__.split("\n\n")[0])
+    ap = common.make_parser(__doc__)
     args = common.parse_args(ap, argv)
     quick = args.quick
     conv_sizes = [10**k for k in range(2, 5 if args.smoke else 7 if quick else 8)]

@@ -121,7 +121,7 @@ def start_times(cache: str, labels: tuple[str, ...] = ("plain", "prewarmed")) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = common.make_parser(__doc__.splitlines()[0])
+    ap = common.make_parser(__doc__)
     args = common.parse_args(ap, argv)
     n = 1 << 16 if args.smoke else 1 << 20 if args.quick else 1 << 24
     n_heavy = 1 << 12 if args.smoke else 1 << 16 if args.quick else 1 << 20

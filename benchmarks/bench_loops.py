@@ -173,7 +173,7 @@ def group_contenders(backend: str, n: int, k: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    args = common.parse_args(common.make_parser(__doc__), argv)
     n = 10_000 if args.smoke else 1_000_000
     rounds = 3 if args.smoke else 15 if args.quick else 41
     names = common.backends(["cpu_serial", "cpu_threads"])

@@ -67,7 +67,7 @@ LABELS[GATHER_PC] = "per-candidate SoA -> row-major gather of the inputs (alone)
 
 
 def build_parser():
-    parser = common.make_parser(__doc__.split("\n\n")[0])
+    parser = common.make_parser(__doc__)
     parser.add_argument(
         "--aot", action="store_true", help="in --quick mode, compile AOTInductor packages that are not cached yet"
     )

@@ -206,7 +206,7 @@ def _dask_available() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.make_parser(__doc__.splitlines()[0])
+    ap = common.make_parser(__doc__)
     ap.add_argument("--events", type=int, default=None)
     ap.add_argument("--no-dask", action="store_true", help="leave out the Dask rows")
     args = common.parse_args(ap, argv)

@@ -134,7 +134,7 @@ def sonic_prediction(t_cpu: float, p: float, t_gpu: float, t_latency: float, n_c
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.make_parser(__doc__.splitlines()[0])
+    ap = common.make_parser(__doc__)
     ap.add_argument("--rows", type=int, default=256, help="rows per event")
     common.add_load_options(ap)
     args = common.parse_args(ap, argv)

@@ -106,7 +106,7 @@ def per_event(fn: Callable[[], Any], n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = common.make_parser(__doc__.splitlines()[0])
+    ap = common.make_parser(__doc__)
     ap.add_argument("--particles", type=int, default=40, help="particles per event (default 40)")
     common.add_load_options(ap)
     args = common.parse_args(ap, argv)

@@ -98,7 +98,7 @@ def _runs(smoke: bool) -> list[tuple[str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    args = common.parse_args(common.make_parser(__doc__), argv)
     n_events = 4 if args.smoke else 100 if args.quick else 1000
     rounds = 2 if args.smoke else 5 if args.quick else 15
     sizes = [8] if args.smoke else [8, 40, 200]

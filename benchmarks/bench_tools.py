@@ -101,7 +101,7 @@ PAIRS = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(common.make_parser(__doc__.splitlines()[0]), argv)
+    args = common.parse_args(common.make_parser(__doc__), argv)
     sizes = [1000] if args.smoke else [1000, 100_000] if args.quick else [1000, 100_000, 1_000_000]
     rounds = 3 if args.smoke else 10 if args.quick else 30
     names = common.backends(["cpu_serial", "cpu_threads", "opencl", "cuda", "rocm"])

@@ -353,7 +353,7 @@ def _label(dev: Any, n: int, cores: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(make_parser(__doc__.splitlines()[0]), argv)
+    args = parse_args(make_parser(__doc__), argv)
     cores = os.cpu_count() or 1
     busy_counts = [0, cores] if args.quick else sorted({0, max(1, cores // 2), cores, 2 * cores})
     rounds, calls, graph_rounds = (3, 20, 3) if args.smoke else ((41, 40, 15) if args.quick else (161, 50, 61))

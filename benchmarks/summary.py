@@ -334,7 +334,7 @@ def check(results: Path = RESULTS, readme: Path | None = README) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a file differs")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"the results folder (default {RESULTS})")
     parser.add_argument("--readme", type=Path, default=README, help=f"the README with the markers (default {README})")

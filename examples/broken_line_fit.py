@@ -41,7 +41,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broken_line_reference as reference  # the generator and the numpy reference, beside this file
@@ -506,10 +506,10 @@ def compare(got: dict, want: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--tracks", type=at_least(1), default=10000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=at_least(0), default=1, help="numpy's random seed (0 or more)")
     parser.add_argument("--repeats", type=at_least(1), default=3)
     args = parser.parse_args(argv)
     device = pk.device(args.backend)

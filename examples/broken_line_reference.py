@@ -419,23 +419,27 @@ def pulls(tracks: dict, fit: dict) -> dict:
     return out
 
 
-def at_least_one(text: str) -> int:
-    """An ``argparse`` type: a whole number of at least 1 (``--tracks 0`` printed nan pulls and
-    said nothing wrong; ``--tracks -1`` was numpy's traceback). This file needs numpy only, so it
-    has its own copy of ``portable.cli.at_least(1)``."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value}")
-    return value
+def at_least(least: int):
+    """An ``argparse`` type: a whole number of at least ``least`` (``--tracks 0`` printed nan pulls
+    and said nothing wrong; ``--tracks -1`` and ``--seed -1`` were numpy's tracebacks). This file
+    needs numpy only, so it has its own copy of ``portable.cli.at_least``."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value}")
+        return value
+
+    return whole
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tracks", type=at_least_one, default=20000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--tracks", type=at_least(1), default=20000)
+    parser.add_argument("--seed", type=at_least(0), default=1, help="numpy's random seed (0 or more)")
     args = parser.parse_args(argv)
     tracks = generate_tracks(args.tracks, args.seed)
     fit = reference_fit_all(tracks)

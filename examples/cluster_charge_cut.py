@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 #: the most clusters of one module (CMSSW's phase-1 maxNumClustersPerModules)
 MAX_CLUSTERS = 1024
@@ -175,11 +175,21 @@ def reference_charge_cut(module_start, cluster, adc, n_clusters, threshold):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--modules", type=at_least(1), default=2000)
-    parser.add_argument("--clusters", type=at_least(1), default=10, help="clusters per module (mean)")
-    parser.add_argument("--threshold", type=int, default=4000, help="the least charge of a kept cluster")
+    parser.add_argument(
+        "--clusters",
+        type=at_least(1, MAX_CLUSTERS),
+        default=10,
+        help=f"clusters per module (mean; at most {MAX_CLUSTERS}, CMSSW's maxNumClustersPerModules)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=at_least(0, np.iinfo(np.int32).max),
+        default=4000,
+        help="the least charge of a kept cluster (the kernel's int32)",
+    )
     parser.add_argument("--repeats", type=at_least(1), default=5)
     args = parser.parse_args(argv)
     host = generate_event(args.modules, args.clusters)

@@ -10,7 +10,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import backend_argument, run_script
+from portable.cli import backend_argument, description, run_script
 
 
 class Points(soa.Layout):
@@ -43,6 +43,6 @@ def main(backend: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     sys.exit(run_script(main, parser.parse_args().backend))

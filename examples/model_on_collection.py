@@ -14,12 +14,12 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import backend_argument, ctrl_c_as_one_line, run_script
+from portable.cli import backend_argument, ctrl_c_as_one_line, description, run_script
 
 with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
     import torch
 
-    from inference import Model, ModelMetadata, SoAMetadata
+    from inference import Model, ModelMetadata, SoAMetadata, torch_device
 
 
 class Hits(soa.Layout):
@@ -74,6 +74,6 @@ def main(backend: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    backend_argument(parser)
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    backend_argument(parser, device_check=torch_device)  # a device whose work torch can run
     sys.exit(run_script(main, parser.parse_args().backend))

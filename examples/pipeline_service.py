@@ -16,7 +16,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import ctrl_c_as_one_line, run_script
+from portable.cli import ctrl_c_as_one_line, description, run_script
 
 with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
     import torch
@@ -82,7 +82,7 @@ def server_device(text: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--device", default="cpu_threads", type=server_device, help="where the server runs the pipeline")
     args = ap.parse_args()
     q = pk.Queue(pk.device("cpu_serial"))

@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 #: a CMS phase-1 pixel module: 416 columns x 160 rows
 N_COLUMNS, N_ROWS = 416, 160
@@ -356,7 +356,7 @@ def reference_clusters(module: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.n
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--modules", type=at_least(1), default=200)
     parser.add_argument("--clusters", type=at_least(1), default=40, help="clusters per module")

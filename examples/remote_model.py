@@ -15,7 +15,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import ctrl_c_as_one_line, run_script
+from portable.cli import ctrl_c_as_one_line, description, run_script
 
 with ctrl_c_as_one_line():  # (torch, and inference's models with it, take seconds to import)
     import torch
@@ -58,12 +58,13 @@ def run(path: Path) -> None:
         SoAMetadata(rows).append_block("features", "a", "b", "c"), SoAMetadata(rows).append_block("y", "out")
     )
 
-    with serve(
-        str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"], max_batch_size=256
-    ) as server:  # dynamic batching, 127.0.0.1, free ports
+    # dynamic batching, 127.0.0.1, free ports; a request takes as many rows as fit in 32 MiB (a
+    # smaller max_batch_size splits a forward into several requests, and the client warns: rows
+    # are cheap, round trips are not)
+    with serve(str(path), name="mlp", inputs=["features:float32:3"], outputs=["y:float32:1"]) as server:
         print("Triton is serving 'mlp' at", server.grpc_url)
         with RemoteModel(server.grpc_url, "mlp", timeout=30) as remote:
-            remote.to(q).forward(md)  # split into requests of <= 256 rows, in queue order
+            remote.to(q).forward(md)  # one request, in queue order
             q.wait()
             remote_out = rows.view().out.copy()
             print(remote.statistics())
@@ -75,5 +76,5 @@ def run(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # (none: an extra one is an error)
+    argparse.ArgumentParser(description=description(__doc__)).parse_args()  # (none: an extra one is an error)
     raise SystemExit(run_script(main))

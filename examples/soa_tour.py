@@ -9,7 +9,7 @@ import numpy as np
 
 import portable as pk
 import soa
-from portable.cli import run_script
+from portable.cli import description, run_script
 
 
 class Particles(soa.Layout):
@@ -65,5 +65,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # (none: an extra one is an error)
+    argparse.ArgumentParser(description=description(__doc__)).parse_args()  # (none: an extra one is an error)
     raise SystemExit(run_script(main))

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 import portable as pk
-from portable.cli import at_least, backend_argument, run_script
+from portable.cli import at_least, backend_argument, description, run_script
 
 #: the most vertices of an event (CMSSW's MAXVTX)
 MAX_VERTICES = 1024
@@ -111,10 +111,11 @@ def sort_events(q: pk.Queue, track_start, vertex_start, iv, ptt2, itrk, out, sor
 
 
 def generate_events(n_events: int, vertices: int, seed: int = 0):
-    """Events of ``vertices`` vertices on average (at least 1), 2-40 tracks a vertex, 5% noise
+    """Events of ``vertices`` vertices on average (at least 1, at most :data:`MAX_VERTICES`, as the
+    kernel's shared sums: more were left unsorted, a mismatch), 2-40 tracks a vertex, 5% noise
     tracks; pt in [0.5, 50) GeV. Returns ``(track_start, vertex_start, iv, ptt2, itrk)``."""
     rng = np.random.default_rng(seed)
-    nv = np.maximum(rng.poisson(vertices, n_events), 1)
+    nv = np.clip(rng.poisson(vertices, n_events), 1, MAX_VERTICES)
     iv_parts, pt_parts, itrk_parts, n_tracks = [], [], [], []
     for v in nv:
         per = rng.integers(2, 41, v)
@@ -149,10 +150,15 @@ def reference(track_start, vertex_start, iv, ptt2, itrk):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     backend_argument(parser)
     parser.add_argument("--events", type=at_least(1), default=200)
-    parser.add_argument("--vertices", type=at_least(1), default=40, help="vertices per event (mean)")
+    parser.add_argument(
+        "--vertices",
+        type=at_least(1, MAX_VERTICES),
+        default=40,
+        help=f"vertices per event (mean; at most {MAX_VERTICES}, CMSSW's MAXVTX)",
+    )
     parser.add_argument("--sort", choices=("radix", "rank"), default="radix")
     parser.add_argument("--repeats", type=at_least(1), default=5)
     args = parser.parse_args(argv)

@@ -31,12 +31,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from portable import env as _env
+
 from ._block import Block
 from ._loading import ModelFileError, load_state_dict
 from ._pipeline import OutputsNotFilled, PipelineError
 from ._pipeline_api import Pipeline, pipeline
 from .remote import RemoteModel, RemotePipeline  # tritonclient itself loads with the first connection
 from .serving import serve  # PyTriton itself loads in the server process
+
+# read when a model is first made; a bad value stops the import instead, with one line in a script
+_env.reported_at_import(_env.torch_threads)
 
 #: names whose modules import torch, imported at their first use: a process that only serves an
 #: ONNX model or a pipeline without models (``serve``'s server process) never loads torch
@@ -47,6 +52,7 @@ _WITH_TORCH = {
     "Model": "._model",
     "set_torch_threads": "._runtime",
     "torch_threads": "._runtime",
+    "torch_device": "._torch_queue",
 }
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "load_state_dict",
     "set_torch_threads",
     "torch_threads",
+    "torch_device",
     "aot",
     "export",
     "RemoteModel",

@@ -34,7 +34,7 @@ from portable import ArgumentError, ArgumentTypeError
 from portable.cli import run
 
 from ._loading import load_state_dict
-from .aot import _batch_axis_dynamic, _load_factory, add_input_shape
+from .aot import _batch_axis_dynamic, _load_factory, add_input_shape, export_program, make_parent
 
 __all__ = ["export", "main"]
 
@@ -88,15 +88,17 @@ def export(
     if dynamic_batch:
         inputs, dynamic_shapes = _batch_axis_dynamic(inputs)
     module = module.eval()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    make_parent(path)
     root, ext = os.path.splitext(path)
     tmp = f"{root}.{os.getpid()}.tmp{ext or '.' + fmt}"  # torch.export.save wants a .pt2 name
     try:
         with _quiet(), torch.no_grad():
             if fmt == "pt2":
-                program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+                program = export_program(module, inputs, dynamic_shapes)
                 torch.export.save(program, tmp)
             else:
+                if dynamic_shapes:  # a batch axis the module fixes is refused as for .pt2: the ONNX
+                    export_program(module, inputs, dynamic_shapes)  # export wrote an input [3], no batch
                 _onnx(module, inputs, tmp, dynamic_shapes, input_names, output_names)
         os.replace(tmp, path)
     finally:

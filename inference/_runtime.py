@@ -13,16 +13,12 @@ import threading
 import torch
 
 from portable import ArgumentError
-from portable.env import env_number
+from portable.env import torch_threads as _env_threads
 
 _lock = threading.Lock()
 _applied = False
 _wanted: tuple[int, int] | None = None
 _interop_note = ""
-
-
-def _env_threads() -> int:
-    return env_number("ALPYKA_TORCH_THREADS", 1, int, minimum=1)
 
 
 def set_torch_threads(intra_op: int, inter_op: int | None = None) -> None:

@@ -117,6 +117,39 @@ def _batch_axis_dynamic(
     return tuple(widened), tuple({0: batch} for _ in widened)
 
 
+def export_program(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], dynamic_shapes: Any) -> Any:
+    """``torch.export.export(module, inputs, dynamic_shapes=...)``. Where the module fixes the batch
+    axis :func:`_batch_axis_dynamic` made dynamic (an example given without its batch axis:
+    ``Linear(3, 2)`` traced on ``torch.randn(3)``, ``--input-shape 3``), an ArgumentError naming the
+    fix, not torch's 20 lines of ConstraintViolation ending in "batch = 3" (a traceback from
+    ``alpyka export`` and ``alpyka aot``, which print a user's error as one line)."""
+    try:
+        return torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+    except RuntimeError as exc:  # torch's UserError of a violated constraint
+        if dynamic_shapes is None or "Constraints violated (batch)" not in str(exc):
+            raise
+        shapes = ", ".join(str(tuple(x.shape)) for x in inputs)
+        raise ArgumentError(
+            f"the module fixes the first axis of the example input(s) {shapes}, which is the batch axis: give "
+            "examples with the batch axis first (torch.randn(64, 3) for rows of 3 values; --input-shape 64,3), "
+            "or keep the batch fixed (dynamic_batch=False; --static-batch)"
+        ) from exc
+
+
+def make_parent(path: str) -> None:
+    """Make the folder ``path`` goes in, before the work; an ArgumentError naming ``path`` where it
+    cannot be made (a file on the way, no permission): it was OSError's "File exists: '/etc/passwd'"
+    for ``/etc/passwd/x.pt2``, or, for a package, after minutes of compiling."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise ArgumentError(
+            f"cannot write {path!r}: its folder {parent!r} cannot be made ({exc.strerror or exc}); "
+            "give a path in a folder this user can write"
+        ) from None
+
+
 def compile(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
@@ -145,9 +178,9 @@ def compile(
     dynamic_shapes = None
     if dynamic_batch:
         inputs, dynamic_shapes = _batch_axis_dynamic(inputs)
+    make_parent(path)
     with torch.no_grad():
-        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        exported = export_program(module, inputs, dynamic_shapes)
     # torch documents AOTInductor's API under torch._inductor (the name is torch's)
     compile_and_package = torch._inductor.aoti_compile_and_package  # noqa: SLF001
     return compile_and_package(exported, package_path=path, inductor_configs=inductor_configs)

@@ -1,17 +1,22 @@
 """Values read from ``ALPYKA_*`` environment variables: one parser for the core, the backends
 and inference, whose error names the variable, its value and what it takes (not Python's bare
 "could not convert string to float"); one parser for the boolean switches (:func:`env_flag`:
-``ALPYKA_DEBUG``, ``ALPYKA_ASSERTS``, ``ALPYKA_EMULATE_CHECKS``); the GPU emulator's variables
-(``ALPYKA_EMULATE``, ``_CHECKS``, ``_THREADS``, ``_SEED``) are read here too."""
+``ALPYKA_DEBUG``, ``ALPYKA_ASSERTS``, ``ALPYKA_VERIFY_IR``, ``ALPYKA_EMULATE_CHECKS``); the GPU
+emulator's variables (``ALPYKA_EMULATE``, ``_CHECKS``, ``_THREADS``, ``_SEED``) are read here too.
+A bad value of one read where it acts, deep in a launch or a compile, is found at import too
+(:func:`check_at_import`): a script ends with one line naming it, not a traceback."""
 
 from __future__ import annotations
 
 import math
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._errors import EnvVarError
+
+_T = TypeVar("_T")
 
 
 def env_number(
@@ -71,6 +76,15 @@ def emulate() -> list[str]:
 FLAG_ON = ("1", "on", "true", "yes")
 FLAG_OFF = ("0", "off", "false", "no")
 
+#: the boolean switches of the core -> what 1 and 0 do there (the ``meaning`` of :func:`env_flag`
+#: in their messages); each is read where it acts, and all at import (:func:`check_at_import`)
+SWITCHES = {
+    "ALPYKA_DEBUG": " (range checks in kernels)",
+    "ALPYKA_ASSERTS": " (asserts in kernels checked, the default; 0 compiles them out)",
+    "ALPYKA_VERIFY_IR": " (the kernel IR verified after every compiler pass)",
+    "ALPYKA_EMULATE_CHECKS": " (the GPU emulator's checks; 0 is faster, nothing checked)",
+}
+
 
 def env_flag(name: str, default: bool, raw: str | bytes | None = None, *, meaning: str = "") -> bool:
     """A boolean ``ALPYKA_*`` switch: ``1``/``on``/``true``/``yes`` or ``0``/``off``/``false``/``no``
@@ -103,7 +117,7 @@ def debug_flag(raw: str | bytes | None) -> bool:
     inside kernels (:func:`env_flag`'s spellings; default off). EnvVarError for another value."""
     flag = _DEBUG_SEEN.get(raw)
     if flag is None:
-        flag = env_flag("ALPYKA_DEBUG", False, raw if raw is not None else "", meaning=" (range checks in kernels)")
+        flag = env_flag("ALPYKA_DEBUG", False, raw if raw is not None else "", meaning=SWITCHES["ALPYKA_DEBUG"])
         if len(_DEBUG_SEEN) < 64:
             _DEBUG_SEEN[raw] = flag
     return flag
@@ -113,7 +127,7 @@ def emulate_checks() -> bool:
     """Whether the GPU emulator checks launches for what a GPU leaves wrong or undefined:
     ``ALPYKA_EMULATE_CHECKS`` (default on; ``0``, ``off``, ``false`` or ``no`` turns them off).
     EnvVarError for a value that is neither."""
-    return env_flag("ALPYKA_EMULATE_CHECKS", True, meaning=" (the GPU emulator's checks; 0 is faster, nothing checked)")
+    return env_flag("ALPYKA_EMULATE_CHECKS", True, meaning=SWITCHES["ALPYKA_EMULATE_CHECKS"])
 
 
 def emulate_threads() -> int:
@@ -129,24 +143,44 @@ def emulate_seed() -> int:
     return env_number("ALPYKA_EMULATE_SEED", 1, int) & (2**64 - 1)
 
 
+def torch_threads() -> int:
+    """The size of each of torch's own thread pools for inference: ``ALPYKA_TORCH_THREADS`` (an
+    integer >= 1, default 1; read by ``inference``, and checked when it is imported). EnvVarError
+    for another value."""
+    return env_number("ALPYKA_TORCH_THREADS", 1, int, minimum=1)
+
+
 def check_at_import() -> None:
     """Read the variables whose bad value would otherwise surface only deep inside a launch (the
     GPU emulator's threads and seed, read by its runtime at every launch; the kernel cache's lock
-    wait, read at every compile), so that a bad value is an EnvVarError when portable is imported."""
+    wait, read at every compile; the switches of :data:`SWITCHES`, read at a launch or a compile),
+    so that a bad value is an EnvVarError when portable is imported."""
     emulate_threads()
     emulate_seed()
     env_number("ALPYKA_LOCK_WAIT", 0.0, float, minimum=0)  # (portable.compiler._locks.lock_wait)
+    for name, meaning in SWITCHES.items():
+        env_flag(name, False, meaning=meaning)
 
 
 def read_at_import() -> list[str]:
     """``ALPYKA_EMULATE``'s backends, after :func:`check_at_import` (what ``import portable``
-    reads). A bad value stops the import with an EnvVarError; where nothing catches it (the
-    ``alpyka`` command, a script), the program ends with one line, ``<prog>: error:
-    EnvVarError: <the message>``, not a traceback through the import machinery: the fix is in the
-    environment. ``ALPYKA_TRACEBACK=1`` shows the traceback."""
-    try:
+    reads), through :func:`reported_at_import`."""
+
+    def read() -> list[str]:
         check_at_import()
         return emulate()
+
+    return reported_at_import(read)
+
+
+def reported_at_import(read: Callable[[], _T]) -> _T:
+    """``read()``, a read of environment variables while a module is imported. A bad value stops
+    the import with an EnvVarError; where nothing catches it (the ``alpyka`` command, a script),
+    the program ends with one line, ``<prog>: error: EnvVarError: <the message>``, not a traceback
+    through the import machinery: the fix is in the environment. ``ALPYKA_TRACEBACK=1`` shows
+    the traceback."""
+    try:
+        return read()
     except EnvVarError as exc:
         _report_if_uncaught(exc)
         raise

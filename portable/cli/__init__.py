@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .._command_start import command_started
+from .._device import device
 from .._errors import AlpykaError, EnvVarError
 from .._registry import default_backend, get_backend
 from ..env import env_flag
@@ -55,6 +56,7 @@ __all__ = [
     "backend_argument",
     "command_started",
     "ctrl_c_as_one_line",
+    "description",
     "die_by_sigint",
     "end_by_interrupt",
     "error_line",
@@ -75,9 +77,11 @@ class CliError(AlpykaError, ValueError):
     """An error the user can fix on the command line; printed as one line."""
 
 
-def at_least(least: int) -> Callable[[str], int]:
-    """An ``argparse`` type: a whole number of at least ``least`` (``--events 0`` or ``--tracks
-    -5`` is refused with the usage and one line naming the flag, not a numpy error later)."""
+def at_least(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number of at least ``least`` and, where given, at most
+    ``most`` (``--events 0`` or ``--tracks -5`` is refused with the usage and one line naming the
+    flag, not a numpy error later; ``most``: a limit of the work, such as a kernel's shared array,
+    past which the run would be wrong or fail deep inside)."""
 
     def whole(text: str) -> int:
         try:
@@ -86,38 +90,63 @@ def at_least(least: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < least:
             raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at most {most}, got {value}")
         return value
 
-    whole.__name__ = f"at_least_{least}"
+    whole.__name__ = f"at_least_{least}" if most is None else f"from_{least}_to_{most}"
     return whole
 
 
-def backend_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+def description(doc: str | None) -> str:
+    """A script's ``--help`` description from its docstring: the first paragraph on one line, RST's
+    double backticks as single ones (the first line alone stopped mid-sentence, "... Broken Line
+    track fit (RecoTracker/PixelTrackFitting's ``brokenline`` namespace and")."""
+    first = (doc or "").strip().split("\n\n")[0]
+    return " ".join(first.split()).replace("``", "`")
+
+
+def backend_argument(
+    parser: argparse.ArgumentParser, help: str | None = None, *, device_check: Callable[[Any], Any] | None = None
+) -> None:
     """Give a script's ``parser`` its optional positional ``backend``: a backend usable here, by
     default ``pk.default_backend()``. A name that is unknown or unusable (``nope``, ``cuda``
     without cupy, or such a name in ``ALPYKA_BACKEND``) is refused with the usage and one line
     naming the fix, exit status 2, as argparse refuses a bad flag (it was a traceback from
-    ``pk.device`` inside the script's ``main``)."""
+    ``pk.device`` inside the script's ``main``). ``device_check(device)``, where given, is asked
+    of the backend's default device too, and its AlpykaError refuses the name alike (a script of
+    torch models passes ``inference.torch_device``: an emulated GPU, where torch has no device,
+    was a traceback at the first ``Model.forward``)."""
     parser.add_argument(
         "backend",
         nargs="?",
         default="",  # a str default goes through ``type`` too: the default backend is checked alike
-        type=_backend_name,
+        type=_backend_type(device_check),
         help=help or "a backend (default: pk.default_backend(), the fastest CPU backend here)",
     )
 
 
-def _backend_name(text: str) -> str:
+def _backend_type(device_check: Callable[[Any], Any] | None) -> Callable[[str], str]:
+    """The ``argparse`` type of :func:`backend_argument`: :func:`_backend_name` with ``device_check``."""
+
+    def backend(text: str) -> str:
+        return _backend_name(text, device_check)
+
+    return backend
+
+
+def _backend_name(text: str, device_check: Callable[[Any], Any] | None = None) -> str:
     """``text`` if it names a usable backend, else (empty) the default backend; ArgumentTypeError
-    with the registry's message otherwise."""
+    with the registry's message, or ``device_check``'s of the backend's default device, otherwise."""
     try:
         with ctrl_c_as_one_line():  # (while the backend loads or probes a device: before run_script)
-            if not text:
-                return default_backend()
-            get_backend(text)
+            name = text or default_backend()
+            get_backend(name)
+            if device_check is not None:
+                device_check(device(name))
     except AlpykaError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return name
 
 
 def run(command: Callable[[list[str], str], int], argv: Sequence[str] | None, prog: str) -> int:

@@ -180,7 +180,7 @@ class Kernel:
 
     def signature(self, args: tuple) -> tuple:
         """The signature key of a launch with ``args``."""
-        return signature_key(args, self.__name__)
+        return signature_key(args, self.__name__, self)
 
     def check_args(self, args: tuple, device: Any) -> None:
         check_args(self.__name__, self.param_names, args, device)

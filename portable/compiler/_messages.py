@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..env import env_flag
+from ..env import SWITCHES, env_flag, reported_at_import
 from . import ir
 from ._errors import AssertCheck
 from ._expressions import to_bool
@@ -18,10 +18,10 @@ ENV_ASSERTS = "ALPYKA_ASSERTS"
 
 def _read_asserts() -> bool:
     """``ALPYKA_ASSERTS``: on unless ``0``/``off``/``false``/``no``; EnvVarError for another value."""
-    return env_flag(ENV_ASSERTS, True, meaning=" (asserts in kernels checked, the default; 0 compiles them out)")
+    return env_flag(ENV_ASSERTS, True, meaning=SWITCHES[ENV_ASSERTS])
 
 
-_ASSERTS = _read_asserts()
+_ASSERTS = reported_at_import(_read_asserts)  # a bad value: one line, not a traceback through the import
 
 
 def asserts_enabled() -> bool:

@@ -97,19 +97,37 @@ for _t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32
     _NP_SCALAR_KEYS[_t] = ("scalar", np.dtype(_t).name)
 
 
-def arg_key(a: Any, kernel_name: str = "", index: int = 0) -> tuple:
-    """The signature key of one argument (what the compiled code depends on)."""
+def arg_label(index: int, name: str = "") -> str:
+    """How messages name argument ``index`` after acc: ``argument 'a' (#2 after acc)``, as the
+    kernel's use of an argument is named (``#0`` the first after acc), or by number alone where
+    the name is not at hand (they said ``argument 2`` and ``argument #3 after acc`` of one argument)."""
+    return f"argument {name!r} (#{index} after acc)" if name else f"argument #{index} after acc"
+
+
+def arg_key(a: Any, kernel_name: str = "", index: int = 0, name: str = "") -> tuple:
+    """The signature key of one argument (what the compiled code depends on); ``name`` is its
+    parameter's, for the messages."""
     fn = _KEYS.get(type(a))
     if fn is None:
         fn = next((f for t, f in _KEYS.items() if isinstance(a, t)), None)
     if fn is _key_int:
-        return _key_int(a, f"kernel {kernel_name!r}: argument #{index + 1} after acc: ")
+        return _key_int(a, f"kernel {kernel_name!r}: {arg_label(index, name)}: ")
     if fn is not None:
         return fn(a)
+    fix = _ARG_FIX.get(type(a).__name__, "")
     raise KernelArgumentError(
-        f"kernel {kernel_name!r}: argument {index} is a {type(a).__name__}; kernel arguments are "
+        f"kernel {kernel_name!r}: {arg_label(index, name)} is a {type(a).__name__}; {fix}kernel arguments are "
         "soa views (coll.view()), pk.Buffer, numpy arrays (CPU backends), numpy scalars, int, float, bool"
     )
+
+
+#: the fix for a type that is close to a kernel argument, by the type's name (no import needed)
+_ARG_FIX = {
+    "PortableCollection": "pass coll.view() (or coll.const_view(), read-only) of it: ",
+    "list": "pass a numpy array (np.asarray(...)) or a pk.Buffer: ",
+    "tuple": "pass a numpy array (np.asarray(...)) or a pk.Buffer: ",
+    "Tensor": "pass a pk.Buffer, or a numpy array on a CPU backend (t.numpy()): ",
+}
 
 
 #: argument types whose key does not depend on the value (numpy scalars, bool, float)
@@ -118,9 +136,10 @@ _View = soa.View
 _ndarray = np.ndarray
 
 
-def signature_key(args: tuple, kernel_name: str = "") -> tuple:
+def signature_key(args: tuple, kernel_name: str = "", kernel: Any = None) -> tuple:
     """The signature key of a launch: one :func:`arg_key` per argument (on every launch: kept
-    to one loop with the common kinds inline)."""
+    to one loop with the common kinds inline); ``kernel``'s ``param_names``, where given, name an
+    argument that has no key in the message."""
     key = []
     const_keys, keys = _CONST_KEYS, _KEYS
     for a in args:
@@ -137,7 +156,9 @@ def signature_key(args: tuple, kernel_name: str = "") -> tuple:
             else:
                 fn = keys.get(t)
                 if fn is None or fn is _key_int:  # (an int beyond int64: uint64 or a named error)
-                    return tuple([arg_key(a, kernel_name, i) for i, a in enumerate(args)])
+                    names = list(getattr(kernel, "param_names", ()))
+                    names += [""] * (len(args) - len(names))
+                    return tuple([arg_key(a, kernel_name, i, names[i]) for i, a in enumerate(args)])
                 k = fn(a)
         key.append(k)
     return tuple(key)
@@ -187,7 +208,7 @@ def check_args(kernel_name: str, names: list[str], args: tuple, device: Any) -> 
             f"kernel {kernel_name!r} takes {len(names)} argument(s) after acc ({', '.join(names)}), got {len(args)}"
         )
     for i, a in enumerate(args):
-        arg_key(a, kernel_name, i)
+        arg_key(a, kernel_name, i, names[i])
         where = None
         if isinstance(a, soa.View):
             where = a.device

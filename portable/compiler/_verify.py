@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import AlpykaError
-from ..env import env_flag
+from ..env import SWITCHES, env_flag
 from . import ir
 from ._depth import deep_recursion
 from .types import BOOL, INDEX, ScalarType, TupleType, VoidType
@@ -35,7 +35,7 @@ class IRVerifyError(AlpykaError, AssertionError):
 
 def verify_enabled() -> bool:
     """Whether ``ALPYKA_VERIFY_IR`` asks for :func:`verify` after the front end and every pass."""
-    return env_flag(ENV_VERIFY, False, meaning=" (the kernel IR verified after every compiler pass)")
+    return env_flag(ENV_VERIFY, False, meaning=SWITCHES[ENV_VERIFY])
 
 
 @deep_recursion

@@ -157,6 +157,16 @@ def test_patterns_name_runtimes_not_the_cpu_their_devices_are_named_after(monkey
     assert _labels(od.select(fake_cl(), found)[0]) == ["pthread-Intel Xeon"]
 
 
+@pytest.mark.parametrize("raw", ["1", "pocl, 0"])
+def test_a_number_is_refused_as_no_device_index(monkeypatch, raw):
+    """``ALPYKA_OPENCL_DEVICE=1``, meant as the second device, matched the "1" of Intel's version
+    "OpenCL 3.1" and ran there, not on PoCL: a number is an EnvVarError naming the fix."""
+    found = [(INTEL, FakeDevice("intel-cpu", CPU)), (POCL, FakeDevice("pocl-cpu", CPU))]
+    monkeypatch.setenv(od.ENV_DEVICE, raw)
+    with pytest.raises(pk.EnvVarError, match=r"is a number, and patterns are part of a platform's name"):
+        od.select(fake_cl(), found)
+
+
 def test_the_probe_runs_only_on_the_devices_that_would_be_used(monkeypatch):
     bad = FakeDevice("pocl-cpu", CPU, build_error="boom")
     monkeypatch.setenv(od.ENV_DEVICE, "intel")

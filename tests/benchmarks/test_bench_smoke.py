@@ -231,6 +231,21 @@ def test_run_all_only_and_unknown(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- _common
 
 
+def test_an_out_that_cannot_be_a_directory_is_refused_before_the_run(tmp_path: Path, capsys) -> None:
+    """``--out FILE`` (or a path under a file) was FileExistsError's traceback from every
+    benchmark and from ``alpyka bench``: now argparse's one line naming ``--out``."""
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("")
+    for out, said in ((a_file, " is a file; give a directory"), (a_file / "below", ": cannot make the results")):
+        with pytest.raises(SystemExit) as ended:
+            common.parse_args(common.make_parser("x"), ["--quick", "--out", str(out)])
+        assert ended.value.code == 2
+        err = capsys.readouterr().err
+        assert f"error: --out {out}{said}" in err, err
+    args = common.parse_args(common.make_parser("x"), ["--smoke", "--out", str(tmp_path / "new" / "dir")])
+    assert args.quick and args.out.is_dir()
+
+
 def test_measure_and_document_helpers(tmp_path: Path) -> None:
     calls: list[int] = []
     t = common.measure(lambda: calls.append(1), warmup=2, repeats=4)

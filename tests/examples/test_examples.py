@@ -4,6 +4,7 @@ backend), and, where an example takes a backend, its ``main`` in this process on
 the matrix (the same code as the script but for the process start: the cuda/rocm rows on the GPU
 emulator tests/conftest.py installs)."""
 
+import ast
 import functools
 import importlib
 import importlib.util
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 import portable as pk
@@ -119,6 +121,76 @@ def test_a_count_below_one_is_refused_with_the_usage(name, flag):
     )
     assert res.returncode == 2, f"{name} {flag} 0 ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
     assert f"argument {flag}: expected a whole number of at least 1, got 0" in res.stderr, res.stderr
+
+
+#: (example, flag, a value past what the example's kernel or reference can take, what is said)
+BEYOND = [
+    ("sort_by_pt2.py", "--vertices", "5000", "at most 1024"),  # ran, then printed MISMATCH
+    ("cluster_charge_cut.py", "--threshold", "4294967396", "at most 2147483647"),  # int32 wrapped: MISMATCH
+    ("cluster_charge_cut.py", "--threshold", "-1", "at least 0"),
+    ("cluster_charge_cut.py", "--clusters", "100000", "at most 1024"),  # ran 1024 a module, said nothing
+    ("broken_line_fit.py", "--seed", "-1", "at least 0"),  # numpy's traceback
+    ("broken_line_reference.py", "--seed", "-1", "at least 0"),
+]
+
+
+@pytest.mark.parametrize(("name", "flag", "value", "said"), BEYOND)
+def test_a_value_past_what_the_example_can_take_is_refused_with_the_usage(name, flag, value, said):
+    """``sort_by_pt2.py --vertices 5000`` (past the kernel's 1024 shared sums, CMSSW's MAXVTX) and
+    ``cluster_charge_cut.py --threshold 4294967396`` (past its int32) ran and ended in MISMATCH,
+    ``--seed -1`` in numpy's traceback: now argparse's one line naming the flag and the bound."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *BACKEND_ARG.get(name, ["cpu_serial"]), flag, value],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 2, f"{name} {flag} {value} ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert f"argument {flag}: expected a whole number of {said}, got {value}" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("name", ["model_on_collection.py", "per_candidate_model.py"])
+def test_a_model_example_refuses_an_emulated_gpu_with_the_usage(name):
+    """``ALPYKA_EMULATE=cuda python examples/model_on_collection.py cuda`` was accepted, then ended
+    in a traceback at the first ``Model.forward`` (torch has no device for the emulator's memory):
+    the backend argument is refused with the usage and the one line naming the fix."""
+    pytest.importorskip("torch", reason="the model examples need torch (pip install -e '.[torch]')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    env["ALPYKA_EMULATE"] = "cuda"
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "cuda"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 2, f"{name} cuda ({res.returncode}):\n{res.stdout}\n{res.stderr[-3000:]}"
+    assert "argument backend: cuda:0 (CUDA emulated on the CPU (ALPYKA_EMULATE)): torch has no device" in res.stderr
+    assert "Traceback" not in res.stderr and not res.stdout, res.stderr
+
+
+def test_sort_by_pt2_events_keep_to_the_kernels_vertices():
+    """A mean near the kernel's limit drew events of more than 1024 vertices (Poisson), which the
+    kernel left unsorted: the generator keeps each event within it."""
+    mod = example("sort_by_pt2")
+    vertex_start = mod.generate_events(50, mod.MAX_VERTICES, seed=3)[1]
+    assert np.diff(vertex_start).max() == mod.MAX_VERTICES
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py") if p.name != "pipeline.py"))
+def test_help_describes_the_example_with_its_whole_first_paragraph(name):
+    """``--help`` showed the docstring's first line, cut mid-sentence ("CMSSW's Broken Line track
+    fit (RecoTracker/PixelTrackFitting's ``brokenline`` namespace and"), or nothing
+    (pipeline_service.py): now the whole first paragraph (pipeline.py is ``alpyka demo``'s)."""
+    from portable.cli import description
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--help"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = ast.get_docstring(ast.parse((EXAMPLES / name).read_text()), clean=False)
+    said = " ".join(res.stdout.split()).replace("``", "`")
+    assert description(doc) in said, res.stdout
 
 
 BACKEND_EXAMPLES = [
@@ -240,9 +312,16 @@ def test_per_candidate_model(backend, capsys):
 
 
 def test_remote_model():
+    """It runs and agrees, with no warning: it served with max_batch_size=256 and sent 500 rows,
+    and the client's BatchSplitWarning told the reader to serve it otherwise."""
     pytest.importorskip("pytriton", reason="needs nvidia-pytriton (pip install -e '.[triton]')")
-    out = run_example("remote_model.py")
-    assert "remote and local results agree: OK" in out
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "remote_model.py")], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "remote and local results agree: OK" in res.stdout
+    assert "Warning" not in res.stderr, res.stderr
 
 
 def test_pipeline_service():

@@ -32,7 +32,7 @@ def test_an_int_beyond_64_bits_is_refused_naming_the_argument(queue, seed):
     out = pk.Buffer(queue.device, 3, np.uint64)
     with pytest.raises(
         pk.KernelArgumentError,
-        match=rf"kernel 'first_draws': argument #2 after acc: the integer "
+        match=rf"kernel 'first_draws': argument 'seed' \(#1 after acc\): the integer "
         rf"{seed} fits neither int64 nor uint64",
     ):
         pk.exec(queue, pk.WorkDiv(1, 1, 1), first_draws, out, seed)

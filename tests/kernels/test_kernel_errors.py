@@ -79,10 +79,27 @@ def test_argument_count_and_type(device, queue):
     wd = pk.make_workdiv(device, 1, 1)
     with pytest.raises(KernelArgumentError, match="takes 3 argument"):
         pk.exec(queue, wd, record_uniform, a, 4)
-    with pytest.raises(KernelArgumentError, match="argument 2 is a str"):
+    with pytest.raises(KernelArgumentError, match=r"argument 'n' \(#2 after acc\) is a str"):
         pk.exec(queue, wd, record_uniform, a, a, "4")
     with pytest.raises(TypeError, match="not a kernel"):
         pk.exec(queue, wd, lambda acc: None)
+
+
+def test_an_argument_of_no_kernel_type_is_named_with_its_fix(device, queue):
+    """A collection, a list or a tensor where a view or an array goes: the message named the
+    argument by a number counted one way ("argument 0 is a PortableCollection") where the int's
+    said "argument #3 after acc" and the use's "argument 'n' (#2 after acc)": now by its name, as
+    the use's, with the fix for that type."""
+    c = pk.PortableCollection(Particles, 8, queue)
+    wd = pk.make_workdiv(device, 1, 1)
+    a = upload(queue, np.zeros(4, np.int64))
+    said = r"argument 'hits' \(#1 after acc\) is a PortableCollection; pass coll.view"
+    with pytest.raises(KernelArgumentError, match=said):
+        pk.exec(queue, wd, record_uniform, a, c, 4)
+    with pytest.raises(KernelArgumentError, match=r"argument 'owner' \(#0 after acc\) is a list; pass a numpy array"):
+        pk.exec(queue, wd, record_uniform, [1, 2], a, 4)
+    with pytest.raises(KernelArgumentError, match=r"argument 'n' \(#2 after acc\): the integer 18446744073709551616"):
+        pk.exec(queue, wd, record_uniform, a, a, 2**64)
 
 
 def test_argument_of_the_wrong_kind_names_kernel_argument_and_type(device, queue):

@@ -90,6 +90,60 @@ def test_at_least_is_an_argparse_type_that_names_the_flag(capsys):
         )
 
 
+def test_at_least_takes_an_upper_bound(capsys):
+    """``at_least(1, most)``: a value past what the work can take (a kernel's shared array, an
+    int32 argument) is argparse's one line naming the flag, not a wrong run."""
+    import argparse
+
+    from portable.cli import at_least
+
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--n", type=at_least(1, 4))
+    assert parser.parse_args(["--n", "4"]).n == 4
+    for bad, says in (("5", "at most 4, got 5"), ("0", "at least 1, got 0")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--n", bad])
+        assert f"x: error: argument --n: expected a whole number of {says}" in capsys.readouterr().err
+
+
+def test_backend_argument_asks_the_device_check_of_the_default_device(capsys):
+    """``backend_argument(parser, device_check=f)``: ``f`` gets the backend's default device, and
+    its AlpykaError is argparse's one line (exit status 2), as an unknown backend's is."""
+    import argparse
+
+    import portable as pk
+    from portable.cli import backend_argument
+
+    seen = []
+
+    def check(dev):
+        seen.append(dev)
+        if dev.backend_name == "cpu_threads":
+            raise pk.ArgumentError(f"{dev}: not for this script; use cpu_serial")
+
+    parser = argparse.ArgumentParser(prog="x")
+    backend_argument(parser, device_check=check)
+    assert parser.parse_args(["cpu_serial"]).backend == "cpu_serial"
+    assert seen[-1] == pk.device("cpu_serial")
+    with pytest.raises(SystemExit) as ended:
+        parser.parse_args(["cpu_threads"])
+    assert ended.value.code == 2
+    assert "x: error: argument backend: cpu_threads:0" in capsys.readouterr().err
+
+
+def test_description_is_the_docstrings_first_paragraph_on_one_line():
+    from portable.cli import description
+
+    doc = """CMSSW's fit (RecoTracker's ``brokenline`` namespace and
+    the kernels) in alpyka's kernel language.
+
+    Run: python x.py
+    """
+    want = "CMSSW's fit (RecoTracker's `brokenline` namespace and the kernels) in alpyka's kernel language."
+    assert description(doc) == want
+    assert description(None) == ""
+
+
 def test_bench_outside_a_checkout_says_why(monkeypatch, capsys):
     monkeypatch.setattr(_cli, "_benchmarks_runner", lambda: None)
     assert _cli.main(["bench", "--quick"]) == 2

@@ -79,6 +79,32 @@ def test_dask_worker_device(monkeypatch):
     assert pick_device(SimpleNamespace(name="w0"), "cpu_serial") is pk.device("cpu_serial")
 
 
+@pytest.mark.parametrize(
+    "name, module",
+    [
+        ("ALPYKA_DEBUG", "portable"),
+        ("ALPYKA_ASSERTS", "portable"),
+        ("ALPYKA_VERIFY_IR", "portable"),
+        ("ALPYKA_EMULATE_CHECKS", "portable"),
+        ("ALPYKA_TORCH_THREADS", "inference"),
+    ],
+)
+def test_a_bad_value_read_deep_inside_ends_a_script_at_import_with_one_line(name, module, tmp_path):
+    """A switch read at a launch or a compile (ALPYKA_DEBUG, ALPYKA_VERIFY_IR, ALPYKA_EMULATE_CHECKS)
+    and inference's ALPYKA_TORCH_THREADS (read at the first model) ended a script with a traceback
+    through the launch, or ALPYKA_ASSERTS with one through the import machinery: each is read at
+    import now, and the script ends with the one line that names the variable."""
+    script = tmp_path / "script.py"
+    script.write_text(f"import {module}\nprint('imported')\n")
+    env = {**os.environ, name: "maybe"}
+    env.pop("ALPYKA_TRACEBACK", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "imported" not in done.stdout, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"script.py: error: EnvVarError: environment variable {name}='maybe': expected"), lines
+
+
 def test_torch_threads(monkeypatch):
     pytest.importorskip("torch", reason="inference needs torch (pip install -e '.[torch]')")
     from inference import _runtime
@@ -86,7 +112,7 @@ def test_torch_threads(monkeypatch):
     for raw in ("abc", "0", "1.5"):
         monkeypatch.setenv("ALPYKA_TORCH_THREADS", raw)
         with pytest.raises(pk.EnvVarError, match=f"ALPYKA_TORCH_THREADS='{raw}': expected an integer >= 1"):
-            _runtime._env_threads()
+            _runtime._env_threads()  # (portable.env.torch_threads)
 
 
 def test_serve_shm_sweep_ticks_at_import():
