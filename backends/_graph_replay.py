@@ -152,9 +152,13 @@ class OpenCLRecorder:
             cq = impl.cq
             with impl.lock:
                 events = []  # a host transfer's event blocks when deleted: kept until the last completed
-                for native, op in ops:
-                    events.append(op(cq) if native else op())
-                last = events[-1] if events and events[-1] is not None else impl.marker()
+                try:
+                    for native, op in ops:
+                        events.append(op(cq) if native else op())
+                    last = events[-1] if events and events[-1] is not None else impl.marker()
+                except BaseException:  # (a Ctrl-C: the commands enqueued so far unknown work)
+                    impl.lost_command()
+                    raise
                 impl.after_known(took, last, events, keep)
 
         return replay

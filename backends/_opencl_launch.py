@@ -318,7 +318,11 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
             values.append(flag)
         with plan.lock:
             plan.set_args(values)
-            ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)
+            try:
+                ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)
+            except BaseException:
+                impl.lost_command()
+                raise
         impl.after_enqueue(ev, args)
         if plan.err:
             host = np.zeros(1, np.int32)
@@ -389,14 +393,18 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
             if fresh:
                 set_fresh(args)
             took = cell[0]
-            if not blocking:
+            try:  # (a Ctrl-C raised as the enqueue returns: the queue is told of a lost command)
+                if not blocking:
+                    ev = enqueue(cq, knl, glob, local)
+                    after(None if fresh else took, ev, args)  # (q.wait() joins known work)
+                    return
+                how = choose(took[0])  # (before the enqueue: nothing between it and the wait)
+                t0 = clock()
                 ev = enqueue(cq, knl, glob, local)
-                after(None if fresh else took, ev, args)  # (q.wait() joins known work)
-                return
-            how = choose(took[0])  # (before the enqueue: nothing between it and the wait)
-            t0 = clock()
-            ev = enqueue(cq, knl, glob, local)
-            impl.last_event, previous = ev, impl.last_event  # (the previous event let go after the wait)
+                impl.last_event, previous = ev, impl.last_event  # (the previous event let go after the wait)
+            except BaseException:
+                impl.lost_command()
+                raise
         wait(how, ev, took, flush, t0)  # a blocking queue: this command waited for (no marker), outside the lock
         del previous  # (its release, a native call, after the wait)
 

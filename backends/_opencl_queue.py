@@ -270,12 +270,21 @@ class OpenCLQueue(DeviceQueue):
                 return
             self.last_event = objs[0]
         self._pending = None  # (a blocking queue's finish below waits for it interruptibly)
+        super().after_enqueue(*objs)  # (its objects kept alive first: a Ctrl-C in the flush keeps them)
         if not self.blocking:
             self.flush_cq()  # so that polling an event (is_idle, pruning) sees progress
-        super().after_enqueue(*objs)
 
     #: a new time cell for known work (:func:`~backends._opencl_waits.time_cell`)
     time_cell = staticmethod(time_cell)
+
+    def lost_command(self) -> None:
+        """After an enqueue whose command this queue was not told of (a Ctrl-C is raised as the
+        enqueue returns, its event then lost): the last event a marker behind that command, and
+        the work since the last wait unknown, so that no wait takes the queue for idle or its
+        work for known (and joins, uninterruptibly, behind a command that may run for long).
+        The caller holds the queue's lock."""
+        self._pending = None
+        self.last_event = cl.enqueue_marker(self.cq)
 
     def after_known(self, took: TimeCell | None, ev: cl.Event, *objs: Any) -> None:
         """:meth:`after_enqueue` for the command of ``ev`` whose time a fast launcher or a graph
@@ -290,8 +299,8 @@ class OpenCLQueue(DeviceQueue):
         elif self._pending is not None:
             self._pending += took.token  # (not id(took): a freed cell's id is given again)
         self.last_event = ev
+        DeviceQueue.after_enqueue(self, ev, *objs)  # (its objects kept alive first, as above)
         self.flush_cq()
-        DeviceQueue.after_enqueue(self, ev, *objs)
 
     def transfer_took(self, kind: str, nbytes: int) -> TimeCell:
         """The time cell of this queue's transfers of ``kind`` ("h2d", "d2h", "d2d", "fill") and

@@ -161,17 +161,21 @@ class OpenCLBackend(DeviceBackend):
             if dst.device.is_host_memory and src.device.is_host_memory:
                 impl.enqueue_host(lambda: np.copyto(_host_bytes(dst), _host_bytes(src)))
                 return
-            if src.device.is_host_memory:
-                host, kind = _host_bytes(src), "h2d"
-                ev = cl.enqueue_copy(cq, dst.handle, host, dst_offset=dst.offset, is_blocking=False)
-            elif dst.device.is_host_memory:
-                host, kind = _host_bytes(dst), "d2h"
-                ev = cl.enqueue_copy(cq, host, src.handle, src_offset=src.offset, is_blocking=False)
-            else:
-                host, kind = None, "d2d"
-                ev = cl.enqueue_copy(
-                    cq, dst.handle, src.handle, byte_count=n, src_offset=src.offset, dst_offset=dst.offset
-                )
+            try:  # (a Ctrl-C raised as the enqueue returns: the queue is told of a lost command)
+                if src.device.is_host_memory:
+                    host, kind = _host_bytes(src), "h2d"
+                    ev = cl.enqueue_copy(cq, dst.handle, host, dst_offset=dst.offset, is_blocking=False)
+                elif dst.device.is_host_memory:
+                    host, kind = _host_bytes(dst), "d2h"
+                    ev = cl.enqueue_copy(cq, host, src.handle, src_offset=src.offset, is_blocking=False)
+                else:
+                    host, kind = None, "d2d"
+                    ev = cl.enqueue_copy(
+                        cq, dst.handle, src.handle, byte_count=n, src_offset=src.offset, dst_offset=dst.offset
+                    )
+            except BaseException:
+                impl.lost_command()
+                raise
             # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done;
             # known work of its size (a blocking queue joins it where such a copy was short)
             impl.after_known(impl.transfer_took(kind, n), ev, host, dst.owner, src.owner)
@@ -182,7 +186,11 @@ class OpenCLBackend(DeviceBackend):
             impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return
         with impl.lock:
-            ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
+            try:
+                ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
+            except BaseException:  # (a Ctrl-C raised as the enqueue returns)
+                impl.lost_command()
+                raise
             impl.after_known(impl.transfer_took("fill", dst.nbytes), ev, dst.owner)
 
     # ------------------------------------------------------------------ kernels
