@@ -111,6 +111,18 @@ static void drop(cl_event ev) {
     PyErr_Restore(t, v, tb);
 }
 
+/* after a launch's wait: the queue is idle, unless another thread enqueued meanwhile (then
+   last_event is not this launch's, mine) */
+static void idle_after(BlockingLaunch *b, PyObject *mine) {
+    PyObject *cur = PyObject_GetAttr(b->impl, s_last_event);
+    if (cur == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (cur == mine && PyObject_SetAttr(b->impl, s_last_event, Py_None) < 0) PyErr_Clear();
+    Py_DECREF(cur);
+}
+
 /* 1: args hold the objects of the last launch (or equal scalars: same_value), 0: not, -1: error */
 static int same_args(BlockingLaunch *b, PyObject *args) {
     PyObject *prev = PyList_GET_ITEM(b->last, 0);
@@ -212,6 +224,7 @@ static PyObject *enqueue_and_wait(BlockingLaunch *b, PyObject *args, PyObject *c
         PyObject *r = t0_obj == NULL ? NULL
                                      : PyObject_CallFunction(b->wait, "lOOOO", how, event, cell, b->flush, t0_obj);
         Py_XDECREF(t0_obj);
+        if (r != NULL) idle_after(b, event); /* (the next launch's choice then needs no look at the queue) */
         Py_DECREF(event);
         Py_XDECREF(previous);
         return r;
@@ -229,13 +242,7 @@ static PyObject *enqueue_and_wait(BlockingLaunch *b, PyObject *args, PyObject *c
     if (err == 0) cl_release(ev);
     Py_END_ALLOW_THREADS
     double t1 = now();
-    /* the queue is idle now, unless another thread enqueued meanwhile (then last_event is its) */
-    PyObject *cur = PyObject_GetAttr(b->impl, s_last_event);
-    if (cur == NULL) PyErr_Clear();
-    else {
-        if (cur == mine && PyObject_SetAttr(b->impl, s_last_event, Py_None) < 0) PyErr_Clear();
-        Py_DECREF(cur);
-    }
+    idle_after(b, mine);
     Py_DECREF(mine);
     Py_XDECREF(previous);
     if (err != 0) {
