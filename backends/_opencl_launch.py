@@ -346,8 +346,8 @@ def launcher(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> Cal
     the last launch (then only the values that differ, scalars mostly: :func:`set_changed`), and
     the command is enqueued with ``enqueue_nd_range_kernel`` directly (on a blocking queue then
     waited for as ``WaitChoice.choose`` said before it was enqueued, told how long the last run
-    with the same objects and scalar values took: a short one is waited for joined). None without a plan, or for
-    a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
+    with the same objects and scalar values took: a short one is waited for joined). None
+    without a plan, or for a range-checked plan (ALPYKA_DEBUG: a flag buffer per launch)."""
     prepared = prepared_plan(queue, workdiv, kernel, args)
     if prepared is None:
         return None

@@ -282,9 +282,14 @@ class OpenCLQueue(DeviceQueue):
         enqueue returns, its event then lost): the last event a marker behind that command, and
         the work since the last wait unknown, so that no wait takes the queue for idle or its
         work for known (and joins, uninterruptibly, behind a command that may run for long).
-        The caller holds the queue's lock."""
+        The caller holds the queue's lock; it re-raises what it caught (a refused enqueue, for
+        which the marker is only extra: a marker the queue refuses too is left out, so that the
+        runtime's error for the enqueue is the one raised)."""
         self._pending = None
-        self.last_event = cl.enqueue_marker(self.cq)
+        try:
+            self.last_event = cl.enqueue_marker(self.cq)
+        except cl.Error:
+            pass
 
     def after_known(self, took: TimeCell | None, ev: cl.Event, *objs: Any) -> None:
         """:meth:`after_enqueue` for the command of ``ev`` whose time a fast launcher or a graph

@@ -132,9 +132,10 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
     worker thread of the runtime, which other processes on the cores delay by whole time
     slices). First polled for ``poll_s`` (default :data:`HANDED_POLL_S`: enough where the
     runtime's workers have a core; 0 on busy cores); then a waiter thread waits with the
-    runtime's own wait (the native library's, :func:`use_native_hand_over`, else one of the calling
-    thread in Python); the caller sleeps until the waiter wakes it, at once, and a Ctrl-C still
-    reaches it (its sleep is interrupted by signals; at most :data:`HANDED_SLICE_S` either way).
+    runtime's own wait (the native library's, :func:`use_native_hand_over`, else one of the
+    calling thread in Python); the caller sleeps until the waiter wakes it, at once, and a
+    Ctrl-C still reaches it (its sleep is interrupted by signals; at most
+    :data:`HANDED_SLICE_S` either way).
     A wait interrupted leaves its waiter to finish alone: the next wait gets another."""
     status = ev.get_info
     clock, t0 = time.perf_counter, time.perf_counter()
@@ -153,12 +154,12 @@ def wait_event_handed(ev: cl.Event, poll_s: float | None = None) -> None:
 
 
 def use_native_hand_over(hand_over: Callable[[int], Any]) -> None:
-    """Hand waits to the native library's ``hand_over(event)`` from now on (backends/_opencl_native.c:
-    a waiter thread that never takes the GIL; on busy cores each GIL hand-over between a Python
-    waiter and the caller can wait for a preempted thread: Intel, 2 spinners on 2 cores, a
-    launch with a changed scalar, ~200 us -> 32 us). The library calls it once it is loaded
-    (an OpenCL queue loads it when it is made: backends/_opencl_queue.py); until then, and where
-    it cannot be built, a Python waiter thread waits."""
+    """Hand waits to the native library's ``hand_over(event)`` from now on
+    (backends/_opencl_native.c: a waiter thread that never takes the GIL; on busy cores each GIL
+    hand-over between a Python waiter and the caller can wait for a preempted thread: Intel, 2
+    spinners on 2 cores, a launch with a scalar never seen, ~200 us -> 34 us). The library calls
+    it once it is loaded (an OpenCL queue loads it when it is made: backends/_opencl_queue.py);
+    until then, and where it cannot be built, a Python waiter thread waits."""
     global _hand_over
     _hand_over = hand_over
 
@@ -219,8 +220,8 @@ def wait_event_joined(ev: cl.Event) -> None:
 
 #: a wait of the main thread joins the runtime (:func:`wait_event_joined`) only for work whose last
 #: wait (the same launcher with the same objects and scalar values, or the same mix of such work
-#: on one queue) ended within this long; a Ctrl-C then waits for at most about
-#: this long unless such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
+#: on one queue) ended within this long; a Ctrl-C then waits for at most about this long unless
+#: such work runs far longer than the last time (its data alone decides). Not lower: a tiny wait
 #: of a thread preempted on busy cores took 50+ ms now and then, and each then went back to the
 #: interruptible wait, ms a launch there (Intel, 4 spinners on 2 cores: 3.7x raw at 50 ms)
 JOIN_LIMIT_S = 0.2
@@ -330,17 +331,17 @@ class WaitChoice:
 
     def choose(self, last: float | None, behind: bool = True) -> int:
         """How to wait for the command of a launch whose last run with the same objects and scalar
-        values took ``last`` seconds (None: unknown), decided before it is
-        enqueued (on PoCL a 0.6 us delay between the enqueue and the wait cost up to 1.3x in some
-        runs on busy cores):
-        :data:`TINY_FREE` (interruptibly: that run was tiny and the cores are free, :attr:`load`
-        read once such waits took ~0.02 s; :data:`BEHIND` where, ``behind``, another command of
-        the queue is unfinished: the wait's time would be that work's too, learned as the run's
-        and taken for a stall), else :data:`JOINED` outside the main thread (the runtime's wait
-        flushes the queue itself) and in it where that run ended within :data:`JOIN_LIMIT_S` and
-        (``behind``: the command is enqueued behind the queue's others) no other command of the
-        queue is unfinished (else :data:`BEHIND`, in any thread: joined outside the main thread,
-        but that wait's time is the work ahead's too), else :data:`INTERRUPTIBLE`."""
+        values took ``last`` seconds (None: unknown), decided before it is enqueued (on PoCL a
+        0.6 us delay between the enqueue and the wait cost up to 1.3x in some runs on busy cores;
+        asked after the enqueue instead, no faster in an A/B): :data:`TINY_FREE` (interruptibly:
+        that run was tiny and the cores are free, :attr:`load` read once such waits took ~0.02 s;
+        :data:`BEHIND` where, ``behind``, another command of the queue is unfinished: the wait's
+        time would be that work's too, learned as the run's and taken for a stall), else
+        :data:`JOINED` outside the main thread (the runtime's wait flushes the queue itself) and
+        in it where that run ended within :data:`JOIN_LIMIT_S` and (``behind``: the command is
+        enqueued behind the queue's others) no other command of the queue is unfinished (else
+        :data:`BEHIND`, in any thread: joined outside the main thread, but that wait's time is
+        the work ahead's too), else :data:`INTERRUPTIBLE`."""
         if last is not None and self.joins:
             if last < TINY_WAIT_S:
                 load = self.load  # (OtherLoad.busy_at, inlined: ~0.2 us less a launch)
