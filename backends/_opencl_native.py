@@ -84,8 +84,13 @@ def _identity(path: str) -> str:
     return f"{real}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def _build() -> tuple[ModuleType | None, str | None]:
-    """(the module, None), or (None, why it is not there)."""
+#: :func:`_build`'s reason where it was asked to load a cached library only, and none is cached
+_NOT_CACHED = "not built yet"
+
+
+def _build(build: bool = True) -> tuple[ModuleType | None, str | None]:
+    """(the module, None), or (None, why it is not there): built where no cached library is found,
+    unless ``build`` is False (then (None, :data:`_NOT_CACHED`))."""
     from portable import StateError
     from portable.env import env_flag
 
@@ -119,6 +124,8 @@ def _build() -> tuple[ModuleType | None, str | None]:
         cache = library_cache(CACHE_DIR)
         try:
             module = load_cached(cache, lib_name, LIBRARY, _load) if cache is not None else None
+            if module is None and not build:
+                continue
             if module is None:
                 module, _, log = build_once(Library(command, text, "opencl_native.c", lib_name, LIBRARY, _load), cache)
                 if module is None:
@@ -131,15 +138,23 @@ def _build() -> tuple[ModuleType | None, str | None]:
         use_native_hand_over(module.hand_over)
         _state["compiler"] = path
         return module, None
+    if not build:
+        return None, _NOT_CACHED
     return None, "no C compiler built it (" + "; ".join(tried) + "); install gcc, or set CC to a C compiler"
 
 
-def native_module() -> ModuleType | None:
-    """The built module, or None (:func:`native_problem` says why); built or loaded once a process."""
+def native_module(build: bool = True) -> ModuleType | None:
+    """The built module, or None (:func:`native_problem` says why); built or loaded once a process.
+    ``build`` False: loaded only where a library built before is cached (an OpenCL queue, when it
+    is made: a first build takes 0.2-0.5 s, which the first blocking launch pays instead), else
+    None, and a later call builds it."""
     with _lock:
         if "module" not in _state:
             try:
-                _state["module"], _state["problem"] = _build()
+                module, problem = _build(build)
+                if problem is _NOT_CACHED:
+                    return None
+                _state["module"], _state["problem"] = module, problem
             except Exception as exc:  # noqa: BLE001 - any failure to build is a reason to launch in Python
                 _state["module"], _state["problem"] = None, f"{type(exc).__name__}: {exc}"
                 from portable import AlpykaWarning

@@ -199,8 +199,8 @@ class OpenCLQueue(DeviceQueue):
         self._took_by_work: dict[int, list] = {}
         self._took_by_transfer: dict[tuple, TimeCell] = {}
         self.waits = WaitChoice(device)  # how this queue's waits wait (joined, handed or polled)
-        if not device.properties.get("simulator"):
-            native_module()  # (its waits hand over to the native library's waiters: loaded now, not in a wait)
+        if not device.properties.get("simulator"):  # (its waits hand over to the native library's waiters)
+            native_module(build=False)  # (loaded now where it is cached, not in a wait; built by a blocking launch)
         self.waits.queue_idle = _idle_of(weakref.ref(self))  # (the main thread joins known work on an idle queue only)
         self.wait_native_event = self.waits.wait
         self._wait_timed = self.waits.wait_timed

@@ -158,8 +158,9 @@ def use_native_hand_over(hand_over: Callable[[int], Any]) -> None:
     (backends/_opencl_native.c: a waiter thread that never takes the GIL; on busy cores each GIL
     hand-over between a Python waiter and the caller can wait for a preempted thread: Intel, 2
     spinners on 2 cores, a launch with a scalar never seen, ~200 us -> 34 us). The library calls
-    it once it is loaded (an OpenCL queue loads it when it is made: backends/_opencl_queue.py);
-    until then, and where it cannot be built, a Python waiter thread waits."""
+    it once it is loaded (an OpenCL queue loads a cached build when it is made, the first
+    blocking launch builds it: backends/_opencl_native.py); until then, and where it cannot be
+    built, a Python waiter thread waits."""
     global _hand_over
     _hand_over = hand_over
 

@@ -442,3 +442,40 @@ def test_a_native_launch_leaves_the_queue_idle_after_its_wait_whichever_it_was(c
             assert all(is_native(r) for r in fast_runs(q, add_v, wd))
             assert queue_impl(q).last_event is None and q.is_idle(), (i, v)
     np.testing.assert_array_equal(_host(q, out), 8)
+
+
+_QUEUE_ONLY = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import portable as pk
+    import backends._opencl_waits as ow
+    from alpyka_testing.backends.opencl_launches import add_v
+
+    q = pk.Queue(pk.device("opencl"), blocking=True)
+    print("queue", ow._hand_over is not None, flush=True)
+    if sys.argv[1] == "launch":
+        out, wd = pk.Buffer(q.device, 8, np.float32, queue=q), pk.WorkDiv(1, 1, 8)
+        for _ in range(3):  # the third: the fast launcher, native
+            pk.exec(q, wd, add_v, out, np.float32(1))
+        print("launch", ow._hand_over is not None, flush=True)
+""")
+
+
+def test_a_queue_loads_a_cached_native_library_and_a_blocking_launch_builds_it(tmp_path):
+    """Making an OpenCL queue loads the native library where a build is cached (its handed waits
+    use its waiter threads), but never compiles it: a first build (0.2-0.5 s) made a fresh
+    process's first OpenCL result 0.3 s slower; the first blocking launch builds it, as before."""
+    _native_or_skip()
+    script = tmp_path / "queue_only.py"
+    script.write_text(_QUEUE_ONLY)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ALPYKA_CACHE_DIR": str(tmp_path / "cache"), "ALPYKA_CHECK_HIP": "0"}
+
+    def run(mode: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()
+
+    assert run("queue") == ["queue", "False"]  # nothing cached: nothing built
+    assert not list((tmp_path / "cache").rglob("opencl_native-*"))
+    assert run("launch") == ["queue", "False", "launch", "True"]  # built by the blocking launch
+    assert run("queue") == ["queue", "True"]  # cached: loaded with the queue

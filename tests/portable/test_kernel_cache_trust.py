@@ -377,7 +377,7 @@ def test_a_kernel_runs_where_no_cache_can_be_written(device, tmp_path):
     """ALPYKA_CACHE_DIR and the user's cache directory unwritable: both kernels run, with one
     warning naming the variable to set (on opencl XDG_CACHE_HOME too, where pyopencl keeps the
     argument setters of kernels: its caches are turned off; ALPYKA_CACHE_DIR there for the native
-    launch library, which an OpenCL queue loads when it is made)."""
+    launch library, which an OpenCL queue looks for in the cache when it is made)."""
     (tmp_path / "file").write_text("")
     said = _run_kernels(
         tmp_path,
