@@ -156,10 +156,10 @@ class OpenCLRecorder:
                     for native, op in ops:
                         events.append(op(cq) if native else op())
                     last = events[-1] if events and events[-1] is not None else impl.marker()
+                    impl.after_known(took, last, events, keep)
                 except BaseException:  # (a Ctrl-C: the commands enqueued so far unknown work)
                     impl.lost_command()
                     raise
-                impl.after_known(took, last, events, keep)
 
         return replay
 

@@ -316,19 +316,19 @@ def launch(queue: Any, workdiv: Any, kernel: KernelHandle, args: tuple) -> None:
                 dev.native.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
             )
             values.append(flag)
-        with plan.lock:
-            plan.set_args(values)
-            try:
+        try:  # (a Ctrl-C raised as an enqueue returns, or before the queue was told of it)
+            with plan.lock:
+                plan.set_args(values)
                 ev = cl.enqueue_nd_range_kernel(impl.cq, plan.kernel, glob, local)
-            except BaseException:
-                impl.lost_command()
-                raise
-        impl.after_enqueue(ev, args)
-        if plan.err:
-            host = np.zeros(1, np.int32)
-            copy_ev = cl.enqueue_copy(impl.cq, host, flag, is_blocking=False)
-            impl.after_enqueue(copy_ev, host, flag)
-            check = range_check(plan, host)
+            impl.after_enqueue(ev, args)
+            if plan.err:
+                host = np.zeros(1, np.int32)
+                copy_ev = cl.enqueue_copy(impl.cq, host, flag, is_blocking=False)
+                impl.after_enqueue(copy_ev, host, flag)
+                check = range_check(plan, host)
+        except BaseException:
+            impl.lost_command()
+            raise
     if check is not None:
         impl.enqueue_host(check)
 

@@ -225,7 +225,7 @@ static PyObject *enqueue_and_wait(BlockingLaunch *b, PyObject *args, PyObject *c
                                      : PyObject_CallFunction(b->wait, "lOOOO", how, event, cell, b->flush, t0_obj);
         Py_XDECREF(t0_obj);
         if (r != NULL) idle_after(b, event); /* (the next launch's choice then needs no look at the queue) */
-        Py_DECREF(event);
+        Py_XDECREF(event);
         Py_XDECREF(previous);
         return r;
     }

@@ -150,9 +150,12 @@ def native_module(build: bool = True) -> ModuleType | None:
     None, and a later call builds it."""
     with _lock:
         if "module" not in _state:
+            if not build and _state.get("uncached"):
+                return None  # (looked for once a process: a later build=True call builds it)
             try:
                 module, problem = _build(build)
                 if problem is _NOT_CACHED:
+                    _state["uncached"] = True
                     return None
                 _state["module"], _state["problem"] = module, problem
             except Exception as exc:  # noqa: BLE001 - any failure to build is a reason to launch in Python

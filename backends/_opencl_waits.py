@@ -6,6 +6,7 @@ from __future__ import annotations
 import _thread
 import ctypes
 import ctypes.util
+import functools
 import glob
 import os
 import queue
@@ -34,8 +35,10 @@ def wait_event(ev: cl.Event) -> None:
         ev.wait()  # the runtime's own error for the failed command
 
 
+@functools.cache
 def opencl_library() -> Any:
-    """The ICD loader pyopencl uses (its bundled ``libOpenCL``, else the system's), or None."""
+    """The ICD loader pyopencl uses (its bundled ``libOpenCL``, else the system's), or None; looked
+    for once a process (``find_library`` runs the compiler and the linker)."""
     candidates = sorted(glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*.so*")))
     found = ctypes.util.find_library("OpenCL")
     for path in candidates + ([found] if found else []):

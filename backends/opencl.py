@@ -173,12 +173,12 @@ class OpenCLBackend(DeviceBackend):
                     ev = cl.enqueue_copy(
                         cq, dst.handle, src.handle, byte_count=n, src_offset=src.offset, dst_offset=dst.offset
                     )
-            except BaseException:
+                # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is
+                # done; known work of its size (a blocking queue joins it where such a copy was short)
+                impl.after_known(impl.transfer_took(kind, n), ev, host, dst.owner, src.owner)
+            except BaseException:  # (a blocking queue's wait interrupted too: a marker behind it, harmless)
                 impl.lost_command()
                 raise
-            # the NannyEvent of a host transfer blocks when deleted: keep it until the copy is done;
-            # known work of its size (a blocking queue joins it where such a copy was short)
-            impl.after_known(impl.transfer_took(kind, n), ev, host, dst.owner, src.owner)
 
     def fill(self, queue: Any, dst: MemRef, value: int) -> None:
         impl = queue_impl(queue)
@@ -186,12 +186,12 @@ class OpenCLBackend(DeviceBackend):
             impl.enqueue_host(lambda: _host_bytes(dst).fill(value))
             return
         with impl.lock:
-            try:
+            try:  # (a Ctrl-C raised as the enqueue returns, or before the queue was told)
                 ev = cl.enqueue_fill_buffer(impl.cq, dst.handle, np.uint8(value), dst.offset, dst.nbytes)
-            except BaseException:  # (a Ctrl-C raised as the enqueue returns)
+                impl.after_known(impl.transfer_took("fill", dst.nbytes), ev, dst.owner)
+            except BaseException:
                 impl.lost_command()
                 raise
-            impl.after_known(impl.transfer_took("fill", dst.nbytes), ev, dst.owner)
 
     # ------------------------------------------------------------------ kernels
     def launch_module(self) -> ModuleType:
