@@ -260,6 +260,20 @@ class OpenCLQueue(DeviceQueue):
         self.last_event = gate.hold()
         self._pending = None
 
+    def enqueue_native(self, fn: Callable[[], None], *keep: Any) -> None:
+        """Run ``fn()``, which enqueues on :attr:`native_handle`, and keep ``keep`` alive until its
+        work finished: a marker behind that work is the queue's last event, so the queue is not
+        idle while it runs (before, ``is_idle()`` was True at once, and a known short launch after
+        it could join behind it)."""
+        with self.lock:
+            try:
+                fn()
+                marker = cl.enqueue_marker(self.cq)
+            except BaseException:  # (what fn enqueued before it raised: unknown work)
+                self.lost_command()
+                raise
+            self.after_enqueue(marker, *keep)
+
     def after_enqueue(self, *objs: Any) -> None:
         """``objs[0]`` is the event of the command just enqueued; all of ``objs`` stay alive
         until it finished. A blocking queue waits for that event itself: the queue is in order,

@@ -73,3 +73,29 @@ def test_a_command_whose_event_was_lost_leaves_the_queue_not_idle_and_its_work_u
     assert impl._pending is None, "q.wait() would take the queue's work for known"
     q.wait()  # (waits for the lost command)
     assert q.is_idle()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["non_blocking", "blocking"])
+def test_native_work_keeps_the_queue_busy_until_it_completed(blocking):
+    """``q.enqueue_native(fn)``: what ``fn`` enqueues on the native queue is the queue's work (a
+    user event stands for a long command: before, ``is_idle()`` was True at once)."""
+    import threading
+
+    import pyopencl as cl
+
+    dev = pk.device("opencl")
+    q = pk.Queue(dev, blocking=blocking)
+    user = cl.UserEvent(dev.native.context)
+    keep = object()
+    if blocking:  # (the blocking queue waits for the work: the event completes meanwhile)
+        threading.Timer(0.2, user.set_status, (cl.command_execution_status.COMPLETE,)).start()
+    q.enqueue_native(lambda: cl.enqueue_marker(q.native_handle, wait_for=[user]), keep)
+    if not blocking:
+        assert not q.is_idle(), "the queue took itself for idle while native work ran"
+        user.set_status(cl.command_execution_status.COMPLETE)
+        q.wait()
+    assert q.is_idle()
+    with pytest.raises(_Lost):  # fn raising after it enqueued: that work unknown, the queue told
+        q.enqueue_native(lambda: (cl.enqueue_marker(q.native_handle), (_ for _ in ()).throw(_Lost())))
+    assert queue_impl(q).last_event is not None
+    q.wait()
